@@ -1,0 +1,372 @@
+//! Connection options shared by every pileup subcommand, following MySQL client
+//! conventions so DBAs can reuse what they already have:
+//!
+//! * option files: `--defaults-file` (only that file), or `/etc/my.cnf`,
+//!   `/etc/mysql/my.cnf`, `~/.my.cnf` plus `--defaults-extra-file`; groups
+//!   `[client]` and `[pileup]`; `--no-defaults` reads none;
+//! * environment: `MYSQL_PWD`, `MYSQL_HOST`, `MYSQL_TCP_PORT`, `MYSQL_UNIX_PORT`;
+//! * flags: `-S/--socket`, `-h/--host`, `-P/--port`, `-u/--user`, `-D/--database`.
+//!
+//! Later sources override earlier ones in that order. A password is never
+//! required on the command line: use `MYSQL_PWD`, an option file, or `-p` with
+//! no value to be asked on the terminal.
+
+pub mod mycnf;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+
+pub use mycnf::OptionFile;
+
+/// The option groups pileup reads from option files.
+pub const GROUPS: &[&str] = &["client", "pileup"];
+
+/// Command-line connection flags (flattened into every subcommand that talks SQL).
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Connection (MySQL client conventions)")]
+pub struct ConnArgs {
+    /// Read options only from this file (groups [client] and [pileup]).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub defaults_file: Option<PathBuf>,
+    /// Read this file after the usual option files.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub defaults_extra_file: Option<PathBuf>,
+    /// Read no option files.
+    #[arg(long, global = true)]
+    pub no_defaults: bool,
+    /// Unix socket of the server.
+    #[arg(short = 'S', long, value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Server host ("localhost" means the Unix socket).
+    #[arg(short = 'h', long, value_name = "HOST", global = true)]
+    pub host: Option<String>,
+    /// Server TCP port.
+    #[arg(short = 'P', long, value_name = "PORT", global = true)]
+    pub port: Option<u16>,
+    /// SQL user (default: the login name, as the mysql client does).
+    #[arg(short = 'u', long, value_name = "USER", global = true)]
+    pub user: Option<String>,
+    /// Ask for the password on the terminal. A value here is refused: use
+    /// MYSQL_PWD or an option file so the password never shows up in `ps`.
+    #[arg(short = 'p', long = "password", num_args = 0..=1, default_missing_value = "", value_name = "", global = true)]
+    pub password: Option<String>,
+    /// Default database.
+    #[arg(short = 'D', long, value_name = "DB", global = true)]
+    pub database: Option<String>,
+    /// Seconds allowed for connecting and for each query pileup runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, global = true)]
+    pub connect_timeout: f64,
+}
+
+/// Where and how to connect, after every source was merged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnSpec {
+    pub socket: Option<PathBuf>,
+    pub host: Option<String>,
+    pub port: u16,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub database: Option<String>,
+    pub timeout: Duration,
+    pub files_read: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for ConnSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnSpec")
+            .field("socket", &self.socket)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+impl ConnSpec {
+    /// A human description of the endpoint, never including the password.
+    pub fn describe(&self) -> String {
+        match (&self.socket, &self.host) {
+            (Some(s), _) => format!("socket {}", s.display()),
+            (None, Some(h)) => format!("{h}:{}", self.port),
+            (None, None) => "localhost".into(),
+        }
+    }
+
+    /// Connect with bounded connect, read and write times.
+    pub fn connect(&self) -> Result<mysql::Conn> {
+        let mut b = mysql::OptsBuilder::new()
+            .user(self.user.clone())
+            .pass(self.password.clone())
+            .db_name(self.database.clone())
+            .read_timeout(Some(self.timeout))
+            .write_timeout(Some(self.timeout))
+            .tcp_connect_timeout(Some(self.timeout))
+            .prefer_socket(false);
+        if let Some(s) = &self.socket {
+            b = b.socket(Some(s.to_string_lossy().into_owned()));
+        } else {
+            b = b.ip_or_hostname(self.host.clone()).tcp_port(self.port);
+        }
+        let mut conn = mysql::Conn::new(b).map_err(|e| explain_connect_error(self, e))?;
+        // Bound every statement we run server-side too, not only our socket wait.
+        let ms = self.timeout.as_millis().max(1);
+        let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0));
+        let _ = conn.query_drop(format!("SET SESSION max_execution_time = {ms}"));
+        let _ = conn.query_drop("SET SESSION lock_wait_timeout = 1");
+        Ok(conn)
+    }
+}
+
+fn explain_connect_error(spec: &ConnSpec, e: mysql::Error) -> anyhow::Error {
+    let msg = e.to_string();
+    let hint = if msg.contains("Access denied") {
+        "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
+    } else if msg.contains("No such file") || msg.contains("Connection refused") {
+        "is the server running? point pileup at it with -S/--socket or -h/-P"
+    } else if msg.to_lowercase().contains("timed out") {
+        "the server did not answer in time; raise --connect-timeout or check the host"
+    } else {
+        "check the connection options (see `pileup --help`)"
+    };
+    anyhow::anyhow!("cannot connect to MySQL at {}: {msg}; {hint}", spec.describe())
+}
+
+impl ConnArgs {
+    /// Merge option files, environment and flags into one [`ConnSpec`].
+    pub fn resolve(&self) -> Result<ConnSpec> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        self.resolve_with(home, &env)
+    }
+
+    /// [`resolve`](Self::resolve) with the environment passed in (for tests).
+    pub fn resolve_with(&self, home: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> Result<ConnSpec> {
+        let mut of = OptionFile::default();
+        if !self.no_defaults {
+            if let Some(f) = &self.defaults_file {
+                if !f.exists() {
+                    bail!("--defaults-file {}: no such file", f.display());
+                }
+                of.merge_file(f, GROUPS)?;
+            } else {
+                of.merge_file("/etc/my.cnf".as_ref(), GROUPS)?;
+                of.merge_file("/etc/mysql/my.cnf".as_ref(), GROUPS)?;
+                if let Some(h) = &home {
+                    of.merge_file(&h.join(".my.cnf"), GROUPS)?;
+                }
+                if let Some(f) = &self.defaults_extra_file {
+                    if !f.exists() {
+                        bail!("--defaults-extra-file {}: no such file", f.display());
+                    }
+                    of.merge_file(f, GROUPS)?;
+                }
+            }
+        }
+        let mut host = of.get("host").map(String::from);
+        let mut port = match of.get("port") {
+            Some(p) => Some(p.parse::<u16>().with_context(|| format!("option file: port = {p:?} is not a port number"))?),
+            None => None,
+        };
+        let mut socket = of.get("socket").map(PathBuf::from);
+        let mut user = of.get("user").map(String::from);
+        let mut password = of.get("password").map(String::from);
+        let mut database = of.get("database").map(String::from);
+
+        if let Some(v) = env("MYSQL_HOST") {
+            host = Some(v);
+        }
+        if let Some(v) = env("MYSQL_TCP_PORT") {
+            port = Some(v.parse().with_context(|| format!("MYSQL_TCP_PORT={v:?} is not a port number"))?);
+        }
+        if let Some(v) = env("MYSQL_UNIX_PORT") {
+            socket = Some(v.into());
+        }
+        if let Some(v) = env("MYSQL_PWD") {
+            password = Some(v);
+        }
+
+        if let Some(v) = &self.host {
+            host = Some(v.clone());
+            if self.socket.is_none() && v != "localhost" {
+                socket = None; // an explicit TCP host beats a socket from files
+            }
+        }
+        if let Some(v) = self.port {
+            port = Some(v);
+        }
+        if let Some(v) = &self.socket {
+            socket = Some(v.clone());
+        }
+        if let Some(v) = &self.user {
+            user = Some(v.clone());
+        }
+        if let Some(v) = &self.database {
+            database = Some(v.clone());
+        }
+        match self.password.as_deref() {
+            None => {}
+            Some("") => password = Some(prompt_password()?),
+            Some(_) => bail!(
+                "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
+            ),
+        }
+        if user.is_none() {
+            user = env("USER").or_else(|| env("LOGNAME"));
+        }
+
+        // MySQL convention: no host or "localhost" means the Unix socket.
+        let local = matches!(host.as_deref(), None | Some("localhost"));
+        if local && socket.is_none() {
+            socket = ["/run/mysqld/mysqld.sock", "/var/run/mysqld/mysqld.sock", "/tmp/mysql.sock"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists());
+        }
+        if !local {
+            socket = socket.filter(|_| self.socket.is_some());
+        }
+        if local && socket.is_none() {
+            host = Some("127.0.0.1".into());
+        }
+        if !(self.connect_timeout > 0.0) {
+            bail!("--connect-timeout must be a positive number of seconds");
+        }
+        Ok(ConnSpec {
+            socket,
+            host,
+            port: port.unwrap_or(3306),
+            user,
+            password,
+            database,
+            timeout: Duration::from_secs_f64(self.connect_timeout),
+            files_read: of.files_read,
+        })
+    }
+
+    /// True when the user gave any connection hint at all; subcommands that
+    /// treat SQL as optional (stacks) connect only then or when a socket exists.
+    pub fn any_given(&self) -> bool {
+        self.defaults_file.is_some()
+            || self.defaults_extra_file.is_some()
+            || self.socket.is_some()
+            || self.host.is_some()
+            || self.port.is_some()
+            || self.user.is_some()
+            || self.password.is_some()
+    }
+}
+
+fn prompt_password() -> Result<String> {
+    use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!("-p asks for the password on a terminal, but standard input is not one; use MYSQL_PWD or an option file");
+    }
+    eprint!("Enter password: ");
+    std::io::stderr().flush().ok();
+    let old = tcgetattr(&stdin).ok();
+    if let Some(t) = &old {
+        let mut quiet = t.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &quiet);
+    }
+    let mut line = String::new();
+    let r = stdin.lock().read_line(&mut line);
+    if let Some(t) = &old {
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, t);
+    }
+    eprintln!();
+    r?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// Which server family we talk to; they expose thread ids differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MariaDb,
+    MySql,
+}
+
+impl std::fmt::Display for Flavor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Flavor::MariaDb => "MariaDB",
+            Flavor::MySql => "MySQL",
+        })
+    }
+}
+
+/// Ask the server what it is.
+pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String)> {
+    let v: Option<String> = conn.query_first("SELECT VERSION()")?;
+    let v = v.unwrap_or_default();
+    let f = if v.to_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql };
+    Ok((f, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn args() -> ConnArgs {
+        ConnArgs { connect_timeout: 5.0, ..Default::default() }
+    }
+
+    #[test]
+    fn precedence_files_env_flags() {
+        let dir = std::env::temp_dir().join(format!("pileup-conn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.cnf");
+        std::fs::File::create(&f)
+            .unwrap()
+            .write_all(b"[client]\nuser=fileuser\npassword=filepw\nhost=db.example\nport=3307\n")
+            .unwrap();
+        let mut a = args();
+        a.defaults_file = Some(f.clone());
+        let none = |_: &str| None;
+        let s = a.resolve_with(None, &none).unwrap();
+        assert_eq!((s.user.as_deref(), s.password.as_deref(), s.host.as_deref(), s.port), (Some("fileuser"), Some("filepw"), Some("db.example"), 3307));
+        assert!(s.socket.is_none());
+
+        let env = |k: &str| (k == "MYSQL_PWD").then(|| "envpw".to_string());
+        a.user = Some("flaguser".into());
+        a.port = Some(3308);
+        let s = a.resolve_with(None, &env).unwrap();
+        assert_eq!((s.user.as_deref(), s.password.as_deref(), s.port), (Some("flaguser"), Some("envpw"), 3308));
+        assert!(!format!("{s:?}").contains("envpw"), "Debug must hide the password");
+
+        a.socket = Some("/tmp/x.sock".into());
+        let s = a.resolve_with(None, &env).unwrap();
+        assert_eq!(s.socket.as_deref(), Some(std::path::Path::new("/tmp/x.sock")));
+    }
+
+    #[test]
+    fn home_my_cnf_is_read_and_password_in_argv_refused() {
+        let home = std::env::temp_dir().join(format!("pileup-home-{}", std::process::id()));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join(".my.cnf"), "[client]\nsocket=/tmp/home.sock\n[pileup]\nuser=pu\n").unwrap();
+        let none = |_: &str| None;
+        let s = args().resolve_with(Some(home.clone()), &none).unwrap();
+        assert_eq!(s.user.as_deref(), Some("pu"));
+        assert_eq!(s.socket.as_deref(), Some(std::path::Path::new("/tmp/home.sock")));
+        let mut a = args();
+        a.password = Some("secret".into());
+        let e = a.resolve_with(Some(home), &none).unwrap_err().to_string();
+        assert!(e.contains("refusing a password"), "{e}");
+    }
+
+    #[test]
+    fn missing_defaults_file_is_an_error() {
+        let mut a = args();
+        a.defaults_file = Some("/nonexistent/x.cnf".into());
+        let e = a.resolve_with(None, &|_| None).unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
+    }
+}

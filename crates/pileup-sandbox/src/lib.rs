@@ -1,0 +1,553 @@
+//! Throwaway `mariadbd` servers for tests, the demo, benchmarks and users
+//! (`pileup sandbox start|stop|list`).
+//!
+//! Each sandbox lives in its own directory under [`base_dir`] (datadir, socket,
+//! pid file, error log, `sandbox.json`), listens on 127.0.0.1 on a port of its
+//! own, and is started with `--no-defaults` so no system option file or system
+//! server is ever read or touched. A pristine datadir is initialised once per
+//! server binary and copied for each new sandbox, which makes a start take
+//! about a second instead of several.
+//!
+//! A [`Sandbox`] value stops its server and removes its directory when dropped.
+//! With [`Options::die_with_parent`] (the default) the server is also killed by
+//! the kernel if the owning process dies, so a crashed test run leaves nothing
+//! behind.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use mysql::prelude::Queryable;
+use serde::{Deserialize, Serialize};
+
+pub use pileup_conn::ConnSpec;
+
+/// How to start a sandbox.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Name (directory name under the base dir). Default: `sb-<pid>-<n>`.
+    pub name: Option<String>,
+    /// Where sandboxes live. Default: [`base_dir`].
+    pub base_dir: Option<PathBuf>,
+    /// TCP port on 127.0.0.1. Default: a free one.
+    pub port: Option<u16>,
+    /// Extra server options, as `--key=value` (`("innodb_buffer_pool_size", "128M")`).
+    pub cnf: Vec<(String, String)>,
+    /// Server id (replication needs distinct ones). Default: the port.
+    pub server_id: Option<u32>,
+    /// Write a binary log (needed to be a replication source).
+    pub binlog: bool,
+    /// Make this sandbox a replica of that one (which must have `binlog`).
+    pub replica_of: Option<Endpoint>,
+    /// The server binary. Default: `mariadbd` found on PATH or in /usr/sbin.
+    pub mariadbd: Option<PathBuf>,
+    /// Kill the server if this process dies (true for tests; `sandbox start`
+    /// from the command line turns it off so the server outlives the command).
+    pub die_with_parent: bool,
+    /// Seconds to wait for the server to accept connections.
+    pub ready_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            name: None,
+            base_dir: None,
+            port: None,
+            cnf: Vec::new(),
+            server_id: None,
+            binlog: false,
+            replica_of: None,
+            mariadbd: None,
+            die_with_parent: true,
+            ready_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Where a running sandbox can be reached (what `sandbox.json` records).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub port: u16,
+    pub pid: u32,
+    pub server_id: u32,
+    pub binlog: bool,
+}
+
+impl Endpoint {
+    /// Connection spec for the sandbox's root account over its socket.
+    pub fn conn_spec(&self) -> ConnSpec {
+        ConnSpec {
+            socket: Some(self.socket.clone()),
+            host: None,
+            port: self.port,
+            user: Some("root".into()),
+            password: None,
+            database: None,
+            timeout: Duration::from_secs(30),
+            files_read: vec![],
+        }
+    }
+
+    /// Is the recorded server process still alive and ours?
+    pub fn is_running(&self) -> bool {
+        fs::read_link(format!("/proc/{}/exe", self.pid))
+            .map(|p| {
+                let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                n.starts_with("mariadbd") || n.starts_with("mysqld")
+            })
+            .unwrap_or(false)
+            && fs::read(format!("/proc/{}/cmdline", self.pid))
+                .map(|c| String::from_utf8_lossy(&c).contains(&*self.dir.to_string_lossy()))
+                .unwrap_or(false)
+    }
+}
+
+/// A running throwaway server. Dropping it stops the server and removes its files.
+pub struct Sandbox {
+    pub endpoint: Endpoint,
+    child: Option<Child>,
+    keep: bool,
+}
+
+/// Default base directory: `$PILEUP_SANDBOX_DIR`, else `$TMPDIR/pileup-sandboxes`.
+pub fn base_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PILEUP_SANDBOX_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::temp_dir().join("pileup-sandboxes")
+}
+
+/// Find the server binary.
+pub fn find_mariadbd() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin"].map(PathBuf::from));
+    for d in &dirs {
+        for n in ["mariadbd", "mysqld"] {
+            let p = d.join(n);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    bail!("no mariadbd found on PATH or in /usr/sbin; install it with `apt-get install mariadb-server-core`")
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Sandbox {
+    /// Start a server and wait until it accepts connections.
+    pub fn start(opts: Options) -> Result<Sandbox> {
+        let mariadbd = match &opts.mariadbd {
+            Some(p) => p.clone(),
+            None => find_mariadbd()?,
+        };
+        let base = opts.base_dir.clone().unwrap_or_else(base_dir);
+        fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+        let name = opts
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("sb-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst)));
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            bail!("sandbox name {name:?} must be a plain file name");
+        }
+        let dir = base.join(&name);
+        if let Some(old) = read_endpoint(&dir) {
+            if old.is_running() {
+                bail!("sandbox {name} is already running (pid {}); stop it first with `pileup sandbox stop {name}`", old.pid);
+            }
+        }
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
+        }
+        fs::create_dir_all(dir.join("tmp"))?;
+        let socket = dir.join("mysql.sock");
+        if socket.as_os_str().len() > 100 {
+            bail!("socket path {} is too long for a Unix socket; use a shorter PILEUP_SANDBOX_DIR", socket.display());
+        }
+        let template = template_datadir(&mariadbd, &base)?;
+        copy_dir(&template, &dir.join("data")).context("copying the template datadir")?;
+
+        let mut last_err = None;
+        for _attempt in 0..5 {
+            let port = match opts.port {
+                Some(p) => p,
+                None => free_port()?,
+            };
+            let server_id = opts.server_id.unwrap_or(port as u32);
+            let mut cmd = Command::new(&mariadbd);
+            cmd.arg("--no-defaults")
+                .arg(format!("--datadir={}", dir.join("data").display()))
+                .arg(format!("--socket={}", socket.display()))
+                .arg(format!("--port={port}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+                .arg(format!("--log-error={}", dir.join("error.log").display()))
+                .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+                .arg(format!("--secure-file-priv={}", dir.join("tmp").display()))
+                .arg(format!("--server-id={server_id}"))
+                .arg("--skip-name-resolve")
+                .arg("--max-connections=3000")
+                .arg("--innodb-buffer-pool-size=128M")
+                .arg("--innodb-log-file-size=64M")
+                .arg("--innodb-flush-log-at-trx-commit=2")
+                .arg("--skip-log-bin");
+            if Path::new("/usr/share/mariadb").is_dir() {
+                cmd.arg("--lc-messages-dir=/usr/share/mariadb");
+            }
+            if opts.binlog {
+                cmd.arg(format!("--log-bin={}", dir.join("data").join("binlog").display()));
+                cmd.arg("--binlog-format=ROW");
+            }
+            if opts.replica_of.is_some() {
+                cmd.arg(format!("--relay-log={}", dir.join("data").join("relay").display()));
+                cmd.arg("--skip-slave-start");
+            }
+            if nix::unistd::geteuid().is_root() {
+                cmd.arg("--user=root");
+            }
+            for (k, v) in &opts.cnf {
+                cmd.arg(format!("--{}={v}", k.trim_start_matches('-')));
+            }
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let child = spawn(cmd, opts.die_with_parent)?;
+            let endpoint = Endpoint {
+                name: name.clone(),
+                dir: dir.clone(),
+                socket: socket.clone(),
+                port,
+                pid: child.id(),
+                server_id,
+                binlog: opts.binlog,
+            };
+            let mut sb = Sandbox { endpoint, child: Some(child), keep: false };
+            match sb.wait_ready(opts.ready_timeout) {
+                Ok(()) => {
+                    write_endpoint(&sb.endpoint)?;
+                    if opts.binlog {
+                        sb.sql("CREATE USER IF NOT EXISTS 'repl'@'127.0.0.1'; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'repl'@'127.0.0.1'")?;
+                    }
+                    if let Some(src) = &opts.replica_of {
+                        sb.sql(&format!(
+                            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='repl', MASTER_USE_GTID=slave_pos; START SLAVE",
+                            src.port
+                        ))?;
+                    }
+                    return Ok(sb);
+                }
+                Err(e) => {
+                    let log = fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                    let port_clash = log.contains("Address already in use") || log.contains("Can't start server: Bind");
+                    sb.keep = true; // keep the dir for the next attempt / the error message
+                    sb.kill();
+                    if port_clash && opts.port.is_none() {
+                        last_err = Some(e);
+                        continue;
+                    }
+                    let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    let _ = fs::remove_dir_all(&dir);
+                    bail!("sandbox {name} did not start: {e}\nlast lines of its error log:\n{}", tail.join("\n"));
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+        Err(last_err.unwrap_or_else(|| anyhow!("could not find a free port")))
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        let spec = self.endpoint.conn_spec();
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Some(st) = c.try_wait()? {
+                    bail!("mariadbd exited during start-up ({st})");
+                }
+            }
+            if self.endpoint.socket.exists() {
+                if let Ok(mut c) = spec.connect() {
+                    if c.query_drop("DO 1").is_ok() {
+                        return Ok(());
+                    }
+                }
+            }
+            if t0.elapsed() > timeout {
+                bail!("not accepting connections after {:?}", timeout);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.endpoint.pid
+    }
+
+    pub fn conn_spec(&self) -> ConnSpec {
+        self.endpoint.conn_spec()
+    }
+
+    /// A new root connection over the socket.
+    pub fn connect(&self) -> Result<mysql::Conn> {
+        self.conn_spec().connect()
+    }
+
+    /// Run statements (separated by `;`) and discard results.
+    pub fn sql(&self, statements: &str) -> Result<()> {
+        let mut c = self.connect()?;
+        c.query_drop(statements).with_context(|| format!("running {statements:?}"))?;
+        Ok(())
+    }
+
+    /// Leave the server running (and its directory) when this value is dropped.
+    pub fn keep(mut self) -> Endpoint {
+        self.keep = true;
+        if let Some(c) = self.child.take() {
+            std::mem::forget(c);
+        }
+        self.endpoint.clone()
+    }
+
+    /// Stop the server (SIGTERM, then SIGKILL after 30 s) and remove its files.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        stop_pid(self.endpoint.pid, self.child.as_mut())?;
+        self.child = None;
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.endpoint.dir);
+        }
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Stop a server by pid: SIGTERM, wait, SIGKILL after 30 s.
+fn stop_pid(pid: u32, child: Option<&mut Child>) -> Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let p = Pid::from_raw(pid as i32);
+    let _ = kill(p, Signal::SIGTERM);
+    let t0 = Instant::now();
+    let mut child = child;
+    loop {
+        let gone = match child.as_deref_mut() {
+            Some(c) => c.try_wait()?.is_some(),
+            None => !Path::new(&format!("/proc/{pid}")).exists() || proc_state(pid) == Some('Z'),
+        };
+        if gone {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = kill(p, Signal::SIGKILL);
+            if let Some(c) = child.as_deref_mut() {
+                let _ = c.wait();
+            }
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn proc_state(pid: u32) -> Option<char> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Stop a sandbox recorded on disk (used by `pileup sandbox stop NAME`).
+pub fn stop_by_name(name: &str, base: Option<&Path>) -> Result<()> {
+    let base = base.map(Path::to_path_buf).unwrap_or_else(base_dir);
+    let dir = base.join(name);
+    let ep = read_endpoint(&dir).ok_or_else(|| anyhow!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
+    if ep.is_running() {
+        stop_pid(ep.pid, None)?;
+    }
+    fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    Ok(())
+}
+
+/// All sandboxes recorded under the base dir, with whether each is running.
+pub fn list(base: Option<&Path>) -> Result<Vec<(Endpoint, bool)>> {
+    let base = base.map(Path::to_path_buf).unwrap_or_else(base_dir);
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(&base) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", base.display())),
+    };
+    for e in rd.flatten() {
+        if let Some(ep) = read_endpoint(&e.path()) {
+            let up = ep.is_running();
+            out.push((ep, up));
+        }
+    }
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    Ok(out)
+}
+
+fn read_endpoint(dir: &Path) -> Option<Endpoint> {
+    let b = fs::read(dir.join("sandbox.json")).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+fn write_endpoint(ep: &Endpoint) -> Result<()> {
+    let p = ep.dir.join("sandbox.json");
+    let mut f = fs::File::create(&p)?;
+    f.write_all(serde_json::to_string_pretty(ep)?.as_bytes())?;
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Spawn the server. With `die_with_parent`, the child gets PR_SET_PDEATHSIG
+/// and is spawned from one long-lived thread: the kernel sends the signal
+/// when the *thread* that forked exits, so forking from a short-lived test
+/// thread would kill the server early.
+fn spawn(mut cmd: Command, die_with_parent: bool) -> Result<Child> {
+    if !die_with_parent {
+        use std::os::unix::process::CommandExt;
+        // New session: a Ctrl-C in the user's terminal must not reach the server.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        return cmd.spawn().context("starting mariadbd");
+    }
+    type Req = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<Req>>> = OnceLock::new();
+    let tx = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Req>();
+        std::thread::Builder::new()
+            .name("sandbox-keeper".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    use std::os::unix::process::CommandExt;
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The channel's sender lives in a static and is never dropped,
+                // so this thread lives as long as the process.
+            })
+            .expect("spawning the sandbox keeper thread");
+        Mutex::new(tx)
+    });
+    let (rtx, rrx) = mpsc::channel();
+    tx.lock().unwrap().send((cmd, rtx)).map_err(|_| anyhow!("sandbox keeper thread is gone"))?;
+    rrx.recv()?.context("starting mariadbd")
+}
+
+/// Initialise (once per server binary) a pristine datadir to copy from.
+fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
+    let meta = fs::metadata(mariadbd).with_context(|| format!("reading {}", mariadbd.display()))?;
+    let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let tdir = base.join(format!(".template-{}-{}", meta.len(), mtime));
+    if tdir.join("ready").exists() {
+        return Ok(tdir.join("data"));
+    }
+    // Serialise initialisation across processes with a lock file.
+    let lock = fs::OpenOptions::new().create(true).write(true).truncate(false).open(base.join(".template.lock"))?;
+    let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| anyhow!("locking template: {e}"))?;
+    if tdir.join("ready").exists() {
+        return Ok(tdir.join("data"));
+    }
+    let _ = fs::remove_dir_all(&tdir);
+    fs::create_dir_all(&tdir)?;
+    let install = find_install_db(mariadbd)?;
+    let mut cmd = Command::new(&install);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", tdir.join("data").display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .arg("--innodb-log-file-size=64M");
+    if nix::unistd::geteuid().is_root() {
+        cmd.arg("--user=root");
+    }
+    // A server outside /usr/sbin: point the script at its installation tree.
+    if mariadbd.parent() != Some(Path::new("/usr/sbin")) {
+        if let Some(root) = mariadbd.parent().and_then(Path::parent) {
+            cmd.arg(format!("--basedir={}", root.display()));
+        }
+    }
+    let out = cmd.output().with_context(|| format!("running {}", install.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}{}",
+            install.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fs::write(tdir.join("ready"), b"")?;
+    Ok(tdir.join("data"))
+}
+
+fn find_install_db(mariadbd: &Path) -> Result<PathBuf> {
+    let mut cands = vec![];
+    if let Some(d) = mariadbd.parent() {
+        cands.push(d.join("mariadb-install-db"));
+        if let Some(p) = d.parent() {
+            cands.push(p.join("bin/mariadb-install-db"));
+            cands.push(p.join("scripts/mariadb-install-db"));
+        }
+    }
+    cands.push("/usr/bin/mariadb-install-db".into());
+    cands.push("/usr/bin/mysql_install_db".into());
+    cands
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("mariadb-install-db not found; install it with `apt-get install mariadb-server-core`"))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to)?;
+    for e in fs::read_dir(from)? {
+        let e = e?;
+        let ty = e.file_type()?;
+        let dst = to.join(e.file_name());
+        if ty.is_dir() {
+            copy_dir(&e.path(), &dst)?;
+        } else if ty.is_file() {
+            fs::copy(e.path(), &dst)?;
+            let mode = e.metadata()?.permissions().mode();
+            fs::set_permissions(&dst, fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
