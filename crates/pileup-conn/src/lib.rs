@@ -51,7 +51,7 @@ pub struct ConnArgs {
     pub user: Option<String>,
     /// Ask for the password on the terminal. A value here is refused: use
     /// MYSQL_PWD or an option file so the password never shows up in `ps`.
-    #[arg(short = 'p', long = "password", num_args = 0..=1, default_missing_value = "", value_name = "", global = true)]
+    #[arg(short = 'p', long = "password", num_args = 0..=1, default_missing_value = "", value_name = "ASK", hide_default_value = true, global = true)]
     pub password: Option<String>,
     /// Default database.
     #[arg(short = 'D', long, value_name = "DB", global = true)]
@@ -216,7 +216,9 @@ impl ConnArgs {
             ),
         }
         if user.is_none() {
-            user = env("USER").or_else(|| env("LOGNAME"));
+            user = env("USER").or_else(|| env("LOGNAME")).or_else(|| {
+                nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name)
+            });
         }
 
         // MySQL convention: no host or "localhost" means the Unix socket.

@@ -1,0 +1,45 @@
+//! Errors a user can act on: each names the problem and the fix in one line.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StacksError {
+    #[error("no process with pid {0}; check the pid, or use --pid auto to find the running mariadbd/mysqld")]
+    NoSuchProcess(i32),
+    #[error("pid {pid} is {name:?}, not mariadbd/mysqld; pass the server's pid, or --any-process to sample it anyway")]
+    NotAServer { pid: i32, name: String },
+    #[error("no running mariadbd or mysqld found; start the server or pass --pid PID")]
+    NoServer,
+    #[error("several servers are running: {0}; choose one with --pid PID")]
+    SeveralServers(String),
+    #[error("not permitted to trace pid {pid} ({detail}); run pileup as the server's user or as root (CAP_SYS_PTRACE){scope}", scope = ptrace_scope_hint())]
+    Permission { pid: i32, detail: String },
+    #[error("pid {pid} is already being traced by pid {tracer} (a debugger?); detach it first")]
+    AlreadyTraced { pid: i32, tracer: i32 },
+    #[error("process {0} exited during the capture")]
+    ProcessExited(i32),
+    #[error("this build of pileup captures x86_64 stacks only")]
+    UnsupportedArch,
+}
+
+fn ptrace_scope_hint() -> String {
+    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        Ok(s) => match s.trim() {
+            "0" => String::new(),
+            "1" => ", or set kernel.yama.ptrace_scope=0 (it is 1: only ancestors may trace)".into(),
+            "2" => "; kernel.yama.ptrace_scope is 2: only CAP_SYS_PTRACE may trace".into(),
+            "3" => "; kernel.yama.ptrace_scope is 3: tracing is disabled until reboot".into(),
+            o => format!("; kernel.yama.ptrace_scope is {o}"),
+        },
+        Err(_) => String::new(),
+    }
+}
+
+/// Who traces `tid`, from `/proc/PID/task/TID/status` (`TracerPid:`).
+pub fn tracer_of(pid: i32, tid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&t| t != 0)
+}

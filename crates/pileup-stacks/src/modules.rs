@@ -1,0 +1,255 @@
+//! The code modules (executable and shared libraries) mapped into the target:
+//! where each is loaded, its unwind tables for [`crate::unwind`], the start of
+//! every function (from `.eh_frame_hdr`, so even a stripped binary's unnamed
+//! functions get a stable identity) and how complete its symbols are.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use framehop::x86_64::UnwinderX86_64;
+use framehop::{ExplicitModuleSectionInfo, Module as FhModule, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+use serde::Serialize;
+
+use crate::proc::MapEntry;
+
+/// One loaded module.
+#[derive(Debug, Clone, Serialize)]
+pub struct Module {
+    /// Path as the target sees it (from /proc/PID/maps).
+    pub path: String,
+    /// Path we read it from (through /proc/PID/root or map_files).
+    #[serde(skip)]
+    pub open_path: PathBuf,
+    /// Short name used in frames (`mariadbd`, `libc.so.6`).
+    pub name: String,
+    /// Executable address range in the target.
+    pub avma: Range<u64>,
+    /// Load bias: svma = avma - bias.
+    pub bias: u64,
+    pub build_id: Option<String>,
+    pub symbols: SymbolInfo,
+    /// Sorted function start svmas (from .eh_frame_hdr).
+    #[serde(skip)]
+    pub func_starts: Vec<u64>,
+}
+
+/// What symbol information a module has.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SymbolInfo {
+    /// Entries in .symtab (0: stripped).
+    pub symtab: usize,
+    /// Entries in .dynsym (exported symbols).
+    pub dynsym: usize,
+    /// A separate debug file was found (build-id or .gnu_debuglink).
+    pub debug_file: Option<String>,
+    /// The module or its debug file has DWARF (.debug_info).
+    pub dwarf: bool,
+}
+
+impl SymbolInfo {
+    pub fn describe(&self) -> String {
+        if self.dwarf {
+            "full debug info".into()
+        } else if self.symtab > 0 {
+            format!("full symbol table ({} symbols), no debug info", self.symtab)
+        } else if self.dynsym > 0 {
+            format!("stripped: exported symbols only ({})", self.dynsym)
+        } else {
+            "stripped, no symbols".into()
+        }
+    }
+}
+
+impl Module {
+    pub fn svma(&self, avma: u64) -> u64 {
+        avma.wrapping_sub(self.bias)
+    }
+
+    /// Start svma of the function containing `svma`, per the unwind tables.
+    pub fn func_start(&self, svma: u64) -> Option<u64> {
+        let i = self.func_starts.partition_point(|&s| s <= svma);
+        (i > 0).then(|| self.func_starts[i - 1])
+    }
+}
+
+/// All modules of the target plus the unwinder built from them.
+pub struct ModuleSet {
+    pub modules: Vec<Module>,
+    pub unwinder: UnwinderX86_64<Vec<u8>>,
+    /// Modules we could not read (path → reason), reported to the user.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl ModuleSet {
+    pub fn find(&self, avma: u64) -> Option<&Module> {
+        let i = self.modules.partition_point(|m| m.avma.end <= avma);
+        self.modules.get(i).filter(|m| m.avma.start <= avma)
+    }
+
+    /// Load every executable file mapping (and the vdso) of `pid`.
+    pub fn load(pid: i32, maps: &[MapEntry]) -> ModuleSet {
+        // Group executable mappings by file.
+        let mut by_path: BTreeMap<String, Vec<&MapEntry>> = BTreeMap::new();
+        for m in maps {
+            if m.is_exec() && (m.path.starts_with('/') || m.path == "[vdso]") {
+                by_path.entry(m.path.clone()).or_default().push(m);
+            }
+        }
+        let mut modules = vec![];
+        let mut unreadable = vec![];
+        let mut unwinder = UnwinderX86_64::new();
+        for (path, exec_maps) in by_path {
+            let first = exec_maps[0];
+            let avma = exec_maps.iter().map(|m| m.start).min().unwrap()..exec_maps.iter().map(|m| m.end).max().unwrap();
+            let (data, open_path) = if path == "[vdso]" {
+                let mut buf = vec![0u8; (first.end - first.start) as usize];
+                let n = crate::capture::read_mem(pid, first.start, &mut buf);
+                buf.truncate(n);
+                (buf, PathBuf::new())
+            } else {
+                match read_module_file(pid, &path, first) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        unreadable.push((path.clone(), e));
+                        continue;
+                    }
+                }
+            };
+            match build(&path, open_path, &data, first, avma.clone()) {
+                Ok((m, fh)) => {
+                    unwinder.add_module(fh);
+                    modules.push(m);
+                }
+                Err(e) => unreadable.push((path, e)),
+            }
+        }
+        modules.sort_by_key(|m| m.avma.start);
+        ModuleSet { modules, unwinder, unreadable }
+    }
+}
+
+fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(Vec<u8>, PathBuf), String> {
+    // Prefer the file as the target sees it (containers), then map_files
+    // (works for deleted/upgraded binaries), then the plain path.
+    let clean = path.trim_end_matches(" (deleted)");
+    let cands = [
+        PathBuf::from(format!("/proc/{pid}/root{clean}")),
+        PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
+        PathBuf::from(clean),
+    ];
+    let mut last = String::new();
+    for c in cands {
+        match fs::read(&c) {
+            Ok(d) => return Ok((d, c)),
+            Err(e) => last = format!("{}: {e}", c.display()),
+        }
+    }
+    Err(last)
+}
+
+type Built = (Module, FhModule<Vec<u8>>);
+
+fn build(path: &str, open_path: PathBuf, data: &[u8], first: &MapEntry, avma: Range<u64>) -> Result<Built, String> {
+    let obj = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
+    // Load bias from the segment that contains the first executable mapping's file offset.
+    let bias = if first.path == "[vdso]" {
+        // The vdso image is mapped from its own start; its segments start at
+        // its stated base address.
+        let base = obj.segments().map(|s| s.address()).min().unwrap_or(0);
+        first.start.wrapping_sub(base)
+    } else {
+        let seg = obj
+            .segments()
+            .find(|s| {
+                let (off, size) = s.file_range();
+                off <= first.offset && first.offset < off + size.max(1)
+            })
+            .ok_or_else(|| "no segment matches its mapping".to_string())?;
+        let (off, _) = seg.file_range();
+        first.start.wrapping_sub(seg.address() + (first.offset - off))
+    };
+    let sect = |name: &str| obj.section_by_name(name);
+    let svma_range = |name: &str| sect(name).map(|s| s.address()..s.address() + s.size());
+    let sdata = |name: &str| sect(name).and_then(|s| s.data().ok()).map(|d| d.to_vec());
+
+    let eh_frame_hdr = sdata(".eh_frame_hdr");
+    let func_starts = match (&eh_frame_hdr, svma_range(".eh_frame_hdr"), svma_range(".eh_frame")) {
+        (Some(d), Some(hr), Some(er)) => function_starts(d, hr.start, er.start),
+        _ => vec![],
+    };
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: svma_range(".text"),
+        text: sdata(".text"),
+        got_svma: svma_range(".got"),
+        eh_frame_svma: svma_range(".eh_frame"),
+        eh_frame: sdata(".eh_frame"),
+        eh_frame_hdr_svma: svma_range(".eh_frame_hdr"),
+        eh_frame_hdr,
+        debug_frame: sdata(".debug_frame"),
+        ..Default::default()
+    };
+    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string());
+    let fh = FhModule::new(name.clone(), avma.clone(), bias, info);
+    let build_id = obj.build_id().ok().flatten().map(hex);
+    let symtab = obj.symbols().count();
+    let dynsym = obj.dynamic_symbols().count();
+    let mut symbols = SymbolInfo { symtab, dynsym, dwarf: obj.section_by_name(".debug_info").is_some(), debug_file: None };
+    if let Some(df) = find_debug_file(build_id.as_deref(), &obj, path) {
+        if let Ok(d) = fs::read(&df) {
+            if let Ok(o) = object::File::parse(&*d) {
+                symbols.dwarf |= o.section_by_name(".debug_info").is_some();
+                symbols.symtab = symbols.symtab.max(o.symbols().count());
+            }
+        }
+        symbols.debug_file = Some(df.display().to_string());
+    }
+    let m = Module { path: path.to_string(), open_path, name, avma, bias, build_id, symbols, func_starts };
+    Ok((m, fh))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Debug file per the GDB conventions: /usr/lib/debug/.build-id/ab/cdef.debug,
+/// then .gnu_debuglink next to the file, in .debug/, and under /usr/lib/debug.
+fn find_debug_file(build_id: Option<&str>, obj: &object::File, path: &str) -> Option<PathBuf> {
+    if let Some(id) = build_id.filter(|id| id.len() > 2) {
+        let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
+        for c in [dir.join(&name), dir.join(".debug").join(&name), Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name)] {
+            if c.is_file() && c != Path::new(path) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Function start addresses from the binary search table of `.eh_frame_hdr`.
+pub fn function_starts(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64) -> Vec<u64> {
+    use gimli::{BaseAddresses, EhFrameHdr, LittleEndian, Pointer};
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_svma).set_eh_frame(eh_frame_svma);
+    let Ok(parsed) = EhFrameHdr::new(hdr, LittleEndian).parse(&bases, 8) else { return vec![] };
+    let Some(table) = parsed.table() else { return vec![] };
+    let mut out = vec![];
+    let mut it = table.iter(&bases);
+    while let Ok(Some((loc, _fde))) = it.next() {
+        if let Pointer::Direct(a) = loc {
+            out.push(a);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}

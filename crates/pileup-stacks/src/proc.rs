@@ -1,0 +1,258 @@
+//! Reading `/proc`: finding mysqld, listing its threads, its memory map and the
+//! OS-level state of each thread. All of this happens before or after the
+//! threads are stopped, never while they are.
+
+use std::fs;
+use std::path::PathBuf;
+
+use crate::error::StacksError;
+
+/// Names of server binaries we accept without `--any-process`.
+pub const SERVER_NAMES: &[&str] = &["mariadbd", "mysqld", "mysqld-debug", "mariadbd-debug"];
+
+/// The executable name of a process (from `/proc/PID/exe`, falling back to `comm`).
+pub fn exe_name(pid: i32) -> Option<String> {
+    if let Ok(p) = fs::read_link(format!("/proc/{pid}/exe")) {
+        let s = p.file_name()?.to_string_lossy().into_owned();
+        return Some(s.trim_end_matches(" (deleted)").to_string());
+    }
+    fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
+}
+
+pub fn is_server_name(name: &str) -> bool {
+    SERVER_NAMES.contains(&name)
+}
+
+/// All processes running a MySQL-family server.
+pub fn find_servers() -> Vec<(i32, String)> {
+    let mut out = vec![];
+    if let Ok(rd) = fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            // comm is readable for every process, exe only for our own or with privileges
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let comm = comm.trim();
+            let name = exe_name(pid).unwrap_or_else(|| comm.to_string());
+            if is_server_name(&name) || is_server_name(comm) {
+                out.push((pid, name));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Resolve `--pid auto` to the single running server.
+pub fn auto_pid() -> Result<i32, StacksError> {
+    let s = find_servers();
+    match s.len() {
+        0 => Err(StacksError::NoServer),
+        1 => Ok(s[0].0),
+        _ => Err(StacksError::SeveralServers(s.iter().map(|(p, n)| format!("{p} ({n})")).collect::<Vec<_>>().join(", "))),
+    }
+}
+
+/// Check that `pid` exists and is a server (unless `any` is set).
+pub fn check_target(pid: i32, any: bool) -> Result<String, StacksError> {
+    if !PathBuf::from(format!("/proc/{pid}")).exists() {
+        return Err(StacksError::NoSuchProcess(pid));
+    }
+    let name = exe_name(pid).unwrap_or_else(|| "?".into());
+    if !any && !is_server_name(&name) {
+        return Err(StacksError::NotAServer { pid, name });
+    }
+    Ok(name)
+}
+
+/// Thread ids of a process, sorted.
+pub fn tids(pid: i32) -> Result<Vec<i32>, StacksError> {
+    let rd = fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| StacksError::NoSuchProcess(pid))?;
+    let mut v: Vec<i32> = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+impl MapEntry {
+    pub fn is_exec(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+}
+
+/// Parse the text of a maps file.
+pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+    let mut out = vec![];
+    for line in text.lines() {
+        let mut it = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(inode)) = (it.next(), it.next(), it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let path = it.next().unwrap_or("").trim_start().to_string();
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16)) else {
+            continue;
+        };
+        out.push(MapEntry { start, end, perms: perms.to_string(), offset, inode: inode.parse().unwrap_or(0), path });
+    }
+    out
+}
+
+pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>, StacksError> {
+    let t = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => StacksError::Permission { pid, detail: "cannot read /proc/PID/maps".into() },
+        _ => StacksError::NoSuchProcess(pid),
+    })?;
+    Ok(parse_maps(&t))
+}
+
+/// Find the mapping containing `addr` (maps are sorted by address).
+pub fn find_map(maps: &[MapEntry], addr: u64) -> Option<&MapEntry> {
+    let i = maps.partition_point(|m| m.end <= addr);
+    maps.get(i).filter(|m| m.start <= addr)
+}
+
+/// OS-level state of a thread, read from `/proc` just before the capture.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OsThread {
+    /// Thread name (`comm`).
+    pub name: String,
+    /// One-letter state: R running, S sleeping, D disk wait, …
+    pub state: char,
+    /// Kernel function the thread sleeps in, if any.
+    pub wchan: Option<String>,
+    /// User and system CPU time so far, in clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    /// A kernel io_uring worker (PF_IO_WORKER): it has no user-space stack.
+    pub io_worker: bool,
+}
+
+pub fn state_label(c: char) -> &'static str {
+    match c {
+        'R' => "running",
+        'S' => "sleeping",
+        'D' => "disk wait",
+        'T' => "stopped",
+        't' => "tracing stop",
+        'Z' => "zombie",
+        'X' => "dead",
+        'I' => "idle",
+        'P' => "parked",
+        _ => "unknown",
+    }
+}
+
+/// Parse `/proc/PID/task/TID/stat` (the name may contain spaces and parentheses).
+pub fn parse_stat(s: &str) -> Option<(String, char, u64, u64, u64)> {
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let name = s[open + 1..close].to_string();
+    let rest: Vec<&str> = s[close + 1..].split_whitespace().collect();
+    let state = rest.first()?.chars().next()?;
+    // fields after the name: state(0) ppid(1) … utime is field 14 overall → index 11 here
+    let utime = rest.get(11)?.parse().ok()?;
+    let stime = rest.get(12)?.parse().ok()?;
+    let flags = rest.get(6)?.parse().ok()?;
+    Some((name, state, utime, stime, flags))
+}
+
+pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let (name, state, utime, stime, flags) = parse_stat(&stat)?;
+    const PF_IO_WORKER: u64 = 0x10;
+    let wchan = fs::read_to_string(format!("/proc/{pid}/task/{tid}/wchan"))
+        .ok()
+        .map(|w| w.trim().to_string())
+        .filter(|w| !w.is_empty() && w != "0");
+    Some(OsThread { name, state, wchan, utime, stime, io_worker: flags & PF_IO_WORKER != 0 })
+}
+
+/// Name of a Linux x86_64 system call, for the ones a database thread blocks in.
+pub fn syscall_name(nr: u64) -> String {
+    let n = match nr {
+        0 => "read",
+        1 => "write",
+        3 => "close",
+        7 => "poll",
+        8 => "lseek",
+        17 => "pread64",
+        18 => "pwrite64",
+        19 => "readv",
+        20 => "writev",
+        23 => "select",
+        24 => "sched_yield",
+        34 => "pause",
+        35 => "nanosleep",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
+        46 => "sendmsg",
+        47 => "recvmsg",
+        61 => "wait4",
+        74 => "fsync",
+        75 => "fdatasync",
+        128 => "rt_sigtimedwait",
+        130 => "rt_sigsuspend",
+        202 => "futex",
+        208 => "io_getevents",
+        209 => "io_submit",
+        230 => "clock_nanosleep",
+        232 => "epoll_wait",
+        257 => "openat",
+        270 => "pselect6",
+        271 => "ppoll",
+        277 => "sync_file_range",
+        281 => "epoll_pwait",
+        288 => "accept4",
+        295 => "preadv",
+        296 => "pwritev",
+        327 => "preadv2",
+        328 => "pwritev2",
+        426 => "io_uring_enter",
+        441 => "epoll_pwait2",
+        449 => "futex_waitv",
+        _ => return format!("syscall_{nr}"),
+    };
+    n.to_string()
+}
+
+pub const SYS_FUTEX: u64 = 202;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_and_lookup() {
+        let t = "55d0c0000000-55d0c0100000 r--p 00000000 fd:01 1234 /usr/sbin/mariadbd\n\
+                 55d0c0100000-55d0c0900000 r-xp 00100000 fd:01 1234 /usr/sbin/mariadbd\n\
+                 7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n\
+                 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n";
+        let m = parse_maps(t);
+        assert_eq!(m.len(), 4);
+        assert!(m[1].is_exec() && !m[0].is_exec());
+        assert_eq!(m[1].offset, 0x100000);
+        assert_eq!(m[2].path, "");
+        assert_eq!(m[3].path, "[stack]");
+        assert_eq!(find_map(&m, 0x55d0c0100010).unwrap().perms, "r-xp");
+        assert!(find_map(&m, 0x1000).is_none());
+        assert!(find_map(&m, 0x7f0000021000).is_none());
+    }
+
+    #[test]
+    fn stat_with_odd_name() {
+        let s = "1234 (my (odd) name) S 1 2 3 4 5 16 7 8 9 10 42 17 0 0 20 0 5 0";
+        let (n, st, u, sy, fl) = parse_stat(s).unwrap();
+        assert_eq!((n.as_str(), st, u, sy, fl), ("my (odd) name", 'S', 42, 17, 16));
+    }
+}

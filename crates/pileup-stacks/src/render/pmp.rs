@@ -1,0 +1,129 @@
+//! pt-pmp compatible text, then annotations as `#` comment lines
+//! (`grep -v '^#'` leaves exactly what pt-pmp would print).
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use super::RenderOptions;
+use crate::aggregate::group;
+use crate::Profile;
+
+pub fn pmp(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
+    let groups = group(p);
+    for g in &groups {
+        writeln!(w, "{:>7} {}", g.count, g.frames.join(","))?;
+    }
+    if o.plain {
+        return Ok(());
+    }
+    writeln!(w)?;
+    for line in annotations(p, &groups) {
+        writeln!(w, "# {line}")?;
+    }
+    Ok(())
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+/// The human part: who the process is, what the capture cost, how complete
+/// the symbols are, lock owners, and the SQL behind the biggest groups.
+pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<String> {
+    let mut out = vec![];
+    let threads: usize = p.samples.iter().map(|s| s.threads.len()).sum();
+    out.push(format!(
+        "pileup stacks: pid {} {}{}, {} sample(s), {} thread stacks, {} mode",
+        p.pid,
+        p.exe,
+        p.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
+        p.samples.len(),
+        threads,
+        match p.mode {
+            crate::Mode::Consistent => "consistent",
+            crate::Mode::Rolling => "rolling",
+        }
+    ));
+    if let Some(worst) = p.samples.iter().max_by_key(|s| s.stats.window_us) {
+        let longest = p.samples.iter().map(|s| s.stats.max_thread_stop_us).max().unwrap_or(0);
+        out.push(format!(
+            "stopped: window {} (worst sample), longest single thread {}; capture {}, unwind {}, symbolize {}",
+            ms(worst.stats.window_us),
+            ms(longest),
+            ms(p.timing.capture_us),
+            ms(p.timing.unwind_us),
+            ms(p.timing.symbolize_us)
+        ));
+    }
+    let mut sym = format!("symbols: {:.0}% of distinct frames named", p.named_pct);
+    for m in p.modules.iter().take(4) {
+        sym.push_str(&format!("; {}: {} ({}/{} named)", m.name, m.symbols, m.named, m.frames));
+    }
+    out.push(sym);
+    if p.modules.iter().any(|m| m.symbols.starts_with("stripped") && m.frames > 0 && m.named < m.frames) {
+        out.push(
+            "symbols: unnamed frames show as module+0xFUNCSTART; install the server's debug symbols (Debian: the -dbgsym package) for full names and inlined frames"
+                .into(),
+        );
+    }
+    for l in &p.locks {
+        let mut s = format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr);
+        match l.owner_tid {
+            Some(o) => {
+                s.push_str(&format!(" held by tid {o}"));
+                if let Some(t) = p.thread(o) {
+                    if let Some(sql) = &t.sql {
+                        s.push_str(&format!(" ({})", sql.summary(160)));
+                    } else if !t.name.is_empty() {
+                        s.push_str(&format!(" ({})", t.name));
+                    }
+                    out.push(s);
+                    let stack: Vec<&str> = t.labels().collect();
+                    out.push(format!("  holder stack: {}", if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }));
+                } else {
+                    out.push(s);
+                }
+            }
+            None => {
+                s.push_str(&format!(": owner unknown ({})", l.unresolved_reason.as_deref().unwrap_or("not recorded")));
+                out.push(s);
+            }
+        }
+        let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
+        out.push(format!("  waiters: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
+    }
+    for (i, g) in groups.iter().enumerate().take(20) {
+        let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let mut s = format!("stack {}: {} ({} thread(s): {})", i + 1, g.count, g.tids.len(), states.join(", "));
+        if !g.statements.is_empty() {
+            let st: Vec<String> = g.statements.iter().take(3).map(|(q, n)| format!("{n}× `{}`", crate::annotate::one_line(q, 100))).collect();
+            s.push_str(&format!(" running {}", st.join(", ")));
+        } else if g.sql.len() == 1 {
+            s.push_str(&format!(" {}", g.sql[0]));
+        } else if !g.sql.is_empty() {
+            s.push_str(&format!(" {} SQL connections", g.sql.len()));
+        }
+        if g.tids.len() <= 3 {
+            s.push_str(&format!(" tids {}", g.tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")));
+        }
+        out.push(s);
+    }
+    let missed: usize = p.samples.iter().map(|s| s.missed.len()).sum();
+    if missed > 0 {
+        let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+        for m in p.samples.iter().flat_map(|s| &s.missed) {
+            *reasons.entry(m.reason.as_str()).or_default() += 1;
+        }
+        let r: Vec<String> = reasons.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        out.push(format!("missed: {missed} thread(s): {}", r.join("; ")));
+    }
+    let truncated = p.threads().filter(|t| t.unwind_error.is_some()).count();
+    if truncated > 0 {
+        out.push(format!("partial: {truncated} stack(s) ended early (unwind error); see --format json for details"));
+    }
+    for n in &p.notes {
+        out.push(format!("note: {n}"));
+    }
+    out
+}

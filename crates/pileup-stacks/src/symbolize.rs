@@ -1,0 +1,200 @@
+//! Symbolization: addresses → function names (C++ demangled), source lines and
+//! inlined frames when debug info has them. `blazesym` reads `.symtab`,
+//! `.dynsym` and DWARF, following build-id and `.gnu_debuglink` debug files
+//! under /usr/lib/debug. Frames it cannot name keep a stable identity: the
+//! module and the start of their function from the unwind tables
+//! (`mariadbd+0x8c2f10`), so stacks through a stripped binary still aggregate.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use serde::Serialize;
+
+use crate::modules::ModuleSet;
+
+/// One frame of a stack, after symbolization. An address inside inlined code
+/// yields several frames (innermost first), all but the last `inlined`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Frame {
+    /// Demangled name with its parameter list, when known.
+    pub function: Option<String>,
+    /// The label used in stacks: the name without parameters
+    /// (as pt-pmp prints it), or `module+0xFUNCSTART`, or `??`.
+    pub label: String,
+    pub module: Option<String>,
+    /// Address in the module's own address space.
+    pub svma: Option<u64>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+}
+
+/// Symbolization results: lookup address → frames, innermost first.
+#[derive(Debug, Default)]
+pub struct Symbols {
+    pub by_addr: HashMap<u64, Vec<Frame>>,
+    /// Distinct addresses looked up, and how many of them got a name.
+    pub addrs_total: usize,
+    pub addrs_named: usize,
+}
+
+impl Symbols {
+    pub fn frames(&self, lookup_addr: u64) -> &[Frame] {
+        self.by_addr.get(&lookup_addr).map(|v| v.as_slice()).unwrap_or(&[])
+    }
+}
+
+/// Symbolize a set of lookup addresses (already `-1` adjusted for return addresses).
+pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>) -> Symbols {
+    let symbolizer = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(true)
+        .enable_demangling(true)
+        .build();
+    // Group by module.
+    let mut per_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut out = Symbols { addrs_total: addrs.len(), ..Default::default() };
+    for &a in addrs {
+        match mods.modules.iter().position(|m| m.avma.contains(&a)) {
+            Some(i) => per_module.entry(i).or_default().push(a),
+            None => {
+                out.by_addr.insert(a, vec![unknown_frame(None, a)]);
+            }
+        }
+    }
+    for (i, avmas) in per_module {
+        let m = &mods.modules[i];
+        let svmas: Vec<u64> = avmas.iter().map(|&a| m.svma(a)).collect();
+        let results = if m.open_path.as_os_str().is_empty() {
+            None // the vdso has no file to read; its functions are labelled by start
+        } else {
+            // With debug info first; if the debug file is unusable, the ELF symbols alone.
+            symbolizer.symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas)).ok().or_else(|| {
+                let mut elf = Elf::new(&m.open_path);
+                elf.debug_syms = false;
+                symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&svmas)).ok()
+            })
+        };
+        for (k, &avma) in avmas.iter().enumerate() {
+            let svma = svmas[k];
+            let fallback = || {
+                let start = m.func_start(svma).unwrap_or(svma);
+                Frame {
+                    function: None,
+                    label: format!("{}+0x{start:x}", m.name),
+                    module: Some(m.name.clone()),
+                    svma: Some(svma),
+                    file: None,
+                    line: None,
+                    inlined: false,
+                }
+            };
+            let frames = match results.as_ref().and_then(|r| r.get(k)) {
+                Some(Symbolized::Sym(sym)) => {
+                    out.addrs_named += 1;
+                    // blazesym lists inlined calls outer → inner; stacks are innermost first.
+                    let mut v = Vec::with_capacity(1 + sym.inlined.len());
+                    for f in sym.inlined.iter().rev() {
+                        let ci = f.code_info.as_ref();
+                        v.push(Frame {
+                            function: Some(f.name.to_string()),
+                            label: short_name(&f.name),
+                            module: Some(m.name.clone()),
+                            svma: Some(svma),
+                            file: ci.map(|c| c.file.to_string_lossy().into_owned()),
+                            line: ci.and_then(|c| c.line),
+                            inlined: true,
+                        });
+                    }
+                    let ci = sym.code_info.as_ref();
+                    // An inlined frame named like its container (a versioned
+                    // alias inlined into itself) would print the name twice.
+                    if v.last().is_some_and(|f: &Frame| f.label == short_name(&sym.name)) {
+                        v.pop();
+                    }
+                    v.push(Frame {
+                        function: Some(sym.name.to_string()),
+                        label: short_name(&sym.name),
+                        module: Some(m.name.clone()),
+                        svma: Some(svma),
+                        file: ci.map(|c| c.file.to_string_lossy().into_owned()),
+                        line: ci.and_then(|c| c.line),
+                        inlined: false,
+                    });
+                    v
+                }
+                _ => vec![fallback()],
+            };
+            out.by_addr.insert(avma, frames);
+        }
+    }
+    out
+}
+
+fn unknown_frame(module: Option<String>, addr: u64) -> Frame {
+    Frame { function: None, label: "??".into(), module, svma: Some(addr), file: None, line: None, inlined: false }
+}
+
+/// Strip the parameter list (and trailing cv-qualifiers) from a demangled C++
+/// name, the way pt-pmp shows gdb frames: `THD::awake(killed_state)` →
+/// `THD::awake`; templates and `operator()` survive.
+pub fn short_name(full: &str) -> String {
+    let s = full.trim();
+    let mut end = s.len();
+    for q in [" const", " volatile", " &&", " &", " noexcept"] {
+        while s[..end].ends_with(q) {
+            end -= q.len();
+        }
+    }
+    let t = &s[..end];
+    if !t.ends_with(')') {
+        return t.to_string();
+    }
+    // Find the '(' matching the final ')'.
+    let bytes = t.as_bytes();
+    let mut depth = 0i32;
+    let mut i = bytes.len();
+    while i > 0 {
+        i -= 1;
+        match bytes[i] {
+            b')' => depth += 1,
+            b'(' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 || i == 0 {
+        return t.to_string();
+    }
+    let head = &t[..i];
+    // `operator()(int)`: the parens we found belong to the argument list, fine.
+    // `(anonymous namespace)::f(int)` cannot end up with an empty head.
+    let head = head.trim_end();
+    if head.is_empty() {
+        t.to_string()
+    } else {
+        head.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_name;
+
+    #[test]
+    fn short_names() {
+        assert_eq!(short_name("do_command(THD*, bool)"), "do_command");
+        assert_eq!(short_name("THD::awake_no_mutex(killed_state)"), "THD::awake_no_mutex");
+        assert_eq!(short_name("Item_func::fix_fields(THD*, Item**) const"), "Item_func::fix_fields");
+        assert_eq!(short_name("std::vector<int, std::allocator<int> >::push_back(int const&)"), "std::vector<int, std::allocator<int> >::push_back");
+        assert_eq!(short_name("Foo::operator()(int)"), "Foo::operator()");
+        assert_eq!(short_name("(anonymous namespace)::helper(void (*)(int))"), "(anonymous namespace)::helper");
+        assert_eq!(short_name("pthread_cond_wait"), "pthread_cond_wait");
+        assert_eq!(short_name("handle_connections_sockets()"), "handle_connections_sockets");
+    }
+}

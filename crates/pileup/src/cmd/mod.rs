@@ -1,0 +1,47 @@
+pub mod sandbox;
+pub mod stacks;
+
+/// An error that asks for a specific exit code.
+#[derive(Debug)]
+pub struct ExitCode(pub i32);
+
+impl std::fmt::Display for ExitCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", self.0)
+    }
+}
+impl std::error::Error for ExitCode {}
+
+/// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))?;
+    if !(v >= 0.0) || !v.is_finite() {
+        return Err(format!("{s:?} is not a duration"));
+    }
+    Ok(std::time::Duration::from_secs_f64(v * mul))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(super::parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(super::parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(super::parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(super::parse_duration("fast").is_err());
+        assert!(super::parse_duration("-1s").is_err());
+    }
+}

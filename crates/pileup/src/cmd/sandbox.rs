@@ -1,0 +1,105 @@
+//! `pileup sandbox`: throwaway mariadbd servers for experiments.
+
+use anyhow::{bail, Result};
+use clap::Subcommand;
+use pileup_sandbox::{list, stop_by_name, Options, Sandbox};
+
+#[derive(Subcommand)]
+pub enum SandboxCmd {
+    /// Start a server in its own directory (datadir, socket, port) under
+    /// $PILEUP_SANDBOX_DIR or $TMPDIR/pileup-sandboxes. Never touches a system server.
+    Start {
+        /// Name of the sandbox (its directory name).
+        #[arg(default_value = "sandbox")]
+        name: String,
+        /// TCP port on 127.0.0.1 (default: a free one).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Write a binary log (to be a replication source).
+        #[arg(long)]
+        binlog: bool,
+        /// Make it a replica of this running sandbox.
+        #[arg(long, value_name = "NAME")]
+        replica_of: Option<String>,
+        /// Extra server option, repeatable: --set innodb_buffer_pool_size=1G
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Print the sandbox as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a sandbox and delete its files.
+    Stop {
+        /// Names to stop.
+        names: Vec<String>,
+        /// Stop every sandbox.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List sandboxes.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(c: SandboxCmd) -> Result<()> {
+    match c {
+        SandboxCmd::Start { name, port, binlog, replica_of, set, json } => {
+            let mut cnf = vec![];
+            for s in set {
+                let Some((k, v)) = s.split_once('=') else {
+                    bail!("--set {s:?}: expected KEY=VALUE");
+                };
+                cnf.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            let replica_of = match replica_of {
+                Some(n) => Some(
+                    list(None)?
+                        .into_iter()
+                        .find(|(e, up)| e.name == n && *up)
+                        .map(|(e, _)| e)
+                        .ok_or_else(|| anyhow::anyhow!("no running sandbox named {n} (see `pileup sandbox list`)"))?,
+                ),
+                None => None,
+            };
+            let sb = Sandbox::start(Options { name: Some(name), port, binlog, replica_of, cnf, die_with_parent: false, ..Default::default() })?;
+            let ep = sb.keep();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&ep)?);
+            } else {
+                println!("sandbox {} running: pid {}, port {}, socket {}", ep.name, ep.pid, ep.port, ep.socket.display());
+                println!("  connect: mariadb -S {} -u root", ep.socket.display());
+                println!("  stacks:  pileup stacks --pid {}", ep.pid);
+                println!("  stop:    pileup sandbox stop {}", ep.name);
+            }
+            Ok(())
+        }
+        SandboxCmd::Stop { names, all } => {
+            let names: Vec<String> = if all { list(None)?.into_iter().map(|(e, _)| e.name).collect() } else { names };
+            if names.is_empty() {
+                bail!("name the sandbox to stop, or --all (see `pileup sandbox list`)");
+            }
+            for n in names {
+                stop_by_name(&n, None)?;
+                println!("stopped {n}");
+            }
+            Ok(())
+        }
+        SandboxCmd::List { json } => {
+            let l = list(None)?;
+            if json {
+                let v: Vec<_> = l.iter().map(|(e, up)| serde_json::json!({"sandbox": e, "running": up})).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if l.is_empty() {
+                println!("no sandboxes");
+            } else {
+                println!("{:<16} {:>8} {:>6} {:<8} SOCKET", "NAME", "PID", "PORT", "STATE");
+                for (e, up) in l {
+                    println!("{:<16} {:>8} {:>6} {:<8} {}", e.name, e.pid, e.port, if up { "running" } else { "dead" }, e.socket.display());
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! `pileup stacks`: argument parsing and wiring for pileup_stacks.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use pileup_conn::ConnArgs;
+use pileup_stacks::render::{render, Format, RenderOptions};
+use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+
+use crate::output::write_output;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// All threads stopped together: one true snapshot, window as short as possible.
+    Consistent,
+    /// One thread at a time: the least stop for any single thread.
+    Rolling,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    /// pt-pmp text: `COUNT frame,frame,…` innermost first, then `#` annotations.
+    Pmp,
+    /// Folded stacks for FlameGraph, inferno or speedscope.
+    Folded,
+    /// Flame graph (SVG).
+    Svg,
+    /// Graphviz call graph weighted by samples.
+    Dot,
+    /// Gzipped pprof profile (go tool pprof, Pyroscope, Parca).
+    Pprof,
+    /// Everything: stacks, annotations, lock owners, capture statistics.
+    Json,
+}
+
+/// Capture the stacks of a live mysqld with a stop of microseconds per thread.
+///
+/// Threads are seized with PTRACE_SEIZE (if pileup dies, the kernel resumes
+/// them), their registers and live stack are copied, and they are resumed
+/// before any unwinding or symbolizing. Identical stacks are counted, most
+/// frequent first; each is annotated with the thread's OS state and, when a
+/// SQL connection is available, the connection and statement behind it. For
+/// threads blocked on a pthread mutex or a write-held rwlock, the holder is
+/// named.
+///
+/// Examples:
+///   pileup stacks                                  # the one running server, pt-pmp text
+///   pileup stacks --samples 50 --interval-ms 100 --format svg -o flame.svg
+///   pileup stacks --threads accept --duration 60s --format dot -o accept.dot
+///   pileup stacks --threads sql-thread --samples 100 --format folded
+///
+/// Files written with -o are created mode 0600: they can hold query text.
+#[derive(Args)]
+#[command(verbatim_doc_comment)]
+pub struct StacksArgs {
+    /// Server process id, or "auto" for the one running mariadbd/mysqld.
+    #[arg(long, default_value = "auto", value_name = "PID|auto")]
+    pub pid: String,
+    /// How threads are stopped.
+    #[arg(long, value_enum, default_value_t = ModeArg::Consistent)]
+    pub mode: ModeArg,
+    /// Number of samples.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub samples: usize,
+    /// Time between samples (start to start).
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub interval_ms: u64,
+    /// Sample for this long instead of --samples (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Focus: comma-separated thread ids, roles (accept, sql-thread,
+    /// io-thread, connections) and/or name:REGEX on thread names.
+    #[arg(long, value_name = "SPEC")]
+    pub threads: Option<String>,
+    /// Output format (default: from the -o extension, else pmp).
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<FormatArg>,
+    /// Write to this file (created 0600) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Most stack bytes copied per thread.
+    #[arg(long, default_value_t = 256 * 1024, value_name = "BYTES")]
+    pub stack_bytes: usize,
+    /// Longest any thread may stay stopped; past it the capture is abandoned
+    /// and every thread resumed.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub max_stop_ms: u64,
+    /// Print stop times, capture/unwind/symbolize times and thread counts to stderr.
+    #[arg(long)]
+    pub stats: bool,
+    /// Do not connect to SQL (no statement annotation).
+    #[arg(long)]
+    pub no_sql: bool,
+    /// Sample a process that is not mariadbd/mysqld.
+    #[arg(long)]
+    pub any_process: bool,
+    /// pmp: only the pt-pmp lines, no `#` annotations.
+    #[arg(long)]
+    pub plain: bool,
+    /// folded/svg: root each stack at its thread's role or name.
+    #[arg(long)]
+    pub thread_root: bool,
+    /// dot: hide functions seen in less than this percent of stacks.
+    #[arg(long, default_value_t = 0.5, value_name = "PCT")]
+    pub dot_min_pct: f64,
+}
+
+pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
+    let pid = match a.pid.as_str() {
+        "auto" => pileup_stacks::proc::auto_pid()?,
+        p => p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
+    };
+    if a.samples == 0 {
+        bail!("--samples must be at least 1");
+    }
+    if a.interval_ms == 0 && a.samples > 1 {
+        bail!("--interval-ms must be at least 1");
+    }
+    if a.max_stop_ms == 0 {
+        bail!("--max-stop-ms must be at least 1");
+    }
+    if a.stack_bytes < 512 {
+        bail!("--stack-bytes {} is too small to unwind anything; use at least 512", a.stack_bytes);
+    }
+    let interval = Duration::from_millis(a.interval_ms.max(1));
+    let samples = match a.duration {
+        Some(d) => ((d.as_secs_f64() / interval.as_secs_f64()).floor() as usize).max(1),
+        None => a.samples,
+    };
+    let filter = match &a.threads {
+        Some(s) => ThreadFilter::parse(s).map_err(anyhow::Error::msg)?,
+        None => ThreadFilter::default(),
+    };
+    let format = match a.format {
+        Some(f) => match f {
+            FormatArg::Pmp => Format::Pmp,
+            FormatArg::Folded => Format::Folded,
+            FormatArg::Svg => Format::Svg,
+            FormatArg::Dot => Format::Dot,
+            FormatArg::Pprof => Format::Pprof,
+            FormatArg::Json => Format::Json,
+        },
+        None => a.output.as_deref().and_then(Format::from_path).unwrap_or(Format::Pmp),
+    };
+    // Check the target before connecting anywhere.
+    pileup_stacks::proc::check_target(pid, a.any_process)?;
+    let sql = if a.no_sql { None } else { open_sql(pid, conn) };
+
+    let opts = SamplerOptions {
+        capture: CaptureOptions {
+            mode: match a.mode {
+                ModeArg::Consistent => Mode::Consistent,
+                ModeArg::Rolling => Mode::Rolling,
+            },
+            stack_bytes: a.stack_bytes,
+            max_stop: Duration::from_millis(a.max_stop_ms),
+        },
+        filter,
+        any_process: a.any_process,
+    };
+    let mut sampler = Sampler::new(pid, opts, sql)?;
+    let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(samples as u64);
+        b.set_style(indicatif::ProgressStyle::with_template("{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration}").unwrap().progress_chars("=> "));
+        b
+    });
+    sampler.run(samples, interval, |i, _| {
+        if let Some(b) = &bar {
+            b.set_position(i as u64);
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let profile = sampler.finish();
+    let ro = RenderOptions { plain: a.plain, thread_root: a.thread_root, dot_min_pct: a.dot_min_pct, title: None };
+    write_output(a.output.as_deref(), format == Format::Pprof, |w| render(&profile, format, &ro, w))?;
+    if a.stats {
+        print_stats(&profile);
+    }
+    Ok(())
+}
+
+/// Connect for annotation. Without explicit options, try the server's own
+/// socket (from its command line) or the usual ones; failing quietly then,
+/// since stacks are useful without SQL. With explicit options, say why not.
+fn open_sql(pid: i32, conn: &ConnArgs) -> Option<SqlSource> {
+    let explicit = conn.any_given();
+    let mut spec = match conn.resolve() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pileup: SQL annotation off: {e:#}");
+            return None;
+        }
+    };
+    if !explicit && std::env::var_os("MYSQL_UNIX_PORT").is_none() && std::env::var_os("MYSQL_HOST").is_none() {
+        if let Some(sock) = server_socket(pid) {
+            spec.socket = Some(sock);
+        }
+    }
+    spec.timeout = spec.timeout.min(Duration::from_secs(5));
+    match spec.connect().and_then(SqlSource::new) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            if explicit || std::env::var_os("MYSQL_PWD").is_some() {
+                eprintln!("pileup: SQL annotation off: {e:#}");
+            } else {
+                tracing::info!("SQL annotation off: {e:#}");
+            }
+            None
+        }
+    }
+}
+
+/// The socket a server was started with (`--socket=` on its command line).
+fn server_socket(pid: i32) -> Option<PathBuf> {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let root = format!("/proc/{pid}/root");
+    cmd.split(|&b| b == 0).find_map(|arg| {
+        let arg = String::from_utf8_lossy(arg);
+        let s = arg.strip_prefix("--socket=")?;
+        let p = PathBuf::from(format!("{root}{s}"));
+        p.exists().then_some(p)
+    })
+}
+
+fn print_stats(p: &pileup_stacks::Profile) {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let n = p.samples.len();
+    eprintln!("pileup stats: pid {} ({}), {} sample(s), {} mode", p.pid, p.exe, n, if p.mode == Mode::Consistent { "consistent" } else { "rolling" });
+    for s in &p.samples {
+        let st = &s.stats;
+        eprintln!(
+            "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms, longest thread {:.3} ms, median thread {:.3} ms; capture {:.2} ms; {} KiB of stack copied{}",
+            s.index,
+            st.threads_listed,
+            st.threads_captured,
+            st.threads_missed,
+            st.threads_appeared,
+            ms(st.window_us),
+            ms(st.max_thread_stop_us),
+            ms(st.median_thread_stop_us),
+            ms(st.capture_us),
+            st.stack_bytes_copied / 1024,
+            if st.budget_exceeded { " [--max-stop-ms exceeded]" } else { "" }
+        );
+    }
+    let t = &p.timing;
+    eprintln!(
+        "  totals: load modules {:.1} ms, capture {:.2} ms, unwind {:.1} ms, symbolize {:.1} ms, annotate {:.1} ms; {:.0}% of frames named",
+        ms(t.load_modules_us),
+        ms(t.capture_us),
+        ms(t.unwind_us),
+        ms(t.symbolize_us),
+        ms(t.annotate_us),
+        p.named_pct
+    );
+}
