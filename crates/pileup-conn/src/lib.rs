@@ -137,6 +137,20 @@ fn explain_connect_error(spec: &ConnSpec, e: mysql::Error) -> anyhow::Error {
 }
 
 impl ConnArgs {
+    /// Checks that need no server and no files: run before anything else so
+    /// a password in argv is refused whatever the subcommand does next.
+    pub fn validate(&self) -> Result<()> {
+        if self.password.as_deref().is_some_and(|p| !p.is_empty()) {
+            bail!(
+                "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
+            );
+        }
+        if !(self.connect_timeout > 0.0) {
+            bail!("--connect-timeout must be a positive number of seconds");
+        }
+        Ok(())
+    }
+
     /// Merge option files, environment and flags into one [`ConnSpec`].
     pub fn resolve(&self) -> Result<ConnSpec> {
         let home = std::env::var_os("HOME").map(PathBuf::from);

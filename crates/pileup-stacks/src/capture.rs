@@ -160,15 +160,26 @@ enum Seized {
     Gone,
 }
 
-fn seize(pid: i32, tid: i32) -> Result<Seized, StacksError> {
+/// `held_any`: some thread of this capture was seized already, so an EPERM
+/// now means this thread is exiting (the kernel refuses to trace those), not
+/// that we lack permission.
+fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, StacksError> {
     match ptrace::seize(Pid::from_raw(tid), ptrace::Options::empty()) {
         Ok(()) => Ok(Seized::Ok),
         Err(Errno::ESRCH) => Ok(Seized::Gone),
         Err(Errno::EPERM) => match tracer_of(pid, tid) {
             Some(t) => Err(StacksError::AlreadyTraced { pid, tracer: t }),
+            None if held_any || exiting(pid, tid) => Ok(Seized::Gone),
             None => Err(StacksError::Permission { pid, detail: "PTRACE_SEIZE: operation not permitted".into() }),
         },
         Err(e) => Err(StacksError::Permission { pid, detail: format!("PTRACE_SEIZE: {e}") }),
+    }
+}
+
+fn exiting(pid: i32, tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
+        Ok(s) => matches!(s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z') | Some('X')),
+        Err(_) => true,
     }
 }
 
@@ -239,7 +250,7 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
     // (tid, interrupted at)
     let mut pending: Vec<(i32, Instant)> = Vec::with_capacity(tids.len());
     for &tid in tids {
-        match seize(pid, tid) {
+        match seize(pid, tid, !pending.is_empty()) {
             Ok(Seized::Ok) => {}
             Ok(Seized::Gone) => {
                 missed.push(Missed { tid, reason: "exited before the capture".into() });
@@ -354,7 +365,7 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
             }
             Poll::Exited => false,
         });
-        match seize(pid, tid)? {
+        match seize(pid, tid, !threads.is_empty())? {
             Seized::Ok => {}
             Seized::Gone => {
                 missed.push(Missed { tid, reason: "exited before the capture".into() });

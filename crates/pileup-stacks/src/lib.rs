@@ -316,7 +316,7 @@ impl Sampler {
             let r = self.sample().map(|_| ());
             match r {
                 Ok(_) => {}
-                Err(StacksError::ProcessExited(p)) if !self.samples.is_empty() => {
+                Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if !self.samples.is_empty() => {
                     self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.samples.len()));
                     break;
                 }

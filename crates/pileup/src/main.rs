@@ -58,10 +58,10 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PILEUP_LOG").unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
-    let r = match cli.command {
+    let r = cli.conn.validate().and_then(|()| match cli.command {
         Command::Stacks(a) => cmd::stacks::run(a, &cli.conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
-    };
+    });
     if let Err(e) = r {
         // One line: what went wrong and what to do about it.
         let msg = format!("{e:#}");

@@ -1,0 +1,229 @@
+//! Stack-capture benchmark: pileup (consistent, rolling) vs gdb
+//! `thread apply all bt` vs eu-stack, side by side in one run, on a sandbox
+//! with N server threads under sysbench load.
+//!
+//! For every tool run it measures, with a client looping `DO 1` on its own
+//! connection (the probe): the worst round trip while the tool ran, against
+//! the worst round trip over an equally long window just before (baseline);
+//! the tool's wall time; and for pileup its own stop statistics. Each tool
+//! runs `--runs` times per thread count, interleaved; medians are reported.
+//!
+//! Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_sandbox::{Options, Sandbox};
+
+struct Probe {
+    samples: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Probe {
+    fn start(sb: &Sandbox) -> Result<Probe> {
+        let mut c = sb.connect()?;
+        let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, st2) = (samples.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            while !st2.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if c.query_drop("DO 1").is_err() {
+                    break;
+                }
+                s2.lock().unwrap().push((t, t.elapsed()));
+            }
+        });
+        Ok(Probe { samples, stop, handle: Some(handle) })
+    }
+    /// Worst round trip of probes that overlap [from, to].
+    fn worst(&self, from: Instant, to: Instant) -> Duration {
+        let s = self.samples.lock().unwrap();
+        s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Run {
+    worst_ms: f64,
+    baseline_ms: f64,
+    wall_ms: f64,
+    window_ms: Option<f64>,
+    max_thread_ms: Option<f64>,
+    captured: Option<u64>,
+    missed: Option<u64>,
+    ok: bool,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let pileup = get("--pileup").context("--pileup PATH is required")?;
+    let counts: Vec<usize> = get("--threads").unwrap_or_else(|| "50,300,1000".into()).split(',').map(|s| s.parse().unwrap()).collect();
+    let runs: usize = get("--runs").map(|s| s.parse().unwrap()).unwrap_or(5);
+    let out = get("--out");
+    let mut report = String::new();
+    for &n in &counts {
+        report.push_str(&bench_one(&pileup, n, runs)?);
+    }
+    print!("{report}");
+    if let Some(o) = out {
+        std::fs::write(o, &report)?;
+    }
+    Ok(())
+}
+
+fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String> {
+    eprintln!("== {target_threads} server threads");
+    let sb = Sandbox::start(Options { cnf: vec![("thread_cache_size".into(), "2000".into())], ..Default::default() })?;
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    sb.sql("CREATE DATABASE sbtest")?;
+    let sbargs = ["--db-driver=mysql".to_string(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--tables=4".into(), "--table-size=10000".into()];
+    let st = Command::new("sysbench").arg("oltp_read_only").args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
+    if !st.success() {
+        bail!("sysbench prepare failed");
+    }
+    let background = pileup_stacks_count(sb.pid());
+    // Load: sysbench connections (rate-limited so the box is busy, not saturated) plus idle connections.
+    let sysbench_threads = (target_threads / 4).clamp(8, 64);
+    let mut load = Command::new("sysbench")
+        .arg("oltp_read_only")
+        .args(&sbargs)
+        .arg(format!("--threads={sysbench_threads}"))
+        .arg("--rate=400")
+        .arg("--time=3600")
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut idle = vec![];
+    std::thread::sleep(Duration::from_secs(2));
+    while pileup_stacks_count(sb.pid()) < target_threads {
+        idle.push(sb.connect()?);
+    }
+    let server_threads = pileup_stacks_count(sb.pid());
+    eprintln!("   {server_threads} threads ({background} background, {sysbench_threads} sysbench, {} idle)", idle.len());
+    let probe = Probe::start(&sb)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = sb.pid().to_string();
+    let tools: Vec<(&str, Vec<String>)> = vec![
+        ("pileup consistent", vec![pileup.into(), "stacks".into(), "--pid".into(), pid.clone(), "-S".into(), sock.clone(), "-u".into(), "root".into(), "--mode".into(), "consistent".into(), "--format".into(), "json".into()]),
+        ("pileup rolling", vec![pileup.into(), "stacks".into(), "--pid".into(), pid.clone(), "-S".into(), sock.clone(), "-u".into(), "root".into(), "--mode".into(), "rolling".into(), "--format".into(), "json".into()]),
+        ("gdb thread apply all bt", vec!["gdb".into(), "-p".into(), pid.clone(), "-batch".into(), "-nx".into(), "-ex".into(), "set pagination 0".into(), "-ex".into(), "thread apply all bt".into()]),
+        ("eu-stack", vec!["eu-stack".into(), "-p".into(), pid.clone()]),
+    ];
+    let mut results: Vec<Vec<Run>> = vec![vec![]; tools.len()];
+    for r in 0..runs {
+        for (i, (name, cmd)) in tools.iter().enumerate() {
+            // Baseline: an equally long window with no tool, just before.
+            let t0 = Instant::now();
+            let o = Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::null()).stderr(Stdio::null()).output();
+            let t1 = Instant::now();
+            let wall = t1 - t0;
+            std::thread::sleep(Duration::from_millis(300));
+            let b0 = Instant::now();
+            std::thread::sleep(wall);
+            let b1 = Instant::now();
+            let mut run = Run {
+                worst_ms: probe.worst(t0, t1).as_secs_f64() * 1e3,
+                baseline_ms: probe.worst(b0, b1).as_secs_f64() * 1e3,
+                wall_ms: wall.as_secs_f64() * 1e3,
+                ..Default::default()
+            };
+            if let Ok(o) = o {
+                run.ok = o.status.success();
+                if name.starts_with("pileup") {
+                    if let Ok(j) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+                        let s = &j["samples"][0]["stats"];
+                        run.window_ms = s["window_us"].as_f64().map(|x| x / 1e3);
+                        run.max_thread_ms = s["max_thread_stop_us"].as_f64().map(|x| x / 1e3);
+                        run.captured = s["threads_captured"].as_u64();
+                        run.missed = s["threads_missed"].as_u64();
+                    }
+                }
+            }
+            eprintln!(
+                "   run {r} {name:<24} worst {:7.2} ms (baseline {:6.2}) wall {:8.1} ms{}",
+                run.worst_ms,
+                run.baseline_ms,
+                run.wall_ms,
+                run.captured.map(|c| format!(" captured {c} missed {}", run.missed.unwrap_or(0))).unwrap_or_default()
+            );
+            results[i].push(run);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    drop(probe);
+    let _ = load.kill();
+    let _ = load.wait();
+    drop(idle);
+    let mut md = format!(
+        "\n### {server_threads} server threads ({sysbench_threads} sysbench connections at 400 tx/s, {} idle connections, the rest background), {runs} runs, medians\n\n",
+        server_threads.saturating_sub(background + sysbench_threads)
+    );
+    md.push_str("| tool | probe worst RTT (ms) | baseline worst (ms) | added (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | failed runs |\n|---|---|---|---|---|---|---|---|---|\n");
+    let gdb_added = {
+        let r = &results[2];
+        median(r.iter().map(|x| x.worst_ms - x.baseline_ms).collect())
+    };
+    for (i, (name, _)) in tools.iter().enumerate() {
+        let r = &results[i];
+        let worst = median(r.iter().map(|x| x.worst_ms).collect());
+        let base = median(r.iter().map(|x| x.baseline_ms).collect());
+        let added = median(r.iter().map(|x| x.worst_ms - x.baseline_ms).collect());
+        let wall = median(r.iter().map(|x| x.wall_ms).collect());
+        let opt = |f: &dyn Fn(&Run) -> Option<f64>| {
+            let v: Vec<f64> = r.iter().filter_map(f).collect();
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.2}", median(v))
+            }
+        };
+        let cap = if name.starts_with("pileup") {
+            format!("{} / {}", opt(&|x| x.captured.map(|c| c as f64)), opt(&|x| x.missed.map(|c| c as f64)))
+        } else {
+            "–".into()
+        };
+        let failed = r.iter().filter(|x| !x.ok).count();
+        md.push_str(&format!(
+            "| {name} | {worst:.2} | {base:.2} | {added:.2}{} | {wall:.1} | {} | {} | {cap} | {failed} |\n",
+            if i < 2 && gdb_added > 0.0 { format!(" ({:.0}× less than gdb)", gdb_added / added.max(0.01)) } else { String::new() },
+            opt(&|x| x.window_ms),
+            opt(&|x| x.max_thread_ms)
+        ));
+    }
+    Ok(md)
+}
+
+fn pileup_stacks_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
+}

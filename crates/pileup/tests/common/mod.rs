@@ -1,0 +1,71 @@
+//! Helpers for end-to-end tests: real sandboxes, real sysbench, the real binary.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Output, Stdio};
+
+use pileup_sandbox::{Options, Sandbox};
+
+pub fn sandbox() -> Sandbox {
+    sandbox_with(vec![])
+}
+
+pub fn sandbox_with(cnf: Vec<(&str, &str)>) -> Sandbox {
+    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    Sandbox::start(Options {
+        base_dir: Some(base),
+        cnf: cnf.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    })
+    .expect("starting a sandbox")
+}
+
+pub fn pileup(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pileup")).args(args).env_remove("MYSQL_PWD").output().expect("running pileup")
+}
+
+pub fn stacks_json(sb: &Sandbox, extra: &[&str]) -> serde_json::Value {
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let mut args = vec!["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = pileup(&args);
+    assert!(out.status.success(), "pileup failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json output parses")
+}
+
+/// sysbench with `threads` connections on the sandbox, running in the background.
+pub fn sysbench(sb: &Sandbox, test: &str, threads: u32, seconds: u32) -> Child {
+    let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
+    let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=2", "--table-size=2000"];
+    sb.sql("CREATE DATABASE IF NOT EXISTS sbtest").unwrap();
+    let prep = Command::new("sysbench").arg(test).args(base).arg("prepare").output().expect("sysbench is installed (make deps)");
+    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    Command::new("sysbench")
+        .arg(test)
+        .args(base)
+        .arg(format!("--threads={threads}"))
+        .arg(format!("--time={seconds}"))
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Every thread's state letter from /proc/PID/task/*/stat.
+pub fn thread_states(pid: u32) -> Vec<(i32, char)> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let tid: i32 = e.file_name().to_string_lossy().parse().unwrap();
+        if let Ok(s) = std::fs::read_to_string(e.path().join("stat")) {
+            let st = s.rsplit_once(')').unwrap().1.trim_start().chars().next().unwrap();
+            v.push((tid, st));
+        }
+    }
+    v
+}
+
+pub fn labels(t: &serde_json::Value) -> Vec<String> {
+    t["frames"].as_array().unwrap().iter().map(|f| f["label"].as_str().unwrap().to_string()).collect()
+}

@@ -1,0 +1,236 @@
+//! `pileup stacks` against real mariadbd sandboxes under real sysbench load.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mysql::prelude::Queryable;
+
+#[test]
+fn known_frames_and_sql_annotations_match_processlist() {
+    let sb = sandbox();
+    let mut load = sysbench(&sb, "oltp_read_only", 8, 20);
+    // A connection with a statement we can recognise, and its connection id.
+    let mut sleeper = sb.connect().unwrap();
+    let sleeper_id: u64 = sleeper.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    // The connection stays open (and in the processlist) until the end of the test.
+    let h = std::thread::spawn(move || {
+        let _ = sleeper.query_drop("SELECT SLEEP(120) /* pileup-test-marker */");
+        sleeper
+    });
+    std::thread::sleep(Duration::from_secs(2));
+
+    for mode in ["consistent", "rolling"] {
+        let j = stacks_json(&sb, &["--mode", mode]);
+        let threads = j["samples"][0]["threads"].as_array().unwrap();
+        let pid = sb.pid() as i64;
+        // The main thread accepts connections.
+        let main = threads.iter().find(|t| t["tid"].as_i64() == Some(pid)).expect("main thread captured");
+        assert!(labels(main).iter().any(|l| l == "handle_connections_sockets"), "{mode}: main thread frames: {:?}", labels(main));
+        assert_eq!(main["role"], "accept");
+        // A connection thread per sysbench connection.
+        let sysbench_threads = threads
+            .iter()
+            .filter(|t| t["sql"]["db"] == "sbtest" && labels(t).iter().any(|l| l == "do_handle_one_connection" || l == "handle_one_connection"))
+            .count();
+        assert!(sysbench_threads >= 8, "{mode}: {sysbench_threads} sysbench connection threads found");
+        // The sleeping statement is annotated on the right thread.
+        let s = threads
+            .iter()
+            .find(|t| t["sql"]["id"].as_u64() == Some(sleeper_id))
+            .unwrap_or_else(|| panic!("{mode}: no thread annotated with connection {sleeper_id}"));
+        assert!(s["sql"]["info"].as_str().unwrap().contains("pileup-test-marker"));
+        assert_eq!(s["sql"]["command"], "Query");
+        assert_eq!(s["role"], "connection");
+        // Stop statistics are reported.
+        let st = &j["samples"][0]["stats"];
+        assert_eq!(st["mode"], mode);
+        assert!(st["threads_captured"].as_u64().unwrap() >= 20);
+        assert!(st["max_thread_stop_us"].as_u64().unwrap() > 0);
+    }
+    // Annotations agree with the processlist's own TID column.
+    let mut c = sb.connect().unwrap();
+    let pl: Vec<(u64, i64)> = c.query("SELECT ID, TID FROM information_schema.PROCESSLIST WHERE TID IS NOT NULL").unwrap();
+    let j = stacks_json(&sb, &[]);
+    let by_tid: HashMap<i64, u64> = j["samples"][0]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| Some((t["tid"].as_i64()?, t["sql"]["id"].as_u64()?)))
+        .collect();
+    let (_, sleeper_tid) = pl.iter().find(|(id, _)| *id == sleeper_id).expect("sleeper in processlist");
+    assert_eq!(by_tid.get(sleeper_tid), Some(&sleeper_id), "tid {sleeper_tid} should be connection {sleeper_id}");
+    for (id, tid) in &pl {
+        if let Some(got) = by_tid.get(tid) {
+            assert_eq!(got, id, "tid {tid}");
+        }
+    }
+    c.query_drop(format!("KILL QUERY {sleeper_id}")).unwrap();
+    drop(h.join().unwrap());
+    let _ = load.kill();
+    let _ = load.wait();
+}
+
+#[test]
+fn thread_focus_by_role_tid_and_name() {
+    let sb = sandbox();
+    let pid = sb.pid() as i64;
+    let j = stacks_json(&sb, &["--threads", "accept", "--samples", "3", "--interval-ms", "20"]);
+    let samples = j["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 3);
+    for s in samples {
+        let tids: Vec<i64> = s["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_i64().unwrap()).collect();
+        assert_eq!(tids, vec![pid]);
+    }
+    let j = stacks_json(&sb, &["--threads", &pid.to_string()]);
+    assert_eq!(j["samples"][0]["threads"].as_array().unwrap().len(), 1);
+    let out = pileup(&["stacks", "--pid", &pid.to_string(), "--threads", "bogus-role"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected a thread id, a role"));
+}
+
+#[test]
+fn sigkill_mid_capture_never_leaves_a_thread_stopped() {
+    let sb = sandbox();
+    let mut load = sysbench(&sb, "oltp_read_only", 16, 60);
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = sb.pid();
+    let bin = env!("CARGO_BIN_EXE_pileup");
+    for i in 0..40u64 {
+        let mode = if i % 2 == 0 { "consistent" } else { "rolling" };
+        let mut child = Command::new(bin)
+            .args(["stacks", "--pid", &pid.to_string(), "--no-sql", "--mode", mode, "--samples", "100000", "--interval-ms", "1", "-o", "/dev/null"])
+            .spawn()
+            .unwrap();
+        // Kill at varying points: during module loading, first captures, later captures.
+        std::thread::sleep(Duration::from_millis(30 + (i * 37) % 300));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        child.wait().unwrap();
+        // Give the kernel a moment to finish detaching, then no thread may be stopped.
+        let t0 = Instant::now();
+        loop {
+            let stopped: Vec<_> = thread_states(pid).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
+            if stopped.is_empty() {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_millis(500), "iteration {i}: threads left stopped: {stopped:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let mut c = sb.connect().unwrap();
+    c.query_drop("DO 1").unwrap();
+    let n: i64 = c.query_first("SELECT COUNT(*) FROM sbtest.sbtest1").unwrap().unwrap();
+    assert_eq!(n, 2000);
+    let _ = load.kill();
+    let _ = load.wait();
+}
+
+#[test]
+fn every_output_format_parses() {
+    let sb = sandbox();
+    let mut load = sysbench(&sb, "oltp_read_only", 4, 15);
+    std::thread::sleep(Duration::from_secs(1));
+    let dir = std::env::temp_dir().join(format!("pileup-formats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let run = |fmt: &str, file: &str| {
+        let p = dir.join(file);
+        let out = pileup(&["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--samples", "3", "--interval-ms", "50", "--format", fmt, "-o", p.to_str().unwrap()]);
+        assert!(out.status.success(), "{fmt}: {}", String::from_utf8_lossy(&out.stderr));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{file} must be 0600");
+        p
+    };
+    // pmp: pt-pmp lines, then '#' annotations.
+    let pmp = std::fs::read_to_string(run("pmp", "s.txt")).unwrap();
+    let re = regex::Regex::new(r"^ *\d+ \S").unwrap();
+    let stack_lines: Vec<&str> = pmp.lines().take_while(|l| !l.is_empty()).collect();
+    assert!(!stack_lines.is_empty() && stack_lines.iter().all(|l| re.is_match(l)), "{pmp}");
+    let counts: Vec<u64> = stack_lines.iter().map(|l| l.split_whitespace().next().unwrap().parse().unwrap()).collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "most frequent first");
+    assert!(pmp.contains("handle_connections_sockets"));
+    assert!(pmp.lines().any(|l| l.starts_with("# symbols:")));
+    // folded: "a;b;c N"
+    let folded = std::fs::read_to_string(run("folded", "s.folded")).unwrap();
+    let fre = regex::Regex::new(r"^[^ ].* \d+$").unwrap();
+    assert!(folded.lines().all(|l| fre.is_match(l)), "{folded}");
+    assert!(folded.lines().any(|l| l.starts_with("_start;") && l.contains(";handle_connections_sockets;")));
+    // svg: valid XML (xmllint), a flame graph.
+    let svg = run("svg", "s.svg");
+    let x = Command::new("xmllint").arg("--noout").arg(&svg).output().expect("xmllint (libxml2-utils)");
+    assert!(x.status.success(), "svg invalid: {}", String::from_utf8_lossy(&x.stderr));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("handle_connections_sockets"));
+    // dot: renders with Graphviz.
+    let dot = run("dot", "s.dot");
+    let d = Command::new("dot").arg("-Tsvg").arg(&dot).output().expect("graphviz");
+    assert!(d.status.success(), "dot failed: {}", String::from_utf8_lossy(&d.stderr));
+    assert!(String::from_utf8_lossy(&d.stdout).contains("handle_connections_sockets"));
+    // pprof: decoded by Go's own pprof.
+    let pb = run("pprof", "s.pb.gz");
+    let g = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb).output().expect("go (golang-go)");
+    assert!(g.status.success(), "pprof rejected: {}", String::from_utf8_lossy(&g.stderr));
+    let raw = String::from_utf8_lossy(&g.stdout);
+    assert!(raw.contains("threads/count") && raw.contains("handle_connections_sockets"), "{raw}");
+    // json: parses, with stats and annotations.
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(run("json", "s.json")).unwrap()).unwrap();
+    assert_eq!(j["samples"].as_array().unwrap().len(), 3);
+    assert!(j["modules"].as_array().unwrap().iter().any(|m| m["name"] == "mariadbd"));
+    let _ = load.kill();
+    let _ = load.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_nonzero_exit() {
+    // No such process.
+    let out = pileup(&["stacks", "--pid", "999999999"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.starts_with("pileup: no process with pid 999999999"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    // A process that is not mysqld.
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let sp = sleeper.id().to_string();
+    let out = pileup(&["stacks", "--pid", &sp]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not mariadbd/mysqld"));
+    // ...unless asked: then it works, and `sleep` is left running.
+    let out = pileup(&["stacks", "--pid", &sp, "--any-process", "--no-sql"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nanosleep") || String::from_utf8_lossy(&out.stdout).contains("sleep"));
+    assert!(sleeper.try_wait().unwrap().is_none(), "sleep still runs");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    // Bad flags.
+    let out = pileup(&["stacks", "--pid", "abc"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("expected a process id"));
+    let out = pileup(&["stacks", "--samples", "0", "--pid", "1"]);
+    assert!(!out.status.success());
+    // A password on the command line is refused.
+    let out = pileup(&["-psecret", "stacks", "--pid", "1"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refusing a password"), "{}", String::from_utf8_lossy(&out.stderr));
+    // An output directory that does not exist: error, nothing half-written.
+    let out = pileup(&["stacks", "--pid", &std::process::id().to_string(), "--any-process", "-o", "/nonexistent/dir/x.txt"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
+#[test]
+fn server_that_exits_is_reported_not_hung() {
+    let sb = sandbox();
+    let pid = sb.pid();
+    let bin = env!("CARGO_BIN_EXE_pileup");
+    let child = Command::new(bin)
+        .args(["stacks", "--pid", &pid.to_string(), "--no-sql", "--samples", "200", "--interval-ms", "20", "-o", "/dev/null"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    sb.stop().unwrap();
+    let out = child.wait_with_output().unwrap();
+    // It keeps what it captured before the exit and says so.
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
