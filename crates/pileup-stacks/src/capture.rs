@@ -389,7 +389,9 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
                         missed.push(Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) });
                         break;
                     }
-                    std::hint::spin_loop();
+                    // The target needs a CPU to reach its stop; on a busy
+                    // box spinning here would take it away.
+                    std::thread::yield_now();
                 }
                 Poll::Stopped(sig) => {
                     let rt = read_thread(pid, tid, maps, opts.stack_bytes);

@@ -75,10 +75,45 @@ impl Module {
     }
 }
 
+/// Section bytes shared with the mapped file: no copy of `.text` or
+/// `.eh_frame` is made, and only the pages unwinding touches are read.
+#[derive(Clone)]
+pub struct Bytes {
+    data: std::sync::Arc<Data>,
+    range: Range<usize>,
+}
+
+impl Default for Bytes {
+    fn default() -> Self {
+        Bytes { data: std::sync::Arc::new(Data::Owned(Vec::new())), range: 0..0 }
+    }
+}
+
+enum Data {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data.bytes()[self.range.clone()]
+    }
+}
+
 /// All modules of the target plus the unwinder built from them.
 pub struct ModuleSet {
     pub modules: Vec<Module>,
-    pub unwinder: UnwinderX86_64<Vec<u8>>,
+    pub unwinder: UnwinderX86_64<Bytes>,
     /// Modules we could not read (path → reason), reported to the user.
     pub unreadable: Vec<(String, String)>,
 }
@@ -102,13 +137,14 @@ impl ModuleSet {
         let mut unreadable = vec![];
         let mut unwinder = UnwinderX86_64::new();
         for (path, exec_maps) in by_path {
+            let t = std::time::Instant::now();
             let first = exec_maps[0];
             let avma = exec_maps.iter().map(|m| m.start).min().unwrap()..exec_maps.iter().map(|m| m.end).max().unwrap();
             let (data, open_path) = if path == "[vdso]" {
                 let mut buf = vec![0u8; (first.end - first.start) as usize];
                 let n = crate::capture::read_mem(pid, first.start, &mut buf);
                 buf.truncate(n);
-                (buf, PathBuf::new())
+                (std::sync::Arc::new(Data::Owned(buf)), PathBuf::new())
             } else {
                 match read_module_file(pid, &path, first) {
                     Ok(x) => x,
@@ -118,8 +154,10 @@ impl ModuleSet {
                     }
                 }
             };
-            match build(&path, open_path, &data, first, avma.clone()) {
+            let read_us = t.elapsed().as_micros();
+            match build(&path, open_path, data, first, avma.clone()) {
                 Ok((m, fh)) => {
+                    tracing::debug!(module = %path, read_us, total_us = t.elapsed().as_micros() as u64, "module loaded");
                     unwinder.add_module(fh);
                     modules.push(m);
                 }
@@ -131,7 +169,7 @@ impl ModuleSet {
     }
 }
 
-fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(Vec<u8>, PathBuf), String> {
+fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(std::sync::Arc<Data>, PathBuf), String> {
     // Prefer the file as the target sees it (containers), then map_files
     // (works for deleted/upgraded binaries), then the plain path.
     let clean = path.trim_end_matches(" (deleted)");
@@ -142,17 +180,21 @@ fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(Vec<u8>, Path
     ];
     let mut last = String::new();
     for c in cands {
-        match fs::read(&c) {
-            Ok(d) => return Ok((d, c)),
+        // SAFETY: the mapping is read-only; a binary rewritten in place while
+        // we read it could show torn bytes, which the parsers treat as corrupt
+        // data, not as memory unsafety.
+        match fs::File::open(&c).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
+            Ok(d) => return Ok((std::sync::Arc::new(Data::Mapped(d)), c)),
             Err(e) => last = format!("{}: {e}", c.display()),
         }
     }
     Err(last)
 }
 
-type Built = (Module, FhModule<Vec<u8>>);
+type Built = (Module, FhModule<Bytes>);
 
-fn build(path: &str, open_path: PathBuf, data: &[u8], first: &MapEntry, avma: Range<u64>) -> Result<Built, String> {
+fn build(path: &str, open_path: PathBuf, shared: std::sync::Arc<Data>, first: &MapEntry, avma: Range<u64>) -> Result<Built, String> {
+    let data = shared.bytes();
     let obj = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
     // Load bias from the segment that contains the first executable mapping's file offset.
     let bias = if first.path == "[vdso]" {
@@ -173,11 +215,19 @@ fn build(path: &str, open_path: PathBuf, data: &[u8], first: &MapEntry, avma: Ra
     };
     let sect = |name: &str| obj.section_by_name(name);
     let svma_range = |name: &str| sect(name).map(|s| s.address()..s.address() + s.size());
-    let sdata = |name: &str| sect(name).and_then(|s| s.data().ok()).map(|d| d.to_vec());
+    // Sections are slices of the shared mapping (compressed sections, rare
+    // for unwind tables, are not supported and simply skipped).
+    let sdata = |name: &str| {
+        let s = sect(name)?;
+        let (off, size) = s.compressed_file_range().ok().filter(|r| r.format == object::CompressionFormat::None).map(|r| (r.offset, r.compressed_size))?;
+        let (off, size) = (off as usize, size as usize);
+        (off.checked_add(size)? <= data.len() && s.kind() != object::SectionKind::UninitializedData)
+            .then(|| Bytes { data: shared.clone(), range: off..off + size })
+    };
 
     let eh_frame_hdr = sdata(".eh_frame_hdr");
     let func_starts = match (&eh_frame_hdr, svma_range(".eh_frame_hdr"), svma_range(".eh_frame")) {
-        (Some(d), Some(hr), Some(er)) => function_starts(d, hr.start, er.start),
+        (Some(d), Some(hr), Some(er)) => function_starts(&d[..], hr.start, er.start),
         _ => vec![],
     };
     let info = ExplicitModuleSectionInfo {
@@ -199,7 +249,8 @@ fn build(path: &str, open_path: PathBuf, data: &[u8], first: &MapEntry, avma: Ra
     let dynsym = obj.dynamic_symbols().count();
     let mut symbols = SymbolInfo { symtab, dynsym, dwarf: obj.section_by_name(".debug_info").is_some(), debug_file: None };
     if let Some(df) = find_debug_file(build_id.as_deref(), &obj, path) {
-        if let Ok(d) = fs::read(&df) {
+        // SAFETY: read-only mapping, see read_module_file.
+        if let Ok(d) = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
             if let Ok(o) = object::File::parse(&*d) {
                 symbols.dwarf |= o.section_by_name(".debug_info").is_some();
                 symbols.symtab = symbols.symtab.max(o.symbols().count());

@@ -42,7 +42,7 @@ pub struct Unwound {
 
 /// Unwind one thread from its registers and a copy of its stack that starts
 /// at `stack_addr`.
-pub fn unwind(unwinder: &UnwinderX86_64<Vec<u8>>, cache: &mut CacheX86_64, regs: &Regs, stack_addr: u64, stack: &[u8]) -> Unwound {
+pub fn unwind<D: std::ops::Deref<Target = [u8]>>(unwinder: &UnwinderX86_64<D>, cache: &mut CacheX86_64, regs: &Regs, stack_addr: u64, stack: &[u8]) -> Unwound {
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
         let off = addr.checked_sub(stack_addr).ok_or(())? as usize;
         let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
