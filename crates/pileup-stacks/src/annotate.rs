@@ -185,24 +185,9 @@ impl SqlSource {
                     .query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO, TID FROM information_schema.PROCESSLIST")
                     .context("reading information_schema.PROCESSLIST")?;
                 for r in rows {
-                    let tid: Option<i64> = get(&r, 8);
-                    let Some(tid) = tid else { continue };
-                    let id: u64 = get(&r, 0).unwrap_or(0);
-                    out.insert(
-                        tid as i32,
-                        SqlThread {
-                            id,
-                            user: get(&r, 1),
-                            host: get(&r, 2),
-                            db: get(&r, 3),
-                            command: get(&r, 4),
-                            time: get(&r, 5),
-                            state: get(&r, 6),
-                            info: get(&r, 7),
-                            thread_name: None,
-                            is_pileup: id == self.own_id,
-                        },
-                    );
+                    if let Some((tid, t)) = from_row(&r, self.own_id, None) {
+                        out.insert(tid, t);
+                    }
                 }
                 if self.pfs_threads {
                     if let Ok(rows) = self.conn.query::<mysql::Row, _>("SELECT THREAD_OS_ID, NAME FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL") {
@@ -223,28 +208,36 @@ impl SqlSource {
                     )
                     .context("reading performance_schema.threads")?;
                 for r in rows {
-                    let Some(tid) = get::<i64>(&r, 8) else { continue };
-                    let id: u64 = get(&r, 0).unwrap_or(0);
-                    out.insert(
-                        tid as i32,
-                        SqlThread {
-                            id,
-                            user: get(&r, 1),
-                            host: get(&r, 2),
-                            db: get(&r, 3),
-                            command: get(&r, 4),
-                            time: get(&r, 5),
-                            state: get(&r, 6),
-                            info: get(&r, 7),
-                            thread_name: get(&r, 9),
-                            is_pileup: id != 0 && id == self.own_id,
-                        },
-                    );
+                    if let Some((tid, t)) = from_row(&r, self.own_id, Some(9)) {
+                        out.insert(tid, t);
+                    }
                 }
             }
         }
         Ok(out)
     }
+}
+
+/// Both queries select id, user, host, db, command, time, state, info, OS
+/// thread id in that order (MySQL adds the thread name).
+fn from_row(r: &mysql::Row, own_id: u64, name_col: Option<usize>) -> Option<(i32, SqlThread)> {
+    let tid = get::<i64>(r, 8)?;
+    let id: u64 = get(r, 0).unwrap_or(0);
+    Some((
+        tid as i32,
+        SqlThread {
+            id,
+            user: get(r, 1),
+            host: get(r, 2),
+            db: get(r, 3),
+            command: get(r, 4),
+            time: get(r, 5),
+            state: get(r, 6),
+            info: get(r, 7),
+            thread_name: name_col.and_then(|c| get(r, c)),
+            is_pileup: id != 0 && id == own_id,
+        },
+    ))
 }
 
 fn get<T: mysql::prelude::FromValue>(r: &mysql::Row, i: usize) -> Option<T> {

@@ -36,9 +36,12 @@ use crate::error::{tracer_of, StacksError};
 use crate::proc::{find_map, MapEntry, SYS_FUTEX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// All threads stopped together: one true snapshot, window as short as possible.
     Consistent,
+    /// One thread at a time: the least stop for any single thread.
     Rolling,
 }
 

@@ -94,34 +94,22 @@ pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>) -> Symbols {
                 Some(Symbolized::Sym(sym)) => {
                     out.addrs_named += 1;
                     // blazesym lists inlined calls outer → inner; stacks are innermost first.
-                    let mut v = Vec::with_capacity(1 + sym.inlined.len());
-                    for f in sym.inlined.iter().rev() {
-                        let ci = f.code_info.as_ref();
-                        v.push(Frame {
-                            function: Some(f.name.to_string()),
-                            label: short_name(&f.name),
-                            module: Some(m.name.clone()),
-                            svma: Some(svma),
-                            file: ci.map(|c| c.file.to_string_lossy().into_owned()),
-                            line: ci.and_then(|c| c.line),
-                            inlined: true,
-                        });
-                    }
-                    let ci = sym.code_info.as_ref();
-                    // An inlined frame named like its container (a versioned
-                    // alias inlined into itself) would print the name twice.
-                    if v.last().is_some_and(|f: &Frame| f.label == short_name(&sym.name)) {
-                        v.pop();
-                    }
-                    v.push(Frame {
-                        function: Some(sym.name.to_string()),
-                        label: short_name(&sym.name),
+                    let named = |name: &str, ci: Option<&blazesym::symbolize::CodeInfo<'_>>, inlined: bool| Frame {
+                        function: Some(name.to_string()),
+                        label: short_name(name),
                         module: Some(m.name.clone()),
                         svma: Some(svma),
                         file: ci.map(|c| c.file.to_string_lossy().into_owned()),
                         line: ci.and_then(|c| c.line),
-                        inlined: false,
-                    });
+                        inlined,
+                    };
+                    let mut v: Vec<Frame> = sym.inlined.iter().rev().map(|f| named(&f.name, f.code_info.as_ref(), true)).collect();
+                    // An inlined frame named like its container (a versioned
+                    // alias inlined into itself) would print the name twice.
+                    if v.last().is_some_and(|f| f.label == short_name(&sym.name)) {
+                        v.pop();
+                    }
+                    v.push(named(&sym.name, sym.code_info.as_deref(), false));
                     v
                 }
                 _ => vec![fallback()],

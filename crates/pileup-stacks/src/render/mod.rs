@@ -23,27 +23,23 @@ pub use pmp::pmp;
 pub use pprof::{pprof, pprof_message};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
+    /// pt-pmp text: `COUNT frame,frame,…` innermost first, then `#` annotations.
     Pmp,
+    /// Folded stacks for FlameGraph, inferno or speedscope.
     Folded,
+    /// Flame graph (SVG).
     Svg,
+    /// Graphviz call graph weighted by samples.
     Dot,
+    /// Gzipped pprof profile (go tool pprof, Pyroscope, Parca).
     Pprof,
+    /// Everything: stacks, annotations, lock owners, capture statistics.
     Json,
 }
 
 impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "pmp" | "text" => Format::Pmp,
-            "folded" | "collapsed" => Format::Folded,
-            "svg" | "flamegraph" => Format::Svg,
-            "dot" | "graphviz" => Format::Dot,
-            "pprof" => Format::Pprof,
-            "json" => Format::Json,
-            _ => return None,
-        })
-    }
     /// Guess from an output file's extension.
     pub fn from_path(p: &std::path::Path) -> Option<Format> {
         match p.extension()?.to_str()? {

@@ -5,36 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use pileup_conn::ConnArgs;
 use pileup_stacks::render::{render, Format, RenderOptions};
 use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
 use crate::output::write_output;
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum ModeArg {
-    /// All threads stopped together: one true snapshot, window as short as possible.
-    Consistent,
-    /// One thread at a time: the least stop for any single thread.
-    Rolling,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// pt-pmp text: `COUNT frame,frame,…` innermost first, then `#` annotations.
-    Pmp,
-    /// Folded stacks for FlameGraph, inferno or speedscope.
-    Folded,
-    /// Flame graph (SVG).
-    Svg,
-    /// Graphviz call graph weighted by samples.
-    Dot,
-    /// Gzipped pprof profile (go tool pprof, Pyroscope, Parca).
-    Pprof,
-    /// Everything: stacks, annotations, lock owners, capture statistics.
-    Json,
-}
 
 /// Capture the stacks of a live mysqld with a stop of microseconds per thread.
 ///
@@ -60,8 +36,8 @@ pub struct StacksArgs {
     #[arg(long, default_value = "auto", value_name = "PID|auto")]
     pub pid: String,
     /// How threads are stopped.
-    #[arg(long, value_enum, default_value_t = ModeArg::Consistent)]
-    pub mode: ModeArg,
+    #[arg(long, value_enum, default_value_t = Mode::Consistent)]
+    pub mode: Mode,
     /// Number of samples.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub samples: usize,
@@ -77,7 +53,7 @@ pub struct StacksArgs {
     pub threads: Option<String>,
     /// Output format (default: from the -o extension, else pmp).
     #[arg(long, short = 'f', value_enum)]
-    pub format: Option<FormatArg>,
+    pub format: Option<Format>,
     /// Write to this file (created 0600) instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -134,27 +110,14 @@ pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
         Some(s) => ThreadFilter::parse(s).map_err(anyhow::Error::msg)?,
         None => ThreadFilter::default(),
     };
-    let format = match a.format {
-        Some(f) => match f {
-            FormatArg::Pmp => Format::Pmp,
-            FormatArg::Folded => Format::Folded,
-            FormatArg::Svg => Format::Svg,
-            FormatArg::Dot => Format::Dot,
-            FormatArg::Pprof => Format::Pprof,
-            FormatArg::Json => Format::Json,
-        },
-        None => a.output.as_deref().and_then(Format::from_path).unwrap_or(Format::Pmp),
-    };
+    let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Pmp);
     // Check the target before connecting anywhere.
     pileup_stacks::proc::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
 
     let opts = SamplerOptions {
         capture: CaptureOptions {
-            mode: match a.mode {
-                ModeArg::Consistent => Mode::Consistent,
-                ModeArg::Rolling => Mode::Rolling,
-            },
+            mode: a.mode,
             stack_bytes: a.stack_bytes,
             max_stop: Duration::from_millis(a.max_stop_ms),
         },
