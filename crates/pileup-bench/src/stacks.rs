@@ -67,6 +67,8 @@ struct Run {
     max_thread_ms: Option<f64>,
     captured: Option<u64>,
     missed: Option<u64>,
+    /// pileup's own time split (ms): load modules, capture, unwind, symbolize, annotate.
+    split: Option<[f64; 5]>,
     ok: bool,
 }
 
@@ -167,6 +169,9 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
                         run.max_thread_ms = s["max_thread_stop_us"].as_f64().map(|x| x / 1e3);
                         run.captured = s["threads_captured"].as_u64();
                         run.missed = s["threads_missed"].as_u64();
+                        let t = &j["timing"];
+                        let ms = |k: &str| t[k].as_f64().unwrap_or(f64::NAN) / 1e3;
+                        run.split = Some([ms("load_modules_us"), ms("capture_us"), ms("unwind_us"), ms("symbolize_us"), ms("annotate_us")]);
                     }
                 }
             }
@@ -177,6 +182,9 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
                 run.wall_ms,
                 run.captured.map(|c| format!(" captured {c} missed {}", run.missed.unwrap_or(0))).unwrap_or_default()
             );
+            if let Some(sp) = run.split {
+                eprintln!("       modules {:.1} capture {:.1} unwind {:.1} symbolize {:.1} annotate {:.1} ms", sp[0], sp[1], sp[2], sp[3], sp[4]);
+            }
             results[i].push(run);
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -189,16 +197,12 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
         "\n### {server_threads} server threads ({sysbench_threads} sysbench connections at 400 tx/s, {} idle connections, the rest background), {runs} runs, medians\n\n",
         server_threads.saturating_sub(background + sysbench_threads)
     );
-    md.push_str("| tool | probe worst RTT (ms) | baseline worst (ms) | added (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | failed runs |\n|---|---|---|---|---|---|---|---|---|\n");
-    let gdb_added = {
-        let r = &results[2];
-        median(r.iter().map(|x| x.worst_ms - x.baseline_ms).collect())
-    };
+    md.push_str("| tool | probe worst RTT (ms) | gdb's worst ÷ this | baseline worst (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | pileup time: modules / capture / unwind / symbolize / annotate (ms) | non-zero exits |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let gdb_worst = median(results[2].iter().map(|x| x.worst_ms).collect());
     for (i, (name, _)) in tools.iter().enumerate() {
         let r = &results[i];
         let worst = median(r.iter().map(|x| x.worst_ms).collect());
         let base = median(r.iter().map(|x| x.baseline_ms).collect());
-        let added = median(r.iter().map(|x| x.worst_ms - x.baseline_ms).collect());
         let wall = median(r.iter().map(|x| x.wall_ms).collect());
         let opt = |f: &dyn Fn(&Run) -> Option<f64>| {
             let v: Vec<f64> = r.iter().filter_map(f).collect();
@@ -209,14 +213,19 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
             }
         };
         let cap = if name.starts_with("pileup") {
-            format!("{} / {}", opt(&|x| x.captured.map(|c| c as f64)), opt(&|x| x.missed.map(|c| c as f64)))
+            format!("{:.0} / {:.0}", median(r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect()), median(r.iter().filter_map(|x| x.missed.map(|c| c as f64)).collect()))
         } else {
             "–".into()
         };
         let failed = r.iter().filter(|x| !x.ok).count();
+        let split = if name.starts_with("pileup") {
+            (0..5).map(|k| opt(&|x| x.split.map(|s| s[k]))).collect::<Vec<_>>().join(" / ")
+        } else {
+            "–".into()
+        };
         md.push_str(&format!(
-            "| {name} | {worst:.2} | {base:.2} | {added:.2}{} | {wall:.1} | {} | {} | {cap} | {failed} |\n",
-            if i < 2 && gdb_added > 0.0 { format!(" ({:.0}× less than gdb)", gdb_added / added.max(0.01)) } else { String::new() },
+            "| {name} | {worst:.2} | {:.0}× | {base:.2} | {wall:.1} | {} | {} | {cap} | {split} | {failed} |\n",
+            gdb_worst / worst.max(0.01),
             opt(&|x| x.window_ms),
             opt(&|x| x.max_thread_ms)
         ));

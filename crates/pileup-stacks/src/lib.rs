@@ -179,6 +179,8 @@ pub struct SamplerOptions {
     pub filter: ThreadFilter,
     /// Accept a process that is not mariadbd/mysqld.
     pub any_process: bool,
+    /// Read DWARF for inlined frames and source lines (slower).
+    pub debug_info: bool,
 }
 
 /// Samples one process. Modules are loaded once, at creation.
@@ -337,7 +339,7 @@ impl Sampler {
     pub fn finish(mut self) -> Profile {
         let t_sym = Instant::now();
         let addrs: BTreeSet<u64> = self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()).collect();
-        let syms = symbolize::symbolize(&self.mods, &addrs);
+        let syms = symbolize::symbolize(&self.mods, &addrs, self.opts.debug_info);
         for s in &mut self.samples {
             for t in &mut s.threads {
                 t.frames = t.addrs.iter().flat_map(|a| syms.frames(*a).iter().cloned()).collect();

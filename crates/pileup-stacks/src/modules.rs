@@ -52,7 +52,7 @@ pub struct SymbolInfo {
 impl SymbolInfo {
     pub fn describe(&self) -> String {
         if self.dwarf {
-            "full debug info".into()
+            format!("full symbols ({}) and DWARF (inlined frames and lines with --debug-info)", self.symtab.max(self.dynsym))
         } else if self.symtab > 0 {
             format!("full symbol table ({} symbols), no debug info", self.symtab)
         } else if self.dynsym > 0 {

@@ -46,10 +46,16 @@ impl Symbols {
 }
 
 /// Symbolize a set of lookup addresses (already `-1` adjusted for return addresses).
-pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>) -> Symbols {
+///
+/// Without `dwarf`, names come from ELF symbol tables only: the module's
+/// `.symtab`/`.dynsym`, or its debug file's `.symtab` when one is installed
+/// (complete names, a few ms). With `dwarf`, DWARF adds inlined frames and
+/// source lines, at the cost of parsing debug info (libc's alone takes
+/// ~60 ms; a server's own can take far longer).
+pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>, dwarf: bool) -> Symbols {
     let symbolizer = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(true)
+        .enable_code_info(dwarf)
+        .enable_inlined_fns(dwarf)
         .enable_demangling(true)
         .build();
     // Group by module.
@@ -66,16 +72,26 @@ pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>) -> Symbols {
     for (i, avmas) in per_module {
         let m = &mods.modules[i];
         let svmas: Vec<u64> = avmas.iter().map(|&a| m.svma(a)).collect();
+        let t = std::time::Instant::now();
         let results = if m.open_path.as_os_str().is_empty() {
             None // the vdso has no file to read; its functions are labelled by start
         } else {
-            // With debug info first; if the debug file is unusable, the ELF symbols alone.
-            symbolizer.symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas)).ok().or_else(|| {
-                let mut elf = Elf::new(&m.open_path);
+            let elf_only = |path: &std::path::Path| {
+                let mut elf = Elf::new(path);
                 elf.debug_syms = false;
                 symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&svmas)).ok()
-            })
+            };
+            if dwarf {
+                // With debug info first; if the debug file is unusable, the ELF symbols alone.
+                symbolizer.symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas)).ok().or_else(|| elf_only(&m.open_path))
+            } else {
+                match &m.symbols.debug_file {
+                    Some(df) => elf_only(std::path::Path::new(df)).or_else(|| elf_only(&m.open_path)),
+                    None => elf_only(&m.open_path),
+                }
+            }
         };
+        tracing::debug!(module = %m.name, addrs = svmas.len(), us = t.elapsed().as_micros() as u64, "symbolized");
         for (k, &avma) in avmas.iter().enumerate() {
             let svma = svmas[k];
             let fallback = || {

@@ -87,6 +87,10 @@ fn thread_focus_by_role_tid_and_name() {
     }
     let j = stacks_json(&sb, &["--threads", &pid.to_string()]);
     assert_eq!(j["samples"][0]["threads"].as_array().unwrap().len(), 1);
+    // With DWARF as well (inlined frames, lines where debug files exist): same frames named.
+    let j = stacks_json(&sb, &["--threads", "accept", "--debug-info"]);
+    let main = &j["samples"][0]["threads"][0];
+    assert!(labels(main).iter().any(|l| l == "handle_connections_sockets"), "{:?}", labels(main));
     let out = pileup(&["stacks", "--pid", &pid.to_string(), "--threads", "bogus-role"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected a thread id, a role"));

@@ -73,6 +73,11 @@ pub struct StacksArgs {
     /// Sample a process that is not mariadbd/mysqld.
     #[arg(long)]
     pub any_process: bool,
+    /// Also read DWARF debug info: inlined frames and source lines. Names are
+    /// complete without it when debug files are installed; this adds their
+    /// parse time (libc's ~60 ms, the server's own can take seconds).
+    #[arg(long)]
+    pub debug_info: bool,
     /// pmp: only the pt-pmp lines, no `#` annotations.
     #[arg(long)]
     pub plain: bool,
@@ -123,6 +128,7 @@ pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
         },
         filter,
         any_process: a.any_process,
+        debug_info: a.debug_info,
     };
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
