@@ -49,7 +49,7 @@ impl LockKind {
     }
     pub fn why_unresolved(&self) -> &'static str {
         match self {
-            LockKind::PthreadMutex => "the mutex was released before it could be read",
+            LockKind::PthreadMutex => "held, but its owner field names no thread of this process",
             LockKind::PthreadRwlock => "held by readers, which glibc does not record",
             LockKind::Condition => "a condition wait records no owner (MDL, table and row locks: see the SQL lock views)",
             LockKind::InnodbSrwLock => "InnoDB srw locks record no owner in release builds",
@@ -65,6 +65,9 @@ pub struct LockWait {
     /// Address of the lock (the futex word's lock, not always the futex itself).
     pub addr: u64,
     pub owner_tid: Option<i32>,
+    /// For a pthread mutex: the lock word was 0 at the capture instant.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub free: bool,
 }
 
 /// Classify a futex wait from the thread's innermost frame labels and the bytes
@@ -79,7 +82,7 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
         (t != 0 && t != self_tid && tids.contains(&t)).then_some(t)
     };
     if has(&["pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__pthread_cond_wait"]) {
-        return LockWait { kind: LockKind::Condition, addr: futex_addr, owner_tid: None };
+        return LockWait { kind: LockKind::Condition, addr: futex_addr, owner_tid: None, free: false };
     }
     if has(&["pthread_rwlock_rdlock", "pthread_rwlock_wrlock", "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "pthread_rwlock_clock"]) {
         // Waiters sleep on __wrphase_futex (+8) or __writers_futex (+12); the
@@ -88,20 +91,20 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
             let base = futex_addr.wrapping_sub(field);
             let off = b - field as usize + 24;
             if let Some(t) = u32_at(off).and_then(valid) {
-                return LockWait { kind: LockKind::PthreadRwlock, addr: base, owner_tid: Some(t) };
+                return LockWait { kind: LockKind::PthreadRwlock, addr: base, owner_tid: Some(t), free: false };
             }
         }
-        return LockWait { kind: LockKind::PthreadRwlock, addr: futex_addr.wrapping_sub(12), owner_tid: None };
+        return LockWait { kind: LockKind::PthreadRwlock, addr: futex_addr.wrapping_sub(12), owner_tid: None, free: false };
     }
     if has(&["__lll_lock_wait", "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_clocklock", "__pthread_mutex_lock_full"]) {
         let lock_word = u32_at(b).unwrap_or(0);
         let owner = if lock_word != 0 { u32_at(b + 8).and_then(valid) } else { None };
-        return LockWait { kind: LockKind::PthreadMutex, addr: futex_addr, owner_tid: owner };
+        return LockWait { kind: LockKind::PthreadMutex, addr: futex_addr, owner_tid: owner, free: lock_word == 0 };
     }
     if has(&["srw_mutex_impl", "ssux_lock_impl", "srw_lock", "sux_lock", "srw_spin"]) {
-        return LockWait { kind: LockKind::InnodbSrwLock, addr: futex_addr, owner_tid: None };
+        return LockWait { kind: LockKind::InnodbSrwLock, addr: futex_addr, owner_tid: None, free: false };
     }
-    LockWait { kind: LockKind::Futex, addr: futex_addr, owner_tid: None }
+    LockWait { kind: LockKind::Futex, addr: futex_addr, owner_tid: None, free: false }
 }
 
 /// All threads waiting on one lock.
@@ -111,6 +114,9 @@ pub struct LockGroup {
     pub addr: u64,
     pub waiters: Vec<i32>,
     pub owner_tid: Option<i32>,
+    /// The mutex was free at the capture instant while threads still slept
+    /// on it: a convoy (released, next waiter not yet running).
+    pub free: bool,
     /// Why the owner is unknown, when it is.
     pub unresolved_reason: Option<String>,
 }
@@ -125,9 +131,11 @@ pub fn group(waits: &[(i32, LockWait)]) -> Vec<LockGroup> {
             addr: w.addr,
             waiters: vec![],
             owner_tid: None,
+            free: w.free,
             unresolved_reason: None,
         });
         g.waiters.push(*tid);
+        g.free &= w.free;
         if g.owner_tid.is_none() {
             g.owner_tid = w.owner_tid;
         }
@@ -138,7 +146,11 @@ pub fn group(waits: &[(i32, LockWait)]) -> Vec<LockGroup> {
         .map(|mut g| {
             g.waiters.sort_unstable();
             if g.owner_tid.is_none() {
-                g.unresolved_reason = Some(g.kind.why_unresolved().to_string());
+                g.unresolved_reason = Some(if g.free {
+                    "free at the capture instant while threads still sleep on it: a convoy (the holder released it and the woken waiter has not run yet)".to_string()
+                } else {
+                    g.kind.why_unresolved().to_string()
+                });
             }
             g
         })
@@ -164,13 +176,16 @@ mod tests {
         let tids: HashSet<i32> = [10, 11, 12].into();
         let w = window(&[(16, 2), (24, 12)]); // __lock = 2 (contended), __owner = 12
         let lw = classify(&["__lll_lock_wait", "___pthread_mutex_lock", "do_work"], 0x1000, &w, &tids, 11);
-        assert_eq!(lw, LockWait { kind: LockKind::PthreadMutex, addr: 0x1000, owner_tid: Some(12) });
+        assert_eq!(lw, LockWait { kind: LockKind::PthreadMutex, addr: 0x1000, owner_tid: Some(12), free: false });
         // owner not a thread of the process: unresolved rather than wrong
         let w = window(&[(16, 2), (24, 999)]);
         assert_eq!(classify(&["__lll_lock_wait"], 0x1000, &w, &tids, 11).owner_tid, None);
-        // released lock word: no owner
+        // released lock word: no owner, and marked free (a convoy)
         let w = window(&[(16, 0), (24, 12)]);
-        assert_eq!(classify(&["__lll_lock_wait"], 0x1000, &w, &tids, 11).owner_tid, None);
+        let lw = classify(&["__lll_lock_wait"], 0x1000, &w, &tids, 11);
+        assert_eq!((lw.owner_tid, lw.free), (None, true));
+        let g = group(&[(11, lw.clone()), (10, lw)]);
+        assert!(g[0].unresolved_reason.as_deref().unwrap().contains("convoy"));
     }
 
     #[test]
@@ -179,7 +194,7 @@ mod tests {
         // waiter on __writers_futex (+12): window starts at futex-16 → lock base at offset 4, __cur_writer at 4+24=28
         let w = window(&[(28, 10)]);
         let lw = classify(&["futex_wait", "__pthread_rwlock_wrlock_full64", "pthread_rwlock_wrlock"], 0x200c, &w, &tids, 11);
-        assert_eq!(lw, LockWait { kind: LockKind::PthreadRwlock, addr: 0x2000, owner_tid: Some(10) });
+        assert_eq!(lw, LockWait { kind: LockKind::PthreadRwlock, addr: 0x2000, owner_tid: Some(10), free: false });
         let lw = classify(&["__futex_abstimed_wait_common", "___pthread_cond_wait", "MDL_wait::timed_wait"], 0x3000, &w, &tids, 11);
         assert_eq!(lw.kind, LockKind::Condition);
         assert_eq!(lw.owner_tid, None);
@@ -187,9 +202,9 @@ mod tests {
 
     #[test]
     fn grouping_orders_by_waiters() {
-        let a = LockWait { kind: LockKind::PthreadMutex, addr: 1, owner_tid: Some(9) };
-        let b = LockWait { kind: LockKind::PthreadMutex, addr: 2, owner_tid: None };
-        let c = LockWait { kind: LockKind::Condition, addr: 3, owner_tid: None };
+        let a = LockWait { kind: LockKind::PthreadMutex, addr: 1, owner_tid: Some(9), free: false };
+        let b = LockWait { kind: LockKind::PthreadMutex, addr: 2, owner_tid: None, free: false };
+        let c = LockWait { kind: LockKind::Condition, addr: 3, owner_tid: None, free: false };
         let g = group(&[(1, b.clone()), (2, a.clone()), (3, a.clone()), (4, c)]);
         assert_eq!(g.len(), 2, "idle condition waits are not lock groups");
         assert_eq!((g[0].addr, g[0].waiters.clone(), g[0].owner_tid), (1, vec![2, 3], Some(9)));

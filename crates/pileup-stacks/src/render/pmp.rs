@@ -92,6 +92,10 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         }
         let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
         out.push(format!("  waiters: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
+        if let Some(t) = l.waiters.first().and_then(|&t| p.thread(t)) {
+            let frames: Vec<&str> = t.labels().take(6).collect();
+            out.push(format!("  waiting in: {}", frames.join(",")));
+        }
     }
     for (i, g) in groups.iter().enumerate().take(20) {
         let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
