@@ -238,3 +238,38 @@ fn server_that_exits_is_reported_not_hung() {
     // It keeps what it captured before the exit and says so.
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn max_stop_budget_abandons_the_capture_and_resumes_everything() {
+    let sb = sandbox();
+    let pid = sb.pid();
+    // 200 idle connections: stopping all of them together takes well over 1 ms.
+    let conns: Vec<_> = (0..200).map(|_| sb.connect().unwrap()).collect();
+    let j = stacks_json(&sb, &["--no-sql", "--mode", "consistent", "--max-stop-ms", "1"]);
+    let st = &j["samples"][0]["stats"];
+    assert_eq!(st["budget_exceeded"], true, "{st}");
+    let missed = j["samples"][0]["missed"].as_array().unwrap();
+    assert!(missed.iter().any(|m| m["reason"].as_str().unwrap().contains("--max-stop-ms")), "{missed:?}");
+    assert!(j["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--max-stop-ms 1 ran out")));
+    // Nothing is left stopped and the server answers.
+    std::thread::sleep(Duration::from_millis(50));
+    let stopped: Vec<_> = thread_states(pid).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
+    assert!(stopped.is_empty(), "{stopped:?}");
+    sb.connect().unwrap().query_drop("DO 1").unwrap();
+    drop(conns);
+}
+
+#[test]
+fn refused_ptrace_says_how_to_get_permission() {
+    let sb = sandbox();
+    // The server runs as root; pileup as `nobody` may not trace it.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_pileup"), "stacks", "--no-sql", "--pid", &sb.pid().to_string()])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("not permitted to trace") && e.contains("CAP_SYS_PTRACE"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    sb.connect().unwrap().query_drop("DO 1").unwrap();
+}
