@@ -362,7 +362,7 @@ impl Sampler {
             }
             all_groups.extend(locks::group(&waits));
         }
-        all_groups.sort_by(|a, b| b.waiters.len().cmp(&a.waiters.len()));
+        let all_groups = locks::merge(all_groups);
 
         let mut modules = vec![];
         let mut named_total = 0usize;

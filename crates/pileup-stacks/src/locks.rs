@@ -119,6 +119,30 @@ pub struct LockGroup {
     pub free: bool,
     /// Why the owner is unknown, when it is.
     pub unresolved_reason: Option<String>,
+    /// In how many samples this lock was seen with these waiters' owner.
+    pub samples: usize,
+}
+
+/// Merge per-sample groups of the same lock and owner (waiters: distinct threads).
+pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
+    let mut m: BTreeMap<(LockKind, u64, Option<i32>), LockGroup> = BTreeMap::new();
+    for g in groups {
+        match m.get_mut(&(g.kind, g.addr, g.owner_tid)) {
+            Some(e) => {
+                e.waiters.extend(g.waiters);
+                e.waiters.sort_unstable();
+                e.waiters.dedup();
+                e.samples += g.samples;
+                e.free &= g.free;
+            }
+            None => {
+                m.insert((g.kind, g.addr, g.owner_tid), g);
+            }
+        }
+    }
+    let mut v: Vec<LockGroup> = m.into_values().collect();
+    v.sort_by(|a, b| b.waiters.len().cmp(&a.waiters.len()).then(b.samples.cmp(&a.samples)).then(a.addr.cmp(&b.addr)));
+    v
 }
 
 /// Group waits by lock, most waiters first. Only kinds that are locks (not
@@ -133,6 +157,7 @@ pub fn group(waits: &[(i32, LockWait)]) -> Vec<LockGroup> {
             owner_tid: None,
             free: w.free,
             unresolved_reason: None,
+            samples: 1,
         });
         g.waiters.push(*tid);
         g.free &= w.free;
@@ -209,5 +234,9 @@ mod tests {
         assert_eq!(g.len(), 2, "idle condition waits are not lock groups");
         assert_eq!((g[0].addr, g[0].waiters.clone(), g[0].owner_tid), (1, vec![2, 3], Some(9)));
         assert!(g[1].unresolved_reason.is_some());
+        // The same lock and owner in two samples is one group.
+        let m = merge(group(&[(2, a.clone())]).into_iter().chain(group(&[(3, a.clone()), (5, a)])).collect());
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].waiters.clone(), m[0].samples), (vec![2, 3, 5], 2));
     }
 }

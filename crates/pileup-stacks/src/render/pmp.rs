@@ -69,6 +69,9 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
     }
     for l in &p.locks {
         let mut s = format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr);
+        if p.samples.len() > 1 {
+            s.push_str(&format!(" (in {} of {} samples)", l.samples, p.samples.len()));
+        }
         match l.owner_tid {
             Some(o) => {
                 s.push_str(&format!(" held by tid {o}"));
