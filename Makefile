@@ -5,14 +5,19 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := mariadb-server-core mariadb-client-core sysbench graphviz libxml2-utils gdb elfutils golang-go hyperfine build-essential pkg-config curl ca-certificates
+# command:Debian package — a command already on PATH (or in /usr/sbin) is not reinstalled.
+NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
+  sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
+  hyperfine:hyperfine cc:build-essential curl:curl setpriv:util-linux
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps demo test build bench clean
 
 deps:
 	@missing=""; \
-	for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for need in $(NEEDS); do cmd=$${need%%:*}; pkg=$${need#*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
