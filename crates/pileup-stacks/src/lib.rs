@@ -181,6 +181,9 @@ pub struct SamplerOptions {
     pub any_process: bool,
     /// Read DWARF for inlined frames and source lines (slower).
     pub debug_info: bool,
+    /// Re-read the processlist at most this often while sampling (a long
+    /// 10 Hz run must not query the server ten times a second).
+    pub sql_refresh: Duration,
 }
 
 /// Samples one process. Modules are loaded once, at creation.
@@ -193,6 +196,7 @@ pub struct Sampler {
     cache: framehop::x86_64::CacheX86_64,
     sql: Option<SqlSource>,
     sql_error: Option<String>,
+    sql_cache: Option<(Instant, HashMap<i32, SqlThread>)>,
     samples: Vec<Sample>,
     timing: Timing,
     notes: Vec<String>,
@@ -212,7 +216,7 @@ impl Sampler {
             notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
         }
         let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
-        Ok(Sampler { pid, exe, opts, maps, mods, cache: Default::default(), sql, sql_error: None, samples: vec![], timing, notes })
+        Ok(Sampler { pid, exe, opts, maps, mods, cache: Default::default(), sql, sql_error: None, sql_cache: None, samples: vec![], timing, notes })
     }
 
     pub fn server_version(&self) -> Option<&str> {
@@ -220,9 +224,17 @@ impl Sampler {
     }
 
     fn sql_threads(&mut self) -> HashMap<i32, SqlThread> {
+        if let Some((at, m)) = &self.sql_cache {
+            if at.elapsed() < self.opts.sql_refresh {
+                return m.clone();
+            }
+        }
         let Some(s) = self.sql.as_mut() else { return HashMap::new() };
         match s.threads() {
-            Ok(m) => m,
+            Ok(m) => {
+                self.sql_cache = Some((Instant::now(), m.clone()));
+                m
+            }
             Err(e) => {
                 // Stacks never depend on SQL: note it once and go on without.
                 if self.sql_error.is_none() {

@@ -67,6 +67,10 @@ pub struct StacksArgs {
     /// Print stop times, capture/unwind/symbolize times and thread counts to stderr.
     #[arg(long)]
     pub stats: bool,
+    /// While sampling, re-read the processlist at most this often (statements
+    /// shown may be this much older than the stack).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub sql_every_ms: u64,
     /// Do not connect to SQL (no statement annotation).
     #[arg(long)]
     pub no_sql: bool,
@@ -129,6 +133,7 @@ pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
         filter,
         any_process: a.any_process,
         debug_info: a.debug_info,
+        sql_refresh: Duration::from_millis(a.sql_every_ms),
     };
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
