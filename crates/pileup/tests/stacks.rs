@@ -273,3 +273,55 @@ fn refused_ptrace_says_how_to_get_permission() {
     assert_eq!(e.lines().count(), 1, "{e}");
     sb.connect().unwrap().query_drop("DO 1").unwrap();
 }
+
+#[test]
+fn pid_auto_refuses_to_guess_between_servers() {
+    let a = sandbox();
+    let b = sandbox();
+    let out = pileup(&["stacks", "--no-sql"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("several servers are running") && e.contains(&a.pid().to_string()) && e.contains(&b.pid().to_string()), "{e}");
+    assert!(e.contains("--pid"), "{e}");
+}
+
+#[test]
+fn threads_created_and_exiting_during_sampling_are_handled() {
+    // No thread cache: every connection creates a server thread and every
+    // disconnect ends one, hundreds of times a second.
+    let sb = sandbox_with(vec![("thread_cache_size", "0")]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churners: Vec<_> = (0..2)
+        .map(|_| {
+            let spec = sb.conn_spec();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(mut c) = spec.connect() {
+                        let _ = c.query_drop("DO 1");
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let j = stacks_json(&sb, &["--samples", "60", "--interval-ms", "10", "--mode", "rolling"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let conns: u64 = churners.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(conns > 100, "churn too slow to test anything: {conns} connections");
+    let samples = j["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 60);
+    let changed: u64 = samples.iter().map(|s| s["stats"]["threads_appeared"].as_u64().unwrap() + s["stats"]["threads_missed"].as_u64().unwrap()).sum();
+    assert!(changed > 0, "no thread appeared or vanished during {conns} connections");
+    for s in samples {
+        for m in s["missed"].as_array().unwrap() {
+            let r = m["reason"].as_str().unwrap();
+            assert!(r.contains("exited"), "a missed thread must have exited, not failed: {r}");
+        }
+    }
+    let stopped: Vec<_> = thread_states(sb.pid()).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
+    assert!(stopped.is_empty(), "{stopped:?}");
+}
