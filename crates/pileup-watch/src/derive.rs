@@ -1,0 +1,169 @@
+//! Derived metrics: from two consecutive `SHOW GLOBAL STATUS` snapshots to
+//! rates per second, gauges and the read-workload ratios of the seeds
+//! ("rows shown to the user as close as possible to rows read", "physical
+//! I/Os per row as close to 0 as possible"). Names are the status variable
+//! in lower case, with `_rate` for per-second rates.
+
+use std::collections::BTreeMap;
+
+/// One poll's raw values (status variable names in lower case).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Seconds (monotonic clock of the poller).
+    pub at: f64,
+    pub values: BTreeMap<String, f64>,
+}
+
+impl Snapshot {
+    pub fn get(&self, k: &str) -> Option<f64> {
+        self.values.get(k).copied()
+    }
+}
+
+/// Counters whose per-second rate is derived (besides every `com_*`).
+pub const COUNTERS: &[&str] = &[
+    "questions",
+    "queries",
+    "connections",
+    "aborted_clients",
+    "aborted_connects",
+    "bytes_sent",
+    "bytes_received",
+    "rows_read",
+    "rows_sent",
+    "innodb_rows_read",
+    "innodb_rows_inserted",
+    "innodb_rows_updated",
+    "innodb_rows_deleted",
+    "innodb_buffer_pool_reads",
+    "innodb_buffer_pool_read_requests",
+    "innodb_data_reads",
+    "innodb_data_writes",
+    "innodb_pages_read",
+    "innodb_pages_written",
+    "innodb_log_writes",
+    "innodb_os_log_fsyncs",
+    "innodb_data_fsyncs",
+    "slow_queries",
+    "created_tmp_disk_tables",
+    "select_full_join",
+    "select_scan",
+    "sort_merge_passes",
+];
+
+/// Values reported as they are.
+pub const GAUGES: &[&str] = &[
+    "threads_running",
+    "threads_connected",
+    "innodb_data_pending_reads",
+    "innodb_data_pending_writes",
+    "innodb_data_pending_fsyncs",
+    "innodb_history_list_length",
+    "innodb_checkpoint_age",
+    "innodb_buffer_pool_pages_dirty",
+    "innodb_buffer_pool_pages_free",
+];
+
+/// Settings that shape derived values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeriveOptions {
+    /// Network link speed in bits per second, for `bytes_sent_link_share`.
+    pub link_bps: f64,
+}
+
+impl Default for DeriveOptions {
+    fn default() -> Self {
+        DeriveOptions { link_bps: 1e9 }
+    }
+}
+
+/// Rates, gauges and ratios between two snapshots. A counter that went
+/// backwards (server restart, FLUSH STATUS) yields no rate rather than a
+/// negative one; ratios whose denominator did not move are left out.
+pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let dt = cur.at - prev.at;
+    let delta = |k: &str| -> Option<f64> {
+        let (a, b) = (prev.get(k)?, cur.get(k)?);
+        (b >= a).then_some(b - a)
+    };
+    if dt > 0.0 {
+        let com = cur.values.keys().filter(|k| k.starts_with("com_")).map(String::as_str);
+        for k in COUNTERS.iter().copied().chain(com) {
+            if let Some(d) = delta(k) {
+                out.insert(format!("{k}_rate"), d / dt);
+            }
+        }
+    }
+    for k in GAUGES {
+        if let Some(v) = cur.get(k) {
+            out.insert((*k).to_string(), v);
+        }
+    }
+    let ratio = |num: Option<f64>, den: Option<f64>| match (num, den) {
+        (Some(n), Some(d)) if d > 0.0 => Some(n / d),
+        _ => None,
+    };
+    let rows_touched = ["innodb_rows_read", "innodb_rows_inserted", "innodb_rows_updated", "innodb_rows_deleted"]
+        .iter()
+        .map(|k| delta(k))
+        .try_fold(0.0, |acc, d| d.map(|d| acc + d));
+    let pairs: [(&str, Option<f64>); 5] = [
+        // Logical page reads per row touched: how much of the buffer pool one row costs.
+        ("bp_read_requests_per_row", ratio(delta("innodb_buffer_pool_read_requests"), rows_touched)),
+        // Physical reads per row read: as close to 0 as possible.
+        ("physical_reads_per_row_read", ratio(delta("innodb_buffer_pool_reads"), delta("innodb_rows_read"))),
+        // Rows read per query.
+        ("rows_read_per_query", ratio(delta("innodb_rows_read"), delta("questions"))),
+        // Rows read per row sent to the client: as close to 1 as possible.
+        ("rows_read_per_row_sent", ratio(delta("rows_read").or(delta("innodb_rows_read")), delta("rows_sent"))),
+        // Buffer pool miss ratio.
+        ("bp_miss_ratio", ratio(delta("innodb_buffer_pool_reads"), delta("innodb_buffer_pool_read_requests"))),
+    ];
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            out.insert(k.to_string(), v);
+        }
+    }
+    if let Some(r) = out.get("bytes_sent_rate").copied() {
+        if o.link_bps > 0.0 {
+            out.insert("bytes_sent_link_share".into(), r * 8.0 / o.link_bps);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(at: f64, kv: &[(&str, f64)]) -> Snapshot {
+        Snapshot { at, values: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect() }
+    }
+
+    #[test]
+    fn rates_gauges_and_ratios() {
+        let a = snap(10.0, &[("questions", 1000.0), ("com_select", 500.0), ("innodb_rows_read", 10_000.0), ("innodb_buffer_pool_reads", 10.0), ("innodb_buffer_pool_read_requests", 50_000.0), ("rows_sent", 100.0), ("bytes_sent", 0.0), ("threads_running", 3.0)]);
+        let b = snap(12.0, &[("questions", 3000.0), ("com_select", 1500.0), ("innodb_rows_read", 50_000.0), ("innodb_buffer_pool_reads", 50.0), ("innodb_buffer_pool_read_requests", 250_000.0), ("rows_sent", 2100.0), ("bytes_sent", 250_000_000.0), ("threads_running", 7.0)]);
+        let d = derive(&a, &b, &DeriveOptions::default());
+        assert_eq!(d["questions_rate"], 1000.0);
+        assert_eq!(d["com_select_rate"], 500.0);
+        assert_eq!(d["threads_running"], 7.0);
+        assert_eq!(d["rows_read_per_query"], 20.0);
+        assert_eq!(d["physical_reads_per_row_read"], 0.001);
+        assert_eq!(d["rows_read_per_row_sent"], 20.0);
+        assert_eq!(d["bp_miss_ratio"], 40.0 / 200_000.0);
+        assert_eq!(d["bytes_sent_link_share"], 1.0, "125 MB/s on a 1 Gbit/s link");
+        assert!(!d.contains_key("bp_read_requests_per_row"), "needs all four row counters");
+    }
+
+    #[test]
+    fn counter_reset_gives_no_rate() {
+        let a = snap(1.0, &[("questions", 5000.0), ("innodb_rows_read", 10.0)]);
+        let b = snap(2.0, &[("questions", 10.0), ("innodb_rows_read", 20.0)]);
+        let d = derive(&a, &b, &DeriveOptions::default());
+        assert!(!d.contains_key("questions_rate"));
+        assert!(!d.contains_key("rows_read_per_query"));
+        assert_eq!(d["innodb_rows_read_rate"], 10.0);
+    }
+}

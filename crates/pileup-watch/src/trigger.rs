@@ -1,0 +1,319 @@
+//! Stall triggers: small expressions over raw values, rates and ratios, with
+//! "above" and "below" and a hold time, e.g.
+//!
+//! ```text
+//! threads_running > 32 for 1s
+//! questions_rate < 0.3 * baseline_5m for 2s
+//! poll_failed for 2s
+//! innodb_data_pending_reads > 8
+//! replica_lag > 30s
+//! ```
+//!
+//! `baseline_W` (W = 30s, 5m, 1h, …) stands for the baseline of the metric
+//! on the left-hand side over the past W (the watcher supplies it, e.g. a
+//! median), so "throughput fell to a third of normal" needs no tuning.
+//! A missing value makes a comparison false: only `poll_failed` fires on a
+//! server that does not answer, and it does.
+//!
+//! Written by hand: the grammar is a dozen lines and no expression crate
+//! offers the `for` hold or the baseline term.
+
+use std::fmt;
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("trigger {expr:?}: {why}")]
+pub struct ParseError {
+    pub expr: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Term {
+    Num(f64),
+    Metric(String),
+    /// Baseline of the left-hand metric over this many seconds.
+    Baseline(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Cond {
+    PollFailed,
+    Cmp { lhs: Vec<Term>, op: Op, rhs: Vec<Term> },
+}
+
+/// A parsed trigger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trigger {
+    pub text: String,
+    cond: Cond,
+    /// How long the condition must hold before the trigger fires (seconds).
+    pub hold: f64,
+}
+
+/// What the evaluator can ask about the present.
+pub trait Context {
+    fn value(&self, metric: &str) -> Option<f64>;
+    fn baseline(&self, metric: &str, window_secs: f64) -> Option<f64>;
+    fn poll_failed(&self) -> bool;
+}
+
+/// Parse `500ms`, `2s`, `5m`, `1h` into seconds.
+pub fn parse_duration(s: &str) -> Option<f64> {
+    let (n, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        return None;
+    };
+    n.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(|v| v * mul)
+}
+
+fn term(tok: &str) -> Result<Term, String> {
+    if let Some(w) = tok.strip_prefix("baseline_") {
+        return parse_duration(w).filter(|&s| s > 0.0).map(Term::Baseline).ok_or_else(|| format!("{tok:?}: baseline window must look like baseline_5m"));
+    }
+    if let Ok(v) = tok.parse::<f64>() {
+        return Ok(Term::Num(v));
+    }
+    if tok.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        // a number with a time unit (replica_lag > 30s)
+        return parse_duration(tok).map(Term::Num).ok_or_else(|| format!("{tok:?} is not a number"));
+    }
+    if tok.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Ok(Term::Metric(tok.to_ascii_lowercase()));
+    }
+    Err(format!("{tok:?} is not a number, metric name or baseline_WINDOW"))
+}
+
+fn product(toks: &[&str]) -> Result<Vec<Term>, String> {
+    if toks.is_empty() {
+        return Err("missing operand".into());
+    }
+    let mut out = vec![];
+    for (i, t) in toks.iter().enumerate() {
+        if i % 2 == 1 {
+            if *t != "*" {
+                return Err(format!("expected * between terms, found {t:?}"));
+            }
+        } else {
+            out.push(term(t)?);
+        }
+    }
+    if toks.len() % 2 == 0 {
+        return Err("expression ends with *".into());
+    }
+    Ok(out)
+}
+
+impl Trigger {
+    pub fn parse(text: &str) -> Result<Trigger, ParseError> {
+        let err = |why: String| ParseError { expr: text.to_string(), why };
+        // Tokens: split on whitespace, and make operators stand alone.
+        let spaced = text.replace(">=", " >= ").replace("<=", " <= ").replace('*', " * ");
+        let spaced = spaced
+            .split_whitespace()
+            .flat_map(|t| {
+                if t == ">=" || t == "<=" {
+                    vec![t.to_string()]
+                } else {
+                    t.replace('>', " > ").replace('<', " < ").split_whitespace().map(String::from).collect()
+                }
+            })
+            .collect::<Vec<_>>();
+        let mut toks: Vec<&str> = spaced.iter().map(String::as_str).collect();
+        let mut hold = 0.0;
+        if let Some(p) = toks.iter().position(|t| *t == "for") {
+            if p + 2 != toks.len() {
+                return Err(err("`for` must be followed by one duration at the end".into()));
+            }
+            hold = parse_duration(toks[p + 1]).ok_or_else(|| err(format!("{:?} is not a duration (500ms, 2s, 5m)", toks[p + 1])))?;
+            toks.truncate(p);
+        }
+        if toks == ["poll_failed"] {
+            return Ok(Trigger { text: text.to_string(), cond: Cond::PollFailed, hold });
+        }
+        let Some(opi) = toks.iter().position(|t| matches!(*t, ">" | "<" | ">=" | "<=")) else {
+            return Err(err("expected a comparison (>, <, >=, <=) or poll_failed".into()));
+        };
+        let op = match toks[opi] {
+            ">" => Op::Gt,
+            ">=" => Op::Ge,
+            "<" => Op::Lt,
+            _ => Op::Le,
+        };
+        let lhs = product(&toks[..opi]).map_err(err)?;
+        let rhs = product(&toks[opi + 1..]).map_err(err)?;
+        let has_metric = |v: &[Term]| v.iter().any(|t| matches!(t, Term::Metric(_)));
+        if !has_metric(&lhs) {
+            return Err(err("the left-hand side must name a metric".into()));
+        }
+        if lhs.iter().any(|t| matches!(t, Term::Baseline(_))) {
+            return Err(err("baseline_W belongs on the right-hand side".into()));
+        }
+        Ok(Trigger { text: text.to_string(), cond: Cond::Cmp { lhs, op, rhs }, hold })
+    }
+
+    /// The metrics this trigger reads (for the collector to keep).
+    pub fn metrics(&self) -> Vec<&str> {
+        match &self.cond {
+            Cond::PollFailed => vec![],
+            Cond::Cmp { lhs, rhs, .. } => lhs.iter().chain(rhs).filter_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None }).collect(),
+        }
+    }
+
+    /// Is the condition true now? Unknown values make it false.
+    pub fn holds(&self, ctx: &dyn Context) -> bool {
+        match &self.cond {
+            Cond::PollFailed => ctx.poll_failed(),
+            Cond::Cmp { lhs, op, rhs } => {
+                let left_metric = lhs.iter().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
+                let eval = |v: &[Term]| -> Option<f64> {
+                    v.iter().try_fold(1.0, |acc, t| {
+                        Some(
+                            acc * match t {
+                                Term::Num(n) => *n,
+                                Term::Metric(m) => ctx.value(m)?,
+                                Term::Baseline(w) => ctx.baseline(left_metric?, *w)?,
+                            },
+                        )
+                    })
+                };
+                match (eval(lhs), eval(rhs)) {
+                    (Some(a), Some(b)) => match op {
+                        Op::Gt => a > b,
+                        Op::Ge => a >= b,
+                        Op::Lt => a < b,
+                        Op::Le => a <= b,
+                    },
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A trigger's state across polls: fires once when its condition has held
+/// for `hold` seconds, and re-arms when the condition clears.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Armed {
+    since: Option<f64>,
+    fired: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Condition false.
+    Idle,
+    /// True, but not yet for long enough.
+    Pending,
+    /// Fired at this poll.
+    Fire,
+    /// Still true after firing (the stall goes on).
+    Ongoing,
+}
+
+impl Armed {
+    pub fn step(&mut self, t: &Trigger, now: f64, ctx: &dyn Context) -> Step {
+        if !t.holds(ctx) {
+            *self = Armed::default();
+            return Step::Idle;
+        }
+        let since = *self.since.get_or_insert(now);
+        if self.fired {
+            Step::Ongoing
+        } else if now - since + 1e-9 >= t.hold {
+            self.fired = true;
+            Step::Fire
+        } else {
+            Step::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Ctx {
+        v: HashMap<&'static str, f64>,
+        base: Option<f64>,
+        failed: bool,
+    }
+    impl Context for Ctx {
+        fn value(&self, m: &str) -> Option<f64> {
+            self.v.get(m).copied()
+        }
+        fn baseline(&self, _m: &str, _w: f64) -> Option<f64> {
+            self.base
+        }
+        fn poll_failed(&self) -> bool {
+            self.failed
+        }
+    }
+    fn ctx(kv: &[(&'static str, f64)], base: Option<f64>, failed: bool) -> Ctx {
+        Ctx { v: kv.iter().copied().collect(), base, failed }
+    }
+
+    #[test]
+    fn parses_the_documented_examples() {
+        for t in ["threads_running > 32 for 1s", "questions_rate < 0.3 * baseline_5m for 2s", "poll_failed for 2s", "innodb_data_pending_reads>8", "replica_lag > 30s"] {
+            Trigger::parse(t).unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(Trigger::parse("threads_running > 32 for 1500ms").unwrap().hold, 1.5);
+        assert_eq!(Trigger::parse("replica_lag > 2m").unwrap().holds(&ctx(&[("replica_lag", 121.0)], None, false)), true);
+        for bad in ["threads_running", "32 > 5", "x > baseline_zz", "x > 3 for", "x > 3 for 1s extra", "x > * 3", "baseline_5m < x", "x >> 3", "a-b > 1"] {
+            assert!(Trigger::parse(bad).is_err(), "{bad} should not parse");
+        }
+    }
+
+    #[test]
+    fn evaluation_above_below_baseline_and_missing() {
+        let t = Trigger::parse("questions_rate < 0.3 * baseline_5m").unwrap();
+        assert!(t.holds(&ctx(&[("questions_rate", 100.0)], Some(1000.0), false)));
+        assert!(!t.holds(&ctx(&[("questions_rate", 400.0)], Some(1000.0), false)));
+        assert!(!t.holds(&ctx(&[("questions_rate", 100.0)], None, false)), "no baseline yet: no trigger");
+        assert!(!t.holds(&ctx(&[], Some(1000.0), true)), "a failed poll is not a throughput collapse");
+        let p = Trigger::parse("poll_failed").unwrap();
+        assert!(p.holds(&ctx(&[], None, true)) && !p.holds(&ctx(&[], None, false)));
+        assert_eq!(Trigger::parse("a * 2 >= b").unwrap().metrics(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn fires_once_after_the_hold_and_rearms() {
+        let t = Trigger::parse("threads_running > 32 for 2s").unwrap();
+        let hi = ctx(&[("threads_running", 40.0)], None, false);
+        let lo = ctx(&[("threads_running", 5.0)], None, false);
+        let mut a = Armed::default();
+        assert_eq!(a.step(&t, 0.0, &hi), Step::Pending);
+        assert_eq!(a.step(&t, 1.0, &hi), Step::Pending);
+        assert_eq!(a.step(&t, 2.0, &hi), Step::Fire);
+        assert_eq!(a.step(&t, 3.0, &hi), Step::Ongoing);
+        assert_eq!(a.step(&t, 4.0, &lo), Step::Idle);
+        assert_eq!(a.step(&t, 5.0, &hi), Step::Pending);
+        // No hold: fires at the first poll that sees it.
+        let t0 = Trigger::parse("threads_running > 32").unwrap();
+        assert_eq!(Armed::default().step(&t0, 9.0, &hi), Step::Fire);
+    }
+}
