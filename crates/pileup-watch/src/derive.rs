@@ -49,6 +49,10 @@ pub const COUNTERS: &[&str] = &[
     "select_full_join",
     "select_scan",
     "sort_merge_passes",
+    "mysqld_read_bytes",
+    "mysqld_write_bytes",
+    "disk_reads",
+    "disk_writes",
 ];
 
 /// Values reported as they are.
@@ -62,7 +66,15 @@ pub const GAUGES: &[&str] = &[
     "innodb_checkpoint_age",
     "innodb_buffer_pool_pages_dirty",
     "innodb_buffer_pool_pages_free",
+    "replica_lag",
+    "mysqld_rss_bytes",
+    "disk_in_flight",
+    "poll_ok",
+    "poll_cost_ms",
 ];
+
+/// Kernel clock ticks per second (USER_HZ; 100 on every Linux ABI pileup runs on).
+const TICKS: f64 = 100.0;
 
 /// Settings that shape derived values.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,6 +137,23 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
             out.insert(k.to_string(), v);
         }
     }
+    if dt > 0.0 {
+        if let (Some(busy), Some(total)) = (delta("os_cpu_busy_ticks"), delta("os_cpu_ticks")) {
+            if total > 0.0 {
+                out.insert("os_cpu_busy_pct".into(), 100.0 * busy / total);
+                if let Some(w) = delta("os_cpu_iowait_ticks") {
+                    out.insert("os_cpu_iowait_pct".into(), 100.0 * w / total);
+                }
+            }
+        }
+        if let Some(t) = delta("mysqld_cpu_ticks") {
+            // cores' worth of CPU the server used
+            out.insert("mysqld_cpu_cores".into(), t / TICKS / dt);
+        }
+        if let Some(ms) = delta("disk_io_ms") {
+            out.insert("disk_busy_pct".into(), (100.0 * ms / (dt * 1000.0)).min(100.0));
+        }
+    }
     if let Some(r) = out.get("bytes_sent_rate").copied() {
         if o.link_bps > 0.0 {
             out.insert("bytes_sent_link_share".into(), r * 8.0 / o.link_bps);
@@ -155,6 +184,17 @@ mod tests {
         assert_eq!(d["bp_miss_ratio"], 40.0 / 200_000.0);
         assert_eq!(d["bytes_sent_link_share"], 1.0, "125 MB/s on a 1 Gbit/s link");
         assert!(!d.contains_key("bp_read_requests_per_row"), "needs all four row counters");
+    }
+
+    #[test]
+    fn os_values() {
+        let a = snap(0.0, &[("os_cpu_ticks", 1000.0), ("os_cpu_busy_ticks", 500.0), ("os_cpu_iowait_ticks", 10.0), ("mysqld_cpu_ticks", 0.0), ("disk_io_ms", 0.0)]);
+        let b = snap(2.0, &[("os_cpu_ticks", 1400.0), ("os_cpu_busy_ticks", 800.0), ("os_cpu_iowait_ticks", 50.0), ("mysqld_cpu_ticks", 300.0), ("disk_io_ms", 1000.0)]);
+        let d = derive(&a, &b, &DeriveOptions::default());
+        assert_eq!(d["os_cpu_busy_pct"], 75.0);
+        assert_eq!(d["os_cpu_iowait_pct"], 10.0);
+        assert_eq!(d["mysqld_cpu_cores"], 1.5);
+        assert_eq!(d["disk_busy_pct"], 50.0);
     }
 
     #[test]

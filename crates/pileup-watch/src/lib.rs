@@ -12,4 +12,6 @@
 //! functions of their inputs and tested without a server.
 
 pub mod derive;
+pub mod poll;
+pub mod store;
 pub mod trigger;

@@ -1,0 +1,189 @@
+//! Store: the metric history in one SQLite file (`<data-dir>/pileup.db`, WAL,
+//! mode 0600), one row per poll with raw and derived values as JSON, minute
+//! rollups (averages) for long history, and the list of captures.
+//! Retention: raw polls by age and by file size, rollups by age.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection};
+
+pub struct Store {
+    db: Connection,
+    pub path: PathBuf,
+}
+
+/// One stored poll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub unix: f64,
+    pub ok: bool,
+    pub cost_ms: f64,
+    pub error: Option<String>,
+    pub derived: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Keep raw polls this many seconds.
+    pub raw_secs: f64,
+    /// Keep minute rollups this many seconds.
+    pub rollup_secs: f64,
+    /// Trim the oldest raw polls when the file grows past this.
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { raw_secs: 2.0 * 86400.0, rollup_secs: 90.0 * 86400.0, max_bytes: 1 << 30 }
+    }
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating --data-dir {}", dir.display()))?;
+        let path = dir.join("pileup.db");
+        // Create it 0600 ourselves: captures it indexes hold query text.
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path).with_context(|| format!("creating {}", path.display()))?;
+        let db = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        db.busy_timeout(std::time::Duration::from_secs(2))?;
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS polls (unix REAL PRIMARY KEY, ok INTEGER NOT NULL, cost_ms REAL, error TEXT, raw TEXT, derived TEXT);
+             CREATE TABLE IF NOT EXISTS rollup_1m (minute INTEGER PRIMARY KEY, polls INTEGER, failed INTEGER, derived TEXT);
+             CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);",
+        )?;
+        Ok(Store { db, path })
+    }
+
+    pub fn insert(&self, p: &crate::poll::Poll, derived: &BTreeMap<String, f64>) -> Result<()> {
+        self.db.execute(
+            "INSERT OR REPLACE INTO polls (unix, ok, cost_ms, error, raw, derived) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![p.unix, p.ok as i64, p.cost_ms, p.error, serde_json::to_string(&p.values)?, serde_json::to_string(derived)?],
+        )?;
+        Ok(())
+    }
+
+    /// Polls with `from <= unix <= to`, oldest first.
+    pub fn range(&self, from: f64, to: f64) -> Result<Vec<Row>> {
+        let mut st = self.db.prepare("SELECT unix, ok, cost_ms, error, derived FROM polls WHERE unix >= ?1 AND unix <= ?2 ORDER BY unix")?;
+        let rows = st.query_map(params![from, to], |r| {
+            let d: Option<String> = r.get(4)?;
+            Ok(Row {
+                unix: r.get(0)?,
+                ok: r.get::<_, i64>(1)? != 0,
+                cost_ms: r.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
+                error: r.get(3)?,
+                derived: d.and_then(|d| serde_json::from_str(&d).ok()).unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    pub fn count(&self) -> Result<i64> {
+        Ok(self.db.query_row("SELECT COUNT(*) FROM polls", [], |r| r.get(0))?)
+    }
+
+    pub fn add_capture(&self, unix: f64, dir: &Path, trigger: &str, verdict: &str) -> Result<()> {
+        self.db.execute("INSERT OR REPLACE INTO captures (unix, dir, trigger, verdict) VALUES (?1, ?2, ?3, ?4)", params![unix, dir.to_string_lossy(), trigger, verdict])?;
+        Ok(())
+    }
+
+    pub fn captures(&self) -> Result<Vec<(f64, String, String, Option<String>)>> {
+        let mut st = self.db.prepare("SELECT unix, dir, trigger, verdict FROM captures ORDER BY unix")?;
+        let v = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(v)
+    }
+
+    /// Roll up complete minutes older than `now - 60 s`, then apply retention.
+    pub fn maintain(&self, now: f64, r: &Retention) -> Result<()> {
+        let last_done: Option<i64> = self.db.query_row("SELECT MAX(minute) FROM rollup_1m", [], |x| x.get(0))?;
+        let upto = ((now - 60.0) / 60.0).floor() as i64; // minutes strictly before this are complete
+        let first: Option<f64> = self.db.query_row("SELECT MIN(unix) FROM polls", [], |x| x.get(0))?;
+        if let Some(first) = first {
+            let start = last_done.map(|m| m + 1).unwrap_or((first / 60.0).floor() as i64);
+            for minute in start..upto {
+                let rows = self.range(minute as f64 * 60.0, minute as f64 * 60.0 + 59.999_999)?;
+                if rows.is_empty() {
+                    continue;
+                }
+                let mut sum: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+                for row in &rows {
+                    for (k, v) in &row.derived {
+                        let e = sum.entry(k.clone()).or_default();
+                        e.0 += v;
+                        e.1 += 1;
+                    }
+                }
+                let avg: BTreeMap<String, f64> = sum.into_iter().map(|(k, (s, n))| (k, s / n as f64)).collect();
+                let failed = rows.iter().filter(|r| !r.ok).count();
+                self.db.execute(
+                    "INSERT OR REPLACE INTO rollup_1m (minute, polls, failed, derived) VALUES (?1, ?2, ?3, ?4)",
+                    params![minute, rows.len() as i64, failed as i64, serde_json::to_string(&avg)?],
+                )?;
+            }
+        }
+        self.db.execute("DELETE FROM polls WHERE unix < ?1", params![now - r.raw_secs])?;
+        self.db.execute("DELETE FROM rollup_1m WHERE minute < ?1", params![((now - r.rollup_secs) / 60.0) as i64])?;
+        let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        if size > r.max_bytes {
+            // Drop the oldest tenth of the raw history (rollups stay).
+            self.db.execute("DELETE FROM polls WHERE unix IN (SELECT unix FROM polls ORDER BY unix LIMIT (SELECT COUNT(*) / 10 + 1 FROM polls))", [])?;
+            let _ = self.db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); VACUUM;");
+        }
+        Ok(())
+    }
+
+    /// Minute rollups in a range (minute start unix, averages).
+    pub fn rollups(&self, from: f64, to: f64) -> Result<Vec<(f64, BTreeMap<String, f64>)>> {
+        let mut st = self.db.prepare("SELECT minute, derived FROM rollup_1m WHERE minute >= ?1 AND minute <= ?2 ORDER BY minute")?;
+        let v = st
+            .query_map(params![(from / 60.0).floor() as i64, (to / 60.0).floor() as i64], |r| {
+                let m: i64 = r.get(0)?;
+                let d: String = r.get(1)?;
+                Ok((m as f64 * 60.0, serde_json::from_str(&d).unwrap_or_default()))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::poll::Poll;
+
+    fn poll(unix: f64, ok: bool, q: f64) -> (Poll, BTreeMap<String, f64>) {
+        let p = Poll { unix, ok, cost_ms: 1.0, error: (!ok).then(|| "timeout".into()), values: [("questions".to_string(), q)].into() };
+        (p, [("questions_rate".to_string(), q)].into())
+    }
+
+    #[test]
+    fn history_survives_reopen_rolls_up_and_expires() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(d.path()).unwrap();
+            for i in 0..180 {
+                let (p, der) = poll(6000.0 + i as f64, i % 60 != 7, i as f64);
+                s.insert(&p, &der).unwrap();
+            }
+        }
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(d.path().join("pileup.db")).unwrap().permissions().mode() & 0o777, 0o600);
+        let s = Store::open(d.path()).unwrap();
+        assert_eq!(s.count().unwrap(), 180, "reopened store keeps history");
+        let r = s.range(6010.0, 6012.0).unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].derived["questions_rate"], 10.0);
+        assert!(!s.range(6007.0, 6007.0).unwrap()[0].ok);
+        // now = 6000+180+60 → minutes 100, 101, 102 are complete
+        s.maintain(6240.0, &Retention { raw_secs: 100.0, ..Default::default() }).unwrap();
+        let ru = s.rollups(0.0, 1e9).unwrap();
+        assert_eq!(ru.len(), 3);
+        assert_eq!(ru[0].1["questions_rate"], 29.5, "average of 0..59");
+        assert_eq!(s.count().unwrap(), 40, "raw polls older than 100 s are gone");
+    }
+}
