@@ -11,6 +11,7 @@
 //! expressions, evaluated with a "for DURATION" hold). Both are pure
 //! functions of their inputs and tested without a server.
 
+pub mod capture;
 pub mod derive;
 pub mod poll;
 pub mod store;
