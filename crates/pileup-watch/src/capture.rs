@@ -96,7 +96,16 @@ pub fn gather(trigger: &str, unix: f64, spec: Option<&ConnSpec>, pid: Option<i32
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
     // Stacks first: they do not depend on SQL answering.
     if let Some(pid) = pid {
-        let sql = spec.and_then(|sp| sp.connect().ok()).and_then(|c| SqlSource::new(c).ok());
+        // Annotation must not delay the stacks of a server that hangs: a
+        // short connect budget, and none at all when the poll had failed.
+        let sql = spec
+            .filter(|_| trigger != "poll_failed" && !trigger.starts_with("poll_failed "))
+            .and_then(|sp| {
+                let mut quick = sp.clone();
+                quick.timeout = quick.timeout.min(Duration::from_millis(500));
+                quick.connect().ok()
+            })
+            .and_then(|c| SqlSource::new(c).ok());
         let opts = SamplerOptions {
             capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: s.max_stop },
             filter: ThreadFilter::default(),
@@ -113,7 +122,9 @@ pub fn gather(trigger: &str, unix: f64, spec: Option<&ConnSpec>, pid: Option<i32
         }
     }
     if let Some(sp) = spec {
-        if let Err(e) = gather_sql(sp, &mut ev) {
+        let mut bounded = sp.clone();
+        bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
+        if let Err(e) = gather_sql(&bounded, &mut ev) {
             ev.sql_error = Some(format!("{e:#}"));
         }
     }
@@ -160,6 +171,29 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
     Ok(())
 }
 
+/// Blocking transactions that are not themselves waiting (InnoDB also lists
+/// waiters queued behind other waiters), with how many distinct transactions
+/// wait on each, most first.
+pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
+    use std::collections::BTreeSet;
+    let waiting: BTreeSet<u64> = waits.iter().map(|w| w.waiting_conn).collect();
+    let mut by: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for w in waits {
+        by.entry(w.blocking_conn).or_default().insert(w.waiting_conn);
+    }
+    // All waiters ultimately queue behind a root; count them all for it.
+    let mut roots: Vec<(u64, usize)> = by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
+    if roots.len() > 1 {
+        roots = roots.into_iter().map(|(b, _)| (b, by[&b].len())).collect();
+    }
+    if roots.is_empty() {
+        // A cycle (deadlock about to be resolved): fall back to the most blocking.
+        roots = by.iter().map(|(b, w)| (*b, w.len())).collect();
+    }
+    roots.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    roots
+}
+
 fn pl_summary(ev: &Evidence, id: u64) -> String {
     match ev.processlist.iter().find(|r| r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(id)) {
         Some(r) => {
@@ -174,12 +208,7 @@ fn pl_summary(ev: &Evidence, id: u64) -> String {
 /// The first line of the report: the likely culprit, with its evidence.
 pub fn verdict(ev: &Evidence) -> String {
     // 1. Row locks: the transaction most others wait for.
-    if !ev.row_lock_waits.is_empty() {
-        let mut by_blocker: BTreeMap<u64, usize> = BTreeMap::new();
-        for w in &ev.row_lock_waits {
-            *by_blocker.entry(w.blocking_conn).or_default() += 1;
-        }
-        let (b, n) = by_blocker.iter().max_by_key(|(_, n)| **n).map(|(b, n)| (*b, *n)).unwrap();
+    if let Some((b, n)) = root_blockers(&ev.row_lock_waits).into_iter().next() {
         let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
         let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
         return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
@@ -249,10 +278,15 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
         writeln!(rep, "stacks: not captured ({e})")?;
     }
     if !ev.row_lock_waits.is_empty() {
-        writeln!(rep, "\nrow lock waits (waiting ← blocking):")?;
-        for w in &ev.row_lock_waits {
-            writeln!(rep, "  conn {} `{}` ← conn {} `{}`", w.waiting_conn, w.waiting_query.as_deref().unwrap_or(""), w.blocking_conn, w.blocking_query.as_deref().unwrap_or("(idle in transaction)"))?;
+        writeln!(rep, "\nrow lock waits: {} edges; transactions blocking others without waiting themselves:", ev.row_lock_waits.len())?;
+        for (b, n) in root_blockers(&ev.row_lock_waits) {
+            let q = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).and_then(|w| w.blocking_query.clone());
+            writeln!(rep, "  {} — {n} waiting; its current statement: {}", pl_summary(ev, b), q.map(|q| format!("`{q}`")).unwrap_or_else(|| "none (idle in transaction)".into()))?;
         }
+        let mut direct: Vec<String> = ev.row_lock_waits.iter().map(|w| format!("conn {} `{}`", w.waiting_conn, w.waiting_query.as_deref().unwrap_or(""))).collect();
+        direct.sort();
+        direct.dedup();
+        writeln!(rep, "  waiting: {}", direct.iter().take(10).cloned().collect::<Vec<_>>().join("; "))?;
     }
     if !ev.history.is_empty() {
         writeln!(rep, "\nmetrics before the trigger (per poll):")?;
@@ -313,6 +347,12 @@ mod tests {
         let v = verdict(&ev);
         assert!(v.starts_with("row lock convoy: 3 waiting transaction(s) blocked by connection 7 (app@, Sleep for 12s) (idle)"), "{v}");
         assert!(v.contains("open 12s"));
+        // Waiters queued behind waiters do not hide the root.
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 11, blocking_conn: 10, ..Default::default() });
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 12, blocking_conn: 10, ..Default::default() });
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 12, blocking_conn: 11, ..Default::default() });
+        assert_eq!(root_blockers(&ev.row_lock_waits), vec![(7, 3)]);
+        assert!(verdict(&ev).contains("blocked by connection 7 "));
         let ev2 = Evidence { sql_error: Some("timed out".into()), ..Default::default() };
         assert!(verdict(&ev2).starts_with("the server does not answer SQL (timed out)"));
     }

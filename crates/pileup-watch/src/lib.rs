@@ -16,3 +16,4 @@ pub mod derive;
 pub mod poll;
 pub mod store;
 pub mod trigger;
+pub mod watch;

@@ -234,6 +234,11 @@ pub enum Step {
 }
 
 impl Armed {
+    /// When the condition became true (the stall's onset as polls saw it).
+    pub fn since(&self) -> Option<f64> {
+        self.since
+    }
+
     pub fn step(&mut self, t: &Trigger, now: f64, ctx: &dyn Context) -> Step {
         if !t.holds(ctx) {
             *self = Armed::default();

@@ -30,6 +30,10 @@ struct Cli {
 enum Command {
     /// Capture, aggregate and render the stacks of every mysqld thread (the poor man's profiler, done right).
     Stacks(cmd::stacks::StacksArgs),
+    /// Poll every second, keep history, catch stalls and capture their evidence (auto-PMP).
+    Watch(cmd::watch::WatchArgs),
+    /// List the captures `pileup watch` made.
+    Captures(cmd::watch::CapturesArgs),
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
@@ -60,6 +64,8 @@ fn main() {
         .init();
     let r = cli.conn.validate().and_then(|()| match cli.command {
         Command::Stacks(a) => cmd::stacks::run(a, &cli.conn),
+        Command::Watch(a) => cmd::watch::run_watch(a, &cli.conn),
+        Command::Captures(a) => cmd::watch::run_captures(a),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

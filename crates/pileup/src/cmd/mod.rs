@@ -1,5 +1,6 @@
 pub mod sandbox;
 pub mod stacks;
+pub mod watch;
 
 /// An error that asks for a specific exit code.
 #[derive(Debug)]

@@ -1,0 +1,198 @@
+//! `pileup watch` and `pileup captures`: wiring for pileup_watch.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use pileup_conn::ConnArgs;
+use pileup_watch::capture::CaptureSettings;
+use pileup_watch::store::Store;
+use pileup_watch::trigger::Trigger;
+use pileup_watch::watch::{default_triggers, run, Event, WatchOptions};
+
+/// Default data directory: $PILEUP_DATA_DIR, else ~/.local/state/pileup.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PILEUP_DATA_DIR") {
+        return d.into();
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/var/lib".into());
+    home.join(".local/state/pileup")
+}
+
+/// Poll the server every interval, keep history, catch stalls and capture
+/// the evidence (stacks, processlist, InnoDB status, lock waits) as they happen.
+///
+/// Default triggers (replace with --trigger, repeatable):
+///   poll_failed                                   the server did not answer a poll
+///   threads_running > 4×CPUs (at least 8) for 1s  a pile-up
+///   questions_rate < 0.3 * baseline_5m for 2s     throughput collapsed
+///   replica_lag > 300 for 10s                     replica far behind
+///
+/// Trigger syntax: METRIC [* NUM] (>|<|>=|<=) NUM|METRIC [* baseline_WINDOW] [for DURATION],
+/// or poll_failed [for DURATION]. Metrics: lower-case status variables,
+/// NAME_rate for counters, and the derived ratios (docs/METRICS.md).
+///
+/// Captures go to DATA_DIR/captures/<time>-<trigger>/ (mode 0700, files
+/// 0600: they hold query text); history to DATA_DIR/pileup.db (SQLite).
+#[derive(Args)]
+#[command(verbatim_doc_comment)]
+pub struct WatchArgs {
+    /// Server process for OS data and stacks: a pid, "auto" or "none".
+    #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
+    pub pid: String,
+    /// Time between polls (start to start), e.g. 1s, 100ms.
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
+    pub interval: Duration,
+    /// Where history and captures are kept.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A stall trigger (repeatable); replaces the defaults.
+    #[arg(long = "trigger", value_name = "EXPR")]
+    pub triggers: Vec<String>,
+    /// Keep the default triggers in addition to --trigger ones.
+    #[arg(long)]
+    pub with_default_triggers: bool,
+    /// No new capture this soon after the previous one.
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
+    pub cooldown: Duration,
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub max_captures_per_hour: usize,
+    /// Skip captures when the data dir's disk has less free space (MiB).
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    pub min_free_mib: u64,
+    /// Stack samples per capture, and the time between them.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub capture_samples: usize,
+    #[arg(long, default_value = "200ms", value_parser = super::parse_duration)]
+    pub capture_interval: Duration,
+    /// Stop after this long (default: until interrupted).
+    #[arg(long, value_parser = super::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Print every event (polls included) as a JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Sample a process that is not mariadbd/mysqld.
+    #[arg(long)]
+    pub any_process: bool,
+}
+
+pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
+    let spec = conn.resolve()?;
+    let pid = match a.pid.as_str() {
+        "none" => None,
+        "auto" => pileup_stacks::proc::auto_pid().ok(),
+        p => Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?),
+    };
+    if let Some(p) = pid {
+        pileup_stacks::proc::check_target(p, a.any_process)?;
+    }
+    if a.interval < Duration::from_millis(50) {
+        bail!("--interval must be at least 50ms");
+    }
+    let mut triggers = vec![];
+    for t in &a.triggers {
+        triggers.push(Trigger::parse(t)?);
+    }
+    if triggers.is_empty() || a.with_default_triggers {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        triggers.extend(default_triggers(cpus));
+    }
+    let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
+    let o = WatchOptions {
+        interval: a.interval,
+        data_dir: data_dir.clone(),
+        triggers,
+        cooldown: a.cooldown,
+        max_captures_per_hour: a.max_captures_per_hour,
+        min_free_bytes: a.min_free_mib << 20,
+        capture: CaptureSettings { samples: a.capture_samples, interval: a.capture_interval, any_process: a.any_process, ..Default::default() },
+        derive: Default::default(),
+        retention: Default::default(),
+        duration: a.duration,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let s = stop.clone();
+        // Finish the current poll and any running capture, then exit.
+        unsafe { signal_flag(sig, s) };
+    }
+    if !a.json {
+        eprintln!(
+            "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
+            spec.describe(),
+            a.interval,
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
+            data_dir.display(),
+            o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
+        );
+    }
+    let json = a.json;
+    let mut out = std::io::stdout();
+    let mut on = |e: &Event| {
+        if json {
+            let _ = serde_json::to_writer(&mut out, e);
+            let _ = writeln!(out);
+            let _ = out.flush();
+            return;
+        }
+        match e {
+            Event::Poll { ok: false, error, .. } => eprintln!("poll failed: {}", error.as_deref().unwrap_or("")),
+            Event::Poll { .. } => {}
+            Event::Fired { trigger, .. } => eprintln!("fired: {trigger}"),
+            Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
+            Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),
+            Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),
+        }
+    };
+    run(spec, pid, &o, &stop, &mut on)
+}
+
+/// Set `flag` when `sig` arrives (signal-hook's job, done with one
+/// sigaction: a crate for it would be out of proportion).
+unsafe fn signal_flag(sig: i32, flag: Arc<AtomicBool>) {
+    use std::sync::OnceLock;
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    let _ = FLAG.set(flag);
+    extern "C" fn handler(_: i32) {
+        if let Some(f) = FLAG.get() {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+    let sa = nix::sys::signal::SigAction::new(nix::sys::signal::SigHandler::Handler(handler), nix::sys::signal::SaFlags::SA_RESTART, nix::sys::signal::SigSet::empty());
+    if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
+        let _ = nix::sys::signal::sigaction(s, &sa);
+    }
+}
+
+/// List captures recorded in a data directory.
+#[derive(Args)]
+pub struct CapturesArgs {
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_captures(a: CapturesArgs) -> Result<()> {
+    let dir = a.data_dir.unwrap_or_else(default_data_dir);
+    if !dir.join("pileup.db").exists() {
+        bail!("no pileup history in {}; run `pileup watch --data-dir {}` first", dir.display(), dir.display());
+    }
+    let store = Store::open(&dir)?;
+    let caps = store.captures()?;
+    if a.json {
+        let v: Vec<_> = caps.iter().map(|(u, d, t, v)| serde_json::json!({"unix": u, "dir": d, "trigger": t, "verdict": v})).collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if caps.is_empty() {
+        println!("no captures in {}", dir.display());
+    } else {
+        for (u, d, t, v) in caps {
+            println!("{}  {t}\n  {}\n  {d}", pileup_watch::capture::stamp(u), v.unwrap_or_default());
+        }
+    }
+    Ok(())
+}
