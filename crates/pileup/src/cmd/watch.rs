@@ -78,6 +78,9 @@ pub struct WatchArgs {
     /// Sample a process that is not mariadbd/mysqld.
     #[arg(long)]
     pub any_process: bool,
+    /// Network link speed in Mbit/s, for bytes_sent_link_share.
+    #[arg(long, default_value_t = 1000.0, value_name = "MBPS")]
+    pub link_mbps: f64,
 }
 
 pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
@@ -89,6 +92,9 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
     };
     if let Some(p) = pid {
         pileup_stacks::proc::check_target(p, a.any_process)?;
+    }
+    if !(a.link_mbps > 0.0) {
+        bail!("--link-mbps must be a positive number");
     }
     if a.interval < Duration::from_millis(50) {
         bail!("--interval must be at least 50ms");
@@ -110,7 +116,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
         max_captures_per_hour: a.max_captures_per_hour,
         min_free_bytes: a.min_free_mib << 20,
         capture: CaptureSettings { samples: a.capture_samples, interval: a.capture_interval, any_process: a.any_process, ..Default::default() },
-        derive: Default::default(),
+        derive: pileup_watch::derive::DeriveOptions { link_bps: a.link_mbps * 1e6 },
         retention: Default::default(),
         duration: a.duration,
     };
