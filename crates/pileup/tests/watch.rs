@@ -153,3 +153,44 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
+    let sb = sandbox_with(vec![("plugin_load_add", "metadata_lock_info")]);
+    let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
+    let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=2", "--table-size=2000"];
+    sb.sql("CREATE DATABASE sbtest").unwrap();
+    assert!(Command::new("sysbench").arg("oltp_write_only").args(base).arg("prepare").output().unwrap().status.success());
+    // Rate-limited writers: few running at steady state, all of them queue once writes block.
+    let mut load = Command::new("sysbench")
+        .arg("oltp_write_only")
+        .args(base)
+        .args(["--threads=16", "--rate=150", "--time=60", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let data = tempfile_dir("watch-ftwrl");
+    let (mut child, rx) = watch(&sb, &data, &[]);
+    std::thread::sleep(Duration::from_secs(4));
+    let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    assert!(seen.iter().all(|v| v["event"] == "poll"), "steady write load must not trigger: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
+    let mut f = sb.connect().unwrap();
+    let ftwrl_id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    f.query_drop("FLUSH TABLES WITH READ LOCK").unwrap();
+    let onset = now_unix();
+    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
+    f.query_drop("UNLOCK TABLES").unwrap();
+    let cap = cap.unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
+    let verdict = cap["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("global read lock") && verdict.contains(&format!("connection {ftwrl_id} ")), "verdict: {verdict}");
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
+    let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
+    assert!(first_stack - onset < 2.0, "first stack {:.2} s after onset", first_stack - onset);
+    assert!(std::fs::read_to_string(dir.join("metadata_locks.txt")).unwrap().contains("FTWRL"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = load.kill();
+    let _ = load.wait();
+}
