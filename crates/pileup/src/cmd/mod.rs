@@ -13,25 +13,16 @@ impl std::fmt::Display for ExitCode {
 }
 impl std::error::Error for ExitCode {}
 
-/// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds).
+/// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds), with the
+/// same rules as durations inside trigger expressions.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
+    let secs = match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Some(v),
+        Ok(_) => None,
+        Err(_) => pileup_watch::trigger::parse_duration(s),
     };
-    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))?;
-    if !(v >= 0.0) || !v.is_finite() {
-        return Err(format!("{s:?} is not a duration"));
-    }
-    Ok(std::time::Duration::from_secs_f64(v * mul))
+    secs.map(std::time::Duration::from_secs_f64).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
 }
 
 #[cfg(test)]
