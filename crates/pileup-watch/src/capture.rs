@@ -39,7 +39,7 @@ impl Default for CaptureSettings {
 }
 
 /// A row-lock wait: who waits, who blocks.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowLockWait {
     pub waiting_conn: u64,
     pub waiting_query: Option<String>,
@@ -258,7 +258,7 @@ pub fn verdict(ev: &Evidence) -> String {
     "no culprit found in locks, SQL or stacks; see the files of this capture".into()
 }
 
-fn create_0600(path: &Path) -> Result<fs::File> {
+pub(crate) fn create_0600(path: &Path) -> Result<fs::File> {
     fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).with_context(|| format!("writing {}", path.display()))
 }
 
@@ -319,9 +319,21 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
             writeln!(f, "{t}\t{mode}\t{ty}\t{obj}")?;
         }
     }
-    let hist: Vec<serde_json::Value> = ev.history.iter().map(|r| serde_json::json!({"unix": r.unix, "ok": r.ok, "cost_ms": r.cost_ms, "error": r.error, "derived": r.derived})).collect();
-    serde_json::to_writer(create_0600(&dir.join("metrics.json"))?, &hist)?;
+    crate::report::write_metrics(&dir, &ev.history)?;
+    let saved = crate::report::EvidenceFile {
+        trigger: ev.trigger.clone(),
+        unix: ev.unix,
+        verdict: v.clone(),
+        sql_error: ev.sql_error.clone(),
+        stacks_error: ev.stacks_error.clone(),
+        processlist: ev.processlist.clone(),
+        row_lock_waits: ev.row_lock_waits.clone(),
+        root_blockers: root_blockers(&ev.row_lock_waits),
+        mdl: ev.mdl.clone(),
+    };
+    serde_json::to_writer_pretty(create_0600(&dir.join("evidence.json"))?, &saved)?;
     create_0600(&dir.join("report.txt"))?.write_all(rep.as_bytes())?;
+    crate::report::write_html(&dir)?;
     Ok((dir, v))
 }
 

@@ -14,6 +14,7 @@
 pub mod capture;
 pub mod derive;
 pub mod poll;
+pub mod report;
 pub mod store;
 pub mod trigger;
 pub mod watch;

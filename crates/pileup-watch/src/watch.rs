@@ -65,6 +65,11 @@ pub enum Event {
     CaptureFailed { unix: f64, trigger: String, error: String },
 }
 
+/// Metric history kept in a capture's report: this long before the trigger…
+pub const BEFORE_SECS: f64 = 120.0;
+/// …and this long after it (the report is rebuilt once it has passed).
+pub const AFTER_SECS: f64 = 30.0;
+
 /// Recent derived values, for baselines.
 struct History {
     rows: VecDeque<(f64, BTreeMap<String, f64>)>,
@@ -131,6 +136,8 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
     let t0 = Instant::now();
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
+    // Captures whose report is rebuilt once the metrics after the stall are in.
+    let mut refresh_due: Vec<(f64, PathBuf)> = vec![];
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
@@ -148,9 +155,19 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
             capturing = false;
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                refresh_due.push((unix + AFTER_SECS, PathBuf::from(dir)));
             }
             on(&ev);
         }
+        refresh_due.retain(|(due, dir)| {
+            if p.unix < *due {
+                return true;
+            }
+            if let Err(e) = crate::report::refresh(dir, &store, BEFORE_SECS, AFTER_SECS) {
+                tracing::warn!("rebuilding {}: {e:#}", dir.display());
+            }
+            false
+        });
         let ctx = Ctx { now: p.unix, derived: &derived, hist: &hist, failed: !p.ok };
         for (i, t) in o.triggers.iter().enumerate() {
             if armed[i].step(t, p.unix, &ctx) != Step::Fire {
@@ -180,7 +197,7 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
             capturing = true;
             last_capture = Some(now);
             recent_captures.push_back(now);
-            let history = store.range(p.unix - 120.0, p.unix).unwrap_or_default();
+            let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
             let (spec, settings, root, trig, tx) = (spec.clone(), o.capture.clone(), captures_root.clone(), t.text.clone(), done_tx.clone());
             let unix = p.unix;
             std::thread::spawn(move || {
@@ -218,9 +235,14 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
         if let Ok(ev) = done_rx.recv_timeout(Duration::from_secs(60)) {
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                refresh_due.push((0.0, PathBuf::from(dir)));
             }
             on(&ev);
         }
+    }
+    // Reports still waiting for their "after" get what there is.
+    for (_, dir) in refresh_due {
+        let _ = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS);
     }
     Ok(())
 }

@@ -34,6 +34,8 @@ enum Command {
     Watch(cmd::watch::WatchArgs),
     /// List the captures `pileup watch` made.
     Captures(cmd::watch::CapturesArgs),
+    /// Rebuild a capture's self-contained report.html.
+    Report(cmd::watch::ReportArgs),
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
@@ -66,6 +68,7 @@ fn main() {
         Command::Stacks(a) => cmd::stacks::run(a, &cli.conn),
         Command::Watch(a) => cmd::watch::run_watch(a, &cli.conn),
         Command::Captures(a) => cmd::watch::run_captures(a),
+        Command::Report(a) => cmd::watch::run_report(a),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

@@ -202,3 +202,24 @@ pub fn run_captures(a: CapturesArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Rebuild a capture's report.html (with the metrics after the trigger, when
+/// the history store it came from is still there).
+#[derive(Args)]
+pub struct ReportArgs {
+    /// A capture directory (DATA_DIR/captures/<time>-<trigger>).
+    pub dir: PathBuf,
+}
+
+pub fn run_report(a: ReportArgs) -> Result<()> {
+    if !a.dir.join("evidence.json").exists() {
+        bail!("{} is not a pileup capture directory (no evidence.json); see `pileup captures`", a.dir.display());
+    }
+    let data_dir = a.dir.parent().and_then(|p| p.parent()).filter(|d| d.join("pileup.db").exists());
+    match data_dir {
+        Some(d) => pileup_watch::report::refresh(&a.dir, &Store::open(d)?, pileup_watch::watch::BEFORE_SECS, pileup_watch::watch::AFTER_SECS)?,
+        None => pileup_watch::report::write_html(&a.dir)?,
+    }
+    println!("{}", a.dir.join("report.html").display());
+    Ok(())
+}
