@@ -300,7 +300,7 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
         let mut text = Vec::new();
         render(p, Format::Pmp, &RenderOptions::default(), &mut text)?;
         writeln!(rep, "\nstacks ({} samples, pt-pmp format):\n{}", p.samples.len(), String::from_utf8_lossy(&text))?;
-        for (name, f) in [("stacks.json", Format::Json), ("flamegraph.svg", Format::Svg), ("stacks.txt", Format::Pmp)] {
+        for (name, f) in [("stacks.json", Format::Json), ("flamegraph.svg", Format::Svg), ("stacks.txt", Format::Pmp), ("stacks.pb.gz", Format::Pprof)] {
             let mut file = create_0600(&dir.join(name))?;
             let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
             render(p, f, &ro, &mut file)?;

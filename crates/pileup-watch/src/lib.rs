@@ -13,6 +13,7 @@
 
 pub mod capture;
 pub mod derive;
+pub mod expo;
 pub mod poll;
 pub mod report;
 pub mod store;

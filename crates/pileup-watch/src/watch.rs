@@ -36,6 +36,8 @@ pub struct WatchOptions {
     pub retention: Retention,
     /// Stop after this long (None: until `stop` is set).
     pub duration: Option<Duration>,
+    /// Serve the latest metrics in Prometheus format on this address.
+    pub listen: Option<String>,
 }
 
 /// Triggers that need no tuning: a server that does not answer, a pile-up
@@ -58,6 +60,7 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
+    Listening { addr: String },
     Poll { unix: f64, ok: bool, cost_ms: f64, error: Option<String>, derived: BTreeMap<String, f64> },
     Fired { unix: f64, trigger: String, onset_unix: f64 },
     Skipped { unix: f64, trigger: String, why: String },
@@ -123,6 +126,15 @@ fn free_bytes(p: &std::path::Path) -> Option<u64> {
 /// Run until `stop` is set or `duration` passes.
 pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool, on: &mut dyn FnMut(&Event)) -> Result<()> {
     let store = Store::open(&o.data_dir)?;
+    let expo: Option<crate::expo::Shared> = match &o.listen {
+        Some(addr) => {
+            let shared = crate::expo::Shared::default();
+            let local = crate::expo::serve(addr, shared.clone())?;
+            on(&Event::Listening { addr: local.to_string() });
+            Some(shared)
+        }
+        None => None,
+    };
     let captures_root = o.data_dir.join("captures");
     let poll_timeout = o.interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let mut poller = Poller::new(spec.clone(), pid, poll_timeout);
@@ -149,6 +161,13 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
             prev = Some(cur);
         }
         store.insert(&p, &derived)?;
+        if let Some(e) = &expo {
+            let mut e = e.lock().unwrap();
+            e.derived = derived.clone();
+            e.polls_total += 1;
+            e.polls_failed_total += u64::from(!p.ok);
+            e.last_poll_unix = p.unix;
+        }
         on(&Event::Poll { unix: p.unix, ok: p.ok, cost_ms: p.cost_ms, error: p.error.clone(), derived: derived.clone() });
         // Finished captures.
         while let Ok(ev) = done_rx.try_recv() {
@@ -156,6 +175,9 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
                 refresh_due.push((unix + AFTER_SECS, PathBuf::from(dir)));
+                if let Some(e) = &expo {
+                    e.lock().unwrap().captures_total += 1;
+                }
             }
             on(&ev);
         }

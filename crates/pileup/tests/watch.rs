@@ -58,10 +58,22 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)").unwrap();
     let mut load = sysbench(&sb, "oltp_read_only", 4, 60);
     let data = tempfile_dir("watch-convoy");
-    let (mut child, rx) = watch(&sb, &data, &[]);
-    // Steady load first: polls flow, nothing fires.
+    let (mut child, rx) = watch(&sb, &data, &["--listen", "127.0.0.1:0"]);
     let mut seen = vec![];
+    let listening = wait_for(&rx, "listening", Duration::from_secs(10), &mut seen).expect("listening event");
+    // Steady load first: polls flow, nothing fires.
     std::thread::sleep(Duration::from_secs(5));
+    // Prometheus can scrape the derived metrics meanwhile.
+    let body = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(listening["addr"].as_str().unwrap()).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut b = String::new();
+        c.read_to_string(&mut b).unwrap();
+        b
+    };
+    assert!(body.contains("\npileup_questions_rate ") && body.contains("\npileup_threads_running ") && body.contains("pileup_polls_total"), "{body}");
+    seen.clear();
     while let Ok(v) = rx.try_recv() {
         seen.push(v);
     }

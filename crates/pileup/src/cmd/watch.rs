@@ -78,6 +78,10 @@ pub struct WatchArgs {
     /// Sample a process that is not mariadbd/mysqld.
     #[arg(long)]
     pub any_process: bool,
+    /// Serve the derived metrics in Prometheus exposition format at
+    /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// Network link speed in Mbit/s, for bytes_sent_link_share.
     #[arg(long, default_value_t = 1000.0, value_name = "MBPS")]
     pub link_mbps: f64,
@@ -119,6 +123,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
         derive: pileup_watch::derive::DeriveOptions { link_bps: a.link_mbps * 1e6 },
         retention: Default::default(),
         duration: a.duration,
+        listen: a.listen,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -148,6 +153,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
         match e {
             Event::Poll { ok: false, error, .. } => eprintln!("poll failed: {}", error.as_deref().unwrap_or("")),
             Event::Poll { .. } => {}
+            Event::Listening { addr } => eprintln!("metrics: http://{addr}/metrics"),
             Event::Fired { trigger, .. } => eprintln!("fired: {trigger}"),
             Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
             Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),

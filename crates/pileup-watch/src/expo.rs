@@ -1,0 +1,96 @@
+//! Prometheus exposition: the latest derived metrics on `GET /metrics`, so a
+//! fleet is watched by Prometheus/VictoriaMetrics and Grafana while pileup
+//! stays a per-host agent. Every metric is a gauge named `pileup_<metric>`
+//! (rates are already per second); counters pileup keeps itself
+//! (`pileup_captures_total`, `pileup_polls_failed_total`) are counters.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    pub derived: BTreeMap<String, f64>,
+    pub polls_total: u64,
+    pub polls_failed_total: u64,
+    pub captures_total: u64,
+    pub last_poll_unix: f64,
+}
+
+/// What the watch loop updates and the HTTP thread reads.
+pub type Shared = Arc<Mutex<Snapshot>>;
+
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// Render the exposition text.
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+    for (k, v) in &s.derived {
+        if !v.is_finite() {
+            continue;
+        }
+        let n = format!("pileup_{}", sanitize(k));
+        let _ = writeln!(out, "# TYPE {n} gauge\n{n} {v}");
+    }
+    for (n, v, help) in [
+        ("pileup_polls_total", s.polls_total, "polls made"),
+        ("pileup_polls_failed_total", s.polls_failed_total, "polls the server did not answer in time"),
+        ("pileup_captures_total", s.captures_total, "stall captures written"),
+    ] {
+        let _ = writeln!(out, "# HELP {n} {help}\n# TYPE {n} counter\n{n} {v}");
+    }
+    let _ = writeln!(out, "# TYPE pileup_last_poll_timestamp_seconds gauge\npileup_last_poll_timestamp_seconds {}", s.last_poll_unix);
+    out
+}
+
+/// Serve `/metrics` on `addr` from a background thread.
+pub fn serve(addr: &str, shared: Shared) -> Result<std::net::SocketAddr> {
+    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("{e}")).with_context(|| format!("--listen {addr}: cannot listen (address in use, or not HOST:PORT?)"))?;
+    let local = server.server_addr().to_ip().context("--listen needs an IP address")?;
+    std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
+        for req in server.incoming_requests() {
+            let resp = if req.url() == "/metrics" {
+                let body = render(&shared.lock().unwrap());
+                tiny_http::Response::from_string(body)
+                    .with_header(tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]).unwrap())
+            } else {
+                tiny_http::Response::from_string("pileup: metrics are at /metrics\n").with_status_code(404)
+            };
+            let _ = req.respond(resp);
+        }
+    })?;
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn exposition_over_http() {
+        let shared: Shared = Default::default();
+        {
+            let mut s = shared.lock().unwrap();
+            s.derived.insert("questions_rate".into(), 1234.5);
+            s.derived.insert("bad-name".into(), 1.0);
+            s.derived.insert("nan".into(), f64::NAN);
+            s.polls_total = 7;
+        }
+        let addr = serve("127.0.0.1:0", shared).unwrap();
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        assert!(body.starts_with("HTTP/1.") && body.contains(" 200 "), "{body}");
+        assert!(body.contains("text/plain; version=0.0.4"));
+        assert!(body.contains("\npileup_questions_rate 1234.5\n"));
+        assert!(body.contains("\npileup_bad_name 1\n"));
+        assert!(!body.contains("pileup_nan"));
+        assert!(body.contains("# TYPE pileup_polls_total counter\npileup_polls_total 7\n"));
+    }
+}
