@@ -17,5 +17,6 @@ pub mod expo;
 pub mod poll;
 pub mod report;
 pub mod store;
+pub mod top;
 pub mod trigger;
 pub mod watch;

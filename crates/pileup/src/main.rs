@@ -32,6 +32,8 @@ enum Command {
     Stacks(cmd::stacks::StacksArgs),
     /// Poll every second, keep history, catch stalls and capture their evidence (auto-PMP).
     Watch(cmd::watch::WatchArgs),
+    /// Live terminal view: metrics with sparklines, busiest statements, stall state.
+    Top(cmd::watch::TopArgs),
     /// List the captures `pileup watch` made.
     Captures(cmd::watch::CapturesArgs),
     /// Rebuild a capture's self-contained report.html.
@@ -68,6 +70,7 @@ fn main() {
         Command::Stacks(a) => cmd::stacks::run(a, &cli.conn),
         Command::Watch(a) => cmd::watch::run_watch(a, &cli.conn),
         Command::Captures(a) => cmd::watch::run_captures(a),
+        Command::Top(a) => cmd::watch::run_top(a, &cli.conn),
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });

@@ -1,6 +1,7 @@
 //! Writing results: to stdout, or to a file created 0600 (results hold query
 //! text) through a temporary file renamed into place, so a full disk or a
-//! crash never leaves a truncated file under the requested name.
+//! crash never leaves a truncated file under the requested name. Paths that
+//! are not regular files (`/dev/null`, FIFOs, symlinks) are written through.
 
 use std::fs;
 use std::io::{IsTerminal, Write};
@@ -19,6 +20,15 @@ pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn W
             let mut lock = stdout.lock();
             f(&mut lock)?;
             lock.flush()?;
+            Ok(())
+        }
+        // Not a regular file (a device such as /dev/null, a FIFO, a symlink):
+        // write through it; renaming over it would replace the node itself.
+        Some(p) if fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file()) => {
+            let file = fs::OpenOptions::new().write(true).truncate(true).open(p).with_context(|| format!("cannot write {}", p.display()))?;
+            let mut w = std::io::BufWriter::new(file);
+            f(&mut w)?;
+            w.flush().with_context(|| format!("cannot write {}", p.display()))?;
             Ok(())
         }
         Some(p) => {

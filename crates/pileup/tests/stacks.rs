@@ -325,3 +325,24 @@ fn threads_created_and_exiting_during_sampling_are_handled() {
     let stopped: Vec<_> = thread_states(sb.pid()).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
     assert!(stopped.is_empty(), "{stopped:?}");
 }
+
+#[test]
+fn output_to_a_device_or_symlink_writes_through_it() {
+    use std::os::unix::fs::FileTypeExt;
+    let me = std::process::id().to_string();
+    let out = pileup(&["stacks", "--pid", &me, "--any-process", "--no-sql", "-o", "/dev/null"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null must stay a device");
+    let dir = std::env::temp_dir().join(format!("pileup-symlink-{me}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("real.txt");
+    std::fs::write(&target, "old").unwrap();
+    let link = dir.join("link.txt");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = pileup(&["stacks", "--pid", &me, "--any-process", "--no-sql", "-o", link.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink stays");
+    assert!(std::fs::read_to_string(&target).unwrap().contains("# pileup stacks"), "written through to its target");
+    let _ = std::fs::remove_dir_all(&dir);
+}

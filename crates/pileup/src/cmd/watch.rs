@@ -229,3 +229,36 @@ pub fn run_report(a: ReportArgs) -> Result<()> {
     println!("{}", a.dir.join("report.html").display());
     Ok(())
 }
+
+/// A live terminal view: derived metrics with sparklines, the busiest
+/// statements and the stall state (default triggers). q, Esc or Ctrl-C quits.
+#[derive(Args)]
+pub struct TopArgs {
+    /// Server process for OS data: a pid, "auto" or "none".
+    #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
+    pub pid: String,
+    /// Refresh interval.
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
+    pub interval: Duration,
+    /// Print one text snapshot (two polls, one interval apart) and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+pub fn run_top(a: TopArgs, conn: &ConnArgs) -> Result<()> {
+    use std::io::IsTerminal;
+    let spec = conn.resolve()?;
+    let pid = match a.pid.as_str() {
+        "none" => None,
+        "auto" => pileup_stacks::proc::auto_pid().ok(),
+        p => Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?),
+    };
+    if a.interval < Duration::from_millis(100) {
+        bail!("--interval must be at least 100ms");
+    }
+    if !a.once && !std::io::stdout().is_terminal() {
+        bail!("pileup top needs a terminal; use --once for a text snapshot");
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)
+}

@@ -1,0 +1,315 @@
+//! `pileup top`: a live terminal view of the derived metrics with sparklines,
+//! the busiest statements and the current stall state — what innotop and
+//! `mysqladmin ext -ri1` give, with the ratios they lack. `--once` prints the
+//! same as text for scripts. Quit with q, Esc or Ctrl-C.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use mysql::prelude::Queryable;
+use pileup_conn::ConnSpec;
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyModifiers};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::Frame;
+
+use crate::derive::{derive, DeriveOptions, Snapshot};
+use crate::poll::Poller;
+use crate::trigger::{Armed, Context, Step, Trigger};
+
+/// Metrics shown, in order: (metric, label).
+pub const SHOWN: &[(&str, &str)] = &[
+    ("questions_rate", "Questions/s"),
+    ("com_select_rate", "SELECT/s"),
+    ("com_insert_rate", "INSERT/s"),
+    ("com_update_rate", "UPDATE/s"),
+    ("com_delete_rate", "DELETE/s"),
+    ("threads_running", "Threads running"),
+    ("threads_connected", "Threads connected"),
+    ("innodb_rows_read_rate", "Rows read/s"),
+    ("rows_read_per_row_sent", "Rows read per row sent"),
+    ("rows_read_per_query", "Rows read per query"),
+    ("physical_reads_per_row_read", "Disk reads per row read"),
+    ("innodb_buffer_pool_reads_rate", "Buffer pool disk reads/s"),
+    ("innodb_data_pending_reads", "Pending reads"),
+    ("innodb_os_log_fsyncs_rate", "Log fsyncs/s"),
+    ("replica_lag", "Replica lag (s)"),
+    ("os_cpu_busy_pct", "Host CPU busy %"),
+    ("mysqld_cpu_cores", "Server CPU (cores)"),
+    ("poll_cost_ms", "Poll time (ms)"),
+];
+
+const SPARK_LEN: usize = 60;
+
+/// A statement running now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Running {
+    pub id: u64,
+    pub user: String,
+    pub secs: f64,
+    pub state: String,
+    pub info: String,
+}
+
+/// Everything the view shows, updated each interval.
+#[derive(Default)]
+pub struct TopState {
+    pub server: String,
+    series: BTreeMap<String, VecDeque<f64>>,
+    pub last: BTreeMap<String, f64>,
+    pub busiest: Vec<Running>,
+    pub poll_ok: bool,
+    pub error: Option<String>,
+    /// Triggers currently firing or pending, with their state.
+    pub stall: Vec<(String, Step)>,
+    triggers: Vec<(Trigger, Armed)>,
+}
+
+struct Ctx<'a>(&'a TopState, bool);
+
+impl Context for Ctx<'_> {
+    fn value(&self, m: &str) -> Option<f64> {
+        self.0.last.get(m).copied()
+    }
+    fn baseline(&self, m: &str, _w: f64) -> Option<f64> {
+        // The view keeps SPARK_LEN points; its median stands in for the baseline.
+        let s = self.0.series.get(m)?;
+        if s.len() < 10 {
+            return None;
+        }
+        let mut v: Vec<f64> = s.iter().take(s.len() - 1).copied().collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        Some(v[v.len() / 2])
+    }
+    fn poll_failed(&self) -> bool {
+        self.1
+    }
+}
+
+/// Unicode block sparkline of the values (scaled to their own maximum).
+pub fn spark(values: &VecDeque<f64>) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().fold(0.0f64, f64::max);
+    values
+        .iter()
+        .map(|&v| if max <= 0.0 || !v.is_finite() { BARS[0] } else { BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize] })
+        .collect()
+}
+
+pub fn fmt(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v.abs() >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if v.abs() >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+impl TopState {
+    pub fn new(server: String, triggers: Vec<Trigger>) -> TopState {
+        TopState { server, triggers: triggers.into_iter().map(|t| (t, Armed::default())).collect(), ..Default::default() }
+    }
+
+    pub fn update(&mut self, now: f64, ok: bool, error: Option<String>, derived: BTreeMap<String, f64>, busiest: Vec<Running>) {
+        self.poll_ok = ok;
+        self.error = error;
+        self.last = derived;
+        for (k, _) in SHOWN {
+            let s = self.series.entry(k.to_string()).or_default();
+            s.push_back(self.last.get(*k).copied().unwrap_or(f64::NAN));
+            while s.len() > SPARK_LEN {
+                s.pop_front();
+            }
+        }
+        self.busiest = busiest;
+        let mut triggers = std::mem::take(&mut self.triggers);
+        let ctx = Ctx(self, !ok);
+        self.stall = triggers
+            .iter_mut()
+            .filter_map(|(t, a)| {
+                let st = a.step(t, now, &ctx);
+                (st != Step::Idle).then(|| (t.text.clone(), st))
+            })
+            .collect();
+        self.triggers = triggers;
+    }
+
+    fn stall_line(&self) -> String {
+        let firing: Vec<&str> = self.stall.iter().filter(|(_, s)| matches!(s, Step::Fire | Step::Ongoing)).map(|(t, _)| t.as_str()).collect();
+        let pending: Vec<&str> = self.stall.iter().filter(|(_, s)| *s == Step::Pending).map(|(t, _)| t.as_str()).collect();
+        if !firing.is_empty() {
+            format!("STALL: {}", firing.join("; "))
+        } else if !pending.is_empty() {
+            format!("watching: {}", pending.join("; "))
+        } else {
+            "no stall".into()
+        }
+    }
+
+    /// The view as plain text (`--once`).
+    pub fn text(&self) -> String {
+        let mut out = format!("pileup top — {} — {}\n", self.server, self.stall_line());
+        if let Some(e) = &self.error {
+            out.push_str(&format!("poll failed: {e}\n"));
+        }
+        for (k, label) in SHOWN {
+            if let Some(v) = self.last.get(*k) {
+                out.push_str(&format!("{label:<26} {:>12}  {}\n", fmt(*v), spark(&self.series[*k])));
+            }
+        }
+        out.push_str("\nbusiest statements:\n");
+        if self.busiest.is_empty() {
+            out.push_str("  (none running)\n");
+        }
+        for r in &self.busiest {
+            out.push_str(&format!("  {:>8} {:<12} {:>8.1}s {:<24} {}\n", r.id, r.user, r.secs, r.state, r.info));
+        }
+        out
+    }
+
+    pub fn draw(&self, f: &mut Frame) {
+        let [head, metrics, stmts, foot] = Layout::vertical([Constraint::Length(3), Constraint::Length(SHOWN.len() as u16 + 2), Constraint::Min(4), Constraint::Length(1)]).areas(f.area());
+        let stall = self.stall_line();
+        let style = if stall.starts_with("STALL") { Style::default().fg(Color::White).bg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::default().fg(Color::Green) };
+        let mut lines = vec![Line::styled(stall, style)];
+        if let Some(e) = &self.error {
+            lines.push(Line::styled(format!("poll failed: {e}"), Style::default().fg(Color::Red)));
+        }
+        f.render_widget(Paragraph::new(lines).block(Block::bordered().title(format!(" pileup top — {} ", self.server))), head);
+        let rows: Vec<Row> = SHOWN
+            .iter()
+            .map(|(k, label)| {
+                let v = self.last.get(*k).copied();
+                let sp = self.series.get(*k).map(spark).unwrap_or_default();
+                Row::new(vec![label.to_string(), v.map(fmt).unwrap_or_else(|| "-".into()), sp])
+            })
+            .collect();
+        let t = Table::new(rows, [Constraint::Length(26), Constraint::Length(12), Constraint::Min(10)]).block(Block::bordered().title(" metrics (last 60 polls) "));
+        f.render_widget(t, metrics);
+        let srows: Vec<Row> = self
+            .busiest
+            .iter()
+            .map(|r| Row::new(vec![r.id.to_string(), r.user.clone(), format!("{:.1}s", r.secs), r.state.clone(), r.info.clone()]))
+            .collect();
+        let st = Table::new(srows, [Constraint::Length(8), Constraint::Length(12), Constraint::Length(9), Constraint::Length(24), Constraint::Min(20)])
+            .header(Row::new(vec!["id", "user", "time", "state", "statement"]).style(Style::default().add_modifier(Modifier::BOLD)))
+            .block(Block::bordered().title(" busiest statements "));
+        f.render_widget(st, stmts);
+        f.render_widget(Paragraph::new("q: quit"), foot);
+    }
+}
+
+/// Running statements, longest first (MariaDB `TIME_MS`, else `TIME`).
+fn busiest(conn: &mut mysql::Conn) -> Result<Vec<Running>> {
+    let q = "SELECT ID, USER, TIME, STATE, INFO FROM information_schema.PROCESSLIST \
+             WHERE COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump') AND ID <> CONNECTION_ID() AND INFO IS NOT NULL ORDER BY TIME DESC LIMIT 15";
+    let rows: Vec<(u64, Option<String>, Option<f64>, Option<String>, Option<String>)> = conn.query(q)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, u, t, s, i)| Running {
+            id,
+            user: u.unwrap_or_default(),
+            secs: t.unwrap_or(0.0),
+            state: s.unwrap_or_default(),
+            info: pileup_stacks::annotate::one_line(&i.unwrap_or_default(), 200),
+        })
+        .collect())
+}
+
+/// Run the dashboard (or, with `once`, print one text snapshot after two polls).
+pub fn run(spec: ConnSpec, pid: Option<i32>, interval: Duration, triggers: Vec<Trigger>, once: bool) -> Result<()> {
+    let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let mut poller = Poller::new(spec.clone(), pid, timeout);
+    let mut sql: Option<mysql::Conn> = None;
+    let mut state = TopState::new(spec.describe(), triggers);
+    let mut prev: Option<Snapshot> = None;
+    let mut step = |state: &mut TopState| {
+        let p = poller.poll();
+        let cur = Snapshot { at: p.unix, values: p.values.clone() };
+        let d = derive(prev.as_ref().unwrap_or(&cur), &cur, &DeriveOptions::default());
+        if p.ok {
+            prev = Some(cur);
+        }
+        if sql.is_none() {
+            let mut quick = spec.clone();
+            quick.timeout = timeout;
+            sql = quick.connect().ok();
+        }
+        let b = match sql.as_mut().map(busiest) {
+            Some(Ok(b)) => b,
+            Some(Err(_)) => {
+                sql = None;
+                vec![]
+            }
+            None => vec![],
+        };
+        state.update(p.unix, p.ok, p.error, d, b);
+    };
+    if once {
+        step(&mut state);
+        std::thread::sleep(interval);
+        step(&mut state);
+        print!("{}", state.text());
+        return Ok(());
+    }
+    ratatui::run(|terminal| -> Result<()> {
+        let mut next = Instant::now();
+        loop {
+            if Instant::now() >= next {
+                step(&mut state);
+                next += interval;
+                if next < Instant::now() {
+                    next = Instant::now() + interval;
+                }
+            }
+            terminal.draw(|f| state.draw(f))?;
+            let wait = next.saturating_duration_since(Instant::now());
+            if event::poll(wait)? {
+                if let TermEvent::Key(k) = event::read()? {
+                    let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkline_and_numbers() {
+        let v: VecDeque<f64> = [0.0, 1.0, 2.0, 4.0, 8.0].into();
+        assert_eq!(spark(&v), "▁▂▃▅█");
+        assert_eq!(spark(&[0.0, 0.0].into()), "▁▁");
+        assert_eq!(fmt(1234567.0), "1.23M");
+        assert_eq!(fmt(12345.0), "12.3k");
+        assert_eq!(fmt(42.0), "42");
+        assert_eq!(fmt(0.0123), "0.012");
+    }
+
+    #[test]
+    fn stall_state_follows_triggers() {
+        let t = vec![Trigger::parse("threads_running > 8").unwrap(), Trigger::parse("poll_failed").unwrap()];
+        let mut s = TopState::new("test".into(), t);
+        s.update(1.0, true, None, [("threads_running".to_string(), 2.0)].into(), vec![]);
+        assert!(s.text().contains("no stall"));
+        s.update(2.0, true, None, [("threads_running".to_string(), 20.0)].into(), vec![Running { id: 5, user: "app".into(), secs: 3.5, state: "Updating".into(), info: "UPDATE t SET a=1".into() }]);
+        let txt = s.text();
+        assert!(txt.contains("STALL: threads_running > 8"), "{txt}");
+        assert!(txt.contains("UPDATE t SET a=1") && txt.contains("3.5s"));
+        s.update(3.0, false, Some("timed out".into()), BTreeMap::new(), vec![]);
+        assert!(s.text().contains("STALL: poll_failed") && s.text().contains("poll failed: timed out"));
+    }
+}
