@@ -8,7 +8,7 @@ CARGO ?= cargo
 # command:Debian package — a command already on PATH (or in /usr/sbin) is not reinstalled.
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
-  hyperfine:hyperfine cc:build-essential curl:curl setpriv:util-linux chromium:chromium tmux:tmux
+  hyperfine:hyperfine cc:build-essential curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps demo test build bench clean
