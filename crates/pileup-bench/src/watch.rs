@@ -88,28 +88,30 @@ fn tps(sock: &str) -> Result<f64> {
     per_sec.ok_or_else(|| anyhow::anyhow!("could not read sysbench output: {text}"))
 }
 
-/// Newest modification time of any file named like `pat` below `dir`.
-fn first_file(dir: &Path, pat: &str) -> Option<std::time::SystemTime> {
-    let mut best = None;
+/// Earliest modification time, after `since`, of a file named like `pat` below `dir`.
+fn first_file(dir: &Path, pat: &str, since: std::time::SystemTime) -> Option<std::time::SystemTime> {
+    let mut best: Option<std::time::SystemTime> = None;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).ok()?.flatten() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().is_some_and(|n| n.to_string_lossy().contains(pat)) {
-                let m = e.metadata().ok()?.modified().ok()?;
-                best = Some(best.map_or(m, |b: std::time::SystemTime| b.min(m)));
+                if let Some(m) = e.metadata().ok().and_then(|m| m.modified().ok()).filter(|m| *m >= since) {
+                    best = Some(best.map_or(m, |b| b.min(m)));
+                }
             }
         }
     }
     best
 }
 
-fn convoy(pileup: &str, kind: &str, root: &Path) -> Result<Option<f64>> {
+fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<f64>> {
     let sb = Sandbox::start(Options::default())?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
-    let dir = root.join(format!("convoy-{}", kind.replace(' ', "-")));
+    let dir = root.join(format!("convoy-{}-{round}", kind.replace(' ', "-")));
     let w = start_watcher(kind, pileup, &sb, &dir)?;
     std::thread::sleep(Duration::from_secs(3));
     let mut holder = sb.connect()?;
@@ -131,7 +133,7 @@ fn convoy(pileup: &str, kind: &str, root: &Path) -> Result<Option<f64>> {
     let t0 = Instant::now();
     let mut found = None;
     while t0.elapsed() < Duration::from_secs(35) {
-        if let Some(t) = first_file(&dir, pat) {
+        if let Some(t) = first_file(&dir, pat, onset) {
             found = t.duration_since(onset).ok().map(|d| d.as_secs_f64());
             break;
         }
@@ -182,8 +184,8 @@ fn main() -> Result<()> {
     md.push_str("\n### Hot-row convoy: stall onset to first captured stack (default triggers)\n\n| tool | seconds from onset to first stack file |\n|---|---|\n");
     for k in ["pileup 1s", "pt-stalk gdb"] {
         let mut v = vec![];
-        for _ in 0..rounds {
-            match convoy(&pileup, k, &root)? {
+        for round in 0..rounds {
+            match convoy(&pileup, k, &root, round)? {
                 Some(s) => v.push(s),
                 None => eprintln!("{k}: no stack within 35 s"),
             }

@@ -118,6 +118,8 @@ pub struct Sandbox {
     pub endpoint: Endpoint,
     child: Option<Child>,
     keep: bool,
+    /// How the server was started, for [`Sandbox::restart`].
+    launch: Option<(PathBuf, Vec<std::ffi::OsString>, bool, Duration)>,
 }
 
 /// Default base directory: `$PILEUP_SANDBOX_DIR`, else `$TMPDIR/pileup-sandboxes`.
@@ -221,6 +223,7 @@ impl Sandbox {
                 cmd.arg(format!("--{}={v}", k.trim_start_matches('-')));
             }
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let launch = (mariadbd.clone(), cmd.get_args().map(|a| a.to_os_string()).collect::<Vec<_>>(), opts.die_with_parent, opts.ready_timeout);
             let child = spawn(cmd, opts.die_with_parent)?;
             let endpoint = Endpoint {
                 name: name.clone(),
@@ -231,7 +234,7 @@ impl Sandbox {
                 server_id,
                 binlog: opts.binlog,
             };
-            let mut sb = Sandbox { endpoint, child: Some(child), keep: false };
+            let mut sb = Sandbox { endpoint, child: Some(child), keep: false, launch: Some(launch) };
             match sb.wait_ready(opts.ready_timeout) {
                 Ok(()) => {
                     write_endpoint(&sb.endpoint)?;
@@ -287,6 +290,21 @@ impl Sandbox {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stop the server cleanly and start it again on the same datadir,
+    /// socket and port (a new pid). Replication settings persist in the datadir.
+    pub fn restart(&mut self) -> Result<()> {
+        let (bin, args, die_with_parent, timeout) = self.launch.clone().ok_or_else(|| anyhow!("this sandbox was not started here"))?;
+        stop_pid(self.endpoint.pid, self.child.as_mut())?;
+        self.child = None;
+        let mut cmd = Command::new(bin);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = spawn(cmd, die_with_parent)?;
+        self.endpoint.pid = child.id();
+        self.child = Some(child);
+        self.wait_ready(timeout)?;
+        write_endpoint(&self.endpoint)
     }
 
     /// The server's process id.

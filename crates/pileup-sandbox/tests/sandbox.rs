@@ -49,3 +49,15 @@ fn replica_follows_primary() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+#[test]
+fn restart_keeps_data_socket_and_port() {
+    let mut sb = Sandbox::start(Options { base_dir: Some(base()), ..Default::default() }).unwrap();
+    sb.sql("CREATE DATABASE k; CREATE TABLE k.t (a INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO k.t VALUES (42)").unwrap();
+    let (pid, port) = (sb.pid(), sb.endpoint.port);
+    sb.restart().unwrap();
+    assert_ne!(sb.pid(), pid);
+    assert_eq!(sb.endpoint.port, port);
+    let v: i64 = sb.connect().unwrap().query_first("SELECT a FROM k.t").unwrap().unwrap();
+    assert_eq!(v, 42);
+}

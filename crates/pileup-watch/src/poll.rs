@@ -97,6 +97,11 @@ impl Poller {
                 values.insert(k.to_ascii_lowercase(), if v == "ON" { 1.0 } else { 0.0 });
             }
         }
+        // Threads_running counts the thread running our own SHOW STATUS:
+        // report the server's threads, not the watcher.
+        if let Some(r) = values.get_mut("threads_running") {
+            *r = (*r - 1.0).max(0.0);
+        }
         let q = if is_mariadb { "SHOW ALL SLAVES STATUS" } else { "SHOW REPLICA STATUS" };
         if let Ok(rows) = c.query::<mysql::Row, _>(q) {
             let mut lag: Option<f64> = None;

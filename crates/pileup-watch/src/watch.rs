@@ -41,10 +41,10 @@ pub struct WatchOptions {
 }
 
 /// Triggers that need no tuning: a server that does not answer, a pile-up
-/// of running threads (scaled to the CPU count), throughput collapsing to
+/// of running threads (more than 4 per CPU, at least 16), throughput collapsing to
 /// under a third of its 5-minute baseline, a replica falling far behind.
 pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
-    let running = (4 * cpus).max(8);
+    let running = (4 * cpus).max(16);
     [
         "poll_failed".to_string(),
         format!("threads_running > {running} for 1s"),

@@ -198,7 +198,7 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let mut load = Command::new("sysbench")
         .arg("oltp_write_only")
         .args(base)
-        .args(["--threads=16", "--rate=150", "--time=60", "run"])
+        .args(["--threads=24", "--rate=150", "--time=60", "run"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -226,4 +226,45 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let _ = child.wait();
     let _ = load.kill();
     let _ = load.wait();
+}
+
+/// Run `pileup watch --json` for a while (no process: the pid changes on restart).
+fn watch_for(sock: &str, data: &std::path::Path, secs: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["watch", "-S", sock, "-u", "root", "--pid", "none", "--data-dir", data.to_str().unwrap(), "--interval", "200ms", "--duration", secs, "--json"])
+        .args(["--trigger", "threads_running > 1000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+#[test]
+fn history_survives_a_server_restart_and_a_watch_restart() {
+    let mut sb = sandbox();
+    let data = tempfile_dir("watch-restart");
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    // Watch across a server restart: polls fail while it is down, then resume.
+    let handle = {
+        let (sock, data) = (sock.clone(), data.clone());
+        std::thread::spawn(move || watch_for(&sock, &data, "8s"))
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    sb.restart().unwrap();
+    let events = handle.join().unwrap();
+    let polls: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "poll").collect();
+    assert!(polls.len() >= 30, "{} polls", polls.len());
+    let last_ok = polls.iter().rposition(|p| p["ok"] == true).unwrap();
+    if let Some(f) = polls.iter().position(|p| p["ok"] == false) {
+        assert!(last_ok > f, "polls resume after the restart");
+    }
+    let store = pileup_watch::store::Store::open(&data).unwrap();
+    let before = store.count().unwrap() as usize;
+    assert_eq!(before, polls.len(), "every poll is stored, failed ones included");
+    drop(store);
+    // A second watcher on the same data dir keeps the history and adds to it.
+    let more = watch_for(&sock, &data, "2s").iter().filter(|e| e["event"] == "poll").count();
+    let store = pileup_watch::store::Store::open(&data).unwrap();
+    assert_eq!(store.count().unwrap() as usize, before + more);
+    sb.sql("DO 1").unwrap();
 }

@@ -28,7 +28,7 @@ pub fn default_data_dir() -> PathBuf {
 ///
 /// Default triggers (replace with --trigger, repeatable):
 ///   poll_failed                                   the server did not answer a poll
-///   threads_running > 4×CPUs (at least 8) for 1s  a pile-up
+///   threads_running > 4×CPUs (at least 16) for 1s a pile-up
 ///   questions_rate < 0.3 * baseline_5m for 2s     throughput collapsed
 ///   replica_lag > 300 for 10s                     replica far behind
 ///
