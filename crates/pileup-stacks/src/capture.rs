@@ -252,7 +252,17 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
     let mut missed = vec![];
     // (tid, interrupted at)
     let mut pending: Vec<(i32, Instant)> = Vec::with_capacity(tids.len());
-    for &tid in tids {
+    let mut budget_exceeded = false;
+    for (i, &tid) in tids.iter().enumerate() {
+        // The budget counts from the first interrupt: on a big server seizing
+        // and interrupting alone can outlast it, so stop interrupting more.
+        if pending.first().is_some_and(|(_, first)| first.elapsed() > opts.max_stop) {
+            budget_exceeded = true;
+            for &t in &tids[i..] {
+                missed.push(Missed { tid: t, reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()) });
+            }
+            break;
+        }
         match seize(pid, tid, !pending.is_empty()) {
             Ok(Seized::Ok) => {}
             Ok(Seized::Gone) => {
@@ -277,11 +287,14 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
     let window_start = t0;
     // stopped threads in stop order: (RawThread, signal to re-inject, interrupted at)
     let mut stopped: Vec<(RawThread, Option<Signal>, Instant)> = Vec::with_capacity(pending.len());
-    let mut budget_exceeded = false;
-    while !pending.is_empty() {
+    while !pending.is_empty() && !budget_exceeded {
         let mut progress = false;
         let mut i = 0;
         while i < pending.len() {
+            if window_start.elapsed() > opts.max_stop {
+                budget_exceeded = true;
+                break;
+            }
             let (tid, at) = pending[i];
             match poll(tid) {
                 Poll::NotYet => i += 1,
@@ -303,7 +316,7 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
                 }
             }
         }
-        if pending.is_empty() {
+        if pending.is_empty() || budget_exceeded {
             break;
         }
         if window_start.elapsed() > opts.max_stop {
