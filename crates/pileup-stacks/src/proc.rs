@@ -52,6 +52,96 @@ pub fn auto_pid() -> Result<i32, StacksError> {
     }
 }
 
+/// Which running server listens on this endpoint (a Unix socket path, or a
+/// local TCP port)? Found from the kernel's socket tables
+/// (`/proc/net/unix`, `/proc/net/tcp{,6}`) and each server's open file
+/// descriptors, so with several servers on a host the one pileup connects
+/// to is the one it traces.
+pub fn server_listening_on(socket: Option<&std::path::Path>, port: Option<u16>) -> Listener {
+    let mut inodes: Vec<u64> = vec![];
+    if let Some(sock) = socket {
+        let want = fs::canonicalize(sock).unwrap_or_else(|_| sock.to_path_buf());
+        if let Ok(t) = fs::read_to_string("/proc/net/unix") {
+            inodes.extend(unix_listeners(&t).into_iter().filter(|(_, p)| {
+                let p = std::path::Path::new(p);
+                p == sock || fs::canonicalize(p).map(|c| c == want).unwrap_or(false)
+            }).map(|(i, _)| i));
+        }
+    }
+    if let Some(port) = port {
+        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            if let Ok(t) = fs::read_to_string(f) {
+                inodes.extend(tcp_listeners(&t).into_iter().filter(|(_, p)| *p == port).map(|(i, _)| i));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Listener::None;
+    }
+    let mut unreadable = false;
+    for (pid, _) in find_servers() {
+        let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            unreadable = true;
+            continue;
+        };
+        for e in rd.flatten() {
+            if let Ok(l) = fs::read_link(e.path()) {
+                let l = l.to_string_lossy();
+                if let Some(i) = l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse::<u64>().ok()) {
+                    if inodes.contains(&i) {
+                        return Listener::Server(pid);
+                    }
+                }
+            }
+        }
+    }
+    if unreadable {
+        Listener::Unknown
+    } else {
+        Listener::None
+    }
+}
+
+/// Who listens on an endpoint, as far as pileup can see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Server(i32),
+    /// No server process has that socket open.
+    None,
+    /// Some server's descriptors could not be read (no permission).
+    Unknown,
+}
+
+/// Listening Unix sockets in `/proc/net/unix`: (inode, path).
+pub fn unix_listeners(text: &str) -> Vec<(u64, String)> {
+    const SO_ACCEPTCON: u32 = 0x10000;
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let path = f.get(7)?;
+            (flags & SO_ACCEPTCON != 0).then(|| Some((f.get(6)?.parse().ok()?, path.to_string())))?
+        })
+        .collect()
+}
+
+/// Listening TCP sockets in `/proc/net/tcp` or `tcp6`: (inode, port).
+pub fn tcp_listeners(text: &str) -> Vec<(u64, u16)> {
+    const LISTEN: &str = "0A";
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if *f.get(3)? != LISTEN {
+                return None;
+            }
+            let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            Some((f.get(9)?.parse().ok()?, port))
+        })
+        .collect()
+}
+
 /// Check that `pid` exists and is a server (unless `any` is set).
 pub fn check_target(pid: i32, any: bool) -> Result<String, StacksError> {
     if !PathBuf::from(format!("/proc/{pid}")).exists() {
@@ -231,6 +321,19 @@ pub const SYS_FUTEX: u64 = 202;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_tables() {
+        let unix = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+                    000000005f388a69: 00000003 00000000 00000000 0001 03  1521\n\
+                    000000009f5075c4: 00000002 00000000 00010000 0001 01 185277 /tmp/sb/mysql.sock\n\
+                    00000000aaaaaaaa: 00000003 00000000 00000000 0001 03 185300 /tmp/sb/mysql.sock\n";
+        assert_eq!(unix_listeners(unix), vec![(185277, "/tmp/sb/mysql.sock".to_string())], "connected sockets and unnamed ones are not listeners");
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+                      0: 0100007F:AC55 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 185276 1 0 100 0 0 10 0\n\
+                      1: 0100007F:AC55 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 185999 1 0 100 0 0 10 0\n";
+        assert_eq!(tcp_listeners(tcp), vec![(185276, 0xAC55)]);
+    }
 
     #[test]
     fn maps_and_lookup() {

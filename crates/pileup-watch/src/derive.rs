@@ -53,6 +53,8 @@ pub const COUNTERS: &[&str] = &[
     "mysqld_write_bytes",
     "disk_reads",
     "disk_writes",
+    "innodb_row_lock_waits",
+    "innodb_row_lock_time",
 ];
 
 /// Values reported as they are.
@@ -69,9 +71,76 @@ pub const GAUGES: &[&str] = &[
     "replica_lag",
     "mysqld_rss_bytes",
     "disk_in_flight",
+    "innodb_row_lock_current_waits",
+    "pl_threads",
+    "pl_sleeping",
+    "pl_active",
+    "pl_active_longest_s",
+    "pl_waiting_lock",
+    "pl_waiting_mdl",
+    "pl_waiting_global_lock",
     "poll_ok",
     "poll_cost_ms",
+    "cost_status_ms",
+    "cost_processlist_ms",
+    "cost_replica_ms",
+    "cost_innodb_metrics_ms",
+    "cost_os_ms",
 ];
+
+/// Ratios and OS-derived values `derive` computes (besides rates and gauges).
+pub const COMPUTED: &[&str] = &[
+    "bp_read_requests_per_row",
+    "physical_reads_per_row_read",
+    "rows_read_per_query",
+    "rows_read_per_row_sent",
+    "bp_miss_ratio",
+    "os_cpu_busy_pct",
+    "os_cpu_iowait_pct",
+    "mysqld_cpu_cores",
+    "disk_busy_pct",
+    "checkpoint_age_pct",
+    "bytes_sent_link_share",
+];
+
+/// Every metric name `derive` can produce: the rates of [`COUNTERS`],
+/// [`GAUGES`], [`COMPUTED`] (and `com_*_rate`, which depends on the server).
+pub fn metric_names() -> Vec<String> {
+    let mut v: Vec<String> = COUNTERS.iter().map(|c| format!("{c}_rate")).collect();
+    v.extend(GAUGES.iter().chain(COMPUTED).map(|s| s.to_string()));
+    v
+}
+
+/// Is `name` a metric `derive` can produce?
+pub fn is_metric(name: &str) -> bool {
+    (name.starts_with("com_") && name.ends_with("_rate")) || metric_names().iter().any(|m| m == name)
+}
+
+/// The known metric closest to a misspelt `name`: one that contains it or
+/// that it contains, else the one with the fewest edits (if few).
+pub fn suggest(name: &str) -> Option<String> {
+    let names = metric_names();
+    if let Some(m) = names.iter().filter(|m| m.contains(name) || name.contains(m.as_str())).min_by_key(|m| m.len().abs_diff(name.len())) {
+        return Some(m.clone());
+    }
+    names.into_iter().map(|m| (edits(&m, name), m)).filter(|(d, _)| *d <= 3).min().map(|(_, m)| m)
+}
+
+/// Levenshtein distance (short strings; not worth a crate).
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == b[j] { prev } else { 1 + prev.min(row[j]).min(row[j + 1]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
 
 /// Kernel clock ticks per second (USER_HZ; 100 on every Linux ABI pileup runs on).
 const TICKS: f64 = 100.0;
@@ -154,6 +223,10 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
             out.insert("disk_busy_pct".into(), (100.0 * ms / (dt * 1000.0)).min(100.0));
         }
     }
+    // How full the redo log is: InnoDB flushes furiously as this nears 100%.
+    if let Some(p) = ratio(cur.get("innodb_checkpoint_age"), cur.get("innodb_checkpoint_max_age")) {
+        out.insert("checkpoint_age_pct".into(), 100.0 * p);
+    }
     if let Some(r) = out.get("bytes_sent_rate").copied() {
         if o.link_bps > 0.0 {
             out.insert("bytes_sent_link_share".into(), r * 8.0 / o.link_bps);
@@ -184,6 +257,27 @@ mod tests {
         assert_eq!(d["bp_miss_ratio"], 40.0 / 200_000.0);
         assert_eq!(d["bytes_sent_link_share"], 1.0, "125 MB/s on a 1 Gbit/s link");
         assert!(!d.contains_key("bp_read_requests_per_row"), "needs all four row counters");
+        for k in d.keys() {
+            assert!(is_metric(k), "{k} is derived but not in the catalogue");
+        }
+    }
+
+    #[test]
+    fn every_derived_name_is_catalogued_and_typos_get_a_suggestion() {
+        let all: Vec<(&str, f64)> = COUNTERS.iter().chain(GAUGES).map(|k| (*k, 1.0)).chain([("os_cpu_ticks", 1.0), ("os_cpu_busy_ticks", 1.0), ("os_cpu_iowait_ticks", 1.0), ("mysqld_cpu_ticks", 1.0), ("disk_io_ms", 1.0), ("innodb_checkpoint_max_age", 10.0), ("rows_read", 1.0)]).collect();
+        let a = snap(0.0, &all);
+        let b = snap(1.0, &all.iter().map(|(k, v)| (*k, v * 2.0)).collect::<Vec<_>>());
+        let d = derive(&a, &b, &DeriveOptions::default());
+        for k in d.keys() {
+            assert!(is_metric(k), "{k} is derived but not in the catalogue");
+        }
+        for m in COMPUTED {
+            assert!(d.contains_key(*m), "{m} is catalogued but never derived");
+        }
+        assert_eq!(suggest("data_pending_reads").as_deref(), Some("innodb_data_pending_reads"));
+        assert_eq!(suggest("threads_runing").as_deref(), Some("threads_running"));
+        assert_eq!(suggest("zzzz_qqqq_xxxx"), None);
+        assert!(is_metric("com_select_rate") && !is_metric("questions"));
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Poll: one round of raw values from the server and the OS.
 //!
-//! SQL: `SHOW GLOBAL STATUS`, replica status. OS: `/proc/stat`, the server
+//! SQL: `SHOW GLOBAL STATUS`, a grouped processlist summary, replica status
+//! (and on MySQL InnoDB's history length and checkpoint age). OS: `/proc/stat`, the server
 //! process's CPU and I/O, `/proc/diskstats` for the device holding the
 //! datadir. Every query is bounded (client read timeout and server-side
 //! `max_statement_time`); a poll that fails or times out is data, recorded
 //! as `poll_ok = 0` with the reason, and the connection is rebuilt next time.
-//! Polls never overlap: the caller runs them one after another.
+//! Polls never overlap: the caller runs them one after another. Each
+//! collector's own duration is recorded (`cost_*_ms`) next to the whole
+//! poll's (`poll_cost_ms`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -35,17 +38,23 @@ pub struct Poller {
     pid: Option<i32>,
     datadir_dev: Option<(u32, u32)>,
     is_mariadb: bool,
+    identity: Option<String>,
 }
 
 impl Poller {
     /// `timeout` bounds connecting and every query of a poll.
     pub fn new(mut spec: ConnSpec, pid: Option<i32>, timeout: Duration) -> Poller {
         spec.timeout = timeout;
-        Poller { spec, conn: None, pid, datadir_dev: None, is_mariadb: true }
+        Poller { spec, conn: None, pid, datadir_dev: None, is_mariadb: true, identity: None }
     }
 
     pub fn pid(&self) -> Option<i32> {
         self.pid
+    }
+
+    /// The server's own identity, `hostname:port datadir`, once connected.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     fn connect(&mut self) -> anyhow::Result<&mut mysql::Conn> {
@@ -53,9 +62,12 @@ impl Poller {
             let mut c = self.spec.connect()?;
             let (flavor, _) = pileup_conn::flavor(&mut c)?;
             self.is_mariadb = flavor == pileup_conn::Flavor::MariaDb;
-            if self.datadir_dev.is_none() {
-                let dd: Option<String> = c.query_first("SELECT @@datadir").unwrap_or(None);
-                self.datadir_dev = dd.and_then(|d| device_of(&d, self.pid));
+            let id: Option<(String, u32, String)> = c.query_first("SELECT @@hostname, @@port, @@datadir")?;
+            if let Some((host, port, datadir)) = id {
+                if self.datadir_dev.is_none() {
+                    self.datadir_dev = device_of(&datadir, self.pid);
+                }
+                self.identity = Some(format!("{host}:{port} {datadir}"));
             }
             self.conn = Some(c);
         }
@@ -74,7 +86,9 @@ impl Poller {
             tracing::debug!("poll failed: {e:#}");
         }
         if let Some(pid) = self.pid {
+            let t = Instant::now();
             os_values(pid, self.datadir_dev, &mut values);
+            values.insert("cost_os_ms".into(), ms(t));
         }
         let ok = sql.is_ok();
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });
@@ -89,6 +103,7 @@ impl Poller {
             self.is_mariadb
         };
         let c = self.conn.as_mut().unwrap();
+        let t = Instant::now();
         let rows: Vec<(String, String)> = c.query("SHOW GLOBAL STATUS")?;
         for (k, v) in rows {
             if let Ok(x) = v.parse::<f64>() {
@@ -102,6 +117,41 @@ impl Poller {
         if let Some(r) = values.get_mut("threads_running") {
             *r = (*r - 1.0).max(0.0);
         }
+        values.insert("cost_status_ms".into(), ms(t));
+
+        // The processlist, summarised on the server so a poll moves a few
+        // rows whatever the connection count. MariaDB's
+        // information_schema.PROCESSLIST and MySQL's
+        // performance_schema.processlist do not take the global thread-list
+        // lock for the whole scan the way SHOW PROCESSLIST does.
+        let t = Instant::now();
+        let q = if is_mariadb {
+            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME_MS) / 1000 FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
+        } else {
+            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME) FROM performance_schema.processlist WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
+        };
+        let pl: Vec<(String, String, i64, Option<f64>)> = c.query(q)?;
+        let groups: Vec<PlGroup> = pl.into_iter().map(|(command, state, threads, max_secs)| PlGroup { command, state, threads, max_secs: max_secs.unwrap_or(0.0) }).collect();
+        summarize_processlist(&groups, values);
+        values.insert("cost_processlist_ms".into(), ms(t));
+
+        // MySQL has no history-length / checkpoint-age status variables;
+        // INNODB_METRICS has both and reading it takes no InnoDB lock.
+        if !values.contains_key("innodb_history_list_length") {
+            let t = Instant::now();
+            let rows: Vec<(String, Option<f64>)> = c
+                .query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME IN ('trx_rseg_history_len', 'log_lsn_checkpoint_age')")
+                .unwrap_or_default();
+            for (name, v) in rows {
+                let k = if name == "trx_rseg_history_len" { "innodb_history_list_length" } else { "innodb_checkpoint_age" };
+                if let Some(v) = v {
+                    values.insert(k.into(), v);
+                }
+            }
+            values.insert("cost_innodb_metrics_ms".into(), ms(t));
+        }
+
+        let t = Instant::now();
         let q = if is_mariadb { "SHOW ALL SLAVES STATUS" } else { "SHOW REPLICA STATUS" };
         if let Ok(rows) = c.query::<mysql::Row, _>(q) {
             let mut lag: Option<f64> = None;
@@ -120,7 +170,115 @@ impl Poller {
             }
             values.insert("replica_channels".into(), rows.len() as f64);
         }
+        values.insert("cost_replica_ms".into(), ms(t));
         Ok(())
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// One (COMMAND, STATE) group of the processlist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlGroup {
+    pub command: String,
+    pub state: String,
+    pub threads: i64,
+    /// Longest time in this command/state, seconds.
+    pub max_secs: f64,
+}
+
+/// Commands of the server's own threads and of idle clients: not user work.
+fn is_background(command: &str) -> bool {
+    matches!(command, "Sleep" | "Daemon" | "Binlog Dump" | "Binlog Dump GTID" | "Connect" | "Killed")
+        || command.starts_with("Slave_")
+        || command.starts_with("Replica_")
+}
+
+/// Processlist gauges (`pl_*`) from the grouped processlist:
+/// * `pl_threads`: every thread listed (but our own poll);
+/// * `pl_sleeping`: idle client connections;
+/// * `pl_active`: connections running a command (Query, Execute, ...);
+/// * `pl_active_longest_s`: the longest such command, seconds;
+/// * `pl_waiting_lock`: active connections in a `Waiting for ... lock` state
+///   (metadata, table-level, global read / backup lock); row-lock waits do
+///   not show in the state, they are `innodb_row_lock_current_waits`;
+/// * `pl_waiting_mdl`, `pl_waiting_global_lock`: the two that matter most.
+pub fn summarize_processlist(groups: &[PlGroup], out: &mut BTreeMap<String, f64>) {
+    let (mut total, mut sleeping, mut active, mut longest, mut waiting, mut mdl, mut global) = (0i64, 0i64, 0i64, 0f64, 0i64, 0i64, 0i64);
+    for g in groups {
+        total += g.threads;
+        if g.command == "Sleep" {
+            sleeping += g.threads;
+        }
+        if is_background(&g.command) {
+            continue;
+        }
+        active += g.threads;
+        longest = longest.max(g.max_secs);
+        let st = g.state.to_ascii_lowercase();
+        if st.starts_with("waiting for") && st.contains("lock") {
+            waiting += g.threads;
+            if st.contains("metadata lock") {
+                mdl += g.threads;
+            }
+            if st.contains("global read lock") || st.contains("backup lock") || st.contains("commit lock") {
+                global += g.threads;
+            }
+        }
+    }
+    for (k, v) in [
+        ("pl_threads", total as f64),
+        ("pl_sleeping", sleeping as f64),
+        ("pl_active", active as f64),
+        ("pl_active_longest_s", longest),
+        ("pl_waiting_lock", waiting as f64),
+        ("pl_waiting_mdl", mdl as f64),
+        ("pl_waiting_global_lock", global as f64),
+    ] {
+        out.insert(k.into(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(command: &str, state: &str, threads: i64, max_secs: f64) -> PlGroup {
+        PlGroup { command: command.into(), state: state.into(), threads, max_secs }
+    }
+
+    #[test]
+    fn processlist_summary() {
+        let mut v = BTreeMap::new();
+        summarize_processlist(
+            &[
+                g("Sleep", "", 40, 900.0),
+                g("Daemon", "InnoDB purge worker", 4, 5000.0),
+                g("Slave_SQL", "Waiting for table metadata lock", 1, 30.0),
+                g("Query", "Sending data", 3, 2.5),
+                g("Query", "Waiting for backup lock", 12, 7.0),
+                g("Query", "Waiting for table metadata lock", 2, 1.0),
+                g("Execute", "Updating", 5, 0.2),
+            ],
+            &mut v,
+        );
+        assert_eq!(v["pl_threads"], 67.0);
+        assert_eq!(v["pl_sleeping"], 40.0);
+        assert_eq!(v["pl_active"], 22.0, "sleeping, daemons and the replica's threads are not user work");
+        assert_eq!(v["pl_active_longest_s"], 7.0);
+        assert_eq!(v["pl_waiting_lock"], 14.0);
+        assert_eq!(v["pl_waiting_mdl"], 2.0);
+        assert_eq!(v["pl_waiting_global_lock"], 12.0);
+    }
+
+    #[test]
+    fn empty_processlist_is_zero_not_missing() {
+        let mut v = BTreeMap::new();
+        summarize_processlist(&[], &mut v);
+        assert_eq!(v["pl_active"], 0.0);
+        assert_eq!(v["pl_active_longest_s"], 0.0);
     }
 }
 

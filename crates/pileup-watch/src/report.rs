@@ -50,6 +50,9 @@ pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
 const CHARTS: &[(&str, &str)] = &[
     ("questions_rate", "Questions per second"),
     ("threads_running", "Threads running"),
+    ("pl_waiting_lock", "Connections waiting for a metadata, table or global lock"),
+    ("innodb_row_lock_current_waits", "Connections waiting for a row lock"),
+    ("pl_active_longest_s", "Longest running statement (s)"),
     ("poll_cost_ms", "Poll time (ms): how long the server took to answer"),
     ("innodb_rows_read_rate", "InnoDB rows read per second"),
     ("innodb_buffer_pool_reads_rate", "Buffer pool reads from disk per second"),

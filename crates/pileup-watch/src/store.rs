@@ -13,6 +13,8 @@ use rusqlite::{params, Connection};
 pub struct Store {
     db: Connection,
     pub path: PathBuf,
+    /// Held by the one watcher writing this store (see [`Store::claim`]).
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
 /// One stored poll.
@@ -54,9 +56,61 @@ impl Store {
         db.execute_batch(
             "CREATE TABLE IF NOT EXISTS polls (unix REAL PRIMARY KEY, ok INTEGER NOT NULL, cost_ms REAL, error TEXT, raw TEXT, derived TEXT);
              CREATE TABLE IF NOT EXISTS rollup_1m (minute INTEGER PRIMARY KEY, polls INTEGER, failed INTEGER, derived TEXT);
-             CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);",
+             CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
-        Ok(Store { db, path })
+        Ok(Store { db, path, _lock: None })
+    }
+
+    /// Take this store for one watcher: only one writes a store at a time.
+    pub fn claim(&mut self) -> Result<()> {
+        use nix::fcntl::{Flock, FlockArg};
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let lock_path = dir.join("watch.lock");
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).mode(0o600).open(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+        let mut f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((_, _)) => {
+                let who = std::fs::read_to_string(&lock_path).unwrap_or_default();
+                anyhow::bail!(
+                    "another pileup watch{} is writing {}; stop it or give this one its own --data-dir",
+                    if who.trim().is_empty() { String::new() } else { format!(" (pid {})", who.trim()) },
+                    dir.display()
+                );
+            }
+        };
+        {
+            use std::io::{Seek, Write};
+            let _ = f.set_len(0);
+            let _ = f.seek(std::io::SeekFrom::Start(0));
+            let _ = write!(f, "{}", std::process::id());
+        }
+        self._lock = Some(f);
+        Ok(())
+    }
+
+    /// Record that this store is the history of `server` (the server's own
+    /// identity: host, port, datadir), or refuse if it holds another's — two
+    /// servers' polls interleaved in one timeline would make every rate and
+    /// baseline wrong.
+    pub fn bind_server(&self, server: &str) -> Result<()> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        match self.server() {
+            Some(h) if h != server => anyhow::bail!(
+                "--data-dir {} holds the history of {h}, not {server}; give each server its own --data-dir",
+                dir.display()
+            ),
+            Some(_) => {}
+            None => {
+                self.db.execute("INSERT INTO meta (key, value) VALUES ('server', ?1)", params![server])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The server whose history this is, if a watcher has claimed it.
+    pub fn server(&self) -> Option<String> {
+        self.db.query_row("SELECT value FROM meta WHERE key = 'server'", [], |r| r.get(0)).ok()
     }
 
     pub fn insert(&self, p: &crate::poll::Poll, derived: &BTreeMap<String, f64>) -> Result<()> {
@@ -173,8 +227,12 @@ mod tests {
         }
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(d.path().join("pileup.db")).unwrap().permissions().mode() & 0o777, 0o600);
-        let s = Store::open(d.path()).unwrap();
+        let mut s = Store::open(d.path()).unwrap();
         assert_eq!(s.count().unwrap(), 180, "reopened store keeps history");
+        s.claim().unwrap();
+        let mut other = Store::open(d.path()).unwrap();
+        let e = other.claim().unwrap_err().to_string();
+        assert!(e.contains("another pileup watch") && e.contains(&std::process::id().to_string()), "{e}");
         let r = s.range(6010.0, 6012.0).unwrap();
         assert_eq!(r.len(), 3);
         assert_eq!(r[0].derived["questions_rate"], 10.0);
@@ -185,5 +243,13 @@ mod tests {
         assert_eq!(ru.len(), 3);
         assert_eq!(ru[0].1["questions_rate"], 29.5, "average of 0..59");
         assert_eq!(s.count().unwrap(), 40, "raw polls older than 100 s are gone");
+        drop(s);
+        let mut again = Store::open(d.path()).unwrap();
+        again.claim().unwrap();
+        again.bind_server("db1:3306 /var/lib/mysql/").unwrap();
+        again.bind_server("db1:3306 /var/lib/mysql/").unwrap();
+        assert_eq!(again.server().as_deref(), Some("db1:3306 /var/lib/mysql/"));
+        let e = again.bind_server("db2:3306 /var/lib/mysql/").unwrap_err().to_string();
+        assert!(e.contains("holds the history of db1:3306 /var/lib/mysql/, not db2:3306"), "{e}");
     }
 }

@@ -168,6 +168,21 @@ impl Trigger {
         Ok(Trigger { text: text.to_string(), cond: Cond::Cmp { lhs, op, rhs }, hold })
     }
 
+    /// Refuse a trigger naming a metric pileup never derives: it could never
+    /// fire, and a typo should not be found out during the stall it missed.
+    pub fn check_metrics(&self) -> Result<(), ParseError> {
+        for m in self.metrics() {
+            if !crate::derive::is_metric(m) {
+                let hint = match crate::derive::suggest(m) {
+                    Some(s) => format!("did you mean {s}? "),
+                    None => String::new(),
+                };
+                return Err(ParseError { expr: self.text.clone(), why: format!("unknown metric {m} ({hint}the metrics are listed in docs/METRICS.md)") });
+            }
+        }
+        Ok(())
+    }
+
     /// The metrics this trigger reads (for the collector to keep).
     pub fn metrics(&self) -> Vec<&str> {
         match &self.cond {

@@ -125,7 +125,9 @@ fn free_bytes(p: &std::path::Path) -> Option<u64> {
 
 /// Run until `stop` is set or `duration` passes.
 pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool, on: &mut dyn FnMut(&Event)) -> Result<()> {
-    let store = Store::open(&o.data_dir)?;
+    let mut store = Store::open(&o.data_dir)?;
+    store.claim()?;
+    let mut bound = false;
     let expo: Option<crate::expo::Shared> = match &o.listen {
         Some(addr) => {
             let shared = crate::expo::Shared::default();
@@ -159,6 +161,12 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
         };
         if p.ok {
             prev = Some(cur);
+            if !bound {
+                if let Some(id) = poller.identity() {
+                    store.bind_server(id)?;
+                    bound = true;
+                }
+            }
         }
         store.insert(&p, &derived)?;
         if let Some(e) = &expo {

@@ -81,6 +81,11 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     assert!(polls >= 15, "only {polls} polls in 5 s at 200 ms");
     assert!(seen.iter().all(|v| v["event"] == "poll"), "steady load must not trigger: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
     assert!(seen.iter().any(|v| v["derived"]["questions_rate"].as_f64().unwrap_or(0.0) > 10.0), "rates are derived");
+    // Every poll summarises the processlist and times each collector.
+    for k in ["pl_threads", "pl_active", "cost_status_ms", "cost_processlist_ms", "cost_os_ms"] {
+        assert!(seen.iter().all(|v| v["derived"][k].is_number()), "{k} missing from a poll");
+    }
+    assert!(seen.iter().all(|v| v["derived"]["pl_threads"].as_f64().unwrap() >= 4.0), "4 sysbench connections");
 
     // The convoy: one transaction holds the row, 20 connections queue on it.
     let mut holder = sb.connect().unwrap();
@@ -101,6 +106,8 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen).unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
     let verdict = cap["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")), "verdict: {verdict}");
+    let waits = |k: &str| seen.iter().filter_map(|v| v["derived"][k].as_f64()).fold(0.0, f64::max);
+    assert!(waits("innodb_row_lock_current_waits") >= 10.0 && waits("pl_active") >= 20.0, "the polls saw the queue");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
@@ -215,6 +222,8 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     f.query_drop("UNLOCK TABLES").unwrap();
     let cap = cap.unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
+    let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
+    assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global read lock ({global_waits})");
     let verdict = cap["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("global read lock") && verdict.contains(&format!("connection {ftwrl_id} ")), "verdict: {verdict}");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -267,4 +276,35 @@ fn history_survives_a_server_restart_and_a_watch_restart() {
     let store = pileup_watch::store::Store::open(&data).unwrap();
     assert_eq!(store.count().unwrap() as usize, before + more);
     sb.sql("DO 1").unwrap();
+}
+
+#[test]
+fn two_servers_on_one_host_are_never_mixed_up() {
+    let a = sandbox();
+    let b = sandbox();
+    let data = tempfile_dir("watch-two");
+    let watch_b = |data: &std::path::Path, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["watch", "-u", "root", "--data-dir", data.to_str().unwrap(), "--interval", "200ms", "--duration", "1s", "--trigger", "threads_running > 1000"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // --pid auto follows the endpoint: B's socket, then B's TCP port, is B's process.
+    let out = watch_b(&data, &["-S", b.endpoint.socket.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && e.contains(&format!(", pid {},", b.pid())), "{e}");
+    let other = tempfile_dir("watch-two-tcp");
+    let out = watch_b(&other, &["-h", "127.0.0.1", "-P", &b.endpoint.port.to_string()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && e.contains(&format!(", pid {},", b.pid())), "{e}");
+    // A store holds one server's history: pointing A's watcher at it is refused.
+    let out = watch_b(&data, &["-S", a.endpoint.socket.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("holds the history of") && e.contains("its own --data-dir"), "{e}");
+    assert_eq!(e.lines().filter(|l| l.starts_with("pileup:")).count(), 1, "{e}");
+    // A typo in a trigger is refused before anything runs.
+    let out = pileup(&["watch", "--trigger", "data_pending_reads > 8", "--data-dir", data.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("did you mean innodb_data_pending_reads?"), "{e}");
 }

@@ -37,3 +37,32 @@ mod tests {
         assert!(super::parse_duration("-1s").is_err());
     }
 }
+
+/// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
+/// is the server listening on the endpoint pileup connects to (socket, or a
+/// local TCP port); a remote server has no local process. Returns the pid
+/// and, when there is none, why (for the start-up line).
+pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Result<(Option<i32>, Option<String>)> {
+    use anyhow::Context;
+    use pileup_stacks::proc::{auto_pid, server_listening_on, Listener};
+    match arg {
+        "none" => Ok((None, Some("--pid none".into()))),
+        "auto" => {
+            let local = spec.socket.is_some() || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
+            if !local {
+                return Ok((None, Some(format!("the server is on {}: run pileup on that host for OS data and stacks", spec.describe()))));
+            }
+            let port = if spec.socket.is_none() { Some(spec.port) } else { None };
+            match server_listening_on(spec.socket.as_deref(), port) {
+                Listener::Server(pid) => Ok((Some(pid), None)),
+                Listener::None => Ok((None, Some(format!("no local server process listens on {}; give --pid for OS data and stacks", spec.describe())))),
+                // Cannot see the servers' sockets (not root): one server is unambiguous.
+                Listener::Unknown => match auto_pid() {
+                    Ok(pid) => Ok((Some(pid), None)),
+                    Err(e) => Ok((None, Some(format!("{e}")))),
+                },
+            }
+        }
+        p => Ok((Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?), None)),
+    }
+}

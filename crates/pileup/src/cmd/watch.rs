@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use pileup_conn::ConnArgs;
 use pileup_watch::capture::CaptureSettings;
@@ -89,11 +89,7 @@ pub struct WatchArgs {
 
 pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
     let spec = conn.resolve()?;
-    let pid = match a.pid.as_str() {
-        "none" => None,
-        "auto" => pileup_stacks::proc::auto_pid().ok(),
-        p => Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?),
-    };
+    let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
         pileup_stacks::proc::check_target(p, a.any_process)?;
     }
@@ -105,7 +101,9 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
     }
     let mut triggers = vec![];
     for t in &a.triggers {
-        triggers.push(Trigger::parse(t)?);
+        let t = Trigger::parse(t)?;
+        t.check_metrics()?;
+        triggers.push(t);
     }
     if triggers.is_empty() || a.with_default_triggers {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -136,7 +134,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
             "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
             spec.describe(),
             a.interval,
-            pid.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
+            pid.map(|p| p.to_string()).unwrap_or_else(|| format!("none ({})", no_pid_why.as_deref().unwrap_or("?"))),
             data_dir.display(),
             o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
         );
@@ -248,11 +246,7 @@ pub struct TopArgs {
 pub fn run_top(a: TopArgs, conn: &ConnArgs) -> Result<()> {
     use std::io::IsTerminal;
     let spec = conn.resolve()?;
-    let pid = match a.pid.as_str() {
-        "none" => None,
-        "auto" => pileup_stacks::proc::auto_pid().ok(),
-        p => Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?),
-    };
+    let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
     if a.interval < Duration::from_millis(100) {
         bail!("--interval must be at least 100ms");
     }
