@@ -8,10 +8,12 @@
 //! 2. Onset to first stack: a hot-row lock convoy (one open transaction, 30
 //!    connections updating the same row) under light load; time from the
 //!    convoy's start to the first stack file each tool writes, both with
-//!    their default triggers (pileup: threads_running > 4×CPUs for 1 s;
-//!    pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`).
+//!    their default triggers (pileup: threads_running > max(16, 4×CPUs) for
+//!    1 s; pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`).
+//!    The server runs as `mysqld` here: pt-stalk only looks for that name.
+//!    Each tool's watcher CPU is measured too (% of one core).
 //!
-//! Usage: watch-bench --pileup PATH [--rounds 3] [--out FILE]
+//! Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|onset] [--out FILE]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -64,6 +66,16 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
     Ok(Some(c))
 }
 
+/// CPU seconds a watcher and the children it has reaped used so far
+/// (utime + stime + cutime + cstime from /proc/PID/stat): pt-stalk's work is
+/// done by the `mysql` clients it starts each second.
+fn cpu_secs(c: &Option<Child>) -> f64 {
+    let Some(c) = c else { return 0.0 };
+    let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
+    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(4).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
+    f.iter().sum::<f64>() / 100.0
+}
+
 fn stop(c: Option<Child>) {
     if let Some(mut c) = c {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
@@ -88,9 +100,42 @@ fn tps(sock: &str) -> Result<f64> {
     per_sec.ok_or_else(|| anyhow::anyhow!("could not read sysbench output: {text}"))
 }
 
-/// Earliest modification time, after `since`, of a file named like `pat` below `dir`.
-fn first_file(dir: &Path, pat: &str, since: std::time::SystemTime) -> Option<std::time::SystemTime> {
-    let mut best: Option<std::time::SystemTime> = None;
+/// The server binary under the name `mysqld`: pt-stalk looks for a process
+/// called `mysqld` (`pidof mysqld`) and silently collects no stacks from one
+/// called `mariadbd`, MariaDB's binary name since 10.5.
+fn mysqld_named(root: &Path) -> Result<PathBuf> {
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    let link = bin.join("mysqld");
+    if !link.exists() {
+        let real = ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"].iter().map(PathBuf::from).find(|p| p.exists()).ok_or_else(|| anyhow::anyhow!("mariadbd not found"))?;
+        std::os::unix::fs::symlink(real, &link)?;
+    }
+    Ok(link)
+}
+
+/// When the first stack was taken: pileup records each sample's time in
+/// stacks.json; for pt-stalk, the creation time of its gdb output file (the
+/// shell creates it just before gdb attaches: the most favourable reading).
+fn first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
+    let since = onset.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    if kind.starts_with("pileup") {
+        let f = find_files(dir, "stacks.json").into_iter().next()?;
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+        let at = j["samples"][0]["at_unix_ms"].as_f64()? / 1000.0;
+        (at >= since).then_some(at - since)
+    } else {
+        let best = find_files(dir, "stacktrace")
+            .into_iter()
+            .filter_map(|p| std::fs::metadata(p).ok().and_then(|m| m.created().or_else(|_| m.modified()).ok()))
+            .filter(|t| *t >= onset)
+            .min()?;
+        best.duration_since(onset).ok().map(|d| d.as_secs_f64())
+    }
+}
+
+fn find_files(dir: &Path, pat: &str) -> Vec<PathBuf> {
+    let mut out = vec![];
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else { continue };
@@ -99,17 +144,15 @@ fn first_file(dir: &Path, pat: &str, since: std::time::SystemTime) -> Option<std
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().is_some_and(|n| n.to_string_lossy().contains(pat)) {
-                if let Some(m) = e.metadata().ok().and_then(|m| m.modified().ok()).filter(|m| *m >= since) {
-                    best = Some(best.map_or(m, |b| b.min(m)));
-                }
+                out.push(p);
             }
         }
     }
-    best
+    out
 }
 
 fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<f64>> {
-    let sb = Sandbox::start(Options::default())?;
+    let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), ..Options::default() })?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
     let dir = root.join(format!("convoy-{}-{round}", kind.replace(' ', "-")));
     let w = start_watcher(kind, pileup, &sb, &dir)?;
@@ -129,12 +172,11 @@ fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<
             })
         })
         .collect();
-    let pat = if kind.starts_with("pileup") { "stacks.json" } else { "stacktrace" };
     let t0 = Instant::now();
     let mut found = None;
     while t0.elapsed() < Duration::from_secs(35) {
-        if let Some(t) = first_file(&dir, pat, onset) {
-            found = t.duration_since(onset).ok().map(|d| d.as_secs_f64());
+        if let Some(t) = first_stack(&dir, kind, onset) {
+            found = Some(t);
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -152,40 +194,67 @@ fn main() -> Result<()> {
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
     let pileup = get("--pileup").expect("--pileup PATH");
     let rounds: usize = get("--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
+    let part = get("--part").unwrap_or_else(|| "all".into());
+    if !["all", "throughput", "onset"].contains(&part.as_str()) {
+        bail!("--part must be all, throughput or onset");
+    }
+    let mut md = String::new();
     let root = PathBuf::from(std::env::temp_dir()).join(format!("pileup-watch-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
 
-    // 1. Throughput.
+    if part != "onset" {
+        md.push_str(&throughput(&pileup, &root, rounds)?);
+    }
+    if part != "throughput" {
+        md.push_str(&onset(&pileup, &root, rounds)?);
+    }
+    print!("{md}");
+    if let Some(o) = get("--out") {
+        std::fs::write(o, &md)?;
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(())
+}
+
+fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
+    let pileup = pileup.to_string();
     let sb = Sandbox::start(Options::default())?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     sb.sql("CREATE DATABASE sbtest")?;
     Command::new("sysbench").arg("oltp_read_only").args(sysbench_args(&sock)).arg("prepare").stdout(Stdio::null()).status()?;
     let kinds = ["none", "pileup 1s", "pileup 100ms", "pt-stalk"];
     let mut res: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     for r in 0..rounds {
         for (i, k) in kinds.iter().enumerate() {
             let w = start_watcher(k, &pileup, &sb, &root.join(format!("tput-{r}-{i}")))?;
+            let (c0, t0) = (cpu_secs(&w), Instant::now());
             let t = tps(&sock)?;
+            let share = (cpu_secs(&w) - c0) / t0.elapsed().as_secs_f64() * 100.0;
             stop(w);
-            eprintln!("round {r} {k:<14} {t:8.1} tps");
+            eprintln!("round {r} {k:<14} {t:8.1} tps, watcher {share:.2}% of a core");
             res[i].push(t);
+            cpu[i].push(share);
         }
     }
     drop(sb);
     let base = median(res[0].clone());
-    let mut md = format!("\n### Throughput while watching (sysbench oltp_read_only, 8 threads, 20 s runs, {rounds} interleaved rounds, medians)\n\n| watcher | tx/s | vs no watcher |\n|---|---|---|\n");
+    let mut md = format!("\n### Throughput while watching (sysbench oltp_read_only, 8 threads, 20 s runs, {rounds} interleaved rounds, medians)\n\n| watcher | tx/s | vs no watcher | watcher's own CPU (% of one core) |\n|---|---|---|---|\n");
     for (i, k) in kinds.iter().enumerate() {
         let m = median(res[i].clone());
-        md.push_str(&format!("| {k} | {m:.1} | {:+.2}% |\n", (m / base - 1.0) * 100.0));
+        md.push_str(&format!("| {k} | {m:.1} | {:+.2}% | {:.2} |\n", (m / base - 1.0) * 100.0, median(cpu[i].clone())));
     }
     md.push_str(&format!("\nRuns: {}\n", kinds.iter().zip(&res).map(|(k, v)| format!("{k}: {}", v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", "))).collect::<Vec<_>>().join("; ")));
+    Ok(md)
+}
 
-    // 2. Onset to first stack.
-    md.push_str("\n### Hot-row convoy: stall onset to first captured stack (default triggers)\n\n| tool | seconds from onset to first stack file |\n|---|---|\n");
+fn onset(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
+    let mut md = String::new();
+    md.push_str("\n### Hot-row convoy: stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| tool | seconds from onset to the first stack taken |\n|---|---|\n");
     for k in ["pileup 1s", "pt-stalk gdb"] {
         let mut v = vec![];
         for round in 0..rounds {
-            match convoy(&pileup, k, &root, round)? {
+            match convoy(pileup, k, root, round)? {
                 Some(s) => v.push(s),
                 None => eprintln!("{k}: no stack within 35 s"),
             }
@@ -194,10 +263,5 @@ fn main() -> Result<()> {
         let shown = if v.is_empty() { "none within 35 s".into() } else { format!("{:.2} (runs: {})", median(v.clone()), v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")) };
         md.push_str(&format!("| {k} | {shown} |\n"));
     }
-    print!("{md}");
-    if let Some(o) = get("--out") {
-        std::fs::write(o, &md)?;
-    }
-    let _ = std::fs::remove_dir_all(&root);
-    Ok(())
+    Ok(md)
 }

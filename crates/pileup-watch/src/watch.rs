@@ -118,6 +118,71 @@ impl Context for Ctx<'_> {
     }
 }
 
+/// At most one early capture per this long: a metric that flickers over a
+/// threshold costs a few short stack samples now and then, not continuously.
+const EARLY_GAP: Duration = Duration::from_secs(10);
+
+/// For an early capture: `Some((trigger, fired at))` keeps it, `None` drops it.
+type Decision = Option<(String, f64)>;
+
+/// Why a capture may not start now (cooldown, hourly cap, disk), if so.
+fn capture_refused(recent: &mut VecDeque<Instant>, last: Option<Instant>, o: &WatchOptions) -> Option<String> {
+    let now = Instant::now();
+    while recent.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(3600)) {
+        recent.pop_front();
+    }
+    if last.is_some_and(|l| now.duration_since(l) < o.cooldown) {
+        Some(format!("cooldown ({}s)", o.cooldown.as_secs()))
+    } else if recent.len() >= o.max_captures_per_hour {
+        Some(format!("{} captures in the last hour (--max-captures-per-hour)", o.max_captures_per_hour))
+    } else if free_bytes(&o.data_dir).is_some_and(|f| f < o.min_free_bytes) {
+        Some(format!("less than {} MiB free in {}", o.min_free_bytes >> 20, o.data_dir.display()))
+    } else {
+        None
+    }
+}
+
+/// Gather and write one capture on its own thread; report on `done`. An
+/// early capture (`decide` given) gathers at once but is only written once
+/// the trigger confirms it, under the trigger and time that did.
+#[allow(clippy::too_many_arguments)]
+fn spawn_capture(
+    spec: &ConnSpec,
+    pid: Option<i32>,
+    o: &WatchOptions,
+    root: &std::path::Path,
+    done: &mpsc::Sender<Option<Event>>,
+    trigger: String,
+    unix: f64,
+    onset: f64,
+    history: Vec<crate::store::Row>,
+    decide: Option<mpsc::Receiver<Decision>>,
+) {
+    let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
+    std::thread::spawn(move || {
+        let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history);
+        let (trigger, unix) = match decide {
+            None => (trigger, unix),
+            Some(rx) => match rx.recv() {
+                Ok(Some((t, fired))) => (t, fired),
+                _ => {
+                    tracing::debug!("early capture for {trigger} dropped: the condition cleared");
+                    let _ = done.send(None);
+                    return;
+                }
+            },
+        };
+        ev.trigger = trigger.clone();
+        ev.unix = unix;
+        let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
+        let msg = match capture::write(&root, &ev) {
+            Ok((dir, verdict)) => Event::Captured { unix, trigger, dir: dir.display().to_string(), verdict, onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0) },
+            Err(e) => Event::CaptureFailed { unix, trigger, error: format!("{e:#}") },
+        };
+        let _ = done.send(Some(msg));
+    });
+}
+
 fn free_bytes(p: &std::path::Path) -> Option<u64> {
     let s = nix::sys::statvfs::statvfs(p).ok()?;
     Some(s.blocks_available() as u64 * s.fragment_size() as u64)
@@ -145,8 +210,11 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
     let mut armed: Vec<Armed> = vec![Armed::default(); o.triggers.len()];
     let mut last_capture: Option<Instant> = None;
     let mut recent_captures: VecDeque<Instant> = VecDeque::new();
-    let (done_tx, done_rx) = mpsc::channel::<Event>();
+    let (done_tx, done_rx) = mpsc::channel::<Option<Event>>();
     let mut capturing = false;
+    // The early capture running for trigger i, and how to confirm it.
+    let mut early: Option<(usize, mpsc::Sender<Decision>)> = None;
+    let mut last_early: Option<Instant> = None;
     let t0 = Instant::now();
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
@@ -180,6 +248,7 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
         // Finished captures.
         while let Ok(ev) = done_rx.try_recv() {
             capturing = false;
+            let Some(ev) = ev else { continue }; // an early capture, dropped
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
                 refresh_due.push((unix + AFTER_SECS, PathBuf::from(dir)));
@@ -200,51 +269,61 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
         });
         let ctx = Ctx { now: p.unix, derived: &derived, hist: &hist, failed: !p.ok };
         for (i, t) in o.triggers.iter().enumerate() {
-            if armed[i].step(t, p.unix, &ctx) != Step::Fire {
+            let step = armed[i].step(t, p.unix, &ctx);
+            let onset = armed[i].since().unwrap_or(p.unix);
+            // An early capture for this trigger is running: confirm or drop it.
+            if early.as_ref().is_some_and(|e| e.0 == i) {
+                match step {
+                    Step::Fire => {
+                        let (_, decide) = early.take().unwrap();
+                        on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
+                        let _ = decide.send(Some((t.text.clone(), p.unix)));
+                        last_capture = Some(Instant::now());
+                        recent_captures.push_back(Instant::now());
+                    }
+                    Step::Idle => {
+                        let (_, decide) = early.take().unwrap();
+                        let _ = decide.send(None);
+                    }
+                    _ => {}
+                }
                 continue;
             }
-            let onset = armed[i].since().unwrap_or(p.unix);
-            on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
-            let now = Instant::now();
-            while recent_captures.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(3600)) {
-                recent_captures.pop_front();
+            if step == Step::Pending && t.hold > 0.0 && early.is_none() && pid.is_some() {
+                // The condition just started to hold: begin capturing now, so
+                // the first stacks show the stall's start rather than the end
+                // of its hold; dropped unless the hold confirms it.
+                if !capturing && capture_refused(&mut recent_captures, last_capture, o).is_none() && last_early.is_none_or(|l| l.elapsed() >= EARLY_GAP) {
+                    let (tx, rx) = mpsc::channel();
+                    early = Some((i, tx));
+                    last_early = Some(Instant::now());
+                    capturing = true;
+                    let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
+                    spawn_capture(&spec, pid, o, &captures_root, &done_tx, t.text.clone(), p.unix, onset, history, Some(rx));
+                }
+                continue;
             }
-            let why = if capturing {
-                Some("a capture is already running".to_string())
-            } else if last_capture.is_some_and(|l| now.duration_since(l) < o.cooldown) {
-                Some(format!("cooldown ({}s)", o.cooldown.as_secs()))
-            } else if recent_captures.len() >= o.max_captures_per_hour {
-                Some(format!("{} captures in the last hour (--max-captures-per-hour)", o.max_captures_per_hour))
-            } else if free_bytes(&o.data_dir).is_some_and(|f| f < o.min_free_bytes) {
-                Some(format!("less than {} MiB free in {}", o.min_free_bytes >> 20, o.data_dir.display()))
-            } else {
-                None
-            };
+            if step != Step::Fire {
+                continue;
+            }
+            on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
+            if let Some((_, decide)) = early.take() {
+                // Another trigger's early capture is running: it is this stall's evidence.
+                let _ = decide.send(Some((t.text.clone(), p.unix)));
+                last_capture = Some(Instant::now());
+                recent_captures.push_back(Instant::now());
+                continue;
+            }
+            let why = if capturing { Some("a capture is already running".to_string()) } else { capture_refused(&mut recent_captures, last_capture, o) };
             if let Some(why) = why {
                 on(&Event::Skipped { unix: p.unix, trigger: t.text.clone(), why });
                 continue;
             }
             capturing = true;
-            last_capture = Some(now);
-            recent_captures.push_back(now);
+            last_capture = Some(Instant::now());
+            recent_captures.push_back(Instant::now());
             let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-            let (spec, settings, root, trig, tx) = (spec.clone(), o.capture.clone(), captures_root.clone(), t.text.clone(), done_tx.clone());
-            let unix = p.unix;
-            std::thread::spawn(move || {
-                let ev = capture::gather(&trig, unix, Some(&spec), pid, &settings, history);
-                let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
-                let msg = match capture::write(&root, &ev) {
-                    Ok((dir, verdict)) => Event::Captured {
-                        unix,
-                        trigger: trig,
-                        dir: dir.display().to_string(),
-                        verdict,
-                        onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0),
-                    },
-                    Err(e) => Event::CaptureFailed { unix, trigger: trig, error: format!("{e:#}") },
-                };
-                let _ = tx.send(msg);
-            });
+            spawn_capture(&spec, pid, o, &captures_root, &done_tx, t.text.clone(), p.unix, onset, history, None);
         }
         hist.push(p.unix, derived);
         if last_maintain.elapsed() > Duration::from_secs(60) {
@@ -261,8 +340,9 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
         }
     }
     // Let a running capture finish so its report is not lost.
+    drop(early); // an unconfirmed early capture is dropped
     if capturing {
-        if let Ok(ev) = done_rx.recv_timeout(Duration::from_secs(60)) {
+        if let Ok(Some(ev)) = done_rx.recv_timeout(Duration::from_secs(60)) {
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
                 refresh_due.push((0.0, PathBuf::from(dir)));

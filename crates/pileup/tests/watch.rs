@@ -308,3 +308,40 @@ fn two_servers_on_one_host_are_never_mixed_up() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("did you mean innodb_data_pending_reads?"), "{e}");
 }
+
+#[test]
+fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
+    let sb = sandbox();
+    let data = tempfile_dir("watch-early");
+    let (mut child, rx) = watch(&sb, &data, &["--trigger", "threads_connected > 30 for 2s", "--cooldown", "1s"]);
+    std::thread::sleep(Duration::from_secs(2));
+    // A blip: over the threshold for well under the hold.
+    let conns: Vec<_> = (0..35).map(|_| sb.connect().unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(600));
+    drop(conns);
+    std::thread::sleep(Duration::from_secs(4));
+    let seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    assert!(seen.iter().any(|v| v["derived"]["threads_connected"].as_f64().unwrap_or(0.0) > 30.0), "the blip was polled");
+    assert!(seen.iter().all(|v| v["event"] == "poll"), "a blip shorter than the hold captures nothing: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
+    let dirs = std::fs::read_dir(data.join("captures")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(dirs, 0, "the early capture of a blip is dropped, not written");
+    // A real one, once the blip's early capture is 10 s old (one early
+    // capture per 10 s): the first stacks are taken as the condition starts,
+    // before the hold confirms it.
+    std::thread::sleep(Duration::from_secs(6));
+    let conns: Vec<_> = (0..35).map(|_| sb.connect().unwrap()).collect();
+    let mut seen = vec![];
+    let fired = wait_for(&rx, "fired", Duration::from_secs(10), &mut seen).expect("fired");
+    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen).expect("captured");
+    assert_eq!(cap["trigger"], "threads_connected > 30 for 2s");
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
+    let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
+    let fired_at = fired["unix"].as_f64().unwrap();
+    let onset = fired["onset_unix"].as_f64().unwrap();
+    assert!(first_stack < fired_at - 1.0, "first stack {first_stack:.2} should precede the confirmation at {fired_at:.2} by most of the hold");
+    assert!(first_stack - onset < 0.5, "first stack {:.2} s after the condition was first seen", first_stack - onset);
+    drop(conns);
+    let _ = child.kill();
+    let _ = child.wait();
+}
