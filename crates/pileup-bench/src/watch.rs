@@ -199,7 +199,7 @@ fn main() -> Result<()> {
         bail!("--part must be all, throughput or onset");
     }
     let mut md = String::new();
-    let root = PathBuf::from(std::env::temp_dir()).join(format!("pileup-watch-bench-{}", std::process::id()));
+    let root = std::env::temp_dir().join(format!("pileup-watch-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
 
     if part != "onset" {
