@@ -4,7 +4,7 @@
 //! 1. Throughput: sysbench oltp_read_only (8 threads, 20 s) with no watcher,
 //!    `pileup watch` at 1 s and at 100 ms, and pt-stalk with its defaults
 //!    (polling Threads_running every second), interleaved over `--rounds`
-//!    rounds; median transactions per second and the ratio to no watcher.
+//!    rounds (the order rotating each round); median transactions per second and the ratio to no watcher.
 //! 2. Onset to first stack: a hot-row lock convoy (one open transaction, 30
 //!    connections updating the same row) under light load; time from the
 //!    convoy's start to the first stack file each tool writes, both with
@@ -226,7 +226,11 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let mut res: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     for r in 0..rounds {
-        for (i, k) in kinds.iter().enumerate() {
+        // Rotate the order each round so no watcher always follows the same
+        // one (pt-stalk's collectors can outlive it by a moment).
+        for j in 0..kinds.len() {
+            let i = (j + r) % kinds.len();
+            let k = &kinds[i];
             let w = start_watcher(k, &pileup, &sb, &root.join(format!("tput-{r}-{i}")))?;
             let (c0, t0) = (cpu_secs(&w), Instant::now());
             let t = tps(&sock)?;
