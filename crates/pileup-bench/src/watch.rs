@@ -13,7 +13,11 @@
 //!    The server runs as `mysqld` here: pt-stalk only looks for that name.
 //!    Each tool's watcher CPU is measured too (% of one core).
 //!
-//! Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|onset] [--out FILE]
+//! 3. Idle cost: against an idle server, the server's CPU (answering the
+//!    polls) and the watcher's own, 30 s each: the cost without the noise
+//!    of a loaded shared box.
+//!
+//! Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -195,17 +199,20 @@ fn main() -> Result<()> {
     let pileup = get("--pileup").expect("--pileup PATH");
     let rounds: usize = get("--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
     let part = get("--part").unwrap_or_else(|| "all".into());
-    if !["all", "throughput", "onset"].contains(&part.as_str()) {
-        bail!("--part must be all, throughput or onset");
+    if !["all", "throughput", "idle", "onset"].contains(&part.as_str()) {
+        bail!("--part must be all, throughput, idle or onset");
     }
     let mut md = String::new();
     let root = std::env::temp_dir().join(format!("pileup-watch-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
 
-    if part != "onset" {
+    if part == "all" || part == "throughput" {
         md.push_str(&throughput(&pileup, &root, rounds)?);
     }
-    if part != "throughput" {
+    if part == "all" || part == "idle" {
+        md.push_str(&idle_cost(&pileup, &root, rounds)?);
+    }
+    if part == "all" || part == "onset" {
         md.push_str(&onset(&pileup, &root, rounds)?);
     }
     print!("{md}");
@@ -249,6 +256,44 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         md.push_str(&format!("| {k} | {m:.1} | {:+.2}% | {:.2} |\n", (m / base - 1.0) * 100.0, median(cpu[i].clone())));
     }
     md.push_str(&format!("\nRuns: {}\n", kinds.iter().zip(&res).map(|(k, v)| format!("{k}: {}", v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", "))).collect::<Vec<_>>().join("; ")));
+    Ok(md)
+}
+
+/// CPU seconds a process has used (utime + stime).
+fn proc_cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
+    f.iter().sum::<f64>() / 100.0
+}
+
+/// What watching costs with nothing else running: the server's CPU
+/// (answering the polls) and the watcher's own, over 30 s, against an idle
+/// server with no watcher. Low-noise where tx/s on a shared box is not.
+fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
+    let sb = Sandbox::start(Options::default())?;
+    let kinds = ["none", "pileup 1s", "pileup 100ms", "pt-stalk"];
+    let mut server: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
+    let mut own: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
+    for r in 0..rounds {
+        for j in 0..kinds.len() {
+            let i = (j + r) % kinds.len();
+            let w = start_watcher(kinds[i], pileup, &sb, &root.join(format!("idle-{r}-{i}")))?;
+            let (s0, c0, t0) = (proc_cpu_secs(sb.pid()), cpu_secs(&w), Instant::now());
+            std::thread::sleep(Duration::from_secs(30));
+            let secs = t0.elapsed().as_secs_f64();
+            let (sv, ow) = ((proc_cpu_secs(sb.pid()) - s0) / secs * 100.0, (cpu_secs(&w) - c0) / secs * 100.0);
+            stop(w);
+            eprintln!("round {r} {:<14} server {sv:.2}% watcher {ow:.2}% of a core", kinds[i]);
+            server[i].push(sv);
+            own[i].push(ow);
+        }
+    }
+    let base = median(server[0].clone());
+    let mut md = format!("\n### Cost on an idle server (30 s each, {rounds} rounds, medians, % of one core)\n\n| watcher | server CPU | server CPU above no watcher | watcher's own CPU | total cost |\n|---|---|---|---|---|\n");
+    for (i, k) in kinds.iter().enumerate() {
+        let (sv, ow) = (median(server[i].clone()), median(own[i].clone()));
+        md.push_str(&format!("| {k} | {sv:.2} | {:.2} | {ow:.2} | {:.2} |\n", sv - base, (sv - base).max(0.0) + ow));
+    }
     Ok(md)
 }
 
