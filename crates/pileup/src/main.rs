@@ -1,5 +1,6 @@
 //! `pileup`: command-line parsing and wiring only; the work lives in the
-//! library crates (pileup-stacks, pileup-sandbox, pileup-conn).
+//! library crates (pileup-stacks, pileup-watch, pileup-binlog, pileup-sandbox,
+//! pileup-conn).
 
 mod cmd;
 mod output;
@@ -38,6 +39,8 @@ enum Command {
     Captures(cmd::watch::CapturesArgs),
     /// Rebuild a capture's self-contained report.html.
     Report(cmd::watch::ReportArgs),
+    /// Print the events of binlog and relay log files, row images decoded (text or JSON).
+    Binlog(cmd::binlog::BinlogArgs),
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
@@ -72,6 +75,7 @@ fn main() {
         Command::Captures(a) => cmd::watch::run_captures(a),
         Command::Top(a) => cmd::watch::run_top(a, &cli.conn),
         Command::Report(a) => cmd::watch::run_report(a),
+        Command::Binlog(a) => cmd::binlog::run(a),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

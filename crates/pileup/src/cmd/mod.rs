@@ -1,3 +1,4 @@
+pub mod binlog;
 pub mod sandbox;
 pub mod stacks;
 pub mod watch;

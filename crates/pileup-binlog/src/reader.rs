@@ -1,0 +1,244 @@
+//! Reading a binlog or relay log file: framing events out of a buffered
+//! file, tracking the format description, verifying checksums, and tailing a
+//! file that is still being written (a partial event at the end is "not yet",
+//! never an error).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::error::{DecodeError, ReadError};
+use crate::event::{et, verify_crc, Checksum, Format, Header, HEADER_LEN, MAGIC};
+
+/// Events larger than this are taken as corruption (the server's own limit,
+/// `max_allowed_packet`, is at most 1 GiB).
+pub const MAX_EVENT: u32 = 1 << 30;
+const CHUNK: usize = 4 << 20;
+
+/// One event as it lies in the file.
+#[derive(Debug, Clone, Copy)]
+pub struct RawEvent<'a> {
+    /// Offset of the event in the file.
+    pub offset: u64,
+    pub header: Header,
+    /// The whole event, header and checksum included.
+    pub bytes: &'a [u8],
+}
+
+impl RawEvent<'_> {
+    /// Offset just after this event: where the next one starts.
+    pub fn end(&self) -> u64 {
+        self.offset + self.bytes.len() as u64
+    }
+}
+
+/// Reads the events of one file, in order.
+pub struct FileReader {
+    path: PathBuf,
+    file: File,
+    /// Bytes of the file from `buf_off`.
+    buf: Vec<u8>,
+    buf_off: u64,
+    /// Offset of the next event.
+    pos: u64,
+    format: Format,
+    /// Verify checksums (on by default).
+    pub verify: bool,
+}
+
+impl FileReader {
+    /// Open a file and check the binlog magic; the next event is the first.
+    pub fn open(path: &Path) -> Result<FileReader, ReadError> {
+        let io = |source| ReadError::Io { path: path.to_path_buf(), source };
+        let mut file = File::open(path).map_err(io)?;
+        let mut magic = [0u8; 4];
+        let n = read_full(&mut file, &mut magic).map_err(io)?;
+        if n < 4 || &magic != MAGIC {
+            return Err(ReadError::NotBinlog { path: path.to_path_buf() });
+        }
+        Ok(FileReader { path: path.to_path_buf(), file, buf: Vec::new(), buf_off: 4, pos: 4, format: Format::assumed(), verify: true })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Offset of the next event.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The format description in force.
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// Continue at `offset` (an event boundary: a position the server
+    /// reported, or one from a previous read). The format description stays:
+    /// read the file's first event with [`FileReader::read_format`] first
+    /// when jumping into a file.
+    pub fn seek(&mut self, offset: u64) {
+        self.pos = offset.max(4);
+    }
+
+    /// Read the format description(s) in the file's preamble, then return to
+    /// where the reader was. A relay log holds the replica's own description
+    /// and then the primary's (after a Rotate); both come before the first
+    /// transaction.
+    pub fn read_format(&mut self) -> Result<(), ReadError> {
+        let back = self.pos;
+        self.pos = 4;
+        let r = loop {
+            match self.next() {
+                Ok(Some(ev)) => {
+                    let t = ev.header.type_code;
+                    let preamble = matches!(t, et::FORMAT_DESCRIPTION | et::ROTATE | et::MARIADB_GTID_LIST | et::BINLOG_CHECKPOINT | et::MYSQL_PREVIOUS_GTIDS | et::START_ENCRYPTION | et::STOP);
+                    if !preamble || self.pos >= back {
+                        break Ok(());
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.pos = back;
+        r
+    }
+
+    fn corrupt(&self, offset: u64, what: impl Into<String>) -> ReadError {
+        ReadError::Corrupt { path: self.path.clone(), offset, what: what.into() }
+    }
+
+    /// Make `[pos, pos + n)` available in the buffer; false if the file does
+    /// not have that many bytes yet.
+    fn fill(&mut self, pos: u64, n: usize) -> Result<bool, ReadError> {
+        let have_from = pos.checked_sub(self.buf_off).map(|d| d as usize);
+        if let Some(d) = have_from {
+            if d + n <= self.buf.len() {
+                return Ok(true);
+            }
+        }
+        // Restart the buffer at `pos`, keeping what we already have of it.
+        match have_from {
+            Some(d) if d <= self.buf.len() => {
+                self.buf.drain(..d);
+            }
+            _ => self.buf.clear(),
+        }
+        self.buf_off = pos;
+        let want = n.max(CHUNK);
+        let start = self.buf.len();
+        self.buf.resize(want, 0);
+        let io = |source| ReadError::Io { path: self.path.clone(), source };
+        self.file.seek(SeekFrom::Start(pos + start as u64)).map_err(io)?;
+        let got = read_full(&mut self.file, &mut self.buf[start..]).map_err(|source| ReadError::Io { path: self.path.clone(), source })?;
+        self.buf.truncate(start + got);
+        Ok(self.buf.len() >= n)
+    }
+
+    /// The next complete event, or `None` if the file ends before one (at
+    /// its end, or in the middle of an event still being written).
+    pub fn next(&mut self) -> Result<Option<RawEvent<'_>>, ReadError> {
+        let pos = self.pos;
+        if !self.fill(pos, HEADER_LEN)? {
+            return Ok(None);
+        }
+        let d = (pos - self.buf_off) as usize;
+        let h = Header::parse(&self.buf[d..]).map_err(|e| self.corrupt(pos, e.to_string()))?;
+        if (h.event_size as usize) < HEADER_LEN || h.event_size > MAX_EVENT {
+            return Err(self.corrupt(pos, format!("impossible event size {}", h.event_size)));
+        }
+        let size = h.event_size as usize;
+        if !self.fill(pos, size)? {
+            return Ok(None);
+        }
+        let d = (pos - self.buf_off) as usize;
+        let bytes = &self.buf[d..d + size];
+        if h.type_code == et::FORMAT_DESCRIPTION {
+            let f = Format::parse(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
+            if f.checksum == Checksum::Crc32 && self.verify {
+                verify_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
+            }
+            self.format = f;
+        } else if self.format.checksum == Checksum::Crc32 && self.verify {
+            verify_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: format!("{} event: {e}", crate::event::type_name(h.type_code)) })?;
+        }
+        self.pos = pos + size as u64;
+        Ok(Some(RawEvent { offset: pos, header: h, bytes: &self.buf[d..d + size] }))
+    }
+
+    /// After a corrupt event at `from`: find the next offset where a
+    /// well-formed event starts whose checksum verifies (so a stray match is
+    /// all but impossible), and continue there. Only with checksums on;
+    /// without them the caller must continue from a position the server
+    /// reports. Returns the offset found.
+    pub fn resync(&mut self, from: u64) -> Result<Option<u64>, ReadError> {
+        if self.format.checksum != Checksum::Crc32 {
+            return Ok(None);
+        }
+        let mut at = from + 1;
+        loop {
+            if !self.fill(at, HEADER_LEN)? {
+                return Ok(None);
+            }
+            let d = (at - self.buf_off) as usize;
+            let window_end = self.buf.len();
+            let mut i = d;
+            while i + HEADER_LEN <= window_end {
+                let h = Header::parse(&self.buf[i..]).expect("19 bytes");
+                let size = h.event_size as usize;
+                if (HEADER_LEN + 4..=MAX_EVENT as usize).contains(&size) && known_type(h.type_code) {
+                    if i + size <= window_end {
+                        if verify_crc(&self.buf[i..i + size]).is_ok() {
+                            let off = self.buf_off + i as u64;
+                            self.pos = off;
+                            return Ok(Some(off));
+                        }
+                    } else {
+                        // Needs more bytes than buffered: refill from here.
+                        let off = self.buf_off + i as u64;
+                        if !self.fill(off, size)? {
+                            return Ok(None);
+                        }
+                        if verify_crc(&self.buf[..size]).is_ok() {
+                            self.pos = off;
+                            return Ok(Some(off));
+                        }
+                        at = off + 1;
+                        break;
+                    }
+                }
+                i += 1;
+            }
+            if i + HEADER_LEN > window_end {
+                at = self.buf_off + i as u64;
+                if !self.fill(at, HEADER_LEN + 1)? {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+fn known_type(t: u8) -> bool {
+    crate::event::type_name(t) != "Unknown"
+}
+
+/// Read until `buf` is full or the file ends.
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Map a decode error of an event to a read error naming its place.
+pub fn at(ev: &RawEvent, path: &Path, e: DecodeError) -> ReadError {
+    ReadError::Corrupt { path: path.to_path_buf(), offset: ev.offset, what: format!("{} event: {e}", crate::event::type_name(ev.header.type_code)) }
+}
