@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::error::{DecodeError, ReadError};
-use crate::event::{et, verify_crc, Checksum, Format, Header, HEADER_LEN, MAGIC};
+use crate::event::{et, verify_event_crc, Checksum, Format, Header, HEADER_LEN, MAGIC};
 
 /// Events larger than this are taken as corruption (the server's own limit,
 /// `max_allowed_packet`, is at most 1 GiB).
@@ -157,11 +157,11 @@ impl FileReader {
         if h.type_code == et::FORMAT_DESCRIPTION {
             let f = Format::parse(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
             if f.checksum == Checksum::Crc32 && self.verify {
-                verify_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
+                verify_event_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
             }
             self.format = f;
         } else if self.format.checksum == Checksum::Crc32 && self.verify {
-            verify_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: format!("{} event: {e}", crate::event::type_name(h.type_code)) })?;
+            verify_event_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: format!("{} event: {e}", crate::event::type_name(h.type_code)) })?;
         }
         self.pos = pos + size as u64;
         Ok(Some(RawEvent { offset: pos, header: h, bytes: &self.buf[d..d + size] }))
@@ -182,40 +182,19 @@ impl FileReader {
                 return Ok(None);
             }
             let d = (at - self.buf_off) as usize;
-            let window_end = self.buf.len();
-            let mut i = d;
-            while i + HEADER_LEN <= window_end {
-                let h = Header::parse(&self.buf[i..]).expect("19 bytes");
-                let size = h.event_size as usize;
-                if (HEADER_LEN + 4..=MAX_EVENT as usize).contains(&size) && known_type(h.type_code) {
-                    if i + size <= window_end {
-                        if verify_crc(&self.buf[i..i + size]).is_ok() {
-                            let off = self.buf_off + i as u64;
-                            self.pos = off;
-                            return Ok(Some(off));
-                        }
-                    } else {
-                        // Needs more bytes than buffered: refill from here.
-                        let off = self.buf_off + i as u64;
-                        if !self.fill(off, size)? {
-                            return Ok(None);
-                        }
-                        if verify_crc(&self.buf[..size]).is_ok() {
-                            self.pos = off;
-                            return Ok(Some(off));
-                        }
-                        at = off + 1;
-                        break;
-                    }
-                }
-                i += 1;
-            }
-            if i + HEADER_LEN > window_end {
-                at = self.buf_off + i as u64;
-                if !self.fill(at, HEADER_LEN + 1)? {
-                    return Ok(None);
+            let h = Header::parse(&self.buf[d..]).expect("19 bytes buffered");
+            let size = h.event_size as usize;
+            // A candidate longer than the rest of the file is not an event
+            // (or one still being written: the caller finds it on its next
+            // pass from the server's position).
+            if (HEADER_LEN + 4..=MAX_EVENT as usize).contains(&size) && known_type(h.type_code) && self.fill(at, size)? {
+                let d = (at - self.buf_off) as usize;
+                if verify_event_crc(&self.buf[d..d + size]).is_ok() {
+                    self.pos = at;
+                    return Ok(Some(at));
                 }
             }
+            at += 1;
         }
     }
 }

@@ -213,6 +213,10 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 }
                 Ok(None) => {
                     if !a.follow {
+                        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                        if len > r.position() {
+                            eprintln!("pileup: {} ends inside an event at offset {} ({} bytes follow; still being written? --follow waits for the rest)", path.display(), r.position(), len - r.position());
+                        }
                         break;
                     }
                     let _ = out.flush();
