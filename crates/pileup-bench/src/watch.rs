@@ -23,21 +23,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pileup_bench::median;
 use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 fn sysbench_args(sock: &str) -> Vec<String> {
     vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--tables=4".into(), "--table-size=10000".into()]

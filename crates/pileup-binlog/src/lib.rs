@@ -58,7 +58,10 @@ pub enum Event<'a> {
 /// Turns raw events into [`Event`]s; remembers table maps by id.
 #[derive(Default)]
 pub struct Decoder {
-    tables: HashMap<u64, Arc<TableMap>>,
+    /// Table maps by id, with the body they were parsed from: a replication
+    /// stream repeats the same map before every row event, and comparing
+    /// bytes is far cheaper than parsing them again.
+    tables: HashMap<u64, (Vec<u8>, Arc<TableMap>)>,
     scratch: Vec<u8>,
 }
 
@@ -69,7 +72,7 @@ impl Decoder {
 
     /// The table map with this id, as last seen.
     pub fn table(&self, id: u64) -> Option<&Arc<TableMap>> {
-        self.tables.get(&id)
+        self.tables.get(&id).map(|(_, t)| t)
     }
 
     /// Decode one event (its whole bytes) under format `f`.
@@ -92,17 +95,23 @@ impl Decoder {
                 Event::MysqlGtid { uuid, gno }
             }
             et::TABLE_MAP => {
+                let id = decode::Cur::new(body, "table map event").uint(if f.post_header_len(et::TABLE_MAP) == 6 { 4 } else { 6 })?;
+                if let Some((raw, tm)) = self.tables.get(&id) {
+                    if raw.as_slice() == body {
+                        return Ok(Event::TableMap(tm.clone()));
+                    }
+                }
                 let tm = Arc::new(decode::table_map(f, body)?);
                 // A statement's maps replace earlier ones with the same id.
                 if self.tables.len() > 100_000 {
                     self.tables.clear();
                 }
-                self.tables.insert(tm.table_id, tm.clone());
+                self.tables.insert(tm.table_id, (body.to_vec(), tm.clone()));
                 Event::TableMap(tm)
             }
             t if decode::rows_kind(t).is_some() => {
                 let rows = decode::rows(f, t, body, &mut self.scratch)?;
-                let tm = self.tables.get(&rows.table_id).cloned();
+                let tm = self.tables.get(&rows.table_id).map(|(_, t)| t.clone());
                 Event::Rows(rows, tm)
             }
             et::ANNOTATE_ROWS | et::ROWS_QUERY => {

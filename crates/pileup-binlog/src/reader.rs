@@ -136,6 +136,19 @@ impl FileReader {
         Ok(self.buf.len() >= n)
     }
 
+    /// Like [`FileReader::next`], with the format description the event is
+    /// to be decoded under (no copy of it per event).
+    pub fn next_with_format(&mut self) -> Result<Option<(RawEvent<'_>, &Format)>, ReadError> {
+        match self.next()? {
+            None => Ok(None),
+            Some(ev) => {
+                let (offset, header, len) = (ev.offset, ev.header, ev.bytes.len());
+                let d = (offset - self.buf_off) as usize;
+                Ok(Some((RawEvent { offset, header, bytes: &self.buf[d..d + len] }, &self.format)))
+            }
+        }
+    }
+
     /// The next complete event, or `None` if the file ends before one (at
     /// its end, or in the middle of an event still being written).
     pub fn next(&mut self) -> Result<Option<RawEvent<'_>>, ReadError> {

@@ -110,8 +110,20 @@ fn row_format_relay_log_replays_to_the_primarys_tables() {
     assert!(load.wait().unwrap().success());
     caught_up(&primary, &replica);
 
-    let relay = decode(&index_files(&replica, "relay_log_index"));
+    let relay_files = index_files(&replica, "relay_log_index");
+    let relay = decode(&relay_files);
     let tables = replay(&relay);
+    // --stats counts exactly the rows the events hold.
+    let mut args = vec!["binlog".to_string(), "--stats".into(), "--format".into(), "json".into()];
+    args.extend(relay_files.iter().map(|f| f.display().to_string()));
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup")).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: J = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: usize = relay.iter().filter_map(|e| e["rows"].as_array()).map(|r| r.len()).sum();
+    assert_eq!(st["rows"].as_u64().unwrap() as usize, rows);
+    assert_eq!(st["events"].as_u64().unwrap() as usize, relay.len());
+    let sb1 = &st["by_table"]["sbtest.sbtest1"];
+    assert!(sb1[0].as_u64().unwrap() >= 2000 && sb1[1].as_u64().unwrap() > 0 && sb1[2].as_u64().unwrap() > 0, "{sb1}");
     let mut c = primary.connect().unwrap();
     for t in ["sbtest1", "sbtest2"] {
         let rows: Vec<(i64, i64, String, String)> = c.query(format!("SELECT id, k, c, pad FROM sbtest.{t}")).unwrap();

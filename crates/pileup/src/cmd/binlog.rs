@@ -29,6 +29,92 @@ pub struct BinlogArgs {
     /// Do not verify event checksums.
     #[arg(long)]
     pub no_verify: bool,
+    /// Print no events: decode every event and row, then a summary (events
+    /// by type, rows changed per table, decode speed). JSON with --format json.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Counts for `--stats`.
+#[derive(Default, serde::Serialize)]
+struct Stats {
+    files: usize,
+    bytes: u64,
+    events: u64,
+    row_events: u64,
+    rows: u64,
+    seconds: f64,
+    events_per_second: f64,
+    rows_per_second: f64,
+    by_type: std::collections::BTreeMap<String, u64>,
+    #[serde(skip)]
+    by_code: Vec<u64>,
+    /// table -> [inserted, updated, deleted] rows
+    by_table: std::collections::BTreeMap<String, [u64; 3]>,
+    #[serde(skip)]
+    by_id: std::collections::HashMap<u64, (String, [u64; 3])>,
+}
+
+impl Stats {
+    fn add(&mut self, ev: &pileup_binlog::RawEvent, e: &Event) -> Result<()> {
+        self.events += 1;
+        self.bytes += ev.bytes.len() as u64;
+        if self.by_code.is_empty() {
+            self.by_code = vec![0; 256];
+        }
+        self.by_code[ev.header.type_code as usize] += 1;
+        if let Event::Rows(r, Some(tm)) = e {
+            self.row_events += 1;
+            let mut it = r.iter(tm);
+            let (mut b, mut a) = (Vec::with_capacity(tm.columns.len()), Vec::with_capacity(tm.columns.len()));
+            let mut n = 0u64;
+            while it.next_into(&mut b, &mut a).map_err(|e| anyhow::anyhow!("{e}"))? {
+                n += 1;
+            }
+            self.rows += n;
+            let k = match r.kind {
+                pileup_binlog::RowsKind::Insert => 0,
+                pileup_binlog::RowsKind::Update => 1,
+                pileup_binlog::RowsKind::Delete => 2,
+            };
+            // By table id (a name per event would cost more than decoding); named at the end.
+            self.by_id.entry(r.table_id).or_insert_with(|| (format!("{}.{}", tm.schema, tm.table), [0; 3])).1[k] += n;
+        }
+        Ok(())
+    }
+
+    fn print(&mut self, json: bool, elapsed: f64) -> Result<()> {
+        for (code, n) in self.by_code.iter().enumerate().filter(|(_, n)| **n > 0) {
+            *self.by_type.entry(pileup_binlog::event::type_name(code as u8).to_string()).or_default() += n;
+        }
+        for (name, c) in self.by_id.values() {
+            let t = self.by_table.entry(name.clone()).or_default();
+            for i in 0..3 {
+                t[i] += c[i];
+            }
+        }
+        self.seconds = elapsed;
+        self.events_per_second = self.events as f64 / elapsed.max(1e-9);
+        self.rows_per_second = self.rows as f64 / elapsed.max(1e-9);
+        if json {
+            println!("{}", serde_json::to_string(self)?);
+            return Ok(());
+        }
+        println!("{} file(s), {:.1} MB, {} events ({} row events, {} rows) decoded in {:.3} s: {:.0} events/s, {:.0} rows/s", self.files, self.bytes as f64 / 1e6, self.events, self.row_events, self.rows, elapsed, self.events_per_second, self.rows_per_second);
+        println!("\nevents by type:");
+        let mut t: Vec<_> = self.by_type.iter().collect();
+        t.sort_by(|a, b| b.1.cmp(a.1));
+        for (k, v) in t {
+            println!("  {v:>10}  {k}");
+        }
+        if !self.by_table.is_empty() {
+            println!("\nrows changed by table:      inserted     updated     deleted");
+            for (k, [i, u, d]) in &self.by_table {
+                println!("  {k:<24} {i:>11} {u:>11} {d:>11}");
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -184,7 +270,10 @@ pub fn run(a: BinlogArgs) -> Result<()> {
     let mut problems = 0usize;
     let mut queue: std::collections::VecDeque<PathBuf> = a.files.iter().cloned().collect();
     let mut first = true;
+    let mut stats = Stats::default();
+    let t0 = std::time::Instant::now();
     while let Some(path) = queue.pop_front() {
+        stats.files += 1;
         let mut r = FileReader::open(&path).map_err(|e| anyhow::anyhow!("{e}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)"))?;
         r.verify = !a.no_verify;
         if let (true, Some(p)) = (first, a.start_position) {
@@ -194,10 +283,16 @@ pub fn run(a: BinlogArgs) -> Result<()> {
         first = false;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         loop {
-            let f = r.format().clone();
-            match r.next() {
-                Ok(Some(ev)) => {
-                    let j = match dec.decode(&f, ev.bytes) {
+            match r.next_with_format() {
+                Ok(Some((ev, f))) if a.stats => match dec.decode(f, ev.bytes) {
+                    Ok(e) => stats.add(&ev, &e)?,
+                    Err(e) => {
+                        problems += 1;
+                        eprintln!("pileup: {}", reader::at(&ev, &path, e));
+                    }
+                },
+                Ok(Some((ev, f))) => {
+                    let j = match dec.decode(f, ev.bytes) {
                         Ok(e) => event_json(&name, &ev, &e)?,
                         Err(e) => {
                             problems += 1;
@@ -246,6 +341,9 @@ pub fn run(a: BinlogArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    if a.stats {
+        stats.print(a.format == OutFormat::Json, t0.elapsed().as_secs_f64())?;
+    }
     if problems > 0 {
         bail!("{problems} corrupt or undecodable event(s), reported above with their offsets");
     }
