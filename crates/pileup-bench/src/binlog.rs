@@ -72,7 +72,8 @@ fn main() -> Result<()> {
     let runs: usize = arg(&args, "--runs").map(|s| s.parse()).transpose()?.unwrap_or(5);
 
     let primary = Sandbox::start(Options { binlog: true, cnf: vec![("binlog_format".into(), "ROW".into())], ..Default::default() })?;
-    let replica = Sandbox::start(Options { replica_of: Some(primary.endpoint.clone()), ..Default::default() })?;
+    // Keep applied relay logs: they are what gets decoded.
+    let replica = Sandbox::start(Options { replica_of: Some(primary.endpoint.clone()), cnf: vec![("relay_log_purge".into(), "0".into())], ..Default::default() })?;
     let sock = primary.endpoint.socket.to_string_lossy().into_owned();
     primary.sql("CREATE DATABASE d")?;
     let caught_up = || -> Result<()> {

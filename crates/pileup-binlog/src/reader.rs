@@ -89,7 +89,7 @@ impl FileReader {
         let back = self.pos;
         self.pos = 4;
         let r = loop {
-            match self.next() {
+            match self.next_event() {
                 Ok(Some(ev)) => {
                     let t = ev.header.type_code;
                     let preamble = matches!(t, et::FORMAT_DESCRIPTION | et::ROTATE | et::MARIADB_GTID_LIST | et::BINLOG_CHECKPOINT | et::MYSQL_PREVIOUS_GTIDS | et::START_ENCRYPTION | et::STOP);
@@ -136,10 +136,10 @@ impl FileReader {
         Ok(self.buf.len() >= n)
     }
 
-    /// Like [`FileReader::next`], with the format description the event is
+    /// Like [`FileReader::next_event`], with the format description the event is
     /// to be decoded under (no copy of it per event).
     pub fn next_with_format(&mut self) -> Result<Option<(RawEvent<'_>, &Format)>, ReadError> {
-        match self.next()? {
+        match self.next_event()? {
             None => Ok(None),
             Some(ev) => {
                 let (offset, header, len) = (ev.offset, ev.header, ev.bytes.len());
@@ -151,7 +151,7 @@ impl FileReader {
 
     /// The next complete event, or `None` if the file ends before one (at
     /// its end, or in the middle of an event still being written).
-    pub fn next(&mut self) -> Result<Option<RawEvent<'_>>, ReadError> {
+    pub fn next_event(&mut self) -> Result<Option<RawEvent<'_>>, ReadError> {
         let pos = self.pos;
         if !self.fill(pos, HEADER_LEN)? {
             return Ok(None);

@@ -317,7 +317,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     let _ = out.flush();
                     // The server moved on to the next file: finish this one first.
                     if let Some(n) = next_file(&path).filter(|n| n.exists()) {
-                        if matches!(r.next(), Ok(None)) {
+                        if matches!(r.next_event(), Ok(None)) {
                             queue.push_front(n);
                             break;
                         }
