@@ -7,5 +7,7 @@
 //! index-only lookups) → fetch (a pool of readers on the replica).
 
 pub mod plan;
+pub mod replica;
+pub mod run;
 pub mod schema;
 pub mod sql;

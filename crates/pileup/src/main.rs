@@ -39,6 +39,8 @@ enum Command {
     Captures(cmd::watch::CapturesArgs),
     /// Rebuild a capture's self-contained report.html.
     Report(cmd::watch::ReportArgs),
+    /// Keep a replica's SQL thread fed: read the relay log ahead of it and warm the pages its writes need.
+    Prefetch(cmd::prefetch::PrefetchArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
     Binlog(cmd::binlog::BinlogArgs),
     /// Start, stop and list throwaway mariadbd servers.
@@ -76,6 +78,7 @@ fn main() {
         Command::Top(a) => cmd::watch::run_top(a, &cli.conn),
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Binlog(a) => cmd::binlog::run(a),
+        Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &cli.conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

@@ -163,7 +163,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
 
 /// Set `flag` when `sig` arrives (signal-hook's job, done with one
 /// sigaction: a crate for it would be out of proportion).
-unsafe fn signal_flag(sig: i32, flag: Arc<AtomicBool>) {
+pub(crate) unsafe fn signal_flag(sig: i32, flag: Arc<AtomicBool>) {
     use std::sync::OnceLock;
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     let _ = FLAG.set(flag);

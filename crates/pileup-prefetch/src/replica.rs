@@ -1,0 +1,51 @@
+//! Where the replica's SQL thread is: relay log file and position, lag,
+//! and where its relay logs live.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applier {
+    /// The relay log file the SQL thread executes from (full path).
+    pub relay_file: PathBuf,
+    /// The start of the next event it will execute.
+    pub relay_pos: u64,
+    /// Seconds_Behind_Master (None when the SQL thread is not running).
+    pub lag: Option<u64>,
+    pub sql_running: bool,
+}
+
+/// Read the default replication connection's status.
+pub fn applier(c: &mut mysql::Conn) -> Result<Applier> {
+    let row: Option<mysql::Row> = c.query_first("SHOW SLAVE STATUS").context("SHOW SLAVE STATUS (the REPLICATION CLIENT privilege, or SLAVE MONITOR on MariaDB 10.5+)")?;
+    let Some(row) = row else { bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica") };
+    let get = |name: &str| -> Option<String> {
+        let i = row.columns_ref().iter().position(|c| c.name_str() == name)?;
+        match row.as_ref(i)? {
+            mysql::Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            mysql::Value::Int(v) => Some(v.to_string()),
+            mysql::Value::UInt(v) => Some(v.to_string()),
+            _ => None,
+        }
+    };
+    let (dir, _) = relay_dir(c)?;
+    let file = get("Relay_Log_File").context("Relay_Log_File missing from SHOW SLAVE STATUS")?;
+    let relay_file = if Path::new(&file).is_absolute() { PathBuf::from(&file) } else { dir.join(&file) };
+    Ok(Applier {
+        relay_file,
+        relay_pos: get("Relay_Log_Pos").and_then(|s| s.parse().ok()).unwrap_or(4),
+        lag: get("Seconds_Behind_Master").and_then(|s| s.parse().ok()),
+        sql_running: get("Slave_SQL_Running").as_deref() == Some("Yes"),
+    })
+}
+
+/// The directory of the relay logs and the index file.
+pub fn relay_dir(c: &mut mysql::Conn) -> Result<(PathBuf, PathBuf)> {
+    let (index, datadir): (Option<String>, String) = c.query_first("SELECT @@relay_log_index, @@datadir")?.context("no relay log settings")?;
+    let index = index.filter(|s| !s.is_empty()).context("relay_log_index is empty")?;
+    let index = Path::new(&datadir).join(index);
+    let dir = index.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&datadir));
+    Ok((dir, index))
+}

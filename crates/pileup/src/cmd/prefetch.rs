@@ -1,0 +1,93 @@
+//! `pileup prefetch`: keep a replica's applier fed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use pileup_conn::ConnArgs;
+use pileup_prefetch::run::{run, Counters, Options};
+
+#[derive(clap::Args)]
+#[command(after_long_help = "Runs beside a replica (connect to the replica, not the primary). It reads the relay log files from disk, \
+so it must run on the replica's host with read access to its datadir.\n\nExample:\n  pileup prefetch -S /run/mysqld/mysqld.sock --readers 4 --stats-every 10")]
+pub struct PrefetchArgs {
+    /// Parallel readers (connections issuing lookups).
+    #[arg(long, default_value_t = 4)]
+    pub readers: usize,
+    /// Stay at most this many events ahead of the SQL thread.
+    #[arg(long, default_value_t = 50_000)]
+    pub window_events: u64,
+    /// Stay at most this many index keys ahead of the SQL thread (default: a
+    /// quarter of the buffer pool's pages, so warmed pages survive until used).
+    #[arg(long)]
+    pub window_keys: Option<u64>,
+    /// Stay at most this many seconds (of primary time) ahead of the SQL thread.
+    #[arg(long, default_value_t = 30)]
+    pub window_secs: u32,
+    /// Work only while Seconds_Behind_Master is at least this.
+    #[arg(long, default_value_t = 1)]
+    pub min_lag: u64,
+    /// Keys per lookup statement.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Time limit of each lookup, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub query_timeout_ms: u64,
+    /// Stop after this long (e.g. 10m); default: until interrupted.
+    #[arg(long, value_parser = super::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Print the counters every this many seconds (stderr; JSON lines on stdout with --json).
+    #[arg(long, default_value_t = 10)]
+    pub stats_every: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
+    if a.readers == 0 || a.batch == 0 {
+        bail!("--readers and --batch must be at least 1");
+    }
+    let spec = conn.resolve()?;
+    let o = Options {
+        readers: a.readers,
+        window_events: a.window_events,
+        window_keys: a.window_keys,
+        window_secs: a.window_secs,
+        min_lag: a.min_lag,
+        batch: a.batch,
+        query_timeout: Duration::from_millis(a.query_timeout_ms.max(1)),
+        poll: Duration::from_millis(100),
+        duration: a.duration,
+    };
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        unsafe { super::watch::signal_flag(sig, stop.clone()) };
+    }
+    let (c2, s2, json, every) = (counters.clone(), stop.clone(), a.json, a.stats_every.max(1));
+    let printer = std::thread::spawn(move || {
+        let print = |c: &Counters| {
+            let snap = c.snapshot();
+            if json {
+                let m: serde_json::Map<String, serde_json::Value> = snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+                println!("{}", serde_json::Value::Object(m));
+            } else {
+                eprintln!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+            }
+        };
+        let mut t = std::time::Instant::now();
+        while !s2.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            if t.elapsed() >= Duration::from_secs(every) {
+                print(&c2);
+                t = std::time::Instant::now();
+            }
+        }
+        print(&c2);
+    });
+    let r = run(&spec, &o, counters, stop.clone());
+    stop.store(true, Ordering::Relaxed);
+    let _ = printer.join();
+    r
+}

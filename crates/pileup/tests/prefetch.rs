@@ -1,0 +1,129 @@
+//! `pileup prefetch` beside a real replica with a cold, small buffer pool:
+//! the SQL thread reads fewer pages itself, the data ends identical, the
+//! applier never errs.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use pileup_sandbox::{Options, Sandbox};
+
+fn sb_args(sock: &str) -> Vec<String> {
+    vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--mysql-db=sbtest".into(), "--tables=1".into(), "--table-size=150000".into()]
+}
+
+/// Data-file I/O done by the SQL thread itself (performance_schema).
+fn applier_page_io(replica: &Sandbox) -> u64 {
+    replica
+        .connect()
+        .unwrap()
+        .query_first::<Option<u64>, _>(
+            "SELECT SUM(w.COUNT_STAR) FROM performance_schema.events_waits_summary_by_thread_by_event_name w \
+             JOIN performance_schema.threads t USING (THREAD_ID) \
+             WHERE t.NAME = 'thread/sql/slave_sql' AND w.EVENT_NAME = 'wait/io/file/innodb/innodb_data_file'",
+        )
+        .unwrap()
+        .flatten()
+        .unwrap_or(0)
+}
+
+fn wait_applied(primary: &Sandbox, replica: &Sandbox) -> Duration {
+    let t0 = Instant::now();
+    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
+    // Short waits: every sandbox connection has a statement time limit.
+    let mut c = replica.connect().unwrap();
+    while c.query_first::<i64, _>(format!("SELECT MASTER_GTID_WAIT('{pos}', 2)")).unwrap().unwrap() != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(300), "replica did not catch up");
+    }
+    t0.elapsed()
+}
+
+/// One round: a backlog of index updates while the SQL thread is stopped,
+/// a cold restart, then the applier catches up (with or without prefetch).
+fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Duration, String) {
+    replica.sql("STOP SLAVE SQL_THREAD").unwrap();
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=8", "--rand-type=uniform", "run"]).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    // Everything is in the relay log; a restart empties the buffer pool.
+    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+        let io_pos: Option<String> = st.get("Gtid_IO_Pos");
+        if io_pos.as_deref() == Some(pos.as_str()) || t0.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    replica.restart().unwrap();
+    let before = applier_page_io(replica);
+    let child = prefetch.then(|| {
+        Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    });
+    if prefetch {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    replica.sql("START SLAVE").unwrap();
+    let took = wait_applied(primary, replica);
+    let io = applier_page_io(replica) - before;
+    let mut report = String::new();
+    if let Some(c) = child {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
+        report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+    }
+    (io, took, report)
+}
+
+#[test]
+#[ignore = "not yet passing: the applier's data-file I/O drops only 16-18% (see issue #4 notes); run with --ignored while working on prefetch"]
+fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
+    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![("binlog_format".into(), "ROW".into())], ..Default::default() }).unwrap();
+    let small = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let mut replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        cnf: vec![
+            small("innodb_buffer_pool_size", "16M"),
+            small("innodb_buffer_pool_load_at_startup", "OFF"),
+            small("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+            small("performance_schema", "ON"),
+            small("skip_slave_start", "ON"),
+            small("relay_log_purge", "OFF"),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    primary.sql("CREATE DATABASE sbtest").unwrap();
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    wait_applied(&primary, &replica);
+
+    let (plain, plain_t, _) = round(&primary, &mut replica, false);
+    let (fed, fed_t, report) = round(&primary, &mut replica, true);
+    eprintln!("applier data-file I/O: {plain} without prefetch ({plain_t:?}), {fed} with ({fed_t:?}); prefetch: {report}");
+    let r: serde_json::Value = serde_json::from_str(&report).expect("prefetch counters as JSON");
+    assert!(r["keys_issued"].as_u64().unwrap() > 1000 && r["lookups"].as_u64().unwrap() > 100, "{r}");
+    assert!(plain > 1000, "the plain applier must be I/O-bound for this test to mean anything ({plain})");
+    assert!((fed as f64) < 0.5 * plain as f64, "prefetch should at least halve the applier's own page reads: {fed} vs {plain}");
+
+    // The applier never stumbled and the data is the primary's.
+    let mut rc = replica.connect().unwrap();
+    let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+    let errno: u64 = status.get("Last_SQL_Errno").unwrap();
+    assert_eq!(errno, 0);
+    let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1 };
+    assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()));
+}
