@@ -27,9 +27,9 @@ pub struct Options {
     pub readers: usize,
     /// Stay at most this many events ahead of the applier…
     pub window_events: u64,
-    /// …and this many index keys issued ahead (None: a quarter of the
-    /// buffer pool's pages, so warmed pages are not evicted before the
-    /// applier gets to them).
+    /// …and this many index keys issued ahead (None: half the buffer pool's
+    /// old sublist, so warmed pages are not evicted before the applier gets
+    /// to them).
     pub window_keys: Option<u64>,
     /// …and this many seconds of primary time.
     pub window_secs: u32,
@@ -191,8 +191,12 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     let window_keys = match o.window_keys {
         Some(k) => k,
         None => {
-            let (pool, page): (u64, u64) = meta.query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size")?.unwrap_or((128 << 20, 16384));
-            (pool / page.max(1) / 4).max(64)
+            // A page read ahead enters the LRU's old sublist and, if not
+            // touched again within innodb_old_blocks_time, is evicted from
+            // there: keep the lead within half of that sublist.
+            let (pool, page, old_pct): (u64, u64, u64) =
+                meta.query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?.unwrap_or((128 << 20, 16384, 37));
+            (pool / page.max(1) * old_pct / 100 / 2).max(64)
         }
     };
     counters.window_keys.store(window_keys, Ordering::Relaxed);

@@ -42,6 +42,22 @@ impl Table {
         self.indexes.first().filter(|i| i.is_primary())
     }
 
+    /// Columns that name exactly one entry of index `ix`: its own columns,
+    /// and for a non-unique secondary index the primary key columns that
+    /// InnoDB appends to every entry. Looking up only the index columns of
+    /// a non-unique index would read every entry with that value, possibly
+    /// many leaves, where the applier touches one.
+    pub fn entry_columns(&self, ix: usize) -> Vec<usize> {
+        let index = &self.indexes[ix];
+        let mut cols = index.columns.clone();
+        if !index.unique && !index.is_primary() {
+            if let Some(pk) = self.primary() {
+                cols.extend(pk.columns.iter().filter(|c| !index.columns.contains(c)));
+            }
+        }
+        cols
+    }
+
     /// Build from information_schema rows: columns as (ordinal, name,
     /// column_type, data_type); index parts as (index, non_unique,
     /// seq_in_index, column name).

@@ -19,7 +19,7 @@ fn ident(s: &str) -> String {
 /// parameters in order. Keys must all belong to `index`.
 pub fn lookup(t: &Table, index: usize, keys: &[&Key]) -> (String, Vec<mysql::Value>) {
     let ix = &t.indexes[index];
-    let cols: Vec<String> = ix.columns.iter().map(|&c| ident(&t.columns[c].name)).collect();
+    let cols: Vec<String> = t.entry_columns(index).iter().map(|&c| ident(&t.columns[c].name)).collect();
     let mut params = Vec::with_capacity(keys.len() * cols.len());
     let mut conds: Vec<String> = Vec::with_capacity(keys.len());
     let placeholder = |v: &KeyValue| if matches!(v, KeyValue::Epoch(..)) { "FROM_UNIXTIME(?)" } else { "?" };
@@ -69,7 +69,7 @@ mod tests {
             (2, "a".into(), "varchar(10)".into(), "varchar".into()),
             (3, "ts".into(), "timestamp".into(), "timestamp".into()),
         ];
-        let parts = vec![("PRIMARY".to_string(), false, 1, "id".to_string()), ("a_ts".into(), true, 1, "a".into()), ("a_ts".into(), true, 2, "ts".into())];
+        let parts = vec![("PRIMARY".to_string(), false, 1, "id".to_string()), ("a_ts".into(), false, 1, "a".into()), ("a_ts".into(), false, 2, "ts".into())];
         Table::from_parts("d", "t`x", &cols, &parts).unwrap()
     }
 

@@ -11,7 +11,7 @@ use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
 
 fn sb_args(sock: &str) -> Vec<String> {
-    vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--mysql-db=sbtest".into(), "--tables=1".into(), "--table-size=150000".into()]
+    vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--mysql-db=sbtest".into(), "--tables=1".into(), "--table-size=500000".into()]
 }
 
 /// Data-file I/O done by the SQL thread itself (performance_schema).
@@ -42,10 +42,14 @@ fn wait_applied(primary: &Sandbox, replica: &Sandbox) -> Duration {
 
 /// One round: a backlog of index updates while the SQL thread is stopped,
 /// a cold restart, then the applier catches up (with or without prefetch).
+fn status(replica: &Sandbox, name: &str) -> u64 {
+    replica.connect().unwrap().query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'")).unwrap().map(|r| r.1).unwrap_or(0)
+}
+
 fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Duration, String) {
     replica.sql("STOP SLAVE SQL_THREAD").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
-    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=8", "--rand-type=uniform", "run"]).output().unwrap();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=6", "--rand-type=uniform", "run"]).output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     // Everything is in the relay log; a restart empties the buffer pool.
     let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
@@ -60,6 +64,7 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Dura
     }
     replica.restart().unwrap();
     let before = applier_page_io(replica);
+    let (reads0, waitfree0) = (status(replica, "Innodb_buffer_pool_reads"), status(replica, "Innodb_buffer_pool_wait_free"));
     let child = prefetch.then(|| {
         Command::new(env!("CARGO_BIN_EXE_pileup"))
             .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
@@ -74,6 +79,11 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Dura
     replica.sql("START SLAVE").unwrap();
     let took = wait_applied(primary, replica);
     let io = applier_page_io(replica) - before;
+    eprintln!(
+        "round (prefetch {prefetch}): applier data-file I/O {io}, buffer pool reads (everyone) {}, waits for a free page {}",
+        status(replica, "Innodb_buffer_pool_reads") - reads0,
+        status(replica, "Innodb_buffer_pool_wait_free") - waitfree0
+    );
     let mut report = String::new();
     if let Some(c) = child {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -85,7 +95,6 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Dura
 }
 
 #[test]
-#[ignore = "not yet passing: the applier's data-file I/O drops only 16-18% (see issue #4 notes); run with --ignored while working on prefetch"]
 fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
     std::fs::create_dir_all(&base).unwrap();
@@ -95,7 +104,7 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
         base_dir: Some(base),
         replica_of: Some(primary.endpoint.clone()),
         cnf: vec![
-            small("innodb_buffer_pool_size", "16M"),
+            small("innodb_buffer_pool_size", "64M"),
             small("innodb_buffer_pool_load_at_startup", "OFF"),
             small("innodb_buffer_pool_dump_at_shutdown", "OFF"),
             small("performance_schema", "ON"),

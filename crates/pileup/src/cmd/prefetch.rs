@@ -18,8 +18,8 @@ pub struct PrefetchArgs {
     /// Stay at most this many events ahead of the SQL thread.
     #[arg(long, default_value_t = 50_000)]
     pub window_events: u64,
-    /// Stay at most this many index keys ahead of the SQL thread (default: a
-    /// quarter of the buffer pool's pages, so warmed pages survive until used).
+    /// Stay at most this many index keys ahead of the SQL thread (default: half
+    /// the buffer pool's old sublist, so warmed pages survive until used).
     #[arg(long)]
     pub window_keys: Option<u64>,
     /// Stay at most this many seconds (of primary time) ahead of the SQL thread.
