@@ -202,7 +202,7 @@ impl Format {
     /// Post-header length for an event type, falling back to the fixed
     /// length of types an older description does not list.
     pub fn post_header_len(&self, t: u8) -> usize {
-        if let Some(&l) = self.post_header.get(t as usize - 1).filter(|_| t > 0) {
+        if let Some(&l) = (t as usize).checked_sub(1).and_then(|i| self.post_header.get(i)) {
             return l as usize;
         }
         match t {

@@ -118,6 +118,12 @@ impl FileReader {
                 return Ok(true);
             }
         }
+        // Never allocate for bytes the file does not have (yet): a corrupt
+        // size field could claim a gigabyte.
+        let len = self.file.metadata().map_err(|source| ReadError::Io { path: self.path.clone(), source })?.len();
+        if pos + n as u64 > len {
+            return Ok(false);
+        }
         // Restart the buffer at `pos`, keeping what we already have of it.
         match have_from {
             Some(d) if d <= self.buf.len() => {
