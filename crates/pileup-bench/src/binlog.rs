@@ -76,14 +76,7 @@ fn main() -> Result<()> {
     let replica = Sandbox::start(Options { replica_of: Some(primary.endpoint.clone()), cnf: vec![("relay_log_purge".into(), "0".into())], ..Default::default() })?;
     let sock = primary.endpoint.socket.to_string_lossy().into_owned();
     primary.sql("CREATE DATABASE d")?;
-    let caught_up = || -> Result<()> {
-        let pos: String = primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap();
-        let r: i64 = replica.connect()?.query_first(format!("SELECT MASTER_GTID_WAIT('{pos}', 600)"))?.unwrap();
-        if r != 0 {
-            bail!("replica did not catch up");
-        }
-        Ok(())
-    };
+    let caught_up = || replica.wait_caught_up(&primary, std::time::Duration::from_secs(600)).map(|_| ());
     eprintln!("bulk load: 2 tables x {rows} rows");
     replica.sql("FLUSH RELAY LOGS")?;
     let before = relay_files(&replica)?.len();

@@ -64,9 +64,14 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
 /// (utime + stime + cutime + cstime from /proc/PID/stat): pt-stalk's work is
 /// done by the `mysql` clients it starts each second.
 fn cpu_secs(c: &Option<Child>) -> f64 {
-    let Some(c) = c else { return 0.0 };
-    let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
-    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(4).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
+    c.as_ref().map_or(0.0, |c| stat_cpu_secs(c.id(), 4))
+}
+
+/// Sum of the first `fields` CPU-time fields of /proc/PID/stat (utime,
+/// stime, cutime, cstime), in seconds.
+fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
     f.iter().sum::<f64>() / 100.0
 }
 
@@ -251,9 +256,7 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
 
 /// CPU seconds a process has used (utime + stime).
 fn proc_cpu_secs(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
-    f.iter().sum::<f64>() / 100.0
+    stat_cpu_secs(pid, 2)
 }
 
 /// What watching costs with nothing else running: the server's CPU

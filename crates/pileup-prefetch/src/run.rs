@@ -161,7 +161,7 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
 }
 
 /// Send every partly filled batch.
-fn flush(pending: &mut HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>, tx: &mpsc::SyncSender<Job>, _c: &Counters) {
+fn flush(pending: &mut HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>, tx: &mpsc::SyncSender<Job>) {
     for ((_, index), (table, keys)) in pending.iter_mut() {
         if !keys.is_empty() {
             let _ = tx.send(Job { table: table.clone(), index: *index, keys: std::mem::take(keys) });
@@ -249,7 +249,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             if !lagging {
                 counters.idle_polls.fetch_add(1, Ordering::Relaxed);
             }
-            flush(&mut pending, &tx, &counters);
+            flush(&mut pending, &tx);
             std::thread::sleep(Duration::from_millis(if lagging { 5 } else { 20 }));
             // A full window moves as soon as the applier does: look again
             // soon (but no more than 50 times a second).
@@ -332,7 +332,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             Err(e) => return Err(e.into()),
         };
         if !got {
-            flush(&mut pending, &tx, &counters);
+            flush(&mut pending, &tx);
             std::thread::sleep(Duration::from_millis(5));
         }
     }

@@ -321,6 +321,24 @@ impl Sandbox {
         self.conn_spec().connect()
     }
 
+    /// Wait until this replica has applied everything `primary` has
+    /// binlogged so far; returns how long that took. Waits in one-second
+    /// steps: every sandbox connection has a statement time limit.
+    pub fn wait_caught_up(&self, primary: &Sandbox, within: Duration) -> Result<Duration> {
+        let t0 = Instant::now();
+        let pos: String = primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
+        let mut c = self.connect()?;
+        loop {
+            let r: Option<i64> = c.query_first(format!("SELECT MASTER_GTID_WAIT('{pos}', 1)"))?;
+            if r == Some(0) {
+                return Ok(t0.elapsed());
+            }
+            if t0.elapsed() > within {
+                bail!("replica {} did not apply {pos} within {within:?}", self.endpoint.name);
+            }
+        }
+    }
+
     /// Run statements (separated by `;`) and discard results.
     pub fn sql(&self, statements: &str) -> Result<()> {
         let mut c = self.connect()?;

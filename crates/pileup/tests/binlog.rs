@@ -24,9 +24,7 @@ fn pair(cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
 }
 
 fn caught_up(primary: &Sandbox, replica: &Sandbox) {
-    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
-    let r: i64 = replica.connect().unwrap().query_first(format!("SELECT MASTER_GTID_WAIT('{pos}', 60)")).unwrap().unwrap();
-    assert_eq!(r, 0, "replica did not reach {pos}");
+    replica.wait_caught_up(primary, Duration::from_secs(60)).unwrap();
 }
 
 /// The files listed in a server's relay log or binlog index, in order.

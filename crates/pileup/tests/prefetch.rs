@@ -30,14 +30,7 @@ fn applier_page_io(replica: &Sandbox) -> u64 {
 }
 
 fn wait_applied(primary: &Sandbox, replica: &Sandbox) -> Duration {
-    let t0 = Instant::now();
-    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
-    // Short waits: every sandbox connection has a statement time limit.
-    let mut c = replica.connect().unwrap();
-    while c.query_first::<i64, _>(format!("SELECT MASTER_GTID_WAIT('{pos}', 2)")).unwrap().unwrap() != 0 {
-        assert!(t0.elapsed() < Duration::from_secs(300), "replica did not catch up");
-    }
-    t0.elapsed()
+    replica.wait_caught_up(primary, Duration::from_secs(300)).unwrap()
 }
 
 /// One round: a backlog of index updates while the SQL thread is stopped,
