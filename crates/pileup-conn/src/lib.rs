@@ -106,6 +106,9 @@ impl ConnSpec {
             .read_timeout(Some(self.timeout))
             .write_timeout(Some(self.timeout))
             .tcp_connect_timeout(Some(self.timeout))
+            // Prepared statements are looked up by text in this cache; a
+            // statement evicted from it is closed on the server.
+            .stmt_cache_size(Some(256))
             .prefer_socket(false);
         if let Some(s) = &self.socket {
             b = b.socket(Some(s.to_string_lossy().into_owned()));

@@ -27,8 +27,8 @@ pub struct Options {
     pub readers: usize,
     /// Stay at most this many events ahead of the applier…
     pub window_events: u64,
-    /// …and this many index keys issued ahead (None: half the buffer pool's
-    /// old sublist, so warmed pages are not evicted before the applier gets
+    /// …and this many index keys issued ahead (None: a quarter of the buffer
+    /// pool's old sublist, so warmed pages are not evicted before the applier gets
     /// to them).
     pub window_keys: Option<u64>,
     /// …and this many seconds of primary time.
@@ -43,11 +43,13 @@ pub struct Options {
     pub poll: Duration,
     /// Stop after this long (None: until stopped).
     pub duration: Option<Duration>,
+    /// Warm primary-key rows only, not secondary index entries.
+    pub primary_only: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None }
+        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false }
     }
 }
 
@@ -68,15 +70,39 @@ pub struct Counters {
     pub jumps: AtomicU64,
     /// Events between the applier and the reader at the last poll.
     pub distance_events: AtomicU64,
+    /// Events between the applier and the last event whose lookups have
+    /// completed, at the last poll (0 when the lookups are behind it).
+    pub warmed_ahead_events: AtomicU64,
+    /// Polls at which the lookups completed were behind the applier.
+    pub late_polls: AtomicU64,
+    /// Time the relay-log reader waited for a free reader (the readers are
+    /// the bottleneck when this grows).
+    pub readers_busy_ms: AtomicU64,
+    /// Sequence number of the newest event whose lookups completed.
+    done_seq: AtomicU64,
     pub lag_secs: AtomicU64,
     /// Keys issued for events the applier has not reached yet.
     pub keys_ahead: AtomicU64,
     pub window_keys: AtomicU64,
     /// Polls with the replica not lagging (prefetch idle).
     pub idle_polls: AtomicU64,
+    errors_seen: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Counters {
+    /// Say a lookup error on stderr, once per distinct server error code
+    /// (or message), so a systematic failure is visible without flooding.
+    pub fn note_error(&self, e: &mysql::Error) {
+        let code = match e {
+            mysql::Error::MySqlError(m) => m.code as u64,
+            _ => 0,
+        };
+        let mut seen = self.errors_seen.lock().unwrap();
+        if seen.insert(code) {
+            eprintln!("pileup prefetch: a lookup failed: {e} (further errors with this code are only counted)");
+        }
+    }
+
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
@@ -92,6 +118,9 @@ impl Counters {
             ("skipped_no_table", g(&self.skipped_no_table)),
             ("jumps", g(&self.jumps)),
             ("distance_events", g(&self.distance_events)),
+            ("warmed_ahead_events", g(&self.warmed_ahead_events)),
+            ("late_polls", g(&self.late_polls)),
+            ("readers_busy_ms", g(&self.readers_busy_ms)),
             ("lag_seconds", g(&self.lag_secs)),
             ("keys_ahead", g(&self.keys_ahead)),
             ("window_keys", g(&self.window_keys)),
@@ -102,6 +131,8 @@ impl Counters {
 
 /// A batch of keys of one index of one table.
 struct Job {
+    /// Number (in reading order) of the last event whose keys are in it.
+    seq: u64,
     table: Arc<Table>,
     index: usize,
     keys: Vec<Key>,
@@ -123,48 +154,71 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
         let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 1");
         let _ = c.query_drop("SET SESSION time_zone = '+00:00'");
         let _ = c.query_drop("SET SESSION transaction_read_only = 1");
+        // The values read do not matter, only that the pages come into the
+        // buffer pool. READ UNCOMMITTED builds no read view: a secondary
+        // index entry on a page the applier changed recently is not checked
+        // against its clustered record, which would read another page while
+        // holding the leaf latch the applier is about to need.
+        let _ = c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
+        // Point lookups need no row estimates: skip the index dives the
+        // range optimizer would otherwise make for every key (CPU and page
+        // latches the applier would compete with).
+        let _ = c.query_drop("SET SESSION eq_range_index_dive_limit = 1");
         let (rx, counters, stop) = (rx.clone(), counters.clone(), stop.clone());
         handles.push(std::thread::spawn(move || {
-            let mut prepared: HashMap<String, mysql::Statement> = HashMap::new();
             while !stop.load(Ordering::Relaxed) {
                 let job = match rx.lock().unwrap().recv_timeout(Duration::from_millis(200)) {
                     Ok(j) => j,
                     Err(mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 };
-                let refs: Vec<&Key> = job.keys.iter().collect();
+                // Pad the batch to a power of two by repeating its last key:
+                // a handful of statement shapes per index, each prepared once
+                // (the connection's statement cache keys them by text).
+                let mut refs: Vec<&Key> = job.keys.iter().collect();
+                let want = refs.len().next_power_of_two();
+                while refs.len() < want {
+                    refs.push(refs[refs.len() - 1]);
+                }
                 let (sql, params) = crate::sql::lookup(&job.table, job.index, &refs);
-                let st = match prepared.get(&sql) {
-                    Some(s) => s.clone(),
-                    None => match c.prep(&sql) {
-                        Ok(s) => {
-                            if prepared.len() > 500 {
-                                prepared.clear();
-                            }
-                            prepared.insert(sql.clone(), s.clone());
-                            s
-                        }
-                        Err(_) => {
-                            counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    },
+                let st = match c.prep(&sql) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
+                        counters.note_error(&e);
+                        continue;
+                    }
                 };
                 counters.lookups.fetch_add(1, Ordering::Relaxed);
-                if c.exec_drop(&st, params).is_err() {
+                if let Err(e) = c.exec_drop(&st, params) {
                     counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
+                    counters.note_error(&e);
                 }
+                counters.done_seq.fetch_max(job.seq, Ordering::Relaxed);
             }
         }));
     }
     Ok((tx, handles))
 }
 
+/// Queue a batch for the readers; time spent waiting for a free slot means
+/// the readers cannot keep up.
+fn send(tx: &mpsc::SyncSender<Job>, job: Job, counters: &Counters) {
+    let job = match tx.try_send(job) {
+        Ok(()) => return,
+        Err(mpsc::TrySendError::Full(j)) => j,
+        Err(mpsc::TrySendError::Disconnected(_)) => return,
+    };
+    let t = Instant::now();
+    let _ = tx.send(job);
+    counters.readers_busy_ms.fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+}
+
 /// Send every partly filled batch.
-fn flush(pending: &mut HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>, tx: &mpsc::SyncSender<Job>) {
+fn flush(pending: &mut HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>, tx: &mpsc::SyncSender<Job>, seq: u64, counters: &Counters) {
     for ((_, index), (table, keys)) in pending.iter_mut() {
         if !keys.is_empty() {
-            let _ = tx.send(Job { table: table.clone(), index: *index, keys: std::mem::take(keys) });
+            send(tx, Job { seq, table: table.clone(), index: *index, keys: std::mem::take(keys) }, counters);
         }
     }
 }
@@ -193,10 +247,13 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         None => {
             // A page read ahead enters the LRU's old sublist and, if not
             // touched again within innodb_old_blocks_time, is evicted from
-            // there: keep the lead within half of that sublist.
+            // there. Everyone else's reads enter it too (the applier's
+            // misses, purge), and dirty pages in it cannot be evicted: keep
+            // the lead within a quarter of it. Measured (bench/prefetch): at
+            // half, about a quarter of the warmed pages were evicted unused.
             let (pool, page, old_pct): (u64, u64, u64) =
                 meta.query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?.unwrap_or((128 << 20, 16384, 37));
-            (pool / page.max(1) * old_pct / 100 / 2).max(64)
+            (pool / page.max(1) * old_pct / 100 / 4).max(64)
         }
     };
     counters.window_keys.store(window_keys, Ordering::Relaxed);
@@ -206,6 +263,8 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     let mut last_poll = Instant::now() - o.poll;
     let mut ap: Applier = applier(&mut ctl)?;
     let mut pending: HashMap<(usize, usize), (Arc<Table>, Vec<Key>)> = HashMap::new();
+    // Events read so far (numbers the events in `ahead`: the newest is `seq`).
+    let mut seq = 0u64;
     let (mut keys, mut skipped): (Vec<Key>, Vec<Skip>) = (vec![], vec![]);
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         if last_poll.elapsed() >= o.poll {
@@ -226,6 +285,15 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             }
             counters.keys_ahead.store(keys_ahead, Ordering::Relaxed);
             counters.distance_events.store(ahead.len() as u64, Ordering::Relaxed);
+            if !ahead.is_empty() {
+                // seq of the event the applier is about to apply.
+                let applier_seq = seq + 1 - ahead.len() as u64;
+                let done = counters.done_seq.load(Ordering::Relaxed);
+                counters.warmed_ahead_events.store(done.saturating_sub(applier_seq), Ordering::Relaxed);
+                if done < applier_seq {
+                    counters.late_polls.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let behind = match &reader {
                 None => true,
                 Some(r) => ahead.is_empty() && (r.path() != ap.relay_file || r.position() < ap.relay_pos),
@@ -249,7 +317,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             if !lagging {
                 counters.idle_polls.fetch_add(1, Ordering::Relaxed);
             }
-            flush(&mut pending, &tx);
+            flush(&mut pending, &tx, seq, &counters);
             std::thread::sleep(Duration::from_millis(if lagging { 5 } else { 20 }));
             // A full window moves as soon as the applier does: look again
             // soon (but no more than 50 times a second).
@@ -262,6 +330,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         let path = r.path().to_path_buf();
         let got = match r.next_with_format() {
             Ok(Some((ev, f))) => {
+                seq += 1;
                 ahead.push_back((path.clone(), ev.end(), ev.header.timestamp, 0));
                 let issued_before = counters.keys_issued.load(Ordering::Relaxed);
                 counters.events_read.fetch_add(1, Ordering::Relaxed);
@@ -298,6 +367,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                                         c.fetch_add(1, Ordering::Relaxed);
                                     }
                                     for k in keys.drain(..) {
+                                        if o.primary_only && !table.indexes[k.index].is_primary() {
+                                            continue;
+                                        }
                                         if !recent.insert(&k) {
                                             counters.keys_deduplicated.fetch_add(1, Ordering::Relaxed);
                                             continue;
@@ -308,7 +380,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                                         slot.1.push(k);
                                         if slot.1.len() >= o.batch {
                                             let ks = std::mem::take(&mut slot.1);
-                                            let _ = tx.send(Job { table: table.clone(), index: ix, keys: ks });
+                                            send(&tx, Job { seq, table: table.clone(), index: ix, keys: ks }, &counters);
                                         }
                                     }
                                 }
@@ -332,7 +404,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             Err(e) => return Err(e.into()),
         };
         if !got {
-            flush(&mut pending, &tx);
+            flush(&mut pending, &tx, seq, &counters);
             std::thread::sleep(Duration::from_millis(5));
         }
     }

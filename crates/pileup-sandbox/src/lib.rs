@@ -53,6 +53,10 @@ pub struct Options {
     pub die_with_parent: bool,
     /// Seconds to wait for the server to accept connections.
     pub ready_timeout: Duration,
+    /// Start on the datadir an earlier sandbox of this name left (if there is
+    /// one) instead of a fresh copy, and leave the directory in place when
+    /// stopped: for benchmarks whose data takes minutes to load.
+    pub reuse: bool,
 }
 
 impl Default for Options {
@@ -68,6 +72,7 @@ impl Default for Options {
             mariadbd: None,
             die_with_parent: true,
             ready_timeout: Duration::from_secs(60),
+            reuse: false,
         }
     }
 }
@@ -170,7 +175,8 @@ impl Sandbox {
                 bail!("sandbox {name} is already running (pid {}); stop it first with `pileup sandbox stop {name}`", old.pid);
             }
         }
-        if dir.exists() {
+        let reusing = opts.reuse && dir.join("data").join("mysql").is_dir();
+        if dir.exists() && !reusing {
             fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
         }
         fs::create_dir_all(dir.join("tmp"))?;
@@ -178,8 +184,10 @@ impl Sandbox {
         if socket.as_os_str().len() > 100 {
             bail!("socket path {} is too long for a Unix socket; use a shorter PILEUP_SANDBOX_DIR", socket.display());
         }
-        let template = template_datadir(&mariadbd, &base)?;
-        copy_dir(&template, &dir.join("data")).context("copying the template datadir")?;
+        if !reusing {
+            let template = template_datadir(&mariadbd, &base)?;
+            copy_dir(&template, &dir.join("data")).context("copying the template datadir")?;
+        }
 
         let mut last_err = None;
         for _attempt in 0..5 {
@@ -234,7 +242,7 @@ impl Sandbox {
                 server_id,
                 binlog: opts.binlog,
             };
-            let mut sb = Sandbox { endpoint, child: Some(child), keep: false, launch: Some(launch) };
+            let mut sb = Sandbox { endpoint, child: Some(child), keep: opts.reuse, launch: Some(launch) };
             match sb.wait_ready(opts.ready_timeout) {
                 Ok(()) => {
                     write_endpoint(&sb.endpoint)?;
@@ -243,7 +251,7 @@ impl Sandbox {
                     }
                     if let Some(src) = &opts.replica_of {
                         sb.sql(&format!(
-                            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='repl', MASTER_USE_GTID=slave_pos; START SLAVE",
+                            "STOP SLAVE; CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='repl', MASTER_USE_GTID=slave_pos; START SLAVE",
                             src.port
                         ))?;
                     }
@@ -260,12 +268,16 @@ impl Sandbox {
                     }
                     let tail: Vec<&str> = log.lines().rev().take(8).collect();
                     let tail: Vec<&str> = tail.into_iter().rev().collect();
-                    let _ = fs::remove_dir_all(&dir);
+                    if !opts.reuse {
+                        let _ = fs::remove_dir_all(&dir);
+                    }
                     bail!("sandbox {name} did not start: {e}\nlast lines of its error log:\n{}", tail.join("\n"));
                 }
             }
         }
-        let _ = fs::remove_dir_all(&dir);
+        if !opts.reuse {
+            let _ = fs::remove_dir_all(&dir);
+        }
         Err(last_err.unwrap_or_else(|| anyhow!("could not find a free port")))
     }
 

@@ -118,6 +118,8 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     eprintln!("applier data-file I/O: {plain} without prefetch ({plain_t:?}), {fed} with ({fed_t:?}); prefetch: {report}");
     let r: serde_json::Value = serde_json::from_str(&report).expect("prefetch counters as JSON");
     assert!(r["keys_issued"].as_u64().unwrap() > 1000 && r["lookups"].as_u64().unwrap() > 100, "{r}");
+    // Lookups must work, not just be sent (a statement-cache bug once made 60% fail).
+    assert!(r["lookup_errors"].as_u64().unwrap() * 100 <= r["lookups"].as_u64().unwrap(), "{r}");
     assert!(plain > 1000, "the plain applier must be I/O-bound for this test to mean anything ({plain})");
     assert!((fed as f64) < 0.5 * plain as f64, "prefetch should at least halve the applier's own page reads: {fed} vs {plain}");
 

@@ -18,8 +18,8 @@ pub struct PrefetchArgs {
     /// Stay at most this many events ahead of the SQL thread.
     #[arg(long, default_value_t = 50_000)]
     pub window_events: u64,
-    /// Stay at most this many index keys ahead of the SQL thread (default: half
-    /// the buffer pool's old sublist, so warmed pages survive until used).
+    /// Stay at most this many index keys ahead of the SQL thread (default: a
+    /// quarter of the buffer pool's old sublist, so warmed pages survive until used).
     #[arg(long)]
     pub window_keys: Option<u64>,
     /// Stay at most this many seconds (of primary time) ahead of the SQL thread.
@@ -42,6 +42,9 @@ pub struct PrefetchArgs {
     pub stats_every: u64,
     #[arg(long)]
     pub json: bool,
+    /// Warm only the rows (primary-key leaves), not secondary index entries.
+    #[arg(long)]
+    pub primary_only: bool,
 }
 
 pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
@@ -59,6 +62,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         query_timeout: Duration::from_millis(a.query_timeout_ms.max(1)),
         poll: Duration::from_millis(100),
         duration: a.duration,
+        primary_only: a.primary_only,
     };
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));

@@ -1,0 +1,410 @@
+//! Replica catch-up benchmark: how long an I/O-bound replica takes to apply
+//! a fixed backlog with no help, with `pileup prefetch`, with MariaDB's
+//! optimistic parallel replication, and with both, side by side in one run,
+//! for ROW and MIXED binlog formats.
+//!
+//! Set-up: a primary (buffer pool large enough for everything, so it makes
+//! the backlog quickly) and a replica whose buffer pool is several times
+//! smaller than the data, with `innodb_flush_method=O_DIRECT` so a page not
+//! in the pool is a real read from the device, not a copy from the OS page
+//! cache. sysbench oltp_update_index tables fill both.
+//!
+//! A round, for one format and one mode: stop the replica's SQL thread;
+//! run a fixed number of sysbench oltp_update_index transactions on the
+//! primary (uniform keys) and wait until the replica's I/O thread has them
+//! all in its relay log; restart the replica (an empty buffer pool: every
+//! round starts equally cold); set the mode (slave_parallel_threads,
+//! prefetcher); start the applier and time it until it has applied the
+//! primary's position. Modes run in a rotated order each round.
+//!
+//! Reported per format and mode (medians over rounds): catch-up time,
+//! transactions per second, the ratio to the plain applier, the applier
+//! threads' own CPU (the bound no prefetcher can beat), the replica's whole
+//! CPU, the prefetcher's CPU and buffer-pool reads per transaction.
+//!
+//! Usage: prefetch-bench --pileup PATH [--tables 4] [--table-size 2500000]
+//!   [--pool 128M] [--trx 20000] [--rounds 3] [--formats ROW,MIXED]
+//!   [--modes none,prefetch,parallel,both] [--parallel-threads 4]
+//!   [--readers 4] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
+//!
+//! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
+//! it for an SSD; `--cnf` adds or overrides replica server options.
+//!
+//! `--reuse DIR` keeps both servers' datadirs in DIR and loads the tables
+//! only when DIR does not already hold them.
+//!
+//! `--profile DIR` also samples the applier threads' stacks for 3 s of each
+//! catch-up (`pileup stacks --threads sql-thread`) into DIR/ROUND-FORMAT-MODE.txt.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_bench::{arg, median};
+use pileup_sandbox::{Options, Sandbox};
+
+fn sysbench(sock: &str, tables: u64, size: u64, extra: &[String]) -> Result<()> {
+    let out = Command::new("sysbench")
+        .arg("oltp_update_index")
+        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest"])
+        .args([format!("--tables={tables}"), format!("--table-size={size}")])
+        .args(extra)
+        .output()
+        .context("running sysbench (make deps installs it)")?;
+    if !out.status.success() {
+        bail!("sysbench {extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// utime + stime of a process or one of its threads, in seconds.
+fn cpu_of(stat_path: &str) -> f64 {
+    let s = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // Fields after the ")" that closes the command name; utime, stime are 14 and 15.
+    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let g = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (g(11) + g(12)) / tick
+}
+
+/// OS thread ids of the replication applier threads (SQL driver and workers).
+fn applier_tids(replica: &Sandbox) -> Result<Vec<u64>> {
+    let tids: Vec<Option<u64>> = replica
+        .connect()?
+        .query("SELECT THREAD_OS_ID FROM performance_schema.threads WHERE NAME IN ('thread/sql/slave_sql', 'thread/sql/slave_worker', 'thread/sql/rpl_parallel_thread')")?;
+    Ok(tids.into_iter().flatten().collect())
+}
+
+fn applier_cpu(pid: u32, tids: &[u64]) -> f64 {
+    tids.iter().map(|t| cpu_of(&format!("/proc/{pid}/task/{t}/stat"))).sum()
+}
+
+fn status(c: &mut mysql::Conn, name: &str) -> Result<f64> {
+    Ok(c.query_first::<(String, f64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))?.map(|r| r.1).unwrap_or(0.0))
+}
+
+#[derive(Default, Clone)]
+struct Sample {
+    secs: f64,
+    applier_cpu: f64,
+    replica_cpu: f64,
+    prefetch_cpu: f64,
+    pool_reads: f64,
+    wait_free: f64,
+    /// The prefetcher's last counters line (JSON).
+    prefetch_report: String,
+}
+
+struct Mode {
+    name: &'static str,
+    prefetch: bool,
+    parallel: bool,
+}
+
+const MODES: [Mode; 4] = [
+    Mode { name: "none", prefetch: false, parallel: false },
+    Mode { name: "prefetch", prefetch: true, parallel: false },
+    Mode { name: "parallel", prefetch: false, parallel: true },
+    Mode { name: "both", prefetch: true, parallel: true },
+];
+
+struct Bench {
+    primary: Sandbox,
+    replica: Sandbox,
+    pileup: String,
+    tables: u64,
+    size: u64,
+    trx: u64,
+    parallel_threads: u64,
+    readers: u64,
+    profile: Option<String>,
+    label: String,
+    /// More `pileup prefetch` options (--prefetch-args "--batch 8 ...").
+    prefetch_args: Vec<String>,
+}
+
+impl Bench {
+    /// Make the backlog: `trx` transactions in `format`, all in the replica's relay log.
+    fn backlog(&self, format: &str) -> Result<()> {
+        self.replica.sql("STOP SLAVE SQL_THREAD")?;
+        self.primary.sql(&format!("SET GLOBAL binlog_format = '{format}'"))?;
+        let sock = self.primary.endpoint.socket.display().to_string();
+        let extra: Vec<String> = ["--threads=4", "--time=0", &format!("--events={}", self.trx), "--rand-type=uniform", "run"].iter().map(|s| s.to_string()).collect();
+        sysbench(&sock, self.tables, self.size, &extra)?;
+        let pos: String = self.primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
+        let t0 = Instant::now();
+        loop {
+            let st: mysql::Row = self.replica.connect()?.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
+            if st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str()) {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(300) {
+                bail!("the replica's I/O thread did not receive {pos} in 300 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// One timed catch-up in `mode` (the backlog is already in the relay log).
+    fn catch_up(&mut self, mode: &Mode) -> Result<Sample> {
+        self.replica.restart()?;
+        let threads = if mode.parallel { self.parallel_threads } else { 0 };
+        self.replica.sql(&format!("SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"))?;
+        let mut c = self.replica.connect()?;
+        let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
+        let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
+        let pid = self.replica.pid();
+        let mut child: Option<Child> = None;
+        if mode.prefetch {
+            let ch = Command::new(&self.pileup)
+                .args(["prefetch", "-S", self.replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--min-lag", "0", "--stats-every", "1", "--json"])
+                .arg(format!("--readers={}", self.readers))
+                .args(&self.prefetch_args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting pileup prefetch")?;
+            child = Some(ch);
+            // Let it connect and find the relay log before the applier starts.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
+        let t0 = Instant::now();
+        self.replica.sql("START SLAVE")?;
+        let tids = applier_tids(&self.replica)?;
+        let acpu0 = applier_cpu(pid, &tids);
+        // --profile DIR: the applier threads' stacks during this catch-up.
+        let prof = self.profile.as_ref().map(|dir| {
+            let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
+            Command::new(&self.pileup)
+                .args(["stacks", "--pid", &pid.to_string(), "--threads", "sql-thread", "--duration", "3s", "--interval-ms", "10", "-S"])
+                .arg(&self.replica.endpoint.socket)
+                .args(["-u", "root", "-o", &out])
+                .stdout(Stdio::null())
+                .spawn()
+        });
+        if let Some(dir) = &self.profile {
+            // Which system call the applier thread is in, sampled from /proc.
+            let mut hist: HashMap<String, u64> = HashMap::new();
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(3) {
+                for tid in &tids {
+                    let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+                    let f: Vec<&str> = sc.split_whitespace().collect();
+                    let key = match f.first() {
+                        Some(&"running") => "running".to_string(),
+                        Some(n) => format!("{n} {} {}", f.get(1).unwrap_or(&""), f.get(2).unwrap_or(&"")),
+                        None => "?".into(),
+                    };
+                    *hist.entry(key).or_default() += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut v: Vec<_> = hist.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1));
+            let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
+            std::fs::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
+        }
+        self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
+        let secs = t0.elapsed().as_secs_f64();
+        if let Some(Ok(mut p)) = prof {
+            let _ = p.wait();
+        }
+        if let Some(dir) = &self.profile {
+            // What the applier threads waited on, by instrument (as many as
+            // the server was started with: see --cnf performance_schema_instrument).
+            let rows: Vec<(String, u64, f64)> = c.query(format!(
+                "SELECT EVENT_NAME, SUM(COUNT_STAR), SUM(SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name \
+                 WHERE THREAD_ID IN (SELECT THREAD_ID FROM performance_schema.threads WHERE THREAD_OS_ID IN ({})) AND COUNT_STAR > 0 \
+                 GROUP BY EVENT_NAME ORDER BY 3 DESC LIMIT 25",
+                tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+            ))?;
+            let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
+            std::fs::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
+        }
+        let mut s = Sample {
+            secs,
+            applier_cpu: applier_cpu(pid, &tids) - acpu0,
+            replica_cpu: cpu_of(&format!("/proc/{pid}/stat")) - rcpu0,
+            pool_reads: status(&mut c, "Innodb_buffer_pool_reads")? - reads0,
+            wait_free: status(&mut c, "Innodb_buffer_pool_wait_free")? - waitfree0,
+            prefetch_cpu: 0.0,
+            prefetch_report: String::new(),
+        };
+        if let Some(ch) = child {
+            s.prefetch_cpu = cpu_of(&format!("/proc/{}/stat", ch.id()));
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(ch.id() as i32), nix::sys::signal::Signal::SIGTERM)?;
+            let out = ch.wait_with_output()?;
+            if !out.status.success() {
+                bail!("pileup prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            s.prefetch_report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+            if let Some(dir) = &self.profile {
+                std::fs::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
+            }
+            for l in String::from_utf8_lossy(&out.stderr).lines().take(5) {
+                eprintln!("  prefetch said: {l}");
+            }
+        }
+        let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
+        let errno: u64 = st.get("Last_SQL_Errno").unwrap_or(0);
+        if errno != 0 {
+            bail!("the applier failed in mode {}: {:?}", mode.name, st.get::<String, _>("Last_SQL_Error"));
+        }
+        Ok(s)
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |k: &str, d: u64| -> Result<u64> { Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d)) };
+    let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
+    let (tables, size, trx, rounds) = (num("--tables", 4)?, num("--table-size", 2_500_000)?, num("--trx", 20_000)?, num("--rounds", 3)?);
+    let pool = arg(&args, "--pool").unwrap_or_else(|| "128M".into());
+    let formats: Vec<String> = arg(&args, "--formats").unwrap_or_else(|| "ROW,MIXED".into()).split(',').map(|s| s.trim().to_uppercase()).collect();
+    let wanted = arg(&args, "--modes").unwrap_or_else(|| "none,prefetch,parallel,both".into());
+    let modes: Vec<&Mode> = MODES.iter().filter(|m| wanted.split(',').any(|w| w.trim() == m.name)).collect();
+    if modes.is_empty() || modes[0].name != "none" {
+        bail!("--modes must include none (every ratio is to it)");
+    }
+
+    let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+    // --reuse DIR: keep both servers' data there and load it only once.
+    let reuse = arg(&args, "--reuse").map(std::path::PathBuf::from);
+    let named = |n: &str| Options {
+        name: reuse.as_ref().map(|_| n.to_string()),
+        base_dir: reuse.clone(),
+        reuse: reuse.is_some(),
+        ..Default::default()
+    };
+    let primary = Sandbox::start(Options { binlog: true, cnf: vec![kv("innodb_buffer_pool_size", "4G"), kv("binlog_format", "ROW")], ..named("primary") })?;
+    // What a DBA sets for an SSD: the default innodb_io_capacity (200) makes
+    // the page cleaner the bottleneck of any write-heavy small-pool server.
+    let mut extra: Vec<(String, String)> = vec![kv("innodb_io_capacity", "4000"), kv("innodb_io_capacity_max", "8000")];
+    for (i, a) in args.iter().enumerate() {
+        if a == "--cnf" {
+            let v = args.get(i + 1).context("--cnf KEY=VALUE")?;
+            let (k, v) = v.split_once('=').context("--cnf KEY=VALUE")?;
+            extra.retain(|(x, _)| x != k);
+            extra.push(kv(k, v));
+        }
+    }
+    let replica = Sandbox::start(Options {
+        replica_of: Some(primary.endpoint.clone()),
+        cnf: vec![
+            kv("innodb_buffer_pool_size", &pool),
+            kv("innodb_flush_method", "O_DIRECT"),
+            kv("innodb_buffer_pool_load_at_startup", "OFF"),
+            kv("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+            kv("innodb_log_file_size", "256M"),
+            kv("performance_schema", "ON"),
+        ]
+        .into_iter()
+        .chain(extra.clone())
+        .collect(),
+        ..named("replica")
+    })?;
+    let t0 = Instant::now();
+    let marker = reuse.as_ref().map(|d| d.join("loaded"));
+    let loaded = format!("{tables} {size}");
+    if marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()).as_deref() != Some(loaded.as_str()) {
+        eprintln!("loading {tables} tables x {size} rows");
+        primary.sql("DROP DATABASE IF EXISTS sbtest; CREATE DATABASE sbtest")?;
+        sysbench(&primary.endpoint.socket.display().to_string(), tables, size, &[format!("--threads={}", tables.min(2)), "prepare".into()])?;
+    }
+    replica.wait_caught_up(&primary, Duration::from_secs(7200))?;
+    if let Some(m) = &marker {
+        std::fs::write(m, &loaded)?;
+    }
+    let bytes: f64 = replica
+        .connect()?
+        .query_first::<Option<f64>, _>("SELECT SUM(DATA_LENGTH + INDEX_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sbtest'")?
+        .flatten()
+        .unwrap_or(0.0);
+    eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
+
+    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), label: String::new(), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
+    let mut samples: HashMap<(String, &'static str), Vec<Sample>> = HashMap::new();
+    for r in 0..rounds as usize {
+        for f in &formats {
+            for i in 0..modes.len() {
+                let m = modes[(i + r) % modes.len()];
+                b.backlog(f)?;
+                b.label = format!("{}-{f}", r + 1);
+                let s = b.catch_up(m)?;
+                eprintln!(
+                    "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}",
+                    r + 1,
+                    m.name,
+                    s.secs,
+                    trx as f64 / s.secs,
+                    s.applier_cpu,
+                    s.replica_cpu,
+                    s.prefetch_cpu,
+                    s.pool_reads / trx as f64,
+                    s.wait_free / trx as f64
+                );
+                if !s.prefetch_report.is_empty() {
+                    eprintln!("  prefetch counters: {}", s.prefetch_report);
+                }
+                samples.entry((f.clone(), m.name)).or_default().push(s);
+            }
+        }
+    }
+
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let mut md = format!(
+        "\n{:.2} GB of data ({tables} sysbench tables × {size} rows) on a replica with a {pool} buffer pool and O_DIRECT; \
+         backlog {trx} oltp_update_index transactions (uniform keys) per round, {rounds} rounds, modes in rotated order; \
+         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}. Medians.\n",
+        bytes / 1e9,
+        b.parallel_threads,
+        b.readers,
+        b.prefetch_args.iter().map(|a| format!(" {a}")).collect::<String>(),
+        extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    );
+    for f in &formats {
+        let med = |m: &str, g: &dyn Fn(&Sample) -> f64| median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default());
+        let base = med("none", &|s| s.secs);
+        md.push_str(&format!(
+            "\n#### binlog_format={f}\n\n| mode | catch-up (s) | trx/s | speed-up vs none | applier threads' CPU (% of wall) | replica CPU (cores) | prefetcher CPU (cores) | buffer-pool reads per trx |\n|---|---|---|---|---|---|---|---|\n"
+        ));
+        for m in &modes {
+            let secs = med(m.name, &|s| s.secs);
+            md.push_str(&format!(
+                "| {} | {:.2} | {:.0} | {:.2}× | {:.0}% | {:.2} | {:.2} | {:.2} |\n",
+                m.name,
+                secs,
+                trx as f64 / secs,
+                base / secs,
+                100.0 * med(m.name, &|s| s.applier_cpu / s.secs),
+                med(m.name, &|s| s.replica_cpu / s.secs),
+                med(m.name, &|s| s.prefetch_cpu / s.secs),
+                med(m.name, &|s| s.pool_reads) / trx as f64
+            ));
+        }
+        let applier = med("none", &|s| s.applier_cpu);
+        let replica_cores = med("none", &|s| s.replica_cpu / s.secs);
+        md.push_str(&format!(
+            "\nBounds for this format: the plain applier thread was on CPU {:.0}% of the time, so removing every wait it has would make it at most {:.2}× faster; \
+             the replica used {:.2} of {cores:.0} cores while applying without help, so with the same CPU per transaction the box caps any speed-up near {:.2}×.\n",
+            100.0 * applier / base,
+            base / applier.max(1e-9),
+            replica_cores,
+            cores / replica_cores.max(1e-9)
+        ));
+    }
+    print!("{md}");
+    if let Some(o) = arg(&args, "--out") {
+        std::fs::write(o, &md)?;
+    }
+    Ok(())
+}
+
+/// Mode names are 'static; map a borrowed one back for the lookup.
+fn leak(m: &str) -> &'static str {
+    MODES.iter().find(|x| x.name == m).map(|x| x.name).unwrap_or("none")
+}
