@@ -11,3 +11,4 @@ pub mod replica;
 pub mod run;
 pub mod schema;
 pub mod sql;
+pub mod stmt;

@@ -18,6 +18,7 @@ use mysql::prelude::Queryable;
 use pileup_binlog::{et, Decoder, Event, FileReader, ReadError};
 
 use crate::plan::{plan_row, Key, Recent, Skip};
+use crate::stmt::{Reads, RowsPlan, StmtSkip, Templates};
 use crate::replica::{applier, Applier};
 use crate::schema::Table;
 
@@ -78,6 +79,17 @@ pub struct Counters {
     /// Time the relay-log reader waited for a free reader (the readers are
     /// the bottleneck when this grows).
     pub readers_busy_ms: AtomicU64,
+    /// Statement events turned into reads, and skipped (predicted to scan;
+    /// not expressible as reads: multi-table, subqueries, INSERT … SELECT).
+    pub statements_planned: AtomicU64,
+    pub statements_skipped_not_indexed: AtomicU64,
+    pub statements_skipped_unsupported: AtomicU64,
+    /// Rows the statement reads returned.
+    pub statement_rows_read: AtomicU64,
+    /// Statement shapes parsed (the rest were template-cache hits).
+    pub templates_parsed: AtomicU64,
+    /// DDL statements the reader waited at until the applier passed them.
+    pub ddl_pauses: AtomicU64,
     /// Sequence number of the newest event whose lookups completed.
     done_seq: AtomicU64,
     pub lag_secs: AtomicU64,
@@ -116,6 +128,12 @@ impl Counters {
             ("skipped_float_key", g(&self.skipped_float_key)),
             ("skipped_schema_mismatch", g(&self.skipped_schema)),
             ("skipped_no_table", g(&self.skipped_no_table)),
+            ("statements_planned", g(&self.statements_planned)),
+            ("statements_skipped_not_indexed", g(&self.statements_skipped_not_indexed)),
+            ("statements_skipped_unsupported", g(&self.statements_skipped_unsupported)),
+            ("statement_rows_read", g(&self.statement_rows_read)),
+            ("templates_parsed", g(&self.templates_parsed)),
+            ("ddl_pauses", g(&self.ddl_pauses)),
             ("jumps", g(&self.jumps)),
             ("distance_events", g(&self.distance_events)),
             ("warmed_ahead_events", g(&self.warmed_ahead_events)),
@@ -129,13 +147,39 @@ impl Counters {
     }
 }
 
-/// A batch of keys of one index of one table.
+/// Work for a reader.
+enum Work {
+    /// A batch of keys of one index of one table.
+    Keys { table: Arc<Table>, index: usize, keys: Vec<Key> },
+    /// Statements' rows (all of one shape), then the index entries they name.
+    Rows(Vec<RowsPlan>),
+}
+
 struct Job {
-    /// Number (in reading order) of the last event whose keys are in it.
+    /// Number (in reading order) of the last event whose reads are in it.
     seq: u64,
-    table: Arc<Table>,
-    index: usize,
-    keys: Vec<Key>,
+    work: Work,
+}
+
+/// Look up `keys` of one index in batches of at most `batch`, each padded to
+/// a power of two by repeating its last key: a handful of statement shapes
+/// per index, each prepared once (the connection's statement cache keys
+/// them by text).
+fn lookup_keys(c: &mut mysql::Conn, table: &Table, index: usize, keys: &[Key], batch: usize, counters: &Counters) {
+    for chunk in keys.chunks(batch.max(1)) {
+        let mut refs: Vec<&Key> = chunk.iter().collect();
+        let want = refs.len().next_power_of_two();
+        while refs.len() < want {
+            refs.push(refs[refs.len() - 1]);
+        }
+        let (sql, params) = crate::sql::lookup(table, index, &refs);
+        counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let r = c.prep(&sql).and_then(|st| c.exec_drop(&st, params));
+        if let Err(e) = r {
+            counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
+            counters.note_error(&e);
+        }
+    }
 }
 
 fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
@@ -164,7 +208,7 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
         // range optimizer would otherwise make for every key (CPU and page
         // latches the applier would compete with).
         let _ = c.query_drop("SET SESSION eq_range_index_dive_limit = 1");
-        let (rx, counters, stop) = (rx.clone(), counters.clone(), stop.clone());
+        let (rx, counters, stop, batch) = (rx.clone(), counters.clone(), stop.clone(), o.batch);
         handles.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let job = match rx.lock().unwrap().recv_timeout(Duration::from_millis(200)) {
@@ -172,27 +216,53 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                     Err(mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 };
-                // Pad the batch to a power of two by repeating its last key:
-                // a handful of statement shapes per index, each prepared once
-                // (the connection's statement cache keys them by text).
-                let mut refs: Vec<&Key> = job.keys.iter().collect();
-                let want = refs.len().next_power_of_two();
-                while refs.len() < want {
-                    refs.push(refs[refs.len() - 1]);
-                }
-                let (sql, params) = crate::sql::lookup(&job.table, job.index, &refs);
-                let st = match c.prep(&sql) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
-                        counters.note_error(&e);
-                        continue;
+                match &job.work {
+                    Work::Keys { table, index, keys } => lookup_keys(&mut c, table, *index, keys, batch, &counters),
+                    Work::Rows(plans) => {
+                        // One round trip for the batch: the statements' SELECTs
+                        // joined by UNION ALL, each row tagged with its statement
+                        // (padded to a power of two, like key batches).
+                        let want = plans.len().next_power_of_two();
+                        let mut sql = String::new();
+                        let mut params = vec![];
+                        for i in 0..want {
+                            let p = &plans[i.min(plans.len() - 1)];
+                            if i > 0 {
+                                sql.push_str(" UNION ALL ");
+                            }
+                            sql.push_str(&format!("({})", p.sql.replacen("SELECT ", &format!("SELECT {i} AS pileup_tag, "), 1)));
+                            params.extend(p.params.iter().cloned());
+                        }
+                        counters.lookups.fetch_add(1, Ordering::Relaxed);
+                        let rows: Result<Vec<mysql::Row>, _> = c.prep(&sql).and_then(|st| c.exec(&st, params));
+                        match rows {
+                            Err(e) => {
+                                counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
+                                counters.note_error(&e);
+                            }
+                            Ok(rows) => {
+                                counters.statement_rows_read.fetch_add(rows.len() as u64, Ordering::Relaxed);
+                                let mut keys: Vec<Key> = vec![];
+                                for r in rows {
+                                    let mut v = r.unwrap();
+                                    let tag = match v.first() {
+                                        Some(mysql::Value::Int(i)) => *i as usize,
+                                        Some(mysql::Value::UInt(u)) => *u as usize,
+                                        _ => continue,
+                                    };
+                                    if tag < plans.len() {
+                                        v.remove(0);
+                                        plans[tag].keys_from_row(&v, &mut keys);
+                                    }
+                                }
+                                keys.sort_by_key(|k| k.index);
+                                keys.dedup();
+                                for group in keys.chunk_by(|a, b| a.index == b.index) {
+                                    lookup_keys(&mut c, &plans[0].table, group[0].index, group, batch, &counters);
+                                }
+                            }
+                        }
                     }
-                };
-                counters.lookups.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = c.exec_drop(&st, params) {
-                    counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
-                    counters.note_error(&e);
                 }
                 counters.done_seq.fetch_max(job.seq, Ordering::Relaxed);
             }
@@ -214,11 +284,59 @@ fn send(tx: &mpsc::SyncSender<Job>, job: Job, counters: &Counters) {
     counters.readers_busy_ms.fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
 }
 
-/// Send every partly filled batch.
-fn flush(pending: &mut HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>, tx: &mpsc::SyncSender<Job>, seq: u64, counters: &Counters) {
-    for ((_, index), (table, keys)) in pending.iter_mut() {
-        if !keys.is_empty() {
-            send(tx, Job { seq, table: table.clone(), index: *index, keys: std::mem::take(keys) }, counters);
+/// Keys on their way to the readers: deduplicated within the window and
+/// batched per (table, index).
+struct Batcher {
+    pending: HashMap<(usize, usize), (Arc<Table>, Vec<Key>)>,
+    /// Statement reads by SELECT text (one shape per batch).
+    pending_rows: HashMap<String, Vec<RowsPlan>>,
+    recent: Recent,
+    batch: usize,
+    primary_only: bool,
+}
+
+impl Batcher {
+    fn issue(&mut self, table: &Arc<Table>, k: Key, seq: u64, tx: &mpsc::SyncSender<Job>, counters: &Counters) {
+        if self.primary_only && !table.indexes[k.index].is_primary() {
+            return;
+        }
+        if !self.recent.insert(&k) {
+            counters.keys_deduplicated.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        counters.keys_issued.fetch_add(1, Ordering::Relaxed);
+        let ix = k.index;
+        let slot = self.pending.entry((Arc::as_ptr(table) as usize, ix)).or_insert_with(|| (table.clone(), vec![]));
+        slot.1.push(k);
+        if slot.1.len() >= self.batch {
+            let keys = std::mem::take(&mut slot.1);
+            send(tx, Job { seq, work: Work::Keys { table: table.clone(), index: ix, keys } }, counters);
+        }
+    }
+
+    fn rows(&mut self, plan: RowsPlan, seq: u64, tx: &mpsc::SyncSender<Job>, counters: &Counters) {
+        let slot = self.pending_rows.entry(plan.sql.clone()).or_default();
+        slot.push(plan);
+        if slot.len() >= self.batch {
+            let plans = std::mem::take(slot);
+            send(tx, Job { seq, work: Work::Rows(plans) }, counters);
+        }
+    }
+
+    /// Send every partly filled batch.
+    fn flush(&mut self, tx: &mpsc::SyncSender<Job>, seq: u64, counters: &Counters) {
+        for plans in self.pending_rows.values_mut() {
+            if !plans.is_empty() {
+                send(tx, Job { seq, work: Work::Rows(std::mem::take(plans)) }, counters);
+            }
+        }
+        if self.pending_rows.len() > 1000 {
+            self.pending_rows.clear();
+        }
+        for ((_, index), (table, keys)) in self.pending.iter_mut() {
+            if !keys.is_empty() {
+                send(tx, Job { seq, work: Work::Keys { table: table.clone(), index: *index, keys: std::mem::take(keys) } }, counters);
+            }
         }
     }
 }
@@ -259,10 +377,14 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     counters.window_keys.store(window_keys, Ordering::Relaxed);
     // Deduplicate within the window only: a page warmed longer ago than
     // that may well have been evicted again.
-    let mut recent = Recent::new(window_keys as usize);
+    let recent = Recent::new(window_keys as usize);
     let mut last_poll = Instant::now() - o.poll;
     let mut ap: Applier = applier(&mut ctl)?;
-    let mut pending: HashMap<(usize, usize), (Arc<Table>, Vec<Key>)> = HashMap::new();
+    let mut batcher = Batcher { pending: HashMap::new(), pending_rows: HashMap::new(), recent, batch: o.batch, primary_only: o.primary_only };
+    let mut templates = Templates::default();
+    let mut lits = vec![];
+    // A DDL statement was read: wait until the applier has passed it.
+    let mut ddl_pending = false;
     // Events read so far (numbers the events in `ahead`: the newest is `seq`).
     let mut seq = 0u64;
     let (mut keys, mut skipped): (Vec<Key>, Vec<Skip>) = (vec![], vec![]);
@@ -282,6 +404,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 if let Some((_, _, _, k)) = ahead.pop_front() {
                     keys_ahead -= k;
                 }
+            }
+            if ddl_pending && ahead.is_empty() {
+                ddl_pending = false;
+                tables.clear();
             }
             counters.keys_ahead.store(keys_ahead, Ordering::Relaxed);
             counters.distance_events.store(ahead.len() as u64, Ordering::Relaxed);
@@ -312,12 +438,13 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         }
         let lagging = ap.sql_running && ap.lag.is_some_and(|l| l >= o.min_lag);
         let applier_ts = ahead.front().map(|a| a.2);
-        let window_full = ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.2.saturating_sub(a) > o.window_secs);
+        let window_full = ddl_pending
+            || ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.2.saturating_sub(a) > o.window_secs);
         if !lagging || window_full {
             if !lagging {
                 counters.idle_polls.fetch_add(1, Ordering::Relaxed);
             }
-            flush(&mut pending, &tx, seq, &counters);
+            batcher.flush(&tx, seq, &counters);
             std::thread::sleep(Duration::from_millis(if lagging { 5 } else { 20 }));
             // A full window moves as soon as the applier does: look again
             // soon (but no more than 50 times a second).
@@ -338,7 +465,48 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 if t == et::QUERY || t == et::QUERY_COMPRESSED {
                     if let Ok(Event::Query(q)) = dec.decode(f, ev.bytes) {
                         if is_ddl(&q.sql) {
-                            tables.clear();
+                            // Read no further until the applier has run it: no
+                            // lookup of ours holds a metadata lock it waits
+                            // for, and the tables are re-read afterwards.
+                            ddl_pending = true;
+                            counters.ddl_pauses.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            let db = String::from_utf8_lossy(q.db).into_owned();
+                            let r = templates.get(&db, &q.sql, &mut lits);
+                            counters.templates_parsed.store(templates.parsed, Ordering::Relaxed);
+                            let skip = |s: StmtSkip| match s {
+                                StmtSkip::NotAWrite => {}
+                                StmtSkip::NotIndexed => {
+                                    counters.statements_skipped_not_indexed.fetch_add(1, Ordering::Relaxed);
+                                }
+                                StmtSkip::Unparsed | StmtSkip::Unsupported => {
+                                    counters.statements_skipped_unsupported.fetch_add(1, Ordering::Relaxed);
+                                }
+                            };
+                            match r {
+                                Err(e) => skip(e),
+                                Ok(tpl) => {
+                                    let (schema, name) = tpl.table_name(&db);
+                                    let table = tables.entry((schema.clone(), name.clone())).or_insert_with(|| Table::load(&mut meta, &schema, &name).ok().map(Arc::new)).clone();
+                                    match table.map(|t| (tpl.reads(&t, &lits), t)) {
+                                        None => {
+                                            counters.skipped_no_table.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Some((Err(e), _)) => skip(e),
+                                        Some((Ok(Reads::Keys(ks)), table)) => {
+                                            counters.statements_planned.fetch_add(1, Ordering::Relaxed);
+                                            for k in ks {
+                                                batcher.issue(&table, k, seq, &tx, &counters);
+                                            }
+                                        }
+                                        Some((Ok(Reads::Rows(plan)), _)) => {
+                                            counters.statements_planned.fetch_add(1, Ordering::Relaxed);
+                                            counters.keys_issued.fetch_add(plan.expected_keys(), Ordering::Relaxed);
+                                            batcher.rows(plan, seq, &tx, &counters);
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
                 } else if pileup_binlog::decode::rows_kind(t).is_some() || t == et::TABLE_MAP {
@@ -367,21 +535,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                                         c.fetch_add(1, Ordering::Relaxed);
                                     }
                                     for k in keys.drain(..) {
-                                        if o.primary_only && !table.indexes[k.index].is_primary() {
-                                            continue;
-                                        }
-                                        if !recent.insert(&k) {
-                                            counters.keys_deduplicated.fetch_add(1, Ordering::Relaxed);
-                                            continue;
-                                        }
-                                        counters.keys_issued.fetch_add(1, Ordering::Relaxed);
-                                        let (slot_key, ix) = ((Arc::as_ptr(&table) as usize, k.index), k.index);
-                                        let slot = pending.entry(slot_key).or_insert_with(|| (table.clone(), vec![]));
-                                        slot.1.push(k);
-                                        if slot.1.len() >= o.batch {
-                                            let ks = std::mem::take(&mut slot.1);
-                                            send(&tx, Job { seq, table: table.clone(), index: ix, keys: ks }, &counters);
-                                        }
+                                        batcher.issue(&table, k, seq, &tx, &counters);
                                     }
                                 }
                             }
@@ -404,7 +558,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             Err(e) => return Err(e.into()),
         };
         if !got {
-            flush(&mut pending, &tx, seq, &counters);
+            batcher.flush(&tx, seq, &counters);
             std::thread::sleep(Duration::from_millis(5));
         }
     }
