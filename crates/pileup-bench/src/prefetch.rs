@@ -22,8 +22,8 @@
 //! threads' own CPU (the bound no prefetcher can beat), the replica's whole
 //! CPU, the prefetcher's CPU and buffer-pool reads per transaction.
 //!
-//! Usage: prefetch-bench --pileup PATH [--tables 4] [--table-size 2500000]
-//!   [--pool 128M] [--trx 20000] [--rounds 3] [--formats ROW,MIXED]
+//! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
+//!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
 //!   [--modes none,prefetch,parallel,both] [--parallel-threads 4]
 //!   [--readers 4] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
 //!
@@ -262,7 +262,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let num = |k: &str, d: u64| -> Result<u64> { Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d)) };
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
-    let (tables, size, trx, rounds) = (num("--tables", 4)?, num("--table-size", 2_500_000)?, num("--trx", 20_000)?, num("--rounds", 3)?);
+    let (tables, size, trx, rounds) = (num("--tables", 8)?, num("--table-size", 1_250_000)?, num("--trx", 30_000)?, num("--rounds", 3)?);
     let pool = arg(&args, "--pool").unwrap_or_else(|| "128M".into());
     let formats: Vec<String> = arg(&args, "--formats").unwrap_or_else(|| "ROW,MIXED".into()).split(',').map(|s| s.trim().to_uppercase()).collect();
     let wanted = arg(&args, "--modes").unwrap_or_else(|| "none,prefetch,parallel,both".into());
