@@ -237,6 +237,20 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Map a decode error of an event to a read error naming its place.
+/// `relay-bin.000007` → `relay-bin.000008` (same width): the file the
+/// server writes after this one.
+pub fn next_file(p: &Path) -> Option<PathBuf> {
+    let name = p.file_name()?.to_str()?;
+    let (base, num) = name.rsplit_once('.')?;
+    let n: u64 = num.parse().ok()?;
+    Some(p.with_file_name(format!("{base}.{:0width$}", n + 1, width = num.len())))
+}
+
+/// The sequence number in a binlog or relay log file name (`relay-bin.000007` → 7).
+pub fn file_number(p: &Path) -> Option<u64> {
+    p.file_name()?.to_str()?.rsplit_once('.')?.1.parse().ok()
+}
+
 pub fn at(ev: &RawEvent, path: &Path, e: DecodeError) -> ReadError {
     ReadError::Corrupt { path: path.to_path_buf(), offset: ev.offset, what: format!("{} event: {e}", crate::event::type_name(ev.header.type_code)) }
 }

@@ -67,6 +67,12 @@ pub struct Counters {
     pub skipped_float_key: AtomicU64,
     pub skipped_schema: AtomicU64,
     pub skipped_no_table: AtomicU64,
+    /// Parallel replication: transactions the workers may be running beyond
+    /// the reported position, and events skipped for being among them.
+    pub in_flight_trx: AtomicU64,
+    pub skipped_in_flight: AtomicU64,
+    /// Relay log files the reader went on into (rotation).
+    pub files_followed: AtomicU64,
     /// Times the applier had passed the reader and it jumped ahead.
     pub jumps: AtomicU64,
     /// Events between the applier and the reader at the last poll.
@@ -135,6 +141,9 @@ impl Counters {
             ("templates_parsed", g(&self.templates_parsed)),
             ("ddl_pauses", g(&self.ddl_pauses)),
             ("jumps", g(&self.jumps)),
+            ("files_followed", g(&self.files_followed)),
+            ("in_flight_trx", g(&self.in_flight_trx)),
+            ("skipped_in_flight", g(&self.skipped_in_flight)),
             ("distance_events", g(&self.distance_events)),
             ("warmed_ahead_events", g(&self.warmed_ahead_events)),
             ("late_polls", g(&self.late_polls)),
@@ -341,6 +350,13 @@ impl Batcher {
     }
 }
 
+/// A relay log position, ordered across files: (file number, offset).
+type RelayPos = (u64, u64);
+
+fn relay_pos(p: &std::path::Path, offset: u64) -> RelayPos {
+    (pileup_binlog::reader::file_number(p).unwrap_or(0), offset)
+}
+
 /// Is this statement DDL that may change a table's definition?
 fn is_ddl(sql: &[u8]) -> bool {
     let s = String::from_utf8_lossy(&sql[..sql.len().min(32)]).trim_start().to_ascii_uppercase();
@@ -357,8 +373,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
 
     let mut dec = Decoder::new();
     let mut reader: Option<FileReader> = None;
-    // Events read ahead, oldest first: (file, offset after the event, primary timestamp, keys issued for it).
-    let mut ahead: VecDeque<(std::path::PathBuf, u64, u32, u64)> = VecDeque::new();
+    // Events read ahead, oldest first: (relay position after the event,
+    // primary timestamp, keys issued for it, starts a transaction).
+    let mut ahead: VecDeque<(RelayPos, u32, u64, bool)> = VecDeque::new();
     let mut keys_ahead = 0u64;
     let window_keys = match o.window_keys {
         Some(k) => k,
@@ -380,6 +397,13 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     let recent = Recent::new(window_keys as usize);
     let mut last_poll = Instant::now() - o.poll;
     let mut ap: Applier = applier(&mut ctl)?;
+    // With parallel replication the workers run transactions beyond the
+    // position the replica reports (the last one committed in order): reads
+    // for those would come too late. Plan only past two per worker.
+    let in_flight_trx: u64 = meta.query_first::<u64, _>("SELECT @@slave_parallel_threads").ok().flatten().map(|t| t * 2).unwrap_or(0);
+    counters.in_flight_trx.store(in_flight_trx, Ordering::Relaxed);
+    // Transactions (GTID events) among the events in `ahead`.
+    let mut trx_ahead = 0u64;
     let mut batcher = Batcher { pending: HashMap::new(), pending_rows: HashMap::new(), recent, batch: o.batch, primary_only: o.primary_only };
     let mut templates = Templates::default();
     let mut lits = vec![];
@@ -394,15 +418,11 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             ap = applier(&mut ctl)?;
             counters.lag_secs.store(ap.lag.unwrap_or(0), Ordering::Relaxed);
             // Forget what the applier has passed.
-            while ahead.front().is_some_and(|(f, end, _, _)| *f != ap.relay_file || *end <= ap.relay_pos) {
-                if ahead.front().is_some_and(|(f, _, _, _)| *f != ap.relay_file) && !ahead.iter().any(|(f, _, _, _)| *f == ap.relay_file) {
-                    // The applier is in a file we have not read: we are behind it.
-                    ahead.clear();
-                    keys_ahead = 0;
-                    break;
-                }
-                if let Some((_, _, _, k)) = ahead.pop_front() {
+            let apos = relay_pos(&ap.relay_file, ap.relay_pos);
+            while ahead.front().is_some_and(|(end, _, _, _)| *end <= apos) {
+                if let Some((_, _, k, trx)) = ahead.pop_front() {
                     keys_ahead -= k;
+                    trx_ahead -= u64::from(trx);
                 }
             }
             if ddl_pending && ahead.is_empty() {
@@ -422,7 +442,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             }
             let behind = match &reader {
                 None => true,
-                Some(r) => ahead.is_empty() && (r.path() != ap.relay_file || r.position() < ap.relay_pos),
+                // Behind the applier; or our file was removed under us
+                // (RESET SLAVE, relay logs purged and fetched anew after a
+                // restart with GTID): follow the applier.
+                Some(r) => (ahead.is_empty() && relay_pos(r.path(), r.position()) < apos) || (r.path() != ap.relay_file && !r.path().exists()),
             };
             if behind {
                 if reader.is_some() {
@@ -434,12 +457,13 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 reader = Some(r);
                 ahead.clear();
                 keys_ahead = 0;
+                trx_ahead = 0;
             }
         }
         let lagging = ap.sql_running && ap.lag.is_some_and(|l| l >= o.min_lag);
-        let applier_ts = ahead.front().map(|a| a.2);
+        let applier_ts = ahead.front().map(|a| a.1);
         let window_full = ddl_pending
-            || ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.2.saturating_sub(a) > o.window_secs);
+            || ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.1.saturating_sub(a) > o.window_secs);
         if !lagging || window_full {
             if !lagging {
                 counters.idle_polls.fetch_add(1, Ordering::Relaxed);
@@ -458,10 +482,21 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         let got = match r.next_with_format() {
             Ok(Some((ev, f))) => {
                 seq += 1;
-                ahead.push_back((path.clone(), ev.end(), ev.header.timestamp, 0));
+                ahead.push_back((relay_pos(&path, ev.end()), ev.header.timestamp, 0, false));
                 let issued_before = counters.keys_issued.load(Ordering::Relaxed);
                 counters.events_read.fetch_add(1, Ordering::Relaxed);
                 let t = ev.header.type_code;
+                let trx_start = matches!(t, et::MARIADB_GTID | et::MYSQL_GTID | et::MYSQL_ANONYMOUS_GTID | et::MYSQL_GTID_TAGGED);
+                if trx_start {
+                    trx_ahead += 1;
+                    if let Some(last) = ahead.back_mut() {
+                        last.3 = true;
+                    }
+                }
+                let in_flight = trx_ahead <= in_flight_trx;
+                if in_flight && (t == et::QUERY || t == et::QUERY_COMPRESSED || pileup_binlog::decode::rows_kind(t).is_some()) {
+                    counters.skipped_in_flight.fetch_add(1, Ordering::Relaxed);
+                }
                 if t == et::QUERY || t == et::QUERY_COMPRESSED {
                     if let Ok(Event::Query(q)) = dec.decode(f, ev.bytes) {
                         if is_ddl(&q.sql) {
@@ -470,7 +505,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                             // for, and the tables are re-read afterwards.
                             ddl_pending = true;
                             counters.ddl_pauses.fetch_add(1, Ordering::Relaxed);
-                        } else {
+                        } else if !in_flight {
                             let db = String::from_utf8_lossy(q.db).into_owned();
                             let r = templates.get(&db, &q.sql, &mut lits);
                             counters.templates_parsed.store(templates.parsed, Ordering::Relaxed);
@@ -509,7 +544,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                             }
                         }
                     }
-                } else if pileup_binlog::decode::rows_kind(t).is_some() || t == et::TABLE_MAP {
+                } else if (pileup_binlog::decode::rows_kind(t).is_some() && !in_flight) || t == et::TABLE_MAP {
                     if let Ok(Event::Rows(rows, Some(tm))) = dec.decode(f, ev.bytes) {
                         let key = (tm.schema.clone(), tm.table.clone());
                         let table = tables.entry(key).or_insert_with(|| Table::load(&mut meta, &tm.schema, &tm.table).ok().map(Arc::new)).clone();
@@ -544,12 +579,25 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 }
                 let issued = counters.keys_issued.load(Ordering::Relaxed) - issued_before;
                 if let Some(last) = ahead.back_mut() {
-                    last.3 = issued;
+                    last.2 = issued;
                 }
                 keys_ahead += issued;
                 true
             }
-            Ok(None) => false,
+            Ok(None) => {
+                // The server went on to the next relay log: follow it once
+                // this one is read to its end.
+                match pileup_binlog::reader::next_file(&path).filter(|n| n.exists()) {
+                    Some(n) if matches!(r.next_event(), Ok(None)) => {
+                        let mut nr = FileReader::open(&n).map_err(anyhow::Error::from)?;
+                        nr.read_format().map_err(anyhow::Error::from)?;
+                        reader = Some(nr);
+                        counters.files_followed.fetch_add(1, Ordering::Relaxed);
+                        true
+                    }
+                    _ => false,
+                }
+            }
             Err(ReadError::Corrupt { .. }) => {
                 // Resynchronise where the server itself is: the applier's position.
                 reader = None;

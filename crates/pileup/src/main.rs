@@ -1,6 +1,6 @@
 //! `pileup`: command-line parsing and wiring only; the work lives in the
-//! library crates (pileup-stacks, pileup-watch, pileup-binlog, pileup-sandbox,
-//! pileup-conn).
+//! library crates (pileup-stacks, pileup-watch, pileup-binlog, pileup-prefetch,
+//! pileup-lag, pileup-sandbox, pileup-conn).
 
 mod cmd;
 mod output;
@@ -41,6 +41,8 @@ enum Command {
     Report(cmd::watch::ReportArgs),
     /// Keep a replica's SQL thread fed: read the relay log ahead of it and warm the pages its writes need.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Where a replica's apply time goes: page reads, lock waits, commit, CPU, relay log; per table, with a flame graph.
+    Lag(cmd::lag::LagArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
     Binlog(cmd::binlog::BinlogArgs),
     /// Start, stop and list throwaway mariadbd servers.
@@ -79,6 +81,7 @@ fn main() {
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Binlog(a) => cmd::binlog::run(a),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &cli.conn),
+        Command::Lag(a) => cmd::lag::run(a, &cli.conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

@@ -131,3 +131,93 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1 };
     assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()));
 }
+
+fn sysbench_run(primary: &Sandbox, test: &str, secs: u32) {
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench")
+        .arg(test)
+        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=50000"])
+        .args(["--threads=2", &format!("--time={secs}"), "--rate=300", "run"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+}
+
+fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
+    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+        if st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str()) {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the I/O thread did not receive {pos}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// MIXED binlog (statements), DDL and relay-log rotation in the backlog,
+/// relay logs purged as they are applied: the prefetcher plans the
+/// statements through its template cache, waits at the DDL, follows the
+/// rotation, and the applier ends clean with the primary's data.
+#[test]
+fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
+    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "MIXED")], ..Default::default() }).unwrap();
+    let replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        cnf: vec![kv("innodb_buffer_pool_size", "32M"), kv("skip_slave_start", "ON")],
+        ..Default::default()
+    })
+    .unwrap();
+    primary.sql("CREATE DATABASE sbtest").unwrap();
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench")
+        .arg("oltp_write_only")
+        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=50000", "prepare"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+
+    // The backlog: statements, a relay-log rotation, DDL, more statements.
+    replica.sql("STOP SLAVE SQL_THREAD").unwrap();
+    sysbench_run(&primary, "oltp_update_index", 4);
+    replica.sql("FLUSH RELAY LOGS").unwrap();
+    primary.sql("ALTER TABLE sbtest.sbtest1 ADD INDEX k_c (k, c(8))").unwrap();
+    sysbench_run(&primary, "oltp_write_only", 4);
+    io_thread_has_everything(&primary, &replica);
+
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    replica.sql("START SLAVE SQL_THREAD").unwrap();
+    replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
+    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+    eprintln!("prefetch: {last}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&last).expect("counters as JSON");
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no counter {k}: {r}"));
+    assert!(n("statements_planned") > 200, "statements were not planned: {r}");
+    assert!(n("templates_parsed") < 40, "uniform statements should hit the template cache: {r}");
+    assert!(n("ddl_pauses") >= 1, "the ALTER in the stream was not seen: {r}");
+    assert!(n("files_followed") >= 1 || n("jumps") >= 1, "the rotation was not followed: {r}");
+    assert!(n("lookup_errors") * 100 <= n("lookups").max(1), "{r}");
+
+    let mut rc = replica.connect().unwrap();
+    let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+    assert_eq!(status.get::<u64, _>("Last_SQL_Errno").unwrap(), 0);
+    for t in ["sbtest1", "sbtest2"] {
+        let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>(format!("CHECKSUM TABLE sbtest.{t}")).unwrap().unwrap().1 };
+        assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()), "{t} differs");
+    }
+}

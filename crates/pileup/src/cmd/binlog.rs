@@ -2,7 +2,7 @@
 //! images decoded (a mysqlbinlog that speaks JSON).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -121,14 +121,6 @@ impl Stats {
 pub enum OutFormat {
     Text,
     Json,
-}
-
-/// `relay-bin.000007` → `relay-bin.000008` (same width).
-pub fn next_file(p: &Path) -> Option<PathBuf> {
-    let name = p.file_name()?.to_str()?;
-    let (base, num) = name.rsplit_once('.')?;
-    let n: u64 = num.parse().ok()?;
-    Some(p.with_file_name(format!("{base}.{:0width$}", n + 1, width = num.len())))
 }
 
 fn value_json(v: &Value) -> serde_json::Value {
@@ -316,7 +308,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     }
                     let _ = out.flush();
                     // The server moved on to the next file: finish this one first.
-                    if let Some(n) = next_file(&path).filter(|n| n.exists()) {
+                    if let Some(n) = pileup_binlog::reader::next_file(&path).filter(|n| n.exists()) {
                         if matches!(r.next_event(), Ok(None)) {
                             queue.push_front(n);
                             break;

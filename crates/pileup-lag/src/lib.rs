@@ -1,0 +1,300 @@
+//! pileup-lag: where a replica's apply time goes ("replication lag
+//! composition").
+//!
+//! Data flow: sample (the stacks engine, focused on the applier threads —
+//! the SQL thread and parallel workers — with their processlist state read
+//! at every sample) → [`classify`] (each thread sample → a [`Category`] and
+//! the table being applied) → [`Tally`] (shares overall and per table, and
+//! folded stacks rooted at category and table for a flame graph) → render
+//! (text table, JSON, FlameGraph folded or SVG).
+//!
+//! Alongside, the replica's own progress over the same period: transactions
+//! applied (from `gtid_slave_pos`), lag at start and end.
+
+pub mod classify;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use mysql::prelude::Queryable;
+use serde::Serialize;
+
+pub use classify::{classify, table_of, Category};
+use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+
+/// How to sample.
+#[derive(Debug, Clone)]
+pub struct LagOptions {
+    pub duration: Duration,
+    pub interval: Duration,
+    /// Longest the applier may stay stopped per sample.
+    pub max_stop: Duration,
+}
+
+/// Samples by category, overall and per table.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Tally {
+    pub samples: u64,
+    pub by_category: BTreeMap<Category, u64>,
+    pub by_table: BTreeMap<String, BTreeMap<Category, u64>>,
+    /// The applier's processlist states, as sampled.
+    pub states: BTreeMap<String, u64>,
+    #[serde(skip)]
+    pub folded: HashMap<String, u64>,
+}
+
+impl Tally {
+    /// Add one thread sample; `frames` innermost first.
+    pub fn add(&mut self, cat: Category, table: Option<&str>, frames: &[&str]) {
+        self.samples += 1;
+        *self.by_category.entry(cat).or_default() += 1;
+        let table = table.unwrap_or("(no table)");
+        *self.by_table.entry(table.to_string()).or_default().entry(cat).or_default() += 1;
+        let mut stack = format!("{};{}", cat.label(), table);
+        for f in frames.iter().rev() {
+            stack.push(';');
+            stack.push_str(&f.replace(';', ":"));
+        }
+        *self.folded.entry(stack).or_default() += 1;
+    }
+
+    pub fn share(&self, cat: Category) -> f64 {
+        100.0 * *self.by_category.get(&cat).unwrap_or(&0) as f64 / self.samples.max(1) as f64
+    }
+
+    /// FlameGraph folded lines, heaviest first.
+    pub fn folded_lines(&self) -> Vec<String> {
+        let mut v: Vec<(&String, &u64)> = self.folded.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        v.into_iter().map(|(s, n)| format!("{s} {n}")).collect()
+    }
+}
+
+/// What `pileup lag` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct LagReport {
+    pub seconds: f64,
+    pub samples: usize,
+    pub applier_threads: usize,
+    /// Transactions the replica applied meanwhile (gtid_slave_pos).
+    pub transactions: Option<u64>,
+    pub lag_start_s: Option<u64>,
+    pub lag_end_s: Option<u64>,
+    pub tally: Tally,
+    pub notes: Vec<String>,
+}
+
+fn replica_status(c: &mut mysql::Conn) -> Result<Option<mysql::Row>> {
+    Ok(c.query_first("SHOW SLAVE STATUS")?)
+}
+
+/// `domain-server-seq` lists → per-domain sequence numbers.
+fn gtid_seqs(pos: &str) -> HashMap<u32, u64> {
+    pos.split(',')
+        .filter_map(|g| {
+            let mut p = g.trim().split('-');
+            let d = p.next()?.parse().ok()?;
+            let _server = p.next()?;
+            let n = p.next()?.parse().ok()?;
+            Some((d, n))
+        })
+        .collect()
+}
+
+/// Transactions between two gtid_slave_pos values.
+pub fn transactions_between(before: &str, after: &str) -> u64 {
+    let (b, a) = (gtid_seqs(before), gtid_seqs(after));
+    a.iter().map(|(d, n)| n.saturating_sub(*b.get(d).unwrap_or(&0))).sum()
+}
+
+/// Sample the applier threads of the server `pid` (reached through `spec`).
+pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: impl FnMut(usize, usize)) -> Result<LagReport> {
+    let mut c = spec.connect()?;
+    let st0 = replica_status(&mut c)?.ok_or_else(|| anyhow!("the server at {} is not a replica (SHOW SLAVE STATUS is empty); run pileup lag against a replica", spec.describe()))?;
+    let lag_start_s: Option<u64> = st0.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
+    let pos0: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
+    let opts = SamplerOptions {
+        capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
+        filter: ThreadFilter::parse("sql-thread").map_err(|e| anyhow!(e))?,
+        any_process: false,
+        debug_info: false,
+        // The applier's state names the table it is on: read it every sample.
+        sql_refresh: o.interval,
+    };
+    let mut s = Sampler::new(pid, opts, Some(sql))?;
+    let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;
+    let t0 = Instant::now();
+    // Where the applier is after each sample: its relay log position names
+    // the transaction, and the transaction's events the table (MariaDB's
+    // row-event states do not).
+    let mut pc = spec.connect()?;
+    let mut positions: Vec<Option<(std::path::PathBuf, u64)>> = Vec::with_capacity(n);
+    let mut progress = progress;
+    s.run(n, o.interval, |i, total| {
+        positions.push(pileup_prefetch::replica::applier(&mut pc).ok().map(|a| (a.relay_file, a.relay_pos)));
+        progress(i, total)
+    })?;
+    let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
+    let seconds = t0.elapsed().as_secs_f64();
+    let st1 = replica_status(&mut c)?;
+    let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let profile = s.finish();
+    let mut tally = Tally::default();
+    let mut tids = std::collections::BTreeSet::new();
+    for (k, smp) in profile.samples.iter().enumerate() {
+        let at = positions.get(k).cloned().flatten();
+        for t in &smp.threads {
+            tids.insert(t.tid);
+            let frames: Vec<&str> = t.labels().collect();
+            let state = t.sql.as_ref().and_then(|q| q.state.as_deref());
+            let info = t.sql.as_ref().and_then(|q| q.info.as_deref());
+            let db = t.sql.as_ref().and_then(|q| q.db.as_deref());
+            let cat = classify(&frames, t.state, t.syscall.as_deref(), state);
+            *tally.states.entry(state.unwrap_or("(none)").to_string()).or_default() += 1;
+            let table = if matches!(cat, Category::RelayWait) {
+                None
+            } else {
+                table_of(state, info, db).or_else(|| at.as_ref().and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone()))
+            };
+            tally.add(cat, table.as_deref(), &frames);
+        }
+    }
+    let mut notes = profile.notes.clone();
+    if tids.is_empty() {
+        notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
+    }
+    if profile.named_pct < 50.0 {
+        notes.push(format!(
+            "only {:.0}% of frames have names (no debug symbols for the server): categories rely on exported names and processlist states",
+            profile.named_pct
+        ));
+    }
+    Ok(LagReport {
+        seconds,
+        samples: profile.samples.len(),
+        applier_threads: tids.len(),
+        transactions: (!pos0.is_empty() && !pos1.is_empty()).then(|| transactions_between(&pos0, &pos1)),
+        lag_start_s,
+        lag_end_s: st1.and_then(|r| r.get::<Option<u64>, _>("Seconds_Behind_Master").flatten()),
+        tally,
+        notes,
+    })
+}
+
+/// The table the transaction starting at `pos` of a relay log writes first
+/// (its first table map, or its first statement's table).
+pub fn table_in_group(path: &std::path::Path, pos: u64) -> Option<String> {
+    use pileup_binlog::{Decoder, Event, FileReader};
+    let mut r = FileReader::open(path).ok()?;
+    r.read_format().ok()?;
+    r.seek(pos);
+    let mut dec = Decoder::new();
+    for _ in 0..64 {
+        let (ev, f) = r.next_with_format().ok()??;
+        match dec.decode(f, ev.bytes) {
+            Ok(Event::TableMap(tm)) => return Some(format!("{}.{}", tm.schema, tm.table)),
+            Ok(Event::Query(q)) => {
+                let db = String::from_utf8_lossy(q.db).into_owned();
+                if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
+                    return Some(t);
+                }
+            }
+            Ok(Event::Xid(_)) => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+fn bar(pct: f64) -> String {
+    "█".repeat((pct / 4.0).round() as usize)
+}
+
+/// The report as text: overall shares, then per table.
+pub fn render_text(r: &LagReport) -> String {
+    let mut s = format!(
+        "pileup lag: {:.1} s, {} samples of {} applier thread(s)\n",
+        r.seconds, r.samples, r.applier_threads
+    );
+    if let Some(t) = r.transactions {
+        s.push_str(&format!("applied {t} transactions ({:.0}/s)", t as f64 / r.seconds.max(1e-9)));
+        if let (Some(a), Some(b)) = (r.lag_start_s, r.lag_end_s) {
+            s.push_str(&format!("; lag {a} s → {b} s"));
+        }
+        s.push('\n');
+    }
+    s.push_str("\nwhere apply time goes\n");
+    for c in Category::ALL {
+        let pct = r.tally.share(c);
+        if pct > 0.0 {
+            s.push_str(&format!("  {:<26} {:5.1}%  {}\n", c.label(), pct, bar(pct)));
+        }
+    }
+    let used: Vec<Category> = Category::ALL.into_iter().filter(|c| r.tally.share(*c) > 0.0).collect();
+    if r.tally.by_table.len() > 1 || r.tally.by_table.keys().any(|t| t != "(no table)") {
+        s.push_str("\nby table (% of all samples)\n");
+        s.push_str(&format!("  {:<30} {:>6}", "table", "total"));
+        for c in &used {
+            s.push_str(&format!(" {:>10}", c.key()));
+        }
+        s.push('\n');
+        let mut rows: Vec<(&String, &BTreeMap<Category, u64>)> = r.tally.by_table.iter().collect();
+        rows.sort_by_key(|(_, m)| std::cmp::Reverse(m.values().sum::<u64>()));
+        let total = r.tally.samples.max(1) as f64;
+        for (t, m) in rows.iter().take(20) {
+            s.push_str(&format!("  {:<30} {:>5.1}%", t, 100.0 * m.values().sum::<u64>() as f64 / total));
+            for c in &used {
+                s.push_str(&format!(" {:>9.1}%", 100.0 * *m.get(c).unwrap_or(&0) as f64 / total));
+            }
+            s.push('\n');
+        }
+    }
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s
+}
+
+/// A flame graph of the samples, rooted at category, then table.
+pub fn render_svg(r: &LagReport, w: &mut dyn std::io::Write) -> Result<()> {
+    use inferno::flamegraph::{self, Options};
+    let lines = r.tally.folded_lines();
+    let mut opts = Options::default();
+    opts.title = "pileup lag: where apply time goes".into();
+    opts.count_name = "samples".into();
+    opts.subtitle = Some(format!("{} samples over {:.1} s; root: category, then table", r.samples, r.seconds));
+    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gtid_progress_counts_every_domain() {
+        assert_eq!(transactions_between("0-1-100,1-2-5", "0-1-250,1-2-9,2-3-4"), 150 + 4 + 4);
+        assert_eq!(transactions_between("", "0-1-7"), 7);
+    }
+
+    #[test]
+    fn tally_shares_tables_and_folded_roots() {
+        let mut t = Tally::default();
+        t.add(Category::PageRead, Some("d.t"), &["pread64", "handler::ha_rnd_pos", "handle_slave_sql"]);
+        t.add(Category::Cpu, Some("d.t"), &["Field_long::unpack", "handle_slave_sql"]);
+        t.add(Category::RelayWait, None, &["pthread_cond_wait", "handle_slave_sql"]);
+        t.add(Category::PageRead, Some("d.u"), &["pread64", "handler::ha_rnd_pos", "handle_slave_sql"]);
+        assert_eq!(t.share(Category::PageRead), 50.0);
+        assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
+        let lines = t.folded_lines();
+        assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, notes: vec![] };
+        let text = render_text(&r);
+        assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
+        let mut svg = vec![];
+        render_svg(&r, &mut svg).unwrap();
+        assert!(String::from_utf8_lossy(&svg).contains("<svg"));
+    }
+}

@@ -1,0 +1,85 @@
+//! `pileup lag`: where a replica's apply time goes.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use pileup_conn::ConnArgs;
+use pileup_lag::{render_svg, render_text, sample, LagOptions};
+
+use crate::output::write_output;
+
+#[derive(clap::Args)]
+#[command(after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
+with the stacks engine and reads their processlist state at every sample, then shows where apply time goes: \
+the applier's own page reads, lock and latch waits, commit and fsync, waiting for a prior commit (parallel replication), \
+CPU in row apply, and waiting for the relay log; overall and per table. Run it on the replica's host (it needs \
+ptrace permission on mariadbd, as `pileup stacks` does).\n\nExamples:\n  pileup lag -S /run/mysqld/mysqld.sock --duration 30s\n  \
+pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --json > lag.json")]
+pub struct LagArgs {
+    /// Server process id, or "auto" for the one listening where pileup connects.
+    #[arg(long, default_value = "auto", value_name = "PID|auto")]
+    pub pid: String,
+    /// How long to sample (e.g. 10s, 2m).
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
+    pub duration: Duration,
+    /// Time between samples.
+    #[arg(long, default_value_t = 50)]
+    pub interval_ms: u64,
+    /// Longest the applier may stay stopped in one sample, milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub max_stop_ms: u64,
+    /// Also write a flame graph (.svg) or FlameGraph folded stacks (any other name), created 0600.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// The report as JSON on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: LagArgs, conn: &ConnArgs) -> Result<()> {
+    if a.interval_ms == 0 || a.max_stop_ms == 0 {
+        bail!("--interval-ms and --max-stop-ms must be at least 1");
+    }
+    let spec = conn.resolve()?;
+    let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
+    let Some(pid) = pid else {
+        bail!("pileup lag needs the replica's process: {}", why.unwrap_or_else(|| "give --pid".into()));
+    };
+    let o = LagOptions { duration: a.duration, interval: Duration::from_millis(a.interval_ms), max_stop: Duration::from_millis(a.max_stop_ms) };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let n = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
+        let b = indicatif::ProgressBar::new(n);
+        b.set_style(indicatif::ProgressStyle::with_template("{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}").unwrap().progress_chars("=> "));
+        b
+    });
+    let r = sample(pid, &spec, &o, |i, _| {
+        if let Some(b) = &bar {
+            b.set_position(i as u64);
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let r = r?;
+    if let Some(p) = &a.output {
+        let svg = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        write_output(Some(p), false, |w| {
+            if svg {
+                render_svg(&r, w)
+            } else {
+                for l in r.tally.folded_lines() {
+                    writeln!(w, "{l}")?;
+                }
+                Ok(())
+            }
+        })?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", render_text(&r));
+    }
+    Ok(())
+}
