@@ -339,7 +339,11 @@ impl<'a> RowIter<'a, '_> {
     /// Decode one image into `out` (one entry per table column; columns not
     /// in the image are `None`).
     fn image(&mut self, present: &[u8], out: &mut Vec<Option<Value<'a>>>) -> Result<(), DecodeError> {
-        let w = self.rows.width.min(self.tm.columns.len());
+        // A corrupt width must not make every row cost (or allocate) that much.
+        if self.rows.width > self.tm.columns.len() {
+            return Err(DecodeError::Bad(format!("rows event has {} columns but the table map has {}", self.rows.width, self.tm.columns.len())));
+        }
+        let w = self.rows.width;
         out.clear();
         out.resize(self.rows.width, None);
         let npresent = (0..self.rows.width).filter(|&i| bit(present, i)).count();
@@ -373,6 +377,7 @@ impl<'a> RowIter<'a, '_> {
         if self.pos >= self.rows.data.len() {
             return Ok(false);
         }
+        let start = self.pos;
         before.clear();
         after.clear();
         match self.rows.kind {
@@ -383,6 +388,11 @@ impl<'a> RowIter<'a, '_> {
                 let pa = self.rows.present_after.unwrap_or(self.rows.present);
                 self.image(pa, after)?;
             }
+        }
+        if self.pos == start {
+            // No column present: nothing consumed, and the same bytes would
+            // be read as the next row forever.
+            return Err(DecodeError::Bad("row image with no columns".into()));
         }
         Ok(true)
     }

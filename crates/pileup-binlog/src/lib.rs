@@ -13,6 +13,7 @@
 //! prefetcher that must stay ahead of the applier), and stop at the first
 //! bad byte where a relay-log reader must name the place and carry on.
 
+pub mod check;
 pub mod decode;
 pub mod error;
 pub mod event;

@@ -298,38 +298,7 @@ fn compressed_events_decode() {
 /// Decode a file with the library, as the prefetcher does, every row of
 /// every event; returns how many events decoded. Must never panic.
 fn decode_all(path: &Path, verify: bool) -> usize {
-    let mut r = match pileup_binlog::FileReader::open(path) {
-        Ok(r) => r,
-        Err(_) => return 0,
-    };
-    r.verify = verify;
-    let mut dec = pileup_binlog::Decoder::new();
-    let mut n = 0;
-    for _ in 0..100_000 {
-        match r.next_with_format() {
-            Ok(Some((ev, f))) => {
-                if let Ok(pileup_binlog::Event::Rows(rows, Some(tm))) = dec.decode(f, ev.bytes) {
-                    let mut it = rows.iter(&tm);
-                    let (mut b, mut a) = (vec![], vec![]);
-                    while let Ok(true) = it.next_into(&mut b, &mut a) {
-                        for v in b.iter().chain(a.iter()).flatten() {
-                            let _ = v.to_string();
-                        }
-                    }
-                }
-                n += 1;
-            }
-            Ok(None) => break,
-            Err(_) => {
-                let at = r.position();
-                match r.resync(at) {
-                    Ok(Some(_)) => {}
-                    _ => break,
-                }
-            }
-        }
-    }
-    n
+    pileup_binlog::check::decode_everything(path, verify, 100_000)
 }
 
 #[test]

@@ -70,6 +70,7 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let text = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "1s"]);
     assert!(text.status.success());
     let t = String::from_utf8_lossy(&text.stdout);
+    eprintln!("{t}");
     assert!(t.contains("where apply time goes"), "{t}");
     let psock = primary.endpoint.socket.to_string_lossy().into_owned();
     let bad = common::pileup(&["lag", "-S", &psock, "-u", "root", "--duration", "1s"]);
