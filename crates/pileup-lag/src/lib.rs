@@ -161,7 +161,9 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             tally.add(cat, table.as_deref(), &frames);
         }
     }
-    let mut notes = profile.notes.clone();
+    // The stacks engine's notes that matter here (not the io_uring workers:
+    // they are not applier threads).
+    let mut notes: Vec<String> = profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned().collect();
     if tids.is_empty() {
         notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
     }
@@ -249,6 +251,14 @@ pub fn render_text(r: &LagReport) -> String {
                 s.push_str(&format!(" {:>9.1}%", 100.0 * *m.get(c).unwrap_or(&0) as f64 / total));
             }
             s.push('\n');
+        }
+    }
+    if !r.tally.states.is_empty() {
+        s.push_str("\napplier states seen (processlist)\n");
+        let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
+        st.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (name, n) in st.iter().take(8) {
+            s.push_str(&format!("  {:5.1}%  {}\n", 100.0 * **n as f64 / r.tally.samples.max(1) as f64, if name.is_empty() { "(empty)" } else { name }));
         }
     }
     for n in &r.notes {

@@ -107,7 +107,24 @@ pub struct Counters {
     errors_seen: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
+/// Counters that are levels, not running totals (Prometheus gauges).
+const GAUGES: &[&str] = &["distance_events", "warmed_ahead_events", "lag_seconds", "keys_ahead", "window_keys", "in_flight_trx", "templates_parsed"];
+
 impl Counters {
+    /// Prometheus exposition text: `pileup_prefetch_<name>_total` counters
+    /// and `pileup_prefetch_<name>` gauges.
+    pub fn exposition(&self) -> String {
+        let mut out = String::new();
+        for (k, v) in self.snapshot() {
+            if GAUGES.contains(&k) {
+                out.push_str(&format!("# TYPE pileup_prefetch_{k} gauge\npileup_prefetch_{k} {v}\n"));
+            } else {
+                out.push_str(&format!("# TYPE pileup_prefetch_{k}_total counter\npileup_prefetch_{k}_total {v}\n"));
+            }
+        }
+        out
+    }
+
     /// Say a lookup error on stderr, once per distinct server error code
     /// (or message), so a systematic failure is visible without flooding.
     pub fn note_error(&self, e: &mysql::Error) {
@@ -616,4 +633,21 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         let _ = h.join();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_as_prometheus_exposition() {
+        let c = Counters::default();
+        c.statements_planned.store(5, Ordering::Relaxed);
+        c.lag_secs.store(42, Ordering::Relaxed);
+        let e = c.exposition();
+        assert!(e.contains("# TYPE pileup_prefetch_statements_planned_total counter\npileup_prefetch_statements_planned_total 5\n"), "{e}");
+        assert!(e.contains("# TYPE pileup_prefetch_lag_seconds gauge\npileup_prefetch_lag_seconds 42\n"), "{e}");
+        // Every line is a comment or `name value`.
+        assert!(e.lines().all(|l| l.starts_with("# TYPE ") || l.split(' ').count() == 2));
+    }
 }

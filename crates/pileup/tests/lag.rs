@@ -67,11 +67,11 @@ fn lag_shows_where_the_applier_spends_its_time() {
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 
     // The text report, and a clear refusal on a server that is not a replica.
-    let text = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "1s"]);
+    let text = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "2s"]);
     assert!(text.status.success());
     let t = String::from_utf8_lossy(&text.stdout);
     eprintln!("{t}");
-    assert!(t.contains("where apply time goes"), "{t}");
+    assert!(t.contains("where apply time goes") && t.contains("applier states seen"), "{t}");
     let psock = primary.endpoint.socket.to_string_lossy().into_owned();
     let bad = common::pileup(&["lag", "-S", &psock, "-u", "root", "--duration", "1s"]);
     assert!(!bad.status.success());

@@ -191,8 +191,10 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     sysbench_run(&primary, "oltp_write_only", 4);
     io_thread_has_everything(&primary, &replica);
 
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
+        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0", "--listen", &listen])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -200,6 +202,16 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     replica.sql("START SLAVE SQL_THREAD").unwrap();
     replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+    // The counters on the Prometheus endpoint.
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&listen).expect("prefetch --listen");
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    assert!(scrape.contains("pileup_prefetch_statements_planned_total ") && scrape.contains("# TYPE pileup_prefetch_lag_seconds gauge"), "{scrape}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -42,6 +42,9 @@ pub struct PrefetchArgs {
     pub stats_every: u64,
     #[arg(long)]
     pub json: bool,
+    /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
     /// Warm only the rows (primary-key leaves), not secondary index entries.
     #[arg(long)]
     pub primary_only: bool,
@@ -65,6 +68,11 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         primary_only: a.primary_only,
     };
     let counters = Arc::new(Counters::default());
+    if let Some(addr) = &a.listen {
+        let c = counters.clone();
+        let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
+        eprintln!("pileup prefetch: counters at http://{at}/metrics");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
         unsafe { super::watch::signal_flag(sig, stop.clone()) };
