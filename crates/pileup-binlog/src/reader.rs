@@ -93,7 +93,11 @@ impl FileReader {
                 Ok(Some(ev)) => {
                     let t = ev.header.type_code;
                     let preamble = matches!(t, et::FORMAT_DESCRIPTION | et::ROTATE | et::MARIADB_GTID_LIST | et::BINLOG_CHECKPOINT | et::MYSQL_PREVIOUS_GTIDS | et::START_ENCRYPTION | et::STOP);
-                    if !preamble || self.pos >= back {
+                    // Read the whole preamble when called at the start (a relay
+                    // log holds the replica's own format description and then
+                    // the primary's, which the events after it use); stop at
+                    // the current position otherwise.
+                    if !preamble || (back > 4 && self.pos >= back) {
                         break Ok(());
                     }
                 }

@@ -71,6 +71,8 @@ pub struct Counters {
     /// the reported position, and events skipped for being among them.
     pub in_flight_trx: AtomicU64,
     pub skipped_in_flight: AtomicU64,
+    /// Corrupt events met (each followed by a jump to the applier's position).
+    pub corrupt_events: AtomicU64,
     /// Relay log files the reader went on into (rotation).
     pub files_followed: AtomicU64,
     /// Times the applier had passed the reader and it jumped ahead.
@@ -159,6 +161,7 @@ impl Counters {
             ("ddl_pauses", g(&self.ddl_pauses)),
             ("jumps", g(&self.jumps)),
             ("files_followed", g(&self.files_followed)),
+            ("corrupt_events", g(&self.corrupt_events)),
             ("in_flight_trx", g(&self.in_flight_trx)),
             ("skipped_in_flight", g(&self.skipped_in_flight)),
             ("distance_events", g(&self.distance_events)),
@@ -535,6 +538,11 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                                     counters.statements_skipped_unsupported.fetch_add(1, Ordering::Relaxed);
                                 }
                             };
+                            if let Err(e) = &r {
+                                if *e != StmtSkip::NotAWrite {
+                                    tracing::debug!(reason = ?e, sql = %String::from_utf8_lossy(&q.sql[..q.sql.len().min(200)]), "statement skipped");
+                                }
+                            }
                             match r {
                                 Err(e) => skip(e),
                                 Ok(tpl) => {
@@ -615,10 +623,21 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                     _ => false,
                 }
             }
-            Err(ReadError::Corrupt { .. }) => {
-                // Resynchronise where the server itself is: the applier's position.
-                reader = None;
-                false
+            Err(e @ ReadError::Corrupt { .. }) => {
+                // Go on at the next event whose checksum verifies; if there
+                // is none, from where the applier is (at the next poll).
+                let at = r.position();
+                let next = r.resync(at).ok().flatten();
+                if counters.corrupt_events.fetch_add(1, Ordering::Relaxed) < 10 {
+                    match next {
+                        Some(n) => eprintln!("pileup prefetch: {e}; reading on at offset {n}"),
+                        None => eprintln!("pileup prefetch: {e}; reading on from the applier's position"),
+                    }
+                }
+                if next.is_none() {
+                    reader = None;
+                }
+                next.is_some()
             }
             Err(e) => return Err(e.into()),
         };

@@ -169,7 +169,9 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let replica = Sandbox::start(Options {
         base_dir: Some(base),
         replica_of: Some(primary.endpoint.clone()),
-        cnf: vec![kv("innodb_buffer_pool_size", "32M"), kv("skip_slave_start", "ON")],
+        // The applier skips checksums, so a damaged one (below) is the
+        // prefetcher's problem alone.
+        cnf: vec![kv("innodb_buffer_pool_size", "32M"), kv("skip_slave_start", "ON"), kv("slave_sql_verify_checksum", "OFF")],
         ..Default::default()
     })
     .unwrap();
@@ -190,6 +192,29 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     primary.sql("ALTER TABLE sbtest.sbtest1 ADD INDEX k_c (k, c(8))").unwrap();
     sysbench_run(&primary, "oltp_write_only", 4);
     io_thread_has_everything(&primary, &replica);
+
+    // Damage the checksums of events all through the backlog's first relay
+    // log: the prefetcher must meet some of them however far ahead it is.
+    let ap = pileup_prefetch::replica::applier(&mut replica.connect().unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["binlog", "--format", "json", "--start-position", &ap.relay_pos.to_string()])
+        .arg(&ap.relay_file)
+        .output()
+        .unwrap();
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.len() > 400, "backlog too small: {} events", events.len());
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(&ap.relay_file).unwrap();
+        for ev in events.iter().skip(100).step_by(97) {
+            let end = ev["end"].as_u64().unwrap();
+            let mut b = [0u8; 1];
+            f.seek(SeekFrom::Start(end - 1)).unwrap();
+            f.read_exact(&mut b).unwrap();
+            f.seek(SeekFrom::Start(end - 1)).unwrap();
+            f.write_all(&[b[0] ^ 0xff]).unwrap();
+        }
+    }
 
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
@@ -224,6 +249,8 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     assert!(n("ddl_pauses") >= 1, "the ALTER in the stream was not seen: {r}");
     assert!(n("files_followed") >= 1 || n("jumps") >= 1, "the rotation was not followed: {r}");
     assert!(n("lookup_errors") * 100 <= n("lookups").max(1), "{r}");
+    assert!(n("corrupt_events") >= 1, "the damaged event was not noticed: {r}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"), "the damage is named on stderr");
 
     let mut rc = replica.connect().unwrap();
     let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
