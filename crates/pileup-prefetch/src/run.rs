@@ -71,7 +71,11 @@ pub struct Counters {
     /// the reported position, and events skipped for being among them.
     pub in_flight_trx: AtomicU64,
     pub skipped_in_flight: AtomicU64,
-    /// Corrupt events met (each followed by a jump to the applier's position).
+    /// Work dropped while a reader's connection was down, and times the
+    /// control connection was re-established (replica restarted).
+    pub jobs_dropped: AtomicU64,
+    pub reconnects: AtomicU64,
+    /// Corrupt events met.
     pub corrupt_events: AtomicU64,
     /// Relay log files the reader went on into (rotation).
     pub files_followed: AtomicU64,
@@ -162,6 +166,8 @@ impl Counters {
             ("jumps", g(&self.jumps)),
             ("files_followed", g(&self.files_followed)),
             ("corrupt_events", g(&self.corrupt_events)),
+            ("jobs_dropped", g(&self.jobs_dropped)),
+            ("reconnects", g(&self.reconnects)),
             ("in_flight_trx", g(&self.in_flight_trx)),
             ("skipped_in_flight", g(&self.skipped_in_flight)),
             ("distance_events", g(&self.distance_events)),
@@ -194,7 +200,8 @@ struct Job {
 /// a power of two by repeating its last key: a handful of statement shapes
 /// per index, each prepared once (the connection's statement cache keys
 /// them by text).
-fn lookup_keys(c: &mut mysql::Conn, table: &Table, index: usize, keys: &[Key], batch: usize, counters: &Counters) {
+/// Returns false when the connection was lost.
+fn lookup_keys(c: &mut mysql::Conn, table: &Table, index: usize, keys: &[Key], batch: usize, counters: &Counters) -> bool {
     for chunk in keys.chunks(batch.max(1)) {
         let mut refs: Vec<&Key> = chunk.iter().collect();
         let want = refs.len().next_power_of_two();
@@ -207,8 +214,40 @@ fn lookup_keys(c: &mut mysql::Conn, table: &Table, index: usize, keys: &[Key], b
         if let Err(e) = r {
             counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
             counters.note_error(&e);
+            if connection_lost(&e) {
+                return false;
+            }
         }
     }
+    true
+}
+
+/// A reader's connection, set up never to wait on the applier's locks:
+/// short metadata-lock waits, a statement time limit, non-locking reads.
+fn reader_conn(spec: &pileup_conn::ConnSpec, o: &Options) -> Result<mysql::Conn> {
+    let mut c = spec.connect()?;
+    let ms = o.query_timeout.as_secs_f64();
+    let _ = c.query_drop(format!("SET SESSION max_statement_time = {ms}"));
+    let _ = c.query_drop("SET SESSION lock_wait_timeout = 1");
+    let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 1");
+    let _ = c.query_drop("SET SESSION time_zone = '+00:00'");
+    let _ = c.query_drop("SET SESSION transaction_read_only = 1");
+    // The values read do not matter, only that the pages come into the
+    // buffer pool. READ UNCOMMITTED builds no read view: a secondary index
+    // entry on a page the applier changed recently is not checked against
+    // its clustered record, which would read another page while holding the
+    // leaf latch the applier is about to need.
+    let _ = c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
+    // Point lookups need no row estimates: skip the index dives the range
+    // optimizer would otherwise make for every key (CPU and page latches the
+    // applier would compete with).
+    let _ = c.query_drop("SET SESSION eq_range_index_dive_limit = 1");
+    Ok(c)
+}
+
+/// Did this error lose the connection (rather than fail one statement)?
+fn connection_lost(e: &mysql::Error) -> bool {
+    !matches!(e, mysql::Error::MySqlError(_))
 }
 
 fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
@@ -218,35 +257,38 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
     for _ in 0..o.readers {
         let mut spec = spec.clone();
         spec.timeout = o.query_timeout.max(Duration::from_secs(1));
-        let mut c = spec.connect()?;
-        // Never wait on the applier's locks: short metadata-lock waits, a
-        // statement time limit, consistent (non-locking) reads.
-        let ms = o.query_timeout.as_secs_f64();
-        let _ = c.query_drop(format!("SET SESSION max_statement_time = {ms}"));
-        let _ = c.query_drop("SET SESSION lock_wait_timeout = 1");
-        let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 1");
-        let _ = c.query_drop("SET SESSION time_zone = '+00:00'");
-        let _ = c.query_drop("SET SESSION transaction_read_only = 1");
-        // The values read do not matter, only that the pages come into the
-        // buffer pool. READ UNCOMMITTED builds no read view: a secondary
-        // index entry on a page the applier changed recently is not checked
-        // against its clustered record, which would read another page while
-        // holding the leaf latch the applier is about to need.
-        let _ = c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED");
-        // Point lookups need no row estimates: skip the index dives the
-        // range optimizer would otherwise make for every key (CPU and page
-        // latches the applier would compete with).
-        let _ = c.query_drop("SET SESSION eq_range_index_dive_limit = 1");
-        let (rx, counters, stop, batch) = (rx.clone(), counters.clone(), stop.clone(), o.batch);
+        let mut c = reader_conn(&spec, o)?;
+        let (rx, counters, stop, batch, o2) = (rx.clone(), counters.clone(), stop.clone(), o.batch, o.clone());
         handles.push(std::thread::spawn(move || {
+            let mut last_try = Instant::now();
+            let mut broken = false;
             while !stop.load(Ordering::Relaxed) {
                 let job = match rx.lock().unwrap().recv_timeout(Duration::from_millis(200)) {
                     Ok(j) => j,
                     Err(mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 };
+                // The server went away (restart): reconnect, at most once a
+                // second, dropping the work meanwhile.
+                if broken {
+                    if last_try.elapsed() < Duration::from_secs(1) {
+                        counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    last_try = Instant::now();
+                    match reader_conn(&spec, &o2) {
+                        Ok(n) => {
+                            c = n;
+                            broken = false;
+                        }
+                        Err(_) => {
+                            counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                }
                 match &job.work {
-                    Work::Keys { table, index, keys } => lookup_keys(&mut c, table, *index, keys, batch, &counters),
+                    Work::Keys { table, index, keys } => broken = !lookup_keys(&mut c, table, *index, keys, batch, &counters),
                     Work::Rows(plans) => {
                         // One round trip for the batch: the statements' SELECTs
                         // joined by UNION ALL, each row tagged with its statement
@@ -268,6 +310,7 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                             Err(e) => {
                                 counters.lookup_errors.fetch_add(1, Ordering::Relaxed);
                                 counters.note_error(&e);
+                                broken = connection_lost(&e);
                             }
                             Ok(rows) => {
                                 counters.statement_rows_read.fetch_add(rows.len() as u64, Ordering::Relaxed);
@@ -287,7 +330,10 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                                 keys.sort_by_key(|k| k.index);
                                 keys.dedup();
                                 for group in keys.chunk_by(|a, b| a.index == b.index) {
-                                    lookup_keys(&mut c, &plans[0].table, group[0].index, group, batch, &counters);
+                                    if !lookup_keys(&mut c, &plans[0].table, group[0].index, group, batch, &counters) {
+                                        broken = true;
+                                        break;
+                                    }
                                 }
                             }
                         }
@@ -435,7 +481,32 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         if last_poll.elapsed() >= o.poll {
             last_poll = Instant::now();
-            ap = applier(&mut ctl)?;
+            ap = match applier(&mut ctl) {
+                Ok(a) => a,
+                Err(e) => {
+                    // The replica went away (restart, failover): wait for it,
+                    // then start again from wherever its applier is.
+                    eprintln!("pileup prefetch: lost the replica ({e:#}); reconnecting every second");
+                    loop {
+                        if stop.load(Ordering::Relaxed) || o.duration.is_some_and(|d| t0.elapsed() >= d) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                        if let (Ok(c1), Ok(c2)) = (spec.connect(), spec.connect()) {
+                            (ctl, meta) = (c1, c2);
+                            counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("pileup prefetch: reconnected");
+                            break;
+                        }
+                    }
+                    tables.clear();
+                    reader = None;
+                    ahead.clear();
+                    (keys_ahead, trx_ahead, ddl_pending) = (0, 0, false);
+                    last_poll = Instant::now() - o.poll;
+                    continue;
+                }
+            };
             counters.lag_secs.store(ap.lag.unwrap_or(0), Ordering::Relaxed);
             // Forget what the applier has passed.
             let apos = relay_pos(&ap.relay_file, ap.relay_pos);
@@ -471,10 +542,12 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 if reader.is_some() {
                     counters.jumps.fetch_add(1, Ordering::Relaxed);
                 }
-                let mut r = FileReader::open(&ap.relay_file).map_err(anyhow::Error::from)?;
-                r.read_format().map_err(anyhow::Error::from)?;
-                r.seek(ap.relay_pos);
-                reader = Some(r);
+                // The applier's file may not exist yet (relay logs being
+                // fetched anew): try again at the next poll.
+                reader = FileReader::open(&ap.relay_file).and_then(|mut r| r.read_format().map(|_| r)).ok().map(|mut r| {
+                    r.seek(ap.relay_pos);
+                    r
+                });
                 ahead.clear();
                 keys_ahead = 0;
                 trx_ahead = 0;
@@ -497,7 +570,11 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             }
             continue;
         }
-        let r = reader.as_mut().unwrap();
+        let Some(r) = reader.as_mut() else {
+            // Nothing to read until the next poll positions the reader.
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
         let path = r.path().to_path_buf();
         let got = match r.next_with_format() {
             Ok(Some((ev, f))) => {

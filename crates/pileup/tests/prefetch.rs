@@ -156,17 +156,18 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
     }
 }
 
-/// MIXED binlog (statements), DDL and relay-log rotation in the backlog,
-/// relay logs purged as they are applied: the prefetcher plans the
-/// statements through its template cache, waits at the DDL, follows the
-/// rotation, and the applier ends clean with the primary's data.
+/// MIXED binlog (statements), DDL, relay-log rotation and damaged checksums
+/// in the backlog, relay logs purged as they are applied, and the replica
+/// restarted under the prefetcher: it plans the statements through its
+/// template cache, waits at the DDL, follows the rotation, names and skips
+/// the damage, reconnects, and the applier ends clean with the primary's data.
 #[test]
 fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
     std::fs::create_dir_all(&base).unwrap();
     let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "MIXED")], ..Default::default() }).unwrap();
-    let replica = Sandbox::start(Options {
+    let mut replica = Sandbox::start(Options {
         base_dir: Some(base),
         replica_of: Some(primary.endpoint.clone()),
         // The applier skips checksums, so a damaged one (below) is the
@@ -226,7 +227,12 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     replica.sql("START SLAVE SQL_THREAD").unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // A restart under the prefetcher: it must wait, reconnect and go on.
+    replica.restart().unwrap();
+    replica.sql("START SLAVE").unwrap();
     replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
     // The counters on the Prometheus endpoint.
     let scrape = {
         use std::io::{Read, Write};
@@ -250,6 +256,7 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     assert!(n("files_followed") >= 1 || n("jumps") >= 1, "the rotation was not followed: {r}");
     assert!(n("lookup_errors") * 100 <= n("lookups").max(1), "{r}");
     assert!(n("corrupt_events") >= 1, "the damaged event was not noticed: {r}");
+    assert!(n("reconnects") >= 1, "the replica restart was not survived: {r}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"), "the damage is named on stderr");
 
     let mut rc = replica.connect().unwrap();
