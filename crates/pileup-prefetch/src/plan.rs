@@ -158,12 +158,12 @@ impl Recent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::schema::Table;
 
     /// sysbench's table: id PK, k with a secondary index, c, pad.
-    fn sbtest() -> Table {
+    pub(crate) fn sbtest() -> Table {
         let cols = vec![
             (1, "id".to_string(), "int(11)".to_string(), "int".to_string()),
             (2, "k".into(), "int(11)".into(), "int".into()),

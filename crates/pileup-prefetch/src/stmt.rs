@@ -741,14 +741,7 @@ mod tests {
     }
 
     fn sbtest() -> Arc<Table> {
-        let cols = vec![
-            (1, "id".to_string(), "int(11)".to_string(), "int".to_string()),
-            (2, "k".into(), "int(11)".into(), "int".into()),
-            (3, "c".into(), "char(120)".into(), "char".into()),
-            (4, "pad".into(), "char(60)".into(), "char".into()),
-        ];
-        let parts = vec![("PRIMARY".to_string(), false, 1, "id".to_string()), ("k_1".into(), true, 1, "k".into())];
-        Arc::new(Table::from_parts("sbtest", "sbtest1", &cols, &parts).unwrap())
+        Arc::new(crate::plan::tests::sbtest())
     }
 
     #[test]
