@@ -19,7 +19,11 @@ pub struct Applier {
 
 /// Read the default replication connection's status.
 pub fn applier(c: &mut mysql::Conn) -> Result<Applier> {
-    let row: Option<mysql::Row> = c.query_first("SHOW SLAVE STATUS").context("SHOW SLAVE STATUS (the REPLICATION CLIENT privilege, or SLAVE MONITOR on MariaDB 10.5+)")?;
+    let row: Option<mysql::Row> = c.query_first("SHOW SLAVE STATUS").map_err(|e| {
+        let denied = matches!(&e, mysql::Error::MySqlError(m) if m.code == 1227 || m.code == 1045 || m.code == 1142);
+        let hint = if denied { "; it needs the REPLICATION CLIENT privilege (SLAVE MONITOR on MariaDB 10.5+)" } else { "" };
+        anyhow::anyhow!("reading replica status (SHOW SLAVE STATUS): {e}{hint}")
+    })?;
     let Some(row) = row else { bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica") };
     let get = |name: &str| -> Option<String> {
         let i = row.columns_ref().iter().position(|c| c.name_str() == name)?;

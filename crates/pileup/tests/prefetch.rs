@@ -254,7 +254,8 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     assert!(n("templates_parsed") < 40, "uniform statements should hit the template cache: {r}");
     assert!(n("ddl_pauses") >= 1, "the ALTER in the stream was not seen: {r}");
     assert!(n("files_followed") >= 1 || n("jumps") >= 1, "the rotation was not followed: {r}");
-    assert!(n("lookup_errors") * 100 <= n("lookups").max(1), "{r}");
+    // The restart may cut each reader's statement in flight (4 readers).
+    assert!(n("lookup_errors") <= 8 + n("lookups") / 100, "{r}");
     assert!(n("corrupt_events") >= 1, "the damaged event was not noticed: {r}");
     assert!(n("reconnects") >= 1, "the replica restart was not survived: {r}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"), "the damage is named on stderr");
