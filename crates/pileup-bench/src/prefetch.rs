@@ -25,13 +25,19 @@
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
 //!   [--modes none,prefetch,parallel,both] [--parallel-threads 4]
-//!   [--readers 4] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
+//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
 //! it for an SSD; `--cnf` adds or overrides replica server options.
 //!
 //! `--reuse DIR` keeps both servers' datadirs in DIR and loads the tables
 //! only when DIR does not already hold them.
+//!
+//! After the timed rounds, `--lag-rounds N` (default 1) extra catch-ups per
+//! format run under `pileup lag` for the plain applier and with the
+//! prefetcher: where the applier's time goes, and so the most any prefetcher
+//! can win here (the page-read share). Before the rounds, the device's
+//! random-read latency and parallel throughput are measured.
 //!
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
 //! catch-up (`pileup stacks --threads sql-thread`) into DIR/ROUND-FORMAT-MODE.txt.
@@ -96,6 +102,63 @@ struct Sample {
     wait_free: f64,
     /// The prefetcher's last counters line (JSON).
     prefetch_report: String,
+    /// `pileup lag --json` of this catch-up (untimed composition rounds only).
+    lag_json: String,
+}
+
+
+/// Random 16 KiB reads with O_DIRECT from `file`, `threads` at a time, for
+/// `secs`: (median latency in microseconds, reads per second). What one
+/// InnoDB page read costs on this device, and how much parallel reads gain:
+/// the two numbers that decide what any prefetcher can win.
+fn device_reads(file: &std::path::Path, threads: usize, secs: f64) -> Result<(f64, f64)> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).with_context(|| format!("opening {}", file.display()))?;
+    let pages = f.metadata()?.len() / 16384;
+    if pages < 2 {
+        bail!("{} is too small to probe", file.display());
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut lat: Vec<f64> = Vec::new();
+    std::thread::scope(|sc| -> Result<()> {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                sc.spawn(move || -> Result<Vec<f64>> {
+                    // O_DIRECT wants an aligned buffer: 16 KiB inside a 20 KiB vector.
+                    let mut v = vec![0u8; 20480];
+                    let off = v.as_ptr().align_offset(4096);
+                    let buf = &mut v[off..off + 16384];
+                    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1);
+                    let mut out = Vec::new();
+                    while Instant::now() < deadline {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let t0 = Instant::now();
+                        f.read_exact_at(buf, (x % pages) * 16384)?;
+                        out.push(t0.elapsed().as_secs_f64() * 1e6);
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        for h in hs {
+            lat.extend(h.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))??);
+        }
+        Ok(())
+    })?;
+    let n = lat.len() as f64;
+    Ok((median(lat), n / secs))
+}
+
+/// Where the applier threads' time went, from `pileup lag --json`: share
+/// (0..1) per category name.
+fn lag_shares(json: &str) -> Result<Vec<(String, f64)>> {
+    let v: serde_json::Value = serde_json::from_str(json).context("pileup lag --json output")?;
+    let t = &v["tally"];
+    let n = t["samples"].as_f64().unwrap_or(0.0).max(1.0);
+    Ok(t["by_category"].as_object().map(|m| m.iter().map(|(k, c)| (k.clone(), c.as_f64().unwrap_or(0.0) / n)).collect()).unwrap_or_default())
 }
 
 struct Mode {
@@ -149,7 +212,9 @@ impl Bench {
     }
 
     /// One timed catch-up in `mode` (the backlog is already in the relay log).
-    fn catch_up(&mut self, mode: &Mode) -> Result<Sample> {
+    /// With `lag_for`, `pileup lag` samples the applier for that long (such
+    /// a round perturbs what it measures and is not timed).
+    fn catch_up(&mut self, mode: &Mode, lag_for: Option<Duration>) -> Result<Sample> {
         self.replica.restart()?;
         let threads = if mode.parallel { self.parallel_threads } else { 0 };
         self.replica.sql(&format!("SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"))?;
@@ -176,6 +241,19 @@ impl Bench {
         self.replica.sql("START SLAVE")?;
         let tids = applier_tids(&self.replica)?;
         let acpu0 = applier_cpu(pid, &tids);
+        let lag = match lag_for {
+            Some(d) => Some(
+                Command::new(&self.pileup)
+                    .args(["lag", "--pid", &pid.to_string(), "--interval-ms", "10", "--json", "-S"])
+                    .arg(&self.replica.endpoint.socket)
+                    .args(["-u", "root", &format!("--duration={}ms", d.as_millis())])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("starting pileup lag")?,
+            ),
+            None => None,
+        };
         // --profile DIR: the applier threads' stacks during this catch-up.
         let prof = self.profile.as_ref().map(|dir| {
             let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
@@ -233,7 +311,15 @@ impl Bench {
             wait_free: status(&mut c, "Innodb_buffer_pool_wait_free")? - waitfree0,
             prefetch_cpu: 0.0,
             prefetch_report: String::new(),
+            lag_json: String::new(),
         };
+        if let Some(l) = lag {
+            let out = l.wait_with_output()?;
+            if !out.status.success() {
+                bail!("pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            s.lag_json = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
         if let Some(ch) = child {
             s.prefetch_cpu = cpu_of(&format!("/proc/{}/stat", ch.id()));
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(ch.id() as i32), nix::sys::signal::Signal::SIGTERM)?;
@@ -327,6 +413,17 @@ fn main() -> Result<()> {
     eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
 
     let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), label: String::new(), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
+    // The device: one page read alone and several at once.
+    let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ibd"))
+        .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .map(|e| e.path())
+        .context("no sbtest .ibd file in the replica's datadir")?;
+    let (lat1, iops1) = device_reads(&ibd, 1, 3.0)?;
+    let (lat4, iops4) = device_reads(&ibd, 4, 3.0)?;
+    eprintln!("device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s");
+
     let mut samples: HashMap<(String, &'static str), Vec<Sample>> = HashMap::new();
     for r in 0..rounds as usize {
         for f in &formats {
@@ -334,7 +431,7 @@ fn main() -> Result<()> {
                 let m = modes[(i + r) % modes.len()];
                 b.backlog(f)?;
                 b.label = format!("{}-{f}", r + 1);
-                let s = b.catch_up(m)?;
+                let s = b.catch_up(m, None)?;
                 eprintln!(
                     "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}",
                     r + 1,
@@ -351,6 +448,24 @@ fn main() -> Result<()> {
                     eprintln!("  prefetch counters: {}", s.prefetch_report);
                 }
                 samples.entry((f.clone(), m.name)).or_default().push(s);
+            }
+        }
+    }
+
+    // Untimed rounds under `pileup lag`: where the applier's time goes
+    // without help and with the prefetcher.
+    let lag_rounds = num("--lag-rounds", 1)?;
+    let mut lagged: HashMap<(String, &'static str), Vec<Vec<(String, f64)>>> = HashMap::new();
+    for _ in 0..lag_rounds {
+        for f in &formats {
+            for m in modes.iter().filter(|m| !m.parallel) {
+                let secs = median(samples.get(&(f.clone(), m.name)).map(|v| v.iter().map(|s| s.secs).collect()).unwrap_or_default());
+                b.backlog(f)?;
+                b.label = format!("lag-{f}");
+                let s = b.catch_up(m, Some(Duration::from_secs_f64((secs * 0.6).max(1.0))))?;
+                let shares = lag_shares(&s.lag_json)?;
+                eprintln!("lag {f} {}: {:.2} s, {shares:?}", m.name, s.secs);
+                lagged.entry((f.clone(), m.name)).or_default().push(shares);
             }
         }
     }
@@ -396,6 +511,32 @@ fn main() -> Result<()> {
             replica_cores,
             cores / replica_cores.max(1e-9)
         ));
+    }
+    md.push_str(&format!(
+        "\nThe device (16 KiB O_DIRECT random reads of the replica's largest table file, measured before the rounds): \
+         one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput).\n",
+        iops4 / iops1.max(1e-9)
+    ));
+    if !lagged.is_empty() {
+        let cats = ["page_read", "latch_wait", "commit", "cpu", "other_wait", "relay_wait"];
+        md.push_str(&format!(
+            "\n#### Where the applier's time goes (`pileup lag` over 60% of an extra, untimed catch-up per mode; medians of {lag_rounds})\n\n\
+             | format | mode | page reads | lock/latch waits | commit and fsync | CPU in row apply | other waits | waiting for relay log | bound for a prefetcher |\n|---|---|---|---|---|---|---|---|---|\n"
+        ));
+        for f in &formats {
+            for m in modes.iter().filter(|m| !m.parallel) {
+                let Some(v) = lagged.get(&(f.clone(), m.name)) else { continue };
+                let share = |c: &str| median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect());
+                let cells: Vec<String> = cats.iter().map(|c| format!("{:.0}%", 100.0 * share(c))).collect();
+                // A prefetcher can at best take the applier's own page reads away.
+                let bound = if m.prefetch { "".to_string() } else { format!("≤ {:.2}×", 1.0 / (1.0 - share("page_read")).max(1e-9)) };
+                md.push_str(&format!("| {f} | {} | {} | {bound} |\n", m.name, cells.join(" | ")));
+            }
+        }
+        md.push_str(
+            "\nThe bound assumes a prefetcher removes every page read the applier itself makes and nothing else changes: \
+             1 / (1 − page-read share). Lock/latch waits (pages in flight, the index tree latch, purge) and CPU stay.\n",
+        );
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
