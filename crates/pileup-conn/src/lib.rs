@@ -340,8 +340,8 @@ mod tests {
 
     #[test]
     fn precedence_files_env_flags() {
-        let dir = std::env::temp_dir().join(format!("pileup-conn-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let f = dir.join("c.cnf");
         std::fs::File::create(&f)
             .unwrap()
@@ -368,8 +368,8 @@ mod tests {
 
     #[test]
     fn home_my_cnf_is_read_and_password_in_argv_refused() {
-        let home = std::env::temp_dir().join(format!("pileup-home-{}", std::process::id()));
-        std::fs::create_dir_all(&home).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().to_path_buf();
         std::fs::write(home.join(".my.cnf"), "[client]\nsocket=/tmp/home.sock\n[pileup]\nuser=pu\n").unwrap();
         let none = |_: &str| None;
         let s = args().resolve_with(Some(home.clone()), &none).unwrap();

@@ -133,7 +133,8 @@ mod tests {
 
     #[test]
     fn groups_quotes_comments_and_includes() {
-        let d = tempdir();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().to_path_buf();
         let inc = d.join("conf.d");
         fs::create_dir(&inc).unwrap();
         write(&inc, "50-client.cnf", "[client]\nport = 3310\n");
@@ -166,10 +167,4 @@ mod tests {
         assert!(of.files_read.is_empty());
     }
 
-    fn tempdir() -> PathBuf {
-        let p = std::env::temp_dir().join(format!("pileup-mycnf-{}-{:?}", std::process::id(), std::thread::current().id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        p
-    }
 }

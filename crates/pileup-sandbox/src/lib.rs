@@ -135,18 +135,18 @@ pub fn base_dir() -> PathBuf {
     std::env::temp_dir().join("pileup-sandboxes")
 }
 
-/// Find the server binary.
-pub fn find_mariadbd() -> Result<PathBuf> {
+/// Where a server binary may be, in the order [`find_mariadbd`] looks.
+fn server_candidates() -> Vec<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
     dirs.extend(["/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin"].map(PathBuf::from));
-    for d in &dirs {
-        for n in ["mariadbd", "mysqld"] {
-            let p = d.join(n);
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
+    dirs.iter().flat_map(|d| ["mariadbd", "mysqld"].map(|n| d.join(n))).collect()
+}
+
+/// Find the server binary.
+pub fn find_mariadbd() -> Result<PathBuf> {
+    if let Some(p) = server_candidates().into_iter().find(|p| p.is_file()) {
+        return Ok(p);
     }
     bail!("no mariadbd found on PATH or in /usr/sbin; install it with `apt-get install mariadb-server-core`")
 }
@@ -185,7 +185,7 @@ impl Sandbox {
             bail!("socket path {} is too long for a Unix socket; use a shorter PILEUP_SANDBOX_DIR", socket.display());
         }
         if !reusing {
-            let template = template_datadir(&mariadbd, &base)?;
+            let template = template_datadir(&mariadbd, &template_dir())?;
             copy_dir(&template, &dir.join("data")).context("copying the template datadir")?;
         }
 
@@ -521,19 +521,38 @@ fn spawn(mut cmd: Command, die_with_parent: bool) -> Result<Child> {
     rrx.recv()?.context("starting mariadbd")
 }
 
-/// Initialise (once per server binary) a pristine datadir to copy from.
+/// Where pristine datadirs are cached: one place for every sandbox base
+/// directory, so test runs with their own base directories share one
+/// template instead of leaving one behind each.
+fn template_dir() -> PathBuf {
+    std::env::var_os("PILEUP_TEMPLATE_DIR").map(PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("pileup-sandbox-templates"))
+}
+
+/// Initialise (once per server binary) a pristine datadir to copy from,
+/// removing the templates of server binaries that are no longer installed.
 fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
     let meta = fs::metadata(mariadbd).with_context(|| format!("reading {}", mariadbd.display()))?;
     let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH)?.as_secs();
-    let tdir = base.join(format!(".template-{}-{}", meta.len(), mtime));
+    let name = format!(".template-{}-{}", meta.len(), mtime);
+    let tdir = base.join(&name);
     if tdir.join("ready").exists() {
         return Ok(tdir.join("data"));
     }
+    fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
     // Serialise initialisation across processes with a lock file.
     let lock = fs::OpenOptions::new().create(true).write(true).truncate(false).open(base.join(".template.lock"))?;
     let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| anyhow!("locking template: {e}"))?;
     if tdir.join("ready").exists() {
         return Ok(tdir.join("data"));
+    }
+    // Templates of other binaries: a server upgrade leaves one; 80 MB each.
+    if let Ok(rd) = fs::read_dir(base) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(".template-") && n != name && !template_in_use(&e.path(), &n) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
     }
     let _ = fs::remove_dir_all(&tdir);
     fs::create_dir_all(&tdir)?;
@@ -564,6 +583,18 @@ fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
     }
     fs::write(tdir.join("ready"), b"")?;
     Ok(tdir.join("data"))
+}
+
+/// Whether a template named `.template-LEN-MTIME` may still be wanted: its
+/// server binary is on this machine, or it was made within the last day (a
+/// server started from an explicit path).
+fn template_in_use(dir: &Path, name: &str) -> bool {
+    let recent = fs::metadata(dir).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age < Duration::from_secs(86_400));
+    recent
+        || server_candidates().iter().filter_map(|c| fs::metadata(c).ok()).any(|m| {
+            let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs()).unwrap_or(0);
+            name == format!(".template-{}-{}", m.len(), mtime)
+        })
 }
 
 fn find_install_db(mariadbd: &Path) -> Result<PathBuf> {

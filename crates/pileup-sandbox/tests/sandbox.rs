@@ -3,8 +3,10 @@
 use mysql::prelude::Queryable;
 use pileup_sandbox::{list, Options, Sandbox};
 
+/// One base directory for every run (each sandbox has its own directory
+/// below it and removes it when it stops).
 fn base() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("pileup-sbtest-{}", std::process::id()));
+    let d = std::env::temp_dir().join("pileup-sbtest");
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -16,8 +16,7 @@ use pileup_sandbox::{Options, Sandbox};
 use serde_json::Value as J;
 
 fn pair(cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
-    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    let base = it_base();
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: cnf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }).unwrap();
     let replica = Sandbox::start(Options { base_dir: Some(base), replica_of: Some(primary.endpoint.clone()), ..Default::default() }).unwrap();
     (primary, replica)
@@ -200,8 +199,7 @@ fn corruption_is_named_and_skipped_and_a_torn_tail_is_not_an_error() {
     // Damage the body of the 30th event of a copy.
     let victim = &events[30];
     let (off, end) = (victim["offset"].as_u64().unwrap(), victim["end"].as_u64().unwrap());
-    let dir = std::env::temp_dir().join(format!("pileup-binlog-corrupt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("binlog-corrupt");
     let copy = dir.join("relay.000009");
     let mut bytes = std::fs::read(last).unwrap();
     bytes[(off + 21) as usize] ^= 0x5a;
@@ -318,8 +316,7 @@ fn mutated_relay_logs_never_crash_the_decoder() {
     caught_up(&primary, &replica);
     let file = index_files(&replica, "relay_log_index").last().unwrap().clone();
     let clean = std::fs::read(&file).unwrap();
-    let dir = std::env::temp_dir().join(format!("pileup-binlog-mutate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("binlog-mutate");
     let target = dir.join("relay.000001");
     std::fs::write(&target, &clean).unwrap();
     let whole = decode_all(&target, true);

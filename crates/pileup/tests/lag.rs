@@ -11,8 +11,7 @@ use pileup_sandbox::{Options, Sandbox};
 
 #[test]
 fn lag_shows_where_the_applier_spends_its_time() {
-    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    let base = common::it_base();
     let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "ROW")], ..Default::default() }).unwrap();
     let mut replica = Sandbox::start(Options {

@@ -89,8 +89,7 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Dura
 
 #[test]
 fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
-    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    let base = common::it_base();
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![("binlog_format".into(), "ROW".into())], ..Default::default() }).unwrap();
     let small = |k: &str, v: &str| (k.to_string(), v.to_string());
     let mut replica = Sandbox::start(Options {
@@ -163,8 +162,7 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
 /// the damage, reconnects, and the applier ends clean with the primary's data.
 #[test]
 fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
-    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
-    std::fs::create_dir_all(&base).unwrap();
+    let base = common::it_base();
     let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "MIXED")], ..Default::default() }).unwrap();
     let mut replica = Sandbox::start(Options {

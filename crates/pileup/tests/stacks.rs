@@ -137,8 +137,7 @@ fn every_output_format_parses() {
     let sb = sandbox();
     let mut load = sysbench(&sb, "oltp_read_only", 4, 15);
     std::thread::sleep(Duration::from_secs(1));
-    let dir = std::env::temp_dir().join(format!("pileup-formats-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("formats");
     let pid = sb.pid().to_string();
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     let run = |fmt: &str, file: &str| {
@@ -185,7 +184,6 @@ fn every_output_format_parses() {
     assert!(j["modules"].as_array().unwrap().iter().any(|m| m["name"] == "mariadbd"));
     let _ = load.kill();
     let _ = load.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -333,8 +331,7 @@ fn output_to_a_device_or_symlink_writes_through_it() {
     let out = pileup(&["stacks", "--pid", &me, "--any-process", "--no-sql", "-o", "/dev/null"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null must stay a device");
-    let dir = std::env::temp_dir().join(format!("pileup-symlink-{me}"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("symlink");
     let target = dir.join("real.txt");
     std::fs::write(&target, "old").unwrap();
     let link = dir.join("link.txt");
@@ -344,5 +341,4 @@ fn output_to_a_device_or_symlink_writes_through_it() {
     assert!(out.status.success());
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink stays");
     assert!(std::fs::read_to_string(&target).unwrap().contains("# pileup stacks"), "written through to its target");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -187,11 +187,8 @@ fn a_server_that_stops_answering_is_caught_with_stacks() {
     let _ = child.wait();
 }
 
-fn tempfile_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("pileup-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempfile_dir(name: &str) -> Scratch {
+    scratch(name)
 }
 
 #[test]
@@ -255,7 +252,7 @@ fn history_survives_a_server_restart_and_a_watch_restart() {
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
     // Watch across a server restart: polls fail while it is down, then resume.
     let handle = {
-        let (sock, data) = (sock.clone(), data.clone());
+        let (sock, data) = (sock.clone(), data.to_path_buf());
         std::thread::spawn(move || watch_for(&sock, &data, "8s"))
     };
     std::thread::sleep(Duration::from_secs(2));

@@ -9,9 +9,31 @@ pub fn sandbox() -> Sandbox {
     sandbox_with(vec![])
 }
 
-pub fn sandbox_with(cnf: Vec<(&str, &str)>) -> Sandbox {
-    let base = std::env::temp_dir().join(format!("pileup-it-{}", std::process::id()));
+/// The sandboxes' base directory, shared by every test run (each sandbox
+/// has its own directory below it, removed when it stops).
+pub fn it_base() -> std::path::PathBuf {
+    let base = std::env::temp_dir().join("pileup-it");
     std::fs::create_dir_all(&base).unwrap();
+    base
+}
+
+/// A scratch directory removed when the value is dropped, even when the
+/// test fails; derefs to its path.
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+pub fn scratch(name: &str) -> Scratch {
+    Scratch(tempfile::Builder::new().prefix(&format!("pileup-{name}-")).tempdir().unwrap())
+}
+
+pub fn sandbox_with(cnf: Vec<(&str, &str)>) -> Sandbox {
+    let base = it_base();
     Sandbox::start(Options {
         base_dir: Some(base),
         cnf: cnf.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
