@@ -9,9 +9,12 @@
 //! (text table, JSON, FlameGraph folded or SVG).
 //!
 //! Alongside, the replica's own progress over the same period: transactions
-//! applied (from `gtid_slave_pos`), lag at start and end.
+//! applied (from `gtid_slave_pos`), lag at start and end, and, where
+//! performance_schema is on, the applier threads' instrumented waits
+//! ([`ps`]), which name the latch a stack sample can only call a futex.
 
 pub mod classify;
+pub mod ps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -82,6 +85,9 @@ pub struct LagReport {
     pub lag_start_s: Option<u64>,
     pub lag_end_s: Option<u64>,
     pub tally: Tally,
+    /// The applier threads' instrumented waits over the period, longest
+    /// first (empty when performance_schema is off: see `notes`).
+    pub waits: Vec<ps::PsWait>,
     pub notes: Vec<String>,
 }
 
@@ -114,6 +120,25 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let st0 = replica_status(&mut c)?.ok_or_else(|| anyhow!("the server at {} is not a replica (SHOW SLAVE STATUS is empty); run pileup lag against a replica", spec.describe()))?;
     let lag_start_s: Option<u64> = st0.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
     let pos0: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let mut notes: Vec<String> = Vec::new();
+    // performance_schema's view of the same period, where it is on.
+    let ps0 = match ps::applier_threads(&mut c) {
+        Ok(Ok(ids)) => match ps::snapshot(&mut c, &ids) {
+            Ok(snap) => Some((ids, snap)),
+            Err(e) => {
+                notes.push(format!("performance_schema waits not read: {e}"));
+                None
+            }
+        },
+        Ok(Err(why)) => {
+            notes.push(why);
+            None
+        }
+        Err(e) => {
+            notes.push(format!("performance_schema waits not read: {e}"));
+            None
+        }
+    };
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
         capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
@@ -132,14 +157,25 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let mut pc = spec.connect()?;
     let mut positions: Vec<Option<(std::path::PathBuf, u64)>> = Vec::with_capacity(n);
     let mut progress = progress;
+    let mut probe = pileup_prefetch::replica::ApplierProbe::default();
     s.run(n, o.interval, |i, total| {
-        positions.push(pileup_prefetch::replica::applier(&mut pc).ok().map(|a| (a.relay_file, a.relay_pos)));
+        positions.push(probe.read(&mut pc).ok().map(|a| (a.relay_file, a.relay_pos)));
         progress(i, total)
     })?;
     let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
     let seconds = t0.elapsed().as_secs_f64();
     let st1 = replica_status(&mut c)?;
     let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let waits = match &ps0 {
+        Some((ids, before)) => match ps::snapshot(&mut c, ids) {
+            Ok(after) => ps::between(before, &after),
+            Err(e) => {
+                notes.push(format!("performance_schema waits not read: {e}"));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
     let profile = s.finish();
     let mut tally = Tally::default();
     let mut tids = std::collections::BTreeSet::new();
@@ -163,7 +199,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     }
     // The stacks engine's notes that matter here (not the io_uring workers:
     // they are not applier threads).
-    let mut notes: Vec<String> = profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned().collect();
+    notes.extend(profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned());
     if tids.is_empty() {
         notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
     }
@@ -181,6 +217,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         lag_start_s,
         lag_end_s: st1.and_then(|r| r.get::<Option<u64>, _>("Seconds_Behind_Master").flatten()),
         tally,
+        waits,
         notes,
     })
 }
@@ -261,6 +298,13 @@ pub fn render_text(r: &LagReport) -> String {
             s.push_str(&format!("  {:5.1}%  {}\n", 100.0 * **n as f64 / r.tally.samples.max(1) as f64, if name.is_empty() { "(empty)" } else { name }));
         }
     }
+    if !r.waits.is_empty() {
+        s.push_str("\ninstrumented waits of the applier threads (performance_schema)\n");
+        let wall = r.seconds.max(1e-9) * r.applier_threads.max(1) as f64;
+        for w in r.waits.iter().take(10) {
+            s.push_str(&format!("  {:8.2} s {:5.1}% {:>10}  {}\n", w.seconds, 100.0 * w.seconds / wall, w.count, w.event));
+        }
+    }
     for n in &r.notes {
         s.push_str(&format!("note: {n}\n"));
     }
@@ -300,9 +344,14 @@ mod tests {
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
         assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, notes: vec![] };
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], notes: vec![] };
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
+        assert!(!text.contains("instrumented waits"), "no section without performance_schema: {text}");
+        let w = ps::PsWait { event: "wait/synch/sxlock/innodb/index_tree_rw_lock".into(), count: 1200, seconds: 0.5 };
+        let r = LagReport { waits: vec![w], ..r };
+        let text = render_text(&r);
+        assert!(text.contains("instrumented waits") && text.contains("index_tree_rw_lock") && text.contains("25.0%") && text.contains("1200"), "{text}");
         let mut svg = vec![];
         render_svg(&r, &mut svg).unwrap();
         assert!(String::from_utf8_lossy(&svg).contains("<svg"));

@@ -19,7 +19,7 @@ use pileup_binlog::{et, Decoder, Event, FileReader, ReadError};
 
 use crate::plan::{plan_row, Key, Recent, Skip};
 use crate::stmt::{Reads, RowsPlan, StmtSkip, Templates};
-use crate::replica::{applier, Applier};
+use crate::replica::{Applier, ApplierProbe};
 use crate::schema::Table;
 
 #[derive(Debug, Clone)]
@@ -462,7 +462,8 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     // that may well have been evicted again.
     let recent = Recent::new(window_keys as usize);
     let mut last_poll = Instant::now() - o.poll;
-    let mut ap: Applier = applier(&mut ctl)?;
+    let mut probe = ApplierProbe::default();
+    let mut ap: Applier = probe.read(&mut ctl)?;
     // With parallel replication the workers run transactions beyond the
     // position the replica reports (the last one committed in order): reads
     // for those would come too late. Plan only past two per worker.
@@ -481,7 +482,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         if last_poll.elapsed() >= o.poll {
             last_poll = Instant::now();
-            ap = match applier(&mut ctl) {
+            ap = match probe.read(&mut ctl) {
                 Ok(a) => a,
                 Err(e) => {
                     // The replica went away (restart, failover): wait for it,
@@ -494,6 +495,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                         std::thread::sleep(Duration::from_secs(1));
                         if let (Ok(c1), Ok(c2)) = (spec.connect(), spec.connect()) {
                             (ctl, meta) = (c1, c2);
+                            probe.forget();
                             counters.reconnects.fetch_add(1, Ordering::Relaxed);
                             eprintln!("pileup prefetch: reconnected");
                             break;

@@ -14,7 +14,9 @@ use crate::output::write_output;
 #[command(after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
 with the stacks engine and reads their processlist state at every sample, then shows where apply time goes: \
 the applier's own page reads, lock and latch waits, commit and fsync, waiting for a prior commit (parallel replication), \
-CPU in row apply, and waiting for the relay log; overall and per table. Run it on the replica's host (it needs \
+CPU in row apply, and waiting for the relay log; overall and per table. Where performance_schema is on, it also \
+lists the applier threads' instrumented waits over the period (which latch, which file), longest first; MariaDB \
+times latches only with performance_schema_instrument='wait/synch/%=ON'. Run it on the replica's host (it needs \
 ptrace permission on mariadbd, as `pileup stacks` does).\n\nExamples:\n  pileup lag -S /run/mysqld/mysqld.sock --duration 30s\n  \
 pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --json > lag.json")]
 pub struct LagArgs {
