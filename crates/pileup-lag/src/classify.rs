@@ -73,8 +73,17 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
     if state.contains("waiting for prior transaction") || any(frames, &["wait_for_prior_commit"]) {
         return Category::PriorCommit;
     }
-    if os_state == 'R' {
-        return Category::Cpu;
+    // The stack and the interrupted system call are what the thread was
+    // doing at the stop. The OS state was read a millisecond or more before
+    // it (with every other thread's), longer than a page read takes: it
+    // only decides when there is no stack. (Trusting it first counted a
+    // third of the page reads as CPU: a thread in a read is stopped as the
+    // read returns, with the read's frame innermost.)
+    if frames.is_empty() {
+        return match os_state {
+            'R' => Category::Cpu,
+            _ => Category::OtherWait,
+        };
     }
     let inner: Vec<&str> = frames.iter().take(3).copied().collect();
     if any(frames, &["ha_commit_trans", "trans_commit", "Xid_log_event::do_commit", "Xid_apply_log_event::do_apply_event", "commit_one_phase", "MYSQL_BIN_LOG::write_transaction"])
@@ -93,7 +102,8 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
     if waiting && any(frames, &["next_event", "wait_for_update_relay_log", "read_log_event"]) {
         return Category::RelayWait;
     }
-    if frames.is_empty() || !waiting && in_apply {
+    // Not stopped inside a system call: it was on a CPU (or waiting for one).
+    if !waiting && syscall.is_none() {
         return Category::Cpu;
     }
     Category::OtherWait
@@ -137,8 +147,16 @@ mod tests {
         assert_eq!(classify(IDLE, 'S', Some("futex"), Some("Slave has read all relay log; waiting for more updates")), Category::RelayWait);
         assert_eq!(classify(IDLE, 'S', Some("futex"), Some("Waiting for work from SQL thread")), Category::RelayWait);
         assert_eq!(classify(&["handle_rpl_parallel_thread", "wait_for_prior_commit"], 'S', None, None), Category::PriorCommit);
-        // Running beats whatever the frames say.
-        assert_eq!(classify(FIND_ROW_READ, 'R', None, None), Category::Cpu);
+        // The stack at the stop beats the OS state read before it: a thread
+        // seen running a moment earlier and stopped in a read was reading.
+        assert_eq!(classify(FIND_ROW_READ, 'R', None, None), Category::PageRead);
+        assert_eq!(classify(UPDATE_FUTEX, 'R', Some("futex"), None), Category::LatchWait);
+        assert_eq!(classify(&["Field_long::unpack", "Rows_log_event::do_apply_event"], 'D', None, None), Category::Cpu);
+        // No stack (unwinding failed): the OS state is all there is.
+        assert_eq!(classify(&[], 'R', None, None), Category::Cpu);
+        assert_eq!(classify(&[], 'S', None, None), Category::OtherWait);
+        // Decoding the next event on a CPU is CPU, not waiting.
+        assert_eq!(classify(&["Log_event::read_log_event", "next_event", "handle_slave_sql"], 'S', None, None), Category::Cpu);
         assert_eq!(classify(&["Field_long::unpack", "Rows_log_event::do_apply_event"], 'S', None, None), Category::Cpu);
         assert_eq!(classify(&["epoll_wait", "main"], 'S', Some("epoll_wait"), None), Category::OtherWait);
     }

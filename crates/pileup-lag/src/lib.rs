@@ -43,6 +43,11 @@ pub struct Tally {
     pub by_table: BTreeMap<String, BTreeMap<Category, u64>>,
     /// The applier's processlist states, as sampled.
     pub states: BTreeMap<String, u64>,
+    /// Samples by where their table came from: "statement" (the applier's
+    /// statement text), "worker transaction" (the transaction a parallel
+    /// worker is on, from performance_schema and the relay log), "applier
+    /// position" (the transaction at the replica's relay position), "none".
+    pub table_from: BTreeMap<String, u64>,
     #[serde(skip)]
     pub folded: HashMap<String, u64>,
 }
@@ -158,10 +163,23 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let mut positions: Vec<Option<(std::path::PathBuf, u64)>> = Vec::with_capacity(n);
     let mut progress = progress;
     let mut probe = pileup_prefetch::replica::ApplierProbe::default();
+    // Parallel replication: the transaction each worker is on, by OS thread
+    // id (performance_schema only; without it every worker gets the
+    // driver's position, which is the oldest transaction not yet committed).
+    let mut workers = ps0.is_some().then(ps::WorkerGtids::default);
+    let mut worker_gtids: Vec<HashMap<i32, String>> = Vec::with_capacity(n);
     s.run(n, o.interval, |i, total| {
         positions.push(probe.read(&mut pc).ok().map(|a| (a.relay_file, a.relay_pos)));
+        worker_gtids.push(workers.as_mut().map(|w| w.read(&mut pc)).unwrap_or_default());
         progress(i, total)
     })?;
+    // Which table each of those transactions writes, read from the relay log
+    // forward of the first position seen.
+    let wanted: std::collections::HashSet<String> = worker_gtids.iter().flat_map(|m| m.values().cloned()).collect();
+    let gtid_tables = match positions.iter().flatten().next() {
+        Some((file, pos)) if !wanted.is_empty() => tables_of_gtids(file, *pos, &wanted, 5_000_000),
+        _ => HashMap::new(),
+    };
     let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
     let seconds = t0.elapsed().as_secs_f64();
     let st1 = replica_status(&mut c)?;
@@ -189,11 +207,21 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             let db = t.sql.as_ref().and_then(|q| q.db.as_deref());
             let cat = classify(&frames, t.state, t.syscall.as_deref(), state);
             *tally.states.entry(state.unwrap_or("(none)").to_string()).or_default() += 1;
-            let table = if matches!(cat, Category::RelayWait) {
-                None
+            // Where the table comes from, most direct first: the statement
+            // itself, the transaction this worker is on, the transaction at
+            // the applier's relay position.
+            let (table, source) = if matches!(cat, Category::RelayWait) {
+                (None, "none")
+            } else if let Some(t) = table_of(state, info, db) {
+                (Some(t), "statement")
+            } else if let Some(t) = worker_gtids.get(k).and_then(|m| m.get(&t.tid)).and_then(|g| gtid_tables.get(&gtid_key(g))) {
+                (Some(t.clone()), "worker transaction")
+            } else if let Some(t) = at.as_ref().and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone()) {
+                (Some(t), "applier position")
             } else {
-                table_of(state, info, db).or_else(|| at.as_ref().and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone()))
+                (None, "none")
             };
+            *tally.table_from.entry(source.to_string()).or_default() += 1;
             tally.add(cat, table.as_deref(), &frames);
         }
     }
@@ -247,6 +275,78 @@ pub fn table_in_group(path: &std::path::Path, pos: u64) -> Option<String> {
     None
 }
 
+/// A GTID as a key that both performance_schema and the relay log give the
+/// same way: MariaDB's `domain-server-seq` → `domain-seq` (the server id of
+/// a transaction is not needed to find it), MySQL's `uuid:gno` as it is.
+pub fn gtid_key(g: &str) -> String {
+    let p: Vec<&str> = g.trim().split('-').collect();
+    match p.as_slice() {
+        [d, _server, n] if d.parse::<u32>().is_ok() && n.parse::<u64>().is_ok() => format!("{d}-{n}"),
+        _ => g.trim().to_ascii_lowercase(),
+    }
+}
+
+/// The first table each wanted transaction writes, found by reading the
+/// relay log from `path` at `pos` forward (following the next files) until
+/// all are found or `max_events` were read. Keys as [`gtid_key`].
+pub fn tables_of_gtids(path: &std::path::Path, pos: u64, wanted: &std::collections::HashSet<String>, max_events: u64) -> HashMap<String, String> {
+    use pileup_binlog::{Decoder, Event, FileReader};
+    let wanted: std::collections::HashSet<String> = wanted.iter().map(|g| gtid_key(g)).collect();
+    let mut found: HashMap<String, String> = HashMap::new();
+    let mut dec = Decoder::new();
+    let (mut path, mut pos, mut read) = (path.to_path_buf(), pos, 0u64);
+    loop {
+        let Ok(mut r) = FileReader::open(&path) else { break };
+        if r.read_format().is_err() {
+            break;
+        }
+        r.seek(pos.max(4));
+        let mut current: Option<String> = None;
+        loop {
+            let (ev, f) = match r.next_with_format() {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                // A damaged event: go on at the next sound one, in no group.
+                Err(pileup_binlog::ReadError::Corrupt { offset, .. }) => match r.resync(offset) {
+                    Ok(Some(_)) => {
+                        current = None;
+                        continue;
+                    }
+                    _ => break,
+                },
+                Err(_) => break,
+            };
+            read += 1;
+            match dec.decode(f, ev.bytes) {
+                Ok(Event::MariaGtid(g)) => current = Some(format!("{}-{}", g.domain_id, g.seq_no)),
+                Ok(Event::MysqlGtid { uuid, gno }) => current = Some(format!("{}:{gno}", uuid.to_ascii_lowercase())),
+                Ok(Event::TableMap(tm)) => {
+                    if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
+                        found.entry(g).or_insert_with(|| format!("{}.{}", tm.schema, tm.table));
+                    }
+                }
+                Ok(Event::Query(q)) => {
+                    let db = String::from_utf8_lossy(q.db).into_owned();
+                    if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
+                        if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
+                            found.entry(g).or_insert(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if found.len() == wanted.len() || read >= max_events {
+                return found;
+            }
+        }
+        match pileup_binlog::reader::next_file(&path) {
+            Some(next) if next.exists() => (path, pos) = (next, 4),
+            _ => break,
+        }
+    }
+    found
+}
+
 fn bar(pct: f64) -> String {
     "█".repeat((pct / 4.0).round() as usize)
 }
@@ -290,6 +390,11 @@ pub fn render_text(r: &LagReport) -> String {
             s.push('\n');
         }
     }
+    if r.tally.table_from.keys().any(|k| k != "none") {
+        let total = r.tally.samples.max(1) as f64;
+        let parts: Vec<String> = r.tally.table_from.iter().filter(|(k, _)| *k != "none").map(|(k, n)| format!("{k} {:.0}%", 100.0 * *n as f64 / total)).collect();
+        s.push_str(&format!("  (table from: {})\n", parts.join(", ")));
+    }
     if !r.tally.states.is_empty() {
         s.push_str("\napplier states seen (processlist)\n");
         let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
@@ -326,6 +431,13 @@ pub fn render_svg(r: &LagReport, w: &mut dyn std::io::Write) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gtid_keys_match_between_performance_schema_and_relay_log() {
+        assert_eq!(gtid_key("0-1-1234"), "0-1234");
+        assert_eq!(gtid_key(" 2-77-9 "), "2-9");
+        assert_eq!(gtid_key("3E11FA47-71CA-11E1-9E33-C80AA9429562:23"), "3e11fa47-71ca-11e1-9e33-c80aa9429562:23");
+    }
 
     #[test]
     fn gtid_progress_counts_every_domain() {

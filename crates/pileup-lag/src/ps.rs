@@ -77,6 +77,44 @@ pub fn between(before: &Snapshot, after: &Snapshot) -> Vec<PsWait> {
     v
 }
 
+/// Reads which transaction each parallel-replication worker is applying,
+/// by the worker's OS thread id, from
+/// `performance_schema.replication_applier_status_by_worker`: MySQL 8's
+/// `APPLYING_TRANSACTION`, or MariaDB's `LAST_SEEN_TRANSACTION` (set when a
+/// worker starts an event group, so the one it is on). A single-threaded
+/// MariaDB replica has no rows there.
+#[derive(Debug, Default)]
+pub struct WorkerGtids {
+    column: Option<&'static str>,
+    unavailable: bool,
+}
+
+impl WorkerGtids {
+    pub fn read(&mut self, c: &mut mysql::Conn) -> HashMap<i32, String> {
+        if self.unavailable {
+            return HashMap::new();
+        }
+        let columns: Vec<&'static str> = match self.column {
+            Some(col) => vec![col],
+            None => vec!["APPLYING_TRANSACTION", "LAST_SEEN_TRANSACTION"],
+        };
+        for col in columns {
+            let q = format!(
+                "SELECT t.THREAD_OS_ID, w.{col} FROM performance_schema.replication_applier_status_by_worker w \
+                 JOIN performance_schema.threads t ON t.THREAD_ID = w.THREAD_ID WHERE w.{col} <> ''"
+            );
+            if let Ok(rows) = c.query::<(Option<i64>, String), _>(q) {
+                self.column = Some(col);
+                return rows.into_iter().filter_map(|(tid, g)| Some((i32::try_from(tid?).ok()?, g))).collect();
+            }
+        }
+        // Neither column exists (an older server): stop asking. A failure
+        // after one worked (a dropped connection) only loses this sample.
+        self.unavailable = self.column.is_none();
+        HashMap::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,24 +9,30 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
 
-#[test]
-fn lag_shows_where_the_applier_spends_its_time() {
+/// A primary and a cold replica (16 MB pool, performance_schema on) whose
+/// applier has just started on a backlog of oltp_update_index writes to
+/// `tables` sysbench tables, made while its SQL thread was stopped.
+fn replica_catching_up(tables: u32, extra: &[(&str, &str)]) -> (Sandbox, Sandbox) {
     let base = common::it_base();
     let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
     let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "ROW")], ..Default::default() }).unwrap();
-    let mut replica = Sandbox::start(Options {
-        base_dir: Some(base.clone()),
-        replica_of: Some(primary.endpoint.clone()),
-        cnf: vec![kv("innodb_buffer_pool_size", "16M"), kv("innodb_buffer_pool_load_at_startup", "OFF"), kv("innodb_buffer_pool_dump_at_shutdown", "OFF"), kv("skip_slave_start", "ON"), kv("performance_schema", "ON"), kv("performance_schema_instrument", "wait/synch/%=ON")],
-        ..Default::default()
-    })
-    .unwrap();
+    let mut cnf = vec![
+        kv("innodb_buffer_pool_size", "16M"),
+        kv("innodb_buffer_pool_load_at_startup", "OFF"),
+        kv("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+        kv("skip_slave_start", "ON"),
+        kv("performance_schema", "ON"),
+        kv("performance_schema_instrument", "wait/synch/%=ON"),
+    ];
+    cnf.extend(extra.iter().map(|(k, v)| kv(k, v)));
+    let mut replica = Sandbox::start(Options { base_dir: Some(base), replica_of: Some(primary.endpoint.clone()), cnf, ..Default::default() }).unwrap();
     primary.sql("CREATE DATABASE sbtest").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
+    let size = 300_000 / tables;
     let sb = |args: &[&str]| {
         let st = Command::new("sysbench")
             .arg("oltp_update_index")
-            .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", "--tables=1", "--table-size=300000"])
+            .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", &format!("--tables={tables}"), &format!("--table-size={size}")])
             .args(args)
             .output()
             .unwrap();
@@ -45,7 +51,12 @@ fn lag_shows_where_the_applier_spends_its_time() {
     // A cold buffer pool: the applier has pages to read.
     replica.restart().unwrap();
     replica.sql("START SLAVE").unwrap();
+    (primary, replica)
+}
 
+#[test]
+fn lag_shows_where_the_applier_spends_its_time() {
+    let (primary, replica) = replica_catching_up(1, &[]);
     let scratch = common::scratch("lag");
     let svg = scratch.join("lag.svg");
     let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
@@ -83,4 +94,21 @@ fn lag_shows_where_the_applier_spends_its_time() {
     assert!(!bad.status.success());
     let e = String::from_utf8_lossy(&bad.stderr);
     assert!(e.contains("not a replica") && e.lines().count() == 1, "{e}");
+}
+
+#[test]
+fn lag_names_the_table_each_parallel_worker_is_on() {
+    let (_primary, replica) = replica_catching_up(4, &[("slave_parallel_threads", "4"), ("slave_parallel_mode", "optimistic")]);
+    let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
+    let out = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "3s", "--interval-ms", "20", "--json"]);
+    assert!(out.status.success(), "pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tally = &r["tally"];
+    eprintln!("{}", serde_json::to_string_pretty(tally).unwrap());
+    assert!(r["applier_threads"].as_u64().unwrap() >= 2, "the driver and its workers are sampled: {r}");
+    // Tables come from the transaction each worker is on, not only from the
+    // driver's (oldest uncommitted) position.
+    assert!(tally["table_from"]["worker transaction"].as_u64().unwrap_or(0) > 0, "{tally}");
+    let tables: Vec<&String> = tally["by_table"].as_object().unwrap().keys().filter(|t| t.starts_with("sbtest.")).collect();
+    assert!(tables.len() >= 2, "writes to 4 tables, applied in parallel, name more than one: {tables:?}");
 }
