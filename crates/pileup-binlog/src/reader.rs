@@ -63,6 +63,18 @@ impl FileReader {
         &self.path
     }
 
+    /// Whether `path()` still names the file this reader has open. A
+    /// replica restarted with GTID purges its relay logs and fetches them
+    /// anew, numbering from 1 again: the same name can come back holding
+    /// other events, and a reader must notice it is on a removed file.
+    pub fn replaced(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(open), Ok(now)) => (open.dev(), open.ino()) != (now.dev(), now.ino()),
+            _ => true,
+        }
+    }
+
     /// Offset of the next event.
     pub fn position(&self) -> u64 {
         self.pos
@@ -257,4 +269,27 @@ pub fn file_number(p: &Path) -> Option<u64> {
 
 pub fn at(ev: &RawEvent, path: &Path, e: DecodeError) -> ReadError {
     ReadError::Corrupt { path: path.to_path_buf(), offset: ev.offset, what: format!("{} event: {e}", crate::event::type_name(ev.header.type_code)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_reused_for_another_file_is_noticed() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("relay.000002");
+        std::fs::write(&p, [MAGIC.as_slice(), b"old events"].concat()).unwrap();
+        let r = FileReader::open(&p).unwrap();
+        assert!(!r.replaced(), "the same file");
+        // Purged and fetched anew: the name comes back with other contents.
+        std::fs::remove_file(&p).unwrap();
+        assert!(r.replaced(), "removed");
+        std::fs::write(&p, [MAGIC.as_slice(), b"new events"].concat()).unwrap();
+        assert!(r.replaced(), "same name, another file");
+        // Appending to the file being read (the server writing on) is not a replacement.
+        let r2 = FileReader::open(&p).unwrap();
+        std::io::Write::write_all(&mut std::fs::OpenOptions::new().append(true).open(&p).unwrap(), b"more").unwrap();
+        assert!(!r2.replaced());
+    }
 }

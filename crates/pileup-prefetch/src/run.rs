@@ -537,8 +537,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 None => true,
                 // Behind the applier; or our file was removed under us
                 // (RESET SLAVE, relay logs purged and fetched anew after a
-                // restart with GTID): follow the applier.
-                Some(r) => (ahead.is_empty() && relay_pos(r.path(), r.position()) < apos) || (r.path() != ap.relay_file && !r.path().exists()),
+                // restart with GTID, when the numbering starts again and
+                // the name we read may already hold other events): follow
+                // the applier.
+                Some(r) => (ahead.is_empty() && relay_pos(r.path(), r.position()) < apos) || r.replaced(),
             };
             if behind {
                 if reader.is_some() {
