@@ -37,7 +37,10 @@
 //! format run under `pileup lag` for the plain applier and with the
 //! prefetcher: where the applier's time goes, and so the most any prefetcher
 //! can win here (the page-read share). Before the rounds, the device's
-//! random-read latency and parallel throughput are measured.
+//! random-read latency and parallel throughput are measured, alone and
+//! while four threads write (an I/O-bound replica flushes as much as it
+//! reads); during every catch-up, what the replica's device did
+//! (/proc/diskstats: reads, writes, read latency, busy time).
 //!
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
 //! catch-up (`pileup stacks --threads sql-thread`) into DIR/ROUND-FORMAT-MODE.txt.
@@ -100,6 +103,9 @@ struct Sample {
     prefetch_cpu: f64,
     pool_reads: f64,
     wait_free: f64,
+    /// The replica's device over the catch-up (none if /proc/diskstats
+    /// does not list it).
+    disk: Option<Disk>,
     /// The prefetcher's last counters line (JSON).
     prefetch_report: String,
     /// `pileup lag --json` of this catch-up (untimed composition rounds only).
@@ -107,49 +113,146 @@ struct Sample {
 }
 
 
-/// Random 16 KiB reads with O_DIRECT from `file`, `threads` at a time, for
-/// `secs`: (median latency in microseconds, reads per second). What one
-/// InnoDB page read costs on this device, and how much parallel reads gain:
-/// the two numbers that decide what any prefetcher can win.
-fn device_reads(file: &std::path::Path, threads: usize, secs: f64) -> Result<(f64, f64)> {
+/// What the device did while a probe ran: random 16 KiB O_DIRECT reads
+/// from a table file and, optionally, random 16 KiB O_DIRECT writes to a
+/// scratch file at the same time.
+struct Probe {
+    /// Median read latency, microseconds.
+    read_us: f64,
+    reads_per_s: f64,
+    writes_per_s: f64,
+}
+
+/// Random 16 KiB reads with O_DIRECT from `file`, `readers` at a time, for
+/// `secs`, while `writers` threads write random 16 KiB pages to `scratch`
+/// (a file of `file`'s filesystem, created and removed here). One page read
+/// alone and several at once say what parallel reads gain on an idle
+/// device; with writers they say what is left when the device is also
+/// flushing, as an I/O-bound replica's is: the numbers that decide what any
+/// prefetcher can win.
+fn device_probe(file: &std::path::Path, readers: usize, writers: usize, scratch: &std::path::Path, secs: f64) -> Result<Probe> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).with_context(|| format!("opening {}", file.display()))?;
     let pages = f.metadata()?.len() / 16384;
     if pages < 2 {
         bail!("{} is too small to probe", file.display());
     }
+    // 256 MiB written sequentially first, so the random writes overwrite
+    // allocated blocks like InnoDB's page flushes do.
+    const SCRATCH_PAGES: u64 = 16384;
+    let w = if writers > 0 {
+        let w = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(scratch).with_context(|| format!("creating {}", scratch.display()))?;
+        let mut v = vec![0x5au8; (1 << 20) + 4096];
+        let off = v.as_ptr().align_offset(4096);
+        for i in 0..SCRATCH_PAGES / 64 {
+            w.write_all_at(&v[off..off + (1 << 20)], i << 20)?;
+        }
+        w.sync_all()?;
+        v.clear();
+        Some(w)
+    } else {
+        None
+    };
+    // O_DIRECT wants an aligned buffer: 16 KiB inside a 20 KiB vector.
+    fn aligned() -> Vec<u8> {
+        vec![0u8; 20480]
+    }
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut lat: Vec<f64> = Vec::new();
+    let mut written = 0u64;
     std::thread::scope(|sc| -> Result<()> {
-        let hs: Vec<_> = (0..threads)
+        let rs: Vec<_> = (0..readers)
             .map(|t| {
                 let f = &f;
                 sc.spawn(move || -> Result<Vec<f64>> {
-                    // O_DIRECT wants an aligned buffer: 16 KiB inside a 20 KiB vector.
-                    let mut v = vec![0u8; 20480];
+                    let mut v = aligned();
                     let off = v.as_ptr().align_offset(4096);
                     let buf = &mut v[off..off + 16384];
                     let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1);
                     let mut out = Vec::new();
                     while Instant::now() < deadline {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let at = (xorshift(&mut x) % pages) * 16384;
                         let t0 = Instant::now();
-                        f.read_exact_at(buf, (x % pages) * 16384)?;
+                        f.read_exact_at(buf, at)?;
                         out.push(t0.elapsed().as_secs_f64() * 1e6);
                     }
                     Ok(out)
                 })
             })
             .collect();
-        for h in hs {
+        let ws: Vec<_> = (0..writers)
+            .map(|t| {
+                let w = w.as_ref();
+                sc.spawn(move || -> Result<u64> {
+                    let Some(w) = w else { return Ok(0) };
+                    let mut v = aligned();
+                    let off = v.as_ptr().align_offset(4096);
+                    let buf = &mut v[off..off + 16384];
+                    buf.fill(0xa5);
+                    let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ (t as u64 + 1);
+                    let mut n = 0;
+                    while Instant::now() < deadline {
+                        w.write_all_at(buf, (xorshift(&mut x) % SCRATCH_PAGES) * 16384)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        for h in rs {
             lat.extend(h.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))??);
+        }
+        for h in ws {
+            written += h.join().map_err(|_| anyhow::anyhow!("probe thread panicked"))??;
         }
         Ok(())
     })?;
+    if writers > 0 {
+        let _ = std::fs::remove_file(scratch);
+    }
     let n = lat.len() as f64;
-    Ok((median(lat), n / secs))
+    Ok(Probe { read_us: median(lat), reads_per_s: n / secs, writes_per_s: written as f64 / secs })
+}
+
+/// Counters of one block device from /proc/diskstats.
+#[derive(Default, Clone, Copy)]
+struct Disk {
+    reads: f64,
+    read_ms: f64,
+    writes: f64,
+    write_sectors: f64,
+    /// Time the device had I/O in flight (ms).
+    busy_ms: f64,
+}
+
+/// The /proc/diskstats counters of the device holding `path` (matched by
+/// major:minor; a filesystem on a partition reports the partition).
+fn disk_of(path: &std::path::Path) -> Option<Disk> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let text = std::fs::read_to_string("/proc/diskstats").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 14 || f[0].parse::<u32>().ok()? != major || f[1].parse::<u32>().ok()? != minor {
+            return None;
+        }
+        let g = |i: usize| f[i].parse::<f64>().unwrap_or(0.0);
+        Some(Disk { reads: g(3), read_ms: g(6), writes: g(7), write_sectors: g(9), busy_ms: g(12) })
+    })
+}
+
+impl std::ops::Sub for Disk {
+    type Output = Disk;
+    fn sub(self, o: Disk) -> Disk {
+        Disk { reads: self.reads - o.reads, read_ms: self.read_ms - o.read_ms, writes: self.writes - o.writes, write_sectors: self.write_sectors - o.write_sectors, busy_ms: self.busy_ms - o.busy_ms }
+    }
 }
 
 /// Where the applier threads' time went, from `pileup lag --json`: share
@@ -245,6 +348,7 @@ impl Bench {
             std::thread::sleep(Duration::from_millis(500));
         }
         let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
+        let disk0 = disk_of(&self.replica.endpoint.dir);
         let t0 = Instant::now();
         self.replica.sql("START SLAVE")?;
         let tids = applier_tids(&self.replica)?;
@@ -296,6 +400,7 @@ impl Bench {
         }
         self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
         let secs = t0.elapsed().as_secs_f64();
+        let disk = disk_of(&self.replica.endpoint.dir).zip(disk0).map(|(a, b)| a - b);
         if let Some(Ok(mut p)) = prof {
             let _ = p.wait();
         }
@@ -317,6 +422,7 @@ impl Bench {
             replica_cpu: cpu_of(&format!("/proc/{pid}/stat")) - rcpu0,
             pool_reads: status(&mut c, "Innodb_buffer_pool_reads")? - reads0,
             wait_free: status(&mut c, "Innodb_buffer_pool_wait_free")? - waitfree0,
+            disk,
             prefetch_cpu: 0.0,
             prefetch_report: String::new(),
             lag_json: String::new(),
@@ -428,9 +534,16 @@ fn main() -> Result<()> {
         .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
         .map(|e| e.path())
         .context("no sbtest .ibd file in the replica's datadir")?;
-    let (lat1, iops1) = device_reads(&ibd, 1, 3.0)?;
-    let (lat4, iops4) = device_reads(&ibd, 4, 3.0)?;
-    eprintln!("device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s");
+    let scratch = b.replica.endpoint.dir.join("tmp/device-probe");
+    let one = device_probe(&ibd, 1, 0, &scratch, 3.0)?;
+    let four = device_probe(&ibd, 4, 0, &scratch, 3.0)?;
+    let mixed = device_probe(&ibd, 4, 4, &scratch, 3.0)?;
+    let (lat1, iops1, lat4, iops4) = (one.read_us, one.reads_per_s, four.read_us, four.reads_per_s);
+    eprintln!(
+        "device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s; \
+         4 at a time with 4 writers {:.0} µs, {:.0} reads/s + {:.0} writes/s",
+        mixed.read_us, mixed.reads_per_s, mixed.writes_per_s
+    );
 
     let mut samples: HashMap<(String, &'static str), Vec<Sample>> = HashMap::new();
     for r in 0..rounds as usize {
@@ -509,6 +622,34 @@ fn main() -> Result<()> {
                 med(m.name, &|s| s.pool_reads) / trx as f64
             ));
         }
+        if samples.values().flatten().all(|s| s.disk.is_some()) {
+            md.push_str(
+                "\nThe replica's device during the catch-up (/proc/diskstats):\n\n\
+                 | mode | reads/s | writes/s | MB written/s | mean read latency (µs) | busy | device reads per trx | device writes per trx |\n|---|---|---|---|---|---|---|---|\n",
+            );
+            for m in &modes {
+                let d = |g: &dyn Fn(&Disk, f64) -> f64| med(m.name, &|s| s.disk.map(|d| g(&d, s.secs)).unwrap_or(0.0));
+                md.push_str(&format!(
+                    "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.2} | {:.2} |\n",
+                    m.name,
+                    d(&|d, t| d.reads / t),
+                    d(&|d, t| d.writes / t),
+                    d(&|d, t| d.write_sectors * 512.0 / 1e6 / t),
+                    d(&|d, _| 1000.0 * d.read_ms / d.reads.max(1.0)),
+                    d(&|d, t| d.busy_ms / 10.0 / t),
+                    d(&|d, _| d.reads) / trx as f64,
+                    d(&|d, _| d.writes) / trx as f64,
+                ));
+            }
+            let lat = med("none", &|s| s.disk.map(|d| 1000.0 * d.read_ms / d.reads.max(1.0)).unwrap_or(0.0));
+            let wpt = med("none", &|s| s.disk.map(|d| d.writes).unwrap_or(0.0)) / trx as f64;
+            md.push_str(&format!(
+                "\nThe plain applier's replica read a page in {lat:.0} µs on average where the idle device takes {:.0} µs: \
+                 it also writes ({wpt:.1} writes per transaction: page flushes, doublewrite, redo), and the reads queue behind those writes. \
+                 A prefetcher adds reads to that queue; it does not remove any.\n",
+                one.read_us
+            ));
+        }
         let applier = med("none", &|s| s.applier_cpu);
         let replica_cores = med("none", &|s| s.replica_cpu / s.secs);
         md.push_str(&format!(
@@ -522,8 +663,12 @@ fn main() -> Result<()> {
     }
     md.push_str(&format!(
         "\nThe device (16 KiB O_DIRECT random reads of the replica's largest table file, measured before the rounds): \
-         one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput).\n",
-        iops4 / iops1.max(1e-9)
+         one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput); \
+         four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s).\n",
+        iops4 / iops1.max(1e-9),
+        mixed.read_us,
+        mixed.reads_per_s,
+        mixed.writes_per_s
     ));
     if !lagged.is_empty() {
         let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait"];
