@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
 use pileup_bench::{arg, median};
+use pileup_lag::io::{device_of, DeviceReport};
 use pileup_sandbox::{Options, Sandbox};
 
 fn sysbench(sock: &str, tables: u64, size: u64, extra: &[String]) -> Result<()> {
@@ -105,7 +106,7 @@ struct Sample {
     wait_free: f64,
     /// The replica's device over the catch-up (none if /proc/diskstats
     /// does not list it).
-    disk: Option<Disk>,
+    disk: Option<DeviceReport>,
     /// The prefetcher's last counters line (JSON).
     prefetch_report: String,
     /// `pileup lag --json` of this catch-up (untimed composition rounds only).
@@ -220,41 +221,6 @@ fn device_probe(file: &std::path::Path, readers: usize, writers: usize, scratch:
     Ok(Probe { read_us: median(lat), reads_per_s: n / secs, writes_per_s: written as f64 / secs })
 }
 
-/// Counters of one block device from /proc/diskstats.
-#[derive(Default, Clone, Copy)]
-struct Disk {
-    reads: f64,
-    read_ms: f64,
-    writes: f64,
-    write_sectors: f64,
-    /// Time the device had I/O in flight (ms).
-    busy_ms: f64,
-}
-
-/// The /proc/diskstats counters of the device holding `path` (matched by
-/// major:minor; a filesystem on a partition reports the partition).
-fn disk_of(path: &std::path::Path) -> Option<Disk> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).ok()?.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let text = std::fs::read_to_string("/proc/diskstats").ok()?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 14 || f[0].parse::<u32>().ok()? != major || f[1].parse::<u32>().ok()? != minor {
-            return None;
-        }
-        let g = |i: usize| f[i].parse::<f64>().unwrap_or(0.0);
-        Some(Disk { reads: g(3), read_ms: g(6), writes: g(7), write_sectors: g(9), busy_ms: g(12) })
-    })
-}
-
-impl std::ops::Sub for Disk {
-    type Output = Disk;
-    fn sub(self, o: Disk) -> Disk {
-        Disk { reads: self.reads - o.reads, read_ms: self.read_ms - o.read_ms, writes: self.writes - o.writes, write_sectors: self.write_sectors - o.write_sectors, busy_ms: self.busy_ms - o.busy_ms }
-    }
-}
-
 /// Where the applier threads' time went, from `pileup lag --json`: share
 /// (0..1) per category name, and as "ps_data_file" the share
 /// performance_schema measured inside InnoDB data-file reads (the call, so
@@ -348,7 +314,8 @@ impl Bench {
             std::thread::sleep(Duration::from_millis(500));
         }
         let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
-        let disk0 = disk_of(&self.replica.endpoint.dir);
+        let datadir = self.replica.endpoint.dir.join("data").display().to_string();
+        let disk0 = device_of(pid as i32, &datadir);
         let t0 = Instant::now();
         self.replica.sql("START SLAVE")?;
         let tids = applier_tids(&self.replica)?;
@@ -400,7 +367,7 @@ impl Bench {
         }
         self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
         let secs = t0.elapsed().as_secs_f64();
-        let disk = disk_of(&self.replica.endpoint.dir).zip(disk0).map(|(a, b)| a - b);
+        let disk = device_of(pid as i32, &datadir).zip(disk0).map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
         if let Some(Ok(mut p)) = prof {
             let _ = p.wait();
         }
@@ -628,27 +595,31 @@ fn main() -> Result<()> {
                  | mode | reads/s | writes/s | MB written/s | mean read latency (µs) | busy | device reads per trx | device writes per trx |\n|---|---|---|---|---|---|---|---|\n",
             );
             for m in &modes {
-                let d = |g: &dyn Fn(&Disk, f64) -> f64| med(m.name, &|s| s.disk.map(|d| g(&d, s.secs)).unwrap_or(0.0));
+                let d = |g: &dyn Fn(&DeviceReport, f64) -> f64| med(m.name, &|s| s.disk.as_ref().map(|d| g(d, s.secs)).unwrap_or(0.0));
                 md.push_str(&format!(
                     "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.2} | {:.2} |\n",
                     m.name,
-                    d(&|d, t| d.reads / t),
-                    d(&|d, t| d.writes / t),
-                    d(&|d, t| d.write_sectors * 512.0 / 1e6 / t),
-                    d(&|d, _| 1000.0 * d.read_ms / d.reads.max(1.0)),
-                    d(&|d, t| d.busy_ms / 10.0 / t),
-                    d(&|d, _| d.reads) / trx as f64,
-                    d(&|d, _| d.writes) / trx as f64,
+                    d(&|d, _| d.reads_per_s),
+                    d(&|d, _| d.writes_per_s),
+                    d(&|d, _| d.mb_written_per_s),
+                    d(&|d, _| d.mean_read_us),
+                    d(&|d, _| 100.0 * d.busy),
+                    d(&|d, t| d.reads_per_s * t) / trx as f64,
+                    d(&|d, t| d.writes_per_s * t) / trx as f64,
                 ));
             }
-            let lat = med("none", &|s| s.disk.map(|d| 1000.0 * d.read_ms / d.reads.max(1.0)).unwrap_or(0.0));
-            let wpt = med("none", &|s| s.disk.map(|d| d.writes).unwrap_or(0.0)) / trx as f64;
-            md.push_str(&format!(
-                "\nThe plain applier's replica read a page in {lat:.0} µs on average where the idle device takes {:.0} µs: \
-                 it also writes ({wpt:.1} writes per transaction: page flushes, doublewrite, redo), and the reads queue behind those writes. \
-                 A prefetcher adds reads to that queue; it does not remove any.\n",
-                one.read_us
-            ));
+            let lat = med("none", &|s| s.disk.as_ref().map(|d| d.mean_read_us).unwrap_or(0.0));
+            let wpt = med("none", &|s| s.disk.as_ref().map(|d| d.writes_per_s * s.secs).unwrap_or(0.0)) / trx as f64;
+            md.push_str(&if lat > 2.0 * one.read_us {
+                format!(
+                    "\nThe plain applier's replica read a page in {lat:.0} µs on average where the idle device takes {:.0} µs: \
+                     it also writes ({wpt:.1} writes per transaction: page flushes, doublewrite, redo), and the reads queue behind those writes. \
+                     A prefetcher adds reads to that queue; it does not remove any.\n",
+                    one.read_us
+                )
+            } else {
+                format!("\nThe plain applier's replica read a page in {lat:.0} µs on average (the idle device: {:.0} µs; {wpt:.1} writes per transaction).\n", one.read_us)
+            });
         }
         let applier = med("none", &|s| s.applier_cpu);
         let replica_cores = med("none", &|s| s.replica_cpu / s.secs);

@@ -11,9 +11,12 @@
 //! Alongside, the replica's own progress over the same period: transactions
 //! applied (from `gtid_slave_pos`), lag at start and end, and, where
 //! performance_schema is on, the applier threads' instrumented waits
-//! ([`ps`]), which name the latch a stack sample can only call a futex.
+//! ([`ps`]), which name the latch a stack sample can only call a futex;
+//! and the storage side ([`io`]): what the device holding the datadir did
+//! and how many bytes the applier threads read from storage themselves.
 
 pub mod classify;
+pub mod io;
 pub mod ps;
 
 use std::collections::{BTreeMap, HashMap};
@@ -93,6 +96,13 @@ pub struct LagReport {
     /// The applier threads' instrumented waits over the period, longest
     /// first (empty when performance_schema is off: see `notes`).
     pub waits: Vec<ps::PsWait>,
+    /// The device holding the datadir over the period (None when it has
+    /// no block device or is not on this host: see `notes`).
+    pub device: Option<io::DeviceReport>,
+    /// Bytes the applier threads read from storage themselves.
+    pub applier_read_bytes: Option<u64>,
+    /// InnoDB page size, to turn those bytes into pages.
+    pub page_size: Option<u64>,
     pub notes: Vec<String>,
 }
 
@@ -144,6 +154,10 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             None
         }
     };
+    // The storage side: the datadir's device and every thread's read bytes.
+    let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
+    let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
+    let io0 = io::thread_read_bytes(pid);
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
         capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
@@ -182,6 +196,8 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     };
     let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
     let seconds = t0.elapsed().as_secs_f64();
+    let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
+    let io1 = io::thread_read_bytes(pid);
     let st1 = replica_status(&mut c)?;
     let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
     let waits = match &ps0 {
@@ -228,6 +244,17 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     // The stacks engine's notes that matter here (not the io_uring workers:
     // they are not applier threads).
     notes.extend(profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned());
+    let device = match (&disk0, &disk1) {
+        (Some((name, a)), Some((_, b))) => Some(io::DeviceReport::between(name, a, b, seconds)),
+        _ => {
+            notes.push(format!(
+                "no block device statistics for the datadir ({}): on a filesystem without one (tmpfs) or a server on another host",
+                datadir.as_deref().unwrap_or("unknown")
+            ));
+            None
+        }
+    };
+    let applier_read_bytes = (!io0.is_empty() && !tids.is_empty()).then(|| io::read_between(&io0, &io1, tids.iter().copied()));
     if tids.is_empty() {
         notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
     }
@@ -246,6 +273,9 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         lag_end_s: st1.and_then(|r| r.get::<Option<u64>, _>("Seconds_Behind_Master").flatten()),
         tally,
         waits,
+        device,
+        applier_read_bytes,
+        page_size,
         notes,
     })
 }
@@ -410,6 +440,29 @@ pub fn render_text(r: &LagReport) -> String {
             s.push_str(&format!("  {:8.2} s {:5.1}% {:>10}  {}\n", w.seconds, 100.0 * w.seconds / wall, w.count, w.event));
         }
     }
+    if r.device.is_some() || r.applier_read_bytes.is_some() {
+        s.push_str("\nstorage\n");
+    }
+    if let Some(b) = r.applier_read_bytes {
+        let page = r.page_size.unwrap_or(16384).max(1);
+        let pages = b / page;
+        s.push_str(&format!("  the applier threads read {pages} pages ({:.1} MB) from storage: {:.0}/s", b as f64 / 1e6, pages as f64 / r.seconds.max(1e-9)));
+        if let Some(t) = r.transactions.filter(|t| *t > 0) {
+            s.push_str(&format!(", {:.2} per transaction", pages as f64 / t as f64));
+        }
+        s.push('\n');
+    }
+    if let Some(d) = &r.device {
+        s.push_str(&format!(
+            "  device {} (holds the datadir): {:.0} reads/s, {:.0} writes/s, {:.1} MB/s written, a read took {:.0} µs on average, busy {:.0}%\n",
+            d.device,
+            d.reads_per_s,
+            d.writes_per_s,
+            d.mb_written_per_s,
+            d.mean_read_us,
+            100.0 * d.busy
+        ));
+    }
     for n in &r.notes {
         s.push_str(&format!("note: {n}\n"));
     }
@@ -456,7 +509,7 @@ mod tests {
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
         assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], notes: vec![] };
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], device: None, applier_read_bytes: None, page_size: None, notes: vec![] };
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
         assert!(!text.contains("instrumented waits"), "no section without performance_schema: {text}");

@@ -56,7 +56,12 @@ fn replica_catching_up(tables: u32, extra: &[(&str, &str)]) -> (Sandbox, Sandbox
 
 #[test]
 fn lag_shows_where_the_applier_spends_its_time() {
-    let (primary, replica) = replica_catching_up(1, &[]);
+    // With O_DIRECT the applier's page reads reach the device, where its
+    // storage counters see them (when the test directory has a block
+    // device: not on tmpfs).
+    let on_disk = pileup_lag::io::device_of(std::process::id() as i32, common::it_base().to_str().unwrap()).is_some();
+    let extra: &[(&str, &str)] = if on_disk { &[("innodb_flush_method", "O_DIRECT")] } else { &[] };
+    let (primary, replica) = replica_catching_up(1, extra);
     let scratch = common::scratch("lag");
     let svg = scratch.join("lag.svg");
     let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
@@ -79,6 +84,15 @@ fn lag_shows_where_the_applier_spends_its_time() {
     assert!(waits.iter().any(|w| w["event"] == "wait/io/file/innodb/innodb_data_file" && w["seconds"].as_f64().unwrap() > 0.0), "{waits:?}");
     let secs: Vec<f64> = waits.iter().map(|w| w["seconds"].as_f64().unwrap()).collect();
     assert!(secs.windows(2).all(|p| p[0] >= p[1]), "longest first: {secs:?}");
+    // The storage side: the datadir's device and the applier's own reads.
+    if on_disk {
+        let d = &r["device"];
+        assert!(d["reads_per_s"].as_f64().unwrap() > 0.0 && d["mean_read_us"].as_f64().unwrap() > 0.0, "{d}");
+        let page = r["page_size"].as_u64().unwrap();
+        assert!(r["applier_read_bytes"].as_u64().unwrap() >= page, "with O_DIRECT the applier's page reads reach storage: {r}");
+    } else {
+        assert!(r["device"].is_null() && r["notes"].to_string().contains("no block device statistics"), "{r}");
+    }
     let meta = std::fs::metadata(&svg).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -89,6 +103,9 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let t = String::from_utf8_lossy(&text.stdout);
     eprintln!("{t}");
     assert!(t.contains("where apply time goes") && t.contains("applier states seen") && t.contains("instrumented waits of the applier threads"), "{t}");
+    if on_disk {
+        assert!(t.contains("\nstorage\n") && t.contains("holds the datadir") && t.contains("from storage"), "{t}");
+    }
     let psock = primary.endpoint.socket.to_string_lossy().into_owned();
     let bad = common::pileup(&["lag", "-S", &psock, "-u", "root", "--duration", "1s"]);
     assert!(!bad.status.success());
