@@ -83,8 +83,8 @@ pub struct Counters {
     pub jumps: AtomicU64,
     /// Events between the applier and the reader at the last poll.
     pub distance_events: AtomicU64,
-    /// Events between the applier and the last event whose lookups have
-    /// completed, at the last poll (0 when the lookups are behind it).
+    /// Events between the applier and the newest event up to which every
+    /// lookup has completed, at the last poll (0 when they are behind it).
     pub warmed_ahead_events: AtomicU64,
     /// Polls at which the lookups completed were behind the applier.
     pub late_polls: AtomicU64,
@@ -102,8 +102,10 @@ pub struct Counters {
     pub templates_parsed: AtomicU64,
     /// DDL statements the reader waited at until the applier passed them.
     pub ddl_pauses: AtomicU64,
-    /// Sequence number of the newest event whose lookups completed.
-    done_seq: AtomicU64,
+    /// Jobs queued or running, by the sequence number of their last event.
+    pending: std::sync::Mutex<std::collections::BTreeMap<u64, u32>>,
+    /// The newest sequence number queued.
+    issued_seq: AtomicU64,
     pub lag_secs: AtomicU64,
     /// Keys issued for events the applier has not reached yet.
     pub keys_ahead: AtomicU64,
@@ -179,6 +181,46 @@ impl Counters {
             ("window_keys", g(&self.window_keys)),
             ("idle_polls", g(&self.idle_polls)),
         ]
+    }
+}
+
+impl Counters {
+    fn job_queued(&self, seq: u64) {
+        *self.pending.lock().unwrap().entry(seq).or_default() += 1;
+        self.issued_seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    fn job_done(&self, seq: u64) {
+        let mut p = self.pending.lock().unwrap();
+        if let Some(n) = p.get_mut(&seq) {
+            *n -= 1;
+            if *n == 0 {
+                p.remove(&seq);
+            }
+        }
+    }
+
+    /// Every lookup for events up to this sequence number has completed
+    /// (jobs finish out of order across readers: the oldest unfinished one
+    /// bounds it).
+    fn done_through(&self) -> u64 {
+        match self.pending.lock().unwrap().keys().next() {
+            Some(&oldest) => oldest.saturating_sub(1),
+            None => self.issued_seq.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Marks a job finished however the reader leaves it (done, dropped,
+/// failed).
+struct JobDone<'a> {
+    counters: &'a Counters,
+    seq: u64,
+}
+
+impl Drop for JobDone<'_> {
+    fn drop(&mut self) {
+        self.counters.job_done(self.seq);
     }
 }
 
@@ -268,6 +310,7 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                     Err(mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 };
+                let _done = JobDone { counters: &counters, seq: job.seq };
                 // The server went away (restart): reconnect, at most once a
                 // second, dropping the work meanwhile.
                 if broken {
@@ -339,7 +382,6 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                         }
                     }
                 }
-                counters.done_seq.fetch_max(job.seq, Ordering::Relaxed);
             }
         }));
     }
@@ -349,13 +391,20 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
 /// Queue a batch for the readers; time spent waiting for a free slot means
 /// the readers cannot keep up.
 fn send(tx: &mpsc::SyncSender<Job>, job: Job, counters: &Counters) {
+    counters.job_queued(job.seq);
+    let seq = job.seq;
     let job = match tx.try_send(job) {
         Ok(()) => return,
         Err(mpsc::TrySendError::Full(j)) => j,
-        Err(mpsc::TrySendError::Disconnected(_)) => return,
+        Err(mpsc::TrySendError::Disconnected(_)) => {
+            counters.job_done(seq);
+            return;
+        }
     };
     let t = Instant::now();
-    let _ = tx.send(job);
+    if tx.send(job).is_err() {
+        counters.job_done(seq);
+    }
     counters.readers_busy_ms.fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
 }
 
@@ -527,7 +576,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             if !ahead.is_empty() {
                 // seq of the event the applier is about to apply.
                 let applier_seq = seq + 1 - ahead.len() as u64;
-                let done = counters.done_seq.load(Ordering::Relaxed);
+                let done = counters.done_through();
                 counters.warmed_ahead_events.store(done.saturating_sub(applier_seq), Ordering::Relaxed);
                 if done < applier_seq {
                     counters.late_polls.fetch_add(1, Ordering::Relaxed);
@@ -738,6 +787,25 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warmed_through_the_oldest_unfinished_job() {
+        let c = Counters::default();
+        assert_eq!(c.done_through(), 0);
+        for seq in [10, 20, 20, 30] {
+            c.job_queued(seq);
+        }
+        assert_eq!(c.done_through(), 9, "nothing finished: warm only before the first job");
+        // Readers finish out of order: the job for 30 is done, 10 and 20 are not.
+        c.job_done(30);
+        assert_eq!(c.done_through(), 9);
+        c.job_done(10);
+        assert_eq!(c.done_through(), 19);
+        c.job_done(20);
+        assert_eq!(c.done_through(), 19, "one of the two jobs for 20 is still running");
+        drop(JobDone { counters: &c, seq: 20 });
+        assert_eq!(c.done_through(), 30, "all done: up to the newest queued");
+    }
 
     #[test]
     fn counters_as_prometheus_exposition() {
