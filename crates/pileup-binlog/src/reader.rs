@@ -59,6 +59,21 @@ impl FileReader {
         Ok(FileReader { path: path.to_path_buf(), file, buf: Vec::new(), buf_off: 4, pos: 4, format: Format::assumed(), verify: true })
     }
 
+    /// Open a file the server is creating, to follow it: `Ok(None)` while
+    /// it is shorter than the binlog magic (created, header not yet
+    /// written: try again shortly), the reader with its format description
+    /// read otherwise. A file with other bytes at its start is an error.
+    pub fn open_when_ready(path: &Path) -> Result<Option<FileReader>, ReadError> {
+        match FileReader::open(path) {
+            Ok(mut r) => {
+                r.read_format()?;
+                Ok(Some(r))
+            }
+            Err(ReadError::NotBinlog { .. }) if std::fs::metadata(path).is_ok_and(|m| m.len() < MAGIC.len() as u64) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -291,5 +306,21 @@ mod tests {
         let r2 = FileReader::open(&p).unwrap();
         std::io::Write::write_all(&mut std::fs::OpenOptions::new().append(true).open(&p).unwrap(), b"more").unwrap();
         assert!(!r2.replaced());
+    }
+
+    #[test]
+    fn a_file_being_created_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("relay.000003");
+        std::fs::write(&p, b"").unwrap();
+        assert!(FileReader::open_when_ready(&p).unwrap().is_none(), "empty: not yet");
+        std::fs::write(&p, &MAGIC[..2]).unwrap();
+        assert!(FileReader::open_when_ready(&p).unwrap().is_none(), "half a magic: not yet");
+        std::fs::write(&p, MAGIC).unwrap();
+        let r = FileReader::open_when_ready(&p).unwrap().expect("magic written: ready");
+        assert_eq!(r.position(), 4);
+        std::fs::write(&p, b"GIF89a").unwrap();
+        assert!(matches!(FileReader::open_when_ready(&p), Err(ReadError::NotBinlog { .. })), "another kind of file is an error");
+        assert!(matches!(FileReader::open_when_ready(&d.path().join("gone.000001")), Err(ReadError::Io { .. })));
     }
 }

@@ -79,6 +79,8 @@ pub struct Counters {
     pub corrupt_events: AtomicU64,
     /// Relay log files the reader went on into (rotation).
     pub files_followed: AtomicU64,
+    /// Times the next relay log file could not be opened (see stderr).
+    pub follow_errors: AtomicU64,
     /// Times the applier had passed the reader and it jumped ahead.
     pub jumps: AtomicU64,
     /// Events between the applier and the reader at the last poll.
@@ -166,6 +168,7 @@ impl Counters {
             ("templates_parsed", g(&self.templates_parsed)),
             ("ddl_pauses", g(&self.ddl_pauses)),
             ("jumps", g(&self.jumps)),
+            ("follow_errors", g(&self.follow_errors)),
             ("files_followed", g(&self.files_followed)),
             ("corrupt_events", g(&self.corrupt_events)),
             ("jobs_dropped", g(&self.jobs_dropped)),
@@ -743,13 +746,24 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 // The server went on to the next relay log: follow it once
                 // this one is read to its end.
                 match pileup_binlog::reader::next_file(&path).filter(|n| n.exists()) {
-                    Some(n) if matches!(r.next_event(), Ok(None)) => {
-                        let mut nr = FileReader::open(&n).map_err(anyhow::Error::from)?;
-                        nr.read_format().map_err(anyhow::Error::from)?;
-                        reader = Some(nr);
-                        counters.files_followed.fetch_add(1, Ordering::Relaxed);
-                        true
-                    }
+                    Some(n) if matches!(r.next_event(), Ok(None)) => match FileReader::open_when_ready(&n) {
+                        Ok(Some(nr)) => {
+                            reader = Some(nr);
+                            counters.files_followed.fetch_add(1, Ordering::Relaxed);
+                            true
+                        }
+                        // Just created, its header not written yet.
+                        Ok(None) => false,
+                        // Not a relay log we can read (or gone again, when a
+                        // restart purges relay logs): stay here; the next
+                        // poll follows the applier once it moves on.
+                        Err(e) => {
+                            if counters.follow_errors.fetch_add(1, Ordering::Relaxed) < 10 {
+                                eprintln!("pileup prefetch: cannot follow the relay log into the next file: {e}; waiting for the applier");
+                            }
+                            false
+                        }
+                    },
                     _ => false,
                 }
             }
