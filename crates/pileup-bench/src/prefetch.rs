@@ -361,7 +361,7 @@ impl Bench {
                 std::thread::sleep(Duration::from_millis(5));
             }
             let mut v: Vec<_> = hist.into_iter().collect();
-            v.sort_by(|a, b| b.1.cmp(&a.1));
+            v.sort_by_key(|x| std::cmp::Reverse(x.1));
             let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
             std::fs::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
         }

@@ -148,7 +148,7 @@ impl ConnArgs {
                 "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
             );
         }
-        if !(self.connect_timeout > 0.0) {
+        if self.connect_timeout.is_nan() || self.connect_timeout <= 0.0 {
             bail!("--connect-timeout must be a positive number of seconds");
         }
         Ok(())
@@ -252,7 +252,7 @@ impl ConnArgs {
         if local && socket.is_none() {
             host = Some("127.0.0.1".into());
         }
-        if !(self.connect_timeout > 0.0) {
+        if self.connect_timeout.is_nan() || self.connect_timeout <= 0.0 {
             bail!("--connect-timeout must be a positive number of seconds");
         }
         Ok(ConnSpec {

@@ -309,7 +309,7 @@ fn number(text: &str) -> Literal {
     } else if let Ok(u) = text.parse::<u64>() {
         Literal::UInt(u)
     } else if text.starts_with("0x") || text.starts_with("0X") {
-        Literal::Text(unhex(text[2..].as_bytes()))
+        Literal::Text(unhex(&text.as_bytes()[2..]))
     } else if text.contains(['e', 'E']) {
         Literal::Double(text.parse().unwrap_or(0.0))
     } else {

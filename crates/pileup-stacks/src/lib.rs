@@ -395,7 +395,7 @@ impl Sampler {
                 named,
             });
         }
-        modules.sort_by(|a, b| b.frames.cmp(&a.frames));
+        modules.sort_by_key(|b| std::cmp::Reverse(b.frames));
         let named_pct = if addrs.is_empty() { 100.0 } else { 100.0 * named_total as f64 / addrs.len() as f64 };
         let version = self.server_version().map(String::from);
         Profile {
