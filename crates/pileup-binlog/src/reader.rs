@@ -59,21 +59,6 @@ impl FileReader {
         Ok(FileReader { path: path.to_path_buf(), file, buf: Vec::new(), buf_off: 4, pos: 4, format: Format::assumed(), verify: true })
     }
 
-    /// Open a file the server is creating, to follow it: `Ok(None)` while
-    /// it is shorter than the binlog magic (created, header not yet
-    /// written: try again shortly), the reader with its format description
-    /// read otherwise. A file with other bytes at its start is an error.
-    pub fn open_when_ready(path: &Path) -> Result<Option<FileReader>, ReadError> {
-        match FileReader::open(path) {
-            Ok(mut r) => {
-                r.read_format()?;
-                Ok(Some(r))
-            }
-            Err(ReadError::NotBinlog { .. }) if std::fs::metadata(path).is_ok_and(|m| m.len() < MAGIC.len() as u64) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -277,6 +262,14 @@ pub fn next_file(p: &Path) -> Option<PathBuf> {
     Some(p.with_file_name(format!("{base}.{:0width$}", n + 1, width = num.len())))
 }
 
+/// The next file, once the server has begun it: it exists and holds at
+/// least the binlog magic. A file the server has just created has no
+/// header yet; opening it then would fail as "not a binlog", so a reader
+/// following rotation waits for this instead of `next_file` alone.
+pub fn next_started(p: &Path) -> Option<PathBuf> {
+    next_file(p).filter(|n| std::fs::metadata(n).is_ok_and(|m| m.len() >= MAGIC.len() as u64))
+}
+
 /// The sequence number in a binlog or relay log file name (`relay-bin.000007` → 7).
 pub fn file_number(p: &Path) -> Option<u64> {
     p.file_name()?.to_str()?.rsplit_once('.')?.1.parse().ok()
@@ -311,16 +304,20 @@ mod tests {
     #[test]
     fn a_file_being_created_is_waited_for() {
         let d = tempfile::tempdir().unwrap();
+        let cur = d.path().join("relay.000002");
         let p = d.path().join("relay.000003");
+        assert!(next_started(&cur).is_none(), "missing: not yet");
         std::fs::write(&p, b"").unwrap();
-        assert!(FileReader::open_when_ready(&p).unwrap().is_none(), "empty: not yet");
+        assert!(next_started(&cur).is_none(), "empty: not yet");
         std::fs::write(&p, &MAGIC[..2]).unwrap();
-        assert!(FileReader::open_when_ready(&p).unwrap().is_none(), "half a magic: not yet");
+        assert!(next_started(&cur).is_none(), "half a magic: not yet");
         std::fs::write(&p, MAGIC).unwrap();
-        let r = FileReader::open_when_ready(&p).unwrap().expect("magic written: ready");
+        assert_eq!(next_started(&cur).as_deref(), Some(p.as_path()), "magic written: ready");
+        let r = FileReader::open(&p).unwrap();
         assert_eq!(r.position(), 4);
         std::fs::write(&p, b"GIF89a").unwrap();
-        assert!(matches!(FileReader::open_when_ready(&p), Err(ReadError::NotBinlog { .. })), "another kind of file is an error");
-        assert!(matches!(FileReader::open_when_ready(&d.path().join("gone.000001")), Err(ReadError::Io { .. })));
+        assert!(next_started(&cur).is_some(), "begun, though not a binlog");
+        assert!(matches!(FileReader::open(&p), Err(ReadError::NotBinlog { .. })), "another kind of file is an error");
+        assert!(matches!(FileReader::open(&d.path().join("gone.000001")), Err(ReadError::Io { .. })));
     }
 }

@@ -369,9 +369,9 @@ pub fn tables_of_gtids(path: &std::path::Path, pos: u64, wanted: &std::collectio
                 return found;
             }
         }
-        match pileup_binlog::reader::next_file(&path) {
-            Some(next) if next.exists() => (path, pos) = (next, 4),
-            _ => break,
+        match pileup_binlog::reader::next_started(&path) {
+            Some(next) => (path, pos) = (next, 4),
+            None => break,
         }
     }
     found

@@ -185,9 +185,7 @@ impl Counters {
             ("idle_polls", g(&self.idle_polls)),
         ]
     }
-}
 
-impl Counters {
     fn job_queued(&self, seq: u64) {
         *self.pending.lock().unwrap().entry(seq).or_default() += 1;
         self.issued_seq.fetch_max(seq, Ordering::Relaxed);
@@ -745,15 +743,13 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             Ok(None) => {
                 // The server went on to the next relay log: follow it once
                 // this one is read to its end.
-                match pileup_binlog::reader::next_file(&path).filter(|n| n.exists()) {
-                    Some(n) if matches!(r.next_event(), Ok(None)) => match FileReader::open_when_ready(&n) {
-                        Ok(Some(nr)) => {
+                match pileup_binlog::reader::next_started(&path) {
+                    Some(n) if matches!(r.next_event(), Ok(None)) => match FileReader::open(&n).and_then(|mut nr| nr.read_format().map(|_| nr)) {
+                        Ok(nr) => {
                             reader = Some(nr);
                             counters.files_followed.fetch_add(1, Ordering::Relaxed);
                             true
                         }
-                        // Just created, its header not written yet.
-                        Ok(None) => false,
                         // Not a relay log we can read (or gone again, when a
                         // restart purges relay logs): stay here; the next
                         // poll follows the applier once it moves on.

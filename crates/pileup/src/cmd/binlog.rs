@@ -308,7 +308,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     }
                     let _ = out.flush();
                     // The server moved on to the next file: finish this one first.
-                    if let Some(n) = pileup_binlog::reader::next_file(&path).filter(|n| n.exists()) {
+                    if let Some(n) = pileup_binlog::reader::next_started(&path) {
                         if matches!(r.next_event(), Ok(None)) {
                             queue.push_front(n);
                             break;
