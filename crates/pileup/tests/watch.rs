@@ -57,6 +57,14 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     let sb = sandbox();
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)").unwrap();
     let mut load = sysbench(&sb, "oltp_read_only", 4, 60);
+    // The steady-load checks below expect sysbench's 4 connections in every
+    // poll: let them connect before the watcher starts (on a busy 2-core box
+    // they can take longer than the first poll).
+    let t0 = std::time::Instant::now();
+    while sb.connect().unwrap().query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'").unwrap().map_or(0, |r| r.1) < 5 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let data = tempfile_dir("watch-convoy");
     let (mut child, rx) = watch(&sb, &data, &["--listen", "127.0.0.1:0"]);
     let mut seen = vec![];
