@@ -24,7 +24,7 @@
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-//!   [--modes none,prefetch,parallel,both] [--parallel-threads 4]
+//!   [--modes none,prefetch,parallel,both[,prewarmed]] [--parallel-threads 4]
 //!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
@@ -41,6 +41,13 @@
 //! while four threads write (an I/O-bound replica flushes as much as it
 //! reads); during every catch-up, what the replica's device did
 //! (/proc/diskstats: reads, writes, read latency, busy time).
+//!
+//! `prewarmed` (not in the default modes) is the ceiling for any
+//! prefetcher: the applier is held at its first transaction while the
+//! prefetcher reads the whole backlog, and only then timed. Use it with a
+//! backlog whose pages fit in the pool (`--trx 2000` for 128 MB): every page
+//! the applier needs is then in memory before it starts, and what remains
+//! is its CPU, latches, commits and the replica's own writes.
 //!
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
 //! catch-up (`pileup stacks --threads sql-thread`) into DIR/ROUND-FORMAT-MODE.txt.
@@ -242,13 +249,20 @@ struct Mode {
     name: &'static str,
     prefetch: bool,
     parallel: bool,
+    /// The ceiling, not a way to run a replica: the applier is held at its
+    /// first transaction (another session holds FLUSH TABLES WITH READ
+    /// LOCK) while the prefetcher reads the whole backlog, and the clock
+    /// starts when the lock is released. Only meaningful when the backlog's
+    /// pages fit in the buffer pool (`--trx 2000` with a 128 MB pool).
+    prewarm: bool,
 }
 
-const MODES: [Mode; 4] = [
-    Mode { name: "none", prefetch: false, parallel: false },
-    Mode { name: "prefetch", prefetch: true, parallel: false },
-    Mode { name: "parallel", prefetch: false, parallel: true },
-    Mode { name: "both", prefetch: true, parallel: true },
+const MODES: [Mode; 5] = [
+    Mode { name: "none", prefetch: false, parallel: false, prewarm: false },
+    Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false },
+    Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false },
+    Mode { name: "both", prefetch: true, parallel: true, prewarm: false },
+    Mode { name: "prewarmed", prefetch: true, parallel: false, prewarm: true },
 ];
 
 struct Bench {
@@ -288,6 +302,31 @@ impl Bench {
         }
     }
 
+    /// The `prewarmed` mode's set-up: hold the applier at its first
+    /// transaction with a global read lock, start it, and wait until the
+    /// prefetcher has read the whole backlog (the buffer pool's reads have
+    /// stopped for a second). Returns the session holding the lock.
+    fn prewarm(&self, c: &mut mysql::Conn) -> Result<mysql::Conn> {
+        let mut gate = self.replica.connect()?;
+        gate.query_drop("FLUSH TABLES WITH READ LOCK")?;
+        self.replica.sql("START SLAVE")?;
+        let t = Instant::now();
+        let first = status(c, "Innodb_buffer_pool_reads")?;
+        let (mut last, mut quiet) = (first, Instant::now());
+        // Quiet for a second once the reads have begun (or never began in 10 s).
+        while quiet.elapsed() < Duration::from_secs(1) || (last == first && t.elapsed() < Duration::from_secs(10)) {
+            std::thread::sleep(Duration::from_millis(200));
+            let r = status(c, "Innodb_buffer_pool_reads")?;
+            if r != last {
+                (last, quiet) = (r, Instant::now());
+            }
+            if t.elapsed() > Duration::from_secs(600) {
+                bail!("the prefetcher was still reading after 600 s of prewarming");
+            }
+        }
+        Ok(gate)
+    }
+
     /// One timed catch-up in `mode` (the backlog is already in the relay log).
     /// With `lag_for`, `pileup lag` samples the applier for that long (such
     /// a round perturbs what it measures and is not timed).
@@ -296,8 +335,6 @@ impl Bench {
         let threads = if mode.parallel { self.parallel_threads } else { 0 };
         self.replica.sql(&format!("SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"))?;
         let mut c = self.replica.connect()?;
-        let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
-        let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
         let pid = self.replica.pid();
         let mut child: Option<Child> = None;
         if mode.prefetch {
@@ -305,6 +342,7 @@ impl Bench {
                 .args(["prefetch", "-S", self.replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--min-lag", "0", "--stats-every", "1", "--json"])
                 .arg(format!("--readers={}", self.readers))
                 .args(&self.prefetch_args)
+                .args(if mode.prewarm { &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..] } else { &[][..] })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -313,11 +351,17 @@ impl Bench {
             // Let it connect and find the relay log before the applier starts.
             std::thread::sleep(Duration::from_millis(500));
         }
+        let gate = if mode.prewarm { Some(self.prewarm(&mut c)?) } else { None };
+        let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
+        let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
         let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
         let datadir = self.replica.endpoint.dir.join("data").display().to_string();
         let disk0 = device_of(pid as i32, &datadir);
         let t0 = Instant::now();
-        self.replica.sql("START SLAVE")?;
+        match gate {
+            Some(mut g) => g.query_drop("UNLOCK TABLES")?,
+            None => self.replica.sql("START SLAVE")?,
+        }
         let tids = applier_tids(&self.replica)?;
         let acpu0 = applier_cpu(pid, &tids);
         let lag = match lag_for {

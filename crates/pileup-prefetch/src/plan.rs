@@ -137,8 +137,11 @@ pub struct Recent {
 }
 
 impl Recent {
+    /// Remembers up to `cap` keys. Memory grows with the keys actually
+    /// issued, not with `cap`: the window is the user's number
+    /// (`--window-keys 1000000000` must not allocate for a billion keys).
     pub fn new(cap: usize) -> Recent {
-        Recent { set: HashSet::with_capacity(cap), order: Default::default(), cap }
+        Recent { set: HashSet::new(), order: Default::default(), cap: cap.max(1) }
     }
 
     /// True if the key is new (and remembers it).
@@ -250,5 +253,8 @@ pub(crate) mod tests {
         assert!(r.insert(&k(0, 1)) && !r.insert(&k(0, 1)));
         assert!(r.insert(&k(0, 2)) && r.insert(&k(0, 3)));
         assert!(r.insert(&k(0, 1)), "forgotten once the window moved on");
+        // The window is the user's number: no allocation for it up front.
+        let mut huge = Recent::new(usize::MAX);
+        assert!(huge.insert(&k(0, 1)) && !huge.insert(&k(0, 1)));
     }
 }
