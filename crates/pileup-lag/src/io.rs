@@ -53,22 +53,32 @@ pub fn device_of(pid: i32, path: &str) -> Option<(String, DiskCounters)> {
     parse_diskstats(&std::fs::read_to_string("/proc/diskstats").ok()?, major, minor)
 }
 
-/// Bytes each thread of `pid` has caused to be read from storage
-/// (`read_bytes` of /proc/PID/task/TID/io), by thread id.
-pub fn thread_read_bytes(pid: i32) -> HashMap<i32, u64> {
+/// Storage I/O a thread has caused (/proc/PID/task/TID/io): `read_bytes`
+/// (pages it read, with O_DIRECT every one) and `write_bytes` (what it
+/// wrote itself: for an InnoDB thread, pages it had to flush, or log
+/// writes it made as the group-commit leader).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadIo {
+    pub read: u64,
+    pub write: u64,
+}
+
+/// Storage I/O of each thread of `pid`, by thread id.
+pub fn thread_io(pid: i32) -> HashMap<i32, ThreadIo> {
     let mut out = HashMap::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for e in dir.flatten() {
         let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if let Some(b) = std::fs::read_to_string(e.path().join("io")).ok().as_deref().and_then(read_bytes_of) {
+        if let Some(b) = std::fs::read_to_string(e.path().join("io")).ok().as_deref().and_then(thread_io_of) {
             out.insert(tid, b);
         }
     }
     out
 }
 
-fn read_bytes_of(io: &str) -> Option<u64> {
-    io.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse().ok())
+fn thread_io_of(io: &str) -> Option<ThreadIo> {
+    let field = |k: &str| io.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse().ok());
+    Some(ThreadIo { read: field("read_bytes:")?, write: field("write_bytes:")? })
 }
 
 /// The device over the period.
@@ -100,9 +110,16 @@ impl DeviceReport {
     }
 }
 
-/// Storage bytes the threads `tids` read between two snapshots.
-pub fn read_between(before: &HashMap<i32, u64>, after: &HashMap<i32, u64>, tids: impl IntoIterator<Item = i32>) -> u64 {
-    tids.into_iter().map(|t| after.get(&t).copied().unwrap_or(0).saturating_sub(before.get(&t).copied().unwrap_or(0))).sum()
+/// Storage I/O of the threads `tids` between two snapshots (a thread
+/// born in between counts from zero).
+pub fn io_between(before: &HashMap<i32, ThreadIo>, after: &HashMap<i32, ThreadIo>, tids: impl IntoIterator<Item = i32>) -> ThreadIo {
+    let mut sum = ThreadIo::default();
+    for t in tids {
+        let (a, b) = (after.get(&t).copied().unwrap_or_default(), before.get(&t).copied().unwrap_or_default());
+        sum.read += a.read.saturating_sub(b.read);
+        sum.write += a.write.saturating_sub(b.write);
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -138,11 +155,13 @@ mod tests {
     #[test]
     fn thread_io_of_this_process() {
         let me = std::process::id() as i32;
-        let m = thread_read_bytes(me);
+        let m = thread_io(me);
         assert!(m.contains_key(&me), "the main thread's io file is readable: {m:?}");
-        assert_eq!(read_bytes_of("rchar: 5\nread_bytes: 8192\nwrite_bytes: 0\n"), Some(8192));
-        let before = HashMap::from([(1, 100), (2, 50)]);
-        let after = HashMap::from([(1, 16484), (2, 50), (3, 7)]);
-        assert_eq!(read_between(&before, &after, [1, 3]), 16391);
+        assert_eq!(thread_io_of("rchar: 5\nread_bytes: 8192\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n"), Some(ThreadIo { read: 8192, write: 4096 }));
+        assert_eq!(thread_io_of("rchar: 5\n"), None);
+        let io = |read, write| ThreadIo { read, write };
+        let before = HashMap::from([(1, io(100, 0)), (2, io(50, 50))]);
+        let after = HashMap::from([(1, io(16484, 16384)), (2, io(50, 9000)), (3, io(7, 1))]);
+        assert_eq!(io_between(&before, &after, [1, 3]), io(16391, 16385));
     }
 }

@@ -101,6 +101,10 @@ pub struct LagReport {
     pub device: Option<io::DeviceReport>,
     /// Bytes the applier threads read from storage themselves.
     pub applier_read_bytes: Option<u64>,
+    /// Bytes the applier threads wrote to storage themselves: pages they
+    /// had to flush because the buffer pool had no free page, or log
+    /// writes they made (the page cleaner's flushing is not counted here).
+    pub applier_write_bytes: Option<u64>,
     /// InnoDB page size, to turn those bytes into pages.
     pub page_size: Option<u64>,
     pub notes: Vec<String>,
@@ -157,7 +161,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     // The storage side: the datadir's device and every thread's read bytes.
     let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
-    let io0 = io::thread_read_bytes(pid);
+    let io0 = io::thread_io(pid);
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
         capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
@@ -197,7 +201,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
     let seconds = t0.elapsed().as_secs_f64();
     let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
-    let io1 = io::thread_read_bytes(pid);
+    let io1 = io::thread_io(pid);
     let st1 = replica_status(&mut c)?;
     let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
     let waits = match &ps0 {
@@ -254,7 +258,8 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             None
         }
     };
-    let applier_read_bytes = (!io0.is_empty() && !tids.is_empty()).then(|| io::read_between(&io0, &io1, tids.iter().copied()));
+    let applier_io = (!io0.is_empty() && !tids.is_empty()).then(|| io::io_between(&io0, &io1, tids.iter().copied()));
+    let (applier_read_bytes, applier_write_bytes) = (applier_io.map(|x| x.read), applier_io.map(|x| x.write));
     if tids.is_empty() {
         notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
     }
@@ -275,6 +280,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         waits,
         device,
         applier_read_bytes,
+        applier_write_bytes,
         page_size,
         notes,
     })
@@ -452,6 +458,14 @@ pub fn render_text(r: &LagReport) -> String {
         }
         s.push('\n');
     }
+    if let Some(b) = r.applier_write_bytes.filter(|b| *b > 0) {
+        s.push_str(&format!(
+            "  the applier threads wrote {:.1} MB themselves ({:.1} MB/s): pages flushed because the buffer pool had no free page, or log writes \
+             (a large figure means the page cleaner falls behind: innodb_lru_scan_depth, innodb_io_capacity)\n",
+            b as f64 / 1e6,
+            b as f64 / 1e6 / r.seconds.max(1e-9)
+        ));
+    }
     if let Some(d) = &r.device {
         s.push_str(&format!(
             "  device {} (holds the datadir): {:.0} reads/s, {:.0} writes/s, {:.1} MB/s written, a read took {:.0} µs on average, busy {:.0}%\n",
@@ -509,10 +523,16 @@ mod tests {
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
         assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], device: None, applier_read_bytes: None, page_size: None, notes: vec![] };
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, notes: vec![] };
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
         assert!(!text.contains("instrumented waits"), "no section without performance_schema: {text}");
+        assert!(!text.contains("storage"), "no storage section without figures: {text}");
+        let io = LagReport { applier_read_bytes: Some(3 * 16384), applier_write_bytes: Some(4_000_000), page_size: Some(16384), ..r.clone() };
+        let text = render_text(&io);
+        assert!(text.contains("read 3 pages") && text.contains("0.30 per transaction") && text.contains("wrote 4.0 MB themselves (2.0 MB/s)"), "{text}");
+        let text = render_text(&LagReport { applier_write_bytes: Some(0), ..io });
+        assert!(!text.contains("wrote"), "nothing to say about zero writes: {text}");
         let w = ps::PsWait { event: "wait/synch/sxlock/innodb/index_tree_rw_lock".into(), count: 1200, seconds: 0.5 };
         let r = LagReport { waits: vec![w], ..r };
         let text = render_text(&r);

@@ -71,7 +71,9 @@ impl Table {
         if columns.is_empty() {
             bail!("table {schema}.{name} not found on the replica");
         }
-        let mut by_index: std::collections::BTreeMap<&str, (bool, Vec<(u32, usize)>)> = Default::default();
+        // Index name → (unique, [(position in the index, column)]).
+        type Parts = (bool, Vec<(u32, usize)>);
+        let mut by_index: std::collections::BTreeMap<&str, Parts> = Default::default();
         for (idx, non_unique, seq, col) in parts {
             let Some(pos) = columns.iter().position(|c| &c.name == col) else { continue };
             let e = by_index.entry(idx.as_str()).or_insert((!non_unique, vec![]));

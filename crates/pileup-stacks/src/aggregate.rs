@@ -34,26 +34,36 @@ pub fn labels(t: &ThreadStack) -> Vec<String> {
     }
 }
 
+/// What [`group`] gathers for one stack while counting.
+#[derive(Default)]
+struct Gathered {
+    count: usize,
+    tids: BTreeSet<i32>,
+    states: BTreeMap<String, usize>,
+    sql: BTreeSet<String>,
+    stmts: BTreeMap<String, usize>,
+}
+
 /// Group every thread of every sample by its stack.
 pub fn group(p: &Profile) -> Vec<StackGroup> {
-    let mut m: HashMap<Vec<String>, (usize, BTreeSet<i32>, BTreeMap<String, usize>, BTreeSet<String>, BTreeMap<String, usize>)> = HashMap::new();
+    let mut m: HashMap<Vec<String>, Gathered> = HashMap::new();
     for t in p.threads() {
         let e = m.entry(labels(t)).or_default();
-        e.0 += 1;
-        e.1.insert(t.tid);
-        *e.2.entry(t.state_label.to_string()).or_default() += 1;
+        e.count += 1;
+        e.tids.insert(t.tid);
+        *e.states.entry(t.state_label.to_string()).or_default() += 1;
         if let Some(s) = &t.sql {
-            if e.3.len() < 50 {
-                e.3.insert(s.summary(120));
+            if e.sql.len() < 50 {
+                e.sql.insert(s.summary(120));
             }
             if let Some(i) = s.info.as_ref().filter(|_| !s.is_pileup) {
-                *e.4.entry(crate::annotate::one_line(i, 200)).or_default() += 1;
+                *e.stmts.entry(crate::annotate::one_line(i, 200)).or_default() += 1;
             }
         }
     }
     let mut v: Vec<StackGroup> = m
         .into_iter()
-        .map(|(frames, (count, tids, states, sql, stmts))| {
+        .map(|(frames, Gathered { count, tids, states, sql, stmts })| {
             let mut statements: Vec<(String, usize)> = stmts.into_iter().collect();
             statements.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             StackGroup { frames, count, tids: tids.into_iter().collect(), states, sql: sql.into_iter().collect(), statements }

@@ -90,6 +90,7 @@ fn lag_shows_where_the_applier_spends_its_time() {
         assert!(d["reads_per_s"].as_f64().unwrap() > 0.0 && d["mean_read_us"].as_f64().unwrap() > 0.0, "{d}");
         let page = r["page_size"].as_u64().unwrap();
         assert!(r["applier_read_bytes"].as_u64().unwrap() >= page, "with O_DIRECT the applier's page reads reach storage: {r}");
+        assert!(r["applier_write_bytes"].is_u64(), "{r}");
     } else {
         assert!(r["device"].is_null() && r["notes"].to_string().contains("no block device statistics"), "{r}");
     }
