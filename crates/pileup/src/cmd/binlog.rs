@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use pileup_binlog::value::Value;
 use pileup_binlog::{reader, Decoder, Event, FileReader, ReadError};
-use serde_json::{json, Map};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Examples:\n  pileup binlog /var/lib/mysql/mariadb-bin.000042\n  pileup binlog --format json relay-bin.000007 | jq 'select(.type == \"Update_rows\")'\n  pileup binlog --follow --start-position 1234 relay-bin.000007\n\nRow images hold your data: treat the output like the files themselves.")]
@@ -123,136 +122,256 @@ pub enum OutFormat {
     Json,
 }
 
-fn value_json(v: &Value) -> serde_json::Value {
-    match *v {
-        Value::Null => serde_json::Value::Null,
-        Value::Int(i, _) => json!(i),
-        Value::UInt(u) => json!(u),
-        Value::Float(f) => serde_json::Number::from_f64(f as f64).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null),
-        Value::Double(f) => serde_json::Number::from_f64(f).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null),
-        Value::Bytes(b) | Value::Json(b) => match std::str::from_utf8(b) {
-            Ok(s) => json!(s),
-            Err(_) => json!({ "hex": b.iter().map(|x| format!("{x:02x}")).collect::<String>() }),
-        },
-        Value::Year(y) => json!(y),
-        Value::Bit(b) | Value::Set(b) => json!(b),
-        Value::Enum(e) => json!(e),
-        ref other => json!(other.to_string()),
-    }
+// Output: events are written straight to the output through serde's
+// serializer from borrowed values (no JSON tree per event, no key strings
+// copied per row): building a serde_json::Value per row made
+// `--format json` slower than mariadb-binlog on bulk inserts.
+
+/// One field of an event's output, borrowed where it can be.
+enum Field<'a> {
+    Str(std::borrow::Cow<'a, str>),
+    U(u64),
+    B(bool),
+    Strs(Vec<String>),
+    Codes(Vec<u8>),
 }
 
-fn image(cols: &[Option<Value>], names: &[String]) -> serde_json::Value {
-    let mut m = Map::new();
-    for (i, v) in cols.iter().enumerate() {
-        if let Some(v) = v {
-            let k = names.get(i).cloned().unwrap_or_else(|| format!("@{}", i + 1));
-            m.insert(k, value_json(v));
+impl serde::Serialize for Field<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Field::Str(v) => s.serialize_str(v),
+            Field::U(v) => s.serialize_u64(*v),
+            Field::B(v) => s.serialize_bool(*v),
+            Field::Strs(v) => v.serialize(s),
+            Field::Codes(v) => v.serialize(s),
         }
     }
-    serde_json::Value::Object(m)
 }
 
-/// One event as JSON (type-specific fields next to the common ones).
-fn event_json(file: &str, ev: &pileup_binlog::RawEvent, e: &Event) -> Result<serde_json::Value> {
+/// A column value as JSON: numbers as numbers, text as strings, bytes that
+/// are not UTF-8 as `{"hex": ...}`, temporal and decimal values as the
+/// server prints them.
+struct Val<'v, 'a>(&'v Value<'a>);
+
+impl serde::Serialize for Val<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match *self.0 {
+            Value::Null => s.serialize_unit(),
+            Value::Int(i, _) => s.serialize_i64(i),
+            Value::UInt(u) => s.serialize_u64(u),
+            Value::Float(f) if f.is_finite() => s.serialize_f64(f as f64),
+            Value::Double(f) if f.is_finite() => s.serialize_f64(f),
+            Value::Float(_) | Value::Double(_) => s.serialize_unit(),
+            Value::Bytes(b) | Value::Json(b) => match std::str::from_utf8(b) {
+                Ok(t) => s.serialize_str(t),
+                Err(_) => {
+                    let mut m = s.serialize_map(Some(1))?;
+                    m.serialize_entry("hex", &b.iter().map(|x| format!("{x:02x}")).collect::<String>())?;
+                    m.end()
+                }
+            },
+            Value::Year(y) => s.serialize_u16(y),
+            Value::Bit(b) | Value::Set(b) => s.serialize_u64(b),
+            Value::Enum(e) => s.serialize_u16(e),
+            ref other => s.collect_str(other),
+        }
+    }
+}
+
+/// A row image as a JSON object, columns by name (`@N` when the table map
+/// carries no names), absent columns left out.
+struct Image<'v, 'a> {
+    cols: &'v [Option<Value<'a>>],
+    names: &'v [String],
+}
+
+impl serde::Serialize for Image<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (i, v) in self.cols.iter().enumerate() {
+            if let Some(v) = v {
+                match self.names.get(i) {
+                    Some(n) => m.serialize_entry(n, &Val(v))?,
+                    None => m.serialize_entry(&format!("@{}", i + 1), &Val(v))?,
+                }
+            }
+        }
+        m.end()
+    }
+}
+
+/// Decoded row images of one rows event: (before, after), either empty.
+type Images<'a> = Vec<(Vec<Option<Value<'a>>>, Vec<Option<Value<'a>>>)>;
+
+struct RowsOut<'v, 'a> {
+    rows: &'v Images<'a>,
+    names: &'v [String],
+}
+
+impl serde::Serialize for RowsOut<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        let mut seq = s.serialize_seq(Some(self.rows.len()))?;
+        struct Row<'r, 'v, 'a>(&'r (Vec<Option<Value<'a>>>, Vec<Option<Value<'a>>>), &'v [String]);
+        impl serde::Serialize for Row<'_, '_, '_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(None)?;
+                if !self.0 .0.is_empty() {
+                    m.serialize_entry("before", &Image { cols: &self.0 .0, names: self.1 })?;
+                }
+                if !self.0 .1.is_empty() {
+                    m.serialize_entry("after", &Image { cols: &self.0 .1, names: self.1 })?;
+                }
+                m.end()
+            }
+        }
+        for r in self.rows {
+            seq.serialize_element(&Row(r, self.names))?;
+        }
+        seq.end()
+    }
+}
+
+/// An event ready to print: its fields in output order and, for a rows
+/// event whose table map was seen, its decoded rows.
+struct Printed<'e, 'a> {
+    fields: Vec<(&'static str, Field<'e>)>,
+    rows: Option<(Images<'a>, &'e [String], &'static str)>,
+}
+
+/// Fields common to every event, then the type's own; rows decoded.
+/// A row that does not decode is the event's `error` (and the Err, for
+/// the caller to report with the file and offset).
+fn printed<'e, 'a>(file: &'e str, ev: &pileup_binlog::RawEvent, e: &'e Event<'a>) -> (Printed<'e, 'a>, Option<pileup_binlog::DecodeError>) {
+    use std::borrow::Cow::{Borrowed, Owned};
     let h = ev.header;
-    let mut o = json!({
-        "file": file, "offset": ev.offset, "end": ev.end(), "type": pileup_binlog::event::type_name(h.type_code),
-        "server_id": h.server_id, "timestamp": h.timestamp, "log_pos": h.log_pos,
-    });
-    let m = o.as_object_mut().unwrap();
+    let mut f: Vec<(&'static str, Field<'e>)> = vec![
+        ("file", Field::Str(Borrowed(file))),
+        ("offset", Field::U(ev.offset)),
+        ("end", Field::U(ev.end())),
+        ("type", Field::Str(Borrowed(pileup_binlog::event::type_name(h.type_code)))),
+        ("server_id", Field::U(h.server_id.into())),
+        ("timestamp", Field::U(h.timestamp.into())),
+        ("log_pos", Field::U(h.log_pos.into())),
+    ];
+    let mut rows = None;
+    let mut err = None;
     match e {
-        Event::FormatDescription(f) => {
-            m.insert("server_version".into(), json!(f.server_version));
-            m.insert("checksum".into(), json!(format!("{:?}", f.checksum).to_lowercase()));
+        Event::FormatDescription(x) => {
+            f.push(("server_version", Field::Str(Borrowed(&x.server_version))));
+            f.push(("checksum", Field::Str(Owned(format!("{:?}", x.checksum).to_lowercase()))));
         }
         Event::Rotate { position, next } => {
-            m.insert("next".into(), json!(next));
-            m.insert("position".into(), json!(position));
+            f.push(("next", Field::Str(Borrowed(next))));
+            f.push(("position", Field::U(*position)));
         }
         Event::Query(q) => {
-            m.insert("db".into(), json!(String::from_utf8_lossy(q.db)));
-            m.insert("sql".into(), json!(String::from_utf8_lossy(&q.sql)));
-            m.insert("thread_id".into(), json!(q.thread_id));
-            m.insert("error_code".into(), json!(q.error_code));
+            f.push(("db", Field::Str(String::from_utf8_lossy(q.db))));
+            f.push(("sql", Field::Str(String::from_utf8_lossy(&q.sql))));
+            f.push(("thread_id", Field::U(q.thread_id.into())));
+            f.push(("error_code", Field::U(q.error_code.into())));
         }
-        Event::Xid(x) => {
-            m.insert("xid".into(), json!(x));
-        }
+        Event::Xid(x) => f.push(("xid", Field::U(*x))),
         Event::MariaGtid(g) => {
-            m.insert("gtid".into(), json!(format!("{}-{}-{}", g.domain_id, h.server_id, g.seq_no)));
-            m.insert("standalone".into(), json!(g.standalone()));
+            f.push(("gtid", Field::Str(Owned(format!("{}-{}-{}", g.domain_id, h.server_id, g.seq_no)))));
+            f.push(("standalone", Field::B(g.standalone())));
         }
-        Event::MariaGtidList(l) => {
-            m.insert("gtids".into(), json!(l.iter().map(|(d, s, n)| format!("{d}-{s}-{n}")).collect::<Vec<_>>()));
-        }
-        Event::MysqlGtid { uuid, gno } => {
-            m.insert("gtid".into(), json!(format!("{uuid}:{gno}")));
-        }
+        Event::MariaGtidList(l) => f.push(("gtids", Field::Strs(l.iter().map(|(d, s, n)| format!("{d}-{s}-{n}")).collect()))),
+        Event::MysqlGtid { uuid, gno } => f.push(("gtid", Field::Str(Owned(format!("{uuid}:{gno}"))))),
         Event::TableMap(t) => {
-            m.insert("table_id".into(), json!(t.table_id));
-            m.insert("table".into(), json!(format!("{}.{}", t.schema, t.table)));
-            m.insert("column_types".into(), json!(t.columns.iter().map(|c| c.code).collect::<Vec<_>>()));
+            f.push(("table_id", Field::U(t.table_id)));
+            f.push(("table", Field::Str(Owned(format!("{}.{}", t.schema, t.table)))));
+            f.push(("column_types", Field::Codes(t.columns.iter().map(|c| c.code).collect())));
         }
         Event::Rows(r, tm) => {
-            m.insert("table_id".into(), json!(r.table_id));
-            m.insert("kind".into(), json!(r.kind));
-            let Some(tm) = tm else {
-                m.insert("error".into(), json!("no table map for this table id before it (file read from the middle of a transaction?)"));
-                return Ok(o);
+            f.push(("table_id", Field::U(r.table_id)));
+            let kind = match r.kind {
+                pileup_binlog::decode::RowsKind::Insert => "insert",
+                pileup_binlog::decode::RowsKind::Update => "update",
+                pileup_binlog::decode::RowsKind::Delete => "delete",
             };
-            m.insert("table".into(), json!(format!("{}.{}", tm.schema, tm.table)));
-            let mut rows = vec![];
-            let mut it = r.iter(tm);
-            let (mut b, mut a) = (vec![], vec![]);
-            while it.next_into(&mut b, &mut a).map_err(|e| anyhow::anyhow!("{e}"))? {
-                let mut row = Map::new();
-                if !b.is_empty() {
-                    row.insert("before".into(), image(&b, &tm.column_names));
+            f.push(("kind", Field::Str(Borrowed(kind))));
+            match tm {
+                None => f.push(("error", Field::Str(Borrowed("no table map for this table id before it (file read from the middle of a transaction?)")))),
+                Some(tm) => {
+                    f.push(("table", Field::Str(Owned(format!("{}.{}", tm.schema, tm.table)))));
+                    let mut imgs: Images = vec![];
+                    let mut it = r.iter(tm);
+                    loop {
+                        let (mut b, mut a) = (vec![], vec![]);
+                        match it.next_into(&mut b, &mut a) {
+                            Ok(true) => imgs.push((b, a)),
+                            Ok(false) => break,
+                            Err(x) => {
+                                f.push(("error", Field::Str(Owned(format!("row {} does not decode: {x}", imgs.len() + 1)))));
+                                err = Some(x);
+                                break;
+                            }
+                        }
+                    }
+                    rows = Some((imgs, &tm.column_names[..], kind));
                 }
-                if !a.is_empty() {
-                    row.insert("after".into(), image(&a, &tm.column_names));
-                }
-                rows.push(serde_json::Value::Object(row));
             }
-            m.insert("rows".into(), json!(rows));
         }
-        Event::Annotate(s) => {
-            m.insert("sql".into(), json!(String::from_utf8_lossy(s)));
-        }
-        Event::BinlogCheckpoint(f) => {
-            m.insert("checkpoint".into(), json!(f));
-        }
-        Event::Payload(p) => {
-            m.insert("payload_bytes".into(), json!(p.len()));
-        }
+        Event::Annotate(s) => f.push(("sql", Field::Str(String::from_utf8_lossy(s)))),
+        Event::BinlogCheckpoint(x) => f.push(("checkpoint", Field::Str(Borrowed(x)))),
+        Event::Payload(p) => f.push(("payload_bytes", Field::U(p.len() as u64))),
         Event::Stop | Event::Heartbeat | Event::Other(_) => {}
     }
-    Ok(o)
+    (Printed { fields: f, rows }, err)
 }
 
-fn text_line(j: &serde_json::Value) -> String {
-    let g = |k: &str| j.get(k).cloned().unwrap_or(serde_json::Value::Null);
-    let mut s = format!("# at {} {} server {} end_log_pos {}", g("offset"), g("type").as_str().unwrap_or(""), g("server_id"), g("log_pos"));
-    for k in ["gtid", "db", "sql", "xid", "table", "next", "position", "server_version", "checkpoint", "error"] {
-        if let Some(v) = j.get(k) {
-            let shown = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
-            if !(k == "db" && shown.is_empty()) {
-                s.push_str(&format!("  {k}: {shown}"));
-            }
+impl Printed<'_, '_> {
+    /// One JSON object per event, on one line.
+    fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        use serde::ser::{SerializeMap, Serializer};
+        let mut ser = serde_json::Serializer::new(&mut *out);
+        let mut m = ser.serialize_map(None)?;
+        for (k, v) in &self.fields {
+            m.serialize_entry(k, v)?;
         }
+        if let Some((rows, names, _)) = &self.rows {
+            m.serialize_entry("rows", &RowsOut { rows, names })?;
+        }
+        m.end()?;
+        out.write_all(b"\n")
     }
-    if let Some(rows) = j.get("rows").and_then(|r| r.as_array()) {
-        let kind = g("kind").as_str().unwrap_or("").to_uppercase();
-        for r in rows {
-            s.push_str(&format!("\n  {kind}"));
-            for side in ["before", "after"] {
-                if let Some(img) = r.get(side) {
-                    s.push_str(&format!(" {side} {img}"));
+
+    /// mysqlbinlog's "# at" line with the fields that say what the event
+    /// is, then a line per row with its images as JSON objects.
+    fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let get = |k: &str| self.fields.iter().find(|(n, _)| *n == k).map(|(_, v)| v);
+        let show = |v: Option<&Field>| match v {
+            Some(Field::Str(s)) => s.to_string(),
+            Some(Field::U(u)) => u.to_string(),
+            Some(other) => serde_json::to_string(other).unwrap_or_default(),
+            None => "null".into(),
+        };
+        write!(out, "# at {} {} server {} end_log_pos {}", show(get("offset")), show(get("type")), show(get("server_id")), show(get("log_pos")))?;
+        for k in ["gtid", "db", "sql", "xid", "table", "next", "position", "server_version", "checkpoint", "error"] {
+            if let Some(v) = get(k) {
+                let shown = show(Some(v));
+                if !(k == "db" && shown.is_empty()) {
+                    write!(out, "  {k}: {shown}")?;
                 }
             }
         }
+        if let Some((rows, names, kind)) = &self.rows {
+            let kind = kind.to_uppercase();
+            for (b, a) in rows {
+                write!(out, "\n  {kind}")?;
+                for (side, img) in [("before", b), ("after", a)] {
+                    if !img.is_empty() {
+                        write!(out, " {side} ")?;
+                        serde_json::to_writer(&mut *out, &Image { cols: img, names })?;
+                    }
+                }
+            }
+        }
+        out.write_all(b"\n")
     }
-    s
 }
 
 pub fn run(a: BinlogArgs) -> Result<()> {
@@ -284,17 +403,21 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     }
                 },
                 Ok(Some((ev, f))) => {
-                    let j = match dec.decode(f, ev.bytes) {
-                        Ok(e) => event_json(&name, &ev, &e)?,
-                        Err(e) => {
-                            problems += 1;
-                            let err = reader::at(&ev, &path, e);
-                            eprintln!("pileup: {err}");
-                            json!({"file": name, "offset": ev.offset, "end": ev.end(), "type": pileup_binlog::event::type_name(ev.header.type_code), "error": err.to_string()})
+                    let decoded = dec.decode(f, ev.bytes);
+                    // An event that does not decode is printed with its header and the error.
+                    let undecoded = Event::Other(ev.header.type_code);
+                    let (mut p, failed) = printed(&name, &ev, decoded.as_ref().unwrap_or(&undecoded));
+                    let failed = failed.or_else(|| decoded.as_ref().err().cloned());
+                    if let Some(e) = failed {
+                        problems += 1;
+                        let err = reader::at(&ev, &path, e);
+                        eprintln!("pileup: {err}");
+                        if decoded.is_err() {
+                            p.fields.push(("error", Field::Str(err.to_string().into())));
                         }
-                    };
-                    let line = if a.format == OutFormat::Json { j.to_string() } else { text_line(&j) };
-                    if writeln!(out, "{line}").is_err() {
+                    }
+                    let w = if a.format == OutFormat::Json { p.write_json(&mut out) } else { p.write_text(&mut out) };
+                    if w.is_err() {
                         return Ok(()); // reader went away (| head)
                     }
                 }
@@ -340,4 +463,27 @@ pub fn run(a: BinlogArgs) -> Result<()> {
         bail!("{problems} corrupt or undecodable event(s), reported above with their offsets");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_images_as_json() {
+        let j = |v: Value| serde_json::to_string(&Val(&v)).unwrap();
+        assert_eq!(j(Value::Int(-5, 4)), "-5");
+        assert_eq!(j(Value::UInt(u64::MAX)), "18446744073709551615");
+        assert_eq!(j(Value::Double(f64::NAN)), "null", "JSON has no NaN");
+        assert_eq!(j(Value::Bytes(b"a\"b")), r#""a\"b""#);
+        assert_eq!(j(Value::Bytes(&[0xff, 0x00])), r#"{"hex":"ff00"}"#, "bytes that are not UTF-8");
+        assert_eq!(j(Value::Date { year: 2026, month: 11, day: 23 }), r#""2026-11-23""#);
+        assert_eq!(j(Value::Null), "null");
+        let cols = [Some(Value::Int(1, 4)), None, Some(Value::Bytes(b"x"))];
+        let names = ["id".to_string()];
+        // Named where the table map has names, @N (1-based) where it has not, absent columns left out.
+        assert_eq!(serde_json::to_string(&Image { cols: &cols, names: &names }).unwrap(), r#"{"id":1,"@3":"x"}"#);
+        let rows: Images = vec![(vec![Some(Value::Int(1, 4))], vec![]), (vec![], vec![Some(Value::Int(2, 4))])];
+        assert_eq!(serde_json::to_string(&RowsOut { rows: &rows, names: &names }).unwrap(), r#"[{"before":{"id":1}},{"after":{"id":2}}]"#);
+    }
 }
