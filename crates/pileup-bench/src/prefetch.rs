@@ -587,7 +587,9 @@ fn main() -> Result<()> {
     // Untimed rounds under `pileup lag`: where the applier's time goes
     // without help and with the prefetcher.
     let lag_rounds = num("--lag-rounds", 1)?;
-    let mut lagged: HashMap<(String, &'static str), Vec<Vec<(String, f64)>>> = HashMap::new();
+    // (format, mode) → one list of (category, share) per lag round.
+    type Shares = Vec<(String, f64)>;
+    let mut lagged: HashMap<(String, &'static str), Vec<Shares>> = HashMap::new();
     for _ in 0..lag_rounds {
         for f in &formats {
             for m in modes.iter().filter(|m| !m.parallel) {

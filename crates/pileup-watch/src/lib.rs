@@ -1,15 +1,24 @@
-//! `pileup-watch`: the per-second flight recorder (work in progress).
+//! `pileup-watch`: the per-second flight recorder behind `pileup watch`
+//! and `pileup top`.
 //!
 //! Data flow, one module per step:
 //!
 //! ```text
 //! poll ─▶ store ─▶ derive ─▶ trigger ─▶ capture ─▶ report
+//!                    └─▶ expo (Prometheus), top (terminal view)
 //! ```
 //!
-//! Built so far: [`derive`] (raw status counters → rates, gauges and the
-//! seeds' read-workload ratios) and [`trigger`] (stall conditions as small
-//! expressions, evaluated with a "for DURATION" hold). Both are pure
-//! functions of their inputs and tested without a server.
+//! [`poll`] takes one round of raw values from the server and the OS;
+//! [`store`] keeps the history in SQLite; [`derive`] turns two snapshots
+//! into rates, gauges and the seeds' read-workload ratios; [`trigger`]
+//! evaluates stall conditions with a hold time; [`capture`] gathers the
+//! evidence while a stall lasts and [`report`] writes it up as one HTML
+//! file; [`watch`] is the loop that ties them together. [`derive`] and
+//! [`trigger`] are pure functions of their inputs, tested without a server.
+
+// Query rows are read as tuples of their column types; naming each one
+// would only restate the SELECT next to it.
+#![allow(clippy::type_complexity)]
 
 pub mod capture;
 pub mod derive;

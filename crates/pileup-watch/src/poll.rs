@@ -241,47 +241,6 @@ pub fn summarize_processlist(groups: &[PlGroup], out: &mut BTreeMap<String, f64>
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn g(command: &str, state: &str, threads: i64, max_secs: f64) -> PlGroup {
-        PlGroup { command: command.into(), state: state.into(), threads, max_secs }
-    }
-
-    #[test]
-    fn processlist_summary() {
-        let mut v = BTreeMap::new();
-        summarize_processlist(
-            &[
-                g("Sleep", "", 40, 900.0),
-                g("Daemon", "InnoDB purge worker", 4, 5000.0),
-                g("Slave_SQL", "Waiting for table metadata lock", 1, 30.0),
-                g("Query", "Sending data", 3, 2.5),
-                g("Query", "Waiting for backup lock", 12, 7.0),
-                g("Query", "Waiting for table metadata lock", 2, 1.0),
-                g("Execute", "Updating", 5, 0.2),
-            ],
-            &mut v,
-        );
-        assert_eq!(v["pl_threads"], 67.0);
-        assert_eq!(v["pl_sleeping"], 40.0);
-        assert_eq!(v["pl_active"], 22.0, "sleeping, daemons and the replica's threads are not user work");
-        assert_eq!(v["pl_active_longest_s"], 7.0);
-        assert_eq!(v["pl_waiting_lock"], 14.0);
-        assert_eq!(v["pl_waiting_mdl"], 2.0);
-        assert_eq!(v["pl_waiting_global_lock"], 12.0);
-    }
-
-    #[test]
-    fn empty_processlist_is_zero_not_missing() {
-        let mut v = BTreeMap::new();
-        summarize_processlist(&[], &mut v);
-        assert_eq!(v["pl_active"], 0.0);
-        assert_eq!(v["pl_active_longest_s"], 0.0);
-    }
-}
-
 pub fn now_unix() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
@@ -346,5 +305,46 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
                 out.insert("disk_io_ms".into(), n(12));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(command: &str, state: &str, threads: i64, max_secs: f64) -> PlGroup {
+        PlGroup { command: command.into(), state: state.into(), threads, max_secs }
+    }
+
+    #[test]
+    fn processlist_summary() {
+        let mut v = BTreeMap::new();
+        summarize_processlist(
+            &[
+                g("Sleep", "", 40, 900.0),
+                g("Daemon", "InnoDB purge worker", 4, 5000.0),
+                g("Slave_SQL", "Waiting for table metadata lock", 1, 30.0),
+                g("Query", "Sending data", 3, 2.5),
+                g("Query", "Waiting for backup lock", 12, 7.0),
+                g("Query", "Waiting for table metadata lock", 2, 1.0),
+                g("Execute", "Updating", 5, 0.2),
+            ],
+            &mut v,
+        );
+        assert_eq!(v["pl_threads"], 67.0);
+        assert_eq!(v["pl_sleeping"], 40.0);
+        assert_eq!(v["pl_active"], 22.0, "sleeping, daemons and the replica's threads are not user work");
+        assert_eq!(v["pl_active_longest_s"], 7.0);
+        assert_eq!(v["pl_waiting_lock"], 14.0);
+        assert_eq!(v["pl_waiting_mdl"], 2.0);
+        assert_eq!(v["pl_waiting_global_lock"], 12.0);
+    }
+
+    #[test]
+    fn empty_processlist_is_zero_not_missing() {
+        let mut v = BTreeMap::new();
+        summarize_processlist(&[], &mut v);
+        assert_eq!(v["pl_active"], 0.0);
+        assert_eq!(v["pl_active_longest_s"], 0.0);
     }
 }

@@ -195,7 +195,7 @@ fn corruption_is_named_and_skipped_and_a_torn_tail_is_not_an_error() {
     caught_up(&primary, &replica);
     let files = index_files(&replica, "relay_log_index");
     let last = files.last().unwrap();
-    let events = decode(&[last.clone()]);
+    let events = decode(std::slice::from_ref(last));
     // Damage the body of the 30th event of a copy.
     let victim = &events[30];
     let (off, end) = (victim["offset"].as_u64().unwrap(), victim["end"].as_u64().unwrap());

@@ -88,7 +88,7 @@ fn names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock() {
     // The text report says it in words, with the holder's stack.
     let out = Command::new(env!("CARGO_BIN_EXE_pileup")).args(["stacks", "--pid", &pid, "--any-process", "--no-sql"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&format!("# lock: 5 thread(s) wait on pthread mutex")) && text.contains(&format!("held by tid {mutex_holder}")), "{text}");
+    assert!(text.contains("# lock: 5 thread(s) wait on pthread mutex") && text.contains(&format!("held by tid {mutex_holder}")), "{text}");
     assert!(text.contains("holder stack:") && text.contains("sleep"), "{text}");
     let _ = child.kill();
     let _ = child.wait();

@@ -28,19 +28,6 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     secs.map(std::time::Duration::from_secs_f64).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn durations() {
-        use std::time::Duration;
-        assert_eq!(super::parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(super::parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(super::parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert!(super::parse_duration("fast").is_err());
-        assert!(super::parse_duration("-1s").is_err());
-    }
-}
-
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
 /// is the server listening on the endpoint pileup connects to (socket, or a
 /// local TCP port); a remote server has no local process. Returns the pid
@@ -67,5 +54,18 @@ pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Re
             }
         }
         p => Ok((Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?), None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(super::parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(super::parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(super::parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(super::parse_duration("fast").is_err());
+        assert!(super::parse_duration("-1s").is_err());
     }
 }

@@ -93,7 +93,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
     if let Some(p) = pid {
         pileup_stacks::proc::check_target(p, a.any_process)?;
     }
-    if !(a.link_mbps > 0.0) {
+    if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
         bail!("--link-mbps must be a positive number");
     }
     if a.interval < Duration::from_millis(50) {
