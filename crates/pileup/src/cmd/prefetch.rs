@@ -77,7 +77,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         unsafe { super::watch::signal_flag(sig, stop.clone()) };
     }
-    let (c2, s2, json, every) = (counters.clone(), stop.clone(), a.json, a.stats_every.max(1));
+    let (c2, s2, json, every, readers) = (counters.clone(), stop.clone(), a.json, a.stats_every.max(1), a.readers);
     let printer = std::thread::spawn(move || {
         let print = |c: &Counters| {
             let snap = c.snapshot();
@@ -89,10 +89,25 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
             }
         };
         let mut t = std::time::Instant::now();
+        // Say so (on stderr, at most once a minute) when the readers are the bottleneck.
+        let (mut busy0, mut advised) = (0u64, None::<std::time::Instant>);
         while !s2.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
             if t.elapsed() >= Duration::from_secs(every) {
                 print(&c2);
+                let busy = c2.readers_busy_ms.load(Ordering::Relaxed);
+                let advice = pileup_prefetch::run::reader_advice(
+                    busy - busy0,
+                    t.elapsed().as_secs_f64(),
+                    c2.keys_ahead.load(Ordering::Relaxed),
+                    c2.window_keys.load(Ordering::Relaxed),
+                    readers,
+                );
+                busy0 = busy;
+                if let Some(a) = advice.filter(|_| advised.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))) {
+                    eprintln!("pileup prefetch: {a}");
+                    advised = Some(std::time::Instant::now());
+                }
                 t = std::time::Instant::now();
             }
         }
