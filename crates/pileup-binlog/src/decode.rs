@@ -219,12 +219,28 @@ fn is_numeric(code: u8) -> bool {
 }
 
 /// Which change a rows event makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowsKind {
     Insert,
     Update,
     Delete,
+}
+
+impl RowsKind {
+    /// The name printed for it (`insert`, `update`, `delete`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RowsKind::Insert => "insert",
+            RowsKind::Update => "update",
+            RowsKind::Delete => "delete",
+        }
+    }
+}
+
+impl serde::Serialize for RowsKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 /// A WRITE/UPDATE/DELETE_ROWS event (v1, v2, or a decompressed MariaDB one).

@@ -148,6 +148,10 @@ impl ConnArgs {
                 "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
             );
         }
+        self.check_timeout()
+    }
+
+    fn check_timeout(&self) -> Result<()> {
         if self.connect_timeout.is_nan() || self.connect_timeout <= 0.0 {
             bail!("--connect-timeout must be a positive number of seconds");
         }
@@ -252,9 +256,7 @@ impl ConnArgs {
         if local && socket.is_none() {
             host = Some("127.0.0.1".into());
         }
-        if self.connect_timeout.is_nan() || self.connect_timeout <= 0.0 {
-            bail!("--connect-timeout must be a positive number of seconds");
-        }
+        self.check_timeout()?;
         Ok(ConnSpec {
             socket,
             host,

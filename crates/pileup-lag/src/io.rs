@@ -1,6 +1,6 @@
 //! The storage side of the period: what the device holding the server's
 //! datadir did (/proc/diskstats) and how much the applier threads read from
-//! storage themselves (/proc/PID/task/TID/io).
+//! and wrote to storage themselves (/proc/PID/task/TID/io).
 //!
 //! On an I/O-bound replica the applier's page reads are only as fast as
 //! the device answers, and the device is shared with the replica's own

@@ -13,7 +13,8 @@
 //! performance_schema is on, the applier threads' instrumented waits
 //! ([`ps`]), which name the latch a stack sample can only call a futex;
 //! and the storage side ([`io`]): what the device holding the datadir did
-//! and how many bytes the applier threads read from storage themselves.
+//! and how many bytes the applier threads read from and wrote to storage
+//! themselves.
 
 pub mod classify;
 pub mod io;
@@ -158,7 +159,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             None
         }
     };
-    // The storage side: the datadir's device and every thread's read bytes.
+    // The storage side: the datadir's device and every thread's storage I/O.
     let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io0 = io::thread_io(pid);

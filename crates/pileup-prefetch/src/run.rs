@@ -479,7 +479,6 @@ fn is_ddl(sql: &[u8]) -> bool {
     ["ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE"].iter().any(|k| s.starts_with(k))
 }
 
-/// Run until `stop` is set (or the duration passes).
 /// Advice when the readers are what holds the prefetcher back: over the
 /// last `secs`, the relay-log reader waited `busy_ms` for a free reader
 /// (more than a quarter of the time) while the window was less than half
@@ -496,6 +495,7 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
     })
 }
 
+/// Run until `stop` is set (or the duration passes).
 pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, stop: Arc<AtomicBool>) -> Result<()> {
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;

@@ -287,11 +287,7 @@ fn printed<'e, 'a>(file: &'e str, ev: &pileup_binlog::RawEvent, e: &'e Event<'a>
         }
         Event::Rows(r, tm) => {
             f.push(("table_id", Field::U(r.table_id)));
-            let kind = match r.kind {
-                pileup_binlog::decode::RowsKind::Insert => "insert",
-                pileup_binlog::decode::RowsKind::Update => "update",
-                pileup_binlog::decode::RowsKind::Delete => "delete",
-            };
+            let kind = r.kind.name();
             f.push(("kind", Field::Str(Borrowed(kind))));
             match tm {
                 None => f.push(("error", Field::Str(Borrowed("no table map for this table id before it (file read from the middle of a transaction?)")))),
