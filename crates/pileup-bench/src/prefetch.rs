@@ -25,7 +25,7 @@
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
 //!   [--modes none,prefetch,parallel,both[,prewarmed]] [--parallel-threads 4]
-//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR] [--reuse DIR] [--out FILE]
+//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
 //! it for an SSD; `--cnf` adds or overrides replica server options.
@@ -50,7 +50,12 @@
 //! is its CPU, latches, commits and the replica's own writes.
 //!
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
-//! catch-up (`pileup stacks --threads sql-thread`) into DIR/ROUND-FORMAT-MODE.txt.
+//! catch-up, starting `--profile-after SECS` (default 0) into it, so the
+//! steady state rather than the cold start can be looked at
+//! (`pileup stacks --threads sql-thread`), into DIR/ROUND-FORMAT-MODE.txt,
+//! with what the applier threads and every kind of server thread waited on
+//! (performance_schema: `-waits.txt`, `-waits-all.txt`), the prefetcher's
+//! counters and stderr, and the lag rounds' `pileup lag --json` reports.
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -242,6 +247,11 @@ fn lag_shares(json: &str) -> Result<Vec<(String, f64)>> {
     if wall > 0.0 {
         out.push(("ps_data_file".into(), file / wall));
     }
+    // Share of the period the applier stood still (stalls of 200 ms or more).
+    let secs = v["seconds"].as_f64().unwrap_or(0.0);
+    if secs > 0.0 {
+        out.push(("stalled".into(), v["stalls"]["seconds"].as_f64().unwrap_or(0.0) / secs));
+    }
     Ok(out)
 }
 
@@ -275,6 +285,8 @@ struct Bench {
     parallel_threads: u64,
     readers: u64,
     profile: Option<String>,
+    /// Seconds into a catch-up before --profile starts sampling.
+    profile_after: f64,
     label: String,
     /// More `pileup prefetch` options (--prefetch-args "--batch 8 ...").
     prefetch_args: Vec<String>,
@@ -378,6 +390,9 @@ impl Bench {
             None => None,
         };
         // --profile DIR: the applier threads' stacks during this catch-up.
+        if self.profile.is_some() && self.profile_after > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(self.profile_after));
+        }
         let prof = self.profile.as_ref().map(|dir| {
             let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
             Command::new(&self.pileup)
@@ -426,6 +441,15 @@ impl Bench {
             ))?;
             let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
             std::fs::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
+            // …and what every kind of thread waited on (readers, purge,
+            // page cleaner): who else holds what the applier waits for.
+            let rows: Vec<(String, String, u64, f64)> = c.query(
+                "SELECT t.NAME, w.EVENT_NAME, SUM(w.COUNT_STAR), SUM(w.SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name w \
+                 JOIN performance_schema.threads t USING (THREAD_ID) WHERE w.COUNT_STAR > 0 AND w.EVENT_NAME NOT LIKE 'idle%' \
+                 GROUP BY t.NAME, w.EVENT_NAME ORDER BY 4 DESC LIMIT 40",
+            )?;
+            let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
+            std::fs::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
         }
         let mut s = Sample {
             secs,
@@ -444,6 +468,9 @@ impl Bench {
                 bail!("pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
             }
             s.lag_json = String::from_utf8_lossy(&out.stdout).into_owned();
+            if let Some(dir) = &self.profile {
+                std::fs::write(format!("{dir}/{}-{}-lag.json", self.label, mode.name), &s.lag_json)?;
+            }
         }
         if let Some(ch) = child {
             s.prefetch_cpu = cpu_of(&format!("/proc/{}/stat", ch.id()));
@@ -455,6 +482,7 @@ impl Bench {
             s.prefetch_report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
             if let Some(dir) = &self.profile {
                 std::fs::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
+                std::fs::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;
             }
             for l in String::from_utf8_lossy(&out.stderr).lines().take(5) {
                 eprintln!("  prefetch said: {l}");
@@ -537,7 +565,7 @@ fn main() -> Result<()> {
         .unwrap_or(0.0);
     eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
 
-    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), label: String::new(), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
+    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), profile_after: arg(&args, "--profile-after").map(|v| v.parse::<f64>()).transpose().context("--profile-after SECS")?.unwrap_or(0.0), label: String::new(), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
     // The device: one page read alone and several at once.
     let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
         .filter_map(|e| e.ok())
@@ -688,10 +716,10 @@ fn main() -> Result<()> {
         mixed.writes_per_s
     ));
     if !lagged.is_empty() {
-        let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait"];
+        let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait", "stalled"];
         md.push_str(&format!(
             "\n#### Where the applier's time goes (`pileup lag` over 60% of an extra, untimed catch-up per mode; medians of {lag_rounds})\n\n\
-             | format | mode | page reads | (performance_schema: in data-file reads) | lock/latch waits | commit and fsync | CPU in row apply | other waits | waiting for relay log | bound for a prefetcher |\n|---|---|---|---|---|---|---|---|---|---|\n"
+             | format | mode | page reads | (performance_schema: in data-file reads) | lock/latch waits | commit and fsync | CPU in row apply | other waits | waiting for relay log | stood still (stalls ≥ 200 ms) | bound for a prefetcher |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
         ));
         for f in &formats {
             for m in modes.iter().filter(|m| !m.parallel) {
@@ -708,7 +736,9 @@ fn main() -> Result<()> {
              a thread in a read stops as the read returns, so \"page reads\" includes the wait for a CPU after it), and, for comparison, \
              the time performance_schema measured inside InnoDB data-file reads over the same period. \
              The bound assumes a prefetcher removes every page read the applier itself makes and nothing else changes: \
-             1 / (1 − page-read share). Lock/latch waits (pages in flight, the index tree latch, purge) and CPU stay.\n",
+             1 / (1 − page-read share). Lock/latch waits (pages in flight, the index tree latch, purge) and CPU stay. \
+             \"Stood still\": the share of the period inside stretches of 200 ms or more in which the applier had work and its \
+             relay log position did not move (`pileup lag`'s stalls; the sampled position is read every 10 ms).\n",
         );
     }
     print!("{md}");

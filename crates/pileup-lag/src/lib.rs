@@ -19,6 +19,7 @@
 pub mod classify;
 pub mod io;
 pub mod ps;
+pub mod stall;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -37,6 +38,8 @@ pub struct LagOptions {
     pub interval: Duration,
     /// Longest the applier may stay stopped per sample.
     pub max_stop: Duration,
+    /// A position held at least this long while there was work is a stall.
+    pub stall: Duration,
 }
 
 /// Samples by category, overall and per table.
@@ -94,6 +97,8 @@ pub struct LagReport {
     pub lag_start_s: Option<u64>,
     pub lag_end_s: Option<u64>,
     pub tally: Tally,
+    /// Stretches in which the applier had work and did not move.
+    pub stalls: stall::Stalls,
     /// The applier threads' instrumented waits over the period, longest
     /// first (empty when performance_schema is off: see `notes`).
     pub waits: Vec<ps::PsWait>,
@@ -180,6 +185,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     // row-event states do not).
     let mut pc = spec.connect()?;
     let mut positions: Vec<Option<(std::path::PathBuf, u64)>> = Vec::with_capacity(n);
+    let mut times: Vec<f64> = Vec::with_capacity(n);
     let mut progress = progress;
     let mut probe = pileup_prefetch::replica::ApplierProbe::default();
     // Parallel replication: the transaction each worker is on, by OS thread
@@ -189,6 +195,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let mut worker_gtids: Vec<HashMap<i32, String>> = Vec::with_capacity(n);
     s.run(n, o.interval, |i, total| {
         positions.push(probe.read(&mut pc).ok().map(|a| (a.relay_file, a.relay_pos)));
+        times.push(t0.elapsed().as_secs_f64());
         worker_gtids.push(workers.as_mut().map(|w| w.read(&mut pc)).unwrap_or_default());
         progress(i, total)
     })?;
@@ -218,6 +225,8 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let profile = s.finish();
     let mut tally = Tally::default();
     let mut tids = std::collections::BTreeSet::new();
+    // Each sample's categories, for the stalls.
+    let mut cats: Vec<Vec<Category>> = vec![vec![]; profile.samples.len()];
     for (k, smp) in profile.samples.iter().enumerate() {
         let at = positions.get(k).cloned().flatten();
         for t in &smp.threads {
@@ -227,6 +236,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             let info = t.sql.as_ref().and_then(|q| q.info.as_deref());
             let db = t.sql.as_ref().and_then(|q| q.db.as_deref());
             let cat = classify(&frames, t.state, t.syscall.as_deref(), state);
+            cats[k].push(cat);
             *tally.states.entry(state.unwrap_or("(none)").to_string()).or_default() += 1;
             // Where the table comes from, most direct first: the statement
             // itself, the transaction this worker is on, the transaction at
@@ -246,6 +256,9 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
             tally.add(cat, table.as_deref(), &frames);
         }
     }
+    let idle: Vec<bool> = cats.iter().map(|c| c.iter().all(|x| *x == Category::RelayWait)).collect();
+    let ranges = stall::find(&times, &positions, &idle, o.stall.as_secs_f64());
+    let stalls = stall::summarize(&times, &ranges, &cats, o.stall.as_millis() as u64);
     // The stacks engine's notes that matter here (not the io_uring workers:
     // they are not applier threads).
     notes.extend(profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned());
@@ -278,6 +291,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         lag_start_s,
         lag_end_s: st1.and_then(|r| r.get::<Option<u64>, _>("Seconds_Behind_Master").flatten()),
         tally,
+        stalls,
         waits,
         device,
         applier_read_bytes,
@@ -408,6 +422,7 @@ pub fn render_text(r: &LagReport) -> String {
             s.push_str(&format!("  {:<26} {:5.1}%  {}\n", c.label(), pct, bar(pct)));
         }
     }
+    s.push_str(&stalls_line(r));
     let used: Vec<Category> = Category::ALL.into_iter().filter(|c| r.tally.share(*c) > 0.0).collect();
     if r.tally.by_table.len() > 1 || r.tally.by_table.keys().any(|t| t != "(no table)") {
         s.push_str("\nby table (% of all samples)\n");
@@ -484,6 +499,26 @@ pub fn render_text(r: &LagReport) -> String {
     s
 }
 
+/// The stalls, in a sentence or two.
+fn stalls_line(r: &LagReport) -> String {
+    let st = &r.stalls;
+    if st.count == 0 {
+        return format!("  stalls: none (the applier never stood still {} ms or more while it had work)\n", st.threshold_ms);
+    }
+    let mut parts: Vec<(f64, &str)> = Category::ALL.iter().map(|c| (st.share(*c), c.label())).filter(|(p, _)| *p >= 1.0).collect();
+    parts.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let what: Vec<String> = parts.iter().map(|(p, l)| format!("{l} {p:.0}%")).collect();
+    format!(
+        "  stalls: the applier stood still {} time(s) for {} ms or more while it had work (longest {} ms; {:.1} s in all, {:.0}% of the period); meanwhile: {}\n",
+        st.count,
+        st.threshold_ms,
+        st.longest_ms,
+        st.seconds,
+        100.0 * st.seconds / r.seconds.max(1e-9),
+        what.join(", ")
+    )
+}
+
 /// A flame graph of the samples, rooted at category, then table.
 pub fn render_svg(r: &LagReport, w: &mut dyn std::io::Write) -> Result<()> {
     use inferno::flamegraph::{self, Options};
@@ -524,9 +559,16 @@ mod tests {
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
         assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, notes: vec![] };
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, stalls: stall::Stalls { threshold_ms: 200, ..Default::default() }, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, notes: vec![] };
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
+        assert!(text.contains("stalls: none (the applier never stood still 200 ms"), "{text}");
+        let stalled = LagReport {
+            stalls: stall::Stalls { threshold_ms: 200, count: 3, seconds: 0.9, longest_ms: 450, by_category: [(Category::LatchWait, 12), (Category::PageRead, 4)].into() },
+            ..r.clone()
+        };
+        let text = render_text(&stalled);
+        assert!(text.contains("stood still 3 time(s) for 200 ms or more") && text.contains("longest 450 ms; 0.9 s in all, 45% of the period") && text.contains("meanwhile: lock/latch waits 75%, page reads 25%"), "{text}");
         assert!(!text.contains("instrumented waits"), "no section without performance_schema: {text}");
         assert!(!text.contains("storage"), "no storage section without figures: {text}");
         let io = LagReport { applier_read_bytes: Some(3 * 16384), applier_write_bytes: Some(4_000_000), page_size: Some(16384), ..r.clone() };

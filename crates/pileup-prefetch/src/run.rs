@@ -83,6 +83,13 @@ pub struct Counters {
     pub follow_errors: AtomicU64,
     /// Times the applier had passed the reader and it jumped ahead.
     pub jumps: AtomicU64,
+    /// Jobs a reader took from the queue after the applier had passed every
+    /// event in them, and dropped (their pages were already read by the
+    /// applier: looking them up again would only delay the jobs behind).
+    pub jobs_stale: AtomicU64,
+    /// Sequence number of the event the applier is about to apply, as of
+    /// the last poll (readers compare their jobs with it).
+    applier_seq: AtomicU64,
     /// Events between the applier and the reader at the last poll.
     pub distance_events: AtomicU64,
     /// Events between the applier and the newest event up to which every
@@ -168,6 +175,7 @@ impl Counters {
             ("templates_parsed", g(&self.templates_parsed)),
             ("ddl_pauses", g(&self.ddl_pauses)),
             ("jumps", g(&self.jumps)),
+            ("jobs_stale", g(&self.jobs_stale)),
             ("follow_errors", g(&self.follow_errors)),
             ("files_followed", g(&self.files_followed)),
             ("corrupt_events", g(&self.corrupt_events)),
@@ -184,6 +192,17 @@ impl Counters {
             ("window_keys", g(&self.window_keys)),
             ("idle_polls", g(&self.idle_polls)),
         ]
+    }
+
+    /// The applier is about to apply event number `seq`.
+    fn applier_at(&self, seq: u64) {
+        self.applier_seq.store(seq, Ordering::Relaxed);
+    }
+
+    /// Has the applier passed every event up to number `seq` (a job's
+    /// last event)? The event it is about to apply is not passed.
+    fn passed(&self, seq: u64) -> bool {
+        seq < self.applier_seq.load(Ordering::Relaxed)
     }
 
     fn job_queued(&self, seq: u64) {
@@ -312,6 +331,13 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 };
                 let _done = JobDone { counters: &counters, seq: job.seq };
+                // The applier passed these events while the job waited in
+                // the queue (the readers fell behind: a flush storm, a slow
+                // device): skip it, so the readers get ahead again at once.
+                if counters.passed(job.seq) {
+                    counters.jobs_stale.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 // The server went away (restart): reconnect, at most once a
                 // second, dropping the work meanwhile.
                 if broken {
@@ -406,7 +432,11 @@ fn send(tx: &mpsc::SyncSender<Job>, job: Job, counters: &Counters) {
     if tx.send(job).is_err() {
         counters.job_done(seq);
     }
-    counters.readers_busy_ms.fetch_add(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+    let waited = t.elapsed();
+    if waited > Duration::from_millis(20) {
+        tracing::debug!(ms = waited.as_millis() as u64, "waited for a free reader");
+    }
+    counters.readers_busy_ms.fetch_add(waited.as_millis() as u64, Ordering::Relaxed);
 }
 
 /// Keys on their way to the readers: deduplicated within the window and
@@ -548,7 +578,12 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         if last_poll.elapsed() >= o.poll {
             last_poll = Instant::now();
-            ap = match probe.read(&mut ctl) {
+            let asked = Instant::now();
+            let answer = probe.read(&mut ctl);
+            if asked.elapsed() > Duration::from_millis(20) {
+                tracing::debug!(ms = asked.elapsed().as_millis() as u64, "replica status was slow to answer");
+            }
+            ap = match answer {
                 Ok(a) => a,
                 Err(e) => {
                     // The replica went away (restart, failover): wait for it,
@@ -590,9 +625,12 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             }
             counters.keys_ahead.store(keys_ahead, Ordering::Relaxed);
             counters.distance_events.store(ahead.len() as u64, Ordering::Relaxed);
+            tracing::trace!(ahead = ahead.len(), keys_ahead, apos = ap.relay_pos, reader = reader.as_ref().map(|r| r.position()), lag = ?ap.lag, running = ap.sql_running, "poll");
+            // seq of the event the applier is about to apply (past all we
+            // read when `ahead` is empty).
+            let applier_seq = seq + 1 - ahead.len() as u64;
+            counters.applier_at(applier_seq);
             if !ahead.is_empty() {
-                // seq of the event the applier is about to apply.
-                let applier_seq = seq + 1 - ahead.len() as u64;
                 let done = counters.done_through();
                 counters.warmed_ahead_events.store(done.saturating_sub(applier_seq), Ordering::Relaxed);
                 if done < applier_seq {
@@ -609,8 +647,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 Some(r) => (ahead.is_empty() && relay_pos(r.path(), r.position()) < apos) || r.replaced(),
             };
             if behind {
-                if reader.is_some() {
+                if let Some(r) = &reader {
                     counters.jumps.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(reader = %r.path().display(), reader_pos = r.position(), applier = %ap.relay_file.display(), applier_pos = ap.relay_pos, replaced = r.replaced(), "the applier passed the reader: jumping to it");
                 }
                 // The applier's file may not exist yet (relay logs being
                 // fetched anew): try again at the next poll.
@@ -621,6 +660,8 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 ahead.clear();
                 keys_ahead = 0;
                 trx_ahead = 0;
+                // Everything queued so far is behind the applier now.
+                counters.applier_at(seq + 1);
             }
         }
         let lagging = ap.sql_running && ap.lag.is_some_and(|l| l >= o.min_lag);
@@ -822,6 +863,19 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn jobs_the_applier_passed_are_stale() {
+        let c = Counters::default();
+        assert!(!c.passed(0) && !c.passed(5), "nothing is passed before the first poll");
+        c.applier_at(10);
+        assert!(c.passed(9), "every event of the job is behind the applier");
+        assert!(!c.passed(10), "the applier has not applied its last event yet");
+        assert!(!c.passed(11));
+        // A jump puts the applier past everything read so far.
+        c.applier_at(31);
+        assert!(c.passed(30));
+    }
 
     #[test]
     fn warmed_through_the_oldest_unfinished_job() {

@@ -94,6 +94,16 @@ fn lag_shows_where_the_applier_spends_its_time() {
     } else {
         assert!(r["device"].is_null() && r["notes"].to_string().contains("no block device statistics"), "{r}");
     }
+    // Stalls: the report always says; when there were some, they add up.
+    let st = &r["stalls"];
+    assert_eq!(st["threshold_ms"], 200, "{st}");
+    let (n, secs) = (st["count"].as_u64().unwrap(), st["seconds"].as_f64().unwrap());
+    assert!(secs <= r["seconds"].as_f64().unwrap(), "{st}");
+    if n > 0 {
+        assert!(st["longest_ms"].as_u64().unwrap() >= 200 && secs >= 0.2 && !st["by_category"].as_object().unwrap().is_empty(), "{st}");
+    } else {
+        assert_eq!(secs, 0.0, "{st}");
+    }
     let meta = std::fs::metadata(&svg).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -103,10 +113,14 @@ fn lag_shows_where_the_applier_spends_its_time() {
     assert!(text.status.success());
     let t = String::from_utf8_lossy(&text.stdout);
     eprintln!("{t}");
+    assert!(t.contains("  stalls: "), "{t}");
     assert!(t.contains("where apply time goes") && t.contains("applier states seen") && t.contains("instrumented waits of the applier threads"), "{t}");
     if on_disk {
         assert!(t.contains("\nstorage\n") && t.contains("holds the datadir") && t.contains("from storage"), "{t}");
     }
+    let short = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "1s", "--stall-ms", "10"]);
+    let e = String::from_utf8_lossy(&short.stderr);
+    assert!(!short.status.success() && e.contains("--stall-ms (10) must be at least --interval-ms (50)") && e.lines().count() == 1, "{e}");
     let psock = primary.endpoint.socket.to_string_lossy().into_owned();
     let bad = common::pileup(&["lag", "-S", &psock, "-u", "root", "--duration", "1s"]);
     assert!(!bad.status.success());

@@ -14,7 +14,10 @@ use crate::output::write_output;
 #[command(after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
 with the stacks engine and reads their processlist state at every sample, then shows where apply time goes: \
 the applier's own page reads, lock and latch waits, commit and fsync, waiting for a prior commit (parallel replication), \
-CPU in row apply, and waiting for the relay log; overall and per table. Where performance_schema is on, it also \
+CPU in row apply, and waiting for the relay log; overall and per table. It also finds stalls: stretches of at least \
+--stall-ms in which the applier had work but its relay log position did not move (an I/O-bound replica applies in \
+sprints and stops: a flush batch holding the pages it must change, no free page, a latch convoy), and what it was \
+doing meanwhile. Where performance_schema is on, it also \
 lists the applier threads' instrumented waits over the period (which latch, which file), longest first; MariaDB \
 times latches only with performance_schema_instrument='wait/synch/%=ON'. Run it on the replica's host (it needs \
 ptrace permission on mariadbd, as `pileup stacks` does).\n\nExamples:\n  pileup lag -S /run/mysqld/mysqld.sock --duration 30s\n  \
@@ -32,6 +35,9 @@ pub struct LagArgs {
     /// Longest the applier may stay stopped in one sample, milliseconds.
     #[arg(long, default_value_t = 50)]
     pub max_stop_ms: u64,
+    /// A position held this long (milliseconds) while the applier had work counts as a stall.
+    #[arg(long, default_value_t = 200)]
+    pub stall_ms: u64,
     /// Also write a flame graph (.svg) or FlameGraph folded stacks (any other name), created 0600.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
@@ -44,12 +50,15 @@ pub fn run(a: LagArgs, conn: &ConnArgs) -> Result<()> {
     if a.interval_ms == 0 || a.max_stop_ms == 0 {
         bail!("--interval-ms and --max-stop-ms must be at least 1");
     }
+    if a.stall_ms < a.interval_ms {
+        bail!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
+    }
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
     let Some(pid) = pid else {
         bail!("pileup lag needs the replica's process: {}", why.unwrap_or_else(|| "give --pid".into()));
     };
-    let o = LagOptions { duration: a.duration, interval: Duration::from_millis(a.interval_ms), max_stop: Duration::from_millis(a.max_stop_ms) };
+    let o = LagOptions { duration: a.duration, interval: Duration::from_millis(a.interval_ms), max_stop: Duration::from_millis(a.max_stop_ms), stall: Duration::from_millis(a.stall_ms) };
     let bar = std::io::stderr().is_terminal().then(|| {
         let n = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
         let b = indicatif::ProgressBar::new(n);
