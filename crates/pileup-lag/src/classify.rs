@@ -109,6 +109,28 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
     Category::OtherWait
 }
 
+/// The row operation (storage-engine call) a sample was inside: the
+/// innermost exported `handler::ha_*` frame, e.g. `ha_rnd_pos` (finding a
+/// row event's row by its primary key), `ha_update_row` (changing the row
+/// and its secondary index entries), `ha_write_row`, `ha_delete_row`,
+/// `ha_index_read_map` (a statement's index lookup). None outside one.
+pub fn row_operation<'a>(frames: &[&'a str]) -> Option<&'a str> {
+    frames.iter().find_map(|f| f.strip_prefix("handler::ha_").map(|_| &f["handler::".len()..])).filter(|op| !op.starts_with("ha_commit") && !op.starts_with("ha_external_lock"))
+}
+
+/// What a row operation does, for the report.
+pub fn operation_label(op: &str) -> &'static str {
+    match op {
+        "ha_rnd_pos" | "ha_rnd_pos_by_record" => "finding the row by its primary key",
+        "ha_update_row" => "changing the row and its secondary index entries",
+        "ha_write_row" => "inserting: unique checks, the row, its index entries",
+        "ha_delete_row" => "deleting the row and its index entries",
+        o if o.starts_with("ha_index_") => "an index lookup",
+        o if o.starts_with("ha_rnd_next") => "a table scan",
+        _ => "",
+    }
+}
+
 /// The table a sample was applying, from the processlist: row events name
 /// it in the state (`Update_rows_log_event::find_row(5) on table `t``),
 /// statements in their text.
@@ -159,6 +181,19 @@ mod tests {
         assert_eq!(classify(&["Log_event::read_log_event", "next_event", "handle_slave_sql"], 'S', None, None), Category::Cpu);
         assert_eq!(classify(&["Field_long::unpack", "Rows_log_event::do_apply_event"], 'S', None, None), Category::Cpu);
         assert_eq!(classify(&["epoll_wait", "main"], 'S', Some("epoll_wait"), None), Category::OtherWait);
+    }
+
+    #[test]
+    fn row_operation_is_the_innermost_handler_call() {
+        assert_eq!(row_operation(FIND_ROW_READ), Some("ha_rnd_pos"));
+        assert_eq!(row_operation(UPDATE_FUTEX), Some("ha_update_row"));
+        assert_eq!(row_operation(COMMIT), None, "commit is not a row operation");
+        assert_eq!(row_operation(&["syscall", "handler::ha_commit_trans", "handle_slave_sql"]), None);
+        assert_eq!(row_operation(IDLE), None);
+        assert_eq!(row_operation(&["__pread64", "handler::ha_index_read_map", "handler::ha_update_row"]), Some("ha_index_read_map"), "innermost wins");
+        assert_eq!(operation_label("ha_update_row"), "changing the row and its secondary index entries");
+        assert_eq!(operation_label("ha_index_read_idx_map"), "an index lookup");
+        assert_eq!(operation_label("ha_something_new"), "");
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub struct Tally {
     pub samples: u64,
     pub by_category: BTreeMap<Category, u64>,
     pub by_table: BTreeMap<String, BTreeMap<Category, u64>>,
+    /// Samples by category and the row operation (`handler::ha_*` call)
+    /// they were inside: does the applier wait to find rows or to change
+    /// their secondary index entries?
+    pub by_operation: BTreeMap<Category, BTreeMap<String, u64>>,
     /// The applier's processlist states, as sampled.
     pub states: BTreeMap<String, u64>,
     /// Samples by where their table came from: "statement" (the applier's
@@ -66,6 +70,9 @@ impl Tally {
         *self.by_category.entry(cat).or_default() += 1;
         let table = table.unwrap_or("(no table)");
         *self.by_table.entry(table.to_string()).or_default().entry(cat).or_default() += 1;
+        if let Some(op) = classify::row_operation(frames) {
+            *self.by_operation.entry(cat).or_default().entry(op.to_string()).or_default() += 1;
+        }
         let mut stack = format!("{};{}", cat.label(), table);
         for f in frames.iter().rev() {
             stack.push(';');
@@ -447,6 +454,28 @@ pub fn render_text(r: &LagReport) -> String {
         let parts: Vec<String> = r.tally.table_from.iter().filter(|(k, _)| *k != "none").map(|(k, n)| format!("{k} {:.0}%", 100.0 * *n as f64 / total)).collect();
         s.push_str(&format!("  (table from: {})\n", parts.join(", ")));
     }
+    let ops: Vec<String> = [Category::PageRead, Category::LatchWait, Category::Cpu]
+        .iter()
+        .filter_map(|c| {
+            let m = r.tally.by_operation.get(c)?;
+            let n = *r.tally.by_category.get(c)? as f64;
+            let mut v: Vec<(&String, &u64)> = m.iter().collect();
+            v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let parts: Vec<String> = v
+                .iter()
+                .filter(|(_, k)| **k as f64 >= n * 0.02)
+                .map(|(op, k)| {
+                    let l = classify::operation_label(op);
+                    format!("{op} {:.0}%{}", 100.0 * **k as f64 / n.max(1.0), if l.is_empty() { String::new() } else { format!(" ({l})") })
+                })
+                .collect();
+            (!parts.is_empty()).then(|| format!("  {:<26} {}\n", c.label(), parts.join(", ")))
+        })
+        .collect();
+    if !ops.is_empty() {
+        s.push_str("\ninside which row operation (% of the category's samples; the rest were outside one)\n");
+        s.extend(ops);
+    }
     if !r.tally.states.is_empty() {
         s.push_str("\napplier states seen (processlist)\n");
         let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
@@ -563,6 +592,10 @@ mod tests {
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
         assert!(text.contains("stalls: none (the applier never stood still 200 ms"), "{text}");
+        assert!(
+            text.contains("inside which row operation") && text.contains("page reads                 ha_rnd_pos 100% (finding the row by its primary key)"),
+            "{text}"
+        );
         let stalled = LagReport {
             stalls: stall::Stalls { threshold_ms: 200, count: 3, seconds: 0.9, longest_ms: 450, by_category: [(Category::LatchWait, 12), (Category::PageRead, 4)].into() },
             ..r.clone()

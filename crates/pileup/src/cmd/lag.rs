@@ -14,7 +14,8 @@ use crate::output::write_output;
 #[command(after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
 with the stacks engine and reads their processlist state at every sample, then shows where apply time goes: \
 the applier's own page reads, lock and latch waits, commit and fsync, waiting for a prior commit (parallel replication), \
-CPU in row apply, and waiting for the relay log; overall and per table. It also finds stalls: stretches of at least \
+CPU in row apply, and waiting for the relay log; overall, per table and per row operation (finding the row by \
+primary key, or changing it and its secondary index entries). It also finds stalls: stretches of at least \
 --stall-ms in which the applier had work but its relay log position did not move (an I/O-bound replica applies in \
 sprints and stops: a flush batch holding the pages it must change, no free page, a latch convoy), and what it was \
 doing meanwhile. Where performance_schema is on, it also \
