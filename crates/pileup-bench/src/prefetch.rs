@@ -389,11 +389,14 @@ impl Bench {
             ),
             None => None,
         };
-        // --profile DIR: the applier threads' stacks during this catch-up.
-        if self.profile.is_some() && self.profile_after > 0.0 {
+        // --profile DIR: the applier threads' stacks during this catch-up
+        // (not in a lag round: pileup lag is tracing the server then, and a
+        // process has one tracer at a time).
+        let stacks_dir = self.profile.clone().filter(|_| lag_for.is_none());
+        if stacks_dir.is_some() && self.profile_after > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(self.profile_after));
         }
-        let prof = self.profile.as_ref().map(|dir| {
+        let prof = stacks_dir.as_ref().map(|dir| {
             let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
             Command::new(&self.pileup)
                 .args(["stacks", "--pid", &pid.to_string(), "--threads", "sql-thread", "--duration", "3s", "--interval-ms", "10", "-S"])
@@ -402,7 +405,7 @@ impl Bench {
                 .stdout(Stdio::null())
                 .spawn()
         });
-        if let Some(dir) = &self.profile {
+        if let Some(dir) = &stacks_dir {
             // Which system call the applier thread is in, sampled from /proc.
             let mut hist: HashMap<String, u64> = HashMap::new();
             let t = Instant::now();
