@@ -13,7 +13,8 @@
 //! run a fixed number of sysbench oltp_update_index transactions on the
 //! primary (uniform keys) and wait until the replica's I/O thread has them
 //! all in its relay log; restart the replica (an empty buffer pool: every
-//! round starts equally cold); set the mode (slave_parallel_threads,
+//! round starts equally cold), and wait until the previous round's purge is
+//! done (history list under 1,000); set the mode (slave_parallel_threads,
 //! prefetcher); start the applier and time it until it has applied the
 //! primary's position. Modes run in a rotated order each round.
 //!
@@ -25,7 +26,7 @@
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
 //!   [--modes none,prefetch,parallel,both[,prewarmed]] [--parallel-threads 4]
-//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
+//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
 //! it for an SSD; `--cnf` adds or overrides replica server options.
@@ -48,6 +49,11 @@
 //! backlog whose pages fit in the pool (`--trx 2000` for 128 MB): every page
 //! the applier needs is then in memory before it starts, and what remains
 //! is its CPU, latches, commits and the replica's own writes.
+//!
+//! `--hold-purge` (a diagnostic) keeps purge from running during each
+//! catch-up: a session holds a consistent snapshot taken just before the
+//! applier starts, so the history the catch-up creates is purged only
+//! before the next one. It shows what purge costs the applier beside it.
 //!
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
 //! catch-up, starting `--profile-after SECS` (default 0) into it, so the
@@ -290,6 +296,8 @@ struct Bench {
     label: String,
     /// More `pileup prefetch` options (--prefetch-args "--batch 8 ...").
     prefetch_args: Vec<String>,
+    /// Hold purge off during each catch-up (--hold-purge).
+    hold_purge: bool,
 }
 
 impl Bench {
@@ -347,6 +355,12 @@ impl Bench {
         let threads = if mode.parallel { self.parallel_threads } else { 0 };
         self.replica.sql(&format!("SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"))?;
         let mut c = self.replica.connect()?;
+        // Every catch-up starts with the previous one's purge finished (it
+        // would otherwise read and latch beside this one's applier).
+        let t = Instant::now();
+        while status(&mut c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < Duration::from_secs(300) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
         let pid = self.replica.pid();
         let mut child: Option<Child> = None;
         if mode.prefetch {
@@ -363,6 +377,16 @@ impl Bench {
             // Let it connect and find the relay log before the applier starts.
             std::thread::sleep(Duration::from_millis(500));
         }
+        // --hold-purge: a session with a consistent snapshot from before the
+        // applier starts keeps purge from removing anything it changes (a
+        // diagnostic: on a real replica the history list would grow).
+        let _purge_hold = if self.hold_purge {
+            let mut h = self.replica.connect()?;
+            h.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")?;
+            Some(h)
+        } else {
+            None
+        };
         let gate = if mode.prewarm { Some(self.prewarm(&mut c)?) } else { None };
         let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
         let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
@@ -568,7 +592,7 @@ fn main() -> Result<()> {
         .unwrap_or(0.0);
     eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
 
-    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), profile_after: arg(&args, "--profile-after").map(|v| v.parse::<f64>()).transpose().context("--profile-after SECS")?.unwrap_or(0.0), label: String::new(), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
+    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), profile_after: arg(&args, "--profile-after").map(|v| v.parse::<f64>()).transpose().context("--profile-after SECS")?.unwrap_or(0.0), label: String::new(), hold_purge: args.iter().any(|a| a == "--hold-purge"), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
     // The device: one page read alone and several at once.
     let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
         .filter_map(|e| e.ok())
@@ -639,12 +663,13 @@ fn main() -> Result<()> {
     let mut md = format!(
         "\n{:.2} GB of data ({tables} sysbench tables × {size} rows) on a replica with a {pool} buffer pool and O_DIRECT; \
          backlog {trx} oltp_update_index transactions (uniform keys) per round, {rounds} rounds, modes in rotated order; \
-         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}. Medians.\n",
+         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}{}. Medians.\n",
         bytes / 1e9,
         b.parallel_threads,
         b.readers,
         b.prefetch_args.iter().map(|a| format!(" {a}")).collect::<String>(),
-        extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        if b.hold_purge { "; purge held off during each catch-up (--hold-purge: a consistent snapshot taken before the applier starts)" } else { "" }
     );
     for f in &formats {
         let med = |m: &str, g: &dyn Fn(&Sample) -> f64| median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default());
