@@ -40,5 +40,11 @@ class Replica:
         return names
 
 
+def cpu_seconds(stat_path):
+    """utime + stime of a process or thread, from its /proc .../stat file."""
+    st = open(stat_path).read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def prefetching():
     return bool(subprocess.run(["pgrep", "-f", "pileup prefetch"], capture_output=True, text=True).stdout.strip())

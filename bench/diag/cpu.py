@@ -10,17 +10,16 @@ import os
 import sys
 import time
 
-from common import Replica, prefetching
+from common import Replica, cpu_seconds, prefetching
 
 
 def cpu(pid):
-    d, hz = {}, os.sysconf("SC_CLK_TCK")
+    d = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            st = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            d[tid] = cpu_seconds(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
-        d[tid] = (int(st[11]) + int(st[12])) / hz
     return d
 
 

@@ -7,13 +7,12 @@ fully cached table (no I/O): SQL overhead alone.
   sysbench oltp_update_index --mysql-socket=SOCK --mysql-user=root --tables=1 --table-size=1000000 prepare
   python3 bench/diag/lookup_cost.py SANDBOX_DIR      (e.g. /tmp/pileup-sandboxes/qcpu)
 """
-import os
 import random
 import subprocess
 import sys
 import time
 
-from common import Replica
+from common import Replica, cpu_seconds
 
 r = Replica(sys.argv[1])
 pairs = [tuple(map(int, l.split())) for l in r.q("SELECT id, k FROM sbtest.sbtest1").splitlines()]
@@ -40,8 +39,7 @@ def statements(shape):
 
 
 def cpu():
-    st = open(f"/proc/{r.pid()}/stat").read().rsplit(")", 1)[1].split()
-    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(f"/proc/{r.pid()}/stat")
 
 
 pre = "SET SESSION eq_range_index_dive_limit = 1; SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;\n"

@@ -115,7 +115,7 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
 /// and its secondary index entries), `ha_write_row`, `ha_delete_row`,
 /// `ha_index_read_map` (a statement's index lookup). None outside one.
 pub fn row_operation<'a>(frames: &[&'a str]) -> Option<&'a str> {
-    frames.iter().find_map(|f| f.strip_prefix("handler::ha_").map(|_| &f["handler::".len()..])).filter(|op| !op.starts_with("ha_commit") && !op.starts_with("ha_external_lock"))
+    frames.iter().find_map(|f| f.strip_prefix("handler::").filter(|op| op.starts_with("ha_"))).filter(|op| !op.starts_with("ha_commit") && !op.starts_with("ha_external_lock"))
 }
 
 /// What a row operation does, for the report.
