@@ -25,7 +25,8 @@
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-//!   [--modes none,prefetch,parallel,both[,prewarmed]] [--parallel-threads 4]
+//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred]]
+//!   [--parallel-threads 4]
 //!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
@@ -49,6 +50,12 @@
 //! backlog whose pages fit in the pool (`--trx 2000` for 128 MB): every page
 //! the applier needs is then in memory before it starts, and what remains
 //! is its CPU, latches, commits and the replica's own writes.
+//!
+//! The `-deferred` modes (not in the default modes) hold InnoDB's purge off
+//! while the applier catches up: with the prefetcher by `pileup prefetch
+//! --defer-purge`, without it by a session holding a consistent snapshot
+//! (the same hold), so what deferring purge is worth and what prefetching
+//! adds to it are told apart.
 //!
 //! `--hold-purge` (a diagnostic) keeps purge from running during each
 //! catch-up: a session holds a consistent snapshot taken just before the
@@ -148,8 +155,13 @@ struct Probe {
 /// alone and several at once say what parallel reads gain on an idle
 /// device; with writers they say what is left when the device is also
 /// flushing, as an I/O-bound replica's is: the numbers that decide what any
-/// prefetcher can win.
-fn device_probe(file: &std::path::Path, readers: usize, writers: usize, scratch: &std::path::Path, secs: f64) -> Result<Probe> {
+/// prefetcher can win. `sync_every`: each writer syncs the file after that
+/// many writes, as InnoDB does after each doublewrite batch; sustained for
+/// many seconds this is the device's ceiling for reads and writes together
+/// (a few seconds without syncs flatter it: measured here, 3 s unsynced gave
+/// ~20,000 reads/s beside ~20,000 writes/s, 30 s with syncs ~5,300 beside
+/// ~10,700 — the latter is what a replica catching up gets).
+fn device_probe(file: &std::path::Path, readers: usize, writers: usize, sync_every: Option<u64>, scratch: &std::path::Path, secs: f64) -> Result<Probe> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).with_context(|| format!("opening {}", file.display()))?;
     let pages = f.metadata()?.len() / 16384;
@@ -219,6 +231,9 @@ fn device_probe(file: &std::path::Path, readers: usize, writers: usize, scratch:
                     while Instant::now() < deadline {
                         w.write_all_at(buf, (xorshift(&mut x) % SCRATCH_PAGES) * 16384)?;
                         n += 1;
+                        if sync_every.is_some_and(|k| n % k == 0) {
+                            w.sync_data()?;
+                        }
                     }
                     Ok(n)
                 })
@@ -271,14 +286,22 @@ struct Mode {
     /// starts when the lock is released. Only meaningful when the backlog's
     /// pages fit in the buffer pool (`--trx 2000` with a 128 MB pool).
     prewarm: bool,
+    /// Purge held off during the catch-up: by `pileup prefetch
+    /// --defer-purge` when prefetching, else by a session holding a
+    /// consistent snapshot (what the option does, without the prefetcher).
+    defer: bool,
 }
 
-const MODES: [Mode; 5] = [
-    Mode { name: "none", prefetch: false, parallel: false, prewarm: false },
-    Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false },
-    Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false },
-    Mode { name: "both", prefetch: true, parallel: true, prewarm: false },
-    Mode { name: "prewarmed", prefetch: true, parallel: false, prewarm: true },
+const MODES: [Mode; 9] = [
+    Mode { name: "none", prefetch: false, parallel: false, prewarm: false, defer: false },
+    Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false, defer: false },
+    Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false, defer: false },
+    Mode { name: "both", prefetch: true, parallel: true, prewarm: false, defer: false },
+    Mode { name: "prewarmed", prefetch: true, parallel: false, prewarm: true, defer: false },
+    Mode { name: "deferred", prefetch: false, parallel: false, prewarm: false, defer: true },
+    Mode { name: "prefetch-deferred", prefetch: true, parallel: false, prewarm: false, defer: true },
+    Mode { name: "parallel-deferred", prefetch: false, parallel: true, prewarm: false, defer: true },
+    Mode { name: "both-deferred", prefetch: true, parallel: true, prewarm: false, defer: true },
 ];
 
 struct Bench {
@@ -368,6 +391,7 @@ impl Bench {
                 .args(["prefetch", "-S", self.replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--min-lag", "0", "--stats-every", "1", "--json"])
                 .arg(format!("--readers={}", self.readers))
                 .args(&self.prefetch_args)
+                .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
                 .args(if mode.prewarm { &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..] } else { &[][..] })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -380,7 +404,7 @@ impl Bench {
         // --hold-purge: a session with a consistent snapshot from before the
         // applier starts keeps purge from removing anything it changes (a
         // diagnostic: on a real replica the history list would grow).
-        let _purge_hold = if self.hold_purge {
+        let _purge_hold = if self.hold_purge || (mode.defer && !mode.prefetch) {
             let mut h = self.replica.connect()?;
             h.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")?;
             Some(h)
@@ -601,14 +625,16 @@ fn main() -> Result<()> {
         .map(|e| e.path())
         .context("no sbtest .ibd file in the replica's datadir")?;
     let scratch = b.replica.endpoint.dir.join("tmp/device-probe");
-    let one = device_probe(&ibd, 1, 0, &scratch, 3.0)?;
-    let four = device_probe(&ibd, 4, 0, &scratch, 3.0)?;
-    let mixed = device_probe(&ibd, 4, 4, &scratch, 3.0)?;
+    let one = device_probe(&ibd, 1, 0, None, &scratch, 3.0)?;
+    let four = device_probe(&ibd, 4, 0, None, &scratch, 3.0)?;
+    let mixed = device_probe(&ibd, 4, 4, None, &scratch, 3.0)?;
+    let sustained = device_probe(&ibd, 4, 8, Some(64), &scratch, 15.0)?;
+    let ceiling = sustained.reads_per_s + sustained.writes_per_s;
     let (lat1, iops1, lat4, iops4) = (one.read_us, one.reads_per_s, four.read_us, four.reads_per_s);
     eprintln!(
         "device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s; \
-         4 at a time with 4 writers {:.0} µs, {:.0} reads/s + {:.0} writes/s",
-        mixed.read_us, mixed.reads_per_s, mixed.writes_per_s
+         4 at a time with 4 writers {:.0} µs, {:.0} reads/s + {:.0} writes/s; sustained with 8 syncing writers {:.0} µs, {:.0} reads/s + {:.0} writes/s",
+        mixed.read_us, mixed.reads_per_s, mixed.writes_per_s, sustained.read_us, sustained.reads_per_s, sustained.writes_per_s
     );
 
     let mut samples: HashMap<(String, &'static str), Vec<Sample>> = HashMap::new();
@@ -723,6 +749,17 @@ fn main() -> Result<()> {
                 format!("\nThe plain applier's replica read a page in {lat:.0} µs on average (the idle device: {:.0} µs; {wpt:.1} writes per transaction).\n", one.read_us)
             });
         }
+        // The device's bound: the plain catch-up's reads and writes a
+        // second against what the device sustains.
+        let plain_io = med("none", &|s| s.disk.as_ref().map(|d| d.reads_per_s + d.writes_per_s).unwrap_or(0.0));
+        if plain_io > 0.0 {
+            md.push_str(&format!(
+                "
+The device's bound: the plain catch-up made {plain_io:.0} device reads and writes a second ({:.1} per transaction);                  sustained, the device does about {ceiling:.0} a second (reads beside syncing writes, below), so any mode that does the same I/O                  per transaction is capped near {:.2}× here. Prefetching moves the applier's reads earlier without making fewer of them;                  only fewer reads and writes per transaction (a larger pool, purge deferred) go past that.\n",
+                plain_io * base / trx as f64,
+                ceiling / plain_io
+            ));
+        }
         let applier = med("none", &|s| s.applier_cpu);
         let replica_cores = med("none", &|s| s.replica_cpu / s.secs);
         md.push_str(&format!(
@@ -737,11 +774,16 @@ fn main() -> Result<()> {
     md.push_str(&format!(
         "\nThe device (16 KiB O_DIRECT random reads of the replica's largest table file, measured before the rounds): \
          one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput); \
-         four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s).\n",
+         four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s); \
+         sustained for 15 s beside eight writers that sync every 64 writes (as InnoDB syncs each doublewrite batch), {:.0} µs each \
+         ({:.0} reads/s + {:.0} writes/s: {ceiling:.0} I/Os a second).\n",
         iops4 / iops1.max(1e-9),
         mixed.read_us,
         mixed.reads_per_s,
-        mixed.writes_per_s
+        mixed.writes_per_s,
+        sustained.read_us,
+        sustained.reads_per_s,
+        sustained.writes_per_s
     ));
     if !lagged.is_empty() {
         let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait", "stalled"];

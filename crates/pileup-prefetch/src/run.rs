@@ -46,11 +46,14 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// Warm primary-key rows only, not secondary index entries.
     pub primary_only: bool,
+    /// Hold purge off while the replica lags, up to this history list
+    /// length (see [`crate::purge`]).
+    pub defer_purge: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false }
+        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false, defer_purge: None }
     }
 }
 
@@ -121,11 +124,19 @@ pub struct Counters {
     pub window_keys: AtomicU64,
     /// Polls with the replica not lagging (prefetch idle).
     pub idle_polls: AtomicU64,
+    /// `--defer-purge`: whether purge is held off now, times it was held,
+    /// times a hold ended at the history cap, time held, and the history
+    /// list length at the last look.
+    pub purge_held: AtomicU64,
+    pub purge_holds: AtomicU64,
+    pub purge_released_at_cap: AtomicU64,
+    pub purge_held_ms: AtomicU64,
+    pub history_length: AtomicU64,
     errors_seen: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Counters that are levels, not running totals (Prometheus gauges).
-const GAUGES: &[&str] = &["distance_events", "warmed_ahead_events", "lag_seconds", "keys_ahead", "window_keys", "in_flight_trx", "templates_parsed"];
+const GAUGES: &[&str] = &["distance_events", "warmed_ahead_events", "lag_seconds", "keys_ahead", "window_keys", "in_flight_trx", "templates_parsed", "purge_held", "history_length"];
 
 impl Counters {
     /// Prometheus exposition text: `pileup_prefetch_<name>_total` counters
@@ -191,6 +202,11 @@ impl Counters {
             ("keys_ahead", g(&self.keys_ahead)),
             ("window_keys", g(&self.window_keys)),
             ("idle_polls", g(&self.idle_polls)),
+            ("purge_held", g(&self.purge_held)),
+            ("purge_holds", g(&self.purge_holds)),
+            ("purge_released_at_cap", g(&self.purge_released_at_cap)),
+            ("purge_held_ms", g(&self.purge_held_ms)),
+            ("history_length", g(&self.history_length)),
         ]
     }
 
@@ -530,6 +546,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;
     let (tx, handles) = reader_pool(spec, o, &counters, &stop)?;
+    let mut deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
     let t0 = Instant::now();
     let mut tables: HashMap<(String, String), Option<Arc<Table>>> = HashMap::new();
 
@@ -665,6 +682,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             }
         }
         let lagging = ap.sql_running && ap.lag.is_some_and(|l| l >= o.min_lag);
+        if let Some(d) = deferral.as_mut() {
+            // Caught up means no lag at all, whatever --min-lag says.
+            d.tick(lagging && ap.lag.is_some_and(|l| l >= 1), &counters);
+        }
         let applier_ts = ahead.front().map(|a| a.1);
         let window_full = ddl_pending
             || ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.1.saturating_sub(a) > o.window_secs);
@@ -842,6 +863,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             batcher.flush(&tx, seq, &counters);
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+    if let Some(d) = deferral.as_mut() {
+        d.finish(&counters);
     }
     stop.store(true, Ordering::Relaxed);
     drop(tx);

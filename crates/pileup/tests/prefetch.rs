@@ -49,7 +49,19 @@ fn status(replica: &Sandbox, name: &str) -> u64 {
     replica.connect().unwrap().query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'")).unwrap().map(|r| r.1).unwrap_or(0)
 }
 
-fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Duration, String) {
+/// What a round leaves: the applier's own data-file I/O, the catch-up time,
+/// the prefetcher's last counters line, its stderr, and the history list
+/// length just after the catch-up.
+struct Round {
+    io: u64,
+    took: Duration,
+    report: String,
+    stderr: String,
+    history_after: u64,
+}
+
+/// `prefetch`: None for the plain applier, else `pileup prefetch`'s extra options.
+fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) -> Round {
     replica.sql("STOP SLAVE SQL_THREAD").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=6", "--rand-type=uniform", "run"]).output().unwrap();
@@ -68,33 +80,36 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: bool) -> (u64, Dura
     replica.restart().unwrap();
     let before = applier_page_io(replica);
     let (reads0, waitfree0) = (status(replica, "Innodb_buffer_pool_reads"), status(replica, "Innodb_buffer_pool_wait_free"));
-    let child = prefetch.then(|| {
+    let child = prefetch.map(|extra| {
         Command::new(env!("CARGO_BIN_EXE_pileup"))
             .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     });
-    if prefetch {
+    if prefetch.is_some() {
         std::thread::sleep(Duration::from_millis(500));
     }
     replica.sql("START SLAVE").unwrap();
     let took = wait_applied(primary, replica);
+    let history_after = status(replica, "Innodb_history_list_length");
     let io = applier_page_io(replica) - before;
     eprintln!(
-        "round (prefetch {prefetch}): applier data-file I/O {io}, buffer pool reads (everyone) {}, waits for a free page {}",
+        "round (prefetch {prefetch:?}): history list {history_after} when caught up, applier data-file I/O {io}, buffer pool reads (everyone) {}, waits for a free page {}",
         status(replica, "Innodb_buffer_pool_reads") - reads0,
         status(replica, "Innodb_buffer_pool_wait_free") - waitfree0
     );
-    let mut report = String::new();
+    let (mut report, mut stderr) = (String::new(), String::new());
     if let Some(c) = child {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
+        stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "prefetch failed: {stderr}");
         report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
     }
-    (io, took, report)
+    Round { io, took, report, stderr, history_after }
 }
 
 #[test]
@@ -123,8 +138,8 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     wait_applied(&primary, &replica);
 
-    let (plain, plain_t, _) = round(&primary, &mut replica, false);
-    let (fed, fed_t, report) = round(&primary, &mut replica, true);
+    let Round { io: plain, took: plain_t, history_after: plain_history, .. } = round(&primary, &mut replica, None);
+    let Round { io: fed, took: fed_t, report, .. } = round(&primary, &mut replica, Some(&[]));
     eprintln!("applier data-file I/O: {plain} without prefetch ({plain_t:?}), {fed} with ({fed_t:?}); prefetch: {report}");
     let r: serde_json::Value = serde_json::from_str(&report).expect("prefetch counters as JSON");
     assert!(r["keys_issued"].as_u64().unwrap() > 1000 && r["lookups"].as_u64().unwrap() > 100, "{r}");
@@ -132,6 +147,29 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!(r["lookup_errors"].as_u64().unwrap() * 100 <= r["lookups"].as_u64().unwrap(), "{r}");
     assert!(plain > 1000, "the plain applier must be I/O-bound for this test to mean anything ({plain})");
     assert!((fed as f64) < 0.5 * plain as f64, "prefetch should at least halve the applier's own page reads: {fed} vs {plain}");
+
+    // --defer-purge: purge is held while the replica lags (the history
+    // piles up instead of being purged beside the applier), let go at the
+    // cap, and free to run once pileup is gone.
+    let cap = 3000u64;
+    let until_purged = |replica: &Sandbox, what: &str| {
+        let t = Instant::now();
+        while status(replica, "Innodb_history_list_length") > 1000 {
+            assert!(t.elapsed() < Duration::from_secs(120), "{what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // A history already above half the cap would (rightly) never be held.
+    until_purged(&replica, "purge did not finish the last round's history");
+    let d = round(&primary, &mut replica, Some(&["--defer-purge", "--max-history", &cap.to_string()]));
+    let r: serde_json::Value = serde_json::from_str(&d.report).expect("prefetch counters as JSON");
+    eprintln!("with --defer-purge ({:?}): {r}; history {plain_history} after the plain catch-up, {} after this one", d.took, d.history_after);
+    assert!(r["purge_holds"].as_u64().unwrap() >= 1 && r["purge_held_ms"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["purge_released_at_cap"].as_u64().unwrap() >= 1, "a backlog of more than {cap} transactions reaches the cap: {r}");
+    assert!(d.stderr.contains("--defer-purge cap 3000"), "the release at the cap is said: {}", d.stderr);
+    assert_eq!(r["purge_held"].as_u64(), Some(0), "released on exit: {r}");
+    assert!(d.io < plain, "prefetching still works beside the hold: {} vs {plain}", d.io);
+    until_purged(&replica, "purge never ran after pileup exited");
 
     // The applier never stumbled and the data is the primary's.
     let mut rc = replica.connect().unwrap();

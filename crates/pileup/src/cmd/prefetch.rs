@@ -48,6 +48,16 @@ pub struct PrefetchArgs {
     /// Warm only the rows (primary-key leaves), not secondary index entries.
     #[arg(long)]
     pub primary_only: bool,
+    /// While the replica lags, hold InnoDB's purge off (an open read view: no
+    /// locks) so the applier does not compete with it for pages, latches and
+    /// the device; purge catches up afterwards. The undo history grows
+    /// meanwhile: see --max-history.
+    #[arg(long)]
+    pub defer_purge: bool,
+    /// With --defer-purge: let purge run once the history list reaches this
+    /// many transactions, and hold it again only below half of that.
+    #[arg(long, default_value_t = 1_000_000, requires = "defer_purge")]
+    pub max_history: u64,
 }
 
 pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
@@ -66,6 +76,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         poll: Duration::from_millis(100),
         duration: a.duration,
         primary_only: a.primary_only,
+        defer_purge: a.defer_purge.then_some(a.max_history),
     };
     let counters = Arc::new(Counters::default());
     if let Some(addr) = &a.listen {
