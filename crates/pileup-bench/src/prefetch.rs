@@ -157,10 +157,11 @@ struct Probe {
 /// flushing, as an I/O-bound replica's is: the numbers that decide what any
 /// prefetcher can win. `sync_every`: each writer syncs the file after that
 /// many writes, as InnoDB does after each doublewrite batch; sustained for
-/// many seconds this is the device's ceiling for reads and writes together
-/// (a few seconds without syncs flatter it: measured here, 3 s unsynced gave
-/// ~20,000 reads/s beside ~20,000 writes/s, 30 s with syncs ~5,300 beside
-/// ~10,700 — the latter is what a replica catching up gets).
+/// many seconds this says how much the device writes beside reads (a few
+/// seconds without syncs flatter it: measured here, 3 s unsynced gave 13,752
+/// reads/s beside 13,170 writes/s; 15 s syncing, 7,352 reads/s beside 13,656
+/// writes/s, 224 MB/s — and no catch-up mode of the replica wrote more than
+/// 219 MB/s).
 fn device_probe(file: &std::path::Path, readers: usize, writers: usize, sync_every: Option<u64>, scratch: &std::path::Path, secs: f64) -> Result<Probe> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).with_context(|| format!("opening {}", file.display()))?;
@@ -629,7 +630,6 @@ fn main() -> Result<()> {
     let four = device_probe(&ibd, 4, 0, None, &scratch, 3.0)?;
     let mixed = device_probe(&ibd, 4, 4, None, &scratch, 3.0)?;
     let sustained = device_probe(&ibd, 4, 8, Some(64), &scratch, 15.0)?;
-    let ceiling = sustained.reads_per_s + sustained.writes_per_s;
     let (lat1, iops1, lat4, iops4) = (one.read_us, one.reads_per_s, four.read_us, four.reads_per_s);
     eprintln!(
         "device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s; \
@@ -749,15 +749,20 @@ fn main() -> Result<()> {
                 format!("\nThe plain applier's replica read a page in {lat:.0} µs on average (the idle device: {:.0} µs; {wpt:.1} writes per transaction).\n", one.read_us)
             });
         }
-        // The device's bound: the plain catch-up's reads and writes a
-        // second against what the device sustains.
-        let plain_io = med("none", &|s| s.disk.as_ref().map(|d| d.reads_per_s + d.writes_per_s).unwrap_or(0.0));
-        if plain_io > 0.0 {
+        // The device's bound. What limits a replica catching up on this
+        // kind of device is what it writes (page flushes, doublewrite:
+        // ~30 KB per write on average), not how many I/Os it makes: the
+        // sustained probe's write bandwidth against the plain catch-up's.
+        let plain_mbw = med("none", &|s| s.disk.as_ref().map(|d| d.mb_written_per_s).unwrap_or(0.0));
+        let cap_mbw = sustained.writes_per_s * 16384.0 / 1e6;
+        if plain_mbw > 0.0 {
             md.push_str(&format!(
-                "
-The device's bound: the plain catch-up made {plain_io:.0} device reads and writes a second ({:.1} per transaction);                  sustained, the device does about {ceiling:.0} a second (reads beside syncing writes, below), so any mode that does the same I/O                  per transaction is capped near {:.2}× here. Prefetching moves the applier's reads earlier without making fewer of them;                  only fewer reads and writes per transaction (a larger pool, purge deferred) go past that.\n",
-                plain_io * base / trx as f64,
-                ceiling / plain_io
+                "\nThe device's bound: the plain catch-up wrote {plain_mbw:.0} MB/s ({:.0} KB per transaction); beside reads, the device sustains about \
+                 {cap_mbw:.0} MB/s of syncing writes (below), so a mode that writes as much per transaction is capped near {:.2}× here (an estimate: the probe's writes are not InnoDB's). \
+                 Prefetching moves the applier's reads earlier without making it write less; a larger pool or purge deferred \
+                 (fewer pages evicted dirty and read back) lowers the bytes per transaction and raises the cap.\n",
+                plain_mbw * 1e3 * base / trx as f64,
+                cap_mbw / plain_mbw
             ));
         }
         let applier = med("none", &|s| s.applier_cpu);
@@ -776,14 +781,15 @@ The device's bound: the plain catch-up made {plain_io:.0} device reads and write
          one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput); \
          four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s); \
          sustained for 15 s beside eight writers that sync every 64 writes (as InnoDB syncs each doublewrite batch), {:.0} µs each \
-         ({:.0} reads/s + {:.0} writes/s: {ceiling:.0} I/Os a second).\n",
+         ({:.0} reads/s + {:.0} writes/s, {:.0} MB/s written).\n",
         iops4 / iops1.max(1e-9),
         mixed.read_us,
         mixed.reads_per_s,
         mixed.writes_per_s,
         sustained.read_us,
         sustained.reads_per_s,
-        sustained.writes_per_s
+        sustained.writes_per_s,
+        sustained.writes_per_s * 16384.0 / 1e6
     ));
     if !lagged.is_empty() {
         let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait", "stalled"];
