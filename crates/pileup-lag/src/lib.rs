@@ -120,7 +120,32 @@ pub struct LagReport {
     pub applier_write_bytes: Option<u64>,
     /// InnoDB page size, to turn those bytes into pages.
     pub page_size: Option<u64>,
+    /// Pages the whole buffer pool read over the period (the applier's,
+    /// purge's, anyone's: Innodb_buffer_pool_reads).
+    pub pool_reads: Option<u64>,
+    /// InnoDB's history list length at the start and end of the period:
+    /// whether purge kept up with the applier (and so read and latched
+    /// pages beside it) or fell behind.
+    pub history: Option<(u64, u64)>,
     pub notes: Vec<String>,
+}
+
+/// What to say about purge, from the history list at the start and end of
+/// the period: None when there is nothing worth saying.
+pub fn purge_line(history: (u64, u64), transactions: Option<u64>, lag_end_s: Option<u64>) -> Option<String> {
+    let (a, b) = history;
+    let t = transactions.filter(|t| *t > 0)?;
+    if b > a + (t / 2).max(1000) {
+        return Some(format!("  purge: the history list grew {a} → {b}: purge fell behind the applier (it catches up once the applier is idle)\n"));
+    }
+    // Kept up while the replica still lags: it removed what the applier
+    // changed as fast as it was applied, reading and latching those pages
+    // beside the applier.
+    let still_lagging = lag_end_s.is_some_and(|l| l > 0);
+    Some(format!(
+        "  purge: the history list went {a} → {b} over {t} applied transactions: purge kept up, reading and latching pages beside the applier{}\n",
+        if still_lagging { " (on an I/O-bound replica, `pileup prefetch --defer-purge` holds it off until caught up)" } else { "" }
+    ))
 }
 
 fn replica_status(c: &mut mysql::Conn) -> Result<Option<mysql::Row>> {
@@ -175,6 +200,8 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io0 = io::thread_io(pid);
+    let pool_reads = |c: &mut mysql::Conn| -> Option<u64> { c.query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'").ok().flatten().map(|r| r.1) };
+    let (reads0, history0) = (pool_reads(&mut c), pileup_prefetch::purge::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
         capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
@@ -217,6 +244,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let seconds = t0.elapsed().as_secs_f64();
     let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io1 = io::thread_io(pid);
+    let (reads1, history1) = (pool_reads(&mut c), pileup_prefetch::purge::history_length(&mut c).ok());
     let st1 = replica_status(&mut c)?;
     let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
     let waits = match &ps0 {
@@ -304,6 +332,8 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         applier_read_bytes,
         applier_write_bytes,
         page_size,
+        pool_reads: reads0.zip(reads1).map(|(a, b)| b.saturating_sub(a)),
+        history: history0.zip(history1),
         notes,
     })
 }
@@ -491,7 +521,7 @@ pub fn render_text(r: &LagReport) -> String {
             s.push_str(&format!("  {:8.2} s {:5.1}% {:>10}  {}\n", w.seconds, 100.0 * w.seconds / wall, w.count, w.event));
         }
     }
-    if r.device.is_some() || r.applier_read_bytes.is_some() {
+    if r.device.is_some() || r.applier_read_bytes.is_some() || r.pool_reads.is_some() || r.history.is_some() {
         s.push_str("\nstorage\n");
     }
     if let Some(b) = r.applier_read_bytes {
@@ -510,6 +540,21 @@ pub fn render_text(r: &LagReport) -> String {
             b as f64 / 1e6,
             b as f64 / 1e6 / r.seconds.max(1e-9)
         ));
+    }
+    if let Some(n) = r.pool_reads {
+        s.push_str(&format!("  the buffer pool read {n} pages in all ({:.0}/s", n as f64 / r.seconds.max(1e-9)));
+        if let Some(t) = r.transactions.filter(|t| *t > 0) {
+            s.push_str(&format!(", {:.2} per transaction", n as f64 / t as f64));
+        }
+        s.push_str(")");
+        if let Some(b) = r.applier_read_bytes {
+            let own = b / r.page_size.unwrap_or(16384).max(1);
+            s.push_str(&format!(", {} of them by other threads than the applier's (purge, a prefetcher, read-ahead)", n.saturating_sub(own)));
+        }
+        s.push('\n');
+    }
+    if let Some(line) = r.history.and_then(|h| purge_line(h, r.transactions, r.lag_end_s)) {
+        s.push_str(&line);
     }
     if let Some(d) = &r.device {
         s.push_str(&format!(
@@ -588,7 +633,7 @@ mod tests {
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
         assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, stalls: stall::Stalls { threshold_ms: 200, ..Default::default() }, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, notes: vec![] };
+        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, stalls: stall::Stalls { threshold_ms: 200, ..Default::default() }, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, pool_reads: None, history: None, notes: vec![] };
         let text = render_text(&r);
         assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
         assert!(text.contains("stalls: none (the applier never stood still 200 ms"), "{text}");
@@ -607,8 +652,11 @@ mod tests {
         let io = LagReport { applier_read_bytes: Some(3 * 16384), applier_write_bytes: Some(4_000_000), page_size: Some(16384), ..r.clone() };
         let text = render_text(&io);
         assert!(text.contains("read 3 pages") && text.contains("0.30 per transaction") && text.contains("wrote 4.0 MB themselves (2.0 MB/s)"), "{text}");
-        let text = render_text(&LagReport { applier_write_bytes: Some(0), ..io });
+        let text = render_text(&LagReport { applier_write_bytes: Some(0), ..io.clone() });
         assert!(!text.contains("wrote"), "nothing to say about zero writes: {text}");
+        let text = render_text(&LagReport { pool_reads: Some(30), history: Some((100, 120)), ..io });
+        assert!(text.contains("the buffer pool read 30 pages in all (15/s, 3.00 per transaction), 27 of them by other threads"), "{text}");
+        assert!(text.contains("purge: the history list went 100 → 120 over 10 applied transactions: purge kept up") && text.contains("--defer-purge"), "{text}");
         let w = ps::PsWait { event: "wait/synch/sxlock/innodb/index_tree_rw_lock".into(), count: 1200, seconds: 0.5 };
         let r = LagReport { waits: vec![w], ..r };
         let text = render_text(&r);
@@ -616,5 +664,17 @@ mod tests {
         let mut svg = vec![];
         render_svg(&r, &mut svg).unwrap();
         assert!(String::from_utf8_lossy(&svg).contains("<svg"));
+    }
+
+    #[test]
+    fn purge_kept_up_or_fell_behind() {
+        let kept = purge_line((200, 400), Some(30_000), Some(9)).unwrap();
+        assert!(kept.contains("purge kept up") && kept.contains("--defer-purge"), "{kept}");
+        let caught_up = purge_line((200, 400), Some(30_000), Some(0)).unwrap();
+        assert!(caught_up.contains("purge kept up") && !caught_up.contains("--defer-purge"), "no advice once caught up: {caught_up}");
+        let behind = purge_line((200, 30_200), Some(30_000), Some(9)).unwrap();
+        assert!(behind.contains("grew 200 → 30200") && behind.contains("fell behind"), "{behind}");
+        assert!(purge_line((200, 400), Some(0), Some(9)).is_none(), "nothing applied, nothing to say");
+        assert!(purge_line((200, 400), None, Some(9)).is_none());
     }
 }

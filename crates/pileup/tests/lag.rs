@@ -98,6 +98,12 @@ fn lag_shows_where_the_applier_spends_its_time() {
     } else {
         assert!(r["device"].is_null() && r["notes"].to_string().contains("no block device statistics"), "{r}");
     }
+    // The whole pool's reads (the applier's and everyone else's) and the
+    // history list at both ends, whatever the storage.
+    let pool = r["pool_reads"].as_u64().expect("pool_reads");
+    assert!(pool > 0, "an I/O-bound replica's pool reads pages: {r}");
+    let h = r["history"].as_array().expect("history [start, end]");
+    assert!(h.len() == 2 && h.iter().all(|x| x.is_u64()), "{r}");
     // Stalls: the report always says; when there were some, they add up.
     let st = &r["stalls"];
     assert_eq!(st["threshold_ms"], 200, "{st}");
@@ -119,6 +125,7 @@ fn lag_shows_where_the_applier_spends_its_time() {
     eprintln!("{t}");
     assert!(t.contains("  stalls: ") && t.contains("inside which row operation"), "{t}");
     assert!(t.contains("where apply time goes") && t.contains("applier states seen") && t.contains("instrumented waits of the applier threads"), "{t}");
+    assert!(t.contains("the buffer pool read ") && t.contains("pages in all"), "{t}");
     if on_disk {
         assert!(t.contains("\nstorage\n") && t.contains("holds the datadir") && t.contains("from storage"), "{t}");
     }
