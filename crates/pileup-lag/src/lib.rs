@@ -546,7 +546,7 @@ pub fn render_text(r: &LagReport) -> String {
         if let Some(t) = r.transactions.filter(|t| *t > 0) {
             s.push_str(&format!(", {:.2} per transaction", n as f64 / t as f64));
         }
-        s.push_str(")");
+        s.push(')');
         if let Some(b) = r.applier_read_bytes {
             let own = b / r.page_size.unwrap_or(16384).max(1);
             s.push_str(&format!(", {} of them by other threads than the applier's (purge, a prefetcher, read-ahead)", n.saturating_sub(own)));

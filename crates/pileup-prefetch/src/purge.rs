@@ -116,12 +116,14 @@ pub struct Deferral {
     last: Option<std::time::Instant>,
     held_since: Option<std::time::Instant>,
     failed: bool,
+    /// Said once that a long history keeps the hold off.
+    told_long: bool,
 }
 
 impl Deferral {
     pub fn new(spec: &pileup_conn::ConnSpec, cap: u64) -> Result<Self> {
         let hold = PurgeHold::new(spec.connect()?, cap).context("--defer-purge")?;
-        Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, held_since: None, failed: false })
+        Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, held_since: None, failed: false, told_long: false })
     }
 
     pub fn tick(&mut self, lagging: bool, counters: &crate::run::Counters) {
@@ -152,7 +154,15 @@ impl Deferral {
                         self.ended(counters);
                         tracing::debug!(history, ?why, "purge released");
                     }
-                    Action::Keep => {}
+                    Action::Keep => {
+                        if lagging && !h.held() && history >= self.cap / 2 && !self.told_long {
+                            self.told_long = true;
+                            eprintln!(
+                                "pileup prefetch: --defer-purge: the history list is already {history} (half the cap of {} or more): purge runs until it is below that",
+                                self.cap
+                            );
+                        }
+                    }
                 }
             }
             Err(e) => {
