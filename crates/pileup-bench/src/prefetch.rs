@@ -118,7 +118,7 @@ fn applier_cpu(pid: u32, tids: &[u64]) -> f64 {
 }
 
 fn status(c: &mut mysql::Conn, name: &str) -> Result<f64> {
-    Ok(c.query_first::<(String, f64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))?.map(|r| r.1).unwrap_or(0.0))
+    Ok(pileup_conn::global_status(c, name)?.unwrap_or(0) as f64)
 }
 
 #[derive(Default, Clone)]

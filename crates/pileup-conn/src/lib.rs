@@ -331,6 +331,12 @@ pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String)> {
     Ok((f, v))
 }
 
+/// One global status variable as a number (None: the server has no such
+/// variable).
+pub fn global_status(conn: &mut mysql::Conn, name: &str) -> Result<Option<u64>> {
+    Ok(conn.query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))?.map(|r| r.1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -148,6 +148,13 @@ pub fn purge_line(history: (u64, u64), transactions: Option<u64>, lag_end_s: Opt
     ))
 }
 
+impl LagReport {
+    /// Pages the applier threads read from storage themselves.
+    pub fn applier_pages(&self) -> Option<u64> {
+        Some(self.applier_read_bytes? / self.page_size.unwrap_or(16384).max(1))
+    }
+}
+
 fn replica_status(c: &mut mysql::Conn) -> Result<Option<mysql::Row>> {
     Ok(c.query_first("SHOW SLAVE STATUS")?)
 }
@@ -200,7 +207,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io0 = io::thread_io(pid);
-    let pool_reads = |c: &mut mysql::Conn| -> Option<u64> { c.query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'").ok().flatten().map(|r| r.1) };
+    let pool_reads = |c: &mut mysql::Conn| pileup_conn::global_status(c, "Innodb_buffer_pool_reads").ok().flatten();
     let (reads0, history0) = (pool_reads(&mut c), pileup_prefetch::purge::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
@@ -524,9 +531,7 @@ pub fn render_text(r: &LagReport) -> String {
     if r.device.is_some() || r.applier_read_bytes.is_some() || r.pool_reads.is_some() || r.history.is_some() {
         s.push_str("\nstorage\n");
     }
-    if let Some(b) = r.applier_read_bytes {
-        let page = r.page_size.unwrap_or(16384).max(1);
-        let pages = b / page;
+    if let (Some(b), Some(pages)) = (r.applier_read_bytes, r.applier_pages()) {
         s.push_str(&format!("  the applier threads read {pages} pages ({:.1} MB) from storage: {:.0}/s", b as f64 / 1e6, pages as f64 / r.seconds.max(1e-9)));
         if let Some(t) = r.transactions.filter(|t| *t > 0) {
             s.push_str(&format!(", {:.2} per transaction", pages as f64 / t as f64));
@@ -547,8 +552,7 @@ pub fn render_text(r: &LagReport) -> String {
             s.push_str(&format!(", {:.2} per transaction", n as f64 / t as f64));
         }
         s.push(')');
-        if let Some(b) = r.applier_read_bytes {
-            let own = b / r.page_size.unwrap_or(16384).max(1);
+        if let Some(own) = r.applier_pages() {
             s.push_str(&format!(", {} of them by other threads than the applier's (purge, a prefetcher, read-ahead)", n.saturating_sub(own)));
         }
         s.push('\n');

@@ -55,7 +55,7 @@ pub fn decide(held: bool, lagging: bool, history: u64, cap: u64) -> Action {
 /// The length of InnoDB's history list (transactions whose undo purge has
 /// not processed): MariaDB's status variable, else MySQL's metric.
 pub fn history_length(c: &mut mysql::Conn) -> Result<u64> {
-    if let Some((_, v)) = c.query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'")? {
+    if let Some(v) = pileup_conn::global_status(c, "Innodb_history_list_length")? {
         return Ok(v);
     }
     c.query_first::<u64, _>("SELECT `COUNT` FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")?
@@ -66,7 +66,8 @@ pub fn history_length(c: &mut mysql::Conn) -> Result<u64> {
 pub struct PurgeHold {
     conn: mysql::Conn,
     cap: u64,
-    held: bool,
+    /// When the read view was taken (None: not holding).
+    since: Option<std::time::Instant>,
 }
 
 impl PurgeHold {
@@ -74,22 +75,27 @@ impl PurgeHold {
         // Checked up front: a server without the figure cannot be bounded.
         history_length(&mut conn)?;
         conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
-        Ok(PurgeHold { conn, cap, held: false })
+        Ok(PurgeHold { conn, cap, since: None })
     }
 
     pub fn held(&self) -> bool {
-        self.held
+        self.since.is_some()
+    }
+
+    /// How long the current hold has lasted (zero when not holding).
+    pub fn held_for(&self) -> std::time::Duration {
+        self.since.map(|t| t.elapsed()).unwrap_or_default()
     }
 
     /// Look at the history and hold or release; returns the history length
     /// and what was done.
     pub fn step(&mut self, lagging: bool) -> Result<(u64, Action)> {
         let history = history_length(&mut self.conn)?;
-        let action = decide(self.held, lagging, history, self.cap);
+        let action = decide(self.held(), lagging, history, self.cap);
         match action {
             Action::Hold => {
                 self.conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
-                self.held = true;
+                self.since = Some(std::time::Instant::now());
             }
             Action::Release(_) => self.release()?,
             Action::Keep => {}
@@ -97,9 +103,9 @@ impl PurgeHold {
         Ok((history, action))
     }
 
+    /// End the hold, if any.
     pub fn release(&mut self) -> Result<()> {
-        if self.held {
-            self.held = false;
+        if self.since.take().is_some() {
             self.conn.query_drop("COMMIT")?;
         }
         Ok(())
@@ -114,7 +120,6 @@ pub struct Deferral {
     cap: u64,
     hold: Option<PurgeHold>,
     last: Option<std::time::Instant>,
-    held_since: Option<std::time::Instant>,
     failed: bool,
     /// Said once that a long history keeps the hold off.
     told_long: bool,
@@ -123,7 +128,7 @@ pub struct Deferral {
 impl Deferral {
     pub fn new(spec: &pileup_conn::ConnSpec, cap: u64) -> Result<Self> {
         let hold = PurgeHold::new(spec.connect()?, cap).context("--defer-purge")?;
-        Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, held_since: None, failed: false, told_long: false })
+        Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, failed: false, told_long: false })
     }
 
     pub fn tick(&mut self, lagging: bool, counters: &crate::run::Counters) {
@@ -136,6 +141,8 @@ impl Deferral {
             self.hold = self.spec.connect().ok().and_then(|c| PurgeHold::new(c, self.cap).ok());
         }
         let Some(h) = self.hold.as_mut() else { return };
+        // Measured before the step, which may end the hold.
+        let held_for = h.held_for();
         match h.step(lagging) {
             Ok((history, action)) => {
                 self.failed = false;
@@ -143,7 +150,6 @@ impl Deferral {
                 match action {
                     Action::Hold => {
                         counters.purge_holds.fetch_add(1, Relaxed);
-                        self.held_since = Some(std::time::Instant::now());
                         tracing::debug!(history, "holding purge off");
                     }
                     Action::Release(why) => {
@@ -151,7 +157,7 @@ impl Deferral {
                             counters.purge_released_at_cap.fetch_add(1, Relaxed);
                             eprintln!("pileup prefetch: the history list reached {history} (--defer-purge cap {}): letting purge run until it is below half of that", self.cap);
                         }
-                        self.ended(counters);
+                        counters.purge_held_ms.fetch_add(held_for.as_millis() as u64, Relaxed);
                         tracing::debug!(history, ?why, "purge released");
                     }
                     Action::Keep => {
@@ -170,26 +176,24 @@ impl Deferral {
                     eprintln!("pileup prefetch: --defer-purge lost its connection ({e:#}); purge runs until it is back");
                 }
                 self.failed = true;
+                // The server ended the hold with the connection.
+                counters.purge_held_ms.fetch_add(held_for.as_millis() as u64, Relaxed);
                 self.hold = None;
-                self.ended(counters);
             }
         }
         counters.purge_held.store(u64::from(self.hold.as_ref().is_some_and(|h| h.held())), Relaxed);
     }
 
-    fn ended(&mut self, counters: &crate::run::Counters) {
-        if let Some(t) = self.held_since.take() {
-            counters.purge_held_ms.fetch_add(t.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
     /// Let purge run again (on exit).
     pub fn finish(&mut self, counters: &crate::run::Counters) {
+        use std::sync::atomic::Ordering::Relaxed;
         if let Some(h) = self.hold.as_mut() {
+            // A failed COMMIT still ends the hold: the connection goes with us.
+            let held_for = h.held_for();
             let _ = h.release();
+            counters.purge_held_ms.fetch_add(held_for.as_millis() as u64, Relaxed);
         }
-        self.ended(counters);
-        counters.purge_held.store(0, std::sync::atomic::Ordering::Relaxed);
+        counters.purge_held.store(0, Relaxed);
     }
 }
 
