@@ -320,3 +320,15 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
         assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()), "{t} differs");
     }
 }
+
+#[test]
+fn bad_defer_purge_flags_are_refused_in_one_line() {
+    // A cap under 2 could never hold purge (it holds below half the cap).
+    let out = common::pileup(&["prefetch", "--defer-purge", "--max-history", "1", "-S", "/nonexistent.sock"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("--max-history must be at least 2") && e.trim().lines().count() == 1, "{e}");
+    // The cap alone means nothing.
+    let out = common::pileup(&["prefetch", "--max-history", "5000", "-S", "/nonexistent.sock"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("--defer-purge"), "{e}");
+}

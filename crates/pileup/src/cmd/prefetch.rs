@@ -64,6 +64,9 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
     if a.readers == 0 || a.batch == 0 {
         bail!("--readers and --batch must be at least 1");
     }
+    if a.defer_purge && a.max_history < 2 {
+        bail!("--max-history must be at least 2: purge is held only while the history list is below half of it");
+    }
     let spec = conn.resolve()?;
     let o = Options {
         readers: a.readers,
