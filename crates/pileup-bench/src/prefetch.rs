@@ -21,7 +21,12 @@
 //! Reported per format and mode (medians over rounds): catch-up time,
 //! transactions per second, the ratio to the plain applier, the applier
 //! threads' own CPU (the bound no prefetcher can beat), the replica's whole
-//! CPU, the prefetcher's CPU and buffer-pool reads per transaction.
+//! CPU, the prefetcher's CPU and buffer-pool reads per transaction. Also,
+//! per mode: the history list the catch-up left for purge and how long
+//! purge then took on the idle replica (deferring purge moves that work
+//! after the catch-up, so a speed-up with that time counted is reported
+//! beside the catch-up's own), the whole machine's busy CPU and how long the
+//! applier threads sat runnable waiting for a CPU (schedstat).
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
@@ -117,6 +122,26 @@ fn applier_cpu(pid: u32, tids: &[u64]) -> f64 {
     tids.iter().map(|t| cpu_of(&format!("/proc/{pid}/task/{t}/stat"))).sum()
 }
 
+/// Seconds the applier threads spent runnable but waiting for a CPU (the
+/// second field of /proc/PID/task/TID/schedstat, in nanoseconds).
+fn applier_runq(pid: u32, tids: &[u64]) -> f64 {
+    tids.iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .sum::<f64>()
+        / 1e9
+}
+
+/// CPU seconds the whole machine spent busy (every state but idle and
+/// iowait, summed over cores), from the first line of /proc/stat.
+fn machine_busy() -> f64 {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    f.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum::<f64>() / tick
+}
+
 fn status(c: &mut mysql::Conn, name: &str) -> Result<f64> {
     Ok(pileup_conn::global_status(c, name)?.unwrap_or(0) as f64)
 }
@@ -136,6 +161,16 @@ struct Sample {
     prefetch_report: String,
     /// `pileup lag --json` of this catch-up (untimed composition rounds only).
     lag_json: String,
+    /// Seconds the applier threads waited in the run queue for a CPU.
+    applier_runq: f64,
+    /// CPU seconds the whole machine was busy during the catch-up.
+    machine_busy: f64,
+    /// InnoDB's history list when the applier had caught up (and any purge
+    /// hold was released): the purge work this catch-up left behind.
+    history_left: f64,
+    /// Seconds from then until purge brought the history list under 1,000
+    /// on the otherwise idle replica (the bar every round starts from).
+    purge_after: f64,
 }
 
 
@@ -405,7 +440,7 @@ impl Bench {
         // --hold-purge: a session with a consistent snapshot from before the
         // applier starts keeps purge from removing anything it changes (a
         // diagnostic: on a real replica the history list would grow).
-        let _purge_hold = if self.hold_purge || (mode.defer && !mode.prefetch) {
+        let purge_hold = if self.hold_purge || (mode.defer && !mode.prefetch) {
             let mut h = self.replica.connect()?;
             h.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")?;
             Some(h)
@@ -425,6 +460,7 @@ impl Bench {
         }
         let tids = applier_tids(&self.replica)?;
         let acpu0 = applier_cpu(pid, &tids);
+        let (runq0, busy0) = (applier_runq(pid, &tids), machine_busy());
         let lag = match lag_for {
             Some(d) => Some(
                 Command::new(&self.pileup)
@@ -513,6 +549,10 @@ impl Bench {
             prefetch_cpu: 0.0,
             prefetch_report: String::new(),
             lag_json: String::new(),
+            history_left: 0.0,
+            purge_after: 0.0,
+            applier_runq: applier_runq(pid, &tids) - runq0,
+            machine_busy: machine_busy() - busy0,
         };
         if let Some(l) = lag {
             let out = l.wait_with_output()?;
@@ -540,6 +580,16 @@ impl Bench {
                 eprintln!("  prefetch said: {l}");
             }
         }
+        // What the catch-up left for purge, and how long purge then took:
+        // deferring purge moves that work after the catch-up, so the bench
+        // times it too (on an idle replica; a live one keeps applying).
+        drop(purge_hold);
+        s.history_left = status(&mut c, "Innodb_history_list_length")?;
+        let t = Instant::now();
+        while status(&mut c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < Duration::from_secs(600) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s.purge_after = t.elapsed().as_secs_f64();
         let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
         let errno: u64 = st.get("Last_SQL_Errno").unwrap_or(0);
         if errno != 0 {
@@ -646,7 +696,7 @@ fn main() -> Result<()> {
                 b.label = format!("{}-{f}", r + 1);
                 let s = b.catch_up(m, None)?;
                 eprintln!(
-                    "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}",
+                    "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}, history left {:.0}, purged in {:.1} s, applier waited {:.2} s for a CPU, machine busy {:.2} cores",
                     r + 1,
                     m.name,
                     s.secs,
@@ -655,7 +705,11 @@ fn main() -> Result<()> {
                     s.replica_cpu,
                     s.prefetch_cpu,
                     s.pool_reads / trx as f64,
-                    s.wait_free / trx as f64
+                    s.wait_free / trx as f64,
+                    s.history_left,
+                    s.purge_after,
+                    s.applier_runq,
+                    s.machine_busy / s.secs
                 );
                 if !s.prefetch_report.is_empty() {
                     eprintln!("  prefetch counters: {}", s.prefetch_report);
@@ -715,6 +769,36 @@ fn main() -> Result<()> {
                 med(m.name, &|s| s.replica_cpu / s.secs),
                 med(m.name, &|s| s.prefetch_cpu / s.secs),
                 med(m.name, &|s| s.pool_reads) / trx as f64
+            ));
+        }
+        let base_total = med("none", &|s| s.secs + s.purge_after);
+        md.push_str(
+            "\nWhat each catch-up left for purge (InnoDB's history list when the applier had caught up and any hold was released) \
+             and how long purge then took to bring it under 1,000 on the idle replica; the last column counts that time too:\n\n\
+             | mode | history left | purge afterwards (s) | catch-up + purge (s) | speed-up vs none, purge included |\n|---|---|---|---|---|\n",
+        );
+        for m in &modes {
+            let total = med(m.name, &|s| s.secs + s.purge_after);
+            md.push_str(&format!(
+                "| {} | {:.0} | {:.1} | {:.2} | {:.2}× |\n",
+                m.name,
+                med(m.name, &|s| s.history_left),
+                med(m.name, &|s| s.purge_after),
+                total,
+                base_total / total
+            ));
+        }
+        md.push_str(&format!(
+            "\nCPU during the catch-up: the whole machine's busy time (/proc/stat, every state but idle and iowait) and the time the \
+             applier threads were runnable but waiting for a CPU (schedstat):\n\n\
+             | mode | machine busy (cores of {cores:.0}) | applier waiting for a CPU (% of wall) |\n|---|---|---|\n"
+        ));
+        for m in &modes {
+            md.push_str(&format!(
+                "| {} | {:.2} | {:.0}% |\n",
+                m.name,
+                med(m.name, &|s| s.machine_busy / s.secs),
+                100.0 * med(m.name, &|s| s.applier_runq / s.secs)
             ));
         }
         if samples.values().flatten().all(|s| s.disk.is_some()) {
