@@ -34,8 +34,9 @@
 //!   [--parallel-threads 4]
 //!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
-//! The replica runs with innodb_io_capacity=4000 (max 8000), as a DBA sets
-//! it for an SSD; `--cnf` adds or overrides replica server options.
+//! The replica runs with innodb_io_capacity=4000 (max 8000) and
+//! innodb_flush_neighbors=0, as a DBA sets them for an SSD; `--cnf` adds or
+//! overrides replica server options.
 //!
 //! `--reuse DIR` keeps both servers' datadirs in DIR and loads the tables
 //! only when DIR does not already hold them.
@@ -624,7 +625,12 @@ fn main() -> Result<()> {
     let primary = Sandbox::start(Options { binlog: true, cnf: vec![kv("innodb_buffer_pool_size", "4G"), kv("binlog_format", "ROW")], ..named("primary") })?;
     // What a DBA sets for an SSD: the default innodb_io_capacity (200) makes
     // the page cleaner the bottleneck of any write-heavy small-pool server.
-    let mut extra: Vec<(String, String)> = vec![kv("innodb_io_capacity", "4000"), kv("innodb_io_capacity_max", "8000")];
+    // MariaDB skips neighbour flushing on its own when the kernel says the
+    // disk is solid-state, but virtual disks (virtio here) often claim to be
+    // rotational, and flushing neighbours then writes pages that are dirtied
+    // again soon after: the plain applier caught up ~1.2x faster without it.
+    let mut extra: Vec<(String, String)> =
+        vec![kv("innodb_io_capacity", "4000"), kv("innodb_io_capacity_max", "8000"), kv("innodb_flush_neighbors", "0")];
     for (i, a) in args.iter().enumerate() {
         if a == "--cnf" {
             let v = args.get(i + 1).context("--cnf KEY=VALUE")?;
