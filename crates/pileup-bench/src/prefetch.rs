@@ -25,8 +25,9 @@
 //! per mode: the history list the catch-up left for purge and how long
 //! purge then took on the idle replica (deferring purge moves that work
 //! after the catch-up, so a speed-up with that time counted is reported
-//! beside the catch-up's own), the whole machine's busy CPU and how long the
-//! applier threads sat runnable waiting for a CPU (schedstat).
+//! beside the catch-up's own), the whole machine's busy CPU and how long an
+//! applier thread sat runnable waiting for a CPU (schedstat; the mean over
+//! the threads with parallel replication).
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
@@ -123,14 +124,17 @@ fn applier_cpu(pid: u32, tids: &[u64]) -> f64 {
     tids.iter().map(|t| cpu_of(&format!("/proc/{pid}/task/{t}/stat"))).sum()
 }
 
-/// Seconds the applier threads spent runnable but waiting for a CPU (the
-/// second field of /proc/PID/task/TID/schedstat, in nanoseconds).
+/// Seconds an applier thread spent runnable but waiting for a CPU, the mean
+/// over the applier threads (the second field of
+/// /proc/PID/task/TID/schedstat, in nanoseconds): one thread's figure
+/// without parallel replication, a worker's on average with it.
 fn applier_runq(pid: u32, tids: &[u64]) -> f64 {
-    tids.iter()
+    let waits: Vec<f64> = tids
+        .iter()
         .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/schedstat")).ok())
         .filter_map(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
-        .sum::<f64>()
-        / 1e9
+        .collect();
+    waits.iter().sum::<f64>() / waits.len().max(1) as f64 / 1e9
 }
 
 /// CPU seconds the whole machine spent busy (every state but idle and
@@ -162,7 +166,8 @@ struct Sample {
     prefetch_report: String,
     /// `pileup lag --json` of this catch-up (untimed composition rounds only).
     lag_json: String,
-    /// Seconds the applier threads waited in the run queue for a CPU.
+    /// Seconds an applier thread waited in the run queue for a CPU (mean
+    /// over the applier threads).
     applier_runq: f64,
     /// CPU seconds the whole machine was busy during the catch-up.
     machine_busy: f64,
@@ -702,7 +707,7 @@ fn main() -> Result<()> {
                 b.label = format!("{}-{f}", r + 1);
                 let s = b.catch_up(m, None)?;
                 eprintln!(
-                    "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}, history left {:.0}, purged in {:.1} s, applier waited {:.2} s for a CPU, machine busy {:.2} cores",
+                    "round {} {f} {}: {:.2} s, {:.0} trx/s, applier CPU {:.2} s, replica CPU {:.2} s, prefetch CPU {:.2} s, pool reads/trx {:.2}, waits for a free page/trx {:.2}, history left {:.0}, purged in {:.1} s, an applier thread waited {:.2} s for a CPU, machine busy {:.2} cores",
                     r + 1,
                     m.name,
                     s.secs,
@@ -796,8 +801,8 @@ fn main() -> Result<()> {
         }
         md.push_str(&format!(
             "\nCPU during the catch-up: the whole machine's busy time (/proc/stat, every state but idle and iowait) and the time the \
-             applier threads were runnable but waiting for a CPU (schedstat):\n\n\
-             | mode | machine busy (cores of {cores:.0}) | applier waiting for a CPU (% of wall) |\n|---|---|---|\n"
+             applier threads were runnable but waiting for a CPU (schedstat; with parallel replication, the mean over its threads):\n\n\
+             | mode | machine busy (cores of {cores:.0}) | an applier thread waiting for a CPU (% of wall) |\n|---|---|---|\n"
         ));
         for m in &modes {
             md.push_str(&format!(
