@@ -144,7 +144,7 @@ pub fn purge_line(history: (u64, u64), transactions: Option<u64>, lag_end_s: Opt
     let still_lagging = lag_end_s.is_some_and(|l| l > 0);
     Some(format!(
         "  purge: the history list went {a} → {b} over {t} applied transactions: purge kept up, reading and latching pages beside the applier{}\n",
-        if still_lagging { " (on an I/O-bound replica, `pileup prefetch --defer-purge` holds it off until caught up)" } else { "" }
+        if still_lagging { " (on an I/O-bound replica, `pileup prefetch --defer-purge` holds it off until caught up, and purge does that work afterwards)" } else { "" }
     ))
 }
 

@@ -50,8 +50,11 @@ pub struct PrefetchArgs {
     pub primary_only: bool,
     /// While the replica lags, hold InnoDB's purge off (an open read view: no
     /// locks) so the applier does not compete with it for pages, latches and
-    /// the device; purge catches up afterwards. The undo history grows
-    /// meanwhile: see --max-history.
+    /// the device; purge catches up afterwards. This moves purge's work
+    /// rather than saving it: the replica catches up sooner, then spends
+    /// about as long purging (bench/prefetch). For a replica catching up
+    /// after a stop or a burst, not one that lags for good. The undo
+    /// history grows meanwhile: see --max-history.
     #[arg(long)]
     pub defer_purge: bool,
     /// With --defer-purge: let purge run once the history list reaches this
