@@ -74,7 +74,9 @@
 //! steady state rather than the cold start can be looked at
 //! (`pileup stacks --threads sql-thread`), into DIR/ROUND-FORMAT-MODE.txt,
 //! with what the applier threads and every kind of server thread waited on
-//! (performance_schema: `-waits.txt`, `-waits-all.txt`), the prefetcher's
+//! (performance_schema: `-waits.txt`, `-waits-all.txt`), pages read by page
+//! type when the server counts them (`-page-reads.txt`, with `--cnf
+//! innodb_monitor_enable=module_buffer_page`), the prefetcher's
 //! counters and stderr, and the lag rounds' `pileup lag --json` reports.
 
 use std::collections::HashMap;
@@ -544,6 +546,14 @@ impl Bench {
             )?;
             let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
             std::fs::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
+            // Pages read by page type since the restart before this
+            // catch-up, when the server counts them (`--cnf
+            // innodb_monitor_enable=module_buffer_page`): index leaves, undo
+            // log pages and the rest, which SQL lookups cannot warm.
+            let rows: Vec<(String, i64)> =
+                c.query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME LIKE 'buffer_page_read%' AND COUNT > 0 ORDER BY COUNT DESC")?;
+            let text: String = rows.iter().map(|(n, k)| format!("{k:10} {n}\n")).collect();
+            std::fs::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
         }
         let mut s = Sample {
             secs,
