@@ -5,8 +5,12 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-# command:Debian package — a command already on PATH (or in /usr/sbin) is not reinstalled.
+# command:Debian package — a command already on PATH (or in /usr/sbin), or a
+# file already there (an absolute path), is not reinstalled. The
+# metadata_lock_info plugin (watch names who holds a metadata lock with it)
+# comes only with the full mariadb-server package.
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
+  /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -16,11 +20,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 deps:
 	@missing=""; \
 	for need in $(NEEDS); do cmd=$${need%%:*}; pkg=$${need#*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
+	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || { case $$cmd in /*) [ -e $$cmd ];; *) false;; esac; } || case " $$missing " in *" $$pkg "*) ;; *) missing="$$missing $$pkg";; esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  # No package may start a system service here (mariadb-server's would): \
+	  # policy-rc.d refuses every start while installing, unless one exists. \
+	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d && guard=1; fi; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+	  [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; \
+	  [ $$rc = 0 ] || { echo "installing$$missing failed (apt-get exit $$rc)" >&2; exit $$rc; }; \
 	fi
 	@command -v $(CARGO) >/dev/null || [ -x "$$HOME/.cargo/bin/cargo" ] || { \
 	  echo "installing Rust (rustup, stable)"; \
