@@ -153,6 +153,17 @@ fn status(c: &mut mysql::Conn, name: &str) -> Result<f64> {
     Ok(pileup_conn::global_status(c, name)?.unwrap_or(0) as f64)
 }
 
+/// Wait (at most `limit`) until purge has brought InnoDB's history list
+/// under 1,000, the bar every catch-up starts from; returns the seconds
+/// waited.
+fn wait_purged(c: &mut mysql::Conn, limit: Duration) -> Result<f64> {
+    let t = Instant::now();
+    while status(c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 #[derive(Default, Clone)]
 struct Sample {
     secs: f64,
@@ -424,10 +435,7 @@ impl Bench {
         let mut c = self.replica.connect()?;
         // Every catch-up starts with the previous one's purge finished (it
         // would otherwise read and latch beside this one's applier).
-        let t = Instant::now();
-        while status(&mut c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < Duration::from_secs(300) {
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_purged(&mut c, Duration::from_secs(300))?;
         let pid = self.replica.pid();
         let mut child: Option<Child> = None;
         if mode.prefetch {
@@ -522,6 +530,8 @@ impl Bench {
         }
         self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
         let secs = t0.elapsed().as_secs_f64();
+        // CPU over the catch-up itself, before the profile's queries below.
+        let (runq, busy) = (applier_runq(pid, &tids) - runq0, machine_busy() - busy0);
         let disk = device_of(pid as i32, &datadir).zip(disk0).map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
         if let Some(Ok(mut p)) = prof {
             let _ = p.wait();
@@ -567,8 +577,8 @@ impl Bench {
             lag_json: String::new(),
             history_left: 0.0,
             purge_after: 0.0,
-            applier_runq: applier_runq(pid, &tids) - runq0,
-            machine_busy: machine_busy() - busy0,
+            applier_runq: runq,
+            machine_busy: busy,
         };
         if let Some(l) = lag {
             let out = l.wait_with_output()?;
@@ -601,11 +611,7 @@ impl Bench {
         // times it too (on an idle replica; a live one keeps applying).
         drop(purge_hold);
         s.history_left = status(&mut c, "Innodb_history_list_length")?;
-        let t = Instant::now();
-        while status(&mut c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < Duration::from_secs(600) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        s.purge_after = t.elapsed().as_secs_f64();
+        s.purge_after = wait_purged(&mut c, Duration::from_secs(600))?;
         let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
         let errno: u64 = st.get("Last_SQL_Errno").unwrap_or(0);
         if errno != 0 {
