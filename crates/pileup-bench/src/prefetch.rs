@@ -31,7 +31,7 @@
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred]]
+//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages]]
 //!   [--parallel-threads 4]
 //!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
@@ -345,18 +345,22 @@ struct Mode {
     /// --defer-purge` when prefetching, else by a session holding a
     /// consistent snapshot (what the option does, without the prefetcher).
     defer: bool,
+    /// `pileup prefetch --warm pages`.
+    pages: bool,
 }
 
-const MODES: [Mode; 9] = [
-    Mode { name: "none", prefetch: false, parallel: false, prewarm: false, defer: false },
-    Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false, defer: false },
-    Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false, defer: false },
-    Mode { name: "both", prefetch: true, parallel: true, prewarm: false, defer: false },
-    Mode { name: "prewarmed", prefetch: true, parallel: false, prewarm: true, defer: false },
-    Mode { name: "deferred", prefetch: false, parallel: false, prewarm: false, defer: true },
-    Mode { name: "prefetch-deferred", prefetch: true, parallel: false, prewarm: false, defer: true },
-    Mode { name: "parallel-deferred", prefetch: false, parallel: true, prewarm: false, defer: true },
-    Mode { name: "both-deferred", prefetch: true, parallel: true, prewarm: false, defer: true },
+const MODES: [Mode; 11] = [
+    Mode { name: "none", prefetch: false, parallel: false, prewarm: false, defer: false, pages: false },
+    Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false, defer: false, pages: false },
+    Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false, defer: false, pages: false },
+    Mode { name: "both", prefetch: true, parallel: true, prewarm: false, defer: false, pages: false },
+    Mode { name: "prewarmed", prefetch: true, parallel: false, prewarm: true, defer: false, pages: false },
+    Mode { name: "deferred", prefetch: false, parallel: false, prewarm: false, defer: true, pages: false },
+    Mode { name: "prefetch-deferred", prefetch: true, parallel: false, prewarm: false, defer: true, pages: false },
+    Mode { name: "parallel-deferred", prefetch: false, parallel: true, prewarm: false, defer: true, pages: false },
+    Mode { name: "both-deferred", prefetch: true, parallel: true, prewarm: false, defer: true, pages: false },
+    Mode { name: "pages", prefetch: true, parallel: false, prewarm: false, defer: false, pages: true },
+    Mode { name: "both-pages", prefetch: true, parallel: true, prewarm: false, defer: false, pages: true },
 ];
 
 struct Bench {
@@ -444,6 +448,7 @@ impl Bench {
                 .arg(format!("--readers={}", self.readers))
                 .args(&self.prefetch_args)
                 .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
+                .args(if mode.pages { &["--warm", "pages"][..] } else { &[][..] })
                 .args(if mode.prewarm { &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..] } else { &[][..] })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

@@ -49,11 +49,25 @@ pub struct Options {
     /// Hold purge off while the replica lags, up to this history list
     /// length (see [`crate::purge`]).
     pub defer_purge: Option<u64>,
+    /// How keys are warmed.
+    pub warm: Warm,
+}
+
+/// How the prefetcher has the server read a key's page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Warm {
+    /// Index-only SELECTs (every index, every server).
+    #[default]
+    Sql,
+    /// Integer indexes: the leaf's page number from the index's upper
+    /// levels ([`crate::pages`]), read by InnoDB's buffer pool load
+    /// ([`crate::load`]); other indexes by SELECTs.
+    Pages,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false, defer_purge: None }
+        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false, defer_purge: None, warm: Warm::Sql }
     }
 }
 
@@ -132,6 +146,16 @@ pub struct Counters {
     pub purge_released_at_cap: AtomicU64,
     pub purge_held_ms: AtomicU64,
     pub history_length: AtomicU64,
+    /// `--warm pages`: keys mapped to leaf pages, pages asked for (new in
+    /// the list), buffer pool loads asked for, keys that could not be
+    /// mapped (and were not read), keys dropped because the page mapper
+    /// was behind, and the indexes' upper-level pages read from their files.
+    pub keys_mapped: AtomicU64,
+    pub pages_listed: AtomicU64,
+    pub page_loads: AtomicU64,
+    pub keys_unmapped: AtomicU64,
+    pub keys_dropped_mapper_busy: AtomicU64,
+    pub index_pages_read: AtomicU64,
     errors_seen: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
@@ -207,6 +231,12 @@ impl Counters {
             ("purge_released_at_cap", g(&self.purge_released_at_cap)),
             ("purge_held_ms", g(&self.purge_held_ms)),
             ("history_length", g(&self.history_length)),
+            ("keys_mapped", g(&self.keys_mapped)),
+            ("pages_listed", g(&self.pages_listed)),
+            ("page_loads", g(&self.page_loads)),
+            ("keys_unmapped", g(&self.keys_unmapped)),
+            ("keys_dropped_mapper_busy", g(&self.keys_dropped_mapper_busy)),
+            ("index_pages_read", g(&self.index_pages_read)),
         ]
     }
 
@@ -464,6 +494,21 @@ struct Batcher {
     recent: Recent,
     batch: usize,
     primary_only: bool,
+    /// `--warm pages`: where keys of integer indexes go instead.
+    pages: Option<PageSender>,
+}
+
+/// A key for the page mapper.
+struct PageJob {
+    table: Arc<Table>,
+    key: Key,
+    seq: u64,
+}
+
+struct PageSender {
+    tx: mpsc::SyncSender<PageJob>,
+    /// Can index (table, index) be mapped to pages? (by table address)
+    mappable: HashMap<(usize, usize), bool>,
 }
 
 impl Batcher {
@@ -476,6 +521,29 @@ impl Batcher {
             return;
         }
         counters.keys_issued.fetch_add(1, Ordering::Relaxed);
+        if let Some(ps) = self.pages.as_mut() {
+            if ps.mappable.len() > 10_000 {
+                ps.mappable.clear();
+            }
+            let ok = *ps.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| crate::pages::node_fields(table, k.index).is_some());
+            if ok {
+                match ps.tx.try_send(PageJob { table: table.clone(), key: k, seq }) {
+                    Ok(()) => return,
+                    Err(mpsc::TrySendError::Full(_)) => {
+                        counters.keys_dropped_mapper_busy.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(mpsc::TrySendError::Disconnected(j)) => {
+                        self.pages = None;
+                        return self.issue_sql(table, j.key, seq, tx, counters);
+                    }
+                }
+            }
+        }
+        self.issue_sql(table, k, seq, tx, counters)
+    }
+
+    fn issue_sql(&mut self, table: &Arc<Table>, k: Key, seq: u64, tx: &mpsc::SyncSender<Job>, counters: &Counters) {
         let ix = k.index;
         let slot = self.pending.entry((Arc::as_ptr(table) as usize, ix)).or_insert_with(|| (table.clone(), vec![]));
         slot.1.push(k);
@@ -541,11 +609,117 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
     })
 }
 
+/// The page mapper: keys to leaf page numbers ([`crate::pages`]), handed to
+/// InnoDB's buffer pool load ([`crate::load`]) in short lists, a few
+/// milliseconds apart. One thread: the trees' caches and the server's one
+/// buffer pool file are its own.
+fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<PageJob>, std::thread::JoinHandle<()>)> {
+    use crate::pages::{encode, node_fields, IndexLocation, Tree};
+    let mut meta = spec.connect()?;
+    let (datadir, page_size): (String, usize) = meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
+    let mut loader = crate::load::Loader::start(spec.connect()?)?;
+    let (tx, rx) = mpsc::sync_channel::<PageJob>(65_536);
+    let (counters, stop) = (counters.clone(), stop.clone());
+    let h = std::thread::spawn(move || {
+        let datadir = std::path::PathBuf::from(datadir);
+        let mut trees: HashMap<(usize, usize), Option<Tree>> = HashMap::new();
+        let mut pending: Vec<(u32, u32)> = vec![];
+        let mut last_load = Instant::now();
+        let mut told = std::collections::HashSet::new();
+        let mut tell = |what: String| {
+            if told.len() < 20 && told.insert(what.clone()) {
+                eprintln!("pileup prefetch: {what}");
+            }
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let first = match rx.recv_timeout(Duration::from_millis(2)) {
+                Ok(j) => Some(j),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            for job in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()).take(256)) {
+                if counters.passed(job.seq) {
+                    counters.jobs_stale.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let ix = job.key.index;
+                if trees.len() > 10_000 {
+                    trees.clear();
+                }
+                let tree = trees.entry((Arc::as_ptr(&job.table) as usize, ix)).or_insert_with(|| {
+                    let t = &job.table;
+                    let fields = node_fields(t, ix)?;
+                    let name = &t.indexes[ix].name;
+                    match IndexLocation::find(&mut meta, &datadir, &t.schema, &t.name, name) {
+                        Ok(Some(loc)) => match Tree::open(loc, fields, page_size, Duration::from_secs(5)) {
+                            Ok(tree) => Some(tree),
+                            Err(e) => {
+                                tell(format!("{}.{} index {name}: {e:#}; its keys are not warmed", t.schema, t.name));
+                                None
+                            }
+                        },
+                        Ok(None) => {
+                            tell(format!("{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed", t.schema, t.name));
+                            None
+                        }
+                        Err(e) => {
+                            tell(format!("{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed", t.schema, t.name));
+                            None
+                        }
+                    }
+                });
+                let Some(tree) = tree.as_mut() else {
+                    counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let before = tree.pages_read;
+                let leaf = encode(tree.fields(), &job.key.values).ok_or_else(|| anyhow::anyhow!("a key value does not fit its column")).and_then(|k| tree.leaf(&k));
+                counters.index_pages_read.fetch_add(tree.pages_read - before, Ordering::Relaxed);
+                match leaf {
+                    Ok(page) => {
+                        counters.keys_mapped.fetch_add(1, Ordering::Relaxed);
+                        pending.push((tree.loc.space, page));
+                    }
+                    Err(e) => {
+                        counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(error = %format!("{e:#}"), "key not mapped to a page");
+                        // The root may have moved (table rebuilt): look it up again.
+                        tree.forget();
+                    }
+                }
+            }
+            if !pending.is_empty() && (pending.len() >= loader.capacity() / 2 || last_load.elapsed() >= Duration::from_millis(2)) {
+                match loader.load(&pending) {
+                    Ok(new) => {
+                        counters.pages_listed.fetch_add(new as u64, Ordering::Relaxed);
+                        counters.page_loads.store(loader.loads, Ordering::Relaxed);
+                    }
+                    Err(e) => tell(format!("asking InnoDB to load pages failed: {e:#}")),
+                }
+                pending.clear();
+                last_load = Instant::now();
+            }
+        }
+        if let Err(e) = loader.finish() {
+            eprintln!("pileup prefetch: {e:#}");
+        }
+    });
+    Ok((tx, h))
+}
+
 /// Run until `stop` is set (or the duration passes).
 pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, stop: Arc<AtomicBool>) -> Result<()> {
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;
-    let (tx, handles) = reader_pool(spec, o, &counters, &stop)?;
+    let (tx, mut handles) = reader_pool(spec, o, &counters, &stop)?;
+    let pages = match o.warm {
+        Warm::Sql => None,
+        Warm::Pages => {
+            let (ptx, h) = page_warmer(spec, &counters, &stop)?;
+            handles.push(h);
+            Some(PageSender { tx: ptx, mappable: HashMap::new() })
+        }
+    };
     let mut deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
     let t0 = Instant::now();
     let mut tables: HashMap<(String, String), Option<Arc<Table>>> = HashMap::new();
@@ -584,7 +758,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     counters.in_flight_trx.store(in_flight_trx, Ordering::Relaxed);
     // Transactions (GTID events) among the events in `ahead`.
     let mut trx_ahead = 0u64;
-    let mut batcher = Batcher { pending: HashMap::new(), pending_rows: HashMap::new(), recent, batch: o.batch, primary_only: o.primary_only };
+    let mut batcher = Batcher { pending: HashMap::new(), pending_rows: HashMap::new(), recent, batch: o.batch, primary_only: o.primary_only, pages };
     let mut templates = Templates::default();
     let mut lits = vec![];
     // A DDL statement was read: wait until the applier has passed it.
@@ -869,6 +1043,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     }
     stop.store(true, Ordering::Relaxed);
     drop(tx);
+    drop(batcher);
     for h in handles {
         let _ = h.join();
     }

@@ -332,3 +332,91 @@ fn bad_defer_purge_flags_are_refused_in_one_line() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("--defer-purge"), "{e}");
 }
+
+/// `--warm pages`' two halves against a real server: every key maps to the
+/// leaf that holds it (checked by reading that leaf from the file), and
+/// InnoDB's buffer pool load brings exactly those pages in, after which the
+/// server's buffer pool file is as it was.
+#[test]
+fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
+    use pileup_prefetch::load::Loader;
+    use pileup_prefetch::pages::{encode, leaf_keys, node_fields, IndexLocation, Tree};
+    use pileup_prefetch::plan::KeyValue;
+    use pileup_prefetch::schema::Table;
+    use std::os::unix::fs::FileExt;
+
+    let _serial = one_at_a_time();
+    let cnf = vec![("innodb_buffer_pool_size".to_string(), "32M".to_string()), ("innodb_buffer_pool_load_at_startup".into(), "OFF".into())];
+    let mut sb = Sandbox::start(Options { base_dir: Some(common::it_base()), cnf, ..Default::default() }).unwrap();
+    sb.sql("CREATE DATABASE sbtest").unwrap();
+    let sock = sb.endpoint.socket.display().to_string();
+    let mut args = sb_args(&sock);
+    args.retain(|a| !a.starts_with("--table-size"));
+    let st = Command::new("sysbench").arg("oltp_update_index").args(&args).args(["--table-size=200000", "prepare"]).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    // Updates split k_1's leaves after the load; then every page to the file.
+    let st = Command::new("sysbench").arg("oltp_update_index").args(&args).args(["--table-size=200000", "--time=3", "run"]).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    sb.sql("FLUSH TABLES sbtest.sbtest1 FOR EXPORT; UNLOCK TABLES").unwrap();
+
+    let mut c = sb.connect().unwrap();
+    let t = Table::load(&mut c, "sbtest", "sbtest1").unwrap();
+    let (datadir, page_size): (String, usize) = c.query_first("SELECT @@datadir, @@innodb_page_size").unwrap().unwrap();
+    let rows: Vec<(i64, i64)> = c.query("SELECT id, k FROM sbtest.sbtest1 WHERE id % 97 = 1").unwrap();
+    assert!(rows.len() > 2000);
+    let mut wanted = vec![];
+    for ix in 0..t.indexes.len() {
+        let fields = node_fields(&t, ix).expect("sbtest's indexes are NOT NULL integers");
+        let loc = IndexLocation::find(&mut c, std::path::Path::new(&datadir), "sbtest", "sbtest1", &t.indexes[ix].name).unwrap().expect("an InnoDB index");
+        let file = std::fs::File::open(&loc.file).unwrap();
+        let mut tree = Tree::open(loc.clone(), fields.clone(), page_size, Duration::from_secs(60)).unwrap();
+        let mut page = vec![0u8; page_size];
+        let mut leaves = std::collections::HashSet::new();
+        for &(id, k) in &rows {
+            let values = if t.indexes[ix].is_primary() { vec![KeyValue::Int(id)] } else { vec![KeyValue::Int(k), KeyValue::Int(id)] };
+            let key = encode(&fields, &values).unwrap();
+            let leaf = tree.leaf(&key).unwrap();
+            file.read_exact_at(&mut page, leaf as u64 * page_size as u64).unwrap();
+            let keys = leaf_keys(&page, loc.index_id, key.len()).unwrap();
+            assert!(keys.contains(&key), "index {}: ({k}, {id}) is not on leaf {leaf} ({} keys from {:?} to {:?})", t.indexes[ix].name, keys.len(), keys.first(), keys.last());
+            leaves.insert(leaf);
+            if wanted.len() < 150 {
+                wanted.push((loc.space, leaf));
+            }
+        }
+        eprintln!("index {}: {} keys on {} leaves, {} upper-level pages read", t.indexes[ix].name, rows.len(), leaves.len(), tree.pages_read);
+        assert!(tree.pages_read < 50, "the upper levels are read once: {}", tree.pages_read);
+    }
+
+    // A cold pool, then the buffer pool load of those leaves.
+    sb.restart().unwrap();
+    let bp_file = std::path::Path::new(&datadir).join("ib_buffer_pool");
+    let before = std::fs::read(&bp_file).ok();
+    wanted.sort();
+    wanted.dedup();
+    let in_pool = |c: &mut mysql::Conn| -> usize {
+        let pages: Vec<(u32, u32)> = c.query("SELECT SPACE, PAGE_NUMBER FROM information_schema.INNODB_BUFFER_PAGE WHERE PAGE_TYPE = 'INDEX'").unwrap();
+        wanted.iter().filter(|p| pages.contains(p)).count()
+    };
+    let mut c = sb.connect().unwrap();
+    let cold = in_pool(&mut c);
+    let mut loader = Loader::start(sb.connect().unwrap()).unwrap();
+    assert_eq!(loader.path(), bp_file.as_path());
+    let cap = loader.capacity();
+    assert!(cap < 200, "each list stays under innodb_io_capacity (200 here): {cap}");
+    for chunk in wanted.chunks(50) {
+        assert_eq!(loader.load(chunk).unwrap(), chunk.len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(loader.load(&wanted[..10]).unwrap(), 0, "pages still in the list are not asked for again");
+    let t0 = Instant::now();
+    while in_pool(&mut c) < wanted.len() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let warm = in_pool(&mut c);
+    eprintln!("{} leaves: {cold} in the pool after the restart, {warm} after {} loads", wanted.len(), loader.loads);
+    assert!(warm as f64 >= 0.95 * wanted.len() as f64 && cold < wanted.len() / 2, "{cold} → {warm} of {}", wanted.len());
+    loader.finish().unwrap();
+    assert_eq!(std::fs::read(&bp_file).ok(), before, "the server's buffer pool file is as it was");
+    assert!(!std::path::Path::new(&format!("{}.pileup-saved", bp_file.display())).exists());
+}

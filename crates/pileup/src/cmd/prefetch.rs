@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use pileup_conn::ConnArgs;
-use pileup_prefetch::run::{run, Counters, Options};
+use pileup_prefetch::run::{run, Counters, Options, Warm};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Runs beside a replica (connect to the replica, not the primary). It reads the relay log files from disk, \
@@ -48,6 +48,17 @@ pub struct PrefetchArgs {
     /// Warm only the rows (primary-key leaves), not secondary index entries.
     #[arg(long)]
     pub primary_only: bool,
+    /// How pages are warmed. `sql`: index-only SELECTs, any index. `pages`:
+    /// for indexes whose columns are NOT NULL integers, pileup finds the
+    /// leaf page number itself (reading the index's upper levels from its
+    /// .ibd file) and has InnoDB read just that page through its buffer
+    /// pool load, which latches no index and runs no statement; other
+    /// indexes still use SELECTs. `pages` needs read access to the data
+    /// files, write access to the server's buffer pool file
+    /// (innodb_buffer_pool_filename, put back on exit) and SUPER; InnoDB
+    /// logs two lines per load to the error log (a few hundred a second).
+    #[arg(long, value_enum, default_value_t = WarmArg::Sql)]
+    pub warm: WarmArg,
     /// While the replica lags, hold InnoDB's purge off (an open read view: no
     /// locks) so the applier does not compete with it for pages, latches and
     /// the device; purge catches up afterwards. This moves purge's work
@@ -61,6 +72,12 @@ pub struct PrefetchArgs {
     /// many transactions, and hold it again only below half of that.
     #[arg(long, default_value_t = 1_000_000, requires = "defer_purge")]
     pub max_history: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum WarmArg {
+    Sql,
+    Pages,
 }
 
 pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
@@ -83,6 +100,10 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         duration: a.duration,
         primary_only: a.primary_only,
         defer_purge: a.defer_purge.then_some(a.max_history),
+        warm: match a.warm {
+            WarmArg::Sql => Warm::Sql,
+            WarmArg::Pages => Warm::Pages,
+        },
     };
     let counters = Arc::new(Counters::default());
     if let Some(addr) = &a.listen {

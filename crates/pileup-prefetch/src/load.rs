@@ -1,0 +1,199 @@
+//! Have InnoDB read pages by number: its buffer pool load.
+//!
+//! `SET GLOBAL innodb_buffer_pool_load_now = ON` makes InnoDB read the
+//! pages listed in `innodb_buffer_pool_filename` ("space,page" lines) in the
+//! background, each with an asynchronous read that takes no index latch and
+//! skips a page already in the pool. Pointed at a short list of the leaves
+//! the applier is about to need ([`crate::pages`]), it is a prefetch that
+//! never holds up the applier's own descents, and costs the server no
+//! statement to parse or execute.
+//!
+//! Costs and limits, all stated in the README:
+//! - The list is read from the server's own buffer pool file
+//!   (`innodb_buffer_pool_filename`, read-only while MariaDB runs) in the
+//!   directory InnoDB reads it from (innodb_data_home_dir, else the
+//!   datadir), so pileup must be able to write there. The file's content
+//!   (the pages the last dump listed, for warming the pool at the next
+//!   start) is kept in memory and in `<file>.pileup-saved`, and put back
+//!   when pileup stops unless the server wrote a new dump meanwhile. The
+//!   lists hold page numbers only, no query text. Should the server stop
+//!   uncleanly while pileup runs, its next start warms the pool from
+//!   pileup's short list instead of the last dump (the saved copy is beside
+//!   it); a clean shutdown dumps the pool afresh anyway.
+//! - InnoDB throttles a load to innodb_io_capacity pages a second while the
+//!   server is busy, counted in pages listed: each list here is kept
+//!   shorter than innodb_io_capacity, so no list is throttled.
+//! - InnoDB writes two lines to the error log for every load ("Loading
+//!   buffer pool(s) from", "Buffer pool(s) load completed").
+//! - Loads run one at a time in the server; asking while one runs starts
+//!   the next as soon as it ends, reading the file as it is then. The file
+//!   therefore always holds the most recent pages asked for (up to the
+//!   list's length), not only the new ones: a page already loaded costs
+//!   the server one hash lookup.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+
+pub struct Loader {
+    c: mysql::Conn,
+    /// The server's buffer pool file.
+    path: PathBuf,
+    /// Its content when pileup started (None: there was none).
+    saved: Option<Vec<u8>>,
+    /// The list pileup wrote last (to tell whether the server replaced it).
+    last: Vec<u8>,
+    recent: VecDeque<(u32, u32)>,
+    in_list: HashSet<(u32, u32)>,
+    cap: usize,
+    restored: bool,
+    /// Loads asked for.
+    pub loads: u64,
+}
+
+/// The directory InnoDB reads its buffer pool file from.
+fn dump_dir(datadir: &str, home: &str) -> PathBuf {
+    let data = Path::new(datadir);
+    if home.is_empty() {
+        data.to_path_buf()
+    } else {
+        data.join(home)
+    }
+}
+
+impl Loader {
+    /// Take over the server's buffer pool file for page lists. `c` is a
+    /// connection of its own (the loads are asked for on it).
+    pub fn start(mut c: mysql::Conn) -> Result<Loader> {
+        let (file, io_capacity, datadir, home): (String, u64, String, Option<String>) = c
+            .query_first("SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir")?
+            .context("reading the buffer pool load settings")?;
+        let path = dump_dir(&datadir, home.as_deref().unwrap_or("")).join(file);
+        let saved = match std::fs::read(&path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => bail!("cannot read {} ({e}): --warm pages needs to read and write the server's buffer pool file; run pileup as the server's user or root, or use --warm sql", path.display()),
+        };
+        let backup = backup_path(&path);
+        if backup.exists() {
+            eprintln!("pileup prefetch: {} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display());
+        } else if let Some(b) = &saved {
+            std::fs::write(&backup, b).with_context(|| format!("cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql", path.display()))?;
+        }
+        let cap = (io_capacity.saturating_sub(1) as usize).clamp(1, 190);
+        Ok(Loader { c, path, saved, last: vec![], recent: VecDeque::new(), in_list: HashSet::new(), cap, restored: false, loads: 0 })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Pages per list (under innodb_io_capacity, see the module docs).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    fn write(&mut self) -> std::io::Result<()> {
+        let mut text = String::with_capacity(self.recent.len() * 16);
+        for (s, p) in &self.recent {
+            text.push_str(&format!("{s},{p}\n"));
+        }
+        replace(&self.path, text.as_bytes())?;
+        self.last = text.into_bytes();
+        Ok(())
+    }
+
+    /// Ask InnoDB to read these pages (space, page number). Pages already in
+    /// the current list are not repeated. Returns how many were new.
+    pub fn load(&mut self, pages: &[(u32, u32)]) -> Result<usize> {
+        let mut new = 0;
+        for &p in pages {
+            if self.in_list.insert(p) {
+                self.recent.push_back(p);
+                new += 1;
+                if self.recent.len() > self.cap {
+                    if let Some(old) = self.recent.pop_front() {
+                        self.in_list.remove(&old);
+                    }
+                }
+            }
+        }
+        if new == 0 {
+            return Ok(0);
+        }
+        self.write().with_context(|| format!("writing the page list {}", self.path.display()))?;
+        self.c.query_drop("SET GLOBAL innodb_buffer_pool_load_now = ON")?;
+        self.loads += 1;
+        Ok(new)
+    }
+
+    /// Put the server's buffer pool file back as it was, unless the server
+    /// has written a dump there meanwhile.
+    pub fn finish(&mut self) -> Result<()> {
+        if self.restored {
+            return Ok(());
+        }
+        self.restored = true;
+        let now = std::fs::read(&self.path).ok();
+        if now.as_deref() == Some(&self.last[..]) || (now.is_none() && !self.last.is_empty()) {
+            match &self.saved {
+                Some(b) => replace(&self.path, b).with_context(|| format!("putting {} back", self.path.display()))?,
+                None => {
+                    let _ = std::fs::remove_file(&self.path);
+                }
+            }
+        }
+        let _ = std::fs::remove_file(backup_path(&self.path));
+        Ok(())
+    }
+}
+
+fn backup_path(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".pileup-saved");
+    PathBuf::from(s)
+}
+
+/// Replace a file's content at once (write beside it, rename over it),
+/// keeping its owner and mode: the server may open it at any moment and
+/// must see a whole list, and must still be able to replace it with its
+/// own dump.
+fn replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".pileup-tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        f.write_all(content)?;
+        if let Ok(m) = std::fs::metadata(path) {
+            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777));
+        }
+    }
+    std::fs::rename(&tmp, path)
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish() {
+            eprintln!("pileup prefetch: {e:#}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_innodb_reads_its_list() {
+        assert_eq!(dump_dir("/var/lib/mysql/", ""), PathBuf::from("/var/lib/mysql/"));
+        assert_eq!(dump_dir("/var/lib/mysql/", "/data/innodb"), PathBuf::from("/data/innodb"));
+        assert_eq!(dump_dir("/var/lib/mysql", "./"), PathBuf::from("/var/lib/mysql/./"));
+        assert_eq!(backup_path(Path::new("/d/ib_buffer_pool")), PathBuf::from("/d/ib_buffer_pool.pileup-saved"));
+    }
+}
