@@ -358,7 +358,7 @@ fn connection_lost(e: &mysql::Error) -> bool {
     !matches!(e, mysql::Error::MySqlError(_))
 }
 
-fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
+fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counters>, stop: &Arc<AtomicBool>, pages: Option<&mpsc::SyncSender<PageJob>>) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
     let (tx, rx) = mpsc::sync_channel::<Job>(o.readers * 4);
     let rx = Arc::new(std::sync::Mutex::new(rx));
     let mut handles = vec![];
@@ -367,6 +367,9 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
         spec.timeout = o.query_timeout.max(Duration::from_secs(1));
         let mut c = reader_conn(&spec, o)?;
         let (rx, counters, stop, batch, o2) = (rx.clone(), counters.clone(), stop.clone(), o.batch, o.clone());
+        // Statements' index entries (known once their rows are read) go to
+        // the page mapper too, when it can map them.
+        let mut pages = pages.map(|tx| PageSender { tx: tx.clone(), mappable: HashMap::new(), dead: false });
         handles.push(std::thread::spawn(move || {
             let mut last_try = Instant::now();
             let mut broken = false;
@@ -443,6 +446,10 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                                         plans[tag].keys_from_row(&v, &mut keys);
                                     }
                                 }
+                                if let Some(ps) = pages.as_mut() {
+                                    let table = &plans[0].table;
+                                    keys.retain(|k| !ps.take(table, k, job.seq, &counters));
+                                }
                                 keys.sort_by_key(|k| k.index);
                                 keys.dedup();
                                 for group in keys.chunk_by(|a, b| a.index == b.index) {
@@ -509,6 +516,40 @@ struct PageSender {
     tx: mpsc::SyncSender<PageJob>,
     /// Can index (table, index) be mapped to pages? (by table address)
     mappable: HashMap<(usize, usize), bool>,
+    /// The mapper has stopped.
+    dead: bool,
+}
+
+impl PageSender {
+    /// Hand the key to the page mapper if its index can be mapped; false
+    /// if it is for the SQL lookups.
+    fn take(&mut self, table: &Arc<Table>, k: &Key, seq: u64, counters: &Counters) -> bool {
+        if self.dead {
+            return false;
+        }
+        if self.mappable.len() > 10_000 {
+            self.mappable.clear();
+        }
+        let ok = *self.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| crate::pages::node_fields(table, k.index).is_some());
+        if !ok {
+            return false;
+        }
+        counters.job_queued(seq);
+        match self.tx.try_send(PageJob { table: table.clone(), key: k.clone(), seq }) {
+            Ok(()) => true,
+            Err(mpsc::TrySendError::Full(_)) => {
+                counters.job_done(seq);
+                counters.keys_dropped_mapper_busy.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            // The mapper stopped: the SQL lookups take over.
+            Err(mpsc::TrySendError::Disconnected(_)) => {
+                counters.job_done(seq);
+                self.dead = true;
+                false
+            }
+        }
+    }
 }
 
 impl Batcher {
@@ -521,24 +562,8 @@ impl Batcher {
             return;
         }
         counters.keys_issued.fetch_add(1, Ordering::Relaxed);
-        if let Some(ps) = self.pages.as_mut() {
-            if ps.mappable.len() > 10_000 {
-                ps.mappable.clear();
-            }
-            let ok = *ps.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| crate::pages::node_fields(table, k.index).is_some());
-            if ok {
-                match ps.tx.try_send(PageJob { table: table.clone(), key: k, seq }) {
-                    Ok(()) => return,
-                    Err(mpsc::TrySendError::Full(_)) => {
-                        counters.keys_dropped_mapper_busy.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                    Err(mpsc::TrySendError::Disconnected(j)) => {
-                        self.pages = None;
-                        return self.issue_sql(table, j.key, seq, tx, counters);
-                    }
-                }
-            }
+        if self.pages.as_mut().is_some_and(|ps| ps.take(table, &k, seq, counters)) {
+            return;
         }
         self.issue_sql(table, k, seq, tx, counters)
     }
@@ -624,7 +649,13 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
         let datadir = std::path::PathBuf::from(datadir);
         let mut trees: HashMap<(usize, usize), Option<Tree>> = HashMap::new();
         let mut pending: Vec<(u32, u32)> = vec![];
+        let mut pending_jobs: Vec<JobDone> = vec![];
         let mut last_load = Instant::now();
+        // Measured (bench/prefetch, ROW, 128 MB pool): whole lists every
+        // 2 ms caught up 1.18× faster than the plain applier (device read
+        // latency 593 µs); 24 pages every 3 ms kept the latency at 148 µs
+        // but fell behind the applier (0.85–0.92×).
+        let (load_depth, load_every) = (loader.capacity(), Duration::from_millis(5));
         let mut told = std::collections::HashSet::new();
         let mut tell = |what: String| {
             if told.len() < 20 && told.insert(what.clone()) {
@@ -632,12 +663,14 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
             }
         };
         while !stop.load(Ordering::Relaxed) {
-            let first = match rx.recv_timeout(Duration::from_millis(2)) {
+            let first = match rx.recv_timeout(Duration::from_millis(1)) {
                 Ok(j) => Some(j),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             for job in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()).take(256)) {
+                // Counted as warmed once its page is asked for.
+                let done = JobDone { counters: &counters, seq: job.seq };
                 if counters.passed(job.seq) {
                     counters.jobs_stale.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -679,6 +712,7 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                     Ok(page) => {
                         counters.keys_mapped.fetch_add(1, Ordering::Relaxed);
                         pending.push((tree.loc.space, page));
+                        pending_jobs.push(done);
                     }
                     Err(e) => {
                         counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
@@ -688,15 +722,19 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                     }
                 }
             }
-            if !pending.is_empty() && (pending.len() >= loader.capacity() / 2 || last_load.elapsed() >= Duration::from_millis(2)) {
-                match loader.load(&pending) {
+            // A list every few milliseconds (InnoDB logs two lines per load),
+            // each with the pages mapped since the last one.
+            if !pending.is_empty() && last_load.elapsed() >= load_every {
+                let n = pending.len().min(load_depth);
+                match loader.load(&pending[..n]) {
                     Ok(new) => {
                         counters.pages_listed.fetch_add(new as u64, Ordering::Relaxed);
                         counters.page_loads.store(loader.loads, Ordering::Relaxed);
                     }
                     Err(e) => tell(format!("asking InnoDB to load pages failed: {e:#}")),
                 }
-                pending.clear();
+                pending.drain(..n);
+                pending_jobs.drain(..n);
                 last_load = Instant::now();
             }
         }
@@ -711,15 +749,15 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
 pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, stop: Arc<AtomicBool>) -> Result<()> {
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;
-    let (tx, mut handles) = reader_pool(spec, o, &counters, &stop)?;
-    let pages = match o.warm {
+    let warmer = match o.warm {
         Warm::Sql => None,
-        Warm::Pages => {
-            let (ptx, h) = page_warmer(spec, &counters, &stop)?;
-            handles.push(h);
-            Some(PageSender { tx: ptx, mappable: HashMap::new() })
-        }
+        Warm::Pages => Some(page_warmer(spec, &counters, &stop)?),
     };
+    let (tx, mut handles) = reader_pool(spec, o, &counters, &stop, warmer.as_ref().map(|w| &w.0))?;
+    let pages = warmer.map(|(ptx, h)| {
+        handles.push(h);
+        PageSender { tx: ptx, mappable: HashMap::new(), dead: false }
+    });
     let mut deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
     let t0 = Instant::now();
     let mut tables: HashMap<(String, String), Option<Arc<Table>>> = HashMap::new();

@@ -171,6 +171,20 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!(d.io < plain, "prefetching still works beside the hold: {} vs {plain}", d.io);
     until_purged(&replica, "purge never ran after pileup exited");
 
+    // --warm pages: the same keys, mapped to their leaves and read by the
+    // buffer pool load; the server's buffer pool file is put back.
+    let bp_file = replica.endpoint.dir.join("data").join("ib_buffer_pool");
+    let bp_before = std::fs::read(&bp_file).ok();
+    let p = round(&primary, &mut replica, Some(&["--warm", "pages"]));
+    let r: serde_json::Value = serde_json::from_str(&p.report).expect("prefetch counters as JSON");
+    eprintln!("with --warm pages ({:?}): applier data-file I/O {}; {r}", p.took, p.io);
+    let mapped = r["keys_mapped"].as_u64().unwrap();
+    assert!(mapped > 1000 && r["page_loads"].as_u64().unwrap() > 10 && r["pages_listed"].as_u64().unwrap() > 1000, "{r}");
+    assert!(r["keys_unmapped"].as_u64().unwrap() * 100 <= mapped, "{r}");
+    assert_eq!(r["lookups"].as_u64(), Some(0), "sbtest's indexes are all mapped, no SELECTs: {r}");
+    assert!((p.io as f64) < 0.5 * plain as f64, "the loaded pages spare the applier its reads: {} vs {plain}", p.io);
+    assert_eq!(std::fs::read(&bp_file).ok(), bp_before, "ib_buffer_pool is as it was");
+
     // The applier never stumbled and the data is the primary's.
     let mut rc = replica.connect().unwrap();
     let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
