@@ -26,10 +26,12 @@
 //! - InnoDB writes two lines to the error log for every load ("Loading
 //!   buffer pool(s) from", "Buffer pool(s) load completed").
 //! - Loads run one at a time in the server; asking while one runs starts
-//!   the next as soon as it ends, reading the file as it is then. The file
-//!   therefore always holds the most recent pages asked for (up to the
-//!   list's length), not only the new ones: a page already loaded costs
-//!   the server one hash lookup.
+//!   the next as soon as it ends, reading the file as it is then. pileup
+//!   writes a new list only while no load runs ([`Loader::busy`]), and the
+//!   file holds the most recent pages asked for (up to the list's length),
+//!   not only the new ones, so a list the server had not opened yet when
+//!   the next was written is not lost: a page already loaded costs the
+//!   server one hash lookup.
 
 use std::collections::{HashSet, VecDeque};
 use std::io::Write;
@@ -128,6 +130,15 @@ impl Loader {
         self.c.query_drop("SET GLOBAL innodb_buffer_pool_load_now = ON")?;
         self.loads += 1;
         Ok(new)
+    }
+
+    /// Is a load running in the server now? Writing a new list while one
+    /// runs would replace the list it is about to read next: the pages of
+    /// the replaced list (beyond the ones the new list repeats) would never
+    /// be read.
+    pub fn busy(&mut self) -> Result<bool> {
+        let v: Option<(String, String)> = self.c.query_first("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_load_status'")?;
+        Ok(v.is_some_and(|(_, s)| s.starts_with("Loading")))
     }
 
     /// Put the server's buffer pool file back as it was, unless the server
