@@ -132,6 +132,11 @@ impl Loader {
         Ok(new)
     }
 
+    /// Go on with a new connection (the server restarted).
+    pub fn reconnect(&mut self, c: mysql::Conn) {
+        self.c = c;
+    }
+
     /// Is a load running in the server now? Writing a new list while one
     /// runs would replace the list it is about to read next: the pages of
     /// the replaced list (beyond the ones the new list repeats) would never

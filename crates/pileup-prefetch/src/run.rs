@@ -647,9 +647,11 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
     let (datadir, page_size): (String, usize) = meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
     let mut loader = crate::load::Loader::start(spec.connect()?)?;
     let (tx, rx) = mpsc::sync_channel::<PageJob>(65_536);
-    let (counters, stop) = (counters.clone(), stop.clone());
+    let (counters, stop, spec) = (counters.clone(), stop.clone(), spec.clone());
     let h = std::thread::spawn(move || {
         let datadir = std::path::PathBuf::from(datadir);
+        // The server went away (restart): when, to reconnect a second later.
+        let mut broken: Option<Instant> = None;
         let mut trees: HashMap<(usize, usize), Option<Tree>> = HashMap::new();
         let mut pending: Vec<(u32, u32)> = vec![];
         let mut pending_jobs: Vec<JobDone> = vec![];
@@ -670,6 +672,18 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
             }
         };
         while !stop.load(Ordering::Relaxed) {
+            if broken.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)) {
+                match (spec.connect(), spec.connect()) {
+                    (Ok(m), Ok(l)) => {
+                        meta = m;
+                        loader.reconnect(l);
+                        broken = None;
+                        // Indexes not found while the server was away: look again.
+                        trees.retain(|_, t| t.is_some());
+                    }
+                    _ => broken = Some(Instant::now()),
+                }
+            }
             let first = match rx.recv_timeout(Duration::from_millis(1)) {
                 Ok(j) => Some(j),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -678,6 +692,10 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
             for job in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok()).take(256)) {
                 // Counted as warmed once its page is asked for.
                 let done = JobDone { counters: &counters, seq: job.seq };
+                if broken.is_some() {
+                    counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 if counters.passed(job.seq) {
                     counters.jobs_stale.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -751,7 +769,14 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                         continue;
                     }
                     Ok(false) => {}
-                    Err(e) => tell(format!("reading the buffer pool load status failed: {e:#}")),
+                    Err(e) => {
+                        tell(format!("reading the buffer pool load status failed: {e:#}; trying again every second"));
+                        broken = Some(Instant::now());
+                        counters.jobs_dropped.fetch_add(pending.len() as u64, Ordering::Relaxed);
+                        pending.clear();
+                        pending_jobs.clear();
+                        continue;
+                    }
                 }
                 let n = pending.len().min(load_depth);
                 if n == 0 {
@@ -762,7 +787,10 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                         counters.pages_listed.fetch_add(new as u64, Ordering::Relaxed);
                         counters.page_loads.store(loader.loads, Ordering::Relaxed);
                     }
-                    Err(e) => tell(format!("asking InnoDB to load pages failed: {e:#}")),
+                    Err(e) => {
+                        tell(format!("asking InnoDB to load pages failed: {e:#}; trying again every second"));
+                        broken = Some(Instant::now());
+                    }
                 }
                 pending.drain(..n);
                 pending_jobs.drain(..n);
