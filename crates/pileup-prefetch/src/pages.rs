@@ -3,14 +3,15 @@
 //!
 //! A lookup through SQL descends the B-tree inside the server, latching each
 //! level on the way down and holding the level above while the leaf is read
-//! from disk: beside a busy applier those latches are where its time goes
-//! (docs/BENCHMARKS.md, session 6). Knowing the leaf's page number instead,
-//! the prefetcher can ask InnoDB to read just that page ([`crate::load`]),
-//! which latches nothing of the tree.
+//! from disk, and costs the server a statement. Knowing the leaf's page
+//! number instead, the prefetcher can ask InnoDB to read just that page
+//! ([`crate::load`]), which latches nothing of the tree. (Measured in
+//! docs/BENCHMARKS.md, session 8: a little faster than the SELECTs and less
+//! server CPU; the applier's own latch waits stay as they were.)
 //!
-//! The upper levels are few (a 2.4 GB sysbench table: 1 root and ~140
-//! level-1 pages per index against ~19,000 leaves) and change only when a
-//! leaf splits or merges: they are read once from the file with plain reads
+//! The upper levels are few (8 sysbench tables of 2.4 GB in all: about 150
+//! root and level-1 pages over their 16 indexes) and change only when a
+//! leaf splits or merges: they are read from the file with plain reads
 //! and re-read when older than a few seconds. A pointer that is stale (a
 //! split not yet written to the file) names the leaf's left neighbour: one
 //! wasted read, and the applier reads its page itself.

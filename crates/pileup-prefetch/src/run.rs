@@ -372,7 +372,7 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
         let (rx, counters, stop, batch, o2) = (rx.clone(), counters.clone(), stop.clone(), o.batch, o.clone());
         // Statements' index entries (known once their rows are read) go to
         // the page mapper too, when it can map them.
-        let mut pages = pages.map(|tx| PageSender { tx: tx.clone(), mappable: HashMap::new(), dead: false });
+        let mut pages = pages.map(|tx| PageSender::new(tx.clone()));
         handles.push(std::thread::spawn(move || {
             let mut last_try = Instant::now();
             let mut broken = false;
@@ -517,13 +517,18 @@ struct PageJob {
 
 struct PageSender {
     tx: mpsc::SyncSender<PageJob>,
-    /// Can index (table, index) be mapped to pages? (by table address)
-    mappable: HashMap<(usize, usize), bool>,
+    /// Can index (table, index) be mapped to pages? Keyed by the table's
+    /// address, with the table kept so the address is not reused.
+    mappable: HashMap<(usize, usize), (Arc<Table>, bool)>,
     /// The mapper has stopped.
     dead: bool,
 }
 
 impl PageSender {
+    fn new(tx: mpsc::SyncSender<PageJob>) -> PageSender {
+        PageSender { tx, mappable: HashMap::new(), dead: false }
+    }
+
     /// Hand the key to the page mapper if its index can be mapped; false
     /// if it is for the SQL lookups.
     fn take(&mut self, table: &Arc<Table>, k: &Key, seq: u64, counters: &Counters) -> bool {
@@ -533,7 +538,7 @@ impl PageSender {
         if self.mappable.len() > 10_000 {
             self.mappable.clear();
         }
-        let ok = *self.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| crate::pages::node_fields(table, k.index).is_some());
+        let ok = self.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| (table.clone(), crate::pages::node_fields(table, k.index).is_some())).1;
         if !ok {
             return false;
         }
@@ -637,12 +642,37 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
     })
 }
 
+/// The cached upper levels of index `ix` of `t`, if its keys can be mapped
+/// to pages; why not is said (once per reason) through `tell`.
+fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize, t: &Table, ix: usize, tell: &mut dyn FnMut(String)) -> Option<crate::pages::Tree> {
+    use crate::pages::{node_fields, IndexLocation, Tree};
+    let fields = node_fields(t, ix)?;
+    let name = &t.indexes[ix].name;
+    match IndexLocation::find(meta, datadir, &t.schema, &t.name, name) {
+        Ok(Some(loc)) => match Tree::open(loc, fields, page_size, Duration::from_secs(5)) {
+            Ok(tree) => Some(tree),
+            Err(e) => {
+                tell(format!("{}.{} index {name}: {e:#}; its keys are not warmed", t.schema, t.name));
+                None
+            }
+        },
+        Ok(None) => {
+            tell(format!("{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed", t.schema, t.name));
+            None
+        }
+        Err(e) => {
+            tell(format!("{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed", t.schema, t.name));
+            None
+        }
+    }
+}
+
 /// The page mapper: keys to leaf page numbers ([`crate::pages`]), handed to
 /// InnoDB's buffer pool load ([`crate::load`]) in short lists, a few
 /// milliseconds apart. One thread: the trees' caches and the server's one
 /// buffer pool file are its own.
 fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<PageJob>, std::thread::JoinHandle<()>)> {
-    use crate::pages::{encode, node_fields, IndexLocation, Tree};
+    use crate::pages::{encode, Tree};
     let mut meta = spec.connect()?;
     let (datadir, page_size): (String, usize) = meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
     let mut loader = crate::load::Loader::start(spec.connect()?)?;
@@ -652,9 +682,11 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
         let datadir = std::path::PathBuf::from(datadir);
         // The server went away (restart): when, to reconnect a second later.
         let mut broken: Option<Instant> = None;
-        let mut trees: HashMap<(usize, usize), Option<Tree>> = HashMap::new();
-        let mut pending: Vec<(u32, u32)> = vec![];
-        let mut pending_jobs: Vec<JobDone> = vec![];
+        // By table address and index, with the table kept so the address
+        // is not reused while its tree is cached.
+        let mut trees: HashMap<(usize, usize), (Arc<Table>, Option<Tree>)> = HashMap::new();
+        // Pages mapped and not yet listed, each with its job.
+        let mut pending: Vec<((u32, u32), JobDone)> = vec![];
         let mut next_load = Instant::now();
         // At most 64 new pages per list, the next list as soon as the
         // server has finished the last (it waits for a list's reads before
@@ -679,7 +711,7 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                         loader.reconnect(l);
                         broken = None;
                         // Indexes not found while the server was away: look again.
-                        trees.retain(|_, t| t.is_some());
+                        trees.retain(|_, (_, t)| t.is_some());
                     }
                     _ => broken = Some(Instant::now()),
                 }
@@ -704,28 +736,8 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                 if trees.len() > 10_000 {
                     trees.clear();
                 }
-                let tree = trees.entry((Arc::as_ptr(&job.table) as usize, ix)).or_insert_with(|| {
-                    let t = &job.table;
-                    let fields = node_fields(t, ix)?;
-                    let name = &t.indexes[ix].name;
-                    match IndexLocation::find(&mut meta, &datadir, &t.schema, &t.name, name) {
-                        Ok(Some(loc)) => match Tree::open(loc, fields, page_size, Duration::from_secs(5)) {
-                            Ok(tree) => Some(tree),
-                            Err(e) => {
-                                tell(format!("{}.{} index {name}: {e:#}; its keys are not warmed", t.schema, t.name));
-                                None
-                            }
-                        },
-                        Ok(None) => {
-                            tell(format!("{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed", t.schema, t.name));
-                            None
-                        }
-                        Err(e) => {
-                            tell(format!("{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed", t.schema, t.name));
-                            None
-                        }
-                    }
-                });
+                let key = (Arc::as_ptr(&job.table) as usize, ix);
+                let (_, tree) = trees.entry(key).or_insert_with(|| (job.table.clone(), open_tree(&mut meta, &datadir, page_size, &job.table, ix, &mut tell)));
                 let Some(tree) = tree.as_mut() else {
                     counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -736,13 +748,12 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                 match leaf {
                     Ok(page) => {
                         counters.keys_mapped.fetch_add(1, Ordering::Relaxed);
-                        pending.push((tree.loc.space, page));
-                        pending_jobs.push(done);
+                        pending.push(((tree.loc.space, page), done));
                     }
                     Err(e) => {
                         counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(error = %format!("{e:#}"), "key not mapped to a page");
-                        // The root may have moved (table rebuilt): look it up again.
+                        // A cached page may be stale or freed: read the path again.
                         tree.forget();
                     }
                 }
@@ -751,16 +762,13 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
             // each with the pages mapped since the last one.
             if !pending.is_empty() && Instant::now() >= next_load {
                 // Keys the applier has passed meanwhile need no page.
-                let mut i = 0;
-                while i < pending.len() {
-                    if counters.passed(pending_jobs[i].seq) {
+                pending.retain(|(_, job)| {
+                    let stale = counters.passed(job.seq);
+                    if stale {
                         counters.jobs_stale.fetch_add(1, Ordering::Relaxed);
-                        pending.swap_remove(i);
-                        pending_jobs.swap_remove(i);
-                    } else {
-                        i += 1;
                     }
-                }
+                    !stale
+                });
                 match loader.busy() {
                     // The next tick will look again.
                     Ok(true) => {
@@ -774,7 +782,6 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                         broken = Some(Instant::now());
                         counters.jobs_dropped.fetch_add(pending.len() as u64, Ordering::Relaxed);
                         pending.clear();
-                        pending_jobs.clear();
                         continue;
                     }
                 }
@@ -782,7 +789,8 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                 if n == 0 {
                     continue;
                 }
-                match loader.load(&pending[..n]) {
+                let pages: Vec<(u32, u32)> = pending[..n].iter().map(|(p, _)| *p).collect();
+                match loader.load(&pages) {
                     Ok(new) => {
                         counters.pages_listed.fetch_add(new as u64, Ordering::Relaxed);
                         counters.page_loads.store(loader.loads, Ordering::Relaxed);
@@ -793,7 +801,6 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                     }
                 }
                 pending.drain(..n);
-                pending_jobs.drain(..n);
                 next_load = Instant::now() + load_every;
             }
         }
@@ -815,7 +822,7 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     let (tx, mut handles) = reader_pool(spec, o, &counters, &stop, warmer.as_ref().map(|w| &w.0))?;
     let pages = warmer.map(|(ptx, h)| {
         handles.push(h);
-        PageSender { tx: ptx, mappable: HashMap::new(), dead: false }
+        PageSender::new(ptx)
     });
     let mut deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
     let t0 = Instant::now();
