@@ -16,6 +16,9 @@
 //!
 //! Usage: binlog-bench --pileup PATH [--rows 300000] [--seconds 40] [--runs 5] [--out FILE]
 
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: binlog-bench --pileup PATH [--rows 300000] [--seconds 40] [--runs 5] [--out FILE]";
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -65,7 +68,7 @@ fn timed(cmd: &[String]) -> Result<(f64, f64)> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let args = pileup_bench::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
     let rows: u64 = arg(&args, "--rows").map(|s| s.parse()).transpose()?.unwrap_or(300_000);
     let seconds: u64 = arg(&args, "--seconds").map(|s| s.parse()).transpose()?.unwrap_or(40);

@@ -15,7 +15,98 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The command line, checked against a driver's usage text. `-h`/`--help`
+/// prints the usage and exits; a flag the usage does not name is an error,
+/// because a typo (or `--help` itself) would otherwise start a benchmark
+/// that loads gigabytes and runs for many minutes with the defaults.
+///
+/// The flags a driver knows are the `--name` words of its usage text; a flag
+/// written `--name VALUE` there takes the next argument as its value, which
+/// is not checked (so `--prefetch-args "--batch 8"` passes through).
+pub fn args(usage: &str) -> anyhow::Result<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Err(e) = check_args(&args[1.min(args.len())..], usage) {
+        eprintln!("error: {e} (--help lists the flags)\n{usage}");
+        std::process::exit(2);
+    }
+    if args.iter().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("{usage}");
+        std::process::exit(0);
+    }
+    Ok(args)
+}
+
+/// The flags of a usage text: each `--name`, and whether it takes a value
+/// (followed by a space and something other than `[`, `-` or `|`).
+fn usage_flags(usage: &str) -> Vec<(String, bool)> {
+    let b = usage.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = usage[i..].find("--") {
+        let start = i + at;
+        let mut end = start + 2;
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'-') {
+            end += 1;
+        }
+        if end > start + 2 {
+            let value = b.get(end) == Some(&b' ') && b.get(end + 1).is_some_and(|c| !matches!(c, b'[' | b'-' | b'|'));
+            out.push((usage[start..end].to_string(), value));
+        }
+        i = end;
+    }
+    out
+}
+
+fn check_args(args: &[String], usage: &str) -> Result<(), String> {
+    let flags = usage_flags(usage);
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--help" || a == "-h" {
+            i += 1;
+            continue;
+        }
+        match flags.iter().find(|(f, _)| f == a) {
+            Some((_, true)) if i + 1 >= args.len() => return Err(format!("{a} needs a value")),
+            Some((_, true)) => i += 2,
+            Some((_, false)) => i += 1,
+            None => return Err(format!("unknown argument {a:?}")),
+        }
+    }
+    Ok(())
+}
+
 /// `--key value` from the command line.
 pub fn arg(args: &[String], key: &str) -> Option<String> {
     args.iter().position(|a| a == key).and_then(|i| args.get(i + 1)).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const USAGE: &str = "Usage: x --pileup PATH [--rounds 3] [--hold-purge] [--part all|idle] [--prefetch-args \"--batch 8\"]";
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_and_their_values_come_from_the_usage_text() {
+        let f = usage_flags(USAGE);
+        assert!(f.contains(&("--pileup".into(), true)));
+        assert!(f.contains(&("--rounds".into(), true)));
+        assert!(f.contains(&("--hold-purge".into(), false)));
+        assert!(f.contains(&("--part".into(), true)));
+    }
+
+    #[test]
+    fn unknown_flags_and_missing_values_are_refused() {
+        assert!(check_args(&v(&["--pileup", "p", "--rounds", "2", "--hold-purge"]), USAGE).is_ok());
+        assert!(check_args(&v(&["--prefetch-args", "--primary-only"]), USAGE).is_ok());
+        assert!(check_args(&v(&["--help"]), USAGE).is_ok());
+        assert_eq!(check_args(&v(&["--round", "2"]), USAGE), Err("unknown argument \"--round\"".into()));
+        assert_eq!(check_args(&v(&["--pileup"]), USAGE), Err("--pileup needs a value".into()));
+        assert!(check_args(&v(&["stray"]), USAGE).is_err());
+    }
 }

@@ -79,6 +79,13 @@
 //! innodb_monitor_enable=module_buffer_page`), the prefetcher's
 //! counters and stderr, and the lag rounds' `pileup lag --json` reports.
 
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
+  [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
+  [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages]]
+  [--parallel-threads 4]
+  [--readers 4] [--lag-rounds 1] [--prefetch-args \"--batch 8 ...\"] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]";
+
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -627,7 +634,7 @@ impl Bench {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let args = pileup_bench::args(USAGE)?;
     let num = |k: &str, d: u64| -> Result<u64> { Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d)) };
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
     let (tables, size, trx, rounds) = (num("--tables", 8)?, num("--table-size", 1_250_000)?, num("--trx", 30_000)?, num("--rounds", 3)?);

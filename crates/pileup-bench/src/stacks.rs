@@ -10,6 +10,9 @@
 //!
 //! Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]
 
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]";
+
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +78,7 @@ struct Run {
 
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let args = pileup_bench::args(USAGE)?;
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
     let pileup = get("--pileup").context("--pileup PATH is required")?;
     let counts: Vec<usize> = get("--threads").unwrap_or_else(|| "50,300,1000".into()).split(',').map(|s| s.parse().unwrap()).collect();

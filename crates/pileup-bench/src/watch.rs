@@ -19,6 +19,9 @@
 //!
 //! Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]
 
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]";
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -189,7 +192,7 @@ fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let args = pileup_bench::args(USAGE)?;
     let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
     let pileup = get("--pileup").expect("--pileup PATH");
     let rounds: usize = get("--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
