@@ -31,7 +31,7 @@
 //!
 //! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
 //!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages]]
+//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages,pages-deferred,both-pages-deferred]]
 //!   [--parallel-threads 4]
 //!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
 //!
@@ -62,7 +62,9 @@
 //! while the applier catches up: with the prefetcher by `pileup prefetch
 //! --defer-purge`, without it by a session holding a consistent snapshot
 //! (the same hold), so what deferring purge is worth and what prefetching
-//! adds to it are told apart.
+//! adds to it are told apart. `pages` and `both-pages` run the prefetcher
+//! with `--warm pages`; `pages-deferred` and `both-pages-deferred` with
+//! `--warm pages --defer-purge`.
 //!
 //! `--hold-purge` (a diagnostic) keeps purge from running during each
 //! catch-up: a session holds a consistent snapshot taken just before the
@@ -82,7 +84,7 @@
 /// What `--help` prints; the flags it names are the ones accepted.
 const USAGE: &str = "Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-  [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages]]
+  [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages,pages-deferred,both-pages-deferred]]
   [--parallel-threads 4]
   [--readers 4] [--lag-rounds 1] [--prefetch-args \"--batch 8 ...\"] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]";
 
@@ -356,7 +358,7 @@ struct Mode {
     pages: bool,
 }
 
-const MODES: [Mode; 11] = [
+const MODES: [Mode; 13] = [
     Mode { name: "none", prefetch: false, parallel: false, prewarm: false, defer: false, pages: false },
     Mode { name: "prefetch", prefetch: true, parallel: false, prewarm: false, defer: false, pages: false },
     Mode { name: "parallel", prefetch: false, parallel: true, prewarm: false, defer: false, pages: false },
@@ -368,6 +370,8 @@ const MODES: [Mode; 11] = [
     Mode { name: "both-deferred", prefetch: true, parallel: true, prewarm: false, defer: true, pages: false },
     Mode { name: "pages", prefetch: true, parallel: false, prewarm: false, defer: false, pages: true },
     Mode { name: "both-pages", prefetch: true, parallel: true, prewarm: false, defer: false, pages: true },
+    Mode { name: "pages-deferred", prefetch: true, parallel: false, prewarm: false, defer: true, pages: true },
+    Mode { name: "both-pages-deferred", prefetch: true, parallel: true, prewarm: false, defer: true, pages: true },
 ];
 
 struct Bench {
