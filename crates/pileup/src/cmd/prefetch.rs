@@ -57,6 +57,8 @@ pub struct PrefetchArgs {
     /// files, write access to the server's buffer pool file
     /// (innodb_buffer_pool_filename, put back on exit) and SUPER; InnoDB
     /// logs two lines per load to the error log (a few hundred a second).
+    /// With --defer-purge it caught up about twice as fast as the plain
+    /// applier in bench/prefetch (128 MB pool, 2.4 GB of data).
     #[arg(long, value_enum, default_value_t = WarmArg::Sql)]
     pub warm: WarmArg,
     /// While the replica lags, hold InnoDB's purge off (an open read view: no
