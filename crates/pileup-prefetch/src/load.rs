@@ -15,7 +15,9 @@
 //!   datadir), so pileup must be able to write there. The file's content
 //!   (the pages the last dump listed, for warming the pool at the next
 //!   start) is kept in memory and in `<file>.pileup-saved`, and put back
-//!   when pileup stops unless the server wrote a new dump meanwhile. The
+//!   when pileup stops unless the server wrote a new dump meanwhile; a
+//!   dump the server writes while pileup runs (a restart's shutdown dump)
+//!   replaces the kept copy, so the newest dump is the one put back. The
 //!   lists hold page numbers only, no query text. Should the server stop
 //!   uncleanly while pileup runs, its next start warms the pool from
 //!   pileup's short list instead of the last dump (the saved copy is beside
@@ -52,6 +54,9 @@ pub struct Loader {
     in_list: HashSet<(u32, u32)>,
     cap: usize,
     restored: bool,
+    /// `<file>.pileup-saved` is this run's (one left by an earlier run that
+    /// did not finish is neither replaced nor removed).
+    own_backup: bool,
     /// Loads asked for.
     pub loads: u64,
 }
@@ -80,13 +85,15 @@ impl Loader {
             Err(e) => bail!("cannot read {} ({e}): --warm pages needs to read and write the server's buffer pool file; run pileup as the server's user or root, or use --warm sql", path.display()),
         };
         let backup = backup_path(&path);
+        let mut own_backup = false;
         if backup.exists() {
             eprintln!("pileup prefetch: {} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display());
         } else if let Some(b) = &saved {
             std::fs::write(&backup, b).with_context(|| format!("cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql", path.display()))?;
+            own_backup = true;
         }
         let cap = (io_capacity.saturating_sub(1) as usize).clamp(1, 190);
-        Ok(Loader { c, path, saved, last: vec![], recent: VecDeque::new(), in_list: HashSet::new(), cap, restored: false, loads: 0 })
+        Ok(Loader { c, path, saved, last: vec![], recent: VecDeque::new(), in_list: HashSet::new(), cap, restored: false, own_backup, loads: 0 })
     }
 
     pub fn path(&self) -> &Path {
@@ -99,6 +106,19 @@ impl Loader {
     }
 
     fn write(&mut self) -> std::io::Result<()> {
+        // The server wrote a dump over the last list (a restart's shutdown
+        // dump, innodb_buffer_pool_dump_now): that is now what to put back.
+        if !self.last.is_empty() {
+            let now = std::fs::read(&self.path).ok();
+            if now.as_deref() != Some(&self.last[..]) {
+                let backup = backup_path(&self.path);
+                if let Some(b) = now.as_ref().filter(|_| self.own_backup || !backup.exists()) {
+                    std::fs::write(&backup, b)?;
+                    self.own_backup = true;
+                }
+                self.saved = now;
+            }
+        }
         let mut text = String::with_capacity(self.recent.len() * 16);
         for (s, p) in &self.recent {
             text.push_str(&format!("{s},{p}\n"));
@@ -162,7 +182,9 @@ impl Loader {
                 }
             }
         }
-        let _ = std::fs::remove_file(backup_path(&self.path));
+        if self.own_backup {
+            let _ = std::fs::remove_file(backup_path(&self.path));
+        }
         Ok(())
     }
 }

@@ -644,11 +644,14 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
 
 /// The cached upper levels of index `ix` of `t`, if its keys can be mapped
 /// to pages; why not is said (once per reason) through `tell`.
-fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize, t: &Table, ix: usize, tell: &mut dyn FnMut(String)) -> Option<crate::pages::Tree> {
+/// `Err` when the server is gone (a restart): the index is looked up again
+/// once the mapper has reconnected. `Ok(None)`: it cannot be mapped (said
+/// on stderr).
+fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize, t: &Table, ix: usize, tell: &mut dyn FnMut(String)) -> Result<Option<crate::pages::Tree>, ()> {
     use crate::pages::{node_fields, IndexLocation, Tree};
-    let fields = node_fields(t, ix)?;
+    let Some(fields) = node_fields(t, ix) else { return Ok(None) };
     let name = &t.indexes[ix].name;
-    match IndexLocation::find(meta, datadir, &t.schema, &t.name, name) {
+    Ok(match IndexLocation::find(meta, datadir, &t.schema, &t.name, name) {
         Ok(Some(loc)) => match Tree::open(loc, fields, page_size, Duration::from_secs(5)) {
             Ok(tree) => Some(tree),
             Err(e) => {
@@ -660,11 +663,12 @@ fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize
             tell(format!("{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed", t.schema, t.name));
             None
         }
+        Err(_) if meta.ping().is_err() => return Err(()),
         Err(e) => {
             tell(format!("{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed", t.schema, t.name));
             None
         }
-    }
+    })
 }
 
 /// The page mapper: keys to leaf page numbers ([`crate::pages`]), handed to
@@ -737,7 +741,20 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                     trees.clear();
                 }
                 let key = (Arc::as_ptr(&job.table) as usize, ix);
-                let (_, tree) = trees.entry(key).or_insert_with(|| (job.table.clone(), open_tree(&mut meta, &datadir, page_size, &job.table, ix, &mut tell)));
+                let (_, tree) = match trees.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => match open_tree(&mut meta, &datadir, page_size, &job.table, ix, &mut tell) {
+                        Ok(t) => v.insert((job.table.clone(), t)),
+                        // The server went away (a restart): reconnect a
+                        // second later, dropping the work meanwhile.
+                        Err(()) => {
+                            tell("the server went away; trying again every second".into());
+                            broken = Some(Instant::now());
+                            counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    },
+                };
                 let Some(tree) = tree.as_mut() else {
                     counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
                     continue;

@@ -24,6 +24,22 @@ fn sb_args(sock: &str) -> Vec<String> {
     vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--mysql-db=sbtest".into(), "--tables=1".into(), "--table-size=500000".into()]
 }
 
+/// A primary writing `format` binlogs and its replica with `cnf`, in one
+/// throwaway base directory, with an empty `sbtest` database.
+fn primary_and_replica(format: &str, cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
+    let base = common::it_base();
+    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![("binlog_format".into(), format.into())], ..Default::default() }).unwrap();
+    let replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        cnf: cnf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    })
+    .unwrap();
+    primary.sql("CREATE DATABASE sbtest").unwrap();
+    (primary, replica)
+}
+
 /// Data-file I/O done by the SQL thread itself (performance_schema).
 fn applier_page_io(replica: &Sandbox) -> u64 {
     replica
@@ -120,24 +136,17 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) ->
 #[test]
 fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let _serial = one_at_a_time();
-    let base = common::it_base();
-    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![("binlog_format".into(), "ROW".into())], ..Default::default() }).unwrap();
-    let small = |k: &str, v: &str| (k.to_string(), v.to_string());
-    let mut replica = Sandbox::start(Options {
-        base_dir: Some(base),
-        replica_of: Some(primary.endpoint.clone()),
-        cnf: vec![
-            small("innodb_buffer_pool_size", "64M"),
-            small("innodb_buffer_pool_load_at_startup", "OFF"),
-            small("innodb_buffer_pool_dump_at_shutdown", "OFF"),
-            small("performance_schema", "ON"),
-            small("skip_slave_start", "ON"),
-            small("relay_log_purge", "OFF"),
+    let (primary, mut replica) = primary_and_replica(
+        "ROW",
+        &[
+            ("innodb_buffer_pool_size", "64M"),
+            ("innodb_buffer_pool_load_at_startup", "OFF"),
+            ("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+            ("performance_schema", "ON"),
+            ("skip_slave_start", "ON"),
+            ("relay_log_purge", "OFF"),
         ],
-        ..Default::default()
-    })
-    .unwrap();
-    primary.sql("CREATE DATABASE sbtest").unwrap();
+    );
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -258,19 +267,9 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
 #[test]
 fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let _serial = one_at_a_time();
-    let base = common::it_base();
-    let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
-    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "MIXED")], ..Default::default() }).unwrap();
-    let mut replica = Sandbox::start(Options {
-        base_dir: Some(base),
-        replica_of: Some(primary.endpoint.clone()),
-        // The applier skips checksums, so a damaged one (below) is the
-        // prefetcher's problem alone.
-        cnf: vec![kv("innodb_buffer_pool_size", "32M"), kv("skip_slave_start", "ON"), kv("slave_sql_verify_checksum", "OFF")],
-        ..Default::default()
-    })
-    .unwrap();
-    primary.sql("CREATE DATABASE sbtest").unwrap();
+    // The applier skips checksums, so a damaged one (below) is the
+    // prefetcher's problem alone.
+    let (primary, mut replica) = primary_and_replica("MIXED", &[("innodb_buffer_pool_size", "32M"), ("skip_slave_start", "ON"), ("slave_sql_verify_checksum", "OFF")]);
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench")
         .arg("oltp_write_only")
@@ -465,4 +464,90 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     loader.finish().unwrap();
     assert_eq!(std::fs::read(&bp_file).ok(), before, "the server's buffer pool file is as it was");
     assert!(!std::path::Path::new(&format!("{}.pileup-saved", bp_file.display())).exists());
+}
+
+/// `--warm pages` across a replica restart: the page mapper's connections
+/// come back a second later and the loads go on; the dump the server wrote
+/// at its shutdown is the one left in its buffer pool file at the end (not
+/// the older one pileup found, nor a page list of pileup's); the applier
+/// ends clean with the primary's data.
+#[test]
+fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
+    let _serial = one_at_a_time();
+    // The server dumps its pool at shutdown (the default) but starts cold,
+    // so each start needs the pages read again.
+    let (primary, mut replica) = primary_and_replica("ROW", &[("innodb_buffer_pool_size", "64M"), ("innodb_buffer_pool_load_at_startup", "OFF"), ("skip_slave_start", "ON")]);
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+    replica.sql("STOP SLAVE SQL_THREAD").unwrap();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=8", "--rand-type=uniform", "run"]).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    io_thread_has_everything(&primary, &replica);
+    replica.restart().unwrap();
+    let bp_file = replica.endpoint.dir.join("data").join("ib_buffer_pool");
+    let found = std::fs::read(&bp_file).expect("the server dumped its pool at shutdown");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0", "--warm", "pages"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The counters, a line a second, as they come.
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let (lines, out) = (lines.clone(), child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(l);
+            }
+        })
+    };
+    // stderr drained as it comes too (a full pipe would stop pileup).
+    let errs = {
+        let mut e = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut e, &mut s);
+            s
+        })
+    };
+    let counters = |lines: &std::sync::Mutex<Vec<String>>| -> serde_json::Value { lines.lock().unwrap().last().map(|l| serde_json::from_str(l).unwrap()).unwrap_or_default() };
+    std::thread::sleep(Duration::from_millis(500));
+    // Both threads: with the I/O thread stopped the replica reports no lag.
+    replica.sql("START SLAVE").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = counters(&lines);
+    let loads_before = before["page_loads"].as_u64().unwrap_or(0);
+    assert!(loads_before > 0, "loads before the restart: {before}");
+    // A clean shutdown: the server dumps its pool over pileup's list.
+    replica.restart().unwrap();
+    replica.sql("START SLAVE").unwrap();
+    replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = counters(&lines);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let stderr = errs.join().unwrap();
+    eprintln!("before the restart: {before}\nat the end: {after}\nstderr: {stderr}");
+    assert!(status.success(), "prefetch failed: {stderr}");
+    // The catch-up may end before the mapper is back: then there is
+    // nothing left to load. Either way it must have tried after the restart.
+    assert!(after["page_loads"].as_u64().unwrap() > loads_before || after["jobs_dropped"].as_u64().unwrap() > 0, "after the restart: {after}");
+    assert!(stderr.contains("trying again every second"), "the lost connection is said: {stderr}");
+    let now = std::fs::read(&bp_file).unwrap();
+    let lines_now = now.iter().filter(|&&b| b == b'\n').count();
+    assert!(now != found, "the older dump pileup found was put back over the server's newer one");
+    assert!(lines_now > 190, "a page list of pileup's ({lines_now} lines) was left in place of the server's dump");
+    assert!(!replica.endpoint.dir.join("data").join("ib_buffer_pool.pileup-saved").exists(), "pileup's copy is removed on exit");
+
+    let mut rc = replica.connect().unwrap();
+    let st: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+    assert_eq!(st.get::<u64, _>("Last_SQL_Errno").unwrap(), 0);
+    let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1 };
+    assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()));
 }
