@@ -14,7 +14,7 @@
 //! Reported: median wall time, the CPU time the tool used, events and rows
 //! per second of wall time, and the ratio to mariadb-binlog.
 //!
-//! Usage: binlog-bench --pileup PATH [--rows 300000] [--seconds 40] [--runs 5] [--out FILE]
+//! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
 const USAGE: &str = "Usage: binlog-bench --pileup PATH [--rows 300000] [--seconds 40] [--runs 5] [--out FILE]";

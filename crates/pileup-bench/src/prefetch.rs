@@ -29,11 +29,7 @@
 //! applier thread sat runnable waiting for a CPU (schedstat; the mean over
 //! the threads with parallel replication).
 //!
-//! Usage: prefetch-bench --pileup PATH [--tables 8] [--table-size 1250000]
-//!   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
-//!   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages,pages-deferred,both-pages-deferred]]
-//!   [--parallel-threads 4]
-//!   [--readers 4] [--lag-rounds 1] [--prefetch-args "--batch 8 ..."] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]
+//! Usage: see [`USAGE`] (what `--help` prints).
 //!
 //! The replica runs with innodb_io_capacity=4000 (max 8000) and
 //! innodb_flush_neighbors=0, as a DBA sets them for an SSD; `--cnf` adds or

@@ -8,7 +8,7 @@
 //! the tool's wall time; and for pileup its own stop statistics. Each tool
 //! runs `--runs` times per thread count, interleaved; medians are reported.
 //!
-//! Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]
+//! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
 const USAGE: &str = "Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]";
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pileup_bench::median;
+use pileup_bench::{arg, median};
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
@@ -79,11 +79,10 @@ struct Run {
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
-    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let pileup = get("--pileup").context("--pileup PATH is required")?;
-    let counts: Vec<usize> = get("--threads").unwrap_or_else(|| "50,300,1000".into()).split(',').map(|s| s.parse().unwrap()).collect();
-    let runs: usize = get("--runs").map(|s| s.parse().unwrap()).unwrap_or(5);
-    let out = get("--out");
+    let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
+    let counts: Vec<usize> = arg(&args, "--threads").unwrap_or_else(|| "50,300,1000".into()).split(',').map(|s| s.parse().unwrap()).collect();
+    let runs: usize = arg(&args, "--runs").map(|s| s.parse().unwrap()).unwrap_or(5);
+    let out = arg(&args, "--out");
     let mut report = String::new();
     for &n in &counts {
         report.push_str(&bench_one(&pileup, n, runs)?);

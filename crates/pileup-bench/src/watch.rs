@@ -17,7 +17,7 @@
 //!    polls) and the watcher's own, 30 s each: the cost without the noise
 //!    of a loaded shared box.
 //!
-//! Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]
+//! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
 const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]";
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pileup_bench::median;
+use pileup_bench::{arg, median};
 use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
@@ -193,10 +193,9 @@ fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
-    let get = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let pileup = get("--pileup").expect("--pileup PATH");
-    let rounds: usize = get("--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
-    let part = get("--part").unwrap_or_else(|| "all".into());
+    let pileup = arg(&args, "--pileup").expect("--pileup PATH");
+    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
+    let part = arg(&args, "--part").unwrap_or_else(|| "all".into());
     if !["all", "throughput", "idle", "onset"].contains(&part.as_str()) {
         bail!("--part must be all, throughput, idle or onset");
     }
@@ -214,7 +213,7 @@ fn main() -> Result<()> {
         md.push_str(&onset(&pileup, &root, rounds)?);
     }
     print!("{md}");
-    if let Some(o) = get("--out") {
+    if let Some(o) = arg(&args, "--out") {
         std::fs::write(o, &md)?;
     }
     let _ = std::fs::remove_dir_all(&root);

@@ -108,16 +108,14 @@ impl Loader {
     fn write(&mut self) -> std::io::Result<()> {
         // The server wrote a dump over the last list (a restart's shutdown
         // dump, innodb_buffer_pool_dump_now): that is now what to put back.
-        if !self.last.is_empty() {
-            let now = std::fs::read(&self.path).ok();
-            if now.as_deref() != Some(&self.last[..]) {
-                let backup = backup_path(&self.path);
-                if let Some(b) = now.as_ref().filter(|_| self.own_backup || !backup.exists()) {
-                    std::fs::write(&backup, b)?;
-                    self.own_backup = true;
-                }
-                self.saved = now;
+        // A file gone missing is not a dump: the kept copy stays.
+        if let Some(dump) = std::fs::read(&self.path).ok().filter(|now| !self.last.is_empty() && *now != self.last) {
+            let backup = backup_path(&self.path);
+            if self.own_backup || !backup.exists() {
+                std::fs::write(&backup, &dump)?;
+                self.own_backup = true;
             }
+            self.saved = Some(dump);
         }
         let mut text = String::with_capacity(self.recent.len() * 16);
         for (s, p) in &self.recent {
