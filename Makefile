@@ -1,6 +1,6 @@
 # pileup — two commands on a fresh Debian 12 machine:
 #   make demo   sandbox + sysbench load + stacks → ./pileup-demo/
-#   make test   every test, against real mariadbd sandboxes
+#   make test   style gate (rustfmt, clippy -D warnings), then every test against real mariadbd sandboxes
 # Both install what they need first (Debian packages via apt-get, Rust via rustup if absent).
 
 SHELL := /bin/bash
@@ -15,7 +15,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   hyperfine:hyperfine cc:build-essential curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps demo test build bench clean
+.PHONY: deps demo test style build bench clean
 
 deps:
 	@missing=""; \
@@ -42,8 +42,16 @@ build: deps
 demo: build
 	PATH="$$HOME/.cargo/bin:$$PATH" bash scripts/demo.sh ./pileup-demo
 
-test: deps
+# The style gate runs first: formatting (rustfmt.toml) and clippy with every
+# warning an error, then every test.
+test: deps style
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2
+
+style: deps
+	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
+	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy
+	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) fmt --all --check
+	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench: build
 	bash bench/stacks

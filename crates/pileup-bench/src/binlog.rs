@@ -31,7 +31,14 @@ use pileup_sandbox::{Options, Sandbox};
 fn sysbench(sock: &str, rows: u64, cmd: &[&str]) -> Result<()> {
     let out = Command::new("sysbench")
         .arg("oltp_write_only")
-        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=d", "--tables=2", &format!("--table-size={rows}")])
+        .args([
+            "--db-driver=mysql",
+            &format!("--mysql-socket={sock}"),
+            "--mysql-user=root",
+            "--mysql-db=d",
+            "--tables=2",
+            &format!("--table-size={rows}"),
+        ])
         .args(cmd)
         .output()
         .context("sysbench (make deps installs it)")?;
@@ -42,7 +49,8 @@ fn sysbench(sock: &str, rows: u64, cmd: &[&str]) -> Result<()> {
 }
 
 fn relay_files(replica: &Sandbox) -> Result<Vec<PathBuf>> {
-    let (index, datadir): (String, String) = replica.connect()?.query_first("SELECT @@relay_log_index, @@datadir")?.unwrap();
+    let (index, datadir): (String, String) =
+        replica.connect()?.query_first("SELECT @@relay_log_index, @@datadir")?.unwrap();
     let index = Path::new(&datadir).join(index);
     Ok(std::fs::read_to_string(index)?.lines().filter(|l| !l.is_empty()).map(|l| Path::new(&datadir).join(l)).collect())
 }
@@ -74,9 +82,17 @@ fn main() -> Result<()> {
     let seconds: u64 = arg(&args, "--seconds").map(|s| s.parse()).transpose()?.unwrap_or(40);
     let runs: usize = arg(&args, "--runs").map(|s| s.parse()).transpose()?.unwrap_or(5);
 
-    let primary = Sandbox::start(Options { binlog: true, cnf: vec![("binlog_format".into(), "ROW".into())], ..Default::default() })?;
+    let primary = Sandbox::start(Options {
+        binlog: true,
+        cnf: vec![("binlog_format".into(), "ROW".into())],
+        ..Default::default()
+    })?;
     // Keep applied relay logs: they are what gets decoded.
-    let replica = Sandbox::start(Options { replica_of: Some(primary.endpoint.clone()), cnf: vec![("relay_log_purge".into(), "0".into())], ..Default::default() })?;
+    let replica = Sandbox::start(Options {
+        replica_of: Some(primary.endpoint.clone()),
+        cnf: vec![("relay_log_purge".into(), "0".into())],
+        ..Default::default()
+    })?;
     let sock = primary.endpoint.socket.to_string_lossy().into_owned();
     primary.sql("CREATE DATABASE d")?;
     let caught_up = || replica.wait_caught_up(&primary, std::time::Duration::from_secs(600)).map(|_| ());
@@ -97,7 +113,10 @@ fn main() -> Result<()> {
     let oltp: Vec<PathBuf> = all[before..all.len() - 1].to_vec();
 
     let mut md = format!("\n### Decoding relay logs written by a replica ({runs} runs each, medians; one core: both tools are single-threaded)\n");
-    for (label, files) in [("bulk INSERTs (sysbench prepare: many rows per event)", &bulk), ("OLTP writes (sysbench oltp_write_only: one row per event)", &oltp)] {
+    for (label, files) in [
+        ("bulk INSERTs (sysbench prepare: many rows per event)", &bulk),
+        ("OLTP writes (sysbench oltp_write_only: one row per event)", &oltp),
+    ] {
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
         let bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
         // Counts from pileup itself.
@@ -108,9 +127,26 @@ fn main() -> Result<()> {
         let st: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         let (events, nrows) = (st["events"].as_f64().unwrap(), st["rows"].as_f64().unwrap());
         let tools: Vec<(&str, Vec<String>)> = vec![
-            ("pileup binlog --stats", [&pileup, "binlog", "--stats"].iter().map(|s| s.to_string()).chain(names.iter().cloned()).collect()),
-            ("pileup binlog --format json", [&pileup, "binlog", "--format", "json"].iter().map(|s| s.to_string()).chain(names.iter().cloned()).collect()),
-            ("mariadb-binlog -v", ["mariadb-binlog", "--verbose", "--base64-output=DECODE-ROWS"].iter().map(|s| s.to_string()).chain(names.iter().cloned()).collect()),
+            (
+                "pileup binlog --stats",
+                [&pileup, "binlog", "--stats"].iter().map(|s| s.to_string()).chain(names.iter().cloned()).collect(),
+            ),
+            (
+                "pileup binlog --format json",
+                [&pileup, "binlog", "--format", "json"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(names.iter().cloned())
+                    .collect(),
+            ),
+            (
+                "mariadb-binlog -v",
+                ["mariadb-binlog", "--verbose", "--base64-output=DECODE-ROWS"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(names.iter().cloned())
+                    .collect(),
+            ),
         ];
         let mut res: Vec<(f64, f64)> = vec![];
         for (name, cmd) in &tools {
@@ -127,7 +163,12 @@ fn main() -> Result<()> {
         let base = res[2].0;
         md.push_str(&format!("\n#### {label}: {} file(s), {:.1} MB, {events:.0} events, {nrows:.0} rows\n\n| tool | wall (s) | CPU (s) | events/s | rows/s | mariadb-binlog's time ÷ this |\n|---|---|---|---|---|---|\n", files.len(), bytes as f64 / 1e6));
         for ((name, _), (w, c)) in tools.iter().zip(&res) {
-            md.push_str(&format!("| {name} | {w:.3} | {c:.3} | {:.0} | {:.0} | {:.1}× |\n", events / w, nrows / w, base / w));
+            md.push_str(&format!(
+                "| {name} | {w:.3} | {c:.3} | {:.0} | {:.0} | {:.1}× |\n",
+                events / w,
+                nrows / w,
+                base / w
+            ));
         }
     }
     print!("{md}");

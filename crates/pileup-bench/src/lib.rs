@@ -85,7 +85,8 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    const USAGE: &str = "Usage: x --pileup PATH [--rounds 3] [--hold-purge] [--part all|idle] [--prefetch-args \"--batch 8\"]";
+    const USAGE: &str =
+        "Usage: x --pileup PATH [--rounds 3] [--hold-purge] [--part all|idle] [--prefetch-args \"--batch 8\"]";
 
     fn v(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

@@ -91,7 +91,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
 use pileup_bench::{arg, median};
-use pileup_lag::io::{device_of, DeviceReport};
+use pileup_replica::device::{device_of, DeviceReport};
 use pileup_sandbox::{Options, Sandbox};
 
 fn sysbench(sock: &str, tables: u64, size: u64, extra: &[String]) -> Result<()> {
@@ -148,7 +148,8 @@ fn applier_runq(pid: u32, tids: &[u64]) -> f64 {
 /// iowait, summed over cores), from the first line of /proc/stat.
 fn machine_busy() -> f64 {
     let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let f: Vec<f64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let f: Vec<f64> =
+        s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     // user nice system idle iowait irq softirq steal (guest time is already in user).
     f.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum::<f64>() / tick
@@ -197,7 +198,6 @@ struct Sample {
     purge_after: f64,
 }
 
-
 /// What the device did while a probe ran: random 16 KiB O_DIRECT reads
 /// from a table file and, optionally, random 16 KiB O_DIRECT writes to a
 /// scratch file at the same time.
@@ -221,9 +221,20 @@ struct Probe {
 /// reads/s beside 13,170 writes/s; 15 s syncing, 7,352 reads/s beside 13,656
 /// writes/s, 224 MB/s — and no catch-up mode of the replica wrote more than
 /// 219 MB/s).
-fn device_probe(file: &std::path::Path, readers: usize, writers: usize, sync_every: Option<u64>, scratch: &std::path::Path, secs: f64) -> Result<Probe> {
+fn device_probe(
+    file: &std::path::Path,
+    readers: usize,
+    writers: usize,
+    sync_every: Option<u64>,
+    scratch: &std::path::Path,
+    secs: f64,
+) -> Result<Probe> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(file).with_context(|| format!("opening {}", file.display()))?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .with_context(|| format!("opening {}", file.display()))?;
     let pages = f.metadata()?.len() / 16384;
     if pages < 2 {
         bail!("{} is too small to probe", file.display());
@@ -232,7 +243,14 @@ fn device_probe(file: &std::path::Path, readers: usize, writers: usize, sync_eve
     // allocated blocks like InnoDB's page flushes do.
     const SCRATCH_PAGES: u64 = 16384;
     let w = if writers > 0 {
-        let w = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(scratch).with_context(|| format!("creating {}", scratch.display()))?;
+        let w = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(scratch)
+            .with_context(|| format!("creating {}", scratch.display()))?;
         let mut v = vec![0x5au8; (1 << 20) + 4096];
         let off = v.as_ptr().align_offset(4096);
         for i in 0..SCRATCH_PAGES / 64 {
@@ -322,9 +340,20 @@ fn lag_shares(json: &str) -> Result<Vec<(String, f64)>> {
     let v: serde_json::Value = serde_json::from_str(json).context("pileup lag --json output")?;
     let t = &v["tally"];
     let n = t["samples"].as_f64().unwrap_or(0.0).max(1.0);
-    let mut out: Vec<(String, f64)> = t["by_category"].as_object().map(|m| m.iter().map(|(k, c)| (k.clone(), c.as_f64().unwrap_or(0.0) / n)).collect()).unwrap_or_default();
+    let mut out: Vec<(String, f64)> = t["by_category"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, c)| (k.clone(), c.as_f64().unwrap_or(0.0) / n)).collect())
+        .unwrap_or_default();
     let wall = v["seconds"].as_f64().unwrap_or(0.0) * v["applier_threads"].as_f64().unwrap_or(1.0).max(1.0);
-    let file: f64 = v["waits"].as_array().map(|w| w.iter().filter(|x| x["event"] == "wait/io/file/innodb/innodb_data_file").filter_map(|x| x["seconds"].as_f64()).sum()).unwrap_or(0.0);
+    let file: f64 = v["waits"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter(|x| x["event"] == "wait/io/file/innodb/innodb_data_file")
+                .filter_map(|x| x["seconds"].as_f64())
+                .sum()
+        })
+        .unwrap_or(0.0);
     if wall > 0.0 {
         out.push(("ps_data_file".into(), file / wall));
     }
@@ -395,12 +424,17 @@ impl Bench {
         self.replica.sql("STOP SLAVE SQL_THREAD")?;
         self.primary.sql(&format!("SET GLOBAL binlog_format = '{format}'"))?;
         let sock = self.primary.endpoint.socket.display().to_string();
-        let extra: Vec<String> = ["--threads=4", "--time=0", &format!("--events={}", self.trx), "--rand-type=uniform", "run"].iter().map(|s| s.to_string()).collect();
+        let extra: Vec<String> =
+            ["--threads=4", "--time=0", &format!("--events={}", self.trx), "--rand-type=uniform", "run"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         sysbench(&sock, self.tables, self.size, &extra)?;
         let pos: String = self.primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
         let t0 = Instant::now();
         loop {
-            let st: mysql::Row = self.replica.connect()?.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
+            let st: mysql::Row =
+                self.replica.connect()?.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
             if st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str()) {
                 return Ok(());
             }
@@ -442,7 +476,9 @@ impl Bench {
     fn catch_up(&mut self, mode: &Mode, lag_for: Option<Duration>) -> Result<Sample> {
         self.replica.restart()?;
         let threads = if mode.parallel { self.parallel_threads } else { 0 };
-        self.replica.sql(&format!("SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"))?;
+        self.replica.sql(&format!(
+            "SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"
+        ))?;
         let mut c = self.replica.connect()?;
         // Every catch-up starts with the previous one's purge finished (it
         // would otherwise read and latch beside this one's applier).
@@ -451,12 +487,27 @@ impl Bench {
         let mut child: Option<Child> = None;
         if mode.prefetch {
             let ch = Command::new(&self.pileup)
-                .args(["prefetch", "-S", self.replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--min-lag", "0", "--stats-every", "1", "--json"])
+                .args([
+                    "prefetch",
+                    "-S",
+                    self.replica.endpoint.socket.to_str().unwrap(),
+                    "-u",
+                    "root",
+                    "--min-lag",
+                    "0",
+                    "--stats-every",
+                    "1",
+                    "--json",
+                ])
                 .arg(format!("--readers={}", self.readers))
                 .args(&self.prefetch_args)
                 .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
                 .args(if mode.pages { &["--warm", "pages"][..] } else { &[][..] })
-                .args(if mode.prewarm { &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..] } else { &[][..] })
+                .args(if mode.prewarm {
+                    &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..]
+                } else {
+                    &[][..]
+                })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -512,7 +563,18 @@ impl Bench {
         let prof = stacks_dir.as_ref().map(|dir| {
             let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
             Command::new(&self.pileup)
-                .args(["stacks", "--pid", &pid.to_string(), "--threads", "sql-thread", "--duration", "3s", "--interval-ms", "10", "-S"])
+                .args([
+                    "stacks",
+                    "--pid",
+                    &pid.to_string(),
+                    "--threads",
+                    "sql-thread",
+                    "--duration",
+                    "3s",
+                    "--interval-ms",
+                    "10",
+                    "-S",
+                ])
                 .arg(&self.replica.endpoint.socket)
                 .args(["-u", "root", "-o", &out])
                 .stdout(Stdio::null())
@@ -544,7 +606,9 @@ impl Bench {
         let secs = t0.elapsed().as_secs_f64();
         // CPU over the catch-up itself, before the profile's queries below.
         let (runq, busy) = (applier_runq(pid, &tids) - runq0, machine_busy() - busy0);
-        let disk = device_of(pid as i32, &datadir).zip(disk0).map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
+        let disk = device_of(pid as i32, &datadir)
+            .zip(disk0)
+            .map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
         if let Some(Ok(mut p)) = prof {
             let _ = p.wait();
         }
@@ -635,11 +699,18 @@ impl Bench {
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
-    let num = |k: &str, d: u64| -> Result<u64> { Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d)) };
+    let num = |k: &str, d: u64| -> Result<u64> {
+        Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d))
+    };
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
-    let (tables, size, trx, rounds) = (num("--tables", 8)?, num("--table-size", 1_250_000)?, num("--trx", 30_000)?, num("--rounds", 3)?);
+    let (tables, size, trx, rounds) =
+        (num("--tables", 8)?, num("--table-size", 1_250_000)?, num("--trx", 30_000)?, num("--rounds", 3)?);
     let pool = arg(&args, "--pool").unwrap_or_else(|| "128M".into());
-    let formats: Vec<String> = arg(&args, "--formats").unwrap_or_else(|| "ROW,MIXED".into()).split(',').map(|s| s.trim().to_uppercase()).collect();
+    let formats: Vec<String> = arg(&args, "--formats")
+        .unwrap_or_else(|| "ROW,MIXED".into())
+        .split(',')
+        .map(|s| s.trim().to_uppercase())
+        .collect();
     let wanted = arg(&args, "--modes").unwrap_or_else(|| "none,prefetch,parallel,both".into());
     let modes: Vec<&Mode> = MODES.iter().filter(|m| wanted.split(',').any(|w| w.trim() == m.name)).collect();
     if modes.is_empty() || modes[0].name != "none" {
@@ -655,7 +726,11 @@ fn main() -> Result<()> {
         reuse: reuse.is_some(),
         ..Default::default()
     };
-    let primary = Sandbox::start(Options { binlog: true, cnf: vec![kv("innodb_buffer_pool_size", "4G"), kv("binlog_format", "ROW")], ..named("primary") })?;
+    let primary = Sandbox::start(Options {
+        binlog: true,
+        cnf: vec![kv("innodb_buffer_pool_size", "4G"), kv("binlog_format", "ROW")],
+        ..named("primary")
+    })?;
     // What a DBA sets for an SSD: the default innodb_io_capacity (200) makes
     // the page cleaner the bottleneck of any write-heavy small-pool server.
     // MariaDB skips neighbour flushing on its own when the kernel says the
@@ -693,7 +768,12 @@ fn main() -> Result<()> {
     if marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()).as_deref() != Some(loaded.as_str()) {
         eprintln!("loading {tables} tables x {size} rows");
         primary.sql("DROP DATABASE IF EXISTS sbtest; CREATE DATABASE sbtest")?;
-        sysbench(&primary.endpoint.socket.display().to_string(), tables, size, &[format!("--threads={}", tables.min(2)), "prepare".into()])?;
+        sysbench(
+            &primary.endpoint.socket.display().to_string(),
+            tables,
+            size,
+            &[format!("--threads={}", tables.min(2)), "prepare".into()],
+        )?;
     }
     replica.wait_caught_up(&primary, Duration::from_secs(7200))?;
     if let Some(m) = &marker {
@@ -701,12 +781,34 @@ fn main() -> Result<()> {
     }
     let bytes: f64 = replica
         .connect()?
-        .query_first::<Option<f64>, _>("SELECT SUM(DATA_LENGTH + INDEX_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sbtest'")?
+        .query_first::<Option<f64>, _>(
+            "SELECT SUM(DATA_LENGTH + INDEX_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sbtest'",
+        )?
         .flatten()
         .unwrap_or(0.0);
     eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
 
-    let mut b = Bench { primary, replica, pileup, tables, size, trx, parallel_threads: num("--parallel-threads", 4)?, readers: num("--readers", 4)?, profile: arg(&args, "--profile"), profile_after: arg(&args, "--profile-after").map(|v| v.parse::<f64>()).transpose().context("--profile-after SECS")?.unwrap_or(0.0), label: String::new(), hold_purge: args.iter().any(|a| a == "--hold-purge"), prefetch_args: arg(&args, "--prefetch-args").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default() };
+    let mut b = Bench {
+        primary,
+        replica,
+        pileup,
+        tables,
+        size,
+        trx,
+        parallel_threads: num("--parallel-threads", 4)?,
+        readers: num("--readers", 4)?,
+        profile: arg(&args, "--profile"),
+        profile_after: arg(&args, "--profile-after")
+            .map(|v| v.parse::<f64>())
+            .transpose()
+            .context("--profile-after SECS")?
+            .unwrap_or(0.0),
+        label: String::new(),
+        hold_purge: args.iter().any(|a| a == "--hold-purge"),
+        prefetch_args: arg(&args, "--prefetch-args")
+            .map(|s| s.split_whitespace().map(String::from).collect())
+            .unwrap_or_default(),
+    };
     // The device: one page read alone and several at once.
     let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
         .filter_map(|e| e.ok())
@@ -767,7 +869,9 @@ fn main() -> Result<()> {
     for _ in 0..lag_rounds {
         for f in &formats {
             for m in modes.iter().filter(|m| !m.parallel) {
-                let secs = median(samples.get(&(f.clone(), m.name)).map(|v| v.iter().map(|s| s.secs).collect()).unwrap_or_default());
+                let secs = median(
+                    samples.get(&(f.clone(), m.name)).map(|v| v.iter().map(|s| s.secs).collect()).unwrap_or_default(),
+                );
                 b.backlog(f)?;
                 b.label = format!("lag-{f}");
                 let s = b.catch_up(m, Some(Duration::from_secs_f64((secs * 0.6).max(1.0))))?;
@@ -791,7 +895,9 @@ fn main() -> Result<()> {
         if b.hold_purge { "; purge held off during each catch-up (--hold-purge: a consistent snapshot taken before the applier starts)" } else { "" }
     );
     for f in &formats {
-        let med = |m: &str, g: &dyn Fn(&Sample) -> f64| median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default());
+        let med = |m: &str, g: &dyn Fn(&Sample) -> f64| {
+            median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default())
+        };
         let base = med("none", &|s| s.secs);
         md.push_str(&format!(
             "\n#### binlog_format={f}\n\n| mode | catch-up (s) | trx/s | speed-up vs none | applier threads' CPU (% of wall) | replica CPU (cores) | prefetcher CPU (cores) | buffer-pool reads per trx |\n|---|---|---|---|---|---|---|---|\n"
@@ -846,7 +952,9 @@ fn main() -> Result<()> {
                  | mode | reads/s | writes/s | MB written/s | mean read latency (µs) | busy | device reads per trx | device writes per trx |\n|---|---|---|---|---|---|---|---|\n",
             );
             for m in &modes {
-                let d = |g: &dyn Fn(&DeviceReport, f64) -> f64| med(m.name, &|s| s.disk.as_ref().map(|d| g(d, s.secs)).unwrap_or(0.0));
+                let d = |g: &dyn Fn(&DeviceReport, f64) -> f64| {
+                    med(m.name, &|s| s.disk.as_ref().map(|d| g(d, s.secs)).unwrap_or(0.0))
+                };
                 md.push_str(&format!(
                     "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.2} | {:.2} |\n",
                     m.name,
@@ -923,10 +1031,16 @@ fn main() -> Result<()> {
         for f in &formats {
             for m in modes.iter().filter(|m| !m.parallel) {
                 let Some(v) = lagged.get(&(f.clone(), m.name)) else { continue };
-                let share = |c: &str| median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect());
+                let share = |c: &str| {
+                    median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect())
+                };
                 let cells: Vec<String> = cats.iter().map(|c| format!("{:.0}%", 100.0 * share(c))).collect();
                 // A prefetcher can at best take the applier's own page reads away.
-                let bound = if m.prefetch { "".to_string() } else { format!("≤ {:.2}×", 1.0 / (1.0 - share("page_read")).max(1e-9)) };
+                let bound = if m.prefetch {
+                    "".to_string()
+                } else {
+                    format!("≤ {:.2}×", 1.0 / (1.0 - share("page_read")).max(1e-9))
+                };
                 md.push_str(&format!("| {f} | {} | {} | {bound} |\n", m.name, cells.join(" | ")));
             }
         }

@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pileup_bench::{arg, median};
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
+use pileup_bench::{arg, median};
 use pileup_sandbox::{Options, Sandbox};
 
 struct Probe {
@@ -76,11 +76,14 @@ struct Run {
     ok: bool,
 }
 
-
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
-    let counts: Vec<usize> = arg(&args, "--threads").unwrap_or_else(|| "50,300,1000".into()).split(',').map(|s| s.parse().unwrap()).collect();
+    let counts: Vec<usize> = arg(&args, "--threads")
+        .unwrap_or_else(|| "50,300,1000".into())
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
     let runs: usize = arg(&args, "--runs").map(|s| s.parse().unwrap()).unwrap_or(5);
     let out = arg(&args, "--out");
     let mut report = String::new();
@@ -99,8 +102,15 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     let sb = Sandbox::start(Options { cnf: vec![("thread_cache_size".into(), "2000".into())], ..Default::default() })?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     sb.sql("CREATE DATABASE sbtest")?;
-    let sbargs = ["--db-driver=mysql".to_string(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--tables=4".into(), "--table-size=10000".into()];
-    let st = Command::new("sysbench").arg("oltp_read_only").args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
+    let sbargs = [
+        "--db-driver=mysql".to_string(),
+        format!("--mysql-socket={sock}"),
+        "--mysql-user=root".into(),
+        "--tables=4".into(),
+        "--table-size=10000".into(),
+    ];
+    let st =
+        Command::new("sysbench").arg("oltp_read_only").args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
     if !st.success() {
         bail!("sysbench prepare failed");
     }
@@ -123,14 +133,62 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
         idle.push(sb.connect()?);
     }
     let server_threads = pileup_stacks_count(sb.pid());
-    eprintln!("   {server_threads} threads ({background} background, {sysbench_threads} sysbench, {} idle)", idle.len());
+    eprintln!(
+        "   {server_threads} threads ({background} background, {sysbench_threads} sysbench, {} idle)",
+        idle.len()
+    );
     let probe = Probe::start(&sb)?;
     std::thread::sleep(Duration::from_secs(1));
     let pid = sb.pid().to_string();
     let tools: Vec<(&str, Vec<String>)> = vec![
-        ("pileup consistent", vec![pileup.into(), "stacks".into(), "--pid".into(), pid.clone(), "-S".into(), sock.clone(), "-u".into(), "root".into(), "--mode".into(), "consistent".into(), "--format".into(), "json".into()]),
-        ("pileup rolling", vec![pileup.into(), "stacks".into(), "--pid".into(), pid.clone(), "-S".into(), sock.clone(), "-u".into(), "root".into(), "--mode".into(), "rolling".into(), "--format".into(), "json".into()]),
-        ("gdb thread apply all bt", vec!["gdb".into(), "-p".into(), pid.clone(), "-batch".into(), "-nx".into(), "-ex".into(), "set pagination 0".into(), "-ex".into(), "thread apply all bt".into()]),
+        (
+            "pileup consistent",
+            vec![
+                pileup.into(),
+                "stacks".into(),
+                "--pid".into(),
+                pid.clone(),
+                "-S".into(),
+                sock.clone(),
+                "-u".into(),
+                "root".into(),
+                "--mode".into(),
+                "consistent".into(),
+                "--format".into(),
+                "json".into(),
+            ],
+        ),
+        (
+            "pileup rolling",
+            vec![
+                pileup.into(),
+                "stacks".into(),
+                "--pid".into(),
+                pid.clone(),
+                "-S".into(),
+                sock.clone(),
+                "-u".into(),
+                "root".into(),
+                "--mode".into(),
+                "rolling".into(),
+                "--format".into(),
+                "json".into(),
+            ],
+        ),
+        (
+            "gdb thread apply all bt",
+            vec![
+                "gdb".into(),
+                "-p".into(),
+                pid.clone(),
+                "-batch".into(),
+                "-nx".into(),
+                "-ex".into(),
+                "set pagination 0".into(),
+                "-ex".into(),
+                "thread apply all bt".into(),
+            ],
+        ),
         ("eu-stack", vec!["eu-stack".into(), "-p".into(), pid.clone()]),
     ];
     let mut results: Vec<Vec<Run>> = vec![vec![]; tools.len()];
@@ -162,7 +220,13 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
                         run.missed = s["threads_missed"].as_u64();
                         let t = &j["timing"];
                         let ms = |k: &str| t[k].as_f64().unwrap_or(f64::NAN) / 1e3;
-                        run.split = Some([ms("load_modules_us"), ms("capture_us"), ms("unwind_us"), ms("symbolize_us"), ms("annotate_us")]);
+                        run.split = Some([
+                            ms("load_modules_us"),
+                            ms("capture_us"),
+                            ms("unwind_us"),
+                            ms("symbolize_us"),
+                            ms("annotate_us"),
+                        ]);
                     }
                 }
             }
@@ -174,7 +238,10 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
                 run.captured.map(|c| format!(" captured {c} missed {}", run.missed.unwrap_or(0))).unwrap_or_default()
             );
             if let Some(sp) = run.split {
-                eprintln!("       modules {:.1} capture {:.1} unwind {:.1} symbolize {:.1} annotate {:.1} ms", sp[0], sp[1], sp[2], sp[3], sp[4]);
+                eprintln!(
+                    "       modules {:.1} capture {:.1} unwind {:.1} symbolize {:.1} annotate {:.1} ms",
+                    sp[0], sp[1], sp[2], sp[3], sp[4]
+                );
             }
             results[i].push(run);
             std::thread::sleep(Duration::from_millis(300));
@@ -204,7 +271,11 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
             }
         };
         let cap = if name.starts_with("pileup") {
-            format!("{:.0} / {:.0}", median(r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect()), median(r.iter().filter_map(|x| x.missed.map(|c| c as f64)).collect()))
+            format!(
+                "{:.0} / {:.0}",
+                median(r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect()),
+                median(r.iter().filter_map(|x| x.missed.map(|c| c as f64)).collect())
+            )
         } else {
             "–".into()
         };

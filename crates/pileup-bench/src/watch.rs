@@ -26,14 +26,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pileup_bench::{arg, median};
 use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
+use pileup_bench::{arg, median};
 use pileup_sandbox::{Options, Sandbox};
 
-
 fn sysbench_args(sock: &str) -> Vec<String> {
-    vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--tables=4".into(), "--table-size=10000".into()]
+    vec![
+        "--db-driver=mysql".into(),
+        format!("--mysql-socket={sock}"),
+        "--mysql-user=root".into(),
+        "--tables=4".into(),
+        "--table-size=10000".into(),
+    ]
 }
 
 fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<Option<Child>> {
@@ -50,7 +55,16 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
             .spawn()?,
         "pt-stalk" | "pt-stalk gdb" => {
             let mut c = Command::new("pt-stalk");
-            c.args(["--socket", &sock, "--user", "root", "--dest", dir.to_str().unwrap(), "--log", dir.join("pt-stalk.log").to_str().unwrap()]);
+            c.args([
+                "--socket",
+                &sock,
+                "--user",
+                "root",
+                "--dest",
+                dir.to_str().unwrap(),
+                "--log",
+                dir.join("pt-stalk.log").to_str().unwrap(),
+            ]);
             c.args(["--pid", dir.join("pt-stalk.pid").to_str().unwrap(), "--iterations", "1"]);
             if kind == "pt-stalk gdb" {
                 c.arg("--collect-gdb");
@@ -74,7 +88,10 @@ fn cpu_secs(c: &Option<Child>) -> f64 {
 /// stime, cutime, cstime), in seconds.
 fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<f64> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect()).unwrap_or_default();
+    let f: Vec<f64> = s
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default();
     f.iter().sum::<f64>() / 100.0
 }
 
@@ -94,7 +111,11 @@ fn stop(c: Option<Child>) {
 }
 
 fn tps(sock: &str) -> Result<f64> {
-    let out = Command::new("sysbench").arg("oltp_read_only").args(sysbench_args(sock)).args(["--threads=8", "--time=20", "run"]).output()?;
+    let out = Command::new("sysbench")
+        .arg("oltp_read_only")
+        .args(sysbench_args(sock))
+        .args(["--threads=8", "--time=20", "run"])
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.contains("transactions:")).unwrap_or("");
     // "    transactions:                        12345  (617.21 per sec.)"
@@ -110,7 +131,11 @@ fn mysqld_named(root: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(&bin)?;
     let link = bin.join("mysqld");
     if !link.exists() {
-        let real = ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"].iter().map(PathBuf::from).find(|p| p.exists()).ok_or_else(|| anyhow::anyhow!("mariadbd not found"))?;
+        let real = ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .ok_or_else(|| anyhow::anyhow!("mariadbd not found"))?;
         std::os::unix::fs::symlink(real, &link)?;
     }
     Ok(link)
@@ -225,7 +250,12 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let sb = Sandbox::start(Options::default())?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     sb.sql("CREATE DATABASE sbtest")?;
-    Command::new("sysbench").arg("oltp_read_only").args(sysbench_args(&sock)).arg("prepare").stdout(Stdio::null()).status()?;
+    Command::new("sysbench")
+        .arg("oltp_read_only")
+        .args(sysbench_args(&sock))
+        .arg("prepare")
+        .stdout(Stdio::null())
+        .status()?;
     let kinds = ["none", "pileup 1s", "pileup 100ms", "pt-stalk"];
     let mut res: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
@@ -252,7 +282,15 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         let m = median(res[i].clone());
         md.push_str(&format!("| {k} | {m:.1} | {:+.2}% | {:.2} |\n", (m / base - 1.0) * 100.0, median(cpu[i].clone())));
     }
-    md.push_str(&format!("\nRuns: {}\n", kinds.iter().zip(&res).map(|(k, v)| format!("{k}: {}", v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", "))).collect::<Vec<_>>().join("; ")));
+    md.push_str(&format!(
+        "\nRuns: {}\n",
+        kinds
+            .iter()
+            .zip(&res)
+            .map(|(k, v)| format!("{k}: {}", v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
     Ok(md)
 }
 
@@ -304,7 +342,15 @@ fn onset(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
             }
         }
         eprintln!("{k}: {v:?}");
-        let shown = if v.is_empty() { "none within 35 s".into() } else { format!("{:.2} (runs: {})", median(v.clone()), v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")) };
+        let shown = if v.is_empty() {
+            "none within 35 s".into()
+        } else {
+            format!(
+                "{:.2} (runs: {})",
+                median(v.clone()),
+                v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
+            )
+        };
         md.push_str(&format!("| {k} | {shown} |\n"));
     }
     Ok(md)

@@ -169,7 +169,16 @@ pub fn table_map(f: &Format, body: &[u8]) -> Result<TableMap, DecodeError> {
     let columns = value::parse_meta(types, meta)?;
     let nulls = c.take(ncols.div_ceil(8))?;
     let nullable = (0..ncols).map(|i| nulls[i / 8] & (1 << (i % 8)) != 0).collect();
-    let mut tm = TableMap { table_id: id, schema, table, columns, nullable, unsigned: vec![false; ncols], column_names: vec![], primary_key: vec![] };
+    let mut tm = TableMap {
+        table_id: id,
+        schema,
+        table,
+        columns,
+        nullable,
+        unsigned: vec![false; ncols],
+        column_names: vec![],
+        primary_key: vec![],
+    };
     // Optional metadata: type, length, value triples.
     while !c.b.is_empty() {
         let Ok(kind) = c.u8() else { break };
@@ -266,9 +275,18 @@ pub const ROWS_STMT_END: u16 = 1;
 pub fn rows_kind(t: u8) -> Option<(RowsKind, bool)> {
     use et::*;
     let k = match t {
-        WRITE_ROWS_V1 | WRITE_ROWS_V2 | WRITE_ROWS_COMPRESSED_V1 | WRITE_ROWS_COMPRESSED | WRITE_ROWS_V0 => RowsKind::Insert,
-        UPDATE_ROWS_V1 | UPDATE_ROWS_V2 | UPDATE_ROWS_COMPRESSED_V1 | UPDATE_ROWS_COMPRESSED | UPDATE_ROWS_V0 | PARTIAL_UPDATE_ROWS => RowsKind::Update,
-        DELETE_ROWS_V1 | DELETE_ROWS_V2 | DELETE_ROWS_COMPRESSED_V1 | DELETE_ROWS_COMPRESSED | DELETE_ROWS_V0 => RowsKind::Delete,
+        WRITE_ROWS_V1 | WRITE_ROWS_V2 | WRITE_ROWS_COMPRESSED_V1 | WRITE_ROWS_COMPRESSED | WRITE_ROWS_V0 => {
+            RowsKind::Insert
+        }
+        UPDATE_ROWS_V1
+        | UPDATE_ROWS_V2
+        | UPDATE_ROWS_COMPRESSED_V1
+        | UPDATE_ROWS_COMPRESSED
+        | UPDATE_ROWS_V0
+        | PARTIAL_UPDATE_ROWS => RowsKind::Update,
+        DELETE_ROWS_V1 | DELETE_ROWS_V2 | DELETE_ROWS_COMPRESSED_V1 | DELETE_ROWS_COMPRESSED | DELETE_ROWS_V0 => {
+            RowsKind::Delete
+        }
         _ => return None,
     };
     let compressed = (WRITE_ROWS_COMPRESSED_V1..=DELETE_ROWS_COMPRESSED).contains(&t);
@@ -278,9 +296,12 @@ pub fn rows_kind(t: u8) -> Option<(RowsKind, bool)> {
 /// Parse a rows event body. For MariaDB's compressed rows events `scratch`
 /// receives the inflated row data, which the result then borrows.
 pub fn rows<'a>(f: &Format, t: u8, body: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<Rows<'a>, DecodeError> {
-    let (kind, compressed) = rows_kind(t).ok_or_else(|| DecodeError::Bad(format!("event type {t} is not a rows event")))?;
+    let (kind, compressed) =
+        rows_kind(t).ok_or_else(|| DecodeError::Bad(format!("event type {t} is not a rows event")))?;
     if t == et::PARTIAL_UPDATE_ROWS {
-        return Err(DecodeError::Bad("partial JSON updates (binlog_row_value_options=PARTIAL_JSON) are not decoded".into()));
+        return Err(DecodeError::Bad(
+            "partial JSON updates (binlog_row_value_options=PARTIAL_JSON) are not decoded".into(),
+        ));
     }
     let mut c = Cur::new(body, "rows event");
     let ph = f.post_header_len(t);
@@ -315,12 +336,19 @@ pub fn inflate(b: &[u8]) -> Result<Vec<u8>, DecodeError> {
     if !(1..=4).contains(&n) {
         return Err(DecodeError::Bad(format!("compressed length of {n} bytes")));
     }
-    let len = b.get(1..1 + n).ok_or(DecodeError::Short("compressed payload"))?.iter().fold(0usize, |a, &x| (a << 8) | x as usize);
+    let len = b
+        .get(1..1 + n)
+        .ok_or(DecodeError::Short("compressed payload"))?
+        .iter()
+        .fold(0usize, |a, &x| (a << 8) | x as usize);
     if len > 1 << 30 {
         return Err(DecodeError::Bad(format!("compressed payload claims {len} bytes")));
     }
     let mut out = Vec::with_capacity(len);
-    flate2::read::ZlibDecoder::new(&b[1 + n..]).take(len as u64 + 1).read_to_end(&mut out).map_err(|e| DecodeError::Bad(format!("zlib: {e}")))?;
+    flate2::read::ZlibDecoder::new(&b[1 + n..])
+        .take(len as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| DecodeError::Bad(format!("zlib: {e}")))?;
     if out.len() != len {
         return Err(DecodeError::Bad(format!("compressed payload inflated to {} bytes, expected {len}", out.len())));
     }
@@ -357,7 +385,11 @@ impl<'a> RowIter<'a, '_> {
     fn image(&mut self, present: &[u8], out: &mut Vec<Option<Value<'a>>>) -> Result<(), DecodeError> {
         // A corrupt width must not make every row cost (or allocate) that much.
         if self.rows.width > self.tm.columns.len() {
-            return Err(DecodeError::Bad(format!("rows event has {} columns but the table map has {}", self.rows.width, self.tm.columns.len())));
+            return Err(DecodeError::Bad(format!(
+                "rows event has {} columns but the table map has {}",
+                self.rows.width,
+                self.tm.columns.len()
+            )));
         }
         let w = self.rows.width;
         out.clear();
@@ -378,7 +410,10 @@ impl<'a> RowIter<'a, '_> {
                 continue;
             }
             if i >= w {
-                return Err(DecodeError::Bad(format!("row has column {i} but the table map has {} columns", self.tm.columns.len())));
+                return Err(DecodeError::Bad(format!(
+                    "row has column {i} but the table map has {} columns",
+                    self.tm.columns.len()
+                )));
             }
             let (v, n) = value::decode(self.tm.columns[i], self.tm.unsigned[i], &data[self.pos..])?;
             self.pos += n;
@@ -389,7 +424,11 @@ impl<'a> RowIter<'a, '_> {
 
     /// The next row: `(before, after)`; INSERT has only after, DELETE only
     /// before. Returns `Ok(false)` at the end.
-    pub fn next_into(&mut self, before: &mut Vec<Option<Value<'a>>>, after: &mut Vec<Option<Value<'a>>>) -> Result<bool, DecodeError> {
+    pub fn next_into(
+        &mut self,
+        before: &mut Vec<Option<Value<'a>>>,
+        after: &mut Vec<Option<Value<'a>>>,
+    ) -> Result<bool, DecodeError> {
         if self.pos >= self.rows.data.len() {
             return Ok(false);
         }

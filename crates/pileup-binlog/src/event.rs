@@ -134,7 +134,14 @@ impl Header {
             return Err(DecodeError::Short("header"));
         }
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Ok(Header { timestamp: u32_at(0), type_code: b[4], server_id: u32_at(5), event_size: u32_at(9), log_pos: u32_at(13), flags: u16::from_le_bytes([b[17], b[18]]) })
+        Ok(Header {
+            timestamp: u32_at(0),
+            type_code: b[4],
+            server_id: u32_at(5),
+            event_size: u32_at(9),
+            log_pos: u32_at(13),
+            flags: u16::from_le_bytes([b[17], b[18]]),
+        })
     }
 }
 
@@ -167,7 +174,13 @@ impl Format {
     /// defaults of MySQL 5.6+/MariaDB 10+ binlogs (used only until the
     /// first FORMAT_DESCRIPTION, which every binlog starts with).
     pub fn assumed() -> Format {
-        Format { binlog_version: 4, server_version: String::new(), header_len: HEADER_LEN as u8, post_header: vec![], checksum: Checksum::None }
+        Format {
+            binlog_version: 4,
+            server_version: String::new(),
+            header_len: HEADER_LEN as u8,
+            post_header: vec![],
+            checksum: Checksum::None,
+        }
     }
 
     /// Parse a FORMAT_DESCRIPTION event (`ev` is the whole event).
@@ -229,8 +242,14 @@ impl Format {
 /// Whether a server version writes the checksum algorithm into its format
 /// description (MySQL 5.6.1+, MariaDB 5.3+, every later major version).
 fn checksum_aware(v: &str) -> bool {
-    let nums: Vec<u32> = v.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).take(3).filter_map(|s| s.parse().ok()).collect();
-    let (a, b, c) = (nums.first().copied().unwrap_or(0), nums.get(1).copied().unwrap_or(0), nums.get(2).copied().unwrap_or(0));
+    let nums: Vec<u32> = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .take(3)
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let (a, b, c) =
+        (nums.first().copied().unwrap_or(0), nums.get(1).copied().unwrap_or(0), nums.get(2).copied().unwrap_or(0));
     if v.contains("MariaDB") {
         (a, b) >= (5, 3)
     } else {

@@ -1,8 +1,9 @@
 //! pileup-binlog: read MySQL and MariaDB binary logs and relay logs straight
 //! from disk.
 //!
-//! Data flow: [`reader::FileReader`] frames events out of a file (tailing it
-//! while the server writes), [`Decoder`] turns each into an [`Event`]
+//! Data flow: [`reader::FileReader`] frames events out of a file,
+//! [`follow::Follower`] reads on from a position file after file while the
+//! server writes, [`Decoder`] turns each into an [`Event`]
 //! (keeping the table maps row events refer to), and [`value`] decodes row
 //! images column by column without copying.
 //!
@@ -17,7 +18,10 @@ pub mod check;
 pub mod decode;
 pub mod error;
 pub mod event;
+pub mod follow;
+pub mod print;
 pub mod reader;
+pub mod stats;
 pub mod value;
 
 use std::collections::HashMap;
@@ -26,7 +30,10 @@ use std::sync::Arc;
 pub use decode::{MariaGtid, Query, Rows, RowsKind, TableMap};
 pub use error::{DecodeError, ReadError};
 pub use event::{et, Format, Header};
+pub use follow::{Follower, Step};
+pub use print::{print_event, PrintFormat};
 pub use reader::{FileReader, RawEvent};
+pub use stats::Stats;
 pub use value::Value;
 
 /// A decoded event.
@@ -34,14 +41,20 @@ pub use value::Value;
 pub enum Event<'a> {
     FormatDescription(Format),
     /// Continue in file `next` at `position`.
-    Rotate { position: u64, next: String },
+    Rotate {
+        position: u64,
+        next: String,
+    },
     Query(Query<'a>),
     /// Commit of a transaction.
     Xid(u64),
     MariaGtid(MariaGtid),
     /// (domain, server, sequence) per domain.
     MariaGtidList(Vec<(u32, u32, u64)>),
-    MysqlGtid { uuid: String, gno: u64 },
+    MysqlGtid {
+        uuid: String,
+        gno: u64,
+    },
     TableMap(Arc<TableMap>),
     /// Row changes; the table map they belong to, if it was seen.
     Rows(Rows<'a>, Option<Arc<TableMap>>),
@@ -96,7 +109,11 @@ impl Decoder {
                 Event::MysqlGtid { uuid, gno }
             }
             et::TABLE_MAP => {
-                let id = decode::Cur::new(body, "table map event").uint(if f.post_header_len(et::TABLE_MAP) == 6 { 4 } else { 6 })?;
+                let id = decode::Cur::new(body, "table map event").uint(if f.post_header_len(et::TABLE_MAP) == 6 {
+                    4
+                } else {
+                    6
+                })?;
                 if let Some((raw, tm)) = self.tables.get(&id) {
                     if raw.as_slice() == body {
                         return Ok(Event::TableMap(tm.clone()));

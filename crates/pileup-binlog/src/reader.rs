@@ -32,6 +32,14 @@ impl RawEvent<'_> {
     }
 }
 
+/// Where [`FileReader::advance`] found an event (no borrow of the reader).
+#[derive(Debug, Clone, Copy)]
+pub struct EventAt {
+    pub offset: u64,
+    pub header: Header,
+    len: usize,
+}
+
 /// Reads the events of one file, in order.
 pub struct FileReader {
     path: PathBuf,
@@ -56,7 +64,15 @@ impl FileReader {
         if n < 4 || &magic != MAGIC {
             return Err(ReadError::NotBinlog { path: path.to_path_buf() });
         }
-        Ok(FileReader { path: path.to_path_buf(), file, buf: Vec::new(), buf_off: 4, pos: 4, format: Format::assumed(), verify: true })
+        Ok(FileReader {
+            path: path.to_path_buf(),
+            file,
+            buf: Vec::new(),
+            buf_off: 4,
+            pos: 4,
+            format: Format::assumed(),
+            verify: true,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -104,7 +120,16 @@ impl FileReader {
             match self.next_event() {
                 Ok(Some(ev)) => {
                     let t = ev.header.type_code;
-                    let preamble = matches!(t, et::FORMAT_DESCRIPTION | et::ROTATE | et::MARIADB_GTID_LIST | et::BINLOG_CHECKPOINT | et::MYSQL_PREVIOUS_GTIDS | et::START_ENCRYPTION | et::STOP);
+                    let preamble = matches!(
+                        t,
+                        et::FORMAT_DESCRIPTION
+                            | et::ROTATE
+                            | et::MARIADB_GTID_LIST
+                            | et::BINLOG_CHECKPOINT
+                            | et::MYSQL_PREVIOUS_GTIDS
+                            | et::START_ENCRYPTION
+                            | et::STOP
+                    );
                     // Read the whole preamble when called at the start (a relay
                     // log holds the replica's own format description and then
                     // the primary's, which the events after it use); stop at
@@ -153,7 +178,8 @@ impl FileReader {
         self.buf.resize(want, 0);
         let io = |source| ReadError::Io { path: self.path.clone(), source };
         self.file.seek(SeekFrom::Start(pos + start as u64)).map_err(io)?;
-        let got = read_full(&mut self.file, &mut self.buf[start..]).map_err(|source| ReadError::Io { path: self.path.clone(), source })?;
+        let got = read_full(&mut self.file, &mut self.buf[start..])
+            .map_err(|source| ReadError::Io { path: self.path.clone(), source })?;
         self.buf.truncate(start + got);
         Ok(self.buf.len() >= n)
     }
@@ -161,19 +187,22 @@ impl FileReader {
     /// Like [`FileReader::next_event`], with the format description the event is
     /// to be decoded under (no copy of it per event).
     pub fn next_with_format(&mut self) -> Result<Option<(RawEvent<'_>, &Format)>, ReadError> {
-        match self.next_event()? {
+        match self.advance()? {
             None => Ok(None),
-            Some(ev) => {
-                let (offset, header, len) = (ev.offset, ev.header, ev.bytes.len());
-                let d = (offset - self.buf_off) as usize;
-                Ok(Some((RawEvent { offset, header, bytes: &self.buf[d..d + len] }, &self.format)))
-            }
+            Some(at) => Ok(Some((self.event(at), &self.format))),
         }
     }
 
     /// The next complete event, or `None` if the file ends before one (at
     /// its end, or in the middle of an event still being written).
     pub fn next_event(&mut self) -> Result<Option<RawEvent<'_>>, ReadError> {
+        Ok(self.advance()?.map(|at| self.event(at)))
+    }
+
+    /// Frame the next complete event and move past it; the event's bytes
+    /// are then [`FileReader::event`]. Split from `next_event` so a caller
+    /// can act on "no event" or an error without holding a borrow.
+    pub fn advance(&mut self) -> Result<Option<EventAt>, ReadError> {
         let pos = self.pos;
         if !self.fill(pos, HEADER_LEN)? {
             return Ok(None);
@@ -190,16 +219,23 @@ impl FileReader {
         let d = (pos - self.buf_off) as usize;
         let bytes = &self.buf[d..d + size];
         if h.type_code == et::FORMAT_DESCRIPTION {
-            let f = Format::parse(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
+            let f = Format::parse(bytes).map_err(|e| self.corrupt(pos, e.to_string()))?;
             if f.checksum == Checksum::Crc32 && self.verify {
-                verify_event_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: e.to_string() })?;
+                verify_event_crc(bytes).map_err(|e| self.corrupt(pos, e.to_string()))?;
             }
             self.format = f;
         } else if self.format.checksum == Checksum::Crc32 && self.verify {
-            verify_event_crc(bytes).map_err(|e| ReadError::Corrupt { path: self.path.clone(), offset: pos, what: format!("{} event: {e}", crate::event::type_name(h.type_code)) })?;
+            verify_event_crc(bytes)
+                .map_err(|e| self.corrupt(pos, format!("{} event: {e}", crate::event::type_name(h.type_code))))?;
         }
         self.pos = pos + size as u64;
-        Ok(Some(RawEvent { offset: pos, header: h, bytes: &self.buf[d..d + size] }))
+        Ok(Some(EventAt { offset: pos, header: h, len: size }))
+    }
+
+    /// The bytes of the event [`FileReader::advance`] framed last.
+    pub fn event(&self, at: EventAt) -> RawEvent<'_> {
+        let d = (at.offset - self.buf_off) as usize;
+        RawEvent { offset: at.offset, header: at.header, bytes: &self.buf[d..d + at.len] }
     }
 
     /// After a corrupt event at `from`: find the next offset where a
@@ -222,7 +258,10 @@ impl FileReader {
             // A candidate longer than the rest of the file is not an event
             // (or one still being written: the caller finds it on its next
             // pass from the server's position).
-            if (HEADER_LEN + 4..=MAX_EVENT as usize).contains(&size) && known_type(h.type_code) && self.fill(at, size)? {
+            if (HEADER_LEN + 4..=MAX_EVENT as usize).contains(&size)
+                && known_type(h.type_code)
+                && self.fill(at, size)?
+            {
                 let d = (at - self.buf_off) as usize;
                 if verify_event_crc(&self.buf[d..d + size]).is_ok() {
                     self.pos = at;
@@ -276,7 +315,11 @@ pub fn file_number(p: &Path) -> Option<u64> {
 }
 
 pub fn at(ev: &RawEvent, path: &Path, e: DecodeError) -> ReadError {
-    ReadError::Corrupt { path: path.to_path_buf(), offset: ev.offset, what: format!("{} event: {e}", crate::event::type_name(ev.header.type_code)) }
+    ReadError::Corrupt {
+        path: path.to_path_buf(),
+        offset: ev.offset,
+        what: format!("{} event: {e}", crate::event::type_name(ev.header.type_code)),
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,14 @@ pub struct ColumnType {
 /// How many metadata bytes a type carries in TABLE_MAP.
 pub fn meta_len(code: u8) -> usize {
     match code {
-        ty::FLOAT | ty::DOUBLE | ty::BLOB | ty::TINY_BLOB | ty::MEDIUM_BLOB | ty::LONG_BLOB | ty::GEOMETRY | ty::JSON => 1,
+        ty::FLOAT
+        | ty::DOUBLE
+        | ty::BLOB
+        | ty::TINY_BLOB
+        | ty::MEDIUM_BLOB
+        | ty::LONG_BLOB
+        | ty::GEOMETRY
+        | ty::JSON => 1,
         ty::TIMESTAMP2 | ty::DATETIME2 | ty::TIME2 => 1,
         ty::VARCHAR | ty::VAR_STRING | ty::BIT | ty::NEWDECIMAL | ty::STRING | ty::ENUM | ty::SET => 2,
         _ => 0,
@@ -114,12 +121,36 @@ pub enum Value<'a> {
     /// MySQL's binary JSON (MariaDB stores JSON as text, in `Bytes`).
     Json(&'a [u8]),
     Year(u16),
-    Date { year: u16, month: u8, day: u8 },
+    Date {
+        year: u16,
+        month: u8,
+        day: u8,
+    },
     /// `fsp`: fractional-second digits of the column (shown as the server shows them).
-    Time { negative: bool, hours: u32, minutes: u8, seconds: u8, micros: u32, fsp: u8 },
-    DateTime { year: u16, month: u8, day: u8, hour: u8, minute: u8, second: u8, micros: u32, fsp: u8 },
+    Time {
+        negative: bool,
+        hours: u32,
+        minutes: u8,
+        seconds: u8,
+        micros: u32,
+        fsp: u8,
+    },
+    DateTime {
+        year: u16,
+        month: u8,
+        day: u8,
+        hour: u8,
+        minute: u8,
+        second: u8,
+        micros: u32,
+        fsp: u8,
+    },
     /// Seconds since the epoch, UTC.
-    Timestamp { secs: u32, micros: u32, fsp: u8 },
+    Timestamp {
+        secs: u32,
+        micros: u32,
+        fsp: u8,
+    },
     Bit(u64),
     /// 1-based index into the ENUM's values (0: the empty error value).
     Enum(u16),
@@ -131,7 +162,9 @@ impl Value<'_> {
     /// The value as an unsigned integer (for an integer column known to be unsigned).
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
-            Value::Int(v, bytes) => Some(if bytes >= 8 { v as u64 } else { (v as u64) & ((1u64 << (8 * bytes as u32)) - 1) }),
+            Value::Int(v, bytes) => {
+                Some(if bytes >= 8 { v as u64 } else { (v as u64) & ((1u64 << (8 * bytes as u32)) - 1) })
+            }
             Value::UInt(v) => Some(v),
             Value::Year(y) => Some(y as u64),
             Value::Bit(b) | Value::Set(b) => Some(b),
@@ -288,14 +321,33 @@ pub fn decode<'a>(t: ColumnType, unsigned: bool, buf: &'a [u8]) -> Result<(Value
             // Old TIME: HHMMSS as a signed 3-byte integer.
             let v = sign_extend(le(need(3)?), 3);
             let a = v.unsigned_abs();
-            Ok((Value::Time { negative: v < 0, hours: (a / 10000) as u32, minutes: (a / 100 % 100) as u8, seconds: (a % 100) as u8, micros: 0, fsp: 0 }, 3))
+            Ok((
+                Value::Time {
+                    negative: v < 0,
+                    hours: (a / 10000) as u32,
+                    minutes: (a / 100 % 100) as u8,
+                    seconds: (a % 100) as u8,
+                    micros: 0,
+                    fsp: 0,
+                },
+                3,
+            ))
         }
         ty::DATETIME => {
             // Old DATETIME: YYYYMMDDhhmmss as an 8-byte integer.
             let v = le(need(8)?);
             let (d, t) = (v / 1_000_000, v % 1_000_000);
             Ok((
-                Value::DateTime { year: (d / 10000) as u16, month: (d / 100 % 100) as u8, day: (d % 100) as u8, hour: (t / 10000) as u8, minute: (t / 100 % 100) as u8, second: (t % 100) as u8, micros: 0, fsp: 0 },
+                Value::DateTime {
+                    year: (d / 10000) as u16,
+                    month: (d / 100 % 100) as u8,
+                    day: (d % 100) as u8,
+                    hour: (t / 10000) as u8,
+                    minute: (t / 100 % 100) as u8,
+                    second: (t % 100) as u8,
+                    micros: 0,
+                    fsp: 0,
+                },
                 8,
             ))
         }
@@ -351,7 +403,17 @@ pub fn decode<'a>(t: ColumnType, unsigned: bool, buf: &'a [u8]) -> Result<(Value
             }
             let negative = whole < 0 || (whole == 0 && micros < 0);
             let a = whole.unsigned_abs();
-            Ok((Value::Time { negative, hours: ((a >> 12) & 0x3ff) as u32, minutes: ((a >> 6) & 63) as u8, seconds: (a & 63) as u8, micros: micros.unsigned_abs() as u32, fsp: t.meta as u8 }, 3 + n))
+            Ok((
+                Value::Time {
+                    negative,
+                    hours: ((a >> 12) & 0x3ff) as u32,
+                    minutes: ((a >> 6) & 63) as u8,
+                    seconds: (a & 63) as u8,
+                    micros: micros.unsigned_abs() as u32,
+                    fsp: t.meta as u8,
+                },
+                3 + n,
+            ))
         }
         ty::NEWDECIMAL => {
             let (precision, scale) = ((t.meta >> 8) as u8, (t.meta & 0xff) as u8);
@@ -467,7 +529,10 @@ mod tests {
         assert_eq!(v.as_u64(), Some(255));
         let (v, _) = decode(ColumnType { code: ty::INT24, meta: 0 }, false, &[0xfe, 0xff, 0xff]).unwrap();
         assert_eq!(v.as_i64(), Some(-2));
-        assert_eq!(decode(ColumnType { code: ty::LONG, meta: 0 }, true, &[1, 0, 0, 0x80]).unwrap().0, Value::UInt(0x8000_0001));
+        assert_eq!(
+            decode(ColumnType { code: ty::LONG, meta: 0 }, true, &[1, 0, 0, 0x80]).unwrap().0,
+            Value::UInt(0x8000_0001)
+        );
     }
 
     #[test]
@@ -484,7 +549,10 @@ mod tests {
         let t = parse_meta(&[ty::STRING], &[ty::ENUM, 1]).unwrap()[0];
         assert_eq!(t.code, ty::ENUM);
         assert_eq!(decode(t, false, &[2]).unwrap(), (Value::Enum(2), 1));
-        assert!(decode(ColumnType { code: ty::BLOB, meta: 2 }, false, &[5, 0, 1]).is_err(), "truncated blob is an error");
+        assert!(
+            decode(ColumnType { code: ty::BLOB, meta: 2 }, false, &[5, 0, 1]).is_err(),
+            "truncated blob is an error"
+        );
     }
 
     #[test]
@@ -507,10 +575,16 @@ mod tests {
         let fr = 0x100_0000i64 - 500_000;
         let mut b = ((whole as u32).to_be_bytes()[1..]).to_vec();
         b.extend_from_slice(&(fr as u32).to_be_bytes()[1..]);
-        assert_eq!(decode(ColumnType { code: ty::TIME2, meta: 6 }, false, &b).unwrap().0.to_string(), "-00:00:01.500000");
+        assert_eq!(
+            decode(ColumnType { code: ty::TIME2, meta: 6 }, false, &b).unwrap().0.to_string(),
+            "-00:00:01.500000"
+        );
         // DATE 2023-12-31
         let d = (2023u32 << 9) | (12 << 5) | 31;
-        assert_eq!(decode(ColumnType { code: ty::DATE, meta: 0 }, false, &d.to_le_bytes()[..3]).unwrap().0.to_string(), "2023-12-31");
+        assert_eq!(
+            decode(ColumnType { code: ty::DATE, meta: 0 }, false, &d.to_le_bytes()[..3]).unwrap().0.to_string(),
+            "2023-12-31"
+        );
         // TIMESTAMP2(3) with .123
         let (v, n) = decode(ColumnType { code: ty::TIMESTAMP2, meta: 3 }, false, &[0, 0, 0, 10, 0x04, 0xce]).unwrap();
         assert_eq!((v, n), (Value::Timestamp { secs: 10, micros: 123_000, fsp: 3 }, 6));

@@ -190,7 +190,9 @@ impl ConnArgs {
         }
         let mut host = of.get("host").map(String::from);
         let mut port = match of.get("port") {
-            Some(p) => Some(p.parse::<u16>().with_context(|| format!("option file: port = {p:?} is not a port number"))?),
+            Some(p) => {
+                Some(p.parse::<u16>().with_context(|| format!("option file: port = {p:?} is not a port number"))?)
+            }
             None => None,
         };
         let mut socket = of.get("socket").map(PathBuf::from);
@@ -237,9 +239,9 @@ impl ConnArgs {
             ),
         }
         if user.is_none() {
-            user = env("USER").or_else(|| env("LOGNAME")).or_else(|| {
-                nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name)
-            });
+            user = env("USER")
+                .or_else(|| env("LOGNAME"))
+                .or_else(|| nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name));
         }
 
         // MySQL convention: no host or "localhost" means the Unix socket.
@@ -359,7 +361,10 @@ mod tests {
         a.defaults_file = Some(f.clone());
         let none = |_: &str| None;
         let s = a.resolve_with(None, &none).unwrap();
-        assert_eq!((s.user.as_deref(), s.password.as_deref(), s.host.as_deref(), s.port), (Some("fileuser"), Some("filepw"), Some("db.example"), 3307));
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref(), s.host.as_deref(), s.port),
+            (Some("fileuser"), Some("filepw"), Some("db.example"), 3307)
+        );
         assert!(s.socket.is_none());
 
         let env = |k: &str| (k == "MYSQL_PWD").then(|| "envpw".to_string());

@@ -166,5 +166,4 @@ mod tests {
         assert!(of.values.is_empty());
         assert!(of.files_read.is_empty());
     }
-
 }

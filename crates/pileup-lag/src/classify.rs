@@ -33,7 +33,15 @@ pub enum Category {
 }
 
 impl Category {
-    pub const ALL: [Category; 7] = [Category::PageRead, Category::LatchWait, Category::Commit, Category::PriorCommit, Category::Cpu, Category::RelayWait, Category::OtherWait];
+    pub const ALL: [Category; 7] = [
+        Category::PageRead,
+        Category::LatchWait,
+        Category::Commit,
+        Category::PriorCommit,
+        Category::Cpu,
+        Category::RelayWait,
+        Category::OtherWait,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -67,7 +75,10 @@ fn any(frames: &[&str], needles: &[&str]) -> bool {
 /// Classify one sample of one applier thread.
 pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_state: Option<&str>) -> Category {
     let state = sql_state.unwrap_or("").to_ascii_lowercase();
-    if state.contains("read all relay log") || state.contains("waiting for work from") || state.contains("waiting for master to send") {
+    if state.contains("read all relay log")
+        || state.contains("waiting for work from")
+        || state.contains("waiting for master to send")
+    {
         return Category::RelayWait;
     }
     if state.contains("waiting for prior transaction") || any(frames, &["wait_for_prior_commit"]) {
@@ -86,16 +97,42 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
         };
     }
     let inner: Vec<&str> = frames.iter().take(3).copied().collect();
-    if any(frames, &["ha_commit_trans", "trans_commit", "Xid_log_event::do_commit", "Xid_apply_log_event::do_apply_event", "commit_one_phase", "MYSQL_BIN_LOG::write_transaction"])
-        || any(&inner, &["fdatasync", "fsync"])
+    if any(
+        frames,
+        &[
+            "ha_commit_trans",
+            "trans_commit",
+            "Xid_log_event::do_commit",
+            "Xid_apply_log_event::do_apply_event",
+            "commit_one_phase",
+            "MYSQL_BIN_LOG::write_transaction",
+        ],
+    ) || any(&inner, &["fdatasync", "fsync"])
     {
         return Category::Commit;
     }
-    if syscall.is_some_and(|s| s.contains("pread")) || any(&inner, &["pread", "buf_read_page", "os_file_read", "fil_io"]) {
+    if syscall.is_some_and(|s| s.contains("pread"))
+        || any(&inner, &["pread", "buf_read_page", "os_file_read", "fil_io"])
+    {
         return Category::PageRead;
     }
-    let waiting = syscall.is_some_and(|s| s.contains("futex")) || any(&inner, &["futex", "lll_lock_wait", "pthread_cond", "pthread_mutex_lock", "syscall", "sem_wait"]);
-    let in_apply = any(frames, &["do_apply_event", "do_exec_row", "ha_update_row", "ha_write_row", "ha_delete_row", "ha_rnd_pos", "ha_index_read", "mysql_execute_command", "find_row", "write_row"]);
+    let waiting = syscall.is_some_and(|s| s.contains("futex"))
+        || any(&inner, &["futex", "lll_lock_wait", "pthread_cond", "pthread_mutex_lock", "syscall", "sem_wait"]);
+    let in_apply = any(
+        frames,
+        &[
+            "do_apply_event",
+            "do_exec_row",
+            "ha_update_row",
+            "ha_write_row",
+            "ha_delete_row",
+            "ha_rnd_pos",
+            "ha_index_read",
+            "mysql_execute_command",
+            "find_row",
+            "write_row",
+        ],
+    );
     if waiting && in_apply {
         return Category::LatchWait;
     }
@@ -115,7 +152,10 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
 /// and its secondary index entries), `ha_write_row`, `ha_delete_row`,
 /// `ha_index_read_map` (a statement's index lookup). None outside one.
 pub fn row_operation<'a>(frames: &[&'a str]) -> Option<&'a str> {
-    frames.iter().find_map(|f| f.strip_prefix("handler::").filter(|op| op.starts_with("ha_"))).filter(|op| !op.starts_with("ha_commit") && !op.starts_with("ha_external_lock"))
+    frames
+        .iter()
+        .find_map(|f| f.strip_prefix("handler::").filter(|op| op.starts_with("ha_")))
+        .filter(|op| !op.starts_with("ha_commit") && !op.starts_with("ha_external_lock"))
 }
 
 /// What a row operation does, for the report.
@@ -144,31 +184,70 @@ pub fn table_of(sql_state: Option<&str>, info: Option<&str>, db: Option<&str>) -
         }
     }
     let info = info?;
-    let mut lits = vec![];
-    let fp = pileup_prefetch::stmt::fingerprint(info.as_bytes(), &mut lits);
-    let tpl = pileup_prefetch::stmt::Template::parse(&fp).ok()?;
-    let (s, t) = tpl.table_name(db.unwrap_or("?"));
-    Some(format!("{s}.{t}"))
+    let (s, t) = pileup_replica::statement::written_table(info.as_bytes())?;
+    Some(format!("{}.{t}", s.as_deref().or(db).unwrap_or("?")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const FIND_ROW_READ: &[&str] = &["__pread64", "mariadbd+0xd72f40", "mariadbd+0xe31120", "handler::ha_rnd_pos", "Rows_log_event::find_row", "Update_rows_log_event::do_exec_row", "handle_slave_sql"];
-    const UPDATE_FUTEX: &[&str] = &["syscall", "mariadbd+0xde2ac0", "mariadbd+0xe0fb70", "handler::ha_update_row", "Update_rows_log_event::do_exec_row", "handle_slave_sql"];
-    const COMMIT: &[&str] = &["__GI___pwrite64", "mariadbd+0xd13800", "ha_commit_trans", "trans_commit", "Xid_log_event::do_commit", "handle_slave_sql"];
-    const IDLE: &[&str] = &["__futex_abstimed_wait_common", "__GI___pthread_cond_wait", "psi_cond_wait", "mariadbd+0x7778b0", "handle_slave_sql"];
+    const FIND_ROW_READ: &[&str] = &[
+        "__pread64",
+        "mariadbd+0xd72f40",
+        "mariadbd+0xe31120",
+        "handler::ha_rnd_pos",
+        "Rows_log_event::find_row",
+        "Update_rows_log_event::do_exec_row",
+        "handle_slave_sql",
+    ];
+    const UPDATE_FUTEX: &[&str] = &[
+        "syscall",
+        "mariadbd+0xde2ac0",
+        "mariadbd+0xe0fb70",
+        "handler::ha_update_row",
+        "Update_rows_log_event::do_exec_row",
+        "handle_slave_sql",
+    ];
+    const COMMIT: &[&str] = &[
+        "__GI___pwrite64",
+        "mariadbd+0xd13800",
+        "ha_commit_trans",
+        "trans_commit",
+        "Xid_log_event::do_commit",
+        "handle_slave_sql",
+    ];
+    const IDLE: &[&str] = &[
+        "__futex_abstimed_wait_common",
+        "__GI___pthread_cond_wait",
+        "psi_cond_wait",
+        "mariadbd+0x7778b0",
+        "handle_slave_sql",
+    ];
 
     #[test]
     fn stacks_from_a_stripped_mariadbd_classify() {
-        assert_eq!(classify(FIND_ROW_READ, 'D', Some("pread64"), Some("Update_rows_log_event::find_row(-1) on table `sbtest1`")), Category::PageRead);
+        assert_eq!(
+            classify(
+                FIND_ROW_READ,
+                'D',
+                Some("pread64"),
+                Some("Update_rows_log_event::find_row(-1) on table `sbtest1`")
+            ),
+            Category::PageRead
+        );
         assert_eq!(classify(FIND_ROW_READ, 'D', None, None), Category::PageRead);
         assert_eq!(classify(UPDATE_FUTEX, 'S', Some("futex"), None), Category::LatchWait);
         assert_eq!(classify(COMMIT, 'D', Some("pwrite64"), None), Category::Commit);
-        assert_eq!(classify(IDLE, 'S', Some("futex"), Some("Slave has read all relay log; waiting for more updates")), Category::RelayWait);
+        assert_eq!(
+            classify(IDLE, 'S', Some("futex"), Some("Slave has read all relay log; waiting for more updates")),
+            Category::RelayWait
+        );
         assert_eq!(classify(IDLE, 'S', Some("futex"), Some("Waiting for work from SQL thread")), Category::RelayWait);
-        assert_eq!(classify(&["handle_rpl_parallel_thread", "wait_for_prior_commit"], 'S', None, None), Category::PriorCommit);
+        assert_eq!(
+            classify(&["handle_rpl_parallel_thread", "wait_for_prior_commit"], 'S', None, None),
+            Category::PriorCommit
+        );
         // The stack at the stop beats the OS state read before it: a thread
         // seen running a moment earlier and stopped in a read was reading.
         assert_eq!(classify(FIND_ROW_READ, 'R', None, None), Category::PageRead);
@@ -178,7 +257,10 @@ mod tests {
         assert_eq!(classify(&[], 'R', None, None), Category::Cpu);
         assert_eq!(classify(&[], 'S', None, None), Category::OtherWait);
         // Decoding the next event on a CPU is CPU, not waiting.
-        assert_eq!(classify(&["Log_event::read_log_event", "next_event", "handle_slave_sql"], 'S', None, None), Category::Cpu);
+        assert_eq!(
+            classify(&["Log_event::read_log_event", "next_event", "handle_slave_sql"], 'S', None, None),
+            Category::Cpu
+        );
         assert_eq!(classify(&["Field_long::unpack", "Rows_log_event::do_apply_event"], 'S', None, None), Category::Cpu);
         assert_eq!(classify(&["epoll_wait", "main"], 'S', Some("epoll_wait"), None), Category::OtherWait);
     }
@@ -190,7 +272,11 @@ mod tests {
         assert_eq!(row_operation(COMMIT), None, "commit is not a row operation");
         assert_eq!(row_operation(&["syscall", "handler::ha_commit_trans", "handle_slave_sql"]), None);
         assert_eq!(row_operation(IDLE), None);
-        assert_eq!(row_operation(&["__pread64", "handler::ha_index_read_map", "handler::ha_update_row"]), Some("ha_index_read_map"), "innermost wins");
+        assert_eq!(
+            row_operation(&["__pread64", "handler::ha_index_read_map", "handler::ha_update_row"]),
+            Some("ha_index_read_map"),
+            "innermost wins"
+        );
         assert_eq!(operation_label("ha_update_row"), "changing the row and its secondary index entries");
         assert_eq!(operation_label("ha_index_read_idx_map"), "an index lookup");
         assert_eq!(operation_label("ha_something_new"), "");
@@ -198,9 +284,18 @@ mod tests {
 
     #[test]
     fn tables_from_states_and_statements() {
-        assert_eq!(table_of(Some("Update_rows_log_event::find_row(-1) on table `sbtest1`"), None, Some("sbtest")).as_deref(), Some("sbtest.sbtest1"));
-        assert_eq!(table_of(Some("Write_rows_log_event::write_row(7) on table `d`.`t`"), None, None).as_deref(), Some("d.t"));
-        assert_eq!(table_of(Some("Updating"), Some("UPDATE sbtest3 SET k=k+1 WHERE id=5"), Some("sbtest")).as_deref(), Some("sbtest.sbtest3"));
+        assert_eq!(
+            table_of(Some("Update_rows_log_event::find_row(-1) on table `sbtest1`"), None, Some("sbtest")).as_deref(),
+            Some("sbtest.sbtest1")
+        );
+        assert_eq!(
+            table_of(Some("Write_rows_log_event::write_row(7) on table `d`.`t`"), None, None).as_deref(),
+            Some("d.t")
+        );
+        assert_eq!(
+            table_of(Some("Updating"), Some("UPDATE sbtest3 SET k=k+1 WHERE id=5"), Some("sbtest")).as_deref(),
+            Some("sbtest.sbtest3")
+        );
         assert_eq!(table_of(Some("Slave has read all relay log; waiting for more updates"), None, None), None);
     }
 }

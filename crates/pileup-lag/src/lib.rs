@@ -12,12 +12,12 @@
 //! applied (from `gtid_slave_pos`), lag at start and end, and, where
 //! performance_schema is on, the applier threads' instrumented waits
 //! ([`ps`]), which name the latch a stack sample can only call a futex;
-//! and the storage side ([`io`]): what the device holding the datadir did
+//! and the storage side ([`io`], from pileup-replica): what the device holding the datadir did
 //! and how many bytes the applier threads read from and wrote to storage
 //! themselves.
 
 pub mod classify;
-pub mod io;
+pub use pileup_replica::device as io;
 pub mod ps;
 pub mod stall;
 
@@ -179,9 +179,19 @@ pub fn transactions_between(before: &str, after: &str) -> u64 {
 }
 
 /// Sample the applier threads of the server `pid` (reached through `spec`).
-pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: impl FnMut(usize, usize)) -> Result<LagReport> {
+pub fn sample(
+    pid: i32,
+    spec: &pileup_conn::ConnSpec,
+    o: &LagOptions,
+    progress: impl FnMut(usize, usize),
+) -> Result<LagReport> {
     let mut c = spec.connect()?;
-    let st0 = replica_status(&mut c)?.ok_or_else(|| anyhow!("the server at {} is not a replica (SHOW SLAVE STATUS is empty); run pileup lag against a replica", spec.describe()))?;
+    let st0 = replica_status(&mut c)?.ok_or_else(|| {
+        anyhow!(
+            "the server at {} is not a replica (SHOW SLAVE STATUS is empty); run pileup lag against a replica",
+            spec.describe()
+        )
+    })?;
     let lag_start_s: Option<u64> = st0.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
     let pos0: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
     let mut notes: Vec<String> = Vec::new();
@@ -204,11 +214,12 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
         }
     };
     // The storage side: the datadir's device and every thread's storage I/O.
-    let (datadir, page_size): (Option<String>, Option<u64>) = c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
+    let (datadir, page_size): (Option<String>, Option<u64>) =
+        c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io0 = io::thread_io(pid);
     let pool_reads = |c: &mut mysql::Conn| pileup_conn::global_status(c, "Innodb_buffer_pool_reads").ok().flatten();
-    let (reads0, history0) = (pool_reads(&mut c), pileup_prefetch::purge::history_length(&mut c).ok());
+    let (reads0, history0) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
         capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
@@ -228,7 +239,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let mut positions: Vec<Option<(std::path::PathBuf, u64)>> = Vec::with_capacity(n);
     let mut times: Vec<f64> = Vec::with_capacity(n);
     let mut progress = progress;
-    let mut probe = pileup_prefetch::replica::ApplierProbe::default();
+    let mut probe = pileup_replica::applier::ApplierProbe::default();
     // Parallel replication: the transaction each worker is on, by OS thread
     // id (performance_schema only; without it every worker gets the
     // driver's position, which is the oldest transaction not yet committed).
@@ -251,7 +262,7 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
     let seconds = t0.elapsed().as_secs_f64();
     let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io1 = io::thread_io(pid);
-    let (reads1, history1) = (pool_reads(&mut c), pileup_prefetch::purge::history_length(&mut c).ok());
+    let (reads1, history1) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let st1 = replica_status(&mut c)?;
     let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
     let waits = match &ps0 {
@@ -287,9 +298,14 @@ pub fn sample(pid: i32, spec: &pileup_conn::ConnSpec, o: &LagOptions, progress: 
                 (None, "none")
             } else if let Some(t) = table_of(state, info, db) {
                 (Some(t), "statement")
-            } else if let Some(t) = worker_gtids.get(k).and_then(|m| m.get(&t.tid)).and_then(|g| gtid_tables.get(&gtid_key(g))) {
+            } else if let Some(t) =
+                worker_gtids.get(k).and_then(|m| m.get(&t.tid)).and_then(|g| gtid_tables.get(&gtid_key(g)))
+            {
                 (Some(t.clone()), "worker transaction")
-            } else if let Some(t) = at.as_ref().and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone()) {
+            } else if let Some(t) = at
+                .as_ref()
+                .and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone())
+            {
                 (Some(t), "applier position")
             } else {
                 (None, "none")
@@ -384,7 +400,12 @@ pub fn gtid_key(g: &str) -> String {
 /// The first table each wanted transaction writes, found by reading the
 /// relay log from `path` at `pos` forward (following the next files) until
 /// all are found or `max_events` were read. Keys as [`gtid_key`].
-pub fn tables_of_gtids(path: &std::path::Path, pos: u64, wanted: &std::collections::HashSet<String>, max_events: u64) -> HashMap<String, String> {
+pub fn tables_of_gtids(
+    path: &std::path::Path,
+    pos: u64,
+    wanted: &std::collections::HashSet<String>,
+    max_events: u64,
+) -> HashMap<String, String> {
     use pileup_binlog::{Decoder, Event, FileReader};
     let wanted: std::collections::HashSet<String> = wanted.iter().map(|g| gtid_key(g)).collect();
     let mut found: HashMap<String, String> = HashMap::new();
@@ -448,10 +469,8 @@ fn bar(pct: f64) -> String {
 
 /// The report as text: overall shares, then per table.
 pub fn render_text(r: &LagReport) -> String {
-    let mut s = format!(
-        "pileup lag: {:.1} s, {} samples of {} applier thread(s)\n",
-        r.seconds, r.samples, r.applier_threads
-    );
+    let mut s =
+        format!("pileup lag: {:.1} s, {} samples of {} applier thread(s)\n", r.seconds, r.samples, r.applier_threads);
     if let Some(t) = r.transactions {
         s.push_str(&format!("applied {t} transactions ({:.0}/s)", t as f64 / r.seconds.max(1e-9)));
         if let (Some(a), Some(b)) = (r.lag_start_s, r.lag_end_s) {
@@ -488,7 +507,13 @@ pub fn render_text(r: &LagReport) -> String {
     }
     if r.tally.table_from.keys().any(|k| k != "none") {
         let total = r.tally.samples.max(1) as f64;
-        let parts: Vec<String> = r.tally.table_from.iter().filter(|(k, _)| *k != "none").map(|(k, n)| format!("{k} {:.0}%", 100.0 * *n as f64 / total)).collect();
+        let parts: Vec<String> = r
+            .tally
+            .table_from
+            .iter()
+            .filter(|(k, _)| *k != "none")
+            .map(|(k, n)| format!("{k} {:.0}%", 100.0 * *n as f64 / total))
+            .collect();
         s.push_str(&format!("  (table from: {})\n", parts.join(", ")));
     }
     let ops: Vec<String> = [Category::PageRead, Category::LatchWait, Category::Cpu]
@@ -503,7 +528,11 @@ pub fn render_text(r: &LagReport) -> String {
                 .filter(|(_, k)| **k as f64 >= n * 0.02)
                 .map(|(op, k)| {
                     let l = classify::operation_label(op);
-                    format!("{op} {:.0}%{}", 100.0 * **k as f64 / n.max(1.0), if l.is_empty() { String::new() } else { format!(" ({l})") })
+                    format!(
+                        "{op} {:.0}%{}",
+                        100.0 * **k as f64 / n.max(1.0),
+                        if l.is_empty() { String::new() } else { format!(" ({l})") }
+                    )
                 })
                 .collect();
             (!parts.is_empty()).then(|| format!("  {:<26} {}\n", c.label(), parts.join(", ")))
@@ -518,21 +547,35 @@ pub fn render_text(r: &LagReport) -> String {
         let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
         st.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         for (name, n) in st.iter().take(8) {
-            s.push_str(&format!("  {:5.1}%  {}\n", 100.0 * **n as f64 / r.tally.samples.max(1) as f64, if name.is_empty() { "(empty)" } else { name }));
+            s.push_str(&format!(
+                "  {:5.1}%  {}\n",
+                100.0 * **n as f64 / r.tally.samples.max(1) as f64,
+                if name.is_empty() { "(empty)" } else { name }
+            ));
         }
     }
     if !r.waits.is_empty() {
         s.push_str("\ninstrumented waits of the applier threads (performance_schema)\n");
         let wall = r.seconds.max(1e-9) * r.applier_threads.max(1) as f64;
         for w in r.waits.iter().take(10) {
-            s.push_str(&format!("  {:8.2} s {:5.1}% {:>10}  {}\n", w.seconds, 100.0 * w.seconds / wall, w.count, w.event));
+            s.push_str(&format!(
+                "  {:8.2} s {:5.1}% {:>10}  {}\n",
+                w.seconds,
+                100.0 * w.seconds / wall,
+                w.count,
+                w.event
+            ));
         }
     }
     if r.device.is_some() || r.applier_read_bytes.is_some() || r.pool_reads.is_some() || r.history.is_some() {
         s.push_str("\nstorage\n");
     }
     if let (Some(b), Some(pages)) = (r.applier_read_bytes, r.applier_pages()) {
-        s.push_str(&format!("  the applier threads read {pages} pages ({:.1} MB) from storage: {:.0}/s", b as f64 / 1e6, pages as f64 / r.seconds.max(1e-9)));
+        s.push_str(&format!(
+            "  the applier threads read {pages} pages ({:.1} MB) from storage: {:.0}/s",
+            b as f64 / 1e6,
+            pages as f64 / r.seconds.max(1e-9)
+        ));
         if let Some(t) = r.transactions.filter(|t| *t > 0) {
             s.push_str(&format!(", {:.2} per transaction", pages as f64 / t as f64));
         }
@@ -553,7 +596,10 @@ pub fn render_text(r: &LagReport) -> String {
         }
         s.push(')');
         if let Some(own) = r.applier_pages() {
-            s.push_str(&format!(", {} of them by other threads than the applier's (purge, a prefetcher, read-ahead)", n.saturating_sub(own)));
+            s.push_str(&format!(
+                ", {} of them by other threads than the applier's (purge, a prefetcher, read-ahead)",
+                n.saturating_sub(own)
+            ));
         }
         s.push('\n');
     }
@@ -581,9 +627,13 @@ pub fn render_text(r: &LagReport) -> String {
 fn stalls_line(r: &LagReport) -> String {
     let st = &r.stalls;
     if st.count == 0 {
-        return format!("  stalls: none (the applier never stood still {} ms or more while it had work)\n", st.threshold_ms);
+        return format!(
+            "  stalls: none (the applier never stood still {} ms or more while it had work)\n",
+            st.threshold_ms
+        );
     }
-    let mut parts: Vec<(f64, &str)> = Category::ALL.iter().map(|c| (st.share(*c), c.label())).filter(|(p, _)| *p >= 1.0).collect();
+    let mut parts: Vec<(f64, &str)> =
+        Category::ALL.iter().map(|c| (st.share(*c), c.label())).filter(|(p, _)| *p >= 1.0).collect();
     parts.sort_by(|a, b| b.0.total_cmp(&a.0));
     let what: Vec<String> = parts.iter().map(|(p, l)| format!("{l} {p:.0}%")).collect();
     format!(
@@ -636,35 +686,98 @@ mod tests {
         assert_eq!(t.share(Category::PageRead), 50.0);
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
         let lines = t.folded_lines();
-        assert!(lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()), "{lines:?}");
-        let r = LagReport { seconds: 2.0, samples: 4, applier_threads: 1, transactions: Some(10), lag_start_s: Some(5), lag_end_s: Some(3), tally: t, stalls: stall::Stalls { threshold_ms: 200, ..Default::default() }, waits: vec![], device: None, applier_read_bytes: None, applier_write_bytes: None, page_size: None, pool_reads: None, history: None, notes: vec![] };
+        assert!(
+            lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()),
+            "{lines:?}"
+        );
+        let r = LagReport {
+            seconds: 2.0,
+            samples: 4,
+            applier_threads: 1,
+            transactions: Some(10),
+            lag_start_s: Some(5),
+            lag_end_s: Some(3),
+            tally: t,
+            stalls: stall::Stalls { threshold_ms: 200, ..Default::default() },
+            waits: vec![],
+            device: None,
+            applier_read_bytes: None,
+            applier_write_bytes: None,
+            page_size: None,
+            pool_reads: None,
+            history: None,
+            notes: vec![],
+        };
         let text = render_text(&r);
-        assert!(text.contains("page reads") && text.contains("50.0%") && text.contains("d.u") && text.contains("lag 5 s → 3 s"), "{text}");
+        assert!(
+            text.contains("page reads")
+                && text.contains("50.0%")
+                && text.contains("d.u")
+                && text.contains("lag 5 s → 3 s"),
+            "{text}"
+        );
         assert!(text.contains("stalls: none (the applier never stood still 200 ms"), "{text}");
         assert!(
-            text.contains("inside which row operation") && text.contains("page reads                 ha_rnd_pos 100% (finding the row by its primary key)"),
+            text.contains("inside which row operation")
+                && text.contains("page reads                 ha_rnd_pos 100% (finding the row by its primary key)"),
             "{text}"
         );
         let stalled = LagReport {
-            stalls: stall::Stalls { threshold_ms: 200, count: 3, seconds: 0.9, longest_ms: 450, by_category: [(Category::LatchWait, 12), (Category::PageRead, 4)].into() },
+            stalls: stall::Stalls {
+                threshold_ms: 200,
+                count: 3,
+                seconds: 0.9,
+                longest_ms: 450,
+                by_category: [(Category::LatchWait, 12), (Category::PageRead, 4)].into(),
+            },
             ..r.clone()
         };
         let text = render_text(&stalled);
-        assert!(text.contains("stood still 3 time(s) for 200 ms or more") && text.contains("longest 450 ms; 0.9 s in all, 45% of the period") && text.contains("meanwhile: lock/latch waits 75%, page reads 25%"), "{text}");
+        assert!(
+            text.contains("stood still 3 time(s) for 200 ms or more")
+                && text.contains("longest 450 ms; 0.9 s in all, 45% of the period")
+                && text.contains("meanwhile: lock/latch waits 75%, page reads 25%"),
+            "{text}"
+        );
         assert!(!text.contains("instrumented waits"), "no section without performance_schema: {text}");
         assert!(!text.contains("storage"), "no storage section without figures: {text}");
-        let io = LagReport { applier_read_bytes: Some(3 * 16384), applier_write_bytes: Some(4_000_000), page_size: Some(16384), ..r.clone() };
+        let io = LagReport {
+            applier_read_bytes: Some(3 * 16384),
+            applier_write_bytes: Some(4_000_000),
+            page_size: Some(16384),
+            ..r.clone()
+        };
         let text = render_text(&io);
-        assert!(text.contains("read 3 pages") && text.contains("0.30 per transaction") && text.contains("wrote 4.0 MB themselves (2.0 MB/s)"), "{text}");
+        assert!(
+            text.contains("read 3 pages")
+                && text.contains("0.30 per transaction")
+                && text.contains("wrote 4.0 MB themselves (2.0 MB/s)"),
+            "{text}"
+        );
         let text = render_text(&LagReport { applier_write_bytes: Some(0), ..io.clone() });
         assert!(!text.contains("wrote"), "nothing to say about zero writes: {text}");
         let text = render_text(&LagReport { pool_reads: Some(30), history: Some((100, 120)), ..io });
-        assert!(text.contains("the buffer pool read 30 pages in all (15/s, 3.00 per transaction), 27 of them by other threads"), "{text}");
-        assert!(text.contains("purge: the history list went 100 → 120 over 10 applied transactions: purge kept up") && text.contains("--defer-purge"), "{text}");
+        assert!(
+            text.contains(
+                "the buffer pool read 30 pages in all (15/s, 3.00 per transaction), 27 of them by other threads"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("purge: the history list went 100 → 120 over 10 applied transactions: purge kept up")
+                && text.contains("--defer-purge"),
+            "{text}"
+        );
         let w = ps::PsWait { event: "wait/synch/sxlock/innodb/index_tree_rw_lock".into(), count: 1200, seconds: 0.5 };
         let r = LagReport { waits: vec![w], ..r };
         let text = render_text(&r);
-        assert!(text.contains("instrumented waits") && text.contains("index_tree_rw_lock") && text.contains("25.0%") && text.contains("1200"), "{text}");
+        assert!(
+            text.contains("instrumented waits")
+                && text.contains("index_tree_rw_lock")
+                && text.contains("25.0%")
+                && text.contains("1200"),
+            "{text}"
+        );
         let mut svg = vec![];
         render_svg(&r, &mut svg).unwrap();
         assert!(String::from_utf8_lossy(&svg).contains("<svg"));
@@ -675,7 +788,10 @@ mod tests {
         let kept = purge_line((200, 400), Some(30_000), Some(9)).unwrap();
         assert!(kept.contains("purge kept up") && kept.contains("--defer-purge"), "{kept}");
         let caught_up = purge_line((200, 400), Some(30_000), Some(0)).unwrap();
-        assert!(caught_up.contains("purge kept up") && !caught_up.contains("--defer-purge"), "no advice once caught up: {caught_up}");
+        assert!(
+            caught_up.contains("purge kept up") && !caught_up.contains("--defer-purge"),
+            "no advice once caught up: {caught_up}"
+        );
         let behind = purge_line((200, 30_200), Some(30_000), Some(9)).unwrap();
         assert!(behind.contains("grew 200 → 30200") && behind.contains("fell behind"), "{behind}");
         assert!(purge_line((200, 400), Some(0), Some(9)).is_none(), "nothing applied, nothing to say");

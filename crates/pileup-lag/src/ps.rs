@@ -42,7 +42,8 @@ pub fn applier_threads(c: &mut mysql::Conn) -> Result<std::result::Result<Vec<u6
 (and performance_schema_instrument='wait/synch/%=ON' to time latches) to have the waits named"
             .into()));
     }
-    let ids: Vec<u64> = c.query(format!("SELECT THREAD_ID FROM performance_schema.threads WHERE NAME IN ({APPLIER_THREADS})"))?;
+    let ids: Vec<u64> =
+        c.query(format!("SELECT THREAD_ID FROM performance_schema.threads WHERE NAME IN ({APPLIER_THREADS})"))?;
     if ids.is_empty() {
         return Ok(Err("performance_schema lists no applier thread (is the SQL thread running?)".into()));
     }
@@ -122,7 +123,11 @@ mod tests {
     #[test]
     fn differences_longest_first_without_idle_or_vanished_instruments() {
         let s = |v: &[(&str, u64, u128)]| -> Snapshot { v.iter().map(|(e, n, p)| (e.to_string(), (*n, *p))).collect() };
-        let before = s(&[("wait/io/file/innodb/innodb_data_file", 100, 5_000_000_000_000), ("wait/synch/sxlock/innodb/index_tree_rw_lock", 10, 1_000_000_000), ("wait/io/file/sql/binlog", 7, 9)]);
+        let before = s(&[
+            ("wait/io/file/innodb/innodb_data_file", 100, 5_000_000_000_000),
+            ("wait/synch/sxlock/innodb/index_tree_rw_lock", 10, 1_000_000_000),
+            ("wait/io/file/sql/binlog", 7, 9),
+        ]);
         let after = s(&[
             ("wait/io/file/innodb/innodb_data_file", 400, 6_500_000_000_000),
             ("wait/synch/sxlock/innodb/index_tree_rw_lock", 1010, 2_701_000_000_000),
@@ -130,7 +135,14 @@ mod tests {
             ("wait/synch/mutex/sql/LOG::LOCK_log", 5, 2_000_000),
         ]);
         let d = between(&before, &after);
-        assert_eq!(d.iter().map(|w| w.event.as_str()).collect::<Vec<_>>(), ["wait/synch/sxlock/innodb/index_tree_rw_lock", "wait/io/file/innodb/innodb_data_file", "wait/synch/mutex/sql/LOG::LOCK_log"]);
+        assert_eq!(
+            d.iter().map(|w| w.event.as_str()).collect::<Vec<_>>(),
+            [
+                "wait/synch/sxlock/innodb/index_tree_rw_lock",
+                "wait/io/file/innodb/innodb_data_file",
+                "wait/synch/mutex/sql/LOG::LOCK_log"
+            ]
+        );
         assert_eq!(d[0].count, 1000);
         assert!((d[0].seconds - 2.7).abs() < 1e-9);
         assert!((d[1].seconds - 1.5).abs() < 1e-9);

@@ -89,7 +89,22 @@ mod tests {
     fn a_position_held_long_enough_is_a_stall() {
         // 50 ms samples: moving, then held for 6 samples (250 ms), moving,
         // held for 3 (100 ms), then unknown twice.
-        let pos = [Some(1), Some(2), Some(3), Some(3), Some(3), Some(3), Some(3), Some(3), Some(4), Some(5), Some(5), Some(5), None, None];
+        let pos = [
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(3),
+            Some(3),
+            Some(3),
+            Some(3),
+            Some(3),
+            Some(4),
+            Some(5),
+            Some(5),
+            Some(5),
+            None,
+            None,
+        ];
         let t = times(pos.len(), 0.05);
         let idle = vec![false; pos.len()];
         assert_eq!(find(&t, &pos, &idle, 0.2), vec![(2, 7)]);

@@ -14,8 +14,6 @@ pub mod load;
 pub mod pages;
 pub mod plan;
 pub mod purge;
-pub mod replica;
 pub mod run;
-pub mod schema;
 pub mod sql;
 pub mod stmt;

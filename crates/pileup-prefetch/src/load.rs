@@ -76,7 +76,9 @@ impl Loader {
     /// connection of its own (the loads are asked for on it).
     pub fn start(mut c: mysql::Conn) -> Result<Loader> {
         let (file, io_capacity, datadir, home): (String, u64, String, Option<String>) = c
-            .query_first("SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir")?
+            .query_first(
+                "SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir",
+            )?
             .context("reading the buffer pool load settings")?;
         let path = dump_dir(&datadir, home.as_deref().unwrap_or("")).join(file);
         let saved = match std::fs::read(&path) {
@@ -89,11 +91,27 @@ impl Loader {
         if backup.exists() {
             eprintln!("pileup prefetch: {} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display());
         } else if let Some(b) = &saved {
-            std::fs::write(&backup, b).with_context(|| format!("cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql", path.display()))?;
+            std::fs::write(&backup, b).with_context(|| {
+                format!(
+                    "cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql",
+                    path.display()
+                )
+            })?;
             own_backup = true;
         }
         let cap = (io_capacity.saturating_sub(1) as usize).clamp(1, 190);
-        Ok(Loader { c, path, saved, last: vec![], recent: VecDeque::new(), in_list: HashSet::new(), cap, restored: false, own_backup, loads: 0 })
+        Ok(Loader {
+            c,
+            path,
+            saved,
+            last: vec![],
+            recent: VecDeque::new(),
+            in_list: HashSet::new(),
+            cap,
+            restored: false,
+            own_backup,
+            loads: 0,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -160,7 +178,8 @@ impl Loader {
     /// the replaced list (beyond the ones the new list repeats) would never
     /// be read.
     pub fn busy(&mut self) -> Result<bool> {
-        let v: Option<(String, String)> = self.c.query_first("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_load_status'")?;
+        let v: Option<(String, String)> =
+            self.c.query_first("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_load_status'")?;
         Ok(v.is_some_and(|(_, s)| s.starts_with("Loading")))
     }
 

@@ -25,15 +25,15 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::io::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::plan::KeyValue;
-use crate::schema::Table;
+use pileup_replica::schema::Table;
 
 const FIL_PAGE_OFFSET: usize = 4;
 const FIL_PAGE_LSN: usize = 16;
@@ -302,7 +302,13 @@ impl IndexLocation {
     /// (information_schema, no locks taken). None when InnoDB does not know
     /// it (another engine), or its format is one the map does not read
     /// (compressed rows, or the system tablespace's older formats).
-    pub fn find(c: &mut mysql::Conn, datadir: &Path, schema: &str, table: &str, index: &str) -> Result<Option<IndexLocation>> {
+    pub fn find(
+        c: &mut mysql::Conn,
+        datadir: &Path,
+        schema: &str,
+        table: &str,
+        index: &str,
+    ) -> Result<Option<IndexLocation>> {
         use mysql::prelude::Queryable;
         let row: Option<(u64, u32, u32, String, String)> = c.exec_first(
             "SELECT i.INDEX_ID, i.SPACE, i.PAGE_NO, t.NAME, t.ROW_FORMAT FROM information_schema.INNODB_SYS_INDEXES i \
@@ -313,7 +319,10 @@ impl IndexLocation {
         if space == 0 || !matches!(row_format.as_str(), "Dynamic" | "Compact") {
             return Ok(None);
         }
-        let path: Option<String> = c.exec_first("SELECT FILENAME FROM information_schema.INNODB_SYS_TABLESPACES WHERE SPACE = ?", (space,)).ok().flatten();
+        let path: Option<String> = c
+            .exec_first("SELECT FILENAME FROM information_schema.INNODB_SYS_TABLESPACES WHERE SPACE = ?", (space,))
+            .ok()
+            .flatten();
         let file = match path {
             Some(p) => datadir.join(p),
             None => datadir.join(format!("{name}.ibd")),
@@ -338,14 +347,29 @@ pub struct Tree {
 
 impl Tree {
     pub fn open(loc: IndexLocation, fields: Vec<IntField>, page_size: usize, max_age: Duration) -> Result<Tree> {
-        let file = File::open(&loc.file).with_context(|| format!("opening {} to read the index's upper levels (pileup needs read access to the server's data files)", loc.file.display()))?;
+        let file = File::open(&loc.file).with_context(|| {
+            format!(
+                "opening {} to read the index's upper levels (pileup needs read access to the server's data files)",
+                loc.file.display()
+            )
+        })?;
         // Random single-page reads: no read-ahead into the page cache.
         // SAFETY: a plain advisory call on a descriptor this function owns.
         unsafe {
             libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
         }
         let klen = fields.iter().map(|f| f.width).sum();
-        Ok(Tree { loc, fields, klen, file, page_size, nodes: HashMap::new(), max_age, buf: vec![0; page_size], pages_read: 0 })
+        Ok(Tree {
+            loc,
+            fields,
+            klen,
+            file,
+            page_size,
+            nodes: HashMap::new(),
+            max_age,
+            buf: vec![0; page_size],
+            pages_read: 0,
+        })
     }
 
     pub fn fields(&self) -> &[IntField] {
@@ -359,7 +383,9 @@ impl Tree {
             let mut got = None;
             // A torn read is a page being written: once more is enough.
             for _ in 0..2 {
-                self.file.read_exact_at(&mut self.buf, page as u64 * self.page_size as u64).with_context(|| format!("reading page {page} of {}", self.loc.file.display()))?;
+                self.file
+                    .read_exact_at(&mut self.buf, page as u64 * self.page_size as u64)
+                    .with_context(|| format!("reading page {page} of {}", self.loc.file.display()))?;
                 self.pages_read += 1;
                 if be32(&self.buf, FIL_PAGE_OFFSET) != page {
                     last = PageError::Corrupt("page number in the header differs");
@@ -489,9 +515,27 @@ mod tests {
         let fields = [INT, INT];
         let prefix = encode(&fields, &[KeyValue::Int(5)]).unwrap();
         assert_eq!(prefix.len(), 4);
-        let wide = Node { level: 1, klen: 8, keys: [encode(&fields, &[KeyValue::Int(1), KeyValue::Int(1)]).unwrap(), encode(&fields, &[KeyValue::Int(5), KeyValue::Int(3)]).unwrap()].concat(), children: vec![1, 2], first_is_min: false };
-        assert_eq!(wide.child_for(&prefix), Some(1), "(5, 1) would sort before (5, 3): the entry may be in the left child");
-        assert_eq!(wide.child_for(&encode(&fields, &[KeyValue::Int(5), KeyValue::Int(4)]).unwrap()), Some(2), "a whole key: exact");
+        let wide = Node {
+            level: 1,
+            klen: 8,
+            keys: [
+                encode(&fields, &[KeyValue::Int(1), KeyValue::Int(1)]).unwrap(),
+                encode(&fields, &[KeyValue::Int(5), KeyValue::Int(3)]).unwrap(),
+            ]
+            .concat(),
+            children: vec![1, 2],
+            first_is_min: false,
+        };
+        assert_eq!(
+            wide.child_for(&prefix),
+            Some(1),
+            "(5, 1) would sort before (5, 3): the entry may be in the left child"
+        );
+        assert_eq!(
+            wide.child_for(&encode(&fields, &[KeyValue::Int(5), KeyValue::Int(4)]).unwrap()),
+            Some(2),
+            "a whole key: exact"
+        );
     }
 
     #[test]
@@ -533,7 +577,11 @@ mod tests {
         t.columns[3].nullable = true;
         let ix = |name: &str| t.indexes.iter().position(|i| i.name == name).unwrap();
         assert_eq!(node_fields(&t, 0), Some(vec![INT]));
-        assert_eq!(node_fields(&t, ix("k_1")), Some(vec![IntField { width: 8, signed: false }, INT]), "a secondary entry ends with the primary key");
+        assert_eq!(
+            node_fields(&t, ix("k_1")),
+            Some(vec![IntField { width: 8, signed: false }, INT]),
+            "a secondary entry ends with the primary key"
+        );
         assert_eq!(node_fields(&t, ix("c_1")), None, "strings compare by collation");
         assert_eq!(node_fields(&t, ix("n_1")), None, "a nullable column");
     }

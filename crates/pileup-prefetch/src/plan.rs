@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use pileup_binlog::value::Value;
 use pileup_binlog::RowsKind;
 
-use crate::schema::Table;
+use pileup_replica::schema::Table;
 
 /// A column value in a key, owned (the event buffer moves on).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -86,7 +86,14 @@ fn changed(t: &Table, ix: usize, before: &[Option<Value>], after: &[Option<Value
 /// The index entries one row change touches. Keys are appended to `out`;
 /// skipped lookups are reported in `skipped` (the rest of the row's keys
 /// are still planned).
-pub fn plan_row(t: &Table, kind: RowsKind, before: &[Option<Value>], after: &[Option<Value>], out: &mut Vec<Key>, skipped: &mut Vec<Skip>) {
+pub fn plan_row(
+    t: &Table,
+    kind: RowsKind,
+    before: &[Option<Value>],
+    after: &[Option<Value>],
+    out: &mut Vec<Key>,
+    skipped: &mut Vec<Skip>,
+) {
     let width = before.len().max(after.len());
     if width > t.columns.len() {
         skipped.push(Skip::SchemaMismatch);
@@ -163,7 +170,7 @@ impl Recent {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::schema::Table;
+    use pileup_replica::schema::Table;
 
     /// sysbench's table: id PK, k with a secondary index, c, pad.
     pub(crate) fn sbtest() -> Table {
@@ -235,7 +242,11 @@ pub(crate) mod tests {
         let a = vec![None, Some(Value::Int(8, 4)), None, None];
         let (keys, skipped) = plan(RowsKind::Update, &b, &a);
         assert_eq!(keys, vec![k(0, 5)]);
-        assert_eq!(skipped, vec![Skip::ColumnNotInImage, Skip::ColumnNotInImage], "the old k entry is unknown, the new one lacks the id");
+        assert_eq!(
+            skipped,
+            vec![Skip::ColumnNotInImage, Skip::ColumnNotInImage],
+            "the old k entry is unknown, the new one lacks the id"
+        );
         // More columns than the table: DDL the prefetcher has not seen yet.
         let mut wide = row(1, 1, b"c");
         wide.push(Some(Value::Int(0, 4)));

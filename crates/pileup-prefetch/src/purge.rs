@@ -52,15 +52,7 @@ pub fn decide(held: bool, lagging: bool, history: u64, cap: u64) -> Action {
     }
 }
 
-/// The length of InnoDB's history list (transactions whose undo purge has
-/// not processed): MariaDB's status variable, else MySQL's metric.
-pub fn history_length(c: &mut mysql::Conn) -> Result<u64> {
-    if let Some(v) = pileup_conn::global_status(c, "Innodb_history_list_length")? {
-        return Ok(v);
-    }
-    c.query_first::<u64, _>("SELECT `COUNT` FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")?
-        .context("the server reports no history list length (neither Innodb_history_list_length nor INNODB_METRICS trx_rseg_history_len)")
-}
+pub use pileup_replica::history::history_length;
 
 /// A connection that holds a read view while the replica lags.
 pub struct PurgeHold {
@@ -173,7 +165,9 @@ impl Deferral {
             }
             Err(e) => {
                 if !self.failed {
-                    eprintln!("pileup prefetch: --defer-purge lost its connection ({e:#}); purge runs until it is back");
+                    eprintln!(
+                        "pileup prefetch: --defer-purge lost its connection ({e:#}); purge runs until it is back"
+                    );
                 }
                 self.failed = true;
                 // The server ended the hold with the connection.

@@ -19,8 +19,8 @@ use pileup_binlog::{et, Decoder, Event, FileReader, ReadError};
 
 use crate::plan::{plan_row, Key, Recent, Skip};
 use crate::stmt::{Reads, RowsPlan, StmtSkip, Templates};
-use crate::replica::{Applier, ApplierProbe};
-use crate::schema::Table;
+use pileup_replica::applier::{Applier, ApplierProbe};
+use pileup_replica::schema::Table;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -67,7 +67,20 @@ pub enum Warm {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { readers: 4, window_events: 50_000, window_keys: None, window_secs: 30, min_lag: 1, batch: 16, query_timeout: Duration::from_millis(500), poll: Duration::from_millis(100), duration: None, primary_only: false, defer_purge: None, warm: Warm::Sql }
+        Options {
+            readers: 4,
+            window_events: 50_000,
+            window_keys: None,
+            window_secs: 30,
+            min_lag: 1,
+            batch: 16,
+            query_timeout: Duration::from_millis(500),
+            poll: Duration::from_millis(100),
+            duration: None,
+            primary_only: false,
+            defer_purge: None,
+            warm: Warm::Sql,
+        }
     }
 }
 
@@ -162,7 +175,17 @@ pub struct Counters {
 }
 
 /// Counters that are levels, not running totals (Prometheus gauges).
-const GAUGES: &[&str] = &["distance_events", "warmed_ahead_events", "lag_seconds", "keys_ahead", "window_keys", "in_flight_trx", "templates_parsed", "purge_held", "history_length"];
+const GAUGES: &[&str] = &[
+    "distance_events",
+    "warmed_ahead_events",
+    "lag_seconds",
+    "keys_ahead",
+    "window_keys",
+    "in_flight_trx",
+    "templates_parsed",
+    "purge_held",
+    "history_length",
+];
 
 impl Counters {
     /// Prometheus exposition text: `pileup_prefetch_<name>_total` counters
@@ -312,7 +335,14 @@ struct Job {
 /// per index, each prepared once (the connection's statement cache keys
 /// them by text).
 /// Returns false when the connection was lost.
-fn lookup_keys(c: &mut mysql::Conn, table: &Table, index: usize, keys: &[Key], batch: usize, counters: &Counters) -> bool {
+fn lookup_keys(
+    c: &mut mysql::Conn,
+    table: &Table,
+    index: usize,
+    keys: &[Key],
+    batch: usize,
+    counters: &Counters,
+) -> bool {
     for chunk in keys.chunks(batch.max(1)) {
         let mut refs: Vec<&Key> = chunk.iter().collect();
         let want = refs.len().next_power_of_two();
@@ -361,7 +391,13 @@ fn connection_lost(e: &mysql::Error) -> bool {
     !matches!(e, mysql::Error::MySqlError(_))
 }
 
-fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counters>, stop: &Arc<AtomicBool>, pages: Option<&mpsc::SyncSender<PageJob>>) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
+fn reader_pool(
+    spec: &pileup_conn::ConnSpec,
+    o: &Options,
+    counters: &Arc<Counters>,
+    stop: &Arc<AtomicBool>,
+    pages: Option<&mpsc::SyncSender<PageJob>>,
+) -> Result<(mpsc::SyncSender<Job>, Vec<std::thread::JoinHandle<()>>)> {
     let (tx, rx) = mpsc::sync_channel::<Job>(o.readers * 4);
     let rx = Arc::new(std::sync::Mutex::new(rx));
     let mut handles = vec![];
@@ -410,7 +446,9 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                     }
                 }
                 match &job.work {
-                    Work::Keys { table, index, keys } => broken = !lookup_keys(&mut c, table, *index, keys, batch, &counters),
+                    Work::Keys { table, index, keys } => {
+                        broken = !lookup_keys(&mut c, table, *index, keys, batch, &counters)
+                    }
                     Work::Rows(plans) => {
                         // One round trip for the batch: the statements' SELECTs
                         // joined by UNION ALL, each row tagged with its statement
@@ -423,7 +461,10 @@ fn reader_pool(spec: &pileup_conn::ConnSpec, o: &Options, counters: &Arc<Counter
                             if i > 0 {
                                 sql.push_str(" UNION ALL ");
                             }
-                            sql.push_str(&format!("({})", p.sql.replacen("SELECT ", &format!("SELECT {i} AS pileup_tag, "), 1)));
+                            sql.push_str(&format!(
+                                "({})",
+                                p.sql.replacen("SELECT ", &format!("SELECT {i} AS pileup_tag, "), 1)
+                            ));
                             params.extend(p.params.iter().cloned());
                         }
                         counters.lookups.fetch_add(1, Ordering::Relaxed);
@@ -538,7 +579,11 @@ impl PageSender {
         if self.mappable.len() > 10_000 {
             self.mappable.clear();
         }
-        let ok = self.mappable.entry((Arc::as_ptr(table) as usize, k.index)).or_insert_with(|| (table.clone(), crate::pages::node_fields(table, k.index).is_some())).1;
+        let ok = self
+            .mappable
+            .entry((Arc::as_ptr(table) as usize, k.index))
+            .or_insert_with(|| (table.clone(), crate::pages::node_fields(table, k.index).is_some()))
+            .1;
         if !ok {
             return false;
         }
@@ -607,7 +652,11 @@ impl Batcher {
         }
         for ((_, index), (table, keys)) in self.pending.iter_mut() {
             if !keys.is_empty() {
-                send(tx, Job { seq, work: Work::Keys { table: table.clone(), index: *index, keys: std::mem::take(keys) } }, counters);
+                send(
+                    tx,
+                    Job { seq, work: Work::Keys { table: table.clone(), index: *index, keys: std::mem::take(keys) } },
+                    counters,
+                );
             }
         }
     }
@@ -647,7 +696,14 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
 /// `Err` when the server is gone (a restart): the index is looked up again
 /// once the mapper has reconnected. `Ok(None)`: it cannot be mapped (said
 /// on stderr).
-fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize, t: &Table, ix: usize, tell: &mut dyn FnMut(String)) -> Result<Option<crate::pages::Tree>, ()> {
+fn open_tree(
+    meta: &mut mysql::Conn,
+    datadir: &std::path::Path,
+    page_size: usize,
+    t: &Table,
+    ix: usize,
+    tell: &mut dyn FnMut(String),
+) -> Result<Option<crate::pages::Tree>, ()> {
     use crate::pages::{node_fields, IndexLocation, Tree};
     let Some(fields) = node_fields(t, ix) else { return Ok(None) };
     let name = &t.indexes[ix].name;
@@ -660,12 +716,18 @@ fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize
             }
         },
         Ok(None) => {
-            tell(format!("{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed", t.schema, t.name));
+            tell(format!(
+                "{}.{} index {name}: not an InnoDB index in a format pileup reads; its keys are not warmed",
+                t.schema, t.name
+            ));
             None
         }
         Err(_) if meta.ping().is_err() => return Err(()),
         Err(e) => {
-            tell(format!("{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed", t.schema, t.name));
+            tell(format!(
+                "{}.{} index {name}: cannot find it in InnoDB's dictionary ({e}); its keys are not warmed",
+                t.schema, t.name
+            ));
             None
         }
     })
@@ -675,10 +737,15 @@ fn open_tree(meta: &mut mysql::Conn, datadir: &std::path::Path, page_size: usize
 /// InnoDB's buffer pool load ([`crate::load`]) in short lists, a few
 /// milliseconds apart. One thread: the trees' caches and the server's one
 /// buffer pool file are its own.
-fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Arc<AtomicBool>) -> Result<(mpsc::SyncSender<PageJob>, std::thread::JoinHandle<()>)> {
+fn page_warmer(
+    spec: &pileup_conn::ConnSpec,
+    counters: &Arc<Counters>,
+    stop: &Arc<AtomicBool>,
+) -> Result<(mpsc::SyncSender<PageJob>, std::thread::JoinHandle<()>)> {
     use crate::pages::{encode, Tree};
     let mut meta = spec.connect()?;
-    let (datadir, page_size): (String, usize) = meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
+    let (datadir, page_size): (String, usize) =
+        meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
     let mut loader = crate::load::Loader::start(spec.connect()?)?;
     let (tx, rx) = mpsc::sync_channel::<PageJob>(65_536);
     let (counters, stop, spec) = (counters.clone(), stop.clone(), spec.clone());
@@ -700,7 +767,8 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
         // the plain applier): 24 pages 1.07× (the warming fell behind), 48
         // 1.34×, 96 1.29×, 190 every 5 ms 1.20× (device read latency 175,
         // 299, 447 and 600 µs). Each load costs two error-log lines.
-        let (load_depth, load_every, busy_wait) = (64.min(loader.capacity()), Duration::from_millis(1), Duration::from_millis(1));
+        let (load_depth, load_every, busy_wait) =
+            (64.min(loader.capacity()), Duration::from_millis(1), Duration::from_millis(1));
         let mut told = std::collections::HashSet::new();
         let mut tell = |what: String| {
             if told.len() < 20 && told.insert(what.clone()) {
@@ -743,24 +811,28 @@ fn page_warmer(spec: &pileup_conn::ConnSpec, counters: &Arc<Counters>, stop: &Ar
                 let key = (Arc::as_ptr(&job.table) as usize, ix);
                 let (_, tree) = match trees.entry(key) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => match open_tree(&mut meta, &datadir, page_size, &job.table, ix, &mut tell) {
-                        Ok(t) => v.insert((job.table.clone(), t)),
-                        // The server went away (a restart): reconnect a
-                        // second later, dropping the work meanwhile.
-                        Err(()) => {
-                            tell("the server went away; trying again every second".into());
-                            broken = Some(Instant::now());
-                            counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        match open_tree(&mut meta, &datadir, page_size, &job.table, ix, &mut tell) {
+                            Ok(t) => v.insert((job.table.clone(), t)),
+                            // The server went away (a restart): reconnect a
+                            // second later, dropping the work meanwhile.
+                            Err(()) => {
+                                tell("the server went away; trying again every second".into());
+                                broken = Some(Instant::now());
+                                counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
                         }
-                    },
+                    }
                 };
                 let Some(tree) = tree.as_mut() else {
                     counters.keys_unmapped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
                 let before = tree.pages_read;
-                let leaf = encode(tree.fields(), &job.key.values).ok_or_else(|| anyhow::anyhow!("a key value does not fit its column")).and_then(|k| tree.leaf(&k));
+                let leaf = encode(tree.fields(), &job.key.values)
+                    .ok_or_else(|| anyhow::anyhow!("a key value does not fit its column"))
+                    .and_then(|k| tree.leaf(&k));
                 counters.index_pages_read.fetch_add(tree.pages_read - before, Ordering::Relaxed);
                 match leaf {
                     Ok(page) => {
@@ -860,8 +932,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
             // misses, purge), and dirty pages in it cannot be evicted: keep
             // the lead within a quarter of it. Measured (bench/prefetch): at
             // half, about a quarter of the warmed pages were evicted unused.
-            let (pool, page, old_pct): (u64, u64, u64) =
-                meta.query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?.unwrap_or((128 << 20, 16384, 37));
+            let (pool, page, old_pct): (u64, u64, u64) = meta
+                .query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?
+                .unwrap_or((128 << 20, 16384, 37));
             (pool / page.max(1) * old_pct / 100 / 4).max(64)
         }
     };
@@ -875,11 +948,19 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
     // With parallel replication the workers run transactions beyond the
     // position the replica reports (the last one committed in order): reads
     // for those would come too late. Plan only past two per worker.
-    let in_flight_trx: u64 = meta.query_first::<u64, _>("SELECT @@slave_parallel_threads").ok().flatten().map(|t| t * 2).unwrap_or(0);
+    let in_flight_trx: u64 =
+        meta.query_first::<u64, _>("SELECT @@slave_parallel_threads").ok().flatten().map(|t| t * 2).unwrap_or(0);
     counters.in_flight_trx.store(in_flight_trx, Ordering::Relaxed);
     // Transactions (GTID events) among the events in `ahead`.
     let mut trx_ahead = 0u64;
-    let mut batcher = Batcher { pending: HashMap::new(), pending_rows: HashMap::new(), recent, batch: o.batch, primary_only: o.primary_only, pages };
+    let mut batcher = Batcher {
+        pending: HashMap::new(),
+        pending_rows: HashMap::new(),
+        recent,
+        batch: o.batch,
+        primary_only: o.primary_only,
+        pages,
+    };
     let mut templates = Templates::default();
     let mut lits = vec![];
     // A DDL statement was read: wait until the applier has passed it.
@@ -965,10 +1046,11 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 }
                 // The applier's file may not exist yet (relay logs being
                 // fetched anew): try again at the next poll.
-                reader = FileReader::open(&ap.relay_file).and_then(|mut r| r.read_format().map(|_| r)).ok().map(|mut r| {
-                    r.seek(ap.relay_pos);
-                    r
-                });
+                reader =
+                    FileReader::open(&ap.relay_file).and_then(|mut r| r.read_format().map(|_| r)).ok().map(|mut r| {
+                        r.seek(ap.relay_pos);
+                        r
+                    });
                 ahead.clear();
                 keys_ahead = 0;
                 trx_ahead = 0;
@@ -983,7 +1065,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
         }
         let applier_ts = ahead.front().map(|a| a.1);
         let window_full = ddl_pending
-            || ahead.len() as u64 >= o.window_events || keys_ahead >= window_keys || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.1.saturating_sub(a) > o.window_secs);
+            || ahead.len() as u64 >= o.window_events
+            || keys_ahead >= window_keys
+            || matches!((applier_ts, ahead.back()), (Some(a), Some(b)) if b.1.saturating_sub(a) > o.window_secs);
         if !lagging || window_full {
             if !lagging {
                 counters.idle_polls.fetch_add(1, Ordering::Relaxed);
@@ -1010,7 +1094,8 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 let issued_before = counters.keys_issued.load(Ordering::Relaxed);
                 counters.events_read.fetch_add(1, Ordering::Relaxed);
                 let t = ev.header.type_code;
-                let trx_start = matches!(t, et::MARIADB_GTID | et::MYSQL_GTID | et::MYSQL_ANONYMOUS_GTID | et::MYSQL_GTID_TAGGED);
+                let trx_start =
+                    matches!(t, et::MARIADB_GTID | et::MYSQL_GTID | et::MYSQL_ANONYMOUS_GTID | et::MYSQL_GTID_TAGGED);
                 if trx_start {
                     trx_ahead += 1;
                     if let Some(last) = ahead.back_mut() {
@@ -1018,7 +1103,9 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                     }
                 }
                 let in_flight = trx_ahead <= in_flight_trx;
-                if in_flight && (t == et::QUERY || t == et::QUERY_COMPRESSED || pileup_binlog::decode::rows_kind(t).is_some()) {
+                if in_flight
+                    && (t == et::QUERY || t == et::QUERY_COMPRESSED || pileup_binlog::decode::rows_kind(t).is_some())
+                {
                     counters.skipped_in_flight.fetch_add(1, Ordering::Relaxed);
                 }
                 if t == et::QUERY || t == et::QUERY_COMPRESSED {
@@ -1051,7 +1138,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                                 Err(e) => skip(e),
                                 Ok(tpl) => {
                                     let (schema, name) = tpl.table_name(&db);
-                                    let table = tables.entry((schema.clone(), name.clone())).or_insert_with(|| Table::load(&mut meta, &schema, &name).ok().map(Arc::new)).clone();
+                                    let table = tables
+                                        .entry((schema.clone(), name.clone()))
+                                        .or_insert_with(|| Table::load(&mut meta, &schema, &name).ok().map(Arc::new))
+                                        .clone();
                                     match table.map(|t| (tpl.reads(&t, &lits), t)) {
                                         None => {
                                             counters.skipped_no_table.fetch_add(1, Ordering::Relaxed);
@@ -1076,7 +1166,10 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 } else if (pileup_binlog::decode::rows_kind(t).is_some() && !in_flight) || t == et::TABLE_MAP {
                     if let Ok(Event::Rows(rows, Some(tm))) = dec.decode(f, ev.bytes) {
                         let key = (tm.schema.clone(), tm.table.clone());
-                        let table = tables.entry(key).or_insert_with(|| Table::load(&mut meta, &tm.schema, &tm.table).ok().map(Arc::new)).clone();
+                        let table = tables
+                            .entry(key)
+                            .or_insert_with(|| Table::load(&mut meta, &tm.schema, &tm.table).ok().map(Arc::new))
+                            .clone();
                         match table {
                             None => {
                                 counters.skipped_no_table.fetch_add(1, Ordering::Relaxed);
@@ -1084,7 +1177,8 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                             Some(table) => {
                                 let mut it = rows.iter(&tm);
                                 // Images borrow the event buffer: fresh vectors per event.
-                                let (mut before, mut after) = (Vec::with_capacity(tm.columns.len()), Vec::with_capacity(tm.columns.len()));
+                                let (mut before, mut after) =
+                                    (Vec::with_capacity(tm.columns.len()), Vec::with_capacity(tm.columns.len()));
                                 while let Ok(true) = it.next_into(&mut before, &mut after) {
                                     counters.rows_planned.fetch_add(1, Ordering::Relaxed);
                                     keys.clear();
@@ -1117,22 +1211,24 @@ pub fn run(spec: &pileup_conn::ConnSpec, o: &Options, counters: Arc<Counters>, s
                 // The server went on to the next relay log: follow it once
                 // this one is read to its end.
                 match pileup_binlog::reader::next_started(&path) {
-                    Some(n) if matches!(r.next_event(), Ok(None)) => match FileReader::open(&n).and_then(|mut nr| nr.read_format().map(|_| nr)) {
-                        Ok(nr) => {
-                            reader = Some(nr);
-                            counters.files_followed.fetch_add(1, Ordering::Relaxed);
-                            true
-                        }
-                        // Not a relay log we can read (or gone again, when a
-                        // restart purges relay logs): stay here; the next
-                        // poll follows the applier once it moves on.
-                        Err(e) => {
-                            if counters.follow_errors.fetch_add(1, Ordering::Relaxed) < 10 {
-                                eprintln!("pileup prefetch: cannot follow the relay log into the next file: {e}; waiting for the applier");
+                    Some(n) if matches!(r.next_event(), Ok(None)) => {
+                        match FileReader::open(&n).and_then(|mut nr| nr.read_format().map(|_| nr)) {
+                            Ok(nr) => {
+                                reader = Some(nr);
+                                counters.files_followed.fetch_add(1, Ordering::Relaxed);
+                                true
                             }
-                            false
+                            // Not a relay log we can read (or gone again, when a
+                            // restart purges relay logs): stay here; the next
+                            // poll follows the applier once it moves on.
+                            Err(e) => {
+                                if counters.follow_errors.fetch_add(1, Ordering::Relaxed) < 10 {
+                                    eprintln!("pileup prefetch: cannot follow the relay log into the next file: {e}; waiting for the applier");
+                                }
+                                false
+                            }
                         }
-                    },
+                    }
                     _ => false,
                 }
             }
@@ -1222,7 +1318,12 @@ mod tests {
         c.statements_planned.store(5, Ordering::Relaxed);
         c.lag_secs.store(42, Ordering::Relaxed);
         let e = c.exposition();
-        assert!(e.contains("# TYPE pileup_prefetch_statements_planned_total counter\npileup_prefetch_statements_planned_total 5\n"), "{e}");
+        assert!(
+            e.contains(
+                "# TYPE pileup_prefetch_statements_planned_total counter\npileup_prefetch_statements_planned_total 5\n"
+            ),
+            "{e}"
+        );
         assert!(e.contains("# TYPE pileup_prefetch_lag_seconds gauge\npileup_prefetch_lag_seconds 42\n"), "{e}");
         // Every line is a comment or `name value`.
         assert!(e.lines().all(|l| l.starts_with("# TYPE ") || l.split(' ').count() == 2));

@@ -9,7 +9,7 @@
 //! the applier wait.
 
 use crate::plan::{Key, KeyValue};
-use crate::schema::Table;
+use pileup_replica::schema::Table;
 
 fn ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
@@ -29,11 +29,17 @@ pub fn lookup(t: &Table, index: usize, keys: &[&Key]) -> (String, Vec<mysql::Val
         params.extend(keys.iter().map(|k| param(&k.values[0])));
     } else {
         for k in keys {
-            let parts: Vec<String> = cols
-                .iter()
-                .zip(&k.values)
-                .map(|(c, v)| if *v == KeyValue::Null { format!("{c} IS NULL") } else { format!("{c} = {}", placeholder(v)) })
-                .collect();
+            let parts: Vec<String> =
+                cols.iter()
+                    .zip(&k.values)
+                    .map(|(c, v)| {
+                        if *v == KeyValue::Null {
+                            format!("{c} IS NULL")
+                        } else {
+                            format!("{c} = {}", placeholder(v))
+                        }
+                    })
+                    .collect();
             conds.push(format!("({})", parts.join(" AND ")));
             params.extend(k.values.iter().filter(|v| **v != KeyValue::Null).map(param));
         }
@@ -55,7 +61,9 @@ fn param(v: &KeyValue) -> mysql::Value {
         KeyValue::Int(i) => mysql::Value::Int(*i),
         KeyValue::UInt(u) => mysql::Value::UInt(*u),
         KeyValue::Text(b) => mysql::Value::Bytes(b.clone()),
-        KeyValue::Epoch(s, us) => mysql::Value::Bytes(if *us > 0 { format!("{s}.{us:06}") } else { s.to_string() }.into_bytes()),
+        KeyValue::Epoch(s, us) => {
+            mysql::Value::Bytes(if *us > 0 { format!("{s}.{us:06}") } else { s.to_string() }.into_bytes())
+        }
     }
 }
 
@@ -69,14 +77,19 @@ mod tests {
             (2, "a".into(), "varchar(10)".into(), "varchar".into()),
             (3, "ts".into(), "timestamp".into(), "timestamp".into()),
         ];
-        let parts = vec![("PRIMARY".to_string(), false, 1, "id".to_string()), ("a_ts".into(), false, 1, "a".into()), ("a_ts".into(), false, 2, "ts".into())];
+        let parts = vec![
+            ("PRIMARY".to_string(), false, 1, "id".to_string()),
+            ("a_ts".into(), false, 1, "a".into()),
+            ("a_ts".into(), false, 2, "ts".into()),
+        ];
         Table::from_parts("d", "t`x", &cols, &parts).unwrap()
     }
 
     #[test]
     fn single_column_keys_become_one_in_list() {
         let t = table();
-        let (a, b) = (Key { index: 0, values: vec![KeyValue::Int(1)] }, Key { index: 0, values: vec![KeyValue::Int(2)] });
+        let (a, b) =
+            (Key { index: 0, values: vec![KeyValue::Int(1)] }, Key { index: 0, values: vec![KeyValue::Int(2)] });
         let (sql, p) = lookup(&t, 0, &[&a, &b]);
         assert_eq!(sql, "SELECT `id` FROM `d`.`t``x` FORCE INDEX (`PRIMARY`) WHERE `id` IN (?, ?)");
         assert_eq!(p, vec![mysql::Value::Int(1), mysql::Value::Int(2)]);

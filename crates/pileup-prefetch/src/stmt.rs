@@ -31,45 +31,28 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sqlparser::ast::{AssignmentTarget, BinaryOperator, Expr, FromTable, ObjectName, SetExpr, Statement, TableFactor, TableObject, Value as SqlValue};
+use sqlparser::ast::{
+    AssignmentTarget, BinaryOperator, Expr, FromTable, SetExpr, Statement, TableFactor, TableObject, Value as SqlValue,
+};
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 
+use pileup_replica::schema::Table;
+use pileup_replica::statement::table_of;
+pub use pileup_replica::statement::{fingerprint, Literal};
+
 use crate::plan::{Key, KeyValue};
-use crate::schema::Table;
 
-/// A literal taken out of a statement.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Literal {
-    Int(i64),
-    UInt(u64),
-    /// Decimal or float text, and strings (unescaped bytes).
-    Text(Vec<u8>),
-    Double(f64),
-    Null,
-}
-
-impl Literal {
-    fn key_value(&self) -> Option<KeyValue> {
-        Some(match self {
-            Literal::Int(i) => KeyValue::Int(*i),
-            Literal::UInt(u) => KeyValue::UInt(*u),
-            Literal::Text(t) => KeyValue::Text(t.clone()),
-            Literal::Null => KeyValue::Null,
-            // An index on a float column is not looked up by equality.
-            Literal::Double(_) => return None,
-        })
-    }
-
-    pub fn param(&self) -> mysql::Value {
-        match self {
-            Literal::Int(i) => mysql::Value::Int(*i),
-            Literal::UInt(u) => mysql::Value::UInt(*u),
-            Literal::Text(t) => mysql::Value::Bytes(t.clone()),
-            Literal::Double(d) => mysql::Value::Double(*d),
-            Literal::Null => mysql::Value::NULL,
-        }
-    }
+/// A literal as an index key value (an index on a float column is not
+/// looked up by equality).
+fn key_value(l: &Literal) -> Option<KeyValue> {
+    Some(match l {
+        Literal::Int(i) => KeyValue::Int(*i),
+        Literal::UInt(u) => KeyValue::UInt(*u),
+        Literal::Text(t) => KeyValue::Text(t.clone()),
+        Literal::Null => KeyValue::Null,
+        Literal::Double(_) => return None,
+    })
 }
 
 /// Why a statement gave no reads.
@@ -130,243 +113,6 @@ pub struct Template {
     kind: Kind,
 }
 
-/// Reduce a statement to its fingerprint: literals become `?` and are
-/// returned in order. Numbers after LIMIT/OFFSET and strings after COLLATE
-/// are part of the shape, not literals.
-pub fn fingerprint(sql: &[u8], literals: &mut Vec<Literal>) -> String {
-    literals.clear();
-    let mut out = String::with_capacity(sql.len());
-    let mut i = 0;
-    let n = sql.len();
-    let mut last_word = String::new();
-    while i < n {
-        let c = sql[i];
-        match c {
-            b'\'' | b'"' => {
-                let (bytes, end) = read_string(sql, i);
-                if last_word == "COLLATE" {
-                    out.push_str(&String::from_utf8_lossy(&sql[i..end]));
-                } else {
-                    literals.push(Literal::Text(bytes));
-                    out.push('?');
-                }
-                i = end;
-                last_word.clear();
-            }
-            b'`' => {
-                let start = i;
-                i += 1;
-                while i < n {
-                    if sql[i] == b'`' {
-                        if i + 1 < n && sql[i + 1] == b'`' {
-                            i += 2;
-                            continue;
-                        }
-                        i += 1;
-                        break;
-                    }
-                    i += 1;
-                }
-                out.push_str(&String::from_utf8_lossy(&sql[start..i]));
-                last_word.clear();
-            }
-            b'/' if sql.get(i + 1) == Some(&b'*') => {
-                // Comments (including MariaDB's executable ones) are dropped.
-                let end = find(sql, i + 2, b"*/").map(|e| e + 2).unwrap_or(n);
-                if !out.ends_with(' ') {
-                    out.push(' ');
-                }
-                i = end;
-            }
-            b'#' => {
-                i = find(sql, i, b"\n").unwrap_or(n);
-            }
-            b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
-                i = find(sql, i, b"\n").unwrap_or(n);
-            }
-            b'-' if sql.get(i + 1).is_some_and(|d| d.is_ascii_digit()) && out.trim_end().ends_with(['(', ',', '=', '<', '>']) => {
-                // A negative number (after an operator or a separator), not a subtraction.
-                let mut j = i + 1;
-                while j < n && (sql[j].is_ascii_digit() || sql[j] == b'.') {
-                    j += 1;
-                }
-                match number(std::str::from_utf8(&sql[i..j]).unwrap_or("0")) {
-                    lit @ (Literal::Int(_) | Literal::Text(_)) if j >= n || !(sql[j].is_ascii_alphanumeric() || sql[j] == b'_' || sql[j] == b'e' || sql[j] == b'E') => {
-                        literals.push(lit);
-                        out.push('?');
-                        i = j;
-                    }
-                    _ => {
-                        out.push('-');
-                        i += 1;
-                    }
-                }
-                last_word.clear();
-            }
-            b'0'..=b'9' | b'.' if c != b'.' || sql.get(i + 1).is_some_and(|d| d.is_ascii_digit()) => {
-                let prev_ident = out.chars().last().is_some_and(|p| p.is_ascii_alphanumeric() || p == '_' || p == '$');
-                let start = i;
-                if c == b'0' && matches!(sql.get(i + 1), Some(b'x') | Some(b'X')) {
-                    i += 2;
-                    while i < n && sql[i].is_ascii_hexdigit() {
-                        i += 1;
-                    }
-                } else {
-                    while i < n && (sql[i].is_ascii_digit() || sql[i] == b'.') {
-                        i += 1;
-                    }
-                    if i < n && (sql[i] == b'e' || sql[i] == b'E') && sql.get(i + 1).is_some_and(|d| d.is_ascii_digit() || *d == b'-' || *d == b'+') {
-                        i += 2;
-                        while i < n && sql[i].is_ascii_digit() {
-                            i += 1;
-                        }
-                    }
-                }
-                let text = std::str::from_utf8(&sql[start..i]).unwrap_or("0");
-                if prev_ident || i < n && (sql[i].is_ascii_alphabetic() || sql[i] == b'_') {
-                    // Part of an identifier (t1, 1abc): copy.
-                    while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$') {
-                        i += 1;
-                    }
-                    out.push_str(&String::from_utf8_lossy(&sql[start..i]));
-                } else if last_word == "LIMIT" || last_word == "OFFSET" || out.trim_end().ends_with(',') && limit_context(&out) {
-                    out.push_str(text);
-                } else {
-                    literals.push(number(text));
-                    out.push('?');
-                }
-                last_word.clear();
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 => {
-                let start = i;
-                while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$' || sql[i] >= 0x80) {
-                    i += 1;
-                }
-                let word = &sql[start..i];
-                // Character set introducer (_latin1'abc'), X'..' and B'..'.
-                if i < n && sql[i] == b'\'' && (word[0] == b'_' || word.eq_ignore_ascii_case(b"x") || word.eq_ignore_ascii_case(b"b") || word.eq_ignore_ascii_case(b"n")) {
-                    let (bytes, end) = read_string(sql, i);
-                    let lit = if word.eq_ignore_ascii_case(b"x") {
-                        Literal::Text(unhex(&bytes))
-                    } else if word.eq_ignore_ascii_case(b"b") {
-                        Literal::UInt(bytes.iter().fold(0u64, |a, b| (a << 1) | u64::from(*b == b'1')))
-                    } else {
-                        Literal::Text(bytes)
-                    };
-                    literals.push(lit);
-                    out.push('?');
-                    i = end;
-                    last_word.clear();
-                    continue;
-                }
-                let w = String::from_utf8_lossy(word).to_ascii_uppercase();
-                if w == "NULL" {
-                    literals.push(Literal::Null);
-                    out.push('?');
-                } else {
-                    out.push_str(&String::from_utf8_lossy(word));
-                }
-                last_word = w;
-            }
-            c if c.is_ascii_whitespace() => {
-                if !out.ends_with(' ') && !out.is_empty() {
-                    out.push(' ');
-                }
-                i += 1;
-            }
-            _ => {
-                out.push(c as char);
-                i += 1;
-                if c != b',' {
-                    last_word.clear();
-                }
-            }
-        }
-    }
-    out.truncate(out.trim_end().len());
-    out
-}
-
-/// After `LIMIT n,` the second number is part of the shape too.
-fn limit_context(out: &str) -> bool {
-    let t = out.trim_end().trim_end_matches(',').trim_end();
-    let t = t.trim_end_matches(|c: char| c.is_ascii_digit());
-    t.trim_end().to_ascii_uppercase().ends_with("LIMIT")
-}
-
-fn find(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    hay.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|p| p + from)
-}
-
-fn unhex(b: &[u8]) -> Vec<u8> {
-    let v = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-    b.chunks(2).map(|p| if p.len() == 2 { v(p[0]) << 4 | v(p[1]) } else { v(p[0]) }).collect()
-}
-
-fn number(text: &str) -> Literal {
-    if let Ok(i) = text.parse::<i64>() {
-        Literal::Int(i)
-    } else if let Ok(u) = text.parse::<u64>() {
-        Literal::UInt(u)
-    } else if text.starts_with("0x") || text.starts_with("0X") {
-        Literal::Text(unhex(&text.as_bytes()[2..]))
-    } else if text.contains(['e', 'E']) {
-        Literal::Double(text.parse().unwrap_or(0.0))
-    } else {
-        // DECIMAL literal: exact, as text.
-        Literal::Text(text.as_bytes().to_vec())
-    }
-}
-
-/// A quoted string starting at `start` (its quote): unescaped bytes and the
-/// offset after the closing quote.
-fn read_string(sql: &[u8], start: usize) -> (Vec<u8>, usize) {
-    let q = sql[start];
-    let mut out = Vec::new();
-    let mut i = start + 1;
-    while i < sql.len() {
-        let c = sql[i];
-        if c == b'\\' && i + 1 < sql.len() {
-            let e = sql[i + 1];
-            if e == b'%' || e == b'_' {
-                // \% and \_ keep the backslash (LIKE patterns).
-                out.push(b'\\');
-            }
-            out.push(match e {
-                b'n' => b'\n',
-                b't' => b'\t',
-                b'r' => b'\r',
-                b'0' => 0,
-                b'b' => 8,
-                b'Z' => 26,
-                other => other,
-            });
-            i += 2;
-            continue;
-        }
-        if c == q {
-            if sql.get(i + 1) == Some(&q) {
-                out.push(q);
-                i += 2;
-                continue;
-            }
-            return (out, i + 1);
-        }
-        out.push(c);
-        i += 1;
-    }
-    (out, sql.len())
-}
-
-fn table_of(name: &ObjectName) -> Option<(Option<String>, String)> {
-    let parts: Vec<String> = name.0.iter().map(|p| p.as_ident().map(|i| i.value.clone())).collect::<Option<Vec<_>>>()?;
-    match parts.as_slice() {
-        [t] => Some((None, t.clone())),
-        [s, t] => Some((Some(s.clone()), t.clone())),
-        _ => None,
-    }
-}
-
 fn column_name(e: &Expr) -> Option<String> {
     match e {
         Expr::Identifier(i) => Some(i.value.to_lowercase()),
@@ -408,11 +154,13 @@ fn eq_columns(e: &Expr, out: &mut Vec<String>) -> bool {
 fn set_value(col: &str, e: &Expr, pos: usize) -> SetValue {
     match e {
         _ if is_placeholder(e) => SetValue::Param(pos),
-        Expr::BinaryOp { left, op, right } if column_name(left).as_deref() == Some(col) && is_placeholder(right) => match op {
-            BinaryOperator::Plus => SetValue::Add(pos, true),
-            BinaryOperator::Minus => SetValue::Add(pos, false),
-            _ => SetValue::Unknown,
-        },
+        Expr::BinaryOp { left, op, right } if column_name(left).as_deref() == Some(col) && is_placeholder(right) => {
+            match op {
+                BinaryOperator::Plus => SetValue::Add(pos, true),
+                BinaryOperator::Minus => SetValue::Add(pos, false),
+                _ => SetValue::Unknown,
+            }
+        }
         Expr::Nested(x) => set_value(col, x, pos),
         _ => SetValue::Unknown,
     }
@@ -436,7 +184,11 @@ impl Template {
     /// Parse a fingerprint (see [`fingerprint`]).
     pub fn parse(fp: &str) -> Result<Template, StmtSkip> {
         let head = fp.trim_start().get(..7).unwrap_or("").to_ascii_uppercase();
-        if !(head.starts_with("UPDATE") || head.starts_with("DELETE") || head.starts_with("INSERT") || head.starts_with("REPLACE")) {
+        if !(head.starts_with("UPDATE")
+            || head.starts_with("DELETE")
+            || head.starts_with("INSERT")
+            || head.starts_with("REPLACE"))
+        {
             return Err(StmtSkip::NotAWrite);
         }
         let mut st = Parser::parse_sql(&MySqlDialect {}, fp).map_err(|_| StmtSkip::Unparsed)?;
@@ -455,8 +207,16 @@ impl Template {
                 let mut set = vec![];
                 for a in &u.assignments {
                     let AssignmentTarget::ColumnName(c) = &a.target else { return Err(StmtSkip::Unsupported) };
-                    let col = c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).ok_or(StmtSkip::Unsupported)?;
-                    let v = if matches!(&a.value, Expr::Value(v) if v.value == SqlValue::Null) { SetValue::Null } else { set_value(&col, &a.value, pos) };
+                    let col =
+                        c.0.last()
+                            .and_then(|p| p.as_ident())
+                            .map(|i| i.value.to_lowercase())
+                            .ok_or(StmtSkip::Unsupported)?;
+                    let v = if matches!(&a.value, Expr::Value(v) if v.value == SqlValue::Null) {
+                        SetValue::Null
+                    } else {
+                        set_value(&col, &a.value, pos)
+                    };
                     pos += placeholders(&a.value.to_string());
                     set.push((col, v));
                 }
@@ -482,7 +242,11 @@ impl Template {
                 let table = table_of(name).ok_or(StmtSkip::Unsupported)?;
                 let Some(src) = &ins.source else { return Err(StmtSkip::Unsupported) };
                 let SetExpr::Values(values) = src.body.as_ref() else { return Err(StmtSkip::Unsupported) };
-                let columns: Vec<String> = ins.columns.iter().filter_map(|c| c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase())).collect();
+                let columns: Vec<String> = ins
+                    .columns
+                    .iter()
+                    .filter_map(|c| c.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()))
+                    .collect();
                 let mut pos = 0;
                 let mut rows = vec![];
                 for r in &values.rows {
@@ -499,7 +263,14 @@ impl Template {
         }
     }
 
-    fn rows(table: (Option<String>, String), delete: bool, selection: &Expr, first: usize, limit: Option<u64>, set: Vec<(String, SetValue)>) -> Result<Template, StmtSkip> {
+    fn rows(
+        table: (Option<String>, String),
+        delete: bool,
+        selection: &Expr,
+        first: usize,
+        limit: Option<u64>,
+        set: Vec<(String, SetValue)>,
+    ) -> Result<Template, StmtSkip> {
         let mut eq = vec![];
         if !eq_columns(selection, &mut eq) {
             return Err(StmtSkip::Unsupported);
@@ -558,13 +329,17 @@ impl Template {
     pub fn reads(&self, t: &Arc<Table>, lits: &[Literal]) -> Result<Reads, StmtSkip> {
         match &self.kind {
             Kind::Insert { columns, rows } => {
-                let cols: Vec<Option<usize>> = if columns.is_empty() { (0..t.columns.len()).map(Some).collect() } else { columns.iter().map(|c| col_pos(t, c)).collect() };
+                let cols: Vec<Option<usize>> = if columns.is_empty() {
+                    (0..t.columns.len()).map(Some).collect()
+                } else {
+                    columns.iter().map(|c| col_pos(t, c)).collect()
+                };
                 let mut keys = vec![];
                 for row in rows {
                     let mut vals: Vec<Option<KeyValue>> = vec![None; t.columns.len()];
                     for (slot, col) in row.iter().zip(&cols) {
                         if let (Some(c), Slot::Param(p)) = (col, slot) {
-                            vals[*c] = lits.get(*p).and_then(Literal::key_value);
+                            vals[*c] = lits.get(*p).and_then(key_value);
                         }
                     }
                     for ix in 0..t.indexes.len() {
@@ -577,7 +352,11 @@ impl Template {
                 Ok(Reads::Keys(keys))
             }
             Kind::Rows { delete, where_sql, where_params, limit, eq_columns, set } => {
-                let indexed = t.indexes.iter().any(|ix| ix.columns.first().is_some_and(|c| eq_columns.iter().any(|e| t.columns[*c].name.eq_ignore_ascii_case(e))));
+                let indexed = t.indexes.iter().any(|ix| {
+                    ix.columns
+                        .first()
+                        .is_some_and(|c| eq_columns.iter().any(|e| t.columns[*c].name.eq_ignore_ascii_case(e)))
+                });
                 if !indexed {
                     return Err(StmtSkip::NotIndexed);
                 }
@@ -586,13 +365,18 @@ impl Template {
                     let Some(c) = col_pos(t, col) else { continue };
                     new_values[c] = Some(match v {
                         SetValue::Param(p) => lits.get(*p).cloned().map(NewValue::Set).unwrap_or(NewValue::Unknown),
-                        SetValue::Add(p, plus) => lits.get(*p).cloned().map(|l| NewValue::Add(l, *plus)).unwrap_or(NewValue::Unknown),
+                        SetValue::Add(p, plus) => {
+                            lits.get(*p).cloned().map(|l| NewValue::Add(l, *plus)).unwrap_or(NewValue::Unknown)
+                        }
                         SetValue::Null => NewValue::Set(Literal::Null),
                         SetValue::Unknown => NewValue::Unknown,
                     });
                 }
                 let follow: Vec<usize> = (0..t.indexes.len())
-                    .filter(|&ix| !t.indexes[ix].is_primary() && (*delete || t.entry_columns(ix).iter().any(|c| new_values[*c].is_some())))
+                    .filter(|&ix| {
+                        !t.indexes[ix].is_primary()
+                            && (*delete || t.entry_columns(ix).iter().any(|c| new_values[*c].is_some()))
+                    })
                     .collect();
                 let mut selected: Vec<usize> = t.primary().map(|p| p.columns.clone()).unwrap_or_default();
                 for &ix in &follow {
@@ -613,7 +397,10 @@ impl Template {
                     where_sql,
                     limit.unwrap_or(1000).min(1000)
                 );
-                let params = where_params.iter().map(|p| lits.get(*p).map(Literal::param).unwrap_or(mysql::Value::NULL)).collect();
+                let params = where_params
+                    .iter()
+                    .map(|p| lits.get(*p).map(Literal::param).unwrap_or(mysql::Value::NULL))
+                    .collect();
                 Ok(Reads::Rows(RowsPlan { table: t.clone(), sql, params, selected, follow, new_values }))
             }
         }
@@ -647,7 +434,7 @@ fn from_mysql(v: &mysql::Value) -> Option<KeyValue> {
 
 fn apply(old: &KeyValue, nv: &NewValue) -> Option<KeyValue> {
     match nv {
-        NewValue::Set(l) => l.key_value(),
+        NewValue::Set(l) => key_value(l),
         NewValue::Add(l, plus) => {
             let d = match l {
                 Literal::Int(i) => *i as i128,
@@ -751,14 +538,29 @@ mod tests {
         assert_eq!(l, vec![Literal::Int(1), Literal::Int(5012)]);
         let (fp, l) = lits("insert into t1 (a,b) values (-3, 'it''s \\n'), (_latin1'x' , X'4142') /* c */ LIMIT 10");
         assert_eq!(fp, "insert into t1 (a,b) values (?, ?), (? , ?) LIMIT 10");
-        assert_eq!(l, vec![Literal::Int(-3), Literal::Text(b"it's \n".to_vec()), Literal::Text(b"x".to_vec()), Literal::Text(b"AB".to_vec())]);
-        let (fp, l) = lits("DELETE FROM `t 2` WHERE c = 'a' COLLATE 'latin1_bin' AND d IN (1.50, 2e3, NULL) LIMIT 5, 10");
+        assert_eq!(
+            l,
+            vec![
+                Literal::Int(-3),
+                Literal::Text(b"it's \n".to_vec()),
+                Literal::Text(b"x".to_vec()),
+                Literal::Text(b"AB".to_vec())
+            ]
+        );
+        let (fp, l) =
+            lits("DELETE FROM `t 2` WHERE c = 'a' COLLATE 'latin1_bin' AND d IN (1.50, 2e3, NULL) LIMIT 5, 10");
         assert_eq!(fp, "DELETE FROM `t 2` WHERE c = ? COLLATE 'latin1_bin' AND d IN (?, ?, ?) LIMIT 5, 10");
-        assert_eq!(l, vec![Literal::Text(b"a".to_vec()), Literal::Text(b"1.50".to_vec()), Literal::Double(2000.0), Literal::Null]);
+        assert_eq!(
+            l,
+            vec![Literal::Text(b"a".to_vec()), Literal::Text(b"1.50".to_vec()), Literal::Double(2000.0), Literal::Null]
+        );
         // Uniform statements share one fingerprint.
         assert_eq!(lits("UPDATE sbtest1 SET k=k+1 WHERE id=7").0, lits("UPDATE  sbtest1 SET k=k+1 WHERE id=123456").0);
         // A subtraction stays an operator.
-        assert_eq!(lits("UPDATE t SET k=k-1 WHERE id=-2"), ("UPDATE t SET k=k-? WHERE id=?".to_string(), vec![Literal::Int(1), Literal::Int(-2)]));
+        assert_eq!(
+            lits("UPDATE t SET k=k-1 WHERE id=-2"),
+            ("UPDATE t SET k=k-? WHERE id=?".to_string(), vec![Literal::Int(1), Literal::Int(-2)])
+        );
     }
 
     #[test]
@@ -796,7 +598,9 @@ mod tests {
     fn delete_follows_every_secondary_index() {
         let t = sbtest();
         let mut l = vec![];
-        let tpl = Templates::default().get("x", b"DELETE FROM sbtest.sbtest1 WHERE k = 10 AND c = 'q' LIMIT 2", &mut l).unwrap();
+        let tpl = Templates::default()
+            .get("x", b"DELETE FROM sbtest.sbtest1 WHERE k = 10 AND c = 'q' LIMIT 2", &mut l)
+            .unwrap();
         let Reads::Rows(p) = tpl.reads(&t, &l).unwrap() else { panic!() };
         assert_eq!(p.sql, "SELECT `id`, `k` FROM `sbtest`.`sbtest1` WHERE k = ? AND c = ? LIMIT 2");
         let mut keys = vec![];
@@ -808,7 +612,9 @@ mod tests {
     fn insert_values_are_the_keys() {
         let t = sbtest();
         let mut l = vec![];
-        let tpl = Templates::default().get("sbtest", b"INSERT INTO sbtest1 (id, k, c, pad) VALUES (7, 8, 'c', 'p'), (9, NOW(), 'c', 'p')", &mut l).unwrap();
+        let tpl = Templates::default()
+            .get("sbtest", b"INSERT INTO sbtest1 (id, k, c, pad) VALUES (7, 8, 'c', 'p'), (9, NOW(), 'c', 'p')", &mut l)
+            .unwrap();
         let Reads::Keys(keys) = tpl.reads(&t, &l).unwrap() else { panic!() };
         // Row 2's k is an expression: only its primary key is known.
         assert_eq!(
@@ -829,8 +635,14 @@ mod tests {
         let tpl = c.get("sbtest", b"UPDATE sbtest1 SET k=0 WHERE c LIKE 'a%'", &mut l).unwrap();
         assert_eq!(tpl.reads(&t, &l).unwrap_err(), StmtSkip::NotIndexed);
         assert_eq!(c.get("sbtest", b"UPDATE sbtest1 SET k=0", &mut l).unwrap_err(), StmtSkip::NotIndexed);
-        assert_eq!(c.get("sbtest", b"DELETE FROM sbtest1 WHERE id IN (SELECT id FROM t2)", &mut l).unwrap_err(), StmtSkip::Unsupported);
-        assert_eq!(c.get("sbtest", b"INSERT INTO sbtest1 SELECT * FROM t2", &mut l).unwrap_err(), StmtSkip::Unsupported);
+        assert_eq!(
+            c.get("sbtest", b"DELETE FROM sbtest1 WHERE id IN (SELECT id FROM t2)", &mut l).unwrap_err(),
+            StmtSkip::Unsupported
+        );
+        assert_eq!(
+            c.get("sbtest", b"INSERT INTO sbtest1 SELECT * FROM t2", &mut l).unwrap_err(),
+            StmtSkip::Unsupported
+        );
         assert_eq!(c.get("sbtest", b"BEGIN", &mut l).unwrap_err(), StmtSkip::NotAWrite);
         assert_eq!(c.get("sbtest", b"UPDATE ((( garbage", &mut l).unwrap_err(), StmtSkip::Unparsed);
     }

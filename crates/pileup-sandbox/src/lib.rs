@@ -172,7 +172,10 @@ impl Sandbox {
         let dir = base.join(&name);
         if let Some(old) = read_endpoint(&dir) {
             if old.is_running() {
-                bail!("sandbox {name} is already running (pid {}); stop it first with `pileup sandbox stop {name}`", old.pid);
+                bail!(
+                    "sandbox {name} is already running (pid {}); stop it first with `pileup sandbox stop {name}`",
+                    old.pid
+                );
             }
         }
         let reusing = opts.reuse && dir.join("data").join("mysql").is_dir();
@@ -231,7 +234,12 @@ impl Sandbox {
                 cmd.arg(format!("--{}={v}", k.trim_start_matches('-')));
             }
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-            let launch = (mariadbd.clone(), cmd.get_args().map(|a| a.to_os_string()).collect::<Vec<_>>(), opts.die_with_parent, opts.ready_timeout);
+            let launch = (
+                mariadbd.clone(),
+                cmd.get_args().map(|a| a.to_os_string()).collect::<Vec<_>>(),
+                opts.die_with_parent,
+                opts.ready_timeout,
+            );
             let child = spawn(cmd, opts.die_with_parent)?;
             let endpoint = Endpoint {
                 name: name.clone(),
@@ -307,7 +315,8 @@ impl Sandbox {
     /// Stop the server cleanly and start it again on the same datadir,
     /// socket and port (a new pid). Replication settings persist in the datadir.
     pub fn restart(&mut self) -> Result<()> {
-        let (bin, args, die_with_parent, timeout) = self.launch.clone().ok_or_else(|| anyhow!("this sandbox was not started here"))?;
+        let (bin, args, die_with_parent, timeout) =
+            self.launch.clone().ok_or_else(|| anyhow!("this sandbox was not started here"))?;
         stop_pid(self.endpoint.pid, self.child.as_mut())?;
         self.child = None;
         let mut cmd = Command::new(bin);
@@ -433,7 +442,8 @@ fn proc_state(pid: u32) -> Option<char> {
 pub fn stop_by_name(name: &str, base: Option<&Path>) -> Result<()> {
     let base = base.map(Path::to_path_buf).unwrap_or_else(base_dir);
     let dir = base.join(name);
-    let ep = read_endpoint(&dir).ok_or_else(|| anyhow!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
+    let ep = read_endpoint(&dir)
+        .ok_or_else(|| anyhow!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
     if ep.is_running() {
         stop_pid(ep.pid, None)?;
     }
@@ -525,7 +535,9 @@ fn spawn(mut cmd: Command, die_with_parent: bool) -> Result<Child> {
 /// directory, so test runs with their own base directories share one
 /// template instead of leaving one behind each.
 fn template_dir() -> PathBuf {
-    std::env::var_os("PILEUP_TEMPLATE_DIR").map(PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("pileup-sandbox-templates"))
+    std::env::var_os("PILEUP_TEMPLATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("pileup-sandbox-templates"))
 }
 
 /// Initialise (once per server binary) a pristine datadir to copy from,
@@ -541,7 +553,8 @@ fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
     fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
     // Serialise initialisation across processes with a lock file.
     let lock = fs::OpenOptions::new().create(true).write(true).truncate(false).open(base.join(".template.lock"))?;
-    let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| anyhow!("locking template: {e}"))?;
+    let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("locking template: {e}"))?;
     if tdir.join("ready").exists() {
         return Ok(tdir.join("data"));
     }
@@ -589,10 +602,19 @@ fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
 /// server binary is on this machine, or it was made within the last day (a
 /// server started from an explicit path).
 fn template_in_use(dir: &Path, name: &str) -> bool {
-    let recent = fs::metadata(dir).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age < Duration::from_secs(86_400));
+    let recent = fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < Duration::from_secs(86_400));
     recent
         || server_candidates().iter().filter_map(|c| fs::metadata(c).ok()).any(|m| {
-            let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs()).unwrap_or(0);
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
             name == format!(".template-{}-{}", m.len(), mtime)
         })
 }

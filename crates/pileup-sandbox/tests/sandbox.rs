@@ -26,7 +26,10 @@ fn start_query_list_stop() {
     let pid = sb.pid();
     sb.stop().unwrap();
     assert!(!dir.exists(), "sandbox dir removed");
-    assert!(!std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists() || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true)
+    );
 }
 
 #[test]
@@ -55,7 +58,8 @@ fn replica_follows_primary() {
 #[test]
 fn restart_keeps_data_socket_and_port() {
     let mut sb = Sandbox::start(Options { base_dir: Some(base()), ..Default::default() }).unwrap();
-    sb.sql("CREATE DATABASE k; CREATE TABLE k.t (a INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO k.t VALUES (42)").unwrap();
+    sb.sql("CREATE DATABASE k; CREATE TABLE k.t (a INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO k.t VALUES (42)")
+        .unwrap();
     let (pid, port) = (sb.pid(), sb.endpoint.port);
     sb.restart().unwrap();
     assert_ne!(sb.pid(), pid);

@@ -66,7 +66,14 @@ pub fn group(p: &Profile) -> Vec<StackGroup> {
         .map(|(frames, Gathered { count, tids, states, sql, stmts })| {
             let mut statements: Vec<(String, usize)> = stmts.into_iter().collect();
             statements.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            StackGroup { frames, count, tids: tids.into_iter().collect(), states, sql: sql.into_iter().collect(), statements }
+            StackGroup {
+                frames,
+                count,
+                tids: tids.into_iter().collect(),
+                states,
+                sql: sql.into_iter().collect(),
+                statements,
+            }
         })
         .collect();
     v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));

@@ -126,7 +126,12 @@ pub fn role_of(pid: i32, tid: i32, sql: Option<&SqlThread>) -> Option<Role> {
             if n.ends_with("/main") {
                 return Some(Role::Accept);
             }
-            if n.contains("slave_sql") || n.contains("replica_sql") || n.contains("slave_worker") || n.contains("replica_worker") || n.contains("coordinator") {
+            if n.contains("slave_sql")
+                || n.contains("replica_sql")
+                || n.contains("slave_worker")
+                || n.contains("replica_worker")
+                || n.contains("coordinator")
+            {
                 return Some(Role::SqlThread);
             }
             if n.contains("slave_io") || n.contains("replica_io") {
@@ -145,7 +150,9 @@ pub fn role_of(pid: i32, tid: i32, sql: Option<&SqlThread>) -> Option<Role> {
         return Some(Role::Accept);
     }
     match sql {
-        Some(s) if s.command.as_deref() != Some("Daemon") && s.user.as_deref() != Some("system user") && !s.is_pileup => {
+        Some(s)
+            if s.command.as_deref() != Some("Daemon") && s.user.as_deref() != Some("system user") && !s.is_pileup =>
+        {
             if s.thread_name.as_deref().is_none_or(|n| n.contains("connection")) {
                 Some(Role::Connection)
             } else {
@@ -190,7 +197,9 @@ impl SqlSource {
                     }
                 }
                 if self.pfs_threads {
-                    if let Ok(rows) = self.conn.query::<mysql::Row, _>("SELECT THREAD_OS_ID, NAME FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL") {
+                    if let Ok(rows) = self.conn.query::<mysql::Row, _>(
+                        "SELECT THREAD_OS_ID, NAME FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL",
+                    ) {
                         for r in rows {
                             let (Some(tid), Some(name)) = (get::<i64>(&r, 0), get::<String>(&r, 1)) else { continue };
                             out.entry(tid as i32).or_default().thread_name = Some(name);
@@ -253,9 +262,11 @@ mod tests {
         let conn = SqlThread { id: 5, user: Some("app".into()), command: Some("Query".into()), ..Default::default() };
         assert_eq!(role_of(100, 100, None), Some(Role::Accept));
         assert_eq!(role_of(100, 101, Some(&conn)), Some(Role::Connection));
-        let sql = SqlThread { command: Some("Slave_SQL".into()), user: Some("system user".into()), ..Default::default() };
+        let sql =
+            SqlThread { command: Some("Slave_SQL".into()), user: Some("system user".into()), ..Default::default() };
         assert_eq!(role_of(100, 102, Some(&sql)), Some(Role::SqlThread));
-        let daemon = SqlThread { command: Some("Daemon".into()), user: Some("system user".into()), ..Default::default() };
+        let daemon =
+            SqlThread { command: Some("Daemon".into()), user: Some("system user".into()), ..Default::default() };
         assert_eq!(role_of(100, 103, Some(&daemon)), None);
         let own = SqlThread { is_pileup: true, ..conn.clone() };
         assert_eq!(role_of(100, 104, Some(&own)), None);

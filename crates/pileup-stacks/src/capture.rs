@@ -208,15 +208,8 @@ fn poll(tid: i32) -> Poll {
 
 fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Option<RawThread> {
     let r = ptrace::getregs(Pid::from_raw(tid)).ok()?;
-    let regs = Regs {
-        ip: r.rip,
-        sp: r.rsp,
-        bp: r.rbp,
-        orig_ax: r.orig_rax as i64,
-        ax: r.rax as i64,
-        di: r.rdi,
-        si: r.rsi,
-    };
+    let regs =
+        Regs { ip: r.rip, sp: r.rsp, bp: r.rbp, orig_ax: r.orig_rax as i64, ax: r.rax as i64, di: r.rdi, si: r.rsi };
     let sp = regs.sp;
     let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
     let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
@@ -247,7 +240,12 @@ fn detach(tid: i32, sig: Option<Signal>) {
     let _ = ptrace::detach(Pid::from_raw(tid), sig);
 }
 
-fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions) -> Result<RawSample, StacksError> {
+fn capture_consistent(
+    pid: i32,
+    tids: &[i32],
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+) -> Result<RawSample, StacksError> {
     let t0 = Instant::now();
     let mut missed = vec![];
     // (tid, interrupted at)
@@ -259,7 +257,10 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
         if pending.first().is_some_and(|(_, first)| first.elapsed() > opts.max_stop) {
             budget_exceeded = true;
             for &t in &tids[i..] {
-                missed.push(Missed { tid: t, reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()) });
+                missed.push(Missed {
+                    tid: t,
+                    reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
+                });
             }
             break;
         }
@@ -340,7 +341,10 @@ fn capture_consistent(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureO
     let window_us = window_start.elapsed().as_micros() as u64;
     for (tid, _) in pending {
         release_pending(tid);
-        missed.push(Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) });
+        missed.push(Missed {
+            tid,
+            reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+        });
     }
     Ok(finish(pid, tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
 }
@@ -402,7 +406,10 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
                         if !release_pending(tid) {
                             lingering.push(tid);
                         }
-                        missed.push(Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) });
+                        missed.push(Missed {
+                            tid,
+                            reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+                        });
                         break;
                     }
                     // The target needs a CPU to reach its stop; on a busy
@@ -449,7 +456,8 @@ fn finish(
     threads.sort_by_key(|t| t.tid);
     let mut stops: Vec<u64> = threads.iter().map(|t| t.stopped_us).collect();
     stops.sort_unstable();
-    let appeared = crate::proc::tids(pid).map(|now| now.iter().filter(|t| tids.binary_search(t).is_err()).count()).unwrap_or(0);
+    let appeared =
+        crate::proc::tids(pid).map(|now| now.iter().filter(|t| tids.binary_search(t).is_err()).count()).unwrap_or(0);
     let stats = CaptureStats {
         mode: mode.into(),
         threads_listed: tids.len(),

@@ -38,8 +38,5 @@ fn ptrace_scope_hint() -> String {
 /// Who traces `tid`, from `/proc/PID/task/TID/status` (`TracerPid:`).
 pub fn tracer_of(pid: i32, tid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&t| t != 0)
+    s.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse().ok()).filter(|&t| t != 0)
 }

@@ -60,7 +60,8 @@ impl ThreadFilter {
             } else if let Some(r) = Role::parse(part) {
                 f.roles.push(r);
             } else {
-                let re = part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
+                let re =
+                    part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
                 let Some(re) = re else {
                     return Err(format!(
                         "--threads {part:?}: expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
@@ -210,13 +211,28 @@ impl Sampler {
         let mods = modules::ModuleSet::load(pid, &maps);
         let mut notes = vec![];
         for (p, why) in &mods.unreadable {
-            notes.push(format!("module {p} could not be read ({why}); its frames are unnamed and unwinding through it may stop"));
+            notes.push(format!(
+                "module {p} could not be read ({why}); its frames are unnamed and unwinding through it may stop"
+            ));
         }
         if !opts.filter.roles.is_empty() && opts.filter.roles.iter().any(|r| *r != Role::Accept) && sql.is_none() {
             notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
         }
         let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
-        Ok(Sampler { pid, exe, opts, maps, mods, cache: Default::default(), sql, sql_error: None, sql_cache: None, samples: vec![], timing, notes })
+        Ok(Sampler {
+            pid,
+            exe,
+            opts,
+            maps,
+            mods,
+            cache: Default::default(),
+            sql,
+            sql_error: None,
+            sql_cache: None,
+            samples: vec![],
+            timing,
+            notes,
+        })
     }
 
     pub fn server_version(&self) -> Option<&str> {
@@ -271,7 +287,9 @@ impl Sampler {
         }
         self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
         if io_workers > 0 && !self.notes.iter().any(|n| n.contains("io_uring")) {
-            self.notes.push(format!("{io_workers} io_uring kernel worker thread(s) have no user-space stack and are not sampled"));
+            self.notes.push(format!(
+                "{io_workers} io_uring kernel worker thread(s) have no user-space stack and are not sampled"
+            ));
         }
         if chosen.is_empty() {
             self.notes.push(format!("sample {}: no thread matched --threads", self.samples.len()));
@@ -324,14 +342,20 @@ impl Sampler {
 
     /// Take `n` samples `interval` apart (start to start), calling `progress`
     /// after each. Stops early, keeping what it has, if the process exits.
-    pub fn run(&mut self, n: usize, interval: Duration, mut progress: impl FnMut(usize, usize)) -> Result<(), StacksError> {
+    pub fn run(
+        &mut self,
+        n: usize,
+        interval: Duration,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<(), StacksError> {
         let t0 = Instant::now();
         for i in 0..n {
             let r = self.sample().map(|_| ());
             match r {
                 Ok(_) => {}
                 Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if !self.samples.is_empty() => {
-                    self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.samples.len()));
+                    self.notes
+                        .push(format!("process {p} exited after {} sample(s); showing those", self.samples.len()));
                     break;
                 }
                 Err(e) => return Err(e),
@@ -350,7 +374,8 @@ impl Sampler {
     /// Symbolize, resolve lock owners and build the profile.
     pub fn finish(mut self) -> Profile {
         let t_sym = Instant::now();
-        let addrs: BTreeSet<u64> = self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()).collect();
+        let addrs: BTreeSet<u64> =
+            self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()).collect();
         let syms = symbolize::symbolize(&self.mods, &addrs, self.opts.debug_info);
         for s in &mut self.samples {
             for t in &mut s.threads {
@@ -362,7 +387,8 @@ impl Sampler {
         // Lock owners, per sample (owners are facts of one instant).
         let mut all_groups = vec![];
         for s in &mut self.samples {
-            let tids: HashSet<i32> = proc::tids(self.pid).unwrap_or_default().into_iter().chain(s.threads.iter().map(|t| t.tid)).collect();
+            let tids: HashSet<i32> =
+                proc::tids(self.pid).unwrap_or_default().into_iter().chain(s.threads.iter().map(|t| t.tid)).collect();
             let mut waits = vec![];
             for t in &mut s.threads {
                 if let Some((addr, window)) = t.futex {

@@ -51,7 +51,9 @@ impl LockKind {
         match self {
             LockKind::PthreadMutex => "held, but its owner field names no thread of this process",
             LockKind::PthreadRwlock => "held by readers, which glibc does not record",
-            LockKind::Condition => "a condition wait records no owner (MDL, table and row locks: see the SQL lock views)",
+            LockKind::Condition => {
+                "a condition wait records no owner (MDL, table and row locks: see the SQL lock views)"
+            }
             LockKind::InnodbSrwLock => "InnoDB srw locks record no owner in release builds",
             LockKind::Futex => "not a lock pileup recognises",
         }
@@ -84,7 +86,13 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
     if has(&["pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__pthread_cond_wait"]) {
         return LockWait { kind: LockKind::Condition, addr: futex_addr, owner_tid: None, free: false };
     }
-    if has(&["pthread_rwlock_rdlock", "pthread_rwlock_wrlock", "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "pthread_rwlock_clock"]) {
+    if has(&[
+        "pthread_rwlock_rdlock",
+        "pthread_rwlock_wrlock",
+        "pthread_rwlock_timedrdlock",
+        "pthread_rwlock_timedwrlock",
+        "pthread_rwlock_clock",
+    ]) {
         // Waiters sleep on __wrphase_futex (+8) or __writers_futex (+12); the
         // writer's tid is __cur_writer (+24). Try both layouts.
         for field in [8u64, 12] {
@@ -94,9 +102,20 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
                 return LockWait { kind: LockKind::PthreadRwlock, addr: base, owner_tid: Some(t), free: false };
             }
         }
-        return LockWait { kind: LockKind::PthreadRwlock, addr: futex_addr.wrapping_sub(12), owner_tid: None, free: false };
+        return LockWait {
+            kind: LockKind::PthreadRwlock,
+            addr: futex_addr.wrapping_sub(12),
+            owner_tid: None,
+            free: false,
+        };
     }
-    if has(&["__lll_lock_wait", "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_clocklock", "__pthread_mutex_lock_full"]) {
+    if has(&[
+        "__lll_lock_wait",
+        "pthread_mutex_lock",
+        "pthread_mutex_timedlock",
+        "pthread_mutex_clocklock",
+        "__pthread_mutex_lock_full",
+    ]) {
         let lock_word = u32_at(b).unwrap_or(0);
         let owner = if lock_word != 0 { u32_at(b + 8).and_then(valid) } else { None };
         return LockWait { kind: LockKind::PthreadMutex, addr: futex_addr, owner_tid: owner, free: lock_word == 0 };
@@ -218,9 +237,16 @@ mod tests {
         let tids: HashSet<i32> = [10, 11, 12].into();
         // waiter on __writers_futex (+12): window starts at futex-16 → lock base at offset 4, __cur_writer at 4+24=28
         let w = window(&[(28, 10)]);
-        let lw = classify(&["futex_wait", "__pthread_rwlock_wrlock_full64", "pthread_rwlock_wrlock"], 0x200c, &w, &tids, 11);
+        let lw =
+            classify(&["futex_wait", "__pthread_rwlock_wrlock_full64", "pthread_rwlock_wrlock"], 0x200c, &w, &tids, 11);
         assert_eq!(lw, LockWait { kind: LockKind::PthreadRwlock, addr: 0x2000, owner_tid: Some(10), free: false });
-        let lw = classify(&["__futex_abstimed_wait_common", "___pthread_cond_wait", "MDL_wait::timed_wait"], 0x3000, &w, &tids, 11);
+        let lw = classify(
+            &["__futex_abstimed_wait_common", "___pthread_cond_wait", "MDL_wait::timed_wait"],
+            0x3000,
+            &w,
+            &tids,
+            11,
+        );
         assert_eq!(lw.kind, LockKind::Condition);
         assert_eq!(lw.owner_tid, None);
     }

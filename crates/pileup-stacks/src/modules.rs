@@ -52,7 +52,10 @@ pub struct SymbolInfo {
 impl SymbolInfo {
     pub fn describe(&self) -> String {
         if self.dwarf {
-            format!("full symbols ({}) and DWARF (inlined frames and lines with --debug-info)", self.symtab.max(self.dynsym))
+            format!(
+                "full symbols ({}) and DWARF (inlined frames and lines with --debug-info)",
+                self.symtab.max(self.dynsym)
+            )
         } else if self.symtab > 0 {
             format!("full symbol table ({} symbols), no debug info", self.symtab)
         } else if self.dynsym > 0 {
@@ -193,7 +196,13 @@ fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(std::sync::Ar
 
 type Built = (Module, FhModule<Bytes>);
 
-fn build(path: &str, open_path: PathBuf, shared: std::sync::Arc<Data>, first: &MapEntry, avma: Range<u64>) -> Result<Built, String> {
+fn build(
+    path: &str,
+    open_path: PathBuf,
+    shared: std::sync::Arc<Data>,
+    first: &MapEntry,
+    avma: Range<u64>,
+) -> Result<Built, String> {
     let data = shared.bytes();
     let obj = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
     // Load bias from the segment that contains the first executable mapping's file offset.
@@ -219,7 +228,11 @@ fn build(path: &str, open_path: PathBuf, shared: std::sync::Arc<Data>, first: &M
     // for unwind tables, are not supported and simply skipped).
     let sdata = |name: &str| {
         let s = sect(name)?;
-        let (off, size) = s.compressed_file_range().ok().filter(|r| r.format == object::CompressionFormat::None).map(|r| (r.offset, r.compressed_size))?;
+        let (off, size) = s
+            .compressed_file_range()
+            .ok()
+            .filter(|r| r.format == object::CompressionFormat::None)
+            .map(|r| (r.offset, r.compressed_size))?;
         let (off, size) = (off as usize, size as usize);
         (off.checked_add(size)? <= data.len() && s.kind() != object::SectionKind::UninitializedData)
             .then(|| Bytes { data: shared.clone(), range: off..off + size })
@@ -242,12 +255,14 @@ fn build(path: &str, open_path: PathBuf, shared: std::sync::Arc<Data>, first: &M
         debug_frame: sdata(".debug_frame"),
         ..Default::default()
     };
-    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string());
+    let name =
+        Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.to_string());
     let fh = FhModule::new(name.clone(), avma.clone(), bias, info);
     let build_id = obj.build_id().ok().flatten().map(hex);
     let symtab = obj.symbols().count();
     let dynsym = obj.dynamic_symbols().count();
-    let mut symbols = SymbolInfo { symtab, dynsym, dwarf: obj.section_by_name(".debug_info").is_some(), debug_file: None };
+    let mut symbols =
+        SymbolInfo { symtab, dynsym, dwarf: obj.section_by_name(".debug_info").is_some(), debug_file: None };
     if let Some(df) = find_debug_file(build_id.as_deref(), &obj, path) {
         // SAFETY: read-only mapping, see read_module_file.
         if let Ok(d) = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
@@ -278,7 +293,11 @@ fn find_debug_file(build_id: Option<&str>, obj: &object::File, path: &str) -> Op
     if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
         let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
-        for c in [dir.join(&name), dir.join(".debug").join(&name), Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name)] {
+        for c in [
+            dir.join(&name),
+            dir.join(".debug").join(&name),
+            Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name),
+        ] {
             if c.is_file() && c != Path::new(path) {
                 return Some(c);
             }

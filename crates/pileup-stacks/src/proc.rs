@@ -48,7 +48,9 @@ pub fn auto_pid() -> Result<i32, StacksError> {
     match s.len() {
         0 => Err(StacksError::NoServer),
         1 => Ok(s[0].0),
-        _ => Err(StacksError::SeveralServers(s.iter().map(|(p, n)| format!("{p} ({n})")).collect::<Vec<_>>().join(", "))),
+        _ => {
+            Err(StacksError::SeveralServers(s.iter().map(|(p, n)| format!("{p} ({n})")).collect::<Vec<_>>().join(", ")))
+        }
     }
 }
 
@@ -62,10 +64,15 @@ pub fn server_listening_on(socket: Option<&std::path::Path>, port: Option<u16>) 
     if let Some(sock) = socket {
         let want = fs::canonicalize(sock).unwrap_or_else(|_| sock.to_path_buf());
         if let Ok(t) = fs::read_to_string("/proc/net/unix") {
-            inodes.extend(unix_listeners(&t).into_iter().filter(|(_, p)| {
-                let p = std::path::Path::new(p);
-                p == sock || fs::canonicalize(p).map(|c| c == want).unwrap_or(false)
-            }).map(|(i, _)| i));
+            inodes.extend(
+                unix_listeners(&t)
+                    .into_iter()
+                    .filter(|(_, p)| {
+                        let p = std::path::Path::new(p);
+                        p == sock || fs::canonicalize(p).map(|c| c == want).unwrap_or(false)
+                    })
+                    .map(|(i, _)| i),
+            );
         }
     }
     if let Some(port) = port {
@@ -87,7 +94,9 @@ pub fn server_listening_on(socket: Option<&std::path::Path>, port: Option<u16>) 
         for e in rd.flatten() {
             if let Ok(l) = fs::read_link(e.path()) {
                 let l = l.to_string_lossy();
-                if let Some(i) = l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse::<u64>().ok()) {
+                if let Some(i) =
+                    l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')).and_then(|i| i.parse::<u64>().ok())
+                {
                     if inodes.contains(&i) {
                         return Listener::Server(pid);
                     }
@@ -184,12 +193,16 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     let mut out = vec![];
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(inode)) = (it.next(), it.next(), it.next(), it.next(), it.next()) else {
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
             continue;
         };
         let path = it.next().unwrap_or("").trim_start().to_string();
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16)) else {
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
             continue;
         };
         out.push(MapEntry { start, end, perms: perms.to_string(), offset, inode: inode.parse().unwrap_or(0), path });
@@ -199,7 +212,9 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
 
 pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>, StacksError> {
     let t = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => StacksError::Permission { pid, detail: "cannot read /proc/PID/maps".into() },
+        std::io::ErrorKind::PermissionDenied => {
+            StacksError::Permission { pid, detail: "cannot read /proc/PID/maps".into() }
+        }
         _ => StacksError::NoSuchProcess(pid),
     })?;
     Ok(parse_maps(&t))
@@ -328,7 +343,11 @@ mod tests {
                     000000005f388a69: 00000003 00000000 00000000 0001 03  1521\n\
                     000000009f5075c4: 00000002 00000000 00010000 0001 01 185277 /tmp/sb/mysql.sock\n\
                     00000000aaaaaaaa: 00000003 00000000 00000000 0001 03 185300 /tmp/sb/mysql.sock\n";
-        assert_eq!(unix_listeners(unix), vec![(185277, "/tmp/sb/mysql.sock".to_string())], "connected sockets and unnamed ones are not listeners");
+        assert_eq!(
+            unix_listeners(unix),
+            vec![(185277, "/tmp/sb/mysql.sock".to_string())],
+            "connected sockets and unnamed ones are not listeners"
+        );
         let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
                       0: 0100007F:AC55 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 185276 1 0 100 0 0 10 0\n\
                       1: 0100007F:AC55 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 185999 1 0 100 0 0 10 0\n";

@@ -53,11 +53,8 @@ impl Symbols {
 /// source lines, at the cost of parsing debug info (libc's alone takes
 /// ~60 ms; a server's own can take far longer).
 pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>, dwarf: bool) -> Symbols {
-    let symbolizer = Symbolizer::builder()
-        .enable_code_info(dwarf)
-        .enable_inlined_fns(dwarf)
-        .enable_demangling(true)
-        .build();
+    let symbolizer =
+        Symbolizer::builder().enable_code_info(dwarf).enable_inlined_fns(dwarf).enable_demangling(true).build();
     // Group by module.
     let mut per_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut out = Symbols { addrs_total: addrs.len(), ..Default::default() };
@@ -83,7 +80,10 @@ pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>, dwarf: bool) -> Symbol
             };
             if dwarf {
                 // With debug info first; if the debug file is unusable, the ELF symbols alone.
-                symbolizer.symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas)).ok().or_else(|| elf_only(&m.open_path))
+                symbolizer
+                    .symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas))
+                    .ok()
+                    .or_else(|| elf_only(&m.open_path))
             } else {
                 match &m.symbols.debug_file {
                     Some(df) => elf_only(std::path::Path::new(df)).or_else(|| elf_only(&m.open_path)),
@@ -119,7 +119,8 @@ pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>, dwarf: bool) -> Symbol
                         line: ci.and_then(|c| c.line),
                         inlined,
                     };
-                    let mut v: Vec<Frame> = sym.inlined.iter().rev().map(|f| named(&f.name, f.code_info.as_ref(), true)).collect();
+                    let mut v: Vec<Frame> =
+                        sym.inlined.iter().rev().map(|f| named(&f.name, f.code_info.as_ref(), true)).collect();
                     // An inlined frame named like its container (a versioned
                     // alias inlined into itself) would print the name twice.
                     if v.last().is_some_and(|f| f.label == short_name(&sym.name)) {
@@ -195,7 +196,10 @@ mod tests {
         assert_eq!(short_name("do_command(THD*, bool)"), "do_command");
         assert_eq!(short_name("THD::awake_no_mutex(killed_state)"), "THD::awake_no_mutex");
         assert_eq!(short_name("Item_func::fix_fields(THD*, Item**) const"), "Item_func::fix_fields");
-        assert_eq!(short_name("std::vector<int, std::allocator<int> >::push_back(int const&)"), "std::vector<int, std::allocator<int> >::push_back");
+        assert_eq!(
+            short_name("std::vector<int, std::allocator<int> >::push_back(int const&)"),
+            "std::vector<int, std::allocator<int> >::push_back"
+        );
         assert_eq!(short_name("Foo::operator()(int)"), "Foo::operator()");
         assert_eq!(short_name("(anonymous namespace)::helper(void (*)(int))"), "(anonymous namespace)::helper");
         assert_eq!(short_name("pthread_cond_wait"), "pthread_cond_wait");

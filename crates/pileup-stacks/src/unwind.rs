@@ -42,7 +42,13 @@ pub struct Unwound {
 
 /// Unwind one thread from its registers and a copy of its stack that starts
 /// at `stack_addr`.
-pub fn unwind<D: std::ops::Deref<Target = [u8]>>(unwinder: &UnwinderX86_64<D>, cache: &mut CacheX86_64, regs: &Regs, stack_addr: u64, stack: &[u8]) -> Unwound {
+pub fn unwind<D: std::ops::Deref<Target = [u8]>>(
+    unwinder: &UnwinderX86_64<D>,
+    cache: &mut CacheX86_64,
+    regs: &Regs,
+    stack_addr: u64,
+    stack: &[u8],
+) -> Unwound {
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
         let off = addr.checked_sub(stack_addr).ok_or(())? as usize;
         let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
@@ -87,7 +93,12 @@ mod tests {
     fn frame_pointer_chain_from_copied_bytes() {
         let mut u: UnwinderX86_64<Vec<u8>> = UnwinderX86_64::new();
         let text_svma = 0x1000..0x2000;
-        let info = ExplicitModuleSectionInfo { base_svma: 0, text_svma: Some(text_svma.clone()), text: Some(vec![0x90; 0x1000]), ..Default::default() };
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: Some(text_svma.clone()),
+            text: Some(vec![0x90; 0x1000]),
+            ..Default::default()
+        };
         u.add_module(Module::new("fake".into(), 0x40_1000..0x40_2000, 0x40_0000, info));
         let mut cache = CacheX86_64::new();
         // stack at 0x7000: frame 1 at 0x7000 (rbp) -> [0x7010, ret 0x401234]; frame 2 at 0x7010 -> [0x7020, ret 0x401456]; frame 3 -> [0, 0]

@@ -34,7 +34,12 @@ pub struct CaptureSettings {
 
 impl Default for CaptureSettings {
     fn default() -> Self {
-        CaptureSettings { samples: 5, interval: Duration::from_millis(200), max_stop: Duration::from_millis(200), any_process: false }
+        CaptureSettings {
+            samples: 5,
+            interval: Duration::from_millis(200),
+            max_stop: Duration::from_millis(200),
+            any_process: false,
+        }
     }
 }
 
@@ -84,7 +89,8 @@ pub fn stamp(unix: f64) -> String {
 }
 
 fn slug(s: &str) -> String {
-    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let mut out: String =
+        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     while out.contains("--") {
         out = out.replace("--", "-");
     }
@@ -92,7 +98,14 @@ fn slug(s: &str) -> String {
 }
 
 /// Gather evidence (SQL and stacks) for a fired trigger.
-pub fn gather(trigger: &str, unix: f64, spec: Option<&ConnSpec>, pid: Option<i32>, s: &CaptureSettings, history: Vec<Row>) -> Evidence {
+pub fn gather(
+    trigger: &str,
+    unix: f64,
+    spec: Option<&ConnSpec>,
+    pid: Option<i32>,
+    s: &CaptureSettings,
+    history: Vec<Row>,
+) -> Evidence {
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
     // Stacks first: they do not depend on SQL answering.
     if let Some(pid) = pid {
@@ -133,7 +146,9 @@ pub fn gather(trigger: &str, unix: f64, spec: Option<&ConnSpec>, pid: Option<i32
 
 fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
     let mut c = spec.connect()?;
-    let rows: Vec<mysql::Row> = c.query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST ORDER BY TIME DESC")?;
+    let rows: Vec<mysql::Row> = c.query(
+        "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST ORDER BY TIME DESC",
+    )?;
     for r in rows {
         let mut m = BTreeMap::new();
         for (i, col) in r.columns_ref().iter().enumerate() {
@@ -147,7 +162,8 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
         }
         ev.processlist.push(m);
     }
-    ev.innodb_status = c.query_first::<mysql::Row, _>("SHOW ENGINE INNODB STATUS").ok().flatten().and_then(|r| r.get::<String, _>(2));
+    ev.innodb_status =
+        c.query_first::<mysql::Row, _>("SHOW ENGINE INNODB STATUS").ok().flatten().and_then(|r| r.get::<String, _>(2));
     let waits: Vec<(u64, Option<String>, u64, Option<String>, Option<i64>)> = c
         .query(
             "SELECT r.trx_mysql_thread_id, r.trx_query, b.trx_mysql_thread_id, b.trx_query, TIMESTAMPDIFF(SECOND, b.trx_started, NOW()) \
@@ -158,7 +174,13 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
         .unwrap_or_default();
     ev.row_lock_waits = waits
         .into_iter()
-        .map(|(w, wq, b, bq, age)| RowLockWait { waiting_conn: w, waiting_query: wq, blocking_conn: b, blocking_query: bq, blocking_trx_age_s: age })
+        .map(|(w, wq, b, bq, age)| RowLockWait {
+            waiting_conn: w,
+            waiting_query: wq,
+            blocking_conn: b,
+            blocking_query: bq,
+            blocking_trx_age_s: age,
+        })
         .collect();
     let has_mdl: Option<i64> = c
         .query_first("SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'METADATA_LOCK_INFO' AND PLUGIN_STATUS = 'ACTIVE'")
@@ -166,7 +188,13 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
     if has_mdl.unwrap_or(0) > 0 {
         let m: Vec<(u64, String, String, Option<String>, Option<String>)> =
             c.query("SELECT THREAD_ID, LOCK_MODE, LOCK_TYPE, TABLE_SCHEMA, TABLE_NAME FROM information_schema.METADATA_LOCK_INFO").unwrap_or_default();
-        ev.mdl = Some(m.into_iter().map(|(t, mode, ty, s, n)| (t, mode, ty, format!("{}.{}", s.unwrap_or_default(), n.unwrap_or_default()))).collect());
+        ev.mdl = Some(
+            m.into_iter()
+                .map(|(t, mode, ty, s, n)| {
+                    (t, mode, ty, format!("{}.{}", s.unwrap_or_default(), n.unwrap_or_default()))
+                })
+                .collect(),
+        );
     }
     Ok(())
 }
@@ -182,7 +210,8 @@ pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
         by.entry(w.blocking_conn).or_default().insert(w.waiting_conn);
     }
     // All waiters ultimately queue behind a root; count them all for it.
-    let mut roots: Vec<(u64, usize)> = by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
+    let mut roots: Vec<(u64, usize)> =
+        by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
     if roots.len() > 1 {
         roots = roots.into_iter().map(|(b, _)| (b, by[&b].len())).collect();
     }
@@ -198,8 +227,17 @@ fn pl_summary(ev: &Evidence, id: u64) -> String {
     match ev.processlist.iter().find(|r| r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(id)) {
         Some(r) => {
             let g = |k: &str| r.get(k).cloned().unwrap_or_default();
-            let info = r.get("info").map(|i| format!(" running `{}`", pileup_stacks::annotate::one_line(i, 160))).unwrap_or_else(|| " (idle)".into());
-            format!("connection {id} ({}@{}, {} for {}s){info}", g("user"), g("host").split(':').next().unwrap_or(""), g("command"), g("time"))
+            let info = r
+                .get("info")
+                .map(|i| format!(" running `{}`", pileup_stacks::annotate::one_line(i, 160)))
+                .unwrap_or_else(|| " (idle)".into());
+            format!(
+                "connection {id} ({}@{}, {} for {}s){info}",
+                g("user"),
+                g("host").split(':').next().unwrap_or(""),
+                g("command"),
+                g("time")
+            )
         }
         None => format!("connection {id}"),
     }
@@ -217,18 +255,29 @@ pub fn verdict(ev: &Evidence) -> String {
     let waiting_grl = ev
         .processlist
         .iter()
-        .filter(|r| r.get("state").is_some_and(|s| s.contains("global read lock") || s.contains("backup lock") || s.contains("metadata lock")))
+        .filter(|r| {
+            r.get("state").is_some_and(|s| {
+                s.contains("global read lock") || s.contains("backup lock") || s.contains("metadata lock")
+            })
+        })
         .count();
     if waiting_grl > 0 {
         if let Some(mdl) = &ev.mdl {
-            if let Some((holder, mode, _, _)) = mdl.iter().find(|(_, mode, ty, _)| mode.contains("FTWRL") || ty.contains("Global read") || mode.contains("BACKUP_FTWRL")) {
+            if let Some((holder, mode, _, _)) = mdl.iter().find(|(_, mode, ty, _)| {
+                mode.contains("FTWRL") || ty.contains("Global read") || mode.contains("BACKUP_FTWRL")
+            }) {
                 return format!(
                     "global read lock: {waiting_grl} connection(s) wait, held by {} ({mode}: FLUSH TABLES WITH READ LOCK or a backup)",
                     pl_summary(ev, *holder)
                 );
             }
-            if let Some((holder, mode, _, obj)) = mdl.iter().find(|(_, mode, _, _)| mode.contains("EXCLUSIVE") || mode.contains("SHARED_NO")) {
-                return format!("metadata lock: {waiting_grl} connection(s) wait, {obj} locked {mode} by {}", pl_summary(ev, *holder));
+            if let Some((holder, mode, _, obj)) =
+                mdl.iter().find(|(_, mode, _, _)| mode.contains("EXCLUSIVE") || mode.contains("SHARED_NO"))
+            {
+                return format!(
+                    "metadata lock: {waiting_grl} connection(s) wait, {obj} locked {mode} by {}",
+                    pl_summary(ev, *holder)
+                );
             }
         }
         return format!(
@@ -239,33 +288,61 @@ pub fn verdict(ev: &Evidence) -> String {
     if let Some(p) = &ev.profile {
         if let Some(l) = p.locks.iter().find(|l| l.owner_tid.is_some() && l.waiters.len() >= 2) {
             let o = l.owner_tid.unwrap();
-            let who = p.thread(o).and_then(|t| t.sql.as_ref()).map(|s| format!(" ({})", s.summary(160))).unwrap_or_default();
-            return format!("{} thread(s) wait on {} 0x{:x} held by tid {o}{who}", l.waiters.len(), l.kind.describe(), l.addr);
+            let who =
+                p.thread(o).and_then(|t| t.sql.as_ref()).map(|s| format!(" ({})", s.summary(160))).unwrap_or_default();
+            return format!(
+                "{} thread(s) wait on {} 0x{:x} held by tid {o}{who}",
+                l.waiters.len(),
+                l.kind.describe(),
+                l.addr
+            );
         }
     }
     // 4. The server does not answer SQL.
     if let Some(e) = &ev.sql_error {
         let top = ev.profile.as_ref().and_then(|p| pileup_stacks::aggregate::group(p).into_iter().next());
-        let stack = top.map(|g| format!("; most common stack ({} thread-samples): {}", g.count, g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(","))).unwrap_or_default();
+        let stack = top
+            .map(|g| {
+                format!(
+                    "; most common stack ({} thread-samples): {}",
+                    g.count,
+                    g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+                )
+            })
+            .unwrap_or_default();
         return format!("the server does not answer SQL ({}){stack}", e.lines().next().unwrap_or(""));
     }
     // 5. Otherwise: where threads are.
     if let Some(p) = &ev.profile {
         if let Some(g) = pileup_stacks::aggregate::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
-            return format!("no lock culprit found; busiest stack with SQL ({} thread-samples): {}", g.count, g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(","));
+            return format!(
+                "no lock culprit found; busiest stack with SQL ({} thread-samples): {}",
+                g.count,
+                g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+            );
         }
     }
     "no culprit found in locks, SQL or stacks; see the files of this capture".into()
 }
 
 pub(crate) fn create_0600(path: &Path) -> Result<fs::File> {
-    fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).with_context(|| format!("writing {}", path.display()))
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Write a capture directory under `root` and return its path and verdict.
 pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
     let dir = root.join(format!("{}-{}", stamp(ev.unix), slug(&ev.trigger)));
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     let v = verdict(ev);
     let mut rep = String::new();
     writeln!(rep, "VERDICT: {v}")?;
@@ -278,12 +355,25 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
         writeln!(rep, "stacks: not captured ({e})")?;
     }
     if !ev.row_lock_waits.is_empty() {
-        writeln!(rep, "\nrow lock waits: {} edges; transactions blocking others without waiting themselves:", ev.row_lock_waits.len())?;
+        writeln!(
+            rep,
+            "\nrow lock waits: {} edges; transactions blocking others without waiting themselves:",
+            ev.row_lock_waits.len()
+        )?;
         for (b, n) in root_blockers(&ev.row_lock_waits) {
             let q = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).and_then(|w| w.blocking_query.clone());
-            writeln!(rep, "  {} — {n} waiting; its current statement: {}", pl_summary(ev, b), q.map(|q| format!("`{q}`")).unwrap_or_else(|| "none (idle in transaction)".into()))?;
+            writeln!(
+                rep,
+                "  {} — {n} waiting; its current statement: {}",
+                pl_summary(ev, b),
+                q.map(|q| format!("`{q}`")).unwrap_or_else(|| "none (idle in transaction)".into())
+            )?;
         }
-        let mut direct: Vec<String> = ev.row_lock_waits.iter().map(|w| format!("conn {} `{}`", w.waiting_conn, w.waiting_query.as_deref().unwrap_or(""))).collect();
+        let mut direct: Vec<String> = ev
+            .row_lock_waits
+            .iter()
+            .map(|w| format!("conn {} `{}`", w.waiting_conn, w.waiting_query.as_deref().unwrap_or("")))
+            .collect();
         direct.sort();
         direct.dedup();
         writeln!(rep, "  waiting: {}", direct.iter().take(10).cloned().collect::<Vec<_>>().join("; "))?;
@@ -293,14 +383,27 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
         writeln!(rep, "  {:>19} {:>4} {:>12} {:>8} {:>10}", "time", "ok", "questions/s", "running", "poll ms")?;
         for r in ev.history.iter().rev().take(15).rev() {
             let g = |k: &str| r.derived.get(k).map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
-            writeln!(rep, "  {:>19} {:>4} {:>12} {:>8} {:>10.1}", stamp(r.unix), if r.ok { "yes" } else { "NO" }, g("questions_rate"), g("threads_running"), r.cost_ms)?;
+            writeln!(
+                rep,
+                "  {:>19} {:>4} {:>12} {:>8} {:>10.1}",
+                stamp(r.unix),
+                if r.ok { "yes" } else { "NO" },
+                g("questions_rate"),
+                g("threads_running"),
+                r.cost_ms
+            )?;
         }
     }
     if let Some(p) = &ev.profile {
         let mut text = Vec::new();
         render(p, Format::Pmp, &RenderOptions::default(), &mut text)?;
         writeln!(rep, "\nstacks ({} samples, pt-pmp format):\n{}", p.samples.len(), String::from_utf8_lossy(&text))?;
-        for (name, f) in [("stacks.json", Format::Json), ("flamegraph.svg", Format::Svg), ("stacks.txt", Format::Pmp), ("stacks.pb.gz", Format::Pprof)] {
+        for (name, f) in [
+            ("stacks.json", Format::Json),
+            ("flamegraph.svg", Format::Svg),
+            ("stacks.txt", Format::Pmp),
+            ("stacks.pb.gz", Format::Pprof),
+        ] {
             let mut file = create_0600(&dir.join(name))?;
             let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
             render(p, f, &ro, &mut file)?;
@@ -352,12 +455,31 @@ mod tests {
     #[test]
     fn verdict_prefers_row_lock_blocker() {
         let mut ev = Evidence::default();
-        ev.processlist.push([("id".to_string(), "7".to_string()), ("user".into(), "app".into()), ("command".into(), "Sleep".into()), ("time".into(), "12".into())].into());
+        ev.processlist.push(
+            [
+                ("id".to_string(), "7".to_string()),
+                ("user".into(), "app".into()),
+                ("command".into(), "Sleep".into()),
+                ("time".into(), "12".into()),
+            ]
+            .into(),
+        );
         for w in [10, 11, 12] {
-            ev.row_lock_waits.push(RowLockWait { waiting_conn: w, waiting_query: Some("UPDATE t SET a=a+1 WHERE id=1".into()), blocking_conn: 7, blocking_query: None, blocking_trx_age_s: Some(12) });
+            ev.row_lock_waits.push(RowLockWait {
+                waiting_conn: w,
+                waiting_query: Some("UPDATE t SET a=a+1 WHERE id=1".into()),
+                blocking_conn: 7,
+                blocking_query: None,
+                blocking_trx_age_s: Some(12),
+            });
         }
         let v = verdict(&ev);
-        assert!(v.starts_with("row lock convoy: 3 waiting transaction(s) blocked by connection 7 (app@, Sleep for 12s) (idle)"), "{v}");
+        assert!(
+            v.starts_with(
+                "row lock convoy: 3 waiting transaction(s) blocked by connection 7 (app@, Sleep for 12s) (idle)"
+            ),
+            "{v}"
+        );
         assert!(v.contains("open 12s"));
         // Waiters queued behind waiters do not hide the root.
         ev.row_lock_waits.push(RowLockWait { waiting_conn: 11, blocking_conn: 10, ..Default::default() });

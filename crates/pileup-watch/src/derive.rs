@@ -120,7 +120,11 @@ pub fn is_metric(name: &str) -> bool {
 /// that it contains, else the one with the fewest edits (if few).
 pub fn suggest(name: &str) -> Option<String> {
     let names = metric_names();
-    if let Some(m) = names.iter().filter(|m| m.contains(name) || name.contains(m.as_str())).min_by_key(|m| m.len().abs_diff(name.len())) {
+    if let Some(m) = names
+        .iter()
+        .filter(|m| m.contains(name) || name.contains(m.as_str()))
+        .min_by_key(|m| m.len().abs_diff(name.len()))
+    {
         return Some(m.clone());
     }
     names.into_iter().map(|m| (edits(&m, name), m)).filter(|(d, _)| *d <= 3).min().map(|(_, m)| m)
@@ -245,8 +249,32 @@ mod tests {
 
     #[test]
     fn rates_gauges_and_ratios() {
-        let a = snap(10.0, &[("questions", 1000.0), ("com_select", 500.0), ("innodb_rows_read", 10_000.0), ("innodb_buffer_pool_reads", 10.0), ("innodb_buffer_pool_read_requests", 50_000.0), ("rows_sent", 100.0), ("bytes_sent", 0.0), ("threads_running", 3.0)]);
-        let b = snap(12.0, &[("questions", 3000.0), ("com_select", 1500.0), ("innodb_rows_read", 50_000.0), ("innodb_buffer_pool_reads", 50.0), ("innodb_buffer_pool_read_requests", 250_000.0), ("rows_sent", 2100.0), ("bytes_sent", 250_000_000.0), ("threads_running", 7.0)]);
+        let a = snap(
+            10.0,
+            &[
+                ("questions", 1000.0),
+                ("com_select", 500.0),
+                ("innodb_rows_read", 10_000.0),
+                ("innodb_buffer_pool_reads", 10.0),
+                ("innodb_buffer_pool_read_requests", 50_000.0),
+                ("rows_sent", 100.0),
+                ("bytes_sent", 0.0),
+                ("threads_running", 3.0),
+            ],
+        );
+        let b = snap(
+            12.0,
+            &[
+                ("questions", 3000.0),
+                ("com_select", 1500.0),
+                ("innodb_rows_read", 50_000.0),
+                ("innodb_buffer_pool_reads", 50.0),
+                ("innodb_buffer_pool_read_requests", 250_000.0),
+                ("rows_sent", 2100.0),
+                ("bytes_sent", 250_000_000.0),
+                ("threads_running", 7.0),
+            ],
+        );
         let d = derive(&a, &b, &DeriveOptions::default());
         assert_eq!(d["questions_rate"], 1000.0);
         assert_eq!(d["com_select_rate"], 500.0);
@@ -264,7 +292,20 @@ mod tests {
 
     #[test]
     fn every_derived_name_is_catalogued_and_typos_get_a_suggestion() {
-        let all: Vec<(&str, f64)> = COUNTERS.iter().chain(GAUGES).map(|k| (*k, 1.0)).chain([("os_cpu_ticks", 1.0), ("os_cpu_busy_ticks", 1.0), ("os_cpu_iowait_ticks", 1.0), ("mysqld_cpu_ticks", 1.0), ("disk_io_ms", 1.0), ("innodb_checkpoint_max_age", 10.0), ("rows_read", 1.0)]).collect();
+        let all: Vec<(&str, f64)> = COUNTERS
+            .iter()
+            .chain(GAUGES)
+            .map(|k| (*k, 1.0))
+            .chain([
+                ("os_cpu_ticks", 1.0),
+                ("os_cpu_busy_ticks", 1.0),
+                ("os_cpu_iowait_ticks", 1.0),
+                ("mysqld_cpu_ticks", 1.0),
+                ("disk_io_ms", 1.0),
+                ("innodb_checkpoint_max_age", 10.0),
+                ("rows_read", 1.0),
+            ])
+            .collect();
         let a = snap(0.0, &all);
         let b = snap(1.0, &all.iter().map(|(k, v)| (*k, v * 2.0)).collect::<Vec<_>>());
         let d = derive(&a, &b, &DeriveOptions::default());
@@ -282,8 +323,26 @@ mod tests {
 
     #[test]
     fn os_values() {
-        let a = snap(0.0, &[("os_cpu_ticks", 1000.0), ("os_cpu_busy_ticks", 500.0), ("os_cpu_iowait_ticks", 10.0), ("mysqld_cpu_ticks", 0.0), ("disk_io_ms", 0.0)]);
-        let b = snap(2.0, &[("os_cpu_ticks", 1400.0), ("os_cpu_busy_ticks", 800.0), ("os_cpu_iowait_ticks", 50.0), ("mysqld_cpu_ticks", 300.0), ("disk_io_ms", 1000.0)]);
+        let a = snap(
+            0.0,
+            &[
+                ("os_cpu_ticks", 1000.0),
+                ("os_cpu_busy_ticks", 500.0),
+                ("os_cpu_iowait_ticks", 10.0),
+                ("mysqld_cpu_ticks", 0.0),
+                ("disk_io_ms", 0.0),
+            ],
+        );
+        let b = snap(
+            2.0,
+            &[
+                ("os_cpu_ticks", 1400.0),
+                ("os_cpu_busy_ticks", 800.0),
+                ("os_cpu_iowait_ticks", 50.0),
+                ("mysqld_cpu_ticks", 300.0),
+                ("disk_io_ms", 1000.0),
+            ],
+        );
         let d = derive(&a, &b, &DeriveOptions::default());
         assert_eq!(d["os_cpu_busy_pct"], 75.0);
         assert_eq!(d["os_cpu_iowait_pct"], 10.0);

@@ -43,7 +43,11 @@ pub fn render(s: &Snapshot) -> String {
     ] {
         let _ = writeln!(out, "# HELP {n} {help}\n# TYPE {n} counter\n{n} {v}");
     }
-    let _ = writeln!(out, "# TYPE pileup_last_poll_timestamp_seconds gauge\npileup_last_poll_timestamp_seconds {}", s.last_poll_unix);
+    let _ = writeln!(
+        out,
+        "# TYPE pileup_last_poll_timestamp_seconds gauge\npileup_last_poll_timestamp_seconds {}",
+        s.last_poll_unix
+    );
     out
 }
 
@@ -55,14 +59,21 @@ pub fn serve(addr: &str, shared: Shared) -> Result<std::net::SocketAddr> {
 /// Serve `/metrics` on `addr` from a background thread, the body made by
 /// `body` at each scrape (other pileup agents, e.g. `pileup prefetch`, use this too).
 pub fn serve_fn(addr: &str, body: impl Fn() -> String + Send + 'static) -> Result<std::net::SocketAddr> {
-    let server = tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("{e}")).with_context(|| format!("--listen {addr}: cannot listen (address in use, or not HOST:PORT?)"))?;
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("--listen {addr}: cannot listen (address in use, or not HOST:PORT?)"))?;
     let local = server.server_addr().to_ip().context("--listen needs an IP address")?;
     std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {
                 let body = body();
-                tiny_http::Response::from_string(body)
-                    .with_header(tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]).unwrap())
+                tiny_http::Response::from_string(body).with_header(
+                    tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                    )
+                    .unwrap(),
+                )
             } else {
                 tiny_http::Response::from_string("pileup: metrics are at /metrics\n").with_status_code(404)
             };

@@ -131,7 +131,15 @@ impl Poller {
             "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME) FROM performance_schema.processlist WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
         };
         let pl: Vec<(String, String, i64, Option<f64>)> = c.query(q)?;
-        let groups: Vec<PlGroup> = pl.into_iter().map(|(command, state, threads, max_secs)| PlGroup { command, state, threads, max_secs: max_secs.unwrap_or(0.0) }).collect();
+        let groups: Vec<PlGroup> = pl
+            .into_iter()
+            .map(|(command, state, threads, max_secs)| PlGroup {
+                command,
+                state,
+                threads,
+                max_secs: max_secs.unwrap_or(0.0),
+            })
+            .collect();
         summarize_processlist(&groups, values);
         values.insert("cost_processlist_ms".into(), ms(t));
 
@@ -143,7 +151,8 @@ impl Poller {
                 .query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME IN ('trx_rseg_history_len', 'log_lsn_checkpoint_age')")
                 .unwrap_or_default();
             for (name, v) in rows {
-                let k = if name == "trx_rseg_history_len" { "innodb_history_list_length" } else { "innodb_checkpoint_age" };
+                let k =
+                    if name == "trx_rseg_history_len" { "innodb_history_list_length" } else { "innodb_checkpoint_age" };
                 if let Some(v) = v {
                     values.insert(k.into(), v);
                 }
@@ -157,7 +166,9 @@ impl Poller {
             let mut lag: Option<f64> = None;
             for r in &rows {
                 let cols = r.columns_ref();
-                let idx = cols.iter().position(|c| c.name_str() == "Seconds_Behind_Master" || c.name_str() == "Seconds_Behind_Source");
+                let idx = cols
+                    .iter()
+                    .position(|c| c.name_str() == "Seconds_Behind_Master" || c.name_str() == "Seconds_Behind_Source");
                 if let Some(i) = idx {
                     let v: Option<Option<i64>> = r.get_opt(i).and_then(|x| x.ok());
                     if let Some(Some(s)) = v {
@@ -206,7 +217,8 @@ fn is_background(command: &str) -> bool {
 ///   not show in the state, they are `innodb_row_lock_current_waits`;
 /// * `pl_waiting_mdl`, `pl_waiting_global_lock`: the two that matter most.
 pub fn summarize_processlist(groups: &[PlGroup], out: &mut BTreeMap<String, f64>) {
-    let (mut total, mut sleeping, mut active, mut longest, mut waiting, mut mdl, mut global) = (0i64, 0i64, 0i64, 0f64, 0i64, 0i64, 0i64);
+    let (mut total, mut sleeping, mut active, mut longest, mut waiting, mut mdl, mut global) =
+        (0i64, 0i64, 0i64, 0f64, 0i64, 0i64, 0i64);
     for g in groups {
         total += g.threads;
         if g.command == "Sleep" {
@@ -273,7 +285,9 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
     if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         if let Some((_, rest)) = s.rsplit_once(')') {
             let f: Vec<&str> = rest.split_whitespace().collect();
-            if let (Some(u), Some(sy)) = (f.get(11).and_then(|x| x.parse::<f64>().ok()), f.get(12).and_then(|x| x.parse::<f64>().ok())) {
+            if let (Some(u), Some(sy)) =
+                (f.get(11).and_then(|x| x.parse::<f64>().ok()), f.get(12).and_then(|x| x.parse::<f64>().ok()))
+            {
                 out.insert("mysqld_cpu_ticks".into(), u + sy);
             }
             if let Some(rss) = f.get(21).and_then(|x| x.parse::<f64>().ok()) {

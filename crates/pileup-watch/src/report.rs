@@ -41,7 +41,16 @@ struct MetricRow {
 }
 
 pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
-    let rows: Vec<MetricRow> = history.iter().map(|r| MetricRow { unix: r.unix, ok: r.ok, cost_ms: r.cost_ms, error: r.error.clone(), derived: r.derived.clone() }).collect();
+    let rows: Vec<MetricRow> = history
+        .iter()
+        .map(|r| MetricRow {
+            unix: r.unix,
+            ok: r.ok,
+            cost_ms: r.cost_ms,
+            error: r.error.clone(),
+            derived: r.derived.clone(),
+        })
+        .collect();
     serde_json::to_writer(create_0600(&dir.join("metrics.json"))?, &rows)?;
     Ok(())
 }
@@ -78,13 +87,30 @@ fn chart(rows: &[MetricRow], metric: &str, title: &str, t0: f64) -> Option<Strin
     let x = |t: f64| pad + (t - xmin) / (xmax - xmin) * (w - 2.0 * pad);
     let y = |v: f64| h - pad / 2.0 - v / ymax * (h - pad);
     let mut s = String::new();
-    let _ = write!(s, r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{}">"#, esc(title), esc(title));
+    let _ = write!(
+        s,
+        r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{}">"#,
+        esc(title),
+        esc(title)
+    );
     let _ = write!(s, r##"<rect x="0" y="0" width="{w}" height="{h}" fill="#fafafa"/>"##);
-    let _ = write!(s, r##"<line x1="{0}" y1="4" x2="{0}" y2="{1}" stroke="#d33" stroke-width="1.5"/><text x="{2}" y="14" font-size="11" fill="#d33">trigger</text>"##, x(0.0), h - pad / 2.0, x(0.0) + 4.0);
+    let _ = write!(
+        s,
+        r##"<line x1="{0}" y1="4" x2="{0}" y2="{1}" stroke="#d33" stroke-width="1.5"/><text x="{2}" y="14" font-size="11" fill="#d33">trigger</text>"##,
+        x(0.0),
+        h - pad / 2.0,
+        x(0.0) + 4.0
+    );
     let poly: Vec<String> = pts.iter().map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v))).collect();
     let _ = write!(s, r##"<polyline fill="none" stroke="#1565c0" stroke-width="1.6" points="{}"/>"##, poly.join(" "));
     for r in rows.iter().filter(|r| !r.ok) {
-        let _ = write!(s, r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#d33"><title>poll failed: {}</title></circle>"##, x(r.unix - t0), h - pad / 2.0, esc(r.error.as_deref().unwrap_or("")));
+        let _ = write!(
+            s,
+            r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#d33"><title>poll failed: {}</title></circle>"##,
+            x(r.unix - t0),
+            h - pad / 2.0,
+            esc(r.error.as_deref().unwrap_or(""))
+        );
     }
     let _ = write!(
         s,
@@ -113,8 +139,12 @@ fn fmt_num(v: f64) -> String {
 
 /// (Re)write `report.html` from the files in a capture directory.
 pub fn write_html(dir: &Path) -> Result<()> {
-    let ev: EvidenceFile = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).with_context(|| format!("{}: not a pileup capture (no evidence.json)", dir.display()))?)?;
-    let rows: Vec<MetricRow> = std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let ev: EvidenceFile = serde_json::from_slice(
+        &std::fs::read(dir.join("evidence.json"))
+            .with_context(|| format!("{}: not a pileup capture (no evidence.json)", dir.display()))?,
+    )?;
+    let rows: Vec<MetricRow> =
+        std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
     let mut h = String::new();
     let _ = write!(
@@ -155,7 +185,9 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         h.push_str("</table>");
     }
     if let Some(m) = &ev.mdl {
-        h.push_str("<h2>Metadata locks</h2><table><tr><th>connection</th><th>mode</th><th>type</th><th>object</th></tr>");
+        h.push_str(
+            "<h2>Metadata locks</h2><table><tr><th>connection</th><th>mode</th><th>type</th><th>object</th></tr>",
+        );
         for (t, mode, ty, obj) in m {
             let _ = write!(h, "<tr><td>{t}</td><td>{}</td><td>{}</td><td>{}</td></tr>", esc(mode), esc(ty), esc(obj));
         }
@@ -166,18 +198,33 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         let _ = write!(h, "<h2>Flame graph of the stall's stacks</h2><p>Rooted at each thread's role. The interactive version is <code>flamegraph.svg</code> next to this file.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{b64}\">");
     }
     if let Some(t) = read("stacks.txt") {
-        let _ = write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(&t));
+        let _ =
+            write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(&t));
     }
     if !ev.processlist.is_empty() {
         h.push_str("<h2>Processlist</h2><table><tr><th>id</th><th>user</th><th>db</th><th>command</th><th>time</th><th>state</th><th>statement</th></tr>");
         for r in ev.processlist.iter().take(200) {
             let g = |k: &str| esc(r.get(k).map(String::as_str).unwrap_or(""));
-            let _ = write!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", g("id"), g("user"), g("db"), g("command"), g("time"), g("state"), g("info"));
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                g("id"),
+                g("user"),
+                g("db"),
+                g("command"),
+                g("time"),
+                g("state"),
+                g("info")
+            );
         }
         h.push_str("</table>");
     }
     if let Some(s) = read("innodb_status.txt") {
-        let _ = write!(h, "<h2>InnoDB status</h2><details><summary>SHOW ENGINE INNODB STATUS</summary><pre>{}</pre></details>", esc(&s));
+        let _ = write!(
+            h,
+            "<h2>InnoDB status</h2><details><summary>SHOW ENGINE INNODB STATUS</summary><pre>{}</pre></details>",
+            esc(&s)
+        );
     }
     h.push_str("</body></html>\n");
     create_0600(&dir.join("report.html"))?.write_all(h.as_bytes())?;
@@ -200,7 +247,13 @@ mod tests {
     #[test]
     fn chart_marks_trigger_and_failed_polls() {
         let rows: Vec<MetricRow> = (0..20)
-            .map(|i| MetricRow { unix: 100.0 + i as f64, ok: i != 15, cost_ms: 1.0, error: (i == 15).then(|| "timeout".into()), derived: [("questions_rate".to_string(), if i < 10 { 1000.0 } else { 50.0 })].into() })
+            .map(|i| MetricRow {
+                unix: 100.0 + i as f64,
+                ok: i != 15,
+                cost_ms: 1.0,
+                error: (i == 15).then(|| "timeout".into()),
+                derived: [("questions_rate".to_string(), if i < 10 { 1000.0 } else { 50.0 })].into(),
+            })
             .collect();
         let c = chart(&rows, "questions_rate", "Questions <per> second", 110.0).unwrap();
         assert!(c.contains("<polyline") && c.contains("trigger") && c.contains("poll failed: timeout"));

@@ -48,7 +48,12 @@ impl Store {
         std::fs::create_dir_all(dir).with_context(|| format!("creating --data-dir {}", dir.display()))?;
         let path = dir.join("pileup.db");
         // Create it 0600 ourselves: captures it indexes hold query text.
-        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let db = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
@@ -67,7 +72,14 @@ impl Store {
         use nix::fcntl::{Flock, FlockArg};
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let lock_path = dir.join("watch.lock");
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).mode(0o600).open(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .with_context(|| format!("creating {}", lock_path.display()))?;
         let mut f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((_, _)) => {
@@ -116,14 +128,23 @@ impl Store {
     pub fn insert(&self, p: &crate::poll::Poll, derived: &BTreeMap<String, f64>) -> Result<()> {
         self.db.execute(
             "INSERT OR REPLACE INTO polls (unix, ok, cost_ms, error, raw, derived) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![p.unix, p.ok as i64, p.cost_ms, p.error, serde_json::to_string(&p.values)?, serde_json::to_string(derived)?],
+            params![
+                p.unix,
+                p.ok as i64,
+                p.cost_ms,
+                p.error,
+                serde_json::to_string(&p.values)?,
+                serde_json::to_string(derived)?
+            ],
         )?;
         Ok(())
     }
 
     /// Polls with `from <= unix <= to`, oldest first.
     pub fn range(&self, from: f64, to: f64) -> Result<Vec<Row>> {
-        let mut st = self.db.prepare("SELECT unix, ok, cost_ms, error, derived FROM polls WHERE unix >= ?1 AND unix <= ?2 ORDER BY unix")?;
+        let mut st = self.db.prepare(
+            "SELECT unix, ok, cost_ms, error, derived FROM polls WHERE unix >= ?1 AND unix <= ?2 ORDER BY unix",
+        )?;
         let rows = st.query_map(params![from, to], |r| {
             let d: Option<String> = r.get(4)?;
             Ok(Row {
@@ -142,13 +163,18 @@ impl Store {
     }
 
     pub fn add_capture(&self, unix: f64, dir: &Path, trigger: &str, verdict: &str) -> Result<()> {
-        self.db.execute("INSERT OR REPLACE INTO captures (unix, dir, trigger, verdict) VALUES (?1, ?2, ?3, ?4)", params![unix, dir.to_string_lossy(), trigger, verdict])?;
+        self.db.execute(
+            "INSERT OR REPLACE INTO captures (unix, dir, trigger, verdict) VALUES (?1, ?2, ?3, ?4)",
+            params![unix, dir.to_string_lossy(), trigger, verdict],
+        )?;
         Ok(())
     }
 
     pub fn captures(&self) -> Result<Vec<(f64, String, String, Option<String>)>> {
         let mut st = self.db.prepare("SELECT unix, dir, trigger, verdict FROM captures ORDER BY unix")?;
-        let v = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        let v = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(v)
     }
 
@@ -193,7 +219,9 @@ impl Store {
 
     /// Minute rollups in a range (minute start unix, averages).
     pub fn rollups(&self, from: f64, to: f64) -> Result<Vec<(f64, BTreeMap<String, f64>)>> {
-        let mut st = self.db.prepare("SELECT minute, derived FROM rollup_1m WHERE minute >= ?1 AND minute <= ?2 ORDER BY minute")?;
+        let mut st = self
+            .db
+            .prepare("SELECT minute, derived FROM rollup_1m WHERE minute >= ?1 AND minute <= ?2 ORDER BY minute")?;
         let v = st
             .query_map(params![(from / 60.0).floor() as i64, (to / 60.0).floor() as i64], |r| {
                 let m: i64 = r.get(0)?;
@@ -211,7 +239,13 @@ mod tests {
     use crate::poll::Poll;
 
     fn poll(unix: f64, ok: bool, q: f64) -> (Poll, BTreeMap<String, f64>) {
-        let p = Poll { unix, ok, cost_ms: 1.0, error: (!ok).then(|| "timeout".into()), values: [("questions".to_string(), q)].into() };
+        let p = Poll {
+            unix,
+            ok,
+            cost_ms: 1.0,
+            error: (!ok).then(|| "timeout".into()),
+            values: [("questions".to_string(), q)].into(),
+        };
         (p, [("questions_rate".to_string(), q)].into())
     }
 

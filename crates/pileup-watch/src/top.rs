@@ -99,7 +99,13 @@ pub fn spark(values: &VecDeque<f64>) -> String {
     let max = values.iter().copied().fold(0.0f64, f64::max);
     values
         .iter()
-        .map(|&v| if max <= 0.0 || !v.is_finite() { BARS[0] } else { BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize] })
+        .map(|&v| {
+            if max <= 0.0 || !v.is_finite() {
+                BARS[0]
+            } else {
+                BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
         .collect()
 }
 
@@ -119,10 +125,21 @@ pub fn fmt(v: f64) -> String {
 
 impl TopState {
     pub fn new(server: String, triggers: Vec<Trigger>) -> TopState {
-        TopState { server, triggers: triggers.into_iter().map(|t| (t, Armed::default())).collect(), ..Default::default() }
+        TopState {
+            server,
+            triggers: triggers.into_iter().map(|t| (t, Armed::default())).collect(),
+            ..Default::default()
+        }
     }
 
-    pub fn update(&mut self, now: f64, ok: bool, error: Option<String>, derived: BTreeMap<String, f64>, busiest: Vec<Running>) {
+    pub fn update(
+        &mut self,
+        now: f64,
+        ok: bool,
+        error: Option<String>,
+        derived: BTreeMap<String, f64>,
+        busiest: Vec<Running>,
+    ) {
         self.poll_ok = ok;
         self.error = error;
         self.last = derived;
@@ -147,8 +164,14 @@ impl TopState {
     }
 
     fn stall_line(&self) -> String {
-        let firing: Vec<&str> = self.stall.iter().filter(|(_, s)| matches!(s, Step::Fire | Step::Ongoing)).map(|(t, _)| t.as_str()).collect();
-        let pending: Vec<&str> = self.stall.iter().filter(|(_, s)| *s == Step::Pending).map(|(t, _)| t.as_str()).collect();
+        let firing: Vec<&str> = self
+            .stall
+            .iter()
+            .filter(|(_, s)| matches!(s, Step::Fire | Step::Ongoing))
+            .map(|(t, _)| t.as_str())
+            .collect();
+        let pending: Vec<&str> =
+            self.stall.iter().filter(|(_, s)| *s == Step::Pending).map(|(t, _)| t.as_str()).collect();
         if !firing.is_empty() {
             format!("STALL: {}", firing.join("; "))
         } else if !pending.is_empty() {
@@ -180,14 +203,27 @@ impl TopState {
     }
 
     pub fn draw(&self, f: &mut Frame) {
-        let [head, metrics, stmts, foot] = Layout::vertical([Constraint::Length(3), Constraint::Length(SHOWN.len() as u16 + 2), Constraint::Min(4), Constraint::Length(1)]).areas(f.area());
+        let [head, metrics, stmts, foot] = Layout::vertical([
+            Constraint::Length(3),
+            Constraint::Length(SHOWN.len() as u16 + 2),
+            Constraint::Min(4),
+            Constraint::Length(1),
+        ])
+        .areas(f.area());
         let stall = self.stall_line();
-        let style = if stall.starts_with("STALL") { Style::default().fg(Color::White).bg(Color::Red).add_modifier(Modifier::BOLD) } else { Style::default().fg(Color::Green) };
+        let style = if stall.starts_with("STALL") {
+            Style::default().fg(Color::White).bg(Color::Red).add_modifier(Modifier::BOLD)
+        } else {
+            Style::default().fg(Color::Green)
+        };
         let mut lines = vec![Line::styled(stall, style)];
         if let Some(e) = &self.error {
             lines.push(Line::styled(format!("poll failed: {e}"), Style::default().fg(Color::Red)));
         }
-        f.render_widget(Paragraph::new(lines).block(Block::bordered().title(format!(" pileup top — {} ", self.server))), head);
+        f.render_widget(
+            Paragraph::new(lines).block(Block::bordered().title(format!(" pileup top — {} ", self.server))),
+            head,
+        );
         let rows: Vec<Row> = SHOWN
             .iter()
             .map(|(k, label)| {
@@ -196,16 +232,37 @@ impl TopState {
                 Row::new(vec![label.to_string(), v.map(fmt).unwrap_or_else(|| "-".into()), sp])
             })
             .collect();
-        let t = Table::new(rows, [Constraint::Length(26), Constraint::Length(12), Constraint::Min(10)]).block(Block::bordered().title(" metrics (last 60 polls) "));
+        let t = Table::new(rows, [Constraint::Length(26), Constraint::Length(12), Constraint::Min(10)])
+            .block(Block::bordered().title(" metrics (last 60 polls) "));
         f.render_widget(t, metrics);
         let srows: Vec<Row> = self
             .busiest
             .iter()
-            .map(|r| Row::new(vec![r.id.to_string(), r.user.clone(), format!("{:.1}s", r.secs), r.state.clone(), r.info.clone()]))
+            .map(|r| {
+                Row::new(vec![
+                    r.id.to_string(),
+                    r.user.clone(),
+                    format!("{:.1}s", r.secs),
+                    r.state.clone(),
+                    r.info.clone(),
+                ])
+            })
             .collect();
-        let st = Table::new(srows, [Constraint::Length(8), Constraint::Length(12), Constraint::Length(9), Constraint::Length(24), Constraint::Min(20)])
-            .header(Row::new(vec!["id", "user", "time", "state", "statement"]).style(Style::default().add_modifier(Modifier::BOLD)))
-            .block(Block::bordered().title(" busiest statements "));
+        let st = Table::new(
+            srows,
+            [
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(9),
+                Constraint::Length(24),
+                Constraint::Min(20),
+            ],
+        )
+        .header(
+            Row::new(vec!["id", "user", "time", "state", "statement"])
+                .style(Style::default().add_modifier(Modifier::BOLD)),
+        )
+        .block(Block::bordered().title(" busiest statements "));
         f.render_widget(st, stmts);
         f.render_widget(Paragraph::new("q: quit"), foot);
     }
@@ -309,7 +366,19 @@ mod tests {
         let mut s = TopState::new("test".into(), t);
         s.update(1.0, true, None, [("threads_running".to_string(), 2.0)].into(), vec![]);
         assert!(s.text().contains("no stall"));
-        s.update(2.0, true, None, [("threads_running".to_string(), 20.0)].into(), vec![Running { id: 5, user: "app".into(), secs: 3.5, state: "Updating".into(), info: "UPDATE t SET a=1".into() }]);
+        s.update(
+            2.0,
+            true,
+            None,
+            [("threads_running".to_string(), 20.0)].into(),
+            vec![Running {
+                id: 5,
+                user: "app".into(),
+                secs: 3.5,
+                state: "Updating".into(),
+                info: "UPDATE t SET a=1".into(),
+            }],
+        );
         let txt = s.text();
         assert!(txt.contains("STALL: threads_running > 8"), "{txt}");
         assert!(txt.contains("UPDATE t SET a=1") && txt.contains("3.5s"));

@@ -85,7 +85,10 @@ pub fn parse_duration(s: &str) -> Option<f64> {
 
 fn term(tok: &str) -> Result<Term, String> {
     if let Some(w) = tok.strip_prefix("baseline_") {
-        return parse_duration(w).filter(|&s| s > 0.0).map(Term::Baseline).ok_or_else(|| format!("{tok:?}: baseline window must look like baseline_5m"));
+        return parse_duration(w)
+            .filter(|&s| s > 0.0)
+            .map(Term::Baseline)
+            .ok_or_else(|| format!("{tok:?}: baseline window must look like baseline_5m"));
     }
     if let Ok(v) = tok.parse::<f64>() {
         return Ok(Term::Num(v));
@@ -141,7 +144,8 @@ impl Trigger {
             if p + 2 != toks.len() {
                 return Err(err("`for` must be followed by one duration at the end".into()));
             }
-            hold = parse_duration(toks[p + 1]).ok_or_else(|| err(format!("{:?} is not a duration (500ms, 2s, 5m)", toks[p + 1])))?;
+            hold = parse_duration(toks[p + 1])
+                .ok_or_else(|| err(format!("{:?} is not a duration (500ms, 2s, 5m)", toks[p + 1])))?;
             toks.truncate(p);
         }
         if toks == ["poll_failed"] {
@@ -177,7 +181,10 @@ impl Trigger {
                     Some(s) => format!("did you mean {s}? "),
                     None => String::new(),
                 };
-                return Err(ParseError { expr: self.text.clone(), why: format!("unknown metric {m} ({hint}the metrics are listed in docs/METRICS.md)") });
+                return Err(ParseError {
+                    expr: self.text.clone(),
+                    why: format!("unknown metric {m} ({hint}the metrics are listed in docs/METRICS.md)"),
+                });
             }
         }
         Ok(())
@@ -187,7 +194,11 @@ impl Trigger {
     pub fn metrics(&self) -> Vec<&str> {
         match &self.cond {
             Cond::PollFailed => vec![],
-            Cond::Cmp { lhs, rhs, .. } => lhs.iter().chain(rhs).filter_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None }).collect(),
+            Cond::Cmp { lhs, rhs, .. } => lhs
+                .iter()
+                .chain(rhs)
+                .filter_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None })
+                .collect(),
         }
     }
 
@@ -196,7 +207,8 @@ impl Trigger {
         match &self.cond {
             Cond::PollFailed => ctx.poll_failed(),
             Cond::Cmp { lhs, op, rhs } => {
-                let left_metric = lhs.iter().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
+                let left_metric =
+                    lhs.iter().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
                 let eval = |v: &[Term]| -> Option<f64> {
                     v.iter().try_fold(1.0, |acc, t| {
                         Some(
@@ -298,12 +310,28 @@ mod tests {
 
     #[test]
     fn parses_the_documented_examples() {
-        for t in ["threads_running > 32 for 1s", "questions_rate < 0.3 * baseline_5m for 2s", "poll_failed for 2s", "innodb_data_pending_reads>8", "replica_lag > 30s"] {
+        for t in [
+            "threads_running > 32 for 1s",
+            "questions_rate < 0.3 * baseline_5m for 2s",
+            "poll_failed for 2s",
+            "innodb_data_pending_reads>8",
+            "replica_lag > 30s",
+        ] {
             Trigger::parse(t).unwrap_or_else(|e| panic!("{e}"));
         }
         assert_eq!(Trigger::parse("threads_running > 32 for 1500ms").unwrap().hold, 1.5);
         assert!(Trigger::parse("replica_lag > 2m").unwrap().holds(&ctx(&[("replica_lag", 121.0)], None, false)));
-        for bad in ["threads_running", "32 > 5", "x > baseline_zz", "x > 3 for", "x > 3 for 1s extra", "x > * 3", "baseline_5m < x", "x >> 3", "a-b > 1"] {
+        for bad in [
+            "threads_running",
+            "32 > 5",
+            "x > baseline_zz",
+            "x > 3 for",
+            "x > 3 for 1s extra",
+            "x > * 3",
+            "baseline_5m < x",
+            "x >> 3",
+            "a-b > 1",
+        ] {
             assert!(Trigger::parse(bad).is_err(), "{bad} should not parse");
         }
     }

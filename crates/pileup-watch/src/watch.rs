@@ -90,7 +90,13 @@ impl History {
     /// newest poll; needs at least 10 values.
     fn median(&self, metric: &str, window: f64, now: f64) -> Option<f64> {
         let n = self.rows.len();
-        let mut v: Vec<f64> = self.rows.iter().take(n.saturating_sub(1)).filter(|(t, _)| now - t <= window).filter_map(|(_, d)| d.get(metric).copied()).collect();
+        let mut v: Vec<f64> = self
+            .rows
+            .iter()
+            .take(n.saturating_sub(1))
+            .filter(|(t, _)| now - t <= window)
+            .filter_map(|(_, d)| d.get(metric).copied())
+            .collect();
         if v.len() < 10 {
             return None;
         }
@@ -176,7 +182,13 @@ fn spawn_capture(
         ev.unix = unix;
         let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
         let msg = match capture::write(&root, &ev) {
-            Ok((dir, verdict)) => Event::Captured { unix, trigger, dir: dir.display().to_string(), verdict, onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0) },
+            Ok((dir, verdict)) => Event::Captured {
+                unix,
+                trigger,
+                dir: dir.display().to_string(),
+                verdict,
+                onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0),
+            },
             Err(e) => Event::CaptureFailed { unix, trigger, error: format!("{e:#}") },
         };
         let _ = done.send(Some(msg));
@@ -189,7 +201,13 @@ fn free_bytes(p: &std::path::Path) -> Option<u64> {
 }
 
 /// Run until `stop` is set or `duration` passes.
-pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool, on: &mut dyn FnMut(&Event)) -> Result<()> {
+pub fn run(
+    spec: ConnSpec,
+    pid: Option<i32>,
+    o: &WatchOptions,
+    stop: &AtomicBool,
+    on: &mut dyn FnMut(&Event),
+) -> Result<()> {
     let mut store = Store::open(&o.data_dir)?;
     store.claim()?;
     let mut bound = false;
@@ -244,7 +262,13 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
             e.polls_failed_total += u64::from(!p.ok);
             e.last_poll_unix = p.unix;
         }
-        on(&Event::Poll { unix: p.unix, ok: p.ok, cost_ms: p.cost_ms, error: p.error.clone(), derived: derived.clone() });
+        on(&Event::Poll {
+            unix: p.unix,
+            ok: p.ok,
+            cost_ms: p.cost_ms,
+            error: p.error.clone(),
+            derived: derived.clone(),
+        });
         // Finished captures.
         while let Ok(ev) = done_rx.try_recv() {
             capturing = false;
@@ -293,13 +317,27 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
                 // The condition just started to hold: begin capturing now, so
                 // the first stacks show the stall's start rather than the end
                 // of its hold; dropped unless the hold confirms it.
-                if !capturing && capture_refused(&mut recent_captures, last_capture, o).is_none() && last_early.is_none_or(|l| l.elapsed() >= EARLY_GAP) {
+                if !capturing
+                    && capture_refused(&mut recent_captures, last_capture, o).is_none()
+                    && last_early.is_none_or(|l| l.elapsed() >= EARLY_GAP)
+                {
                     let (tx, rx) = mpsc::channel();
                     early = Some((i, tx));
                     last_early = Some(Instant::now());
                     capturing = true;
                     let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-                    spawn_capture(&spec, pid, o, &captures_root, &done_tx, t.text.clone(), p.unix, onset, history, Some(rx));
+                    spawn_capture(
+                        &spec,
+                        pid,
+                        o,
+                        &captures_root,
+                        &done_tx,
+                        t.text.clone(),
+                        p.unix,
+                        onset,
+                        history,
+                        Some(rx),
+                    );
                 }
                 continue;
             }
@@ -314,7 +352,11 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, o: &WatchOptions, stop: &AtomicBool
                 recent_captures.push_back(Instant::now());
                 continue;
             }
-            let why = if capturing { Some("a capture is already running".to_string()) } else { capture_refused(&mut recent_captures, last_capture, o) };
+            let why = if capturing {
+                Some("a capture is already running".to_string())
+            } else {
+                capture_refused(&mut recent_captures, last_capture, o)
+            };
             if let Some(why) = why {
                 on(&Event::Skipped { unix: p.unix, trigger: t.text.clone(), why });
                 continue;

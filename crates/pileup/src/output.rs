@@ -25,7 +25,11 @@ pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn W
         // Not a regular file (a device such as /dev/null, a FIFO, a symlink):
         // write through it; renaming over it would replace the node itself.
         Some(p) if fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file()) => {
-            let file = fs::OpenOptions::new().write(true).truncate(true).open(p).with_context(|| format!("cannot write {}", p.display()))?;
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(p)
+                .with_context(|| format!("cannot write {}", p.display()))?;
             let mut w = std::io::BufWriter::new(file);
             f(&mut w)?;
             w.flush().with_context(|| format!("cannot write {}", p.display()))?;

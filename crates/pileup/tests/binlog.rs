@@ -17,8 +17,19 @@ use serde_json::Value as J;
 
 fn pair(cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
     let base = it_base();
-    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: cnf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), ..Default::default() }).unwrap();
-    let replica = Sandbox::start(Options { base_dir: Some(base), replica_of: Some(primary.endpoint.clone()), ..Default::default() }).unwrap();
+    let primary = Sandbox::start(Options {
+        base_dir: Some(base.clone()),
+        binlog: true,
+        cnf: cnf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    })
+    .unwrap();
+    let replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        ..Default::default()
+    })
+    .unwrap();
     (primary, replica)
 }
 
@@ -28,7 +39,8 @@ fn caught_up(primary: &Sandbox, replica: &Sandbox) {
 
 /// The files listed in a server's relay log or binlog index, in order.
 fn index_files(sb: &Sandbox, var: &str) -> Vec<PathBuf> {
-    let (index, datadir): (String, String) = sb.connect().unwrap().query_first(format!("SELECT @@{var}, @@datadir")).unwrap().unwrap();
+    let (index, datadir): (String, String) =
+        sb.connect().unwrap().query_first(format!("SELECT @@{var}, @@datadir")).unwrap().unwrap();
     let index = Path::new(&datadir).join(index);
     std::fs::read_to_string(&index)
         .unwrap()
@@ -36,7 +48,11 @@ fn index_files(sb: &Sandbox, var: &str) -> Vec<PathBuf> {
         .filter(|l| !l.is_empty())
         .map(|l| {
             let p = Path::new(l);
-            if p.is_absolute() { p.to_path_buf() } else { Path::new(&datadir).join(p) }
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                Path::new(&datadir).join(p)
+            }
         })
         .collect()
 }
@@ -46,7 +62,10 @@ fn decode(files: &[PathBuf]) -> Vec<J> {
     args.extend(files.iter().map(|f| f.display().to_string()));
     let out = Command::new(env!("CARGO_BIN_EXE_pileup")).args(&args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON object per line")).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect()
 }
 
 /// What a transaction stream says, without where it was stored: GTIDs,
@@ -128,7 +147,11 @@ fn row_format_relay_log_replays_to_the_primarys_tables() {
         assert_eq!(decoded.len(), rows.len(), "{t}: row count");
         for (id, k, cc, pad) in rows {
             let r = &decoded[&id];
-            assert_eq!((r["k"].as_i64().unwrap(), r["c"].as_str().unwrap(), r["pad"].as_str().unwrap()), (k, cc.as_str(), pad.as_str()), "{t} id {id}");
+            assert_eq!(
+                (r["k"].as_i64().unwrap(), r["c"].as_str().unwrap(), r["pad"].as_str().unwrap()),
+                (k, cc.as_str(), pad.as_str()),
+                "{t} id {id}"
+            );
         }
     }
     // Every column type decodes to what the server itself prints.
@@ -137,7 +160,8 @@ fn row_format_relay_log_replays_to_the_primarys_tables() {
         .unwrap()
         .unwrap();
     let got = &tables["sbtest.types"][&1];
-    let cols = ["u", "big", "dec_", "vc", "ch", "dt", "ts", "d", "tm", "e", "s", "b", "f", "g", "txt", "bl", "j", "ti", "y"];
+    let cols =
+        ["u", "big", "dec_", "vc", "ch", "dt", "ts", "d", "tm", "e", "s", "b", "f", "g", "txt", "bl", "j", "ti", "y"];
     for (i, name) in cols.iter().enumerate() {
         let server: String = match want.get::<mysql::Value, _>(i).unwrap() {
             mysql::Value::Bytes(b) => String::from_utf8(b).unwrap(),
@@ -207,8 +231,14 @@ fn corruption_is_named_and_skipped_and_a_torn_tail_is_not_an_error() {
     let out = pileup(&["binlog", "--format", "json", copy.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("at offset {off}: corrupt event")) && err.contains("checksum mismatch") && err.contains(&format!("resynchronised at offset {end}")), "{err}");
-    let after: Vec<J> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        err.contains(&format!("at offset {off}: corrupt event"))
+            && err.contains("checksum mismatch")
+            && err.contains(&format!("resynchronised at offset {end}")),
+        "{err}"
+    );
+    let after: Vec<J> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(after.len(), events.len() - 1, "every other event is still read");
     assert_eq!(after.last().unwrap()["offset"], events.last().unwrap()["offset"]);
 
@@ -224,7 +254,10 @@ fn corruption_is_named_and_skipped_and_a_torn_tail_is_not_an_error() {
     // Not a binlog at all: one line, the fix.
     let out = pileup(&["binlog", "/etc/hostname"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("is not a binlog or relay log file") && err.lines().count() == 1, "{err}");
+    assert!(
+        !out.status.success() && err.contains("is not a binlog or relay log file") && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -233,7 +266,11 @@ fn follow_tails_the_relay_log_across_rotation() {
     primary.sql("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(20))").unwrap();
     caught_up(&primary, &replica);
     let first = index_files(&replica, "relay_log_index").last().unwrap().clone();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup")).args(["binlog", "--follow", "--format", "json", first.to_str().unwrap()]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["binlog", "--follow", "--format", "json", first.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let out = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -259,14 +296,17 @@ fn follow_tails_the_relay_log_across_rotation() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    let find = |v: &str| seen.iter().find(|e| e["rows"][0]["after"]["@2"] == v).unwrap_or_else(|| panic!("{v} not seen: {seen:?}"));
+    let find = |v: &str| {
+        seen.iter().find(|e| e["rows"][0]["after"]["@2"] == v).unwrap_or_else(|| panic!("{v} not seen: {seen:?}"))
+    };
     let (a, b) = (find("before-rotation"), find("after-rotation"));
     assert_ne!(a["file"], b["file"], "the second insert is read from the next relay log file");
 }
 
 #[test]
 fn compressed_events_decode() {
-    let (primary, replica) = pair(&[("binlog_format", "MIXED"), ("log_bin_compress", "ON"), ("log_bin_compress_min_len", "10")]);
+    let (primary, replica) =
+        pair(&[("binlog_format", "MIXED"), ("log_bin_compress", "ON"), ("log_bin_compress_min_len", "10")]);
     primary
         .sql(
             "CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, v TEXT);
@@ -283,10 +323,14 @@ fn compressed_events_decode() {
     let relay = decode(&index_files(&replica, "relay_log_index"));
     same_changes(&relay, &binlog, "compressed");
     let types: Vec<&str> = binlog.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    for t in ["Query_compressed", "Write_rows_compressed_v1", "Update_rows_compressed_v1", "Delete_rows_compressed_v1"] {
+    for t in ["Query_compressed", "Write_rows_compressed_v1", "Update_rows_compressed_v1", "Delete_rows_compressed_v1"]
+    {
         assert!(types.contains(&t), "{t} not in {types:?}");
     }
-    let q = binlog.iter().find(|e| e["type"] == "Query_compressed" && e["sql"].as_str().unwrap().starts_with("INSERT")).unwrap();
+    let q = binlog
+        .iter()
+        .find(|e| e["type"] == "Query_compressed" && e["sql"].as_str().unwrap().starts_with("INSERT"))
+        .unwrap();
     assert_eq!(q["sql"], "INSERT INTO d.t VALUES (1, REPEAT('statement-logged ', 20))");
     let v: String = primary.connect().unwrap().query_first("SELECT v FROM d.t WHERE id = 1").unwrap().unwrap();
     let u = binlog.iter().find(|e| e["type"] == "Update_rows_compressed_v1").unwrap();

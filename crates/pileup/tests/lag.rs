@@ -15,7 +15,13 @@ use pileup_sandbox::{Options, Sandbox};
 fn replica_catching_up(tables: u32, extra: &[(&str, &str)]) -> (Sandbox, Sandbox) {
     let base = common::it_base();
     let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
-    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![kv("binlog_format", "ROW")], ..Default::default() }).unwrap();
+    let primary = Sandbox::start(Options {
+        base_dir: Some(base.clone()),
+        binlog: true,
+        cnf: vec![kv("binlog_format", "ROW")],
+        ..Default::default()
+    })
+    .unwrap();
     let mut cnf = vec![
         kv("innodb_buffer_pool_size", "16M"),
         kv("innodb_buffer_pool_load_at_startup", "OFF"),
@@ -25,14 +31,27 @@ fn replica_catching_up(tables: u32, extra: &[(&str, &str)]) -> (Sandbox, Sandbox
         kv("performance_schema_instrument", "wait/synch/%=ON"),
     ];
     cnf.extend(extra.iter().map(|(k, v)| kv(k, v)));
-    let mut replica = Sandbox::start(Options { base_dir: Some(base), replica_of: Some(primary.endpoint.clone()), cnf, ..Default::default() }).unwrap();
+    let mut replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        cnf,
+        ..Default::default()
+    })
+    .unwrap();
     primary.sql("CREATE DATABASE sbtest").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
     let size = 300_000 / tables;
     let sb = |args: &[&str]| {
         let st = Command::new("sysbench")
             .arg("oltp_update_index")
-            .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", &format!("--tables={tables}"), &format!("--table-size={size}")])
+            .args([
+                "--db-driver=mysql",
+                &format!("--mysql-socket={sock}"),
+                "--mysql-user=root",
+                "--mysql-db=sbtest",
+                &format!("--tables={tables}"),
+                &format!("--table-size={size}"),
+            ])
             .args(args)
             .output()
             .unwrap();
@@ -44,7 +63,17 @@ fn replica_catching_up(tables: u32, extra: &[(&str, &str)]) -> (Sandbox, Sandbox
     sb(&["--threads=4", "--time=8", "--rand-type=uniform", "run"]);
     let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
     let t0 = Instant::now();
-    while replica.connect().unwrap().query_first::<mysql::Row, _>("SHOW SLAVE STATUS").unwrap().unwrap().get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() != Some(pos.as_str()) {
+    while replica
+        .connect()
+        .unwrap()
+        .query_first::<mysql::Row, _>("SHOW SLAVE STATUS")
+        .unwrap()
+        .unwrap()
+        .get::<Option<String>, _>("Gtid_IO_Pos")
+        .flatten()
+        .as_deref()
+        != Some(pos.as_str())
+    {
         assert!(t0.elapsed() < Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -65,7 +94,20 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let scratch = common::scratch("lag");
     let svg = scratch.join("lag.svg");
     let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
-    let out = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "3s", "--interval-ms", "20", "--json", "-o", svg.to_str().unwrap()]);
+    let out = common::pileup(&[
+        "lag",
+        "-S",
+        &rsock,
+        "-u",
+        "root",
+        "--duration",
+        "3s",
+        "--interval-ms",
+        "20",
+        "--json",
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lag --json parses");
     eprintln!("{}", serde_json::to_string_pretty(&r["tally"]).unwrap());
@@ -80,12 +122,18 @@ fn lag_shows_where_the_applier_spends_its_time() {
     assert!(tally["by_table"]["sbtest.sbtest1"].is_object(), "the table being applied must be named: {tally}");
     // Row events find their row by primary key and then change it: the
     // waits are put on those storage-engine calls.
-    let ops: Vec<&String> = tally["by_operation"].as_object().unwrap().values().flat_map(|m| m.as_object().unwrap().keys()).collect();
+    let ops: Vec<&String> =
+        tally["by_operation"].as_object().unwrap().values().flat_map(|m| m.as_object().unwrap().keys()).collect();
     assert!(ops.iter().any(|o| *o == "ha_rnd_pos" || *o == "ha_update_row"), "{tally}");
     // performance_schema names what the applier waited on: on a cold 16 MB
     // pool, InnoDB data file reads among them.
     let waits = r["waits"].as_array().unwrap();
-    assert!(waits.iter().any(|w| w["event"] == "wait/io/file/innodb/innodb_data_file" && w["seconds"].as_f64().unwrap() > 0.0), "{waits:?}");
+    assert!(
+        waits
+            .iter()
+            .any(|w| w["event"] == "wait/io/file/innodb/innodb_data_file" && w["seconds"].as_f64().unwrap() > 0.0),
+        "{waits:?}"
+    );
     let secs: Vec<f64> = waits.iter().map(|w| w["seconds"].as_f64().unwrap()).collect();
     assert!(secs.windows(2).all(|p| p[0] >= p[1]), "longest first: {secs:?}");
     // The storage side: the datadir's device and the applier's own reads.
@@ -93,7 +141,10 @@ fn lag_shows_where_the_applier_spends_its_time() {
         let d = &r["device"];
         assert!(d["reads_per_s"].as_f64().unwrap() > 0.0 && d["mean_read_us"].as_f64().unwrap() > 0.0, "{d}");
         let page = r["page_size"].as_u64().unwrap();
-        assert!(r["applier_read_bytes"].as_u64().unwrap() >= page, "with O_DIRECT the applier's page reads reach storage: {r}");
+        assert!(
+            r["applier_read_bytes"].as_u64().unwrap() >= page,
+            "with O_DIRECT the applier's page reads reach storage: {r}"
+        );
         assert!(r["applier_write_bytes"].is_u64(), "{r}");
     } else {
         assert!(r["device"].is_null() && r["notes"].to_string().contains("no block device statistics"), "{r}");
@@ -110,7 +161,12 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let (n, secs) = (st["count"].as_u64().unwrap(), st["seconds"].as_f64().unwrap());
     assert!(secs <= r["seconds"].as_f64().unwrap(), "{st}");
     if n > 0 {
-        assert!(st["longest_ms"].as_u64().unwrap() >= 200 && secs >= 0.2 && !st["by_category"].as_object().unwrap().is_empty(), "{st}");
+        assert!(
+            st["longest_ms"].as_u64().unwrap() >= 200
+                && secs >= 0.2
+                && !st["by_category"].as_object().unwrap().is_empty(),
+            "{st}"
+        );
     } else {
         assert_eq!(secs, 0.0, "{st}");
     }
@@ -124,14 +180,24 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let t = String::from_utf8_lossy(&text.stdout);
     eprintln!("{t}");
     assert!(t.contains("  stalls: ") && t.contains("inside which row operation"), "{t}");
-    assert!(t.contains("where apply time goes") && t.contains("applier states seen") && t.contains("instrumented waits of the applier threads"), "{t}");
+    assert!(
+        t.contains("where apply time goes")
+            && t.contains("applier states seen")
+            && t.contains("instrumented waits of the applier threads"),
+        "{t}"
+    );
     assert!(t.contains("the buffer pool read ") && t.contains("pages in all"), "{t}");
     if on_disk {
         assert!(t.contains("\nstorage\n") && t.contains("holds the datadir") && t.contains("from storage"), "{t}");
     }
     let short = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "1s", "--stall-ms", "10"]);
     let e = String::from_utf8_lossy(&short.stderr);
-    assert!(!short.status.success() && e.contains("--stall-ms (10) must be at least --interval-ms (50)") && e.lines().count() == 1, "{e}");
+    assert!(
+        !short.status.success()
+            && e.contains("--stall-ms (10) must be at least --interval-ms (50)")
+            && e.lines().count() == 1,
+        "{e}"
+    );
     let psock = primary.endpoint.socket.to_string_lossy().into_owned();
     let bad = common::pileup(&["lag", "-S", &psock, "-u", "root", "--duration", "1s"]);
     assert!(!bad.status.success());
@@ -141,7 +207,8 @@ fn lag_shows_where_the_applier_spends_its_time() {
 
 #[test]
 fn lag_names_the_table_each_parallel_worker_is_on() {
-    let (_primary, replica) = replica_catching_up(4, &[("slave_parallel_threads", "4"), ("slave_parallel_mode", "optimistic")]);
+    let (_primary, replica) =
+        replica_catching_up(4, &[("slave_parallel_threads", "4"), ("slave_parallel_mode", "optimistic")]);
     let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
     let out = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "3s", "--interval-ms", "20", "--json"]);
     assert!(out.status.success(), "pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -152,6 +219,7 @@ fn lag_names_the_table_each_parallel_worker_is_on() {
     // Tables come from the transaction each worker is on, not only from the
     // driver's (oldest uncommitted) position.
     assert!(tally["table_from"]["worker transaction"].as_u64().unwrap_or(0) > 0, "{tally}");
-    let tables: Vec<&String> = tally["by_table"].as_object().unwrap().keys().filter(|t| t.starts_with("sbtest.")).collect();
+    let tables: Vec<&String> =
+        tally["by_table"].as_object().unwrap().keys().filter(|t| t.starts_with("sbtest.")).collect();
     assert!(tables.len() >= 2, "writes to 4 tables, applied in parallel, name more than one: {tables:?}");
 }

@@ -79,16 +79,25 @@ fn names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let locks = j["locks"].as_array().unwrap();
-    let mutex = locks.iter().find(|l| l["kind"] == "pthread-mutex").unwrap_or_else(|| panic!("no mutex group in {locks:?}"));
+    let mutex =
+        locks.iter().find(|l| l["kind"] == "pthread-mutex").unwrap_or_else(|| panic!("no mutex group in {locks:?}"));
     assert_eq!(mutex["waiters"].as_array().unwrap().len(), 5);
     assert_eq!(mutex["owner_tid"].as_i64(), Some(mutex_holder));
-    let rw = locks.iter().find(|l| l["kind"] == "pthread-rwlock").unwrap_or_else(|| panic!("no rwlock group in {locks:?}"));
+    let rw =
+        locks.iter().find(|l| l["kind"] == "pthread-rwlock").unwrap_or_else(|| panic!("no rwlock group in {locks:?}"));
     assert_eq!(rw["waiters"].as_array().unwrap().len(), 3);
     assert_eq!(rw["owner_tid"].as_i64(), Some(rw_holder));
     // The text report says it in words, with the holder's stack.
-    let out = Command::new(env!("CARGO_BIN_EXE_pileup")).args(["stacks", "--pid", &pid, "--any-process", "--no-sql"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["stacks", "--pid", &pid, "--any-process", "--no-sql"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("# lock: 5 thread(s) wait on pthread mutex") && text.contains(&format!("held by tid {mutex_holder}")), "{text}");
+    assert!(
+        text.contains("# lock: 5 thread(s) wait on pthread mutex")
+            && text.contains(&format!("held by tid {mutex_holder}")),
+        "{text}"
+    );
     assert!(text.contains("holder stack:") && text.contains("sleep"), "{text}");
     let _ = child.kill();
     let _ = child.wait();

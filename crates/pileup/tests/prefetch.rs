@@ -21,14 +21,27 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn sb_args(sock: &str) -> Vec<String> {
-    vec!["--db-driver=mysql".into(), format!("--mysql-socket={sock}"), "--mysql-user=root".into(), "--mysql-db=sbtest".into(), "--tables=1".into(), "--table-size=500000".into()]
+    vec![
+        "--db-driver=mysql".into(),
+        format!("--mysql-socket={sock}"),
+        "--mysql-user=root".into(),
+        "--mysql-db=sbtest".into(),
+        "--tables=1".into(),
+        "--table-size=500000".into(),
+    ]
 }
 
 /// A primary writing `format` binlogs and its replica with `cnf`, in one
 /// throwaway base directory, with an empty `sbtest` database.
 fn primary_and_replica(format: &str, cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
     let base = common::it_base();
-    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, cnf: vec![("binlog_format".into(), format.into())], ..Default::default() }).unwrap();
+    let primary = Sandbox::start(Options {
+        base_dir: Some(base.clone()),
+        binlog: true,
+        cnf: vec![("binlog_format".into(), format.into())],
+        ..Default::default()
+    })
+    .unwrap();
     let replica = Sandbox::start(Options {
         base_dir: Some(base),
         replica_of: Some(primary.endpoint.clone()),
@@ -62,7 +75,13 @@ fn wait_applied(primary: &Sandbox, replica: &Sandbox) -> Duration {
 /// One round: a backlog of index updates while the SQL thread is stopped,
 /// a cold restart, then the applier catches up (with or without prefetch).
 fn status(replica: &Sandbox, name: &str) -> u64 {
-    replica.connect().unwrap().query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'")).unwrap().map(|r| r.1).unwrap_or(0)
+    replica
+        .connect()
+        .unwrap()
+        .query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))
+        .unwrap()
+        .map(|r| r.1)
+        .unwrap_or(0)
 }
 
 /// What a round leaves: the applier's own data-file I/O, the catch-up time,
@@ -83,7 +102,12 @@ struct Round {
 fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) -> Round {
     replica.sql("STOP SLAVE SQL_THREAD").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
-    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=6", "--rand-type=uniform", "run"]).output().unwrap();
+    let st = Command::new("sysbench")
+        .arg("oltp_update_index")
+        .args(sb_args(&sock))
+        .args(["--threads=4", "--time=6", "--rand-type=uniform", "run"])
+        .output()
+        .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     // Everything is in the relay log; a restart empties the buffer pool.
     let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
@@ -98,10 +122,22 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) ->
     }
     replica.restart().unwrap();
     let before = applier_page_io(replica);
-    let (reads0, waitfree0) = (status(replica, "Innodb_buffer_pool_reads"), status(replica, "Innodb_buffer_pool_wait_free"));
+    let (reads0, waitfree0) =
+        (status(replica, "Innodb_buffer_pool_reads"), status(replica, "Innodb_buffer_pool_wait_free"));
     let child = prefetch.map(|extra| {
         Command::new(env!("CARGO_BIN_EXE_pileup"))
-            .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0"])
+            .args([
+                "prefetch",
+                "-S",
+                replica.endpoint.socket.to_str().unwrap(),
+                "-u",
+                "root",
+                "--json",
+                "--stats-every",
+                "1",
+                "--min-lag",
+                "0",
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -152,9 +188,12 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     wait_applied(&primary, &replica);
 
-    let Round { io: plain, took: plain_t, history_after: plain_history, rows: plain_rows, .. } = round(&primary, &mut replica, None);
+    let Round { io: plain, took: plain_t, history_after: plain_history, rows: plain_rows, .. } =
+        round(&primary, &mut replica, None);
     let Round { io: fed, took: fed_t, report, .. } = round(&primary, &mut replica, Some(&[]));
-    eprintln!("applier data-file I/O: {plain} without prefetch ({plain_t:?}), {fed} with ({fed_t:?}); prefetch: {report}");
+    eprintln!(
+        "applier data-file I/O: {plain} without prefetch ({plain_t:?}), {fed} with ({fed_t:?}); prefetch: {report}"
+    );
     let r: serde_json::Value = serde_json::from_str(&report).expect("prefetch counters as JSON");
     assert!(r["keys_issued"].as_u64().unwrap() > 1000 && r["lookups"].as_u64().unwrap() > 100, "{r}");
     // Lookups must work, not just be sent (a statement-cache bug once made 60% fail).
@@ -162,7 +201,10 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!(plain > 1000, "the plain applier must be I/O-bound for this test to mean anything ({plain})");
     // Measured on these machines: 0.42–0.55 of the plain applier's reads
     // (the share varies with the device from run to run).
-    assert!((fed as f64) < 0.65 * plain as f64, "prefetch should spare the applier most of its own page reads: {fed} vs {plain}");
+    assert!(
+        (fed as f64) < 0.65 * plain as f64,
+        "prefetch should spare the applier most of its own page reads: {fed} vs {plain}"
+    );
 
     // --defer-purge: purge is held while the replica lags (the history
     // piles up instead of being purged beside the applier), let go at the
@@ -179,9 +221,15 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     until_purged(&replica, "purge did not finish the last round's history");
     let d = round(&primary, &mut replica, Some(&["--defer-purge", "--max-history", &cap.to_string()]));
     let r: serde_json::Value = serde_json::from_str(&d.report).expect("prefetch counters as JSON");
-    eprintln!("with --defer-purge ({:?}): {r}; history {plain_history} after the plain catch-up, {} after this one", d.took, d.history_after);
+    eprintln!(
+        "with --defer-purge ({:?}): {r}; history {plain_history} after the plain catch-up, {} after this one",
+        d.took, d.history_after
+    );
     assert!(r["purge_holds"].as_u64().unwrap() >= 1 && r["purge_held_ms"].as_u64().unwrap() > 0, "{r}");
-    assert!(r["purge_released_at_cap"].as_u64().unwrap() >= 1, "a backlog of more than {cap} transactions reaches the cap: {r}");
+    assert!(
+        r["purge_released_at_cap"].as_u64().unwrap() >= 1,
+        "a backlog of more than {cap} transactions reaches the cap: {r}"
+    );
     assert!(d.stderr.contains("--defer-purge cap 3000"), "the release at the cap is said: {}", d.stderr);
     assert_eq!(r["purge_held"].as_u64(), Some(0), "released on exit: {r}");
     assert!(d.io < plain, "prefetching still works beside the hold: {} vs {plain}", d.io);
@@ -195,7 +243,10 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let r: serde_json::Value = serde_json::from_str(&p.report).expect("prefetch counters as JSON");
     eprintln!("with --warm pages ({:?}): applier data-file I/O {}; {r}", p.took, p.io);
     let mapped = r["keys_mapped"].as_u64().unwrap();
-    assert!(mapped > 1000 && r["page_loads"].as_u64().unwrap() > 10 && r["pages_listed"].as_u64().unwrap() > 1000, "{r}");
+    assert!(
+        mapped > 1000 && r["page_loads"].as_u64().unwrap() > 10 && r["pages_listed"].as_u64().unwrap() > 1000,
+        "{r}"
+    );
     assert!(r["keys_unmapped"].as_u64().unwrap() * 100 <= mapped, "{r}");
     assert_eq!(r["lookups"].as_u64(), Some(0), "sbtest's indexes are all mapped, no SELECTs: {r}");
     // Less than the SELECTs spare it (0.42 of the plain applier's reads here,
@@ -211,7 +262,10 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     until_purged(&replica, "purge did not finish the last round's history");
     let b = round(&primary, &mut replica, Some(&["--warm", "pages", "--defer-purge"]));
     let r: serde_json::Value = serde_json::from_str(&b.report).expect("prefetch counters as JSON");
-    eprintln!("with --warm pages --defer-purge ({:?}): applier data-file I/O {}; history {} when caught up; {r}", b.took, b.io, b.history_after);
+    eprintln!(
+        "with --warm pages --defer-purge ({:?}): applier data-file I/O {}; history {} when caught up; {r}",
+        b.took, b.io, b.history_after
+    );
     assert!(r["purge_holds"].as_u64().unwrap() >= 1 && r["purge_held_ms"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["purge_held"].as_u64(), Some(0), "released on exit: {r}");
     assert!(r["keys_mapped"].as_u64().unwrap() > 1000 && r["page_loads"].as_u64().unwrap() > 10, "{r}");
@@ -220,9 +274,22 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     // than pages alone spare it in this 64 MB pool, where the held undo log
     // (~95,000 transactions of history by the end) crowds the warmed pages.
     let per_row = |io: u64, rows: u64| io as f64 / rows.max(1) as f64;
-    eprintln!("applier reads per row changed: plain {:.3}, --warm pages --defer-purge {:.3}", per_row(plain, plain_rows), per_row(b.io, b.rows));
-    assert!(per_row(b.io, b.rows) < 0.92 * per_row(plain, plain_rows), "the loaded pages spare the applier reads: {} in {} rows vs {plain} in {plain_rows}", b.io, b.rows);
-    assert!(b.history_after > plain_history, "purge's work waited for the catch-up: {} vs {plain_history}", b.history_after);
+    eprintln!(
+        "applier reads per row changed: plain {:.3}, --warm pages --defer-purge {:.3}",
+        per_row(plain, plain_rows),
+        per_row(b.io, b.rows)
+    );
+    assert!(
+        per_row(b.io, b.rows) < 0.92 * per_row(plain, plain_rows),
+        "the loaded pages spare the applier reads: {} in {} rows vs {plain} in {plain_rows}",
+        b.io,
+        b.rows
+    );
+    assert!(
+        b.history_after > plain_history,
+        "purge's work waited for the catch-up: {} vs {plain_history}",
+        b.history_after
+    );
     assert_eq!(std::fs::read(&bp_file).ok(), bp_before, "ib_buffer_pool is as it was");
     until_purged(&replica, "purge never ran after pileup exited");
 
@@ -231,7 +298,9 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
     let errno: u64 = status.get("Last_SQL_Errno").unwrap();
     assert_eq!(errno, 0);
-    let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1 };
+    let sum = |c: &mut mysql::Conn| -> u64 {
+        c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1
+    };
     assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()));
 }
 
@@ -239,7 +308,14 @@ fn sysbench_run(primary: &Sandbox, test: &str, secs: u32) {
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench")
         .arg(test)
-        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=50000"])
+        .args([
+            "--db-driver=mysql",
+            &format!("--mysql-socket={sock}"),
+            "--mysql-user=root",
+            "--mysql-db=sbtest",
+            "--tables=2",
+            "--table-size=50000",
+        ])
         .args(["--threads=2", &format!("--time={secs}"), "--rate=300", "run"])
         .output()
         .unwrap();
@@ -269,11 +345,22 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let _serial = one_at_a_time();
     // The applier skips checksums, so a damaged one (below) is the
     // prefetcher's problem alone.
-    let (primary, mut replica) = primary_and_replica("MIXED", &[("innodb_buffer_pool_size", "32M"), ("skip_slave_start", "ON"), ("slave_sql_verify_checksum", "OFF")]);
+    let (primary, mut replica) = primary_and_replica(
+        "MIXED",
+        &[("innodb_buffer_pool_size", "32M"), ("skip_slave_start", "ON"), ("slave_sql_verify_checksum", "OFF")],
+    );
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench")
         .arg("oltp_write_only")
-        .args(["--db-driver=mysql", &format!("--mysql-socket={sock}"), "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=50000", "prepare"])
+        .args([
+            "--db-driver=mysql",
+            &format!("--mysql-socket={sock}"),
+            "--mysql-user=root",
+            "--mysql-db=sbtest",
+            "--tables=2",
+            "--table-size=50000",
+            "prepare",
+        ])
         .output()
         .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -289,13 +376,14 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
 
     // Damage the checksums of events all through the backlog's first relay
     // log: the prefetcher must meet some of them however far ahead it is.
-    let ap = pileup_prefetch::replica::applier(&mut replica.connect().unwrap()).unwrap();
+    let ap = pileup_replica::applier::applier(&mut replica.connect().unwrap()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
         .args(["binlog", "--format", "json", "--start-position", &ap.relay_pos.to_string()])
         .arg(&ap.relay_file)
         .output()
         .unwrap();
-    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(events.len() > 400, "backlog too small: {} events", events.len());
     {
         use std::io::{Read, Seek, SeekFrom, Write};
@@ -313,7 +401,20 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0", "--listen", &listen])
+        .args([
+            "prefetch",
+            "-S",
+            replica.endpoint.socket.to_str().unwrap(),
+            "-u",
+            "root",
+            "--json",
+            "--stats-every",
+            "1",
+            "--min-lag",
+            "0",
+            "--listen",
+            &listen,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -335,7 +436,11 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
         s.read_to_string(&mut body).unwrap();
         body
     };
-    assert!(scrape.contains("pileup_prefetch_statements_planned_total ") && scrape.contains("# TYPE pileup_prefetch_lag_seconds gauge"), "{scrape}");
+    assert!(
+        scrape.contains("pileup_prefetch_statements_planned_total ")
+            && scrape.contains("# TYPE pileup_prefetch_lag_seconds gauge"),
+        "{scrape}"
+    );
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -361,7 +466,9 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let status: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
     assert_eq!(status.get::<u64, _>("Last_SQL_Errno").unwrap(), 0);
     for t in ["sbtest1", "sbtest2"] {
-        let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>(format!("CHECKSUM TABLE sbtest.{t}")).unwrap().unwrap().1 };
+        let sum = |c: &mut mysql::Conn| -> u64 {
+            c.query_first::<(String, u64), _>(format!("CHECKSUM TABLE sbtest.{t}")).unwrap().unwrap().1
+        };
         assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()), "{t} differs");
     }
 }
@@ -371,7 +478,10 @@ fn bad_defer_purge_flags_are_refused_in_one_line() {
     // A cap under 2 could never hold purge (it holds below half the cap).
     let out = common::pileup(&["prefetch", "--defer-purge", "--max-history", "1", "-S", "/nonexistent.sock"]);
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && e.contains("--max-history must be at least 2") && e.trim().lines().count() == 1, "{e}");
+    assert!(
+        !out.status.success() && e.contains("--max-history must be at least 2") && e.trim().lines().count() == 1,
+        "{e}"
+    );
     // The cap alone means nothing.
     let out = common::pileup(&["prefetch", "--max-history", "5000", "-S", "/nonexistent.sock"]);
     let e = String::from_utf8_lossy(&out.stderr);
@@ -387,20 +497,33 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     use pileup_prefetch::load::Loader;
     use pileup_prefetch::pages::{encode, leaf_keys, node_fields, IndexLocation, Tree};
     use pileup_prefetch::plan::KeyValue;
-    use pileup_prefetch::schema::Table;
+    use pileup_replica::schema::Table;
     use std::os::unix::fs::FileExt;
 
     let _serial = one_at_a_time();
-    let cnf = vec![("innodb_buffer_pool_size".to_string(), "32M".to_string()), ("innodb_buffer_pool_load_at_startup".into(), "OFF".into())];
+    let cnf = vec![
+        ("innodb_buffer_pool_size".to_string(), "32M".to_string()),
+        ("innodb_buffer_pool_load_at_startup".into(), "OFF".into()),
+    ];
     let mut sb = Sandbox::start(Options { base_dir: Some(common::it_base()), cnf, ..Default::default() }).unwrap();
     sb.sql("CREATE DATABASE sbtest").unwrap();
     let sock = sb.endpoint.socket.display().to_string();
     let mut args = sb_args(&sock);
     args.retain(|a| !a.starts_with("--table-size"));
-    let st = Command::new("sysbench").arg("oltp_update_index").args(&args).args(["--table-size=200000", "prepare"]).output().unwrap();
+    let st = Command::new("sysbench")
+        .arg("oltp_update_index")
+        .args(&args)
+        .args(["--table-size=200000", "prepare"])
+        .output()
+        .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     // Updates split k_1's leaves after the load; then every page to the file.
-    let st = Command::new("sysbench").arg("oltp_update_index").args(&args).args(["--table-size=200000", "--time=3", "run"]).output().unwrap();
+    let st = Command::new("sysbench")
+        .arg("oltp_update_index")
+        .args(&args)
+        .args(["--table-size=200000", "--time=3", "run"])
+        .output()
+        .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     sb.sql("FLUSH TABLES sbtest.sbtest1 FOR EXPORT; UNLOCK TABLES").unwrap();
 
@@ -412,24 +535,43 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     let mut wanted = vec![];
     for ix in 0..t.indexes.len() {
         let fields = node_fields(&t, ix).expect("sbtest's indexes are NOT NULL integers");
-        let loc = IndexLocation::find(&mut c, std::path::Path::new(&datadir), "sbtest", "sbtest1", &t.indexes[ix].name).unwrap().expect("an InnoDB index");
+        let loc = IndexLocation::find(&mut c, std::path::Path::new(&datadir), "sbtest", "sbtest1", &t.indexes[ix].name)
+            .unwrap()
+            .expect("an InnoDB index");
         let file = std::fs::File::open(&loc.file).unwrap();
         let mut tree = Tree::open(loc.clone(), fields.clone(), page_size, Duration::from_secs(60)).unwrap();
         let mut page = vec![0u8; page_size];
         let mut leaves = std::collections::HashSet::new();
         for &(id, k) in &rows {
-            let values = if t.indexes[ix].is_primary() { vec![KeyValue::Int(id)] } else { vec![KeyValue::Int(k), KeyValue::Int(id)] };
+            let values = if t.indexes[ix].is_primary() {
+                vec![KeyValue::Int(id)]
+            } else {
+                vec![KeyValue::Int(k), KeyValue::Int(id)]
+            };
             let key = encode(&fields, &values).unwrap();
             let leaf = tree.leaf(&key).unwrap();
             file.read_exact_at(&mut page, leaf as u64 * page_size as u64).unwrap();
             let keys = leaf_keys(&page, loc.index_id, key.len()).unwrap();
-            assert!(keys.contains(&key), "index {}: ({k}, {id}) is not on leaf {leaf} ({} keys from {:?} to {:?})", t.indexes[ix].name, keys.len(), keys.first(), keys.last());
+            assert!(
+                keys.contains(&key),
+                "index {}: ({k}, {id}) is not on leaf {leaf} ({} keys from {:?} to {:?})",
+                t.indexes[ix].name,
+                keys.len(),
+                keys.first(),
+                keys.last()
+            );
             leaves.insert(leaf);
             if wanted.len() < 150 {
                 wanted.push((loc.space, leaf));
             }
         }
-        eprintln!("index {}: {} keys on {} leaves, {} upper-level pages read", t.indexes[ix].name, rows.len(), leaves.len(), tree.pages_read);
+        eprintln!(
+            "index {}: {} keys on {} leaves, {} upper-level pages read",
+            t.indexes[ix].name,
+            rows.len(),
+            leaves.len(),
+            tree.pages_read
+        );
         assert!(tree.pages_read < 50, "the upper levels are read once: {}", tree.pages_read);
     }
 
@@ -440,7 +582,9 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     wanted.sort();
     wanted.dedup();
     let in_pool = |c: &mut mysql::Conn| -> usize {
-        let pages: Vec<(u32, u32)> = c.query("SELECT SPACE, PAGE_NUMBER FROM information_schema.INNODB_BUFFER_PAGE WHERE PAGE_TYPE = 'INDEX'").unwrap();
+        let pages: Vec<(u32, u32)> = c
+            .query("SELECT SPACE, PAGE_NUMBER FROM information_schema.INNODB_BUFFER_PAGE WHERE PAGE_TYPE = 'INDEX'")
+            .unwrap();
         wanted.iter().filter(|p| pages.contains(p)).count()
     };
     let mut c = sb.connect().unwrap();
@@ -460,7 +604,11 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     }
     let warm = in_pool(&mut c);
     eprintln!("{} leaves: {cold} in the pool after the restart, {warm} after {} loads", wanted.len(), loader.loads);
-    assert!(warm as f64 >= 0.95 * wanted.len() as f64 && cold < wanted.len() / 2, "{cold} → {warm} of {}", wanted.len());
+    assert!(
+        warm as f64 >= 0.95 * wanted.len() as f64 && cold < wanted.len() / 2,
+        "{cold} → {warm} of {}",
+        wanted.len()
+    );
     loader.finish().unwrap();
     assert_eq!(std::fs::read(&bp_file).ok(), before, "the server's buffer pool file is as it was");
     assert!(!std::path::Path::new(&format!("{}.pileup-saved", bp_file.display())).exists());
@@ -476,13 +624,25 @@ fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
     let _serial = one_at_a_time();
     // The server dumps its pool at shutdown (the default) but starts cold,
     // so each start needs the pages read again.
-    let (primary, mut replica) = primary_and_replica("ROW", &[("innodb_buffer_pool_size", "64M"), ("innodb_buffer_pool_load_at_startup", "OFF"), ("skip_slave_start", "ON")]);
+    let (primary, mut replica) = primary_and_replica(
+        "ROW",
+        &[
+            ("innodb_buffer_pool_size", "64M"),
+            ("innodb_buffer_pool_load_at_startup", "OFF"),
+            ("skip_slave_start", "ON"),
+        ],
+    );
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     replica.wait_caught_up(&primary, Duration::from_secs(300)).unwrap();
     replica.sql("STOP SLAVE SQL_THREAD").unwrap();
-    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).args(["--threads=4", "--time=8", "--rand-type=uniform", "run"]).output().unwrap();
+    let st = Command::new("sysbench")
+        .arg("oltp_update_index")
+        .args(sb_args(&sock))
+        .args(["--threads=4", "--time=8", "--rand-type=uniform", "run"])
+        .output()
+        .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     io_thread_has_everything(&primary, &replica);
     replica.restart().unwrap();
@@ -490,7 +650,20 @@ fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
     let found = std::fs::read(&bp_file).expect("the server dumped its pool at shutdown");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json", "--stats-every", "1", "--min-lag", "0", "--warm", "pages"])
+        .args([
+            "prefetch",
+            "-S",
+            replica.endpoint.socket.to_str().unwrap(),
+            "-u",
+            "root",
+            "--json",
+            "--stats-every",
+            "1",
+            "--min-lag",
+            "0",
+            "--warm",
+            "pages",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -515,7 +688,9 @@ fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
             s
         })
     };
-    let counters = |lines: &std::sync::Mutex<Vec<String>>| -> serde_json::Value { lines.lock().unwrap().last().map(|l| serde_json::from_str(l).unwrap()).unwrap_or_default() };
+    let counters = |lines: &std::sync::Mutex<Vec<String>>| -> serde_json::Value {
+        lines.lock().unwrap().last().map(|l| serde_json::from_str(l).unwrap()).unwrap_or_default()
+    };
     std::thread::sleep(Duration::from_millis(500));
     // Both threads: with the I/O thread stopped the replica reports no lag.
     replica.sql("START SLAVE").unwrap();
@@ -537,17 +712,25 @@ fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
     assert!(status.success(), "prefetch failed: {stderr}");
     // The catch-up may end before the mapper is back: then there is
     // nothing left to load. Either way it must have tried after the restart.
-    assert!(after["page_loads"].as_u64().unwrap() > loads_before || after["jobs_dropped"].as_u64().unwrap() > 0, "after the restart: {after}");
+    assert!(
+        after["page_loads"].as_u64().unwrap() > loads_before || after["jobs_dropped"].as_u64().unwrap() > 0,
+        "after the restart: {after}"
+    );
     assert!(stderr.contains("trying again every second"), "the lost connection is said: {stderr}");
     let now = std::fs::read(&bp_file).unwrap();
     let lines_now = now.iter().filter(|&&b| b == b'\n').count();
     assert!(now != found, "the older dump pileup found was put back over the server's newer one");
     assert!(lines_now > 190, "a page list of pileup's ({lines_now} lines) was left in place of the server's dump");
-    assert!(!replica.endpoint.dir.join("data").join("ib_buffer_pool.pileup-saved").exists(), "pileup's copy is removed on exit");
+    assert!(
+        !replica.endpoint.dir.join("data").join("ib_buffer_pool.pileup-saved").exists(),
+        "pileup's copy is removed on exit"
+    );
 
     let mut rc = replica.connect().unwrap();
     let st: mysql::Row = rc.query_first("SHOW SLAVE STATUS").unwrap().unwrap();
     assert_eq!(st.get::<u64, _>("Last_SQL_Errno").unwrap(), 0);
-    let sum = |c: &mut mysql::Conn| -> u64 { c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1 };
+    let sum = |c: &mut mysql::Conn| -> u64 {
+        c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1
+    };
     assert_eq!(sum(&mut rc), sum(&mut primary.connect().unwrap()));
 }

@@ -29,12 +29,19 @@ fn known_frames_and_sql_annotations_match_processlist() {
         let pid = sb.pid() as i64;
         // The main thread accepts connections.
         let main = threads.iter().find(|t| t["tid"].as_i64() == Some(pid)).expect("main thread captured");
-        assert!(labels(main).iter().any(|l| l == "handle_connections_sockets"), "{mode}: main thread frames: {:?}", labels(main));
+        assert!(
+            labels(main).iter().any(|l| l == "handle_connections_sockets"),
+            "{mode}: main thread frames: {:?}",
+            labels(main)
+        );
         assert_eq!(main["role"], "accept");
         // A connection thread per sysbench connection.
         let sysbench_threads = threads
             .iter()
-            .filter(|t| t["sql"]["db"] == "sbtest" && labels(t).iter().any(|l| l == "do_handle_one_connection" || l == "handle_one_connection"))
+            .filter(|t| {
+                t["sql"]["db"] == "sbtest"
+                    && labels(t).iter().any(|l| l == "do_handle_one_connection" || l == "handle_one_connection")
+            })
             .count();
         assert!(sysbench_threads >= 8, "{mode}: {sysbench_threads} sysbench connection threads found");
         // The sleeping statement is annotated on the right thread.
@@ -53,7 +60,8 @@ fn known_frames_and_sql_annotations_match_processlist() {
     }
     // Annotations agree with the processlist's own TID column.
     let mut c = sb.connect().unwrap();
-    let pl: Vec<(u64, i64)> = c.query("SELECT ID, TID FROM information_schema.PROCESSLIST WHERE TID IS NOT NULL").unwrap();
+    let pl: Vec<(u64, i64)> =
+        c.query("SELECT ID, TID FROM information_schema.PROCESSLIST WHERE TID IS NOT NULL").unwrap();
     let j = stacks_json(&sb, &[]);
     let by_tid: HashMap<i64, u64> = j["samples"][0]["threads"]
         .as_array()
@@ -106,12 +114,26 @@ fn sigkill_mid_capture_never_leaves_a_thread_stopped() {
     for i in 0..40u64 {
         let mode = if i % 2 == 0 { "consistent" } else { "rolling" };
         let mut child = Command::new(bin)
-            .args(["stacks", "--pid", &pid.to_string(), "--no-sql", "--mode", mode, "--samples", "100000", "--interval-ms", "1", "-o", "/dev/null"])
+            .args([
+                "stacks",
+                "--pid",
+                &pid.to_string(),
+                "--no-sql",
+                "--mode",
+                mode,
+                "--samples",
+                "100000",
+                "--interval-ms",
+                "1",
+                "-o",
+                "/dev/null",
+            ])
             .spawn()
             .unwrap();
         // Kill at varying points: during module loading, first captures, later captures.
         std::thread::sleep(Duration::from_millis(30 + (i * 37) % 300));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+            .unwrap();
         child.wait().unwrap();
         // Give the kernel a moment to finish detaching, then no thread may be stopped.
         let t0 = Instant::now();
@@ -142,7 +164,23 @@ fn every_output_format_parses() {
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     let run = |fmt: &str, file: &str| {
         let p = dir.join(file);
-        let out = pileup(&["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--samples", "3", "--interval-ms", "50", "--format", fmt, "-o", p.to_str().unwrap()]);
+        let out = pileup(&[
+            "stacks",
+            "--pid",
+            &pid,
+            "-S",
+            &sock,
+            "-u",
+            "root",
+            "--samples",
+            "3",
+            "--interval-ms",
+            "50",
+            "--format",
+            fmt,
+            "-o",
+            p.to_str().unwrap(),
+        ]);
         assert!(out.status.success(), "{fmt}: {}", String::from_utf8_lossy(&out.stderr));
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{file} must be 0600");
@@ -203,7 +241,10 @@ fn bad_input_gets_one_clear_line_and_nonzero_exit() {
     // ...unless asked: then it works, and `sleep` is left running.
     let out = pileup(&["stacks", "--pid", &sp, "--any-process", "--no-sql"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("nanosleep") || String::from_utf8_lossy(&out.stdout).contains("sleep"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nanosleep")
+            || String::from_utf8_lossy(&out.stdout).contains("sleep")
+    );
     assert!(sleeper.try_wait().unwrap().is_none(), "sleep still runs");
     let _ = sleeper.kill();
     let _ = sleeper.wait();
@@ -214,9 +255,14 @@ fn bad_input_gets_one_clear_line_and_nonzero_exit() {
     assert!(!out.status.success());
     // A password on the command line is refused.
     let out = pileup(&["-psecret", "stacks", "--pid", "1"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refusing a password"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refusing a password"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // An output directory that does not exist: error, nothing half-written.
-    let out = pileup(&["stacks", "--pid", &std::process::id().to_string(), "--any-process", "-o", "/nonexistent/dir/x.txt"]);
+    let out =
+        pileup(&["stacks", "--pid", &std::process::id().to_string(), "--any-process", "-o", "/nonexistent/dir/x.txt"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
 
@@ -226,7 +272,18 @@ fn server_that_exits_is_reported_not_hung() {
     let pid = sb.pid();
     let bin = env!("CARGO_BIN_EXE_pileup");
     let child = Command::new(bin)
-        .args(["stacks", "--pid", &pid.to_string(), "--no-sql", "--samples", "200", "--interval-ms", "20", "-o", "/dev/null"])
+        .args([
+            "stacks",
+            "--pid",
+            &pid.to_string(),
+            "--no-sql",
+            "--samples",
+            "200",
+            "--interval-ms",
+            "20",
+            "-o",
+            "/dev/null",
+        ])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -262,7 +319,16 @@ fn refused_ptrace_says_how_to_get_permission() {
     let sb = sandbox();
     // The server runs as root; pileup as `nobody` may not trace it.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_pileup"), "stacks", "--no-sql", "--pid", &sb.pid().to_string()])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_pileup"),
+            "stacks",
+            "--no-sql",
+            "--pid",
+            &sb.pid().to_string(),
+        ])
         .output()
         .expect("setpriv (util-linux)");
     assert!(!out.status.success());
@@ -279,7 +345,12 @@ fn pid_auto_refuses_to_guess_between_servers() {
     let out = pileup(&["stacks", "--no-sql"]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("several servers are running") && e.contains(&a.pid().to_string()) && e.contains(&b.pid().to_string()), "{e}");
+    assert!(
+        e.contains("several servers are running")
+            && e.contains(&a.pid().to_string())
+            && e.contains(&b.pid().to_string()),
+        "{e}"
+    );
     assert!(e.contains("--pid"), "{e}");
 }
 
@@ -312,7 +383,10 @@ fn threads_created_and_exiting_during_sampling_are_handled() {
     assert!(conns > 100, "churn too slow to test anything: {conns} connections");
     let samples = j["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 60);
-    let changed: u64 = samples.iter().map(|s| s["stats"]["threads_appeared"].as_u64().unwrap() + s["stats"]["threads_missed"].as_u64().unwrap()).sum();
+    let changed: u64 = samples
+        .iter()
+        .map(|s| s["stats"]["threads_appeared"].as_u64().unwrap() + s["stats"]["threads_missed"].as_u64().unwrap())
+        .sum();
     assert!(changed > 0, "no thread appeared or vanished during {conns} connections");
     for s in samples {
         for m in s["missed"].as_array().unwrap() {

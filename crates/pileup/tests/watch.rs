@@ -17,9 +17,26 @@ fn now_unix() -> f64 {
 }
 
 /// Start `pileup watch --json`; events arrive on the returned channel.
-fn watch(sb: &pileup_sandbox::Sandbox, data: &std::path::Path, extra: &[&str]) -> (Child, mpsc::Receiver<serde_json::Value>) {
+fn watch(
+    sb: &pileup_sandbox::Sandbox,
+    data: &std::path::Path,
+    extra: &[&str],
+) -> (Child, mpsc::Receiver<serde_json::Value>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string(), "--data-dir", data.to_str().unwrap(), "--interval", "200ms", "--json"])
+        .args([
+            "watch",
+            "-S",
+            sb.endpoint.socket.to_str().unwrap(),
+            "-u",
+            "root",
+            "--pid",
+            &sb.pid().to_string(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--interval",
+            "200ms",
+            "--json",
+        ])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -39,7 +56,12 @@ fn watch(sb: &pileup_sandbox::Sandbox, data: &std::path::Path, extra: &[&str]) -
     (child, rx)
 }
 
-fn wait_for(rx: &mpsc::Receiver<serde_json::Value>, kind: &str, within: Duration, seen: &mut Vec<serde_json::Value>) -> Option<serde_json::Value> {
+fn wait_for(
+    rx: &mpsc::Receiver<serde_json::Value>,
+    kind: &str,
+    within: Duration,
+    seen: &mut Vec<serde_json::Value>,
+) -> Option<serde_json::Value> {
     let t0 = Instant::now();
     while t0.elapsed() < within {
         if let Ok(v) = rx.recv_timeout(Duration::from_millis(100)) {
@@ -61,7 +83,14 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     // poll: let them connect before the watcher starts (on a busy 2-core box
     // they can take longer than the first poll).
     let t0 = std::time::Instant::now();
-    while sb.connect().unwrap().query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'").unwrap().map_or(0, |r| r.1) < 5 {
+    while sb
+        .connect()
+        .unwrap()
+        .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+        .unwrap()
+        .map_or(0, |r| r.1)
+        < 5
+    {
         assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -80,14 +109,23 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
         c.read_to_string(&mut b).unwrap();
         b
     };
-    assert!(body.contains("\npileup_questions_rate ") && body.contains("\npileup_threads_running ") && body.contains("pileup_polls_total"), "{body}");
+    assert!(
+        body.contains("\npileup_questions_rate ")
+            && body.contains("\npileup_threads_running ")
+            && body.contains("pileup_polls_total"),
+        "{body}"
+    );
     seen.clear();
     while let Ok(v) = rx.try_recv() {
         seen.push(v);
     }
     let polls = seen.iter().filter(|v| v["event"] == "poll").count();
     assert!(polls >= 15, "only {polls} polls in 5 s at 200 ms");
-    assert!(seen.iter().all(|v| v["event"] == "poll"), "steady load must not trigger: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
+    assert!(
+        seen.iter().all(|v| v["event"] == "poll"),
+        "steady load must not trigger: {:?}",
+        seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
+    );
     assert!(seen.iter().any(|v| v["derived"]["questions_rate"].as_f64().unwrap_or(0.0) > 10.0), "rates are derived");
     // Every poll summarises the processlist and times each collector.
     for k in ["pl_threads", "pl_active", "cost_status_ms", "cost_processlist_ms", "cost_os_ms"] {
@@ -111,9 +149,14 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
             })
         })
         .collect();
-    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen).unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
+    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen).unwrap_or_else(|| {
+        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
     let verdict = cap["verdict"].as_str().unwrap();
-    assert!(verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")), "verdict: {verdict}");
+    assert!(
+        verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")),
+        "verdict: {verdict}"
+    );
     let waits = |k: &str| seen.iter().filter_map(|v| v["derived"][k].as_f64()).fold(0.0, f64::max);
     assert!(waits("innodb_row_lock_current_waits") >= 10.0 && waits("pl_active") >= 20.0, "the polls saw the queue");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -129,20 +172,37 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     // The self-contained report: verdict first, rebuilt by `pileup report`,
     // rendered by headless Chromium without a console message.
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert!(html.contains("id=\"verdict\">row lock convoy") && html.contains("<polyline") && html.contains("data:image/svg+xml;base64,"));
+    assert!(
+        html.contains("id=\"verdict\">row lock convoy")
+            && html.contains("<polyline")
+            && html.contains("data:image/svg+xml;base64,")
+    );
     let out = pileup(&["report", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let shot = dir.join("screenshot.png");
     let profile = tempfile_dir("chromium-profile");
     let c = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0", "--window-size=1300,2200"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1300,2200",
+        ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", dir.join("report.html").display()))
         .output()
         .expect("chromium (make deps installs it)");
     assert!(c.status.success(), "chromium failed: {}", String::from_utf8_lossy(&c.stderr));
-    let console: Vec<String> = String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
+    let console: Vec<String> =
+        String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
     assert!(console.is_empty(), "console messages: {console:?}");
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "screenshot of {} bytes", png.len());
@@ -178,14 +238,19 @@ fn a_server_that_stops_answering_is_caught_with_stacks() {
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    let cap = cap.unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
     assert_eq!(cap["trigger"], "poll_failed");
     let verdict = cap["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("the server does not answer SQL"), "{verdict}");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let threads = stacks["samples"][0]["threads"].as_array().unwrap();
-    assert!(threads.iter().any(|t| labels(t).iter().any(|l| l == "handle_connections_sockets")), "stacks captured while SQL was dead");
+    assert!(
+        threads.iter().any(|t| labels(t).iter().any(|l| l == "handle_connections_sockets")),
+        "stacks captured while SQL was dead"
+    );
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
     assert!(first_stack - onset < 2.0, "first stack {:.2} s after onset", first_stack - onset);
     // The server is fine afterwards.
@@ -205,7 +270,14 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
     let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=2", "--table-size=2000"];
     sb.sql("CREATE DATABASE sbtest").unwrap();
-    assert!(Command::new("sysbench").arg("oltp_write_only").args(base).arg("prepare").output().unwrap().status.success());
+    assert!(Command::new("sysbench")
+        .arg("oltp_write_only")
+        .args(base)
+        .arg("prepare")
+        .output()
+        .unwrap()
+        .status
+        .success());
     // Rate-limited writers: few running at steady state, all of them queue once writes block.
     let mut load = Command::new("sysbench")
         .arg("oltp_write_only")
@@ -219,18 +291,27 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let (mut child, rx) = watch(&sb, &data, &[]);
     std::thread::sleep(Duration::from_secs(4));
     let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
-    assert!(seen.iter().all(|v| v["event"] == "poll"), "steady write load must not trigger: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
+    assert!(
+        seen.iter().all(|v| v["event"] == "poll"),
+        "steady write load must not trigger: {:?}",
+        seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
+    );
     let mut f = sb.connect().unwrap();
     let ftwrl_id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
     f.query_drop("FLUSH TABLES WITH READ LOCK").unwrap();
     let onset = now_unix();
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     f.query_drop("UNLOCK TABLES").unwrap();
-    let cap = cap.unwrap_or_else(|| panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()));
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
     let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
     assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global read lock ({global_waits})");
     let verdict = cap["verdict"].as_str().unwrap();
-    assert!(verdict.starts_with("global read lock") && verdict.contains(&format!("connection {ftwrl_id} ")), "verdict: {verdict}");
+    assert!(
+        verdict.starts_with("global read lock") && verdict.contains(&format!("connection {ftwrl_id} ")),
+        "verdict: {verdict}"
+    );
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
@@ -245,7 +326,22 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
 /// Run `pileup watch --json` for a while (no process: the pid changes on restart).
 fn watch_for(sock: &str, data: &std::path::Path, secs: &str) -> Vec<serde_json::Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["watch", "-S", sock, "-u", "root", "--pid", "none", "--data-dir", data.to_str().unwrap(), "--interval", "200ms", "--duration", secs, "--json"])
+        .args([
+            "watch",
+            "-S",
+            sock,
+            "-u",
+            "root",
+            "--pid",
+            "none",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--interval",
+            "200ms",
+            "--duration",
+            secs,
+            "--json",
+        ])
         .args(["--trigger", "threads_running > 1000"])
         .output()
         .unwrap();
@@ -290,7 +386,19 @@ fn two_servers_on_one_host_are_never_mixed_up() {
     let data = tempfile_dir("watch-two");
     let watch_b = |data: &std::path::Path, extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_pileup"))
-            .args(["watch", "-u", "root", "--data-dir", data.to_str().unwrap(), "--interval", "200ms", "--duration", "1s", "--trigger", "threads_running > 1000"])
+            .args([
+                "watch",
+                "-u",
+                "root",
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--interval",
+                "200ms",
+                "--duration",
+                "1s",
+                "--trigger",
+                "threads_running > 1000",
+            ])
             .args(extra)
             .output()
             .unwrap()
@@ -326,8 +434,15 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     drop(conns);
     std::thread::sleep(Duration::from_secs(4));
     let seen: Vec<serde_json::Value> = rx.try_iter().collect();
-    assert!(seen.iter().any(|v| v["derived"]["threads_connected"].as_f64().unwrap_or(0.0) > 30.0), "the blip was polled");
-    assert!(seen.iter().all(|v| v["event"] == "poll"), "a blip shorter than the hold captures nothing: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>());
+    assert!(
+        seen.iter().any(|v| v["derived"]["threads_connected"].as_f64().unwrap_or(0.0) > 30.0),
+        "the blip was polled"
+    );
+    assert!(
+        seen.iter().all(|v| v["event"] == "poll"),
+        "a blip shorter than the hold captures nothing: {:?}",
+        seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
+    );
     let dirs = std::fs::read_dir(data.join("captures")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(dirs, 0, "the early capture of a blip is dropped, not written");
     // A real one, once the blip's early capture is 10 s old (one early
@@ -344,7 +459,10 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
     let fired_at = fired["unix"].as_f64().unwrap();
     let onset = fired["onset_unix"].as_f64().unwrap();
-    assert!(first_stack < fired_at - 1.0, "first stack {first_stack:.2} should precede the confirmation at {fired_at:.2} by most of the hold");
+    assert!(
+        first_stack < fired_at - 1.0,
+        "first stack {first_stack:.2} should precede the confirmation at {fired_at:.2} by most of the hold"
+    );
     assert!(first_stack - onset < 0.5, "first stack {:.2} s after the condition was first seen", first_stack - onset);
     drop(conns);
     let _ = child.kill();

@@ -40,7 +40,12 @@ pub fn dot(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
     let ids: BTreeMap<&String, usize> = keep.keys().enumerate().map(|(i, k)| (*k, i)).collect();
     let pct = |n: usize| if total == 0 { 0.0 } else { 100.0 * n as f64 / total as f64 };
     writeln!(w, "digraph pileup {{")?;
-    writeln!(w, "  graph [label=\"{}\\n{}\", labelloc=t, fontname=\"Helvetica\"];", esc(&super::default_title(p)), esc(&super::subtitle(p)))?;
+    writeln!(
+        w,
+        "  graph [label=\"{}\\n{}\", labelloc=t, fontname=\"Helvetica\"];",
+        esc(&super::default_title(p)),
+        esc(&super::subtitle(p))
+    )?;
     writeln!(w, "  node [shape=box, style=filled, fontname=\"Helvetica\"];")?;
     for (name, &n) in &keep {
         let s = selfc.get(*name).copied().unwrap_or(0);

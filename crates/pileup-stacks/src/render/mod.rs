@@ -90,7 +90,8 @@ pub fn folded(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
 
 pub fn svg(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
     use inferno::flamegraph::{self, Options};
-    let lines: Vec<String> = crate::aggregate::folded(p, o.thread_root).into_iter().map(|(s, n)| format!("{s} {n}")).collect();
+    let lines: Vec<String> =
+        crate::aggregate::folded(p, o.thread_root).into_iter().map(|(s, n)| format!("{s} {n}")).collect();
     let mut opts = Options::default();
     opts.title = o.title.clone().unwrap_or_else(|| default_title(p));
     opts.count_name = "thread samples".into();

@@ -83,7 +83,10 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
                     }
                     out.push(s);
                     let stack: Vec<&str> = t.labels().collect();
-                    out.push(format!("  holder stack: {}", if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }));
+                    out.push(format!(
+                        "  holder stack: {}",
+                        if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }
+                    ));
                 } else {
                     out.push(s);
                 }
@@ -104,7 +107,12 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let mut s = format!("stack {}: {} ({} thread(s): {})", i + 1, g.count, g.tids.len(), states.join(", "));
         if !g.statements.is_empty() {
-            let st: Vec<String> = g.statements.iter().take(3).map(|(q, n)| format!("{n}× `{}`", crate::annotate::one_line(q, 100))).collect();
+            let st: Vec<String> = g
+                .statements
+                .iter()
+                .take(3)
+                .map(|(q, n)| format!("{n}× `{}`", crate::annotate::one_line(q, 100)))
+                .collect();
             s.push_str(&format!(" running {}", st.join(", ")));
         } else if g.sql.len() == 1 {
             s.push_str(&format!(" {}", g.sql[0]));

@@ -189,7 +189,12 @@ pub fn pprof_message(p: &Profile) -> PProfile {
                     };
                     lines.push(Line { function_id: fid, line: f.line.unwrap_or(0) as i64 });
                 }
-                let mapping_id = frames.first().and_then(|f| f.module.as_ref()).and_then(|m| mapping_ids.get(m)).copied().unwrap_or(0);
+                let mapping_id = frames
+                    .first()
+                    .and_then(|f| f.module.as_ref())
+                    .and_then(|m| mapping_ids.get(m))
+                    .copied()
+                    .unwrap_or(0);
                 out.location.push(Location { id, mapping_id, address: addr, line: lines });
                 id
             });

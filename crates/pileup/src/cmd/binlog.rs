@@ -5,12 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use pileup_binlog::value::Value;
-use pileup_binlog::{reader, Decoder, Event, FileReader, ReadError};
+use anyhow::{bail, Result};
+use pileup_binlog::{print_event, Decoder, Follower, PrintFormat, Stats, Step};
 
 #[derive(clap::Args)]
-#[command(after_long_help = "Examples:\n  pileup binlog /var/lib/mysql/mariadb-bin.000042\n  pileup binlog --format json relay-bin.000007 | jq 'select(.type == \"Update_rows\")'\n  pileup binlog --follow --start-position 1234 relay-bin.000007\n\nRow images hold your data: treat the output like the files themselves.")]
+#[command(
+    after_long_help = "Examples:\n  pileup binlog /var/lib/mysql/mariadb-bin.000042\n  pileup binlog --format json relay-bin.000007 | jq 'select(.type == \"Update_rows\")'\n  pileup binlog --follow --start-position 1234 relay-bin.000007\n\nRow images hold your data: treat the output like the files themselves."
+)]
 pub struct BinlogArgs {
     /// Binlog or relay log files, read in this order.
     #[arg(required = true, value_name = "FILE")]
@@ -34,452 +35,100 @@ pub struct BinlogArgs {
     pub stats: bool,
 }
 
-/// Counts for `--stats`.
-#[derive(Default, serde::Serialize)]
-struct Stats {
-    files: usize,
-    bytes: u64,
-    events: u64,
-    row_events: u64,
-    rows: u64,
-    seconds: f64,
-    events_per_second: f64,
-    rows_per_second: f64,
-    by_type: std::collections::BTreeMap<String, u64>,
-    #[serde(skip)]
-    by_code: Vec<u64>,
-    /// table -> [inserted, updated, deleted] rows
-    by_table: std::collections::BTreeMap<String, [u64; 3]>,
-    #[serde(skip)]
-    by_id: std::collections::HashMap<u64, (String, [u64; 3])>,
-}
-
-impl Stats {
-    fn add(&mut self, ev: &pileup_binlog::RawEvent, e: &Event) -> Result<()> {
-        self.events += 1;
-        self.bytes += ev.bytes.len() as u64;
-        if self.by_code.is_empty() {
-            self.by_code = vec![0; 256];
-        }
-        self.by_code[ev.header.type_code as usize] += 1;
-        if let Event::Rows(r, Some(tm)) = e {
-            self.row_events += 1;
-            let mut it = r.iter(tm);
-            let (mut b, mut a) = (Vec::with_capacity(tm.columns.len()), Vec::with_capacity(tm.columns.len()));
-            let mut n = 0u64;
-            while it.next_into(&mut b, &mut a).map_err(|e| anyhow::anyhow!("{e}"))? {
-                n += 1;
-            }
-            self.rows += n;
-            let k = match r.kind {
-                pileup_binlog::RowsKind::Insert => 0,
-                pileup_binlog::RowsKind::Update => 1,
-                pileup_binlog::RowsKind::Delete => 2,
-            };
-            // By table id (a name per event would cost more than decoding); named at the end.
-            self.by_id.entry(r.table_id).or_insert_with(|| (format!("{}.{}", tm.schema, tm.table), [0; 3])).1[k] += n;
-        }
-        Ok(())
-    }
-
-    fn print(&mut self, json: bool, elapsed: f64) -> Result<()> {
-        for (code, n) in self.by_code.iter().enumerate().filter(|(_, n)| **n > 0) {
-            *self.by_type.entry(pileup_binlog::event::type_name(code as u8).to_string()).or_default() += n;
-        }
-        for (name, c) in self.by_id.values() {
-            let t = self.by_table.entry(name.clone()).or_default();
-            for i in 0..3 {
-                t[i] += c[i];
-            }
-        }
-        self.seconds = elapsed;
-        self.events_per_second = self.events as f64 / elapsed.max(1e-9);
-        self.rows_per_second = self.rows as f64 / elapsed.max(1e-9);
-        if json {
-            println!("{}", serde_json::to_string(self)?);
-            return Ok(());
-        }
-        println!("{} file(s), {:.1} MB, {} events ({} row events, {} rows) decoded in {:.3} s: {:.0} events/s, {:.0} rows/s", self.files, self.bytes as f64 / 1e6, self.events, self.row_events, self.rows, elapsed, self.events_per_second, self.rows_per_second);
-        println!("\nevents by type:");
-        let mut t: Vec<_> = self.by_type.iter().collect();
-        t.sort_by(|a, b| b.1.cmp(a.1));
-        for (k, v) in t {
-            println!("  {v:>10}  {k}");
-        }
-        if !self.by_table.is_empty() {
-            println!("\nrows changed by table:      inserted     updated     deleted");
-            for (k, [i, u, d]) in &self.by_table {
-                println!("  {k:<24} {i:>11} {u:>11} {d:>11}");
-            }
-        }
-        Ok(())
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutFormat {
     Text,
     Json,
 }
 
-// Output: events are written straight to the output through serde's
-// serializer from borrowed values (no JSON tree per event, no key strings
-// copied per row): building a serde_json::Value per row made
-// `--format json` slower than mariadb-binlog on bulk inserts.
-
-/// One field of an event's output, borrowed where it can be.
-enum Field<'a> {
-    Str(std::borrow::Cow<'a, str>),
-    U(u64),
-    B(bool),
-    Strs(Vec<String>),
-    Codes(Vec<u8>),
-}
-
-impl serde::Serialize for Field<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Field::Str(v) => s.serialize_str(v),
-            Field::U(v) => s.serialize_u64(*v),
-            Field::B(v) => s.serialize_bool(*v),
-            Field::Strs(v) => v.serialize(s),
-            Field::Codes(v) => v.serialize(s),
-        }
-    }
-}
-
-/// A column value as JSON: numbers as numbers, text as strings, bytes that
-/// are not UTF-8 as `{"hex": ...}`, temporal and decimal values as the
-/// server prints them.
-struct Val<'v, 'a>(&'v Value<'a>);
-
-impl serde::Serialize for Val<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match *self.0 {
-            Value::Null => s.serialize_unit(),
-            Value::Int(i, _) => s.serialize_i64(i),
-            Value::UInt(u) => s.serialize_u64(u),
-            Value::Float(f) if f.is_finite() => s.serialize_f64(f as f64),
-            Value::Double(f) if f.is_finite() => s.serialize_f64(f),
-            Value::Float(_) | Value::Double(_) => s.serialize_unit(),
-            Value::Bytes(b) | Value::Json(b) => match std::str::from_utf8(b) {
-                Ok(t) => s.serialize_str(t),
-                Err(_) => {
-                    let mut m = s.serialize_map(Some(1))?;
-                    m.serialize_entry("hex", &b.iter().map(|x| format!("{x:02x}")).collect::<String>())?;
-                    m.end()
-                }
-            },
-            Value::Year(y) => s.serialize_u16(y),
-            Value::Bit(b) | Value::Set(b) => s.serialize_u64(b),
-            Value::Enum(e) => s.serialize_u16(e),
-            ref other => s.collect_str(other),
-        }
-    }
-}
-
-/// A row image as a JSON object, columns by name (`@N` when the table map
-/// carries no names), absent columns left out.
-struct Image<'v, 'a> {
-    cols: &'v [Option<Value<'a>>],
-    names: &'v [String],
-}
-
-impl serde::Serialize for Image<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        for (i, v) in self.cols.iter().enumerate() {
-            if let Some(v) = v {
-                match self.names.get(i) {
-                    Some(n) => m.serialize_entry(n, &Val(v))?,
-                    None => m.serialize_entry(&format!("@{}", i + 1), &Val(v))?,
-                }
-            }
-        }
-        m.end()
-    }
-}
-
-/// Decoded row images of one rows event: (before, after), either empty.
-type Images<'a> = Vec<(Vec<Option<Value<'a>>>, Vec<Option<Value<'a>>>)>;
-
-struct RowsOut<'v, 'a> {
-    rows: &'v Images<'a>,
-    names: &'v [String],
-}
-
-impl serde::Serialize for RowsOut<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        let mut seq = s.serialize_seq(Some(self.rows.len()))?;
-        struct Row<'r, 'v, 'a>(&'r (Vec<Option<Value<'a>>>, Vec<Option<Value<'a>>>), &'v [String]);
-        impl serde::Serialize for Row<'_, '_, '_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(None)?;
-                if !self.0 .0.is_empty() {
-                    m.serialize_entry("before", &Image { cols: &self.0 .0, names: self.1 })?;
-                }
-                if !self.0 .1.is_empty() {
-                    m.serialize_entry("after", &Image { cols: &self.0 .1, names: self.1 })?;
-                }
-                m.end()
-            }
-        }
-        for r in self.rows {
-            seq.serialize_element(&Row(r, self.names))?;
-        }
-        seq.end()
-    }
-}
-
-/// An event ready to print: its fields in output order and, for a rows
-/// event whose table map was seen, its decoded rows.
-struct Printed<'e, 'a> {
-    fields: Vec<(&'static str, Field<'e>)>,
-    rows: Option<(Images<'a>, &'e [String], &'static str)>,
-}
-
-/// Fields common to every event, then the type's own; rows decoded.
-/// A row that does not decode is the event's `error` (and the Err, for
-/// the caller to report with the file and offset).
-fn printed<'e, 'a>(file: &'e str, ev: &pileup_binlog::RawEvent, e: &'e Event<'a>) -> (Printed<'e, 'a>, Option<pileup_binlog::DecodeError>) {
-    use std::borrow::Cow::{Borrowed, Owned};
-    let h = ev.header;
-    let mut f: Vec<(&'static str, Field<'e>)> = vec![
-        ("file", Field::Str(Borrowed(file))),
-        ("offset", Field::U(ev.offset)),
-        ("end", Field::U(ev.end())),
-        ("type", Field::Str(Borrowed(pileup_binlog::event::type_name(h.type_code)))),
-        ("server_id", Field::U(h.server_id.into())),
-        ("timestamp", Field::U(h.timestamp.into())),
-        ("log_pos", Field::U(h.log_pos.into())),
-    ];
-    let mut rows = None;
-    let mut err = None;
-    match e {
-        Event::FormatDescription(x) => {
-            f.push(("server_version", Field::Str(Borrowed(&x.server_version))));
-            f.push(("checksum", Field::Str(Owned(format!("{:?}", x.checksum).to_lowercase()))));
-        }
-        Event::Rotate { position, next } => {
-            f.push(("next", Field::Str(Borrowed(next))));
-            f.push(("position", Field::U(*position)));
-        }
-        Event::Query(q) => {
-            f.push(("db", Field::Str(String::from_utf8_lossy(q.db))));
-            f.push(("sql", Field::Str(String::from_utf8_lossy(&q.sql))));
-            f.push(("thread_id", Field::U(q.thread_id.into())));
-            f.push(("error_code", Field::U(q.error_code.into())));
-        }
-        Event::Xid(x) => f.push(("xid", Field::U(*x))),
-        Event::MariaGtid(g) => {
-            f.push(("gtid", Field::Str(Owned(format!("{}-{}-{}", g.domain_id, h.server_id, g.seq_no)))));
-            f.push(("standalone", Field::B(g.standalone())));
-        }
-        Event::MariaGtidList(l) => f.push(("gtids", Field::Strs(l.iter().map(|(d, s, n)| format!("{d}-{s}-{n}")).collect()))),
-        Event::MysqlGtid { uuid, gno } => f.push(("gtid", Field::Str(Owned(format!("{uuid}:{gno}"))))),
-        Event::TableMap(t) => {
-            f.push(("table_id", Field::U(t.table_id)));
-            f.push(("table", Field::Str(Owned(format!("{}.{}", t.schema, t.table)))));
-            f.push(("column_types", Field::Codes(t.columns.iter().map(|c| c.code).collect())));
-        }
-        Event::Rows(r, tm) => {
-            f.push(("table_id", Field::U(r.table_id)));
-            let kind = r.kind.name();
-            f.push(("kind", Field::Str(Borrowed(kind))));
-            match tm {
-                None => f.push(("error", Field::Str(Borrowed("no table map for this table id before it (file read from the middle of a transaction?)")))),
-                Some(tm) => {
-                    f.push(("table", Field::Str(Owned(format!("{}.{}", tm.schema, tm.table)))));
-                    let mut imgs: Images = vec![];
-                    let mut it = r.iter(tm);
-                    loop {
-                        let (mut b, mut a) = (vec![], vec![]);
-                        match it.next_into(&mut b, &mut a) {
-                            Ok(true) => imgs.push((b, a)),
-                            Ok(false) => break,
-                            Err(x) => {
-                                f.push(("error", Field::Str(Owned(format!("row {} does not decode: {x}", imgs.len() + 1)))));
-                                err = Some(x);
-                                break;
-                            }
-                        }
-                    }
-                    rows = Some((imgs, &tm.column_names[..], kind));
-                }
-            }
-        }
-        Event::Annotate(s) => f.push(("sql", Field::Str(String::from_utf8_lossy(s)))),
-        Event::BinlogCheckpoint(x) => f.push(("checkpoint", Field::Str(Borrowed(x)))),
-        Event::Payload(p) => f.push(("payload_bytes", Field::U(p.len() as u64))),
-        Event::Stop | Event::Heartbeat | Event::Other(_) => {}
-    }
-    (Printed { fields: f, rows }, err)
-}
-
-impl Printed<'_, '_> {
-    /// One JSON object per event, on one line.
-    fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        use serde::ser::{SerializeMap, Serializer};
-        let mut ser = serde_json::Serializer::new(&mut *out);
-        let mut m = ser.serialize_map(None)?;
-        for (k, v) in &self.fields {
-            m.serialize_entry(k, v)?;
-        }
-        if let Some((rows, names, _)) = &self.rows {
-            m.serialize_entry("rows", &RowsOut { rows, names })?;
-        }
-        m.end()?;
-        out.write_all(b"\n")
-    }
-
-    /// mysqlbinlog's "# at" line with the fields that say what the event
-    /// is, then a line per row with its images as JSON objects.
-    fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let get = |k: &str| self.fields.iter().find(|(n, _)| *n == k).map(|(_, v)| v);
-        let show = |v: Option<&Field>| match v {
-            Some(Field::Str(s)) => s.to_string(),
-            Some(Field::U(u)) => u.to_string(),
-            Some(other) => serde_json::to_string(other).unwrap_or_default(),
-            None => "null".into(),
-        };
-        write!(out, "# at {} {} server {} end_log_pos {}", show(get("offset")), show(get("type")), show(get("server_id")), show(get("log_pos")))?;
-        for k in ["gtid", "db", "sql", "xid", "table", "next", "position", "server_version", "checkpoint", "error"] {
-            if let Some(v) = get(k) {
-                let shown = show(Some(v));
-                if !(k == "db" && shown.is_empty()) {
-                    write!(out, "  {k}: {shown}")?;
-                }
-            }
-        }
-        if let Some((rows, names, kind)) = &self.rows {
-            let kind = kind.to_uppercase();
-            for (b, a) in rows {
-                write!(out, "\n  {kind}")?;
-                for (side, img) in [("before", b), ("after", a)] {
-                    if !img.is_empty() {
-                        write!(out, " {side} ")?;
-                        serde_json::to_writer(&mut *out, &Image { cols: img, names })?;
-                    }
-                }
-            }
-        }
-        out.write_all(b"\n")
-    }
-}
-
 pub fn run(a: BinlogArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let format = match a.format {
+        OutFormat::Text => PrintFormat::Text,
+        OutFormat::Json => PrintFormat::Json,
+    };
     let mut dec = Decoder::new();
     let mut problems = 0usize;
-    let mut queue: std::collections::VecDeque<PathBuf> = a.files.iter().cloned().collect();
-    let mut first = true;
     let mut stats = Stats::default();
     let t0 = std::time::Instant::now();
-    while let Some(path) = queue.pop_front() {
-        stats.files += 1;
-        let mut r = FileReader::open(&path).map_err(|e| anyhow::anyhow!("{e}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)"))?;
-        r.verify = !a.no_verify;
-        if let (true, Some(p)) = (first, a.start_position) {
-            r.read_format().map_err(anyhow::Error::from)?;
-            r.seek(p);
+    for (i, path) in a.files.iter().enumerate() {
+        let start = if i == 0 { a.start_position.unwrap_or(4) } else { 4 };
+        let f = Follower::open_at(path, start).map_err(|e| {
+            anyhow::anyhow!("{e}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)")
+        })?;
+        // Without --follow each file named is read to its end; with it, the
+        // last one is followed on into the files the server writes next.
+        let mut f = f.verify(!a.no_verify);
+        if !(a.follow && i + 1 == a.files.len()) {
+            f = f.one_file();
         }
-        first = false;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        stats.files += 1;
         loop {
-            match r.next_with_format() {
-                Ok(Some((ev, f))) if a.stats => match dec.decode(f, ev.bytes) {
-                    Ok(e) => stats.add(&ev, &e)?,
-                    Err(e) => {
+            let path = f.path().to_path_buf();
+            match f.step() {
+                Step::Event(ev, fmt) if a.stats => {
+                    if let Err(e) = dec.decode(fmt, ev.bytes).and_then(|e| stats.add(&ev, &e)) {
                         problems += 1;
-                        eprintln!("pileup: {}", reader::at(&ev, &path, e));
-                    }
-                },
-                Ok(Some((ev, f))) => {
-                    let decoded = dec.decode(f, ev.bytes);
-                    // An event that does not decode is printed with its header and the error.
-                    let undecoded = Event::Other(ev.header.type_code);
-                    let (mut p, failed) = printed(&name, &ev, decoded.as_ref().unwrap_or(&undecoded));
-                    let failed = failed.or_else(|| decoded.as_ref().err().cloned());
-                    if let Some(e) = failed {
-                        problems += 1;
-                        let err = reader::at(&ev, &path, e);
-                        eprintln!("pileup: {err}");
-                        if decoded.is_err() {
-                            p.fields.push(("error", Field::Str(err.to_string().into())));
-                        }
-                    }
-                    let w = if a.format == OutFormat::Json { p.write_json(&mut out) } else { p.write_text(&mut out) };
-                    if w.is_err() {
-                        return Ok(()); // reader went away (| head)
+                        eprintln!("pileup: {}", pileup_binlog::reader::at(&ev, &path, e));
                     }
                 }
-                Ok(None) => {
-                    if !a.follow {
-                        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                        if len > r.position() {
-                            eprintln!("pileup: {} ends inside an event at offset {} ({} bytes follow; still being written? --follow waits for the rest)", path.display(), r.position(), len - r.position());
+                Step::Event(ev, fmt) => {
+                    let decoded = dec.decode(fmt, ev.bytes);
+                    match print_event(&mut out, format, &path, &ev, &decoded) {
+                        Ok(None) => {}
+                        Ok(Some(problem)) => {
+                            problems += 1;
+                            eprintln!("pileup: {problem}");
                         }
-                        break;
+                        Err(_) => return Ok(()), // the reader went away (| head)
                     }
+                }
+                Step::Rotated => stats.files += 1,
+                Step::End if a.follow => {
                     let _ = out.flush();
-                    // The server moved on to the next file: finish this one first.
-                    if let Some(n) = pileup_binlog::reader::next_started(&path) {
-                        if matches!(r.next_event(), Ok(None)) {
-                            queue.push_front(n);
-                            break;
-                        }
-                        continue;
-                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Err(e @ ReadError::Corrupt { .. }) => {
-                    problems += 1;
-                    let at = r.position();
-                    match r.resync(at).map_err(anyhow::Error::from)? {
-                        Some(next) => eprintln!("pileup: {e}; resynchronised at offset {next}"),
-                        None => {
-                            eprintln!("pileup: {e}; cannot find the next event (checksums are off or the file ends): skipping the rest of {}", path.display());
-                            break;
-                        }
+                Step::End => {
+                    let rest = f.trailing_bytes();
+                    if rest > 0 {
+                        eprintln!(
+                            "pileup: {} ends inside an event at offset {} ({rest} bytes follow; still being written? --follow waits for the rest)",
+                            path.display(),
+                            f.position()
+                        );
                     }
+                    break;
                 }
-                Err(e) => return Err(e).context("reading"),
+                Step::Corrupt { error, resumed_at: Some(next) } => {
+                    problems += 1;
+                    eprintln!("pileup: {error}; resynchronised at offset {next}");
+                }
+                Step::Corrupt { error, resumed_at: None } => {
+                    problems += 1;
+                    eprintln!(
+                        "pileup: {error}; cannot find the next event (checksums are off or the file ends): skipping the rest of {}",
+                        path.display()
+                    );
+                    break;
+                }
+                Step::CannotFollow { next, error } => {
+                    bail!("cannot read on into {}: {error}", next.display())
+                }
             }
         }
     }
     out.flush()?;
     if a.stats {
-        stats.print(a.format == OutFormat::Json, t0.elapsed().as_secs_f64())?;
+        stats.finish(t0.elapsed().as_secs_f64());
+        if a.format == OutFormat::Json {
+            println!("{}", serde_json::to_string(&stats)?);
+        } else {
+            print!("{}", stats.text());
+        }
     }
     if problems > 0 {
         bail!("{problems} corrupt or undecodable event(s), reported above with their offsets");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_and_images_as_json() {
-        let j = |v: Value| serde_json::to_string(&Val(&v)).unwrap();
-        assert_eq!(j(Value::Int(-5, 4)), "-5");
-        assert_eq!(j(Value::UInt(u64::MAX)), "18446744073709551615");
-        assert_eq!(j(Value::Double(f64::NAN)), "null", "JSON has no NaN");
-        assert_eq!(j(Value::Bytes(b"a\"b")), r#""a\"b""#);
-        assert_eq!(j(Value::Bytes(&[0xff, 0x00])), r#"{"hex":"ff00"}"#, "bytes that are not UTF-8");
-        assert_eq!(j(Value::Date { year: 2026, month: 11, day: 23 }), r#""2026-11-23""#);
-        assert_eq!(j(Value::Null), "null");
-        let cols = [Some(Value::Int(1, 4)), None, Some(Value::Bytes(b"x"))];
-        let names = ["id".to_string()];
-        // Named where the table map has names, @N (1-based) where it has not, absent columns left out.
-        assert_eq!(serde_json::to_string(&Image { cols: &cols, names: &names }).unwrap(), r#"{"id":1,"@3":"x"}"#);
-        let rows: Images = vec![(vec![Some(Value::Int(1, 4))], vec![]), (vec![], vec![Some(Value::Int(2, 4))])];
-        assert_eq!(serde_json::to_string(&RowsOut { rows: &rows, names: &names }).unwrap(), r#"[{"before":{"id":1}},{"after":{"id":2}}]"#);
-    }
 }

@@ -11,7 +11,8 @@ use pileup_lag::{render_svg, render_text, sample, LagOptions};
 use crate::output::write_output;
 
 #[derive(clap::Args)]
-#[command(after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
+#[command(
+    after_long_help = "Samples the replica's applier threads (the SQL thread, and the workers of parallel replication) \
 with the stacks engine and reads their processlist state at every sample, then shows where apply time goes: \
 the applier's own page reads, lock and latch waits, commit and fsync, waiting for a prior commit (parallel replication), \
 CPU in row apply, and waiting for the relay log; overall, per table and per row operation (finding the row by \
@@ -22,7 +23,8 @@ doing meanwhile. Where performance_schema is on, it also \
 lists the applier threads' instrumented waits over the period (which latch, which file), longest first; MariaDB \
 times latches only with performance_schema_instrument='wait/synch/%=ON'. Run it on the replica's host (it needs \
 ptrace permission on mariadbd, as `pileup stacks` does).\n\nExamples:\n  pileup lag -S /run/mysqld/mysqld.sock --duration 30s\n  \
-pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --json > lag.json")]
+pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --json > lag.json"
+)]
 pub struct LagArgs {
     /// Server process id, or "auto" for the one listening where pileup connects.
     #[arg(long, default_value = "auto", value_name = "PID|auto")]
@@ -59,11 +61,22 @@ pub fn run(a: LagArgs, conn: &ConnArgs) -> Result<()> {
     let Some(pid) = pid else {
         bail!("pileup lag needs the replica's process: {}", why.unwrap_or_else(|| "give --pid".into()));
     };
-    let o = LagOptions { duration: a.duration, interval: Duration::from_millis(a.interval_ms), max_stop: Duration::from_millis(a.max_stop_ms), stall: Duration::from_millis(a.stall_ms) };
+    let o = LagOptions {
+        duration: a.duration,
+        interval: Duration::from_millis(a.interval_ms),
+        max_stop: Duration::from_millis(a.max_stop_ms),
+        stall: Duration::from_millis(a.stall_ms),
+    };
     let bar = std::io::stderr().is_terminal().then(|| {
         let n = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
         let b = indicatif::ProgressBar::new(n);
-        b.set_style(indicatif::ProgressStyle::with_template("{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}").unwrap().progress_chars("=> "));
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}",
+            )
+            .unwrap()
+            .progress_chars("=> "),
+        );
         b
     });
     let r = sample(pid, &spec, &o, |i, _| {

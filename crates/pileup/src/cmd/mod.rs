@@ -25,7 +25,8 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         Ok(_) => None,
         Err(_) => pileup_watch::trigger::parse_duration(s),
     };
-    secs.map(std::time::Duration::from_secs_f64).ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
+    secs.map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
 }
 
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
@@ -38,14 +39,27 @@ pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Re
     match arg {
         "none" => Ok((None, Some("--pid none".into()))),
         "auto" => {
-            let local = spec.socket.is_some() || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
+            let local = spec.socket.is_some()
+                || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
             if !local {
-                return Ok((None, Some(format!("the server is on {}: run pileup on that host for OS data and stacks", spec.describe()))));
+                return Ok((
+                    None,
+                    Some(format!(
+                        "the server is on {}: run pileup on that host for OS data and stacks",
+                        spec.describe()
+                    )),
+                ));
             }
             let port = if spec.socket.is_none() { Some(spec.port) } else { None };
             match server_listening_on(spec.socket.as_deref(), port) {
                 Listener::Server(pid) => Ok((Some(pid), None)),
-                Listener::None => Ok((None, Some(format!("no local server process listens on {}; give --pid for OS data and stacks", spec.describe())))),
+                Listener::None => Ok((
+                    None,
+                    Some(format!(
+                        "no local server process listens on {}; give --pid for OS data and stacks",
+                        spec.describe()
+                    )),
+                )),
                 // Cannot see the servers' sockets (not root): one server is unambiguous.
                 Listener::Unknown => match auto_pid() {
                     Ok(pid) => Ok((Some(pid), None)),
@@ -53,7 +67,15 @@ pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Re
                 },
             }
         }
-        p => Ok((Some(p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?), None)),
+        p => Ok((
+            Some(
+                p.parse::<i32>()
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?,
+            ),
+            None,
+        )),
     }
 }
 

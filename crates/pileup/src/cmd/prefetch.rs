@@ -9,8 +9,10 @@ use pileup_conn::ConnArgs;
 use pileup_prefetch::run::{run, Counters, Options, Warm};
 
 #[derive(clap::Args)]
-#[command(after_long_help = "Runs beside a replica (connect to the replica, not the primary). It reads the relay log files from disk, \
-so it must run on the replica's host with read access to its datadir.\n\nExample:\n  pileup prefetch -S /run/mysqld/mysqld.sock --readers 4 --stats-every 10")]
+#[command(
+    after_long_help = "Runs beside a replica (connect to the replica, not the primary). It reads the relay log files from disk, \
+so it must run on the replica's host with read access to its datadir.\n\nExample:\n  pileup prefetch -S /run/mysqld/mysqld.sock --readers 4 --stats-every 10"
+)]
 pub struct PrefetchArgs {
     /// Parallel readers (connections issuing lookups).
     #[arg(long, default_value_t = 4)]
@@ -122,7 +124,8 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         let print = |c: &Counters| {
             let snap = c.snapshot();
             if json {
-                let m: serde_json::Map<String, serde_json::Value> = snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+                let m: serde_json::Map<String, serde_json::Value> =
+                    snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
                 println!("{}", serde_json::Value::Object(m));
             } else {
                 eprintln!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));

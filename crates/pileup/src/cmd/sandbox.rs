@@ -53,22 +53,35 @@ pub fn run(c: SandboxCmd) -> Result<()> {
                 };
                 cnf.push((k.trim().to_string(), v.trim().to_string()));
             }
-            let replica_of = match replica_of {
-                Some(n) => Some(
-                    list(None)?
-                        .into_iter()
-                        .find(|(e, up)| e.name == n && *up)
-                        .map(|(e, _)| e)
-                        .ok_or_else(|| anyhow::anyhow!("no running sandbox named {n} (see `pileup sandbox list`)"))?,
-                ),
-                None => None,
-            };
-            let sb = Sandbox::start(Options { name: Some(name), port, binlog, replica_of, cnf, die_with_parent: false, ..Default::default() })?;
+            let replica_of =
+                match replica_of {
+                    Some(n) => {
+                        Some(list(None)?.into_iter().find(|(e, up)| e.name == n && *up).map(|(e, _)| e).ok_or_else(
+                            || anyhow::anyhow!("no running sandbox named {n} (see `pileup sandbox list`)"),
+                        )?)
+                    }
+                    None => None,
+                };
+            let sb = Sandbox::start(Options {
+                name: Some(name),
+                port,
+                binlog,
+                replica_of,
+                cnf,
+                die_with_parent: false,
+                ..Default::default()
+            })?;
             let ep = sb.keep();
             if json {
                 println!("{}", serde_json::to_string_pretty(&ep)?);
             } else {
-                println!("sandbox {} running: pid {}, port {}, socket {}", ep.name, ep.pid, ep.port, ep.socket.display());
+                println!(
+                    "sandbox {} running: pid {}, port {}, socket {}",
+                    ep.name,
+                    ep.pid,
+                    ep.port,
+                    ep.socket.display()
+                );
                 println!("  connect: mariadb -S {} -u root", ep.socket.display());
                 println!("  stacks:  pileup stacks --pid {}", ep.pid);
                 println!("  stop:    pileup sandbox stop {}", ep.name);
@@ -96,7 +109,14 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             } else {
                 println!("{:<16} {:>8} {:>6} {:<8} SOCKET", "NAME", "PID", "PORT", "STATE");
                 for (e, up) in l {
-                    println!("{:<16} {:>8} {:>6} {:<8} {}", e.name, e.pid, e.port, if up { "running" } else { "dead" }, e.socket.display());
+                    println!(
+                        "{:<16} {:>8} {:>6} {:<8} {}",
+                        e.name,
+                        e.pid,
+                        e.port,
+                        if up { "running" } else { "dead" },
+                        e.socket.display()
+                    );
                 }
             }
             Ok(())

@@ -96,7 +96,11 @@ pub struct StacksArgs {
 pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
     let pid = match a.pid.as_str() {
         "auto" => pileup_stacks::proc::auto_pid()?,
-        p => p.parse::<i32>().ok().filter(|&p| p > 0).with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
+        p => p
+            .parse::<i32>()
+            .ok()
+            .filter(|&p| p > 0)
+            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
     };
     if a.samples == 0 {
         bail!("--samples must be at least 1");
@@ -138,7 +142,11 @@ pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(samples as u64);
-        b.set_style(indicatif::ProgressStyle::with_template("{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration}").unwrap().progress_chars("=> "));
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration}")
+                .unwrap()
+                .progress_chars("=> "),
+        );
         b
     });
     sampler.run(samples, interval, |i, _| {
@@ -204,7 +212,13 @@ fn server_socket(pid: i32) -> Option<PathBuf> {
 fn print_stats(p: &pileup_stacks::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
     let n = p.samples.len();
-    eprintln!("pileup stats: pid {} ({}), {} sample(s), {} mode", p.pid, p.exe, n, if p.mode == Mode::Consistent { "consistent" } else { "rolling" });
+    eprintln!(
+        "pileup stats: pid {} ({}), {} sample(s), {} mode",
+        p.pid,
+        p.exe,
+        n,
+        if p.mode == Mode::Consistent { "consistent" } else { "rolling" }
+    );
     for s in &p.samples {
         let st = &s.stats;
         eprintln!(

@@ -117,7 +117,12 @@ pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
         cooldown: a.cooldown,
         max_captures_per_hour: a.max_captures_per_hour,
         min_free_bytes: a.min_free_mib << 20,
-        capture: CaptureSettings { samples: a.capture_samples, interval: a.capture_interval, any_process: a.any_process, ..Default::default() },
+        capture: CaptureSettings {
+            samples: a.capture_samples,
+            interval: a.capture_interval,
+            any_process: a.any_process,
+            ..Default::default()
+        },
         derive: pileup_watch::derive::DeriveOptions { link_bps: a.link_mbps * 1e6 },
         retention: Default::default(),
         duration: a.duration,
@@ -172,7 +177,11 @@ pub(crate) unsafe fn signal_flag(sig: i32, flag: Arc<AtomicBool>) {
             f.store(true, Ordering::SeqCst);
         }
     }
-    let sa = nix::sys::signal::SigAction::new(nix::sys::signal::SigHandler::Handler(handler), nix::sys::signal::SaFlags::SA_RESTART, nix::sys::signal::SigSet::empty());
+    let sa = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(handler),
+        nix::sys::signal::SaFlags::SA_RESTART,
+        nix::sys::signal::SigSet::empty(),
+    );
     if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
         let _ = nix::sys::signal::sigaction(s, &sa);
     }
@@ -195,7 +204,10 @@ pub fn run_captures(a: CapturesArgs) -> Result<()> {
     let store = Store::open(&dir)?;
     let caps = store.captures()?;
     if a.json {
-        let v: Vec<_> = caps.iter().map(|(u, d, t, v)| serde_json::json!({"unix": u, "dir": d, "trigger": t, "verdict": v})).collect();
+        let v: Vec<_> = caps
+            .iter()
+            .map(|(u, d, t, v)| serde_json::json!({"unix": u, "dir": d, "trigger": t, "verdict": v}))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if caps.is_empty() {
         println!("no captures in {}", dir.display());
@@ -221,7 +233,12 @@ pub fn run_report(a: ReportArgs) -> Result<()> {
     }
     let data_dir = a.dir.parent().and_then(|p| p.parent()).filter(|d| d.join("pileup.db").exists());
     match data_dir {
-        Some(d) => pileup_watch::report::refresh(&a.dir, &Store::open(d)?, pileup_watch::watch::BEFORE_SECS, pileup_watch::watch::AFTER_SECS)?,
+        Some(d) => pileup_watch::report::refresh(
+            &a.dir,
+            &Store::open(d)?,
+            pileup_watch::watch::BEFORE_SECS,
+            pileup_watch::watch::AFTER_SECS,
+        )?,
         None => pileup_watch::report::write_html(&a.dir)?,
     }
     println!("{}", a.dir.join("report.html").display());

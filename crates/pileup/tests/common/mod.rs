@@ -61,7 +61,12 @@ pub fn sysbench(sb: &Sandbox, test: &str, threads: u32, seconds: u32) -> Child {
     let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
     let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=2", "--table-size=2000"];
     sb.sql("CREATE DATABASE IF NOT EXISTS sbtest").unwrap();
-    let prep = Command::new("sysbench").arg(test).args(base).arg("prepare").output().expect("sysbench is installed (make deps)");
+    let prep = Command::new("sysbench")
+        .arg(test)
+        .args(base)
+        .arg("prepare")
+        .output()
+        .expect("sysbench is installed (make deps)");
     assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
     Command::new("sysbench")
         .arg(test)

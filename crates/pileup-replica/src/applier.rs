@@ -38,11 +38,18 @@ impl ApplierProbe {
 
     pub fn read(&mut self, c: &mut mysql::Conn) -> Result<Applier> {
         let row: Option<mysql::Row> = c.query_first("SHOW SLAVE STATUS").map_err(|e| {
-            let denied = matches!(&e, mysql::Error::MySqlError(m) if m.code == 1227 || m.code == 1045 || m.code == 1142);
-            let hint = if denied { "; it needs the REPLICATION CLIENT privilege (SLAVE MONITOR on MariaDB 10.5+)" } else { "" };
+            let denied =
+                matches!(&e, mysql::Error::MySqlError(m) if m.code == 1227 || m.code == 1045 || m.code == 1142);
+            let hint = if denied {
+                "; it needs the REPLICATION CLIENT privilege (SLAVE MONITOR on MariaDB 10.5+)"
+            } else {
+                ""
+            };
             anyhow::anyhow!("reading replica status (SHOW SLAVE STATUS): {e}{hint}")
         })?;
-        let Some(row) = row else { bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica") };
+        let Some(row) = row else {
+            bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica")
+        };
         let get = |name: &str| -> Option<String> {
             let i = row.columns_ref().iter().position(|c| c.name_str() == name)?;
             match row.as_ref(i)? {
@@ -73,7 +80,8 @@ impl ApplierProbe {
 
 /// The directory of the relay logs and the index file.
 pub fn relay_dir(c: &mut mysql::Conn) -> Result<(PathBuf, PathBuf)> {
-    let (index, datadir): (Option<String>, String) = c.query_first("SELECT @@relay_log_index, @@datadir")?.context("no relay log settings")?;
+    let (index, datadir): (Option<String>, String) =
+        c.query_first("SELECT @@relay_log_index, @@datadir")?.context("no relay log settings")?;
     let index = index.filter(|s| !s.is_empty()).context("relay_log_index is empty")?;
     let index = Path::new(&datadir).join(index);
     let dir = index.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&datadir));

@@ -35,7 +35,10 @@ pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<(String, Di
             return None;
         }
         let g = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-        Some((f[2].to_string(), DiskCounters { reads: g(3), read_ms: g(6), writes: g(7), write_sectors: g(9), busy_ms: g(12) }))
+        Some((
+            f[2].to_string(),
+            DiskCounters { reads: g(3), read_ms: g(6), writes: g(7), write_sectors: g(9), busy_ms: g(12) },
+        ))
     })
 }
 
@@ -112,7 +115,11 @@ impl DeviceReport {
 
 /// Storage I/O of the threads `tids` between two snapshots (a thread
 /// born in between counts from zero).
-pub fn io_between(before: &HashMap<i32, ThreadIo>, after: &HashMap<i32, ThreadIo>, tids: impl IntoIterator<Item = i32>) -> ThreadIo {
+pub fn io_between(
+    before: &HashMap<i32, ThreadIo>,
+    after: &HashMap<i32, ThreadIo>,
+    tids: impl IntoIterator<Item = i32>,
+) -> ThreadIo {
     let mut sum = ThreadIo::default();
     for t in tids {
         let (a, b) = (after.get(&t).copied().unwrap_or_default(), before.get(&t).copied().unwrap_or_default());
@@ -134,7 +141,16 @@ mod tests {
     fn diskstats_line_of_a_device() {
         let (name, c) = parse_diskstats(STATS, 254, 0).unwrap();
         assert_eq!(name, "vda");
-        assert_eq!(c, DiskCounters { reads: 45753056, read_ms: 13496513, writes: 44536265, write_sectors: 3263856936, busy_ms: 5299888 });
+        assert_eq!(
+            c,
+            DiskCounters {
+                reads: 45753056,
+                read_ms: 13496513,
+                writes: 44536265,
+                write_sectors: 3263856936,
+                busy_ms: 5299888
+            }
+        );
         assert_eq!(parse_diskstats(STATS, 254, 1).unwrap().0, "vda1");
         assert!(parse_diskstats(STATS, 8, 0).is_none());
     }
@@ -157,7 +173,10 @@ mod tests {
         let me = std::process::id() as i32;
         let m = thread_io(me);
         assert!(m.contains_key(&me), "the main thread's io file is readable: {m:?}");
-        assert_eq!(thread_io_of("rchar: 5\nread_bytes: 8192\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n"), Some(ThreadIo { read: 8192, write: 4096 }));
+        assert_eq!(
+            thread_io_of("rchar: 5\nread_bytes: 8192\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n"),
+            Some(ThreadIo { read: 8192, write: 4096 })
+        );
         assert_eq!(thread_io_of("rchar: 5\n"), None);
         let io = |read, write| ThreadIo { read, write };
         let before = HashMap::from([(1, io(100, 0)), (2, io(50, 50))]);

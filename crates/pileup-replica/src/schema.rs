@@ -63,10 +63,25 @@ impl Table {
     /// Build from information_schema rows: columns as (ordinal, name,
     /// column_type, data_type); index parts as (index, non_unique,
     /// seq_in_index, column name).
-    pub fn from_parts(schema: &str, name: &str, cols: &[(u32, String, String, String)], parts: &[(String, bool, u32, String)]) -> Result<Table> {
+    pub fn from_parts(
+        schema: &str,
+        name: &str,
+        cols: &[(u32, String, String, String)],
+        parts: &[(String, bool, u32, String)],
+    ) -> Result<Table> {
         let mut columns: Vec<(u32, Column)> = cols
             .iter()
-            .map(|(pos, n, column_type, data_type)| (*pos, Column { name: n.clone(), unsigned: column_type.contains("unsigned"), data_type: data_type.to_lowercase(), nullable: false }))
+            .map(|(pos, n, column_type, data_type)| {
+                (
+                    *pos,
+                    Column {
+                        name: n.clone(),
+                        unsigned: column_type.contains("unsigned"),
+                        data_type: data_type.to_lowercase(),
+                        nullable: false,
+                    },
+                )
+            })
             .collect();
         columns.sort_by_key(|(p, _)| *p);
         let columns: Vec<Column> = columns.into_iter().map(|(_, c)| c).collect();
@@ -99,12 +114,14 @@ impl Table {
             (schema, name),
         )?;
         let nullable: Vec<String> = rows.iter().filter(|r| r.4 == "YES").map(|r| r.1.clone()).collect();
-        let cols: Vec<(u32, String, String, String)> = rows.into_iter().map(|(p, n, ct, dt, _)| (p, n, ct, dt)).collect();
+        let cols: Vec<(u32, String, String, String)> =
+            rows.into_iter().map(|(p, n, ct, dt, _)| (p, n, ct, dt)).collect();
         let parts: Vec<(String, i64, u32, String)> = c.exec(
             "SELECT INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (schema, name),
         )?;
-        let parts: Vec<(String, bool, u32, String)> = parts.into_iter().map(|(i, nu, s, c)| (i, nu != 0, s, c)).collect();
+        let parts: Vec<(String, bool, u32, String)> =
+            parts.into_iter().map(|(i, nu, s, c)| (i, nu != 0, s, c)).collect();
         let mut t = Table::from_parts(schema, name, &cols, &parts)?;
         for col in t.columns.iter_mut() {
             col.nullable = nullable.contains(&col.name);

@@ -1,0 +1,19 @@
+//! pileup-replica: what pileup's replica tools (`prefetch`, `lag`) need to
+//! know about a replica, each in its own module:
+//!
+//! * [`applier`]: where the SQL thread is (relay log file and position,
+//!   lag) and where the relay logs live;
+//! * [`schema`]: table definitions as the replica has them;
+//! * [`statement`]: statement fingerprints and the table a write names;
+//! * [`session`]: settings for sessions that read beside the applier and
+//!   never hold it up;
+//! * [`history`]: InnoDB's history list length (purge's backlog);
+//! * [`device`]: what the datadir's device and the applier threads read
+//!   and wrote (/proc).
+
+pub mod applier;
+pub mod device;
+pub mod history;
+pub mod schema;
+pub mod session;
+pub mod statement;
