@@ -364,14 +364,12 @@ pub fn sample(
 /// The table the transaction starting at `pos` of a relay log writes first
 /// (its first table map, or its first statement's table).
 pub fn table_in_group(path: &std::path::Path, pos: u64) -> Option<String> {
-    use pileup_binlog::{Decoder, Event, FileReader};
-    let mut r = FileReader::open(path).ok()?;
-    r.read_format().ok()?;
-    r.seek(pos);
+    use pileup_binlog::{Decoder, Event, Follower, Step};
+    let mut f = Follower::open_at(path, pos).ok()?.one_file();
     let mut dec = Decoder::new();
     for _ in 0..64 {
-        let (ev, f) = r.next_with_format().ok()??;
-        match dec.decode(f, ev.bytes) {
+        let Step::Event(ev, fmt) = f.step() else { return None };
+        match dec.decode(fmt, ev.bytes) {
             Ok(Event::TableMap(tm)) => return Some(format!("{}.{}", tm.schema, tm.table)),
             Ok(Event::Query(q)) => {
                 let db = String::from_utf8_lossy(q.db).into_owned();
@@ -406,58 +404,49 @@ pub fn tables_of_gtids(
     wanted: &std::collections::HashSet<String>,
     max_events: u64,
 ) -> HashMap<String, String> {
-    use pileup_binlog::{Decoder, Event, FileReader};
+    use pileup_binlog::{Decoder, Event, Follower, Step};
     let wanted: std::collections::HashSet<String> = wanted.iter().map(|g| gtid_key(g)).collect();
     let mut found: HashMap<String, String> = HashMap::new();
+    let Ok(mut f) = Follower::open_at(path, pos.max(4)) else { return found };
     let mut dec = Decoder::new();
-    let (mut path, mut pos, mut read) = (path.to_path_buf(), pos, 0u64);
+    let mut read = 0u64;
+    // The transaction being read (None after a damaged event: in no group).
+    let mut current: Option<String> = None;
     loop {
-        let Ok(mut r) = FileReader::open(&path) else { break };
-        if r.read_format().is_err() {
-            break;
-        }
-        r.seek(pos.max(4));
-        let mut current: Option<String> = None;
-        loop {
-            let (ev, f) = match r.next_with_format() {
-                Ok(Some(x)) => x,
-                Ok(None) => break,
-                // A damaged event: go on at the next sound one, in no group.
-                Err(pileup_binlog::ReadError::Corrupt { offset, .. }) => match r.resync(offset) {
-                    Ok(Some(_)) => {
-                        current = None;
-                        continue;
-                    }
-                    _ => break,
-                },
-                Err(_) => break,
-            };
-            read += 1;
-            match dec.decode(f, ev.bytes) {
-                Ok(Event::MariaGtid(g)) => current = Some(format!("{}-{}", g.domain_id, g.seq_no)),
-                Ok(Event::MysqlGtid { uuid, gno }) => current = Some(format!("{}:{gno}", uuid.to_ascii_lowercase())),
-                Ok(Event::TableMap(tm)) => {
+        let (ev, fmt) = match f.step() {
+            Step::Event(ev, fmt) => (ev, fmt),
+            Step::Rotated => {
+                current = None;
+                continue;
+            }
+            // A damaged event: go on at the next sound one.
+            Step::Corrupt { resumed_at: Some(_), .. } => {
+                current = None;
+                continue;
+            }
+            Step::End | Step::Corrupt { .. } | Step::CannotFollow { .. } => break,
+        };
+        read += 1;
+        match dec.decode(fmt, ev.bytes) {
+            Ok(Event::MariaGtid(g)) => current = Some(format!("{}-{}", g.domain_id, g.seq_no)),
+            Ok(Event::MysqlGtid { uuid, gno }) => current = Some(format!("{}:{gno}", uuid.to_ascii_lowercase())),
+            Ok(Event::TableMap(tm)) => {
+                if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
+                    found.entry(g).or_insert_with(|| format!("{}.{}", tm.schema, tm.table));
+                }
+            }
+            Ok(Event::Query(q)) => {
+                let db = String::from_utf8_lossy(q.db).into_owned();
+                if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
                     if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
-                        found.entry(g).or_insert_with(|| format!("{}.{}", tm.schema, tm.table));
+                        found.entry(g).or_insert(t);
                     }
                 }
-                Ok(Event::Query(q)) => {
-                    let db = String::from_utf8_lossy(q.db).into_owned();
-                    if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
-                        if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
-                            found.entry(g).or_insert(t);
-                        }
-                    }
-                }
-                _ => {}
             }
-            if found.len() == wanted.len() || read >= max_events {
-                return found;
-            }
+            _ => {}
         }
-        match pileup_binlog::reader::next_started(&path) {
-            Some(next) => (path, pos) = (next, 4),
-            None => break,
+        if found.len() == wanted.len() || read >= max_events {
+            break;
         }
     }
     found

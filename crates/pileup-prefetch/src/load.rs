@@ -59,6 +59,8 @@ pub struct Loader {
     own_backup: bool,
     /// Loads asked for.
     pub loads: u64,
+    /// Where problems are said (from Drop too).
+    say: crate::Say,
 }
 
 /// The directory InnoDB reads its buffer pool file from.
@@ -74,7 +76,7 @@ fn dump_dir(datadir: &str, home: &str) -> PathBuf {
 impl Loader {
     /// Take over the server's buffer pool file for page lists. `c` is a
     /// connection of its own (the loads are asked for on it).
-    pub fn start(mut c: mysql::Conn) -> Result<Loader> {
+    pub fn start(mut c: mysql::Conn, say: crate::Say) -> Result<Loader> {
         let (file, io_capacity, datadir, home): (String, u64, String, Option<String>) = c
             .query_first(
                 "SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir",
@@ -89,7 +91,7 @@ impl Loader {
         let backup = backup_path(&path);
         let mut own_backup = false;
         if backup.exists() {
-            eprintln!("pileup prefetch: {} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display());
+            say(format!("{} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display()));
         } else if let Some(b) = &saved {
             std::fs::write(&backup, b).with_context(|| {
                 format!(
@@ -102,6 +104,7 @@ impl Loader {
         let cap = (io_capacity.saturating_sub(1) as usize).clamp(1, 190);
         Ok(Loader {
             c,
+            say,
             path,
             saved,
             last: vec![],
@@ -235,7 +238,7 @@ fn replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
 impl Drop for Loader {
     fn drop(&mut self) {
         if let Err(e) = self.finish() {
-            eprintln!("pileup prefetch: {e:#}");
+            (self.say)(format!("{e:#}"));
         }
     }
 }

@@ -123,7 +123,7 @@ impl Deferral {
         Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, failed: false, told_long: false })
     }
 
-    pub fn tick(&mut self, lagging: bool, counters: &crate::run::Counters) {
+    pub fn tick(&mut self, lagging: bool, counters: &crate::Counters, say: &crate::Say) {
         use std::sync::atomic::Ordering::Relaxed;
         if self.last.is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(250)) {
             return;
@@ -147,7 +147,7 @@ impl Deferral {
                     Action::Release(why) => {
                         if why == Why::HistoryCap {
                             counters.purge_released_at_cap.fetch_add(1, Relaxed);
-                            eprintln!("pileup prefetch: the history list reached {history} (--defer-purge cap {}): letting purge run until it is below half of that", self.cap);
+                            say(format!("the history list reached {history} (--defer-purge cap {}): letting purge run until it is below half of that", self.cap));
                         }
                         counters.purge_held_ms.fetch_add(held_for.as_millis() as u64, Relaxed);
                         tracing::debug!(history, ?why, "purge released");
@@ -155,19 +155,17 @@ impl Deferral {
                     Action::Keep => {
                         if lagging && !h.held() && history >= self.cap / 2 && !self.told_long {
                             self.told_long = true;
-                            eprintln!(
-                                "pileup prefetch: --defer-purge: the history list is already {history} (half the cap of {} or more): purge runs until it is below that",
+                            say(format!(
+                                "--defer-purge: the history list is already {history} (half the cap of {} or more): purge runs until it is below that",
                                 self.cap
-                            );
+                            ));
                         }
                     }
                 }
             }
             Err(e) => {
                 if !self.failed {
-                    eprintln!(
-                        "pileup prefetch: --defer-purge lost its connection ({e:#}); purge runs until it is back"
-                    );
+                    say(format!("--defer-purge lost its connection ({e:#}); purge runs until it is back"));
                 }
                 self.failed = true;
                 // The server ended the hold with the connection.
@@ -179,7 +177,7 @@ impl Deferral {
     }
 
     /// Let purge run again (on exit).
-    pub fn finish(&mut self, counters: &crate::run::Counters) {
+    pub fn finish(&mut self, counters: &crate::Counters) {
         use std::sync::atomic::Ordering::Relaxed;
         if let Some(h) = self.hold.as_mut() {
             // A failed COMMIT still ends the hold: the connection goes with us.

@@ -589,7 +589,7 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
     };
     let mut c = sb.connect().unwrap();
     let cold = in_pool(&mut c);
-    let mut loader = Loader::start(sb.connect().unwrap()).unwrap();
+    let mut loader = Loader::start(sb.connect().unwrap(), std::sync::Arc::new(|m| eprintln!("{m}"))).unwrap();
     assert_eq!(loader.path(), bp_file.as_path());
     let cap = loader.capacity();
     assert!(cap < 200, "each list stays under innodb_io_capacity (200 here): {cap}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use pileup_conn::ConnArgs;
-use pileup_prefetch::run::{run, Counters, Options, Warm};
+use pileup_prefetch::{run, Counters, Options, Warm};
 
 #[derive(clap::Args)]
 #[command(
@@ -139,7 +139,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
             if t.elapsed() >= Duration::from_secs(every) {
                 print(&c2);
                 let busy = c2.readers_busy_ms.load(Ordering::Relaxed);
-                let advice = pileup_prefetch::run::reader_advice(
+                let advice = pileup_prefetch::reader_advice(
                     busy - busy0,
                     t.elapsed().as_secs_f64(),
                     c2.keys_ahead.load(Ordering::Relaxed),
@@ -156,7 +156,8 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
         }
         print(&c2);
     });
-    let r = run(&spec, &o, counters, stop.clone());
+    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {m}"));
+    let r = run(&spec, &o, counters, stop.clone(), say);
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();
     r

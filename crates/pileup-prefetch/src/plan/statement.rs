@@ -41,7 +41,7 @@ use pileup_replica::schema::Table;
 use pileup_replica::statement::table_of;
 pub use pileup_replica::statement::{fingerprint, Literal};
 
-use crate::plan::{Key, KeyValue};
+use super::row::{Key, KeyValue};
 
 /// A literal as an index key value (an index on a float column is not
 /// looked up by equality).
@@ -528,7 +528,7 @@ mod tests {
     }
 
     fn sbtest() -> Arc<Table> {
-        Arc::new(crate::plan::tests::sbtest())
+        Arc::new(crate::plan::row::tests::sbtest())
     }
 
     #[test]
