@@ -173,7 +173,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        std::fs::write(o, &md)?;
+        pileup_bench::write(o, &md)?;
     }
     Ok(())
 }

@@ -111,3 +111,9 @@ mod tests {
         assert!(check_args(&v(&["stray"]), USAGE).is_err());
     }
 }
+
+/// Write a result file (0600, whole or not at all: results and the
+/// captured output of the tools can hold query text).
+pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
+}

@@ -600,7 +600,7 @@ impl Bench {
             let mut v: Vec<_> = hist.into_iter().collect();
             v.sort_by_key(|x| std::cmp::Reverse(x.1));
             let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
-            std::fs::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
+            pileup_bench::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
         }
         self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
         let secs = t0.elapsed().as_secs_f64();
@@ -622,7 +622,7 @@ impl Bench {
                 tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
             ))?;
             let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
-            std::fs::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
+            pileup_bench::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
             // …and what every kind of thread waited on (readers, purge,
             // page cleaner): who else holds what the applier waits for.
             let rows: Vec<(String, String, u64, f64)> = c.query(
@@ -631,7 +631,7 @@ impl Bench {
                  GROUP BY t.NAME, w.EVENT_NAME ORDER BY 4 DESC LIMIT 40",
             )?;
             let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
-            std::fs::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
+            pileup_bench::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
             // Pages read by page type since the restart before this
             // catch-up, when the server counts them (`--cnf
             // innodb_monitor_enable=module_buffer_page`): index leaves, undo
@@ -639,7 +639,7 @@ impl Bench {
             let rows: Vec<(String, i64)> =
                 c.query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME LIKE 'buffer_page_read%' AND COUNT > 0 ORDER BY COUNT DESC")?;
             let text: String = rows.iter().map(|(n, k)| format!("{k:10} {n}\n")).collect();
-            std::fs::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
+            pileup_bench::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
         }
         let mut s = Sample {
             secs,
@@ -663,7 +663,7 @@ impl Bench {
             }
             s.lag_json = String::from_utf8_lossy(&out.stdout).into_owned();
             if let Some(dir) = &self.profile {
-                std::fs::write(format!("{dir}/{}-{}-lag.json", self.label, mode.name), &s.lag_json)?;
+                pileup_bench::write(format!("{dir}/{}-{}-lag.json", self.label, mode.name), &s.lag_json)?;
             }
         }
         if let Some(ch) = child {
@@ -675,8 +675,8 @@ impl Bench {
             }
             s.prefetch_report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
             if let Some(dir) = &self.profile {
-                std::fs::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
-                std::fs::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;
+                pileup_bench::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
+                pileup_bench::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;
             }
             for l in String::from_utf8_lossy(&out.stderr).lines().take(5) {
                 eprintln!("  prefetch said: {l}");
@@ -777,7 +777,7 @@ fn main() -> Result<()> {
     }
     replica.wait_caught_up(&primary, Duration::from_secs(7200))?;
     if let Some(m) = &marker {
-        std::fs::write(m, &loaded)?;
+        pileup_bench::write(m, &loaded)?;
     }
     let bytes: f64 = replica
         .connect()?
@@ -1056,7 +1056,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        std::fs::write(o, &md)?;
+        pileup_bench::write(o, &md)?;
     }
     Ok(())
 }

@@ -92,7 +92,7 @@ fn main() -> Result<()> {
     }
     print!("{report}");
     if let Some(o) = out {
-        std::fs::write(o, &report)?;
+        pileup_bench::write(o, &report)?;
     }
     Ok(())
 }

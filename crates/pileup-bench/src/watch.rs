@@ -239,7 +239,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        std::fs::write(o, &md)?;
+        pileup_bench::write(o, &md)?;
     }
     let _ = std::fs::remove_dir_all(&root);
     Ok(())

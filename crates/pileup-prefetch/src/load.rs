@@ -36,7 +36,6 @@
 //!   server one hash lookup.
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -93,7 +92,7 @@ impl Loader {
         if backup.exists() {
             say(format!("{} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display()));
         } else if let Some(b) = &saved {
-            std::fs::write(&backup, b).with_context(|| {
+            pileup_files::write_private_bytes(&backup, b).with_context(|| {
                 format!(
                     "cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql",
                     path.display()
@@ -126,14 +125,14 @@ impl Loader {
         self.cap
     }
 
-    fn write(&mut self) -> std::io::Result<()> {
+    fn write(&mut self) -> Result<()> {
         // The server wrote a dump over the last list (a restart's shutdown
         // dump, innodb_buffer_pool_dump_now): that is now what to put back.
         // A file gone missing is not a dump: the kept copy stays.
         if let Some(dump) = std::fs::read(&self.path).ok().filter(|now| !self.last.is_empty() && *now != self.last) {
             let backup = backup_path(&self.path);
             if self.own_backup || !backup.exists() {
-                std::fs::write(&backup, &dump)?;
+                pileup_files::write_private_bytes(&backup, &dump)?;
                 self.own_backup = true;
             }
             self.saved = Some(dump);
@@ -215,24 +214,12 @@ fn backup_path(p: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Replace a file's content at once (write beside it, rename over it),
+/// Replace a file's content at once (written beside it, renamed over it),
 /// keeping its owner and mode: the server may open it at any moment and
 /// must see a whole list, and must still be able to replace it with its
 /// own dump.
-fn replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".pileup-tmp");
-    let tmp = PathBuf::from(tmp);
-    {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
-        f.write_all(content)?;
-        if let Ok(m) = std::fs::metadata(path) {
-            let _ = std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()));
-            let _ = f.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777));
-        }
-    }
-    std::fs::rename(&tmp, path)
+fn replace(path: &Path, content: &[u8]) -> Result<()> {
+    pileup_files::write_with(path, pileup_files::Mode::KeepExisting, |w| Ok(w.write_all(content)?))
 }
 
 impl Drop for Loader {

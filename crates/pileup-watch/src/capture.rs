@@ -8,13 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 use pileup_stacks::render::{render, Format, RenderOptions};
@@ -325,24 +322,10 @@ pub fn verdict(ev: &Evidence) -> String {
     "no culprit found in locks, SQL or stacks; see the files of this capture".into()
 }
 
-pub(crate) fn create_0600(path: &Path) -> Result<fs::File> {
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))
-}
-
 /// Write a capture directory under `root` and return its path and verdict.
 pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
     let dir = root.join(format!("{}-{}", stamp(ev.unix), slug(&ev.trigger)));
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
+    pileup_files::create_private_dir(&dir)?;
     let v = verdict(ev);
     let mut rep = String::new();
     writeln!(rep, "VERDICT: {v}")?;
@@ -404,23 +387,26 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
             ("stacks.txt", Format::Pmp),
             ("stacks.pb.gz", Format::Pprof),
         ] {
-            let mut file = create_0600(&dir.join(name))?;
             let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
-            render(p, f, &ro, &mut file)?;
+            pileup_files::write_private(&dir.join(name), |w| Ok(render(p, f, &ro, w)?))?;
         }
     }
-    let mut f = create_0600(&dir.join("processlist.txt"))?;
-    for r in &ev.processlist {
-        writeln!(f, "{}", r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\t"))?;
-    }
+    pileup_files::write_private(&dir.join("processlist.txt"), |f| {
+        for r in &ev.processlist {
+            writeln!(f, "{}", r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\t"))?;
+        }
+        Ok(())
+    })?;
     if let Some(s) = &ev.innodb_status {
-        create_0600(&dir.join("innodb_status.txt"))?.write_all(s.as_bytes())?;
+        pileup_files::write_private_bytes(&dir.join("innodb_status.txt"), s.as_bytes())?;
     }
     if let Some(m) = &ev.mdl {
-        let mut f = create_0600(&dir.join("metadata_locks.txt"))?;
-        for (t, mode, ty, obj) in m {
-            writeln!(f, "{t}\t{mode}\t{ty}\t{obj}")?;
-        }
+        pileup_files::write_private(&dir.join("metadata_locks.txt"), |f| {
+            for (t, mode, ty, obj) in m {
+                writeln!(f, "{t}\t{mode}\t{ty}\t{obj}")?;
+            }
+            Ok(())
+        })?;
     }
     crate::report::write_metrics(&dir, &ev.history)?;
     let saved = crate::report::EvidenceFile {
@@ -434,8 +420,8 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
         root_blockers: root_blockers(&ev.row_lock_waits),
         mdl: ev.mdl.clone(),
     };
-    serde_json::to_writer_pretty(create_0600(&dir.join("evidence.json"))?, &saved)?;
-    create_0600(&dir.join("report.txt"))?.write_all(rep.as_bytes())?;
+    pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;
+    pileup_files::write_private_bytes(&dir.join("report.txt"), rep.as_bytes())?;
     crate::report::write_html(&dir)?;
     Ok((dir, v))
 }

@@ -7,14 +7,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{create_0600, stamp, RowLockWait};
+use crate::capture::{stamp, RowLockWait};
 use crate::store::Row;
 
 /// What a capture saved besides stacks and metrics (`evidence.json`).
@@ -51,7 +50,7 @@ pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
             derived: r.derived.clone(),
         })
         .collect();
-    serde_json::to_writer(create_0600(&dir.join("metrics.json"))?, &rows)?;
+    pileup_files::write_private(&dir.join("metrics.json"), |w| Ok(serde_json::to_writer(w, &rows)?))?;
     Ok(())
 }
 
@@ -227,7 +226,7 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         );
     }
     h.push_str("</body></html>\n");
-    create_0600(&dir.join("report.html"))?.write_all(h.as_bytes())?;
+    pileup_files::write_private_bytes(&dir.join("report.html"), h.as_bytes())?;
     Ok(())
 }
 
