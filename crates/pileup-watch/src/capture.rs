@@ -388,7 +388,7 @@ pub fn write(root: &Path, ev: &Evidence) -> Result<(PathBuf, String)> {
             ("stacks.pb.gz", Format::Pprof),
         ] {
             let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
-            pileup_files::write_private(&dir.join(name), |w| Ok(render(p, f, &ro, w)?))?;
+            pileup_files::write_private(&dir.join(name), |w| render(p, f, &ro, w))?;
         }
     }
     pileup_files::write_private(&dir.join("processlist.txt"), |f| {
