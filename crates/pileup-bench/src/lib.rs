@@ -81,6 +81,12 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
     args.iter().position(|a| a == key).and_then(|i| args.get(i + 1)).cloned()
 }
 
+/// Write a result file (0600, whole or not at all: results and the
+/// captured output of the tools can hold query text).
+pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,10 +116,4 @@ mod tests {
         assert_eq!(check_args(&v(&["--pileup"]), USAGE), Err("--pileup needs a value".into()));
         assert!(check_args(&v(&["stray"]), USAGE).is_err());
     }
-}
-
-/// Write a result file (0600, whole or not at all: results and the
-/// captured output of the tools can hold query text).
-pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
 }

@@ -1,4 +1,4 @@
-//! Every input kept in the fuzz corpus (seeds cut from real relay logs, and
+//! Every input kept in the fuzz corpus (windows cut from real relay logs, and
 //! what `cargo fuzz` found that covers new code) decodes without a panic,
 //! with checksums verified and not. Runs on stable, in CI, without libFuzzer.
 
@@ -18,5 +18,5 @@ fn every_kept_fuzz_input_decodes_without_a_panic() {
         inputs += 1;
     }
     assert!(inputs >= 20, "the corpus holds {inputs} inputs");
-    assert!(events > 0, "no input framed a single event: the seeds are not binlogs");
+    assert!(events > 0, "no input framed a single event: the corpus holds no binlogs");
 }

@@ -1,4 +1,4 @@
-//! Connection options shared by every pileup subcommand, following MySQL client
+//! Connection options shared by every pileup command, following MySQL client
 //! conventions so DBAs can reuse what they already have:
 //!
 //! * option files: `--defaults-file` (only that file), or `/etc/my.cnf`,
@@ -24,40 +24,31 @@ pub use mycnf::OptionFile;
 /// The option groups pileup reads from option files.
 pub const GROUPS: &[&str] = &["client", "pileup"];
 
-/// Command-line connection flags (flattened into every subcommand that talks SQL).
-#[derive(Debug, Clone, Default, clap::Args)]
-#[command(next_help_heading = "Connection (MySQL client conventions)")]
-pub struct ConnArgs {
+/// Connection options as a user gives them (the CLI fills them from its
+/// flags); [`ConnOptions::resolve`] merges them with option files and the
+/// environment.
+#[derive(Debug, Clone, Default)]
+pub struct ConnOptions {
     /// Read options only from this file (groups [client] and [pileup]).
-    #[arg(long, value_name = "FILE", global = true)]
     pub defaults_file: Option<PathBuf>,
     /// Read this file after the usual option files.
-    #[arg(long, value_name = "FILE", global = true)]
     pub defaults_extra_file: Option<PathBuf>,
     /// Read no option files.
-    #[arg(long, global = true)]
     pub no_defaults: bool,
     /// Unix socket of the server.
-    #[arg(short = 'S', long, value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
     /// Server host ("localhost" means the Unix socket).
-    #[arg(short = 'h', long, value_name = "HOST", global = true)]
     pub host: Option<String>,
     /// Server TCP port.
-    #[arg(short = 'P', long, value_name = "PORT", global = true)]
     pub port: Option<u16>,
     /// SQL user (default: the login name, as the mysql client does).
-    #[arg(short = 'u', long, value_name = "USER", global = true)]
     pub user: Option<String>,
-    /// Ask for the password on the terminal. A value here is refused: use
-    /// MYSQL_PWD or an option file so the password never shows up in `ps`.
-    #[arg(short = 'p', long = "password", num_args = 0..=1, default_missing_value = "", value_name = "ASK", hide_default_value = true, global = true)]
+    /// `Some("")`: ask for the password on the terminal. A value is
+    /// refused (see [`ConnOptions::validate`]).
     pub password: Option<String>,
     /// Default database.
-    #[arg(short = 'D', long, value_name = "DB", global = true)]
     pub database: Option<String>,
     /// Seconds allowed for connecting and for each query pileup runs.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, global = true)]
     pub connect_timeout: f64,
 }
 
@@ -139,7 +130,7 @@ fn explain_connect_error(spec: &ConnSpec, e: mysql::Error) -> anyhow::Error {
     anyhow::anyhow!("cannot connect to MySQL at {}: {msg}; {hint}", spec.describe())
 }
 
-impl ConnArgs {
+impl ConnOptions {
     /// Checks that need no server and no files: run before anything else so
     /// a password in argv is refused whatever the subcommand does next.
     pub fn validate(&self) -> Result<()> {
@@ -344,8 +335,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn args() -> ConnArgs {
-        ConnArgs { connect_timeout: 5.0, ..Default::default() }
+    fn args() -> ConnOptions {
+        ConnOptions { connect_timeout: 5.0, ..Default::default() }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! never holds up the applier's own descents, and costs the server no
 //! statement to parse or execute.
 //!
-//! Costs and limits, all stated in the README:
+//! Costs and limits (docs/prefetch.md states them for users):
 //! - The list is read from the server's own buffer pool file
 //!   (`innodb_buffer_pool_filename`, read-only while MariaDB runs) in the
 //!   directory InnoDB reads it from (innodb_data_home_dir, else the

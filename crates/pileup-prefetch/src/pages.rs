@@ -6,7 +6,7 @@
 //! from disk, and costs the server a statement. Knowing the leaf's page
 //! number instead, the prefetcher can ask InnoDB to read just that page
 //! ([`crate::load`]), which latches nothing of the tree. (Measured in
-//! docs/BENCHMARKS.md, session 8: a little faster than the SELECTs and less
+//! docs/BENCHMARKS.md: a little faster than the SELECTs and less
 //! server CPU; the applier's own latch waits stay as they were.)
 //!
 //! The upper levels are few (8 sysbench tables of 2.4 GB in all: about 150

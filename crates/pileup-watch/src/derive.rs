@@ -1,5 +1,5 @@
 //! Derived metrics: from two consecutive `SHOW GLOBAL STATUS` snapshots to
-//! rates per second, gauges and the read-workload ratios of the seeds
+//! rates per second, gauges and the read-workload ratios DBAs tune by
 //! ("rows shown to the user as close as possible to rows read", "physical
 //! I/Os per row as close to 0 as possible"). Names are the status variable
 //! in lower case, with `_rate` for per-second rates.

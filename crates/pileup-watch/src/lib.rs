@@ -10,7 +10,7 @@
 //!
 //! [`poll`] takes one round of raw values from the server and the OS;
 //! [`store`] keeps the history in SQLite; [`derive`] turns two snapshots
-//! into rates, gauges and the seeds' read-workload ratios; [`trigger`]
+//! into rates, gauges and read-workload ratios; [`trigger`]
 //! evaluates stall conditions with a hold time; [`capture`] gathers the
 //! evidence while a stall lasts and [`report`] writes it up as one HTML
 //! file; [`watch`] is the loop that ties them together. [`derive`] and

@@ -1,8 +1,10 @@
 //! `pileup`: command-line parsing and wiring only; the work lives in the
-//! library crates (pileup-stacks, pileup-watch, pileup-binlog, pileup-prefetch,
-//! pileup-lag, pileup-sandbox, pileup-conn).
+//! library crates (pileup-stacks, pileup-watch, pileup-binlog,
+//! pileup-prefetch, pileup-lag, pileup-replica, pileup-sandbox, pileup-conn,
+//! pileup-files).
 
 mod cmd;
+mod conn_args;
 mod output;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -10,15 +12,41 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 /// Performance toolkit for MariaDB and MySQL servers.
 ///
 /// pileup sees what a busy server is doing while costing it as little as
-/// possible: stacks of every thread captured in microseconds per thread and
-/// annotated with the SQL behind them, throwaway sandboxes for trying things.
+/// possible:
+///
+///   stacks    every thread's stack, each stopped for microseconds, annotated
+///             with its SQL and the holder of the mutex it waits on
+///   watch     a per-second flight recorder that catches stalls and keeps
+///             their evidence (stacks, processlist, locks) with a verdict
+///   top       the live view of what watch records
+///   captures  the stalls watch caught, with their verdicts
+///   report    a capture's self-contained report.html
+///   binlog    binlogs and relay logs read from disk, rows decoded, as text
+///             or JSON lines
+///   prefetch  keeps a lagging replica's applier fed by warming the pages its
+///             writes will need
+///   lag       where a replica's apply time goes (page reads, locks, commit,
+///             CPU), per table
+///   sandbox   throwaway mariadbd servers for tests and experiments
+///
+/// Every command that talks SQL connects as the mysql client does
+/// (--defaults-file, ~/.my.cnf, -S -h -P -u, MYSQL_PWD; never a password in
+/// argv). Manual: README.md; reference pages: docs/.
 #[derive(Parser)]
-#[command(name = "pileup", version, about, long_about, propagate_version = true, disable_help_subcommand = true)]
+#[command(
+    name = "pileup",
+    version,
+    about,
+    long_about,
+    verbatim_doc_comment,
+    propagate_version = true,
+    disable_help_subcommand = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
     #[command(flatten)]
-    conn: pileup_conn::ConnArgs,
+    conn: conn_args::ConnArgs,
     /// Print help (`-h` is the MySQL host option, as in the mysql client).
     #[arg(long, action = clap::ArgAction::Help, global = true)]
     help: Option<bool>,
@@ -73,15 +101,16 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PILEUP_LOG").unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
-    let r = cli.conn.validate().and_then(|()| match cli.command {
-        Command::Stacks(a) => cmd::stacks::run(a, &cli.conn),
-        Command::Watch(a) => cmd::watch::run_watch(a, &cli.conn),
+    let conn = cli.conn.options();
+    let r = conn.validate().and_then(|()| match cli.command {
+        Command::Stacks(a) => cmd::stacks::run(a, &conn),
+        Command::Watch(a) => cmd::watch::run_watch(a, &conn),
         Command::Captures(a) => cmd::watch::run_captures(a),
-        Command::Top(a) => cmd::watch::run_top(a, &cli.conn),
+        Command::Top(a) => cmd::watch::run_top(a, &conn),
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Binlog(a) => cmd::binlog::run(a),
-        Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &cli.conn),
-        Command::Lag(a) => cmd::lag::run(a, &cli.conn),
+        Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
+        Command::Lag(a) => cmd::lag::run(a, &conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

@@ -257,7 +257,7 @@ fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     assert!((p.io as f64) < 0.75 * plain as f64, "the loaded pages spare the applier its reads: {} vs {plain}", p.io);
     assert_eq!(std::fs::read(&bp_file).ok(), bp_before, "ib_buffer_pool is as it was");
 
-    // Both, as the README suggests for a catch-up: purge held while the
+    // Both, as docs/prefetch.md suggests for a catch-up: purge held while the
     // page loads feed the applier, and let go when pileup exits.
     until_purged(&replica, "purge did not finish the last round's history");
     let b = round(&primary, &mut replica, Some(&["--warm", "pages", "--defer-purge"]));

@@ -1,4 +1,4 @@
-//! A Graphviz call graph weighted by samples, as in the seed's accept-thread
+//! A Graphviz call graph weighted by samples, as in the classic accept-thread
 //! picture: nodes are functions (inclusive and self share), edges are calls
 //! weighted by how many stacks went through them.
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use pileup_conn::ConnArgs;
+use pileup_conn::ConnOptions;
 use pileup_lag::{render_svg, render_text, sample, LagOptions};
 
 use crate::output::write_output;
@@ -49,7 +49,7 @@ pub struct LagArgs {
     pub json: bool,
 }
 
-pub fn run(a: LagArgs, conn: &ConnArgs) -> Result<()> {
+pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval_ms == 0 || a.max_stop_ms == 0 {
         bail!("--interval-ms and --max-stop-ms must be at least 1");
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use pileup_conn::ConnArgs;
+use pileup_conn::ConnOptions;
 use pileup_prefetch::{run, Counters, Options, Warm};
 
 #[derive(clap::Args)]
@@ -84,7 +84,7 @@ pub enum WarmArg {
     Pages,
 }
 
-pub fn run_prefetch(a: PrefetchArgs, conn: &ConnArgs) -> Result<()> {
+pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     if a.readers == 0 || a.batch == 0 {
         bail!("--readers and --batch must be at least 1");
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use pileup_conn::ConnArgs;
+use pileup_conn::ConnOptions;
 use pileup_stacks::render::{render, Format, RenderOptions};
 use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
@@ -93,7 +93,7 @@ pub struct StacksArgs {
     pub dot_min_pct: f64,
 }
 
-pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
+pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     let pid = match a.pid.as_str() {
         "auto" => pileup_stacks::proc::auto_pid()?,
         p => p
@@ -169,7 +169,7 @@ pub fn run(a: StacksArgs, conn: &ConnArgs) -> Result<()> {
 /// Connect for annotation. Without explicit options, try the server's own
 /// socket (from its command line) or the usual ones; failing quietly then,
 /// since stacks are useful without SQL. With explicit options, say why not.
-fn open_sql(pid: i32, conn: &ConnArgs) -> Option<SqlSource> {
+fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
     let explicit = conn.any_given();
     let mut spec = match conn.resolve() {
         Ok(s) => s,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use pileup_conn::ConnArgs;
+use pileup_conn::ConnOptions;
 use pileup_watch::capture::CaptureSettings;
 use pileup_watch::store::Store;
 use pileup_watch::trigger::Trigger;
@@ -87,7 +87,7 @@ pub struct WatchArgs {
     pub link_mbps: f64,
 }
 
-pub fn run_watch(a: WatchArgs, conn: &ConnArgs) -> Result<()> {
+pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
@@ -260,7 +260,7 @@ pub struct TopArgs {
     pub once: bool,
 }
 
-pub fn run_top(a: TopArgs, conn: &ConnArgs) -> Result<()> {
+pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
     use std::io::IsTerminal;
     let spec = conn.resolve()?;
     let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Cut fuzz seeds from relay logs a real MariaDB replica writes: every column
+# Cut fuzz corpus inputs from relay logs a real MariaDB replica writes: every column
 # type in ROW format (full row metadata), STATEMENT and MIXED statements,
-# compressed events (log_bin_compress). Each seed is the file's magic and
+# compressed events (log_bin_compress). Each input is the file's magic and
 # format description followed by a window of consecutive events.
-# Usage: fuzz/make-seeds.sh [path/to/pileup]   (run from the repository root)
+# Usage: fuzz/make-corpus.sh [path/to/pileup]   (run from the repository root)
 set -euo pipefail
 PILEUP=${1:-./target/release/pileup}
 OUT=fuzz/corpus/decode
-export PILEUP_SANDBOX_DIR=$(mktemp -d /tmp/pileup-seeds.XXXX)
+export PILEUP_SANDBOX_DIR=$(mktemp -d /tmp/pileup-corpus.XXXX)
 trap '$PILEUP sandbox stop --all >/dev/null 2>&1 || true; rm -rf "$PILEUP_SANDBOX_DIR"' EXIT
 $PILEUP sandbox start seedp --binlog --set binlog_row_metadata=FULL --set log_bin_compress=ON --set log_bin_compress_min_len=10 >/dev/null
 $PILEUP sandbox start seedr --replica-of seedp --set relay_log_purge=OFF >/dev/null
@@ -51,5 +51,5 @@ for f in sorted(glob.glob(os.path.join(src, "relay.0*"))):
         seed = b"\xfebin" + fde + b"".join(events[i:i + 6])
         open(os.path.join(out, f"seed-{os.path.basename(f)}-{i:04d}"), "wb").write(seed)
         n += 1
-print(f"{n} seeds in {out}")
+print(f"{n} inputs in {out}")
 PY
