@@ -21,11 +21,14 @@
 #![allow(clippy::type_complexity)]
 
 pub mod capture;
+pub mod capture_dir;
 pub mod derive;
 pub mod expo;
 pub mod poll;
 pub mod report;
+pub mod schedule;
 pub mod store;
 pub mod top;
 pub mod trigger;
+pub mod verdict;
 pub mod watch;

@@ -2,57 +2,21 @@
 //! to view it): the verdict first, time charts of the key metrics around the
 //! trigger, the flame graph of the stall's stacks, stack groups with the
 //! connections and statements behind them, lock waits, the processlist and
-//! InnoDB status. Rebuilt from the capture's files by `pileup report DIR`,
-//! and again by the watcher once the metrics after the stall are in.
+//! InnoDB status. Rendered from the capture's files as
+//! [`crate::capture_dir::read`] gives them back, by `pileup report DIR` and
+//! again by the watcher once the metrics after the stall are in; and the
+//! text report, `report.txt`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use pileup_stacks::render::{render, Format, RenderOptions};
 
-use crate::capture::{stamp, RowLockWait};
-use crate::store::Row;
-
-/// What a capture saved besides stacks and metrics (`evidence.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EvidenceFile {
-    pub trigger: String,
-    pub unix: f64,
-    pub verdict: String,
-    pub sql_error: Option<String>,
-    pub stacks_error: Option<String>,
-    pub processlist: Vec<BTreeMap<String, String>>,
-    pub row_lock_waits: Vec<RowLockWait>,
-    pub root_blockers: Vec<(u64, usize)>,
-    pub mdl: Option<Vec<(u64, String, String, String)>>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct MetricRow {
-    unix: f64,
-    ok: bool,
-    cost_ms: f64,
-    error: Option<String>,
-    derived: BTreeMap<String, f64>,
-}
-
-pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
-    let rows: Vec<MetricRow> = history
-        .iter()
-        .map(|r| MetricRow {
-            unix: r.unix,
-            ok: r.ok,
-            cost_ms: r.cost_ms,
-            error: r.error.clone(),
-            derived: r.derived.clone(),
-        })
-        .collect();
-    pileup_files::write_private(&dir.join("metrics.json"), |w| Ok(serde_json::to_writer(w, &rows)?))?;
-    Ok(())
-}
+use crate::capture::{stamp, Evidence};
+use crate::capture_dir::{Capture, MetricRow};
+use crate::verdict::{pl_summary, root_blockers};
 
 /// Charts drawn, in order: (metric, title).
 const CHARTS: &[(&str, &str)] = &[
@@ -137,14 +101,9 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// (Re)write `report.html` from the files in a capture directory.
-pub fn write_html(dir: &Path) -> Result<()> {
-    let ev: EvidenceFile = serde_json::from_slice(
-        &std::fs::read(dir.join("evidence.json"))
-            .with_context(|| format!("{}: not a pileup capture (no evidence.json)", dir.display()))?,
-    )?;
-    let rows: Vec<MetricRow> =
-        std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-    let read = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
+/// The self-contained `report.html` of a capture read back.
+pub fn render_html(c: &Capture) -> String {
+    let (ev, rows) = (&c.evidence, &c.metrics);
     let mut h = String::new();
     let _ = write!(
         h,
@@ -168,7 +127,7 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     }
     h.push_str(" This file holds query text: keep it private.</p>");
     h.push_str("<h2>Metrics around the trigger</h2><div class=\"charts\">");
-    let charts: Vec<String> = CHARTS.iter().filter_map(|(m, t)| chart(&rows, m, t, ev.unix)).collect();
+    let charts: Vec<String> = CHARTS.iter().filter_map(|(m, t)| chart(rows, m, t, ev.unix)).collect();
     if charts.is_empty() {
         h.push_str("<p>No metric history was recorded before this capture.</p>");
     }
@@ -192,13 +151,13 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
-    if let Ok(svg) = std::fs::read(dir.join("flamegraph.svg")) {
+    if let Some(svg) = &c.flamegraph_svg {
         let b64 = base64::engine::general_purpose::STANDARD.encode(svg);
         let _ = write!(h, "<h2>Flame graph of the stall's stacks</h2><p>Rooted at each thread's role. The interactive version is <code>flamegraph.svg</code> next to this file.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{b64}\">");
     }
-    if let Some(t) = read("stacks.txt") {
+    if let Some(t) = &c.stacks_txt {
         let _ =
-            write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(&t));
+            write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(t));
     }
     if !ev.processlist.is_empty() {
         h.push_str("<h2>Processlist</h2><table><tr><th>id</th><th>user</th><th>db</th><th>command</th><th>time</th><th>state</th><th>statement</th></tr>");
@@ -218,25 +177,90 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
-    if let Some(s) = read("innodb_status.txt") {
+    if let Some(s) = &c.innodb_status {
         let _ = write!(
             h,
             "<h2>InnoDB status</h2><details><summary>SHOW ENGINE INNODB STATUS</summary><pre>{}</pre></details>",
-            esc(&s)
+            esc(s)
         );
     }
     h.push_str("</body></html>\n");
-    pileup_files::write_private_bytes(&dir.join("report.html"), h.as_bytes())?;
-    Ok(())
+    h
+}
+
+/// Rebuild a capture's `report.html` from its files (`pileup report DIR`).
+pub fn rebuild(dir: &Path) -> Result<()> {
+    crate::capture_dir::write_report_html(dir, &render_html(&crate::capture_dir::read(dir)?))
 }
 
 /// Refresh a capture's metrics from the store (now including what came
 /// after the trigger) and rebuild its report.
 pub fn refresh(dir: &Path, store: &crate::store::Store, before: f64, after: f64) -> Result<()> {
-    let ev: EvidenceFile = serde_json::from_slice(&std::fs::read(dir.join("evidence.json"))?)?;
-    let rows = store.range(ev.unix - before, ev.unix + after)?;
-    write_metrics(dir, &rows)?;
-    write_html(dir)
+    let c = crate::capture_dir::read(dir)?;
+    let rows = store.range(c.evidence.unix - before, c.evidence.unix + after)?;
+    crate::capture_dir::write_metrics(dir, &rows)?;
+    rebuild(dir)
+}
+
+/// The text report (`report.txt`): the verdict first, then the row lock
+/// convoy, the metrics before the trigger and the stacks in pt-pmp format.
+pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
+    let mut rep = String::new();
+    writeln!(rep, "VERDICT: {v}")?;
+    writeln!(rep)?;
+    writeln!(rep, "trigger: {} at {} UTC", ev.trigger, stamp(ev.unix))?;
+    if let Some(e) = &ev.sql_error {
+        writeln!(rep, "SQL: did not answer ({e})")?;
+    }
+    if let Some(e) = &ev.stacks_error {
+        writeln!(rep, "stacks: not captured ({e})")?;
+    }
+    if !ev.row_lock_waits.is_empty() {
+        writeln!(
+            rep,
+            "\nrow lock waits: {} edges; transactions blocking others without waiting themselves:",
+            ev.row_lock_waits.len()
+        )?;
+        for (b, n) in root_blockers(&ev.row_lock_waits) {
+            let q = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).and_then(|w| w.blocking_query.clone());
+            writeln!(
+                rep,
+                "  {} — {n} waiting; its current statement: {}",
+                pl_summary(ev, b),
+                q.map(|q| format!("`{q}`")).unwrap_or_else(|| "none (idle in transaction)".into())
+            )?;
+        }
+        let mut direct: Vec<String> = ev
+            .row_lock_waits
+            .iter()
+            .map(|w| format!("conn {} `{}`", w.waiting_conn, w.waiting_query.as_deref().unwrap_or("")))
+            .collect();
+        direct.sort();
+        direct.dedup();
+        writeln!(rep, "  waiting: {}", direct.iter().take(10).cloned().collect::<Vec<_>>().join("; "))?;
+    }
+    if !ev.history.is_empty() {
+        writeln!(rep, "\nmetrics before the trigger (per poll):")?;
+        writeln!(rep, "  {:>19} {:>4} {:>12} {:>8} {:>10}", "time", "ok", "questions/s", "running", "poll ms")?;
+        for r in ev.history.iter().rev().take(15).rev() {
+            let g = |k: &str| r.derived.get(k).map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+            writeln!(
+                rep,
+                "  {:>19} {:>4} {:>12} {:>8} {:>10.1}",
+                stamp(r.unix),
+                if r.ok { "yes" } else { "NO" },
+                g("questions_rate"),
+                g("threads_running"),
+                r.cost_ms
+            )?;
+        }
+    }
+    if let Some(p) = &ev.profile {
+        let mut text = Vec::new();
+        render(p, Format::Pmp, &RenderOptions::default(), &mut text)?;
+        writeln!(rep, "\nstacks ({} samples, pt-pmp format):\n{}", p.samples.len(), String::from_utf8_lossy(&text))?;
+    }
+    Ok(rep)
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! Polls start every `interval` (start to start) and never overlap: a poll
 //! that overruns delays the next. Captures run on their own thread so polling
 //! (and the history around the stall) goes on while evidence is gathered;
-//! one capture at a time, a cooldown between captures, a cap per hour, and
-//! none when the data directory's disk is nearly full.
+//! when a capture may start is [`crate::schedule`]'s to say. A capture
+//! gathers ([`crate::capture`]), is judged ([`crate::verdict`]), written
+//! ([`crate::capture_dir`]) and rendered ([`crate::report`]), in that order.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use pileup_conn::ConnSpec;
 use crate::capture::{self, CaptureSettings};
 use crate::derive::{derive, DeriveOptions, Snapshot};
 use crate::poll::Poller;
+use crate::schedule::{Limits, Scheduler};
 use crate::store::{Retention, Store};
 use crate::trigger::{Armed, Context, Step, Trigger};
 
@@ -124,29 +126,8 @@ impl Context for Ctx<'_> {
     }
 }
 
-/// At most one early capture per this long: a metric that flickers over a
-/// threshold costs a few short stack samples now and then, not continuously.
-const EARLY_GAP: Duration = Duration::from_secs(10);
-
 /// For an early capture: `Some((trigger, fired at))` keeps it, `None` drops it.
 type Decision = Option<(String, f64)>;
-
-/// Why a capture may not start now (cooldown, hourly cap, disk), if so.
-fn capture_refused(recent: &mut VecDeque<Instant>, last: Option<Instant>, o: &WatchOptions) -> Option<String> {
-    let now = Instant::now();
-    while recent.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(3600)) {
-        recent.pop_front();
-    }
-    if last.is_some_and(|l| now.duration_since(l) < o.cooldown) {
-        Some(format!("cooldown ({}s)", o.cooldown.as_secs()))
-    } else if recent.len() >= o.max_captures_per_hour {
-        Some(format!("{} captures in the last hour (--max-captures-per-hour)", o.max_captures_per_hour))
-    } else if free_bytes(&o.data_dir).is_some_and(|f| f < o.min_free_bytes) {
-        Some(format!("less than {} MiB free in {}", o.min_free_bytes >> 20, o.data_dir.display()))
-    } else {
-        None
-    }
-}
 
 /// Gather and write one capture on its own thread; report on `done`. An
 /// early capture (`decide` given) gathers at once but is only written once
@@ -181,8 +162,12 @@ fn spawn_capture(
         ev.trigger = trigger.clone();
         ev.unix = unix;
         let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
-        let msg = match capture::write(&root, &ev) {
-            Ok((dir, verdict)) => Event::Captured {
+        let verdict = crate::verdict::verdict(&ev);
+        let written = crate::report::render_text(&ev, &verdict)
+            .and_then(|txt| crate::capture_dir::write(&root, &ev, &verdict, &txt))
+            .and_then(|dir| crate::report::rebuild(&dir).map(|()| dir));
+        let msg = match written {
+            Ok(dir) => Event::Captured {
                 unix,
                 trigger,
                 dir: dir.display().to_string(),
@@ -226,18 +211,17 @@ pub fn run(
     let mut prev: Option<Snapshot> = None;
     let mut hist = History { rows: VecDeque::new(), keep_secs: 3600.0 };
     let mut armed: Vec<Armed> = vec![Armed::default(); o.triggers.len()];
-    let mut last_capture: Option<Instant> = None;
-    let mut recent_captures: VecDeque<Instant> = VecDeque::new();
     let (done_tx, done_rx) = mpsc::channel::<Option<Event>>();
-    let mut capturing = false;
-    // The early capture running for trigger i, and how to confirm it.
-    let mut early: Option<(usize, mpsc::Sender<Decision>)> = None;
-    let mut last_early: Option<Instant> = None;
+    let mut sched: Scheduler<mpsc::Sender<Decision>> = Scheduler::new(Limits {
+        cooldown: o.cooldown,
+        max_per_hour: o.max_captures_per_hour,
+        min_free_bytes: o.min_free_bytes,
+    });
+    let free = || free_bytes(&o.data_dir);
     let t0 = Instant::now();
+    let now = || t0.elapsed().as_secs_f64();
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
-    // Captures whose report is rebuilt once the metrics after the stall are in.
-    let mut refresh_due: Vec<(f64, PathBuf)> = vec![];
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
@@ -271,60 +255,52 @@ pub fn run(
         });
         // Finished captures.
         while let Ok(ev) = done_rx.try_recv() {
-            capturing = false;
+            sched.finished();
             let Some(ev) = ev else { continue }; // an early capture, dropped
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
-                refresh_due.push((unix + AFTER_SECS, PathBuf::from(dir)));
+                // Rebuilt once the metrics after the stall are in.
+                sched.rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
                 if let Some(e) = &expo {
                     e.lock().unwrap().captures_total += 1;
                 }
             }
             on(&ev);
         }
-        refresh_due.retain(|(due, dir)| {
-            if p.unix < *due {
-                return true;
-            }
-            if let Err(e) = crate::report::refresh(dir, &store, BEFORE_SECS, AFTER_SECS) {
+        for dir in sched.rebuilds_due(Some(p.unix)) {
+            if let Err(e) = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS) {
                 tracing::warn!("rebuilding {}: {e:#}", dir.display());
             }
-            false
-        });
+        }
         let ctx = Ctx { now: p.unix, derived: &derived, hist: &hist, failed: !p.ok };
         for (i, t) in o.triggers.iter().enumerate() {
             let step = armed[i].step(t, p.unix, &ctx);
             let onset = armed[i].since().unwrap_or(p.unix);
             // An early capture for this trigger is running: confirm or drop it.
-            if early.as_ref().is_some_and(|e| e.0 == i) {
+            if sched.early_trigger() == Some(i) {
                 match step {
                     Step::Fire => {
-                        let (_, decide) = early.take().unwrap();
                         on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
-                        let _ = decide.send(Some((t.text.clone(), p.unix)));
-                        last_capture = Some(Instant::now());
-                        recent_captures.push_back(Instant::now());
+                        if let Some(decide) = sched.confirm_early(now()) {
+                            let _ = decide.send(Some((t.text.clone(), p.unix)));
+                        }
                     }
                     Step::Idle => {
-                        let (_, decide) = early.take().unwrap();
-                        let _ = decide.send(None);
+                        if let Some(decide) = sched.drop_early() {
+                            let _ = decide.send(None);
+                        }
                     }
                     _ => {}
                 }
                 continue;
             }
-            if step == Step::Pending && t.hold > 0.0 && early.is_none() && pid.is_some() {
+            if step == Step::Pending && t.hold > 0.0 && sched.early_trigger().is_none() && pid.is_some() {
                 // The condition just started to hold: begin capturing now, so
                 // the first stacks show the stall's start rather than the end
                 // of its hold; dropped unless the hold confirms it.
-                if !capturing
-                    && capture_refused(&mut recent_captures, last_capture, o).is_none()
-                    && last_early.is_none_or(|l| l.elapsed() >= EARLY_GAP)
-                {
+                if sched.may_start_early(now(), free()) {
                     let (tx, rx) = mpsc::channel();
-                    early = Some((i, tx));
-                    last_early = Some(Instant::now());
-                    capturing = true;
+                    sched.started_early(i, now(), tx);
                     let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
                     spawn_capture(
                         &spec,
@@ -345,25 +321,16 @@ pub fn run(
                 continue;
             }
             on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
-            if let Some((_, decide)) = early.take() {
+            if let Some(decide) = sched.confirm_early(now()) {
                 // Another trigger's early capture is running: it is this stall's evidence.
                 let _ = decide.send(Some((t.text.clone(), p.unix)));
-                last_capture = Some(Instant::now());
-                recent_captures.push_back(Instant::now());
                 continue;
             }
-            let why = if capturing {
-                Some("a capture is already running".to_string())
-            } else {
-                capture_refused(&mut recent_captures, last_capture, o)
-            };
-            if let Some(why) = why {
+            if let Some(why) = sched.refused(now(), free()) {
                 on(&Event::Skipped { unix: p.unix, trigger: t.text.clone(), why });
                 continue;
             }
-            capturing = true;
-            last_capture = Some(Instant::now());
-            recent_captures.push_back(Instant::now());
+            sched.started(now());
             let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
             spawn_capture(&spec, pid, o, &captures_root, &done_tx, t.text.clone(), p.unix, onset, history, None);
         }
@@ -382,18 +349,18 @@ pub fn run(
         }
     }
     // Let a running capture finish so its report is not lost.
-    drop(early); // an unconfirmed early capture is dropped
-    if capturing {
+    drop(sched.drop_early()); // an unconfirmed early capture is dropped
+    if sched.running() {
         if let Ok(Some(ev)) = done_rx.recv_timeout(Duration::from_secs(60)) {
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
-                refresh_due.push((0.0, PathBuf::from(dir)));
+                sched.rebuild_at(0.0, PathBuf::from(dir));
             }
             on(&ev);
         }
     }
     // Reports still waiting for their "after" get what there is.
-    for (_, dir) in refresh_due {
+    for dir in sched.rebuilds_due(None) {
         let _ = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS);
     }
     Ok(())

@@ -239,7 +239,7 @@ pub fn run_report(a: ReportArgs) -> Result<()> {
             pileup_watch::watch::BEFORE_SECS,
             pileup_watch::watch::AFTER_SECS,
         )?,
-        None => pileup_watch::report::write_html(&a.dir)?,
+        None => pileup_watch::report::rebuild(&a.dir)?,
     }
     println!("{}", a.dir.join("report.html").display());
     Ok(())

@@ -1,0 +1,146 @@
+//! The capture directory: one per capture, `<data-dir>/captures/<time>-<trigger>/`,
+//! mode 0700, its files 0600 (they hold query text). What each file holds:
+//!
+//! | file | content |
+//! |---|---|
+//! | `evidence.json` | trigger, time, verdict, processlist, row and metadata lock waits |
+//! | `metrics.json` | the metric history around the trigger |
+//! | `report.txt` | the text report, verdict first |
+//! | `report.html` | the self-contained report ([`crate::report`]) |
+//! | `stacks.txt`, `stacks.json`, `flamegraph.svg`, `stacks.pb.gz` | the stall's stacks (pt-pmp, JSON, flame graph, pprof) |
+//! | `processlist.txt`, `innodb_status.txt`, `metadata_locks.txt` | as read from the server |
+//!
+//! Written here ([`write`], [`write_metrics`], [`write_report_html`]) and
+//! read back here ([`read`]); the report only renders what it is given.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use pileup_stacks::render::{render, Format, RenderOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::capture::{slug, stamp, Evidence, RowLockWait};
+use crate::store::Row;
+
+/// What a capture saved besides stacks and metrics (`evidence.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvidenceFile {
+    pub trigger: String,
+    pub unix: f64,
+    pub verdict: String,
+    pub sql_error: Option<String>,
+    pub stacks_error: Option<String>,
+    pub processlist: Vec<BTreeMap<String, String>>,
+    pub row_lock_waits: Vec<RowLockWait>,
+    pub root_blockers: Vec<(u64, usize)>,
+    pub mdl: Option<Vec<(u64, String, String, String)>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetricRow {
+    pub unix: f64,
+    pub ok: bool,
+    pub cost_ms: f64,
+    pub error: Option<String>,
+    pub derived: BTreeMap<String, f64>,
+}
+
+/// `metrics.json`: the metric history around the trigger.
+pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
+    let rows: Vec<MetricRow> = history
+        .iter()
+        .map(|r| MetricRow {
+            unix: r.unix,
+            ok: r.ok,
+            cost_ms: r.cost_ms,
+            error: r.error.clone(),
+            derived: r.derived.clone(),
+        })
+        .collect();
+    pileup_files::write_private(&dir.join("metrics.json"), |w| Ok(serde_json::to_writer(w, &rows)?))?;
+    Ok(())
+}
+
+/// Write a capture directory under `root` for `ev`, its verdict and its
+/// text report; returns the directory.
+pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Result<PathBuf> {
+    let dir = root.join(format!("{}-{}", stamp(ev.unix), slug(&ev.trigger)));
+    pileup_files::create_private_dir(&dir)?;
+    if let Some(p) = &ev.profile {
+        for (name, f) in [
+            ("stacks.json", Format::Json),
+            ("flamegraph.svg", Format::Svg),
+            ("stacks.txt", Format::Pmp),
+            ("stacks.pb.gz", Format::Pprof),
+        ] {
+            let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
+            pileup_files::write_private(&dir.join(name), |w| render(p, f, &ro, w))?;
+        }
+    }
+    pileup_files::write_private(&dir.join("processlist.txt"), |f| {
+        for r in &ev.processlist {
+            writeln!(f, "{}", r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\t"))?;
+        }
+        Ok(())
+    })?;
+    if let Some(s) = &ev.innodb_status {
+        pileup_files::write_private_bytes(&dir.join("innodb_status.txt"), s.as_bytes())?;
+    }
+    if let Some(m) = &ev.mdl {
+        pileup_files::write_private(&dir.join("metadata_locks.txt"), |f| {
+            for (t, mode, ty, obj) in m {
+                writeln!(f, "{t}\t{mode}\t{ty}\t{obj}")?;
+            }
+            Ok(())
+        })?;
+    }
+    write_metrics(&dir, &ev.history)?;
+    let saved = EvidenceFile {
+        trigger: ev.trigger.clone(),
+        unix: ev.unix,
+        verdict: verdict.to_string(),
+        sql_error: ev.sql_error.clone(),
+        stacks_error: ev.stacks_error.clone(),
+        processlist: ev.processlist.clone(),
+        row_lock_waits: ev.row_lock_waits.clone(),
+        root_blockers: crate::verdict::root_blockers(&ev.row_lock_waits),
+        mdl: ev.mdl.clone(),
+    };
+    pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;
+    pileup_files::write_private_bytes(&dir.join("report.txt"), report_txt.as_bytes())?;
+    Ok(dir)
+}
+
+/// `report.html`.
+pub fn write_report_html(dir: &Path, html: &str) -> Result<()> {
+    pileup_files::write_private_bytes(&dir.join("report.html"), html.as_bytes())
+}
+
+/// A capture directory read back, for the report.
+pub struct Capture {
+    pub evidence: EvidenceFile,
+    pub metrics: Vec<MetricRow>,
+    pub flamegraph_svg: Option<Vec<u8>>,
+    pub stacks_txt: Option<String>,
+    pub innodb_status: Option<String>,
+}
+
+/// Read a capture directory back.
+pub fn read(dir: &Path) -> Result<Capture> {
+    let evidence: EvidenceFile = serde_json::from_slice(
+        &std::fs::read(dir.join("evidence.json"))
+            .with_context(|| format!("{}: not a pileup capture (no evidence.json)", dir.display()))?,
+    )
+    .with_context(|| format!("{}: evidence.json is damaged", dir.display()))?;
+    let metrics =
+        std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let text = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
+    Ok(Capture {
+        evidence,
+        metrics,
+        flamegraph_svg: std::fs::read(dir.join("flamegraph.svg")).ok(),
+        stacks_txt: text("stacks.txt"),
+        innodb_status: text("innodb_status.txt"),
+    })
+}

@@ -1,0 +1,179 @@
+//! The verdict: the first line of a capture's report, naming the likely
+//! culprit with its evidence. Pure functions of the gathered
+//! [`Evidence`], tested without a server.
+
+use std::collections::BTreeMap;
+
+use crate::capture::{Evidence, RowLockWait};
+
+/// Blocking transactions that are not themselves waiting (InnoDB also lists
+/// waiters queued behind other waiters), with how many distinct transactions
+/// wait on each, most first.
+pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
+    use std::collections::BTreeSet;
+    let waiting: BTreeSet<u64> = waits.iter().map(|w| w.waiting_conn).collect();
+    let mut by: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for w in waits {
+        by.entry(w.blocking_conn).or_default().insert(w.waiting_conn);
+    }
+    // All waiters ultimately queue behind a root; count them all for it.
+    let mut roots: Vec<(u64, usize)> =
+        by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
+    if roots.len() > 1 {
+        roots = roots.into_iter().map(|(b, _)| (b, by[&b].len())).collect();
+    }
+    if roots.is_empty() {
+        // A cycle (deadlock about to be resolved): fall back to the most blocking.
+        roots = by.iter().map(|(b, w)| (*b, w.len())).collect();
+    }
+    roots.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    roots
+}
+
+/// A connection as the processlist shows it: user, host, command, time,
+/// statement.
+pub fn pl_summary(ev: &Evidence, id: u64) -> String {
+    match ev.processlist.iter().find(|r| r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(id)) {
+        Some(r) => {
+            let g = |k: &str| r.get(k).cloned().unwrap_or_default();
+            let info = r
+                .get("info")
+                .map(|i| format!(" running `{}`", pileup_stacks::annotate::one_line(i, 160)))
+                .unwrap_or_else(|| " (idle)".into());
+            format!(
+                "connection {id} ({}@{}, {} for {}s){info}",
+                g("user"),
+                g("host").split(':').next().unwrap_or(""),
+                g("command"),
+                g("time")
+            )
+        }
+        None => format!("connection {id}"),
+    }
+}
+
+/// The first line of the report: the likely culprit, with its evidence.
+pub fn verdict(ev: &Evidence) -> String {
+    // 1. Row locks: the transaction most others wait for.
+    if let Some((b, n)) = root_blockers(&ev.row_lock_waits).into_iter().next() {
+        let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
+        let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
+        return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
+    }
+    // 2. Metadata locks: FTWRL / backup lock or a table lock holder.
+    let waiting_grl = ev
+        .processlist
+        .iter()
+        .filter(|r| {
+            r.get("state").is_some_and(|s| {
+                s.contains("global read lock") || s.contains("backup lock") || s.contains("metadata lock")
+            })
+        })
+        .count();
+    if waiting_grl > 0 {
+        if let Some(mdl) = &ev.mdl {
+            if let Some((holder, mode, _, _)) = mdl.iter().find(|(_, mode, ty, _)| {
+                mode.contains("FTWRL") || ty.contains("Global read") || mode.contains("BACKUP_FTWRL")
+            }) {
+                return format!(
+                    "global read lock: {waiting_grl} connection(s) wait, held by {} ({mode}: FLUSH TABLES WITH READ LOCK or a backup)",
+                    pl_summary(ev, *holder)
+                );
+            }
+            if let Some((holder, mode, _, obj)) =
+                mdl.iter().find(|(_, mode, _, _)| mode.contains("EXCLUSIVE") || mode.contains("SHARED_NO"))
+            {
+                return format!(
+                    "metadata lock: {waiting_grl} connection(s) wait, {obj} locked {mode} by {}",
+                    pl_summary(ev, *holder)
+                );
+            }
+        }
+        return format!(
+            "metadata lock wait: {waiting_grl} connection(s) wait for a global read, backup or metadata lock; the holder is named only with the metadata_lock_info plugin (INSTALL SONAME 'metadata_lock_info')"
+        );
+    }
+    // 3. A pthread mutex with a known holder.
+    if let Some(p) = &ev.profile {
+        if let Some(l) = p.locks.iter().find(|l| l.owner_tid.is_some() && l.waiters.len() >= 2) {
+            let o = l.owner_tid.unwrap();
+            let who =
+                p.thread(o).and_then(|t| t.sql.as_ref()).map(|s| format!(" ({})", s.summary(160))).unwrap_or_default();
+            return format!(
+                "{} thread(s) wait on {} 0x{:x} held by tid {o}{who}",
+                l.waiters.len(),
+                l.kind.describe(),
+                l.addr
+            );
+        }
+    }
+    // 4. The server does not answer SQL.
+    if let Some(e) = &ev.sql_error {
+        let top = ev.profile.as_ref().and_then(|p| pileup_stacks::aggregate::group(p).into_iter().next());
+        let stack = top
+            .map(|g| {
+                format!(
+                    "; most common stack ({} thread-samples): {}",
+                    g.count,
+                    g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+                )
+            })
+            .unwrap_or_default();
+        return format!("the server does not answer SQL ({}){stack}", e.lines().next().unwrap_or(""));
+    }
+    // 5. Otherwise: where threads are.
+    if let Some(p) = &ev.profile {
+        if let Some(g) = pileup_stacks::aggregate::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
+            return format!(
+                "no lock culprit found; busiest stack with SQL ({} thread-samples): {}",
+                g.count,
+                g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+            );
+        }
+    }
+    "no culprit found in locks, SQL or stacks; see the files of this capture".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_prefers_row_lock_blocker() {
+        let mut ev = Evidence::default();
+        ev.processlist.push(
+            [
+                ("id".to_string(), "7".to_string()),
+                ("user".into(), "app".into()),
+                ("command".into(), "Sleep".into()),
+                ("time".into(), "12".into()),
+            ]
+            .into(),
+        );
+        for w in [10, 11, 12] {
+            ev.row_lock_waits.push(RowLockWait {
+                waiting_conn: w,
+                waiting_query: Some("UPDATE t SET a=a+1 WHERE id=1".into()),
+                blocking_conn: 7,
+                blocking_query: None,
+                blocking_trx_age_s: Some(12),
+            });
+        }
+        let v = verdict(&ev);
+        assert!(
+            v.starts_with(
+                "row lock convoy: 3 waiting transaction(s) blocked by connection 7 (app@, Sleep for 12s) (idle)"
+            ),
+            "{v}"
+        );
+        assert!(v.contains("open 12s"));
+        // Waiters queued behind waiters do not hide the root.
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 11, blocking_conn: 10, ..Default::default() });
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 12, blocking_conn: 10, ..Default::default() });
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 12, blocking_conn: 11, ..Default::default() });
+        assert_eq!(root_blockers(&ev.row_lock_waits), vec![(7, 3)]);
+        assert!(verdict(&ev).contains("blocked by connection 7 "));
+        let ev2 = Evidence { sql_error: Some("timed out".into()), ..Default::default() };
+        assert!(verdict(&ev2).starts_with("the server does not answer SQL (timed out)"));
+    }
+}
