@@ -116,8 +116,45 @@ impl ConnSpec {
     }
 }
 
+/// A client library error as a user reads it: the mysql crate wraps every
+/// message in its variant's name (`DriverError { ... }`); this is the
+/// message alone.
+pub fn plain(e: &mysql::Error) -> String {
+    without_wrappers(&e.to_string())
+}
+
+/// `text` with the mysql crate's `IoError { ... }`, `MySqlError { ... }`
+/// (and kin) wrappers taken off, wherever they sit in it.
+pub fn without_wrappers(text: &str) -> String {
+    const WRAPPERS: [&str; 5] = ["IoError { ", "CodecError { ", "MySqlError { ", "DriverError { ", "UrlError { "];
+    let mut s = text.to_string();
+    while let Some((at, w)) = WRAPPERS.iter().filter_map(|w| s.find(w).map(|i| (i, *w))).min_by_key(|x| x.0) {
+        let inner = at + w.len();
+        // The matching close: braces inside the message are balanced.
+        let mut depth = 1;
+        let mut end = None;
+        for (i, c) in s[inner..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(inner + i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        let body = s[inner..end].trim_end().to_string();
+        s.replace_range(at..end + 1, &body);
+    }
+    s
+}
+
 fn explain_connect_error(spec: &ConnSpec, e: mysql::Error) -> anyhow::Error {
-    let msg = e.to_string();
+    let msg = plain(&e);
     let hint = if msg.contains("Access denied") {
         "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
     } else if msg.contains("No such file") || msg.contains("Connection refused") {
@@ -334,6 +371,21 @@ pub fn global_status(conn: &mut mysql::Conn, name: &str) -> Result<Option<u64>> 
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn client_errors_read_without_the_crates_wrappers() {
+        assert_eq!(
+            without_wrappers("cannot connect: DriverError { Could not connect to address `x': No such file or directory (os error 2) }; is the server running?"),
+            "cannot connect: Could not connect to address `x': No such file or directory (os error 2); is the server running?"
+        );
+        assert_eq!(
+            without_wrappers("reading: MySqlError { ERROR 1227 (42000): Access denied; you need {SUPER} }"),
+            "reading: ERROR 1227 (42000): Access denied; you need {SUPER}"
+        );
+        assert_eq!(without_wrappers("IoError { unexpected end of file }"), "unexpected end of file");
+        assert_eq!(without_wrappers("no wrapper { here }"), "no wrapper { here }");
+        assert_eq!(without_wrappers("MySqlError { unclosed"), "MySqlError { unclosed");
+    }
 
     fn args() -> ConnOptions {
         ConnOptions { connect_timeout: 5.0, ..Default::default() }

@@ -115,7 +115,8 @@ fn main() {
     });
     if let Err(e) = r {
         // One line: what went wrong and what to do about it.
-        let msg = format!("{e:#}");
+        // No client library's debug wrappers in what a user reads.
+        let msg = pileup_conn::without_wrappers(&format!("{e:#}"));
         eprintln!("pileup: {}", msg.lines().next().unwrap_or(""));
         for l in msg.lines().skip(1) {
             eprintln!("  {l}");

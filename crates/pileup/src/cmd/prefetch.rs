@@ -120,17 +120,17 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
         unsafe { super::watch::signal_flag(sig, stop.clone()) };
     }
     let (c2, s2, json, every, readers) = (counters.clone(), stop.clone(), a.json, a.stats_every.max(1), a.readers);
+    let print = move |c: &Counters| {
+        let snap = c.snapshot();
+        if json {
+            let m: serde_json::Map<String, serde_json::Value> =
+                snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+            println!("{}", serde_json::Value::Object(m));
+        } else {
+            eprintln!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+        }
+    };
     let printer = std::thread::spawn(move || {
-        let print = |c: &Counters| {
-            let snap = c.snapshot();
-            if json {
-                let m: serde_json::Map<String, serde_json::Value> =
-                    snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
-                println!("{}", serde_json::Value::Object(m));
-            } else {
-                eprintln!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
-            }
-        };
         let mut t = std::time::Instant::now();
         // Say so (on stderr, at most once a minute) when the readers are the bottleneck.
         let (mut busy0, mut advised) = (0u64, None::<std::time::Instant>);
@@ -154,11 +154,16 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
                 t = std::time::Instant::now();
             }
         }
-        print(&c2);
     });
-    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {m}"));
+    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {}", pileup_conn::without_wrappers(&m)));
+    let counters_final = counters.clone();
     let r = run(&spec, &o, counters, stop.clone(), say);
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();
+    // The last counters, for a run that ran (a run that could not start
+    // says only why).
+    if r.is_ok() {
+        print(&counters_final);
+    }
     r
 }
