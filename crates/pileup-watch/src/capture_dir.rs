@@ -10,7 +10,7 @@
 //! | `stacks.txt`, `stacks.json`, `flamegraph.svg`, `stacks.pb.gz` | the stall's stacks (pt-pmp, JSON, flame graph, pprof) |
 //! | `processlist.txt`, `innodb_status.txt`, `metadata_locks.txt` | as read from the server |
 //!
-//! Written here ([`write`], [`write_metrics`], [`write_report_html`]) and
+//! Written here ([`write`](fn@write), [`write_metrics`], [`write_report_html`]) and
 //! read back here ([`read`]); the report only renders what it is given.
 
 use std::collections::BTreeMap;

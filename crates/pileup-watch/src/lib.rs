@@ -4,17 +4,20 @@
 //! Data flow, one module per step:
 //!
 //! ```text
-//! poll ─▶ store ─▶ derive ─▶ trigger ─▶ capture ─▶ report
-//!                    └─▶ expo (Prometheus), top (terminal view)
+//! poll ─▶ derive ─▶ store ─▶ trigger ─▶ schedule ─▶ capture ─▶ verdict ─▶ capture_dir ─▶ report
+//!           └─▶ expo (Prometheus), top (terminal view)
 //! ```
 //!
 //! [`poll`] takes one round of raw values from the server and the OS;
-//! [`store`] keeps the history in SQLite; [`derive`] turns two snapshots
-//! into rates, gauges and read-workload ratios; [`trigger`]
-//! evaluates stall conditions with a hold time; [`capture`] gathers the
-//! evidence while a stall lasts and [`report`] writes it up as one HTML
-//! file; [`watch`] is the loop that ties them together. [`derive`] and
-//! [`trigger`] are pure functions of their inputs, tested without a server.
+//! [`derive`](mod@crate::derive) turns two snapshots into rates, gauges and read-workload
+//! ratios; [`store`] keeps the history in SQLite; [`trigger`] evaluates
+//! stall conditions with a hold time; [`schedule`] says when a capture may
+//! run; [`capture`] gathers the evidence while a stall lasts, [`verdict`]
+//! names the likely culprit, [`capture_dir`] writes the capture's files
+//! (and reads them back), and [`report`] renders them as text and one
+//! HTML file; [`watch`] is the loop that ties them together. [`derive`](mod@crate::derive),
+//! [`trigger`], [`schedule`] and [`verdict`] are pure functions or objects
+//! of their inputs, tested without a server.
 
 // Query rows are read as tuples of their column types; naming each one
 // would only restate the SELECT next to it.
