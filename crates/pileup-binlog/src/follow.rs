@@ -32,6 +32,8 @@ pub enum Step<'a> {
     /// when a restart purges relay logs, or not a binlog): the follower
     /// stays at the end of its file.
     CannotFollow { next: PathBuf, error: ReadError },
+    /// The file cannot be read (an I/O error): nothing to resynchronise.
+    Failed(ReadError),
 }
 
 /// Reads one relay log on from a position, file after file.
@@ -46,25 +48,23 @@ impl Follower {
     /// Open `path` and read its format description; the next event is the
     /// one at `pos` (an event boundary: a server-reported position, or one
     /// from an earlier read), or the first when `pos` is 4 or less.
+    /// Checksums are verified.
     pub fn open_at(path: &Path, pos: u64) -> Result<Follower, ReadError> {
+        Follower::open_with(path, pos, true)
+    }
+
+    /// [`Follower::open_at`], verifying checksums or not.
+    pub fn open_with(path: &Path, pos: u64, verify: bool) -> Result<Follower, ReadError> {
         let mut reader = FileReader::open(path)?;
-        if pos > 4 {
-            reader.read_format()?;
-            reader.seek(pos);
-        }
-        Ok(Follower { reader, rotate: true, verify: true })
+        reader.verify = verify;
+        reader.read_format()?;
+        reader.seek(pos);
+        Ok(Follower { reader, rotate: true, verify })
     }
 
     /// Stay in this file: its end is [`Step::End`], never a rotation.
     pub fn one_file(mut self) -> Follower {
         self.rotate = false;
-        self
-    }
-
-    /// Verify checksums (on by default).
-    pub fn verify(mut self, on: bool) -> Follower {
-        self.verify = on;
-        self.reader.verify = on;
         self
     }
 
@@ -101,7 +101,9 @@ impl Follower {
                 // last event between the read above and the look.
                 Some(next) => match self.reader.advance() {
                     Ok(Some(at)) => Step::Event(self.reader.event(at), self.reader.format()),
-                    Ok(None) => match FileReader::open(&next).and_then(|mut r| r.read_format().map(|_| r)) {
+                    // Read from its start, format descriptions included: a
+                    // damaged one is a corrupt event like any other.
+                    Ok(None) => match FileReader::open(&next) {
                         Ok(mut r) => {
                             r.verify = self.verify;
                             self.reader = r;
@@ -123,8 +125,7 @@ impl Follower {
                 let resumed_at = self.reader.resync(offset).ok().flatten();
                 Step::Corrupt { error, resumed_at }
             }
-            // An I/O error (the file went away): nothing to resynchronise.
-            error => Step::Corrupt { error, resumed_at: None },
+            error => Step::Failed(error),
         }
     }
 }

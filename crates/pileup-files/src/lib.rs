@@ -22,7 +22,9 @@ pub enum Mode {
     Private,
     /// The owner and mode of the file being replaced (a server's own file,
     /// which the server must still be able to read and replace); when there
-    /// is none, the directory's owner, 0660.
+    /// is none, the directory's owner, 0660. Not synced: such a file is
+    /// rewritten every few milliseconds and is whole after a crash either
+    /// way (the rename is atomic), only perhaps older.
     KeepExisting,
 }
 
@@ -73,7 +75,9 @@ pub fn write_with(path: &Path, mode: Mode, f: impl FnOnce(&mut dyn Write) -> Res
         let mut w = std::io::BufWriter::new(file);
         f(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
+        if mode == Mode::Private {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
         Ok(())
     })();

@@ -413,40 +413,51 @@ pub fn tables_of_gtids(
     // The transaction being read (None after a damaged event: in no group).
     let mut current: Option<String> = None;
     loop {
-        let (ev, fmt) = match f.step() {
-            Step::Event(ev, fmt) => (ev, fmt),
-            Step::Rotated => {
-                current = None;
-                continue;
-            }
-            // A damaged event: go on at the next sound one.
-            Step::Corrupt { resumed_at: Some(_), .. } => {
-                current = None;
-                continue;
-            }
-            Step::End | Step::Corrupt { .. } | Step::CannotFollow { .. } => break,
-        };
-        read += 1;
-        match dec.decode(fmt, ev.bytes) {
-            Ok(Event::MariaGtid(g)) => current = Some(format!("{}-{}", g.domain_id, g.seq_no)),
-            Ok(Event::MysqlGtid { uuid, gno }) => current = Some(format!("{}:{gno}", uuid.to_ascii_lowercase())),
-            Ok(Event::TableMap(tm)) => {
-                if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
-                    found.entry(g).or_insert_with(|| format!("{}.{}", tm.schema, tm.table));
-                }
-            }
-            Ok(Event::Query(q)) => {
-                let db = String::from_utf8_lossy(q.db).into_owned();
-                if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
-                    if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
-                        found.entry(g).or_insert(t);
+        let skip_file = match f.step() {
+            Step::Event(ev, fmt) => {
+                read += 1;
+                match dec.decode(fmt, ev.bytes) {
+                    Ok(Event::MariaGtid(g)) => current = Some(format!("{}-{}", g.domain_id, g.seq_no)),
+                    Ok(Event::MysqlGtid { uuid, gno }) => {
+                        current = Some(format!("{}:{gno}", uuid.to_ascii_lowercase()))
                     }
+                    Ok(Event::TableMap(tm)) => {
+                        if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
+                            found.entry(g).or_insert_with(|| format!("{}.{}", tm.schema, tm.table));
+                        }
+                    }
+                    Ok(Event::Query(q)) => {
+                        let db = String::from_utf8_lossy(q.db).into_owned();
+                        if let Some(t) = table_of(None, Some(&String::from_utf8_lossy(&q.sql)), Some(&db)) {
+                            if let Some(g) = current.take().filter(|g| wanted.contains(g)) {
+                                found.entry(g).or_insert(t);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
+                if found.len() == wanted.len() || read >= max_events {
+                    break;
+                }
+                false
             }
-            _ => {}
-        }
-        if found.len() == wanted.len() || read >= max_events {
-            break;
+            // A damaged event: go on at the next sound one, in no group.
+            Step::Rotated | Step::Corrupt { resumed_at: Some(_), .. } => {
+                current = None;
+                false
+            }
+            Step::End | Step::CannotFollow { .. } => break,
+            Step::Corrupt { .. } | Step::Failed(_) => true,
+        };
+        if skip_file {
+            // Nothing sound follows in this file: go on in the next one.
+            match pileup_binlog::reader::next_started(f.path()).and_then(|n| Follower::open_at(&n, 4).ok()) {
+                Some(next) => {
+                    f = next;
+                    current = None;
+                }
+                None => break,
+            }
         }
     }
     found

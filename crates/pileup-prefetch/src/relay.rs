@@ -22,6 +22,10 @@ pub enum Read<'a> {
     Again,
     /// Nothing to read now.
     Wait,
+    /// No file open (until the next poll puts the reader at the applier).
+    NoReader,
+    /// The relay log cannot be read.
+    Failed(pileup_binlog::ReadError),
 }
 
 #[derive(Default)]
@@ -43,6 +47,12 @@ impl Relay {
     /// Read nothing until the next jump (the replica went away).
     pub fn forget(&mut self) {
         self.follower = None;
+    }
+
+    /// The position was lost at a corrupt event (the next poll goes back
+    /// to the applier; that is not a jump over events the applier passed).
+    pub fn lost(&self) -> bool {
+        self.lost
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -69,7 +79,7 @@ impl Relay {
     /// Read one step on; what happened besides events is counted and, the
     /// first few times, said.
     pub fn next(&mut self, sh: &Shared) -> Read<'_> {
-        let Some(f) = self.follower.as_mut().filter(|_| !self.lost) else { return Read::Wait };
+        let Some(f) = self.follower.as_mut().filter(|_| !self.lost) else { return Read::NoReader };
         let c = &sh.counters;
         // Taken before the step: the event borrows the follower.
         let file = relay_pos(f.path(), 0).0;
@@ -89,7 +99,7 @@ impl Relay {
             Step::CannotFollow { next, error } => {
                 if c.follow_errors.fetch_add(1, Relaxed) < 10 {
                     (sh.say)(format!(
-                        "cannot follow the relay log into {}: {error}; waiting for the applier",
+                        "cannot follow the relay log into the next file ({}): {error}; waiting for the applier",
                         next.display()
                     ));
                 }
@@ -106,8 +116,9 @@ impl Relay {
                     (sh.say)(format!("{error}; reading on from the applier's position"));
                 }
                 self.lost = true;
-                Read::Wait
+                Read::NoReader
             }
+            Step::Failed(e) => Read::Failed(e),
         }
     }
 }

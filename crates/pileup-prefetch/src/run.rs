@@ -89,6 +89,7 @@ pub fn run(
     let t0 = Instant::now();
     let running = || !sh.stop.load(Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d);
     let mut last_poll = t0 - o.poll;
+    let mut failed = None;
     while running() {
         if last_poll.elapsed() >= o.poll {
             last_poll = Instant::now();
@@ -116,9 +117,18 @@ pub fn run(
             }
             continue;
         }
-        if !l.read_one() {
-            l.batcher.flush(l.seq);
-            std::thread::sleep(Duration::from_millis(5));
+        match l.read_one() {
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+            Ok(Got::Event) => {}
+            Ok(Got::Nothing) => {
+                l.batcher.flush(l.seq);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Nothing to read until the next poll positions the reader.
+            Ok(Got::NoReader) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
     if let Some(d) = l.deferral.as_mut() {
@@ -129,7 +139,14 @@ pub fn run(
     for h in handles {
         let _ = h.join();
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// What reading one event gave.
+enum Got {
+    Event,
+    Nothing,
+    NoReader,
 }
 
 /// The loop's state.
@@ -189,7 +206,7 @@ impl Loop {
             }
         }
         if self.relay.must_jump(self.window.is_empty(), apos) {
-            if let Some(p) = self.relay.path() {
+            if let Some(p) = self.relay.path().filter(|_| !self.relay.lost()) {
                 c.jumps.fetch_add(1, Relaxed);
                 tracing::debug!(reader = %p.display(), applier = %self.ap.relay_file.display(), applier_pos = self.ap.relay_pos, "the applier passed the reader: jumping to it");
             }
@@ -219,12 +236,14 @@ impl Loop {
         self.window.reset();
     }
 
-    /// Read and plan one event. False when there was nothing to read.
-    fn read_one(&mut self) -> bool {
+    /// Read and plan one event.
+    fn read_one(&mut self) -> Result<Got> {
         let (ev, fmt, end) = match self.relay.next(&self.sh) {
             Read::Event(ev, fmt, end) => (ev, fmt, end),
-            Read::Again => return true,
-            Read::Wait => return false,
+            Read::Again => return Ok(Got::Event),
+            Read::Wait => return Ok(Got::Nothing),
+            Read::NoReader => return Ok(Got::NoReader),
+            Read::Failed(e) => return Err(anyhow::Error::new(e).context("reading the relay log")),
         };
         let c = &self.sh.counters;
         self.seq += 1;
@@ -244,6 +263,6 @@ impl Loop {
             self.window.ddl_read();
         }
         self.window.add_keys(c.keys_issued.load(Relaxed) - issued_before);
-        true
+        Ok(Got::Event)
     }
 }

@@ -294,7 +294,8 @@ pub fn table_of(name: &ObjectName) -> Option<(Option<String>, String)> {
 }
 
 /// The table a single-table UPDATE, DELETE, INSERT or REPLACE writes:
-/// (schema, or None for the statement's default database; table).
+/// (schema, or None for the statement's default database; table). A
+/// multi-table statement names no one table: None.
 pub fn written_table(sql: &[u8]) -> Option<(Option<String>, String)> {
     let mut lits = vec![];
     let fp = fingerprint(sql, &mut lits);
@@ -308,14 +309,17 @@ pub fn written_table(sql: &[u8]) -> Option<(Option<String>, String)> {
     }
     match st.remove(0) {
         Statement::Update(u) => match &u.table.relation {
-            TableFactor::Table { name, .. } => table_of(name),
+            TableFactor::Table { name, .. } if u.table.joins.is_empty() && u.from.is_none() => table_of(name),
             _ => None,
         },
         Statement::Delete(d) => {
             let from = match &d.from {
                 FromTable::WithFromKeyword(f) | FromTable::WithoutKeyword(f) => f,
             };
-            match &from.first()?.relation {
+            if d.tables.len() > 1 || d.using.is_some() || from.len() != 1 || !from[0].joins.is_empty() {
+                return None;
+            }
+            match &from[0].relation {
                 TableFactor::Table { name, .. } => table_of(name),
                 _ => None,
             }
@@ -340,6 +344,8 @@ mod tests {
         assert_eq!(t("INSERT INTO t (a) VALUES ('x'), ('y')"), Some((None, "t".into())));
         assert_eq!(t("REPLACE INTO s.t VALUES (1)"), Some((Some("s".into()), "t".into())));
         assert_eq!(t("SELECT * FROM t"), None, "not a write");
+        assert_eq!(t("UPDATE a JOIN b ON a.id = b.id SET a.x = b.x"), None, "two tables");
+        assert_eq!(t("DELETE a FROM a JOIN b ON a.id = b.id"), None, "two tables");
         assert_eq!(t("UPDATE"), None, "does not parse");
     }
 }

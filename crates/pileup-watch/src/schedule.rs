@@ -23,6 +23,8 @@ pub struct Limits {
     pub max_per_hour: usize,
     /// Free bytes the data directory must keep.
     pub min_free_bytes: u64,
+    /// The data directory, as the disk guard names it.
+    pub data_dir: String,
 }
 
 /// The schedule's state. `T` is what an early capture is confirmed or
@@ -70,7 +72,7 @@ impl<T> Scheduler<T> {
         } else if self.recent.len() >= l.max_per_hour {
             Some(format!("{} captures in the last hour (--max-captures-per-hour)", l.max_per_hour))
         } else if free.is_some_and(|f| f < l.min_free_bytes) {
-            Some(format!("less than {} MiB free in the data directory", l.min_free_bytes >> 20))
+            Some(format!("less than {} MiB free in {}", l.min_free_bytes >> 20, l.data_dir))
         } else {
             None
         }
@@ -148,7 +150,12 @@ mod tests {
     use super::*;
 
     fn sched() -> Scheduler<&'static str> {
-        Scheduler::new(Limits { cooldown: Duration::from_secs(60), max_per_hour: 3, min_free_bytes: 100 << 20 })
+        Scheduler::new(Limits {
+            cooldown: Duration::from_secs(60),
+            max_per_hour: 3,
+            min_free_bytes: 100 << 20,
+            data_dir: "/var/lib/pileup".into(),
+        })
     }
 
     #[test]
@@ -166,7 +173,11 @@ mod tests {
         s.finished();
         assert_eq!(s.refused(200.0, None).as_deref(), Some("3 captures in the last hour (--max-captures-per-hour)"));
         assert_eq!(s.refused(3601.0, None), None, "the first capture left the hour");
-        assert!(s.refused(3601.0, Some(1 << 20)).unwrap().contains("MiB free"), "a nearly full disk");
+        assert_eq!(
+            s.refused(3601.0, Some(1 << 20)).as_deref(),
+            Some("less than 100 MiB free in /var/lib/pileup"),
+            "a nearly full disk"
+        );
     }
 
     #[test]

@@ -216,6 +216,7 @@ pub fn run(
         cooldown: o.cooldown,
         max_per_hour: o.max_captures_per_hour,
         min_free_bytes: o.min_free_bytes,
+        data_dir: o.data_dir.display().to_string(),
     });
     let free = || free_bytes(&o.data_dir);
     let t0 = Instant::now();

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use pileup_binlog::{print_event, Decoder, Follower, PrintFormat, Stats, Step};
 
 #[derive(clap::Args)]
@@ -54,15 +54,13 @@ pub fn run(a: BinlogArgs) -> Result<()> {
     let t0 = std::time::Instant::now();
     for (i, path) in a.files.iter().enumerate() {
         let start = if i == 0 { a.start_position.unwrap_or(4) } else { 4 };
-        let f = Follower::open_at(path, start).map_err(|e| {
+        let f = Follower::open_with(path, start, !a.no_verify).map_err(|e| {
             anyhow::anyhow!("{e}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)")
         })?;
         // Without --follow each file named is read to its end; with it, the
         // last one is followed on into the files the server writes next.
-        let mut f = f.verify(!a.no_verify);
-        if !(a.follow && i + 1 == a.files.len()) {
-            f = f.one_file();
-        }
+        let follow = a.follow && i + 1 == a.files.len();
+        let mut f = if follow { f } else { f.one_file() };
         stats.files += 1;
         loop {
             let path = f.path().to_path_buf();
@@ -85,7 +83,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     }
                 }
                 Step::Rotated => stats.files += 1,
-                Step::End if a.follow => {
+                Step::End if follow => {
                     let _ = out.flush();
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -112,9 +110,11 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                     );
                     break;
                 }
-                Step::CannotFollow { next, error } => {
-                    bail!("cannot read on into {}: {error}", next.display())
-                }
+                Step::CannotFollow { next, error } => bail!(
+                    "cannot read on into {}: {error}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)",
+                    next.display()
+                ),
+                Step::Failed(e) => return Err(e).context("reading"),
             }
         }
     }
