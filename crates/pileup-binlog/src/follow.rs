@@ -62,6 +62,11 @@ impl Follower {
         Ok(Follower { reader, rotate: true, verify })
     }
 
+    /// Continue at `pos` in the file being read (an event boundary).
+    pub fn seek(&mut self, pos: u64) {
+        self.reader.seek(pos);
+    }
+
     /// Stay in this file: its end is [`Step::End`], never a rotation.
     pub fn one_file(mut self) -> Follower {
         self.rotate = false;

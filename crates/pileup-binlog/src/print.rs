@@ -21,20 +21,21 @@ pub enum PrintFormat {
     Json,
 }
 
-/// Print one event of file `path` as decoded (or not). Returns the problem
-/// to report, if the event or one of its rows does not decode (the event
-/// is printed all the same, with its `error`).
+/// Print one event of file `path` (whose name, `file_name`, the output
+/// shows) as decoded (or not). Returns the problem to report, if the event
+/// or one of its rows does not decode (the event is printed all the same,
+/// with its `error`).
 pub fn print_event(
     out: &mut dyn Write,
     format: PrintFormat,
     path: &Path,
+    file_name: &str,
     ev: &RawEvent,
     decoded: &Result<Event, DecodeError>,
 ) -> std::io::Result<Option<ReadError>> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     // An event that does not decode is printed with its header and the error.
     let undecoded = Event::Other(ev.header.type_code);
-    let (mut p, failed) = printed(&name, ev, decoded.as_ref().unwrap_or(&undecoded));
+    let (mut p, failed) = printed(file_name, ev, decoded.as_ref().unwrap_or(&undecoded));
     let failed = failed.or_else(|| decoded.as_ref().err().cloned());
     let problem = failed.map(|e| crate::reader::at(ev, path, e));
     if let (Some(err), true) = (&problem, decoded.is_err()) {

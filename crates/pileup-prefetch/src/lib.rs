@@ -3,7 +3,9 @@
 //! buffer pool when the applier gets there.
 //!
 //! Data flow, one room per stage:
-//! [`relay`] (follow the relay log from the applier's position) →
+//! [`gate`] (whether there is work ahead of the applier, from the relay
+//! log itself) → [`relay`] (follow the relay log from the applier's
+//! position) →
 //! [`window`] (the events read ahead and not yet applied, and the limits
 //! on how far ahead) → [`plan`] (an event → index keys and statement reads,
 //! a pure function of the event and the table definitions) →
@@ -15,6 +17,7 @@
 //! hold InnoDB's purge off while the replica lags. [`run`] ties them
 //! together.
 
+pub mod gate;
 pub mod load;
 pub mod metrics;
 pub mod page_warmer;
@@ -60,7 +63,8 @@ pub struct Options {
     pub window_keys: Option<u64>,
     /// …and this many seconds of primary time.
     pub window_secs: u32,
-    /// Work only while Seconds_Behind_Master is at least this.
+    /// Work only while the applier is at least this many seconds of
+    /// primary time behind (see [`gate`]).
     pub min_lag: u64,
     /// Keys per lookup statement.
     pub batch: usize,

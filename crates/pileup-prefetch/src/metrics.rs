@@ -59,6 +59,13 @@ pub struct Counters {
     /// DDL statements the reader waited at until the applier passed them.
     pub ddl_pauses: AtomicU64,
     pub lag_secs: AtomicU64,
+    /// The relay log beyond the applier: bytes, and seconds of primary
+    /// time (the replica's Seconds_Behind_Master where the relay log does
+    /// not tell; 0 when neither does).
+    pub backlog_bytes: AtomicU64,
+    pub backlog_seconds: AtomicU64,
+    /// What the prefetcher is doing ([`crate::gate::State::code`]).
+    pub state: AtomicU64,
     /// Keys issued for events the applier has not reached yet.
     pub keys_ahead: AtomicU64,
     pub window_keys: AtomicU64,
@@ -97,6 +104,9 @@ const GAUGES: &[&str] = &[
     "templates_parsed",
     "purge_held",
     "history_length",
+    "backlog_bytes",
+    "backlog_seconds",
+    "state",
 ];
 
 impl Counters {
@@ -147,6 +157,9 @@ impl Counters {
             ("late_polls", g(&self.late_polls)),
             ("readers_busy_ms", g(&self.readers_busy_ms)),
             ("lag_seconds", g(&self.lag_secs)),
+            ("backlog_bytes", g(&self.backlog_bytes)),
+            ("backlog_seconds", g(&self.backlog_seconds)),
+            ("state", g(&self.state)),
             ("keys_ahead", g(&self.keys_ahead)),
             ("window_keys", g(&self.window_keys)),
             ("idle_polls", g(&self.idle_polls)),
@@ -164,6 +177,47 @@ impl Counters {
             ("loads_waited", g(&self.loads_waited)),
         ]
     }
+}
+
+/// The human status line: what the prefetcher is doing (or why not), how
+/// far ahead of the applier it is, how busy its readers are, and whether
+/// the applier is catching up. `now` and `before` are snapshots `secs`
+/// apart.
+pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_lag: u64) -> String {
+    let get = |s: &[(&str, u64)], k: &str| s.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap_or(0);
+    let (n, b) = (|k| get(now, k), |k| get(before, k));
+    let behind = n("backlog_seconds");
+    let state = crate::gate::State::from_code(n("state"), behind, min_lag);
+    let mut parts = vec![state.describe()];
+    if state.is_warming() {
+        parts.push(format!(
+            "{} events ({} of {} keys) ahead of the applier, warmed {} events ahead",
+            n("distance_events"),
+            n("keys_ahead"),
+            n("window_keys"),
+            n("warmed_ahead_events")
+        ));
+        let busy = (n("readers_busy_ms") - b("readers_busy_ms")) as f64 / (secs.max(1e-3) * 1000.0);
+        parts.push(format!("reading the relay log waited {:.0}% for a free reader", 100.0 * busy.min(1.0)));
+    }
+    let trend = (b("backlog_seconds") as f64 - behind as f64) / secs.max(1e-3);
+    let backlog = n("backlog_bytes");
+    if backlog > 0 || behind > 0 {
+        let mut t = format!("{behind} s ({:.1} MB) behind", backlog as f64 / 1e6);
+        if trend > 0.05 {
+            t.push_str(&format!(", catching up {trend:.1} s/s"));
+        } else if trend < -0.05 {
+            t.push_str(&format!(", falling behind {:.1} s/s", -trend));
+        }
+        parts.push(t);
+    }
+    parts.push(format!(
+        "{} events read, {} keys, {} lookups",
+        n("events_read"),
+        n("keys_issued"),
+        n("lookups") + n("page_loads")
+    ));
+    parts.join(" · ")
 }
 
 /// Advice when the readers are what holds the prefetcher back: over the
@@ -193,6 +247,34 @@ mod tests {
         assert!(reader_advice(1_000, 10.0, 100, 3_000, 4).is_none(), "waiting 10% of the time is fine");
         assert!(reader_advice(9_000, 10.0, 2_000, 3_000, 4).is_none(), "a full window: the readers keep up");
         assert!(reader_advice(9_000, 0.0, 0, 3_000, 4).is_some(), "no division by zero");
+    }
+
+    #[test]
+    fn the_status_line_says_what_it_does_and_why_not() {
+        let c = Counters::default();
+        let before = c.snapshot();
+        c.state.store(0, Ordering::Relaxed);
+        c.distance_events.store(1200, Ordering::Relaxed);
+        c.keys_ahead.store(2310, Ordering::Relaxed);
+        c.window_keys.store(3031, Ordering::Relaxed);
+        c.readers_busy_ms.store(600, Ordering::Relaxed);
+        c.backlog_bytes.store(50_000_000, Ordering::Relaxed);
+        c.backlog_seconds.store(90, Ordering::Relaxed);
+        let mut b = before.clone();
+        for (k, v) in b.iter_mut() {
+            if *k == "backlog_seconds" {
+                *v = 100;
+            }
+        }
+        let s = status_line(&c.snapshot(), &b, 5.0, 1);
+        assert!(s.starts_with("warming · 1200 events (2310 of 3031 keys) ahead"), "{s}");
+        assert!(s.contains("waited 12%") && s.contains("90 s (50.0 MB) behind, catching up 2.0 s/s"), "{s}");
+        c.state.store(crate::gate::State::Idle(crate::gate::Idle::NothingAhead).code(), Ordering::Relaxed);
+        c.backlog_bytes.store(0, Ordering::Relaxed);
+        c.backlog_seconds.store(0, Ordering::Relaxed);
+        let s = status_line(&c.snapshot(), &c.snapshot(), 5.0, 1);
+        assert!(s.starts_with("idle: the relay log holds nothing beyond the applier"), "{s}");
+        assert!(!s.contains("behind") && !s.contains("waited"), "{s}");
     }
 
     #[test]

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use mysql::prelude::Queryable;
 use pileup_replica::applier::{Applier, ApplierProbe};
+use pileup_replica::backlog::BacklogProbe;
 use pileup_replica::schema::Table;
 
+use crate::gate::State;
 use crate::page_warmer::PageSender;
 use crate::plan::{starts_transaction, Planner};
 use crate::progress::Progress;
@@ -69,6 +71,7 @@ pub fn run(
     let deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
     let mut probe = ApplierProbe::default();
     let ap = probe.read(&mut ctl)?;
+    let relay_dir = pileup_replica::applier::relay_dir(&mut meta).ok();
     let limits = Limits { events: o.window_events, keys: window_keys, secs: o.window_secs };
     let mut l = Loop {
         sh: sh.clone(),
@@ -76,6 +79,11 @@ pub fn run(
         meta,
         probe,
         ap,
+        relay_dir,
+        backlog: BacklogProbe::default(),
+        state: State::Idle(crate::gate::Idle::NothingAhead),
+        behind: None,
+        min_lag: o.min_lag,
         window: Window::new(limits),
         relay: Relay::default(),
         planner: Planner::default(),
@@ -99,10 +107,12 @@ pub fn run(
                 continue;
             }
         }
-        let lagging = l.ap.sql_running && l.ap.lag.is_some_and(|lag| lag >= o.min_lag);
+        let lagging = l.state.is_warming();
         if let Some(d) = l.deferral.as_mut() {
-            // Caught up means no lag at all, whatever --min-lag says.
-            d.tick(lagging && l.ap.lag.is_some_and(|lag| lag >= 1), &sh.counters, &sh.say);
+            // Held only while the applier works through a backlog: caught
+            // up means nothing behind, whatever --min-lag says.
+            let behind = l.behind.is_none_or(|s| s >= 1);
+            d.tick(l.state == State::Warming && behind, &sh.counters, &sh.say);
         }
         if !lagging || l.window.is_full() {
             if !lagging {
@@ -159,6 +169,13 @@ struct Loop {
     probe: ApplierProbe,
     /// Where the applier was at the last poll.
     ap: Applier,
+    /// Where the relay logs and their index are (None: unknown).
+    relay_dir: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    backlog: BacklogProbe,
+    /// What to do, as of the last poll, and how far behind the applier is.
+    state: State,
+    behind: Option<u64>,
+    min_lag: u64,
     window: Window,
     relay: Relay,
     planner: Planner,
@@ -188,6 +205,15 @@ impl Loop {
         };
         let c = &self.sh.counters;
         c.lag_secs.store(self.ap.lag.unwrap_or(0), Relaxed);
+        let backlog = match &self.relay_dir {
+            Some((dir, index)) => self.backlog.measure(index, dir, &self.ap.relay_file, self.ap.relay_pos),
+            None => Default::default(),
+        };
+        self.state = crate::gate::decide(self.ap.sql_running, self.ap.lag, &backlog, self.min_lag);
+        self.behind = crate::gate::behind_secs(self.ap.lag, &backlog);
+        c.backlog_bytes.store(backlog.bytes.unwrap_or(0), Relaxed);
+        c.backlog_seconds.store(backlog.secs.map(u64::from).or(self.ap.lag).unwrap_or(0), Relaxed);
+        c.state.store(self.state.code(), Relaxed);
         let apos = relay_pos(&self.ap.relay_file, self.ap.relay_pos);
         if self.window.advance(apos) {
             // The DDL it waited at is applied: read the definitions again.
@@ -226,6 +252,7 @@ impl Loop {
             if let (Ok(c1), Ok(c2)) = (spec.connect(), spec.connect()) {
                 (self.ctl, self.meta) = (c1, c2);
                 self.probe.forget();
+                self.relay_dir = pileup_replica::applier::relay_dir(&mut self.meta).ok();
                 self.sh.counters.reconnects.fetch_add(1, Relaxed);
                 (self.sh.say)("reconnected".into());
                 break;

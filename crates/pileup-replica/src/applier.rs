@@ -12,9 +12,11 @@ pub struct Applier {
     pub relay_file: PathBuf,
     /// The start of the next event it will execute.
     pub relay_pos: u64,
-    /// Seconds_Behind_Master (None when the SQL thread is not running).
+    /// Seconds_Behind_Master (None when the SQL or IO thread is not
+    /// running).
     pub lag: Option<u64>,
     pub sql_running: bool,
+    pub io_running: bool,
 }
 
 /// Read the default replication connection's status.
@@ -74,6 +76,7 @@ impl ApplierProbe {
             relay_pos: get("Relay_Log_Pos").and_then(|s| s.parse().ok()).unwrap_or(4),
             lag: get("Seconds_Behind_Master").and_then(|s| s.parse().ok()),
             sql_running: get("Slave_SQL_Running").as_deref() == Some("Yes"),
+            io_running: get("Slave_IO_Running").as_deref() == Some("Yes"),
         })
     }
 }

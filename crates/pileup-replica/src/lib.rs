@@ -3,6 +3,8 @@
 //!
 //! * [`applier`]: where the SQL thread is (relay log file and position,
 //!   lag) and where the relay logs live;
+//! * [`backlog`]: the work in the relay log ahead of the applier (bytes
+//!   and primary time), read from the relay log itself;
 //! * [`schema`]: table definitions as the replica has them;
 //! * [`statement`]: statement fingerprints and the table a write names;
 //! * [`session`]: settings for sessions that read beside the applier and
@@ -12,6 +14,7 @@
 //!   and wrote (/proc).
 
 pub mod applier;
+pub mod backlog;
 pub mod device;
 pub mod history;
 pub mod schema;

@@ -100,6 +100,18 @@ struct Round {
 
 /// `prefetch`: None for the plain applier, else `pileup prefetch`'s extra options.
 fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) -> Round {
+    round_with(primary, replica, prefetch, "START SLAVE", &["--min-lag", "0"])
+}
+
+/// A round whose catch-up starts with `start` (both threads, or only the
+/// SQL thread), the prefetcher started first with `base` options.
+fn round_with(
+    primary: &Sandbox,
+    replica: &mut Sandbox,
+    prefetch: Option<&[&str]>,
+    start: &str,
+    base: &[&str],
+) -> Round {
     replica.sql("STOP SLAVE SQL_THREAD").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench")
@@ -135,9 +147,8 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) ->
                 "--json",
                 "--stats-every",
                 "1",
-                "--min-lag",
-                "0",
             ])
+            .args(base)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -148,7 +159,7 @@ fn round(primary: &Sandbox, replica: &mut Sandbox, prefetch: Option<&[&str]>) ->
         std::thread::sleep(Duration::from_millis(500));
     }
     let updates0 = status(replica, "Handler_update");
-    replica.sql("START SLAVE").unwrap();
+    replica.sql(start).unwrap();
     let took = wait_applied(primary, replica);
     let rows = status(replica, "Handler_update") - updates0;
     let history_after = status(replica, "Innodb_history_list_length");
@@ -340,6 +351,74 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
 /// restarted under the prefetcher: it plans the statements through its
 /// template cache, waits at the DDL, follows the rotation, names and skips
 /// the damage, reconnects, and the applier ends clean with the primary's data.
+/// A catch-up of what already sits in the relay log, with the IO thread
+/// down (a restart with skip-slave-start, the primary gone, an operator
+/// holding the IO thread): Seconds_Behind_Master is NULL throughout, and
+/// the prefetcher, started before the SQL thread with the default
+/// --min-lag, must still warm the backlog from the relay log itself.
+fn backlog_with_the_io_thread_down(format: &str) {
+    let _serial = one_at_a_time();
+    let (primary, mut replica) = primary_and_replica(
+        format,
+        &[
+            ("innodb_buffer_pool_size", "64M"),
+            ("innodb_buffer_pool_load_at_startup", "OFF"),
+            ("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+            ("performance_schema", "ON"),
+            ("skip_slave_start", "ON"),
+            ("relay_log_purge", "OFF"),
+        ],
+    );
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    wait_applied(&primary, &replica);
+    let sql_only = "START SLAVE SQL_THREAD";
+    let plain = round_with(&primary, &mut replica, None, sql_only, &[]);
+    let fed = round_with(&primary, &mut replica, Some(&[]), sql_only, &[]);
+    eprintln!(
+        "{format}, IO thread down: applier data-file I/O {} plain ({:?}), {} with prefetch ({:?}); {}",
+        plain.io, plain.took, fed.io, fed.took, fed.report
+    );
+    let r: serde_json::Value = serde_json::from_str(&fed.report).expect("prefetch counters as JSON");
+    assert!(r["events_read"].as_u64().unwrap() > 1000 && r["keys_issued"].as_u64().unwrap() > 1000, "{r}");
+    assert!(plain.io > 1000, "the plain applier must be I/O-bound for this test to mean anything ({})", plain.io);
+    assert!(
+        (fed.io as f64) < 0.67 * plain.io as f64,
+        "the backlog is warmed with Seconds_Behind_Master NULL: {} vs {}",
+        fed.io,
+        plain.io
+    );
+    let sum = |s: &Sandbox| {
+        let mut c = s.connect().unwrap();
+        c.query_first::<(String, u64), _>("CHECKSUM TABLE sbtest.sbtest1").unwrap().unwrap().1
+    };
+    assert_eq!(sum(&primary), sum(&replica), "the replica holds the primary's data");
+
+    // Caught up, nothing in the relay log beyond the applier: idle, and
+    // the reason is on screen.
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--duration", "2s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("read nothing from the relay log: idle: the relay log holds nothing beyond the applier"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_row_backlog_with_the_io_thread_down_is_warmed() {
+    backlog_with_the_io_thread_down("ROW");
+}
+
+#[test]
+fn a_mixed_backlog_with_the_io_thread_down_is_warmed() {
+    backlog_with_the_io_thread_down("MIXED");
+}
+
 #[test]
 fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let _serial = one_at_a_time();

@@ -41,6 +41,10 @@ pub enum OutFormat {
     Json,
 }
 
+fn file_name(p: &std::path::Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 pub fn run(a: BinlogArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -62,8 +66,14 @@ pub fn run(a: BinlogArgs) -> Result<()> {
         let follow = a.follow && i + 1 == a.files.len();
         let mut f = if follow { f } else { f.one_file() };
         stats.files += 1;
+        let (mut path, mut rotated) = (f.path().to_path_buf(), false);
+        let mut name = file_name(&path);
         loop {
-            let path = f.path().to_path_buf();
+            if rotated {
+                path = f.path().to_path_buf();
+                name = file_name(&path);
+                rotated = false;
+            }
             match f.step() {
                 Step::Event(ev, fmt) if a.stats => {
                     if let Err(e) = dec.decode(fmt, ev.bytes).and_then(|e| stats.add(&ev, &e)) {
@@ -73,7 +83,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 }
                 Step::Event(ev, fmt) => {
                     let decoded = dec.decode(fmt, ev.bytes);
-                    match print_event(&mut out, format, &path, &ev, &decoded) {
+                    match print_event(&mut out, format, &path, &name, &ev, &decoded) {
                         Ok(None) => {}
                         Ok(Some(problem)) => {
                             problems += 1;
@@ -82,7 +92,10 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                         Err(_) => return Ok(()), // the reader went away (| head)
                     }
                 }
-                Step::Rotated => stats.files += 1,
+                Step::Rotated => {
+                    stats.files += 1;
+                    rotated = true;
+                }
                 Step::End if follow => {
                     let _ = out.flush();
                     std::thread::sleep(Duration::from_millis(100));

@@ -1,5 +1,6 @@
 //! `pileup prefetch`: keep a replica's applier fed.
 
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,9 +40,13 @@ pub struct PrefetchArgs {
     /// Stop after this long (e.g. 10m); default: until interrupted.
     #[arg(long, value_parser = super::parse_duration)]
     pub duration: Option<Duration>,
-    /// Print the counters every this many seconds (stderr; JSON lines on stdout with --json).
-    #[arg(long, default_value_t = 10)]
-    pub stats_every: u64,
+    /// Print every counter every this many seconds (stderr; JSON lines on
+    /// stdout with --json; default 10). Without it, a terminal gets a status
+    /// line every 5 s instead: what the prefetcher does or why it is idle,
+    /// how far ahead of the applier, how busy its readers are, how far
+    /// behind the applier is and the trend.
+    #[arg(long, value_name = "SECONDS")]
+    pub stats_every: Option<u64>,
     #[arg(long)]
     pub json: bool,
     /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
@@ -119,7 +124,13 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         unsafe { super::watch::signal_flag(sig, stop.clone()) };
     }
-    let (c2, s2, json, every, readers) = (counters.clone(), stop.clone(), a.json, a.stats_every.max(1), a.readers);
+    // Every counter for scripts and logs; a status line for a person.
+    let human = !a.json && a.stats_every.is_none() && std::io::stderr().is_terminal();
+    let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
+    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a.json, a.readers, a.min_lag);
+    let status = move |now: &[(&str, u64)], before: &[(&str, u64)], secs: f64| {
+        eprintln!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, min_lag));
+    };
     let print = move |c: &Counters| {
         let snap = c.snapshot();
         if json {
@@ -132,12 +143,19 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     };
     let printer = std::thread::spawn(move || {
         let mut t = std::time::Instant::now();
+        let mut before = c2.snapshot();
         // Say so (on stderr, at most once a minute) when the readers are the bottleneck.
         let (mut busy0, mut advised) = (0u64, None::<std::time::Instant>);
         while !s2.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
             if t.elapsed() >= Duration::from_secs(every) {
-                print(&c2);
+                if human {
+                    let now = c2.snapshot();
+                    status(&now, &before, t.elapsed().as_secs_f64());
+                    before = now;
+                } else {
+                    print(&c2);
+                }
                 let busy = c2.readers_busy_ms.load(Ordering::Relaxed);
                 let advice = pileup_prefetch::reader_advice(
                     busy - busy0,
@@ -161,9 +179,19 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     stop.store(true, Ordering::Relaxed);
     let _ = printer.join();
     // The last counters, for a run that ran (a run that could not start
-    // says only why).
+    // says only why); and a run that read nothing says why not.
     if r.is_ok() {
-        print(&counters_final);
+        let snap = counters_final.snapshot();
+        if human {
+            status(&snap, &snap, 1.0);
+        } else {
+            print(&counters_final);
+        }
+        if counters_final.events_read.load(Ordering::Relaxed) == 0 {
+            let get = |k: &str| snap.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap_or(0);
+            let state = pileup_prefetch::gate::State::from_code(get("state"), get("backlog_seconds"), min_lag);
+            eprintln!("pileup prefetch: read nothing from the relay log: {}", state.describe());
+        }
     }
     r
 }
