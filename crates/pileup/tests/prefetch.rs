@@ -31,6 +31,17 @@ fn sb_args(sock: &str) -> Vec<String> {
     ]
 }
 
+/// A replica that reads its pages from disk (a small, cold buffer pool) and
+/// keeps its relay logs, for catch-ups started by hand.
+const IO_BOUND: &[(&str, &str)] = &[
+    ("innodb_buffer_pool_size", "64M"),
+    ("innodb_buffer_pool_load_at_startup", "OFF"),
+    ("innodb_buffer_pool_dump_at_shutdown", "OFF"),
+    ("performance_schema", "ON"),
+    ("skip_slave_start", "ON"),
+    ("relay_log_purge", "OFF"),
+];
+
 /// A primary writing `format` binlogs and its replica with `cnf`, in one
 /// throwaway base directory, with an empty `sbtest` database.
 fn primary_and_replica(format: &str, cnf: &[(&str, &str)]) -> (Sandbox, Sandbox) {
@@ -112,7 +123,9 @@ fn round_with(
     start: &str,
     base: &[&str],
 ) -> Round {
-    replica.sql("STOP SLAVE SQL_THREAD").unwrap();
+    // The backlog is fetched with the SQL thread stopped (the IO thread may
+    // be down since the last catch-up).
+    replica.sql("START SLAVE IO_THREAD; STOP SLAVE SQL_THREAD").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench")
         .arg("oltp_update_index")
@@ -122,16 +135,7 @@ fn round_with(
         .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     // Everything is in the relay log; a restart empties the buffer pool.
-    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
-    let t0 = Instant::now();
-    loop {
-        let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
-        let io_pos: Option<String> = st.get("Gtid_IO_Pos");
-        if io_pos.as_deref() == Some(pos.as_str()) || t0.elapsed() > Duration::from_secs(60) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    io_thread_has_everything(primary, replica);
     replica.restart().unwrap();
     let before = applier_page_io(replica);
     let (reads0, waitfree0) =
@@ -183,17 +187,7 @@ fn round_with(
 #[test]
 fn prefetch_cuts_the_appliers_own_page_reads_and_changes_nothing() {
     let _serial = one_at_a_time();
-    let (primary, mut replica) = primary_and_replica(
-        "ROW",
-        &[
-            ("innodb_buffer_pool_size", "64M"),
-            ("innodb_buffer_pool_load_at_startup", "OFF"),
-            ("innodb_buffer_pool_dump_at_shutdown", "OFF"),
-            ("performance_schema", "ON"),
-            ("skip_slave_start", "ON"),
-            ("relay_log_purge", "OFF"),
-        ],
-    );
+    let (primary, mut replica) = primary_and_replica("ROW", IO_BOUND);
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -335,10 +329,20 @@ fn sysbench_run(primary: &Sandbox, test: &str, secs: u32) {
 
 fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
     let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
+    let (file, offset): (String, u64) = primary
+        .connect()
+        .unwrap()
+        .query_first::<mysql::Row, _>("SHOW MASTER STATUS")
+        .unwrap()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .unwrap();
     let t0 = Instant::now();
     loop {
         let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
-        if st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str()) {
+        // Received: by GTID, or by file and position.
+        let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
+        let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
+        if by_gtid || read == (Some(file.clone()), Some(offset)) {
             return;
         }
         assert!(t0.elapsed() < Duration::from_secs(60), "the I/O thread did not receive {pos}");
@@ -346,11 +350,6 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
     }
 }
 
-/// MIXED binlog (statements), DDL, relay-log rotation and damaged checksums
-/// in the backlog, relay logs purged as they are applied, and the replica
-/// restarted under the prefetcher: it plans the statements through its
-/// template cache, waits at the DDL, follows the rotation, names and skips
-/// the damage, reconnects, and the applier ends clean with the primary's data.
 /// A catch-up of what already sits in the relay log, with the IO thread
 /// down (a restart with skip-slave-start, the primary gone, an operator
 /// holding the IO thread): Seconds_Behind_Master is NULL throughout, and
@@ -358,17 +357,11 @@ fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
 /// --min-lag, must still warm the backlog from the relay log itself.
 fn backlog_with_the_io_thread_down(format: &str) {
     let _serial = one_at_a_time();
-    let (primary, mut replica) = primary_and_replica(
-        format,
-        &[
-            ("innodb_buffer_pool_size", "64M"),
-            ("innodb_buffer_pool_load_at_startup", "OFF"),
-            ("innodb_buffer_pool_dump_at_shutdown", "OFF"),
-            ("performance_schema", "ON"),
-            ("skip_slave_start", "ON"),
-            ("relay_log_purge", "OFF"),
-        ],
-    );
+    let (primary, mut replica) = primary_and_replica(format, IO_BOUND);
+    // By file and position: a replica that replicates by GTID discards its
+    // relay logs at a restart and fetches them anew, so there would be no
+    // backlog for the SQL thread alone.
+    replica.sql("STOP SLAVE; CHANGE MASTER TO MASTER_USE_GTID=no; START SLAVE").unwrap();
     let sock = primary.endpoint.socket.display().to_string();
     let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -419,6 +412,11 @@ fn a_mixed_backlog_with_the_io_thread_down_is_warmed() {
     backlog_with_the_io_thread_down("MIXED");
 }
 
+/// MIXED binlog (statements), DDL, relay-log rotation and damaged checksums
+/// in the backlog, relay logs purged as they are applied, and the replica
+/// restarted under the prefetcher: it plans the statements through its
+/// template cache, waits at the DDL, follows the rotation, names and skips
+/// the damage, reconnects, and the applier ends clean with the primary's data.
 #[test]
 fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     let _serial = one_at_a_time();
