@@ -172,7 +172,9 @@ fn printed<'e, 'a>(
 ) -> (Printed<'e, 'a>, Option<crate::DecodeError>) {
     use std::borrow::Cow::{Borrowed, Owned};
     let h = ev.header;
-    let mut f: Vec<(&'static str, Field<'e>)> = vec![
+    // Room for the common fields and any type's own, so no event grows it.
+    let mut f: Vec<(&'static str, Field<'e>)> = Vec::with_capacity(12);
+    f.extend([
         ("file", Field::Str(Borrowed(file))),
         ("offset", Field::U(ev.offset)),
         ("end", Field::U(ev.end())),
@@ -180,7 +182,7 @@ fn printed<'e, 'a>(
         ("server_id", Field::U(h.server_id.into())),
         ("timestamp", Field::U(h.timestamp.into())),
         ("log_pos", Field::U(h.log_pos.into())),
-    ];
+    ]);
     let mut rows = None;
     let mut err = None;
     match e {
