@@ -285,8 +285,15 @@ fn busiest(conn: &mut mysql::Conn) -> Result<Vec<Running>> {
         .collect())
 }
 
-/// Run the dashboard (or, with `once`, print one text snapshot after two polls).
-pub fn run(spec: ConnSpec, pid: Option<i32>, interval: Duration, triggers: Vec<Trigger>, once: bool) -> Result<()> {
+/// Run the dashboard; with `once`, return one text snapshot after two
+/// polls instead.
+pub fn run(
+    spec: ConnSpec,
+    pid: Option<i32>,
+    interval: Duration,
+    triggers: Vec<Trigger>,
+    once: bool,
+) -> Result<Option<String>> {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let mut poller = Poller::new(spec.clone(), pid, timeout);
     let mut sql: Option<mysql::Conn> = None;
@@ -318,8 +325,7 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, interval: Duration, triggers: Vec<T
         step(&mut state);
         std::thread::sleep(interval);
         step(&mut state);
-        print!("{}", state.text());
-        return Ok(());
+        return Ok(Some(state.text()));
     }
     ratatui::run(|terminal| -> Result<()> {
         let mut next = Instant::now();
@@ -342,7 +348,8 @@ pub fn run(spec: ConnSpec, pid: Option<i32>, interval: Duration, triggers: Vec<T
                 }
             }
         }
-    })
+    })?;
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -271,5 +271,8 @@ pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
         bail!("pileup top needs a terminal; use --once for a text snapshot");
     }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)
+    if let Some(text) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)? {
+        print!("{text}");
+    }
+    Ok(())
 }
