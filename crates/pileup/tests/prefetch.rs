@@ -412,6 +412,73 @@ fn a_mixed_backlog_with_the_io_thread_down_is_warmed() {
     backlog_with_the_io_thread_down("MIXED");
 }
 
+/// A replica that reports `Seconds_Behind_Master` 0 while a backlog waits:
+/// the primary's transactions carry timestamps ahead of the replica's clock
+/// (clock skew; here `SET TIMESTAMP` a day ahead), so the lag the replica
+/// computes is negative and shown as 0. The prefetcher, with the default
+/// --min-lag, reads the backlog's primary time from the relay log and warms it.
+#[test]
+fn a_backlog_reported_as_zero_seconds_behind_is_warmed() {
+    let _serial = one_at_a_time();
+    let (primary, replica) = primary_and_replica("ROW", IO_BOUND);
+    let sock = primary.endpoint.socket.display().to_string();
+    let st = Command::new("sysbench").arg("oltp_update_index").args(sb_args(&sock)).arg("prepare").output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    wait_applied(&primary, &replica);
+    replica.sql("STOP SLAVE SQL_THREAD").unwrap();
+    // Updates stamped a day ahead and 20 s apart from first to last, spread
+    // over the table: 2,000 statements of 20 rows each.
+    let mut c = primary.connect().unwrap();
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_400;
+    let mut x: u64 = 12345;
+    for i in 0..2000u64 {
+        c.query_drop(format!("SET TIMESTAMP = {}", ahead + i / 100)).unwrap();
+        let ids: Vec<String> = (0..20)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 33) % 500_000 + 1).to_string()
+            })
+            .collect();
+        c.query_drop(format!("UPDATE sbtest.sbtest1 SET k = k + 1 WHERE id IN ({})", ids.join(","))).unwrap();
+    }
+    drop(c);
+    io_thread_has_everything(&primary, &replica);
+    let mut replica = replica;
+    replica.restart().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json"])
+        .args(["--stats-every", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    replica.sql("START SLAVE").unwrap();
+    // The scenario holds: while the applier works, the replica reports 0.
+    let mut zero_with_backlog = false;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(300) {
+        let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
+        let sbm: Option<u64> = st.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
+        let (read, exec): (Option<u64>, Option<u64>) = (st.get("Read_Master_Log_Pos"), st.get("Exec_Master_Log_Pos"));
+        if read == exec {
+            break;
+        }
+        zero_with_backlog |= sbm == Some(0);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    wait_applied(&primary, &replica);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(zero_with_backlog, "the replica never reported 0 seconds behind while applying");
+    let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    eprintln!("Seconds_Behind_Master 0 during the catch-up; prefetch: {r}");
+    assert!(r["events_read"].as_u64().unwrap() > 1000 && r["keys_issued"].as_u64().unwrap() > 10_000, "{r}");
+    assert!(r["lookups"].as_u64().unwrap() > 100, "{r}");
+}
+
 /// MIXED binlog (statements), DDL, relay-log rotation and damaged checksums
 /// in the backlog, relay logs purged as they are applied, and the replica
 /// restarted under the prefetcher: it plans the statements through its
