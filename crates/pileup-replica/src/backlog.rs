@@ -70,6 +70,19 @@ fn primary_time(type_code: u8) -> bool {
 /// event when checksums let the reader find an event boundary there.
 const TAIL_BACK: u64 = 256 << 10;
 
+/// `path` opened for reading its newest events: near its end when an
+/// event boundary can be found there (checksums verify it), else from its
+/// start.
+fn open_near_end(path: &Path) -> Option<FileReader> {
+    let mut r = FileReader::open(path).ok()?;
+    r.read_format().ok()?;
+    let len = std::fs::metadata(path).ok()?.len();
+    if len > TAIL_BACK + 4 && !matches!(r.resync(len - TAIL_BACK), Ok(Some(_))) {
+        r.seek(4);
+    }
+    Some(r)
+}
+
 /// Measures the backlog at each poll; keeps the newest file open and reads
 /// only what was written since the last look.
 #[derive(Default)]
@@ -113,35 +126,43 @@ impl BacklogProbe {
             Head::Nothing => Backlog { bytes: Some(0), files: n, secs: Some(0) },
             Head::Unknown => Backlog { bytes: Some(bytes), files: n, secs: None },
             Head::At(next) => {
-                let newest = files.last().and_then(|(p, _)| self.newest(p));
+                let newest = self.newest(&files);
                 Backlog { bytes: Some(bytes), files: n, secs: newest.map(|b| b.saturating_sub(next)) }
             }
         }
     }
 
-    /// The primary timestamp of the newest event in `last`.
-    fn newest(&mut self, last: &Path) -> Option<u32> {
+    /// The primary timestamp of the newest transaction in the relay log
+    /// `files` (in order).
+    fn newest(&mut self, files: &[(PathBuf, u64)]) -> Option<u32> {
+        let last = &files.last()?.0;
         let stale = self.tail.as_ref().is_none_or(|(r, _)| r.path() != last || r.replaced());
         if stale {
             // A file just begun holds no transaction yet: the newest time
             // stays the last file's until it does.
             let before = self.tail.take().and_then(|t| t.1);
-            self.tail = FileReader::open(last).ok().and_then(|mut r| {
-                r.read_format().ok()?;
-                // Start near the end when an event boundary can be found
-                // there (checksums verify it); else from the start.
-                let len = std::fs::metadata(last).ok()?.len();
-                if len > TAIL_BACK + 4 && !matches!(r.resync(len - TAIL_BACK), Ok(Some(_))) {
-                    r.seek(4);
-                }
-                Some((r, before))
-            });
+            self.tail = open_near_end(last).map(|r| (r, before));
         }
         let (r, newest) = self.tail.as_mut()?;
         while let Ok(Some(at)) = r.advance() {
             if primary_time(at.header.type_code) && at.header.timestamp != 0 {
                 *newest = Some(at.header.timestamp);
             }
+        }
+        if newest.is_none() {
+            // The newest file holds only the relay log's own events (the
+            // server began it at a restart or a rotation): the newest
+            // transaction is in an earlier one.
+            *newest = files.iter().rev().skip(1).take(3).find_map(|(p, _)| {
+                let mut r = open_near_end(p)?;
+                let mut ts = None;
+                while let Ok(Some(at)) = r.advance() {
+                    if primary_time(at.header.type_code) && at.header.timestamp != 0 {
+                        ts = Some(at.header.timestamp);
+                    }
+                }
+                ts
+            });
         }
         *newest
     }
