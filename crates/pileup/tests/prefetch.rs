@@ -448,7 +448,7 @@ fn a_backlog_reported_as_zero_seconds_behind_is_warmed() {
     io_thread_has_everything(&primary, &replica);
     let mut replica = replica;
     replica.restart().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
         .args(["prefetch", "-S", replica.endpoint.socket.to_str().unwrap(), "-u", "root", "--json"])
         .args(["--stats-every", "5"])
         .stdout(Stdio::piped())
