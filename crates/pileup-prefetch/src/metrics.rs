@@ -204,9 +204,11 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
     let backlog = n("backlog_bytes");
     if backlog > 0 || behind > 0 {
         let mut t = format!("{behind} s ({:.1} MB) behind", backlog as f64 / 1e6);
-        if trend > 0.05 {
+        // A trend needs an earlier measure (none before the first poll).
+        let measured = b("backlog_bytes") > 0 || b("events_read") > 0;
+        if measured && trend > 0.05 {
             t.push_str(&format!(", catching up {trend:.1} s/s"));
-        } else if trend < -0.05 {
+        } else if measured && trend < -0.05 {
             t.push_str(&format!(", falling behind {:.1} s/s", -trend));
         }
         parts.push(t);
@@ -265,6 +267,9 @@ mod tests {
             if *k == "backlog_seconds" {
                 *v = 100;
             }
+            if *k == "backlog_bytes" {
+                *v = 60_000_000;
+            }
         }
         let s = status_line(&c.snapshot(), &b, 5.0, 1);
         assert!(s.starts_with("warming · 1200 events (2310 of 3031 keys) ahead"), "{s}");
@@ -275,6 +280,11 @@ mod tests {
         let s = status_line(&c.snapshot(), &c.snapshot(), 5.0, 1);
         assert!(s.starts_with("idle: the relay log holds nothing beyond the applier"), "{s}");
         assert!(!s.contains("behind") && !s.contains("waited"), "{s}");
+        // The first line has no earlier measure: no trend.
+        c.backlog_bytes.store(50_000_000, Ordering::Relaxed);
+        c.backlog_seconds.store(90, Ordering::Relaxed);
+        let s = status_line(&c.snapshot(), &before, 5.0, 1);
+        assert!(s.contains("90 s (50.0 MB) behind ·"), "{s}");
     }
 
     #[test]
