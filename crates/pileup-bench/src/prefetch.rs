@@ -35,6 +35,14 @@
 //! innodb_flush_neighbors=0, as a DBA sets them for an SSD; `--cnf` adds or
 //! overrides replica server options.
 //!
+//! `--io-thread-down`: the catch-up of a replica restarted with
+//! skip-slave-start whose IO thread stays down (a failover with the primary
+//! gone, an operator holding the IO thread): the replica replicates by file
+//! and position (a GTID replica discards its relay logs at a restart), each
+//! round starts only the SQL thread on the backlog already in the relay
+//! log, and `Seconds_Behind_Master` stays NULL throughout; the prefetcher
+//! runs with its default `--min-lag`.
+//!
 //! `--reuse DIR` keeps both servers' datadirs in DIR and loads the tables
 //! only when DIR does not already hold them.
 //!
@@ -82,7 +90,7 @@ const USAGE: &str = "Usage: prefetch-bench --pileup PATH [--tables 8] [--table-s
   [--pool 128M] [--trx 30000] [--rounds 3] [--formats ROW,MIXED]
   [--modes none,prefetch,parallel,both[,prewarmed,deferred,prefetch-deferred,parallel-deferred,both-deferred,pages,both-pages,pages-deferred,both-pages-deferred]]
   [--parallel-threads 4]
-  [--readers 4] [--lag-rounds 1] [--prefetch-args \"--batch 8 ...\"] [--cnf KEY=VALUE]... [--hold-purge] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]";
+  [--readers 4] [--lag-rounds 1] [--prefetch-args \"--batch 8 ...\"] [--cnf KEY=VALUE]... [--hold-purge] [--io-thread-down] [--profile DIR [--profile-after SECS]] [--reuse DIR] [--out FILE]";
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -416,12 +424,15 @@ struct Bench {
     prefetch_args: Vec<String>,
     /// Hold purge off during each catch-up (--hold-purge).
     hold_purge: bool,
+    /// Catch up with the SQL thread alone (--io-thread-down).
+    io_thread_down: bool,
 }
 
 impl Bench {
     /// Make the backlog: `trx` transactions in `format`, all in the replica's relay log.
     fn backlog(&self, format: &str) -> Result<()> {
-        self.replica.sql("STOP SLAVE SQL_THREAD")?;
+        // The IO thread may be down since the last catch-up.
+        self.replica.sql("START SLAVE IO_THREAD; STOP SLAVE SQL_THREAD")?;
         self.primary.sql(&format!("SET GLOBAL binlog_format = '{format}'"))?;
         let sock = self.primary.endpoint.socket.display().to_string();
         let extra: Vec<String> =
@@ -431,11 +442,20 @@ impl Bench {
                 .collect();
         sysbench(&sock, self.tables, self.size, &extra)?;
         let pos: String = self.primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
+        let (file, offset): (String, u64) = self
+            .primary
+            .connect()?
+            .query_first::<mysql::Row, _>("SHOW MASTER STATUS")?
+            .map(|r| (r.get(0).unwrap_or_default(), r.get(1).unwrap_or_default()))
+            .context("the primary writes no binlog")?;
         let t0 = Instant::now();
         loop {
             let st: mysql::Row =
                 self.replica.connect()?.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
-            if st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str()) {
+            // Received: by GTID, or by file and position.
+            let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
+            let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
+            if by_gtid || read == (Some(file.clone()), Some(offset)) {
                 return Ok(());
             }
             if t0.elapsed() > Duration::from_secs(300) {
@@ -493,12 +513,12 @@ impl Bench {
                     self.replica.endpoint.socket.to_str().unwrap(),
                     "-u",
                     "root",
-                    "--min-lag",
-                    "0",
                     "--stats-every",
                     "1",
                     "--json",
                 ])
+                // With the IO thread down, the defaults must find the work.
+                .args(if self.io_thread_down { &[][..] } else { &["--min-lag", "0"][..] })
                 .arg(format!("--readers={}", self.readers))
                 .args(&self.prefetch_args)
                 .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
@@ -535,6 +555,7 @@ impl Bench {
         let t0 = Instant::now();
         match gate {
             Some(mut g) => g.query_drop("UNLOCK TABLES")?,
+            None if self.io_thread_down => self.replica.sql("START SLAVE SQL_THREAD")?,
             None => self.replica.sql("START SLAVE")?,
         }
         let tids = applier_tids(&self.replica)?;
@@ -762,6 +783,12 @@ fn main() -> Result<()> {
         .collect(),
         ..named("replica")
     })?;
+    let io_thread_down = args.iter().any(|a| a == "--io-thread-down");
+    if io_thread_down {
+        // A GTID replica discards its relay logs at a restart: by file and
+        // position the backlog stays for the SQL thread alone.
+        replica.sql("STOP SLAVE; CHANGE MASTER TO MASTER_USE_GTID=no; START SLAVE")?;
+    }
     let t0 = Instant::now();
     let marker = reuse.as_ref().map(|d| d.join("loaded"));
     let loaded = format!("{tables} {size}");
@@ -805,6 +832,7 @@ fn main() -> Result<()> {
             .unwrap_or(0.0),
         label: String::new(),
         hold_purge: args.iter().any(|a| a == "--hold-purge"),
+        io_thread_down,
         prefetch_args: arg(&args, "--prefetch-args")
             .map(|s| s.split_whitespace().map(String::from).collect())
             .unwrap_or_default(),
@@ -894,6 +922,9 @@ fn main() -> Result<()> {
         extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         if b.hold_purge { "; purge held off during each catch-up (--hold-purge: a consistent snapshot taken before the applier starts)" } else { "" }
     );
+    if b.io_thread_down {
+        md.push_str("Catch-up with the IO thread down: replicating by file and position, restarted with skip-slave-start, `START SLAVE SQL_THREAD` on the backlog in the relay log (Seconds_Behind_Master NULL); the prefetcher with its default --min-lag.\n");
+    }
     for f in &formats {
         let med = |m: &str, g: &dyn Fn(&Sample) -> f64| {
             median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default())

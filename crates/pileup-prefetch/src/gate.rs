@@ -24,7 +24,7 @@ pub enum State {
 pub enum Idle {
     /// The relay log holds nothing beyond the applier.
     NothingAhead,
-    /// The backlog is `secs` of primary time, under `--min-lag`.
+    /// The applier is `secs` behind, under `--min-lag`.
     UnderMinLag { secs: u64, min: u64 },
     /// The relay logs cannot be measured and the SQL thread is not running.
     SqlStopped,
@@ -70,7 +70,7 @@ impl State {
             State::AheadOfStoppedApplier => "warming ahead of the SQL thread, which is not running".into(),
             State::Idle(Idle::NothingAhead) => "idle: the relay log holds nothing beyond the applier".into(),
             State::Idle(Idle::UnderMinLag { secs, min }) => {
-                format!("idle: the relay log holds {secs} s of primary time beyond the applier, under --min-lag {min}")
+                format!("idle: the applier is {secs} s behind, under --min-lag {min}")
             }
             State::Idle(Idle::SqlStopped) => {
                 "idle: the SQL thread is not running and the relay logs cannot be read to measure the backlog".into()
@@ -88,10 +88,11 @@ pub fn decide(sql_running: bool, sbm: Option<u64>, backlog: &Backlog, min_lag: u
     match backlog.bytes {
         Some(0) => State::Idle(Idle::NothingAhead),
         Some(_) => {
-            // The relay log's own primary time first: it needs no clock
-            // agreement and no IO thread.
-            let behind = backlog.secs.map(u64::from).or(sbm);
-            match behind {
+            // The most any signal says: the relay log's primary time (needs
+            // no clock agreement), the age of the applier's next event (a
+            // burst written in a second can take minutes to apply), the
+            // replica's own report.
+            match behind_secs(sbm, backlog) {
                 Some(secs) if secs < min_lag => State::Idle(Idle::UnderMinLag { secs, min: min_lag }),
                 _ if sql_running => State::Warming,
                 _ => State::AheadOfStoppedApplier,
@@ -104,13 +105,13 @@ pub fn decide(sql_running: bool, sbm: Option<u64>, backlog: &Backlog, min_lag: u
     }
 }
 
-/// How far behind the applier is, for the purge hold (which holds only
-/// while the applier works through a backlog): the relay log's primary
-/// time, else the replica's report, else "some" when bytes wait.
+/// How far behind the applier is: the most that the relay log's primary
+/// time, the age of the applier's next event and the replica's report say
+/// (None: none of them is known).
 pub fn behind_secs(sbm: Option<u64>, backlog: &Backlog) -> Option<u64> {
     match backlog.bytes {
         Some(0) => Some(0),
-        Some(_) => backlog.secs.map(u64::from).or(sbm),
+        Some(_) => [backlog.secs.map(u64::from), backlog.age, sbm].into_iter().flatten().max(),
         None => sbm,
     }
 }
@@ -120,7 +121,7 @@ mod tests {
     use super::*;
 
     fn backlog(bytes: Option<u64>, secs: Option<u32>) -> Backlog {
-        Backlog { bytes, files: 1, secs }
+        Backlog { bytes, files: 1, secs, age: None }
     }
 
     #[test]
@@ -174,6 +175,17 @@ mod tests {
         for c in codes {
             assert_eq!(State::from_code(c, 0, 1).code(), c);
         }
+    }
+
+    #[test]
+    fn a_burst_written_in_a_second_is_behind_by_its_age() {
+        // 6,000 transactions the primary wrote within a second, waiting
+        // for an applier that has been busy for 20 s.
+        let burst = Backlog { bytes: Some(30 << 20), files: 1, secs: Some(0), age: Some(20) };
+        assert_eq!(decide(true, None, &burst, 1), State::Warming);
+        assert_eq!(behind_secs(None, &burst), Some(20));
+        let fresh = Backlog { age: Some(0), ..burst };
+        assert_eq!(decide(true, Some(0), &fresh, 1), State::Idle(Idle::UnderMinLag { secs: 0, min: 1 }));
     }
 
     #[test]

@@ -59,9 +59,8 @@ pub struct Counters {
     /// DDL statements the reader waited at until the applier passed them.
     pub ddl_pauses: AtomicU64,
     pub lag_secs: AtomicU64,
-    /// The relay log beyond the applier: bytes, and seconds of primary
-    /// time (the replica's Seconds_Behind_Master where the relay log does
-    /// not tell; 0 when neither does).
+    /// The relay log beyond the applier in bytes, and how far behind the
+    /// applier is in seconds ([`crate::gate::behind_secs`]; 0 when unknown).
     pub backlog_bytes: AtomicU64,
     pub backlog_seconds: AtomicU64,
     /// What the prefetcher is doing ([`crate::gate::State::code`]).

@@ -212,7 +212,7 @@ impl Loop {
         self.state = crate::gate::decide(self.ap.sql_running, self.ap.lag, &backlog, self.min_lag);
         self.behind = crate::gate::behind_secs(self.ap.lag, &backlog);
         c.backlog_bytes.store(backlog.bytes.unwrap_or(0), Relaxed);
-        c.backlog_seconds.store(backlog.secs.map(u64::from).or(self.ap.lag).unwrap_or(0), Relaxed);
+        c.backlog_seconds.store(self.behind.unwrap_or(0), Relaxed);
         c.state.store(self.state.code(), Relaxed);
         let apos = relay_pos(&self.ap.relay_file, self.ap.relay_pos);
         if self.window.advance(apos) {

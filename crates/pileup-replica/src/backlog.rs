@@ -23,8 +23,13 @@ pub struct Backlog {
     /// Relay log files those bytes are in (the applier's included).
     pub files: u32,
     /// Primary time from the event the applier is about to apply to the
-    /// newest one written (None: not known).
+    /// newest one written (None: not known). A burst the primary wrote in a
+    /// second shows as 0 here however long it takes to apply: see `age`.
     pub secs: Option<u32>,
+    /// How old the event the applier is about to apply is, by this host's
+    /// clock (what `Seconds_Behind_Master` measures, without needing the
+    /// IO thread; off by any clock skew between the hosts).
+    pub age: Option<u64>,
 }
 
 /// The relay log files in the index file's order. Names in the index are
@@ -117,17 +122,24 @@ impl BacklogProbe {
             .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
             .collect();
         let Some((bytes, n)) = bytes_ahead(&files, file, pos) else { return Backlog::default() };
+        let none = Backlog { bytes: Some(0), files: n, secs: Some(0), age: Some(0) };
         if bytes == 0 {
-            return Backlog { bytes: Some(0), files: n, secs: Some(0) };
+            return none;
         }
         match self.next_at(file, pos) {
             // What follows is the relay log's own bookkeeping (a new file's
             // format description): no work.
-            Head::Nothing => Backlog { bytes: Some(0), files: n, secs: Some(0) },
-            Head::Unknown => Backlog { bytes: Some(bytes), files: n, secs: None },
+            Head::Nothing => none,
+            Head::Unknown => Backlog { bytes: Some(bytes), files: n, secs: None, age: None },
             Head::At(next) => {
                 let newest = self.newest(&files);
-                Backlog { bytes: Some(bytes), files: n, secs: newest.map(|b| b.saturating_sub(next)) }
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                Backlog {
+                    bytes: Some(bytes),
+                    files: n,
+                    secs: newest.map(|b| b.saturating_sub(next)),
+                    age: Some(now.saturating_sub(u64::from(next))),
+                }
             }
         }
     }
