@@ -441,28 +441,7 @@ impl Bench {
                 .map(|s| s.to_string())
                 .collect();
         sysbench(&sock, self.tables, self.size, &extra)?;
-        let pos: String = self.primary.connect()?.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
-        let (file, offset): (String, u64) = self
-            .primary
-            .connect()?
-            .query_first::<mysql::Row, _>("SHOW MASTER STATUS")?
-            .map(|r| (r.get(0).unwrap_or_default(), r.get(1).unwrap_or_default()))
-            .context("the primary writes no binlog")?;
-        let t0 = Instant::now();
-        loop {
-            let st: mysql::Row =
-                self.replica.connect()?.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
-            // Received: by GTID, or by file and position.
-            let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
-            let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
-            if by_gtid || read == (Some(file.clone()), Some(offset)) {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(300) {
-                bail!("the replica's I/O thread did not receive {pos} in 300 s");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.replica.wait_received(&self.primary, Duration::from_secs(300))
     }
 
     /// The `prewarmed` mode's set-up: hold the applier at its first

@@ -183,10 +183,9 @@ impl Counters {
 /// the applier is catching up. `now` and `before` are snapshots `secs`
 /// apart.
 pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_lag: u64) -> String {
-    let get = |s: &[(&str, u64)], k: &str| s.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap_or(0);
-    let (n, b) = (|k| get(now, k), |k| get(before, k));
+    let (n, b) = (|k| value(now, k), |k| value(before, k));
     let behind = n("backlog_seconds");
-    let state = crate::gate::State::from_code(n("state"), behind, min_lag);
+    let state = state_of(now, min_lag);
     let mut parts = vec![state.describe()];
     if state.is_warming() {
         parts.push(format!(
@@ -219,6 +218,16 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
         n("lookups") + n("page_loads")
     ));
     parts.join(" · ")
+}
+
+/// A counter's value in a [`Counters::snapshot`] (0 when absent).
+pub fn value(snap: &[(&str, u64)], name: &str) -> u64 {
+    snap.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
+}
+
+/// What the prefetcher was doing at a [`Counters::snapshot`].
+pub fn state_of(snap: &[(&str, u64)], min_lag: u64) -> crate::gate::State {
+    crate::gate::State::from_code(value(snap, "state"), value(snap, "backlog_seconds"), min_lag)
 }
 
 /// Advice when the readers are what holds the prefetcher back: over the

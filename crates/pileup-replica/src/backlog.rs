@@ -88,6 +88,16 @@ fn open_near_end(path: &Path) -> Option<FileReader> {
     Some(r)
 }
 
+/// Read `r` to the end of what is written, keeping in `newest` the primary
+/// timestamp of the last transaction event met.
+fn read_to_end(r: &mut FileReader, newest: &mut Option<u32>) {
+    while let Ok(Some(at)) = r.advance() {
+        if primary_time(at.header.type_code) && at.header.timestamp != 0 {
+            *newest = Some(at.header.timestamp);
+        }
+    }
+}
+
 /// Measures the backlog at each poll; keeps the newest file open and reads
 /// only what was written since the last look.
 #[derive(Default)]
@@ -156,23 +166,14 @@ impl BacklogProbe {
             self.tail = open_near_end(last).map(|r| (r, before));
         }
         let (r, newest) = self.tail.as_mut()?;
-        while let Ok(Some(at)) = r.advance() {
-            if primary_time(at.header.type_code) && at.header.timestamp != 0 {
-                *newest = Some(at.header.timestamp);
-            }
-        }
+        read_to_end(r, newest);
         if newest.is_none() {
             // The newest file holds only the relay log's own events (the
             // server began it at a restart or a rotation): the newest
             // transaction is in an earlier one.
             *newest = files.iter().rev().skip(1).take(3).find_map(|(p, _)| {
-                let mut r = open_near_end(p)?;
                 let mut ts = None;
-                while let Ok(Some(at)) = r.advance() {
-                    if primary_time(at.header.type_code) && at.header.timestamp != 0 {
-                        ts = Some(at.header.timestamp);
-                    }
-                }
+                read_to_end(&mut open_near_end(p)?, &mut ts);
                 ts
             });
         }

@@ -342,6 +342,32 @@ impl Sandbox {
         self.conn_spec().connect()
     }
 
+    /// Wait until this replica's IO thread has received everything
+    /// `primary` has binlogged so far (by GTID, or by file and position
+    /// for a replica that does not replicate by GTID).
+    pub fn wait_received(&self, primary: &Sandbox, within: Duration) -> Result<()> {
+        let mut p = primary.connect()?;
+        let pos: String = p.query_first("SELECT @@gtid_binlog_pos")?.unwrap_or_default();
+        let (file, offset): (String, u64) = p
+            .query_first::<mysql::Row, _>("SHOW MASTER STATUS")?
+            .map(|r| (r.get(0).unwrap_or_default(), r.get(1).unwrap_or_default()))
+            .context("the primary writes no binlog")?;
+        let t0 = Instant::now();
+        let mut c = self.connect()?;
+        loop {
+            let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("not a replica")?;
+            let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
+            let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
+            if by_gtid || read == (Some(file.clone()), Some(offset)) {
+                return Ok(());
+            }
+            if t0.elapsed() > within {
+                bail!("replica {}: the IO thread did not receive {pos} within {within:?}", self.endpoint.name);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Wait until this replica has applied everything `primary` has
     /// binlogged so far; returns how long that took. Waits in one-second
     /// steps: every sandbox connection has a statement time limit.

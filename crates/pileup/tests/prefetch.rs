@@ -328,26 +328,7 @@ fn sysbench_run(primary: &Sandbox, test: &str, secs: u32) {
 }
 
 fn io_thread_has_everything(primary: &Sandbox, replica: &Sandbox) {
-    let pos: String = primary.connect().unwrap().query_first("SELECT @@gtid_binlog_pos").unwrap().unwrap();
-    let (file, offset): (String, u64) = primary
-        .connect()
-        .unwrap()
-        .query_first::<mysql::Row, _>("SHOW MASTER STATUS")
-        .unwrap()
-        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
-        .unwrap();
-    let t0 = Instant::now();
-    loop {
-        let st: mysql::Row = replica.connect().unwrap().query_first("SHOW SLAVE STATUS").unwrap().unwrap();
-        // Received: by GTID, or by file and position.
-        let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
-        let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
-        if by_gtid || read == (Some(file.clone()), Some(offset)) {
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the I/O thread did not receive {pos}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    replica.wait_received(primary, Duration::from_secs(60)).unwrap();
 }
 
 /// A catch-up of what already sits in the relay log, with the IO thread

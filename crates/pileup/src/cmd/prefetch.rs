@@ -188,8 +188,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             print(&counters_final);
         }
         if counters_final.events_read.load(Ordering::Relaxed) == 0 {
-            let get = |k: &str| snap.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap_or(0);
-            let state = pileup_prefetch::gate::State::from_code(get("state"), get("backlog_seconds"), min_lag);
+            let state = pileup_prefetch::metrics::state_of(&snap, min_lag);
             eprintln!("pileup prefetch: read nothing from the relay log: {}", state.describe());
         }
     }
