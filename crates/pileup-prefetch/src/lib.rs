@@ -13,7 +13,8 @@
 //! connections) or, with `--warm pages`, [`page_warmer`] (key → leaf page
 //! number from the index's upper levels, [`pages`], read by InnoDB's buffer
 //! pool load, [`load`]). [`progress`] tells the workers where the applier
-//! is; [`metrics`] counts what each stage did. Beside them, [`purge`] can
+//! is; [`metrics`] counts what each stage did, and [`reads`] whose page
+//! reads the applier's were. Beside them, [`purge`] can
 //! hold InnoDB's purge off while the replica lags. [`run`] ties them
 //! together.
 
@@ -26,6 +27,7 @@ pub mod plan;
 pub mod progress;
 pub mod purge;
 pub mod readers;
+pub mod reads;
 pub mod relay;
 pub mod run;
 pub mod sql;
@@ -49,6 +51,7 @@ pub struct Shared {
     pub progress: Arc<progress::Progress>,
     pub stop: Arc<AtomicBool>,
     pub say: Say,
+    pub reads: Arc<reads::ReadTally>,
 }
 
 #[derive(Debug, Clone)]

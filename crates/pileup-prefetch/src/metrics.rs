@@ -90,6 +90,11 @@ pub struct Counters {
     pub index_pages_read: AtomicU64,
     /// Times a list waited because the server was still loading the last.
     pub loads_waited: AtomicU64,
+    /// Bytes the applier's threads read from storage themselves, and bytes
+    /// the readers read for them ([`crate::reads`]; both stay 0 when the
+    /// server's threads cannot be seen from here).
+    pub applier_read_bytes: AtomicU64,
+    pub prefetch_read_bytes: AtomicU64,
 }
 
 /// Counters that are levels, not running totals (Prometheus gauges).
@@ -174,6 +179,8 @@ impl Counters {
             ("keys_dropped_mapper_busy", g(&self.keys_dropped_mapper_busy)),
             ("index_pages_read", g(&self.index_pages_read)),
             ("loads_waited", g(&self.loads_waited)),
+            ("applier_read_bytes", g(&self.applier_read_bytes)),
+            ("prefetch_read_bytes", g(&self.prefetch_read_bytes)),
         ]
     }
 }
@@ -198,6 +205,17 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
         let busy = (n("readers_busy_ms") - b("readers_busy_ms")) as f64 / (secs.max(1e-3) * 1000.0);
         parts.push(format!("reading the relay log waited {:.0}% for a free reader", 100.0 * busy.min(1.0)));
     }
+    let read = |k| n(k).saturating_sub(b(k));
+    let (ahead, own) = (read("prefetch_read_bytes"), read("applier_read_bytes"));
+    if let Some(share) = crate::reads::share_taken(ahead, own) {
+        let mbps = |x: u64| x as f64 / 1e6 / secs.max(1e-3);
+        parts.push(format!(
+            "took {:.0}% of the applier's page reads ({:.1} MB/s read ahead, {:.1} MB/s left to it)",
+            100.0 * share,
+            mbps(ahead),
+            mbps(own)
+        ));
+    }
     let trend = (b("backlog_seconds") as f64 - behind as f64) / secs.max(1e-3);
     let backlog = n("backlog_bytes");
     if backlog > 0 || behind > 0 {
@@ -218,6 +236,20 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
         n("lookups") + n("page_loads")
     ));
     parts.join(" · ")
+}
+
+/// The whole run's share of the applier's page reads the prefetcher took
+/// away, for the line at exit (None when neither side read anything, or
+/// the server's threads could not be seen).
+pub fn run_share_line(snap: &[(&str, u64)]) -> Option<String> {
+    let (ahead, own) = (value(snap, "prefetch_read_bytes"), value(snap, "applier_read_bytes"));
+    let share = crate::reads::share_taken(ahead, own)?;
+    Some(format!(
+        "the readers read {:.1} MB for the applier and it read {:.1} MB itself: {:.0}% of its page reads taken away",
+        ahead as f64 / 1e6,
+        own as f64 / 1e6,
+        100.0 * share
+    ))
 }
 
 /// A counter's value in a [`Counters::snapshot`] (0 when absent).
@@ -293,6 +325,15 @@ mod tests {
         c.backlog_seconds.store(90, Ordering::Relaxed);
         let s = status_line(&c.snapshot(), &before, 5.0, 1);
         assert!(s.contains("90 s (50.0 MB) behind ·"), "{s}");
+        assert!(!s.contains("page reads"), "nothing read on either side: no share: {s}");
+        // What each side read over the period.
+        c.prefetch_read_bytes.store(30_000_000, Ordering::Relaxed);
+        c.applier_read_bytes.store(10_000_000, Ordering::Relaxed);
+        let s = status_line(&c.snapshot(), &before, 5.0, 1);
+        assert!(s.contains("took 75% of the applier's page reads (6.0 MB/s read ahead, 2.0 MB/s left to it)"), "{s}");
+        let run = run_share_line(&c.snapshot()).unwrap();
+        assert!(run.contains("read 30.0 MB for the applier and it read 10.0 MB itself: 75%"), "{run}");
+        assert_eq!(run_share_line(&before), None);
     }
 
     #[test]

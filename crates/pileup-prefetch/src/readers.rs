@@ -60,10 +60,11 @@ pub fn start(
     let rx = Arc::new(Mutex::new(rx));
     let errors = Arc::new(ErrorsSeen::default());
     let mut handles = vec![];
-    for _ in 0..o.readers {
+    for slot in 0..o.readers {
         let mut spec = spec.clone();
         spec.timeout = o.query_timeout.max(Duration::from_secs(1));
-        let c = reader_conn(&spec, o.query_timeout)?;
+        let mut c = reader_conn(&spec, o.query_timeout)?;
+        sh.reads.reader_connected(slot, &mut c);
         let mut reader = Reader {
             c,
             broken: false,
@@ -99,7 +100,8 @@ pub fn start(
                     }
                     last_try = Instant::now();
                     match reader_conn(&spec, o.query_timeout) {
-                        Ok(n) => {
+                        Ok(mut n) => {
+                            sh.reads.reader_connected(slot, &mut n);
                             reader.c = n;
                             reader.broken = false;
                         }

@@ -37,7 +37,7 @@ pub fn run(
     stop: Arc<AtomicBool>,
     say: Say,
 ) -> Result<()> {
-    let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say };
+    let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads: Default::default() };
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;
     let window_keys = match o.window_keys {
@@ -92,6 +92,7 @@ pub fn run(
         deferral,
         in_flight_trx,
         seq: 0,
+        reads_measured: None,
     };
 
     let t0 = Instant::now();
@@ -185,6 +186,8 @@ struct Loop {
     in_flight_trx: u64,
     /// Events read so far (numbers the events in the window: the newest is `seq`).
     seq: u64,
+    /// When the applier's and the readers' page reads were last measured.
+    reads_measured: Option<Instant>,
 }
 
 impl Loop {
@@ -205,6 +208,10 @@ impl Loop {
         };
         let c = &self.sh.counters;
         c.lag_secs.store(self.ap.lag.unwrap_or(0), Relaxed);
+        if self.reads_measured.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            self.reads_measured = Some(Instant::now());
+            self.sh.reads.measure(&mut self.ctl, self.ap.sql_running, c);
+        }
         let backlog = match &self.relay_dir {
             Some((dir, index)) => self.backlog.measure(index, dir, &self.ap.relay_file, self.ap.relay_pos),
             None => Default::default(),

@@ -79,6 +79,12 @@ pub fn thread_io(pid: i32) -> HashMap<i32, ThreadIo> {
     out
 }
 
+/// Storage I/O of one thread of `pid` (None: it has exited, or pileup may
+/// not read it).
+pub fn task_io(pid: i32, tid: i32) -> Option<ThreadIo> {
+    thread_io_of(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/io")).ok()?)
+}
+
 fn thread_io_of(io: &str) -> Option<ThreadIo> {
     let field = |k: &str| io.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse().ok());
     Some(ThreadIo { read: field("read_bytes:")?, write: field("write_bytes:")? })
@@ -173,6 +179,8 @@ mod tests {
         let me = std::process::id() as i32;
         let m = thread_io(me);
         assert!(m.contains_key(&me), "the main thread's io file is readable: {m:?}");
+        assert_eq!(task_io(me, me).map(|_| ()), Some(()));
+        assert_eq!(task_io(me, -1), None);
         assert_eq!(
             thread_io_of("rchar: 5\nread_bytes: 8192\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n"),
             Some(ThreadIo { read: 8192, write: 4096 })

@@ -11,7 +11,8 @@
 //!   never hold it up;
 //! * [`history`]: InnoDB's history list length (purge's backlog);
 //! * [`device`]: what the datadir's device and the applier threads read
-//!   and wrote (/proc).
+//!   and wrote (/proc);
+//! * [`threads`]: which OS threads are the applier's and a connection's.
 
 pub mod applier;
 pub mod backlog;
@@ -20,3 +21,4 @@ pub mod history;
 pub mod schema;
 pub mod session;
 pub mod statement;
+pub mod threads;

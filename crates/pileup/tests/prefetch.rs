@@ -356,6 +356,23 @@ fn backlog_with_the_io_thread_down(format: &str) {
     );
     let r: serde_json::Value = serde_json::from_str(&fed.report).expect("prefetch counters as JSON");
     assert!(r["events_read"].as_u64().unwrap() > 1000 && r["keys_issued"].as_u64().unwrap() > 1000, "{r}");
+    // Whose page reads: the readers' and the applier's own, from the
+    // threads the server names. The SQL thread started after the
+    // prefetcher, so all of its reads are counted.
+    let (ahead, own) = (r["prefetch_read_bytes"].as_u64().unwrap(), r["applier_read_bytes"].as_u64().unwrap());
+    assert!(
+        own > 0 && 2 * ahead > own,
+        "the readers took at least a third of the applier's reads: {ahead} vs {own} bytes"
+    );
+    // The applier's own reads as /proc counts them agree with the data-file
+    // I/O performance_schema timed for the SQL thread (16 KiB pages).
+    let pages = own as f64 / 16384.0;
+    assert!(
+        (pages - fed.io as f64).abs() < 0.35 * fed.io as f64,
+        "the applier read {pages:.0} pages by /proc, {} by performance_schema",
+        fed.io
+    );
+    assert!(fed.stderr.contains("of its page reads taken away"), "the share is said at exit: {}", fed.stderr);
     assert!(plain.io > 1000, "the plain applier must be I/O-bound for this test to mean anything ({})", plain.io);
     assert!(
         (fed.io as f64) < 0.67 * plain.io as f64,

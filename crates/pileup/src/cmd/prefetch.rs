@@ -187,6 +187,9 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
         } else {
             print(&counters_final);
         }
+        if let Some(line) = pileup_prefetch::metrics::run_share_line(&snap) {
+            eprintln!("pileup prefetch: {line}");
+        }
         if counters_final.events_read.load(Ordering::Relaxed) == 0 {
             let state = pileup_prefetch::metrics::state_of(&snap, min_lag);
             eprintln!("pileup prefetch: read nothing from the relay log: {}", state.describe());
