@@ -34,7 +34,7 @@ use serde::Serialize;
 pub use annotate::{Role, SqlSource, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
 pub use error::StacksError;
-pub use locks::{LockGroup, LockWait};
+pub use locks::{LockGroup, LockWait, WaitSeen};
 pub use symbolize::Frame;
 
 /// Which threads to sample.
@@ -170,6 +170,12 @@ impl Profile {
     /// The stack of a thread in the last sample that has it.
     pub fn thread(&self, tid: i32) -> Option<&ThreadStack> {
         self.samples.iter().rev().find_map(|s| s.threads.iter().find(|t| t.tid == tid))
+    }
+
+    /// The stack of a thread in sample `index` (a lock's waiter or holder
+    /// at the instant it was seen as one).
+    pub fn thread_in(&self, index: usize, tid: i32) -> Option<&ThreadStack> {
+        self.samples.iter().find(|s| s.index == index).and_then(|s| s.threads.iter().find(|t| t.tid == tid))
     }
 }
 
@@ -398,7 +404,7 @@ impl Sampler {
                     t.lock_wait = Some(w);
                 }
             }
-            all_groups.extend(locks::group(&waits));
+            all_groups.extend(locks::group(&waits, s.index));
         }
         let all_groups = locks::merge(all_groups);
 

@@ -131,8 +131,17 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
 pub struct LockGroup {
     pub kind: LockKind,
     pub addr: u64,
+    /// Distinct threads seen waiting on it (over all samples).
     pub waiters: Vec<i32>,
+    /// Each wait seen: the sample it was seen in and the waiting thread
+    /// (its stack at the wait is that sample's).
+    pub waits: Vec<WaitSeen>,
+    /// The most threads waiting on it in one sample.
+    pub most_at_once: usize,
     pub owner_tid: Option<i32>,
+    /// The sample the owner was read in (its stack and SQL are that
+    /// sample's).
+    pub owner_sample: Option<usize>,
     /// The mutex was free at the capture instant while threads still slept
     /// on it: a convoy (released, next waiter not yet running).
     pub free: bool,
@@ -140,6 +149,14 @@ pub struct LockGroup {
     pub unresolved_reason: Option<String>,
     /// In how many samples this lock was seen with these waiters' owner.
     pub samples: usize,
+}
+
+/// One thread seen waiting in one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WaitSeen {
+    /// [`crate::Sample::index`].
+    pub sample: usize,
+    pub tid: i32,
 }
 
 /// Merge per-sample groups of the same lock and owner (waiters: distinct threads).
@@ -151,6 +168,8 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
                 e.waiters.extend(g.waiters);
                 e.waiters.sort_unstable();
                 e.waiters.dedup();
+                e.waits.extend(g.waits);
+                e.most_at_once = e.most_at_once.max(g.most_at_once);
                 e.samples += g.samples;
                 e.free &= g.free;
             }
@@ -160,28 +179,39 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
         }
     }
     let mut v: Vec<LockGroup> = m.into_values().collect();
-    v.sort_by(|a, b| b.waiters.len().cmp(&a.waiters.len()).then(b.samples.cmp(&a.samples)).then(a.addr.cmp(&b.addr)));
+    v.sort_by(|a, b| {
+        (b.most_at_once, b.samples, b.waiters.len())
+            .cmp(&(a.most_at_once, a.samples, a.waiters.len()))
+            .then(a.addr.cmp(&b.addr))
+    });
     v
 }
 
 /// Group waits by lock, most waiters first. Only kinds that are locks (not
 /// plain futexes or idle condition waits with one waiter) are reported.
-pub fn group(waits: &[(i32, LockWait)]) -> Vec<LockGroup> {
+/// `waits` are the futex waits of one sample, `sample` its index.
+pub fn group(waits: &[(i32, LockWait)], sample: usize) -> Vec<LockGroup> {
     let mut m: BTreeMap<(LockKind, u64), LockGroup> = BTreeMap::new();
     for (tid, w) in waits {
         let g = m.entry((w.kind, w.addr)).or_insert_with(|| LockGroup {
             kind: w.kind,
             addr: w.addr,
             waiters: vec![],
+            waits: vec![],
+            most_at_once: 0,
             owner_tid: None,
+            owner_sample: None,
             free: w.free,
             unresolved_reason: None,
             samples: 1,
         });
         g.waiters.push(*tid);
+        g.waits.push(WaitSeen { sample, tid: *tid });
+        g.most_at_once += 1;
         g.free &= w.free;
-        if g.owner_tid.is_none() {
+        if g.owner_tid.is_none() && w.owner_tid.is_some() {
             g.owner_tid = w.owner_tid;
+            g.owner_sample = Some(sample);
         }
     }
     let mut v: Vec<LockGroup> = m
@@ -228,7 +258,7 @@ mod tests {
         let w = window(&[(16, 0), (24, 12)]);
         let lw = classify(&["__lll_lock_wait"], 0x1000, &w, &tids, 11);
         assert_eq!((lw.owner_tid, lw.free), (None, true));
-        let g = group(&[(11, lw.clone()), (10, lw)]);
+        let g = group(&[(11, lw.clone()), (10, lw)], 0);
         assert!(g[0].unresolved_reason.as_deref().unwrap().contains("convoy"));
     }
 
@@ -256,13 +286,23 @@ mod tests {
         let a = LockWait { kind: LockKind::PthreadMutex, addr: 1, owner_tid: Some(9), free: false };
         let b = LockWait { kind: LockKind::PthreadMutex, addr: 2, owner_tid: None, free: false };
         let c = LockWait { kind: LockKind::Condition, addr: 3, owner_tid: None, free: false };
-        let g = group(&[(1, b.clone()), (2, a.clone()), (3, a.clone()), (4, c)]);
+        let g = group(&[(1, b.clone()), (2, a.clone()), (3, a.clone()), (4, c)], 0);
         assert_eq!(g.len(), 2, "idle condition waits are not lock groups");
-        assert_eq!((g[0].addr, g[0].waiters.clone(), g[0].owner_tid), (1, vec![2, 3], Some(9)));
+        assert_eq!(
+            (g[0].addr, g[0].waiters.clone(), g[0].owner_tid, g[0].owner_sample),
+            (1, vec![2, 3], Some(9), Some(0))
+        );
         assert!(g[1].unresolved_reason.is_some());
-        // The same lock and owner in two samples is one group.
-        let m = merge(group(&[(2, a.clone())]).into_iter().chain(group(&[(3, a.clone()), (5, a)])).collect());
+        // The same lock and owner in two samples is one group; each wait
+        // keeps the sample it was seen in, so its stack is the one at the wait.
+        let m = merge(group(&[(2, a.clone())], 4).into_iter().chain(group(&[(3, a.clone()), (5, a)], 7)).collect());
         assert_eq!(m.len(), 1);
-        assert_eq!((m[0].waiters.clone(), m[0].samples), (vec![2, 3, 5], 2));
+        assert_eq!((m[0].waiters.clone(), m[0].samples, m[0].most_at_once), (vec![2, 3, 5], 2, 2));
+        let seen = |sample, tid| WaitSeen { sample, tid };
+        assert_eq!(m[0].waits, vec![seen(4, 2), seen(7, 3), seen(7, 5)]);
+        assert_eq!(m[0].owner_sample, Some(4), "the owner as first read");
+        // One thread in each of three samples is not three at once.
+        let m = merge((0..3).flat_map(|i| group(&[(20 + i, b.clone())], i as usize)).collect());
+        assert_eq!((m[0].waiters.len(), m[0].most_at_once), (3, 1));
     }
 }

@@ -416,3 +416,58 @@ fn output_to_a_device_or_symlink_writes_through_it() {
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink stays");
     assert!(std::fs::read_to_string(&target).unwrap().contains("# pileup stacks"), "written through to its target");
 }
+
+/// A saturated server with many idle connections: every lock group's waits
+/// are threads blocked in that lock's futex in the sample they were seen
+/// in, and no idle connection (in poll, waiting for its client) is anyone's
+/// waiter; the text report's "waiting in" stacks are the waits' own.
+#[test]
+fn lock_groups_hold_only_threads_in_that_locks_wait() {
+    let sb = sandbox_with(vec![("max_connections", "400")]);
+    let idle: Vec<mysql::Conn> = (0..150).map(|_| sb.connect().unwrap()).collect();
+    let idle_ids: std::collections::HashSet<u64> = idle.iter().map(|c| c.connection_id() as u64).collect();
+    let mut load = sysbench(&sb, "oltp_read_write", 32, 30);
+    std::thread::sleep(Duration::from_secs(2));
+    let j = stacks_json(&sb, &["--samples", "20", "--interval-ms", "100"]);
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let text = pileup(&["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--samples", "20", "--interval-ms", "100"]);
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let samples = j["samples"].as_array().unwrap();
+    let thread_in = |sample: &serde_json::Value, tid: &serde_json::Value| {
+        samples
+            .iter()
+            .find(|s| &s["index"] == sample)
+            .and_then(|s| s["threads"].as_array().unwrap().iter().find(|t| &t["tid"] == tid))
+    };
+    let mut waits = 0;
+    for l in j["locks"].as_array().unwrap() {
+        for w in l["waits"].as_array().unwrap() {
+            let t = thread_in(&w["sample"], &w["tid"]).unwrap_or_else(|| panic!("wait {w} of {l} is in no sample"));
+            assert_eq!(t["syscall"], "futex", "a waiter of {} is blocked in futex: {t}", l["addr"]);
+            assert_eq!(t["lock_wait"]["addr"], l["addr"], "and on that lock: {t}");
+            assert_eq!(t["lock_wait"]["kind"], l["kind"]);
+            let id = t["sql"]["id"].as_u64();
+            assert!(id.is_none_or(|id| !idle_ids.contains(&id)), "an idle connection is no lock's waiter: {t}");
+            waits += 1;
+        }
+    }
+    // The idle connections were there to be confused with waiters.
+    let idle_seen = samples
+        .iter()
+        .flat_map(|s| s["threads"].as_array().unwrap())
+        .filter(|t| t["sql"]["id"].as_u64().is_some_and(|id| idle_ids.contains(&id)))
+        .count();
+    assert!(idle_seen >= 20 * 100, "the idle connections' threads were sampled: {idle_seen}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in text.lines().filter(|l| l.contains("waiting in:")) {
+        assert!(
+            !line.contains("vio_io_wait") && !line.contains("__poll"),
+            "a lock's waiter shown idle: {line}\n{text}"
+        );
+    }
+    eprintln!("{waits} lock waits checked; {idle_seen} idle thread-samples");
+    drop(idle);
+}

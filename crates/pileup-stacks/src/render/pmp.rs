@@ -68,14 +68,25 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         );
     }
     for l in &p.locks {
-        let mut s = format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr);
+        let mut s = if l.most_at_once == l.waiters.len() {
+            format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr)
+        } else {
+            format!(
+                "lock: up to {} thread(s) at once ({} in all) wait on {} 0x{:x}",
+                l.most_at_once,
+                l.waiters.len(),
+                l.kind.describe(),
+                l.addr
+            )
+        };
         if p.samples.len() > 1 {
             s.push_str(&format!(" (in {} of {} samples)", l.samples, p.samples.len()));
         }
         match l.owner_tid {
             Some(o) => {
                 s.push_str(&format!(" held by tid {o}"));
-                if let Some(t) = p.thread(o) {
+                // The holder as it was when read, not in another sample.
+                if let Some(t) = l.owner_sample.and_then(|i| p.thread_in(i, o)) {
                     if let Some(sql) = &t.sql {
                         s.push_str(&format!(" ({})", sql.summary(160)));
                     } else if !t.name.is_empty() {
@@ -97,8 +108,9 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
             }
         }
         let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
-        out.push(format!("  waiters: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
-        if let Some(t) = l.waiters.first().and_then(|&t| p.thread(t)) {
+        out.push(format!("  waiter tids: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
+        // A waiter's stack at its wait (in the sample it was seen waiting).
+        if let Some(t) = l.waits.first().and_then(|w| p.thread_in(w.sample, w.tid)) {
             let frames: Vec<&str> = t.labels().take(6).collect();
             out.push(format!("  waiting in: {}", frames.join(",")));
         }
