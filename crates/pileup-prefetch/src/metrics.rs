@@ -95,6 +95,9 @@ pub struct Counters {
     /// server's threads cannot be seen from here).
     pub applier_read_bytes: AtomicU64,
     pub prefetch_read_bytes: AtomicU64,
+    /// 1 when the prefetcher's reads are all its readers' (so the share can
+    /// be told): the server's threads are seen, and no `--warm pages`.
+    pub reads_attributed: AtomicU64,
 }
 
 /// Counters that are levels, not running totals (Prometheus gauges).
@@ -111,6 +114,7 @@ const GAUGES: &[&str] = &[
     "backlog_bytes",
     "backlog_seconds",
     "state",
+    "reads_attributed",
 ];
 
 impl Counters {
@@ -181,6 +185,7 @@ impl Counters {
             ("loads_waited", g(&self.loads_waited)),
             ("applier_read_bytes", g(&self.applier_read_bytes)),
             ("prefetch_read_bytes", g(&self.prefetch_read_bytes)),
+            ("reads_attributed", g(&self.reads_attributed)),
         ]
     }
 }
@@ -207,14 +212,16 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
     }
     let read = |k| n(k).saturating_sub(b(k));
     let (ahead, own) = (read("prefetch_read_bytes"), read("applier_read_bytes"));
-    if let Some(share) = crate::reads::share_taken(ahead, own) {
-        let mbps = |x: u64| x as f64 / 1e6 / secs.max(1e-3);
-        parts.push(format!(
+    let mbps = |x: u64| x as f64 / 1e6 / secs.max(1e-3);
+    match crate::reads::share_taken(ahead, own) {
+        Some(share) if n("reads_attributed") == 1 => parts.push(format!(
             "took {:.0}% of the applier's page reads ({:.1} MB/s read ahead, {:.1} MB/s left to it)",
             100.0 * share,
             mbps(ahead),
             mbps(own)
-        ));
+        )),
+        _ if own > 0 => parts.push(format!("the applier read {:.1} MB/s itself", mbps(own))),
+        _ => {}
     }
     let trend = (b("backlog_seconds") as f64 - behind as f64) / secs.max(1e-3);
     let backlog = n("backlog_bytes");
@@ -243,6 +250,9 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
 /// the server's threads could not be seen).
 pub fn run_share_line(snap: &[(&str, u64)]) -> Option<String> {
     let (ahead, own) = (value(snap, "prefetch_read_bytes"), value(snap, "applier_read_bytes"));
+    if value(snap, "reads_attributed") != 1 {
+        return (own > 0).then(|| format!("the applier read {:.1} MB from storage itself", own as f64 / 1e6));
+    }
     let share = crate::reads::share_taken(ahead, own)?;
     Some(format!(
         "the readers read {:.1} MB for the applier and it read {:.1} MB itself: {:.0}% of its page reads taken away",
@@ -329,6 +339,12 @@ mod tests {
         // What each side read over the period.
         c.prefetch_read_bytes.store(30_000_000, Ordering::Relaxed);
         c.applier_read_bytes.store(10_000_000, Ordering::Relaxed);
+        // Not every read of the prefetcher is its readers' (--warm pages):
+        // only the applier's own.
+        let s = status_line(&c.snapshot(), &before, 5.0, 1);
+        assert!(s.contains("the applier read 2.0 MB/s itself") && !s.contains("took"), "{s}");
+        assert_eq!(run_share_line(&c.snapshot()).unwrap(), "the applier read 10.0 MB from storage itself");
+        c.reads_attributed.store(1, Ordering::Relaxed);
         let s = status_line(&c.snapshot(), &before, 5.0, 1);
         assert!(s.contains("took 75% of the applier's page reads (6.0 MB/s read ahead, 2.0 MB/s left to it)"), "{s}");
         let run = run_share_line(&c.snapshot()).unwrap();

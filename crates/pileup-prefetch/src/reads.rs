@@ -46,6 +46,8 @@ impl Seen {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Every read the prefetcher causes is its readers' (no `--warm pages`).
+    readers_do_all: bool,
     /// The server process (None: not found yet, or not on this host).
     pid: Option<i32>,
     /// Reader slot → its connection's thread.
@@ -67,6 +69,12 @@ struct Inner {
 pub struct ReadTally(Mutex<Inner>);
 
 impl ReadTally {
+    /// `readers_do_all`: the readers cause every read the prefetcher
+    /// causes (not so with `--warm pages`), so the share can be told.
+    pub fn new(readers_do_all: bool) -> ReadTally {
+        ReadTally(Mutex::new(Inner { readers_do_all, ..Default::default() }))
+    }
+
     /// Reader `slot` has a new connection `c`: count its thread's reads
     /// from now (a thread the server took from its cache has read for
     /// others before).
@@ -121,6 +129,7 @@ impl ReadTally {
             }
         }
         reader_seen.keep_only(&tids);
+        counters.reads_attributed.store(u64::from(g.readers_do_all), Relaxed);
         counters.applier_read_bytes.fetch_add(applier, Relaxed);
         counters.prefetch_read_bytes.fetch_add(prefetch, Relaxed);
     }

@@ -37,7 +37,8 @@ pub fn run(
     stop: Arc<AtomicBool>,
     say: Say,
 ) -> Result<()> {
-    let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads: Default::default() };
+    let reads = Arc::new(crate::reads::ReadTally::new(o.warm == Warm::Sql));
+    let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads };
     let mut ctl = spec.connect().context("connecting to the replica")?;
     let mut meta = spec.connect()?;
     let window_keys = match o.window_keys {
