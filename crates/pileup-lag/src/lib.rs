@@ -228,6 +228,8 @@ pub fn sample(
         debug_info: false,
         // The applier's state names the table it is on: read it every sample.
         sql_refresh: o.interval,
+        // Each sample's threads are read against the applier's position then.
+        keep_samples: usize::MAX,
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;

@@ -10,8 +10,11 @@
 //!
 //! [`Sampler`] wires them: it loads the target's modules once, then each
 //! [`Sampler::sample`] stops the selected threads only for the copy, resumes
-//! them and unwinds the copies; [`Sampler::finish`] symbolizes every distinct
-//! address once and builds the [`Profile`] the renderers consume.
+//! them, unwinds the copies, symbolizes addresses not seen before, reads the
+//! lock waits and counts the stacks; [`Sampler::finish`] builds the
+//! [`Profile`] the renderers consume. Only the last `keep_samples` samples
+//! are kept whole, so a run of hours costs the memory of its distinct
+//! stacks.
 
 pub mod aggregate;
 pub mod annotate;
@@ -24,13 +27,15 @@ pub mod render;
 pub mod symbolize;
 pub mod unwind;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use regex::Regex;
 use serde::Serialize;
 
+pub use aggregate::Counted;
 pub use annotate::{Role, SqlSource, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
 pub use error::StacksError;
@@ -111,6 +116,26 @@ impl ThreadStack {
     pub fn labels(&self) -> impl Iterator<Item = &str> {
         self.frames.iter().map(|f| f.label.as_str())
     }
+
+    #[cfg(test)]
+    pub(crate) fn test_thread(tid: i32, state: char) -> ThreadStack {
+        ThreadStack {
+            tid,
+            name: String::new(),
+            state,
+            state_label: proc::state_label(state),
+            wchan: None,
+            syscall: None,
+            role: None,
+            sql: None,
+            lock_wait: None,
+            stopped_us: 0,
+            frames: vec![],
+            addrs: vec![],
+            unwind_error: None,
+            futex: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -145,6 +170,29 @@ pub struct Timing {
     pub annotate_us: u64,
 }
 
+/// What stopping the threads cost, over every sample of a run (bounded:
+/// extremes and percentiles, not a line per sample).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StopSummary {
+    /// Samples taken.
+    pub samples: usize,
+    /// The longest stopped window of any sample, and that sample's index.
+    pub worst_window_us: u64,
+    pub worst_window_sample: usize,
+    /// Median and 99th percentile of the samples' stopped windows.
+    pub median_window_us: u64,
+    pub p99_window_us: u64,
+    /// The longest any single thread was stopped.
+    pub longest_thread_us: u64,
+    /// Samples whose `--max-stop-ms` ran out.
+    pub budget_exceeded: usize,
+    /// Threads missed, by reason.
+    pub missed: BTreeMap<String, usize>,
+    /// Unix time of the first and the last sample, milliseconds.
+    pub first_unix_ms: u64,
+    pub last_unix_ms: u64,
+}
+
 /// Everything one `pileup stacks` run learned.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
@@ -152,6 +200,15 @@ pub struct Profile {
     pub exe: String,
     pub server_version: Option<String>,
     pub mode: Mode,
+    /// Every sample's stacks, counted: distinct stack, thread kind and state
+    /// with how many thread-samples had it, most frequent first.
+    pub stacks: Vec<Counted>,
+    /// Thread stacks counted in all (the sum of `stacks`' counts).
+    pub thread_stacks: usize,
+    /// The stop statistics of every sample.
+    pub stops: StopSummary,
+    /// The last samples taken, whole (every thread's frames and annotations):
+    /// all of them unless the run took more than `keep_samples`.
     pub samples: Vec<Sample>,
     pub modules: Vec<ModuleReport>,
     /// Share of distinct frame addresses that have a function name (0–100).
@@ -163,19 +220,24 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// Every thread of the samples kept whole.
     pub fn threads(&self) -> impl Iterator<Item = &ThreadStack> {
         self.samples.iter().flat_map(|s| s.threads.iter())
     }
 
-    /// The stack of a thread in the last sample that has it.
+    /// The stack of a thread in the last kept sample that has it.
     pub fn thread(&self, tid: i32) -> Option<&ThreadStack> {
         self.samples.iter().rev().find_map(|s| s.threads.iter().find(|t| t.tid == tid))
     }
 
-    /// The stack of a thread in sample `index` (a lock's waiter or holder
-    /// at the instant it was seen as one).
+    /// The stack of a thread in sample `index`, if that sample was kept.
     pub fn thread_in(&self, index: usize, tid: i32) -> Option<&ThreadStack> {
         self.samples.iter().find(|s| s.index == index).and_then(|s| s.threads.iter().find(|t| t.tid == tid))
+    }
+
+    /// Thread-samples whose unwinding stopped early.
+    pub fn partial_stacks(&self) -> usize {
+        self.stacks.iter().map(|c| c.partial).sum()
     }
 }
 
@@ -191,7 +253,22 @@ pub struct SamplerOptions {
     /// Re-read the processlist at most this often while sampling (a long
     /// 10 Hz run must not query the server ten times a second).
     pub sql_refresh: Duration,
+    /// Samples kept whole (the last ones); every sample is counted in the
+    /// profile's stacks, lock groups and stop statistics regardless.
+    pub keep_samples: usize,
 }
+
+/// How far a run is, for a progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub taken: usize,
+    pub of: usize,
+    /// Distinct stacks counted so far (what the run's memory grows with).
+    pub distinct_stacks: usize,
+}
+
+/// Samples kept whole unless told otherwise.
+pub const KEEP_SAMPLES: usize = 100;
 
 /// Samples one process. Modules are loaded once, at creation.
 pub struct Sampler {
@@ -201,10 +278,18 @@ pub struct Sampler {
     maps: Vec<proc::MapEntry>,
     mods: modules::ModuleSet,
     cache: framehop::x86_64::CacheX86_64,
+    symbols: symbolize::SymbolCache,
     sql: Option<SqlSource>,
     sql_error: Option<String>,
     sql_cache: Option<(Instant, HashMap<i32, SqlThread>)>,
-    samples: Vec<Sample>,
+    samples: VecDeque<Sample>,
+    taken: usize,
+    tally: aggregate::Tally,
+    locks: Vec<LockGroup>,
+    stops: StopSummary,
+    /// Samples in which no thread matched the filter.
+    unmatched: usize,
+    windows: hdrhistogram::Histogram<u64>,
     timing: Timing,
     notes: Vec<String>,
 }
@@ -228,14 +313,22 @@ impl Sampler {
         Ok(Sampler {
             pid,
             exe,
-            opts,
             maps,
             mods,
             cache: Default::default(),
+            symbols: symbolize::SymbolCache::new(opts.debug_info),
+            opts,
             sql,
             sql_error: None,
             sql_cache: None,
-            samples: vec![],
+            samples: VecDeque::new(),
+            taken: 0,
+            tally: Default::default(),
+            locks: vec![],
+            stops: StopSummary::default(),
+            unmatched: 0,
+            // Stop windows from 1 µs to an hour, 3 significant digits.
+            windows: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             timing,
             notes,
         })
@@ -298,7 +391,7 @@ impl Sampler {
             ));
         }
         if chosen.is_empty() {
-            self.notes.push(format!("sample {}: no thread matched --threads", self.samples.len()));
+            self.unmatched += 1;
         }
         let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -333,17 +426,77 @@ impl Sampler {
             });
         }
         self.timing.unwind_us += t_unw.elapsed().as_micros() as u64;
-        if raw.stats.budget_exceeded {
-            self.notes.push(format!(
-                "sample {}: --max-stop-ms {} ran out; {} thread(s) were released uncaptured",
-                self.samples.len(),
-                self.opts.capture.max_stop.as_millis(),
-                raw.missed.iter().filter(|m| m.reason.contains("max-stop")).count()
-            ));
+        let idx = self.taken;
+        self.taken += 1;
+
+        // Names for the addresses not seen before (the threads run again).
+        let t_sym = Instant::now();
+        self.symbols.add(&self.mods, threads.iter().flat_map(|t| t.addrs.iter().copied()));
+        for t in &mut threads {
+            t.frames = t.addrs.iter().flat_map(|a| self.symbols.frames(*a).iter().cloned()).collect();
         }
-        let idx = self.samples.len();
-        self.samples.push(Sample { index: idx, at_unix_ms, stats: raw.stats, threads, missed: raw.missed });
-        Ok(self.samples.last().unwrap())
+        self.timing.symbolize_us += t_sym.elapsed().as_micros() as u64;
+
+        // Lock waits and owners: facts of this instant, read now.
+        let t_ann = Instant::now();
+        let tids: HashSet<i32> = tids_all.iter().copied().chain(threads.iter().map(|t| t.tid)).collect();
+        let mut waits = vec![];
+        for t in &mut threads {
+            if let Some((addr, window)) = t.futex.take() {
+                let labels: Vec<&str> = t.labels().collect();
+                let w = locks::classify(&labels, addr, &window, &tids, t.tid);
+                waits.push((t.tid, w.clone()));
+                t.lock_wait = Some(w);
+            }
+        }
+        let mut groups = locks::group(&waits, idx);
+        let stack_of = |tid: i32| threads.iter().find(|t| t.tid == tid);
+        for g in &mut groups {
+            if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {
+                g.waiting_in = t.labels().map(String::from).collect();
+            }
+            if let Some(t) = g.owner_tid.filter(|_| g.owner_sample == Some(idx)).and_then(stack_of) {
+                g.holder_stack = Some(t.labels().map(String::from).collect());
+                g.holder = match &t.sql {
+                    Some(sql) => Some(sql.summary(160)),
+                    None if !t.name.is_empty() => Some(t.name.clone()),
+                    None => None,
+                };
+            }
+        }
+        if !groups.is_empty() {
+            let mut all = std::mem::take(&mut self.locks);
+            all.extend(groups);
+            self.locks = locks::merge(all);
+        }
+        for t in &threads {
+            self.tally.add(t);
+        }
+        self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
+
+        // Stop statistics, bounded.
+        let st = &raw.stats;
+        let s = &mut self.stops;
+        s.samples += 1;
+        if s.samples == 1 || st.window_us > s.worst_window_us {
+            (s.worst_window_us, s.worst_window_sample) = (st.window_us, idx);
+        }
+        s.longest_thread_us = s.longest_thread_us.max(st.max_thread_stop_us);
+        s.budget_exceeded += st.budget_exceeded as usize;
+        for m in &raw.missed {
+            *s.missed.entry(m.reason.clone()).or_default() += 1;
+        }
+        if s.samples == 1 {
+            s.first_unix_ms = at_unix_ms;
+        }
+        s.last_unix_ms = at_unix_ms;
+        let _ = self.windows.record(st.window_us.max(1));
+
+        self.samples.push_back(Sample { index: idx, at_unix_ms, stats: raw.stats, threads, missed: raw.missed });
+        while self.samples.len() > self.opts.keep_samples.max(1) {
+            self.samples.pop_front();
+        }
+        Ok(self.samples.back().unwrap())
     }
 
     /// Take `n` samples `interval` apart (start to start), calling `progress`
@@ -354,65 +507,88 @@ impl Sampler {
         interval: Duration,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<(), StacksError> {
+        self.run_until(n, interval, None, |p| progress(p.taken, p.of))
+    }
+
+    /// [`Sampler::run`], also stopping (keeping what it has) once `stop` is
+    /// set: a signal handler sets it, and the profile is still whole. A
+    /// sample that falls due while the previous one is still being taken is
+    /// skipped, never taken late in a burst.
+    pub fn run_until(
+        &mut self,
+        n: usize,
+        interval: Duration,
+        stop: Option<&AtomicBool>,
+        mut progress: impl FnMut(Progress),
+    ) -> Result<(), StacksError> {
         let t0 = Instant::now();
+        let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
+        let mut tick = 0u64;
+        let mut skipped = 0u64;
         for i in 0..n {
-            let r = self.sample().map(|_| ());
-            match r {
-                Ok(_) => {}
-                Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if !self.samples.is_empty() => {
-                    self.notes
-                        .push(format!("process {p} exited after {} sample(s); showing those", self.samples.len()));
+            if stopped() {
+                self.notes.push(format!("stopped by a signal after {} of {n} sample(s)", self.taken));
+                break;
+            }
+            match self.sample().map(|_| ()) {
+                Ok(()) => {}
+                Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if self.taken > 0 => {
+                    self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.taken));
                     break;
                 }
                 Err(e) => return Err(e),
             }
-            progress(i + 1, n);
-            if i + 1 < n {
-                let next = interval * (i as u32 + 1);
-                if let Some(wait) = next.checked_sub(t0.elapsed()) {
-                    std::thread::sleep(wait);
-                }
+            progress(Progress { taken: i + 1, of: n, distinct_stacks: self.tally.distinct() });
+            if i + 1 == n {
+                break;
             }
+            // The next tick still ahead; sleep in short steps so a stop
+            // request is seen promptly.
+            let due = (t0.elapsed().as_nanos() / interval.as_nanos().max(1)) as u64 + 1;
+            skipped += due.saturating_sub(tick + 1);
+            tick = due;
+            let next = t0 + interval.saturating_mul(due.min(u32::MAX as u64) as u32);
+            while let Some(wait) = next.checked_duration_since(Instant::now()) {
+                if stopped() {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(50)));
+            }
+        }
+        if skipped > 0 {
+            self.notes.push(format!(
+                "{skipped} sample(s) fell due while the previous one was still being taken and were skipped (--interval-ms {} is shorter than a sample takes)",
+                interval.as_millis()
+            ));
         }
         Ok(())
     }
 
-    /// Symbolize, resolve lock owners and build the profile.
+    /// Build the profile.
     pub fn finish(mut self) -> Profile {
-        let t_sym = Instant::now();
-        let addrs: BTreeSet<u64> =
-            self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()).collect();
-        let syms = symbolize::symbolize(&self.mods, &addrs, self.opts.debug_info);
-        for s in &mut self.samples {
-            for t in &mut s.threads {
-                t.frames = t.addrs.iter().flat_map(|a| syms.frames(*a).iter().cloned()).collect();
-            }
+        let w = &self.windows;
+        if !w.is_empty() {
+            self.stops.median_window_us = w.value_at_quantile(0.5);
+            self.stops.p99_window_us = w.value_at_quantile(0.99);
         }
-        self.timing.symbolize_us = t_sym.elapsed().as_micros() as u64;
-
-        // Lock owners, per sample (owners are facts of one instant).
-        let mut all_groups = vec![];
-        for s in &mut self.samples {
-            let tids: HashSet<i32> =
-                proc::tids(self.pid).unwrap_or_default().into_iter().chain(s.threads.iter().map(|t| t.tid)).collect();
-            let mut waits = vec![];
-            for t in &mut s.threads {
-                if let Some((addr, window)) = t.futex {
-                    let labels: Vec<&str> = t.labels().collect();
-                    let w = locks::classify(&labels, addr, &window, &tids, t.tid);
-                    waits.push((t.tid, w.clone()));
-                    t.lock_wait = Some(w);
-                }
-            }
-            all_groups.extend(locks::group(&waits, s.index));
+        let addrs: BTreeSet<u64> = self.symbols.by_addr.keys().copied().collect();
+        if self.unmatched > 0 {
+            self.notes.push(format!("{} of {} sample(s): no thread matched --threads", self.unmatched, self.taken));
         }
-        let all_groups = locks::merge(all_groups);
-
+        if self.stops.budget_exceeded > 0 {
+            let released =
+                self.stops.missed.iter().filter(|(r, _)| r.contains("max-stop")).map(|(_, n)| n).sum::<usize>();
+            self.notes.push(format!(
+                "--max-stop-ms {} ran out in {} sample(s); {released} thread(s) were released uncaptured",
+                self.opts.capture.max_stop.as_millis(),
+                self.stops.budget_exceeded
+            ));
+        }
         let mut modules = vec![];
         let mut named_total = 0usize;
         for m in &self.mods.modules {
             let mine: Vec<&u64> = addrs.iter().filter(|a| m.avma.contains(a)).collect();
-            let named = mine.iter().filter(|a| syms.frames(***a).iter().any(|f| f.function.is_some())).count();
+            let named = mine.iter().filter(|a| self.symbols.named(***a)).count();
             named_total += named;
             if mine.is_empty() {
                 continue;
@@ -435,10 +611,13 @@ impl Sampler {
             exe: self.exe,
             server_version: version,
             mode: self.opts.capture.mode,
-            samples: self.samples,
+            thread_stacks: self.tally.thread_stacks,
+            stacks: self.tally.into_counted(),
+            stops: self.stops,
+            samples: self.samples.into(),
             modules,
             named_pct,
-            locks: all_groups,
+            locks: self.locks,
             timing: self.timing,
             notes: self.notes,
         }

@@ -133,15 +133,21 @@ pub struct LockGroup {
     pub addr: u64,
     /// Distinct threads seen waiting on it (over all samples).
     pub waiters: Vec<i32>,
-    /// Each wait seen: the sample it was seen in and the waiting thread
-    /// (its stack at the wait is that sample's).
+    /// Each wait seen (the first [`WAITS_KEPT`]): the sample it was seen in
+    /// and the waiting thread.
     pub waits: Vec<WaitSeen>,
+    /// The first waiter's frame labels at its wait, innermost first.
+    pub waiting_in: Vec<String>,
     /// The most threads waiting on it in one sample.
     pub most_at_once: usize,
     pub owner_tid: Option<i32>,
-    /// The sample the owner was read in (its stack and SQL are that
-    /// sample's).
+    /// The sample the owner was read in.
     pub owner_sample: Option<usize>,
+    /// The owner as it was in that sample: its frame labels (innermost
+    /// first) and its SQL connection's statement or its thread name; `None`
+    /// when the owner was not among the sampled threads.
+    pub holder_stack: Option<Vec<String>>,
+    pub holder: Option<String>,
     /// The mutex was free at the capture instant while threads still slept
     /// on it: a convoy (released, next waiter not yet running).
     pub free: bool,
@@ -159,6 +165,10 @@ pub struct WaitSeen {
     pub tid: i32,
 }
 
+/// Waits kept per lock group: a run of hours sees a lock's waits many
+/// thousand times; the count that matters is in `samples` and `waiters`.
+pub const WAITS_KEPT: usize = 256;
+
 /// Merge per-sample groups of the same lock and owner (waiters: distinct threads).
 pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
     let mut m: BTreeMap<(LockKind, u64, Option<i32>), LockGroup> = BTreeMap::new();
@@ -168,10 +178,17 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
                 e.waiters.extend(g.waiters);
                 e.waiters.sort_unstable();
                 e.waiters.dedup();
-                e.waits.extend(g.waits);
+                let room = WAITS_KEPT.saturating_sub(e.waits.len());
+                e.waits.extend(g.waits.into_iter().take(room));
                 e.most_at_once = e.most_at_once.max(g.most_at_once);
                 e.samples += g.samples;
                 e.free &= g.free;
+                if e.waiting_in.is_empty() {
+                    e.waiting_in = g.waiting_in;
+                }
+                if e.holder_stack.is_none() {
+                    (e.holder_stack, e.holder) = (g.holder_stack, g.holder);
+                }
             }
             None => {
                 m.insert((g.kind, g.addr, g.owner_tid), g);
@@ -198,9 +215,12 @@ pub fn group(waits: &[(i32, LockWait)], sample: usize) -> Vec<LockGroup> {
             addr: w.addr,
             waiters: vec![],
             waits: vec![],
+            waiting_in: vec![],
             most_at_once: 0,
             owner_tid: None,
             owner_sample: None,
+            holder_stack: None,
+            holder: None,
             free: w.free,
             unresolved_reason: None,
             samples: 1,

@@ -30,111 +30,124 @@ pub struct Frame {
     pub inlined: bool,
 }
 
-/// Symbolization results: lookup address → frames, innermost first.
-#[derive(Debug, Default)]
-pub struct Symbols {
+/// Every address symbolized so far (lookup address → frames, innermost
+/// first), filled as samples arrive: a long run symbolizes each distinct
+/// address once, when first seen, so a sample's lock waits can be read and
+/// its stacks counted before the next sample.
+pub struct SymbolCache {
+    symbolizer: Symbolizer,
+    dwarf: bool,
     pub by_addr: HashMap<u64, Vec<Frame>>,
-    /// Distinct addresses looked up, and how many of them got a name.
-    pub addrs_total: usize,
-    pub addrs_named: usize,
 }
 
-impl Symbols {
+impl SymbolCache {
+    /// With `dwarf`, DWARF adds inlined frames and source lines, at the cost
+    /// of parsing debug info once (libc's alone takes ~60 ms; a server's own
+    /// can take far longer). Without it, names come from ELF symbol tables
+    /// only: the module's `.symtab`/`.dynsym`, or its debug file's `.symtab`
+    /// when one is installed (complete names, a few ms).
+    pub fn new(dwarf: bool) -> SymbolCache {
+        let symbolizer =
+            Symbolizer::builder().enable_code_info(dwarf).enable_inlined_fns(dwarf).enable_demangling(true).build();
+        SymbolCache { symbolizer, dwarf, by_addr: HashMap::new() }
+    }
+
     pub fn frames(&self, lookup_addr: u64) -> &[Frame] {
         self.by_addr.get(&lookup_addr).map(|v| v.as_slice()).unwrap_or(&[])
     }
-}
 
-/// Symbolize a set of lookup addresses (already `-1` adjusted for return addresses).
-///
-/// Without `dwarf`, names come from ELF symbol tables only: the module's
-/// `.symtab`/`.dynsym`, or its debug file's `.symtab` when one is installed
-/// (complete names, a few ms). With `dwarf`, DWARF adds inlined frames and
-/// source lines, at the cost of parsing debug info (libc's alone takes
-/// ~60 ms; a server's own can take far longer).
-pub fn symbolize(mods: &ModuleSet, addrs: &BTreeSet<u64>, dwarf: bool) -> Symbols {
-    let symbolizer =
-        Symbolizer::builder().enable_code_info(dwarf).enable_inlined_fns(dwarf).enable_demangling(true).build();
-    // Group by module.
-    let mut per_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut out = Symbols { addrs_total: addrs.len(), ..Default::default() };
-    for &a in addrs {
-        match mods.modules.iter().position(|m| m.avma.contains(&a)) {
-            Some(i) => per_module.entry(i).or_default().push(a),
-            None => {
-                out.by_addr.insert(a, vec![unknown_frame(None, a)]);
+    /// Whether a symbol table named this address.
+    pub fn named(&self, lookup_addr: u64) -> bool {
+        self.frames(lookup_addr).iter().any(|f| f.function.is_some())
+    }
+
+    /// Symbolize the lookup addresses (already `-1` adjusted for return
+    /// addresses) not seen before.
+    pub fn add(&mut self, mods: &ModuleSet, addrs: impl IntoIterator<Item = u64>) {
+        let mut per_module: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+        for a in addrs {
+            if self.by_addr.contains_key(&a) {
+                continue;
+            }
+            match mods.modules.iter().position(|m| m.avma.contains(&a)) {
+                Some(i) => {
+                    per_module.entry(i).or_default().insert(a);
+                }
+                None => {
+                    self.by_addr.insert(a, vec![unknown_frame(None, a)]);
+                }
             }
         }
-    }
-    for (i, avmas) in per_module {
-        let m = &mods.modules[i];
-        let svmas: Vec<u64> = avmas.iter().map(|&a| m.svma(a)).collect();
-        let t = std::time::Instant::now();
-        let results = if m.open_path.as_os_str().is_empty() {
-            None // the vdso has no file to read; its functions are labelled by start
-        } else {
-            let elf_only = |path: &std::path::Path| {
-                let mut elf = Elf::new(path);
-                elf.debug_syms = false;
-                symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&svmas)).ok()
-            };
-            if dwarf {
-                // With debug info first; if the debug file is unusable, the ELF symbols alone.
-                symbolizer
-                    .symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas))
-                    .ok()
-                    .or_else(|| elf_only(&m.open_path))
+        for (i, avmas) in per_module {
+            let m = &mods.modules[i];
+            let avmas: Vec<u64> = avmas.into_iter().collect();
+            let svmas: Vec<u64> = avmas.iter().map(|&a| m.svma(a)).collect();
+            let t = std::time::Instant::now();
+            let symbolizer = &self.symbolizer;
+            let results = if m.open_path.as_os_str().is_empty() {
+                None // the vdso has no file to read; its functions are labelled by start
             } else {
-                match &m.symbols.debug_file {
-                    Some(df) => elf_only(std::path::Path::new(df)).or_else(|| elf_only(&m.open_path)),
-                    None => elf_only(&m.open_path),
-                }
-            }
-        };
-        tracing::debug!(module = %m.name, addrs = svmas.len(), us = t.elapsed().as_micros() as u64, "symbolized");
-        for (k, &avma) in avmas.iter().enumerate() {
-            let svma = svmas[k];
-            let fallback = || {
-                let start = m.func_start(svma).unwrap_or(svma);
-                Frame {
-                    function: None,
-                    label: format!("{}+0x{start:x}", m.name),
-                    module: Some(m.name.clone()),
-                    svma: Some(svma),
-                    file: None,
-                    line: None,
-                    inlined: false,
+                let elf_only = |path: &std::path::Path| {
+                    let mut elf = Elf::new(path);
+                    elf.debug_syms = false;
+                    symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&svmas)).ok()
+                };
+                if self.dwarf {
+                    // With debug info first; if the debug file is unusable, the ELF symbols alone.
+                    symbolizer
+                        .symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas))
+                        .ok()
+                        .or_else(|| elf_only(&m.open_path))
+                } else {
+                    match &m.symbols.debug_file {
+                        Some(df) => elf_only(std::path::Path::new(df)).or_else(|| elf_only(&m.open_path)),
+                        None => elf_only(&m.open_path),
+                    }
                 }
             };
-            let frames = match results.as_ref().and_then(|r| r.get(k)) {
-                Some(Symbolized::Sym(sym)) => {
-                    out.addrs_named += 1;
-                    // blazesym lists inlined calls outer → inner; stacks are innermost first.
-                    let named = |name: &str, ci: Option<&blazesym::symbolize::CodeInfo<'_>>, inlined: bool| Frame {
-                        function: Some(name.to_string()),
-                        label: short_name(name),
+            tracing::debug!(module = %m.name, addrs = svmas.len(), us = t.elapsed().as_micros() as u64, "symbolized");
+            for (k, &avma) in avmas.iter().enumerate() {
+                let svma = svmas[k];
+                let fallback = || {
+                    let start = m.func_start(svma).unwrap_or(svma);
+                    Frame {
+                        function: None,
+                        label: format!("{}+0x{start:x}", m.name),
                         module: Some(m.name.clone()),
                         svma: Some(svma),
-                        file: ci.map(|c| c.file.to_string_lossy().into_owned()),
-                        line: ci.and_then(|c| c.line),
-                        inlined,
-                    };
-                    let mut v: Vec<Frame> =
-                        sym.inlined.iter().rev().map(|f| named(&f.name, f.code_info.as_ref(), true)).collect();
-                    // An inlined frame named like its container (a versioned
-                    // alias inlined into itself) would print the name twice.
-                    if v.last().is_some_and(|f| f.label == short_name(&sym.name)) {
-                        v.pop();
+                        file: None,
+                        line: None,
+                        inlined: false,
                     }
-                    v.push(named(&sym.name, sym.code_info.as_deref(), false));
-                    v
-                }
-                _ => vec![fallback()],
-            };
-            out.by_addr.insert(avma, frames);
+                };
+                let frames = match results.as_ref().and_then(|r| r.get(k)) {
+                    Some(Symbolized::Sym(sym)) => {
+                        // blazesym lists inlined calls outer → inner; stacks are innermost first.
+                        let named = |name: &str, ci: Option<&blazesym::symbolize::CodeInfo<'_>>, inlined: bool| Frame {
+                            function: Some(name.to_string()),
+                            label: short_name(name),
+                            module: Some(m.name.clone()),
+                            svma: Some(svma),
+                            file: ci.map(|c| c.file.to_string_lossy().into_owned()),
+                            line: ci.and_then(|c| c.line),
+                            inlined,
+                        };
+                        let mut v: Vec<Frame> =
+                            sym.inlined.iter().rev().map(|f| named(&f.name, f.code_info.as_ref(), true)).collect();
+                        // An inlined frame named like its container (a versioned
+                        // alias inlined into itself) would print the name twice.
+                        if v.last().is_some_and(|f| f.label == short_name(&sym.name)) {
+                            v.pop();
+                        }
+                        v.push(named(&sym.name, sym.code_info.as_deref(), false));
+                        v
+                    }
+                    _ => vec![fallback()],
+                };
+                self.by_addr.insert(avma, frames);
+            }
         }
     }
-    out
 }
 
 fn unknown_frame(module: Option<String>, addr: u64) -> Frame {

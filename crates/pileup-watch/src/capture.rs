@@ -119,6 +119,7 @@ pub fn gather(
             any_process: s.any_process,
             debug_info: false,
             sql_refresh: Duration::ZERO,
+            keep_samples: pileup_stacks::KEEP_SAMPLES,
         };
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run(s.samples.max(1), s.interval, |_, _| {}) {

@@ -97,12 +97,7 @@ pub fn verdict(ev: &Evidence) -> String {
     if let Some(p) = &ev.profile {
         if let Some(l) = p.locks.iter().find(|l| l.owner_tid.is_some() && l.most_at_once >= 2) {
             let o = l.owner_tid.unwrap();
-            let who = l
-                .owner_sample
-                .and_then(|i| p.thread_in(i, o))
-                .and_then(|t| t.sql.as_ref())
-                .map(|s| format!(" ({})", s.summary(160)))
-                .unwrap_or_default();
+            let who = l.holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
             return format!(
                 "{} thread(s) wait on {} 0x{:x} held by tid {o}{who}",
                 l.most_at_once,

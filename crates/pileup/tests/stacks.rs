@@ -471,3 +471,104 @@ fn lock_groups_hold_only_threads_in_that_locks_wait() {
     eprintln!("{waits} lock waits checked; {idle_seen} idle thread-samples");
     drop(idle);
 }
+
+/// Anonymous resident memory of a process (heap, not mapped files), KiB.
+fn rss_anon_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("RssAnon:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn tens_of_thousands_of_samples_hold_flat_memory_and_a_signal_writes_the_profile() {
+    let sb = sandbox();
+    let mut load = sysbench(&sb, "oltp_read_only", 4, 600);
+    let dir = scratch("long");
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let n = 30_000u64;
+
+    // One thread sampled as fast as it goes: 30,000 samples. Kept whole,
+    // they would grow the heap by tens of MB; counted, it stays flat.
+    let out = dir.join("accept.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--threads", "accept", "--interval-ms", "1"])
+        .args(["--samples", &n.to_string(), "-o", out.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut rss = vec![];
+    while child.try_wait().unwrap().is_none() {
+        if let Some(k) = rss_anon_kib(child.id()) {
+            rss.push((started.elapsed(), k));
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "30,000 samples of one thread took over 10 minutes");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let took = started.elapsed();
+    assert!(child.wait().unwrap().success());
+    eprintln!(
+        "{n} samples in {took:?}; heap (RssAnon, KiB) over the run: {:?}",
+        rss.iter().map(|r| r.1).collect::<Vec<_>>()
+    );
+    // From a quarter of the run (modules loaded, symbols cached) to its end.
+    let quarter = rss.iter().find(|(t, _)| *t >= took / 4).map(|r| r.1).expect("memory read during the run");
+    let most = rss.iter().filter(|(t, _)| *t >= took / 4).map(|r| r.1).max().unwrap();
+    assert!(
+        most <= quarter + 3 * 1024,
+        "heap grew from {quarter} KiB to {most} KiB over {n} samples ({} readings over {took:?})",
+        rss.len()
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let re = regex::Regex::new(r"^ *(\d+) \S").unwrap();
+    let total: u64 = text
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .map(|l| re.captures(l).unwrap_or_else(|| panic!("not a pt-pmp line: {l}"))[1].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, n, "every sample of the one thread is counted\n{text}");
+    assert!(text.contains(&format!("{n} sample(s), {n} thread stacks")), "{text}");
+    assert!(text.contains("handle_connections_sockets"), "{text}");
+
+    // All threads for an hour, ended by SIGINT after a few seconds: the
+    // profile is written, whole, in the chosen format.
+    for (sig, fmt, file) in [(libc::SIGINT, "json", "all.json"), (libc::SIGTERM, "pprof", "all.pb.gz")] {
+        let out = dir.join(file);
+        let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "1h", "--interval-ms", "100"])
+            .args(["--keep-samples", "5", "--format", fmt, "-o", out.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+        let t = Instant::now();
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let res = child.wait_with_output().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "the run took {:?} to end after the signal", t.elapsed());
+        assert!(res.status.success(), "{fmt}: {}", String::from_utf8_lossy(&res.stderr));
+        if fmt == "json" {
+            let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("json parses");
+            let taken = j["stops"]["samples"].as_u64().unwrap();
+            assert!((10..=60).contains(&taken), "{taken} samples in ~4 s at 10 Hz");
+            assert_eq!(j["samples"].as_array().unwrap().len(), 5, "the last 5 samples kept whole");
+            let counted: u64 = j["stacks"].as_array().unwrap().iter().map(|c| c["count"].as_u64().unwrap()).sum();
+            assert_eq!(counted, j["thread_stacks"].as_u64().unwrap());
+            let per_sample = j["samples"][0]["threads"].as_array().unwrap().len() as u64;
+            assert!(
+                counted >= taken * (per_sample - 3),
+                "every thread of every sample counted: {counted} for {taken} samples of ~{per_sample} threads"
+            );
+            assert!(
+                j["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("stopped by a signal")),
+                "{}",
+                j["notes"]
+            );
+        } else {
+            let g = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&out).output().expect("go (golang-go)");
+            assert!(g.status.success(), "pprof rejected: {}", String::from_utf8_lossy(&g.stderr));
+            assert!(String::from_utf8_lossy(&g.stdout).contains("handle_connections_sockets"));
+        }
+    }
+    let _ = load.kill();
+    let _ = load.wait();
+}

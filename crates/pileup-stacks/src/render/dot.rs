@@ -8,7 +8,6 @@ use std::io::Write;
 use anyhow::Result;
 
 use super::RenderOptions;
-use crate::aggregate::labels;
 use crate::Profile;
 
 pub fn dot(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
@@ -16,21 +15,22 @@ pub fn dot(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
     let mut selfc: BTreeMap<String, usize> = BTreeMap::new();
     let mut edges: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut total = 0usize;
-    for t in p.threads() {
-        total += 1;
-        let l = labels(t); // innermost first
+    for c in &p.stacks {
+        let n = c.count;
+        total += n;
+        let l = c.labels(); // innermost first
         if let Some(first) = l.first() {
-            *selfc.entry(first.clone()).or_default() += 1;
+            *selfc.entry(first.clone()).or_default() += n;
         }
         let mut seen_n = HashSet::new();
         let mut seen_e = HashSet::new();
         for (i, f) in l.iter().enumerate() {
             if seen_n.insert(f) {
-                *incl.entry(f.clone()).or_default() += 1;
+                *incl.entry(f.clone()).or_default() += n;
             }
             if let Some(callee) = i.checked_sub(1).map(|j| &l[j]) {
                 if seen_e.insert((f, callee)) {
-                    *edges.entry((f.clone(), callee.clone())).or_default() += 1;
+                    *edges.entry((f.clone(), callee.clone())).or_default() += n;
                 }
             }
         }

@@ -105,11 +105,10 @@ pub(crate) fn default_title(p: &Profile) -> String {
 }
 
 pub(crate) fn subtitle(p: &Profile) -> String {
-    let threads: usize = p.samples.iter().map(|s| s.threads.len()).sum();
     format!(
         "{} sample(s), {} thread stacks, {} mode; {:.0}% of frames named",
-        p.samples.len(),
-        threads,
+        p.stops.samples,
+        p.thread_stacks,
         match p.mode {
             crate::Mode::Consistent => "consistent",
             crate::Mode::Rolling => "rolling",

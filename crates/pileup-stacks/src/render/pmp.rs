@@ -32,25 +32,29 @@ fn ms(us: u64) -> String {
 /// the symbols are, lock owners, and the SQL behind the biggest groups.
 pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<String> {
     let mut out = vec![];
-    let threads: usize = p.samples.iter().map(|s| s.threads.len()).sum();
     out.push(format!(
         "pileup stacks: pid {} {}{}, {} sample(s), {} thread stacks, {} mode",
         p.pid,
         p.exe,
         p.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
-        p.samples.len(),
-        threads,
+        p.stops.samples,
+        p.thread_stacks,
         match p.mode {
             crate::Mode::Consistent => "consistent",
             crate::Mode::Rolling => "rolling",
         }
     ));
-    if let Some(worst) = p.samples.iter().max_by_key(|s| s.stats.window_us) {
-        let longest = p.samples.iter().map(|s| s.stats.max_thread_stop_us).max().unwrap_or(0);
+    if p.stops.samples > 0 {
+        let st = &p.stops;
+        let spread = if st.samples > 1 {
+            format!(" (median {}, 99th percentile {})", ms(st.median_window_us), ms(st.p99_window_us))
+        } else {
+            String::new()
+        };
         out.push(format!(
-            "stopped: window {} (worst sample), longest single thread {}; capture {}, unwind {}, symbolize {}",
-            ms(worst.stats.window_us),
-            ms(longest),
+            "stopped: window {} (worst sample){spread}, longest single thread {}; capture {}, unwind {}, symbolize {}",
+            ms(st.worst_window_us),
+            ms(st.longest_thread_us),
             ms(p.timing.capture_us),
             ms(p.timing.unwind_us),
             ms(p.timing.symbolize_us)
@@ -79,27 +83,22 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
                 l.addr
             )
         };
-        if p.samples.len() > 1 {
-            s.push_str(&format!(" (in {} of {} samples)", l.samples, p.samples.len()));
+        if p.stops.samples > 1 {
+            s.push_str(&format!(" (in {} of {} samples)", l.samples, p.stops.samples));
         }
         match l.owner_tid {
             Some(o) => {
                 s.push_str(&format!(" held by tid {o}"));
                 // The holder as it was when read, not in another sample.
-                if let Some(t) = l.owner_sample.and_then(|i| p.thread_in(i, o)) {
-                    if let Some(sql) = &t.sql {
-                        s.push_str(&format!(" ({})", sql.summary(160)));
-                    } else if !t.name.is_empty() {
-                        s.push_str(&format!(" ({})", t.name));
-                    }
-                    out.push(s);
-                    let stack: Vec<&str> = t.labels().collect();
+                if let Some(h) = &l.holder {
+                    s.push_str(&format!(" ({h})"));
+                }
+                out.push(s);
+                if let Some(stack) = &l.holder_stack {
                     out.push(format!(
                         "  holder stack: {}",
                         if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }
                     ));
-                } else {
-                    out.push(s);
                 }
             }
             None => {
@@ -110,14 +109,21 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
         out.push(format!("  waiter tids: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
         // A waiter's stack at its wait (in the sample it was seen waiting).
-        if let Some(t) = l.waits.first().and_then(|w| p.thread_in(w.sample, w.tid)) {
-            let frames: Vec<&str> = t.labels().take(6).collect();
+        if !l.waiting_in.is_empty() {
+            let frames: Vec<&str> = l.waiting_in.iter().take(6).map(String::as_str).collect();
             out.push(format!("  waiting in: {}", frames.join(",")));
         }
     }
     for (i, g) in groups.iter().enumerate().take(20) {
         let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let mut s = format!("stack {}: {} ({} thread(s): {})", i + 1, g.count, g.tids.len(), states.join(", "));
+        let mut s = format!(
+            "stack {}: {} ({}{} thread(s): {})",
+            i + 1,
+            g.count,
+            g.tids.len(),
+            if g.tids_capped { "+" } else { "" },
+            states.join(", ")
+        );
         if !g.statements.is_empty() {
             let st: Vec<String> = g
                 .statements
@@ -136,16 +142,12 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         }
         out.push(s);
     }
-    let missed: usize = p.samples.iter().map(|s| s.missed.len()).sum();
+    let missed: usize = p.stops.missed.values().sum();
     if missed > 0 {
-        let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
-        for m in p.samples.iter().flat_map(|s| &s.missed) {
-            *reasons.entry(m.reason.as_str()).or_default() += 1;
-        }
-        let r: Vec<String> = reasons.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let r: Vec<String> = p.stops.missed.iter().map(|(k, v)| format!("{v} {k}")).collect();
         out.push(format!("missed: {missed} thread(s): {}", r.join("; ")));
     }
-    let truncated = p.threads().filter(|t| t.unwind_error.is_some()).count();
+    let truncated = p.partial_stacks();
     if truncated > 0 {
         out.push(format!("partial: {truncated} stack(s) ended early (unwind error); see --format json for details"));
     }

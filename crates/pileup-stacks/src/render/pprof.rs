@@ -136,8 +136,9 @@ impl Strings {
     }
 }
 
-/// Build the profile message: one pprof sample per thread stack, value =
-/// thread samples, labels = thread name, tid, role, OS state, SQL command.
+/// Build the profile message: one pprof sample per distinct stack and kind
+/// of thread, value = thread samples, labels = thread name, role, OS state,
+/// SQL command and user, and the tid where a single thread had the stack.
 pub fn pprof_message(p: &Profile) -> PProfile {
     let mut st = Strings::new();
     let mut out = PProfile {
@@ -160,8 +161,8 @@ pub fn pprof_message(p: &Profile) -> PProfile {
     }
     let mut func_ids: HashMap<(String, String), u64> = HashMap::new();
     let mut loc_ids: HashMap<u64, u64> = HashMap::new();
-    for t in p.threads() {
-        let mut sample = PSample { value: vec![1], ..Default::default() };
+    for t in &p.stacks {
+        let mut sample = PSample { value: vec![t.count as i64], ..Default::default() };
         // Locations are per address; inlined frames become several lines of one location.
         let mut fi = 0;
         for &addr in &t.addrs {
@@ -201,25 +202,27 @@ pub fn pprof_message(p: &Profile) -> PProfile {
             sample.location_id.push(lid);
         }
         let mut label = |k: &str, v: &str| Label { key: st.id(k), str: st.id(v), num: 0 };
-        let mut labels = vec![label("thread", &t.name), label("state", t.state_label)];
+        let mut labels = vec![label("thread", &t.thread), label("state", t.state_label)];
         if let Some(r) = t.role {
             labels.push(label("role", r.as_str()));
         }
-        if let Some(s) = &t.sql {
-            if let Some(c) = &s.command {
-                labels.push(label("sql_command", c));
-            }
-            if let Some(u) = &s.user {
-                labels.push(label("sql_user", u));
-            }
+        if let Some(c) = &t.sql_command {
+            labels.push(label("sql_command", c));
         }
-        labels.push(Label { key: st.id("tid"), str: 0, num: t.tid as i64 });
+        if let Some(u) = &t.sql_user {
+            labels.push(label("sql_user", u));
+        }
+        // A tid label only where one thread had this stack: counts are per
+        // stack and kind of thread, not per thread.
+        if let (1, false, Some(&tid)) = (t.tids.len(), t.tids_capped, t.tids.first()) {
+            labels.push(Label { key: st.id("tid"), str: 0, num: tid as i64 });
+        }
         sample.label = labels;
         out.sample.push(sample);
     }
-    if let (Some(first), Some(last)) = (p.samples.first(), p.samples.last()) {
-        out.time_nanos = first.at_unix_ms as i64 * 1_000_000;
-        out.duration_nanos = (last.at_unix_ms.saturating_sub(first.at_unix_ms)) as i64 * 1_000_000;
+    if p.stops.samples > 0 {
+        out.time_nanos = p.stops.first_unix_ms as i64 * 1_000_000;
+        out.duration_nanos = (p.stops.last_unix_ms.saturating_sub(p.stops.first_unix_ms)) as i64 * 1_000_000;
     }
     out.comment.push(st.id(&format!("pileup stacks pid {} {}", p.pid, p.exe)));
     out.string_table = st.table;

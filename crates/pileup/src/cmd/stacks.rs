@@ -2,6 +2,8 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -27,6 +29,12 @@ use crate::output::write_output;
 ///   pileup stacks --samples 50 --interval-ms 100 --format svg -o flame.svg
 ///   pileup stacks --threads accept --duration 60s --format dot -o accept.dot
 ///   pileup stacks --threads sql-thread --samples 100 --format folded
+///   pileup stacks --threads accept --duration 1h -o accept.pb.gz   # 36,000 samples
+///
+/// Stacks are counted as they are taken, so a run of hours holds one entry
+/// per distinct stack, not every sample; the last --keep-samples samples are
+/// also kept whole for --format json. Ctrl-C (SIGINT) or SIGTERM ends the run
+/// early and writes what was collected, complete, in the chosen format.
 ///
 /// Files written with -o are created mode 0600: they can hold query text.
 #[derive(Args)]
@@ -71,6 +79,11 @@ pub struct StacksArgs {
     /// shown may be this much older than the stack).
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub sql_every_ms: u64,
+    /// Samples kept whole (every thread's frames and annotations, in --format
+    /// json): the last N. Every sample is counted in the stacks, lock groups
+    /// and stop statistics regardless.
+    #[arg(long, default_value_t = pileup_stacks::KEEP_SAMPLES, value_name = "N")]
+    pub keep_samples: usize,
     /// Do not connect to SQL (no statement annotation).
     #[arg(long)]
     pub no_sql: bool,
@@ -138,20 +151,29 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         any_process: a.any_process,
         debug_info: a.debug_info,
         sql_refresh: Duration::from_millis(a.sql_every_ms),
+        keep_samples: a.keep_samples.max(1),
     };
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(samples as u64);
         b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration}")
-                .unwrap()
-                .progress_chars("=> "),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)",
+            )
+            .unwrap()
+            .progress_chars("=> "),
         );
         b
     });
-    sampler.run(samples, interval, |i, _| {
+    // A signal ends the sampling; what was collected is still written.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        unsafe { super::watch::signal_flag(sig, stop.clone()) };
+    }
+    sampler.run_until(samples, interval, Some(&stop), |p| {
         if let Some(b) = &bar {
-            b.set_position(i as u64);
+            b.set_position(p.taken as u64);
+            b.set_message(format!("{} distinct stacks", p.distinct_stacks));
         }
     })?;
     if let Some(b) = bar {
@@ -211,14 +233,19 @@ fn server_socket(pid: i32) -> Option<PathBuf> {
 
 fn print_stats(p: &pileup_stacks::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
-    let n = p.samples.len();
+    let st = &p.stops;
     eprintln!(
-        "pileup stats: pid {} ({}), {} sample(s), {} mode",
+        "pileup stats: pid {} ({}), {} sample(s), {} mode; {} thread stacks, {} distinct",
         p.pid,
         p.exe,
-        n,
-        if p.mode == Mode::Consistent { "consistent" } else { "rolling" }
+        st.samples,
+        if p.mode == Mode::Consistent { "consistent" } else { "rolling" },
+        p.thread_stacks,
+        p.stacks.len()
     );
+    if p.samples.len() < st.samples {
+        eprintln!("  the last {} of {} samples:", p.samples.len(), st.samples);
+    }
     for s in &p.samples {
         let st = &s.stats;
         eprintln!(
@@ -236,6 +263,14 @@ fn print_stats(p: &pileup_stacks::Profile) {
             if st.budget_exceeded { " [--max-stop-ms exceeded]" } else { "" }
         );
     }
+    eprintln!(
+        "  stopped windows: median {:.2} ms, 99th percentile {:.2} ms, worst {:.2} ms (sample {}); longest single thread {:.3} ms",
+        ms(st.median_window_us),
+        ms(st.p99_window_us),
+        ms(st.worst_window_us),
+        st.worst_window_sample,
+        ms(st.longest_thread_us)
+    );
     let t = &p.timing;
     eprintln!(
         "  totals: load modules {:.1} ms, capture {:.2} ms, unwind {:.1} ms, symbolize {:.1} ms, annotate {:.1} ms; {:.0}% of frames named",
