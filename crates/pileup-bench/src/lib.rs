@@ -87,6 +87,78 @@ pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyh
     pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
 }
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use pileup_sandbox::Sandbox;
+
+/// Create `sbtest` on a sandbox and prepare sysbench's tables for `test`
+/// (4 tables of 10,000 rows); returns the arguments that reach them.
+pub fn sysbench_prepared(sb: &Sandbox, test: &str) -> anyhow::Result<Vec<String>> {
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    sb.sql("CREATE DATABASE sbtest")?;
+    let sbargs = vec![
+        "--db-driver=mysql".to_string(),
+        format!("--mysql-socket={sock}"),
+        "--mysql-user=root".into(),
+        "--tables=4".into(),
+        "--table-size=10000".into(),
+    ];
+    let st = std::process::Command::new("sysbench")
+        .arg(test)
+        .args(&sbargs)
+        .arg("prepare")
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    if !st.success() {
+        anyhow::bail!("sysbench prepare failed");
+    }
+    Ok(sbargs)
+}
+
+/// A client looping `DO 1` on its own connection: the worst round trip
+/// over a window is what a server's clients felt then.
+pub struct Probe {
+    samples: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Probe {
+    pub fn start(sb: &Sandbox) -> anyhow::Result<Probe> {
+        let mut c = sb.connect()?;
+        let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, st2) = (samples.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            while !st2.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if c.query_drop("DO 1").is_err() {
+                    break;
+                }
+                s2.lock().unwrap().push((t, t.elapsed()));
+            }
+        });
+        Ok(Probe { samples, stop, handle: Some(handle) })
+    }
+    /// Worst round trip of probes that overlap [from, to].
+    pub fn worst(&self, from: Instant, to: Instant) -> Duration {
+        let s = self.samples.lock().unwrap();
+        s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,53 +14,11 @@
 const USAGE: &str = "Usage: stacks-bench --pileup PATH [--threads 50,300,1000] [--runs 5] [--out FILE]";
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use mysql::prelude::Queryable;
-use pileup_bench::{arg, median};
+use anyhow::{Context, Result};
+use pileup_bench::{arg, median, Probe};
 use pileup_sandbox::{Options, Sandbox};
-
-struct Probe {
-    samples: Arc<Mutex<Vec<(Instant, Duration)>>>,
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Probe {
-    fn start(sb: &Sandbox) -> Result<Probe> {
-        let mut c = sb.connect()?;
-        let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s2, st2) = (samples.clone(), stop.clone());
-        let handle = std::thread::spawn(move || {
-            while !st2.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                if c.query_drop("DO 1").is_err() {
-                    break;
-                }
-                s2.lock().unwrap().push((t, t.elapsed()));
-            }
-        });
-        Ok(Probe { samples, stop, handle: Some(handle) })
-    }
-    /// Worst round trip of probes that overlap [from, to].
-    fn worst(&self, from: Instant, to: Instant) -> Duration {
-        let s = self.samples.lock().unwrap();
-        s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
 
 #[derive(Default, Clone)]
 struct Run {
@@ -101,19 +59,7 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     eprintln!("== {target_threads} server threads");
     let sb = Sandbox::start(Options { cnf: vec![("thread_cache_size".into(), "2000".into())], ..Default::default() })?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
-    sb.sql("CREATE DATABASE sbtest")?;
-    let sbargs = [
-        "--db-driver=mysql".to_string(),
-        format!("--mysql-socket={sock}"),
-        "--mysql-user=root".into(),
-        "--tables=4".into(),
-        "--table-size=10000".into(),
-    ];
-    let st =
-        Command::new("sysbench").arg("oltp_read_only").args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
-    if !st.success() {
-        bail!("sysbench prepare failed");
-    }
+    let sbargs = pileup_bench::sysbench_prepared(&sb, "oltp_read_only")?;
     let background = pileup_stacks_count(sb.pid());
     // Load: sysbench connections (rate-limited so the box is busy, not saturated) plus idle connections.
     let sysbench_threads = (target_threads / 4).clamp(8, 64);

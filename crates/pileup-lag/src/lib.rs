@@ -222,7 +222,12 @@ pub fn sample(
     let (reads0, history0) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
     let opts = SamplerOptions {
-        capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: o.max_stop },
+        capture: CaptureOptions {
+            mode: Mode::Consistent,
+            stack_bytes: 256 * 1024,
+            max_stop: o.max_stop,
+            ..Default::default()
+        },
         filter: ThreadFilter::parse("sql-thread").map_err(|e| anyhow!(e))?,
         any_process: false,
         debug_info: false,

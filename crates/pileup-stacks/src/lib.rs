@@ -100,8 +100,10 @@ pub struct ThreadStack {
     pub role: Option<Role>,
     pub sql: Option<SqlThread>,
     pub lock_wait: Option<LockWait>,
-    /// Microseconds this thread was stopped.
+    /// Microseconds this thread was stopped, and the part of it after it
+    /// had stopped (held; the rest it was getting a CPU to enter the stop).
     pub stopped_us: u64,
+    pub held_us: u64,
     /// Frames, innermost first (inlined frames expanded).
     pub frames: Vec<Frame>,
     /// Raw lookup addresses, innermost first.
@@ -130,6 +132,7 @@ impl ThreadStack {
             sql: None,
             lock_wait: None,
             stopped_us: 0,
+            held_us: 0,
             frames: vec![],
             addrs: vec![],
             unwind_error: None,
@@ -182,8 +185,11 @@ pub struct StopSummary {
     /// Median and 99th percentile of the samples' stopped windows.
     pub median_window_us: u64,
     pub p99_window_us: u64,
-    /// The longest any single thread was stopped.
+    /// The longest any single thread was stopped, and the longest any was
+    /// held once stopped (the rest of a stop is the wait for a CPU to enter
+    /// it, which a saturated server's run queue imposes anyway).
     pub longest_thread_us: u64,
+    pub longest_held_us: u64,
     /// Samples whose `--max-stop-ms` ran out.
     pub budget_exceeded: usize,
     /// Threads missed, by reason.
@@ -372,7 +378,15 @@ impl Sampler {
         let mut os: HashMap<i32, proc::OsThread> = HashMap::with_capacity(tids_all.len());
         let mut chosen = Vec::with_capacity(tids_all.len());
         let mut io_workers = 0;
+        // Without a name pattern the filter decides from tid and role alone,
+        // so the OS state of threads not sampled is not read: one thread at
+        // 100 Hz on a server of hundreds must not read hundreds of files a
+        // sample.
+        let by_name = self.opts.filter.is_all() || self.opts.filter.name.is_some();
         for &tid in &tids_all {
+            if !by_name && !self.opts.filter.matches(tid, annotate::role_of(pid, tid, sql.get(&tid)), "") {
+                continue;
+            }
             let o = proc::os_thread(pid, tid).unwrap_or_default();
             if o.io_worker {
                 io_workers += 1;
@@ -397,7 +411,9 @@ impl Sampler {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(StacksError::ProcessExited(pid));
         }
-        let raw = capture::capture(pid, &chosen, &self.maps, &self.opts.capture)?;
+        let mut raw = capture::capture(pid, &chosen, &self.maps, &self.opts.capture)?;
+        raw.stats.threads_appeared =
+            proc::tids(pid).map(|now| now.iter().filter(|t| tids_all.binary_search(t).is_err()).count()).unwrap_or(0);
         self.timing.capture_us += raw.stats.capture_us;
         if raw.threads.is_empty() && !chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(StacksError::ProcessExited(pid));
@@ -419,6 +435,7 @@ impl Sampler {
                 sql: s,
                 lock_wait: None,
                 stopped_us: rt.stopped_us,
+                held_us: rt.held_us,
                 frames: vec![],
                 addrs: u.frames.iter().map(|f| f.lookup()).collect(),
                 unwind_error: u.error,
@@ -482,6 +499,7 @@ impl Sampler {
             (s.worst_window_us, s.worst_window_sample) = (st.window_us, idx);
         }
         s.longest_thread_us = s.longest_thread_us.max(st.max_thread_stop_us);
+        s.longest_held_us = s.longest_held_us.max(st.max_thread_held_us);
         s.budget_exceeded += st.budget_exceeded as usize;
         for m in &raw.missed {
             *s.missed.entry(m.reason.clone()).or_default() += 1;

@@ -114,7 +114,12 @@ pub fn gather(
             })
             .and_then(|c| SqlSource::new(c).ok());
         let opts = SamplerOptions {
-            capture: CaptureOptions { mode: Mode::Consistent, stack_bytes: 256 * 1024, max_stop: s.max_stop },
+            capture: CaptureOptions {
+                mode: Mode::Consistent,
+                stack_bytes: 256 * 1024,
+                max_stop: s.max_stop,
+                ..Default::default()
+            },
             filter: ThreadFilter::default(),
             any_process: s.any_process,
             debug_info: false,

@@ -52,9 +52,10 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
             String::new()
         };
         out.push(format!(
-            "stopped: window {} (worst sample){spread}, longest single thread {}; capture {}, unwind {}, symbolize {}",
+            "stopped: window {} (worst sample){spread}, longest single thread {} (held {} once stopped); capture {}, unwind {}, symbolize {}",
             ms(st.worst_window_us),
             ms(st.longest_thread_us),
+            ms(st.longest_held_us),
             ms(p.timing.capture_us),
             ms(p.timing.unwind_us),
             ms(p.timing.symbolize_us)

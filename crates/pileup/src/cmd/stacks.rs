@@ -72,6 +72,13 @@ pub struct StacksArgs {
     /// and every thread resumed.
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub max_stop_ms: u64,
+    /// Capture at normal scheduling priority. By default the capture thread
+    /// runs at real-time priority (SCHED_FIFO 1) while it holds threads
+    /// stopped, so on a saturated server they are not held while pileup
+    /// waits for a CPU; it sleeps between polls and returns to normal
+    /// priority when the stop window closes.
+    #[arg(long)]
+    pub normal_priority: bool,
     /// Print stop times, capture/unwind/symbolize times and thread counts to stderr.
     #[arg(long)]
     pub stats: bool,
@@ -146,6 +153,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
             mode: a.mode,
             stack_bytes: a.stack_bytes,
             max_stop: Duration::from_millis(a.max_stop_ms),
+            raised_priority: !a.normal_priority,
         },
         filter,
         any_process: a.any_process,
@@ -249,7 +257,7 @@ fn print_stats(p: &pileup_stacks::Profile) {
     for s in &p.samples {
         let st = &s.stats;
         eprintln!(
-            "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms, longest thread {:.3} ms, median thread {:.3} ms; capture {:.2} ms; {} KiB of stack copied{}",
+            "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms, longest thread {:.3} ms (held {:.3} ms once stopped), median thread {:.3} ms (held {:.3} ms); capture {:.2} ms; {} KiB of stack copied{}",
             s.index,
             st.threads_listed,
             st.threads_captured,
@@ -257,19 +265,22 @@ fn print_stats(p: &pileup_stacks::Profile) {
             st.threads_appeared,
             ms(st.window_us),
             ms(st.max_thread_stop_us),
+            ms(st.max_thread_held_us),
             ms(st.median_thread_stop_us),
+            ms(st.median_thread_held_us),
             ms(st.capture_us),
             st.stack_bytes_copied / 1024,
             if st.budget_exceeded { " [--max-stop-ms exceeded]" } else { "" }
         );
     }
     eprintln!(
-        "  stopped windows: median {:.2} ms, 99th percentile {:.2} ms, worst {:.2} ms (sample {}); longest single thread {:.3} ms",
+        "  stopped windows: median {:.2} ms, 99th percentile {:.2} ms, worst {:.2} ms (sample {}); longest single thread {:.3} ms, held {:.3} ms once stopped",
         ms(st.median_window_us),
         ms(st.p99_window_us),
         ms(st.worst_window_us),
         st.worst_window_sample,
-        ms(st.longest_thread_us)
+        ms(st.longest_thread_us),
+        ms(st.longest_held_us)
     );
     let t = &p.timing;
     eprintln!(

@@ -1,0 +1,373 @@
+//! Stack sampling on a saturated server: what sampling costs the server's
+//! throughput and latency when every CPU is busy, side by side in one run
+//! against no sampling, eu-stack and gdb at the rate they manage, and
+//! `perf record --call-graph dwarf -F 99`.
+//!
+//! Unthrottled sysbench (point selects, then read-write) keeps the CPUs at
+//! 100%; windows of `--window` seconds alternate between the tools, round
+//! after round, so drift in the machine hits every tool alike. Per window it
+//! records sysbench's per-second throughput, the worst round trip of a probe
+//! client looping `DO 1` on its own connection, and pileup's own stop
+//! statistics. Reported per tool: throughput as a ratio of medians against
+//! the windows without sampling, the probe's worst round trip (median over
+//! rounds) against theirs, and pileup's stop figures.
+//!
+//! Usage: see [`USAGE`] (what `--help` prints).
+
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,rolling-one-10hz,rolling-one-100hz,accept-100hz,eu-stack,gdb,perf] [--out FILE]";
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_bench::{arg, median, Probe};
+use pileup_sandbox::{Options, Sandbox};
+
+/// One window of one tool.
+#[derive(Default, Clone)]
+struct Window {
+    tps: f64,
+    worst_ms: f64,
+    /// The tool's own CPU, in cores over the window.
+    cpu_cores: f64,
+    /// Captures the tool completed in the window (eu-stack, gdb), or pileup's samples.
+    captures: Option<u64>,
+    /// pileup: median / worst stopped window, longest single thread stop,
+    /// longest held once stopped (ms).
+    stop: Option<[f64; 4]>,
+    ok: bool,
+}
+
+/// sysbench's per-second reports, as they arrive.
+struct Load {
+    child: Child,
+    reports: Arc<Mutex<Vec<(Instant, f64)>>>,
+}
+
+impl Load {
+    fn start(workload: &str, sbargs: &[String], connections: usize) -> Result<Load> {
+        let mut child = Command::new("sysbench")
+            .arg(workload)
+            .args(sbargs)
+            .arg(format!("--threads={connections}"))
+            .args(["--time=0", "--events=0", "--report-interval=1", "run"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().unwrap();
+        let reports = Arc::new(Mutex::new(vec![]));
+        let r2 = reports.clone();
+        std::thread::spawn(move || {
+            // "[ 5s ] thds: 64 tps: 1234.56 qps: …"
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let tps = line.split("tps: ").nth(1).and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+                if let Some(t) = tps {
+                    r2.lock().unwrap().push((Instant::now(), t));
+                }
+            }
+        });
+        Ok(Load { child, reports })
+    }
+
+    /// Mean throughput of the reports that fall inside [from, to] (each
+    /// covers the second before it).
+    fn tps(&self, from: Instant, to: Instant) -> f64 {
+        let r = self.reports.lock().unwrap();
+        let v: Vec<f64> =
+            r.iter().filter(|(t, _)| *t >= from + Duration::from_secs(1) && *t <= to).map(|(_, x)| *x).collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn main() -> Result<()> {
+    let args = pileup_bench::args(USAGE)?;
+    let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
+    let workloads: Vec<String> = arg(&args, "--workloads")
+        .unwrap_or_else(|| "oltp_point_select,oltp_read_write".into())
+        .split(',')
+        .map(String::from)
+        .collect();
+    let connections: usize = arg(&args, "--connections").map(|s| s.parse()).transpose()?.unwrap_or(64);
+    let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(10));
+    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
+    let tools: Vec<String> = arg(&args, "--tools")
+        .unwrap_or_else(|| "none,all-1hz,all-10hz,all-10hz-normal,one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,eu-stack,gdb,perf".into())
+        .split(',')
+        .map(String::from)
+        .collect();
+    if tools.first().map(String::as_str) != Some("none") {
+        bail!("--tools must start with none: every figure is against the windows without sampling");
+    }
+    let out = arg(&args, "--out");
+
+    let sb = Sandbox::start(Options::default())?;
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let sbargs = pileup_bench::sysbench_prepared(&sb, "oltp_read_write")?;
+    let scratch = std::env::temp_dir().join(format!("pileup-saturated-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let mut report = format!(
+        "\n{} connections of unthrottled sysbench on {} cores, windows of {} s, {rounds} rounds, tools interleaved; medians over rounds\n",
+        connections,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        window.as_secs()
+    );
+    for w in &workloads {
+        eprintln!("== {w}");
+        let load = Load::start(w, &sbargs, connections)?;
+        std::thread::sleep(Duration::from_secs(5));
+        let probe = Probe::start(&sb)?;
+        let mut c = sb.connect()?;
+        // A busy connection thread for the one-thread runs.
+        let busy: Option<u64> = c.query_first(
+            "SELECT TID FROM information_schema.PROCESSLIST WHERE DB='sbtest' AND COMMAND<>'Sleep' ORDER BY ID LIMIT 1",
+        )?;
+        let busy = busy.context("no sysbench connection found in the processlist")?;
+        let threads = std::fs::read_dir(format!("/proc/{}/task", sb.pid()))?.count();
+        let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
+        for r in 0..rounds {
+            for (i, tool) in tools.iter().enumerate() {
+                let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
+                eprintln!(
+                    "   round {r} {tool:<18} {:8.1} tps, probe worst {:7.2} ms, tool CPU {:.2} cores{}{}",
+                    win.tps,
+                    win.worst_ms,
+                    win.cpu_cores,
+                    win.captures.map(|c| format!(", {c} captures")).unwrap_or_default(),
+                    win.stop
+                        .map(|s| format!(
+                            ", stopped median {:.2} worst {:.2} ms, longest thread {:.2} ms (held {:.2})",
+                            s[0], s[1], s[2], s[3]
+                        ))
+                        .unwrap_or_default()
+                );
+                results[i].push(win);
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        }
+        drop(probe);
+        drop(load);
+        report.push_str(&table(w, threads, &tools, &results));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    print!("{report}");
+    if let Some(o) = out {
+        pileup_bench::write(o, &report)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_window(
+    tool: &str,
+    pileup: &str,
+    sb: &Sandbox,
+    sock: &str,
+    busy: u64,
+    window: Duration,
+    scratch: &std::path::Path,
+    load: &Load,
+    probe: &Probe,
+) -> Result<Window> {
+    let pid = sb.pid().to_string();
+    let secs = window.as_secs().to_string();
+    let cpu0 = children_cpu();
+    let t0 = Instant::now();
+    let mut w = Window { ok: true, ..Default::default() };
+    match tool {
+        "none" => std::thread::sleep(window),
+        "eu-stack" | "gdb" => {
+            // As often as the tool manages, back to back, for the window.
+            let mut n = 0;
+            while t0.elapsed() < window {
+                let mut cmd = if tool == "gdb" {
+                    let mut c = Command::new("gdb");
+                    c.args(["-p", &pid, "-batch", "-nx", "-ex", "set pagination 0", "-ex", "thread apply all bt"]);
+                    c
+                } else {
+                    let mut c = Command::new("eu-stack");
+                    c.args(["-p", &pid]);
+                    c
+                };
+                let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+                w.ok &= s.success();
+                n += 1;
+            }
+            w.captures = Some(n);
+        }
+        "perf" => {
+            let data = scratch.join("perf.data");
+            let s = Command::new("perf")
+                .args(["record", "-q", "-F", "99", "--call-graph", "dwarf", "-p", &pid, "-o"])
+                .arg(&data)
+                .args(["--", "sleep", &secs])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .context("perf (Debian: linux-perf)")?;
+            w.ok = s.success();
+            let _ = std::fs::remove_file(&data);
+        }
+        t => {
+            // pileup: [rolling-]{all,one}-{N}hz[-normal]
+            let (t, normal) = match t.strip_suffix("-normal") {
+                Some(t) => (t, true),
+                None => (t, false),
+            };
+            let (mode, rest) = match t.strip_prefix("rolling-") {
+                Some(r) => ("rolling", r),
+                None => ("consistent", t),
+            };
+            let (which, hz) = rest.split_once('-').with_context(|| format!("unknown tool {t}"))?;
+            let hz: u64 =
+                hz.strip_suffix("hz").and_then(|h| h.parse().ok()).with_context(|| format!("unknown tool {t}"))?;
+            let json = scratch.join("stacks.json");
+            let mut cmd = Command::new(pileup);
+            cmd.args(["stacks", "--pid", &pid, "-S", sock, "-u", "root", "--mode", mode, "--duration"])
+                .arg(format!("{secs}s"))
+                .args([
+                    "--interval-ms",
+                    &(1000 / hz.max(1)).to_string(),
+                    "--keep-samples",
+                    "1",
+                    "--format",
+                    "json",
+                    "-o",
+                ])
+                .arg(&json);
+            if normal {
+                cmd.arg("--normal-priority");
+            }
+            match which {
+                "all" => {}
+                "one" => {
+                    cmd.args(["--threads", &busy.to_string()]);
+                }
+                "accept" => {
+                    cmd.args(["--threads", "accept"]);
+                }
+                _ => bail!("unknown tool {t}"),
+            }
+            let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+            w.ok = s.success();
+            if let Ok(j) = std::fs::read(&json)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
+            {
+                let st = &j["stops"];
+                let ms = |k: &str| st[k].as_f64().unwrap_or(f64::NAN) / 1e3;
+                w.captures = st["samples"].as_u64();
+                w.stop = Some([
+                    ms("median_window_us"),
+                    ms("worst_window_us"),
+                    ms("longest_thread_us"),
+                    ms("longest_held_us"),
+                ]);
+            }
+            let _ = std::fs::remove_file(&json);
+        }
+    }
+    let t1 = Instant::now();
+    w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
+    w.tps = load.tps(t0, t1);
+    w.worst_ms = probe.worst(t0, t1).as_secs_f64() * 1e3;
+    Ok(w)
+}
+
+/// CPU seconds (user + system) of every child process waited for so far:
+/// the tools run as children and are waited for within their window.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>]) -> String {
+    let base_tps = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+    let base_worst = median(results[0].iter().map(|w| w.worst_ms).collect());
+    let spread = {
+        let v: Vec<f64> = results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect();
+        let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        if v.len() > 1 {
+            format!("; windows without sampling ranged {lo:.0}–{hi:.0} tps")
+        } else {
+            String::new()
+        }
+    };
+    let mut md = format!(
+        "\n### {workload}, {threads} server threads: {base_tps:.0} tps without sampling, probe worst round trip {base_worst:.2} ms{spread}\n\n"
+    );
+    md.push_str("| tool | throughput (tps) | ÷ no sampling | throughput lost | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (i, tool) in tools.iter().enumerate() {
+        let r = &results[i];
+        let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+        let worst = median(r.iter().map(|w| w.worst_ms).collect());
+        let caps: Vec<f64> = r.iter().filter_map(|w| w.captures.map(|c| c as f64)).collect();
+        let stop = |k: usize| {
+            let v: Vec<f64> = r.iter().filter_map(|w| w.stop.map(|s| s[k])).collect();
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.2}", median(v))
+            }
+        };
+        md.push_str(&format!(
+            "| {} | {tps:.0} | {:.3} | {:.1}% | {worst:.2} | {:+.2} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
+            describe(tool),
+            tps / base_tps,
+            100.0 * (1.0 - tps / base_tps),
+            worst - base_worst,
+            median(r.iter().map(|w| w.cpu_cores).collect()),
+            if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
+            stop(0),
+            stop(1),
+            stop(2),
+            stop(3),
+            r.iter().filter(|w| !w.ok).count()
+        ));
+    }
+    md
+}
+
+fn describe(tool: &str) -> String {
+    match tool {
+        "none" => "no sampling".into(),
+        "eu-stack" => "eu-stack, back to back".into(),
+        "gdb" => "gdb `thread apply all bt`, back to back".into(),
+        "perf" => "perf record -F 99 --call-graph dwarf".into(),
+        t => {
+            let (t, prio) = match t.strip_suffix("-normal") {
+                Some(t) => (t, ", normal priority"),
+                None => (t, ""),
+            };
+            let (mode, rest) = match t.strip_prefix("rolling-") {
+                Some(r) => ("rolling", r),
+                None => ("consistent", t),
+            };
+            let (which, hz) = rest.split_once('-').unwrap_or((rest, ""));
+            let which = match which {
+                "all" => "all threads",
+                "accept" => "the accept thread (idle in poll)",
+                _ => "one busy connection",
+            };
+            format!("pileup {mode}, {which} at {} Hz{prio}", hz.trim_end_matches("hz"))
+        }
+    }
+}
