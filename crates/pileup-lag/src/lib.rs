@@ -235,6 +235,7 @@ pub fn sample(
         sql_refresh: o.interval,
         // Each sample's threads are read against the applier's position then.
         keep_samples: usize::MAX,
+        debug_dirs: pileup_stacks::default_debug_dirs(),
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;

@@ -259,6 +259,9 @@ pub struct SamplerOptions {
     /// Re-read the processlist at most this often while sampling (a long
     /// 10 Hz run must not query the server ten times a second).
     pub sql_refresh: Duration,
+    /// Where separate debug files are looked for (build-id and
+    /// `.gnu_debuglink`), in order.
+    pub debug_dirs: Vec<std::path::PathBuf>,
     /// Samples kept whole (the last ones); every sample is counted in the
     /// profile's stacks, lock groups and stop statistics regardless.
     pub keep_samples: usize,
@@ -271,6 +274,11 @@ pub struct Progress {
     pub of: usize,
     /// Distinct stacks counted so far (what the run's memory grows with).
     pub distinct_stacks: usize,
+}
+
+/// The debug directories searched unless told otherwise.
+pub fn default_debug_dirs() -> Vec<std::path::PathBuf> {
+    modules::DEBUG_DIRS.iter().map(std::path::PathBuf::from).collect()
 }
 
 /// Samples kept whole unless told otherwise.
@@ -305,7 +313,7 @@ impl Sampler {
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
-        let mods = modules::ModuleSet::load(pid, &maps);
+        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs);
         let mut notes = vec![];
         for (p, why) in &mods.unreadable {
             notes.push(format!(
@@ -322,7 +330,7 @@ impl Sampler {
             maps,
             mods,
             cache: Default::default(),
-            symbols: symbolize::SymbolCache::new(opts.debug_info),
+            symbols: symbolize::SymbolCache::new(opts.debug_info, &opts.debug_dirs),
             opts,
             sql,
             sql_error: None,

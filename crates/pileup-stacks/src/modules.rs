@@ -45,26 +45,54 @@ pub struct SymbolInfo {
     pub dynsym: usize,
     /// A separate debug file was found (build-id or .gnu_debuglink).
     pub debug_file: Option<String>,
+    /// How the debug file was found.
+    pub debug_found_by: Option<DebugFoundBy>,
+    /// The module carries MiniDebugInfo (`.gnu_debugdata`: an xz-compressed
+    /// symbol table of its local functions, as Fedora and RHEL ship).
+    pub minidebuginfo: bool,
     /// The module or its debug file has DWARF (.debug_info).
     pub dwarf: bool,
 }
 
+/// Where a separate debug file was found.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DebugFoundBy {
+    /// `DIR/.build-id/xx/rest.debug` (Debian's -dbgsym, Fedora's -debuginfo).
+    BuildId,
+    /// The `.gnu_debuglink` name, its CRC checked.
+    DebugLink,
+}
+
 impl SymbolInfo {
     pub fn describe(&self) -> String {
-        if self.dwarf {
+        let origin = match self.debug_found_by {
+            Some(DebugFoundBy::BuildId) => "debug file by build-id: ",
+            Some(DebugFoundBy::DebugLink) => "debug file by .gnu_debuglink: ",
+            None if self.minidebuginfo && self.symtab == 0 => "MiniDebugInfo: ",
+            None => "",
+        };
+        let what = if self.dwarf {
             format!(
                 "full symbols ({}) and DWARF (inlined frames and lines with --debug-info)",
                 self.symtab.max(self.dynsym)
             )
         } else if self.symtab > 0 {
             format!("full symbol table ({} symbols), no debug info", self.symtab)
+        } else if self.minidebuginfo {
+            "its functions' names (.gnu_debugdata), no debug info".to_string()
         } else if self.dynsym > 0 {
             format!("stripped: exported symbols only ({})", self.dynsym)
         } else {
             "stripped, no symbols".into()
-        }
+        };
+        format!("{origin}{what}")
     }
 }
+
+/// Where separate debug files are looked for unless told otherwise (gdb's
+/// `debug-file-directory`).
+pub const DEBUG_DIRS: &[&str] = &["/usr/lib/debug"];
 
 impl Module {
     pub fn svma(&self, avma: u64) -> u64 {
@@ -127,8 +155,9 @@ impl ModuleSet {
         self.modules.get(i).filter(|m| m.avma.start <= avma)
     }
 
-    /// Load every executable file mapping (and the vdso) of `pid`.
-    pub fn load(pid: i32, maps: &[MapEntry]) -> ModuleSet {
+    /// Load every executable file mapping (and the vdso) of `pid`; separate
+    /// debug files are looked for under `debug_dirs`.
+    pub fn load(pid: i32, maps: &[MapEntry], debug_dirs: &[PathBuf]) -> ModuleSet {
         // Group executable mappings by file.
         let mut by_path: BTreeMap<String, Vec<&MapEntry>> = BTreeMap::new();
         for m in maps {
@@ -158,7 +187,7 @@ impl ModuleSet {
                 }
             };
             let read_us = t.elapsed().as_micros();
-            match build(&path, open_path, data, first, avma.clone()) {
+            match build(pid, &path, open_path, data, first, avma.clone(), debug_dirs) {
                 Ok((m, fh)) => {
                     tracing::debug!(module = %path, read_us, total_us = t.elapsed().as_micros() as u64, "module loaded");
                     unwinder.add_module(fh);
@@ -197,11 +226,13 @@ fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(std::sync::Ar
 type Built = (Module, FhModule<Bytes>);
 
 fn build(
+    pid: i32,
     path: &str,
     open_path: PathBuf,
     shared: std::sync::Arc<Data>,
     first: &MapEntry,
     avma: Range<u64>,
+    debug_dirs: &[PathBuf],
 ) -> Result<Built, String> {
     let data = shared.bytes();
     let obj = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
@@ -261,9 +292,15 @@ fn build(
     let build_id = obj.build_id().ok().flatten().map(hex);
     let symtab = obj.symbols().count();
     let dynsym = obj.dynamic_symbols().count();
-    let mut symbols =
-        SymbolInfo { symtab, dynsym, dwarf: obj.section_by_name(".debug_info").is_some(), debug_file: None };
-    if let Some(df) = find_debug_file(build_id.as_deref(), &obj, path) {
+    let mut symbols = SymbolInfo {
+        symtab,
+        dynsym,
+        dwarf: obj.section_by_name(".debug_info").is_some(),
+        minidebuginfo: obj.section_by_name(".gnu_debugdata").is_some(),
+        ..Default::default()
+    };
+    if let Some((df, how)) = find_debug_file(pid, build_id.as_deref(), &obj, path, debug_dirs) {
+        symbols.debug_found_by = Some(how);
         // SAFETY: read-only mapping, see read_module_file.
         if let Ok(d) = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
             if let Ok(o) = object::File::parse(&*d) {
@@ -281,29 +318,53 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Debug file per the GDB conventions: /usr/lib/debug/.build-id/ab/cdef.debug,
-/// then .gnu_debuglink next to the file, in .debug/, and under /usr/lib/debug.
-fn find_debug_file(build_id: Option<&str>, obj: &object::File, path: &str) -> Option<PathBuf> {
+/// Debug file per gdb's conventions, for each debug directory in turn:
+/// `DIR/.build-id/ab/cdef.debug`; then the `.gnu_debuglink` name next to
+/// the module, in its `.debug/` directory and under `DIR/<module's dir>/`,
+/// taken only if its CRC matches the link's (a debug file of another build
+/// names wrong functions). Each path is tried as the target sees it
+/// (`/proc/PID/root`, for a server in a container) and then on the host.
+fn find_debug_file(
+    pid: i32,
+    build_id: Option<&str>,
+    obj: &object::File,
+    path: &str,
+    debug_dirs: &[PathBuf],
+) -> Option<(PathBuf, DebugFoundBy)> {
+    let seen = |p: &Path| -> Vec<PathBuf> {
+        let rel = p.strip_prefix("/").unwrap_or(p);
+        vec![Path::new(&format!("/proc/{pid}/root")).join(rel), p.to_path_buf()]
+    };
     if let Some(id) = build_id.filter(|id| id.len() > 2) {
-        let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-        if p.is_file() {
-            return Some(p);
+        for dir in debug_dirs {
+            let p = dir.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
+            if let Some(f) = seen(&p).into_iter().find(|c| c.is_file()) {
+                return Some((f, DebugFoundBy::BuildId));
+            }
         }
     }
-    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
+    if let Ok(Some((name, crc))) = obj.gnu_debuglink() {
         let name = String::from_utf8_lossy(name).into_owned();
         let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
-        for c in [
-            dir.join(&name),
-            dir.join(".debug").join(&name),
-            Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name),
-        ] {
-            if c.is_file() && c != Path::new(path) {
-                return Some(c);
+        let mut cands = vec![dir.join(&name), dir.join(".debug").join(&name)];
+        for d in debug_dirs {
+            cands.push(d.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        }
+        for c in cands.iter().filter(|c| c.as_path() != Path::new(path)).flat_map(|c| seen(c)) {
+            if c.is_file() && file_crc(&c) == Some(crc) {
+                return Some((c, DebugFoundBy::DebugLink));
             }
         }
     }
     None
+}
+
+/// CRC-32 of a whole file, as `.gnu_debuglink` records it.
+fn file_crc(p: &Path) -> Option<u32> {
+    let f = fs::File::open(p).ok()?;
+    // SAFETY: read-only mapping, see read_module_file.
+    let m = unsafe { memmap2::Mmap::map(&f) }.ok()?;
+    Some(crc32fast::hash(&m))
 }
 
 /// Function start addresses from the binary search table of `.eh_frame_hdr`.

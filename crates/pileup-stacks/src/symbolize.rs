@@ -46,9 +46,13 @@ impl SymbolCache {
     /// can take far longer). Without it, names come from ELF symbol tables
     /// only: the module's `.symtab`/`.dynsym`, or its debug file's `.symtab`
     /// when one is installed (complete names, a few ms).
-    pub fn new(dwarf: bool) -> SymbolCache {
-        let symbolizer =
-            Symbolizer::builder().enable_code_info(dwarf).enable_inlined_fns(dwarf).enable_demangling(true).build();
+    pub fn new(dwarf: bool, debug_dirs: &[std::path::PathBuf]) -> SymbolCache {
+        let symbolizer = Symbolizer::builder()
+            .enable_code_info(dwarf)
+            .enable_inlined_fns(dwarf)
+            .enable_demangling(true)
+            .set_debug_dirs(Some(debug_dirs))
+            .build();
         SymbolCache { symbolizer, dwarf, by_addr: HashMap::new() }
     }
 
@@ -93,11 +97,18 @@ impl SymbolCache {
                     symbolizer.symbolize(&Source::Elf(elf), Input::VirtOffset(&svmas)).ok()
                 };
                 if self.dwarf {
-                    // With debug info first; if the debug file is unusable, the ELF symbols alone.
-                    symbolizer
-                        .symbolize(&Source::Elf(Elf::new(&m.open_path)), Input::VirtOffset(&svmas))
-                        .ok()
-                        .or_else(|| elf_only(&m.open_path))
+                    // With debug info first (the debug file pileup found, else
+                    // the module, whose links blazesym follows); if that is
+                    // unusable, the ELF symbols alone.
+                    let with_dwarf = |path: &std::path::Path| {
+                        symbolizer.symbolize(&Source::Elf(Elf::new(path)), Input::VirtOffset(&svmas)).ok()
+                    };
+                    match &m.symbols.debug_file {
+                        Some(df) => with_dwarf(std::path::Path::new(df))
+                            .or_else(|| elf_only(std::path::Path::new(df)))
+                            .or_else(|| elf_only(&m.open_path)),
+                        None => with_dwarf(&m.open_path).or_else(|| elf_only(&m.open_path)),
+                    }
                 } else {
                     match &m.symbols.debug_file {
                         Some(df) => elf_only(std::path::Path::new(df)).or_else(|| elf_only(&m.open_path)),

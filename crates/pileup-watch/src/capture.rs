@@ -125,6 +125,7 @@ pub fn gather(
             debug_info: false,
             sql_refresh: Duration::ZERO,
             keep_samples: pileup_stacks::KEEP_SAMPLES,
+            debug_dirs: pileup_stacks::default_debug_dirs(),
         };
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run(s.samples.max(1), s.interval, |_, _| {}) {

@@ -102,6 +102,11 @@ pub struct StacksArgs {
     /// parse time (libc's ~60 ms, the server's own can take seconds).
     #[arg(long)]
     pub debug_info: bool,
+    /// Look for separate debug files (by build-id and .gnu_debuglink) in
+    /// DIR, as gdb's debug-file-directory; repeat for several, searched in
+    /// order.
+    #[arg(long = "debug-dir", value_name = "DIR", default_values_t = pileup_stacks::default_debug_dirs().into_iter().map(|p| p.display().to_string()))]
+    pub debug_dirs: Vec<String>,
     /// pmp: only the pt-pmp lines, no `#` annotations.
     #[arg(long)]
     pub plain: bool,
@@ -160,6 +165,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         debug_info: a.debug_info,
         sql_refresh: Duration::from_millis(a.sql_every_ms),
         keep_samples: a.keep_samples.max(1),
+        debug_dirs: a.debug_dirs.iter().map(PathBuf::from).collect(),
     };
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {

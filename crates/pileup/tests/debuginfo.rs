@@ -1,0 +1,172 @@
+//! `pileup stacks` names a stripped program's functions from its separate
+//! debug info, found the ways gdb finds it: a build-id directory, a
+//! `.gnu_debuglink` (CRC checked) and MiniDebugInfo (`.gnu_debugdata`).
+//! The program is built here with gcc and split with binutils.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use common::*;
+
+/// main → outer → middle → leaf, which waits in pause(): none of the four
+/// is exported, so a stripped build names none of them by itself.
+const PROGRAM: &str = r#"
+#include <unistd.h>
+__attribute__((noinline)) static void pileup_leaf(void) { for (;;) pause(); }
+__attribute__((noinline)) static void pileup_middle(void) { pileup_leaf(); __asm__ volatile(""); }
+__attribute__((noinline)) static void pileup_outer(void) { pileup_middle(); __asm__ volatile(""); }
+int main(void) { pileup_outer(); return 0; }
+"#;
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (make deps installs build-essential)"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Build the program with debug info and a build-id; returns the full
+/// build's path.
+fn build(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("prog.c"), PROGRAM).unwrap();
+    let full = dir.join("prog.full");
+    run(Command::new("gcc").args(["-g", "-O1", "-Wl,--build-id", "-o"]).arg(&full).arg(dir.join("prog.c")));
+    full
+}
+
+fn stripped(full: &Path, to: &Path) {
+    run(Command::new("strip").args(["--strip-all", "-o"]).arg(to).arg(full));
+}
+
+fn build_id(file: &Path) -> String {
+    let out = Command::new("readelf").arg("-n").arg(file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).expect("a build-id note");
+    id.trim().to_string()
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(exe: &Path) -> Running {
+    let c = Command::new(exe).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    Running(c)
+}
+
+/// The program's one thread's frame labels and the symbols line of its module.
+fn names(pid: u32, extra: &[&str]) -> (Vec<String>, String) {
+    let pid = pid.to_string();
+    let mut args = vec!["stacks", "--pid", &pid, "--any-process", "--no-sql", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = pileup(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &j["samples"][0]["threads"][0];
+    let m = j["modules"].as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("prog")).cloned();
+    (labels(t), m.map(|m| m["symbols"].as_str().unwrap().to_string()).unwrap_or_default())
+}
+
+fn named(labels: &[String]) -> bool {
+    ["pileup_leaf", "pileup_middle", "pileup_outer", "main"].iter().all(|f| labels.iter().any(|l| l == f))
+}
+
+#[test]
+fn a_build_id_directory_names_a_stripped_programs_functions() {
+    let dir = scratch("dbg-buildid");
+    let full = build(&dir);
+    let exe = dir.join("prog");
+    stripped(&full, &exe);
+    let p = start(&exe);
+    // Stripped and alone: none of its own functions has a name.
+    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
+    assert!(!l.iter().any(|x| x == "pileup_middle"), "{l:?}");
+    assert!(sym.contains("stripped"), "{sym}");
+    // Its debug file where Debian's -dbgsym puts it, under a debug directory.
+    let id = build_id(&full);
+    let debug = dir.join("debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&debug).unwrap();
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(debug.join(format!("{}.debug", &id[2..]))));
+    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("debug").to_str().unwrap()]);
+    assert!(named(&l), "{l:?}");
+    assert!(sym.starts_with("debug file by build-id"), "{sym}");
+    // With DWARF: source lines of the program's own frames.
+    let out = pileup(&[
+        "stacks",
+        "--pid",
+        &p.0.id().to_string(),
+        "--any-process",
+        "--no-sql",
+        "--format",
+        "json",
+        "--debug-info",
+        "--debug-dir",
+        dir.join("debug").to_str().unwrap(),
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let frames = j["samples"][0]["threads"][0]["frames"].as_array().unwrap();
+    let leaf = frames.iter().find(|f| f["label"] == "pileup_leaf").expect("leaf frame");
+    assert!(leaf["file"].as_str().unwrap_or("").ends_with("prog.c"), "{leaf}");
+}
+
+#[test]
+fn a_debuglink_is_followed_only_when_its_crc_matches() {
+    let dir = scratch("dbg-link");
+    let full = build(&dir);
+    // The debug file next to the program's directory, in .debug/, named by the link.
+    let dbg = dir.join("prog.debug");
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&dbg));
+    let exe = dir.join("prog");
+    stripped(&full, &exe);
+    run(Command::new("objcopy").arg(format!("--add-gnu-debuglink={}", dbg.display())).arg(&exe));
+    std::fs::create_dir_all(dir.join(".debug")).unwrap();
+    let none = dir.join("none");
+    let none = none.to_str().unwrap();
+
+    // A debug file of another build under the link's name: its CRC differs,
+    // so it is not used (it would name the wrong functions).
+    std::fs::write(dir.join("other.c"), PROGRAM.replace("pileup_", "other_")).unwrap();
+    run(Command::new("gcc").args(["-g", "-O1", "-o"]).arg(dir.join("other")).arg(dir.join("other.c")));
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(dir.join("other")).arg(dir.join(".debug/prog.debug")));
+    std::fs::remove_file(&dbg).unwrap();
+    let p = start(&exe);
+    let (l, sym) = names(p.0.id(), &["--debug-dir", none]);
+    assert!(!l.iter().any(|x| x.starts_with("other_") || x == "pileup_middle"), "{l:?}");
+    assert!(!sym.contains("debuglink"), "{sym}");
+
+    // The right one: named.
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(dir.join(".debug/prog.debug")));
+    let (l, sym) = names(p.0.id(), &["--debug-dir", none]);
+    assert!(named(&l), "{l:?}");
+    assert!(sym.starts_with("debug file by .gnu_debuglink"), "{sym}");
+}
+
+#[test]
+fn minidebuginfo_names_a_stripped_programs_functions() {
+    let dir = scratch("dbg-mini");
+    let full = build(&dir);
+    let exe = dir.join("prog");
+    stripped(&full, &exe);
+    // Fedora's recipe: the functions' symbols, without debug info,
+    // xz-compressed into .gnu_debugdata.
+    let mini = dir.join("mini.debug");
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&mini));
+    run(Command::new("objcopy")
+        .args(["-S", "--remove-section", ".gdb_index", "--remove-section", ".comment"])
+        .args(["--keep-symbol=pileup_leaf", "--keep-symbol=pileup_middle", "--keep-symbol=pileup_outer"])
+        .args(["--keep-symbol=main"])
+        .arg(&mini));
+    run(Command::new("xz").arg("-f").arg(&mini));
+    run(Command::new("objcopy").arg(format!("--add-section=.gnu_debugdata={}.xz", mini.display())).arg(&exe));
+    let p = start(&exe);
+    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
+    assert!(named(&l), "{l:?}");
+    assert!(sym.starts_with("MiniDebugInfo"), "{sym}");
+}
