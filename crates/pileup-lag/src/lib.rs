@@ -236,6 +236,9 @@ pub fn sample(
         // Each sample's threads are read against the applier's position then.
         keep_samples: usize::MAX,
         debug_dirs: pileup_stacks::default_debug_dirs(),
+        // Debug files already in the debuginfod cache; nothing fetched
+        // before a capture that must not wait.
+        debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;

@@ -19,6 +19,7 @@
 pub mod aggregate;
 pub mod annotate;
 pub mod capture;
+pub mod debuginfod;
 pub mod error;
 pub mod locks;
 pub mod modules;
@@ -262,6 +263,9 @@ pub struct SamplerOptions {
     /// Where separate debug files are looked for (build-id and
     /// `.gnu_debuglink`), in order.
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// debuginfod servers to fetch missing debug files from, before the
+    /// first stop (`None`: none).
+    pub debuginfod: Option<debuginfod::DebuginfodOptions>,
     /// Samples kept whole (the last ones); every sample is counted in the
     /// profile's stacks, lock groups and stop statistics regardless.
     pub keep_samples: usize,
@@ -313,8 +317,8 @@ impl Sampler {
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
-        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs);
-        let mut notes = vec![];
+        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs, opts.debuginfod.as_ref());
+        let mut notes = mods.notes.clone();
         for (p, why) in &mods.unreadable {
             notes.push(format!(
                 "module {p} could not be read ({why}); its frames are unnamed and unwinding through it may stop"

@@ -126,6 +126,9 @@ pub fn gather(
             sql_refresh: Duration::ZERO,
             keep_samples: pileup_stacks::KEEP_SAMPLES,
             debug_dirs: pileup_stacks::default_debug_dirs(),
+            // Debug files already in the debuginfod cache; nothing fetched
+            // before a capture that must not wait.
+            debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
         };
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run(s.samples.max(1), s.interval, |_, _| {}) {

@@ -35,6 +35,15 @@ fn build(dir: &Path) -> PathBuf {
     full
 }
 
+/// A scratch directory with the program built (`prog.full`) and stripped (`prog`).
+fn stripped_build(name: &str) -> (Scratch, PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let full = build(&dir);
+    let exe = dir.join("prog");
+    stripped(&full, &exe);
+    (dir, full, exe)
+}
+
 fn stripped(full: &Path, to: &Path) {
     run(Command::new("strip").args(["--strip-all", "-o"]).arg(to).arg(full));
 }
@@ -61,17 +70,11 @@ fn start(exe: &Path) -> Running {
     Running(c)
 }
 
-/// The program's one thread's frame labels and the symbols line of its module.
-fn names(pid: u32, extra: &[&str]) -> (Vec<String>, String) {
-    let pid = pid.to_string();
-    let mut args = vec!["stacks", "--pid", &pid, "--any-process", "--no-sql", "--format", "json"];
-    args.extend_from_slice(extra);
-    let out = pileup(&args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let t = &j["samples"][0]["threads"][0];
-    let m = j["modules"].as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("prog")).cloned();
-    (labels(t), m.map(|m| m["symbols"].as_str().unwrap().to_string()).unwrap_or_default())
+/// The program's one thread's frame labels and the symbols line of its
+/// module (an empty debuginfod cache in `dir`, no server).
+fn names(dir: &Path, pid: u32, extra: &[&str]) -> (Vec<String>, String) {
+    let (l, sym, _) = names_with_cache(pid, &dir.join("cache"), extra);
+    (l, sym)
 }
 
 fn named(labels: &[String]) -> bool {
@@ -80,13 +83,10 @@ fn named(labels: &[String]) -> bool {
 
 #[test]
 fn a_build_id_directory_names_a_stripped_programs_functions() {
-    let dir = scratch("dbg-buildid");
-    let full = build(&dir);
-    let exe = dir.join("prog");
-    stripped(&full, &exe);
+    let (dir, full, exe) = stripped_build("dbg-buildid");
     let p = start(&exe);
     // Stripped and alone: none of its own functions has a name.
-    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
+    let (l, sym) = names(&dir, p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
     assert!(!l.iter().any(|x| x == "pileup_middle"), "{l:?}");
     assert!(sym.contains("stripped"), "{sym}");
     // Its debug file where Debian's -dbgsym puts it, under a debug directory.
@@ -94,7 +94,7 @@ fn a_build_id_directory_names_a_stripped_programs_functions() {
     let debug = dir.join("debug/.build-id").join(&id[..2]);
     std::fs::create_dir_all(&debug).unwrap();
     run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(debug.join(format!("{}.debug", &id[2..]))));
-    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("debug").to_str().unwrap()]);
+    let (l, sym) = names(&dir, p.0.id(), &["--debug-dir", dir.join("debug").to_str().unwrap()]);
     assert!(named(&l), "{l:?}");
     assert!(sym.starts_with("debug file by build-id"), "{sym}");
     // With DWARF: source lines of the program's own frames.
@@ -137,23 +137,20 @@ fn a_debuglink_is_followed_only_when_its_crc_matches() {
     run(Command::new("objcopy").arg("--only-keep-debug").arg(dir.join("other")).arg(dir.join(".debug/prog.debug")));
     std::fs::remove_file(&dbg).unwrap();
     let p = start(&exe);
-    let (l, sym) = names(p.0.id(), &["--debug-dir", none]);
+    let (l, sym) = names(&dir, p.0.id(), &["--debug-dir", none]);
     assert!(!l.iter().any(|x| x.starts_with("other_") || x == "pileup_middle"), "{l:?}");
     assert!(!sym.contains("debuglink"), "{sym}");
 
     // The right one: named.
     run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(dir.join(".debug/prog.debug")));
-    let (l, sym) = names(p.0.id(), &["--debug-dir", none]);
+    let (l, sym) = names(&dir, p.0.id(), &["--debug-dir", none]);
     assert!(named(&l), "{l:?}");
     assert!(sym.starts_with("debug file by .gnu_debuglink"), "{sym}");
 }
 
 #[test]
 fn minidebuginfo_names_a_stripped_programs_functions() {
-    let dir = scratch("dbg-mini");
-    let full = build(&dir);
-    let exe = dir.join("prog");
-    stripped(&full, &exe);
+    let (dir, full, exe) = stripped_build("dbg-mini");
     // Fedora's recipe: the functions' symbols, without debug info,
     // xz-compressed into .gnu_debugdata.
     let mini = dir.join("mini.debug");
@@ -166,7 +163,105 @@ fn minidebuginfo_names_a_stripped_programs_functions() {
     run(Command::new("xz").arg("-f").arg(&mini));
     run(Command::new("objcopy").arg(format!("--add-section=.gnu_debugdata={}.xz", mini.display())).arg(&exe));
     let p = start(&exe);
-    let (l, sym) = names(p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
+    let (l, sym) = names(&dir, p.0.id(), &["--debug-dir", dir.join("none").to_str().unwrap()]);
     assert!(named(&l), "{l:?}");
     assert!(sym.starts_with("MiniDebugInfo"), "{sym}");
+}
+
+/// `pileup stacks` with its debuginfod cache in `cache`: frame labels of
+/// the program's thread, its module's symbols line, and the notes.
+fn names_with_cache(pid: u32, cache: &Path, extra: &[&str]) -> (Vec<String>, String, Vec<String>) {
+    let pid = pid.to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["stacks", "--pid", &pid, "--any-process", "--no-sql", "--format", "json"])
+        .args(extra)
+        .env("DEBUGINFOD_CACHE_PATH", cache)
+        .env_remove("DEBUGINFOD_URLS")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = j["modules"].as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("prog")).cloned();
+    let notes = j["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    (
+        labels(&j["samples"][0]["threads"][0]),
+        m.map(|m| m["symbols"].as_str().unwrap().to_string()).unwrap_or_default(),
+        notes,
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothing_up() {
+    let (dir, full, exe) = stripped_build("dbg-debuginfod");
+    let id = build_id(&full);
+    // A real debuginfod server (elfutils) indexing the unstripped build.
+    let srv = dir.join("srv");
+    std::fs::create_dir_all(&srv).unwrap();
+    std::fs::copy(&full, srv.join("prog.full")).unwrap();
+    let port = free_port();
+    let server = Running(
+        Command::new("debuginfod")
+            .arg("-F")
+            .arg(&srv)
+            .args(["-p", &port.to_string(), "-t", "0", "-g", "0", "-d"])
+            .arg(dir.join("db.sqlite"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("debuginfod (Debian package debuginfod; make deps installs it)"),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let t = std::time::Instant::now();
+    loop {
+        let ok = Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", &format!("{url}/buildid/{id}/debuginfo")])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "debuginfod did not index the program within 60 s");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let p = start(&exe);
+    let cache = dir.join("cache");
+    let none = dir.join("none");
+    let args = ["--debug-dir", none.to_str().unwrap(), "--debuginfod", &url];
+    let (l, sym, notes) = names_with_cache(p.0.id(), &cache, &args);
+    assert!(named(&l), "{l:?} {notes:?}");
+    assert!(sym.starts_with("debug file from debuginfod"), "{sym}");
+    assert!(notes.iter().any(|n| n.contains("fetched from debuginfod")), "{notes:?}");
+    assert!(cache.join(&id).join("debuginfo").is_file(), "kept in the client cache, as elfutils keeps it");
+    // The server gone: the cache names it, nothing is fetched again.
+    drop(server);
+    let (l, sym, notes) = names_with_cache(p.0.id(), &cache, &args);
+    assert!(named(&l) && sym.starts_with("debug file from debuginfod"), "{l:?} {sym}");
+    assert!(!notes.iter().any(|n| n.contains("fetched")), "{notes:?}");
+
+    // A server that accepts and never answers: the capture still happens,
+    // on time, with module+offset labels and one line saying why.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let held = std::thread::spawn(move || {
+        let conns: Vec<_> = silent.incoming().take(4).flatten().collect();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(conns);
+    });
+    let t = std::time::Instant::now();
+    let fresh = dir.join("cache2");
+    let (l, _, notes) = names_with_cache(
+        p.0.id(),
+        &fresh,
+        &["--debug-dir", none.to_str().unwrap(), "--debuginfod", &silent_url, "--debuginfod-timeout", "2s"],
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "a silent server held the capture {:?}", t.elapsed());
+    assert!(!l.iter().any(|x| x == "pileup_middle") && l.iter().any(|x| x.starts_with("prog+0x")), "{l:?}");
+    let why: Vec<_> = notes.iter().filter(|n| n.contains("debuginfod")).collect();
+    assert_eq!(why.len(), 1, "{notes:?}");
+    assert!(why[0].contains(&silent_url) && why[0].contains("prog+0xFUNCSTART"), "{why:?}");
+    drop(held);
 }

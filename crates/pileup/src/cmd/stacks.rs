@@ -107,6 +107,19 @@ pub struct StacksArgs {
     /// order.
     #[arg(long = "debug-dir", value_name = "DIR", default_values_t = pileup_stacks::default_debug_dirs().into_iter().map(|p| p.display().to_string()))]
     pub debug_dirs: Vec<String>,
+    /// Fetch missing debug files from this debuginfod server (repeat for
+    /// several; default: DEBUGINFOD_URLS). Files go to the client cache
+    /// (DEBUGINFOD_CACHE_PATH, else ~/.cache/debuginfod_client) that gdb
+    /// and eu-stack share, before the first stop.
+    #[arg(long = "debuginfod", value_name = "URL")]
+    pub debuginfod: Vec<String>,
+    /// Fetch nothing from debuginfod servers (their cache is still read).
+    #[arg(long, conflicts_with = "debuginfod")]
+    pub no_debuginfod: bool,
+    /// Longest one debuginfod fetch may take (default: DEBUGINFOD_TIMEOUT,
+    /// else 90s).
+    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
+    pub debuginfod_timeout: Option<Duration>,
     /// pmp: only the pt-pmp lines, no `#` annotations.
     #[arg(long)]
     pub plain: bool,
@@ -166,7 +179,13 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         sql_refresh: Duration::from_millis(a.sql_every_ms),
         keep_samples: a.keep_samples.max(1),
         debug_dirs: a.debug_dirs.iter().map(PathBuf::from).collect(),
+        debuginfod: debuginfod_options(&a),
     };
+    if let Some(d) = opts.debuginfod.as_ref().filter(|d| !d.urls.is_empty()) {
+        if std::io::stderr().is_terminal() {
+            eprintln!("pileup: looking up missing debug info on {} …", d.urls.join(" "));
+        }
+    }
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(samples as u64);
@@ -200,6 +219,27 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         print_stats(&profile);
     }
     Ok(())
+}
+
+/// The debuginfod servers and cache to use: --debuginfod, else
+/// DEBUGINFOD_URLS; with --no-debuginfod (or none named) the cache alone.
+fn debuginfod_options(a: &StacksArgs) -> Option<pileup_stacks::debuginfod::DebuginfodOptions> {
+    use pileup_stacks::debuginfod::{self as d, DebuginfodOptions};
+    let mut o = if a.no_debuginfod {
+        DebuginfodOptions::cache_only()
+    } else if !a.debuginfod.is_empty() {
+        DebuginfodOptions {
+            urls: a.debuginfod.iter().flat_map(|u| d::urls_of(u)).collect(),
+            cache_dir: d::cache_dir(),
+            timeout: d::timeout_from_env(),
+        }
+    } else {
+        DebuginfodOptions::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
+    };
+    if let Some(t) = a.debuginfod_timeout {
+        o.timeout = t;
+    }
+    Some(o)
 }
 
 /// Connect for annotation. Without explicit options, try the server's own

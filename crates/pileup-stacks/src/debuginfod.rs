@@ -1,0 +1,161 @@
+//! Debug info from debuginfod servers: a module's separate debug file
+//! fetched by its build-id (`GET URL/buildid/ID/debuginfo`), as gdb and
+//! eu-stack fetch it, into the standard client cache
+//! (`DEBUGINFOD_CACHE_PATH`, else `~/.cache/debuginfod_client`), so a file
+//! is fetched once and shared with them. The `debuginfod` crate speaks the
+//! protocol and keeps the cache; ureq is its HTTP client, with a timeout.
+//! Fetches happen before the first stop, never during a capture.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use debuginfod::{BuildId, CachingClient, Client, HttpClient, HttpClientError, Readable};
+
+/// Where and how long to look.
+#[derive(Debug, Clone)]
+pub struct DebuginfodOptions {
+    /// Server base URLs, in order (`DEBUGINFOD_URLS`, or `--debuginfod`).
+    pub urls: Vec<String>,
+    /// The client cache directory.
+    pub cache_dir: PathBuf,
+    /// Longest a fetch may take, whole (connecting, answering, the body).
+    pub timeout: Duration,
+}
+
+impl DebuginfodOptions {
+    /// From the environment, as elfutils' client reads it: `DEBUGINFOD_URLS`
+    /// (space-separated), `DEBUGINFOD_CACHE_PATH`, `DEBUGINFOD_TIMEOUT`
+    /// (seconds). `None` when no server is named.
+    pub fn from_env() -> Option<DebuginfodOptions> {
+        let urls = urls_of(&std::env::var("DEBUGINFOD_URLS").ok()?);
+        (!urls.is_empty()).then(|| DebuginfodOptions { urls, cache_dir: cache_dir(), timeout: timeout_from_env() })
+    }
+}
+
+impl DebuginfodOptions {
+    /// The client cache alone, no server: debug files fetched earlier (by
+    /// `pileup stacks`, gdb or eu-stack) are used, nothing is fetched. For
+    /// captures that must not wait on the network.
+    pub fn cache_only() -> DebuginfodOptions {
+        DebuginfodOptions { urls: vec![], cache_dir: cache_dir(), timeout: Duration::ZERO }
+    }
+}
+
+/// Server URLs from a `DEBUGINFOD_URLS`-style list (spaces or commas).
+pub fn urls_of(list: &str) -> Vec<String> {
+    list.split([' ', ',']).map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect()
+}
+
+/// The client cache: `DEBUGINFOD_CACHE_PATH`, `$XDG_CACHE_HOME/debuginfod_client`
+/// or `~/.cache/debuginfod_client`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("DEBUGINFOD_CACHE_PATH") {
+        return PathBuf::from(p);
+    }
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME") {
+        return Path::new(&x).join("debuginfod_client");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    home.join(".cache").join("debuginfod_client")
+}
+
+/// `DEBUGINFOD_TIMEOUT` (seconds), else 90 s as elfutils.
+pub fn timeout_from_env() -> Duration {
+    std::env::var("DEBUGINFOD_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(90))
+}
+
+/// How long elfutils treats an empty cache entry (a recorded miss) as a miss.
+const MISS_FOR: Duration = Duration::from_secs(600);
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// In the cache already (fetched earlier, by pileup, gdb or eu-stack).
+    Cached(PathBuf),
+    /// Fetched now: the file, its size and how long it took.
+    Fetched(PathBuf, u64, Duration),
+    /// The servers do not have it (or a recent lookup recorded a miss).
+    NotFound,
+}
+
+/// The body of an answer: ureq's reader, named for the client trait.
+struct Body(Box<dyn std::io::Read + Send>);
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("debuginfod response body")
+    }
+}
+
+impl std::io::Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+#[derive(Debug)]
+struct Http(ureq::Agent);
+
+impl HttpClient for Http {
+    fn get(&self, url: &str) -> Result<Box<dyn Readable>, HttpClientError> {
+        match self.0.get(url).call() {
+            Ok(r) => Ok(Box::new(Body(Box::new(r.into_body().into_reader())))),
+            Err(ureq::Error::StatusCode(c)) => Err(HttpClientError::StatusCode(
+                ureq::http::StatusCode::from_u16(c).unwrap_or(ureq::http::StatusCode::BAD_GATEWAY),
+            )),
+            Err(e) => Err(HttpClientError::Other(Box::new(e))),
+        }
+    }
+}
+
+/// Look up the debug file of `build_id` (hex): the cache first, then each
+/// server in turn.
+pub fn fetch(o: &DebuginfodOptions, build_id: &str) -> anyhow::Result<Fetched> {
+    let entry = o.cache_dir.join(build_id).join("debuginfo");
+    if let Ok(m) = std::fs::metadata(&entry) {
+        if m.len() > 0 {
+            return Ok(Fetched::Cached(entry));
+        }
+        // elfutils records a miss as an empty file; it holds for a while.
+        let age = m.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok()).unwrap_or_default();
+        if age < MISS_FOR {
+            return Ok(Fetched::NotFound);
+        }
+        let _ = std::fs::remove_file(&entry);
+    }
+    if o.urls.is_empty() {
+        return Ok(Fetched::NotFound);
+    }
+    let agent = ureq::Agent::config_builder().timeout_global(Some(o.timeout)).build().new_agent();
+    let urls: Vec<&str> = o.urls.iter().map(String::as_str).collect();
+    let Some(client) = Client::builder().http_client(Http(agent)).build(urls)? else {
+        return Ok(Fetched::NotFound);
+    };
+    let t = std::time::Instant::now();
+    let caching = CachingClient::new(client, &o.cache_dir)?;
+    match caching.fetch_debug_info(&BuildId::formatted(build_id.to_string()))? {
+        Some(p) => {
+            let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            Ok(Fetched::Fetched(p, size, t.elapsed()))
+        }
+        None => Ok(Fetched::NotFound),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_lists_split_as_elfutils_splits_them() {
+        assert_eq!(
+            urls_of(" https://a.example/  http://b:8002,http://c "),
+            ["https://a.example/", "http://b:8002", "http://c"]
+        );
+        assert!(urls_of("   ").is_empty());
+    }
+}
