@@ -239,6 +239,7 @@ pub fn sample(
         // Debug files already in the debuginfod cache; nothing fetched
         // before a capture that must not wait.
         debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
+        debuginfod_wait: true,
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;

@@ -142,6 +142,18 @@ impl Tally {
         }
     }
 
+    /// Name every counted stack's frames again (debug info arrived).
+    pub fn refresh(&mut self, frames_of: impl Fn(u64) -> Vec<Frame>) {
+        for c in &mut self.counted {
+            c.frames = c.addrs.iter().flat_map(|a| frames_of(*a)).collect();
+        }
+    }
+
+    /// Every address counted stacks hold.
+    pub fn addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.counted.iter().flat_map(|c| c.addrs.iter().copied())
+    }
+
     /// Distinct stacks counted so far.
     pub fn distinct(&self) -> usize {
         self.counted.len()

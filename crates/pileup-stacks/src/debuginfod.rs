@@ -146,6 +146,34 @@ pub fn fetch(o: &DebuginfodOptions, build_id: &str) -> anyhow::Result<Fetched> {
     }
 }
 
+/// One module's lookup, as it arrives.
+pub struct Arrival {
+    /// Index of the module in its [`crate::modules::ModuleSet`].
+    pub module: usize,
+    pub result: anyhow::Result<Fetched>,
+}
+
+/// Look up `wanted` (module index, build-id) one after another on a thread
+/// of its own, so sampling never waits on the network. The first failure
+/// ends the lookups: a server that does not answer is not asked again for
+/// the next module.
+pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String)>) -> std::sync::mpsc::Receiver<Arrival> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("pileup-debuginfod".into())
+        .spawn(move || {
+            for (module, id) in wanted {
+                let result = fetch(&o, &id);
+                let failed = result.is_err();
+                if tx.send(Arrival { module, result }).is_err() || failed {
+                    break;
+                }
+            }
+        })
+        .expect("spawning the debuginfod thread");
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -263,9 +263,14 @@ pub struct SamplerOptions {
     /// Where separate debug files are looked for (build-id and
     /// `.gnu_debuglink`), in order.
     pub debug_dirs: Vec<std::path::PathBuf>,
-    /// debuginfod servers to fetch missing debug files from, before the
-    /// first stop (`None`: none).
+    /// debuginfod servers (or their cache alone) to look up missing debug
+    /// files in, on a thread of their own (`None`: not at all).
     pub debuginfod: Option<debuginfod::DebuginfodOptions>,
+    /// Wait for those lookups before the first sample (a one-shot capture,
+    /// whose one sample's lock waits are read by name); otherwise sampling
+    /// starts at once and names are applied as the files arrive, and at the
+    /// end.
+    pub debuginfod_wait: bool,
     /// Samples kept whole (the last ones); every sample is counted in the
     /// profile's stacks, lock groups and stop statistics regardless.
     pub keep_samples: usize,
@@ -310,6 +315,15 @@ pub struct Sampler {
     windows: hdrhistogram::Histogram<u64>,
     timing: Timing,
     notes: Vec<String>,
+    fetching: Option<Fetching>,
+}
+
+/// Debug files being looked up on debuginfod's thread.
+struct Fetching {
+    rx: std::sync::mpsc::Receiver<debuginfod::Arrival>,
+    pending: usize,
+    urls: String,
+    timeout: Duration,
 }
 
 impl Sampler {
@@ -317,8 +331,8 @@ impl Sampler {
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
-        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs, opts.debuginfod.as_ref());
-        let mut notes = mods.notes.clone();
+        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs);
+        let mut notes = vec![];
         for (p, why) in &mods.unreadable {
             notes.push(format!(
                 "module {p} could not be read ({why}); its frames are unnamed and unwinding through it may stop"
@@ -349,7 +363,107 @@ impl Sampler {
             windows: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             timing,
             notes,
+            fetching: None,
         })
+        .map(|mut s| {
+            s.start_fetching();
+            s
+        })
+    }
+
+    /// Look up missing debug files on a thread of its own; with
+    /// `debuginfod_wait`, wait for them now.
+    fn start_fetching(&mut self) {
+        let Some(o) = self.opts.debuginfod.clone() else { return };
+        let wanted = self.mods.wanting_debug_files();
+        if wanted.is_empty() {
+            return;
+        }
+        let (urls, timeout, pending) = (o.urls.join(" "), o.timeout, wanted.len());
+        let rx = debuginfod::spawn(o, wanted);
+        self.fetching = Some(Fetching { rx, pending, urls, timeout });
+        if self.opts.debuginfod_wait {
+            self.apply_fetched(true);
+        }
+    }
+
+    /// Use the debug files that have arrived (`wait`: all of them, each
+    /// within the fetch timeout) and name again what was already sampled.
+    fn apply_fetched(&mut self, wait: bool) {
+        let Some(f) = self.fetching.as_mut() else { return };
+        let mut changed = vec![];
+        while f.pending > 0 {
+            let got = if wait {
+                f.rx.recv_timeout(f.timeout + Duration::from_secs(2)).map_err(|e| e.to_string())
+            } else {
+                match f.rx.try_recv() {
+                    Ok(a) => Ok(a),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            let Ok(a) = got else {
+                f.pending = 0;
+                break;
+            };
+            f.pending -= 1;
+            let name = self.mods.modules[a.module].name.clone();
+            match a.result {
+                Ok(debuginfod::Fetched::Cached(p)) => match self.mods.apply_debug_file(a.module, &p) {
+                    Ok(()) => changed.push(a.module),
+                    Err(e) => self.notes.push(format!("debuginfod cache: {e:#}; not used")),
+                },
+                Ok(debuginfod::Fetched::Fetched(p, size, took)) => {
+                    if let Err(e) = self.mods.apply_debug_file(a.module, &p) {
+                        self.notes.push(format!("debuginfod ({}): {e:#}; not used", f.urls));
+                    } else {
+                        changed.push(a.module);
+                        self.notes.push(format!(
+                            "debug info for {name} fetched from debuginfod ({:.1} MB in {:.1} s) into {}",
+                            size as f64 / 1e6,
+                            took.as_secs_f64(),
+                            p.parent().and_then(|d| d.parent()).unwrap_or(&p).display()
+                        ));
+                    }
+                }
+                Ok(debuginfod::Fetched::NotFound) => {}
+                Err(e) => {
+                    self.notes.push(format!(
+                        "debuginfod ({}): no debug info for {name} ({e:#}); its unexported functions are labelled {name}+0xFUNCSTART",
+                        f.urls
+                    ));
+                    f.pending = 0;
+                }
+            }
+        }
+        if f.pending == 0 {
+            self.fetching = None;
+        }
+        if !changed.is_empty() {
+            self.rename(&changed);
+        }
+    }
+
+    /// Name again every stored stack through the modules whose debug info
+    /// just arrived.
+    fn rename(&mut self, modules: &[usize]) {
+        let ranges: Vec<std::ops::Range<u64>> = modules.iter().map(|&i| self.mods.modules[i].avma.clone()).collect();
+        self.symbols.forget(|a| ranges.iter().any(|r| r.contains(&a)));
+        let mut addrs: BTreeSet<u64> = self.tally.addrs().collect();
+        addrs.extend(self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()));
+        addrs.extend(self.locks.iter().flat_map(|l| l.waiting_in_addrs.iter().chain(&l.holder_addrs).copied()));
+        self.symbols.add(&self.mods, addrs);
+        let syms = &self.symbols;
+        self.tally.refresh(|a| syms.frames(a).to_vec());
+        for t in self.samples.iter_mut().flat_map(|s| s.threads.iter_mut()) {
+            t.frames = t.addrs.iter().flat_map(|a| syms.frames(*a).iter().cloned()).collect();
+        }
+        for l in &mut self.locks {
+            l.waiting_in = syms.labels(&l.waiting_in_addrs);
+            if l.holder_stack.is_some() {
+                l.holder_stack = Some(syms.labels(&l.holder_addrs));
+            }
+        }
     }
 
     pub fn server_version(&self) -> Option<&str> {
@@ -458,8 +572,10 @@ impl Sampler {
         let idx = self.taken;
         self.taken += 1;
 
-        // Names for the addresses not seen before (the threads run again).
+        // Names for the addresses not seen before (the threads run again),
+        // through any debug file that has arrived meanwhile.
         let t_sym = Instant::now();
+        self.apply_fetched(false);
         self.symbols.add(&self.mods, threads.iter().flat_map(|t| t.addrs.iter().copied()));
         for t in &mut threads {
             t.frames = t.addrs.iter().flat_map(|a| self.symbols.frames(*a).iter().cloned()).collect();
@@ -483,9 +599,11 @@ impl Sampler {
         for g in &mut groups {
             if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {
                 g.waiting_in = t.labels().map(String::from).collect();
+                g.waiting_in_addrs = t.addrs.clone();
             }
             if let Some(t) = g.owner_tid.filter(|_| g.owner_sample == Some(idx)).and_then(stack_of) {
                 g.holder_stack = Some(t.labels().map(String::from).collect());
+                g.holder_addrs = t.addrs.clone();
                 g.holder = match &t.sql {
                     Some(sql) => Some(sql.summary(160)),
                     None if !t.name.is_empty() => Some(t.name.clone()),
@@ -594,8 +712,10 @@ impl Sampler {
         Ok(())
     }
 
-    /// Build the profile.
+    /// Build the profile (waiting, within the fetch timeout, for debug
+    /// files still on their way).
     pub fn finish(mut self) -> Profile {
+        self.apply_fetched(true);
         let w = &self.windows;
         if !w.is_empty() {
             self.stops.median_window_us = w.value_at_quantile(0.5);

@@ -138,6 +138,9 @@ pub struct LockGroup {
     pub waits: Vec<WaitSeen>,
     /// The first waiter's frame labels at its wait, innermost first.
     pub waiting_in: Vec<String>,
+    /// Their addresses (to name them again when debug info arrives late).
+    #[serde(skip)]
+    pub waiting_in_addrs: Vec<u64>,
     /// The most threads waiting on it in one sample.
     pub most_at_once: usize,
     pub owner_tid: Option<i32>,
@@ -147,6 +150,8 @@ pub struct LockGroup {
     /// first) and its SQL connection's statement or its thread name; `None`
     /// when the owner was not among the sampled threads.
     pub holder_stack: Option<Vec<String>>,
+    #[serde(skip)]
+    pub holder_addrs: Vec<u64>,
     pub holder: Option<String>,
     /// The mutex was free at the capture instant while threads still slept
     /// on it: a convoy (released, next waiter not yet running).
@@ -184,10 +189,10 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
                 e.samples += g.samples;
                 e.free &= g.free;
                 if e.waiting_in.is_empty() {
-                    e.waiting_in = g.waiting_in;
+                    (e.waiting_in, e.waiting_in_addrs) = (g.waiting_in, g.waiting_in_addrs);
                 }
                 if e.holder_stack.is_none() {
-                    (e.holder_stack, e.holder) = (g.holder_stack, g.holder);
+                    (e.holder_stack, e.holder, e.holder_addrs) = (g.holder_stack, g.holder, g.holder_addrs);
                 }
             }
             None => {
@@ -216,10 +221,12 @@ pub fn group(waits: &[(i32, LockWait)], sample: usize) -> Vec<LockGroup> {
             waiters: vec![],
             waits: vec![],
             waiting_in: vec![],
+            waiting_in_addrs: vec![],
             most_at_once: 0,
             owner_tid: None,
             owner_sample: None,
             holder_stack: None,
+            holder_addrs: vec![],
             holder: None,
             free: w.free,
             unresolved_reason: None,

@@ -150,12 +150,49 @@ pub struct ModuleSet {
     pub unwinder: UnwinderX86_64<Bytes>,
     /// Modules we could not read (path → reason), reported to the user.
     pub unreadable: Vec<(String, String)>,
-    /// What finding debug info did that the user should know (fetches,
-    /// servers that did not answer).
-    pub notes: Vec<String>,
 }
 
 impl ModuleSet {
+    /// Modules a debuginfod server may name: stripped, with a build-id and
+    /// no debug file found locally (index, build-id).
+    pub fn wanting_debug_files(&self) -> Vec<(usize, String)> {
+        self.modules
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                m.symbols.debug_file.is_none() && m.symbols.symtab == 0 && !m.open_path.as_os_str().is_empty()
+            })
+            .filter_map(|(i, m)| m.build_id.clone().map(|id| (i, id)))
+            .collect()
+    }
+
+    /// Use a debug file fetched for module `idx`: its symbols name the
+    /// module's frames from now on.
+    pub fn apply_debug_file(&mut self, idx: usize, path: &Path) -> anyhow::Result<()> {
+        let f = fs::File::open(path)?;
+        // SAFETY: read-only mapping, see read_module_file.
+        let d = unsafe { memmap2::Mmap::map(&f) }?;
+        let o = object::File::parse(&*d)
+            .map_err(|e| anyhow::anyhow!("{}: not a readable ELF file: {e}", path.display()))?;
+        // A server (or a cache) that hands out another build's file would
+        // name the wrong functions.
+        let got = o.build_id().ok().flatten().map(hex);
+        if got.is_none() || got != self.modules[idx].build_id {
+            anyhow::bail!(
+                "{} is the debug file of build-id {}, not {}'s",
+                path.display(),
+                got.as_deref().unwrap_or("(none)"),
+                self.modules[idx].name
+            );
+        }
+        let s = &mut self.modules[idx].symbols;
+        s.dwarf |= o.section_by_name(".debug_info").is_some();
+        s.symtab = s.symtab.max(o.symbols().count());
+        s.debug_file = Some(path.display().to_string());
+        s.debug_found_by = Some(DebugFoundBy::Debuginfod);
+        Ok(())
+    }
+
     pub fn find(&self, avma: u64) -> Option<&Module> {
         let i = self.modules.partition_point(|m| m.avma.end <= avma);
         self.modules.get(i).filter(|m| m.avma.start <= avma)
@@ -163,12 +200,7 @@ impl ModuleSet {
 
     /// Load every executable file mapping (and the vdso) of `pid`; separate
     /// debug files are looked for under `debug_dirs`.
-    pub fn load(
-        pid: i32,
-        maps: &[MapEntry],
-        debug_dirs: &[PathBuf],
-        debuginfod: Option<&crate::debuginfod::DebuginfodOptions>,
-    ) -> ModuleSet {
+    pub fn load(pid: i32, maps: &[MapEntry], debug_dirs: &[PathBuf]) -> ModuleSet {
         // Group executable mappings by file.
         let mut by_path: BTreeMap<String, Vec<&MapEntry>> = BTreeMap::new();
         for m in maps {
@@ -178,10 +210,7 @@ impl ModuleSet {
         }
         let mut modules = vec![];
         let mut unreadable = vec![];
-        let mut notes = vec![];
         let mut unwinder = UnwinderX86_64::new();
-        // After a server fails to answer, the other modules do not wait for it too.
-        let mut debuginfod = debuginfod;
         for (path, exec_maps) in by_path {
             let t = std::time::Instant::now();
             let first = exec_maps[0];
@@ -202,20 +231,7 @@ impl ModuleSet {
             };
             let read_us = t.elapsed().as_micros();
             match build(pid, &path, open_path, data, first, avma.clone(), debug_dirs) {
-                Ok((mut m, fh)) => {
-                    if let (Some(o), Some(id)) = (debuginfod, m.build_id.clone()) {
-                        if m.symbols.debug_file.is_none() && m.symbols.symtab == 0 {
-                            if let Err(e) = fetch_debug_file(o, &id, &mut m, &mut notes) {
-                                notes.push(format!(
-                                    "debuginfod ({}): no debug info for {} ({e:#}); its unexported functions are labelled {}+0xFUNCSTART",
-                                    o.urls.join(" "),
-                                    m.name,
-                                    m.name
-                                ));
-                                debuginfod = None;
-                            }
-                        }
-                    }
+                Ok((m, fh)) => {
                     tracing::debug!(module = %path, read_us, total_us = t.elapsed().as_micros() as u64, "module loaded");
                     unwinder.add_module(fh);
                     modules.push(m);
@@ -224,7 +240,7 @@ impl ModuleSet {
             }
         }
         modules.sort_by_key(|m| m.avma.start);
-        ModuleSet { modules, unwinder, unreadable, notes }
+        ModuleSet { modules, unwinder, unreadable }
     }
 }
 
@@ -339,41 +355,6 @@ fn build(
     }
     let m = Module { path: path.to_string(), open_path, name, avma, bias, build_id, symbols, func_starts };
     Ok((m, fh))
-}
-
-/// Fetch a module's debug file from debuginfod (or its cache) and record
-/// what it holds.
-fn fetch_debug_file(
-    o: &crate::debuginfod::DebuginfodOptions,
-    build_id: &str,
-    m: &mut Module,
-    notes: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    use crate::debuginfod::Fetched;
-    let path = match crate::debuginfod::fetch(o, build_id)? {
-        Fetched::Cached(p) => p,
-        Fetched::Fetched(p, size, took) => {
-            notes.push(format!(
-                "debug info for {} fetched from debuginfod ({:.1} MB in {:.1} s) into {}",
-                m.name,
-                size as f64 / 1e6,
-                took.as_secs_f64(),
-                o.cache_dir.display()
-            ));
-            p
-        }
-        Fetched::NotFound => return Ok(()),
-    };
-    let f = fs::File::open(&path)?;
-    // SAFETY: read-only mapping, see read_module_file.
-    let d = unsafe { memmap2::Mmap::map(&f) }?;
-    let o =
-        object::File::parse(&*d).map_err(|e| anyhow::anyhow!("{}: not a readable ELF file: {e}", path.display()))?;
-    m.symbols.dwarf |= o.section_by_name(".debug_info").is_some();
-    m.symbols.symtab = m.symbols.symtab.max(o.symbols().count());
-    m.symbols.debug_file = Some(path.display().to_string());
-    m.symbols.debug_found_by = Some(DebugFoundBy::Debuginfod);
-    Ok(())
 }
 
 fn hex(b: &[u8]) -> String {

@@ -60,6 +60,17 @@ impl SymbolCache {
         self.by_addr.get(&lookup_addr).map(|v| v.as_slice()).unwrap_or(&[])
     }
 
+    /// Forget the names of the addresses `which` selects (their module's
+    /// debug info arrived: they are symbolized again).
+    pub fn forget(&mut self, which: impl Fn(u64) -> bool) {
+        self.by_addr.retain(|a, _| !which(*a));
+    }
+
+    /// Frame labels of a stack's addresses.
+    pub fn labels(&self, addrs: &[u64]) -> Vec<String> {
+        addrs.iter().flat_map(|a| self.frames(*a).iter().map(|f| f.label.clone())).collect()
+    }
+
     /// Whether a symbol table named this address.
     pub fn named(&self, lookup_addr: u64) -> bool {
         self.frames(lookup_addr).iter().any(|f| f.function.is_some())

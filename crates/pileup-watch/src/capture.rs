@@ -129,6 +129,7 @@ pub fn gather(
             // Debug files already in the debuginfod cache; nothing fetched
             // before a capture that must not wait.
             debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
+            debuginfod_wait: true,
         };
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run(s.samples.max(1), s.interval, |_, _| {}) {

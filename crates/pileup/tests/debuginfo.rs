@@ -264,4 +264,43 @@ fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothi
     assert_eq!(why.len(), 1, "{notes:?}");
     assert!(why[0].contains(&silent_url) && why[0].contains("prog+0xFUNCSTART"), "{why:?}");
     drop(held);
+
+    // A slow server and a run of many samples: sampling starts at once and
+    // the names are applied to everything sampled once the file arrives.
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_url = format!("http://127.0.0.1:{}", slow.local_addr().unwrap().port());
+    let body = std::fs::read(&full).unwrap();
+    let id2 = id.clone();
+    std::thread::spawn(move || {
+        let id = id2;
+        use std::io::{Read, Write};
+        for mut c in slow.incoming().flatten() {
+            let mut req = [0u8; 4096];
+            let n = c.read(&mut req).unwrap_or(0);
+            if !String::from_utf8_lossy(&req[..n]).contains(&format!("/buildid/{id}/")) {
+                let _ = write!(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                continue;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = c.write_all(&body);
+        }
+    });
+    let asked = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["stacks", "--pid", &p.0.id().to_string(), "--any-process", "--no-sql", "--format", "json"])
+        .args(["--samples", "10", "--interval-ms", "100", "--debug-dir", none.to_str().unwrap()])
+        .args(["--debuginfod", &slow_url])
+        .env("DEBUGINFOD_CACHE_PATH", dir.join("cache3"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = j["stops"]["first_unix_ms"].as_u64().unwrap();
+    assert!(first < asked + 1500, "the first sample waited for the server: {} ms", first - asked);
+    for c in j["stacks"].as_array().unwrap() {
+        let l: Vec<&str> = c["frames"].as_array().unwrap().iter().map(|f| f["label"].as_str().unwrap()).collect();
+        assert!(l.contains(&"pileup_middle"), "a stack counted before the names arrived is named: {l:?}");
+    }
+    assert!(named(&labels(&j["samples"][0]["threads"][0])));
 }

@@ -110,7 +110,8 @@ pub struct StacksArgs {
     /// Fetch missing debug files from this debuginfod server (repeat for
     /// several; default: DEBUGINFOD_URLS). Files go to the client cache
     /// (DEBUGINFOD_CACHE_PATH, else ~/.cache/debuginfod_client) that gdb
-    /// and eu-stack share, before the first stop.
+    /// and eu-stack share. A single sample waits for them; a longer run
+    /// starts sampling at once and names its stacks as they arrive.
     #[arg(long = "debuginfod", value_name = "URL")]
     pub debuginfod: Vec<String>,
     /// Fetch nothing from debuginfod servers (their cache is still read).
@@ -180,6 +181,9 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         keep_samples: a.keep_samples.max(1),
         debug_dirs: a.debug_dirs.iter().map(PathBuf::from).collect(),
         debuginfod: debuginfod_options(&a),
+        // One sample waits for its names; a run of many starts at once and
+        // names what it sampled as debug files arrive.
+        debuginfod_wait: samples == 1,
     };
     if let Some(d) = opts.debuginfod.as_ref().filter(|d| !d.urls.is_empty()) {
         if std::io::stderr().is_terminal() {
