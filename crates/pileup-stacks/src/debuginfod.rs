@@ -11,6 +11,28 @@ use std::time::{Duration, SystemTime};
 
 use debuginfod::{BuildId, CachingClient, Client, HttpClient, HttpClientError, Readable};
 
+/// How far a fetch is, for a progress line.
+#[derive(Debug, Clone)]
+pub struct FetchProgress {
+    /// The module the file is for (`mariadbd`).
+    pub module: String,
+    pub bytes: u64,
+    /// The file's size, when the server says.
+    pub total: Option<u64>,
+    /// The last report of this fetch.
+    pub done: bool,
+}
+
+/// Called as a fetch proceeds (on the fetching thread).
+#[derive(Clone)]
+pub struct OnProgress(pub std::sync::Arc<dyn Fn(&FetchProgress) + Send + Sync>);
+
+impl std::fmt::Debug for OnProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("progress callback")
+    }
+}
+
 /// Where and how long to look.
 #[derive(Debug, Clone)]
 pub struct DebuginfodOptions {
@@ -20,6 +42,8 @@ pub struct DebuginfodOptions {
     pub cache_dir: PathBuf,
     /// Longest a fetch may take, whole (connecting, answering, the body).
     pub timeout: Duration,
+    /// Told how each fetch proceeds.
+    pub on_progress: Option<OnProgress>,
 }
 
 impl DebuginfodOptions {
@@ -28,7 +52,12 @@ impl DebuginfodOptions {
     /// (seconds). `None` when no server is named.
     pub fn from_env() -> Option<DebuginfodOptions> {
         let urls = urls_of(&std::env::var("DEBUGINFOD_URLS").ok()?);
-        (!urls.is_empty()).then(|| DebuginfodOptions { urls, cache_dir: cache_dir(), timeout: timeout_from_env() })
+        (!urls.is_empty()).then(|| DebuginfodOptions {
+            urls,
+            cache_dir: cache_dir(),
+            timeout: timeout_from_env(),
+            on_progress: None,
+        })
     }
 }
 
@@ -37,7 +66,7 @@ impl DebuginfodOptions {
     /// `pileup stacks`, gdb or eu-stack) are used, nothing is fetched. For
     /// captures that must not wait on the network.
     pub fn cache_only() -> DebuginfodOptions {
-        DebuginfodOptions { urls: vec![], cache_dir: cache_dir(), timeout: Duration::ZERO }
+        DebuginfodOptions { urls: vec![], cache_dir: cache_dir(), timeout: Duration::ZERO, on_progress: None }
     }
 }
 
@@ -82,8 +111,12 @@ pub enum Fetched {
     NotFound,
 }
 
-/// The body of an answer: ureq's reader, named for the client trait.
-struct Body(Box<dyn std::io::Read + Send>);
+/// The body of an answer: ureq's reader, named for the client trait, and
+/// counted for the progress line.
+struct Body {
+    inner: Box<dyn std::io::Read + Send>,
+    progress: Option<(OnProgress, FetchProgress)>,
+}
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,17 +126,39 @@ impl std::fmt::Debug for Body {
 
 impl std::io::Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
+        let n = self.inner.read(buf)?;
+        if let Some((cb, p)) = &mut self.progress {
+            let before = p.bytes >> 20;
+            p.bytes += n as u64;
+            p.done = n == 0;
+            // A report per MiB read, and the last.
+            if p.done || p.bytes >> 20 != before {
+                (cb.0)(p);
+            }
+        }
+        Ok(n)
     }
 }
 
 #[derive(Debug)]
-struct Http(ureq::Agent);
+struct Http {
+    agent: ureq::Agent,
+    progress: Option<(OnProgress, String)>,
+}
 
 impl HttpClient for Http {
     fn get(&self, url: &str) -> Result<Box<dyn Readable>, HttpClientError> {
-        match self.0.get(url).call() {
-            Ok(r) => Ok(Box::new(Body(Box::new(r.into_body().into_reader())))),
+        match self.agent.get(url).call() {
+            Ok(r) => {
+                let body = r.into_body();
+                let progress = self.progress.as_ref().map(|(cb, module)| {
+                    let p =
+                        FetchProgress { module: module.clone(), bytes: 0, total: body.content_length(), done: false };
+                    (cb.0)(&p);
+                    (cb.clone(), p)
+                });
+                Ok(Box::new(Body { inner: Box::new(body.into_reader()), progress }))
+            }
             Err(ureq::Error::StatusCode(c)) => Err(HttpClientError::StatusCode(
                 ureq::http::StatusCode::from_u16(c).unwrap_or(ureq::http::StatusCode::BAD_GATEWAY),
             )),
@@ -112,9 +167,9 @@ impl HttpClient for Http {
     }
 }
 
-/// Look up the debug file of `build_id` (hex): the cache first, then each
-/// server in turn.
-pub fn fetch(o: &DebuginfodOptions, build_id: &str) -> anyhow::Result<Fetched> {
+/// Look up the debug file of `build_id` (hex) of `module`: the cache
+/// first, then each server in turn.
+pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Result<Fetched> {
     let entry = o.cache_dir.join(build_id).join("debuginfo");
     if let Ok(m) = std::fs::metadata(&entry) {
         if m.len() > 0 {
@@ -132,7 +187,8 @@ pub fn fetch(o: &DebuginfodOptions, build_id: &str) -> anyhow::Result<Fetched> {
     }
     let agent = ureq::Agent::config_builder().timeout_global(Some(o.timeout)).build().new_agent();
     let urls: Vec<&str> = o.urls.iter().map(String::as_str).collect();
-    let Some(client) = Client::builder().http_client(Http(agent)).build(urls)? else {
+    let progress = o.on_progress.clone().map(|cb| (cb, module.to_string()));
+    let Some(client) = Client::builder().http_client(Http { agent, progress }).build(urls)? else {
         return Ok(Fetched::NotFound);
     };
     let t = std::time::Instant::now();
@@ -153,17 +209,17 @@ pub struct Arrival {
     pub result: anyhow::Result<Fetched>,
 }
 
-/// Look up `wanted` (module index, build-id) one after another on a thread
-/// of its own, so sampling never waits on the network. The first failure
-/// ends the lookups: a server that does not answer is not asked again for
-/// the next module.
-pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String)>) -> std::sync::mpsc::Receiver<Arrival> {
+/// Look up `wanted` (module index, module name, build-id) one after
+/// another on a thread of its own, so sampling never waits on the network.
+/// The first failure ends the lookups: a server that does not answer is not
+/// asked again for the next module.
+pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String, String)>) -> std::sync::mpsc::Receiver<Arrival> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("pileup-debuginfod".into())
         .spawn(move || {
-            for (module, id) in wanted {
-                let result = fetch(&o, &id);
+            for (module, name, id) in wanted {
+                let result = fetch(&o, &name, &id);
                 let failed = result.is_err();
                 if tx.send(Arrival { module, result }).is_err() || failed {
                     break;

@@ -154,15 +154,15 @@ pub struct ModuleSet {
 
 impl ModuleSet {
     /// Modules a debuginfod server may name: stripped, with a build-id and
-    /// no debug file found locally (index, build-id).
-    pub fn wanting_debug_files(&self) -> Vec<(usize, String)> {
+    /// no debug file found locally (index, name, build-id).
+    pub fn wanting_debug_files(&self) -> Vec<(usize, String, String)> {
         self.modules
             .iter()
             .enumerate()
             .filter(|(_, m)| {
                 m.symbols.debug_file.is_none() && m.symbols.symtab == 0 && !m.open_path.as_os_str().is_empty()
             })
-            .filter_map(|(i, m)| m.build_id.clone().map(|id| (i, id)))
+            .filter_map(|(i, m)| m.build_id.clone().map(|id| (i, m.name.clone(), id)))
             .collect()
     }
 

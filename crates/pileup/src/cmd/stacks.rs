@@ -167,6 +167,11 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     pileup_stacks::proc::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
 
+    // Progress bars on a terminal: debug info being fetched, samples taken.
+    let bars = indicatif::MultiProgress::new();
+    if !std::io::stderr().is_terminal() {
+        bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     let opts = SamplerOptions {
         capture: CaptureOptions {
             mode: a.mode,
@@ -180,19 +185,14 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         sql_refresh: Duration::from_millis(a.sql_every_ms),
         keep_samples: a.keep_samples.max(1),
         debug_dirs: a.debug_dirs.iter().map(PathBuf::from).collect(),
-        debuginfod: debuginfod_options(&a),
+        debuginfod: debuginfod_options(&a, &bars),
         // One sample waits for its names; a run of many starts at once and
         // names what it sampled as debug files arrive.
         debuginfod_wait: samples == 1,
     };
-    if let Some(d) = opts.debuginfod.as_ref().filter(|d| !d.urls.is_empty()) {
-        if std::io::stderr().is_terminal() {
-            eprintln!("pileup: looking up missing debug info on {} …", d.urls.join(" "));
-        }
-    }
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
-        let b = indicatif::ProgressBar::new(samples as u64);
+        let b = bars.add(indicatif::ProgressBar::new(samples as u64));
         b.set_style(
             indicatif::ProgressStyle::with_template(
                 "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)",
@@ -227,8 +227,11 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
 
 /// The debuginfod servers and cache to use: --debuginfod, else
 /// DEBUGINFOD_URLS; with --no-debuginfod (or none named) the cache alone.
-fn debuginfod_options(a: &StacksArgs) -> Option<pileup_stacks::debuginfod::DebuginfodOptions> {
-    use pileup_stacks::debuginfod::{self as d, DebuginfodOptions};
+fn debuginfod_options(
+    a: &StacksArgs,
+    bars: &indicatif::MultiProgress,
+) -> Option<pileup_stacks::debuginfod::DebuginfodOptions> {
+    use pileup_stacks::debuginfod::{self as d, DebuginfodOptions, FetchProgress, OnProgress};
     let mut o = if a.no_debuginfod {
         DebuginfodOptions::cache_only()
     } else if !a.debuginfod.is_empty() {
@@ -236,6 +239,7 @@ fn debuginfod_options(a: &StacksArgs) -> Option<pileup_stacks::debuginfod::Debug
             urls: a.debuginfod.iter().flat_map(|u| d::urls_of(u)).collect(),
             cache_dir: d::cache_dir(),
             timeout: d::timeout_from_env(),
+            on_progress: None,
         }
     } else {
         DebuginfodOptions::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
@@ -243,6 +247,29 @@ fn debuginfod_options(a: &StacksArgs) -> Option<pileup_stacks::debuginfod::Debug
     if let Some(t) = a.debuginfod_timeout {
         o.timeout = t;
     }
+    // "fetching debug info for mariadbd [====>   ] 45/212 MiB", a bar per fetch.
+    let bars = bars.clone();
+    let current = std::sync::Mutex::new(None::<indicatif::ProgressBar>);
+    o.on_progress = Some(OnProgress(std::sync::Arc::new(move |p: &FetchProgress| {
+        let mut cur = current.lock().unwrap();
+        let b = cur.get_or_insert_with(|| {
+            let b = bars.add(indicatif::ProgressBar::new(p.total.unwrap_or(0)));
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "fetching debug info for {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap()
+                .progress_chars("=> "),
+            );
+            b.set_message(p.module.clone());
+            b
+        });
+        b.set_position(p.bytes);
+        if p.done {
+            b.finish_and_clear();
+            *cur = None;
+        }
+    })));
     Some(o)
 }
 
