@@ -230,6 +230,34 @@ pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String, String)>) -> std:
     rx
 }
 
+/// Fetch into the cache the debug files `pid`'s stripped modules lack, so
+/// later captures (which read the cache only) name them: a long-running
+/// watcher calls this on a thread of its own at start. Returns what the
+/// user should know, a line each.
+pub fn fill_cache(pid: i32, debug_dirs: &[PathBuf], o: &DebuginfodOptions) -> Vec<String> {
+    let maps = match crate::proc::read_maps(pid) {
+        Ok(m) => m,
+        Err(e) => return vec![format!("debuginfod: the server's modules could not be read ({e})")],
+    };
+    let mods = crate::modules::ModuleSet::load(pid, &maps, debug_dirs);
+    let mut notes = vec![];
+    for (_, name, id) in mods.wanting_debug_files() {
+        match fetch(o, &name, &id) {
+            Ok(Fetched::Fetched(_, size, took)) => notes.push(format!(
+                "debug info for {name} fetched from debuginfod ({:.1} MB in {:.1} s); captures name its functions from now on",
+                size as f64 / 1e6,
+                took.as_secs_f64()
+            )),
+            Ok(_) => {}
+            Err(e) => {
+                notes.push(format!("debuginfod ({}): no debug info for {name} ({e:#})", o.urls.join(" ")));
+                break;
+            }
+        }
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,7 +68,7 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
     out.push(sym);
     if p.modules.iter().any(|m| m.symbols.starts_with("stripped") && m.frames > 0 && m.named < m.frames) {
         out.push(
-            "symbols: unnamed frames show as module+0xFUNCSTART; install the server's debug symbols (Debian: the -dbgsym package) for full names and inlined frames"
+            "symbols: unnamed frames show as module+0xFUNCSTART; install the server's debug symbols (Debian: the -dbgsym package) or name a debuginfod server (DEBUGINFOD_URLS or --debuginfod URL) for full names and inlined frames"
                 .into(),
         );
     }

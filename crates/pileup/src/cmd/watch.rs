@@ -85,6 +85,15 @@ pub struct WatchArgs {
     /// Network link speed in Mbit/s, for bytes_sent_link_share.
     #[arg(long, default_value_t = 1000.0, value_name = "MBPS")]
     pub link_mbps: f64,
+    /// Fetch the server's missing debug files from this debuginfod server
+    /// at start, in the background (repeat for several; default:
+    /// DEBUGINFOD_URLS); captures read them from the client cache. A
+    /// capture itself never waits on the network.
+    #[arg(long = "debuginfod", value_name = "URL")]
+    pub debuginfod: Vec<String>,
+    /// Fetch nothing from debuginfod servers (the cache is still read).
+    #[arg(long, conflicts_with = "debuginfod")]
+    pub no_debuginfod: bool,
 }
 
 pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
@@ -128,6 +137,31 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         duration: a.duration,
         listen: a.listen,
     };
+    // The server's missing debug files, fetched into the debuginfod cache
+    // while watching starts; captures read the cache.
+    if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
+        use pileup_stacks::debuginfod::{self as d, DebuginfodOptions};
+        let o = if a.debuginfod.is_empty() {
+            DebuginfodOptions::from_env()
+        } else {
+            Some(DebuginfodOptions {
+                urls: a.debuginfod.iter().flat_map(|u| d::urls_of(u)).collect(),
+                cache_dir: d::cache_dir(),
+                timeout: d::timeout_from_env(),
+                on_progress: None,
+            })
+        };
+        if let Some(o) = o {
+            let quiet = a.json;
+            std::thread::spawn(move || {
+                for n in d::fill_cache(p, &pileup_stacks::default_debug_dirs(), &o) {
+                    if !quiet {
+                        eprintln!("{n}");
+                    }
+                }
+            });
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let s = stop.clone();
