@@ -85,11 +85,19 @@ pub struct Tally {
 
 impl Tally {
     /// Count one thread's stack (its frames already symbolized).
-    pub fn add(&mut self, t: &ThreadStack) {
+    /// `leaf_start`, when given, stands for the innermost address: a running
+    /// thread is caught at a different instruction every time, and counting
+    /// by instruction would grow an entry per sample where the stack is
+    /// the same function by function.
+    pub fn add(&mut self, t: &ThreadStack, leaf_start: Option<u64>) {
         self.thread_stacks += 1;
         let cmd = t.sql.as_ref().and_then(|s| s.command.clone());
         let user = t.sql.as_ref().and_then(|s| s.user.clone());
-        let key: Key = (t.addrs.clone(), t.name.clone(), t.role, t.state, cmd, user);
+        let mut addrs = t.addrs.clone();
+        if let (Some(first), Some(start)) = (addrs.first_mut(), leaf_start) {
+            *first = start;
+        }
+        let key: Key = (addrs, t.name.clone(), t.role, t.state, cmd, user);
         let i = match self.index.get(&key) {
             Some(&i) => i,
             None => {
@@ -284,22 +292,26 @@ mod tests {
     fn counts_as_it_goes_and_stays_small() {
         let mut t = Tally::default();
         for i in 0..10_000 {
-            t.add(&thread(100 + (i % 3), &[1, 2, 3], "f", 'S'));
-            t.add(&thread(200, &[4, 5], "g", if i % 2 == 0 { 'R' } else { 'S' }));
+            t.add(&thread(100 + (i % 3), &[1, 2, 3], "f", 'S'), None);
+            t.add(&thread(200, &[4, 5], "g", if i % 2 == 0 { 'R' } else { 'S' }), None);
+            // A running thread at another instruction of the same function each time.
+            t.add(&thread(300, &[1000 + i as u64 % 50, 9], "h", 'R'), Some(1000));
         }
-        assert_eq!(t.thread_stacks, 20_000);
-        assert_eq!(t.distinct(), 3, "one entry per stack, thread kind and state");
+        assert_eq!(t.thread_stacks, 30_000);
+        assert_eq!(t.distinct(), 4, "one entry per stack, thread kind and state");
         let v = t.into_counted();
-        assert_eq!(v[0].count, 10_000);
-        assert_eq!(v[0].tids.iter().copied().collect::<Vec<_>>(), vec![100, 101, 102]);
-        assert_eq!((v[1].count, v[2].count), (5_000, 5_000));
+        assert_eq!((v[0].count, v[1].count), (10_000, 10_000));
+        let f = v.iter().find(|c| c.addrs == [1, 2, 3]).unwrap();
+        assert_eq!(f.tids.iter().copied().collect::<Vec<_>>(), vec![100, 101, 102]);
+        assert_eq!(v.iter().find(|c| c.addrs == [1000, 9]).map(|c| c.count), Some(10_000));
+        assert_eq!((v[2].count, v[3].count), (5_000, 5_000));
     }
 
     #[test]
     fn thread_ids_are_capped_not_the_counts() {
         let mut t = Tally::default();
         for tid in 0..(TIDS_KEPT as i32 + 500) {
-            t.add(&thread(tid, &[7], "h", 'S'));
+            t.add(&thread(tid, &[7], "h", 'S'), None);
         }
         let v = t.into_counted();
         assert_eq!((v[0].count, v[0].tids.len(), v[0].tids_capped), (TIDS_KEPT + 500, TIDS_KEPT, true));

@@ -231,9 +231,20 @@ fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, StacksError> {
     }
 }
 
+/// The thread is on its way out: a zombie or dead, or flagged exiting
+/// (PF_EXITING, while it still shows R or D) — the kernel refuses to trace
+/// such a thread.
 fn exiting(pid: i32, tid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
     match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Ok(s) => matches!(s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z') | Some('X')),
+        Ok(s) => {
+            let rest = s.rsplit_once(')').map(|(_, r)| r.trim_start()).unwrap_or("");
+            let mut f = rest.split_whitespace();
+            let state = f.next().and_then(|x| x.chars().next());
+            // After the state: ppid pgrp session tty_nr tpgid, then flags.
+            let flags = f.nth(5).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            matches!(state, Some('Z') | Some('X')) || flags & PF_EXITING != 0
+        }
         Err(_) => true,
     }
 }
@@ -321,8 +332,8 @@ struct DeadlineTimer(Option<libc::timer_t>);
 
 impl DeadlineTimer {
     fn new() -> DeadlineTimer {
-        static HANDLER: std::sync::Once = std::sync::Once::new();
-        HANDLER.call_once(|| {
+        static HANDLER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let installed = *HANDLER.get_or_init(|| {
             extern "C" fn noop(_: libc::c_int) {}
             // SAFETY: installs a handler that does nothing, for a signal
             // only these timers send.
@@ -331,15 +342,28 @@ impl DeadlineTimer {
                 sa.sa_sigaction = noop as extern "C" fn(libc::c_int) as usize;
                 libc::sigemptyset(&mut sa.sa_mask);
                 sa.sa_flags = 0;
-                libc::sigaction(deadline_signal(), &sa, std::ptr::null_mut());
+                libc::sigaction(deadline_signal(), &sa, std::ptr::null_mut()) == 0
             }
         });
-        // SAFETY: a thread-directed timer for the calling thread.
+        if !installed {
+            return DeadlineTimer(None);
+        }
+        // SAFETY: the signal is unblocked in this thread (a mask inherited
+        // from whoever spawned it must not keep the wait from ending), and
+        // the timer is directed at this thread alone.
         unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, deadline_signal());
+            if libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
+                return DeadlineTimer(None);
+            }
             let mut ev: libc::sigevent = std::mem::zeroed();
             ev.sigev_notify = libc::SIGEV_THREAD_ID;
             ev.sigev_signo = deadline_signal();
-            ev.sigev_notify_thread_id = libc::gettid();
+            // The raw system call: glibc's gettid() wrapper is newer than
+            // the oldest glibc pileup runs on.
+            ev.sigev_notify_thread_id = libc::syscall(libc::SYS_gettid) as libc::c_int;
             let mut t: libc::timer_t = std::mem::zeroed();
             if libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) == 0 {
                 DeadlineTimer(Some(t))
@@ -441,9 +465,8 @@ fn capture_consistent(
             }
             Err(e) => {
                 // Release what we already hold, then report.
-                for &(t, _) in &pending {
-                    release_pending(t);
-                }
+                let held: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
+                release_all(&held);
                 return Err(e);
             }
         }
@@ -503,8 +526,9 @@ fn capture_consistent(
     }
     let window_us = window_start.elapsed().as_micros() as u64;
     drop(priority);
+    let late: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
+    release_all(&late);
     for (tid, _) in pending {
-        release_pending(tid);
         missed.push(Missed {
             tid,
             reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
@@ -513,23 +537,28 @@ fn capture_consistent(
     Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
 }
 
-/// A thread that was interrupted but has not stopped yet: give it a short
-/// while to stop so we can detach it cleanly; if it still has not, the kernel
-/// releases it when the capture thread exits.
-/// Returns false if it is still pending.
-fn release_pending(tid: i32) -> bool {
+/// Threads that were interrupted but had not stopped when the budget ran
+/// out: for 5 ms in all, detach each as soon as it reports its stop, in
+/// whatever order they stop (one slow thread never holds up the others).
+/// Returns those still pending; the kernel releases them when the capture
+/// thread exits.
+fn release_all(tids: &[i32]) -> Vec<i32> {
+    let mut left: Vec<i32> = tids.to_vec();
     let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(5) {
-        match poll(tid) {
-            Poll::NotYet => std::thread::sleep(Duration::from_micros(50)),
-            Poll::Stopped(sig) => {
-                detach(tid, sig);
-                return true;
+    while !left.is_empty() && t.elapsed() < Duration::from_millis(5) {
+        match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD | WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_micros(50)),
+            Ok(ws) => {
+                let Some(p) = ws.pid().map(|p| p.as_raw()) else { continue };
+                if let Poll::Stopped(sig) = outcome(ws) {
+                    detach(p, sig);
+                }
+                left.retain(|&x| x != p);
             }
-            Poll::Exited => return true,
+            Err(_) => break,
         }
     }
-    false
+    left
 }
 
 fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions) -> Result<RawSample, StacksError> {
@@ -564,12 +593,23 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
             missed.push(Missed { tid, reason: "exited before the capture".into() });
             continue;
         }
-        match wait_stop(Some(tid), at + opts.max_stop, &timer) {
+        // Wait for this thread's stop; a lingering one that stops meanwhile
+        // is let go at once.
+        let waited = loop {
+            match wait_stop(None, at + opts.max_stop, &timer) {
+                Waited::Tid(t, how) if t != tid => {
+                    if let Poll::Stopped(sig) = how {
+                        detach(t, sig);
+                    }
+                    lingering.retain(|&x| x != t);
+                }
+                other => break other,
+            }
+        };
+        match waited {
             Waited::Deadline | Waited::Tid(_, Poll::NotYet) => {
                 budget_exceeded = true;
-                if !release_pending(tid) {
-                    lingering.push(tid);
-                }
+                lingering.extend(release_all(&[tid]));
                 missed.push(Missed {
                     tid,
                     reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
@@ -596,9 +636,7 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
     let window_us = t0.elapsed().as_micros() as u64;
     drop(timer);
     drop(priority);
-    for t in lingering {
-        release_pending(t); // the rest are released when this thread exits
-    }
+    release_all(&lingering); // the rest are released when this thread exits
     Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "rolling"))
 }
 

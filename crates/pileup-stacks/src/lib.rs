@@ -316,6 +316,11 @@ pub struct Sampler {
     timing: Timing,
     notes: Vec<String>,
     fetching: Option<Fetching>,
+    /// The run was ended by a signal.
+    interrupted: bool,
+    /// Samples whose lock waits were read before a module's debug file
+    /// arrived (named by exported symbols only).
+    classified_early: usize,
 }
 
 /// Debug files being looked up on debuginfod's thread.
@@ -364,6 +369,8 @@ impl Sampler {
             timing,
             notes,
             fetching: None,
+            interrupted: false,
+            classified_early: 0,
         })
         .map(|mut s| {
             s.start_fetching();
@@ -447,6 +454,15 @@ impl Sampler {
     /// Name again every stored stack through the modules whose debug info
     /// just arrived.
     fn rename(&mut self, modules: &[usize]) {
+        if self.taken > 0 && self.classified_early == 0 {
+            self.classified_early = self.taken;
+            let names: Vec<&str> = modules.iter().map(|&i| self.mods.modules[i].name.as_str()).collect();
+            self.notes.push(format!(
+                "the lock waits of the first {} sample(s) were read before the debug info of {} arrived (by exported names only); their stacks are named",
+                self.taken,
+                names.join(", ")
+            ));
+        }
         let ranges: Vec<std::ops::Range<u64>> = modules.iter().map(|&i| self.mods.modules[i].avma.clone()).collect();
         self.symbols.forget(|a| ranges.iter().any(|r| r.contains(&a)));
         let mut addrs: BTreeSet<u64> = self.tally.addrs().collect();
@@ -617,7 +633,13 @@ impl Sampler {
             self.locks = locks::merge(all);
         }
         for t in &threads {
-            self.tally.add(t);
+            // Without DWARF a frame's name is its function's: count the
+            // innermost frame by its function's start.
+            let leaf_start = (!self.opts.debug_info)
+                .then(|| t.addrs.first())
+                .flatten()
+                .and_then(|&a| self.mods.find(a).and_then(|m| m.func_start(m.svma(a)).map(|s| s.wrapping_add(m.bias))));
+            self.tally.add(t, leaf_start);
         }
         self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
 
@@ -655,17 +677,22 @@ impl Sampler {
         interval: Duration,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<(), StacksError> {
-        self.run_until(n, interval, None, |p| progress(p.taken, p.of))
+        self.run_until(n, interval, None, None, |p| progress(p.taken, p.of))
     }
 
     /// [`Sampler::run`], also stopping (keeping what it has) once `stop` is
     /// set: a signal handler sets it, and the profile is still whole. A
     /// sample that falls due while the previous one is still being taken is
     /// skipped, never taken late in a burst.
+    /// With `for_at_most` (a `--duration`), no sample starts after that
+    /// long: skipped ticks do not stretch the run. An error other than the
+    /// process exiting, after samples were taken, ends the run with a note
+    /// and keeps them.
     pub fn run_until(
         &mut self,
         n: usize,
         interval: Duration,
+        for_at_most: Option<Duration>,
         stop: Option<&AtomicBool>,
         mut progress: impl FnMut(Progress),
     ) -> Result<(), StacksError> {
@@ -676,12 +703,17 @@ impl Sampler {
         for i in 0..n {
             if stopped() {
                 self.notes.push(format!("stopped by a signal after {} of {n} sample(s)", self.taken));
+                self.interrupted = true;
                 break;
             }
             match self.sample().map(|_| ()) {
                 Ok(()) => {}
                 Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if self.taken > 0 => {
                     self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.taken));
+                    break;
+                }
+                Err(e) if self.taken > 0 => {
+                    self.notes.push(format!("sampling ended after {} sample(s): {e}; showing those", self.taken));
                     break;
                 }
                 Err(e) => return Err(e),
@@ -693,9 +725,12 @@ impl Sampler {
             // The next tick still ahead; sleep in short steps so a stop
             // request is seen promptly.
             let due = (t0.elapsed().as_nanos() / interval.as_nanos().max(1)) as u64 + 1;
+            let next = t0 + interval.saturating_mul(due.min(u32::MAX as u64) as u32);
+            if for_at_most.is_some_and(|d| next >= t0 + d) {
+                break;
+            }
             skipped += due.saturating_sub(tick + 1);
             tick = due;
-            let next = t0 + interval.saturating_mul(due.min(u32::MAX as u64) as u32);
             while let Some(wait) = next.checked_duration_since(Instant::now()) {
                 if stopped() {
                     break;
@@ -715,7 +750,13 @@ impl Sampler {
     /// Build the profile (waiting, within the fetch timeout, for debug
     /// files still on their way).
     pub fn finish(mut self) -> Profile {
-        self.apply_fetched(true);
+        // Stopped by a signal: the user wants the result now, not after a
+        // download.
+        let wait = !self.interrupted;
+        self.apply_fetched(wait);
+        if self.fetching.is_some() {
+            self.notes.push("debug files still being fetched were not waited for; their modules' frames are labelled module+0xFUNCSTART".into());
+        }
         let w = &self.windows;
         if !w.is_empty() {
             self.stops.median_window_us = w.value_at_quantile(0.5);

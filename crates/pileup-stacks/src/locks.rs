@@ -173,6 +173,11 @@ pub struct WaitSeen {
 /// Waits kept per lock group: a run of hours sees a lock's waits many
 /// thousand times; the count that matters is in `samples` and `waiters`.
 pub const WAITS_KEPT: usize = 256;
+/// Distinct waiters kept per group, and groups kept in all (the most
+/// waited-on): a hot mutex changes owner all the time, and each owner is a
+/// group of its own.
+pub const WAITERS_KEPT: usize = 4096;
+pub const GROUPS_KEPT: usize = 200;
 
 /// Merge per-sample groups of the same lock and owner (waiters: distinct threads).
 pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
@@ -183,6 +188,7 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
                 e.waiters.extend(g.waiters);
                 e.waiters.sort_unstable();
                 e.waiters.dedup();
+                e.waiters.truncate(WAITERS_KEPT);
                 let room = WAITS_KEPT.saturating_sub(e.waits.len());
                 e.waits.extend(g.waits.into_iter().take(room));
                 e.most_at_once = e.most_at_once.max(g.most_at_once);
@@ -206,6 +212,7 @@ pub fn merge(groups: Vec<LockGroup>) -> Vec<LockGroup> {
             .cmp(&(a.most_at_once, a.samples, a.waiters.len()))
             .then(a.addr.cmp(&b.addr))
     });
+    v.truncate(GROUPS_KEPT);
     v
 }
 

@@ -72,7 +72,13 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
                 .into(),
         );
     }
-    for l in &p.locks {
+    if p.locks.len() > 20 {
+        out.push(format!(
+            "locks: the 20 most waited-on of {} lock groups follow; --format json has them all",
+            p.locks.len()
+        ));
+    }
+    for l in p.locks.iter().take(20) {
         let mut s = if l.most_at_once == l.waiters.len() {
             format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr)
         } else {

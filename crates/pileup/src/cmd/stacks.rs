@@ -207,7 +207,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         unsafe { super::watch::signal_flag(sig, stop.clone()) };
     }
-    sampler.run_until(samples, interval, Some(&stop), |p| {
+    sampler.run_until(samples, interval, a.duration, Some(&stop), |p| {
         if let Some(b) = &bar {
             b.set_position(p.taken as u64);
             b.set_message(format!("{} distinct stacks", p.distinct_stacks));
