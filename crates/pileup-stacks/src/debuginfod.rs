@@ -144,11 +144,31 @@ impl std::io::Read for Body {
 struct Http {
     agent: ureq::Agent,
     progress: Option<(OnProgress, String)>,
+    bases: Vec<String>,
+}
+
+/// The `debuginfod` crate puts `buildid/…` in place of a server URL's
+/// path; elfutils appends it, so `https://host/prefix` serves
+/// `https://host/prefix/buildid/…`. Put the prefix back.
+fn with_prefix(url: &str, bases: &[String]) -> String {
+    let Some(at) = url.find("/buildid/") else { return url.to_string() };
+    let (origin, rest) = url.split_at(at);
+    for b in bases {
+        let b = b.trim_end_matches('/');
+        let b_origin_end = b.find("://").map(|i| i + 3).and_then(|i| b[i..].find('/').map(|j| i + j));
+        if let Some(end) = b_origin_end {
+            if b[..end].eq_ignore_ascii_case(origin) {
+                return format!("{b}{rest}");
+            }
+        }
+    }
+    url.to_string()
 }
 
 impl HttpClient for Http {
     fn get(&self, url: &str) -> Result<Box<dyn Readable>, HttpClientError> {
-        match self.agent.get(url).call() {
+        let url = with_prefix(url, &self.bases);
+        match self.agent.get(&url).call() {
             Ok(r) => {
                 let body = r.into_body();
                 let progress = self.progress.as_ref().map(|(cb, module)| {
@@ -188,7 +208,8 @@ pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Res
     let agent = ureq::Agent::config_builder().timeout_global(Some(o.timeout)).build().new_agent();
     let urls: Vec<&str> = o.urls.iter().map(String::as_str).collect();
     let progress = o.on_progress.clone().map(|cb| (cb, module.to_string()));
-    let Some(client) = Client::builder().http_client(Http { agent, progress }).build(urls)? else {
+    let http = Http { agent, progress, bases: o.urls.clone() };
+    let Some(client) = Client::builder().http_client(http).build(urls)? else {
         return Ok(Fetched::NotFound);
     };
     let t = std::time::Instant::now();
@@ -269,5 +290,19 @@ mod tests {
             ["https://a.example/", "http://b:8002", "http://c"]
         );
         assert!(urls_of("   ").is_empty());
+    }
+
+    #[test]
+    fn a_server_path_prefix_is_kept_as_elfutils_keeps_it() {
+        let bases = vec!["https://d.example/debuginfod/".to_string(), "http://plain:8002".to_string()];
+        assert_eq!(
+            with_prefix("https://d.example/buildid/ab/debuginfo", &bases),
+            "https://d.example/debuginfod/buildid/ab/debuginfo"
+        );
+        assert_eq!(
+            with_prefix("http://plain:8002/buildid/ab/debuginfo", &bases),
+            "http://plain:8002/buildid/ab/debuginfo"
+        );
+        assert_eq!(with_prefix("http://other/buildid/ab/debuginfo", &bases), "http://other/buildid/ab/debuginfo");
     }
 }
