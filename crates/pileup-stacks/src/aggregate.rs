@@ -151,9 +151,9 @@ impl Tally {
     }
 
     /// Name every counted stack's frames again (debug info arrived).
-    pub fn refresh(&mut self, frames_of: impl Fn(u64) -> Vec<Frame>) {
+    pub fn refresh(&mut self, stack: impl Fn(&[u64]) -> Vec<Frame>) {
         for c in &mut self.counted {
-            c.frames = c.addrs.iter().flat_map(|a| frames_of(*a)).collect();
+            c.frames = stack(&c.addrs);
         }
     }
 

@@ -72,8 +72,9 @@ impl Default for CaptureOptions {
 /// among dozens: every time it is preempted between two interrupts or
 /// before it sees a stop, every thread it already holds stays stopped for
 /// another scheduler slice. `SCHED_FIFO` (priority 1, the lowest) lets it
-/// run as soon as it is runnable. It never spins (it sleeps between polls,
-/// leaving the CPU to the threads that must run to reach their stop), the
+/// run as soon as it is runnable. It never spins (it sleeps in `waitpid`
+/// until a stop is reported, leaving the CPU to the threads that must run
+/// to reach their stop), the
 /// window is bounded by `--max-stop-ms`, the kernel's real-time throttling
 /// keeps 5% of each CPU for everything else, and the thread returns to
 /// normal scheduling when the window closes (and exits after the capture).
@@ -650,10 +651,14 @@ fn finish(
     mode: &str,
 ) -> RawSample {
     threads.sort_by_key(|t| t.tid);
-    let mut stops: Vec<u64> = threads.iter().map(|t| t.stopped_us).collect();
-    stops.sort_unstable();
-    let mut held: Vec<u64> = threads.iter().map(|t| t.held_us).collect();
-    held.sort_unstable();
+    // The longest and the median of a per-thread figure.
+    let max_median = |f: fn(&RawThread) -> u64| {
+        let mut v: Vec<u64> = threads.iter().map(f).collect();
+        v.sort_unstable();
+        (v.last().copied().unwrap_or(0), v.get(v.len() / 2).copied().unwrap_or(0))
+    };
+    let (max_stop, median_stop) = max_median(|t| t.stopped_us);
+    let (max_held, median_held) = max_median(|t| t.held_us);
     let stats = CaptureStats {
         mode: mode.into(),
         threads_listed: tids.len(),
@@ -663,10 +668,10 @@ fn finish(
         // listed (this capture may have been given a few of them).
         threads_appeared: 0,
         window_us,
-        max_thread_stop_us: stops.last().copied().unwrap_or(0),
-        median_thread_stop_us: stops.get(stops.len() / 2).copied().unwrap_or(0),
-        max_thread_held_us: held.last().copied().unwrap_or(0),
-        median_thread_held_us: held.get(held.len() / 2).copied().unwrap_or(0),
+        max_thread_stop_us: max_stop,
+        median_thread_stop_us: median_stop,
+        max_thread_held_us: max_held,
+        median_thread_held_us: median_held,
         capture_us: t0.elapsed().as_micros() as u64,
         stack_bytes_copied: threads.iter().map(|t| t.stack.len() as u64).sum(),
         budget_exceeded,

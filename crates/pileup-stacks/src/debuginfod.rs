@@ -51,7 +51,14 @@ impl DebuginfodOptions {
     /// (space-separated), `DEBUGINFOD_CACHE_PATH`, `DEBUGINFOD_TIMEOUT`
     /// (seconds). `None` when no server is named.
     pub fn from_env() -> Option<DebuginfodOptions> {
-        let urls = urls_of(&std::env::var("DEBUGINFOD_URLS").ok()?);
+        DebuginfodOptions::for_servers(&[std::env::var("DEBUGINFOD_URLS").ok()?])
+    }
+
+    /// The servers of `lists` (each a `DEBUGINFOD_URLS`-style list, as
+    /// `--debuginfod` flags give them), with the environment's cache and
+    /// timeout. `None` when no server is named.
+    pub fn for_servers(lists: &[String]) -> Option<DebuginfodOptions> {
+        let urls: Vec<String> = lists.iter().flat_map(|l| urls_of(l)).collect();
         (!urls.is_empty()).then(|| DebuginfodOptions {
             urls,
             cache_dir: cache_dir(),
@@ -59,14 +66,30 @@ impl DebuginfodOptions {
             on_progress: None,
         })
     }
-}
 
-impl DebuginfodOptions {
     /// The client cache alone, no server: debug files fetched earlier (by
     /// `pileup stacks`, gdb or eu-stack) are used, nothing is fetched. For
     /// captures that must not wait on the network.
     pub fn cache_only() -> DebuginfodOptions {
         DebuginfodOptions { urls: vec![], cache_dir: cache_dir(), timeout: Duration::ZERO, on_progress: None }
+    }
+
+    /// What the user reads when a lookup of `module`'s debug file failed.
+    pub fn failed(&self, module: &str, e: &anyhow::Error) -> String {
+        format!(
+            "debuginfod ({}): no debug info for {module} ({e:#}); its unexported functions are labelled {module}+0xFUNCSTART",
+            self.urls.join(" ")
+        )
+    }
+
+    /// What the user reads when `module`'s debug file was fetched.
+    pub fn fetched(&self, module: &str, size: u64, took: Duration) -> String {
+        format!(
+            "debug info for {module} fetched from debuginfod ({:.1} MB in {:.1} s) into {}",
+            size as f64 / 1e6,
+            took.as_secs_f64(),
+            self.cache_dir.display()
+        )
     }
 }
 
@@ -231,22 +254,26 @@ pub struct Arrival {
 }
 
 /// Look up `wanted` (module index, module name, build-id) one after
-/// another on a thread of its own, so sampling never waits on the network.
+/// another, handing each outcome to `each` (which returns false to stop).
 /// The first failure ends the lookups: a server that does not answer is not
 /// asked again for the next module.
+fn lookup_each(o: &DebuginfodOptions, wanted: Vec<(usize, String, String)>, mut each: impl FnMut(Arrival) -> bool) {
+    for (module, name, id) in wanted {
+        let result = fetch(o, &name, &id);
+        let failed = result.is_err();
+        if !each(Arrival { module, result }) || failed {
+            break;
+        }
+    }
+}
+
+/// [`lookup_each`] on a thread of its own, so sampling never waits on the
+/// network.
 pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String, String)>) -> std::sync::mpsc::Receiver<Arrival> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("pileup-debuginfod".into())
-        .spawn(move || {
-            for (module, name, id) in wanted {
-                let result = fetch(&o, &name, &id);
-                let failed = result.is_err();
-                if tx.send(Arrival { module, result }).is_err() || failed {
-                    break;
-                }
-            }
-        })
+        .spawn(move || lookup_each(&o, wanted, |a| tx.send(a).is_ok()))
         .expect("spawning the debuginfod thread");
     rx
 }
@@ -262,20 +289,15 @@ pub fn fill_cache(pid: i32, debug_dirs: &[PathBuf], o: &DebuginfodOptions) -> Ve
     };
     let mods = crate::modules::ModuleSet::load(pid, &maps, debug_dirs);
     let mut notes = vec![];
-    for (_, name, id) in mods.wanting_debug_files() {
-        match fetch(o, &name, &id) {
-            Ok(Fetched::Fetched(_, size, took)) => notes.push(format!(
-                "debug info for {name} fetched from debuginfod ({:.1} MB in {:.1} s); captures name its functions from now on",
-                size as f64 / 1e6,
-                took.as_secs_f64()
-            )),
+    lookup_each(o, mods.wanting_debug_files(), |a| {
+        let name = &mods.modules[a.module].name;
+        match a.result {
+            Ok(Fetched::Fetched(_, size, took)) => notes.push(o.fetched(name, size, took)),
             Ok(_) => {}
-            Err(e) => {
-                notes.push(format!("debuginfod ({}): no debug info for {name} ({e:#})", o.urls.join(" ")));
-                break;
-            }
+            Err(e) => notes.push(o.failed(name, &e)),
         }
-    }
+        true
+    });
     notes
 }
 

@@ -318,17 +318,15 @@ pub struct Sampler {
     fetching: Option<Fetching>,
     /// The run was ended by a signal.
     interrupted: bool,
-    /// Samples whose lock waits were read before a module's debug file
-    /// arrived (named by exported symbols only).
-    classified_early: usize,
+    /// The note that lock waits were read before a module's debug file
+    /// arrived (by exported names only) was given.
+    noted_early_locks: bool,
 }
 
 /// Debug files being looked up on debuginfod's thread.
 struct Fetching {
     rx: std::sync::mpsc::Receiver<debuginfod::Arrival>,
     pending: usize,
-    urls: String,
-    timeout: Duration,
 }
 
 impl Sampler {
@@ -347,7 +345,7 @@ impl Sampler {
             notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
         }
         let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
-        Ok(Sampler {
+        let mut s = Sampler {
             pid,
             exe,
             maps,
@@ -370,12 +368,10 @@ impl Sampler {
             notes,
             fetching: None,
             interrupted: false,
-            classified_early: 0,
-        })
-        .map(|mut s| {
-            s.start_fetching();
-            s
-        })
+            noted_early_locks: false,
+        };
+        s.start_fetching();
+        Ok(s)
     }
 
     /// Look up missing debug files on a thread of its own; with
@@ -386,9 +382,8 @@ impl Sampler {
         if wanted.is_empty() {
             return;
         }
-        let (urls, timeout, pending) = (o.urls.join(" "), o.timeout, wanted.len());
-        let rx = debuginfod::spawn(o, wanted);
-        self.fetching = Some(Fetching { rx, pending, urls, timeout });
+        let pending = wanted.len();
+        self.fetching = Some(Fetching { rx: debuginfod::spawn(o, wanted), pending });
         if self.opts.debuginfod_wait {
             self.apply_fetched(true);
         }
@@ -397,11 +392,11 @@ impl Sampler {
     /// Use the debug files that have arrived (`wait`: all of them, each
     /// within the fetch timeout) and name again what was already sampled.
     fn apply_fetched(&mut self, wait: bool) {
-        let Some(f) = self.fetching.as_mut() else { return };
+        let (Some(f), Some(o)) = (self.fetching.as_mut(), self.opts.debuginfod.as_ref()) else { return };
         let mut changed = vec![];
         while f.pending > 0 {
             let got = if wait {
-                f.rx.recv_timeout(f.timeout + Duration::from_secs(2)).map_err(|e| e.to_string())
+                f.rx.recv_timeout(o.timeout + Duration::from_secs(2)).map_err(|e| e.to_string())
             } else {
                 match f.rx.try_recv() {
                     Ok(a) => Ok(a),
@@ -420,25 +415,16 @@ impl Sampler {
                     Ok(()) => changed.push(a.module),
                     Err(e) => self.notes.push(format!("debuginfod cache: {e:#}; not used")),
                 },
-                Ok(debuginfod::Fetched::Fetched(p, size, took)) => {
-                    if let Err(e) = self.mods.apply_debug_file(a.module, &p) {
-                        self.notes.push(format!("debuginfod ({}): {e:#}; not used", f.urls));
-                    } else {
+                Ok(debuginfod::Fetched::Fetched(p, size, took)) => match self.mods.apply_debug_file(a.module, &p) {
+                    Ok(()) => {
                         changed.push(a.module);
-                        self.notes.push(format!(
-                            "debug info for {name} fetched from debuginfod ({:.1} MB in {:.1} s) into {}",
-                            size as f64 / 1e6,
-                            took.as_secs_f64(),
-                            p.parent().and_then(|d| d.parent()).unwrap_or(&p).display()
-                        ));
+                        self.notes.push(o.fetched(&name, size, took));
                     }
-                }
+                    Err(e) => self.notes.push(format!("debuginfod ({}): {e:#}; not used", o.urls.join(" "))),
+                },
                 Ok(debuginfod::Fetched::NotFound) => {}
                 Err(e) => {
-                    self.notes.push(format!(
-                        "debuginfod ({}): no debug info for {name} ({e:#}); its unexported functions are labelled {name}+0xFUNCSTART",
-                        f.urls
-                    ));
+                    self.notes.push(o.failed(&name, &e));
                     f.pending = 0;
                 }
             }
@@ -454,8 +440,8 @@ impl Sampler {
     /// Name again every stored stack through the modules whose debug info
     /// just arrived.
     fn rename(&mut self, modules: &[usize]) {
-        if self.taken > 0 && self.classified_early == 0 {
-            self.classified_early = self.taken;
+        if self.taken > 0 && !self.noted_early_locks {
+            self.noted_early_locks = true;
             let names: Vec<&str> = modules.iter().map(|&i| self.mods.modules[i].name.as_str()).collect();
             self.notes.push(format!(
                 "the lock waits of the first {} sample(s) were read before the debug info of {} arrived (by exported names only); their stacks are named",
@@ -470,9 +456,9 @@ impl Sampler {
         addrs.extend(self.locks.iter().flat_map(|l| l.waiting_in_addrs.iter().chain(&l.holder_addrs).copied()));
         self.symbols.add(&self.mods, addrs);
         let syms = &self.symbols;
-        self.tally.refresh(|a| syms.frames(a).to_vec());
+        self.tally.refresh(|addrs| syms.stack(addrs));
         for t in self.samples.iter_mut().flat_map(|s| s.threads.iter_mut()) {
-            t.frames = t.addrs.iter().flat_map(|a| syms.frames(*a).iter().cloned()).collect();
+            t.frames = syms.stack(&t.addrs);
         }
         for l in &mut self.locks {
             l.waiting_in = syms.labels(&l.waiting_in_addrs);
@@ -594,7 +580,7 @@ impl Sampler {
         self.apply_fetched(false);
         self.symbols.add(&self.mods, threads.iter().flat_map(|t| t.addrs.iter().copied()));
         for t in &mut threads {
-            t.frames = t.addrs.iter().flat_map(|a| self.symbols.frames(*a).iter().cloned()).collect();
+            t.frames = self.symbols.stack(&t.addrs);
         }
         self.timing.symbolize_us += t_sym.elapsed().as_micros() as u64;
 

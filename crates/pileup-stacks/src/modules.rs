@@ -67,6 +67,17 @@ pub enum DebugFoundBy {
 }
 
 impl SymbolInfo {
+    /// Names come from the debug file at `path` too (`parsed`: what it
+    /// holds, when it could be read).
+    fn use_debug_file(&mut self, path: &Path, how: DebugFoundBy, parsed: Option<&object::File>) {
+        if let Some(o) = parsed {
+            self.dwarf |= o.section_by_name(".debug_info").is_some();
+            self.symtab = self.symtab.max(o.symbols().count());
+        }
+        self.debug_file = Some(path.display().to_string());
+        self.debug_found_by = Some(how);
+    }
+
     pub fn describe(&self) -> String {
         let origin = match self.debug_found_by {
             Some(DebugFoundBy::BuildId) => "debug file by build-id: ",
@@ -185,11 +196,7 @@ impl ModuleSet {
                 self.modules[idx].name
             );
         }
-        let s = &mut self.modules[idx].symbols;
-        s.dwarf |= o.section_by_name(".debug_info").is_some();
-        s.symtab = s.symtab.max(o.symbols().count());
-        s.debug_file = Some(path.display().to_string());
-        s.debug_found_by = Some(DebugFoundBy::Debuginfod);
+        self.modules[idx].symbols.use_debug_file(path, DebugFoundBy::Debuginfod, Some(&o));
         Ok(())
     }
 
@@ -343,15 +350,10 @@ fn build(
         ..Default::default()
     };
     if let Some((df, how)) = find_debug_file(pid, build_id.as_deref(), &obj, path, debug_dirs) {
-        symbols.debug_found_by = Some(how);
         // SAFETY: read-only mapping, see read_module_file.
-        if let Ok(d) = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }) {
-            if let Ok(o) = object::File::parse(&*d) {
-                symbols.dwarf |= o.section_by_name(".debug_info").is_some();
-                symbols.symtab = symbols.symtab.max(o.symbols().count());
-            }
-        }
-        symbols.debug_file = Some(df.display().to_string());
+        let d = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }).ok();
+        let o = d.as_deref().and_then(|d| object::File::parse(d).ok());
+        symbols.use_debug_file(&df, how, o.as_ref());
     }
     let m = Module { path: path.to_string(), open_path, name, avma, bias, build_id, symbols, func_starts };
     Ok((m, fh))

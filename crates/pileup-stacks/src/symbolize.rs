@@ -66,6 +66,11 @@ impl SymbolCache {
         self.by_addr.retain(|a, _| !which(*a));
     }
 
+    /// The frames of a stack's addresses, innermost first.
+    pub fn stack(&self, addrs: &[u64]) -> Vec<Frame> {
+        addrs.iter().flat_map(|a| self.frames(*a).iter().cloned()).collect()
+    }
+
     /// Frame labels of a stack's addresses.
     pub fn labels(&self, addrs: &[u64]) -> Vec<String> {
         addrs.iter().flat_map(|a| self.frames(*a).iter().map(|f| f.label.clone())).collect()

@@ -231,16 +231,11 @@ fn debuginfod_options(
     a: &StacksArgs,
     bars: &indicatif::MultiProgress,
 ) -> Option<pileup_stacks::debuginfod::DebuginfodOptions> {
-    use pileup_stacks::debuginfod::{self as d, DebuginfodOptions, FetchProgress, OnProgress};
+    use pileup_stacks::debuginfod::{DebuginfodOptions, FetchProgress, OnProgress};
     let mut o = if a.no_debuginfod {
         DebuginfodOptions::cache_only()
     } else if !a.debuginfod.is_empty() {
-        DebuginfodOptions {
-            urls: a.debuginfod.iter().flat_map(|u| d::urls_of(u)).collect(),
-            cache_dir: d::cache_dir(),
-            timeout: d::timeout_from_env(),
-            on_progress: None,
-        }
+        DebuginfodOptions::for_servers(&a.debuginfod).unwrap_or_else(DebuginfodOptions::cache_only)
     } else {
         DebuginfodOptions::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
     };

@@ -144,12 +144,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         let o = if a.debuginfod.is_empty() {
             DebuginfodOptions::from_env()
         } else {
-            Some(DebuginfodOptions {
-                urls: a.debuginfod.iter().flat_map(|u| d::urls_of(u)).collect(),
-                cache_dir: d::cache_dir(),
-                timeout: d::timeout_from_env(),
-                on_progress: None,
-            })
+            DebuginfodOptions::for_servers(&a.debuginfod)
         };
         if let Some(o) = o {
             let quiet = a.json;
