@@ -42,6 +42,20 @@ impl Seen {
     fn keep_only(&mut self, tids: &[i32]) {
         self.0.retain(|t, _| tids.contains(t));
     }
+
+    /// What `tids` of `pid` read since the last look, in all; a thread not
+    /// seen before counts from now (`from_now`) or from its birth. Threads
+    /// no longer in `tids` are forgotten.
+    fn read_since(&mut self, pid: i32, tids: &[i32], from_now: bool) -> u64 {
+        let mut sum = 0;
+        for &tid in tids {
+            if let Some(io) = task_io(pid, tid) {
+                sum += self.observe(tid, io.read, if from_now { io.read } else { 0 });
+            }
+        }
+        self.keep_only(tids);
+        sum
+    }
 }
 
 #[derive(Debug, Default)]
@@ -112,23 +126,12 @@ impl ReadTally {
         let Some(pid) = g.pid else { return };
         let first = !std::mem::replace(&mut g.counted, true);
         let Inner { appliers, applier_seen, readers, reader_seen, .. } = &mut *g;
-        let mut applier = 0;
-        for &tid in appliers.iter() {
-            if let Some(io) = task_io(pid, tid) {
-                // At the first look the applier's past reads are not ours
-                // to count; a thread found later started since.
-                applier += applier_seen.observe(tid, io.read, if first { io.read } else { 0 });
-            }
-        }
-        applier_seen.keep_only(appliers);
-        let mut prefetch = 0;
+        // At the first look the applier's past reads are not ours to count;
+        // a thread found later started since. A reader's thread counts from
+        // its first look (it served other connections before).
+        let applier = applier_seen.read_since(pid, appliers, first);
         let tids: Vec<i32> = readers.values().copied().collect();
-        for &tid in &tids {
-            if let Some(io) = task_io(pid, tid) {
-                prefetch += reader_seen.observe(tid, io.read, io.read);
-            }
-        }
-        reader_seen.keep_only(&tids);
+        let prefetch = reader_seen.read_since(pid, &tids, true);
         counters.reads_attributed.store(u64::from(g.readers_do_all), Relaxed);
         counters.applier_read_bytes.fetch_add(applier, Relaxed);
         counters.prefetch_read_bytes.fetch_add(prefetch, Relaxed);
