@@ -5,7 +5,9 @@
 //!
 //! Unthrottled sysbench (point selects, then read-write) keeps the CPUs at
 //! 100%; windows of `--window` seconds alternate between the tools, round
-//! after round, so drift in the machine hits every tool alike. Per window it
+//! after round, each tool's window between two windows without sampling, so
+//! drift in the machine hits every tool alike and each tool is also
+//! measured against its own flanking windows (the paired ratio). Per window it
 //! records sysbench's per-second throughput, the worst round trip of a probe
 //! client looping `DO 1` on its own connection, and pileup's own stop
 //! statistics. Reported per tool: throughput as a ratio of medians against
@@ -15,7 +17,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,rolling-one-10hz,rolling-one-100hz,accept-100hz,eu-stack,gdb,perf] [--out FILE]";
+const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-NhZ[-normal]; no mode: pileup's default) [--out FILE]";
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -106,7 +108,9 @@ fn main() -> Result<()> {
     let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(10));
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
     let tools: Vec<String> = arg(&args, "--tools")
-        .unwrap_or_else(|| "none,all-1hz,all-10hz,all-10hz-normal,one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,eu-stack,gdb,perf".into())
+        .unwrap_or_else(|| {
+            "none,all-1hz,all-10hz,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,eu-stack,gdb,perf".into()
+        })
         .split(',')
         .map(String::from)
         .collect();
@@ -139,29 +143,48 @@ fn main() -> Result<()> {
         let busy = busy.context("no sysbench connection found in the processlist")?;
         let threads = std::fs::read_dir(format!("/proc/{}/task", sb.pid()))?.count();
         let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
+        // Every tool window sits between two windows without sampling: its
+        // paired ratio is against their mean, which cancels the drift that
+        // a ratio against the run's median leaves in.
+        let mut order: Vec<(usize, f64)> = vec![];
+        let mut run = |i: usize, r: usize, results: &mut Vec<Vec<Window>>| -> Result<()> {
+            let tool = &tools[i];
+            let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
+            eprintln!(
+                "   round {r} {tool:<22} {:8.1} tps, probe worst {:7.2} ms, tool CPU {:.2} cores{}{}",
+                win.tps,
+                win.worst_ms,
+                win.cpu_cores,
+                win.captures.map(|c| format!(", {c} captures")).unwrap_or_default(),
+                win.stop
+                    .map(|s| format!(
+                        ", stopped median {:.2} worst {:.2} ms, longest thread {:.2} ms (held {:.2})",
+                        s[0], s[1], s[2], s[3]
+                    ))
+                    .unwrap_or_default()
+            );
+            order.push((i, win.tps));
+            results[i].push(win);
+            std::thread::sleep(Duration::from_secs(2));
+            Ok(())
+        };
         for r in 0..rounds {
-            for (i, tool) in tools.iter().enumerate() {
-                let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
-                eprintln!(
-                    "   round {r} {tool:<18} {:8.1} tps, probe worst {:7.2} ms, tool CPU {:.2} cores{}{}",
-                    win.tps,
-                    win.worst_ms,
-                    win.cpu_cores,
-                    win.captures.map(|c| format!(", {c} captures")).unwrap_or_default(),
-                    win.stop
-                        .map(|s| format!(
-                            ", stopped median {:.2} worst {:.2} ms, longest thread {:.2} ms (held {:.2})",
-                            s[0], s[1], s[2], s[3]
-                        ))
-                        .unwrap_or_default()
-                );
-                results[i].push(win);
-                std::thread::sleep(Duration::from_secs(2));
+            for i in 1..tools.len() {
+                run(0, r, &mut results)?;
+                run(i, r, &mut results)?;
+            }
+        }
+        run(0, rounds, &mut results)?;
+        let mut paired: Vec<Vec<f64>> = vec![vec![]; tools.len()];
+        for k in 1..order.len().saturating_sub(1) {
+            let (i, tps) = order[k];
+            if i != 0 {
+                paired[i].push(tps / ((order[k - 1].1 + order[k + 1].1) / 2.0));
             }
         }
         drop(probe);
         drop(load);
-        report.push_str(&table(w, threads, &tools, &results));
+        report.push_str(&table(w, threads, &tools, &results, &paired));
     }
     let _ = std::fs::remove_dir_all(&scratch);
     print!("{report}");
@@ -229,27 +252,26 @@ fn run_window(
                 Some(t) => (t, true),
                 None => (t, false),
             };
-            let (mode, rest) = match t.strip_prefix("rolling-") {
-                Some(r) => ("rolling", r),
-                None => ("consistent", t),
-            };
+            let (mode, rest) = split_mode(t);
             let (which, hz) = rest.split_once('-').with_context(|| format!("unknown tool {t}"))?;
             let hz: u64 =
                 hz.strip_suffix("hz").and_then(|h| h.parse().ok()).with_context(|| format!("unknown tool {t}"))?;
             let json = scratch.join("stacks.json");
             let mut cmd = Command::new(pileup);
-            cmd.args(["stacks", "--pid", &pid, "-S", sock, "-u", "root", "--mode", mode, "--duration"])
-                .arg(format!("{secs}s"))
-                .args([
-                    "--interval-ms",
-                    &(1000 / hz.max(1)).to_string(),
-                    "--keep-samples",
-                    "1",
-                    "--format",
-                    "json",
-                    "-o",
-                ])
-                .arg(&json);
+            cmd.args(["stacks", "--pid", &pid, "-S", sock, "-u", "root", "--duration"]).arg(format!("{secs}s"));
+            if let Some(m) = mode {
+                cmd.args(["--mode", m]);
+            }
+            cmd.args([
+                "--interval-ms",
+                &(1000 / hz.max(1)).to_string(),
+                "--keep-samples",
+                "1",
+                "--format",
+                "json",
+                "-o",
+            ])
+            .arg(&json);
             if normal {
                 cmd.arg("--normal-priority");
             }
@@ -299,7 +321,7 @@ fn children_cpu() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>]) -> String {
+fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
     let base_tps = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
     let base_worst = median(results[0].iter().map(|w| w.worst_ms).collect());
     let spread = {
@@ -314,7 +336,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
     let mut md = format!(
         "\n### {workload}, {threads} server threads: {base_tps:.0} tps without sampling, probe worst round trip {base_worst:.2} ms{spread}\n\n"
     );
-    md.push_str("| tool | throughput (tps) | ÷ no sampling | throughput lost | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired) | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
         let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
@@ -329,10 +351,11 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
             }
         };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {:.1}% | {worst:.2} | {:+.2} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
             describe(tool),
             tps / base_tps,
-            100.0 * (1.0 - tps / base_tps),
+            if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
+            if i == 0 { "–".into() } else { format!("{:.1}%", 100.0 * (1.0 - median(paired[i].clone()))) },
             worst - base_worst,
             median(r.iter().map(|w| w.cpu_cores).collect()),
             if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
@@ -357,11 +380,10 @@ fn describe(tool: &str) -> String {
                 Some(t) => (t, ", normal priority"),
                 None => (t, ""),
             };
-            let (mode, rest) = match t.strip_prefix("rolling-") {
-                Some(r) => ("rolling", r),
-                None => ("consistent", t),
-            };
+            let (mode, rest) = split_mode(t);
             let (which, hz) = rest.split_once('-').unwrap_or((rest, ""));
+            // pileup's default: consistent for all threads, passive with --threads.
+            let mode = mode.unwrap_or(if which == "all" { "consistent" } else { "passive" });
             let which = match which {
                 "all" => "all threads",
                 "accept" => "the accept thread (idle in poll)",
@@ -370,4 +392,15 @@ fn describe(tool: &str) -> String {
             format!("pileup {mode}, {which} at {} Hz{prio}", hz.trim_end_matches("hz"))
         }
     }
+}
+
+/// `[consistent-|rolling-|passive-]REST`: the mode asked for, if any
+/// (otherwise pileup's default for the threads chosen).
+fn split_mode(t: &str) -> (Option<&'static str>, &str) {
+    for m in ["consistent", "rolling", "passive"] {
+        if let Some(r) = t.strip_prefix(m).and_then(|r| r.strip_prefix('-')) {
+            return (Some(m), r);
+        }
+    }
+    (None, t)
 }

@@ -20,6 +20,9 @@
 //!   threads were stopped at the same instant.
 //! * `Rolling`: one thread at a time — the least stop for any single thread,
 //!   but threads are seen at slightly different moments.
+//! * `Passive`: no thread is stopped at all ([`passive`]): blocked threads
+//!   are read as they sleep, running ones sampled on their CPU by a perf
+//!   event. For one or a few threads sampled for a long time.
 
 use std::io::IoSliceMut;
 use std::time::{Duration, Instant};
@@ -32,6 +35,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use serde::Serialize;
 
+pub mod passive;
+pub mod perf;
+
 use crate::error::{tracer_of, StacksError};
 use crate::proc::{find_map, MapEntry, SYS_FUTEX};
 
@@ -43,6 +49,19 @@ pub enum Mode {
     Consistent,
     /// One thread at a time: the least stop for any single thread.
     Rolling,
+    /// No thread stopped: blocked threads read as they sleep, running ones
+    /// sampled on their CPU (perf events). The default with --threads.
+    Passive,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Consistent => "consistent",
+            Mode::Rolling => "rolling",
+            Mode::Passive => "passive",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -182,6 +201,9 @@ pub struct CaptureStats {
     pub stack_bytes_copied: u64,
     /// True when `--max-stop-ms` ran out and the capture was cut short.
     pub budget_exceeded: bool,
+    /// Passive mode: threads read while blocked, and sampled on their CPU.
+    pub threads_read_blocked: usize,
+    pub threads_sampled_on_cpu: usize,
 }
 
 pub struct RawSample {
@@ -196,6 +218,9 @@ pub fn capture(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions)
     if !cfg!(target_arch = "x86_64") {
         return Err(StacksError::UnsupportedArch);
     }
+    if opts.mode == Mode::Passive {
+        return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
+    }
     let tids = tids.to_vec();
     let maps = maps.to_vec();
     let opts = opts.clone();
@@ -205,6 +230,7 @@ pub fn capture(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions)
         .spawn(move || match opts.mode {
             Mode::Consistent => capture_consistent(pid, &tids, &maps, &opts),
             Mode::Rolling => capture_rolling(pid, &tids, &maps, &opts),
+            Mode::Passive => unreachable!("passive capture runs on the caller's thread"),
         })
         .expect("spawning the capture thread")
         .join()
@@ -641,7 +667,7 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
     Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "rolling"))
 }
 
-fn finish(
+pub(crate) fn finish(
     tids: &[i32],
     mut threads: Vec<RawThread>,
     missed: Vec<Missed>,
@@ -675,6 +701,8 @@ fn finish(
         capture_us: t0.elapsed().as_micros() as u64,
         stack_bytes_copied: threads.iter().map(|t| t.stack.len() as u64).sum(),
         budget_exceeded,
+        threads_read_blocked: 0,
+        threads_sampled_on_cpu: 0,
     };
     RawSample { threads, missed, stats }
 }

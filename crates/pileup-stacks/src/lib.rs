@@ -193,6 +193,10 @@ pub struct StopSummary {
     pub longest_held_us: u64,
     /// Samples whose `--max-stop-ms` ran out.
     pub budget_exceeded: usize,
+    /// Passive mode (nothing stopped): thread stacks read while the thread
+    /// was blocked, and sampled on its CPU.
+    pub read_blocked: usize,
+    pub sampled_on_cpu: usize,
     /// Threads missed, by reason.
     pub missed: BTreeMap<String, usize>,
     /// Unix time of the first and the last sample, milliseconds.
@@ -293,6 +297,40 @@ pub fn default_debug_dirs() -> Vec<std::path::PathBuf> {
 /// Samples kept whole unless told otherwise.
 pub const KEEP_SAMPLES: usize = 100;
 
+/// Whether `ra` can return from a call into the function holding `callee`
+/// (the check behind [`unwind::unwind`]'s search for a caller): it lies in
+/// a module's code right after a call instruction and, when that call is
+/// direct, its target is `callee`'s function per the unwind tables (or a
+/// PLT stub when `callee` is in another module). Calls through a register
+/// or memory cannot be told.
+fn call_into(pid: i32, mods: &modules::ModuleSet, ra: u64, callee: u64) -> bool {
+    let Some(m) = mods.find(ra) else { return false };
+    let mut b = [0u8; 8];
+    if capture::read_mem(pid, ra.wrapping_sub(8), &mut b) != 8 {
+        return false;
+    }
+    match unwind::call_before(&b) {
+        None => false,
+        Some(None) => true,
+        Some(Some(rel)) => {
+            let target = ra.wrapping_add(rel as i64 as u64);
+            match mods.find(callee) {
+                Some(c) if std::ptr::eq(c, m) => m.func_start(m.svma(target)) == m.func_start(m.svma(callee)),
+                // Into another module only through a PLT stub: a jump
+                // through the GOT (after endbr64 and a bnd prefix, if any).
+                _ => {
+                    let mut t = [0u8; 8];
+                    capture::read_mem(pid, target, &mut t) == 8 && {
+                        let t = if t[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { &t[4..] } else { &t[..] };
+                        let t = if t[0] == 0xf2 { &t[1..] } else { t };
+                        t[..2] == [0xff, 0x25]
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Samples one process. Modules are loaded once, at creation.
 pub struct Sampler {
     pub pid: i32,
@@ -318,6 +356,8 @@ pub struct Sampler {
     fetching: Option<Fetching>,
     /// The run was ended by a signal.
     interrupted: bool,
+    /// Passive capture's perf events, kept from sample to sample.
+    passive: capture::passive::Passive,
     /// The note that lock waits were read before a module's debug file
     /// arrived (by exported names only) was given.
     noted_early_locks: bool,
@@ -368,6 +408,7 @@ impl Sampler {
             notes,
             fetching: None,
             interrupted: false,
+            passive: Default::default(),
             noted_early_locks: false,
         };
         s.start_fetching();
@@ -499,7 +540,23 @@ impl Sampler {
     /// Take one sample: select threads, stop/copy/resume, unwind the copies.
     pub fn sample(&mut self) -> Result<&Sample, StacksError> {
         let pid = self.pid;
-        let tids_all = proc::tids(pid)?;
+        // Threads named by id alone are looked up, not listed: one thread at
+        // 10 Hz for hours must not read a directory of hundreds each time.
+        let f = &self.opts.filter;
+        let by_tid = !f.tids.is_empty() && f.roles.is_empty() && f.name.is_none();
+        let tids_all = if by_tid {
+            let mut v: Vec<i32> = f
+                .tids
+                .iter()
+                .copied()
+                .filter(|t| std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        } else {
+            proc::tids(pid)?
+        };
         // SQL and OS state are read before the stop, never during it.
         let t_ann = Instant::now();
         let sql = self.sql_threads();
@@ -539,9 +596,16 @@ impl Sampler {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(StacksError::ProcessExited(pid));
         }
-        let mut raw = capture::capture(pid, &chosen, &self.maps, &self.opts.capture)?;
-        raw.stats.threads_appeared =
-            proc::tids(pid).map(|now| now.iter().filter(|t| tids_all.binary_search(t).is_err()).count()).unwrap_or(0);
+        let mut raw = match self.opts.capture.mode {
+            // Its perf events live as long as the sampler.
+            Mode::Passive => self.passive.capture(pid, &chosen, &self.maps, &self.opts.capture),
+            _ => capture::capture(pid, &chosen, &self.maps, &self.opts.capture)?,
+        };
+        if !by_tid {
+            raw.stats.threads_appeared = proc::tids(pid)
+                .map(|now| now.iter().filter(|t| tids_all.binary_search(t).is_err()).count())
+                .unwrap_or(0);
+        }
         self.timing.capture_us += raw.stats.capture_us;
         if raw.threads.is_empty() && !chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(StacksError::ProcessExited(pid));
@@ -549,7 +613,9 @@ impl Sampler {
         let t_unw = Instant::now();
         let mut threads = Vec::with_capacity(raw.threads.len());
         for rt in raw.threads {
-            let u = unwind::unwind(&self.mods.unwinder, &mut self.cache, &rt.regs, rt.stack_addr, &rt.stack);
+            let mods = &self.mods;
+            let call_ok = |ra: u64, callee: u64| call_into(pid, mods, ra, callee);
+            let u = unwind::unwind(&mods.unwinder, &mut self.cache, &rt.regs, rt.stack_addr, &rt.stack, call_ok);
             let o = os.remove(&rt.tid).unwrap_or_default();
             let s = sql.get(&rt.tid).cloned();
             threads.push(ThreadStack {
@@ -639,6 +705,8 @@ impl Sampler {
         s.longest_thread_us = s.longest_thread_us.max(st.max_thread_stop_us);
         s.longest_held_us = s.longest_held_us.max(st.max_thread_held_us);
         s.budget_exceeded += st.budget_exceeded as usize;
+        s.read_blocked += st.threads_read_blocked;
+        s.sampled_on_cpu += st.threads_sampled_on_cpu;
         for m in &raw.missed {
             *s.missed.entry(m.reason.clone()).or_default() += 1;
         }

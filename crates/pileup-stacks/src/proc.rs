@@ -282,6 +282,48 @@ pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
     Some(OsThread { name, state, wchan, utime, stime, io_worker: flags & PF_IO_WORKER != 0 })
 }
 
+/// What `/proc/PID/task/TID/syscall` says of a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyscallState {
+    /// On a CPU or waiting for one: its registers cannot be read this way.
+    Running,
+    /// Blocked in system call `nr` (-1: blocked outside one, in a page
+    /// fault say) with these arguments, user stack pointer and program
+    /// counter. The kernel reads them only once the thread is off its CPU.
+    Blocked { nr: i64, args: [u64; 6], sp: u64, pc: u64 },
+}
+
+/// Parse `/proc/PID/task/TID/syscall`: `running`, `-1 SP PC`, or
+/// `NR ARG1 … ARG6 SP PC` (the numbers after NR in hex).
+pub fn parse_syscall(s: &str) -> Option<SyscallState> {
+    let s = s.trim();
+    if s == "running" {
+        return Some(SyscallState::Running);
+    }
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let nr: i64 = f.first()?.parse().ok()?;
+    let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+    let (args, rest) = match f.len() {
+        3 if nr == -1 => ([0; 6], &f[1..]),
+        9 => {
+            let mut a = [0u64; 6];
+            for (i, v) in a.iter_mut().enumerate() {
+                *v = hex(f[1 + i])?;
+            }
+            (a, &f[7..])
+        }
+        _ => return None,
+    };
+    Some(SyscallState::Blocked { nr, args, sp: hex(rest[0])?, pc: hex(rest[1])? })
+}
+
+/// The thread's scheduler counters (`/proc/PID/task/TID/schedstat`: CPU
+/// time, run-queue wait, time slices). Unchanged between two reads means
+/// the thread did not run in between.
+pub fn schedstat(pid: i32, tid: i32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()
+}
+
 /// Name of a Linux x86_64 system call, for the ones a database thread blocks in.
 pub fn syscall_name(nr: u64) -> String {
     let n = match nr {
@@ -336,6 +378,26 @@ pub const SYS_FUTEX: u64 = 202;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn syscall_files() {
+        assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
+        assert_eq!(
+            parse_syscall("202 0x560ab54c88f8 0x89 0x0 0x7716e95fecb0 0x0 0xffffffff 0x7716e95feba0 0x7f17068a3f16\n"),
+            Some(SyscallState::Blocked {
+                nr: 202,
+                args: [0x560ab54c88f8, 0x89, 0, 0x7716e95fecb0, 0, 0xffffffff],
+                sp: 0x7716e95feba0,
+                pc: 0x7f17068a3f16
+            })
+        );
+        assert_eq!(
+            parse_syscall("-1 0x7ffc473a5d40 0x7f170691a26f"),
+            Some(SyscallState::Blocked { nr: -1, args: [0; 6], sp: 0x7ffc473a5d40, pc: 0x7f170691a26f })
+        );
+        assert_eq!(parse_syscall("7 0x1 0x2"), None);
+        assert_eq!(parse_syscall(""), None);
+    }
 
     #[test]
     fn socket_tables() {

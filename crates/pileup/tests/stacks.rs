@@ -578,3 +578,77 @@ fn tens_of_thousands_of_samples_hold_flat_memory_and_a_signal_writes_the_profile
     let _ = load.kill();
     let _ = load.wait();
 }
+
+#[test]
+fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
+    let sb = sandbox();
+    let mut load = sysbench(&sb, "oltp_read_only", 16, 60);
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = sb.pid();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+
+    // A busy connection, sampled as fast as it goes for 3 s with --threads
+    // (passive by default), while the test watches every server thread's
+    // state: none may ever be in a tracing stop.
+    let mut c = sb.connect().unwrap();
+    let busy: u64 = c
+        .query_first(
+            "SELECT TID FROM information_schema.PROCESSLIST WHERE DB='sbtest' AND COMMAND<>'Sleep' ORDER BY ID LIMIT 1",
+        )
+        .unwrap()
+        .expect("a sysbench connection");
+    let dir = scratch("passive");
+    let out = dir.join("busy.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["stacks", "--pid", &pid.to_string(), "-S", &sock, "-u", "root", "--threads", &busy.to_string()])
+        .args(["--duration", "3s", "--interval-ms", "2", "--keep-samples", "1", "-f", "json", "-o"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    let mut looks = 0;
+    while child.try_wait().unwrap().is_none() {
+        let stopped: Vec<_> = thread_states(pid).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
+        assert!(stopped.is_empty(), "passive sampling stopped threads: {stopped:?}");
+        looks += 1;
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(looks > 100, "the thread states were read {looks} times only");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(j["mode"], "passive");
+    let st = &j["stops"];
+    let taken = st["samples"].as_u64().unwrap();
+    let (blocked, on_cpu) = (st["read_blocked"].as_u64().unwrap(), st["sampled_on_cpu"].as_u64().unwrap());
+    assert!(taken > 200, "{taken} samples in 3 s at 2 ms");
+    assert_eq!(st["worst_window_us"], 0, "nothing stopped: {st}");
+    assert!(on_cpu > 0 && blocked > 0, "a busy connection is seen both running and blocked: {st}");
+    assert_eq!(blocked + on_cpu, j["thread_stacks"].as_u64().unwrap(), "{st}");
+    let stacks = j["stacks"].as_array().unwrap();
+    assert!(
+        stacks.iter().any(|s| labels(s).iter().any(|l| l.contains("dispatch_command"))),
+        "the connection's statements are in its stacks"
+    );
+
+    // All threads, passive and consistent: every stack unwinds to a
+    // thread's root in both (a blocked thread's frame pointer is not known
+    // without a stop; its callers are found from the stack), and the idle
+    // connections' stacks are the same.
+    let roots = ["start_thread", "__clone3", "_start"];
+    let mut idle = vec![];
+    for mode in ["passive", "consistent"] {
+        let j = stacks_json(&sb, &["--mode", mode, "--samples", "3", "--no-sql"]);
+        let mut seen = std::collections::BTreeSet::new();
+        for s in j["stacks"].as_array().unwrap() {
+            let l = labels(s);
+            assert_eq!(s["partial"].as_u64(), Some(0), "{mode}: a partial stack: {l:?}");
+            assert!(l.iter().any(|f| roots.contains(&f.as_str())), "{mode}: a stack short of its root: {l:?}");
+            if l.first().map(String::as_str) == Some("__poll") && l.iter().any(|f| f == "do_command") {
+                seen.insert(l.join(";"));
+            }
+        }
+        idle.push(seen);
+    }
+    assert!(!idle[0].is_empty(), "idle connections seen");
+    assert_eq!(idle[0], idle[1], "idle connections' stacks, passive against consistent");
+    let _ = load.kill();
+    let _ = load.wait();
+}

@@ -109,10 +109,7 @@ pub(crate) fn subtitle(p: &Profile) -> String {
         "{} sample(s), {} thread stacks, {} mode; {:.0}% of frames named",
         p.stops.samples,
         p.thread_stacks,
-        match p.mode {
-            crate::Mode::Consistent => "consistent",
-            crate::Mode::Rolling => "rolling",
-        },
+        p.mode.name(),
         p.named_pct
     )
 }

@@ -39,10 +39,7 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         p.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         p.stops.samples,
         p.thread_stacks,
-        match p.mode {
-            crate::Mode::Consistent => "consistent",
-            crate::Mode::Rolling => "rolling",
-        }
+        p.mode.name()
     ));
     if p.stops.samples > 0 {
         let st = &p.stops;

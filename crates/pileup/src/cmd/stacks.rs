@@ -43,9 +43,13 @@ pub struct StacksArgs {
     /// Server process id, or "auto" for the one running mariadbd/mysqld.
     #[arg(long, default_value = "auto", value_name = "PID|auto")]
     pub pid: String,
-    /// How threads are stopped.
-    #[arg(long, value_enum, default_value_t = Mode::Consistent)]
-    pub mode: Mode,
+    /// How threads are read [default: consistent; passive with --threads].
+    /// Passive stops nothing: a blocked thread's stack is read while it
+    /// sleeps and a running one is sampled on its CPU by a perf event, so
+    /// one thread can be sampled for hours at no cost to it; threads are seen
+    /// one after another, not at one instant.
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Number of samples.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub samples: usize,
@@ -174,7 +178,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     }
     let opts = SamplerOptions {
         capture: CaptureOptions {
-            mode: a.mode,
+            mode: a.mode.unwrap_or(if a.threads.is_some() { Mode::Passive } else { Mode::Consistent }),
             stack_bytes: a.stack_bytes,
             max_stop: Duration::from_millis(a.max_stop_ms),
             raised_priority: !a.normal_priority,
@@ -319,7 +323,7 @@ fn print_stats(p: &pileup_stacks::Profile) {
         p.pid,
         p.exe,
         st.samples,
-        if p.mode == Mode::Consistent { "consistent" } else { "rolling" },
+        p.mode.name(),
         p.thread_stacks,
         p.stacks.len()
     );
@@ -345,7 +349,13 @@ fn print_stats(p: &pileup_stacks::Profile) {
             if st.budget_exceeded { " [--max-stop-ms exceeded]" } else { "" }
         );
     }
-    eprintln!(
+    if p.mode == Mode::Passive {
+        eprintln!(
+            "  passive: no thread stopped; {} thread stack(s) read while blocked, {} sampled on a CPU",
+            st.read_blocked, st.sampled_on_cpu
+        );
+    } else {
+        eprintln!(
         "  stopped windows: median {:.2} ms, 99th percentile {:.2} ms, worst {:.2} ms (sample {}); longest single thread {:.3} ms, held {:.3} ms once stopped",
         ms(st.median_window_us),
         ms(st.p99_window_us),
@@ -354,6 +364,7 @@ fn print_stats(p: &pileup_stacks::Profile) {
         ms(st.longest_thread_us),
         ms(st.longest_held_us)
     );
+    }
     let t = &p.timing;
     eprintln!(
         "  totals: load modules {:.1} ms, capture {:.2} ms, unwind {:.1} ms, symbolize {:.1} ms, annotate {:.1} ms; {:.0}% of frames named",
