@@ -17,7 +17,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-NhZ[-normal]; no mode: pileup's default) [--out FILE]";
+const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-Nhz[-normal][-nosql]; no mode: pileup's default; idle: a control that sleeps) [--out FILE]";
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -213,6 +213,12 @@ fn run_window(
     let mut w = Window { ok: true, ..Default::default() };
     match tool {
         "none" => std::thread::sleep(window),
+        // A control: a child process that does nothing for the window, run
+        // like a tool. Its paired ratio shows what the design itself reads
+        // as a loss.
+        "idle" => {
+            w.ok = Command::new("sleep").arg(&secs).status()?.success();
+        }
         "eu-stack" | "gdb" => {
             // As often as the tool manages, back to back, for the window.
             let mut n = 0;
@@ -248,6 +254,10 @@ fn run_window(
         }
         t => {
             // pileup: [rolling-]{all,one}-{N}hz[-normal]
+            let (t, no_sql) = match t.strip_suffix("-nosql") {
+                Some(t) => (t, true),
+                None => (t, false),
+            };
             let (t, normal) = match t.strip_suffix("-normal") {
                 Some(t) => (t, true),
                 None => (t, false),
@@ -274,6 +284,9 @@ fn run_window(
             .arg(&json);
             if normal {
                 cmd.arg("--normal-priority");
+            }
+            if no_sql {
+                cmd.arg("--no-sql");
             }
             match which {
                 "all" => {}
@@ -372,10 +385,15 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
 fn describe(tool: &str) -> String {
     match tool {
         "none" => "no sampling".into(),
+        "idle" => "control: `sleep` for the window (no sampling)".into(),
         "eu-stack" => "eu-stack, back to back".into(),
         "gdb" => "gdb `thread apply all bt`, back to back".into(),
         "perf" => "perf record -F 99 --call-graph dwarf".into(),
         t => {
+            let (t, sql) = match t.strip_suffix("-nosql") {
+                Some(t) => (t, ", no SQL"),
+                None => (t, ""),
+            };
             let (t, prio) = match t.strip_suffix("-normal") {
                 Some(t) => (t, ", normal priority"),
                 None => (t, ""),
@@ -389,7 +407,7 @@ fn describe(tool: &str) -> String {
                 "accept" => "the accept thread (idle in poll)",
                 _ => "one busy connection",
             };
-            format!("pileup {mode}, {which} at {} Hz{prio}", hz.trim_end_matches("hz"))
+            format!("pileup {mode}, {which} at {} Hz{prio}{sql}", hz.trim_end_matches("hz"))
         }
     }
 }
