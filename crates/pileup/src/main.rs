@@ -27,6 +27,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 ///             writes will need
 ///   lag       where a replica's apply time goes (page reads, locks, commit,
 ///             CPU), per table
+///   dump      parallel, consistent logical dump of schemas and data
+///   load      parallel restore of a dump
 ///   sandbox   throwaway mariadbd servers for tests and experiments
 ///
 /// Every command that talks SQL connects as the mysql client does
@@ -73,6 +75,10 @@ enum Command {
     Lag(cmd::lag::LagArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
     Binlog(cmd::binlog::BinlogArgs),
+    /// Parallel, consistent logical dump: tables in chunks, views, routines, triggers, events, binlog position.
+    Dump(cmd::dump::DumpArgs),
+    /// Load a dump in parallel (LOAD DATA, checks off, rows and checksums verified per chunk).
+    Load(cmd::dump::LoadArgs),
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
@@ -111,6 +117,8 @@ fn main() {
         Command::Binlog(a) => cmd::binlog::run(a),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
         Command::Lag(a) => cmd::lag::run(a, &conn),
+        Command::Dump(a) => cmd::dump::run_dump(a, &conn),
+        Command::Load(a) => cmd::dump::run_load(a, &conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {

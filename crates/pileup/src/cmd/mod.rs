@@ -1,4 +1,5 @@
 pub mod binlog;
+pub mod dump;
 pub mod lag;
 pub mod prefetch;
 pub mod sandbox;

@@ -1,0 +1,314 @@
+//! `pileup dump`: list → lock → snapshots → plan chunks → copy → manifest.
+//!
+//! Every thread opens its snapshot while commits are blocked
+//! ([`crate::snapshot`]); tables that are not transactional are copied in
+//! that window by the locking connection, and the lock is released. The
+//! threads then take work from one queue, largest table first: planning a
+//! table (its key's bounds in the snapshot) puts its chunks at the front of
+//! the queue, so one large table is copied by every thread. Each chunk is
+//! one file, compressed, 0600, written under a temporary name and renamed;
+//! the manifest is written last, so a dump cut short is never complete.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_conn::ConnSpec;
+
+use crate::chunk::{self, Range};
+use crate::manifest::{file_part, quote, Chunk, LockHeld, Manifest, Table, FORMAT, MANIFEST};
+use crate::schema::{self, Filter, Listed};
+use crate::snapshot::{self, LockOptions};
+
+#[derive(Debug, Clone)]
+pub struct DumpOptions {
+    pub dir: PathBuf,
+    pub threads: usize,
+    pub filter: Filter,
+    /// Extra condition on every table's rows.
+    pub where_: Option<String>,
+    pub chunk_rows: u64,
+    /// zstd level.
+    pub level: i32,
+    pub lock: LockOptions,
+}
+
+/// What the dump reports as it goes.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Tables chosen, with their estimated rows and bytes.
+    Planned {
+        tables: usize,
+        rows: u64,
+        bytes: u64,
+    },
+    /// The lock is released: how long it was held.
+    Unlocked {
+        statement: String,
+        held_ms: f64,
+        copied: Vec<String>,
+    },
+    Chunk {
+        table: String,
+        rows: u64,
+        bytes: u64,
+    },
+    Note(String),
+}
+
+enum Job {
+    Plan(usize),
+    Copy(usize, usize, Range),
+}
+
+struct Done {
+    table: usize,
+    seq: usize,
+    chunk: Chunk,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A worker's session: binary column values as they are stored, UTC
+/// timestamps, and no statement time limit (a chunk may take long).
+fn session(c: &mut mysql::Conn) -> Result<()> {
+    c.query_drop("SET SESSION max_statement_time = 0")?;
+    c.query_drop("SET NAMES binary")?;
+    c.query_drop("SET SESSION time_zone = '+00:00'")?;
+    Ok(())
+}
+
+pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Result<Manifest> {
+    if o.dir.join(MANIFEST).exists() {
+        bail!("{} already holds a complete dump; choose an empty directory", o.dir.display());
+    }
+    pileup_files::create_private_dir(&o.dir)?;
+    pileup_files::create_private_dir(&o.dir.join("data"))?;
+    let mut m = Manifest { format: FORMAT.into(), started: now_unix(), ..Default::default() };
+    let mut c = spec.connect()?;
+    let (flavor, version) = pileup_conn::flavor(&mut c)?;
+    m.server_version = version;
+    c.query_drop("SET SESSION max_statement_time = 0")?;
+    c.query_drop("SET NAMES utf8mb4")?;
+
+    // Definitions first: reading them takes no lock.
+    let (listed, views) = schema::list(&mut c, &o.filter)?;
+    if listed.is_empty() && views.is_empty() {
+        bail!("no table matches the selection; check --database, --include and --exclude");
+    }
+    let mut dbs: Vec<String> = listed.iter().map(|t| t.db.clone()).chain(views.iter().map(|v| v.0.clone())).collect();
+    dbs.sort();
+    dbs.dedup();
+    for db in &dbs {
+        m.databases.push(schema::database(&mut c, db)?);
+    }
+    for t in &listed {
+        m.tables.push(Table {
+            db: t.db.clone(),
+            name: t.name.clone(),
+            engine: t.engine.clone(),
+            create: schema::create_table(&mut c, &t.db, &t.name)?,
+            columns: schema::columns(&mut c, &t.db, &t.name)?,
+            chunk_key: if t.transactional() { schema::chunk_key(&mut c, &t.db, &t.name)? } else { None },
+            chunks: vec![],
+            size_estimate: t.size,
+        });
+    }
+    m.objects = schema::objects(&mut c, &dbs, &views)?;
+    on(Event::Planned {
+        tables: listed.len(),
+        rows: listed.iter().map(|t| t.rows).sum(),
+        bytes: listed.iter().map(|t| t.size).sum(),
+    });
+
+    // Workers connect before the lock, so the window holds only the
+    // snapshots' opening.
+    let n = o.threads.max(1);
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut w = spec.connect()?;
+        session(&mut w)?;
+        conns.push(w);
+    }
+    session(&mut c)?;
+    let held = snapshot::lock(&mut c, flavor == pileup_conn::Flavor::MariaDb, &o.lock, &mut |s| on(Event::Note(s)))?;
+    let opened: Result<()> = conns.iter_mut().try_for_each(snapshot::open);
+    m.position = snapshot::position(&mut c);
+    // Tables that are not transactional are copied now, while nothing commits.
+    let mut copied = vec![];
+    let mut early: Vec<Done> = vec![];
+    if opened.is_ok() {
+        for (i, t) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
+            match copy_chunk(&mut c, &o.dir, &m.tables[i], i, 0, Range::ALL, o) {
+                Ok(d) => {
+                    copied.push(format!("{}.{} ({})", t.db, t.name, t.engine));
+                    early.push(d);
+                }
+                Err(e) => {
+                    held.release(&mut c);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let statement = held.statement.to_string();
+    let held_for = held.release(&mut c);
+    opened.context("opening the threads' snapshots")?;
+    m.lock = LockHeld {
+        statement: statement.clone(),
+        held_ms: held_for.as_secs_f64() * 1e3,
+        copied_under_lock: copied.clone(),
+    };
+    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, copied });
+    for d in &early {
+        on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
+    }
+
+    // The queue: transactional tables, largest first.
+    let queue: Arc<Mutex<VecDeque<Job>>> = Arc::new(Mutex::new(
+        listed.iter().enumerate().filter(|(_, t)| t.transactional()).map(|(i, _)| Job::Plan(i)).collect(),
+    ));
+    let tables = Arc::new(m.tables.clone());
+    let listed = Arc::new(listed);
+    let failed = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<Result<Done>>();
+    let mut handles = vec![];
+    for mut w in conns {
+        let (queue, tables, listed, failed, tx, o) =
+            (queue.clone(), tables.clone(), listed.clone(), failed.clone(), tx.clone(), o.clone());
+        handles.push(std::thread::spawn(move || {
+            while !failed.load(Ordering::Relaxed) {
+                let Some(job) = queue.lock().unwrap().pop_front() else { break };
+                let r = match job {
+                    Job::Plan(i) => plan(&mut w, &tables[i], &listed[i], o.chunk_rows).map(|ranges| {
+                        let mut q = queue.lock().unwrap();
+                        for (seq, r) in ranges.into_iter().enumerate().rev() {
+                            q.push_front(Job::Copy(i, seq, r));
+                        }
+                    }),
+                    Job::Copy(i, seq, r) => match copy_chunk(&mut w, &o.dir, &tables[i], i, seq, r, &o) {
+                        Ok(d) => {
+                            let _ = tx.send(Ok(d));
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = r {
+                    failed.store(true, Ordering::Relaxed);
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            }
+            let _ = w.query_drop("COMMIT");
+        }));
+    }
+    drop(tx);
+    let mut first_error = None;
+    for r in rx {
+        match r {
+            Ok(d) => {
+                on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
+                early.push(d);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    if let Some(e) = first_error {
+        return Err(e.context(format!("the dump in {} is incomplete (no {MANIFEST})", o.dir.display())));
+    }
+    early.sort_by_key(|d| (d.table, d.seq));
+    for d in early {
+        m.tables[d.table].chunks.push(d.chunk);
+    }
+    m.finished = now_unix();
+    let json = serde_json::to_vec_pretty(&m)?;
+    pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
+    Ok(m)
+}
+
+fn table_name(t: &Table) -> String {
+    format!("{}.{}", t.db, t.name)
+}
+
+/// A table's chunks, from its key's bounds in this worker's snapshot.
+fn plan(w: &mut mysql::Conn, t: &Table, l: &Listed, chunk_rows: u64) -> Result<Vec<Range>> {
+    let Some(k) = &t.chunk_key else { return Ok(vec![Range::ALL]) };
+    if l.rows <= chunk_rows {
+        return Ok(vec![Range::ALL]);
+    }
+    let k = quote(k);
+    let (min, max): (Option<String>, Option<String>) = w
+        .query_first(format!("SELECT MIN({k}), MAX({k}) FROM {}.{}", quote(&t.db), quote(&t.name)))?
+        .unwrap_or((None, None));
+    let parse = |s: Option<String>| s.and_then(|s| s.parse::<i128>().ok());
+    Ok(match (parse(min), parse(max)) {
+        (Some(a), Some(b)) => chunk::ranges(a, b, l.rows, chunk_rows),
+        _ => vec![Range::ALL],
+    })
+}
+
+/// Copy one chunk to its file.
+fn copy_chunk(
+    w: &mut mysql::Conn,
+    dir: &Path,
+    t: &Table,
+    table: usize,
+    seq: usize,
+    r: Range,
+    o: &DumpOptions,
+) -> Result<Done> {
+    let cols = t.columns.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
+    let mut conds = vec![];
+    if let Some(k) = &t.chunk_key {
+        if let Some(c) = r.condition(&quote(k)) {
+            conds.push(c);
+        }
+    }
+    if let Some(wh) = &o.where_ {
+        conds.push(format!("({wh})"));
+    }
+    let mut sql = format!("SELECT {cols} FROM {}.{}", quote(&t.db), quote(&t.name));
+    if !conds.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conds.join(" AND "));
+    }
+    let file = format!("data/{}.{}.{seq:05}.tsv.zst", file_part(&t.db), file_part(&t.name));
+    let path = dir.join(&file);
+    let (mut rows, mut bytes, mut crc) = (0u64, 0u64, crc32fast::Hasher::new());
+    pileup_files::write_private(&path, |out| {
+        let mut z = zstd::Encoder::new(out, o.level)?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        // The binary protocol: values as stored (see tsv).
+        let result = w.exec_iter(sql.as_str(), ()).with_context(|| format!("reading {}", table_name(t)))?;
+        for row in result {
+            let row = row.with_context(|| format!("reading {}", table_name(t)))?;
+            crate::tsv::row(&mut buf, &row.unwrap());
+            rows += 1;
+            if buf.len() >= 1 << 16 {
+                crc.update(&buf);
+                bytes += buf.len() as u64;
+                z.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        crc.update(&buf);
+        bytes += buf.len() as u64;
+        z.write_all(&buf)?;
+        z.finish()?;
+        Ok(())
+    })?;
+    Ok(Done { table, seq, chunk: Chunk { file, range: r, rows, bytes, crc32: crc.finalize() } })
+}

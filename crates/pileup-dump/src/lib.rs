@@ -1,0 +1,21 @@
+//! pileup's dump and load: a parallel, consistent logical copy of schemas
+//! and data, and its restore.
+//!
+//! Data flow: dump = schema (what to copy) → snapshot (one consistent
+//! point for every thread, with its binlog position) → chunk (key ranges)
+//! → tsv (rows as `LOAD DATA` text) → files → manifest; load = manifest →
+//! tables → data in parallel → views, routines, triggers, events.
+//!
+//! A library without printing: progress goes through a callback.
+
+pub mod chunk;
+pub mod dump;
+pub mod load;
+pub mod manifest;
+pub mod schema;
+pub mod snapshot;
+pub mod tsv;
+
+pub use dump::{dump, DumpOptions};
+pub use load::{load, Existing, LoadOptions};
+pub use manifest::Manifest;

@@ -1,0 +1,287 @@
+//! `pileup load`: manifest → databases and tables → data in parallel
+//! (largest table first, chunks of one table on every thread) → views,
+//! routines, triggers and events.
+//!
+//! Data goes in with `LOAD DATA LOCAL INFILE`, streamed from the
+//! compressed chunk files, in sessions with foreign-key and unique checks
+//! off (the data comes from a consistent dump) and a strict SQL mode, so a
+//! value the table cannot hold is an error, not a warning. Every chunk's
+//! row count is checked against the manifest. Nothing global is changed on
+//! the server; `--no-binlog` turns the binary log off for these sessions.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_conn::ConnSpec;
+
+use crate::manifest::{quote, Kind, Manifest, Object, MANIFEST};
+
+/// What to do with a table that already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    Refuse,
+    Drop,
+    Skip,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub dir: PathBuf,
+    pub threads: usize,
+    pub existing: Existing,
+    /// Load database `from` into `to`.
+    pub rename: Vec<(String, String)>,
+    pub no_binlog: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Planned { tables: usize, rows: u64, bytes: u64 },
+    Chunk { table: String, rows: u64, bytes: u64 },
+    Note(String),
+}
+
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let p = dir.join(MANIFEST);
+    let b = match std::fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{} is not a complete pileup dump (no {MANIFEST}): the dump was cut short, or this is not a dump directory",
+            dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+    };
+    let m: Manifest = serde_json::from_slice(&b).with_context(|| format!("{} is corrupt", p.display()))?;
+    Ok(m)
+}
+
+fn target<'a>(o: &'a LoadOptions, db: &'a str) -> &'a str {
+    o.rename.iter().find(|(f, _)| f == db).map(|(_, t)| t.as_str()).unwrap_or(db)
+}
+
+/// A loading session (see the module docs).
+fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
+    c.query_drop("SET SESSION max_statement_time = 0")?;
+    c.query_drop("SET SESSION lock_wait_timeout = 31536000")?;
+    c.query_drop("SET SESSION foreign_key_checks = 0, unique_checks = 0")?;
+    c.query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO'")?;
+    c.query_drop("SET SESSION time_zone = '+00:00'")?;
+    if o.no_binlog {
+        c.query_drop("SET SESSION sql_log_bin = 0").context("--no-binlog needs the privilege to set sql_log_bin")?;
+    }
+    Ok(())
+}
+
+pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
+    let m = read_manifest(&o.dir)?;
+    let mut c = spec.connect()?;
+    session(&mut c, o)?;
+    c.query_drop("SET NAMES utf8mb4")?;
+
+    // Tables that exist already.
+    let mut skip = vec![false; m.tables.len()];
+    for (i, t) in m.tables.iter().enumerate() {
+        let db = target(o, &t.db);
+        let n: Option<u64> = c.exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (db, &t.name),
+        )?;
+        if n.unwrap_or(0) > 0 {
+            match o.existing {
+                Existing::Refuse => bail!(
+                    "table {db}.{} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)",
+                    t.name
+                ),
+                Existing::Drop => c.query_drop(format!("DROP TABLE {}.{}", quote(db), quote(&t.name)))?,
+                Existing::Skip => {
+                    skip[i] = true;
+                    on(Event::Note(format!("{db}.{} exists: skipped (--existing skip)", t.name)));
+                }
+            }
+        }
+    }
+    for d in &m.databases {
+        c.query_drop(format!(
+            "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET {} COLLATE {}",
+            quote(target(o, &d.name)),
+            d.charset,
+            d.collation
+        ))?;
+    }
+    for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
+        c.query_drop(format!("USE {}", quote(target(o, &t.db))))?;
+        c.query_drop(&t.create).with_context(|| format!("creating table {}.{}", target(o, &t.db), t.name))?;
+        let _ = i;
+    }
+    let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
+    on(Event::Planned {
+        tables: todo.len(),
+        rows: todo.iter().flat_map(|&i| &m.tables[i].chunks).map(|c| c.rows).sum(),
+        bytes: todo.iter().flat_map(|&i| &m.tables[i].chunks).map(|c| c.bytes).sum(),
+    });
+
+    // Chunks, largest table first.
+    let mut order = todo.clone();
+    order.sort_by_key(|&i| std::cmp::Reverse(m.tables[i].chunks.iter().map(|c| c.bytes).sum::<u64>()));
+    let queue: Arc<Mutex<VecDeque<(usize, usize)>>> =
+        Arc::new(Mutex::new(order.iter().flat_map(|&i| (0..m.tables[i].chunks.len()).map(move |k| (i, k))).collect()));
+    let m = Arc::new(m);
+    let failed = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<Result<(usize, usize)>>();
+    let mut handles = vec![];
+    for _ in 0..o.threads.max(1) {
+        let mut w = spec.connect()?;
+        session(&mut w, o)?;
+        let (queue, m, failed, tx, o) = (queue.clone(), m.clone(), failed.clone(), tx.clone(), o.clone());
+        handles.push(std::thread::spawn(move || {
+            while !failed.load(Ordering::Relaxed) {
+                let Some((i, k)) = queue.lock().unwrap().pop_front() else { break };
+                let r = load_chunk(&mut w, &o, &m, i, k).map(|_| (i, k));
+                let bad = r.is_err();
+                let _ = tx.send(r);
+                if bad {
+                    failed.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let mut first_error = None;
+    for r in rx {
+        match r {
+            Ok((i, k)) => {
+                let (t, ch) = (&m.tables[i], &m.tables[i].chunks[k]);
+                on(Event::Chunk { table: format!("{}.{}", target(o, &t.db), t.name), rows: ch.rows, bytes: ch.bytes });
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    create_objects(&mut c, o, &m.objects, &mut *on)
+}
+
+fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: usize) -> Result<()> {
+    let t = &m.tables[i];
+    let ch = &t.chunks[k];
+    let path = o.dir.join(&ch.file);
+    let file = std::fs::File::open(&path)
+        .with_context(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
+    let shown = path.display().to_string();
+    let expect = (ch.bytes, ch.crc32);
+    let state = Arc::new(Mutex::new(None::<String>));
+    let st = state.clone();
+    let mut file = Some(file);
+    w.set_local_infile_handler(Some(mysql::LocalInfileHandler::new(move |_, out| {
+        let Some(f) = file.take() else { return Ok(()) };
+        let mut z = zstd::Decoder::new(f)?;
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut n, mut crc) = (0u64, crc32fast::Hasher::new());
+        loop {
+            let got = match z.read(&mut buf) {
+                Ok(0) => break,
+                Ok(g) => g,
+                Err(e) => {
+                    *st.lock().unwrap() = Some(format!("{shown} is corrupt at byte {n} of its data ({e})"));
+                    return Err(e);
+                }
+            };
+            crc.update(&buf[..got]);
+            n += got as u64;
+            std::io::Write::write_all(out, &buf[..got])?;
+        }
+        if (n, crc.finalize()) != expect {
+            let msg = format!(
+                "{shown} does not match the manifest ({n} bytes read, {} expected, or a different checksum)",
+                expect.0
+            );
+            *st.lock().unwrap() = Some(msg.clone());
+            return Err(std::io::Error::other(msg));
+        }
+        Ok(())
+    })));
+    let cols = t.columns.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "LOAD DATA LOCAL INFILE 'chunk' INTO TABLE {}.{} {} ({cols})",
+        quote(target(o, &t.db)),
+        quote(&t.name),
+        crate::tsv::LOAD_FORMAT
+    );
+    let r = w.query_drop(&sql);
+    w.set_local_infile_handler(None);
+    if let Some(why) = state.lock().unwrap().take() {
+        bail!("{why}; table {}.{} is incomplete", target(o, &t.db), t.name);
+    }
+    r.map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
+        .with_context(|| format!("loading {} into {}.{}", ch.file, target(o, &t.db), t.name))?;
+    let loaded = w.affected_rows();
+    if loaded != ch.rows {
+        bail!("{} loaded {loaded} rows into {}.{}, the manifest says {}", ch.file, target(o, &t.db), t.name, ch.rows);
+    }
+    Ok(())
+}
+
+/// Views (each after the views it reads: created in rounds until none is
+/// left), then routines, triggers and events, each under the settings it
+/// was created with.
+fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mut dyn FnMut(Event)) -> Result<()> {
+    let mut views: Vec<&Object> = objs.iter().filter(|x| x.kind == Kind::View).collect();
+    while !views.is_empty() {
+        let mut left = vec![];
+        let mut last_err = None;
+        for v in &views {
+            match create(c, o, v) {
+                Ok(()) => {}
+                Err(e) => {
+                    last_err = Some(e);
+                    left.push(*v);
+                }
+            }
+        }
+        if left.len() == views.len() {
+            return Err(last_err.unwrap()).context("creating views");
+        }
+        views = left;
+    }
+    for x in objs.iter().filter(|x| x.kind != Kind::View) {
+        create(c, o, x).with_context(|| format!("creating {:?} {}.{}", x.kind, target(o, &x.db), x.name))?;
+    }
+    on(Event::Note(format!("{} view(s), routine(s), trigger(s) and event(s) created", objs.len())));
+    Ok(())
+}
+
+fn create(c: &mut mysql::Conn, o: &LoadOptions, x: &Object) -> Result<()> {
+    c.query_drop(format!("USE {}", quote(target(o, &x.db))))?;
+    let mut set = vec![];
+    if let Some(m) = &x.sql_mode {
+        set.push(format!("sql_mode = '{}'", m.replace('\'', "''")));
+    }
+    if let Some(cs) = &x.character_set_client {
+        set.push(format!("character_set_client = {cs}"));
+    }
+    if let Some(cc) = &x.collation_connection {
+        set.push(format!("collation_connection = {cc}"));
+    }
+    if let Some(tz) = &x.time_zone {
+        set.push(format!("time_zone = '{}'", tz.replace('\'', "''")));
+    }
+    if !set.is_empty() {
+        c.query_drop(format!("SET SESSION {}", set.join(", ")))?;
+    }
+    let r = c.query_drop(&x.create).map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)));
+    c.query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO', time_zone = '+00:00'")?;
+    c.query_drop("SET NAMES utf8mb4")?;
+    r
+}

@@ -1,0 +1,232 @@
+//! What a schema holds: the tables chosen, their definitions, the columns
+//! dumped, the key chunks are cut on, and the views, routines, triggers and
+//! events of the databases dumped, each with the session settings it was
+//! created under.
+
+use anyhow::{Context, Result};
+use mysql::prelude::Queryable;
+use mysql::Row;
+use regex::Regex;
+
+use crate::manifest::{quote, Database, Kind, Object};
+
+/// Schemas never dumped: the server's own.
+pub const SYSTEM: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
+
+/// Which tables: `db.table` names matched against include and exclude
+/// patterns, and whole databases by name.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub databases: Vec<String>,
+    pub include: Vec<Regex>,
+    pub exclude: Vec<Regex>,
+}
+
+impl Filter {
+    pub fn wants(&self, db: &str, table: &str) -> bool {
+        let full = format!("{db}.{table}");
+        (self.databases.is_empty() || self.databases.iter().any(|d| d == db))
+            && (self.include.is_empty() || self.include.iter().any(|r| r.is_match(&full)))
+            && !self.exclude.iter().any(|r| r.is_match(&full))
+    }
+}
+
+/// A base table as listed before the dump.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub db: String,
+    pub name: String,
+    pub engine: String,
+    pub rows: u64,
+    pub size: u64,
+}
+
+impl Listed {
+    /// Read consistently through a snapshot (InnoDB); other engines are
+    /// copied while commits are blocked.
+    pub fn transactional(&self) -> bool {
+        self.engine.eq_ignore_ascii_case("InnoDB")
+    }
+}
+
+/// A view: database and name.
+pub type ViewName = (String, String);
+
+/// Base tables and views chosen, largest first.
+pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewName>)> {
+    let rows: Vec<Row> = c
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, IFNULL(ENGINE, ''), IFNULL(TABLE_ROWS, 0), \
+             IFNULL(DATA_LENGTH, 0) + IFNULL(INDEX_LENGTH, 0) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
+             ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .context("listing tables (information_schema.TABLES)")?;
+    let mut tables = vec![];
+    let mut views = vec![];
+    for r in rows {
+        let (db, name, kind, engine, rows, size): (String, String, String, String, u64, u64) = mysql::from_row(r);
+        if !f.wants(&db, &name) {
+            continue;
+        }
+        match kind.as_str() {
+            "VIEW" => views.push((db, name)),
+            "BASE TABLE" | "SYSTEM VERSIONED" => tables.push(Listed { db, name, engine, rows, size }),
+            _ => {} // sequences and temporary tables: not dumped
+        }
+    }
+    tables.sort_by(|a, b| b.size.cmp(&a.size).then(a.db.cmp(&b.db)).then(a.name.cmp(&b.name)));
+    Ok((tables, views))
+}
+
+pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
+    let (charset, collation): (String, String) = c
+        .exec_first(
+            "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+            (db,),
+        )?
+        .with_context(|| format!("database {db} vanished during the dump"))?;
+    Ok(Database { name: db.into(), charset, collation })
+}
+
+pub fn create_table(c: &mut mysql::Conn, db: &str, t: &str) -> Result<String> {
+    let r: Row = c
+        .query_first(format!("SHOW CREATE TABLE {}.{}", quote(db), quote(t)))?
+        .with_context(|| format!("table {db}.{t} vanished during the dump"))?;
+    text(&r, 1)
+}
+
+/// Columns written and loaded, in order: generated columns are computed
+/// again by the server.
+pub fn columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<String>> {
+    Ok(c.exec(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+         AND EXTRA NOT LIKE '%GENERATED%' ORDER BY ORDINAL_POSITION",
+        (db, t),
+    )?)
+}
+
+/// The key chunks are cut on: the primary key, else a unique key, on one
+/// NOT NULL integer column.
+pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Option<String>> {
+    let k: Option<String> = c.exec_first(
+        "SELECT s.COLUMN_NAME FROM information_schema.STATISTICS s \
+         JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME \
+           AND c.COLUMN_NAME = s.COLUMN_NAME \
+         WHERE s.TABLE_SCHEMA = ? AND s.TABLE_NAME = ? AND s.NON_UNIQUE = 0 AND c.IS_NULLABLE = 'NO' \
+           AND c.DATA_TYPE IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') \
+           AND (SELECT COUNT(*) FROM information_schema.STATISTICS s2 WHERE s2.TABLE_SCHEMA = s.TABLE_SCHEMA \
+                AND s2.TABLE_NAME = s.TABLE_NAME AND s2.INDEX_NAME = s.INDEX_NAME) = 1 \
+         ORDER BY s.INDEX_NAME = 'PRIMARY' DESC, s.INDEX_NAME LIMIT 1",
+        (db, t),
+    )?;
+    Ok(k)
+}
+
+/// Views, routines, triggers and events of `dbs` (views also only those
+/// chosen), in the order they are created on load.
+pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Result<Vec<Object>> {
+    let mut out = vec![];
+    for (db, v) in views {
+        // From inside its database, the definition names that database's
+        // tables without it, so the view can be loaded under another name.
+        c.query_drop(format!("USE {}", quote(db)))?;
+        let r: Row = c.query_first(format!("SHOW CREATE VIEW {}", quote(v)))?.context("view vanished")?;
+        out.push(Object {
+            kind: Kind::View,
+            db: db.clone(),
+            name: v.clone(),
+            sql_mode: None,
+            character_set_client: Some(text(&r, 2)?),
+            collation_connection: Some(text(&r, 3)?),
+            time_zone: None,
+            create: text(&r, 1)?,
+        });
+    }
+    for db in dbs {
+        let routines: Vec<(String, String)> = c.exec(
+            "SELECT ROUTINE_TYPE, ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? \
+             AND ROUTINE_TYPE IN ('PROCEDURE', 'FUNCTION') ORDER BY ROUTINE_NAME",
+            (db,),
+        )?;
+        for (kind, name) in routines {
+            let r: Row = c
+                .query_first(format!("SHOW CREATE {kind} {}.{}", quote(db), quote(&name)))?
+                .context("routine vanished")?;
+            out.push(Object {
+                kind: if kind == "PROCEDURE" { Kind::Procedure } else { Kind::Function },
+                db: db.clone(),
+                name,
+                sql_mode: Some(text(&r, 1)?),
+                create: text(&r, 2)?,
+                character_set_client: Some(text(&r, 3)?),
+                collation_connection: Some(text(&r, 4)?),
+                time_zone: None,
+            });
+        }
+        let triggers: Vec<String> = c.exec(
+            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? \
+             ORDER BY EVENT_OBJECT_TABLE, ACTION_ORDER",
+            (db,),
+        )?;
+        for name in triggers {
+            let r: Row = c
+                .query_first(format!("SHOW CREATE TRIGGER {}.{}", quote(db), quote(&name)))?
+                .context("trigger vanished")?;
+            out.push(Object {
+                kind: Kind::Trigger,
+                db: db.clone(),
+                name,
+                sql_mode: Some(text(&r, 1)?),
+                create: text(&r, 2)?,
+                character_set_client: Some(text(&r, 3)?),
+                collation_connection: Some(text(&r, 4)?),
+                time_zone: None,
+            });
+        }
+        let events: Vec<String> = c.exec(
+            "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ? ORDER BY EVENT_NAME",
+            (db,),
+        )?;
+        for name in events {
+            let r: Row = c
+                .query_first(format!("SHOW CREATE EVENT {}.{}", quote(db), quote(&name)))?
+                .context("event vanished")?;
+            out.push(Object {
+                kind: Kind::Event,
+                db: db.clone(),
+                name,
+                sql_mode: Some(text(&r, 1)?),
+                time_zone: Some(text(&r, 2)?),
+                create: text(&r, 3)?,
+                character_set_client: Some(text(&r, 4)?),
+                collation_connection: Some(text(&r, 5)?),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn text(r: &Row, i: usize) -> Result<String> {
+    let b: Option<Vec<u8>> = r.get_opt(i).and_then(|x| x.ok());
+    Ok(String::from_utf8_lossy(&b.unwrap_or_default()).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_match_db_dot_table() {
+        let f = Filter {
+            databases: vec![],
+            include: vec![Regex::new(r"^shop\.").unwrap()],
+            exclude: vec![Regex::new(r"_log$").unwrap()],
+        };
+        assert!(f.wants("shop", "orders"));
+        assert!(!f.wants("shop", "orders_log"));
+        assert!(!f.wants("crm", "orders"));
+        let f = Filter { databases: vec!["crm".into()], ..Default::default() };
+        assert!(f.wants("crm", "x") && !f.wants("shop", "x"));
+    }
+}

@@ -1,0 +1,153 @@
+//! One snapshot for every thread. MariaDB has no way to share a read view
+//! between connections, so every thread opens its own (`START TRANSACTION
+//! WITH CONSISTENT SNAPSHOT`) while no transaction can commit: then all of
+//! them see the same committed state, and the binlog position read in that
+//! window is theirs.
+//!
+//! On MariaDB the window is `BACKUP STAGE BLOCK_COMMIT`, which blocks
+//! commits only; running statements go on, and no table is flushed (a
+//! global read lock waits for every running query and blocks every writer
+//! while it waits). MySQL gets `FLUSH TABLES WITH READ LOCK`. Each attempt
+//! waits at most `lock_wait_timeout` (1 s): a lock request never sits
+//! queued in front of the server's writers for longer. What keeps it from
+//! being granted is looked up and named: the caller waits for it up to a
+//! limit, aborts naming it, or kills it when asked.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use mysql::prelude::Queryable;
+
+use crate::manifest::Position;
+
+/// A query that may keep the lock from being granted.
+#[derive(Debug, Clone)]
+pub struct Blocker {
+    pub id: u64,
+    pub user: String,
+    pub seconds: u64,
+    pub info: String,
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "connection {} ({}) running for {} s: {}", self.id, self.user, self.seconds, self.info)
+    }
+}
+
+/// How the lock is taken.
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    /// Give up after this long of failed attempts.
+    pub wait: Duration,
+    /// Kill the queries that keep the lock from being granted.
+    pub kill: bool,
+}
+
+pub struct Held {
+    pub statement: &'static str,
+    pub at: Instant,
+    mariadb: bool,
+}
+
+/// Queries running for a second or more, longest first (not our own, not
+/// replication or server threads).
+pub fn long_queries(c: &mut mysql::Conn) -> Result<Vec<Blocker>> {
+    let rows: Vec<(u64, String, u64, Option<String>)> = c.query(
+        "SELECT ID, USER, TIME, LEFT(INFO, 200) FROM information_schema.PROCESSLIST \
+         WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump', 'Slave_IO', 'Slave_SQL', 'Slave_worker') \
+         AND TIME >= 1 ORDER BY TIME DESC",
+    )?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, user, seconds, info)| Blocker { id, user, seconds, info: info.unwrap_or_default() })
+        .collect())
+}
+
+fn is_lock_timeout(e: &mysql::Error) -> bool {
+    matches!(e, mysql::Error::MySqlError(m) if m.code == 1205)
+}
+
+/// Take the lock (see the module docs). `note` hears about waits.
+pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn FnMut(String)) -> Result<Held> {
+    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+    let t0 = Instant::now();
+    let mut killed = vec![];
+    loop {
+        let tried = if mariadb {
+            c.query_drop("BACKUP STAGE START").and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"))
+        } else {
+            c.query_drop("FLUSH TABLES WITH READ LOCK")
+        };
+        match tried {
+            Ok(()) => {
+                return Ok(Held {
+                    statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
+                    at: Instant::now(),
+                    mariadb,
+                })
+            }
+            Err(e) if is_lock_timeout(&e) => {
+                release(c, mariadb);
+                let blockers = long_queries(c)?;
+                let names = blockers.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
+                if o.kill && !blockers.is_empty() {
+                    for b in &blockers {
+                        if !killed.contains(&b.id) {
+                            let _ = c.query_drop(format!("KILL QUERY {}", b.id));
+                            note(format!("killed the query of {b} (--kill-long-queries)"));
+                            killed.push(b.id);
+                        }
+                    }
+                } else if t0.elapsed() >= o.wait {
+                    bail!(
+                        "could not take the snapshot lock in {} s: {}; wait for {} to finish, raise --lock-wait, or pass --kill-long-queries",
+                        o.wait.as_secs(),
+                        if names.is_empty() { "a commit or DDL kept it waiting".to_string() } else { names.clone() },
+                        if blockers.len() == 1 { "it" } else { "them" }
+                    );
+                } else {
+                    note(format!(
+                        "the snapshot lock waits ({}); retrying for up to {} s",
+                        if names.is_empty() { "no long query seen".into() } else { names },
+                        o.wait.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => {
+                release(c, mariadb);
+                bail!("taking the snapshot lock failed: {}", pileup_conn::plain(&e));
+            }
+        }
+    }
+}
+
+fn release(c: &mut mysql::Conn, mariadb: bool) {
+    let _ = c.query_drop(if mariadb { "BACKUP STAGE END" } else { "UNLOCK TABLES" });
+}
+
+impl Held {
+    pub fn release(self, c: &mut mysql::Conn) -> Duration {
+        release(c, self.mariadb);
+        self.at.elapsed()
+    }
+}
+
+/// Open a worker's snapshot (while the lock is held).
+pub fn open(w: &mut mysql::Conn) -> Result<()> {
+    w.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+    w.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
+    Ok(())
+}
+
+/// The binlog position (while the lock is held).
+pub fn position(c: &mut mysql::Conn) -> Position {
+    let master: Option<mysql::Row> = c.query_first("SHOW MASTER STATUS").unwrap_or(None);
+    let (binlog_file, binlog_pos) = match master {
+        Some(r) => (r.get_opt::<String, _>(0).and_then(|x| x.ok()), r.get_opt::<u64, _>(1).and_then(|x| x.ok())),
+        None => (None, None),
+    };
+    let gtid_binlog_pos: Option<String> = c.query_first("SELECT @@gtid_binlog_pos").unwrap_or(None);
+    Position { binlog_file, binlog_pos, gtid_binlog_pos }
+}
