@@ -77,9 +77,11 @@ fn now_unix() -> u64 {
 }
 
 /// A worker's session: binary column values as they are stored, UTC
-/// timestamps, and no statement time limit (a chunk may take long).
+/// timestamps, no statement time limit (a chunk may take long), and table
+/// locks waited for as long as it takes (a table being altered is read
+/// once the change is done).
 fn session(c: &mut mysql::Conn) -> Result<()> {
-    c.query_drop("SET SESSION max_statement_time = 0")?;
+    c.query_drop("SET SESSION max_statement_time = 0, lock_wait_timeout = 86400")?;
     c.query_drop("SET NAMES binary")?;
     c.query_drop("SET SESSION time_zone = '+00:00'")?;
     Ok(())
@@ -98,30 +100,16 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     c.query_drop("SET SESSION max_statement_time = 0")?;
     c.query_drop("SET NAMES utf8mb4")?;
 
-    // Definitions first: reading them takes no lock.
-    let (listed, views) = schema::list(&mut c, &o.filter)?;
-    if listed.is_empty() && views.is_empty() {
-        bail!("no table matches the selection; check --database, --include and --exclude");
-    }
-    let mut dbs: Vec<String> = listed.iter().map(|t| t.db.clone()).chain(views.iter().map(|v| v.0.clone())).collect();
-    dbs.sort();
-    dbs.dedup();
-    for db in &dbs {
-        m.databases.push(schema::database(&mut c, db)?);
-    }
-    for t in &listed {
-        m.tables.push(Table {
-            db: t.db.clone(),
-            name: t.name.clone(),
-            engine: t.engine.clone(),
-            create: schema::create_table(&mut c, &t.db, &t.name)?,
-            columns: schema::columns(&mut c, &t.db, &t.name)?,
-            chunk_key: if t.transactional() { schema::chunk_key(&mut c, &t.db, &t.name)? } else { None },
-            chunks: vec![],
-            size_estimate: t.size,
-        });
-    }
-    m.objects = schema::objects(&mut c, &dbs, &views)?;
+    // Definitions first: reading them takes no global lock, but a table
+    // being created or altered keeps them waiting (named, as for the lock).
+    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+    let (listed, dbs, tables, objects) =
+        snapshot::guarded(&mut c, &o.lock, "reading the definitions", &mut |s| on(Event::Note(s)), |c| {
+            definitions(c, &o.filter)
+        })?;
+    m.databases = dbs;
+    m.tables = tables;
+    m.objects = objects;
     on(Event::Planned {
         tables: listed.len(),
         rows: listed.iter().map(|t| t.rows).sum(),
@@ -237,6 +225,38 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     let json = serde_json::to_vec_pretty(&m)?;
     pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
     Ok(m)
+}
+
+type Definitions = (Vec<Listed>, Vec<crate::manifest::Database>, Vec<Table>, Vec<crate::manifest::Object>);
+
+/// The tables and views chosen and every definition the load needs.
+fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
+    let (listed, views) = schema::list(c, f)?;
+    if listed.is_empty() && views.is_empty() {
+        bail!("no table matches the selection; check --databases, --include and --exclude");
+    }
+    let mut names: Vec<String> = listed.iter().map(|t| t.db.clone()).chain(views.iter().map(|v| v.0.clone())).collect();
+    names.sort();
+    names.dedup();
+    let mut dbs = vec![];
+    for db in &names {
+        dbs.push(schema::database(c, db)?);
+    }
+    let mut tables = vec![];
+    for t in &listed {
+        tables.push(Table {
+            db: t.db.clone(),
+            name: t.name.clone(),
+            engine: t.engine.clone(),
+            create: schema::create_table(c, &t.db, &t.name)?,
+            columns: schema::columns(c, &t.db, &t.name)?,
+            chunk_key: if t.transactional() { schema::chunk_key(c, &t.db, &t.name)? } else { None },
+            chunks: vec![],
+            size_estimate: t.size,
+        });
+    }
+    let objects = schema::objects(c, &names, &views)?;
+    Ok((listed, dbs, tables, objects))
 }
 
 fn table_name(t: &Table) -> String {

@@ -83,25 +83,32 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     session(&mut c, o)?;
     c.query_drop("SET NAMES utf8mb4")?;
 
-    // Tables that exist already.
+    // Tables, views, routines, triggers and events that exist already.
     let mut skip = vec![false; m.tables.len()];
-    for (i, t) in m.tables.iter().enumerate() {
-        let db = target(o, &t.db);
-        let n: Option<u64> = c.exec_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-            (db, &t.name),
-        )?;
-        if n.unwrap_or(0) > 0 {
-            match o.existing {
-                Existing::Refuse => bail!(
-                    "table {db}.{} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)",
-                    t.name
-                ),
-                Existing::Drop => c.query_drop(format!("DROP TABLE {}.{}", quote(db), quote(&t.name)))?,
-                Existing::Skip => {
+    let mut skip_obj = vec![false; m.objects.len()];
+    let named = m
+        .tables
+        .iter()
+        .map(|t| ("TABLE", t.db.as_str(), t.name.as_str()))
+        .chain(m.objects.iter().map(|x| (kind_word(x.kind), x.db.as_str(), x.name.as_str())));
+    for (i, (kind, db, name)) in named.enumerate() {
+        let db = target(o, db);
+        if !exists(&mut c, kind, db, name)? {
+            continue;
+        }
+        let what = kind.to_lowercase();
+        match o.existing {
+            Existing::Refuse => bail!(
+                "{what} {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)"
+            ),
+            Existing::Drop => c.query_drop(format!("DROP {kind} IF EXISTS {}.{}", quote(db), quote(name)))?,
+            Existing::Skip => {
+                if i < skip.len() {
                     skip[i] = true;
-                    on(Event::Note(format!("{db}.{} exists: skipped (--existing skip)", t.name)));
+                } else {
+                    skip_obj[i - skip.len()] = true;
                 }
+                on(Event::Note(format!("{what} {db}.{name} exists: skipped (--existing skip)")));
             }
         }
     }
@@ -170,7 +177,29 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     if let Some(e) = first_error {
         return Err(e);
     }
-    create_objects(&mut c, o, &m.objects, &mut *on)
+    let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
+    create_objects(&mut c, o, &objs, &mut *on)
+}
+
+fn kind_word(k: Kind) -> &'static str {
+    match k {
+        Kind::View => "VIEW",
+        Kind::Procedure => "PROCEDURE",
+        Kind::Function => "FUNCTION",
+        Kind::Trigger => "TRIGGER",
+        Kind::Event => "EVENT",
+    }
+}
+
+fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool> {
+    let sql = match kind {
+        "TABLE" | "VIEW" => "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        "TRIGGER" => "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME = ?",
+        "EVENT" => "SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ? AND EVENT_NAME = ?",
+        _ => "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = ?",
+    };
+    let n: Option<u64> = c.exec_first(sql, (db, name))?;
+    Ok(n.unwrap_or(0) > 0)
 }
 
 fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: usize) -> Result<()> {

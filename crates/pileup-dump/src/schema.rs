@@ -164,23 +164,34 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
                 time_zone: None,
             });
         }
-        let triggers: Vec<String> = c.exec(
-            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? \
-             ORDER BY EVENT_OBJECT_TABLE, ACTION_ORDER",
+        // Rebuilt from their parts rather than taken as first written (which
+        // may name the database), so they load under another name too; in
+        // their firing order.
+        let triggers: Vec<mysql::Row> = c.exec(
+            "SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION, EVENT_OBJECT_TABLE, ACTION_STATEMENT, DEFINER, \
+             SQL_MODE, CHARACTER_SET_CLIENT, COLLATION_CONNECTION FROM information_schema.TRIGGERS \
+             WHERE TRIGGER_SCHEMA = ? ORDER BY EVENT_OBJECT_TABLE, EVENT_MANIPULATION, ACTION_TIMING, ACTION_ORDER",
             (db,),
         )?;
-        for name in triggers {
-            let r: Row = c
-                .query_first(format!("SHOW CREATE TRIGGER {}.{}", quote(db), quote(&name)))?
-                .context("trigger vanished")?;
+        for r in triggers {
+            let f = |i| text(&r, i);
+            let (name, timing, event, table, body, definer) = (f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?);
+            let definer = match definer.rsplit_once('@') {
+                Some((u, h)) => format!("{}@{}", quote(u), quote(h)),
+                None => quote(&definer),
+            };
             out.push(Object {
                 kind: Kind::Trigger,
                 db: db.clone(),
+                create: format!(
+                    "CREATE DEFINER={definer} TRIGGER {} {timing} {event} ON {} FOR EACH ROW {body}",
+                    quote(&name),
+                    quote(&table)
+                ),
                 name,
-                sql_mode: Some(text(&r, 1)?),
-                create: text(&r, 2)?,
-                character_set_client: Some(text(&r, 3)?),
-                collation_connection: Some(text(&r, 4)?),
+                sql_mode: Some(f(6)?),
+                character_set_client: Some(f(7)?),
+                collation_connection: Some(f(8)?),
                 time_zone: None,
             });
         }

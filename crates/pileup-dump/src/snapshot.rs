@@ -68,27 +68,26 @@ fn is_lock_timeout(e: &mysql::Error) -> bool {
     matches!(e, mysql::Error::MySqlError(m) if m.code == 1205)
 }
 
-/// Take the lock (see the module docs). `note` hears about waits.
-pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn FnMut(String)) -> Result<Held> {
-    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+fn lock_timeout_in(e: &anyhow::Error) -> bool {
+    e.chain().any(|x| x.downcast_ref::<mysql::Error>().is_some_and(is_lock_timeout))
+}
+
+/// Run `f`, which waits at most a second for any lock; while it times out,
+/// name the queries that keep it waiting and retry for up to `o.wait`, kill
+/// them when asked, or give up naming them. `what` says what waits.
+pub fn guarded<T>(
+    c: &mut mysql::Conn,
+    o: &LockOptions,
+    what: &str,
+    note: &mut dyn FnMut(String),
+    mut f: impl FnMut(&mut mysql::Conn) -> Result<T>,
+) -> Result<T> {
     let t0 = Instant::now();
     let mut killed = vec![];
     loop {
-        let tried = if mariadb {
-            c.query_drop("BACKUP STAGE START").and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"))
-        } else {
-            c.query_drop("FLUSH TABLES WITH READ LOCK")
-        };
-        match tried {
-            Ok(()) => {
-                return Ok(Held {
-                    statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
-                    at: Instant::now(),
-                    mariadb,
-                })
-            }
-            Err(e) if is_lock_timeout(&e) => {
-                release(c, mariadb);
+        match f(c) {
+            Ok(v) => return Ok(v),
+            Err(e) if lock_timeout_in(&e) => {
                 let blockers = long_queries(c)?;
                 let names = blockers.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
                 if o.kill && !blockers.is_empty() {
@@ -101,26 +100,50 @@ pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn 
                     }
                 } else if t0.elapsed() >= o.wait {
                     bail!(
-                        "could not take the snapshot lock in {} s: {}; wait for {} to finish, raise --lock-wait, or pass --kill-long-queries",
+                        "{what} waited {} s for a lock: {}; wait for {} to finish, raise --lock-wait, or pass --kill-long-queries",
                         o.wait.as_secs(),
                         if names.is_empty() { "a commit or DDL kept it waiting".to_string() } else { names.clone() },
                         if blockers.len() == 1 { "it" } else { "them" }
                     );
                 } else {
                     note(format!(
-                        "the snapshot lock waits ({}); retrying for up to {} s",
+                        "{what} waits for a lock ({}); retrying for up to {} s",
                         if names.is_empty() { "no long query seen".into() } else { names },
                         o.wait.as_secs()
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(250));
             }
-            Err(e) => {
-                release(c, mariadb);
-                bail!("taking the snapshot lock failed: {}", pileup_conn::plain(&e));
-            }
+            Err(e) => return Err(e),
         }
     }
+}
+
+/// Take the lock (see the module docs). `note` hears about waits.
+pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn FnMut(String)) -> Result<Held> {
+    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+    guarded(c, o, "the snapshot lock", note, |c| {
+        let tried = if mariadb {
+            c.query_drop("BACKUP STAGE START").and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"))
+        } else {
+            c.query_drop("FLUSH TABLES WITH READ LOCK")
+        };
+        match tried {
+            Ok(()) => Ok(Held {
+                statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
+                at: Instant::now(),
+                mariadb,
+            }),
+            Err(e) => {
+                release(c, mariadb);
+                if is_lock_timeout(&e) {
+                    Err(e.into())
+                } else {
+                    bail!("taking the snapshot lock failed: {}", pileup_conn::plain(&e))
+                }
+            }
+        }
+    })
 }
 
 fn release(c: &mut mysql::Conn, mariadb: bool) {

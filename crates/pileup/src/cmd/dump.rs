@@ -17,7 +17,7 @@ snapshot are recorded. Tables that are not transactional (Aria, MyISAM) are copi
 says so and for how long. A table with an integer key is cut into chunks of about --chunk-rows rows, largest table \
 first, so one large table is copied by every thread. Files are zstd-compressed, 0600, written under temporary names; \
 the manifest (pileup-dump.json) is written last, so a dump cut short is never taken for a complete one.\n\n\
-Examples:\n  pileup dump -S /run/mysqld/mysqld.sock -o /backup/shop --database shop\n  \
+Examples:\n  pileup dump -S /run/mysqld/mysqld.sock -o /backup/shop --databases shop\n  \
 pileup dump -o /backup/all --threads 8 --exclude '\\.log_'\n  pileup load /backup/shop --threads 8 --rename shop:shop_copy")]
 pub struct DumpArgs {
     /// Directory to write (created; must not hold a dump already).
@@ -26,8 +26,8 @@ pub struct DumpArgs {
     /// Connections copying at once.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
-    /// Only these databases (repeat, or comma-separated). Default: all but the server's own.
-    #[arg(long = "database", value_name = "DB", value_delimiter = ',')]
+    /// Only these databases (comma-separated, or repeated). Default: all but the server's own.
+    #[arg(short = 'B', long = "databases", value_name = "DB", value_delimiter = ',')]
     pub databases: Vec<String>,
     /// Only tables whose `db.table` matches this regular expression (repeatable).
     #[arg(long, value_name = "REGEX")]

@@ -1,0 +1,305 @@
+//! `pileup dump` and `pileup load` against real sandboxes.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mysql::prelude::Queryable;
+use pileup_sandbox::{Options, Sandbox};
+
+fn conn_args(sb: &Sandbox) -> Vec<String> {
+    vec!["-S".into(), sb.endpoint.socket.to_string_lossy().into_owned(), "-u".into(), "root".into()]
+}
+
+fn run(sb: &Sandbox, args: &[&str]) -> std::process::Output {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    a.extend(conn_args(sb));
+    Command::new(env!("CARGO_BIN_EXE_pileup")).args(&a).env_remove("MYSQL_PWD").output().unwrap()
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "pileup failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn checksum(c: &mut mysql::Conn, db: &str, t: &str) -> Option<u64> {
+    let r: Option<(String, Option<u64>)> = c.query_first(format!("CHECKSUM TABLE `{db}`.`{t}`")).unwrap();
+    r.and_then(|r| r.1)
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE DATABASE d1 CHARACTER SET latin1",
+    "USE d1",
+    "CREATE TABLE d1.t (id INT PRIMARY KEY, s VARCHAR(100) CHARACTER SET utf8mb4, b BLOB, vb VARBINARY(20), \
+     f FLOAT, dbl DOUBLE, dec1 DECIMAL(10,3), bt BIT(12), dt DATETIME(3), ts TIMESTAMP(6) NULL, j JSON, \
+     e ENUM('a','b'), st SET('x','y'), tm TIME(6), y YEAR, g INT AS (id*2) VIRTUAL, n INT NULL, \
+     l1 VARCHAR(10) CHARACTER SET latin1, gk VARCHAR(10) CHARACTER SET gbk, d DATE, neg BIGINT, u BIGINT UNSIGNED)",
+    "INSERT INTO d1.t (id,s,b,vb,f,dbl,dec1,bt,dt,ts,j,e,st,tm,y,n,l1,gk,d,neg,u) VALUES \
+     (1,'plain','blob',0x00ff10,1.1,0.1,12.345,b'101010101010','2024-01-02 03:04:05.678','2024-06-01 12:00:00.123456',\
+      '{\"k\":\"v\\\\\"q\"}','a','x,y','-838:59:59.000001',2024,NULL,'café',_gbk 0xC4E3BAC3,'2024-02-29',-9223372036854775808,18446744073709551615),\
+     (2,'quote''s \"dq\" back\\\\slash nl\\nline tab\\t 😀 end', 0x000102030a0d1a5c27225c4e, '', 3.4e38, \
+      1.7976931348623157e308, -0.001, b'0', '1000-01-01 00:00:00.000', NULL, '[]', 'b', '', '00:00:00', 1901, 0, '', '', '1000-01-01', 0, 0),\
+     (3,'\\\\N',NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL),\
+     (4,'',X'',X'',-0.0,5e-324,0,b'111111111111','2038-01-19 03:14:07.999','1970-01-01 00:00:01','{}','a','y','838:59:59',2155,-1,'x','x','9999-12-31',1,1)",
+    "CREATE TABLE d1.allbytes (id INT PRIMARY KEY, b VARBINARY(256))",
+    "CREATE TABLE d1.big (id BIGINT PRIMARY KEY, v VARCHAR(50), k INT, KEY (k))",
+    "INSERT INTO d1.big SELECT seq, CONCAT('row', seq), seq % 97 FROM seq_1_to_60000",
+    "CREATE TABLE d1.nokey (a INT, b TEXT)",
+    "INSERT INTO d1.nokey VALUES (1,'x'),(1,'x'),(2,NULL)",
+    "CREATE TABLE d1.ar (id INT PRIMARY KEY, v TEXT) ENGINE=Aria",
+    "INSERT INTO d1.ar VALUES (1,'aria')",
+    "CREATE TABLE d1.blobby (id INT PRIMARY KEY, b LONGBLOB)",
+    "INSERT INTO d1.blobby VALUES (1, REPEAT(0xABCDEF00, 1000000)), (2, '')",
+    "CREATE TABLE d1.part (id INT, p INT, PRIMARY KEY (id, p)) PARTITION BY RANGE (p) (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+    "INSERT INTO d1.part SELECT seq, seq % 20 FROM seq_1_to_100",
+    "CREATE TABLE d1.child (id INT PRIMARY KEY, big_id BIGINT, FOREIGN KEY (big_id) REFERENCES d1.big (id))",
+    "INSERT INTO d1.child VALUES (1, 5), (2, 59999)",
+    "CREATE VIEW d1.v1 AS SELECT id, s FROM d1.t",
+    "CREATE VIEW d1.v0 AS SELECT id FROM d1.v1 WHERE id > 1",
+    "CREATE PROCEDURE d1.p1(IN x INT) BEGIN SELECT x; SELECT x + 1; END",
+    "CREATE FUNCTION d1.f1(x INT) RETURNS INT DETERMINISTIC RETURN x * 2",
+    "CREATE TRIGGER d1.tr1 BEFORE INSERT ON d1.nokey FOR EACH ROW SET NEW.b = CONCAT(IFNULL(NEW.b, ''), '!')",
+    "CREATE EVENT d1.ev1 ON SCHEDULE EVERY 1 DAY STARTS '2030-01-01 00:00:00' DISABLE DO DELETE FROM d1.nokey WHERE a < 0",
+];
+
+#[test]
+fn every_type_and_object_survives_a_dump_and_a_load() {
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("SET NAMES utf8mb4").unwrap();
+    for s in SCHEMA {
+        c.query_drop(*s).unwrap_or_else(|e| panic!("{s}: {e}"));
+    }
+    // Every byte value, in one row and spread over rows.
+    let all: Vec<u8> = (0..=255).collect();
+    c.exec_drop("INSERT INTO d1.allbytes VALUES (0, ?)", (all.clone(),)).unwrap();
+    for b in 0..=255u8 {
+        c.exec_drop("INSERT INTO d1.allbytes VALUES (?, ?)", (b as i32 + 1, vec![b])).unwrap();
+    }
+    let dir = scratch("dump");
+    let out = dir.join("d1");
+    let text = ok(&run(
+        &sb,
+        &["dump", "-o", out.to_str().unwrap(), "--databases", "d1", "--chunk-rows", "10000", "--threads", "3"],
+    ));
+    assert!(text.contains("dumped 8 table(s)"), "{text}");
+    // Files hold data: 0600 files in 0700 directories.
+    for d in [out.clone(), out.join("data")] {
+        assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
+    }
+    let mut files = 0;
+    for e in std::fs::read_dir(out.join("data")).unwrap() {
+        let p = e.unwrap().path();
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600, "{}", p.display());
+        files += 1;
+    }
+    assert!(files >= 13, "the 60,000-row table is cut into chunks: {files} files");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("pileup-dump.json")).unwrap()).unwrap();
+    let big = m["tables"].as_array().unwrap().iter().find(|t| t["name"] == "big").unwrap();
+    assert!(big["chunks"].as_array().unwrap().len() >= 6, "{big}");
+    assert_eq!(m["lock"]["copied_under_lock"][0], "d1.ar (Aria)");
+
+    // Into another database of the same server, then checked table by table.
+    ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3"]));
+    for t in ["t", "allbytes", "big", "nokey", "ar", "blobby", "part", "child"] {
+        let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
+        assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
+    }
+    let cs: (String, String) = c
+        .query_first("SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'd2'")
+        .unwrap()
+        .unwrap();
+    assert_eq!(cs.0, "latin1");
+    // The trigger was created after the data: it did not fire on load.
+    let n: Vec<Option<String>> = c.query("SELECT b FROM d2.nokey ORDER BY a, b").unwrap();
+    assert_eq!(n, vec![Some("x".into()), Some("x".into()), None]);
+    // Views (one reading the other), routines, trigger and event, in d2.
+    let v: Vec<i32> = c.query("SELECT id FROM d2.v0 ORDER BY id").unwrap();
+    assert_eq!(v, vec![2, 3, 4]);
+    let vdef: String = c
+        .query_first(
+            "SELECT VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_SCHEMA = 'd2' AND TABLE_NAME = 'v1'",
+        )
+        .unwrap()
+        .unwrap();
+    assert!(vdef.contains("`d2`") && !vdef.contains("`d1`"), "the view reads the loaded tables: {vdef}");
+    let f: i32 = c.query_first("SELECT d2.f1(21)").unwrap().unwrap();
+    assert_eq!(f, 42);
+    c.query_drop("INSERT INTO d2.nokey VALUES (9, 'y')").unwrap();
+    let y: String = c.query_first("SELECT b FROM d2.nokey WHERE a = 9").unwrap().unwrap();
+    assert_eq!(y, "y!");
+    let ev: (String, String) = c
+        .query_first("SELECT STATUS, DATE_FORMAT(STARTS, '%Y-%m-%d %H:%i:%s') FROM information_schema.EVENTS WHERE EVENT_SCHEMA = 'd2'")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev, ("DISABLED".to_string(), "2030-01-01 00:00:00".to_string()));
+    let p: usize = c
+        .query_first::<usize, _>(
+            "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'd2' AND ROUTINE_NAME = 'p1'",
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(p, 1);
+
+    // Loading again is refused (nothing is touched), --existing drop replaces.
+    let again = run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2"]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("exists already") && err.contains("--existing"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--existing", "drop"]));
+    assert_eq!(checksum(&mut c, "d2", "big"), checksum(&mut c, "d1", "big"));
+
+    // A chunk file damaged on disk: the load names it and fails.
+    let chunk = out.join(big["chunks"][1]["file"].as_str().unwrap());
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let bad = run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d3"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains(chunk.file_name().unwrap().to_str().unwrap()), "{err}");
+
+    // A dump without its manifest is not a dump.
+    std::fs::remove_file(out.join("pileup-dump.json")).unwrap();
+    let cut = run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d4"]);
+    assert!(String::from_utf8_lossy(&cut.stderr).contains("not a complete pileup dump"));
+}
+
+#[test]
+fn a_dump_during_transfers_sees_one_instant_and_records_its_binlog_position() {
+    let sb = Sandbox::start(Options { base_dir: Some(it_base()), binlog: true, ..Default::default() }).unwrap();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE bank").unwrap();
+    c.query_drop("USE bank").unwrap();
+    c.query_drop("CREATE TABLE bank.acct (id INT PRIMARY KEY, bal BIGINT NOT NULL)").unwrap();
+    c.query_drop("INSERT INTO bank.acct SELECT seq, 1000 FROM seq_1_to_20000").unwrap();
+    c.query_drop("CREATE TABLE bank.moves (id INT AUTO_INCREMENT PRIMARY KEY, a INT, b INT, amt INT)").unwrap();
+    let total: i64 = 20000 * 1000;
+    // Transfers between accounts in two tables at once: any instant has
+    // the same sum, and one move row per transfer.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = vec![];
+    for w in 0..4 {
+        let stop = stop.clone();
+        let mut wc = sb.connect().unwrap();
+        writers.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            let mut x = 7919u64 * (w + 1);
+            while !stop.load(Ordering::Relaxed) {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let (a, b) = ((x >> 33) % 20000 + 1, (x >> 13) % 20000 + 1);
+                let mut t = wc.start_transaction(mysql::TxOpts::default()).unwrap();
+                t.exec_drop("UPDATE bank.acct SET bal = bal - 7 WHERE id = ?", (a,)).unwrap();
+                t.exec_drop("UPDATE bank.acct SET bal = bal + 7 WHERE id = ?", (b,)).unwrap();
+                t.exec_drop("INSERT INTO bank.moves (a, b, amt) VALUES (?, ?, 7)", (a, b)).unwrap();
+                t.commit().unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let dir = scratch("dump-bank");
+    let out = dir.join("bank");
+    let text = ok(&run(
+        &sb,
+        &[
+            "dump",
+            "-o",
+            out.to_str().unwrap(),
+            "--database",
+            "bank",
+            "--chunk-rows",
+            "2000",
+            "--threads",
+            "4",
+            "--json",
+        ],
+    ));
+    stop.store(true, Ordering::Relaxed);
+    let moved: u64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(moved > 100, "{moved} transfers during the test");
+    let done: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(done["event"], "done");
+    assert!(done["binlog_file"].as_str().is_some() && done["binlog_pos"].as_u64().unwrap() > 0, "{done}");
+    let held = done["lock_held_ms"].as_f64().unwrap();
+    assert!(held < 1000.0, "the lock was held {held} ms");
+    assert!(text.lines().any(|l| l.contains("\"event\":\"chunk\"")), "progress events: {text}");
+
+    ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "bank:copy", "--no-binlog"]));
+    let sum: i64 = c.query_first("SELECT SUM(bal) FROM copy.acct").unwrap().unwrap();
+    assert_eq!(sum, total, "the dump saw one instant of the transfers");
+    // The moves dumped are exactly those committed at the recorded position:
+    // the binlog up to it holds as many move inserts.
+    let moves: u64 = c.query_first("SELECT COUNT(*) FROM copy.moves").unwrap().unwrap();
+    let file = done["binlog_file"].as_str().unwrap();
+    let pos = done["binlog_pos"].as_u64().unwrap();
+    let events: Vec<mysql::Row> = c.query(format!("SHOW BINLOG EVENTS IN '{file}'")).unwrap();
+    let commits_before = events
+        .iter()
+        .filter(|r| r.get::<u64, _>(1).unwrap() < pos)
+        .filter(|r| r.get::<String, _>(2).unwrap() == "Xid")
+        .count() as u64;
+    // Setup wrote no Xid events (the tables were filled in one statement each: 1 Xid).
+    assert!(
+        commits_before == moves || commits_before == moves + 1,
+        "{moves} moves dumped, {commits_before} commits before the recorded position"
+    );
+    let dumped_sum_moves: i64 = c.query_first("SELECT COALESCE(SUM(amt), 0) FROM copy.moves").unwrap().unwrap();
+    assert_eq!(dumped_sum_moves, 7 * moves as i64);
+}
+
+#[test]
+fn the_snapshot_lock_names_the_query_that_blocks_it_and_kills_it_when_asked() {
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE g").unwrap();
+    c.query_drop("CREATE TABLE g.t (id INT PRIMARY KEY)").unwrap();
+    c.query_drop("INSERT INTO g.t VALUES (1)").unwrap();
+    // A CREATE ... SELECT holds the backup lock's DDL share while it runs.
+    let blocker = |secs: u32| {
+        let mut b = sb.connect().unwrap();
+        std::thread::spawn(move || {
+            let _ = b.query_drop("SET SESSION max_statement_time = 0");
+            b.query_drop(format!("CREATE TABLE g.slow SELECT SLEEP({secs}) AS s")).map_err(|e| e.to_string())
+        })
+    };
+    let h = blocker(8);
+    std::thread::sleep(Duration::from_millis(1500));
+    let dir = scratch("dump-guard");
+    let t0 = Instant::now();
+    let o = run(&sb, &["dump", "-o", dir.join("a").to_str().unwrap(), "--databases", "g", "--lock-wait", "2s"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("CREATE TABLE g.slow SELECT SLEEP(8)") && err.contains("--kill-long-queries"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(12), "gave up after {:?}: {err}", t0.elapsed());
+    assert!(!dir.join("a").join("pileup-dump.json").exists());
+    assert!(h.join().unwrap().is_ok(), "the blocking statement was left alone");
+
+    c.query_drop("DROP TABLE g.slow").unwrap();
+    let h = blocker(30);
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    let o = run(&sb, &["dump", "-o", dir.join("b").to_str().unwrap(), "--databases", "g", "--kill-long-queries"]);
+    ok(&o);
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("killed the query of connection"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = h.join().unwrap();
+    assert!(r.is_err(), "the blocking statement was killed: {r:?}");
+}
