@@ -93,7 +93,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     }
     pileup_files::create_private_dir(&o.dir)?;
     pileup_files::create_private_dir(&o.dir.join("data"))?;
-    let mut m = Manifest { format: FORMAT.into(), started: now_unix(), ..Default::default() };
+    let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
     let (flavor, version) = pileup_conn::flavor(&mut c)?;
     m.server_version = version;
@@ -290,45 +290,20 @@ fn copy_chunk(
     r: Range,
     o: &DumpOptions,
 ) -> Result<Done> {
-    let cols = t.columns.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
-    let mut conds = vec![];
-    if let Some(k) = &t.chunk_key {
-        if let Some(c) = r.condition(&quote(k)) {
-            conds.push(c);
-        }
-    }
-    if let Some(wh) = &o.where_ {
-        conds.push(format!("({wh})"));
-    }
-    let mut sql = format!("SELECT {cols} FROM {}.{}", quote(&t.db), quote(&t.name));
-    if !conds.is_empty() {
-        sql.push_str(" WHERE ");
-        sql.push_str(&conds.join(" AND "));
-    }
+    let sql = crate::copy::select(t, &t.db, &r, o.where_.as_deref());
     let file = format!("data/{}.{}.{seq:05}.tsv.zst", file_part(&t.db), file_part(&t.name));
     let path = dir.join(&file);
-    let (mut rows, mut bytes, mut crc) = (0u64, 0u64, crc32fast::Hasher::new());
+    let (mut bytes, mut crc, mut tally) = (0u64, crc32fast::Hasher::new(), Default::default());
     pileup_files::write_private(&path, |out| {
         let mut z = zstd::Encoder::new(out, o.level)?;
-        let mut buf = Vec::with_capacity(1 << 16);
-        // The binary protocol: values as stored (see tsv).
-        let result = w.exec_iter(sql.as_str(), ()).with_context(|| format!("reading {}", table_name(t)))?;
-        for row in result {
-            let row = row.with_context(|| format!("reading {}", table_name(t)))?;
-            crate::tsv::row(&mut buf, &row.unwrap());
-            rows += 1;
-            if buf.len() >= 1 << 16 {
-                crc.update(&buf);
-                bytes += buf.len() as u64;
-                z.write_all(&buf)?;
-                buf.clear();
-            }
-        }
-        crc.update(&buf);
-        bytes += buf.len() as u64;
-        z.write_all(&buf)?;
+        tally = crate::copy::stream(w, &sql, &table_name(t), |b| {
+            crc.update(b);
+            bytes += b.len() as u64;
+            Ok(z.write_all(b)?)
+        })?;
         z.finish()?;
         Ok(())
     })?;
-    Ok(Done { table, seq, chunk: Chunk { file, range: r, rows, bytes, crc32: crc.finalize() } })
+    let crate::copy::Tally { rows, row_sum } = tally;
+    Ok(Done { table, seq, chunk: Chunk { file, range: r, rows, row_sum, bytes, crc32: crc.finalize() } })
 }

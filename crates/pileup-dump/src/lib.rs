@@ -9,6 +9,7 @@
 //! A library without printing: progress goes through a callback.
 
 pub mod chunk;
+pub mod copy;
 pub mod dump;
 pub mod load;
 pub mod manifest;

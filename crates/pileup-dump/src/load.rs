@@ -37,12 +37,26 @@ pub struct LoadOptions {
     /// Load database `from` into `to`.
     pub rename: Vec<(String, String)>,
     pub no_binlog: bool,
+    /// Finish an interrupted load of this dump (see [`load_chunk`]).
+    pub resume: bool,
+    /// Read the loaded tables back and compare them with the dump.
+    pub verify: bool,
 }
 
 #[derive(Debug, Clone)]
 pub enum Event {
-    Planned { tables: usize, rows: u64, bytes: u64 },
-    Chunk { table: String, rows: u64, bytes: u64 },
+    Planned {
+        tables: usize,
+        rows: u64,
+        bytes: u64,
+    },
+    /// A chunk loaded, or found loaded already (`already`, on resume).
+    Chunk {
+        table: String,
+        rows: u64,
+        bytes: u64,
+        already: bool,
+    },
     Note(String),
 }
 
@@ -83,8 +97,11 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     session(&mut c, o)?;
     c.query_drop("SET NAMES utf8mb4")?;
 
-    // Tables, views, routines, triggers and events that exist already.
+    // Tables, views, routines, triggers and events that exist already. A
+    // resumed load keeps its own tables (their chunks are checked one by
+    // one) and the objects it created.
     let mut skip = vec![false; m.tables.len()];
+    let mut exists_t = vec![false; m.tables.len()];
     let mut skip_obj = vec![false; m.objects.len()];
     let named = m
         .tables
@@ -97,12 +114,14 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             continue;
         }
         let what = kind.to_lowercase();
-        match o.existing {
-            Existing::Refuse => bail!(
-                "{what} {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)"
+        match (o.resume, o.existing) {
+            (true, _) if i < skip.len() => exists_t[i] = true,
+            (true, _) => skip_obj[i - skip.len()] = true,
+            (false, Existing::Refuse) => bail!(
+                "{what} {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it), or --resume to finish an interrupted load"
             ),
-            Existing::Drop => c.query_drop(format!("DROP {kind} IF EXISTS {}.{}", quote(db), quote(name)))?,
-            Existing::Skip => {
+            (false, Existing::Drop) => c.query_drop(format!("DROP {kind} IF EXISTS {}.{}", quote(db), quote(name)))?,
+            (false, Existing::Skip) => {
                 if i < skip.len() {
                     skip[i] = true;
                 } else {
@@ -120,10 +139,9 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             d.collation
         ))?;
     }
-    for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
+    for (_, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i] && !exists_t[*i]) {
         c.query_drop(format!("USE {}", quote(target(o, &t.db))))?;
         c.query_drop(&t.create).with_context(|| format!("creating table {}.{}", target(o, &t.db), t.name))?;
-        let _ = i;
     }
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
     on(Event::Planned {
@@ -135,20 +153,56 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     // Chunks, largest table first.
     let mut order = todo.clone();
     order.sort_by_key(|&i| std::cmp::Reverse(m.tables[i].chunks.iter().map(|c| c.bytes).sum::<u64>()));
-    let queue: Arc<Mutex<VecDeque<(usize, usize)>>> =
-        Arc::new(Mutex::new(order.iter().flat_map(|&i| (0..m.tables[i].chunks.len()).map(move |k| (i, k))).collect()));
+    let jobs: Vec<(usize, usize)> =
+        order.iter().flat_map(|&i| (0..m.tables[i].chunks.len()).map(move |k| (i, k))).collect();
     let m = Arc::new(m);
+    let (mm, oo) = (m.clone(), o.clone());
+    pool(
+        spec,
+        o,
+        jobs.clone(),
+        move |w, &(i, k)| load_chunk(w, &oo, &mm, i, k),
+        |(i, k), loaded| {
+            let (t, ch) = (&m.tables[i], &m.tables[i].chunks[k]);
+            on(Event::Chunk {
+                table: format!("{}.{}", target(o, &t.db), t.name),
+                rows: ch.rows,
+                bytes: ch.bytes,
+                already: !loaded,
+            });
+        },
+    )?;
+    let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
+    create_objects(&mut c, o, &objs, &mut *on)?;
+    if o.verify {
+        verify(spec, o, &m, jobs, on)?;
+    }
+    Ok(())
+}
+
+/// Run `jobs` on `o.threads` connections in loading sessions, in order;
+/// `each` hears every job done with its result. The first error stops
+/// the rest and is returned.
+fn pool<R: Send + 'static>(
+    spec: &ConnSpec,
+    o: &LoadOptions,
+    jobs: Vec<(usize, usize)>,
+    f: impl Fn(&mut mysql::Conn, &(usize, usize)) -> Result<R> + Send + Sync + 'static,
+    mut each: impl FnMut((usize, usize), R),
+) -> Result<()> {
+    let queue = Arc::new(Mutex::new(VecDeque::from(jobs)));
+    let f = Arc::new(f);
     let failed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<Result<(usize, usize)>>();
+    let (tx, rx) = mpsc::channel::<Result<((usize, usize), R)>>();
     let mut handles = vec![];
     for _ in 0..o.threads.max(1) {
         let mut w = spec.connect()?;
         session(&mut w, o)?;
-        let (queue, m, failed, tx, o) = (queue.clone(), m.clone(), failed.clone(), tx.clone(), o.clone());
+        let (queue, f, failed, tx) = (queue.clone(), f.clone(), failed.clone(), tx.clone());
         handles.push(std::thread::spawn(move || {
             while !failed.load(Ordering::Relaxed) {
-                let Some((i, k)) = queue.lock().unwrap().pop_front() else { break };
-                let r = load_chunk(&mut w, &o, &m, i, k).map(|_| (i, k));
+                let Some(job) = queue.lock().unwrap().pop_front() else { break };
+                let r = f(&mut w, &job).map(|r| (job, r));
                 let bad = r.is_err();
                 let _ = tx.send(r);
                 if bad {
@@ -162,10 +216,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     let mut first_error = None;
     for r in rx {
         match r {
-            Ok((i, k)) => {
-                let (t, ch) = (&m.tables[i], &m.tables[i].chunks[k]);
-                on(Event::Chunk { table: format!("{}.{}", target(o, &t.db), t.name), rows: ch.rows, bytes: ch.bytes });
-            }
+            Ok((job, r)) => each(job, r),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -174,11 +225,53 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     for h in handles {
         let _ = h.join();
     }
-    if let Some(e) = first_error {
-        return Err(e);
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Read every loaded chunk back as the dump read it, and compare its row
+/// count and hash with the manifest's; name every chunk that differs.
+fn verify(
+    spec: &ConnSpec,
+    o: &LoadOptions,
+    m: &Arc<Manifest>,
+    jobs: Vec<(usize, usize)>,
+    on: &mut dyn FnMut(Event),
+) -> Result<()> {
+    let (mm, oo) = (m.clone(), o.clone());
+    let mut differ = vec![];
+    let mut checked = 0;
+    pool(
+        spec,
+        o,
+        jobs,
+        move |w, &(i, k)| {
+            w.query_drop("SET NAMES binary")?;
+            let t = &mm.tables[i];
+            let db = target(&oo, &t.db);
+            let sql = crate::copy::select(t, db, &t.chunks[k].range, mm.where_.as_deref());
+            crate::copy::stream(w, &sql, &format!("{db}.{}", t.name), |_| Ok(()))
+        },
+        |(i, k), got| {
+            checked += 1;
+            let (t, ch) = (&m.tables[i], &m.tables[i].chunks[k]);
+            if (got.rows, got.row_sum) != (ch.rows, ch.row_sum) {
+                differ.push(format!(
+                    "{}.{} chunk {k} ({}): {} rows loaded, {} dumped{}",
+                    target(o, &t.db),
+                    t.name,
+                    ch.file,
+                    got.rows,
+                    ch.rows,
+                    if got.rows == ch.rows { ", values differ" } else { "" }
+                ));
+            }
+        },
+    )?;
+    if !differ.is_empty() {
+        bail!("{} of {checked} chunk(s) differ from the dump: {}", differ.len(), differ.join("; "));
     }
-    let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
-    create_objects(&mut c, o, &objs, &mut *on)
+    on(Event::Note(format!("verified: {checked} chunk(s) match the dump's row counts and hashes")));
+    Ok(())
 }
 
 fn kind_word(k: Kind) -> &'static str {
@@ -202,9 +295,26 @@ fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool>
     Ok(n.unwrap_or(0) > 0)
 }
 
-fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: usize) -> Result<()> {
+/// Load one chunk; `false` when a resumed load finds it loaded already.
+/// A chunk is one statement, so in InnoDB it is loaded whole or not at
+/// all; a resumed load counts its key range in the table: all its rows
+/// there means loaded, none means not, and anything else (a table that is
+/// not transactional, cut mid-statement) is deleted and loaded again.
+fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: usize) -> Result<bool> {
     let t = &m.tables[i];
     let ch = &t.chunks[k];
+    if o.resume {
+        let cond = t.chunk_key.as_ref().and_then(|key| ch.range.condition(&quote(key)));
+        let from = format!("{}.{}", quote(target(o, &t.db)), quote(&t.name));
+        let filter = cond.map(|c| format!(" WHERE {c}")).unwrap_or_default();
+        let n: u64 = w.query_first(format!("SELECT COUNT(*) FROM {from}{filter}"))?.unwrap_or(0);
+        if n == ch.rows && n > 0 {
+            return Ok(false);
+        }
+        if n > 0 {
+            w.query_drop(format!("DELETE FROM {from}{filter}"))?;
+        }
+    }
     let path = o.dir.join(&ch.file);
     let file = std::fs::File::open(&path)
         .with_context(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
@@ -259,7 +369,7 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
     if loaded != ch.rows {
         bail!("{} loaded {loaded} rows into {}.{}, the manifest says {}", ch.file, target(o, &t.db), t.name, ch.rows);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Views (each after the views it reads: created in rounds until none is

@@ -18,6 +18,9 @@ pub struct Manifest {
     pub started: u64,
     pub finished: u64,
     pub position: Position,
+    /// The `--where` condition every table's rows were read with.
+    #[serde(rename = "where", default)]
+    pub where_: Option<String>,
     /// The global lock taken to open every thread's snapshot at the same
     /// point, and how long it was held.
     pub lock: LockHeld,
@@ -70,6 +73,9 @@ pub struct Chunk {
     pub file: String,
     pub range: Range,
     pub rows: u64,
+    /// The wrapping sum of every row's CRC-32 (its `LOAD DATA` text): what
+    /// `load --verify` compares the loaded rows with.
+    pub row_sum: u64,
     /// Uncompressed bytes and their CRC-32.
     pub bytes: u64,
     pub crc32: u32,

@@ -110,7 +110,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
     assert_eq!(m["lock"]["copied_under_lock"][0], "d1.ar (Aria)");
 
     // Into another database of the same server, then checked table by table.
-    ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3"]));
+    ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3", "--verify"]));
     for t in ["t", "allbytes", "big", "nokey", "ar", "blobby", "part", "child"] {
         let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
         assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
@@ -302,4 +302,60 @@ fn the_snapshot_lock_names_the_query_that_blocks_it_and_kills_it_when_asked() {
     );
     let r = h.join().unwrap();
     assert!(r.is_err(), "the blocking statement was killed: {r:?}");
+}
+
+#[test]
+fn a_load_killed_midway_resumes_to_an_identical_copy() {
+    use std::io::BufRead;
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE r").unwrap();
+    c.query_drop("USE r").unwrap();
+    c.query_drop("CREATE TABLE r.big (id INT PRIMARY KEY, v VARCHAR(64), k INT, KEY (k))").unwrap();
+    c.query_drop("INSERT INTO r.big SELECT seq, MD5(seq), seq % 1000 FROM seq_1_to_400000").unwrap();
+    c.query_drop("CREATE TABLE r.small (a INT, b TEXT)").unwrap();
+    c.query_drop("INSERT INTO r.small VALUES (1, 'one'), (2, 'two')").unwrap();
+    c.query_drop("ANALYZE TABLE r.big").unwrap();
+    let dir = scratch("dump-resume");
+    let out = dir.join("r");
+    ok(&run(&sb, &["dump", "-o", out.to_str().unwrap(), "--databases", "r", "--chunk-rows", "20000"]));
+
+    // Killed after a few chunks are in.
+    let mut args: Vec<String> = ["load", out.to_str().unwrap(), "--rename", "r:r2", "--threads", "2", "--json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(conn_args(&sb));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut chunks = 0;
+    while chunks < 3 {
+        let l = lines.next().expect("the load reports chunks").unwrap();
+        if l.contains("\"event\":\"chunk\"") {
+            chunks += 1;
+        }
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let loaded: u64 = c.query_first("SELECT COUNT(*) FROM r2.big").unwrap().unwrap();
+    assert!(loaded > 0 && loaded < 400_000, "{loaded} rows in when killed");
+
+    // Without --resume the load refuses to touch it, and says how to go on.
+    let again = run(&sb, &["load", out.to_str().unwrap(), "--rename", "r:r2"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+
+    let done = ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "r:r2", "--resume", "--verify", "--json"]));
+    let last: serde_json::Value = serde_json::from_str(done.lines().last().unwrap()).unwrap();
+    assert!(last["chunks_already_loaded"].as_u64().unwrap() >= 3, "{last}");
+    for t in ["big", "small"] {
+        assert_eq!(checksum(&mut c, "r", t), checksum(&mut c, "r2", t), "table {t}");
+    }
+    let n: u64 = c.query_first("SELECT COUNT(*) FROM r2.big").unwrap().unwrap();
+    assert_eq!(n, 400_000);
 }

@@ -76,6 +76,12 @@ pub struct LoadArgs {
     /// Do not write the loaded data to the binary log (SET SESSION sql_log_bin = 0).
     #[arg(long)]
     pub no_binlog: bool,
+    /// Finish an interrupted load of this dump: chunks found whole in their tables are kept, the rest loaded.
+    #[arg(long)]
+    pub resume: bool,
+    /// After loading, read every chunk back and compare its rows with the dump's counts and hashes.
+    #[arg(long)]
+    pub verify: bool,
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
@@ -231,10 +237,12 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         },
         rename: a.rename.clone(),
         no_binlog: a.no_binlog,
+        resume: a.resume,
+        verify: a.verify,
     };
     let b = bar(a.json);
     let t0 = std::time::Instant::now();
-    let mut rows = 0u64;
+    let (mut rows, mut kept) = (0u64, 0usize);
     load(&spec, &o, &mut |e| {
         use pileup_dump::load::Event::*;
         match &e {
@@ -249,14 +257,21 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
                     );
                 }
             }
-            Chunk { table, rows: r, bytes } => {
-                rows += r;
+            Chunk { table, rows: r, bytes, already } => {
+                if *already {
+                    kept += 1;
+                } else {
+                    rows += r;
+                }
                 if let Some(b) = &b {
                     b.inc(*bytes);
                     b.set_message(format!("{rows} rows"));
                 }
                 if a.json {
-                    println!("{}", serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes}));
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes, "already_loaded": already})
+                    );
                 }
             }
             Note(s) => {
@@ -273,9 +288,16 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
     }
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
-        println!("{}", serde_json::json!({"event": "done", "rows": rows, "seconds": secs}));
+        println!(
+            "{}",
+            serde_json::json!({"event": "done", "rows": rows, "chunks_already_loaded": kept, "seconds": secs})
+        );
     } else {
-        println!("loaded {rows} rows from {} in {secs:.1} s", a.dir.display());
+        println!(
+            "loaded {rows} rows from {} in {secs:.1} s{}",
+            a.dir.display(),
+            if kept > 0 { format!(" ({kept} chunk(s) were loaded already)") } else { String::new() }
+        );
     }
     Ok(())
 }
