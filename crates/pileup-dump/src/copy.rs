@@ -38,15 +38,27 @@ pub struct Tally {
 }
 
 /// Run `sql` (binary protocol: values as stored) and hand its rows as
-/// text to `sink` in blocks of about 64 KiB.
-pub fn stream(w: &mut mysql::Conn, sql: &str, what: &str, mut sink: impl FnMut(&[u8]) -> Result<()>) -> Result<Tally> {
+/// `LOAD DATA` text to `sink` in blocks of about 64 KiB.
+pub fn stream(w: &mut mysql::Conn, sql: &str, what: &str, sink: impl FnMut(&[u8]) -> Result<()>) -> Result<Tally> {
+    stream_as(w, sql, what, crate::tsv::row, sink)
+}
+
+/// [`stream`] with another text for each row (`encode` appends one row);
+/// the hash is of that text.
+pub fn stream_as(
+    w: &mut mysql::Conn,
+    sql: &str,
+    what: &str,
+    mut encode: impl FnMut(&mut Vec<u8>, &[mysql::Value]),
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<Tally> {
     let mut t = Tally::default();
     let mut buf = Vec::with_capacity(1 << 17);
     let result = w.exec_iter(sql, ()).with_context(|| format!("reading {what}"))?;
     for row in result {
         let row = row.with_context(|| format!("reading {what}"))?;
         let start = buf.len();
-        crate::tsv::row(&mut buf, &row.unwrap());
+        encode(&mut buf, &row.unwrap());
         t.row_sum = t.row_sum.wrapping_add(u64::from(crc32fast::hash(&buf[start..])));
         t.rows += 1;
         if buf.len() >= 1 << 16 {

@@ -10,7 +10,6 @@
 //! the manifest is written last, so a dump cut short is never complete.
 
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -21,9 +20,20 @@ use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
 use crate::chunk::{self, Range};
+use crate::files::{Compress, Encoder};
 use crate::manifest::{file_part, quote, Chunk, LockHeld, Manifest, Table, FORMAT, MANIFEST};
 use crate::schema::{self, Filter, Listed};
 use crate::snapshot::{self, LockOptions};
+
+/// The layout written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// pileup's own: `LOAD DATA` text chunks and a manifest with row counts
+    /// and checksums (resume, verify).
+    Pileup,
+    /// mydumper 0.10.1's, which myloader loads as it is.
+    Mydumper,
+}
 
 #[derive(Debug, Clone)]
 pub struct DumpOptions {
@@ -33,8 +43,8 @@ pub struct DumpOptions {
     /// Extra condition on every table's rows.
     pub where_: Option<String>,
     pub chunk_rows: u64,
-    /// zstd level.
-    pub level: i32,
+    pub compress: Compress,
+    pub format: Format,
     pub lock: LockOptions,
 }
 
@@ -72,6 +82,11 @@ struct Done {
     chunk: Chunk,
 }
 
+/// The server's clock, as mydumper's `metadata` shows times.
+fn server_now(c: &mut mysql::Conn) -> String {
+    c.query_first("SELECT DATE_FORMAT(NOW(), '%Y-%m-%d %H:%i:%s')").ok().flatten().unwrap_or_default()
+}
+
 fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
@@ -88,15 +103,21 @@ fn session(c: &mut mysql::Conn) -> Result<()> {
 }
 
 pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Result<Manifest> {
-    if o.dir.join(MANIFEST).exists() {
+    if o.dir.join(MANIFEST).exists() || o.dir.join("metadata").exists() {
         bail!("{} already holds a complete dump; choose an empty directory", o.dir.display());
     }
+    if o.format == Format::Mydumper && matches!(o.compress, Compress::Zstd(_)) {
+        bail!("myloader 0.10.1 reads plain or gzip files only: with --format mydumper use --compress gzip or none");
+    }
     pileup_files::create_private_dir(&o.dir)?;
-    pileup_files::create_private_dir(&o.dir.join("data"))?;
+    if o.format == Format::Pileup {
+        pileup_files::create_private_dir(&o.dir.join("data"))?;
+    }
     let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
     let (flavor, version) = pileup_conn::flavor(&mut c)?;
     m.server_version = version;
+    m.started_at = server_now(&mut c);
     c.query_drop("SET SESSION max_statement_time = 0")?;
     c.query_drop("SET NAMES utf8mb4")?;
 
@@ -110,6 +131,12 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     m.databases = dbs;
     m.tables = tables;
     m.objects = objects;
+    let mut view_columns = std::collections::BTreeMap::new();
+    if o.format == Format::Mydumper {
+        for x in m.objects.iter().filter(|x| x.kind == crate::manifest::Kind::View) {
+            view_columns.insert((x.db.clone(), x.name.clone()), schema::columns(&mut c, &x.db, &x.name)?);
+        }
+    }
     on(Event::Planned {
         tables: listed.len(),
         rows: listed.iter().map(|t| t.rows).sum(),
@@ -214,16 +241,26 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for h in handles {
         let _ = h.join();
     }
+    let marker = if o.format == Format::Pileup { MANIFEST } else { "metadata" };
     if let Some(e) = first_error {
-        return Err(e.context(format!("the dump in {} is incomplete (no {MANIFEST})", o.dir.display())));
+        return Err(e.context(format!("the dump in {} is incomplete (no {marker})", o.dir.display())));
     }
     early.sort_by_key(|d| (d.table, d.seq));
     for d in early {
         m.tables[d.table].chunks.push(d.chunk);
     }
     m.finished = now_unix();
-    let json = serde_json::to_vec_pretty(&m)?;
-    pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
+    m.finished_at = spec.connect().map(|mut c| server_now(&mut c)).unwrap_or_default();
+    match o.format {
+        Format::Pileup => {
+            let json = serde_json::to_vec_pretty(&m)?;
+            pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
+        }
+        Format::Mydumper => {
+            crate::mydumper::write_schema(&o.dir, &m, &view_columns, o.compress)?;
+            crate::mydumper::write_metadata(&o.dir, &m)?;
+        }
+    }
     Ok(m)
 }
 
@@ -291,16 +328,31 @@ fn copy_chunk(
     o: &DumpOptions,
 ) -> Result<Done> {
     let sql = crate::copy::select(t, &t.db, &r, o.where_.as_deref());
-    let file = format!("data/{}.{}.{seq:05}.tsv.zst", file_part(&t.db), file_part(&t.name));
+    let file = match o.format {
+        Format::Pileup => {
+            format!("data/{}.{}.{seq:05}.tsv{}", file_part(&t.db), file_part(&t.name), o.compress.suffix())
+        }
+        Format::Mydumper => crate::mydumper::data_file(t, (r != Range::ALL).then_some(seq), o.compress),
+    };
     let path = dir.join(&file);
     let (mut bytes, mut crc, mut tally) = (0u64, crc32fast::Hasher::new(), Default::default());
     pileup_files::write_private(&path, |out| {
-        let mut z = zstd::Encoder::new(out, o.level)?;
-        tally = crate::copy::stream(w, &sql, &table_name(t), |b| {
+        let mut z = Encoder::new(out, o.compress)?;
+        let mut sink = |b: &[u8]| -> Result<()> {
             crc.update(b);
             bytes += b.len() as u64;
             Ok(z.write_all(b)?)
-        })?;
+        };
+        tally = match o.format {
+            Format::Pileup => crate::copy::stream(w, &sql, &table_name(t), &mut sink)?,
+            Format::Mydumper => {
+                sink(crate::mydumper::HEADER.as_bytes())?;
+                let mut ins = crate::mydumper::Inserts::new(t);
+                let tally = crate::copy::stream_as(w, &sql, &table_name(t), |b, v| ins.row(b, v), &mut sink)?;
+                sink(ins.end())?;
+                tally
+            }
+        };
         z.finish()?;
         Ok(())
     })?;

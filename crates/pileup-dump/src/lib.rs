@@ -11,10 +11,14 @@
 pub mod chunk;
 pub mod copy;
 pub mod dump;
+pub mod files;
+pub mod infile;
 pub mod load;
 pub mod manifest;
+pub mod mydumper;
 pub mod schema;
 pub mod snapshot;
+pub mod sql;
 pub mod tsv;
 
 pub use dump::{dump, DumpOptions};

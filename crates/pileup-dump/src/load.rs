@@ -10,7 +10,6 @@
 //! the server; `--no-binlog` turns the binary log off for these sessions.
 
 use std::collections::VecDeque;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -92,6 +91,9 @@ fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
 }
 
 pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
+    if !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists() {
+        return load_mydumper(spec, o, on);
+    }
     let m = read_manifest(&o.dir)?;
     let mut c = spec.connect()?;
     session(&mut c, o)?;
@@ -274,6 +276,109 @@ fn verify(
     Ok(())
 }
 
+/// A directory mydumper wrote: databases, tables, data in parallel
+/// (largest file first), then routines and events, views (in rounds, each
+/// after the views it reads) and triggers, as myloader orders them.
+fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
+    if o.resume || o.verify {
+        bail!(
+            "--resume and --verify need the row counts of a pileup dump's manifest; {} was written by mydumper",
+            o.dir.display()
+        );
+    }
+    let s = crate::mydumper::scan(&o.dir)?;
+    let mut c = spec.connect()?;
+    session(&mut c, o)?;
+    let mut skip_tables = vec![];
+    let names = s.tables.iter().map(|(d, t, _)| (d, t)).chain(s.views.iter().map(|(d, v, _)| (d, v)));
+    for (db, name) in names {
+        let db = target(o, db);
+        if !exists(&mut c, "TABLE", db, name)? {
+            continue;
+        }
+        match o.existing {
+            Existing::Refuse => bail!(
+                "table or view {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)"
+            ),
+            Existing::Drop => {
+                c.query_drop(format!("DROP TABLE IF EXISTS {}.{}", quote(db), quote(name)))?;
+                c.query_drop(format!("DROP VIEW IF EXISTS {}.{}", quote(db), quote(name)))?;
+            }
+            Existing::Skip => {
+                skip_tables.push((db.to_string(), name.clone()));
+                on(Event::Note(format!("{db}.{name} exists: skipped (--existing skip)")));
+            }
+        }
+    }
+    let skipped = |db: &str, t: &str| skip_tables.iter().any(|(d, n)| d == target(o, db) && n == t);
+    for db in &s.databases {
+        let create = o.dir.join(format!("{db}-schema-create.sql"));
+        let text = std::fs::read_to_string(&create).unwrap_or_default();
+        let grab = |k: &str| {
+            text.split_whitespace()
+                .skip_while(|w| !w.eq_ignore_ascii_case(k))
+                .nth(1)
+                .map(|w| w.trim_end_matches(['*', '/', ';']).to_string())
+        };
+        let mut sql = format!("CREATE DATABASE IF NOT EXISTS {}", quote(target(o, db)));
+        if let Some(cs) = text.contains("CHARACTER SET").then(|| grab("SET")).flatten() {
+            sql.push_str(&format!(" CHARACTER SET {cs}"));
+        }
+        if let Some(co) = grab("COLLATE") {
+            sql.push_str(&format!(" COLLATE {co}"));
+        }
+        c.query_drop(sql)?;
+    }
+    for (db, t, p) in s.tables.iter().filter(|(d, t, _)| !skipped(d, t)) {
+        crate::mydumper::run_file(&mut c, target(o, db), p)
+            .with_context(|| format!("creating {}.{t}", target(o, db)))?;
+    }
+    let data: Vec<(String, String, PathBuf, u64)> = s.data.into_iter().filter(|(d, t, _, _)| !skipped(d, t)).collect();
+    on(Event::Planned { tables: s.tables.len(), rows: 0, bytes: data.iter().map(|d| d.3).sum() });
+    let data = Arc::new(data);
+    let (dd, oo) = (data.clone(), o.clone());
+    let jobs = (0..data.len()).map(|i| (i, 0)).collect();
+    pool(
+        spec,
+        o,
+        jobs,
+        move |w, &(i, _)| {
+            w.query_drop("SET NAMES binary")?;
+            crate::mydumper::run_file(w, target(&oo, &dd[i].0), &dd[i].2)
+        },
+        |(i, _), rows| {
+            on(Event::Chunk {
+                table: format!("{}.{}", target(o, &data[i].0), data[i].1),
+                rows,
+                bytes: data[i].3,
+                already: false,
+            });
+        },
+    )?;
+    for (db, p) in &s.post {
+        crate::mydumper::run_file(&mut c, target(o, db), p)?;
+    }
+    let mut views: Vec<&(String, String, PathBuf)> = s.views.iter().filter(|(d, v, _)| !skipped(d, v)).collect();
+    while !views.is_empty() {
+        let mut left = vec![];
+        let mut last = None;
+        for v in &views {
+            if let Err(e) = crate::mydumper::run_file(&mut c, target(o, &v.0), &v.2) {
+                last = Some(e);
+                left.push(*v);
+            }
+        }
+        if left.len() == views.len() {
+            return Err(last.unwrap()).context("creating views");
+        }
+        views = left;
+    }
+    for (db, p) in &s.triggers {
+        crate::mydumper::run_file_from(&mut c, Some(db), target(o, db), p)?;
+    }
+    Ok(())
+}
+
 fn kind_word(k: Kind) -> &'static str {
     match k {
         Kind::View => "VIEW",
@@ -316,58 +421,21 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
         }
     }
     let path = o.dir.join(&ch.file);
-    let file = std::fs::File::open(&path)
+    let file = crate::files::open(&path)
         .with_context(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
-    let shown = path.display().to_string();
-    let expect = (ch.bytes, ch.crc32);
-    let state = Arc::new(Mutex::new(None::<String>));
-    let st = state.clone();
-    let mut file = Some(file);
-    w.set_local_infile_handler(Some(mysql::LocalInfileHandler::new(move |_, out| {
-        let Some(f) = file.take() else { return Ok(()) };
-        let mut z = zstd::Decoder::new(f)?;
-        let mut buf = vec![0u8; 1 << 16];
-        let (mut n, mut crc) = (0u64, crc32fast::Hasher::new());
-        loop {
-            let got = match z.read(&mut buf) {
-                Ok(0) => break,
-                Ok(g) => g,
-                Err(e) => {
-                    *st.lock().unwrap() = Some(format!("{shown} is corrupt at byte {n} of its data ({e})"));
-                    return Err(e);
-                }
-            };
-            crc.update(&buf[..got]);
-            n += got as u64;
-            std::io::Write::write_all(out, &buf[..got])?;
-        }
-        if (n, crc.finalize()) != expect {
-            let msg = format!(
-                "{shown} does not match the manifest ({n} bytes read, {} expected, or a different checksum)",
-                expect.0
-            );
-            *st.lock().unwrap() = Some(msg.clone());
-            return Err(std::io::Error::other(msg));
-        }
-        Ok(())
-    })));
-    let cols = t.columns.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
-    let sql = format!(
-        "LOAD DATA LOCAL INFILE 'chunk' INTO TABLE {}.{} {} ({cols})",
-        quote(target(o, &t.db)),
-        quote(&t.name),
-        crate::tsv::LOAD_FORMAT
-    );
-    let r = w.query_drop(&sql);
-    w.set_local_infile_handler(None);
-    if let Some(why) = state.lock().unwrap().take() {
-        bail!("{why}; table {}.{} is incomplete", target(o, &t.db), t.name);
-    }
-    r.map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
-        .with_context(|| format!("loading {} into {}.{}", ch.file, target(o, &t.db), t.name))?;
-    let loaded = w.affected_rows();
+    let db = target(o, &t.db);
+    let loaded = crate::infile::load_data(
+        w,
+        db,
+        &t.name,
+        Some(&t.columns),
+        file,
+        path.display().to_string(),
+        Some((ch.bytes, ch.crc32)),
+    )
+    .with_context(|| format!("chunk {}", ch.file))?;
     if loaded != ch.rows {
-        bail!("{} loaded {loaded} rows into {}.{}, the manifest says {}", ch.file, target(o, &t.db), t.name, ch.rows);
+        bail!("{} loaded {loaded} rows into {db}.{}, the manifest says {}", ch.file, t.name, ch.rows);
     }
     Ok(true)
 }

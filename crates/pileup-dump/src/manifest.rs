@@ -17,6 +17,9 @@ pub struct Manifest {
     /// Unix seconds.
     pub started: u64,
     pub finished: u64,
+    /// The same, in the server's time zone (`YYYY-MM-DD HH:MM:SS`).
+    pub started_at: String,
+    pub finished_at: String,
     pub position: Position,
     /// The `--where` condition every table's rows were read with.
     #[serde(rename = "where", default)]

@@ -72,20 +72,26 @@ const SCHEMA: &[&str] = &[
     "CREATE EVENT d1.ev1 ON SCHEDULE EVERY 1 DAY STARTS '2030-01-01 00:00:00' DISABLE DO DELETE FROM d1.nokey WHERE a < 0",
 ];
 
-#[test]
-fn every_type_and_object_survives_a_dump_and_a_load() {
-    let sb = sandbox();
-    let mut c = sb.connect().unwrap();
+/// The schema above, and every byte value in one row and spread over rows.
+fn fill(c: &mut mysql::Conn) {
     c.query_drop("SET NAMES utf8mb4").unwrap();
     for s in SCHEMA {
         c.query_drop(*s).unwrap_or_else(|e| panic!("{s}: {e}"));
     }
-    // Every byte value, in one row and spread over rows.
     let all: Vec<u8> = (0..=255).collect();
-    c.exec_drop("INSERT INTO d1.allbytes VALUES (0, ?)", (all.clone(),)).unwrap();
+    c.exec_drop("INSERT INTO d1.allbytes VALUES (0, ?)", (all,)).unwrap();
     for b in 0..=255u8 {
         c.exec_drop("INSERT INTO d1.allbytes VALUES (?, ?)", (b as i32 + 1, vec![b])).unwrap();
     }
+}
+
+const TABLES: &[&str] = &["t", "allbytes", "big", "nokey", "ar", "blobby", "part", "child"];
+
+#[test]
+fn every_type_and_object_survives_a_dump_and_a_load() {
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    fill(&mut c);
     let dir = scratch("dump");
     let out = dir.join("d1");
     let text = ok(&run(
@@ -111,7 +117,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
 
     // Into another database of the same server, then checked table by table.
     ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3", "--verify"]));
-    for t in ["t", "allbytes", "big", "nokey", "ar", "blobby", "part", "child"] {
+    for t in TABLES {
         let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
         assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
     }
@@ -358,4 +364,87 @@ fn a_load_killed_midway_resumes_to_an_identical_copy() {
     }
     let n: u64 = c.query_first("SELECT COUNT(*) FROM r2.big").unwrap().unwrap();
     assert_eq!(n, 400_000);
+}
+
+#[test]
+fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    fill(&mut c);
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let dir = scratch("dump-interop");
+
+    // pileup → myloader 0.10.1.
+    let ours = dir.join("ours");
+    let bad = run(&sb, &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--compress gzip or none"), "zstd is refused for myloader");
+    ok(&run(
+        &sb,
+        &[
+            "dump",
+            "-o",
+            ours.to_str().unwrap(),
+            "--databases",
+            "d1",
+            "--format",
+            "mydumper",
+            "--compress",
+            "gzip",
+            "--chunk-rows",
+            "10000",
+        ],
+    ));
+    assert!(ours.join("metadata").exists() && ours.join("d1.big.00001.sql.gz").exists());
+    let ml = Command::new("myloader")
+        .args(["-S", &sock, "-u", "root", "-d", ours.to_str().unwrap(), "-B", "m1", "-t", "2"])
+        .output()
+        .expect("myloader is installed (make deps)");
+    assert!(ml.status.success(), "myloader: {}", String::from_utf8_lossy(&ml.stderr));
+    for t in TABLES {
+        assert_eq!(checksum(&mut c, "d1", t), checksum(&mut c, "m1", t), "myloader of pileup's dump: table {t}");
+    }
+    let v: usize = c.query_first("SELECT COUNT(*) FROM m1.v0").unwrap().unwrap();
+    assert_eq!(v, 3);
+    let f: i32 = c.query_first("SELECT m1.f1(5)").unwrap().unwrap();
+    assert_eq!(f, 10);
+
+    // mydumper 0.10.1 → pileup load.
+    let theirs = dir.join("theirs");
+    let md = Command::new("mydumper")
+        .args([
+            "-S",
+            &sock,
+            "-u",
+            "root",
+            "-B",
+            "d1",
+            "-o",
+            theirs.to_str().unwrap(),
+            "-r",
+            "10000",
+            "-c",
+            "-G",
+            "-R",
+            "-E",
+            "-t",
+            "2",
+        ])
+        .output()
+        .expect("mydumper is installed (make deps)");
+    assert!(md.status.success(), "mydumper: {}", String::from_utf8_lossy(&md.stderr));
+    ok(&run(&sb, &["load", theirs.to_str().unwrap(), "--rename", "d1:m2", "--threads", "2"]));
+    for t in TABLES {
+        assert_eq!(checksum(&mut c, "d1", t), checksum(&mut c, "m2", t), "pileup load of mydumper's dump: table {t}");
+    }
+    let v: usize = c.query_first("SELECT COUNT(*) FROM m2.v0").unwrap().unwrap();
+    assert_eq!(v, 3);
+    let trig: usize =
+        c.query_first("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'm2'").unwrap().unwrap();
+    assert_eq!(trig, 1);
+    let r = run(&sb, &["load", theirs.to_str().unwrap(), "--rename", "d1:m3", "--verify"]);
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("need the row counts"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
 }

@@ -41,6 +41,13 @@ pub struct DumpArgs {
     /// Rows per chunk for tables with an integer key.
     #[arg(long, default_value_t = 200_000)]
     pub chunk_rows: u64,
+    /// Layout: pileup's own (LOAD DATA text, a manifest with row counts and checksums for --resume and --verify),
+    /// or mydumper 0.10.1's, which myloader loads as it is.
+    #[arg(long, value_enum, default_value_t = FormatArg::Pileup)]
+    pub format: FormatArg,
+    /// Compression of the data files (myloader 0.10.1 reads gzip and none only).
+    #[arg(long, value_enum, default_value_t = CompressArg::Zstd)]
+    pub compress: CompressArg,
     /// zstd compression level (1 fastest … 19 smallest).
     #[arg(long, default_value_t = 3)]
     pub level: i32,
@@ -56,11 +63,13 @@ pub struct DumpArgs {
 }
 
 #[derive(clap::Args)]
-#[command(after_long_help = "Loads a directory written by `pileup dump`: databases and tables first, then the data \
+#[command(
+    after_long_help = "Loads a directory written by `pileup dump` (or by mydumper 0.10.1): databases and tables first, then the data \
 over --threads connections (largest table first, its chunks on every connection) with LOAD DATA LOCAL INFILE in \
 sessions with foreign-key and unique checks off and a strict SQL mode, each chunk's rows and checksum checked \
 against the manifest; then views, routines, triggers and events. Nothing global is changed on the server.\n\n\
-Examples:\n  pileup load /backup/shop\n  pileup load /backup/shop --rename shop:shop_copy --existing drop")]
+Examples:\n  pileup load /backup/shop\n  pileup load /backup/shop --rename shop:shop_copy --existing drop"
+)]
 pub struct LoadArgs {
     /// The dump directory.
     pub dir: PathBuf,
@@ -85,6 +94,19 @@ pub struct LoadArgs {
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum FormatArg {
+    Pileup,
+    Mydumper,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum CompressArg {
+    Zstd,
+    Gzip,
+    None,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -133,7 +155,15 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
         },
         where_: a.where_.clone(),
         chunk_rows: a.chunk_rows.max(1),
-        level: a.level,
+        compress: match a.compress {
+            CompressArg::Zstd => pileup_dump::files::Compress::Zstd(a.level),
+            CompressArg::Gzip => pileup_dump::files::Compress::Gzip,
+            CompressArg::None => pileup_dump::files::Compress::None,
+        },
+        format: match a.format {
+            FormatArg::Pileup => pileup_dump::dump::Format::Pileup,
+            FormatArg::Mydumper => pileup_dump::dump::Format::Mydumper,
+        },
         lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries },
     };
     let b = bar(a.json);
