@@ -128,6 +128,12 @@ pub struct Probe {
 
 impl Probe {
     pub fn start(sb: &Sandbox) -> anyhow::Result<Probe> {
+        Probe::start_with(sb, "DO 1")
+    }
+
+    /// A probe looping `stmt` (a one-row UPDATE: a writer's round trip).
+    pub fn start_with(sb: &Sandbox, stmt: &str) -> anyhow::Result<Probe> {
+        let stmt = stmt.to_string();
         let mut c = sb.connect()?;
         let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
         let stop = Arc::new(AtomicBool::new(false));
@@ -135,7 +141,7 @@ impl Probe {
         let handle = std::thread::spawn(move || {
             while !st2.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if c.query_drop("DO 1").is_err() {
+                if c.query_drop(&stmt).is_err() {
                     break;
                 }
                 s2.lock().unwrap().push((t, t.elapsed()));

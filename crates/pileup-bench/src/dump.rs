@@ -1,0 +1,261 @@
+//! Dump and load, side by side in one run: `pileup dump`/`load`,
+//! mydumper/myloader 0.10.1 at the same threads, and `mariadb-dump |
+//! mariadb`, on one data set (one large table and several smaller ones),
+//! rounds interleaved, medians. Per dump: wall time, rows/s, and the worst
+//! round trip of a writer committing one-row updates in a loop during the
+//! dump's first seconds (where a global read lock hurts). Per load: wall
+//! time and rows/s. Every load is checked against the source with
+//! CHECKSUM TABLE.
+//!
+//! Usage: see [`USAGE`] (what `--help` prints).
+
+const USAGE: &str = "Usage: dump-bench --pileup PATH [--big-rows 1000000] [--tables 4] [--small-rows 100000] [--threads 4] [--rounds 3] [--reuse NAME] [--out FILE]";
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_bench::{arg, median, Probe};
+use pileup_sandbox::{Options, Sandbox};
+
+fn num(args: &[String], k: &str, d: u64) -> Result<u64> {
+    Ok(arg(args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d))
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    let o = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {what}"))?;
+    if !o.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or(""));
+    }
+    Ok(())
+}
+
+fn checksums(c: &mut mysql::Conn, db: &str, tables: &[String]) -> Result<Vec<Option<u64>>> {
+    tables
+        .iter()
+        .map(|t| {
+            let r: Option<(String, Option<u64>)> = c.query_first(format!("CHECKSUM TABLE `{db}`.`{t}`"))?;
+            Ok(r.and_then(|r| r.1))
+        })
+        .collect()
+}
+
+fn main() -> Result<()> {
+    let args = pileup_bench::args(USAGE)?;
+    let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
+    let big = num(&args, "--big-rows", 1_000_000)?;
+    let ntables = num(&args, "--tables", 4)?;
+    let small = num(&args, "--small-rows", 100_000)?;
+    let threads = num(&args, "--threads", 4)?.to_string();
+    let rounds = num(&args, "--rounds", 3)? as usize;
+    let reuse = arg(&args, "--reuse");
+    for tool in ["mydumper", "myloader", "mariadb-dump", "mariadb"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            bail!("{tool} is needed (Debian: apt-get install mydumper mariadb-client)");
+        }
+    }
+    let sb = Sandbox::start(Options {
+        name: reuse.clone(),
+        reuse: reuse.is_some(),
+        binlog: true,
+        cnf: vec![("innodb_buffer_pool_size".into(), "1G".into())],
+        ..Default::default()
+    })?;
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let mut c = sb.connect()?;
+    c.query_drop("SET SESSION max_statement_time = 0")?;
+    let mut tables = vec!["big".to_string()];
+    tables.extend((1..=ntables).map(|i| format!("t{i}")));
+    let have: u64 =
+        c.query_first("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'")?.unwrap_or(0);
+    if have != tables.len() as u64 + 1 {
+        eprintln!("== loading the data set: big {big} rows, {ntables} tables of {small} rows");
+        c.query_drop("DROP DATABASE IF EXISTS bench")?;
+        c.query_drop("CREATE DATABASE bench")?;
+        c.query_drop("USE bench")?;
+        for (t, n) in tables.iter().map(|t| (t, if t == "big" { big } else { small })) {
+            c.query_drop(format!(
+                "CREATE TABLE `{t}` (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, \
+                 d DATETIME NOT NULL, f DOUBLE, b VARBINARY(32), KEY (k))"
+            ))?;
+            c.query_drop(format!(
+                "INSERT INTO `{t}` SELECT seq, seq * 7919 % {n}, CONCAT(MD5(seq), MD5(seq + 1), MD5(seq + 2)), \
+                 CONCAT(SHA1(seq), 'x'), '2020-01-01' + INTERVAL seq SECOND, seq / 7, UNHEX(MD5(seq)) FROM seq_1_to_{n}"
+            ))?;
+        }
+        c.query_drop("CREATE TABLE hot (id INT PRIMARY KEY, v BIGINT)")?;
+        c.query_drop("INSERT INTO hot VALUES (1, 0)")?;
+    }
+    c.query_drop("USE bench")?;
+    let source = checksums(&mut c, "bench", &tables)?;
+    let rows: u64 = big + ntables * small;
+    c.query_drop(format!(
+        "ANALYZE TABLE {}",
+        tables.iter().map(|t| format!("bench.`{t}`")).collect::<Vec<_>>().join(", ")
+    ))?;
+    let size: u64 = c
+        .query_first(
+            "SELECT SUM(DATA_LENGTH + INDEX_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'",
+        )?
+        .unwrap_or(0);
+    let writer = Probe::start_with(&sb, "UPDATE bench.hot SET v = v + 1 WHERE id = 1")?;
+    let scratch = std::env::temp_dir().join(format!("pileup-dump-bench-{}", std::process::id()));
+    let tools = ["pileup", "mydumper", "mariadb-dump"];
+    let mut dump_s: Vec<Vec<f64>> = vec![vec![]; 3];
+    let mut load_s: Vec<Vec<f64>> = vec![vec![]; 3];
+    let mut stall_ms: Vec<Vec<f64>> = vec![vec![]; 3];
+    let mut base_stall: Vec<f64> = vec![];
+    // pileup: the lock's hold, and the writer's worst round trip until it
+    // was released and after.
+    let (mut held, mut lock_phase, mut copy_phase): (Vec<f64>, Vec<f64>, Vec<f64>) = (vec![], vec![], vec![]);
+    for r in 0..rounds {
+        for (i, tool) in tools.iter().enumerate() {
+            let _ = std::fs::remove_dir_all(&scratch);
+            std::fs::create_dir_all(&scratch)?;
+            let dir = scratch.join("d");
+            let file = scratch.join("dump.sql");
+            // No tool: the writer's worst round trip over the same window.
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_secs(3));
+            base_stall.push(writer.worst(t, Instant::now()).as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            let mut unlocked = None;
+            match *tool {
+                "pileup" => {
+                    // Its JSON progress says when the snapshot lock was released.
+                    let mut child = Command::new(&pileup)
+                        .args([
+                            "dump",
+                            "-S",
+                            &sock,
+                            "-u",
+                            "root",
+                            "--databases",
+                            "bench",
+                            "--threads",
+                            &threads,
+                            "--json",
+                            "-o",
+                        ])
+                        .arg(&dir)
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::null())
+                        .spawn()?;
+                    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+                    for l in std::io::BufRead::lines(out).map_while(Result::ok) {
+                        if l.contains("\"event\":\"unlocked\"") {
+                            unlocked = Some(Instant::now());
+                            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                                held.push(v["held_ms"].as_f64().unwrap_or(f64::NAN));
+                            }
+                        }
+                    }
+                    if !child.wait()?.success() {
+                        bail!("pileup dump failed");
+                    }
+                }
+                "mydumper" => run(
+                    Command::new("mydumper")
+                        .args(["-S", &sock, "-u", "root", "-B", "bench", "-t", &threads, "-r", "200000", "-c", "-o"])
+                        .arg(&dir),
+                    "mydumper",
+                )?,
+                _ => {
+                    let out = std::fs::File::create(&file)?;
+                    let st = Command::new("mariadb-dump")
+                        .args(["-S", &sock, "-u", "root", "--single-transaction", "--master-data=2", "bench"])
+                        .stdout(out)
+                        .status()?;
+                    if !st.success() {
+                        bail!("mariadb-dump failed");
+                    }
+                }
+            }
+            let dumped = t0.elapsed();
+            let stall = writer.worst(t0, t0 + Duration::from_secs(3).min(dumped)).as_secs_f64() * 1e3;
+            if let Some(u) = unlocked {
+                lock_phase.push(writer.worst(t0, u).as_secs_f64() * 1e3);
+                copy_phase.push(writer.worst(u, t0 + dumped).as_secs_f64() * 1e3);
+            }
+            c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
+            let t1 = Instant::now();
+            match *tool {
+                "pileup" => run(
+                    Command::new(&pileup)
+                        .args(["load", "-S", &sock, "-u", "root", "--rename", "bench:bench_l", "--threads", &threads])
+                        .arg(&dir),
+                    "pileup load",
+                )?,
+                "mydumper" => run(
+                    Command::new("myloader")
+                        .args(["-S", &sock, "-u", "root", "-B", "bench_l", "-t", &threads, "-d"])
+                        .arg(&dir),
+                    "myloader",
+                )?,
+                _ => {
+                    c.query_drop("CREATE DATABASE bench_l")?;
+                    let st = Command::new("mariadb")
+                        .args(["-S", &sock, "-u", "root", "bench_l"])
+                        .stdin(std::fs::File::open(&file)?)
+                        .status()?;
+                    if !st.success() {
+                        bail!("mariadb < dump failed");
+                    }
+                }
+            }
+            let loaded = t1.elapsed();
+            let got = checksums(&mut c, "bench_l", &tables)?;
+            if got != source {
+                bail!("{tool}: the loaded tables differ from the source (CHECKSUM TABLE)");
+            }
+            eprintln!(
+                "   round {r} {tool:<13} dump {:6.1} s, load {:6.1} s, writer's worst round trip in the dump's first 3 s {stall:7.1} ms",
+                dumped.as_secs_f64(),
+                loaded.as_secs_f64()
+            );
+            dump_s[i].push(dumped.as_secs_f64());
+            load_s[i].push(loaded.as_secs_f64());
+            stall_ms[i].push(stall);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
+    let (pd, pl) = (median(dump_s[0].clone()), median(load_s[0].clone()));
+    let mut md = format!(
+        "\n{} rows in {} tables ({:.0} MB in InnoDB: one of {big} rows, {ntables} of {small}), {threads} threads, {rounds} rounds interleaved, medians; every load checked with CHECKSUM TABLE; writer's worst round trip with no dump running: {:.1} ms\n\n",
+        rows,
+        tables.len(),
+        size as f64 / 1e6,
+        median(base_stall)
+    );
+    md.push_str("| tool | dump (s) | dump rows/s | pileup's dump faster by | load (s) | load rows/s | pileup's load faster by | writer's worst round trip at dump start (ms) |\n|---|---|---|---|---|---|---|---|\n");
+    let names = [
+        "pileup dump / load",
+        "mydumper / myloader 0.10.1 (-c, -r 200000)",
+        "mariadb-dump --single-transaction / mariadb",
+    ];
+    for i in 0..3 {
+        let (d, l) = (median(dump_s[i].clone()), median(load_s[i].clone()));
+        md.push_str(&format!(
+            "| {} | {d:.1} | {:.0} | {:.2}× | {l:.1} | {:.0} | {:.2}× | {:.1} |\n",
+            names[i],
+            rows as f64 / d,
+            d / pd,
+            rows as f64 / l,
+            l / pl,
+            median(stall_ms[i].clone())
+        ));
+    }
+    md.push_str(&format!(
+        "\npileup's snapshot lock was held {:.1} ms (median); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
+        median(held),
+        median(lock_phase),
+        median(copy_phase)
+    ));
+    print!("{md}");
+    if let Some(o) = arg(&args, "--out") {
+        pileup_bench::write(o, &md)?;
+    }
+    Ok(())
+}
