@@ -590,13 +590,20 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     // A busy connection, sampled as fast as it goes for 3 s with --threads
     // (passive by default), while the test watches every server thread's
     // state: none may ever be in a tracing stop.
+    // A sysbench connection (under a loaded test machine sysbench may take
+    // a moment to connect all its threads).
     let mut c = sb.connect().unwrap();
-    let busy: u64 = c
-        .query_first(
-            "SELECT TID FROM information_schema.PROCESSLIST WHERE DB='sbtest' AND COMMAND<>'Sleep' ORDER BY ID LIMIT 1",
-        )
-        .unwrap()
-        .expect("a sysbench connection");
+    let t0 = Instant::now();
+    let busy: u64 = loop {
+        let tid: Option<u64> = c
+            .query_first("SELECT TID FROM information_schema.PROCESSLIST WHERE DB = 'sbtest' ORDER BY ID LIMIT 1")
+            .unwrap();
+        match tid {
+            Some(t) => break t,
+            None if t0.elapsed() < Duration::from_secs(30) => std::thread::sleep(Duration::from_millis(200)),
+            None => panic!("no sysbench connection in 30 s"),
+        }
+    };
     let dir = scratch("passive");
     let out = dir.join("busy.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
