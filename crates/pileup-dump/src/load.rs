@@ -159,7 +159,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         order.iter().flat_map(|&i| (0..m.tables[i].chunks.len()).map(move |k| (i, k))).collect();
     let m = Arc::new(m);
     let (mm, oo) = (m.clone(), o.clone());
-    pool(
+    let failed = pool(
         spec,
         o,
         jobs.clone(),
@@ -176,58 +176,93 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     )?;
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
     create_objects(&mut c, o, &objs, &mut *on)?;
+    let bad: Vec<usize> = failed.iter().map(|((i, _), _)| *i).collect();
+    failures("table(s) not loaded (run again with --resume once fixed)", failed, |i| {
+        format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
+    })?;
     if o.verify {
-        verify(spec, o, &m, jobs, on)?;
+        verify(spec, o, &m, jobs.into_iter().filter(|j| !bad.contains(&j.0)).collect(), on)?;
     }
     Ok(())
 }
 
+/// Jobs that failed, with their errors: their tables (the job's first
+/// index) were stopped there, the others went on.
+type Failed = Vec<((usize, usize), anyhow::Error)>;
+
 /// Run `jobs` on `o.threads` connections in loading sessions, in order;
-/// `each` hears every job done with its result. The first error stops
-/// the rest and is returned.
+/// `each` hears every job done with its result. A job that fails stops
+/// its table (the job's first index; its other jobs are dropped) and the
+/// others go on, on a fresh connection; the failures are returned. Only a
+/// server that cannot be reached again stops everything (`Err`).
 fn pool<R: Send + 'static>(
     spec: &ConnSpec,
     o: &LoadOptions,
     jobs: Vec<(usize, usize)>,
     f: impl Fn(&mut mysql::Conn, &(usize, usize)) -> Result<R> + Send + Sync + 'static,
     mut each: impl FnMut((usize, usize), R),
-) -> Result<()> {
+) -> Result<Failed> {
+    type Msg<R> = std::result::Result<((usize, usize), R), ((usize, usize), anyhow::Error)>;
     let queue = Arc::new(Mutex::new(VecDeque::from(jobs)));
+    let stopped: Arc<Mutex<std::collections::HashSet<usize>>> = Default::default();
     let f = Arc::new(f);
-    let failed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<Result<((usize, usize), R)>>();
+    let gone = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<Msg<R>>();
     let mut handles = vec![];
     for _ in 0..o.threads.max(1) {
         let mut w = spec.connect()?;
         session(&mut w, o)?;
-        let (queue, f, failed, tx) = (queue.clone(), f.clone(), failed.clone(), tx.clone());
+        let (queue, stopped, f, gone, tx, spec, o) =
+            (queue.clone(), stopped.clone(), f.clone(), gone.clone(), tx.clone(), spec.clone(), o.clone());
         handles.push(std::thread::spawn(move || {
-            while !failed.load(Ordering::Relaxed) {
-                let Some(job) = queue.lock().unwrap().pop_front() else { break };
-                let r = f(&mut w, &job).map(|r| (job, r));
-                let bad = r.is_err();
-                let _ = tx.send(r);
-                if bad {
-                    failed.store(true, Ordering::Relaxed);
-                    break;
+            while !gone.load(Ordering::Relaxed) {
+                let job = {
+                    let mut q = queue.lock().unwrap();
+                    let stopped = stopped.lock().unwrap();
+                    std::iter::from_fn(|| q.pop_front()).find(|j| !stopped.contains(&j.0))
+                };
+                let Some(job) = job else { break };
+                match f(&mut w, &job) {
+                    Ok(r) => {
+                        let _ = tx.send(Ok((job, r)));
+                    }
+                    Err(e) => {
+                        stopped.lock().unwrap().insert(job.0);
+                        let _ = tx.send(Err((job, e)));
+                        match spec.connect().and_then(|mut c| session(&mut c, &o).map(|_| c)) {
+                            Ok(c) => w = c,
+                            Err(_) => gone.store(true, Ordering::Relaxed),
+                        }
+                    }
                 }
             }
         }));
     }
     drop(tx);
-    let mut first_error = None;
+    let mut failed = vec![];
     for r in rx {
         match r {
             Ok((job, r)) => each(job, r),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
+            Err(e) => failed.push(e),
         }
     }
     for h in handles {
         let _ = h.join();
     }
-    first_error.map_or(Ok(()), Err)
+    if gone.load(Ordering::Relaxed) && !failed.is_empty() {
+        let (_, e) = failed.remove(0);
+        return Err(e.context("the server cannot be reached"));
+    }
+    Ok(failed)
+}
+
+/// One line naming every table that failed and why.
+fn failures(what: &str, failed: Failed, name: impl Fn(usize) -> String) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = failed.iter().map(|((i, _), e)| format!("{}: {e:#}", name(*i))).collect();
+    bail!("{} {what}; the others are done: {}", list.len(), list.join("; "))
 }
 
 /// Read every loaded chunk back as the dump read it, and compare its row
@@ -242,7 +277,7 @@ fn verify(
     let (mm, oo) = (m.clone(), o.clone());
     let mut differ = vec![];
     let mut checked = 0;
-    pool(
+    let failed = pool(
         spec,
         o,
         jobs,
@@ -269,6 +304,9 @@ fn verify(
             }
         },
     )?;
+    failures("table(s) could not be read back", failed, |i| {
+        format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
+    })?;
     if !differ.is_empty() {
         bail!("{} of {checked} chunk(s) differ from the dump: {}", differ.len(), differ.join("; "));
     }
@@ -338,7 +376,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     let data = Arc::new(data);
     let (dd, oo) = (data.clone(), o.clone());
     let jobs = (0..data.len()).map(|i| (i, 0)).collect();
-    pool(
+    let failed = pool(
         spec,
         o,
         jobs,
@@ -376,7 +414,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     for (db, p) in &s.triggers {
         crate::mydumper::run_file_from(&mut c, Some(db), target(o, db), p)?;
     }
-    Ok(())
+    failures("data file(s) not loaded", failed, |i| data[i].2.display().to_string())
 }
 
 fn kind_word(k: Kind) -> &'static str {
