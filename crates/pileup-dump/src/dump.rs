@@ -46,6 +46,8 @@ pub struct DumpOptions {
     pub compress: Compress,
     pub format: Format,
     pub lock: LockOptions,
+    /// Also dump accounts and their grants (pileup format).
+    pub users: bool,
 }
 
 /// What the dump reports as it goes.
@@ -131,6 +133,12 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     m.databases = dbs;
     m.tables = tables;
     m.objects = objects;
+    if o.users {
+        if o.format == Format::Mydumper {
+            bail!("--users is written in pileup's format only (mydumper 0.10.1 has no place for accounts)");
+        }
+        m.users = schema::users(&mut c).context("reading accounts (--users needs SELECT on mysql.user)")?;
+    }
     let mut view_columns = std::collections::BTreeMap::new();
     if o.format == Format::Mydumper {
         for x in m.objects.iter().filter(|x| x.kind == crate::manifest::Kind::View) {

@@ -176,6 +176,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     )?;
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
     create_objects(&mut c, o, &objs, &mut *on)?;
+    create_users(&mut c, o, &m.users, &mut *on)?;
     let bad: Vec<usize> = failed.iter().map(|((i, _), _)| *i).collect();
     failures("table(s) not loaded (run again with --resume once fixed)", failed, |i| {
         format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
@@ -415,6 +416,38 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
         crate::mydumper::run_file_from(&mut c, Some(db), target(o, db), p)?;
     }
     failures("data file(s) not loaded", failed, |i| data[i].2.display().to_string())
+}
+
+/// Accounts that do not exist yet, and every account's grants (on renamed
+/// databases, the new names). An account that exists keeps its password.
+fn create_users(
+    c: &mut mysql::Conn,
+    o: &LoadOptions,
+    users: &[crate::manifest::User],
+    on: &mut dyn FnMut(Event),
+) -> Result<()> {
+    for u in users {
+        let create = match u.create.strip_prefix("CREATE USER ") {
+            Some(rest) => format!("CREATE USER IF NOT EXISTS {rest}"),
+            None => u.create.clone(),
+        };
+        c.query_drop(&create)
+            .map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
+            .with_context(|| format!("creating account '{}'@'{}'", u.user, u.host))?;
+        for g in &u.grants {
+            let mut g = g.clone();
+            for (from, to) in &o.rename {
+                g = g.replace(&format!(" ON {}.", quote(from)), &format!(" ON {}.", quote(to)));
+            }
+            c.query_drop(&g)
+                .map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
+                .with_context(|| format!("granting to '{}'@'{}'", u.user, u.host))?;
+        }
+    }
+    if !users.is_empty() {
+        on(Event::Note(format!("{} account(s) and their grants created", users.len())));
+    }
+    Ok(())
 }
 
 fn kind_word(k: Kind) -> &'static str {

@@ -31,6 +31,19 @@ pub struct Manifest {
     pub tables: Vec<Table>,
     /// Views, routines, triggers and events, in the order they are created.
     pub objects: Vec<Object>,
+    /// Accounts and their grants (`dump --users`).
+    #[serde(default)]
+    pub users: Vec<User>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct User {
+    pub user: String,
+    pub host: String,
+    /// `SHOW CREATE USER` (password hash included).
+    pub create: String,
+    /// `SHOW GRANTS FOR` the account.
+    pub grants: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

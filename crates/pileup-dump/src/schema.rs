@@ -218,6 +218,27 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
     Ok(out)
 }
 
+/// Accounts other than the server's own (`mariadb.sys`, and the
+/// `root`/`PUBLIC` the server creates), with their grants.
+pub fn users(c: &mut mysql::Conn) -> Result<Vec<crate::manifest::User>> {
+    let accounts: Vec<(String, String)> = c.query(
+        "SELECT User, Host FROM mysql.user WHERE User NOT IN ('', 'root', 'mariadb.sys', 'PUBLIC') AND is_role = 'N' ORDER BY User, Host",
+    )?;
+    let mut out = vec![];
+    for (user, host) in accounts {
+        let who = format!("'{}'@'{}'", user.replace('\'', "''"), host.replace('\'', "''"));
+        let create: Row = c.query_first(format!("SHOW CREATE USER {who}"))?.context("user vanished")?;
+        let grants: Vec<Row> = c.query(format!("SHOW GRANTS FOR {who}"))?;
+        out.push(crate::manifest::User {
+            create: text(&create, 0)?,
+            grants: grants.iter().map(|g| text(g, 0)).collect::<Result<_>>()?,
+            user,
+            host,
+        });
+    }
+    Ok(out)
+}
+
 fn text(r: &Row, i: usize) -> Result<String> {
     let b: Option<Vec<u8>> = r.get_opt(i).and_then(|x| x.ok());
     Ok(String::from_utf8_lossy(&b.unwrap_or_default()).into_owned())

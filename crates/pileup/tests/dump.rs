@@ -447,3 +447,30 @@ fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+#[test]
+fn accounts_and_grants_go_with_users_to_another_server() {
+    let a = sandbox();
+    let b = sandbox();
+    let mut ca = a.connect().unwrap();
+    ca.query_drop("CREATE DATABASE u1").unwrap();
+    ca.query_drop("CREATE TABLE u1.t (id INT PRIMARY KEY)").unwrap();
+    ca.query_drop("INSERT INTO u1.t VALUES (1), (2)").unwrap();
+    ca.query_drop("CREATE USER 'app'@'localhost' IDENTIFIED BY 'pw-of-app'").unwrap();
+    ca.query_drop("GRANT SELECT, INSERT ON u1.* TO 'app'@'localhost'").unwrap();
+    let dir = scratch("dump-users");
+    let out = dir.join("u");
+    ok(&run(&a, &["dump", "-o", out.to_str().unwrap(), "--databases", "u1", "--users"]));
+    ok(&run(&b, &["load", out.to_str().unwrap(), "--rename", "u1:u2"]));
+    let mut cb = b.connect().unwrap();
+    let grants: Vec<String> = cb.query("SHOW GRANTS FOR 'app'@'localhost'").unwrap();
+    assert!(grants.iter().any(|g| g.contains("SELECT, INSERT ON `u2`.*")), "{grants:?}");
+    // The account logs in with its password on the new server.
+    let opts = mysql::OptsBuilder::new()
+        .socket(Some(b.endpoint.socket.to_string_lossy().into_owned()))
+        .user(Some("app"))
+        .pass(Some("pw-of-app"));
+    let mut app = mysql::Conn::new(opts).expect("the account and its password were loaded");
+    let n: u64 = app.query_first("SELECT COUNT(*) FROM u2.t").unwrap().unwrap();
+    assert_eq!(n, 2);
+}

@@ -57,6 +57,9 @@ pub struct DumpArgs {
     /// Kill (KILL QUERY) the queries that keep the snapshot lock waiting.
     #[arg(long)]
     pub kill_long_queries: bool,
+    /// Also dump accounts (SHOW CREATE USER, with password hashes) and their grants; loaded with the data.
+    #[arg(long)]
+    pub users: bool,
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
@@ -165,6 +168,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             FormatArg::Mydumper => pileup_dump::dump::Format::Mydumper,
         },
         lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries },
+        users: a.users,
     };
     let b = bar(a.json);
     let (mut rows, mut tables) = (0u64, std::collections::BTreeSet::new());
