@@ -397,21 +397,8 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     for (db, p) in &s.post {
         crate::mydumper::run_file(&mut c, target(o, db), p)?;
     }
-    let mut views: Vec<&(String, String, PathBuf)> = s.views.iter().filter(|(d, v, _)| !skipped(d, v)).collect();
-    while !views.is_empty() {
-        let mut left = vec![];
-        let mut last = None;
-        for v in &views {
-            if let Err(e) = crate::mydumper::run_file(&mut c, target(o, &v.0), &v.2) {
-                last = Some(e);
-                left.push(*v);
-            }
-        }
-        if left.len() == views.len() {
-            return Err(last.unwrap()).context("creating views");
-        }
-        views = left;
-    }
+    let views: Vec<&(String, String, PathBuf)> = s.views.iter().filter(|(d, v, _)| !skipped(d, v)).collect();
+    in_rounds(views, |v| crate::mydumper::run_file(&mut c, target(o, &v.0), &v.2).map(|_| ()))?;
     for (db, p) in &s.triggers {
         crate::mydumper::run_file_from(&mut c, Some(db), target(o, db), p)?;
     }
@@ -514,25 +501,30 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
 /// Views (each after the views it reads: created in rounds until none is
 /// left), then routines, triggers and events, each under the settings it
 /// was created with.
-fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mut dyn FnMut(Event)) -> Result<()> {
-    let mut views: Vec<&Object> = objs.iter().filter(|x| x.kind == Kind::View).collect();
+/// Create views in rounds until none is left, each after the views it
+/// reads: a round creates what it can, and a round that creates nothing
+/// ends with its last error.
+fn in_rounds<T>(mut views: Vec<T>, mut create: impl FnMut(&T) -> Result<()>) -> Result<()> {
     while !views.is_empty() {
         let mut left = vec![];
         let mut last_err = None;
-        for v in &views {
-            match create(c, o, v) {
-                Ok(()) => {}
-                Err(e) => {
-                    last_err = Some(e);
-                    left.push(*v);
-                }
+        let before = views.len();
+        for v in views {
+            if let Err(e) = create(&v) {
+                last_err = Some(e);
+                left.push(v);
             }
         }
-        if left.len() == views.len() {
-            return Err(last_err.unwrap()).context("creating views");
+        if left.len() == before {
+            return Err(last_err.expect("a round that created nothing failed")).context("creating views");
         }
         views = left;
     }
+    Ok(())
+}
+
+fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mut dyn FnMut(Event)) -> Result<()> {
+    in_rounds(objs.iter().filter(|x| x.kind == Kind::View).collect(), |v| create(c, o, v))?;
     for x in objs.iter().filter(|x| x.kind != Kind::View) {
         create(c, o, x).with_context(|| format!("creating {:?} {}.{}", x.kind, target(o, &x.db), x.name))?;
     }

@@ -146,6 +146,15 @@ fn bar(json: bool) -> Option<indicatif::ProgressBar> {
     })
 }
 
+/// A note from the library: a JSON line with `--json`, else on stderr.
+fn note(json: bool, s: &str) {
+    if json {
+        println!("{}", serde_json::json!({"event": "note", "text": s}));
+    } else {
+        eprintln!("note: {s}");
+    }
+}
+
 pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let o = DumpOptions {
@@ -217,13 +226,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                     println!("{}", serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes}));
                 }
             }
-            Note(s) => {
-                if a.json {
-                    println!("{}", serde_json::json!({"event": "note", "text": s}));
-                } else {
-                    eprintln!("note: {s}");
-                }
-            }
+            Note(s) => note(a.json, s),
         }
     })?;
     if let Some(b) = &b {
@@ -308,13 +311,7 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
                     );
                 }
             }
-            Note(s) => {
-                if a.json {
-                    println!("{}", serde_json::json!({"event": "note", "text": s}));
-                } else {
-                    eprintln!("note: {s}");
-                }
-            }
+            Note(s) => note(a.json, s),
         }
     })?;
     if let Some(b) = &b {
