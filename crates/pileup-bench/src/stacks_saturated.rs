@@ -349,7 +349,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
     let mut md = format!(
         "\n### {workload}, {threads} server threads: {base_tps:.0} tps without sampling, probe worst round trip {base_worst:.2} ms{spread}\n\n"
     );
-    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired) | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
         let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
@@ -368,7 +368,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
             describe(tool),
             tps / base_tps,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
-            if i == 0 { "–".into() } else { format!("{:.1}%", 100.0 * (1.0 - median(paired[i].clone()))) },
+            if i == 0 { "–".into() } else { lost(&paired[i]) },
             worst - base_worst,
             median(r.iter().map(|w| w.cpu_cores).collect()),
             if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
@@ -380,6 +380,42 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
         ));
     }
     md
+}
+
+/// Throughput lost by the median paired ratio, with a distribution-free 95%
+/// interval for that median (order statistics: the ranks between which the
+/// median lies with 95% probability under the binomial), so a small loss is
+/// shown or ruled out rather than read from one round's noise.
+fn lost(ratios: &[f64]) -> String {
+    let m = median(ratios.to_vec());
+    let mut v = ratios.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    let k = median_ci_rank(n);
+    match k {
+        Some(k) => {
+            format!("{:.1}% [{:.1}, {:.1}]", 100.0 * (1.0 - m), 100.0 * (1.0 - v[n - 1 - k]), 100.0 * (1.0 - v[k]))
+        }
+        None => format!("{:.1}% (too few rounds for an interval)", 100.0 * (1.0 - m)),
+    }
+}
+
+/// The 0-based rank k such that [v[k], v[n-1-k]] covers the median with at
+/// least 95% probability: the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%.
+fn median_ci_rank(n: usize) -> Option<usize> {
+    // Cumulative binomial probabilities, computed in f64: n stays small.
+    let mut p = 0.5f64.powi(n as i32);
+    let mut cum = 0.0;
+    let mut best = None;
+    for k in 0..n {
+        cum += p;
+        if cum > 0.025 {
+            break;
+        }
+        best = Some(k);
+        p *= (n - k) as f64 / (k + 1) as f64;
+    }
+    best
 }
 
 fn describe(tool: &str) -> String {
@@ -421,4 +457,20 @@ fn split_mode(t: &str) -> (Option<&'static str>, &str) {
         }
     }
     (None, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_interval_uses_binomial_ranks() {
+        // P(B(10, 1/2) <= 1) = 11/1024 <= 2.5% < P(<= 2) = 56/1024.
+        assert_eq!(median_ci_rank(10), Some(1));
+        // Five rounds cannot give a 95% interval: P(<= 0) = 1/32.
+        assert_eq!(median_ci_rank(5), None);
+        assert_eq!(median_ci_rank(6), Some(0));
+        let r: Vec<f64> = (0..11).map(|i| 0.99 + i as f64 / 1000.0).collect();
+        assert_eq!(lost(&r), "0.5% [0.1, 0.9]");
+    }
 }

@@ -4,7 +4,8 @@
 //! Data flow: dump = schema (what to copy) → snapshot (one consistent
 //! point for every thread, with its binlog position) → chunk (key ranges)
 //! → tsv (rows as `LOAD DATA` text) → files → manifest; load = manifest →
-//! tables → data in parallel → views, routines, triggers, events.
+//! tables (primary keys) → data in parallel →
+//! secondary indexes → views, routines, triggers, events.
 //!
 //! A library without printing: progress goes through a callback.
 
@@ -12,6 +13,7 @@ pub mod chunk;
 pub mod copy;
 pub mod dump;
 pub mod files;
+pub mod indexes;
 pub mod infile;
 pub mod load;
 pub mod manifest;

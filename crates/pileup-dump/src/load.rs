@@ -9,15 +9,16 @@
 //! row count is checked against the manifest. Nothing global is changed on
 //! the server; `--no-binlog` turns the binary log off for these sessions.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
+use crate::indexes::Deferred;
 use crate::manifest::{quote, Kind, Manifest, Object, MANIFEST};
 
 /// What to do with a table that already exists.
@@ -40,6 +41,10 @@ pub struct LoadOptions {
     pub resume: bool,
     /// Read the loaded tables back and compare them with the dump.
     pub verify: bool,
+    /// Create InnoDB tables with their primary key only and add their
+    /// secondary indexes in one `ALTER TABLE` after their data (see
+    /// [`crate::indexes`]).
+    pub indexes_after_data: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -141,9 +146,38 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             d.collation
         ))?;
     }
-    for (_, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i] && !exists_t[*i]) {
-        c.query_drop(format!("USE {}", quote(target(o, &t.db))))?;
-        c.query_drop(&t.create).with_context(|| format!("creating table {}.{}", target(o, &t.db), t.name))?;
+    // Secondary indexes that wait for the data, and of those, the ones a
+    // resumed load still has to add (an existing table tells by its
+    // indexes).
+    let creates: Vec<&str> = m.tables.iter().map(|t| t.create.as_str()).collect();
+    let deferred: Vec<Option<Deferred>> = m
+        .tables
+        .iter()
+        .map(|t| {
+            (o.indexes_after_data && !t.chunks.is_empty())
+                .then(|| crate::indexes::split(&t.create, crate::indexes::referenced(&t.name, &creates)))
+                .flatten()
+        })
+        .collect();
+    let mut later: Vec<Vec<String>> = vec![vec![]; m.tables.len()];
+    for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
+        let db = target(o, &t.db);
+        if exists_t[i] {
+            if let Some(d) = &deferred[i] {
+                let have: Vec<String> = c.exec(
+                    "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                    (db, &t.name),
+                )?;
+                later[i] = d.indexes.iter().filter(|(n, _)| !have.contains(n)).map(|(_, a)| a.clone()).collect();
+            }
+            continue;
+        }
+        c.query_drop(format!("USE {}", quote(db)))?;
+        let create = deferred[i].as_ref().map(|d| d.create.as_str()).unwrap_or(&t.create);
+        c.query_drop(create).with_context(|| format!("creating table {db}.{}", t.name))?;
+        if let Some(d) = &deferred[i] {
+            later[i] = d.indexes.iter().map(|(_, a)| a.clone()).collect();
+        }
     }
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
     on(Event::Planned {
@@ -159,11 +193,27 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         order.iter().flat_map(|&i| (0..m.tables[i].chunks.len()).map(move |k| (i, k))).collect();
     let m = Arc::new(m);
     let (mm, oo) = (m.clone(), o.clone());
+    // Chunks still to load per table: the worker that loads a table's last
+    // one adds the indexes it waited for.
+    let left: Arc<Vec<AtomicUsize>> = Arc::new(m.tables.iter().map(|t| AtomicUsize::new(t.chunks.len())).collect());
     let failed = pool(
         spec,
         o,
         jobs.clone(),
-        move |w, &(i, k)| load_chunk(w, &oo, &mm, i, k),
+        move |w, &(i, k)| {
+            let loaded = load_chunk(w, &oo, &mm, i, k)?;
+            if left[i].fetch_sub(1, Ordering::AcqRel) == 1 && !later[i].is_empty() {
+                let t = &mm.tables[i];
+                w.query_drop(format!(
+                    "ALTER TABLE {}.{} {}",
+                    quote(target(&oo, &t.db)),
+                    quote(&t.name),
+                    later[i].join(", ")
+                ))
+                .with_context(|| format!("adding the secondary indexes after the data of {}.{}", t.db, t.name))?;
+            }
+            Ok(loaded)
+        },
         |(i, k), loaded| {
             let (t, ch) = (&m.tables[i], &m.tables[i].chunks[k]);
             on(Event::Chunk {
@@ -196,6 +246,12 @@ type Failed = Vec<((usize, usize), anyhow::Error)>;
 /// its table (the job's first index; its other jobs are dropped) and the
 /// others go on, on a fresh connection; the failures are returned. Only a
 /// server that cannot be reached again stops everything (`Err`).
+///
+/// A table's first job runs alone: with unique and foreign-key checks off,
+/// InnoDB loads into an empty table in bulk mode under an exclusive table
+/// lock, and a second connection loading the same empty table at once
+/// waits for that lock or deadlocks with it. Once one job of a table is
+/// done the table is not empty and its other jobs run on every connection.
 fn pool<R: Send + 'static>(
     spec: &ConnSpec,
     o: &LoadOptions,
@@ -204,8 +260,7 @@ fn pool<R: Send + 'static>(
     mut each: impl FnMut((usize, usize), R),
 ) -> Result<Failed> {
     type Msg<R> = std::result::Result<((usize, usize), R), ((usize, usize), anyhow::Error)>;
-    let queue = Arc::new(Mutex::new(VecDeque::from(jobs)));
-    let stopped: Arc<Mutex<std::collections::HashSet<usize>>> = Default::default();
+    let plan = Arc::new((Mutex::new(Plan { queue: jobs.into(), ..Default::default() }), Condvar::new()));
     let f = Arc::new(f);
     let gone = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Msg<R>>();
@@ -213,26 +268,24 @@ fn pool<R: Send + 'static>(
     for _ in 0..o.threads.max(1) {
         let mut w = spec.connect()?;
         session(&mut w, o)?;
-        let (queue, stopped, f, gone, tx, spec, o) =
-            (queue.clone(), stopped.clone(), f.clone(), gone.clone(), tx.clone(), spec.clone(), o.clone());
+        let (plan, f, gone, tx, spec, o) = (plan.clone(), f.clone(), gone.clone(), tx.clone(), spec.clone(), o.clone());
         handles.push(std::thread::spawn(move || {
             while !gone.load(Ordering::Relaxed) {
-                let job = {
-                    let mut q = queue.lock().unwrap();
-                    let stopped = stopped.lock().unwrap();
-                    std::iter::from_fn(|| q.pop_front()).find(|j| !stopped.contains(&j.0))
-                };
-                let Some(job) = job else { break };
-                match f(&mut w, &job) {
+                let Some(job) = Plan::next(&plan) else { break };
+                let r = f(&mut w, &job);
+                Plan::done(&plan, job.0, r.is_ok());
+                match r {
                     Ok(r) => {
                         let _ = tx.send(Ok((job, r)));
                     }
                     Err(e) => {
-                        stopped.lock().unwrap().insert(job.0);
                         let _ = tx.send(Err((job, e)));
                         match spec.connect().and_then(|mut c| session(&mut c, &o).map(|_| c)) {
                             Ok(c) => w = c,
-                            Err(_) => gone.store(true, Ordering::Relaxed),
+                            Err(_) => {
+                                gone.store(true, Ordering::Relaxed);
+                                plan.1.notify_all();
+                            }
                         }
                     }
                 }
@@ -255,6 +308,54 @@ fn pool<R: Send + 'static>(
         return Err(e.context("the server cannot be reached"));
     }
     Ok(failed)
+}
+
+/// The jobs left, and per table whether its first job is running or done.
+#[derive(Default)]
+struct Plan {
+    queue: VecDeque<(usize, usize)>,
+    /// Tables with a job running and none done yet: their jobs wait.
+    first_running: HashSet<usize>,
+    /// Tables with a job done: their jobs run anywhere.
+    started: HashSet<usize>,
+    /// Tables stopped by a failed job: their jobs are dropped.
+    stopped: HashSet<usize>,
+}
+
+impl Plan {
+    /// The next job that may run now, waiting while the only ones left
+    /// wait for their table's first job; `None` when none is left.
+    fn next(plan: &(Mutex<Plan>, Condvar)) -> Option<(usize, usize)> {
+        let mut p = plan.0.lock().unwrap();
+        loop {
+            let stopped = std::mem::take(&mut p.stopped);
+            p.queue.retain(|j| !stopped.contains(&j.0));
+            p.stopped = stopped;
+            if p.queue.is_empty() {
+                return None;
+            }
+            let ready = p.queue.iter().position(|j| p.started.contains(&j.0) || !p.first_running.contains(&j.0));
+            if let Some(k) = ready {
+                let job = p.queue.remove(k).unwrap();
+                if !p.started.contains(&job.0) {
+                    p.first_running.insert(job.0);
+                }
+                return Some(job);
+            }
+            p = plan.1.wait(p).unwrap();
+        }
+    }
+
+    fn done(plan: &(Mutex<Plan>, Condvar), table: usize, ok: bool) {
+        let mut p = plan.0.lock().unwrap();
+        p.first_running.remove(&table);
+        if ok {
+            p.started.insert(table);
+        } else {
+            p.stopped.insert(table);
+        }
+        plan.1.notify_all();
+    }
 }
 
 /// One line naming every table that failed and why.
@@ -554,4 +655,26 @@ fn create(c: &mut mysql::Conn, o: &LoadOptions, x: &Object) -> Result<()> {
     c.query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO', time_zone = '+00:00'")?;
     c.query_drop("SET NAMES utf8mb4")?;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tables_first_job_runs_alone_and_a_failed_one_drops_its_table() {
+        let plan = (
+            Mutex::new(Plan { queue: vec![(0, 0), (0, 1), (1, 0), (0, 2), (1, 1)].into(), ..Default::default() }),
+            Condvar::new(),
+        );
+        assert_eq!(Plan::next(&plan), Some((0, 0)));
+        // Table 0's others wait for its first job: table 1's first goes.
+        assert_eq!(Plan::next(&plan), Some((1, 0)));
+        Plan::done(&plan, 0, true);
+        assert_eq!(Plan::next(&plan), Some((0, 1)));
+        assert_eq!(Plan::next(&plan), Some((0, 2)));
+        // Table 1's first job failed: its last job is dropped.
+        Plan::done(&plan, 1, false);
+        assert_eq!(Plan::next(&plan), None);
+    }
 }

@@ -54,6 +54,9 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE d1.allbytes (id INT PRIMARY KEY, b VARBINARY(256))",
     "CREATE TABLE d1.big (id BIGINT PRIMARY KEY, v VARCHAR(50), k INT, KEY (k))",
     "INSERT INTO d1.big SELECT seq, CONCAT('row', seq), seq % 97 FROM seq_1_to_60000",
+    "CREATE TABLE d1.idx (id INT AUTO_INCREMENT PRIMARY KEY, a INT, b VARCHAR(20), c INT, UNIQUE KEY ab (a, b), \
+     KEY c_desc (c DESC), KEY bpref (b(5)) COMMENT 'prefix, with a comma')",
+    "INSERT INTO d1.idx (a, b, c) SELECT seq, CONCAT('v', seq), seq % 7 FROM seq_1_to_30000",
     "CREATE TABLE d1.nokey (a INT, b TEXT)",
     "INSERT INTO d1.nokey VALUES (1,'x'),(1,'x'),(2,NULL)",
     "CREATE TABLE d1.ar (id INT PRIMARY KEY, v TEXT) ENGINE=Aria",
@@ -85,7 +88,7 @@ fn fill(c: &mut mysql::Conn) {
     }
 }
 
-const TABLES: &[&str] = &["t", "allbytes", "big", "nokey", "ar", "blobby", "part", "child"];
+const TABLES: &[&str] = &["t", "allbytes", "big", "idx", "nokey", "ar", "blobby", "part", "child"];
 
 #[test]
 fn every_type_and_object_survives_a_dump_and_a_load() {
@@ -98,7 +101,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
         &sb,
         &["dump", "-o", out.to_str().unwrap(), "--databases", "d1", "--chunk-rows", "10000", "--threads", "3"],
     ));
-    assert!(text.contains("dumped 8 table(s)"), "{text}");
+    assert!(text.contains("dumped 9 table(s)"), "{text}");
     // Files hold data: 0600 files in 0700 directories.
     for d in [out.clone(), out.join("data")] {
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
@@ -120,6 +123,8 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
     for t in TABLES {
         let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
         assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
+        // Indexes (those added after the data too), options and counters.
+        assert_eq!(show_create(&mut c, "d1", t), show_create(&mut c, "d2", t), "table {t}");
     }
     let cs: (String, String) = c
         .query_first("SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'd2'")
@@ -356,6 +361,9 @@ fn a_load_killed_midway_resumes_to_an_identical_copy() {
     child.wait().unwrap();
     let loaded: u64 = c.query_first("SELECT COUNT(*) FROM r2.big").unwrap().unwrap();
     assert!(loaded > 0 && loaded < 400_000, "{loaded} rows in when killed");
+    // Its secondary index waits for the data.
+    let idx: Vec<String> = c.query("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'r2' AND TABLE_NAME = 'big'").unwrap();
+    assert_eq!(idx, vec!["PRIMARY".to_string()]);
 
     // Without --resume the load refuses to touch it, and says how to go on.
     let again = run(&sb, &["load", out.to_str().unwrap(), "--rename", "r:r2"]);
@@ -370,6 +378,13 @@ fn a_load_killed_midway_resumes_to_an_identical_copy() {
     }
     let n: u64 = c.query_first("SELECT COUNT(*) FROM r2.big").unwrap().unwrap();
     assert_eq!(n, 400_000);
+    // The resumed load added the index the killed one had not.
+    assert_eq!(show_create(&mut c, "r", "big"), show_create(&mut c, "r2", "big"));
+}
+
+fn show_create(c: &mut mysql::Conn, db: &str, t: &str) -> String {
+    let r: (String, String) = c.query_first(format!("SHOW CREATE TABLE `{db}`.`{t}`")).unwrap().unwrap();
+    r.1
 }
 
 #[test]

@@ -94,9 +94,19 @@ pub struct LoadArgs {
     /// After loading, read every chunk back and compare its rows with the dump's counts and hashes.
     #[arg(long)]
     pub verify: bool,
+    /// When InnoDB tables get their secondary indexes: after-data (created with the primary key only, indexes
+    /// built in one ALTER TABLE once the table's data is in) or with-data (created as dumped).
+    #[arg(long, value_enum, default_value_t = IndexesArg::AfterData)]
+    pub indexes: IndexesArg,
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IndexesArg {
+    AfterData,
+    WithData,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -276,6 +286,7 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         no_binlog: a.no_binlog,
         resume: a.resume,
         verify: a.verify,
+        indexes_after_data: a.indexes == IndexesArg::AfterData,
     };
     let b = bar(a.json);
     let t0 = std::time::Instant::now();
