@@ -63,6 +63,7 @@ pub enum Event {
     Unlocked {
         statement: String,
         held_ms: f64,
+        waited_ms: f64,
         copied: Vec<String>,
     },
     Chunk {
@@ -182,14 +183,16 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         }
     }
     let statement = held.statement.to_string();
+    let waited_ms = held.waited.as_secs_f64() * 1e3;
     let held_for = held.release(&mut c);
     opened.context("opening the threads' snapshots")?;
     m.lock = LockHeld {
         statement: statement.clone(),
         held_ms: held_for.as_secs_f64() * 1e3,
+        waited_ms,
         copied_under_lock: copied.clone(),
     };
-    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, copied });
+    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, waited_ms, copied });
     for d in &early {
         on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
     }

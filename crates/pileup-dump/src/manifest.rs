@@ -57,6 +57,9 @@ pub struct Position {
 pub struct LockHeld {
     pub statement: String,
     pub held_ms: f64,
+    /// From the first request to the grant (commits queue behind a request).
+    #[serde(default)]
+    pub waited_ms: f64,
     /// Tables copied while it was held (not transactional).
     pub copied_under_lock: Vec<String>,
 }

@@ -7,11 +7,13 @@
 //! On MariaDB the window is `BACKUP STAGE BLOCK_COMMIT`, which blocks
 //! commits only; running statements go on, and no table is flushed (a
 //! global read lock waits for every running query and blocks every writer
-//! while it waits). MySQL gets `FLUSH TABLES WITH READ LOCK`. Each attempt
-//! waits at most `lock_wait_timeout` (1 s): a lock request never sits
-//! queued in front of the server's writers for longer. What keeps it from
-//! being granted is looked up and named: the caller waits for it up to a
-//! limit, aborts naming it, or kills it when asked.
+//! while it waits). MySQL gets `FLUSH TABLES WITH READ LOCK`. A request
+//! waits at most [`TRY`] on MariaDB (`max_statement_time`) and
+//! `lock_wait_timeout` (1 s) on MySQL, then is given up and asked for again
+//! a quarter of a second later: commits that start while it waits queue
+//! behind it, and this bounds how long. After a second of failed requests,
+//! what keeps it from being granted is looked up and named: the caller
+//! waits for it up to a limit, aborts naming it, or kills it when asked.
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,9 @@ pub struct LockOptions {
 pub struct Held {
     pub statement: &'static str,
     pub at: Instant,
+    /// From the first request to the grant: while a request waits, the
+    /// server's commits queue behind it.
+    pub waited: Duration,
     mariadb: bool,
 }
 
@@ -64,15 +69,23 @@ pub fn long_queries(c: &mut mysql::Conn) -> Result<Vec<Blocker>> {
         .collect())
 }
 
+/// A lock wait given up: `lock_wait_timeout` (1205), or the bound put on
+/// the MariaDB snapshot lock's request with `max_statement_time` (1969).
 fn is_lock_timeout(e: &mysql::Error) -> bool {
-    matches!(e, mysql::Error::MySqlError(m) if m.code == 1205)
+    matches!(e, mysql::Error::MySqlError(m) if m.code == 1205 || m.code == 1969)
 }
+
+/// How long one request for MariaDB's snapshot lock may wait: commits that
+/// start while it waits queue behind it, so it is given up soon and asked
+/// for again after they drain.
+pub const TRY: Duration = Duration::from_millis(50);
 
 fn lock_timeout_in(e: &anyhow::Error) -> bool {
     e.chain().any(|x| x.downcast_ref::<mysql::Error>().is_some_and(is_lock_timeout))
 }
 
-/// Run `f`, which waits at most a second for any lock; while it times out,
+/// Run `f`, which waits at most a second for any lock; while it times out
+/// (after a second of retries: earlier ones are commits passing),
 /// name the queries that keep it waiting and retry for up to `o.wait`, kill
 /// them when asked, or give up naming them. `what` says what waits.
 pub fn guarded<T>(
@@ -84,9 +97,16 @@ pub fn guarded<T>(
 ) -> Result<T> {
     let t0 = Instant::now();
     let mut killed = vec![];
+    let mut noted: Option<Instant> = None;
     loop {
         match f(c) {
             Ok(v) => return Ok(v),
+            // Short tries that fail within the first second are commits
+            // passing: nothing is named or killed for them.
+            Err(e) if lock_timeout_in(&e) && t0.elapsed() < Duration::from_secs(1) => {
+                std::thread::sleep(Duration::from_millis(250));
+                continue;
+            }
             Err(e) if lock_timeout_in(&e) => {
                 let blockers = long_queries(c)?;
                 let names = blockers.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
@@ -105,7 +125,8 @@ pub fn guarded<T>(
                         if names.is_empty() { "a commit or DDL kept it waiting".to_string() } else { names.clone() },
                         if blockers.len() == 1 { "it" } else { "them" }
                     );
-                } else {
+                } else if noted.is_none_or(|n| n.elapsed() >= Duration::from_secs(1)) {
+                    noted = Some(Instant::now());
                     note(format!(
                         "{what} waits for a lock ({}); retrying for up to {} s",
                         if names.is_empty() { "no long query seen".into() } else { names },
@@ -122,9 +143,15 @@ pub fn guarded<T>(
 /// Take the lock (see the module docs). `note` hears about waits.
 pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn FnMut(String)) -> Result<Held> {
     c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+    let asked = Instant::now();
     guarded(c, o, "the snapshot lock", note, |c| {
         let tried = if mariadb {
-            c.query_drop("BACKUP STAGE START").and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"))
+            let r = c
+                .query_drop("BACKUP STAGE START")
+                .and_then(|_| c.query_drop(format!("SET SESSION max_statement_time = {}", TRY.as_secs_f64())))
+                .and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"));
+            let _ = c.query_drop("SET SESSION max_statement_time = 0");
+            r
         } else {
             c.query_drop("FLUSH TABLES WITH READ LOCK")
         };
@@ -132,6 +159,7 @@ pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn 
             Ok(()) => Ok(Held {
                 statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
                 at: Instant::now(),
+                waited: asked.elapsed(),
                 mariadb,
             }),
             Err(e) => {

@@ -245,6 +245,8 @@ fn a_dump_during_transfers_sees_one_instant_and_records_its_binlog_position() {
             "--json",
         ],
     ));
+    // Transfers go on after the dump: a replica built from it must apply them.
+    std::thread::sleep(Duration::from_millis(700));
     stop.store(true, Ordering::Relaxed);
     let moved: u64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
     assert!(moved > 100, "{moved} transfers during the test");
@@ -276,6 +278,27 @@ fn a_dump_during_transfers_sees_one_instant_and_records_its_binlog_position() {
     );
     let dumped_sum_moves: i64 = c.query_first("SELECT COALESCE(SUM(amt), 0) FROM copy.moves").unwrap().unwrap();
     assert_eq!(dumped_sum_moves, 7 * moves as i64);
+
+    // A replica built from the dump, started at the recorded GTID, applies
+    // exactly the transfers after it and converges with the primary.
+    let gtid = done["gtid_binlog_pos"].as_str().unwrap().to_string();
+    assert!(!gtid.is_empty(), "{done}");
+    let replica = Sandbox::start(Options { base_dir: Some(it_base()), ..Default::default() }).unwrap();
+    ok(&run(&replica, &["load", out.to_str().unwrap(), "--threads", "3"]));
+    replica
+        .sql(&format!(
+            "SET GLOBAL gtid_slave_pos = '{gtid}'; CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='repl', MASTER_USE_GTID=slave_pos; START SLAVE",
+            sb.endpoint.port
+        ))
+        .unwrap();
+    replica.wait_caught_up(&sb, Duration::from_secs(120)).unwrap();
+    let mut r = replica.connect().unwrap();
+    for t in ["acct", "moves"] {
+        let (a, b) = (checksum(&mut c, "bank", t), checksum(&mut r, "bank", t));
+        assert!(a.is_some() && a == b, "bank.{t}: primary {a:?}, replica {b:?}");
+    }
+    let n: u64 = r.query_first("SELECT COUNT(*) FROM bank.moves").unwrap().unwrap();
+    assert!(n > moves, "the replica applied the transfers after the dump: {n} moves, {moves} dumped");
 }
 
 #[test]
