@@ -180,9 +180,24 @@ fn main() -> Result<()> {
                             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
                                 held.push(v["held_ms"].as_f64().unwrap_or(f64::NAN));
                                 waited.push(v["waited_ms"].as_f64().unwrap_or(f64::NAN));
+                                let stages: Vec<String> = v["stages_ms"]
+                                    .as_array()
+                                    .map(|a| {
+                                        a.iter()
+                                            .map(|s| {
+                                                format!(
+                                                    "{} {:.1}",
+                                                    s["stage"].as_str().unwrap_or("?"),
+                                                    s["ms"].as_f64().unwrap_or(f64::NAN)
+                                                )
+                                            })
+                                            .collect()
+                                    })
+                                    .unwrap_or_default();
                                 eprintln!(
-                                    "   round {r} pileup's lock granted {:.1} ms after asked, held {:.1} ms",
+                                    "   round {r} pileup's lock granted {:.1} ms after asked (stages, ms: {}), held {:.1} ms",
                                     v["waited_ms"].as_f64().unwrap_or(f64::NAN),
+                                    stages.join(", "),
                                     v["held_ms"].as_f64().unwrap_or(f64::NAN)
                                 );
                             }

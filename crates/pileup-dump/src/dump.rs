@@ -64,6 +64,8 @@ pub enum Event {
         statement: String,
         held_ms: f64,
         waited_ms: f64,
+        /// Each BACKUP STAGE statement's time (ms), MariaDB.
+        stages_ms: Vec<(String, f64)>,
         copied: Vec<String>,
     },
     Chunk {
@@ -127,13 +129,20 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     // Definitions first: reading them takes no global lock, but a table
     // being created or altered keeps them waiting (named, as for the lock).
     c.query_drop("SET SESSION lock_wait_timeout = 1")?;
-    let (listed, dbs, tables, objects) =
+    let (listed, dbs, tables, objects, sequences) =
         snapshot::guarded(&mut c, &o.lock, "reading the definitions", &mut |s| on(Event::Note(s)), |c| {
             definitions(c, &o.filter)
         })?;
     m.databases = dbs;
     m.tables = tables;
     m.objects = objects;
+    m.sequences = sequences;
+    if o.format == Format::Mydumper && !m.sequences.is_empty() {
+        bail!(
+            "{} sequence(s) selected, which mydumper 0.10.1's format has no place for; dump them in pileup's format or --exclude them",
+            m.sequences.len()
+        );
+    }
     if o.users {
         if o.format == Format::Mydumper {
             bail!("--users is written in pileup's format only (mydumper 0.10.1 has no place for accounts)");
@@ -184,6 +193,8 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     }
     let statement = held.statement.to_string();
     let waited_ms = held.waited.as_secs_f64() * 1e3;
+    let stages_ms: Vec<(String, f64)> =
+        held.stages.iter().map(|(s, d)| (s.to_string(), d.as_secs_f64() * 1e3)).collect();
     let held_for = held.release(&mut c);
     opened.context("opening the threads' snapshots")?;
     m.lock = LockHeld {
@@ -192,7 +203,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         waited_ms,
         copied_under_lock: copied.clone(),
     };
-    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, waited_ms, copied });
+    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, waited_ms, stages_ms, copied });
     for d in &early {
         on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
     }
@@ -260,6 +271,11 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for d in early {
         m.tables[d.table].chunks.push(d.chunk);
     }
+    // Sequences after the data: every value a dumped row holds was handed
+    // out before this (values are not transactional).
+    for q in m.sequences.iter_mut() {
+        q.next = schema::sequence_next(&mut c, q)?;
+    }
     m.finished = now_unix();
     m.finished_at = spec.connect().map(|mut c| server_now(&mut c)).unwrap_or_default();
     match o.format {
@@ -275,15 +291,26 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     Ok(m)
 }
 
-type Definitions = (Vec<Listed>, Vec<crate::manifest::Database>, Vec<Table>, Vec<crate::manifest::Object>);
+type Definitions = (
+    Vec<Listed>,
+    Vec<crate::manifest::Database>,
+    Vec<Table>,
+    Vec<crate::manifest::Object>,
+    Vec<crate::manifest::Sequence>,
+);
 
 /// The tables and views chosen and every definition the load needs.
 fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
-    let (listed, views) = schema::list(c, f)?;
-    if listed.is_empty() && views.is_empty() {
+    let (listed, views, seqs) = schema::list(c, f)?;
+    if listed.is_empty() && views.is_empty() && seqs.is_empty() {
         bail!("no table matches the selection; check --databases, --include and --exclude");
     }
-    let mut names: Vec<String> = listed.iter().map(|t| t.db.clone()).chain(views.iter().map(|v| v.0.clone())).collect();
+    let mut names: Vec<String> = listed
+        .iter()
+        .map(|t| t.db.clone())
+        .chain(views.iter().map(|v| v.0.clone()))
+        .chain(seqs.iter().map(|s| s.0.clone()))
+        .collect();
     names.sort();
     names.dedup();
     let mut dbs = vec![];
@@ -304,7 +331,8 @@ fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
         });
     }
     let objects = schema::objects(c, &names, &views)?;
-    Ok((listed, dbs, tables, objects))
+    let sequences = seqs.iter().map(|(db, s)| schema::sequence(c, db, s)).collect::<Result<Vec<_>>>()?;
+    Ok((listed, dbs, tables, objects, sequences))
 }
 
 fn table_name(t: &Table) -> String {

@@ -138,6 +138,27 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             }
         }
     }
+    // Sequences that exist: a resumed load keeps them (SETVAL below only
+    // moves a sequence forward).
+    let mut keep_seq = vec![false; m.sequences.len()];
+    for (i, q) in m.sequences.iter().enumerate() {
+        let db = target(o, &q.db);
+        if !exists(&mut c, "TABLE", db, &q.name)? {
+            continue;
+        }
+        match (o.resume, o.existing) {
+            (true, _) => keep_seq[i] = true,
+            (false, Existing::Refuse) => bail!(
+                "sequence {db}.{} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it), or --resume to finish an interrupted load",
+                q.name
+            ),
+            (false, Existing::Drop) => c.query_drop(format!("DROP SEQUENCE IF EXISTS {}.{}", quote(db), quote(&q.name)))?,
+            (false, Existing::Skip) => {
+                keep_seq[i] = true;
+                on(Event::Note(format!("sequence {db}.{} exists: skipped (--existing skip)", q.name)));
+            }
+        }
+    }
     for d in &m.databases {
         c.query_drop(format!(
             "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET {} COLLATE {}",
@@ -145,6 +166,17 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             d.charset,
             d.collation
         ))?;
+    }
+    // Sequences before the tables: a column's default may read one.
+    for (q, keep) in m.sequences.iter().zip(&keep_seq) {
+        let db = target(o, &q.db);
+        if !keep {
+            c.query_drop(format!("USE {}", quote(db)))?;
+            c.query_drop(&q.create).with_context(|| format!("creating sequence {db}.{}", q.name))?;
+        }
+        if !keep || o.resume {
+            c.query_drop(format!("SELECT SETVAL({}.{}, {}, 0)", quote(db), quote(&q.name), q.next))?;
+        }
     }
     // Secondary indexes that wait for the data, and of those, the ones a
     // resumed load still has to add (an existing table tells by its

@@ -34,6 +34,21 @@ pub struct Manifest {
     /// Accounts and their grants (`dump --users`).
     #[serde(default)]
     pub users: Vec<User>,
+    /// Sequences, created before the tables (a column's default may read
+    /// one).
+    #[serde(default)]
+    pub sequences: Vec<Sequence>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sequence {
+    pub db: String,
+    pub name: String,
+    /// `SHOW CREATE SEQUENCE`.
+    pub create: String,
+    /// Its `next_not_cached_value`, read after the data: the load sets it
+    /// with `SETVAL`, so no value a dumped row holds is handed out again.
+    pub next: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

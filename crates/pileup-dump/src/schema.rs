@@ -8,7 +8,7 @@ use mysql::prelude::Queryable;
 use mysql::Row;
 use regex::Regex;
 
-use crate::manifest::{quote, Database, Kind, Object};
+use crate::manifest::{quote, Database, Kind, Object, Sequence};
 
 /// Schemas never dumped: the server's own.
 pub const SYSTEM: &[&str] = &["mysql", "information_schema", "performance_schema", "sys"];
@@ -52,8 +52,8 @@ impl Listed {
 /// A view: database and name.
 pub type ViewName = (String, String);
 
-/// Base tables and views chosen, largest first.
-pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewName>)> {
+/// Base tables chosen (largest first), views and sequences.
+pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewName>, Vec<ViewName>)> {
     let rows: Vec<Row> = c
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, IFNULL(ENGINE, ''), IFNULL(TABLE_ROWS, 0), \
@@ -64,6 +64,7 @@ pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewNam
         .context("listing tables (information_schema.TABLES)")?;
     let mut tables = vec![];
     let mut views = vec![];
+    let mut sequences = vec![];
     for r in rows {
         let (db, name, kind, engine, rows, size): (String, String, String, String, u64, u64) = mysql::from_row(r);
         if !f.wants(&db, &name) {
@@ -72,11 +73,12 @@ pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewNam
         match kind.as_str() {
             "VIEW" => views.push((db, name)),
             "BASE TABLE" | "SYSTEM VERSIONED" => tables.push(Listed { db, name, engine, rows, size }),
-            _ => {} // sequences and temporary tables: not dumped
+            "SEQUENCE" => sequences.push((db, name)),
+            _ => {} // temporary tables: not dumped
         }
     }
     tables.sort_by(|a, b| b.size.cmp(&a.size).then(a.db.cmp(&b.db)).then(a.name.cmp(&b.name)));
-    Ok((tables, views))
+    Ok((tables, views, sequences))
 }
 
 pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
@@ -87,6 +89,21 @@ pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
         )?
         .with_context(|| format!("database {db} vanished during the dump"))?;
     Ok(Database { name: db.into(), charset, collation })
+}
+
+/// A sequence's definition (its current value is read after the data).
+pub fn sequence(c: &mut mysql::Conn, db: &str, s: &str) -> Result<Sequence> {
+    let r: Row = c
+        .query_first(format!("SHOW CREATE SEQUENCE {}.{}", quote(db), quote(s)))?
+        .with_context(|| format!("sequence {db}.{s} vanished during the dump"))?;
+    Ok(Sequence { db: db.into(), name: s.into(), create: text(&r, 1)?, next: 0 })
+}
+
+/// The value a sequence hands out next, uncached: any value a row holds
+/// was handed out before it.
+pub fn sequence_next(c: &mut mysql::Conn, q: &Sequence) -> Result<i64> {
+    c.query_first(format!("SELECT next_not_cached_value FROM {}.{}", quote(&q.db), quote(&q.name)))?
+        .with_context(|| format!("sequence {}.{} vanished during the dump", q.db, q.name))
 }
 
 pub fn create_table(c: &mut mysql::Conn, db: &str, t: &str) -> Result<String> {

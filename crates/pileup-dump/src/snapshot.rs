@@ -52,6 +52,8 @@ pub struct Held {
     /// From the first request to the grant: while a request waits, the
     /// server's commits queue behind it.
     pub waited: Duration,
+    /// MariaDB: how long each BACKUP STAGE statement of the granted request took.
+    pub stages: Vec<(&'static str, Duration)>,
     mariadb: bool,
 }
 
@@ -145,11 +147,22 @@ pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn 
     c.query_drop("SET SESSION lock_wait_timeout = 1")?;
     let asked = Instant::now();
     guarded(c, o, "the snapshot lock", note, |c| {
+        let mut stages = vec![];
         let tried = if mariadb {
-            let r = c
-                .query_drop("BACKUP STAGE START")
+            // Stage by stage: the flushes of FLUSH and BLOCK_DDL run before
+            // commits are blocked, and only BLOCK_COMMIT, which blocks them,
+            // is bounded by TRY.
+            let mut step = |c: &mut mysql::Conn, stage: &'static str| {
+                let t = Instant::now();
+                let r = c.query_drop(format!("BACKUP STAGE {stage}"));
+                stages.push((stage, t.elapsed()));
+                r
+            };
+            let r = step(c, "START")
+                .and_then(|_| step(c, "FLUSH"))
+                .and_then(|_| step(c, "BLOCK_DDL"))
                 .and_then(|_| c.query_drop(format!("SET SESSION max_statement_time = {}", TRY.as_secs_f64())))
-                .and_then(|_| c.query_drop("BACKUP STAGE BLOCK_COMMIT"));
+                .and_then(|_| step(c, "BLOCK_COMMIT"));
             let _ = c.query_drop("SET SESSION max_statement_time = 0");
             r
         } else {
@@ -160,6 +173,7 @@ pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn 
                 statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
                 at: Instant::now(),
                 waited: asked.elapsed(),
+                stages,
                 mariadb,
             }),
             Err(e) => {

@@ -57,6 +57,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE d1.idx (id INT AUTO_INCREMENT PRIMARY KEY, a INT, b VARCHAR(20), c INT, UNIQUE KEY ab (a, b), \
      KEY c_desc (c DESC), KEY bpref (b(5)) COMMENT 'prefix, with a comma')",
     "INSERT INTO d1.idx (a, b, c) SELECT seq, CONCAT('v', seq), seq % 7 FROM seq_1_to_30000",
+    "CREATE SEQUENCE d1.s1 START WITH 100 INCREMENT BY 5 CACHE 10",
+    "SELECT NEXTVAL(d1.s1), NEXTVAL(d1.s1)",
     "CREATE TABLE d1.nokey (a INT, b TEXT)",
     "INSERT INTO d1.nokey VALUES (1,'x'),(1,'x'),(2,NULL)",
     "CREATE TABLE d1.ar (id INT PRIMARY KEY, v TEXT) ENGINE=Aria",
@@ -144,6 +146,14 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
         .unwrap()
         .unwrap();
     assert!(vdef.contains("`d2`") && !vdef.contains("`d1`"), "the view reads the loaded tables: {vdef}");
+    // The sequence, with its definition, goes on past every value handed out.
+    let def = |c: &mut mysql::Conn, db: &str| -> String {
+        let r: (String, String) = c.query_first(format!("SHOW CREATE SEQUENCE {db}.s1")).unwrap().unwrap();
+        r.1
+    };
+    assert_eq!(def(&mut c, "d1"), def(&mut c, "d2"));
+    let next: i64 = c.query_first("SELECT NEXTVAL(d2.s1)").unwrap().unwrap();
+    assert!(next > 105, "the loaded sequence hands out {next}, after 100 and 105");
     let f: i32 = c.query_first("SELECT d2.f1(21)").unwrap().unwrap();
     assert_eq!(f, 42);
     c.query_drop("INSERT INTO d2.nokey VALUES (9, 'y')").unwrap();
@@ -422,6 +432,14 @@ fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
     let ours = dir.join("ours");
     let bad = run(&sb, &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--compress gzip or none"), "zstd is refused for myloader");
+    // mydumper's format has no place for a sequence: refused, named.
+    let seq = run(
+        &sb,
+        &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper", "--compress", "gzip"],
+    );
+    assert!(!seq.status.success() && String::from_utf8_lossy(&seq.stderr).contains("sequence"));
+    c.query_drop("DROP SEQUENCE d1.s1").unwrap();
+    let _ = std::fs::remove_dir_all(&ours);
     ok(&run(
         &sb,
         &[

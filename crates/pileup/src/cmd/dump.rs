@@ -205,7 +205,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                     );
                 }
             }
-            Unlocked { statement, held_ms, waited_ms, copied } => {
+            Unlocked { statement, held_ms, waited_ms, stages_ms, copied } => {
                 let line = format!(
                     "snapshot taken: {statement} held {held_ms:.1} ms (granted {waited_ms:.1} ms after it was asked for){}",
                     if copied.is_empty() {
@@ -217,7 +217,9 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                 if a.json {
                     println!(
                         "{}",
-                        serde_json::json!({"event": "unlocked", "statement": statement, "held_ms": held_ms, "waited_ms": waited_ms, "copied_under_lock": copied})
+                        serde_json::json!({"event": "unlocked", "statement": statement, "held_ms": held_ms, "waited_ms": waited_ms,
+                            "stages_ms": stages_ms.iter().map(|(s, ms)| serde_json::json!({"stage": s, "ms": ms})).collect::<Vec<_>>(),
+                            "copied_under_lock": copied})
                     );
                 } else if let Some(b) = &b {
                     b.println(line);
