@@ -105,6 +105,35 @@ fn temporary_name(path: &Path) -> Result<PathBuf> {
     Ok(path.with_file_name(format!(".{}.pileup-tmp-{}", name.to_string_lossy(), std::process::id())))
 }
 
+/// Write a file's dirty pages to disk a step at a time, then fsync it: the
+/// device's queue stays short, so other writers' syncs (a server's commits)
+/// go through between the steps instead of behind one large flush. The
+/// file is only read (a read-only descriptor is enough); it may be another
+/// process's file, still growing.
+pub fn sync_gently(path: &Path, step: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut at = 0u64;
+    while at < len {
+        let n = step.min(len - at);
+        // SAFETY: a plain system call on a descriptor this function owns.
+        let r = unsafe {
+            libc::sync_file_range(
+                f.as_raw_fd(),
+                at as libc::off64_t,
+                n as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        at += n;
+    }
+    f.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -266,6 +266,87 @@ pub fn folded(p: &Profile, thread_root: bool) -> Vec<(String, usize)> {
     m.into_iter().collect()
 }
 
+/// One line of [`where_time_went`]: thread-samples in one state, under one
+/// named function.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Share {
+    /// "on CPU", "disk wait" or "lock wait".
+    pub state: &'static str,
+    /// The innermost frame with a function name (module+offset frames and
+    /// the C library's wait primitives are looked through).
+    pub function: String,
+    /// The most frequent innermost frame under it, when it is another one
+    /// (an unnamed frame of a stripped binary, or the wait primitive).
+    pub innermost: Option<String>,
+    pub count: usize,
+    /// Share of the working thread-samples (every line's count summed).
+    pub pct: f64,
+}
+
+/// Whether a frame is one of the C library's lock or futex primitives
+/// (glibc's internal names vary: `___pthread_mutex_lock`,
+/// `__GI___lll_lock_wait`, ...), or the raw `syscall` InnoDB's own locks
+/// wait through.
+fn lock_primitive(label: &str) -> bool {
+    label == "syscall"
+        || label.contains("futex")
+        || label.contains("lll_lock")
+        || label.contains("pthread_mutex_lock")
+        || label.contains("pthread_rwlock")
+}
+
+/// A condition-variable wait: threads waiting for work or a timer.
+fn condition_wait(labels: &[&str]) -> bool {
+    labels.iter().take(4).any(|l| l.contains("pthread_cond_"))
+}
+
+fn unnamed(label: &str) -> bool {
+    label == "??" || label.contains("+0x")
+}
+
+/// Where working threads spent a run: thread-samples on a CPU, waiting on
+/// the disk, or waiting on a lock (asleep in a futex wait), grouped by
+/// state and innermost named function, largest first (at most `top`
+/// lines). Threads asleep otherwise (idle connections, timers, polls,
+/// condition waits for work) are left out: they spend no time the user is
+/// after.
+pub fn where_time_went(stacks: &[Counted], top: usize) -> Vec<Share> {
+    // (state, function) → (thread-samples, count per innermost frame)
+    type Groups = HashMap<(&'static str, String), (usize, HashMap<String, usize>)>;
+    let mut groups: Groups = HashMap::new();
+    for c in stacks {
+        let labels: Vec<&str> = c.frames.iter().map(|f| f.label.as_str()).collect();
+        let inner = labels.first().copied().unwrap_or(NO_STACK);
+        let state = match c.state {
+            'R' => "on CPU",
+            'D' => "disk wait",
+            _ if lock_primitive(inner) && !condition_wait(&labels) => "lock wait",
+            _ => continue,
+        };
+        let function = labels.iter().find(|l| !unnamed(l) && !lock_primitive(l)).copied().unwrap_or(inner).to_string();
+        let g = groups.entry((state, function)).or_default();
+        g.0 += c.count;
+        *g.1.entry(inner.to_string()).or_default() += c.count;
+    }
+    let total: usize = groups.values().map(|g| g.0).sum();
+    let mut out: Vec<Share> = groups
+        .into_iter()
+        .map(|((state, function), (count, inner))| {
+            let top_inner = inner.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))).map(|(l, _)| l);
+            Share {
+                state,
+                innermost: top_inner.filter(|l| *l != function),
+                function,
+                count,
+                pct: 100.0 * count as f64 / total.max(1) as f64,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then(a.function.cmp(&b.function)));
+    out.truncate(top);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +367,51 @@ mod tests {
             })
             .collect();
         t
+    }
+
+    fn labelled(labels: &[&str], state: char) -> ThreadStack {
+        // Addresses told apart by label: stacks are counted by address.
+        let addrs: Vec<u64> =
+            labels.iter().map(|l| l.bytes().fold(17u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))).collect();
+        let mut t = thread(1, &addrs, "x", state);
+        for (f, l) in t.frames.iter_mut().zip(labels) {
+            f.label = l.to_string();
+        }
+        t
+    }
+
+    #[test]
+    fn time_goes_to_the_innermost_named_function_by_state() {
+        let mut t = Tally::default();
+        for _ in 0..6 {
+            t.add(
+                &labelled(&["mariadbd+0x1000", "mariadbd+0x2000", "handler::ha_write_row", "write_record"], 'R'),
+                None,
+            );
+        }
+        for _ in 0..3 {
+            t.add(&labelled(&["syscall", "mariadbd+0x3000", "handler::ha_write_row"], 'S'), None);
+        }
+        t.add(&labelled(&["fdatasync", "mariadbd+0x4000"], 'D'), None);
+        // Idle: asleep in poll or waiting on a condition, not counted.
+        for _ in 0..50 {
+            t.add(&labelled(&["__poll", "vio_io_wait"], 'S'), None);
+            t.add(
+                &labelled(&["__futex_abstimed_wait_common", "___pthread_cond_timedwait", "mariadbd+0x10"], 'S'),
+                None,
+            );
+        }
+        t.add(&labelled(&["__GI___lll_lock_wait", "___pthread_mutex_lock", "THD::awake"], 'S'), None);
+        let w = where_time_went(&t.into_counted(), 10);
+        let line = |s: &str, f: &str| w.iter().find(|x| x.state == s && x.function == f).cloned();
+        let cpu = line("on CPU", "handler::ha_write_row").unwrap();
+        assert_eq!((cpu.count, cpu.innermost.as_deref()), (6, Some("mariadbd+0x1000")));
+        assert!((cpu.pct - 600.0 / 11.0).abs() < 1e-9);
+        let lock = line("lock wait", "handler::ha_write_row").unwrap();
+        assert_eq!((lock.count, lock.innermost.as_deref()), (3, Some("syscall")));
+        assert_eq!(line("disk wait", "fdatasync").unwrap().innermost, None);
+        assert_eq!(line("lock wait", "THD::awake").unwrap().innermost.as_deref(), Some("__GI___lll_lock_wait"));
+        assert_eq!(w.len(), 4);
     }
 
     #[test]

@@ -413,6 +413,29 @@ fn a_load_killed_midway_resumes_to_an_identical_copy() {
     assert_eq!(n, 400_000);
     // The resumed load added the index the killed one had not.
     assert_eq!(show_create(&mut c, "r", "big"), show_create(&mut c, "r2", "big"));
+
+    // --profile: the server's threads sampled while loading; where their
+    // time went, and the folded stacks in a private file.
+    let folded = dir.join("load.folded");
+    let text = ok(&run(
+        &sb,
+        &["load", out.to_str().unwrap(), "--rename", "r:r3", "--profile", folded.to_str().unwrap(), "--json"],
+    ));
+    let p: serde_json::Value =
+        serde_json::from_str(text.lines().find(|l| l.contains("\"event\":\"profile\"")).expect("a profile event"))
+            .unwrap();
+    assert!(p["samples"].as_u64().unwrap() >= 3, "{p}");
+    let shares = p["shares"].as_array().unwrap();
+    assert!(!shares.is_empty(), "working threads seen: {p}");
+    assert!(shares.iter().all(|s| ["on CPU", "disk wait", "lock wait"].contains(&s["state"].as_str().unwrap())), "{p}");
+    assert_eq!(std::fs::metadata(&folded).unwrap().permissions().mode() & 0o777, 0o600);
+    let stacks = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        stacks.lines().count() > 1
+            && stacks.lines().all(|l| l.rsplit_once(' ').is_some_and(|(_, n)| n.parse::<u64>().is_ok())),
+        "{stacks}"
+    );
+    assert_eq!(checksum(&mut c, "r", "big"), checksum(&mut c, "r3", "big"));
 }
 
 fn show_create(c: &mut mysql::Conn, db: &str, t: &str) -> String {

@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use pileup_conn::ConnOptions;
 use pileup_dump::{dump, load, DumpOptions, Existing, LoadOptions};
 
+use super::load_profile as profile;
+
 #[derive(clap::Args)]
 #[command(after_long_help = "Copies the chosen tables, views, routines, triggers and events into DIR, consistently \
 across --threads connections: each opens its snapshot while commits are blocked for an instant (MariaDB: BACKUP \
@@ -98,6 +100,11 @@ pub struct LoadArgs {
     /// built in one ALTER TABLE once the table's data is in) or with-data (created as dumped).
     #[arg(long, value_enum, default_value_t = IndexesArg::AfterData)]
     pub indexes: IndexesArg,
+    /// While loading, sample the server's threads at 10 Hz without stopping any (passive mode) and report where
+    /// their time went: on a CPU, waiting on the disk or on a lock, by function. The stacks are written to FILE as
+    /// folded stacks (for flame graphs). The server must run on this machine.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
@@ -290,10 +297,11 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         verify: a.verify,
         indexes_after_data: a.indexes == IndexesArg::AfterData,
     };
+    let profiler = a.profile.as_ref().map(|_| profile::Profiler::start(&spec)).transpose()?;
     let b = bar(a.json);
     let t0 = std::time::Instant::now();
     let (mut rows, mut kept) = (0u64, 0usize);
-    load(&spec, &o, &mut |e| {
+    let loaded = load(&spec, &o, &mut |e| {
         use pileup_dump::load::Event::*;
         match &e {
             Planned { tables, rows, bytes } => {
@@ -326,10 +334,16 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
             }
             Note(s) => note(a.json, s),
         }
-    })?;
+    });
     if let Some(b) = &b {
         b.finish_and_clear();
     }
+    // The profile is written whether the load worked or not: a failed
+    // load's profile tells as much.
+    if let (Some(p), Some(path)) = (profiler, &a.profile) {
+        p.finish(path, a.json)?;
+    }
+    loaded?;
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         println!(

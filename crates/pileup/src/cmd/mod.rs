@@ -1,6 +1,7 @@
 pub mod binlog;
 pub mod dump;
 pub mod lag;
+pub mod load_profile;
 pub mod prefetch;
 pub mod sandbox;
 pub mod stacks;
