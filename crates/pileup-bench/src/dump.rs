@@ -195,7 +195,7 @@ fn main() -> Result<()> {
                                     })
                                     .unwrap_or_default();
                                 eprintln!(
-                                    "   round {r} pileup's lock granted {:.1} ms after asked (stages, ms: {}), held {:.1} ms",
+                                    "   round {r} pileup's lock requests waited {:.1} ms (stages, ms: {}), held {:.1} ms",
                                     v["waited_ms"].as_f64().unwrap_or(f64::NAN),
                                     stages.join(", "),
                                     v["held_ms"].as_f64().unwrap_or(f64::NAN)
@@ -313,7 +313,7 @@ fn main() -> Result<()> {
         w / pl
     ));
     md.push_str(&format!(
-        "\npileup's snapshot lock was granted {:.1} ms after it was asked for and held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
+        "\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
         median(waited),
         median(held),
         median(lock_phase),

@@ -72,7 +72,8 @@ pub struct Position {
 pub struct LockHeld {
     pub statement: String,
     pub held_ms: f64,
-    /// From the first request to the grant (commits queue behind a request).
+    /// How long its requests waited to be granted, over every try (commits
+    /// queue behind a waiting request).
     #[serde(default)]
     pub waited_ms: f64,
     /// Tables copied while it was held (not transactional).

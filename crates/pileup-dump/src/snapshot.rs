@@ -49,8 +49,8 @@ pub struct LockOptions {
 pub struct Held {
     pub statement: &'static str,
     pub at: Instant,
-    /// From the first request to the grant: while a request waits, the
-    /// server's commits queue behind it.
+    /// How long the requests that block commits (BLOCK_COMMIT, FTWRL)
+    /// took, over every try: commits queue behind a request while it waits.
     pub waited: Duration,
     /// MariaDB: how long each BACKUP STAGE statement of the granted request took.
     pub stages: Vec<(&'static str, Duration)>,
@@ -145,7 +145,7 @@ pub fn guarded<T>(
 /// Take the lock (see the module docs). `note` hears about waits.
 pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn FnMut(String)) -> Result<Held> {
     c.query_drop("SET SESSION lock_wait_timeout = 1")?;
-    let asked = Instant::now();
+    let mut queued = Duration::ZERO;
     guarded(c, o, "the snapshot lock", note, |c| {
         let mut stages = vec![];
         let tried = if mariadb {
@@ -173,15 +173,19 @@ pub fn lock(c: &mut mysql::Conn, mariadb: bool, o: &LockOptions, note: &mut dyn 
                 .and_then(|_| c.query_drop(format!("SET SESSION max_statement_time = {}", TRY.as_secs_f64())))
                 .and_then(|_| step(c, "BLOCK_COMMIT"));
             let _ = c.query_drop("SET SESSION max_statement_time = 0");
+            queued += stages.iter().filter(|(s, _)| *s == "BLOCK_COMMIT").map(|(_, d)| *d).sum::<Duration>();
             r
         } else {
-            c.query_drop("FLUSH TABLES WITH READ LOCK")
+            let t = Instant::now();
+            let r = c.query_drop("FLUSH TABLES WITH READ LOCK");
+            queued += t.elapsed();
+            r
         };
         match tried {
             Ok(()) => Ok(Held {
                 statement: if mariadb { "BACKUP STAGE BLOCK_COMMIT" } else { "FLUSH TABLES WITH READ LOCK" },
                 at: Instant::now(),
-                waited: asked.elapsed(),
+                waited: queued,
                 stages,
                 mariadb,
             }),

@@ -214,7 +214,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             }
             Unlocked { statement, held_ms, waited_ms, stages_ms, copied } => {
                 let line = format!(
-                    "snapshot taken: {statement} held {held_ms:.1} ms (granted {waited_ms:.1} ms after it was asked for){}",
+                    "snapshot taken: {statement} held {held_ms:.1} ms (asked for {waited_ms:.1} ms before it was granted){}",
                     if copied.is_empty() {
                         String::new()
                     } else {
