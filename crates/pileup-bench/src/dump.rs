@@ -52,6 +52,8 @@ fn load_with_data(
     source: &[Option<u64>],
 ) -> Result<f64> {
     c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
+    c.query_drop("FLUSH BINARY LOGS")?;
+    c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
     let t = Instant::now();
     run(
         Command::new(pileup)
@@ -230,6 +232,12 @@ fn main() -> Result<()> {
                 lock_phase.push(writer.worst(t0, u).as_secs_f64() * 1e3);
                 copy_phase.push(writer.worst(u, t0 + dumped).as_secs_f64() * 1e3);
             }
+            // The binary log of the loads grows by the data set's size each
+            // time: the files before the current one go before each load
+            // (after the dump, which meets the previous load's log as a
+            // server would).
+            c.query_drop("FLUSH BINARY LOGS")?;
+            c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
             // Rounds alternate which of pileup's two loads runs first.
             if *tool == "pileup" && r % 2 == 1 {
                 with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, &dir, &tables, &source)?);
