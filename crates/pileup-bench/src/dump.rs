@@ -92,7 +92,10 @@ fn main() -> Result<()> {
         ..Default::default()
     })?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
-    let mut c = sb.connect()?;
+    // Data sets of a few GB: CHECKSUM TABLE and DROP DATABASE take minutes.
+    let mut spec = sb.conn_spec();
+    spec.timeout = Duration::from_secs(3600);
+    let mut c = spec.connect()?;
     c.query_drop("SET SESSION max_statement_time = 0")?;
     let mut tables = vec!["big".to_string()];
     tables.extend((1..=ntables).map(|i| format!("t{i}")));
@@ -108,10 +111,14 @@ fn main() -> Result<()> {
                 "CREATE TABLE `{t}` (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, \
                  d DATETIME NOT NULL, f DOUBLE, b VARBINARY(32), KEY (k))"
             ))?;
-            c.query_drop(format!(
-                "INSERT INTO `{t}` SELECT seq, seq * 7919 % {n}, CONCAT(MD5(seq), MD5(seq + 1), MD5(seq + 2)), \
-                 CONCAT(SHA1(seq), 'x'), '2020-01-01' + INTERVAL seq SECOND, seq / 7, UNHEX(MD5(seq)) FROM seq_1_to_{n}"
-            ))?;
+            // In statements of at most 500,000 rows each.
+            for from in (1..=n).step_by(500_000) {
+                let to = (from + 499_999).min(n);
+                c.query_drop(format!(
+                    "INSERT INTO `{t}` SELECT seq, seq * 7919 % {n}, CONCAT(MD5(seq), MD5(seq + 1), MD5(seq + 2)), \
+                     CONCAT(SHA1(seq), 'x'), '2020-01-01' + INTERVAL seq SECOND, seq / 7, UNHEX(MD5(seq)) FROM seq_{from}_to_{to}"
+                ))?;
+            }
         }
         c.query_drop("CREATE TABLE hot (id INT PRIMARY KEY, v BIGINT)")?;
         c.query_drop("INSERT INTO hot VALUES (1, 0)")?;

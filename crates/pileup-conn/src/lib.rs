@@ -62,6 +62,10 @@ pub struct ConnSpec {
     pub password: Option<String>,
     pub database: Option<String>,
     pub timeout: Duration,
+    /// Each query's bound when it differs from `timeout` (a dump's or a
+    /// load's statements copy data for minutes; connecting stays bounded
+    /// by `timeout`).
+    pub query_timeout: Option<Duration>,
     pub files_read: Vec<PathBuf>,
 }
 
@@ -94,8 +98,8 @@ impl ConnSpec {
             .user(self.user.clone())
             .pass(self.password.clone())
             .db_name(self.database.clone())
-            .read_timeout(Some(self.timeout))
-            .write_timeout(Some(self.timeout))
+            .read_timeout(Some(self.query_timeout.unwrap_or(self.timeout)))
+            .write_timeout(Some(self.query_timeout.unwrap_or(self.timeout)))
             .tcp_connect_timeout(Some(self.timeout))
             // Prepared statements are looked up by text in this cache; a
             // statement evicted from it is closed on the server.
@@ -108,7 +112,7 @@ impl ConnSpec {
         }
         let mut conn = mysql::Conn::new(b).map_err(|e| explain_connect_error(self, e))?;
         // Bound every statement we run server-side too, not only our socket wait.
-        let ms = self.timeout.as_millis().max(1);
+        let ms = self.query_timeout.unwrap_or(self.timeout).as_millis().max(1);
         let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0));
         let _ = conn.query_drop(format!("SET SESSION max_execution_time = {ms}"));
         let _ = conn.query_drop("SET SESSION lock_wait_timeout = 1");
@@ -295,6 +299,7 @@ impl ConnOptions {
             password,
             database,
             timeout: Duration::from_secs_f64(self.connect_timeout),
+            query_timeout: None,
             files_read: of.files_read,
         })
     }

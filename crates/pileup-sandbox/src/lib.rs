@@ -100,6 +100,7 @@ impl Endpoint {
             password: None,
             database: None,
             timeout: Duration::from_secs(30),
+            query_timeout: None,
             files_read: vec![],
         }
     }

@@ -11,6 +11,9 @@ use pileup_dump::{dump, load, DumpOptions, Existing, LoadOptions};
 
 use super::load_profile as profile;
 
+/// The bound on each statement of a dump or a load.
+const LONG_STATEMENTS: Duration = Duration::from_secs(24 * 3600);
+
 #[derive(clap::Args)]
 #[command(after_long_help = "Copies the chosen tables, views, routines, triggers and events into DIR, consistently \
 across --threads connections: each opens its snapshot while commits are blocked for an instant (MariaDB: BACKUP \
@@ -173,7 +176,10 @@ fn note(json: bool, s: &str) {
 }
 
 pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
-    let spec = conn.resolve()?;
+    let mut spec = conn.resolve()?;
+    // A chunk's copy, an index build after a large table's data: statements
+    // run for minutes; each is still bounded.
+    spec.query_timeout = Some(LONG_STATEMENTS);
     let o = DumpOptions {
         dir: a.output.clone(),
         threads: a.threads,
@@ -282,7 +288,10 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
 }
 
 pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
-    let spec = conn.resolve()?;
+    let mut spec = conn.resolve()?;
+    // A chunk's copy, an index build after a large table's data: statements
+    // run for minutes; each is still bounded.
+    spec.query_timeout = Some(LONG_STATEMENTS);
     let o = LoadOptions {
         dir: a.dir.clone(),
         threads: a.threads,
