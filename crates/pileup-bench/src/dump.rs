@@ -41,6 +41,14 @@ fn checksums(c: &mut mysql::Conn, db: &str, tables: &[String]) -> Result<Vec<Opt
         .collect()
 }
 
+/// Purge the binary logs before the current one: every load writes the
+/// data set's size into them.
+fn purge_binlogs(c: &mut mysql::Conn) -> Result<()> {
+    c.query_drop("FLUSH BINARY LOGS")?;
+    c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
+    Ok(())
+}
+
 /// pileup's load with `--indexes with-data`, timed and checked.
 fn load_with_data(
     c: &mut mysql::Conn,
@@ -52,8 +60,7 @@ fn load_with_data(
     source: &[Option<u64>],
 ) -> Result<f64> {
     c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
-    c.query_drop("FLUSH BINARY LOGS")?;
-    c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
+    purge_binlogs(c)?;
     let t = Instant::now();
     run(
         Command::new(pileup)
@@ -243,8 +250,7 @@ fn main() -> Result<()> {
             // time: the files before the current one go before each load
             // (after the dump, which meets the previous load's log as a
             // server would).
-            c.query_drop("FLUSH BINARY LOGS")?;
-            c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
+            purge_binlogs(&mut c)?;
             // Rounds alternate which of pileup's two loads runs first.
             if *tool == "pileup" && r % 2 == 1 {
                 with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, &dir, &tables, &source)?);

@@ -116,25 +116,12 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         .map(|t| ("TABLE", t.db.as_str(), t.name.as_str()))
         .chain(m.objects.iter().map(|x| (kind_word(x.kind), x.db.as_str(), x.name.as_str())));
     for (i, (kind, db, name)) in named.enumerate() {
-        let db = target(o, db);
-        if !exists(&mut c, kind, db, name)? {
-            continue;
-        }
         let what = kind.to_lowercase();
-        match (o.resume, o.existing) {
-            (true, _) if i < skip.len() => exists_t[i] = true,
-            (true, _) => skip_obj[i - skip.len()] = true,
-            (false, Existing::Refuse) => bail!(
-                "{what} {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it), or --resume to finish an interrupted load"
-            ),
-            (false, Existing::Drop) => c.query_drop(format!("DROP {kind} IF EXISTS {}.{}", quote(db), quote(name)))?,
-            (false, Existing::Skip) => {
-                if i < skip.len() {
-                    skip[i] = true;
-                } else {
-                    skip_obj[i - skip.len()] = true;
-                }
-                on(Event::Note(format!("{what} {db}.{name} exists: skipped (--existing skip)")));
+        if found(&mut c, o, &mut *on, &what, &[kind], target(o, db), name, true)? == Found::Kept {
+            match (i < skip.len(), o.resume) {
+                (true, true) => exists_t[i] = true,
+                (true, false) => skip[i] = true,
+                (false, _) => skip_obj[i - skip.len()] = true,
             }
         }
     }
@@ -142,22 +129,8 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     // moves a sequence forward).
     let mut keep_seq = vec![false; m.sequences.len()];
     for (i, q) in m.sequences.iter().enumerate() {
-        let db = target(o, &q.db);
-        if !exists(&mut c, "TABLE", db, &q.name)? {
-            continue;
-        }
-        match (o.resume, o.existing) {
-            (true, _) => keep_seq[i] = true,
-            (false, Existing::Refuse) => bail!(
-                "sequence {db}.{} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it), or --resume to finish an interrupted load",
-                q.name
-            ),
-            (false, Existing::Drop) => c.query_drop(format!("DROP SEQUENCE IF EXISTS {}.{}", quote(db), quote(&q.name)))?,
-            (false, Existing::Skip) => {
-                keep_seq[i] = true;
-                on(Event::Note(format!("sequence {db}.{} exists: skipped (--existing skip)", q.name)));
-            }
-        }
+        keep_seq[i] =
+            found(&mut c, o, &mut *on, "sequence", &["SEQUENCE"], target(o, &q.db), &q.name, true)? == Found::Kept;
     }
     for d in &m.databases {
         c.query_drop(format!(
@@ -360,9 +333,8 @@ impl Plan {
     fn next(plan: &(Mutex<Plan>, Condvar)) -> Option<(usize, usize)> {
         let mut p = plan.0.lock().unwrap();
         loop {
-            let stopped = std::mem::take(&mut p.stopped);
-            p.queue.retain(|j| !stopped.contains(&j.0));
-            p.stopped = stopped;
+            let Plan { queue, stopped, .. } = &mut *p;
+            queue.retain(|j| !stopped.contains(&j.0));
             if p.queue.is_empty() {
                 return None;
             }
@@ -465,21 +437,8 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     let names = s.tables.iter().map(|(d, t, _)| (d, t)).chain(s.views.iter().map(|(d, v, _)| (d, v)));
     for (db, name) in names {
         let db = target(o, db);
-        if !exists(&mut c, "TABLE", db, name)? {
-            continue;
-        }
-        match o.existing {
-            Existing::Refuse => bail!(
-                "table or view {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it)"
-            ),
-            Existing::Drop => {
-                c.query_drop(format!("DROP TABLE IF EXISTS {}.{}", quote(db), quote(name)))?;
-                c.query_drop(format!("DROP VIEW IF EXISTS {}.{}", quote(db), quote(name)))?;
-            }
-            Existing::Skip => {
-                skip_tables.push((db.to_string(), name.clone()));
-                on(Event::Note(format!("{db}.{name} exists: skipped (--existing skip)")));
-            }
+        if found(&mut c, o, &mut *on, "table or view", &["TABLE", "VIEW"], db, name, false)? == Found::Kept {
+            skip_tables.push((db.to_string(), name.clone()));
         }
     }
     let skipped = |db: &str, t: &str| skip_tables.iter().any(|(d, n)| d == target(o, db) && n == t);
@@ -580,9 +539,58 @@ fn kind_word(k: Kind) -> &'static str {
     }
 }
 
+/// What the load does with one of the dump's objects on the server.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Not there, or dropped (`--existing drop`): create it.
+    Create,
+    /// There, and kept: `--resume` (when `resumable`) or `--existing skip`.
+    Kept,
+}
+
+/// Whether `db.name` exists already and, if so, what `--existing` and
+/// `--resume` make of it: refuse (an error naming it and the ways on),
+/// drop it (as each of `kinds`, with `IF EXISTS`), or keep it. `what`
+/// names it to the user; `resumable` is false where `--resume` does not
+/// apply.
+#[allow(clippy::too_many_arguments)]
+fn found(
+    c: &mut mysql::Conn,
+    o: &LoadOptions,
+    on: &mut dyn FnMut(Event),
+    what: &str,
+    kinds: &[&str],
+    db: &str,
+    name: &str,
+    resumable: bool,
+) -> Result<Found> {
+    if !exists(c, kinds[0], db, name)? {
+        return Ok(Found::Create);
+    }
+    match (o.resume && resumable, o.existing) {
+        (true, _) => Ok(Found::Kept),
+        (false, Existing::Refuse) => bail!(
+            "{what} {db}.{name} exists already; drop it, or pass --existing drop (replace) or --existing skip (keep it){}",
+            if resumable { ", or --resume to finish an interrupted load" } else { "" }
+        ),
+        (false, Existing::Drop) => {
+            for k in kinds {
+                c.query_drop(format!("DROP {k} IF EXISTS {}.{}", quote(db), quote(name)))?;
+            }
+            Ok(Found::Create)
+        }
+        (false, Existing::Skip) => {
+            on(Event::Note(format!("{what} {db}.{name} exists: skipped (--existing skip)")));
+            Ok(Found::Kept)
+        }
+    }
+}
+
 fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool> {
     let sql = match kind {
-        "TABLE" | "VIEW" => "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        "TABLE" | "VIEW" | "SEQUENCE" => {
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?"
+        }
         "TRIGGER" => "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ? AND TRIGGER_NAME = ?",
         "EVENT" => "SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ? AND EVENT_NAME = ?",
         _ => "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = ?",

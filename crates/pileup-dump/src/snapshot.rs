@@ -105,35 +105,33 @@ pub fn guarded<T>(
             Ok(v) => return Ok(v),
             // Short tries that fail within the first second are commits
             // passing: nothing is named or killed for them.
-            Err(e) if lock_timeout_in(&e) && t0.elapsed() < Duration::from_secs(1) => {
-                std::thread::sleep(Duration::from_millis(250));
-                continue;
-            }
             Err(e) if lock_timeout_in(&e) => {
-                let blockers = long_queries(c)?;
-                let names = blockers.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
-                if o.kill && !blockers.is_empty() {
-                    for b in &blockers {
-                        if !killed.contains(&b.id) {
-                            let _ = c.query_drop(format!("KILL QUERY {}", b.id));
-                            note(format!("killed the query of {b} (--kill-long-queries)"));
-                            killed.push(b.id);
+                if t0.elapsed() >= Duration::from_secs(1) {
+                    let blockers = long_queries(c)?;
+                    let names = blockers.iter().map(|b| b.to_string()).collect::<Vec<_>>().join("; ");
+                    if o.kill && !blockers.is_empty() {
+                        for b in &blockers {
+                            if !killed.contains(&b.id) {
+                                let _ = c.query_drop(format!("KILL QUERY {}", b.id));
+                                note(format!("killed the query of {b} (--kill-long-queries)"));
+                                killed.push(b.id);
+                            }
                         }
+                    } else if t0.elapsed() >= o.wait {
+                        bail!(
+                            "{what} waited {} s for a lock: {}; wait for {} to finish, raise --lock-wait, or pass --kill-long-queries",
+                            o.wait.as_secs(),
+                            if names.is_empty() { "a commit or DDL kept it waiting".to_string() } else { names.clone() },
+                            if blockers.len() == 1 { "it" } else { "them" }
+                        );
+                    } else if noted.is_none_or(|n| n.elapsed() >= Duration::from_secs(1)) {
+                        noted = Some(Instant::now());
+                        note(format!(
+                            "{what} waits for a lock ({}); retrying for up to {} s",
+                            if names.is_empty() { "no long query seen".into() } else { names },
+                            o.wait.as_secs()
+                        ));
                     }
-                } else if t0.elapsed() >= o.wait {
-                    bail!(
-                        "{what} waited {} s for a lock: {}; wait for {} to finish, raise --lock-wait, or pass --kill-long-queries",
-                        o.wait.as_secs(),
-                        if names.is_empty() { "a commit or DDL kept it waiting".to_string() } else { names.clone() },
-                        if blockers.len() == 1 { "it" } else { "them" }
-                    );
-                } else if noted.is_none_or(|n| n.elapsed() >= Duration::from_secs(1)) {
-                    noted = Some(Instant::now());
-                    note(format!(
-                        "{what} waits for a lock ({}); retrying for up to {} s",
-                        if names.is_empty() { "no long query seen".into() } else { names },
-                        o.wait.as_secs()
-                    ));
                 }
                 std::thread::sleep(Duration::from_millis(250));
             }

@@ -348,9 +348,14 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         b.finish_and_clear();
     }
     // The profile is written whether the load worked or not: a failed
-    // load's profile tells as much.
+    // load's profile tells as much. A failed load's error is the one the
+    // exit reports.
     if let (Some(p), Some(path)) = (profiler, &a.profile) {
-        p.finish(path, a.json)?;
+        match (p.finish(path, a.json), &loaded) {
+            (Err(e), Ok(())) => return Err(e),
+            (Err(e), Err(_)) => note(a.json, &format!("the load profile was not written: {e:#}")),
+            (Ok(()), _) => {}
+        }
     }
     loaded?;
     let secs = t0.elapsed().as_secs_f64();
