@@ -8,12 +8,14 @@ CARGO ?= cargo
 # command:Debian package — a command already on PATH (or in /usr/sbin), or a
 # file already there (an absolute path), is not reinstalled. The
 # metadata_lock_info plugin (watch names who holds a metadata lock with it)
-# comes only with the full mariadb-server package.
+# comes only with the full mariadb-server package. `pileup locks` builds its
+# eBPF program with clang and links libbpf against libelf and zlib.
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
-  mydumper:mydumper myloader:mydumper
+  mydumper:mydumper myloader:mydumper \
+  clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps demo test style build bench clean

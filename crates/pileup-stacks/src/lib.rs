@@ -12,7 +12,9 @@
 //! [`Sampler::sample`] stops the selected threads only for the copy, resumes
 //! them, unwinds the copies, symbolizes addresses not seen before, reads the
 //! lock waits and counts the stacks; [`Sampler::finish`] builds the
-//! [`Profile`] the renderers consume. Only the last `keep_samples` samples
+//! [`Profile`] the renderers consume. [`resolve::Resolver`] runs the
+//! unwind and symbolize stages for stacks another tracer copied (`pileup
+//! locks`' eBPF records). Only the last `keep_samples` samples
 //! are kept whole, so a run of hours costs the memory of its distinct
 //! stacks.
 
@@ -25,6 +27,7 @@ pub mod locks;
 pub mod modules;
 pub mod proc;
 pub mod render;
+pub mod resolve;
 pub mod symbolize;
 pub mod unwind;
 

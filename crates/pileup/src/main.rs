@@ -71,6 +71,8 @@ enum Command {
     Report(cmd::watch::ReportArgs),
     /// Keep a replica's SQL thread fed: read the relay log ahead of it and warm the pages its writes need.
     Prefetch(cmd::prefetch::PrefetchArgs),
+    /// Which locks the server's threads wait on, how long, where and for whom, over a time window (eBPF).
+    Locks(cmd::locks::LocksArgs),
     /// Where a replica's apply time goes: page reads, lock waits, commit, CPU, relay log; per table, with a flame graph.
     Lag(cmd::lag::LagArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
@@ -117,6 +119,7 @@ fn main() {
         Command::Binlog(a) => cmd::binlog::run(a),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
         Command::Lag(a) => cmd::lag::run(a, &conn),
+        Command::Locks(a) => cmd::locks::run(a, &conn),
         Command::Dump(a) => cmd::dump::run_dump(a, &conn),
         Command::Load(a) => cmd::dump::run_load(a, &conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),

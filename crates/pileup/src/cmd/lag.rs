@@ -69,15 +69,7 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     };
     let bar = std::io::stderr().is_terminal().then(|| {
         let n = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
-        let b = indicatif::ProgressBar::new(n);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}",
-            )
-            .unwrap()
-            .progress_chars("=> "),
-        );
-        b
+        super::progress_bar(n, "{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}")
     });
     let r = sample(pid, &spec, &o, |i, _| {
         if let Some(b) = &bar {

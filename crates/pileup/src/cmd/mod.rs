@@ -2,6 +2,7 @@ pub mod binlog;
 pub mod dump;
 pub mod lag;
 pub mod load_profile;
+pub mod locks;
 pub mod prefetch;
 pub mod sandbox;
 pub mod stacks;
@@ -79,6 +80,29 @@ pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Re
             None,
         )),
     }
+}
+
+/// A flag SIGINT and SIGTERM set: the command stops its work and still
+/// writes what it has.
+pub fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only stores to the flag.
+        unsafe { watch::signal_flag(sig, stop.clone()) };
+    }
+    stop
+}
+
+/// A progress bar of `len` steps in pileup's style, drawn with `template`
+/// (indicatif's template syntax).
+pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .expect("progress templates are literals")
+            .progress_chars("=> "),
+    );
+    b
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `pileup prefetch`: keep a replica's applier fed.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,10 +120,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
         let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
         eprintln!("pileup prefetch: counters at http://{at}/metrics");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        unsafe { super::watch::signal_flag(sig, stop.clone()) };
-    }
+    let stop = super::stop_on_signals();
     // Every counter for scripts and logs; a status line for a person.
     let human = !a.json && a.stats_every.is_none() && std::io::stderr().is_terminal();
     let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };

@@ -2,8 +2,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -196,21 +194,13 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     };
     let mut sampler = Sampler::new(pid, opts, sql)?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
-        let b = bars.add(indicatif::ProgressBar::new(samples as u64));
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)",
-            )
-            .unwrap()
-            .progress_chars("=> "),
-        );
-        b
+        bars.add(super::progress_bar(
+            samples as u64,
+            "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)",
+        ))
     });
     // A signal ends the sampling; what was collected is still written.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        unsafe { super::watch::signal_flag(sig, stop.clone()) };
-    }
+    let stop = super::stop_on_signals();
     sampler.run_until(samples, interval, a.duration, Some(&stop), |p| {
         if let Some(b) = &bar {
             b.set_position(p.taken as u64);
@@ -252,14 +242,10 @@ fn debuginfod_options(
     o.on_progress = Some(OnProgress(std::sync::Arc::new(move |p: &FetchProgress| {
         let mut cur = current.lock().unwrap();
         let b = cur.get_or_insert_with(|| {
-            let b = bars.add(indicatif::ProgressBar::new(p.total.unwrap_or(0)));
-            b.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "fetching debug info for {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-                )
-                .unwrap()
-                .progress_chars("=> "),
-            );
+            let b = bars.add(super::progress_bar(
+                p.total.unwrap_or(0),
+                "fetching debug info for {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+            ));
             b.set_message(p.module.clone());
             b
         });
@@ -275,7 +261,7 @@ fn debuginfod_options(
 /// Connect for annotation. Without explicit options, try the server's own
 /// socket (from its command line) or the usual ones; failing quietly then,
 /// since stacks are useful without SQL. With explicit options, say why not.
-fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
+pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
     let explicit = conn.any_given();
     let mut spec = match conn.resolve() {
         Ok(s) => s,

@@ -1,0 +1,366 @@
+//! Aggregate: recorded waits summed per lock as they arrive (counts per
+//! distinct stack, statement and holder, never every event kept, so a
+//! trace of hours costs the memory of what is distinct), then joined with
+//! the kernel's exact per-word counts into one entry per lock.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use pileup_stacks::locks::LockKind;
+use serde::Serialize;
+
+use crate::event::{WordStats, HIST_BUCKETS};
+
+/// One recorded wait, annotated.
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    /// The futex word waited on.
+    pub word: u64,
+    pub kind: LockKind,
+    /// The lock's address (a rwlock's waiters sleep on words inside it).
+    pub lock: u64,
+    pub wait_ns: u64,
+    pub tid: i32,
+    /// Lookup addresses, innermost first, and their labels.
+    pub addrs: Vec<u64>,
+    pub labels: Vec<String>,
+    pub truncated: bool,
+    pub statement: Option<String>,
+    /// The owner read from the lock when the wait began, with a summary of
+    /// who it is (connection and statement, or thread name).
+    pub holder: Option<(i32, String)>,
+    pub taken_in: Option<String>,
+}
+
+#[derive(Default)]
+struct StackAgg {
+    labels: Vec<String>,
+    events: u64,
+    wait_ns: u64,
+    truncated: bool,
+}
+
+#[derive(Default)]
+struct LockAgg {
+    kinds: BTreeMap<LockKind, u64>,
+    words: HashSet<u64>,
+    events: u64,
+    wait_ns: u64,
+    stacks: HashMap<Vec<u64>, StackAgg>,
+    statements: HashMap<String, (u64, u64)>,
+    holders: HashMap<i32, (u64, String)>,
+    waiters: HashSet<i32>,
+    taken_in: BTreeMap<String, u64>,
+}
+
+/// Per-lock sums of recorded waits.
+#[derive(Default)]
+pub struct Aggregator {
+    locks: HashMap<u64, LockAgg>,
+    word_lock: HashMap<u64, u64>,
+    pub recorded: u64,
+}
+
+impl Aggregator {
+    pub fn add(&mut self, s: Sampled) {
+        self.recorded += 1;
+        // A word keeps the lock it was first seen under.
+        let lock = *self.word_lock.entry(s.word).or_insert(s.lock);
+        let l = self.locks.entry(lock).or_default();
+        *l.kinds.entry(s.kind).or_default() += 1;
+        l.words.insert(s.word);
+        l.events += 1;
+        l.wait_ns += s.wait_ns;
+        l.waiters.insert(s.tid);
+        let st = l.stacks.entry(s.addrs).or_insert_with(|| StackAgg { labels: s.labels, ..Default::default() });
+        st.events += 1;
+        st.wait_ns += s.wait_ns;
+        st.truncated |= s.truncated;
+        if let Some(q) = s.statement {
+            let e = l.statements.entry(q).or_default();
+            e.0 += 1;
+            e.1 += s.wait_ns;
+        }
+        if let Some((tid, who)) = s.holder {
+            let e = l.holders.entry(tid).or_insert((0, who.clone()));
+            e.0 += 1;
+            e.1 = who;
+        }
+        if let Some(t) = s.taken_in {
+            *l.taken_in.entry(t).or_default() += 1;
+        }
+    }
+
+    /// Distinct locks recorded so far.
+    pub fn locks(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Every lock address recorded (for naming).
+    pub fn lock_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.locks.keys().copied()
+    }
+
+    /// Join with the kernel's per-word counts. `thread_ns` is the window's
+    /// thread time (threads × duration), for each lock's share;
+    /// `name(addr, taken_in)` names a lock. At most `top` stacks,
+    /// statements and holders per lock.
+    pub fn finish(
+        mut self,
+        words: Vec<(u64, WordStats)>,
+        thread_ns: u64,
+        top: usize,
+        mut name: impl FnMut(u64, Option<&str>) -> (String, String),
+    ) -> Vec<LockEntry> {
+        let mut stats: HashMap<u64, WordStats> = HashMap::new();
+        let mut unrecorded: Vec<(u64, WordStats)> = vec![];
+        for (w, s) in words {
+            match self.word_lock.get(&w) {
+                Some(lock) => stats.entry(*lock).or_default().add(&s),
+                None => unrecorded.push((w, s)),
+            }
+        }
+        let mut out = vec![];
+        for (addr, l) in self.locks.drain() {
+            // A wait recorded after the table filled has no word counts:
+            // the recorded sums stand in.
+            let s = stats.remove(&addr).unwrap_or_else(|| WordStats {
+                count: l.events,
+                total_ns: l.wait_ns,
+                ..Default::default()
+            });
+            let kind = l.kinds.iter().max_by_key(|(_, n)| **n).map(|(k, _)| *k).unwrap_or(LockKind::Futex);
+            let taken_in = l.taken_in.iter().max_by_key(|(_, n)| **n).map(|(t, _)| t.clone());
+            let (label, name_source) = name(addr, taken_in.as_deref());
+            let mut stacks: Vec<StackEntry> = l
+                .stacks
+                .into_values()
+                .map(|st| StackEntry {
+                    events: st.events,
+                    wait_ms: ms(st.wait_ns),
+                    frames: st.labels,
+                    truncated: st.truncated,
+                })
+                .collect();
+            stacks.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms).then(b.events.cmp(&a.events)));
+            let distinct_stacks = stacks.len();
+            stacks.truncate(top);
+            let mut statements: Vec<StatementEntry> = l
+                .statements
+                .into_iter()
+                .map(|(fingerprint, (events, ns))| StatementEntry { fingerprint, events, wait_ms: ms(ns) })
+                .collect();
+            statements.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));
+            statements.truncate(top);
+            let mut holders: Vec<HolderEntry> =
+                l.holders.into_iter().map(|(tid, (events, who))| HolderEntry { tid, who, events }).collect();
+            holders.sort_by(|a, b| b.events.cmp(&a.events).then(a.tid.cmp(&b.tid)));
+            holders.truncate(top);
+            out.push(entry(
+                addr,
+                &s,
+                thread_ns,
+                kind,
+                label,
+                name_source,
+                l.events,
+                l.waiters.len(),
+                taken_in,
+                stacks,
+                distinct_stacks,
+                statements,
+                holders,
+                l.words.len(),
+            ));
+        }
+        // Words no recorded wait named (every one was over the budget):
+        // counted, kind and name unknown.
+        for (w, s) in unrecorded {
+            let (label, source) = name(w, None);
+            out.push(entry(w, &s, thread_ns, LockKind::Futex, label, source, 0, 0, None, vec![], 0, vec![], vec![], 1));
+        }
+        out.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.addr.cmp(&b.addr)));
+        out
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn entry(
+    addr: u64,
+    s: &WordStats,
+    thread_ns: u64,
+    kind: LockKind,
+    name: String,
+    name_source: String,
+    recorded: u64,
+    waiters: usize,
+    taken_in: Option<String>,
+    stacks: Vec<StackEntry>,
+    distinct_stacks: usize,
+    statements: Vec<StatementEntry>,
+    holders: Vec<HolderEntry>,
+    words: usize,
+) -> LockEntry {
+    LockEntry {
+        addr: format!("{addr:#x}"),
+        name,
+        name_source,
+        kind: kind.describe(),
+        condition: kind == LockKind::Condition,
+        waits: s.count,
+        total_ms: ms(s.total_ns),
+        mean_us: if s.count > 0 { s.total_ns as f64 / s.count as f64 / 1e3 } else { 0.0 },
+        max_us: s.max_ns as f64 / 1e3,
+        share_pct: if thread_ns > 0 { 100.0 * s.total_ns as f64 / thread_ns as f64 } else { 0.0 },
+        histogram: histogram(&s.hist),
+        recorded,
+        waiters,
+        futex_words: words,
+        taken_in,
+        holder_note: crate::annotate::holder_note(kind).map(String::from),
+        holders,
+        stacks,
+        distinct_stacks,
+        statements,
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Non-empty log2 buckets, each with its upper bound in µs.
+fn histogram(h: &[u64; HIST_BUCKETS]) -> Vec<Bucket> {
+    h.iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| Bucket { from_us: if i == 0 { 0 } else { 1u64 << i }, to_us: 1u64 << (i + 1), waits: *n })
+        .collect()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Bucket {
+    pub from_us: u64,
+    pub to_us: u64,
+    pub waits: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StackEntry {
+    pub events: u64,
+    pub wait_ms: f64,
+    /// Innermost first.
+    pub frames: Vec<String>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatementEntry {
+    pub fingerprint: String,
+    pub events: u64,
+    pub wait_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HolderEntry {
+    pub tid: i32,
+    pub who: String,
+    /// Recorded waits that began while this thread held the lock.
+    pub events: u64,
+}
+
+/// One lock's contention over the window.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockEntry {
+    pub addr: String,
+    pub name: String,
+    /// `symbol`, `section` or `heap` (named by the function taking it).
+    pub name_source: String,
+    pub kind: &'static str,
+    /// A condition wait: it includes idle waiting, not only contention.
+    pub condition: bool,
+    /// Every contended wait (exact, from the kernel).
+    pub waits: u64,
+    pub total_ms: f64,
+    pub mean_us: f64,
+    pub max_us: f64,
+    /// Of the window's thread time.
+    pub share_pct: f64,
+    pub histogram: Vec<Bucket>,
+    /// Waits recorded with their stack.
+    pub recorded: u64,
+    /// Distinct threads among the recorded waiters.
+    pub waiters: usize,
+    pub futex_words: usize,
+    pub taken_in: Option<String>,
+    pub holder_note: Option<String>,
+    pub holders: Vec<HolderEntry>,
+    pub stacks: Vec<StackEntry>,
+    pub distinct_stacks: usize,
+    pub statements: Vec<StatementEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampled(word: u64, lock: u64, ns: u64, tid: i32, stack: &[u64], holder: Option<i32>) -> Sampled {
+        Sampled {
+            word,
+            kind: LockKind::PthreadMutex,
+            lock,
+            wait_ns: ns,
+            tid,
+            addrs: stack.to_vec(),
+            labels: stack.iter().map(|a| format!("f{a}")).collect(),
+            truncated: false,
+            statement: Some("SHOW GLOBAL VARIABLES".into()),
+            holder: holder.map(|t| (t, format!("thread {t}"))),
+            taken_in: Some("fill_variables".into()),
+        }
+    }
+
+    #[test]
+    fn exact_counts_come_from_the_kernel_and_stacks_from_records() {
+        let mut a = Aggregator::default();
+        a.add(sampled(0x100, 0x100, 3_000_000, 1, &[1, 2], Some(5)));
+        a.add(sampled(0x100, 0x100, 1_000_000, 2, &[1, 2], Some(5)));
+        a.add(sampled(0x100, 0x100, 2_000_000, 3, &[1, 3], None));
+        let mut hist = [0u64; HIST_BUCKETS];
+        hist[10] = 9;
+        hist[11] = 1;
+        let words = vec![
+            (0x100, WordStats { count: 10, total_ns: 20_000_000, max_ns: 3_000_000, op: 128, hist }),
+            (0x900, WordStats { count: 4, total_ns: 40_000_000, max_ns: 10_000_000, op: 128, hist }),
+        ];
+        let out = a.finish(words, 1_000_000_000, 5, |addr, taken| {
+            (taken.map(|t| format!("heap lock in {t}")).unwrap_or(format!("{addr:#x}")), "heap".into())
+        });
+        assert_eq!(out.len(), 2);
+        // The unrecorded word waited longest in all and comes first.
+        assert_eq!((out[0].addr.as_str(), out[0].waits, out[0].recorded), ("0x900", 4, 0));
+        let l = &out[1];
+        assert_eq!((l.waits, l.recorded, l.waiters), (10, 3, 3));
+        assert_eq!(l.total_ms, 20.0);
+        assert_eq!(l.mean_us, 2000.0);
+        assert_eq!(l.share_pct, 2.0);
+        assert_eq!(l.name, "heap lock in fill_variables");
+        assert_eq!(l.stacks.len(), 2);
+        assert_eq!((l.stacks[0].events, l.stacks[0].wait_ms), (2, 4.0));
+        assert_eq!(l.holders.len(), 1);
+        assert_eq!((l.holders[0].tid, l.holders[0].events), (5, 2));
+        assert_eq!(l.statements[0].events, 3);
+        assert_eq!(l.histogram.len(), 2);
+        assert_eq!((l.histogram[0].from_us, l.histogram[0].to_us, l.histogram[0].waits), (1024, 2048, 9));
+    }
+
+    #[test]
+    fn the_words_of_one_rwlock_are_one_lock() {
+        let mut a = Aggregator::default();
+        a.add(Sampled { kind: LockKind::PthreadRwlock, ..sampled(0x108, 0x100, 1_000, 1, &[1], None) });
+        a.add(Sampled { kind: LockKind::PthreadRwlock, ..sampled(0x10c, 0x100, 1_000, 2, &[2], None) });
+        let w = |n| WordStats { count: n, total_ns: n * 1000, ..Default::default() };
+        let out = a.finish(vec![(0x108, w(3)), (0x10c, w(4))], 0, 5, |_, _| ("rw".into(), "heap".into()));
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].waits, out[0].futex_words, out[0].kind), (7, 2, "pthread rwlock"));
+    }
+}

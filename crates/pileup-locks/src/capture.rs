@@ -1,0 +1,234 @@
+//! Capture: the eBPF program on the futex system call's tracepoints, its
+//! ring buffer of waits with stacks, and its exact per-word counts.
+//!
+//! Everything the kernel holds for pileup (programs, maps, the tracepoint
+//! links) lives in file descriptors of this process: when pileup exits, by
+//! any means, SIGKILL included, the kernel closes them and every probe is
+//! gone.
+
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+
+use crate::event::{Event, WordStats, HIST_BUCKETS};
+use crate::LocksError;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/futex.skel.rs"));
+}
+use skel::{FutexSkel, FutexSkelBuilder};
+
+/// What the kernel side counted besides the per-word table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Contended waits that ended while tracing.
+    pub waits: u64,
+    /// Waits recorded with their stack.
+    pub recorded: u64,
+    /// Waits counted but not recorded: over the per-second stack budget.
+    pub over_budget: u64,
+    /// Waits counted but not recorded: the ring buffer was full (pileup
+    /// fell behind).
+    pub ring_full: u64,
+    /// Waits on futex words past the table's size, not counted per word.
+    pub table_full: u64,
+    /// Recorded waits whose stack could not be read.
+    pub no_stack: u64,
+    /// Waits not followed: the per-thread table was full.
+    pub threads_full: u64,
+}
+
+/// What a trace leaves: the kernel's exact counts per futex word, its
+/// counters, and how long it was attached.
+pub struct Traced {
+    pub words: Vec<(u64, WordStats)>,
+    pub counters: Counters,
+    pub elapsed: Duration,
+}
+
+/// Options for one trace.
+#[derive(Debug, Clone)]
+pub struct TraceOptions {
+    pub pid: i32,
+    pub duration: Duration,
+    /// Waits recorded with their stack per second, at most; the others are
+    /// counted only.
+    pub stack_budget: u64,
+}
+
+/// Check what tracing needs, with the fix in the error: privileges, the
+/// kernel's BTF (for the waiter's registers), tracefs (mounted here if the
+/// system has not).
+pub fn preflight() -> Result<(), LocksError> {
+    missing_caps()?;
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(LocksError::NoEbpf(
+            "the kernel has no BTF (/sys/kernel/btf/vmlinux), which reading a waiter's registers needs (Linux 5.15+ built with CONFIG_DEBUG_INFO_BTF)".into(),
+        ));
+    }
+    ensure_tracefs()
+}
+
+/// Root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN covers both), and
+/// CAP_SYS_PTRACE to read the server's memory.
+fn missing_caps() -> Result<(), LocksError> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |bit: u32| eff & (1u64 << bit) != 0;
+    const SYS_ADMIN: u32 = 21;
+    const SYS_PTRACE: u32 = 19;
+    const PERFMON: u32 = 38;
+    const BPF: u32 = 39;
+    let mut missing = vec![];
+    if !has(SYS_ADMIN) {
+        if !has(BPF) {
+            missing.push("CAP_BPF");
+        }
+        if !has(PERFMON) {
+            missing.push("CAP_PERFMON");
+        }
+    }
+    if !has(SYS_PTRACE) {
+        missing.push("CAP_SYS_PTRACE");
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(LocksError::Privileges(missing.join(", ")))
+    }
+}
+
+/// The syscall tracepoints are found through tracefs; mount it where the
+/// system has not (debugfs's copy is used if that is mounted instead).
+fn ensure_tracefs() -> Result<(), LocksError> {
+    let ok = |p: &str| Path::new(p).join("events/syscalls/sys_enter_futex").exists();
+    if ok("/sys/kernel/tracing") || ok("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let target = std::ffi::CString::new("/sys/kernel/tracing").unwrap();
+    let fstype = std::ffi::CString::new("tracefs").unwrap();
+    // SAFETY: plain mount(2) with valid NUL-terminated strings.
+    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(LocksError::NoEbpf(format!(
+            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({e}); mount it with: mount -t tracefs tracefs /sys/kernel/tracing"
+        )));
+    }
+    if !ok("/sys/kernel/tracing") {
+        return Err(LocksError::NoEbpf(
+            "the kernel has no syscall tracepoints (events/syscalls/sys_enter_futex; CONFIG_FTRACE_SYSCALLS)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Trace `opts.pid`'s contended futex waits for `opts.duration` (or until
+/// `stop`), handing each recorded wait to `on_event` as it arrives, and
+/// `on_tick` about every 100 ms. Returns the exact per-word counts and the
+/// kernel side's counters.
+pub fn trace(
+    opts: &TraceOptions,
+    stop: &AtomicBool,
+    mut on_event: impl FnMut(Event),
+    mut on_tick: impl FnMut(Duration),
+) -> Result<Traced, LocksError> {
+    let mut storage = MaybeUninit::uninit();
+    let mut open = FutexSkelBuilder::default().open(&mut storage).map_err(|e| load_error("opening", &e))?;
+    let ro =
+        open.maps.rodata_data.as_deref_mut().ok_or_else(|| LocksError::Ebpf("the program has no .rodata".into()))?;
+    ro.target_tgid = opts.pid as u32;
+    ro.stack_budget = opts.stack_budget;
+    let mut skel: FutexSkel = open.load().map_err(|e| load_error("loading", &e))?;
+    skel.attach().map_err(|e| load_error("attaching", &e))?;
+    let started = Instant::now();
+
+    let mut bad = 0u64;
+    let mut builder = RingBufferBuilder::new();
+    builder
+        .add(&skel.maps.events, |data: &[u8]| {
+            match Event::decode(data) {
+                Some(e) => on_event(e),
+                None => bad += 1,
+            }
+            0
+        })
+        .map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
+    let ring = builder.build().map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
+    while started.elapsed() < opts.duration && !stop.load(Ordering::Relaxed) {
+        let left = opts.duration.saturating_sub(started.elapsed());
+        match ring.poll(left.min(Duration::from_millis(100))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LocksError::Ebpf(format!("reading the ring buffer: {e}"))),
+        }
+        on_tick(started.elapsed());
+        if !Path::new(&format!("/proc/{}", opts.pid)).exists() {
+            break;
+        }
+    }
+    // Detach first, then drain what is queued: the counts below cover
+    // exactly the waits that ended while attached.
+    skel.links = Default::default();
+    let elapsed = started.elapsed();
+    let _ = ring.consume();
+    drop(ring);
+
+    let mut words = vec![];
+    for key in skel.maps.locks.keys() {
+        let Ok(Some(v)) = skel.maps.locks.lookup(&key, MapFlags::ANY) else { continue };
+        let (Ok(k), Some(s)) = (<[u8; 8]>::try_from(key.as_slice()), word_stats(&v)) else { continue };
+        words.push((u64::from_le_bytes(k), s));
+    }
+    let mut c = [0u64; 8];
+    for (i, slot) in c.iter_mut().enumerate() {
+        if let Ok(Some(per_cpu)) = skel.maps.counters.lookup_percpu(&(i as u32).to_le_bytes(), MapFlags::ANY) {
+            *slot = per_cpu.iter().filter_map(|v| v.get(..8)).map(|b| u64::from_le_bytes(b.try_into().unwrap())).sum();
+        }
+    }
+    let counters = Counters {
+        waits: c[0],
+        recorded: c[1],
+        over_budget: c[2],
+        ring_full: c[3],
+        table_full: c[4],
+        no_stack: c[5],
+        threads_full: c[6],
+    };
+    if bad > 0 {
+        tracing::warn!(bad, "ring buffer records shorter than expected");
+    }
+    Ok(Traced { words, counters, elapsed })
+}
+
+/// Decode a `struct lock_stats` value.
+fn word_stats(v: &[u8]) -> Option<WordStats> {
+    let u64_at = |o: usize| v.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    let mut hist = [0u64; HIST_BUCKETS];
+    for (i, h) in hist.iter_mut().enumerate() {
+        *h = u64_at(32 + 8 * i)?;
+    }
+    Some(WordStats {
+        count: u64_at(0)?,
+        total_ns: u64_at(8)?,
+        max_ns: u64_at(16)?,
+        op: u32::from_le_bytes(v.get(24..28)?.try_into().ok()?),
+        hist,
+    })
+}
+
+fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
+    let msg = e.to_string();
+    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+        return LocksError::Privileges(format!("the kernel refused {what} the eBPF program ({msg})"));
+    }
+    LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
+}

@@ -1,0 +1,242 @@
+//! `pileup-locks`: which locks a server's threads wait on, for how long,
+//! where and for whom, over a time window — the lockstat MariaDB never had.
+//!
+//! Data flows through one module per stage:
+//!
+//! ```text
+//! capture ─▶ event ─▶ unwind + symbolize ─▶ annotate ─▶ aggregate ─▶ render
+//! (eBPF on    (record    (the stacks engine's  (kind, owner,  (per lock:     (text, json,
+//!  futex       bytes)     Resolver: framehop,   name, SQL)     exact counts,  folded, svg)
+//!  waits)                 blazesym)                            top stacks)
+//! ```
+//!
+//! A contended pthread mutex, rwlock or condition variable, and an InnoDB
+//! srw lock, sleeps in `futex(FUTEX_WAIT…)`; the uncontended paths never
+//! enter the kernel and cost nothing. The kernel side counts every wait per
+//! futex word (exact totals and a histogram) and, within a per-second
+//! budget, records the waiter's registers and the top of its stack, which
+//! are unwound here (the server has no frame pointers). [`run`] wires it
+//! and reports through callbacks; it prints nothing.
+
+pub mod aggregate;
+pub mod annotate;
+pub mod capture;
+pub mod event;
+pub mod render;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pileup_stacks::capture::Regs;
+use pileup_stacks::resolve::{DataName, Resolver};
+use pileup_stacks::{SqlSource, SqlThread};
+use serde::Serialize;
+
+pub use aggregate::LockEntry;
+pub use capture::Counters;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocksError {
+    #[error("pileup locks needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (missing: {0}); run it with sudo")]
+    Privileges(String),
+    #[error("eBPF tracing is not available here: {0}; with performance_schema on (performance_schema=ON and the wait/synch instruments), its events_waits_summary tables time the server's mutexes instead")]
+    NoEbpf(String),
+    #[error("eBPF: {0}")]
+    Ebpf(String),
+    #[error(transparent)]
+    Target(#[from] pileup_stacks::StacksError),
+}
+
+/// What to trace and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pid: i32,
+    pub duration: Duration,
+    /// Waits recorded with a stack per second, at most.
+    pub stack_budget: u64,
+    /// Accept a process that is not mariadbd/mysqld.
+    pub any_process: bool,
+    /// DWARF names (inlined frames, lines) where debug info exists.
+    pub dwarf: bool,
+    pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Stacks, statements and holders kept per lock in the report.
+    pub top: usize,
+    /// Re-read the processlist at most this often.
+    pub sql_refresh: Duration,
+}
+
+/// How far a trace is, for a progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub elapsed: Duration,
+    pub of: Duration,
+    pub recorded: u64,
+    pub locks: usize,
+}
+
+/// The lock profile of one window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub pid: i32,
+    pub exe: String,
+    pub server_version: Option<String>,
+    pub started_unix_ms: u64,
+    pub duration_s: f64,
+    /// Threads of the process when the trace began.
+    pub threads: usize,
+    pub counters: Counters,
+    pub stack_budget_per_s: u64,
+    pub locks: Vec<LockEntry>,
+    pub notes: Vec<String>,
+}
+
+/// Trace `opts.pid` for `opts.duration` (or until `stop`), annotating
+/// waiters with SQL from `sql` when given, and return the report.
+pub fn run(
+    opts: &Options,
+    mut sql: Option<SqlSource>,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Report, LocksError> {
+    capture::preflight()?;
+    let mut resolver = Resolver::new(opts.pid, opts.any_process, opts.dwarf, &opts.debug_dirs)?;
+    let mut notes = std::mem::take(&mut resolver.notes);
+    let server_version = sql.as_ref().map(|s| s.version.clone());
+    let mut tids: HashSet<i32> = pileup_stacks::proc::tids(opts.pid)?.into_iter().collect();
+    let threads = tids.len();
+    let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let mut agg = aggregate::Aggregator::default();
+    let mut sql_map: HashMap<i32, SqlThread> = HashMap::new();
+    let mut sql_at: Option<Instant> = None;
+    let mut sql_error: Option<String> = None;
+    let mut tids_at = Instant::now();
+    let mut unwind_stops: HashMap<String, u64> = HashMap::new();
+    let pid = opts.pid;
+    let mut refresh =
+        |sql: &mut Option<SqlSource>, sql_map: &mut HashMap<i32, SqlThread>, sql_at: &mut Option<Instant>| {
+            if sql_at.is_some_and(|t| t.elapsed() < opts.sql_refresh) {
+                return;
+            }
+            *sql_at = Some(Instant::now());
+            if let Some(s) = sql.as_mut() {
+                match s.threads() {
+                    Ok(m) => *sql_map = m,
+                    Err(e) => {
+                        if sql_error.is_none() {
+                            sql_error = Some(format!("SQL annotation failed ({e:#}); waits are traced without it"));
+                        }
+                    }
+                }
+            }
+        };
+    refresh(&mut sql, &mut sql_map, &mut sql_at);
+    let trace_opts = capture::TraceOptions { pid: opts.pid, duration: opts.duration, stack_budget: opts.stack_budget };
+    // What the progress line shows, shared between the two callbacks.
+    let seen = std::cell::Cell::new((0u64, 0usize));
+    let capture::Traced { words, counters, elapsed } = {
+        let on_event = |e: event::Event| {
+            if tids_at.elapsed() > Duration::from_secs(1) {
+                if let Ok(t) = pileup_stacks::proc::tids(pid) {
+                    tids = t.into_iter().collect();
+                }
+                tids_at = Instant::now();
+            }
+            let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64 };
+            let (addrs, error) = if e.ip == 0 {
+                (vec![], Some("no registers".to_string()))
+            } else {
+                resolver.unwind(&regs, e.sp, &e.stack)
+            };
+            if let Some(err) = &error {
+                *unwind_stops.entry(err.clone()).or_default() += 1;
+            }
+            let frames = resolver.frames(&addrs);
+            let w = annotate::lock_wait(&frames, &e, &tids);
+            let taken_in = annotate::taken_in(&frames);
+            let statement = sql_map
+                .get(&e.tid)
+                .and_then(|t| t.info.as_deref())
+                .map(|q| pileup_replica::statement::fingerprint(q.as_bytes(), &mut vec![]));
+            let holder = w.owner_tid.map(|t| {
+                let who = match sql_map.get(&t) {
+                    Some(s) => s.summary(120),
+                    None => pileup_stacks::proc::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
+                };
+                (t, if who.is_empty() { format!("thread {t}") } else { format!("thread {t}: {who}") })
+            });
+            agg.add(aggregate::Sampled {
+                word: e.uaddr,
+                kind: w.kind,
+                lock: w.addr,
+                wait_ns: e.wait_ns,
+                tid: e.tid,
+                addrs,
+                labels: frames.iter().map(|f| f.label.clone()).collect(),
+                truncated: error.is_some(),
+                statement,
+                holder,
+                taken_in,
+            });
+            seen.set((agg.recorded, agg.locks()));
+        };
+        let on_tick = |el: Duration| {
+            progress(&Progress { elapsed: el, of: opts.duration, recorded: seen.get().0, locks: seen.get().1 });
+        };
+        capture::trace(&trace_opts, stop, on_event, on_tick)?
+    };
+    refresh(&mut sql, &mut sql_map, &mut sql_at);
+    if let Some(e) = sql_error {
+        notes.push(e);
+    }
+    let thread_ns = (elapsed.as_nanos() as u64).saturating_mul(threads.max(1) as u64);
+    let locks = agg.finish(words, thread_ns, opts.top, |addr, taken_in| match resolver.data_name(addr) {
+        DataName::Heap => match taken_in {
+            Some(t) => (format!("heap lock {addr:#x} taken in {t}"), "heap".into()),
+            None => (format!("futex {addr:#x}"), "heap".into()),
+        },
+        n @ DataName::Symbol { .. } => (n.label(), "symbol".into()),
+        n @ DataName::Section { .. } => (format!("{} (not exported)", n.label()), "section".into()),
+    });
+    if counters.over_budget > 0 {
+        notes.push(format!(
+            "{} wait(s) over the budget of {} stacks a second were counted without their stack",
+            counters.over_budget, opts.stack_budget
+        ));
+    }
+    if counters.ring_full > 0 {
+        notes.push(format!(
+            "{} wait(s) were counted without their stack: pileup fell behind the ring buffer",
+            counters.ring_full
+        ));
+    }
+    if counters.table_full > 0 {
+        notes.push(format!(
+            "{} wait(s) on futex words past the table of 65,536 were not counted per lock",
+            counters.table_full
+        ));
+    }
+    let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
+    stops.sort_by_key(|s| std::cmp::Reverse(s.1));
+    if let Some((why, n)) = stops.first() {
+        notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+    }
+    if locks.iter().any(|l| l.kind == "futex" && l.recorded > 0 && l.name_source == "heap") {
+        notes.push(
+            "a \"futex\" lock is a futex word pileup could not tell the kind of (its waiters' frames are unnamed)"
+                .into(),
+        );
+    }
+    Ok(Report {
+        pid: opts.pid,
+        exe: resolver.exe.clone(),
+        server_version,
+        started_unix_ms,
+        duration_s: elapsed.as_secs_f64(),
+        threads,
+        counters,
+        stack_budget_per_s: opts.stack_budget,
+        locks,
+        notes,
+    })
+}

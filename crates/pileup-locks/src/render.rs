@@ -1,0 +1,216 @@
+//! Render: the report as lockstat-style text, JSON, folded stacks or a
+//! flame graph weighted by wait time.
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::aggregate::LockEntry;
+use crate::Report;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Folded,
+    Svg,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "text" => Format::Text,
+            "json" => Format::Json,
+            "folded" | "collapsed" => Format::Folded,
+            "svg" | "flamegraph" => Format::Svg,
+            _ => return None,
+        })
+    }
+
+    /// From an output file's extension.
+    pub fn from_path(p: &std::path::Path) -> Option<Format> {
+        match p.extension()?.to_str()? {
+            "txt" => Some(Format::Text),
+            "json" => Some(Format::Json),
+            "folded" => Some(Format::Folded),
+            "svg" => Some(Format::Svg),
+            _ => None,
+        }
+    }
+}
+
+pub fn render(r: &Report, f: Format, detail: usize, w: &mut dyn Write) -> Result<()> {
+    match f {
+        Format::Text => text(r, detail, w),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *w, r)?;
+            writeln!(w)?;
+            Ok(())
+        }
+        Format::Folded => {
+            for line in folded(r) {
+                writeln!(w, "{line}")?;
+            }
+            Ok(())
+        }
+        Format::Svg => svg(r, w),
+    }
+}
+
+/// One line per recorded stack: frames root first, the lock as the leaf,
+/// and the recorded wait time in µs as the value.
+pub fn folded(r: &Report) -> Vec<String> {
+    let mut out = vec![];
+    for l in &r.locks {
+        for s in &l.stacks {
+            let us = (s.wait_ms * 1000.0).round() as u64;
+            if us == 0 {
+                continue;
+            }
+            let mut frames: Vec<String> = s.frames.iter().rev().map(|f| f.replace([';', ' '], "_")).collect();
+            frames.push(format!("[{}: {}]", l.kind, l.name).replace([';', ' '], "_"));
+            out.push(format!("{} {us}", frames.join(";")));
+        }
+    }
+    out
+}
+
+fn svg(r: &Report, w: &mut dyn Write) -> Result<()> {
+    use inferno::flamegraph::{self, Options};
+    let lines = folded(r);
+    let mut opts = Options::default();
+    opts.title = format!("pileup locks: {} pid {}", r.exe, r.pid);
+    opts.subtitle = Some(format!(
+        "time waited on locks over {:.1} s (recorded waits), {} contended waits in all",
+        r.duration_s, r.counters.waits
+    ));
+    opts.count_name = "µs waited".into();
+    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)?;
+    Ok(())
+}
+
+fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
+    writeln!(
+        w,
+        "pileup locks: {} pid {}{}, {:.1} s, {} threads: {} contended waits, {} recorded with their stack",
+        r.exe,
+        r.pid,
+        r.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
+        r.duration_s,
+        r.threads,
+        r.counters.waits,
+        r.counters.recorded
+    )?;
+    let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);
+    writeln!(w)?;
+    if locks.is_empty() {
+        writeln!(w, "No thread waited on a mutex, rwlock or InnoDB latch.")?;
+    } else {
+        writeln!(w, "Lock waits (mutexes, rwlocks, InnoDB latches), by total time waited:")?;
+        table(&locks, w)?;
+    }
+    if !conds.is_empty() {
+        writeln!(w)?;
+        writeln!(
+            w,
+            "Condition waits (they include idle waiting; metadata, table and row locks wait here: see the SQL lock views):"
+        )?;
+        table(&conds[..conds.len().min(10)], w)?;
+        if conds.len() > 10 {
+            writeln!(w, "  … and {} more", conds.len() - 10)?;
+        }
+    }
+    for (i, l) in locks.iter().take(detail).enumerate() {
+        writeln!(w)?;
+        details(i + 1, l, w)?;
+    }
+    if !r.notes.is_empty() {
+        writeln!(w)?;
+        for n in &r.notes {
+            writeln!(w, "note: {n}")?;
+        }
+    }
+    Ok(())
+}
+
+fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {
+    writeln!(
+        w,
+        "  {:>3} {:>9} {:>10} {:>9} {:>9} {:>6}  {:<20} lock",
+        "#", "waits", "total ms", "mean µs", "max µs", "share", "kind"
+    )?;
+    for (i, l) in ls.iter().enumerate() {
+        writeln!(
+            w,
+            "  {:>3} {:>9} {:>10.1} {:>9.1} {:>9.1} {:>5.1}%  {:<20} {}",
+            i + 1,
+            l.waits,
+            l.total_ms,
+            l.mean_us,
+            l.max_us,
+            l.share_pct,
+            l.kind,
+            l.name
+        )?;
+    }
+    Ok(())
+}
+
+fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> Result<()> {
+    writeln!(w, "[{n}] {} ({} at {})", l.name, l.kind, l.addr)?;
+    writeln!(
+        w,
+        "    {} waits, {:.1} ms in all, mean {:.1} µs, max {:.1} µs, {:.2}% of the threads' time; {} waiting thread(s) recorded",
+        l.waits, l.total_ms, l.mean_us, l.max_us, l.share_pct, l.waiters
+    )?;
+    if let Some(t) = &l.taken_in {
+        writeln!(w, "    taken in: {t}")?;
+    }
+    if !l.histogram.is_empty() {
+        let most = l.histogram.iter().map(|b| b.waits).max().unwrap_or(1).max(1);
+        writeln!(w, "    {:>21}   waits", "wait (µs)")?;
+        for b in &l.histogram {
+            let bar = "@".repeat(((b.waits * 30).div_ceil(most)) as usize);
+            writeln!(w, "    {:>9} - {:>9} |{bar:<30}| {}", b.from_us, b.to_us, b.waits)?;
+        }
+    }
+    match (&l.holder_note, l.holders.is_empty()) {
+        (Some(why), _) => writeln!(w, "    holder: unknown: {why}")?,
+        (None, true) => {
+            writeln!(w, "    holder: not seen (the lock was free or its owner had exited when the waits began)")?
+        }
+        (None, false) => {
+            writeln!(w, "    holders seen when waits began:")?;
+            for h in &l.holders {
+                writeln!(w, "      {} wait(s): {}", h.events, h.who)?;
+            }
+        }
+    }
+    if !l.statements.is_empty() {
+        writeln!(w, "    statements of the waiting threads:")?;
+        for s in &l.statements {
+            writeln!(
+                w,
+                "      {:.1} ms, {} wait(s): {}",
+                s.wait_ms,
+                s.events,
+                pileup_stacks::annotate::one_line(&s.fingerprint, 160)
+            )?;
+        }
+    }
+    if !l.stacks.is_empty() {
+        writeln!(w, "    waiting stacks (top {} of {}):", l.stacks.len(), l.distinct_stacks)?;
+        for s in &l.stacks {
+            let frames: Vec<&str> = s.frames.iter().map(String::as_str).take(16).collect();
+            writeln!(
+                w,
+                "      {:.1} ms, {} wait(s): {}{}",
+                s.wait_ms,
+                s.events,
+                frames.join(" < "),
+                if s.truncated || s.frames.len() > 16 { " < …" } else { "" }
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! `pileup locks`: a lock-contention profile over a time window.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use pileup_conn::ConnOptions;
+use pileup_locks::render::{render, Format};
+use pileup_locks::Options;
+
+use crate::output::write_output;
+
+#[derive(clap::Args)]
+#[command(after_long_help = "Traces the server's contended lock waits for a time window with eBPF and reports, \
+per lock, lockstat-style: how many waits, total, mean and longest wait, a log2 histogram of wait times, the share \
+of the threads' time, the stacks that waited, the statements of the waiting connections, and the holders seen.\n\n\
+Every contended pthread mutex, rwlock and condition variable, and every InnoDB latch (srw_lock, ssux_lock; \
+MariaDB 10.6+), sleeps in the futex system call; uncontended locking never reaches the kernel and costs nothing. \
+The kernel side counts every contended wait per lock (exact totals) and, up to --stack-budget a second, records \
+the waiter's registers and the top of its stack, which pileup unwinds (the server needs no frame pointers).\n\n\
+Locks are named by the global object they lie in (LOCK_open, LOCK_status) where the binary exports it; \
+otherwise by module and section (a stripped server's InnoDB globals), or, on the heap, by the function that \
+takes them. A pthread mutex's holder is read from the lock when the wait began, with its connection and \
+statement. Condition waits are listed apart: they include idle waiting, and metadata, table and row locks \
+wait there (the SQL lock views name those holders).\n\n\
+Needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) and a kernel with BTF (5.15+). Every probe is \
+detached when pileup exits, however it exits.\n\nExamples:\n  pileup locks --duration 30s\n  \
+pileup locks --duration 1m -o locks.svg     # flame graph weighted by time waited\n  \
+pileup locks --format json > locks.json")]
+pub struct LocksArgs {
+    /// Server process id, or "auto" for the one mysqld/mariadbd running.
+    #[arg(long, default_value = "auto", value_name = "PID|auto")]
+    pub pid: String,
+    /// How long to trace (e.g. 10s, 2m, 1h). Ctrl-C ends it early and still reports.
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
+    pub duration: Duration,
+    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph).
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Write to this file (created 0600) instead of stdout; the format follows its extension unless given.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Waits recorded with their stack per second, at most (every wait is counted regardless).
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub stack_budget: u64,
+    /// Locks shown in detail (text), and stacks, statements and holders kept per lock.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Do not connect for SQL (no statements or connections for waiters and holders).
+    #[arg(long)]
+    pub no_sql: bool,
+    /// Trace a process that is not mysqld/mariadbd.
+    #[arg(long)]
+    pub any_process: bool,
+    /// Read DWARF for inlined frames and source lines where debug info is installed (slower start).
+    #[arg(long)]
+    pub debug_info: bool,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).ok_or_else(|| format!("{s:?}: expected text, json, folded or svg"))
+}
+
+pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
+    let pid = match a.pid.as_str() {
+        "auto" => pileup_stacks::proc::auto_pid()?,
+        p => p
+            .parse::<i32>()
+            .ok()
+            .filter(|&p| p > 0)
+            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
+    };
+    if a.duration.is_zero() {
+        bail!("--duration must be more than 0");
+    }
+    if a.top == 0 {
+        bail!("--top must be at least 1");
+    }
+    let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Text);
+    pileup_stacks::proc::check_target(pid, a.any_process)?;
+    // Fail on privileges before connecting anywhere.
+    pileup_locks::capture::preflight()?;
+    let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
+    let opts = Options {
+        pid,
+        duration: a.duration,
+        stack_budget: a.stack_budget,
+        any_process: a.any_process,
+        dwarf: a.debug_info,
+        debug_dirs: pileup_stacks::default_debug_dirs(),
+        // A flame graph or folded stacks carry every recorded stack.
+        top: if matches!(format, Format::Folded | Format::Svg) { usize::MAX } else { a.top },
+        sql_refresh: Duration::from_secs(1),
+    };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        super::progress_bar(
+            a.duration.as_millis() as u64,
+            "{spinner} tracing lock waits [{bar:30}] {elapsed}/{duration} {msg} (Ctrl-C: stop and report)",
+        )
+    });
+    // A signal ends the trace; what was recorded is still reported.
+    let stop = super::stop_on_signals();
+    let report = pileup_locks::run(&opts, sql, &stop, |p| {
+        if let Some(b) = &bar {
+            b.set_position(p.elapsed.as_millis() as u64);
+            b.set_message(format!("{} waits recorded, {} locks", p.recorded, p.locks));
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    write_output(a.output.as_deref(), false, |w| render(&report, format, a.top, w))
+}
