@@ -178,9 +178,99 @@ impl Aggregator {
             let (label, source) = name(w, None);
             out.push(entry(w, &s, thread_ns, LockKind::Futex, label, source, 0, 0, None, vec![], 0, vec![], vec![], 1));
         }
+        let mut out = merge_classes(out, top);
         out.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.addr.cmp(&b.addr)));
         out
     }
+}
+
+/// Heap futex words that each only one thread waited on, of one kind and
+/// taken at one place, are one lock class: a per-thread semaphore or event
+/// (InnoDB's group commit waiters, a connection's own condition) has an
+/// address per thread, and listed apart they would bury the locks threads
+/// really queue on. They become one entry, whose `futex_words` says how
+/// many addresses it covers.
+fn merge_classes(entries: Vec<LockEntry>, top: usize) -> Vec<LockEntry> {
+    let mut out = vec![];
+    let mut classes: BTreeMap<(&'static str, String), Vec<LockEntry>> = BTreeMap::new();
+    for e in entries {
+        match (&e.taken_in, e.name_source.as_str(), e.waiters) {
+            (Some(t), "heap", 0..=1) if e.recorded > 0 => classes.entry((e.kind, t.clone())).or_default().push(e),
+            _ => out.push(e),
+        }
+    }
+    for ((_, taken_in), mut members) in classes {
+        if members.len() == 1 {
+            out.extend(members);
+            continue;
+        }
+        let n = members.len();
+        let mut m = members.remove(0);
+        let mut hist: BTreeMap<(u64, u64), u64> = m.histogram.iter().map(|b| ((b.from_us, b.to_us), b.waits)).collect();
+        let mut stacks: HashMap<Vec<String>, StackEntry> = HashMap::new();
+        let mut statements: HashMap<String, StatementEntry> = HashMap::new();
+        let mut total_ns_mean = m.mean_us * m.waits as f64;
+        let mut add_parts = |e: &mut LockEntry| {
+            for s in e.stacks.drain(..) {
+                match stacks.get_mut(&s.frames) {
+                    Some(x) => {
+                        x.events += s.events;
+                        x.wait_ms += s.wait_ms;
+                        x.truncated |= s.truncated;
+                    }
+                    None => {
+                        stacks.insert(s.frames.clone(), s);
+                    }
+                }
+            }
+            for q in e.statements.drain(..) {
+                match statements.get_mut(&q.fingerprint) {
+                    Some(x) => {
+                        x.events += q.events;
+                        x.wait_ms += q.wait_ms;
+                    }
+                    None => {
+                        statements.insert(q.fingerprint.clone(), q);
+                    }
+                }
+            }
+        };
+        add_parts(&mut m);
+        for mut e in members {
+            add_parts(&mut e);
+            for b in &e.histogram {
+                *hist.entry((b.from_us, b.to_us)).or_default() += b.waits;
+            }
+            total_ns_mean += e.mean_us * e.waits as f64;
+            m.waits += e.waits;
+            m.total_ms += e.total_ms;
+            m.max_us = m.max_us.max(e.max_us);
+            m.share_pct += e.share_pct;
+            m.recorded += e.recorded;
+            m.waiters += e.waiters;
+            m.futex_words += e.futex_words;
+            m.distinct_stacks += e.distinct_stacks;
+            m.holders.extend(e.holders);
+        }
+        m.mean_us = if m.waits > 0 { total_ns_mean / m.waits as f64 } else { 0.0 };
+        m.histogram = hist.into_iter().map(|((from_us, to_us), waits)| Bucket { from_us, to_us, waits }).collect();
+        let mut stacks: Vec<StackEntry> = stacks.into_values().collect();
+        stacks.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));
+        m.distinct_stacks = stacks.len();
+        stacks.truncate(top);
+        m.stacks = stacks;
+        let mut statements: Vec<StatementEntry> = statements.into_values().collect();
+        statements.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));
+        statements.truncate(top);
+        m.statements = statements;
+        m.holders.sort_by_key(|h| std::cmp::Reverse(h.events));
+        m.holders.truncate(top);
+        m.addr = format!("{n} addresses");
+        m.name = format!("{} class: {n} addresses, one waiter each, taken in {taken_in}", m.kind);
+        m.name_source = "class".into();
+        out.push(m);
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -273,7 +363,8 @@ pub struct HolderEntry {
 pub struct LockEntry {
     pub addr: String,
     pub name: String,
-    /// `symbol`, `section` or `heap` (named by the function taking it).
+    /// `symbol`, `section`, `heap` (named by the function taking it) or
+    /// `class` (per-thread words taken at one place, merged).
     pub name_source: String,
     pub kind: &'static str,
     /// A condition wait: it includes idle waiting, not only contention.
@@ -362,5 +453,27 @@ mod tests {
         let out = a.finish(vec![(0x108, w(3)), (0x10c, w(4))], 0, 5, |_, _| ("rw".into(), "heap".into()));
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].waits, out[0].futex_words, out[0].kind), (7, 2, "pthread rwlock"));
+    }
+
+    #[test]
+    fn per_thread_words_taken_at_one_place_are_one_class() {
+        let mut a = Aggregator::default();
+        // Three threads, each on a word of its own, taken in one place.
+        for (word, tid) in [(0x100, 1), (0x200, 2), (0x300, 3)] {
+            a.add(Sampled { kind: LockKind::Futex, ..sampled(word, word, 1_000_000, tid, &[1, 2], None) });
+        }
+        // Two threads queueing on one word stay a lock of their own.
+        a.add(sampled(0x900, 0x900, 1_000_000, 1, &[1, 2], None));
+        a.add(sampled(0x900, 0x900, 1_000_000, 2, &[1, 2], None));
+        let w = |n| WordStats { count: n, total_ns: n * 1_000_000, max_ns: 1_000_000, ..Default::default() };
+        let words = vec![(0x100, w(1)), (0x200, w(2)), (0x300, w(3)), (0x900, w(2))];
+        let out = a.finish(words, 0, 5, |_, t| (format!("heap lock taken in {}", t.unwrap()), "heap".into()));
+        assert_eq!(out.len(), 2);
+        let c = &out[0];
+        assert_eq!((c.waits, c.futex_words, c.waiters, c.name_source.as_str()), (6, 3, 3, "class"));
+        assert_eq!(c.name, "futex class: 3 addresses, one waiter each, taken in fill_variables");
+        assert_eq!((c.stacks.len(), c.stacks[0].events), (1, 3));
+        assert_eq!(c.mean_us, 1000.0);
+        assert_eq!((out[1].waits, out[1].name_source.as_str()), (2, "heap"));
     }
 }

@@ -20,13 +20,26 @@ pub fn lock_wait(frames: &[Frame], e: &Event, tids: &HashSet<i32>) -> LockWait {
     if w.kind != LockKind::Futex {
         return w;
     }
-    // InnoDB's srw_mutex and ssux_lock (MariaDB 10.6+) wait through libc's
-    // syscall() with the holder bit (1 << 31) set in the word they expect;
-    // on a stripped server their own frames are unnamed.
-    if labels.first() == Some(&"syscall") && e.op & 127 == 0 && e.val & 0x8000_0000 != 0 {
-        return LockWait { kind: LockKind::InnodbSrwLock, ..w };
+    // The server's SQL layer waits through pthread functions; only InnoDB
+    // (MariaDB 10.6+) calls futex itself, through libc's syscall(), with
+    // FUTEX_WAIT_PRIVATE, and its frames are unnamed on a stripped server.
+    // What it expects in the word tells which wait it is:
+    // * 0: the group commit waiter (log0sync.cc binary_semaphore);
+    // * bit 31 set: an ssux_lock's exclusive waiter waiting for its readers
+    //   (WRITER = 1 << 31), or, in releases before the lock word moved its
+    //   holder flag to bit 0, an srw_mutex (HOLDER = 1 << 31);
+    // * odd, 3 or more: an srw_mutex held (HOLDER = 1) with waiters (2 each),
+    //   which is also how ssux_lock's writers and blocked readers wait.
+    let from_server = frames.get(1).and_then(|f| f.module.as_deref()).is_some_and(pileup_stacks::proc::is_server_name);
+    if labels.first() != Some(&"syscall") || !from_server || e.op & 127 != 0 {
+        return w;
     }
-    w
+    let kind = match e.val {
+        0 => LockKind::InnodbLogWait,
+        v if v & 0x8000_0000 != 0 || (v & 1 == 1 && v >= 3) => LockKind::InnodbSrwLock,
+        _ => return w,
+    };
+    LockWait { kind, ..w }
 }
 
 /// Frames that are the locking machinery itself, not the code that takes
@@ -149,8 +162,13 @@ mod tests {
         assert_eq!(w.kind, LockKind::InnodbSrwLock);
         assert!(holder_note(w.kind).is_some());
         assert_eq!(taken_in(&frames).as_deref(), Some("mariadbd+0x9a1230 (in handler::ha_write_row)"));
-        // Without the holder bit it is some other futex.
-        assert_eq!(lock_wait(&frames, &event(128, 1, 0), &tids).kind, LockKind::Futex);
+        // The later lock word: holder bit 0, two per waiter.
+        assert_eq!(lock_wait(&frames, &event(128, 127, 0), &tids).kind, LockKind::InnodbSrwLock);
+        // The group commit waiter expects 0.
+        assert_eq!(lock_wait(&frames, &event(128, 0, 0), &tids).kind, LockKind::InnodbLogWait);
+        // Anything else is some other futex.
+        assert_eq!(lock_wait(&frames, &event(128, 2, 0), &tids).kind, LockKind::Futex);
+        assert_eq!(lock_wait(&frames, &event(137, 0x8000_0001, 0), &tids).kind, LockKind::Futex);
     }
 
     #[test]

@@ -153,6 +153,7 @@ pub fn run(
             }
             let frames = resolver.frames(&addrs);
             let w = annotate::lock_wait(&frames, &e, &tids);
+            tracing::trace!(word = e.uaddr, op = e.op, val = e.val, ret = e.ret, kind = ?w.kind, "wait");
             let taken_in = annotate::taken_in(&frames);
             let statement = sql_map
                 .get(&e.tid)
@@ -220,6 +221,12 @@ pub fn run(
     stops.sort_by_key(|s| std::cmp::Reverse(s.1));
     if let Some((why, n)) = stops.first() {
         notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+    }
+    if locks.iter().any(|l| l.kind.starts_with("InnoDB") && l.taken_in.as_deref().is_some_and(|t| t.contains("+0x"))) {
+        notes.push(format!(
+            "{} does not export InnoDB's functions: their frames show as module+offset of the function's start (the same offset in every run of this binary); with its debug symbols installed they are named",
+            resolver.exe
+        ));
     }
     if locks.iter().any(|l| l.kind == "futex" && l.recorded > 0 && l.name_source == "heap") {
         notes.push(

@@ -89,6 +89,9 @@ fn svg(r: &Report, w: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// Locks listed in the text table.
+const ROWS: usize = 20;
+
 fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
     writeln!(
         w,
@@ -107,7 +110,11 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
         writeln!(w, "No thread waited on a mutex, rwlock or InnoDB latch.")?;
     } else {
         writeln!(w, "Lock waits (mutexes, rwlocks, InnoDB latches), by total time waited:")?;
-        table(&locks, w)?;
+        table(&locks[..locks.len().min(ROWS)], w)?;
+        if locks.len() > ROWS {
+            let rest: f64 = locks[ROWS..].iter().map(|l| l.total_ms).sum();
+            writeln!(w, "  … and {} more, {rest:.1} ms in all (--format json lists every one)", locks.len() - ROWS)?;
+        }
     }
     if !conds.is_empty() {
         writeln!(w)?;
@@ -115,9 +122,9 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
             w,
             "Condition waits (they include idle waiting; metadata, table and row locks wait here: see the SQL lock views):"
         )?;
-        table(&conds[..conds.len().min(10)], w)?;
-        if conds.len() > 10 {
-            writeln!(w, "  … and {} more", conds.len() - 10)?;
+        table(&conds[..conds.len().min(ROWS / 2)], w)?;
+        if conds.len() > ROWS / 2 {
+            writeln!(w, "  … and {} more", conds.len() - ROWS / 2)?;
         }
     }
     for (i, l) in locks.iter().take(detail).enumerate() {
@@ -136,13 +143,13 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
 fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {
     writeln!(
         w,
-        "  {:>3} {:>9} {:>10} {:>9} {:>9} {:>6}  {:<20} lock",
+        "  {:>3} {:>9} {:>10} {:>9} {:>9} {:>6}  {:<24} lock",
         "#", "waits", "total ms", "mean µs", "max µs", "share", "kind"
     )?;
     for (i, l) in ls.iter().enumerate() {
         writeln!(
             w,
-            "  {:>3} {:>9} {:>10.1} {:>9.1} {:>9.1} {:>5.1}%  {:<20} {}",
+            "  {:>3} {:>9} {:>10.1} {:>9.1} {:>9.1} {:>5.1}%  {:<24} {}",
             i + 1,
             l.waits,
             l.total_ms,

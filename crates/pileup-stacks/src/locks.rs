@@ -30,6 +30,9 @@ pub enum LockKind {
     PthreadRwlock,
     Condition,
     InnodbSrwLock,
+    /// InnoDB's group commit waiter (log0sync.cc): a per-thread semaphore
+    /// a committing thread sleeps on until the redo log it needs is written.
+    InnodbLogWait,
     Futex,
 }
 
@@ -40,6 +43,7 @@ impl LockKind {
             LockKind::PthreadRwlock => "pthread rwlock",
             LockKind::Condition => "condition variable",
             LockKind::InnodbSrwLock => "InnoDB srw lock",
+            LockKind::InnodbLogWait => "InnoDB group commit wait",
             LockKind::Futex => "futex",
         }
     }
@@ -55,6 +59,7 @@ impl LockKind {
                 "a condition wait records no owner (MDL, table and row locks: see the SQL lock views)"
             }
             LockKind::InnodbSrwLock => "InnoDB srw locks record no owner in release builds",
+            LockKind::InnodbLogWait => "it waits for the redo log write or flush its commit needs, done by whichever thread leads the group commit",
             LockKind::Futex => "not a lock pileup recognises",
         }
     }

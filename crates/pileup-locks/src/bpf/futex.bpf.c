@@ -73,7 +73,8 @@ struct task_struct;
 
 // Set by user space before loading.
 const volatile __u32 target_tgid = 0;
-// Records per second that carry a stack; waits beyond it are counted only.
+// Records per second that carry a stack; waits beyond it are counted only
+// (except a futex word's first wait, always recorded).
 const volatile __u64 stack_budget = 2000;
 
 struct start {
@@ -247,8 +248,11 @@ int futex_exit(struct sys_exit_rec *ctx)
 		if (ls)
 			ls->op = s->op;
 	}
+	// A word's first wait is recorded whatever the budget: every lock
+	// seen gets at least one stack to be named and classified by.
+	int first = 0;
 	if (ls) {
-		__sync_fetch_and_add(&ls->count, 1);
+		first = __sync_fetch_and_add(&ls->count, 1) == 0;
 		__sync_fetch_and_add(&ls->total_ns, wait);
 		if (wait > ls->max_ns)
 			ls->max_ns = wait;
@@ -269,7 +273,7 @@ int futex_exit(struct sys_exit_rec *ctx)
 		bg->second = second;
 		bg->spent = 0;
 	}
-	if (__sync_fetch_and_add(&bg->spent, 1) >= stack_budget) {
+	if (__sync_fetch_and_add(&bg->spent, 1) >= stack_budget && !first) {
 		count(C_BUDGET);
 		goto out;
 	}

@@ -63,6 +63,9 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
+    // Privileges first: without them the server cannot even be looked at,
+    // and the error should say what is missing.
+    pileup_locks::capture::preflight()?;
     let pid = match a.pid.as_str() {
         "auto" => pileup_stacks::proc::auto_pid()?,
         p => p
@@ -79,8 +82,6 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     }
     let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Text);
     pileup_stacks::proc::check_target(pid, a.any_process)?;
-    // Fail on privileges before connecting anywhere.
-    pileup_locks::capture::preflight()?;
     let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
     let opts = Options {
         pid,

@@ -1,0 +1,204 @@
+//! `pileup locks` against real sandboxes under real contention: a named
+//! global mutex with its waiters' stacks and holders, an InnoDB latch,
+//! every probe gone after SIGKILL, and the one-line error without
+//! privileges.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use mysql::prelude::Queryable;
+use pileup_sandbox::Sandbox;
+
+/// One trace at a time: the SIGKILL test counts the kernel's eBPF programs
+/// by name, which another test's trace would add to.
+static ONE_TRACE: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRACE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn locks_json(sb: &Sandbox, extra: &[&str]) -> serde_json::Value {
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let mut args = vec!["locks", "--pid", &pid, "-S", &sock, "-u", "root", "--format", "json"];
+    args.extend_from_slice(extra);
+    let out = pileup(&args);
+    assert!(out.status.success(), "pileup locks failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json output parses")
+}
+
+/// `n` connections running `sql` in a loop until the flag drops.
+fn storm(sb: &Sandbox, n: usize, sql: &'static str) -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<u64>>) {
+    let go = Arc::new(AtomicBool::new(true));
+    let handles = (0..n)
+        .map(|_| {
+            let mut c = sb.connect().unwrap();
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut done = 0;
+                while go.load(Ordering::Relaxed) {
+                    let _: Vec<mysql::Row> = c.query(sql).unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    (go, handles)
+}
+
+fn stop(go: Arc<AtomicBool>, handles: Vec<std::thread::JoinHandle<u64>>) -> u64 {
+    go.store(false, Ordering::Relaxed);
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+fn frames(stack: &serde_json::Value) -> Vec<&str> {
+    stack["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect()
+}
+
+#[test]
+fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
+    let _one = serial();
+    let sb = sandbox();
+    // SHOW GLOBAL VARIABLES holds LOCK_global_system_variables while it
+    // copies every variable: a dozen connections queue on it.
+    let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
+    std::thread::sleep(Duration::from_millis(300));
+    let r = locks_json(&sb, &["--duration", "3s"]);
+    let folded_dir = scratch("locks-folded");
+    let folded = folded_dir.join("waits.folded");
+    let pid = sb.pid().to_string();
+    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", folded.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let queries = stop(go, handles);
+    assert!(queries > 100, "the storm ran ({queries} queries)");
+
+    let locks = r["locks"].as_array().unwrap();
+    let l = locks
+        .iter()
+        .find(|l| l["name"] == "LOCK_global_system_variables")
+        .unwrap_or_else(|| panic!("LOCK_global_system_variables among {:#}", r["locks"]));
+    assert_eq!(l["kind"], "pthread mutex");
+    assert_eq!(l["name_source"], "symbol");
+    let waits = l["waits"].as_u64().unwrap();
+    assert!(waits >= 50, "{waits} waits");
+    // The kernel counts every wait into the histogram.
+    let hist: u64 = l["histogram"].as_array().unwrap().iter().map(|b| b["waits"].as_u64().unwrap()).sum();
+    assert_eq!(hist, waits);
+    assert!(l["total_ms"].as_f64().unwrap() > 0.0 && l["max_us"].as_f64().unwrap() > 0.0);
+    assert!(l["recorded"].as_u64().unwrap() > 0 && l["waiters"].as_u64().unwrap() >= 2, "{l:#}");
+    // Every waiting stack is in the mutex's wait, under the statement.
+    for s in l["stacks"].as_array().unwrap() {
+        let f = frames(s);
+        assert!(f.iter().take(3).any(|x| x.contains("lll_lock_wait")), "{f:?}");
+        assert!(f.contains(&"fill_variables"), "{f:?}");
+    }
+    // Holders are read from the mutex as the wait began: server threads
+    // with their connection and statement.
+    let holders = l["holders"].as_array().unwrap();
+    assert!(!holders.is_empty(), "{l:#}");
+    assert!(holders.iter().any(|h| h["who"].as_str().unwrap().contains("SHOW GLOBAL VARIABLES")), "{holders:#?}");
+    assert!(l["holder_note"].is_null());
+    let st = l["statements"].as_array().unwrap();
+    assert!(st.iter().any(|s| s["fingerprint"] == "SHOW GLOBAL VARIABLES"), "{st:#?}");
+    assert!(r["counters"]["waits"].as_u64().unwrap() >= waits);
+
+    // Folded stacks: 0600, frames root first, the lock as the leaf, µs.
+    let mode = std::fs::metadata(&folded).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let line = text.lines().find(|l| l.contains("LOCK_global_system_variables")).expect("the mutex in folded stacks");
+    let (stack, us) = line.rsplit_once(' ').unwrap();
+    assert!(us.parse::<u64>().unwrap() > 0);
+    assert!(stack.ends_with("[pthread_mutex:_LOCK_global_system_variables]"), "{stack}");
+    assert!(stack.contains(";fill_variables;"), "{stack}");
+}
+
+#[test]
+fn an_innodb_latch_is_reported_with_the_server_function_that_waited() {
+    let _one = serial();
+    let sb = sandbox();
+    // Inserts at the end of one table's index: every writer wants the
+    // same pages' latches.
+    let mut load = sysbench(&sb, "oltp_insert", 16, 20);
+    std::thread::sleep(Duration::from_secs(2));
+    let r = locks_json(&sb, &["--duration", "3s", "--top", "3"]);
+    let _ = load.kill();
+    let _ = load.wait();
+    let locks = r["locks"].as_array().unwrap();
+    let innodb: Vec<&serde_json::Value> = locks.iter().filter(|l| l["kind"] == "InnoDB srw lock").collect();
+    assert!(!innodb.is_empty(), "an InnoDB latch among {:#}", r["locks"]);
+    // Waited for through libc's syscall() from unnamed InnoDB code, under
+    // the handler call that reached it, which the lock's name gives.
+    let l = innodb[0];
+    let s = &l["stacks"][0];
+    let f = frames(s);
+    assert_eq!(f[0], "syscall", "{f:?}");
+    assert!(f[1].starts_with("mariadbd+0x"), "{f:?}");
+    assert!(f.iter().any(|x| x.starts_with("handler::ha_") || x.starts_with("ha_commit")), "{f:?}");
+    assert!(l["taken_in"].as_str().unwrap().contains("(in "), "{l:#}");
+    assert_eq!(l["holder_note"], "InnoDB srw locks record no owner in release builds");
+}
+
+/// eBPF programs loaded in the kernel with this name.
+fn programs_named(name: &str) -> usize {
+    libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_str() == Some(name)).count()
+}
+
+#[test]
+fn sigkill_leaves_no_probe_attached() {
+    let _one = serial();
+    let sb = sandbox();
+    let before = programs_named("futex_exit");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["locks", "--no-sql", "--pid", &sb.pid().to_string(), "--duration", "60s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while programs_named("futex_exit") == before {
+        assert!(t.elapsed() < Duration::from_secs(20), "pileup locks never attached");
+        assert!(child.try_wait().unwrap().is_none(), "pileup locks exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    // The kernel frees the programs, and with them the tracepoint links,
+    // once the dead process's descriptors are closed.
+    let t = Instant::now();
+    while programs_named("futex_exit") > before || programs_named("futex_enter") > before {
+        assert!(t.elapsed() < Duration::from_secs(10), "eBPF programs still loaded 10 s after SIGKILL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sb.connect().unwrap().query_drop("DO 1").unwrap();
+}
+
+#[test]
+fn without_privileges_the_error_is_one_line_naming_what_is_missing() {
+    let sb = sandbox();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_pileup"),
+            "locks",
+            "--no-sql",
+            "--pid",
+            &sb.pid().to_string(),
+        ])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("CAP_BPF") && e.contains("CAP_PERFMON") && e.contains("sudo"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(!e.contains("{ "), "no debug formatting: {e}");
+}
