@@ -87,6 +87,8 @@ pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyh
     pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
 }
 
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -165,6 +167,132 @@ impl Drop for Probe {
     }
 }
 
+/// sysbench's per-second reports, as they arrive.
+pub struct Load {
+    child: Child,
+    reports: Arc<Mutex<Vec<(Instant, f64)>>>,
+}
+
+impl Load {
+    pub fn start(workload: &str, sbargs: &[String], connections: usize) -> anyhow::Result<Load> {
+        let mut child = Command::new("sysbench")
+            .arg(workload)
+            .args(sbargs)
+            .arg(format!("--threads={connections}"))
+            .args(["--time=0", "--events=0", "--report-interval=1", "run"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().unwrap();
+        let reports = Arc::new(Mutex::new(vec![]));
+        let r2 = reports.clone();
+        std::thread::spawn(move || {
+            // "[ 5s ] thds: 64 tps: 1234.56 qps: …"
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let tps = line.split("tps: ").nth(1).and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+                if let Some(t) = tps {
+                    r2.lock().unwrap().push((Instant::now(), t));
+                }
+            }
+        });
+        Ok(Load { child, reports })
+    }
+
+    /// Mean throughput of the reports that fall inside [from, to] (each
+    /// covers the second before it).
+    pub fn tps(&self, from: Instant, to: Instant) -> f64 {
+        let r = self.reports.lock().unwrap();
+        let v: Vec<f64> =
+            r.iter().filter(|(t, _)| *t >= from + Duration::from_secs(1) && *t <= to).map(|(_, x)| *x).collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU seconds (user + system) of every child process waited for so far:
+/// the tools run as children and are waited for within their window.
+pub fn children_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Run each tool's window between two windows of tool 0 (the baseline),
+/// round after round: `run(tool, round)` runs one window and returns its
+/// throughput. Returns, per tool, its windows' ratios to the mean of their
+/// flanking baseline windows (paired ratios, which cancel the drift a ratio
+/// against the run's median leaves in).
+pub fn interleaved(
+    rounds: usize,
+    tools: usize,
+    mut run: impl FnMut(usize, usize) -> anyhow::Result<f64>,
+) -> anyhow::Result<Vec<Vec<f64>>> {
+    let mut order: Vec<(usize, f64)> = vec![];
+    for r in 0..rounds {
+        for i in 1..tools {
+            order.push((0, run(0, r)?));
+            order.push((i, run(i, r)?));
+        }
+    }
+    order.push((0, run(0, rounds)?));
+    let mut paired: Vec<Vec<f64>> = vec![vec![]; tools];
+    for k in 1..order.len().saturating_sub(1) {
+        let (i, tps) = order[k];
+        if i != 0 {
+            paired[i].push(tps / ((order[k - 1].1 + order[k + 1].1) / 2.0));
+        }
+    }
+    Ok(paired)
+}
+
+/// Throughput lost by the median paired ratio, with a distribution-free 95%
+/// interval for that median (order statistics: the ranks between which the
+/// median lies with 95% probability under the binomial), so a small loss is
+/// shown or ruled out rather than read from one round's noise.
+pub fn lost(ratios: &[f64]) -> String {
+    let m = median(ratios.to_vec());
+    let mut v = ratios.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    let k = median_ci_rank(n);
+    match k {
+        Some(k) => {
+            format!("{:.1}% [{:.1}, {:.1}]", 100.0 * (1.0 - m), 100.0 * (1.0 - v[n - 1 - k]), 100.0 * (1.0 - v[k]))
+        }
+        None => format!("{:.1}% (too few rounds for an interval)", 100.0 * (1.0 - m)),
+    }
+}
+
+/// The 0-based rank k such that [v[k], v[n-1-k]] covers the median with at
+/// least 95% probability: the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%.
+pub fn median_ci_rank(n: usize) -> Option<usize> {
+    // Cumulative binomial probabilities, computed in f64: n stays small.
+    let mut p = 0.5f64.powi(n as i32);
+    let mut cum = 0.0;
+    let mut best = None;
+    for k in 0..n {
+        cum += p;
+        if cum > 0.025 {
+            break;
+        }
+        best = Some(k);
+        p *= (n - k) as f64 / (k + 1) as f64;
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +321,16 @@ mod tests {
         assert_eq!(check_args(&v(&["--round", "2"]), USAGE), Err("unknown argument \"--round\"".into()));
         assert_eq!(check_args(&v(&["--pileup"]), USAGE), Err("--pileup needs a value".into()));
         assert!(check_args(&v(&["stray"]), USAGE).is_err());
+    }
+
+    #[test]
+    fn the_median_interval_uses_binomial_ranks() {
+        // P(B(10, 1/2) <= 1) = 11/1024 <= 2.5% < P(<= 2) = 56/1024.
+        assert_eq!(median_ci_rank(10), Some(1));
+        // Five rounds cannot give a 95% interval: P(<= 0) = 1/32.
+        assert_eq!(median_ci_rank(5), None);
+        assert_eq!(median_ci_rank(6), Some(0));
+        let r: Vec<f64> = (0..11).map(|i| 0.99 + i as f64 / 1000.0).collect();
+        assert_eq!(lost(&r), "0.5% [0.1, 0.9]");
     }
 }

@@ -19,14 +19,12 @@
 /// What `--help` prints; the flags it names are the ones accepted.
 const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-Nhz[-normal][-nosql]; no mode: pileup's default; idle: a control that sleeps) [--out FILE]";
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median, Probe};
+use pileup_bench::{arg, children_cpu, lost, median, Load, Probe};
 use pileup_sandbox::{Options, Sandbox};
 
 /// One window of one tool.
@@ -42,58 +40,6 @@ struct Window {
     /// longest held once stopped (ms).
     stop: Option<[f64; 4]>,
     ok: bool,
-}
-
-/// sysbench's per-second reports, as they arrive.
-struct Load {
-    child: Child,
-    reports: Arc<Mutex<Vec<(Instant, f64)>>>,
-}
-
-impl Load {
-    fn start(workload: &str, sbargs: &[String], connections: usize) -> Result<Load> {
-        let mut child = Command::new("sysbench")
-            .arg(workload)
-            .args(sbargs)
-            .arg(format!("--threads={connections}"))
-            .args(["--time=0", "--events=0", "--report-interval=1", "run"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let out = child.stdout.take().unwrap();
-        let reports = Arc::new(Mutex::new(vec![]));
-        let r2 = reports.clone();
-        std::thread::spawn(move || {
-            // "[ 5s ] thds: 64 tps: 1234.56 qps: …"
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                let tps = line.split("tps: ").nth(1).and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
-                if let Some(t) = tps {
-                    r2.lock().unwrap().push((Instant::now(), t));
-                }
-            }
-        });
-        Ok(Load { child, reports })
-    }
-
-    /// Mean throughput of the reports that fall inside [from, to] (each
-    /// covers the second before it).
-    fn tps(&self, from: Instant, to: Instant) -> f64 {
-        let r = self.reports.lock().unwrap();
-        let v: Vec<f64> =
-            r.iter().filter(|(t, _)| *t >= from + Duration::from_secs(1) && *t <= to).map(|(_, x)| *x).collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn main() -> Result<()> {
@@ -146,8 +92,7 @@ fn main() -> Result<()> {
         // Every tool window sits between two windows without sampling: its
         // paired ratio is against their mean, which cancels the drift that
         // a ratio against the run's median leaves in.
-        let mut order: Vec<(usize, f64)> = vec![];
-        let mut run = |i: usize, r: usize, results: &mut Vec<Vec<Window>>| -> Result<()> {
+        let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
             let tool = &tools[i];
             let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
             eprintln!(
@@ -163,25 +108,11 @@ fn main() -> Result<()> {
                     ))
                     .unwrap_or_default()
             );
-            order.push((i, win.tps));
+            let tps = win.tps;
             results[i].push(win);
             std::thread::sleep(Duration::from_secs(2));
-            Ok(())
-        };
-        for r in 0..rounds {
-            for i in 1..tools.len() {
-                run(0, r, &mut results)?;
-                run(i, r, &mut results)?;
-            }
-        }
-        run(0, rounds, &mut results)?;
-        let mut paired: Vec<Vec<f64>> = vec![vec![]; tools.len()];
-        for k in 1..order.len().saturating_sub(1) {
-            let (i, tps) = order[k];
-            if i != 0 {
-                paired[i].push(tps / ((order[k - 1].1 + order[k + 1].1) / 2.0));
-            }
-        }
+            Ok(tps)
+        })?;
         drop(probe);
         drop(load);
         report.push_str(&table(w, threads, &tools, &results, &paired));
@@ -324,16 +255,6 @@ fn run_window(
     Ok(w)
 }
 
-/// CPU seconds (user + system) of every child process waited for so far:
-/// the tools run as children and are waited for within their window.
-fn children_cpu() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
     let base_tps = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
     let base_worst = median(results[0].iter().map(|w| w.worst_ms).collect());
@@ -382,42 +303,6 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
     md
 }
 
-/// Throughput lost by the median paired ratio, with a distribution-free 95%
-/// interval for that median (order statistics: the ranks between which the
-/// median lies with 95% probability under the binomial), so a small loss is
-/// shown or ruled out rather than read from one round's noise.
-fn lost(ratios: &[f64]) -> String {
-    let m = median(ratios.to_vec());
-    let mut v = ratios.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    let k = median_ci_rank(n);
-    match k {
-        Some(k) => {
-            format!("{:.1}% [{:.1}, {:.1}]", 100.0 * (1.0 - m), 100.0 * (1.0 - v[n - 1 - k]), 100.0 * (1.0 - v[k]))
-        }
-        None => format!("{:.1}% (too few rounds for an interval)", 100.0 * (1.0 - m)),
-    }
-}
-
-/// The 0-based rank k such that [v[k], v[n-1-k]] covers the median with at
-/// least 95% probability: the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%.
-fn median_ci_rank(n: usize) -> Option<usize> {
-    // Cumulative binomial probabilities, computed in f64: n stays small.
-    let mut p = 0.5f64.powi(n as i32);
-    let mut cum = 0.0;
-    let mut best = None;
-    for k in 0..n {
-        cum += p;
-        if cum > 0.025 {
-            break;
-        }
-        best = Some(k);
-        p *= (n - k) as f64 / (k + 1) as f64;
-    }
-    best
-}
-
 fn describe(tool: &str) -> String {
     match tool {
         "none" => "no sampling".into(),
@@ -457,20 +342,4 @@ fn split_mode(t: &str) -> (Option<&'static str>, &str) {
         }
     }
     (None, t)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_median_interval_uses_binomial_ranks() {
-        // P(B(10, 1/2) <= 1) = 11/1024 <= 2.5% < P(<= 2) = 56/1024.
-        assert_eq!(median_ci_rank(10), Some(1));
-        // Five rounds cannot give a 95% interval: P(<= 0) = 1/32.
-        assert_eq!(median_ci_rank(5), None);
-        assert_eq!(median_ci_rank(6), Some(0));
-        let r: Vec<f64> = (0..11).map(|i| 0.99 + i as f64 / 1000.0).collect();
-        assert_eq!(lost(&r), "0.5% [0.1, 0.9]");
-    }
 }

@@ -38,8 +38,8 @@ pub struct Counters {
     pub table_full: u64,
     /// Recorded waits whose stack could not be read.
     pub no_stack: u64,
-    /// Waits not followed: the per-thread table was full.
-    pub threads_full: u64,
+    /// Waits not followed: the thread's storage could not be allocated.
+    pub no_storage: u64,
 }
 
 /// What a trace leaves: the kernel's exact counts per futex word, its
@@ -146,7 +146,10 @@ pub fn trace(
     let ro =
         open.maps.rodata_data.as_deref_mut().ok_or_else(|| LocksError::Ebpf("the program has no .rodata".into()))?;
     ro.target_tgid = opts.pid as u32;
-    ro.stack_budget = opts.stack_budget;
+    // The budget is kept per CPU (no counter shared between CPUs on the
+    // lock handoff's path): each CPU gets its share.
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1) as u64;
+    ro.cpu_budget = opts.stack_budget.div_ceil(cpus);
     let mut skel: FutexSkel = open.load().map_err(|e| load_error("loading", &e))?;
     skel.attach().map_err(|e| load_error("attaching", &e))?;
     let started = Instant::now();
@@ -184,9 +187,16 @@ pub fn trace(
 
     let mut words = vec![];
     for key in skel.maps.locks.keys() {
-        let Ok(Some(v)) = skel.maps.locks.lookup(&key, MapFlags::ANY) else { continue };
-        let (Ok(k), Some(s)) = (<[u8; 8]>::try_from(key.as_slice()), word_stats(&v)) else { continue };
-        words.push((u64::from_le_bytes(k), s));
+        let Ok(Some(per_cpu)) = skel.maps.locks.lookup_percpu(&key, MapFlags::ANY) else { continue };
+        let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
+        let mut sum = WordStats::default();
+        for v in per_cpu.iter().filter_map(|v| word_stats(v)) {
+            sum.op = v.op.max(sum.op);
+            sum.add(&v);
+        }
+        if sum.count > 0 {
+            words.push((u64::from_le_bytes(k), sum));
+        }
     }
     let mut c = [0u64; 8];
     for (i, slot) in c.iter_mut().enumerate() {
@@ -201,7 +211,7 @@ pub fn trace(
         ring_full: c[3],
         table_full: c[4],
         no_stack: c[5],
-        threads_full: c[6],
+        no_storage: c[6],
     };
     if bad > 0 {
         tracing::warn!(bad, "ring buffer records shorter than expected");

@@ -22,6 +22,7 @@ pub mod aggregate;
 pub mod annotate;
 pub mod capture;
 pub mod event;
+pub mod ps;
 pub mod render;
 
 use std::collections::{HashMap, HashSet};
@@ -42,6 +43,8 @@ pub enum LocksError {
     Privileges(String),
     #[error("eBPF tracing is not available here: {0}; with performance_schema on (performance_schema=ON and the wait/synch instruments), its events_waits_summary tables time the server's mutexes instead")]
     NoEbpf(String),
+    #[error("performance_schema: {0}")]
+    PerformanceSchema(String),
     #[error("eBPF: {0}")]
     Ebpf(String),
     #[error(transparent)]
@@ -78,7 +81,10 @@ pub struct Progress {
 /// The lock profile of one window.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub pid: i32,
+    /// `ebpf`, or `performance_schema` where eBPF could not be used.
+    pub source: &'static str,
+    /// The traced process (none with performance_schema on another host).
+    pub pid: Option<i32>,
     pub exe: String,
     pub server_version: Option<String>,
     pub started_unix_ms: u64,
@@ -235,7 +241,8 @@ pub fn run(
         );
     }
     Ok(Report {
-        pid: opts.pid,
+        source: "ebpf",
+        pid: Some(opts.pid),
         exe: resolver.exe.clone(),
         server_version,
         started_unix_ms,
@@ -243,6 +250,48 @@ pub fn run(
         threads,
         counters,
         stack_budget_per_s: opts.stack_budget,
+        locks,
+        notes,
+    })
+}
+
+/// Time the server's instrumented synchronisation waits with
+/// performance_schema over `duration` (or until `stop`): the source where
+/// eBPF cannot be used. `why` says why eBPF was not, for the report.
+pub fn run_performance_schema(
+    mut conn: mysql::Conn,
+    duration: Duration,
+    why: Option<String>,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Report, LocksError> {
+    use mysql::prelude::Queryable;
+    ps::check(&mut conn).map_err(LocksError::PerformanceSchema)?;
+    let version: Option<String> = conn.query_first("SELECT VERSION()").ok().flatten();
+    let threads: Option<u64> = conn.query_first("SELECT COUNT(*) FROM performance_schema.threads").ok().flatten();
+    let threads = threads.unwrap_or(1) as usize;
+    let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let (locks, elapsed) = ps::trace(&mut conn, duration, threads, stop, |el| {
+        progress(&Progress { elapsed: el, of: duration, recorded: 0, locks: 0 })
+    })
+    .map_err(LocksError::PerformanceSchema)?;
+    let mut notes = vec![];
+    if let Some(w) = why {
+        notes.push(format!("eBPF was not used ({w}); the waits are performance_schema's"));
+    }
+    notes.push(
+        "performance_schema times every acquisition, contended or not, of the instruments enabled at server start; it keeps neither stacks nor holders, and its maximum is since the server started".into(),
+    );
+    Ok(Report {
+        source: "performance_schema",
+        pid: None,
+        exe: "server".into(),
+        server_version: version,
+        started_unix_ms,
+        duration_s: elapsed.as_secs_f64(),
+        threads,
+        counters: Counters::default(),
+        stack_budget_per_s: 0,
         locks,
         notes,
     })

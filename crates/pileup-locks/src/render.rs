@@ -79,7 +79,7 @@ fn svg(r: &Report, w: &mut dyn Write) -> Result<()> {
     use inferno::flamegraph::{self, Options};
     let lines = folded(r);
     let mut opts = Options::default();
-    opts.title = format!("pileup locks: {} pid {}", r.exe, r.pid);
+    opts.title = format!("pileup locks: {}{}", r.exe, r.pid.map(|p| format!(" pid {p}")).unwrap_or_default());
     opts.subtitle = Some(format!(
         "time waited on locks over {:.1} s (recorded waits), {} contended waits in all",
         r.duration_s, r.counters.waits
@@ -93,16 +93,18 @@ fn svg(r: &Report, w: &mut dyn Write) -> Result<()> {
 const ROWS: usize = 20;
 
 fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
+    let what = match r.source {
+        "ebpf" => format!("{} contended waits, {} recorded with their stack", r.counters.waits, r.counters.recorded),
+        _ => "instrumented acquisitions timed by performance_schema".to_string(),
+    };
     writeln!(
         w,
-        "pileup locks: {} pid {}{}, {:.1} s, {} threads: {} contended waits, {} recorded with their stack",
+        "pileup locks: {}{}{}, {:.1} s, {} threads: {what}",
         r.exe,
-        r.pid,
+        r.pid.map(|p| format!(" pid {p}")).unwrap_or_default(),
         r.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         r.duration_s,
         r.threads,
-        r.counters.waits,
-        r.counters.recorded
     )?;
     let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);
     writeln!(w)?;

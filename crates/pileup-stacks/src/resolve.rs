@@ -129,13 +129,22 @@ impl Resolver {
             .iter()
             .map(|(p, why)| format!("module {p} could not be read ({why}); its frames are unnamed"))
             .collect();
+        // Data symbols are read now, while the process (and its view of
+        // the files, through /proc/PID/root) is sure to be there.
+        let data = mods
+            .modules
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.open_path.as_os_str().is_empty())
+            .map(|(i, m)| (i, DataTable::read(&m.open_path)))
+            .collect();
         Ok(Resolver {
             pid,
             exe,
             mods,
             cache: Default::default(),
             symbols: SymbolCache::new(dwarf, debug_dirs),
-            data: HashMap::new(),
+            data,
             notes,
         })
     }
@@ -164,17 +173,12 @@ impl Resolver {
     }
 
     /// Name a data address: an exported object, a module's section, or heap.
-    pub fn data_name(&mut self, addr: u64) -> DataName {
+    pub fn data_name(&self, addr: u64) -> DataName {
         // A module's .bss past its file's end is an anonymous mapping: the
         // address belongs to the module whose load bias puts one of its
         // data sections there (module images do not overlap).
         for (i, m) in self.mods.modules.iter().enumerate() {
-            if m.open_path.as_os_str().is_empty() {
-                continue;
-            }
-            let svma = m.svma(addr);
-            let table = self.data.entry(i).or_insert_with(|| DataTable::read(&m.open_path));
-            if let Some(n) = table.name(&m.name, svma) {
+            if let Some(n) = self.data.get(&i).and_then(|t| t.name(&m.name, m.svma(addr))) {
                 return n;
             }
         }

@@ -202,3 +202,43 @@ fn without_privileges_the_error_is_one_line_naming_what_is_missing() {
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(!e.contains("{ "), "no debug formatting: {e}");
 }
+
+#[test]
+fn wait_totals_agree_with_performance_schema_timers() {
+    let _one = serial();
+    let sb = sandbox_with(vec![
+        ("performance_schema", "ON"),
+        ("performance_schema_instrument", "wait/synch/mutex/sql/LOCK_global_system_variables=ON"),
+    ]);
+    let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = sb.connect().unwrap();
+    let ps = |c: &mut mysql::Conn| -> (u64, f64) {
+        let r: (u64, u64) = c
+            .query_first(
+                "SELECT COUNT_STAR, SUM_TIMER_WAIT FROM performance_schema.events_waits_summary_global_by_event_name \
+                 WHERE EVENT_NAME = 'wait/synch/mutex/sql/LOCK_global_system_variables'",
+            )
+            .unwrap()
+            .unwrap();
+        (r.0, r.1 as f64 / 1e9) // picoseconds to ms
+    };
+    let before = ps(&mut c);
+    let t = Instant::now();
+    let r = locks_json(&sb, &["--duration", "4s", "--no-sql"]);
+    let ps_window = t.elapsed().as_secs_f64();
+    let after = ps(&mut c);
+    stop(go, handles);
+    let l = r["locks"].as_array().unwrap().iter().find(|l| l["name"] == "LOCK_global_system_variables").unwrap();
+    let ours_ms = l["total_ms"].as_f64().unwrap();
+    let traced_s = r["duration_s"].as_f64().unwrap();
+    // performance_schema times every acquisition over the whole run of the
+    // command (start-up included); pileup the contended sleeps while
+    // attached. Per second of window, the two must be of one size.
+    let ps_rate = (after.1 - before.1) / ps_window;
+    let our_rate = ours_ms / traced_s;
+    eprintln!("performance_schema {ps_rate:.1} ms/s over {ps_window:.2} s ({} acquisitions); pileup {our_rate:.1} ms/s over {traced_s:.2} s ({} waits)", after.0 - before.0, l["waits"]);
+    assert!(ps_rate > 0.0);
+    let ratio = our_rate / ps_rate;
+    assert!((0.6..=1.25).contains(&ratio), "pileup {our_rate:.1} ms/s against performance_schema {ps_rate:.1} ms/s");
+}

@@ -7,15 +7,22 @@
 // paths never enter the kernel, so tracing the futex system call costs
 // nothing where there is no contention.
 //
-// * sys_enter_futex: a wait starts. Its start time, address, operation,
-//   expected value and the bytes around the futex word (the lock's owner
-//   field is read here, while the lock is still held) are kept per thread.
-// * sys_exit_futex: the wait ended. Every wait is counted in a per-address
-//   table (count, total and longest wait, log2 histogram) so totals are
-//   exact; within a per-second budget, a record with the thread's user
-//   registers and the top of its user stack goes to a ring buffer, to be
-//   unwound in user space (the server has no frame pointers, so the kernel
-//   cannot walk its stacks).
+// * sys_enter_futex: a wait starts. Its start time, address, operation and
+//   expected value are kept in the thread's task storage. If the wait is
+//   within this CPU's share of the per-second stack budget, the bytes
+//   around the futex word are read too (a mutex's owner field, read while
+//   the lock is still held) and the wait is marked to be recorded.
+// * sys_exit_futex: the wait ended. Every wait is counted in a per-CPU,
+//   per-address table (count, total and longest wait, log2 histogram), so
+//   totals are exact; a marked wait, and the first wait on an address seen
+//   by a CPU, goes to a ring buffer with the thread's user registers and
+//   the top of its user stack, to be unwound in user space (the server has
+//   no frame pointers, so the kernel cannot walk its stacks).
+//
+// The work sits on the lock handoff's path (a woken waiter runs the exit
+// probe before it takes the lock), so it is kept to per-thread and per-CPU
+// data: no shared cache line is written, no lock taken, for a wait that is
+// only counted.
 //
 // Only the process in target_tgid is looked at: for every other process
 // each probe is a comparison and a return.
@@ -39,8 +46,12 @@ typedef __u32 __wsum;
 
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_MAP_TYPE_TASK_STORAGE 29
+#define BPF_F_NO_PREALLOC 1
+#define BPF_LOCAL_STORAGE_GET_F_CREATE 1
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 
@@ -49,7 +60,6 @@ typedef __u32 __wsum;
 #define WINDOW_BYTES 48
 #define HIST_BUCKETS 32
 #define MAX_LOCKS 65536
-#define MAX_THREADS 16384
 
 struct sys_enter_rec {
 	__u64 common;
@@ -73,15 +83,17 @@ struct task_struct;
 
 // Set by user space before loading.
 const volatile __u32 target_tgid = 0;
-// Records per second that carry a stack; waits beyond it are counted only
-// (except a futex word's first wait, always recorded).
-const volatile __u64 stack_budget = 2000;
+// Waits recorded with their stack per second on each CPU (user space
+// divides its budget among the CPUs); the others are counted only.
+const volatile __u64 cpu_budget = 1000;
 
 struct start {
 	__u64 ts;
 	__u64 uaddr;
 	__u32 op;
 	__u32 val;
+	__u32 record;
+	__u32 pad;
 	__u8 window[WINDOW_BYTES];
 };
 
@@ -96,8 +108,8 @@ struct lock_stats {
 
 static const struct lock_stats zero_stats = {};
 
-// What user space reads for each traced wait. Kept in sync with
-// event.rs (RECORD_* offsets).
+// What user space reads for each recorded wait. Kept in sync with
+// event.rs.
 struct record {
 	__u64 ts_end;
 	__u64 wait_ns;
@@ -115,26 +127,30 @@ struct record {
 	__u8 stack[STACK_BYTES];
 };
 
-// Counters: 0 waits seen, 1 records sent, 2 over budget, 3 ring buffer
-// full, 4 per-address table full, 5 stack unreadable, 6 thread table full.
+// Counters (per CPU): waits seen, records sent, over budget, ring buffer
+// full, per-address table full, stack unreadable, no task storage.
 #define C_WAITS 0
 #define C_SENT 1
 #define C_BUDGET 2
 #define C_RINGFULL 3
 #define C_LOCKSFULL 4
 #define C_NOSTACK 5
-#define C_THREADSFULL 6
+#define C_NOSTORAGE 6
 #define NCOUNTERS 8
 
+// The wait in progress, per thread: task storage hangs off the thread's
+// task_struct, so finding it is a pointer away (a hash keyed by tid would
+// take a bucket lock on every update and delete).
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct start);
 } starts SEC(".maps");
 
+// Per CPU: no atomics, no cache line shared between CPUs.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, MAX_LOCKS);
 	__type(key, __u64);
 	__type(value, struct lock_stats);
@@ -152,26 +168,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-// The stack budget's current second and what was spent in it.
+// This CPU's stack budget: the current second and what was spent in it.
 struct budget {
 	__u64 second;
 	__u64 spent;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct budget);
 } budget SEC(".maps");
-
-// A zeroed start record (the stack has only 512 bytes for locals).
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct start);
-} scratch SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -201,6 +209,24 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return b;
 }
 
+// Whether this CPU's budget has room for one more stack this second.
+static __always_inline int within_budget(__u64 now)
+{
+	__u32 zero = 0;
+	struct budget *bg = bpf_map_lookup_elem(&budget, &zero);
+	if (!bg)
+		return 0;
+	__u64 second = now / 1000000000ULL;
+	if (bg->second != second) {
+		bg->second = second;
+		bg->spent = 0;
+	}
+	if (bg->spent >= cpu_budget)
+		return 0;
+	bg->spent++;
+	return 1;
+}
+
 SEC("tracepoint/syscalls/sys_enter_futex")
 int futex_enter(struct sys_enter_rec *ctx)
 {
@@ -210,19 +236,19 @@ int futex_enter(struct sys_enter_rec *ctx)
 	__u32 op = (__u32)ctx->args[1];
 	if (!is_wait(op))
 		return 0;
-	__u32 zero = 0;
-	struct start *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
+	struct start *s = bpf_task_storage_get(&starts, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count(C_NOSTORAGE);
 		return 0;
-	__u32 tid = (__u32)id;
-	s->ts = bpf_ktime_get_ns();
+	}
+	__u64 now = bpf_ktime_get_ns();
 	s->uaddr = ctx->args[0];
 	s->op = op;
 	s->val = (__u32)ctx->args[2];
-	if (bpf_probe_read_user(s->window, WINDOW_BYTES, (void *)(s->uaddr - WINDOW_BEFORE)) != 0)
+	s->record = within_budget(now);
+	if (s->record && bpf_probe_read_user(s->window, WINDOW_BYTES, (void *)(s->uaddr - WINDOW_BEFORE)) != 0)
 		__builtin_memset(s->window, 0, WINDOW_BYTES);
-	if (bpf_map_update_elem(&starts, &tid, s, BPF_ANY) != 0)
-		count(C_THREADSFULL);
+	s->ts = now;
 	return 0;
 }
 
@@ -232,15 +258,16 @@ int futex_exit(struct sys_exit_rec *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	if ((__u32)(id >> 32) != target_tgid)
 		return 0;
-	__u32 tid = (__u32)id;
-	struct start *s = bpf_map_lookup_elem(&starts, &tid);
-	if (!s)
+	struct start *s = bpf_task_storage_get(&starts, bpf_get_current_task_btf(), 0, 0);
+	if (!s || s->ts == 0)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 wait = now - s->ts;
 	__u64 uaddr = s->uaddr;
+	s->ts = 0;
 	count(C_WAITS);
 
+	int first = 0;
 	struct lock_stats *ls = bpf_map_lookup_elem(&locks, &uaddr);
 	if (!ls) {
 		bpf_map_update_elem(&locks, &uaddr, &zero_stats, BPF_NOEXIST);
@@ -248,49 +275,41 @@ int futex_exit(struct sys_exit_rec *ctx)
 		if (ls)
 			ls->op = s->op;
 	}
-	// A word's first wait is recorded whatever the budget: every lock
-	// seen gets at least one stack to be named and classified by.
-	int first = 0;
 	if (ls) {
-		first = __sync_fetch_and_add(&ls->count, 1) == 0;
-		__sync_fetch_and_add(&ls->total_ns, wait);
+		// A word's first wait on this CPU is recorded whatever the
+		// budget: every lock seen gets a stack to be named by.
+		first = ls->count == 0;
+		ls->count++;
+		ls->total_ns += wait;
 		if (wait > ls->max_ns)
 			ls->max_ns = wait;
 		__u32 b = log2_bucket(wait / 1000);
 		if (b < HIST_BUCKETS)
-			__sync_fetch_and_add(&ls->hist[b], 1);
+			ls->hist[b]++;
 	} else {
 		count(C_LOCKSFULL);
 	}
-
-	// The stack budget: one counter per wall-clock second.
-	__u32 zero = 0;
-	struct budget *bg = bpf_map_lookup_elem(&budget, &zero);
-	if (!bg)
-		goto out;
-	__u64 second = now / 1000000000ULL;
-	if (bg->second != second) {
-		bg->second = second;
-		bg->spent = 0;
-	}
-	if (__sync_fetch_and_add(&bg->spent, 1) >= stack_budget && !first) {
+	if (!s->record && !first) {
 		count(C_BUDGET);
-		goto out;
+		return 0;
 	}
 
 	struct record *r = bpf_ringbuf_reserve(&events, sizeof(struct record), 0);
 	if (!r) {
 		count(C_RINGFULL);
-		goto out;
+		return 0;
 	}
 	r->ts_end = now;
 	r->wait_ns = wait;
 	r->uaddr = uaddr;
-	r->tid = tid;
+	r->tid = (__u32)id;
 	r->op = s->op;
 	r->val = s->val;
 	r->ret = (__s32)ctx->ret;
-	__builtin_memcpy(r->window, s->window, WINDOW_BYTES);
+	if (s->record)
+		__builtin_memcpy(r->window, s->window, WINDOW_BYTES);
+	else
+		__builtin_memset(r->window, 0, WINDOW_BYTES);
 	r->ip = 0;
 	r->sp = 0;
 	r->bp = 0;
@@ -317,8 +336,6 @@ int futex_exit(struct sys_exit_rec *ctx)
 	}
 	bpf_ringbuf_submit(r, 0);
 	count(C_SENT);
-out:
-	bpf_map_delete_elem(&starts, &tid);
 	return 0;
 }
 

@@ -47,6 +47,11 @@ pub struct LocksArgs {
     /// Locks shown in detail (text), and stacks, statements and holders kept per lock.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Where the waits come from: ebpf (this host's server, root), performance-schema (its
+    /// wait/synch instruments, enabled at server start), or auto: eBPF where it can be used,
+    /// else performance_schema.
+    #[arg(long, default_value = "auto", value_name = "auto|ebpf|performance-schema")]
+    pub source: String,
     /// Do not connect for SQL (no statements or connections for waiters and holders).
     #[arg(long)]
     pub no_sql: bool,
@@ -63,17 +68,6 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
-    // Privileges first: without them the server cannot even be looked at,
-    // and the error should say what is missing.
-    pileup_locks::capture::preflight()?;
-    let pid = match a.pid.as_str() {
-        "auto" => pileup_stacks::proc::auto_pid()?,
-        p => p
-            .parse::<i32>()
-            .ok()
-            .filter(|&p| p > 0)
-            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
-    };
     if a.duration.is_zero() {
         bail!("--duration must be more than 0");
     }
@@ -81,6 +75,46 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         bail!("--top must be at least 1");
     }
     let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Text);
+    if a.source == "performance-schema" {
+        return run_performance_schema(&a, conn, format, None);
+    }
+    if a.source != "auto" && a.source != "ebpf" {
+        bail!("--source {:?}: expected auto, ebpf or performance-schema", a.source);
+    }
+    // eBPF needs the server's process on this host and the privileges to
+    // trace it; with --source auto, a server elsewhere or a kernel without
+    // eBPF is timed with performance_schema instead, where that is on.
+    let pid = match a.pid.as_str() {
+        "auto" if conn.any_given() => {
+            let spec = conn.resolve()?;
+            match super::resolve_server_pid("auto", &spec)? {
+                (Some(pid), _) => pid,
+                (None, why) if a.source == "auto" => return run_performance_schema(&a, conn, format, why),
+                (None, why) => {
+                    bail!("pileup locks --source ebpf needs the server's process: {}", why.unwrap_or_default())
+                }
+            }
+        }
+        "auto" => pileup_stacks::proc::auto_pid()?,
+        p => p
+            .parse::<i32>()
+            .ok()
+            .filter(|&p| p > 0)
+            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
+    };
+    // Privileges first: without them the server cannot even be looked at,
+    // and the error should say what is missing.
+    match pileup_locks::capture::preflight() {
+        Ok(()) => {}
+        Err(pileup_locks::LocksError::NoEbpf(why)) if a.source == "auto" && !a.no_sql => {
+            return run_performance_schema(&a, conn, format, Some(why.clone())).map_err(|e| {
+                anyhow::anyhow!(
+                    "eBPF tracing is not available here ({why}), and performance_schema cannot stand in: {e:#}"
+                )
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
     pileup_stacks::proc::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
     let opts = Options {
@@ -94,18 +128,44 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         top: if matches!(format, Format::Folded | Format::Svg) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
     };
-    let bar = std::io::stderr().is_terminal().then(|| {
-        super::progress_bar(
-            a.duration.as_millis() as u64,
-            "{spinner} tracing lock waits [{bar:30}] {elapsed}/{duration} {msg} (Ctrl-C: stop and report)",
-        )
-    });
+    let bar = progress(&a);
     // A signal ends the trace; what was recorded is still reported.
     let stop = super::stop_on_signals();
     let report = pileup_locks::run(&opts, sql, &stop, |p| {
         if let Some(b) = &bar {
             b.set_position(p.elapsed.as_millis() as u64);
             b.set_message(format!("{} waits recorded, {} locks", p.recorded, p.locks));
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let report = report?;
+    write_output(a.output.as_deref(), false, |w| render(&report, format, a.top, w))
+}
+
+fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        super::progress_bar(
+            a.duration.as_millis() as u64,
+            "{spinner} tracing lock waits [{bar:30}] {elapsed}/{duration} {msg} (Ctrl-C: stop and report)",
+        )
+    })
+}
+
+/// Time the instrumented waits with performance_schema over the window.
+fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, format: Format, why: Option<String>) -> Result<()> {
+    if matches!(format, Format::Folded | Format::Svg) {
+        bail!(
+            "performance_schema keeps no stacks: use --format text or json (folded stacks and flame graphs need eBPF)"
+        );
+    }
+    let c = conn.resolve()?.connect().context("performance_schema needs a connection to the server")?;
+    let bar = progress(a);
+    let stop = super::stop_on_signals();
+    let report = pileup_locks::run_performance_schema(c, a.duration, why, &stop, |p| {
+        if let Some(b) = &bar {
+            b.set_position(p.elapsed.as_millis() as u64);
         }
     });
     if let Some(b) = bar {

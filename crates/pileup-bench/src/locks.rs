@@ -1,0 +1,269 @@
+//! What a lock-contention profile costs a contended server, side by side in
+//! one run: no tracing, `pileup locks`, performance_schema with every
+//! wait/synch instrument on (a second server started so, as its cost needs
+//! a restart and is paid always), and `perf trace -e futex` (the system-call
+//! tracer users also know, which sees the futex addresses but cannot name a
+//! lock or unwind a stripped server's stacks).
+//!
+//! The load is sysbench `oltp_insert` into one table (InnoDB's index and
+//! page latches, the group commit) at each `--connections` count. Windows of
+//! `--window` seconds alternate, each tool's window between two windows
+//! without tracing; a window starts its own sysbench run and measures the
+//! seconds after its warm-up. Reported per tool: throughput as a ratio of
+//! medians against the windows without tracing and paired against its
+//! flanking windows (with a 95% interval over rounds), the tool's CPU, and
+//! what it recorded.
+//!
+//! Usage: see [`USAGE`] (what `--help` prints).
+
+const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process) [--out FILE]";
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use pileup_bench::{arg, children_cpu, lost, median, Load};
+use pileup_sandbox::{Options, Sandbox};
+
+/// Seconds of each window's sysbench run before measuring.
+const WARMUP: Duration = Duration::from_secs(3);
+
+#[derive(Default, Clone)]
+struct Window {
+    tps: f64,
+    cpu_cores: f64,
+    /// pileup: contended waits counted, recorded with a stack; perf trace:
+    /// futex events written.
+    events: Option<(u64, u64)>,
+    ok: bool,
+}
+
+/// Create sbtest with one table on a sandbox; the arguments that reach it.
+fn prepare(sb: &Sandbox, workload: &str) -> Result<Vec<String>> {
+    sb.sql("CREATE DATABASE sbtest")?;
+    let sbargs = vec![
+        "--db-driver=mysql".to_string(),
+        format!("--mysql-socket={}", sb.endpoint.socket.display()),
+        "--mysql-user=root".into(),
+        "--tables=1".into(),
+        "--table-size=10000".into(),
+        "--auto_inc=on".into(),
+    ];
+    let st = Command::new("sysbench").arg(workload).args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
+    if !st.success() {
+        bail!("sysbench prepare failed");
+    }
+    Ok(sbargs)
+}
+
+fn main() -> Result<()> {
+    let args = pileup_bench::args(USAGE)?;
+    let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
+    let connections: Vec<usize> = arg(&args, "--connections")
+        .unwrap_or_else(|| "64,300".into())
+        .split(',')
+        .map(|s| s.parse().context("--connections: numbers"))
+        .collect::<Result<_>>()?;
+    let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(10));
+    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
+    let workload = arg(&args, "--workload").unwrap_or_else(|| "oltp_insert".into());
+    let tools: Vec<String> = arg(&args, "--tools")
+        .unwrap_or_else(|| "none,locks,performance-schema,perf-trace".into())
+        .split(',')
+        .map(String::from)
+        .collect();
+    if tools.first().map(String::as_str) != Some("none") {
+        bail!("--tools must start with none: every figure is against the windows without tracing");
+    }
+    let out = arg(&args, "--out");
+
+    let many = connections.iter().max().copied().unwrap_or(64);
+    let cnf = |ps: bool| {
+        let mut v = vec![("max_connections".to_string(), (many + 50).to_string())];
+        if ps {
+            v.push(("performance_schema".into(), "ON".into()));
+            v.push(("performance_schema_instrument".into(), "wait/synch/%=ON".into()));
+        }
+        v
+    };
+    let plain = Sandbox::start(Options { cnf: cnf(false), ..Default::default() })?;
+    let plain_args = prepare(&plain, &workload)?;
+    let ps = if tools.iter().any(|t| t == "performance-schema") {
+        let sb = Sandbox::start(Options { cnf: cnf(true), ..Default::default() })?;
+        let a = prepare(&sb, &workload)?;
+        Some((sb, a))
+    } else {
+        None
+    };
+    let scratch = std::env::temp_dir().join(format!("pileup-locks-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let mut report = format!(
+        "\nsysbench {workload} into one table on {} cores, windows of {} s after a {} s warm-up, {rounds} rounds, tools interleaved; medians over rounds\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        window.as_secs(),
+        WARMUP.as_secs()
+    );
+    for &conns in &connections {
+        eprintln!("== {workload}, {conns} connections");
+        let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
+        let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
+            let tool = tools[i].as_str();
+            let (sb, sbargs) = match (tool, &ps) {
+                ("performance-schema", Some((sb, a))) => (sb, a),
+                _ => (&plain, &plain_args),
+            };
+            let win = run_window(tool, &pileup, sb, sbargs, &workload, conns, window, &scratch)?;
+            eprintln!(
+                "   round {r} {tool:<20} {:8.1} tps, tool CPU {:.2} cores{}",
+                win.tps,
+                win.cpu_cores,
+                win.events.map(|(a, b)| format!(", events {a} / {b}")).unwrap_or_default()
+            );
+            let tps = win.tps;
+            results[i].push(win);
+            Ok(tps)
+        })?;
+        report.push_str(&table(&workload, conns, &tools, &results, &paired));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    print!("{report}");
+    if let Some(o) = out {
+        pileup_bench::write(o, &report)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_window(
+    tool: &str,
+    pileup: &str,
+    sb: &Sandbox,
+    sbargs: &[String],
+    workload: &str,
+    conns: usize,
+    window: Duration,
+    scratch: &std::path::Path,
+) -> Result<Window> {
+    let load = Load::start(workload, sbargs, conns)?;
+    std::thread::sleep(WARMUP);
+    let pid = sb.pid().to_string();
+    let secs = window.as_secs().to_string();
+    let cpu0 = children_cpu();
+    let t0 = Instant::now();
+    let mut w = Window { ok: true, ..Default::default() };
+    match tool {
+        "none" | "performance-schema" => std::thread::sleep(window),
+        t if t == "locks" || t.starts_with("locks-") => {
+            let json = scratch.join("locks.json");
+            let mut cmd = Command::new(pileup);
+            cmd.arg("locks");
+            // locks-budget-N: another stack budget; locks-elsewhere: the
+            // probes attached but tracing an idle process, which leaves the
+            // cost of the syscall tracepoints being on at all.
+            let mut idle = None;
+            let target = if t == "locks-elsewhere" {
+                let c = Command::new("sleep").arg("3600").spawn()?;
+                let p = c.id().to_string();
+                idle = Some(c);
+                cmd.arg("--any-process");
+                p
+            } else {
+                pid.clone()
+            };
+            if let Some(n) = t.strip_prefix("locks-budget-") {
+                cmd.args(["--stack-budget", n]);
+            }
+            let s = cmd
+                .args(["--pid", &target, "--no-sql", "--duration"])
+                .arg(format!("{secs}s"))
+                .args(["--format", "json", "-o"])
+                .arg(&json)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
+            if let Some(mut c) = idle {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            w.ok = s.success();
+            if let Ok(j) = std::fs::read(&json)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
+            {
+                let c = &j["counters"];
+                w.events = Some((c["waits"].as_u64().unwrap_or(0), c["recorded"].as_u64().unwrap_or(0)));
+            }
+            let _ = std::fs::remove_file(&json);
+        }
+        "perf-trace" => {
+            let outf = scratch.join("perf-trace.txt");
+            let s = Command::new("timeout")
+                .args(["-s", "INT", &secs, "perf", "trace", "-e", "futex", "-p", &pid, "-o"])
+                .arg(&outf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .context("perf (Debian: linux-perf)")?;
+            // timeout's own exit when it had to stop perf: 124.
+            w.ok = s.success() || s.code() == Some(124);
+            let lines = std::fs::read_to_string(&outf).map(|t| t.lines().count() as u64).unwrap_or(0);
+            w.events = Some((lines, 0));
+            let _ = std::fs::remove_file(&outf);
+        }
+        t => bail!("unknown tool {t}"),
+    }
+    let t1 = Instant::now();
+    w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
+    w.tps = load.tps(t0, t1);
+    drop(load);
+    std::thread::sleep(Duration::from_secs(1));
+    Ok(w)
+}
+
+fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
+    let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+    let mut md = format!("\n### {workload}, {conns} connections: {base:.0} tps without tracing\n\n");
+    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | waits counted / recorded with a stack (pileup), lines written (perf trace) | failed windows |\n|---|---|---|---|---|---|---|---|\n");
+    for (i, tool) in tools.iter().enumerate() {
+        let r = &results[i];
+        let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+        let ev: Vec<(u64, u64)> = r.iter().filter_map(|w| w.events).collect();
+        let events = if ev.is_empty() {
+            "–".to_string()
+        } else if tool == "perf-trace" {
+            format!("{:.0}", median(ev.iter().map(|e| e.0 as f64).collect()))
+        } else {
+            format!(
+                "{:.0} / {:.0}",
+                median(ev.iter().map(|e| e.0 as f64).collect()),
+                median(ev.iter().map(|e| e.1 as f64).collect())
+            )
+        };
+        md.push_str(&format!(
+            "| {} | {tps:.0} | {:.3} | {} | {} | {:.2} | {events} | {} |\n",
+            describe(tool),
+            tps / base,
+            if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
+            if i == 0 { "–".into() } else { lost(&paired[i]) },
+            median(r.iter().map(|w| w.cpu_cores).collect()),
+            r.iter().filter(|w| !w.ok).count()
+        ));
+    }
+    md
+}
+
+fn describe(tool: &str) -> String {
+    match tool {
+        "none" => "no tracing".into(),
+        "locks" => "pileup locks (default: 2,000 stacks a second)".into(),
+        "locks-elsewhere" => "pileup locks on an idle process (the syscall tracepoints alone)".into(),
+        t if t.starts_with("locks-budget-") => {
+            format!("pileup locks, {} stacks a second", t.trim_start_matches("locks-budget-"))
+        }
+        "performance-schema" => "performance_schema, wait/synch/% instruments on (a server started so)".into(),
+        "perf-trace" => "perf trace -e futex".into(),
+        t => t.into(),
+    }
+}
