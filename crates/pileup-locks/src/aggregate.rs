@@ -243,6 +243,7 @@ fn merge_classes(entries: Vec<LockEntry>, top: usize) -> Vec<LockEntry> {
             }
             total_ns_mean += e.mean_us * e.waits as f64;
             m.waits += e.waits;
+            m.in_progress += e.in_progress;
             m.total_ms += e.total_ms;
             m.max_us = m.max_us.max(e.max_us);
             m.share_pct += e.share_pct;
@@ -297,6 +298,7 @@ fn entry(
         kind: kind.describe(),
         condition: kind == LockKind::Condition,
         waits: s.count,
+        in_progress: s.in_progress,
         total_ms: ms(s.total_ns),
         mean_us: if s.count > 0 { s.total_ns as f64 / s.count as f64 / 1e3 } else { 0.0 },
         max_us: s.max_ns as f64 / 1e3,
@@ -371,6 +373,9 @@ pub struct LockEntry {
     pub condition: bool,
     /// Every contended wait (exact, from the kernel).
     pub waits: u64,
+    /// Of `waits`, those still in progress when the window ended, counted
+    /// with the time waited so far.
+    pub in_progress: u64,
     pub total_ms: f64,
     pub mean_us: f64,
     pub max_us: f64,
@@ -420,8 +425,8 @@ mod tests {
         hist[10] = 9;
         hist[11] = 1;
         let words = vec![
-            (0x100, WordStats { count: 10, total_ns: 20_000_000, max_ns: 3_000_000, op: 128, hist }),
-            (0x900, WordStats { count: 4, total_ns: 40_000_000, max_ns: 10_000_000, op: 128, hist }),
+            (0x100, WordStats { count: 10, in_progress: 0, total_ns: 20_000_000, max_ns: 3_000_000, op: 128, hist }),
+            (0x900, WordStats { count: 4, in_progress: 0, total_ns: 40_000_000, max_ns: 10_000_000, op: 128, hist }),
         ];
         let out = a.finish(words, 1_000_000_000, 5, |addr, taken| {
             (taken.map(|t| format!("heap lock in {t}")).unwrap_or(format!("{addr:#x}")), "heap".into())

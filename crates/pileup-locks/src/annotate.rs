@@ -107,7 +107,7 @@ pub fn holder_note(kind: LockKind) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{RECORD_BYTES, WINDOW_BEFORE};
+    use crate::event::{Record, RECORD_BYTES, WINDOW_BEFORE};
 
     fn frame(label: &str, module: &str, named: bool) -> Frame {
         Frame {
@@ -122,7 +122,9 @@ mod tests {
     }
 
     fn event(op: u32, val: u32, owner: u32) -> Event {
-        let mut e = Event::decode(&vec![0u8; RECORD_BYTES]).unwrap();
+        let mut b = vec![0u8; RECORD_BYTES];
+        b[0] = 1; // a start record
+        let Some(Record::Start(mut e)) = Record::decode(&b) else { panic!("a start record") };
         e.uaddr = 0x1000;
         e.tid = 7;
         e.op = op;

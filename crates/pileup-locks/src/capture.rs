@@ -6,6 +6,7 @@
 //! any means, SIGKILL included, the kernel closes them and every probe is
 //! gone.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
-use crate::event::{Event, WordStats, HIST_BUCKETS};
+use crate::event::{Event, Record, WordStats, HIST_BUCKETS};
 use crate::LocksError;
 
 mod skel {
@@ -38,8 +39,9 @@ pub struct Counters {
     pub table_full: u64,
     /// Recorded waits whose stack could not be read.
     pub no_stack: u64,
-    /// Waits not followed: the thread's storage could not be allocated.
-    pub no_storage: u64,
+    /// Waits not followed: another thread of the process, whose id shares
+    /// the low 16 bits, was waiting at the same time.
+    pub slot_shared: u64,
 }
 
 /// What a trace leaves: the kernel's exact counts per futex word, its
@@ -155,11 +157,25 @@ pub fn trace(
     let started = Instant::now();
 
     let mut bad = 0u64;
+    // Recorded waits whose end has not arrived yet, by thread: a thread's
+    // wait ends before its next begins, so a start replaces any wait of
+    // its thread still pending (whose end record was lost).
+    let mut pending: HashMap<i32, Event> = HashMap::new();
     let mut builder = RingBufferBuilder::new();
     builder
         .add(&skel.maps.events, |data: &[u8]| {
-            match Event::decode(data) {
-                Some(e) => on_event(e),
+            match Record::decode(data) {
+                Some(Record::Start(e)) => {
+                    pending.insert(e.tid, e);
+                }
+                Some(Record::End { tid, start_ns, end_ns, ret }) => {
+                    if pending.get(&tid).is_some_and(|e| e.start_ns == start_ns) {
+                        let mut e = pending.remove(&tid).unwrap();
+                        e.wait_ns = end_ns.saturating_sub(start_ns);
+                        e.ret = ret;
+                        on_event(e);
+                    }
+                }
                 None => bad += 1,
             }
             0
@@ -179,13 +195,14 @@ pub fn trace(
         }
     }
     // Detach first, then drain what is queued: the counts below cover
-    // exactly the waits that ended while attached.
+    // exactly the waits that began while attached.
     skel.links = Default::default();
     let elapsed = started.elapsed();
+    let detached_ns = monotonic_ns();
     let _ = ring.consume();
     drop(ring);
 
-    let mut words = vec![];
+    let mut words: HashMap<u64, WordStats> = HashMap::new();
     for key in skel.maps.locks.keys() {
         let Ok(Some(per_cpu)) = skel.maps.locks.lookup_percpu(&key, MapFlags::ANY) else { continue };
         let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
@@ -194,10 +211,32 @@ pub fn trace(
             sum.op = v.op.max(sum.op);
             sum.add(&v);
         }
-        if sum.count > 0 {
-            words.push((u64::from_le_bytes(k), sum));
+        words.insert(u64::from_le_bytes(k), sum);
+    }
+    // Each thread's last wait is in its slot, not yet counted (a wait is
+    // counted when its thread's next wait begins): ended, or still in
+    // progress, counted with the time waited so far.
+    let mut last_waits = 0;
+    for key in 0..SLOTS {
+        let Ok(Some(v)) = skel.maps.slots.lookup(&key.to_le_bytes(), MapFlags::ANY) else { continue };
+        let Some(sl) = Slot::decode(&v) else { continue };
+        if sl.start == 0 {
+            continue;
+        }
+        last_waits += 1;
+        let in_progress = sl.end == 0;
+        let end = if in_progress { detached_ns.max(sl.start) } else { sl.end };
+        let w = words.entry(sl.uaddr).or_default();
+        w.op = sl.op;
+        w.add_wait(end - sl.start, in_progress);
+        if pending.get(&(sl.tid as i32)).is_some_and(|e| e.start_ns == sl.start) {
+            let mut e = pending.remove(&(sl.tid as i32)).unwrap();
+            e.wait_ns = end - sl.start;
+            e.in_progress = in_progress;
+            on_event(e);
         }
     }
+    let words: Vec<(u64, WordStats)> = words.into_iter().filter(|(_, w)| w.count > 0).collect();
     let mut c = [0u64; 8];
     for (i, slot) in c.iter_mut().enumerate() {
         if let Ok(Some(per_cpu)) = skel.maps.counters.lookup_percpu(&(i as u32).to_le_bytes(), MapFlags::ANY) {
@@ -205,13 +244,13 @@ pub fn trace(
         }
     }
     let counters = Counters {
-        waits: c[0],
+        waits: c[0] + last_waits,
         recorded: c[1],
         over_budget: c[2],
         ring_full: c[3],
         table_full: c[4],
         no_stack: c[5],
-        no_storage: c[6],
+        slot_shared: c[6],
     };
     if bad > 0 {
         tracing::warn!(bad, "ring buffer records shorter than expected");
@@ -228,6 +267,7 @@ fn word_stats(v: &[u8]) -> Option<WordStats> {
     }
     Some(WordStats {
         count: u64_at(0)?,
+        in_progress: 0,
         total_ns: u64_at(8)?,
         max_ns: u64_at(16)?,
         op: u32::from_le_bytes(v.get(24..28)?.try_into().ok()?),
@@ -241,4 +281,32 @@ fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
         return LocksError::Privileges(format!("the kernel refused {what} the eBPF program ({msg})"));
     }
     LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
+}
+
+/// Slots in the per-thread array (`SLOTS`).
+const SLOTS: u32 = 65536;
+
+/// One thread's last wait (`struct slot`).
+struct Slot {
+    start: u64,
+    end: u64,
+    uaddr: u64,
+    tid: u32,
+    op: u32,
+}
+
+impl Slot {
+    fn decode(v: &[u8]) -> Option<Slot> {
+        let u64_at = |o: usize| v.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        let u32_at = |o: usize| v.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        Some(Slot { start: u64_at(0)?, end: u64_at(8)?, uaddr: u64_at(16)?, tid: u32_at(24)?, op: u32_at(28)? })
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

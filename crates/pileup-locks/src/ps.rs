@@ -96,6 +96,7 @@ fn entries(before: &Summary, after: &Summary, elapsed: Duration, threads: usize)
                     kind,
                     condition: kind == "condition variable",
                     waits,
+                    in_progress: 0,
                     total_ms: ps as f64 / 1e9,
                     mean_us: ps as f64 / waits as f64 / 1e6,
                     // The summary's maximum is since the server started

@@ -169,8 +169,14 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> Result<()> {
     writeln!(w, "[{n}] {} ({} at {})", l.name, l.kind, l.addr)?;
     writeln!(
         w,
-        "    {} waits, {:.1} ms in all, mean {:.1} µs, max {:.1} µs, {:.2}% of the threads' time; {} waiting thread(s) recorded",
-        l.waits, l.total_ms, l.mean_us, l.max_us, l.share_pct, l.waiters
+        "    {} waits{}, {:.1} ms in all, mean {:.1} µs, max {:.1} µs, {:.2}% of the threads' time; {} waiting thread(s) recorded",
+        l.waits,
+        if l.in_progress > 0 { format!(" ({} still waiting when the window ended)", l.in_progress) } else { String::new() },
+        l.total_ms,
+        l.mean_us,
+        l.max_us,
+        l.share_pct,
+        l.waiters
     )?;
     if let Some(t) = &l.taken_in {
         writeln!(w, "    taken in: {t}")?;

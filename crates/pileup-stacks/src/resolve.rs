@@ -109,6 +109,8 @@ pub struct Resolver {
     cache: framehop::x86_64::CacheX86_64,
     symbols: SymbolCache,
     data: HashMap<usize, DataTable>,
+    /// Whether a return address can return from a call into a function.
+    calls: HashMap<(u64, u64), bool>,
     pub notes: Vec<String>,
 }
 
@@ -145,6 +147,7 @@ impl Resolver {
             cache: Default::default(),
             symbols: SymbolCache::new(dwarf, debug_dirs),
             data,
+            calls: HashMap::new(),
             notes,
         })
     }
@@ -155,9 +158,16 @@ impl Resolver {
     pub fn unwind(&mut self, regs: &Regs, stack_addr: u64, stack: &[u8]) -> (Vec<u64>, Option<String>) {
         let pid = self.pid;
         let mods = &self.mods;
-        let call_ok = |ra: u64, callee: u64| call_into(pid, mods, ra, callee);
+        // Code does not change: each check reads the target's memory once
+        // (a tracer handing thousands of stacks a second must not read the
+        // server's memory for each).
+        let memo = std::cell::RefCell::new(std::mem::take(&mut self.calls));
+        let call_ok = |ra: u64, callee: u64| {
+            *memo.borrow_mut().entry((ra, callee)).or_insert_with(|| call_into(pid, mods, ra, callee))
+        };
         let Unwound { frames, error } =
             unwind::unwind(&mods.unwinder, &mut self.cache, regs, stack_addr, stack, call_ok);
+        self.calls = memo.into_inner();
         (frames.iter().map(|f| f.lookup()).collect(), error)
     }
 

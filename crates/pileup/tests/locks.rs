@@ -242,3 +242,44 @@ fn wait_totals_agree_with_performance_schema_timers() {
     let ratio = our_rate / ps_rate;
     assert!((0.6..=1.25).contains(&ratio), "pileup {our_rate:.1} ms/s against performance_schema {ps_rate:.1} ms/s");
 }
+
+#[test]
+fn performance_schema_stands_in_where_ebpf_cannot_be_used() {
+    let _one = serial();
+    let sb = sandbox_with(vec![
+        ("performance_schema", "ON"),
+        ("performance_schema_instrument", "wait/synch/mutex/sql/LOCK_global_system_variables=ON"),
+    ]);
+    let (go, handles) = storm(&sb, 8, "SHOW GLOBAL VARIABLES");
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let out = pileup(&[
+        "locks",
+        "--source",
+        "performance-schema",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        "--duration",
+        "2s",
+        "--format",
+        "json",
+    ]);
+    stop(go, handles);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["source"], "performance_schema");
+    let l = r["locks"].as_array().unwrap().iter().find(|l| l["name"] == "mutex/sql/LOCK_global_system_variables");
+    let l = l.unwrap_or_else(|| panic!("the instrumented mutex among {:#}", r["locks"]));
+    assert!(l["waits"].as_u64().unwrap() > 100 && l["total_ms"].as_f64().unwrap() > 0.0, "{l:#}");
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("every acquisition")));
+
+    // A server with performance_schema off: one line naming the fix.
+    let plain = sandbox();
+    let sock = plain.endpoint.socket.to_string_lossy().into_owned();
+    let out = pileup(&["locks", "--source", "performance-schema", "-S", &sock, "-u", "root", "--duration", "1s"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("performance_schema is off") && e.contains("performance_schema=ON"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}

@@ -7,25 +7,32 @@
 // paths never enter the kernel, so tracing the futex system call costs
 // nothing where there is no contention.
 //
-// * sys_enter_futex: a wait starts. Its start time, address, operation and
-//   expected value are kept in the thread's task storage. If the wait is
-//   within this CPU's share of the per-second stack budget, the bytes
-//   around the futex word are read too (a mutex's owner field, read while
-//   the lock is still held) and the wait is marked to be recorded.
-// * sys_exit_futex: the wait ended. Every wait is counted in a per-CPU,
-//   per-address table (count, total and longest wait, log2 histogram), so
-//   totals are exact; a marked wait, and the first wait on an address seen
-//   by a CPU, goes to a ring buffer with the thread's user registers and
-//   the top of its user stack, to be unwound in user space (the server has
-//   no frame pointers, so the kernel cannot walk its stacks).
+// The exit probe runs on the lock handoff's path: a woken waiter runs it
+// before it returns to take the lock, and on a convoy every nanosecond
+// there is paid by every thread queued behind (80 ns there cost a 64-thread
+// insert load 4% of its throughput). So the exit probe only notes when the
+// wait ended, in the thread's slot; everything else happens at the start of
+// a wait, while the thread is about to sleep anyway:
 //
-// The work sits on the lock handoff's path (a woken waiter runs the exit
-// probe before it takes the lock), so it is kept to per-thread and per-CPU
-// data: no shared cache line is written, no lock taken, for a wait that is
-// only counted.
+// * sys_enter_futex (a wait starts): the thread's previous wait, ended
+//   since, is added to a per-CPU, per-address table (count, total and
+//   longest wait, log2 histogram), so totals are exact. The new wait's
+//   start, address, operation and expected value go in the slot. Within
+//   this CPU's share of the per-second stack budget, and for an address
+//   this CPU has not seen before, a record with the thread's user
+//   registers, the top of its user stack and the bytes around the futex
+//   word (a mutex's owner field, read while the lock is still held) goes
+//   to a ring buffer, to be unwound in user space (the server has no frame
+//   pointers, so the kernel cannot walk its stacks). Inside the system
+//   call the thread's registers and stack are what they will be when the
+//   wait ends.
+// * sys_exit_futex (the wait ended): the end time goes in the slot; for a
+//   recorded wait a 32-byte record gives its length.
 //
-// Only the process in target_tgid is looked at: for every other process
-// each probe is a comparison and a return.
+// User space reads the slots when it detaches, for the waits that ended
+// after their thread's last wait began. Only the process in target_tgid is
+// looked at: for every other process each probe is a comparison and a
+// return.
 //
 // Declared by hand instead of generated from vmlinux.h: the tracepoint
 // records' layout is the stable syscall tracepoint ABI and pt_regs is the
@@ -49,9 +56,6 @@ typedef __u32 __wsum;
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
-#define BPF_MAP_TYPE_TASK_STORAGE 29
-#define BPF_F_NO_PREALLOC 1
-#define BPF_LOCAL_STORAGE_GET_F_CREATE 1
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 
@@ -60,6 +64,26 @@ typedef __u32 __wsum;
 #define WINDOW_BYTES 48
 #define HIST_BUCKETS 32
 #define MAX_LOCKS 65536
+#define SLOTS 65536
+
+#include <bpf/bpf_helpers.h>
+
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_HASH 5
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_NOEXIST 1
+
+#define STACK_BYTES 8192
+#define WINDOW_BEFORE 16
+#define WINDOW_BYTES 48
+#define HIST_BUCKETS 32
+#define MAX_LOCKS 65536
+#define SLOTS 65536
+
+// Record kinds (the first word of every ring buffer record).
+#define REC_START 1
+#define REC_END 2
 
 struct sys_enter_rec {
 	__u64 common;
@@ -87,14 +111,16 @@ const volatile __u32 target_tgid = 0;
 // divides its budget among the CPUs); the others are counted only.
 const volatile __u64 cpu_budget = 1000;
 
-struct start {
-	__u64 ts;
+// One thread's wait, in its slot. Read by user space at the end (kept in
+// sync with capture.rs).
+struct slot {
+	__u64 start;
+	__u64 end;
 	__u64 uaddr;
+	__u32 tid;
 	__u32 op;
-	__u32 val;
-	__u32 record;
+	__u32 recorded;
 	__u32 pad;
-	__u8 window[WINDOW_BYTES];
 };
 
 struct lock_stats {
@@ -108,45 +134,55 @@ struct lock_stats {
 
 static const struct lock_stats zero_stats = {};
 
-// What user space reads for each recorded wait. Kept in sync with
-// event.rs.
-struct record {
-	__u64 ts_end;
-	__u64 wait_ns;
+// A recorded wait as it starts (kept in sync with event.rs).
+struct start_rec {
+	__u64 kind;
+	__u64 start;
 	__u64 uaddr;
 	__u32 tid;
 	__u32 op;
 	__u32 val;
-	__s32 ret;
+	__u32 stack_len;
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
-	__u32 stack_len;
-	__u32 pad;
 	__u8 window[WINDOW_BYTES];
 	__u8 stack[STACK_BYTES];
 };
 
-// Counters (per CPU): waits seen, records sent, over budget, ring buffer
-// full, per-address table full, stack unreadable, no task storage.
+// A recorded wait's end.
+struct end_rec {
+	__u64 kind;
+	__u64 start;
+	__u64 end;
+	__u32 tid;
+	__s32 ret;
+};
+
+// Counters (per CPU): waits counted, records sent, over budget, ring
+// buffer full, per-address table full, stack unreadable, a wait not
+// followed because another thread's took its slot.
 #define C_WAITS 0
 #define C_SENT 1
 #define C_BUDGET 2
 #define C_RINGFULL 3
 #define C_LOCKSFULL 4
 #define C_NOSTACK 5
-#define C_NOSTORAGE 6
+#define C_SHARED 6
 #define NCOUNTERS 8
 
-// The wait in progress, per thread: task storage hangs off the thread's
-// task_struct, so finding it is a pointer away (a hash keyed by tid would
-// take a bucket lock on every update and delete).
+// The wait in progress or last ended, per thread, in a slot picked by the
+// thread id's low bits: an array lookup is a bounds check and an address,
+// inlined by the verifier (task storage and hashes cost a lock or a busy
+// counter per call). Two threads of the process whose ids share those bits
+// and wait at once share a slot: the slot records whose wait it holds, and
+// the other's is not counted (C_SHARED).
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct start);
-} starts SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLOTS);
+	__type(key, __u32);
+	__type(value, struct slot);
+} slots SEC(".maps");
 
 // Per CPU: no atomics, no cache line shared between CPUs.
 struct {
@@ -209,6 +245,25 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return b;
 }
 
+// This CPU's entry for a futex word, created empty if absent; *fresh says
+// whether this CPU had not seen the word before.
+static __always_inline struct lock_stats *stats_of(__u64 uaddr, __u32 op, int *fresh)
+{
+	struct lock_stats *ls = bpf_map_lookup_elem(&locks, &uaddr);
+	*fresh = 0;
+	if (ls)
+		return ls;
+	bpf_map_update_elem(&locks, &uaddr, &zero_stats, BPF_NOEXIST);
+	ls = bpf_map_lookup_elem(&locks, &uaddr);
+	if (!ls) {
+		count(C_LOCKSFULL);
+		return 0;
+	}
+	ls->op = op;
+	*fresh = 1;
+	return ls;
+}
+
 // Whether this CPU's budget has room for one more stack this second.
 static __always_inline int within_budget(__u64 now)
 {
@@ -227,102 +282,35 @@ static __always_inline int within_budget(__u64 now)
 	return 1;
 }
 
-SEC("tracepoint/syscalls/sys_enter_futex")
-int futex_enter(struct sys_enter_rec *ctx)
+// The waiter's registers and the top of its stack, with the bytes around
+// the futex word, to the ring buffer.
+static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32 op, __u32 val)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-	__u32 op = (__u32)ctx->args[1];
-	if (!is_wait(op))
-		return 0;
-	struct start *s = bpf_task_storage_get(&starts, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!s) {
-		count(C_NOSTORAGE);
-		return 0;
-	}
-	__u64 now = bpf_ktime_get_ns();
-	s->uaddr = ctx->args[0];
-	s->op = op;
-	s->val = (__u32)ctx->args[2];
-	s->record = within_budget(now);
-	if (s->record && bpf_probe_read_user(s->window, WINDOW_BYTES, (void *)(s->uaddr - WINDOW_BEFORE)) != 0)
-		__builtin_memset(s->window, 0, WINDOW_BYTES);
-	s->ts = now;
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_futex")
-int futex_exit(struct sys_exit_rec *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-	struct start *s = bpf_task_storage_get(&starts, bpf_get_current_task_btf(), 0, 0);
-	if (!s || s->ts == 0)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 wait = now - s->ts;
-	__u64 uaddr = s->uaddr;
-	s->ts = 0;
-	count(C_WAITS);
-
-	int first = 0;
-	struct lock_stats *ls = bpf_map_lookup_elem(&locks, &uaddr);
-	if (!ls) {
-		bpf_map_update_elem(&locks, &uaddr, &zero_stats, BPF_NOEXIST);
-		ls = bpf_map_lookup_elem(&locks, &uaddr);
-		if (ls)
-			ls->op = s->op;
-	}
-	if (ls) {
-		// A word's first wait on this CPU is recorded whatever the
-		// budget: every lock seen gets a stack to be named by.
-		first = ls->count == 0;
-		ls->count++;
-		ls->total_ns += wait;
-		if (wait > ls->max_ns)
-			ls->max_ns = wait;
-		__u32 b = log2_bucket(wait / 1000);
-		if (b < HIST_BUCKETS)
-			ls->hist[b]++;
-	} else {
-		count(C_LOCKSFULL);
-	}
-	if (!s->record && !first) {
-		count(C_BUDGET);
-		return 0;
-	}
-
-	struct record *r = bpf_ringbuf_reserve(&events, sizeof(struct record), 0);
+	struct start_rec *r = bpf_ringbuf_reserve(&events, sizeof(struct start_rec), 0);
 	if (!r) {
 		count(C_RINGFULL);
 		return 0;
 	}
-	r->ts_end = now;
-	r->wait_ns = wait;
+	r->kind = REC_START;
+	r->start = now;
 	r->uaddr = uaddr;
-	r->tid = (__u32)id;
-	r->op = s->op;
-	r->val = s->val;
-	r->ret = (__s32)ctx->ret;
-	if (s->record)
-		__builtin_memcpy(r->window, s->window, WINDOW_BYTES);
-	else
-		__builtin_memset(r->window, 0, WINDOW_BYTES);
+	r->tid = tid;
+	r->op = op;
+	r->val = val;
+	r->stack_len = 0;
 	r->ip = 0;
 	r->sp = 0;
 	r->bp = 0;
-	r->stack_len = 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(task);
+	if (bpf_probe_read_user(r->window, WINDOW_BYTES, (void *)(uaddr - WINDOW_BEFORE)) != 0)
+		__builtin_memset(r->window, 0, WINDOW_BYTES);
+	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	struct user_regs u;
 	if (regs && bpf_probe_read_kernel(&u, sizeof(u), regs) == 0) {
 		r->ip = u.ip;
 		r->sp = u.sp;
 		r->bp = u.bp;
-		// The top of the stack: as much of STACK_BYTES as is mapped (a
-		// thread's stack can end closer than that above its pointer).
+		// As much of STACK_BYTES as is mapped (a thread's stack can end
+		// closer than that above its pointer).
 		if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)u.sp) == 0)
 			r->stack_len = STACK_BYTES;
 		else if (bpf_probe_read_user(r->stack, 4096, (void *)u.sp) == 0)
@@ -336,6 +324,89 @@ int futex_exit(struct sys_exit_rec *ctx)
 	}
 	bpf_ringbuf_submit(r, 0);
 	count(C_SENT);
+	return 1;
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int futex_enter(struct sys_enter_rec *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	__u32 op = (__u32)ctx->args[1];
+	if (!is_wait(op))
+		return 0;
+	__u32 tid = (__u32)id;
+	__u32 key = tid & (SLOTS - 1);
+	struct slot *s = bpf_map_lookup_elem(&slots, &key);
+	if (!s)
+		return 0;
+	int fresh = 0;
+	__u64 uaddr = ctx->args[0];
+	// Whether this CPU's entry for the new wait's word is known to exist.
+	int known = 0;
+	if (s->tid == tid && s->end != 0) {
+		// This thread's previous wait, ended since.
+		__u64 wait = s->end - s->start;
+		struct lock_stats *ls = stats_of(s->uaddr, s->op, &fresh);
+		known = ls && s->uaddr == uaddr && !fresh;
+		if (ls) {
+			ls->count++;
+			ls->total_ns += wait;
+			if (wait > ls->max_ns)
+				ls->max_ns = wait;
+			__u32 b = log2_bucket(wait / 1000);
+			if (b < HIST_BUCKETS)
+				ls->hist[b]++;
+		}
+		count(C_WAITS);
+	} else if (s->tid != tid && s->start != 0 && s->end == 0) {
+		count(C_SHARED);
+	}
+	__u64 now = bpf_ktime_get_ns();
+	__u32 val = (__u32)ctx->args[2];
+	s->tid = tid;
+	s->uaddr = uaddr;
+	s->op = op;
+	s->end = 0;
+	s->start = now;
+	// A word this CPU has not seen is recorded whatever the budget: every
+	// lock gets a stack to be named by.
+	fresh = 0;
+	if (!known)
+		stats_of(uaddr, op, &fresh);
+	s->recorded = 0;
+	if (within_budget(now) || fresh)
+		s->recorded = record_start(now, uaddr, tid, op, val);
+	else
+		count(C_BUDGET);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int futex_exit(struct sys_exit_rec *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	__u32 key = (__u32)id & (SLOTS - 1);
+	struct slot *s = bpf_map_lookup_elem(&slots, &key);
+	if (!s || s->tid != (__u32)id || s->start == 0 || s->end != 0)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	s->end = now;
+	if (!s->recorded)
+		return 0;
+	// Only a recorded wait pays for a record here, within the budget.
+	struct end_rec *r = bpf_ringbuf_reserve(&events, sizeof(struct end_rec), 0);
+	if (!r)
+		return 0;
+	r->kind = REC_END;
+	r->start = s->start;
+	r->end = now;
+	r->tid = (__u32)id;
+	r->ret = (__s32)ctx->ret;
+	bpf_ringbuf_submit(r, 0);
 	return 0;
 }
 
