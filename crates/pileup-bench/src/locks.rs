@@ -257,7 +257,7 @@ fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>]
 fn describe(tool: &str) -> String {
     match tool {
         "none" => "no tracing".into(),
-        "locks" => "pileup locks (default: 2,000 stacks a second)".into(),
+        "locks" => "pileup locks (default: 500 stacks a second)".into(),
         "locks-elsewhere" => "pileup locks on an idle process (the syscall tracepoints alone)".into(),
         t if t.starts_with("locks-budget-") => {
             format!("pileup locks, {} stacks a second", t.trim_start_matches("locks-budget-"))

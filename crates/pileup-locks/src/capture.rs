@@ -67,6 +67,22 @@ pub struct TraceOptions {
 /// system has not).
 pub fn preflight() -> Result<(), LocksError> {
     missing_caps()?;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if let Some((major, minor)) = kernel_version(&release) {
+        if (major, minor) < (5, 15) {
+            return Err(LocksError::NoEbpf(format!(
+                "Linux {major}.{minor} lacks what reading a waiter's registers needs (bpf_task_pt_regs, Linux 5.15+)"
+            )));
+        }
+    }
+    // The probes compare the host's process ids: from inside a PID
+    // namespace (a container) the --pid given is not the one they see.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|v| v.split_whitespace().count() > 1) {
+        return Err(LocksError::NoEbpf(
+            "pileup runs in a PID namespace (a container); run it on the host, where the server's process id is the one the kernel probes see".into(),
+        ));
+    }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Err(LocksError::NoEbpf(
             "the kernel has no BTF (/sys/kernel/btf/vmlinux), which reading a waiter's registers needs (Linux 5.15+ built with CONFIG_DEBUG_INFO_BTF)".into(),
@@ -143,6 +159,9 @@ pub fn trace(
     mut on_event: impl FnMut(Event),
     mut on_tick: impl FnMut(Duration),
 ) -> Result<Traced, LocksError> {
+    // libbpf's own messages (a verifier log runs to pages) are not the
+    // user's: a failure is reported in one line below.
+    libbpf_rs::set_print(None);
     let mut storage = MaybeUninit::uninit();
     let mut open = FutexSkelBuilder::default().open(&mut storage).map_err(|e| load_error("opening", &e))?;
     let ro =
@@ -150,7 +169,8 @@ pub fn trace(
     ro.target_tgid = opts.pid as u32;
     // The budget is kept per CPU (no counter shared between CPUs on the
     // lock handoff's path): each CPU gets its share.
-    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1) as u64;
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
     ro.cpu_budget = opts.stack_budget.div_ceil(cpus);
     let mut skel: FutexSkel = open.load().map_err(|e| load_error("loading", &e))?;
     skel.attach().map_err(|e| load_error("attaching", &e))?;
@@ -226,6 +246,9 @@ pub fn trace(
         last_waits += 1;
         let in_progress = sl.end == 0;
         let end = if in_progress { detached_ns.max(sl.start) } else { sl.end };
+        if end < sl.start {
+            continue; // torn by two threads sharing the slot
+        }
         let w = words.entry(sl.uaddr).or_default();
         w.op = sl.op;
         w.add_wait(end - sl.start, in_progress);
@@ -278,7 +301,10 @@ fn word_stats(v: &[u8]) -> Option<WordStats> {
 fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
     let msg = e.to_string();
     if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        return LocksError::Privileges(format!("the kernel refused {what} the eBPF program ({msg})"));
+        // Root refused: kernel lockdown or a security module forbids eBPF.
+        return LocksError::NoEbpf(format!(
+            "the kernel refused {what} the eBPF program ({msg}); kernel lockdown or a security module may forbid eBPF tracing"
+        ));
     }
     LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
 }
@@ -309,4 +335,35 @@ fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime fills the struct it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `major.minor` of a kernel release string (`6.1.0-13-amd64`).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_parse_from_release_strings() {
+        assert_eq!(kernel_version("6.1.0-13-amd64\n"), Some((6, 1)));
+        assert_eq!(kernel_version("5.15.0-91-generic"), Some((5, 15)));
+        assert_eq!(kernel_version("4.18.0-513.el8.x86_64"), Some((4, 18)));
+        assert_eq!(kernel_version("garbage"), None);
+    }
+
+    #[test]
+    fn slots_decode_at_the_kernel_layout() {
+        let mut v = vec![0u8; 40];
+        v[0..8].copy_from_slice(&10u64.to_le_bytes());
+        v[8..16].copy_from_slice(&25u64.to_le_bytes());
+        v[16..24].copy_from_slice(&0x1000u64.to_le_bytes());
+        v[24..28].copy_from_slice(&77u32.to_le_bytes());
+        v[28..32].copy_from_slice(&128u32.to_le_bytes());
+        let s = Slot::decode(&v).unwrap();
+        assert_eq!((s.start, s.end, s.uaddr, s.tid, s.op), (10, 25, 0x1000, 77, 128));
+    }
 }

@@ -217,6 +217,12 @@ pub fn run(
             counters.ring_full
         ));
     }
+    if counters.slot_shared > 0 {
+        notes.push(format!(
+            "{} wait(s) were not followed: another thread whose id shares its low 16 bits was waiting at the same time",
+            counters.slot_shared
+        ));
+    }
     if counters.table_full > 0 {
         notes.push(format!(
             "{} wait(s) on futex words past the table of 65,536 were not counted per lock",

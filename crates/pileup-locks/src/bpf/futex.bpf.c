@@ -51,28 +51,12 @@ typedef __u32 __wsum;
 
 #include <bpf/bpf_helpers.h>
 
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_PERCPU_HASH 5
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_RINGBUF 27
-#define BPF_ANY 0
-#define BPF_NOEXIST 1
-
-#define STACK_BYTES 8192
-#define WINDOW_BEFORE 16
-#define WINDOW_BYTES 48
-#define HIST_BUCKETS 32
-#define MAX_LOCKS 65536
-#define SLOTS 65536
-
-#include <bpf/bpf_helpers.h>
-
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_NOEXIST 1
+#define BPF_F_NO_PREALLOC 1
 
 #define STACK_BYTES 8192
 #define WINDOW_BEFORE 16
@@ -159,6 +143,13 @@ struct end_rec {
 	__s32 ret;
 };
 
+// The layouts user space decodes (event.rs, capture.rs).
+_Static_assert(sizeof(struct slot) == 40, "struct slot is 40 bytes");
+_Static_assert(sizeof(struct lock_stats) == 288, "struct lock_stats is 288 bytes");
+_Static_assert(sizeof(struct start_rec) == 64 + WINDOW_BYTES + STACK_BYTES, "struct start_rec layout");
+_Static_assert(sizeof(struct end_rec) == 32, "struct end_rec is 32 bytes");
+_Static_assert(__builtin_offsetof(struct start_rec, window) == 64, "start_rec header is 64 bytes");
+
 // Counters (per CPU): waits counted, records sent, over budget, ring
 // buffer full, per-address table full, stack unreadable, a wait not
 // followed because another thread's took its slot.
@@ -184,9 +175,13 @@ struct {
 	__type(value, struct slot);
 } slots SEC(".maps");
 
-// Per CPU: no atomics, no cache line shared between CPUs.
+// Per CPU: no atomics, no cache line shared between CPUs. Not
+// preallocated: a preallocated table would take MAX_LOCKS entries on every
+// possible CPU from the host's memory at load; entries are made as words
+// are first seen, at the start of a wait.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, MAX_LOCKS);
 	__type(key, __u64);
 	__type(value, struct lock_stats);
@@ -245,8 +240,8 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return b;
 }
 
-// This CPU's entry for a futex word, created empty if absent; *fresh says
-// whether this CPU had not seen the word before.
+// The entry for a futex word (this CPU's copy), created empty if absent;
+// *fresh says whether the word had not been seen before.
 static __always_inline struct lock_stats *stats_of(__u64 uaddr, __u32 op, int *fresh)
 {
 	struct lock_stats *ls = bpf_map_lookup_elem(&locks, &uaddr);
@@ -343,10 +338,15 @@ int futex_enter(struct sys_enter_rec *ctx)
 		return 0;
 	int fresh = 0;
 	__u64 uaddr = ctx->args[0];
-	// Whether this CPU's entry for the new wait's word is known to exist.
+	// Whether the entry for the new wait's word is known to exist.
 	int known = 0;
-	if (s->tid == tid && s->end != 0) {
-		// This thread's previous wait, ended since.
+	if (s->tid != tid && s->start != 0 && s->end == 0) {
+		// Another thread (its id shares the slot) is waiting: its wait
+		// will not be followed.
+		count(C_SHARED);
+	} else if (s->start != 0 && s->end >= s->start) {
+		// The previous wait in this slot, ended since: this thread's, or
+		// another's that shares the slot.
 		__u64 wait = s->end - s->start;
 		struct lock_stats *ls = stats_of(s->uaddr, s->op, &fresh);
 		known = ls && s->uaddr == uaddr && !fresh;
@@ -360,8 +360,6 @@ int futex_enter(struct sys_enter_rec *ctx)
 				ls->hist[b]++;
 		}
 		count(C_WAITS);
-	} else if (s->tid != tid && s->start != 0 && s->end == 0) {
-		count(C_SHARED);
 	}
 	__u64 now = bpf_ktime_get_ns();
 	__u32 val = (__u32)ctx->args[2];
@@ -370,8 +368,8 @@ int futex_enter(struct sys_enter_rec *ctx)
 	s->op = op;
 	s->end = 0;
 	s->start = now;
-	// A word this CPU has not seen is recorded whatever the budget: every
-	// lock gets a stack to be named by.
+	// A word not seen before is recorded whatever the budget: every lock
+	// gets a stack to be named by (at most MAX_LOCKS such records).
 	fresh = 0;
 	if (!known)
 		stats_of(uaddr, op, &fresh);
