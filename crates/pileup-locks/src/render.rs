@@ -14,6 +14,7 @@ pub enum Format {
     Json,
     Folded,
     Svg,
+    Pprof,
 }
 
 impl Format {
@@ -23,6 +24,7 @@ impl Format {
             "json" => Format::Json,
             "folded" | "collapsed" => Format::Folded,
             "svg" | "flamegraph" => Format::Svg,
+            "pprof" => Format::Pprof,
             _ => return None,
         })
     }
@@ -34,6 +36,7 @@ impl Format {
             "json" => Some(Format::Json),
             "folded" => Some(Format::Folded),
             "svg" => Some(Format::Svg),
+            "gz" | "pb" => Some(Format::Pprof),
             _ => None,
         }
     }
@@ -54,7 +57,68 @@ pub fn render(r: &Report, f: Format, detail: usize, w: &mut dyn Write) -> Result
             Ok(())
         }
         Format::Svg => svg(r, w),
+        Format::Pprof => pprof(r, w),
     }
+}
+
+/// pprof (gzipped profile.proto, as `go tool pprof` reads it): one sample
+/// per recorded stack, its lock as the leaf frame, valued by the time its
+/// waits waited (µs) and their number, labelled with the lock and its kind.
+fn pprof(r: &Report, w: &mut dyn Write) -> Result<()> {
+    use pileup_stacks::render::pprof::{
+        write_gz, Function, Label, Line, Location, PProfile, PSample, Strings, ValueType,
+    };
+    use std::collections::HashMap;
+    let mut st = Strings::new();
+    let mut out = PProfile {
+        sample_type: vec![
+            ValueType { r#type: st.id("wait"), unit: st.id("microseconds") },
+            ValueType { r#type: st.id("waits"), unit: st.id("count") },
+        ],
+        period_type: Some(ValueType { r#type: st.id("wait"), unit: st.id("microseconds") }),
+        period: 1,
+        time_nanos: r.started_unix_ms as i64 * 1_000_000,
+        duration_nanos: (r.duration_s * 1e9) as i64,
+        ..Default::default()
+    };
+    // Stacks carry labels, not addresses: one function and one location
+    // per distinct label.
+    let mut locs: HashMap<String, u64> = HashMap::new();
+    let mut loc = |label: &str, out: &mut PProfile, st: &mut Strings| -> u64 {
+        if let Some(&id) = locs.get(label) {
+            return id;
+        }
+        let id = out.location.len() as u64 + 1;
+        let name = st.id(label);
+        out.function.push(Function { id, name, system_name: name, filename: 0 });
+        out.location.push(Location { id, mapping_id: 0, address: 0, line: vec![Line { function_id: id, line: 0 }] });
+        locs.insert(label.to_string(), id);
+        id
+    };
+    for l in &r.locks {
+        for s in &l.stacks {
+            let mut ids = vec![loc(&format!("[{}: {}]", l.kind, l.name), &mut out, &mut st)];
+            for f in &s.frames {
+                ids.push(loc(f, &mut out, &mut st));
+            }
+            let label = vec![
+                Label { key: st.id("lock"), str: st.id(&l.name), num: 0 },
+                Label { key: st.id("kind"), str: st.id(l.kind), num: 0 },
+            ];
+            out.sample.push(PSample {
+                location_id: ids,
+                value: vec![(s.wait_ms * 1000.0).round() as i64, s.events as i64],
+                label,
+            });
+        }
+    }
+    out.comment.push(st.id(&format!(
+        "pileup locks {}{}",
+        r.exe,
+        r.pid.map(|p| format!(" pid {p}")).unwrap_or_default()
+    )));
+    out.string_table = std::mem::take(&mut st.table);
+    write_gz(&out, w)
 }
 
 /// One line per recorded stack: frames root first, the lock as the leaf,

@@ -76,8 +76,16 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     let pid = sb.pid().to_string();
     let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", folded.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pb = folded_dir.join("waits.pb.gz");
+    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", pb.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let queries = stop(go, handles);
     assert!(queries > 100, "the storm ran ({queries} queries)");
+    // pprof: read by Go's own pprof, the lock as a frame, wait time as the value.
+    let g = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb).output().expect("go (golang-go)");
+    assert!(g.status.success(), "pprof rejected: {}", String::from_utf8_lossy(&g.stderr));
+    let raw = String::from_utf8_lossy(&g.stdout);
+    assert!(raw.contains("wait/microseconds") && raw.contains("LOCK_global_system_variables"), "{raw}");
 
     let locks = r["locks"].as_array().unwrap();
     let l = locks

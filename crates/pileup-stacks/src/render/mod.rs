@@ -10,7 +10,7 @@
 
 mod dot;
 mod pmp;
-mod pprof;
+pub mod pprof;
 
 use std::io::Write;
 

@@ -116,16 +116,23 @@ pub struct Function {
     pub filename: i64,
 }
 
-struct Strings {
-    table: Vec<String>,
+/// pprof's string table: index 0 is the empty string, each string once.
+pub struct Strings {
+    pub table: Vec<String>,
     idx: HashMap<String, i64>,
 }
 
+impl Default for Strings {
+    fn default() -> Self {
+        Strings::new()
+    }
+}
+
 impl Strings {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Strings { table: vec![String::new()], idx: HashMap::from([(String::new(), 0)]) }
     }
-    fn id(&mut self, s: &str) -> i64 {
+    pub fn id(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.idx.get(s) {
             return i;
         }
@@ -230,7 +237,11 @@ pub fn pprof_message(p: &Profile) -> PProfile {
 }
 
 pub fn pprof(p: &Profile, w: &mut dyn Write) -> Result<()> {
-    let msg = pprof_message(p);
+    write_gz(&pprof_message(p), w)
+}
+
+/// Encode a profile message, gzipped, as pprof files are.
+pub fn write_gz(msg: &PProfile, w: &mut dyn Write) -> Result<()> {
     let mut gz = GzEncoder::new(w, flate2::Compression::default());
     gz.write_all(&msg.encode_to_vec())?;
     gz.finish()?;

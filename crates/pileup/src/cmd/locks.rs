@@ -35,7 +35,7 @@ pub struct LocksArgs {
     /// How long to trace (e.g. 10s, 2m, 1h). Ctrl-C ends it early and still reports.
     #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
     pub duration: Duration,
-    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph).
+    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph), pprof (wait time as the value).
     #[arg(long, value_parser = parse_format)]
     pub format: Option<Format>,
     /// Write to this file (created 0600) instead of stdout; the format follows its extension unless given.
@@ -64,7 +64,7 @@ pub struct LocksArgs {
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).ok_or_else(|| format!("{s:?}: expected text, json, folded or svg"))
+    Format::parse(s).ok_or_else(|| format!("{s:?}: expected text, json, folded, svg or pprof"))
 }
 
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
@@ -125,7 +125,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         dwarf: a.debug_info,
         debug_dirs: pileup_stacks::default_debug_dirs(),
         // A flame graph or folded stacks carry every recorded stack.
-        top: if matches!(format, Format::Folded | Format::Svg) { usize::MAX } else { a.top },
+        top: if matches!(format, Format::Folded | Format::Svg | Format::Pprof) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
     };
     let bar = progress(&a);
@@ -141,7 +141,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         b.finish_and_clear();
     }
     let report = report?;
-    write_output(a.output.as_deref(), false, |w| render(&report, format, a.top, w))
+    write_output(a.output.as_deref(), format == Format::Pprof, |w| render(&report, format, a.top, w))
 }
 
 fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
