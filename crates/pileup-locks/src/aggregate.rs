@@ -209,7 +209,6 @@ fn merge_classes(entries: Vec<LockEntry>, top: usize) -> Vec<LockEntry> {
         let mut hist: BTreeMap<(u64, u64), u64> = m.histogram.iter().map(|b| ((b.from_us, b.to_us), b.waits)).collect();
         let mut stacks: HashMap<Vec<String>, StackEntry> = HashMap::new();
         let mut statements: HashMap<String, StatementEntry> = HashMap::new();
-        let mut total_ns_mean = m.mean_us * m.waits as f64;
         let mut add_parts = |e: &mut LockEntry| {
             for s in e.stacks.drain(..) {
                 match stacks.get_mut(&s.frames) {
@@ -241,7 +240,6 @@ fn merge_classes(entries: Vec<LockEntry>, top: usize) -> Vec<LockEntry> {
             for b in &e.histogram {
                 *hist.entry((b.from_us, b.to_us)).or_default() += b.waits;
             }
-            total_ns_mean += e.mean_us * e.waits as f64;
             m.waits += e.waits;
             m.in_progress += e.in_progress;
             m.total_ms += e.total_ms;
@@ -253,7 +251,7 @@ fn merge_classes(entries: Vec<LockEntry>, top: usize) -> Vec<LockEntry> {
             m.distinct_stacks += e.distinct_stacks;
             m.holders.extend(e.holders);
         }
-        m.mean_us = if m.waits > 0 { total_ns_mean / m.waits as f64 } else { 0.0 };
+        m.mean_us = if m.waits > 0 { m.total_ms * 1000.0 / m.waits as f64 } else { 0.0 };
         m.histogram = hist.into_iter().map(|((from_us, to_us), waits)| Bucket { from_us, to_us, waits }).collect();
         let mut stacks: Vec<StackEntry> = stacks.into_values().collect();
         stacks.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));

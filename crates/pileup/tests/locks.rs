@@ -198,19 +198,7 @@ fn sigkill_leaves_no_probe_attached() {
 #[test]
 fn without_privileges_the_error_is_one_line_naming_what_is_missing() {
     let sb = sandbox();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            env!("CARGO_BIN_EXE_pileup"),
-            "locks",
-            "--no-sql",
-            "--pid",
-            &sb.pid().to_string(),
-        ])
-        .output()
-        .expect("setpriv (util-linux)");
+    let out = pileup_as_nobody(&["locks", "--no-sql", "--pid", &sb.pid().to_string()]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("CAP_BPF") && e.contains("CAP_PERFMON") && e.contains("sudo"), "{e}");

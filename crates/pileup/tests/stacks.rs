@@ -318,19 +318,7 @@ fn max_stop_budget_abandons_the_capture_and_resumes_everything() {
 fn refused_ptrace_says_how_to_get_permission() {
     let sb = sandbox();
     // The server runs as root; pileup as `nobody` may not trace it.
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            env!("CARGO_BIN_EXE_pileup"),
-            "stacks",
-            "--no-sql",
-            "--pid",
-            &sb.pid().to_string(),
-        ])
-        .output()
-        .expect("setpriv (util-linux)");
+    let out = pileup_as_nobody(&["stacks", "--no-sql", "--pid", &sb.pid().to_string()]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("not permitted to trace") && e.contains("CAP_SYS_PTRACE"), "{e}");

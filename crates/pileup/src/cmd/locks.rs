@@ -95,12 +95,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
                 }
             }
         }
-        "auto" => pileup_stacks::proc::auto_pid()?,
-        p => p
-            .parse::<i32>()
-            .ok()
-            .filter(|&p| p > 0)
-            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
+        p => super::parse_pid(p)?,
     };
     // Privileges first: without them the server cannot even be looked at,
     // and the error should say what is missing.

@@ -32,6 +32,20 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
 }
 
+/// `--pid PID|auto` for commands that trace a local server: `auto` is the
+/// one mysqld/mariadbd running (refused when there are several).
+pub fn parse_pid(arg: &str) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    match arg {
+        "auto" => Ok(pileup_stacks::proc::auto_pid()?),
+        p => p
+            .parse::<i32>()
+            .ok()
+            .filter(|&p| p > 0)
+            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\"")),
+    }
+}
+
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
 /// is the server listening on the endpoint pileup connects to (socket, or a
 /// local TCP port); a remote server has no local process. Returns the pid

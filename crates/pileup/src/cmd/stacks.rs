@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
 use pileup_stacks::render::{render, Format, RenderOptions};
@@ -135,14 +135,7 @@ pub struct StacksArgs {
 }
 
 pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
-    let pid = match a.pid.as_str() {
-        "auto" => pileup_stacks::proc::auto_pid()?,
-        p => p
-            .parse::<i32>()
-            .ok()
-            .filter(|&p| p > 0)
-            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\""))?,
-    };
+    let pid = super::parse_pid(&a.pid)?;
     if a.samples == 0 {
         bail!("--samples must be at least 1");
     }

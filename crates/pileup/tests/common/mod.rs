@@ -46,6 +46,15 @@ pub fn pileup(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pileup")).args(args).env_remove("MYSQL_PWD").output().expect("running pileup")
 }
 
+/// pileup run as `nobody` (setpriv from util-linux): no privileges at all.
+pub fn pileup_as_nobody(args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_pileup")])
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
 pub fn stacks_json(sb: &Sandbox, extra: &[&str]) -> serde_json::Value {
     let pid = sb.pid().to_string();
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
