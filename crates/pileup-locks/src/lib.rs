@@ -97,57 +97,82 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// What is known of the traced process's threads: their ids (a lock
+/// owner must be one) and their SQL connections, re-read at most once per
+/// refresh interval while waits arrive.
+struct Threads {
+    pid: i32,
+    tids: HashSet<i32>,
+    sql: Option<SqlSource>,
+    server_version: Option<String>,
+    sql_by_tid: HashMap<i32, SqlThread>,
+    read_at: Instant,
+    sql_error: Option<String>,
+}
+
+impl Threads {
+    fn new(pid: i32, sql: Option<SqlSource>) -> Result<Threads, LocksError> {
+        let mut t = Threads {
+            pid,
+            tids: HashSet::new(),
+            server_version: sql.as_ref().map(|s| s.version.clone()),
+            sql,
+            sql_by_tid: HashMap::new(),
+            read_at: Instant::now(),
+            sql_error: None,
+        };
+        t.tids = pileup_stacks::proc::tids(pid)?.into_iter().collect();
+        t.read_sql();
+        Ok(t)
+    }
+
+    fn refresh(&mut self, every: Duration) {
+        if self.read_at.elapsed() < every {
+            return;
+        }
+        self.read_at = Instant::now();
+        if let Ok(t) = pileup_stacks::proc::tids(self.pid) {
+            self.tids = t.into_iter().collect();
+        }
+        self.read_sql();
+    }
+
+    fn read_sql(&mut self) {
+        let Some(s) = self.sql.as_mut() else { return };
+        match s.threads() {
+            Ok(m) => self.sql_by_tid = m,
+            Err(e) => {
+                if self.sql_error.is_none() {
+                    self.sql_error = Some(format!("SQL annotation failed ({e:#}); waits are traced without it"));
+                }
+            }
+        }
+    }
+}
+
 /// Trace `opts.pid` for `opts.duration` (or until `stop`), annotating
 /// waiters with SQL from `sql` when given, and return the report.
 pub fn run(
     opts: &Options,
-    mut sql: Option<SqlSource>,
+    sql: Option<SqlSource>,
     stop: &AtomicBool,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Report, LocksError> {
     capture::preflight()?;
     let mut resolver = Resolver::new(opts.pid, opts.any_process, opts.dwarf, &opts.debug_dirs)?;
     let mut notes = std::mem::take(&mut resolver.notes);
-    let server_version = sql.as_ref().map(|s| s.version.clone());
-    let mut tids: HashSet<i32> = pileup_stacks::proc::tids(opts.pid)?.into_iter().collect();
-    let threads = tids.len();
+    let mut known = Threads::new(opts.pid, sql)?;
+    let threads = known.tids.len();
     let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut agg = aggregate::Aggregator::default();
-    let mut sql_map: HashMap<i32, SqlThread> = HashMap::new();
-    let mut sql_at: Option<Instant> = None;
-    let mut sql_error: Option<String> = None;
-    let mut tids_at = Instant::now();
     let mut unwind_stops: HashMap<String, u64> = HashMap::new();
     let pid = opts.pid;
-    let mut refresh =
-        |sql: &mut Option<SqlSource>, sql_map: &mut HashMap<i32, SqlThread>, sql_at: &mut Option<Instant>| {
-            if sql_at.is_some_and(|t| t.elapsed() < opts.sql_refresh) {
-                return;
-            }
-            *sql_at = Some(Instant::now());
-            if let Some(s) = sql.as_mut() {
-                match s.threads() {
-                    Ok(m) => *sql_map = m,
-                    Err(e) => {
-                        if sql_error.is_none() {
-                            sql_error = Some(format!("SQL annotation failed ({e:#}); waits are traced without it"));
-                        }
-                    }
-                }
-            }
-        };
-    refresh(&mut sql, &mut sql_map, &mut sql_at);
     let trace_opts = capture::TraceOptions { pid: opts.pid, duration: opts.duration, stack_budget: opts.stack_budget };
     // What the progress line shows, shared between the two callbacks.
     let seen = std::cell::Cell::new((0u64, 0usize));
     let capture::Traced { words, counters, elapsed } = {
         let on_event = |e: event::Event| {
-            if tids_at.elapsed() > Duration::from_secs(1) {
-                if let Ok(t) = pileup_stacks::proc::tids(pid) {
-                    tids = t.into_iter().collect();
-                }
-                tids_at = Instant::now();
-            }
+            known.refresh(opts.sql_refresh);
             let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64 };
             let (addrs, error) = if e.ip == 0 {
                 (vec![], Some("no registers".to_string()))
@@ -158,15 +183,16 @@ pub fn run(
                 *unwind_stops.entry(err.clone()).or_default() += 1;
             }
             let frames = resolver.frames(&addrs);
-            let w = annotate::lock_wait(&frames, &e, &tids);
+            let w = annotate::lock_wait(&frames, &e, &known.tids);
             tracing::trace!(word = e.uaddr, op = e.op, val = e.val, ret = e.ret, kind = ?w.kind, "wait");
             let taken_in = annotate::taken_in(&frames);
-            let statement = sql_map
+            let statement = known
+                .sql_by_tid
                 .get(&e.tid)
                 .and_then(|t| t.info.as_deref())
                 .map(|q| pileup_replica::statement::fingerprint(q.as_bytes(), &mut vec![]));
             let holder = w.owner_tid.map(|t| {
-                let who = match sql_map.get(&t) {
+                let who = match known.sql_by_tid.get(&t) {
                     Some(s) => s.summary(120),
                     None => pileup_stacks::proc::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
                 };
@@ -192,8 +218,7 @@ pub fn run(
         };
         capture::trace(&trace_opts, stop, on_event, on_tick)?
     };
-    refresh(&mut sql, &mut sql_map, &mut sql_at);
-    if let Some(e) = sql_error {
+    if let Some(e) = known.sql_error {
         notes.push(e);
     }
     let thread_ns = (elapsed.as_nanos() as u64).saturating_mul(threads.max(1) as u64);
@@ -250,7 +275,7 @@ pub fn run(
         source: "ebpf",
         pid: Some(opts.pid),
         exe: resolver.exe.clone(),
-        server_version,
+        server_version: known.server_version,
         started_unix_ms,
         duration_s: elapsed.as_secs_f64(),
         threads,

@@ -129,6 +129,33 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
 }
 
 #[test]
+fn connections_that_start_waiting_mid_trace_are_annotated() {
+    let _one = serial();
+    let sb = sandbox();
+    let pid = sb.pid().to_string();
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let tracer = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["locks", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "4s", "--format", "json"])
+        .env_remove("MYSQL_PWD")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The connections open after the trace began: only a processlist read
+    // during the trace knows their statements.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
+    let out = tracer.wait_with_output().unwrap();
+    stop(go, handles);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = r["locks"].as_array().unwrap().iter().find(|l| l["name"] == "LOCK_global_system_variables");
+    let l = l.unwrap_or_else(|| panic!("LOCK_global_system_variables among {:#}", r["locks"]));
+    let st = l["statements"].as_array().unwrap();
+    assert!(st.iter().any(|s| s["fingerprint"] == "SHOW GLOBAL VARIABLES"), "{l:#}");
+}
+
+#[test]
 fn an_innodb_latch_is_reported_with_the_server_function_that_waited() {
     let _one = serial();
     let sb = sandbox();
