@@ -18,7 +18,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps demo test style build bench clean
+.PHONY: deps toolchain demo test style build bench clean
 
 deps:
 	@missing=""; \
@@ -39,7 +39,13 @@ deps:
 	  echo "installing Rust (rustup, stable)"; \
 	  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }
 
-build: deps
+# rustfmt and clippy: the style gate uses both, and the eBPF skeleton's
+# generator runs rustfmt (rustup's minimal profile has a rustfmt that fails).
+toolchain: deps
+	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
+	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy
+
+build: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) build --release --locked
 
 demo: build
@@ -47,12 +53,10 @@ demo: build
 
 # The style gate runs first: formatting (rustfmt.toml) and clippy with every
 # warning an error, then every test.
-test: deps style
+test: toolchain style
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2
 
-style: deps
-	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
-	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy
+style: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) fmt --all --check
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
