@@ -47,18 +47,57 @@ pub struct RowLockWait {
     pub blocking_trx_age_s: Option<i64>,
 }
 
+/// A metadata lock as the server lists it: granted, or (performance_schema
+/// only) still waited for.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MdlLock {
+    pub conn: u64,
+    /// The lock mode without `MDL_`: `BACKUP_FTWRL2`, `SHARED_READ`, `EXCLUSIVE`…
+    pub mode: String,
+    /// What is locked: `BACKUP` (the global read and backup lock), `TABLE`, `SCHEMA`…
+    pub namespace: String,
+    /// `schema.name` for tables and routines, empty for the backup lock.
+    pub object: String,
+    pub granted: bool,
+}
+
+/// The metadata locks held (and waited for) when the capture ran, and where
+/// they were read from: `information_schema.METADATA_LOCK_INFO` (the
+/// metadata_lock_info plugin, granted locks only) or
+/// `performance_schema.metadata_locks` (granted and pending).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MetadataLocks {
+    pub source: String,
+    pub locks: Vec<MdlLock>,
+}
+
+/// An open InnoDB transaction (`information_schema.INNODB_TRX`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OpenTrx {
+    pub conn: u64,
+    /// Seconds since it started (the server keeps whole seconds).
+    pub age_s: i64,
+    pub state: String,
+    pub query: Option<String>,
+    pub tables_locked: u64,
+    pub rows_locked: u64,
+}
+
 /// Everything a capture gathered (also what the verdict is computed from).
 #[derive(Default)]
 pub struct Evidence {
     pub trigger: String,
     pub unix: f64,
     pub sql_error: Option<String>,
-    /// Processlist rows: id, user, host, db, command, time, state, info.
+    /// Processlist rows: id, user, host, db, command, time, state, info, and
+    /// on MariaDB time_ms and tid; the capture's own connection left out.
     pub processlist: Vec<BTreeMap<String, String>>,
     pub innodb_status: Option<String>,
     pub row_lock_waits: Vec<RowLockWait>,
-    /// (connection id, lock mode, lock type, schema.table) from metadata_lock_info.
-    pub mdl: Option<Vec<(u64, String, String, String)>>,
+    /// Metadata locks, when the server lists them.
+    pub mdl: Option<MetadataLocks>,
+    /// Open InnoDB transactions, oldest first.
+    pub trx: Vec<OpenTrx>,
     pub profile: Option<Profile>,
     pub stacks_error: Option<String>,
     pub history: Vec<Row>,
@@ -151,9 +190,16 @@ pub fn gather(
 
 fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
     let mut c = spec.connect()?;
-    let rows: Vec<mysql::Row> = c.query(
-        "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST ORDER BY TIME DESC",
-    )?;
+    // TIME_MS (when a connection's current state began, to the
+    // millisecond) and TID are MariaDB's; MySQL has neither.
+    let rows: Vec<mysql::Row> = match c.query(
+        "SELECT ID, USER, HOST, DB, COMMAND, TIME, TIME_MS, STATE, INFO, TID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() ORDER BY TIME_MS DESC",
+    ) {
+        Ok(r) => r,
+        Err(_) => c.query(
+            "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() ORDER BY TIME DESC",
+        )?,
+    };
     for r in rows {
         let mut m = BTreeMap::new();
         for (i, col) in r.columns_ref().iter().enumerate() {
@@ -187,21 +233,112 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
             blocking_trx_age_s: age,
         })
         .collect();
-    let has_mdl: Option<i64> = c
+    let trx: Vec<(u64, Option<i64>, String, Option<String>, Option<u64>, Option<u64>)> = c
+        .query(
+            "SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW()), trx_state, trx_query, trx_tables_locked, trx_rows_locked \
+             FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> CONNECTION_ID() ORDER BY trx_started",
+        )
+        .unwrap_or_default();
+    ev.trx = trx
+        .into_iter()
+        .filter(|t| t.0 != 0) // background (purge, recovered) transactions
+        .map(|(conn, age, state, query, tl, rl)| OpenTrx {
+            conn,
+            age_s: age.unwrap_or(0),
+            state,
+            query,
+            tables_locked: tl.unwrap_or(0),
+            rows_locked: rl.unwrap_or(0),
+        })
+        .collect();
+    ev.mdl = metadata_locks(&mut c);
+    Ok(())
+}
+
+/// Install the metadata_lock_info plugin unless it is active (the watcher's
+/// `--install-plugins`: it changes the server, so only on request). Says
+/// what it did. MariaDB only; the plugin stays installed until `UNINSTALL
+/// SONAME 'metadata_lock_info'`.
+pub fn install_plugins(spec: &ConnSpec) -> Result<String> {
+    let mut c = spec.connect()?;
+    let (flavor, _) = pileup_conn::flavor(&mut c)?;
+    if flavor != pileup_conn::Flavor::MariaDb {
+        anyhow::bail!("--install-plugins: metadata_lock_info is a MariaDB plugin; on MySQL turn on performance_schema's wait/lock/metadata/sql/mdl instrument instead");
+    }
+    let active: Option<i64> = c.query_first(
+        "SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'METADATA_LOCK_INFO' AND PLUGIN_STATUS = 'ACTIVE'",
+    )?;
+    if active.unwrap_or(0) > 0 {
+        return Ok("metadata_lock_info is already installed: metadata-lock holders are exact".into());
+    }
+    c.query_drop("INSTALL SONAME 'metadata_lock_info'").map_err(|e| {
+        anyhow::anyhow!(
+            "--install-plugins: cannot install metadata_lock_info ({}); connect as a user with INSERT on mysql.plugin, or run without --install-plugins",
+            pileup_conn::plain(&e)
+        )
+    })?;
+    Ok("installed the metadata_lock_info plugin (--install-plugins): metadata-lock holders are exact; UNINSTALL SONAME 'metadata_lock_info' removes it".into())
+}
+
+/// The metadata locks, from the metadata_lock_info plugin or from
+/// performance_schema with its `wait/lock/metadata/sql/mdl` instrument on;
+/// `None` when the server lists neither.
+fn metadata_locks(c: &mut mysql::Conn) -> Option<MetadataLocks> {
+    let strip = |m: String| m.strip_prefix("MDL_").map(str::to_string).unwrap_or(m);
+    // The plugin gives empty strings where performance_schema gives NULL.
+    let name = |s: Option<String>, n: Option<String>| match (s.filter(|s| !s.is_empty()), n.filter(|n| !n.is_empty())) {
+        (None, None) => String::new(),
+        (s, n) => format!("{}.{}", s.unwrap_or_default(), n.unwrap_or_default()),
+    };
+    let plugin: Option<i64> = c
         .query_first("SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'METADATA_LOCK_INFO' AND PLUGIN_STATUS = 'ACTIVE'")
         .unwrap_or(None);
-    if has_mdl.unwrap_or(0) > 0 {
-        let m: Vec<(u64, String, String, Option<String>, Option<String>)> =
-            c.query("SELECT THREAD_ID, LOCK_MODE, LOCK_TYPE, TABLE_SCHEMA, TABLE_NAME FROM information_schema.METADATA_LOCK_INFO").unwrap_or_default();
-        ev.mdl = Some(
-            m.into_iter()
-                .map(|(t, mode, ty, s, n)| {
-                    (t, mode, ty, format!("{}.{}", s.unwrap_or_default(), n.unwrap_or_default()))
-                })
-                .collect(),
-        );
+    if plugin.unwrap_or(0) > 0 {
+        let m: Vec<(u64, String, String, Option<String>, Option<String>)> = c
+            .query("SELECT THREAD_ID, LOCK_MODE, LOCK_TYPE, TABLE_SCHEMA, TABLE_NAME FROM information_schema.METADATA_LOCK_INFO WHERE THREAD_ID <> CONNECTION_ID()")
+            .ok()?;
+        let locks = m
+            .into_iter()
+            .map(|(conn, mode, ty, s, n)| MdlLock {
+                conn,
+                mode: strip(mode),
+                // "Backup lock", "Table metadata lock", "Schema metadata lock"…
+                namespace: ty.split(' ').next().unwrap_or("").to_ascii_uppercase(),
+                object: name(s, n),
+                granted: true,
+            })
+            .collect();
+        return Some(MetadataLocks { source: "metadata_lock_info".into(), locks });
     }
-    Ok(())
+    let on: Option<(String, String)> = c
+        .query_first(
+            "SELECT ENABLED, TIMED FROM performance_schema.setup_instruments WHERE NAME = 'wait/lock/metadata/sql/mdl'",
+        )
+        .ok()
+        .flatten();
+    if on.is_none_or(|(e, _)| e != "YES") {
+        return None;
+    }
+    let m: Vec<(Option<u64>, String, String, Option<String>, Option<String>, String)> = c
+        .query(
+            "SELECT t.PROCESSLIST_ID, m.LOCK_TYPE, m.OBJECT_TYPE, m.OBJECT_SCHEMA, m.OBJECT_NAME, m.LOCK_STATUS \
+             FROM performance_schema.metadata_locks m JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
+             WHERE t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID()",
+        )
+        .ok()?;
+    let locks = m
+        .into_iter()
+        .filter_map(|(conn, mode, ns, s, n, status)| {
+            Some(MdlLock {
+                conn: conn?,
+                mode: strip(mode),
+                namespace: ns,
+                object: name(s, n),
+                granted: status == "GRANTED",
+            })
+        })
+        .collect();
+    Some(MetadataLocks { source: "performance_schema".into(), locks })
 }
 
 #[cfg(test)]

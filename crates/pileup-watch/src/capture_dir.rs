@@ -3,7 +3,7 @@
 //!
 //! | file | content |
 //! |---|---|
-//! | `evidence.json` | trigger, time, verdict, processlist, row and metadata lock waits |
+//! | `evidence.json` | trigger, time, verdict, processlist, row and metadata lock waits, open transactions, the lock pile-up and its holder |
 //! | `metrics.json` | the metric history around the trigger |
 //! | `report.txt` | the text report, verdict first |
 //! | `report.html` | the self-contained report ([`crate::report`]) |
@@ -20,7 +20,8 @@ use anyhow::{Context, Result};
 use pileup_stacks::render::{render, Format, RenderOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{slug, stamp, Evidence, RowLockWait};
+use crate::capture::{slug, stamp, Evidence, MetadataLocks, OpenTrx, RowLockWait};
+use crate::holder::LockPileup;
 use crate::store::Row;
 
 /// What a capture saved besides stacks and metrics (`evidence.json`).
@@ -34,7 +35,15 @@ pub struct EvidenceFile {
     pub processlist: Vec<BTreeMap<String, String>>,
     pub row_lock_waits: Vec<RowLockWait>,
     pub root_blockers: Vec<(u64, usize)>,
-    pub mdl: Option<Vec<(u64, String, String, String)>>,
+    /// Metadata locks as the server listed them (captures written before
+    /// this field existed have none).
+    #[serde(default)]
+    pub metadata_locks: Option<MetadataLocks>,
+    #[serde(default)]
+    pub open_transactions: Vec<OpenTrx>,
+    /// The lock pile-up and its holder, with how sure it is.
+    #[serde(default)]
+    pub lock_pileup: Option<LockPileup>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,8 +98,10 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
     }
     if let Some(m) = &ev.mdl {
         pileup_files::write_private(&dir.join("metadata_locks.txt"), |f| {
-            for (t, mode, ty, obj) in m {
-                writeln!(f, "{t}\t{mode}\t{ty}\t{obj}")?;
+            writeln!(f, "# from {}\nconnection\tmode\tnamespace\tobject\tstatus", m.source)?;
+            for l in &m.locks {
+                let status = if l.granted { "granted" } else { "waiting" };
+                writeln!(f, "{}\t{}\t{}\t{}\t{status}", l.conn, l.mode, l.namespace, l.object)?;
             }
             Ok(())
         })?;
@@ -105,7 +116,9 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         processlist: ev.processlist.clone(),
         row_lock_waits: ev.row_lock_waits.clone(),
         root_blockers: crate::verdict::root_blockers(&ev.row_lock_waits),
-        mdl: ev.mdl.clone(),
+        metadata_locks: ev.mdl.clone(),
+        open_transactions: ev.trx.clone(),
+        lock_pileup: crate::holder::analyse(ev),
     };
     pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;
     pileup_files::write_private_bytes(&dir.join("report.txt"), report_txt.as_bytes())?;

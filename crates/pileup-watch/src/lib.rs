@@ -4,7 +4,7 @@
 //! Data flow, one module per step:
 //!
 //! ```text
-//! poll ─▶ derive ─▶ store ─▶ trigger ─▶ schedule ─▶ capture ─▶ verdict ─▶ capture_dir ─▶ report
+//! poll ─▶ derive ─▶ store ─▶ trigger ─▶ schedule ─▶ capture ─▶ verdict (holder) ─▶ capture_dir ─▶ report
 //!           └─▶ expo (Prometheus), top (terminal view)
 //! ```
 //!
@@ -13,10 +13,11 @@
 //! ratios; [`store`] keeps the history in SQLite; [`trigger`] evaluates
 //! stall conditions with a hold time; [`schedule`] says when a capture may
 //! run; [`capture`] gathers the evidence while a stall lasts, [`verdict`]
-//! names the likely culprit, [`capture_dir`] writes the capture's files
+//! names the likely culprit ([`holder`]: who holds the lock a pile-up
+//! waits for, exact or inferred), [`capture_dir`] writes the capture's files
 //! (and reads them back), and [`report`] renders them as text and one
 //! HTML file; [`watch`] is the loop that ties them together. [`derive`](mod@crate::derive),
-//! [`trigger`], [`schedule`] and [`verdict`] are pure functions or objects
+//! [`trigger`], [`schedule`], [`verdict`] and [`holder`] are pure functions or objects
 //! of their inputs, tested without a server.
 
 // Query rows are read as tuples of their column types; naming each one
@@ -27,6 +28,7 @@ pub mod capture;
 pub mod capture_dir;
 pub mod derive;
 pub mod expo;
+pub mod holder;
 pub mod poll;
 pub mod report;
 pub mod schedule;

@@ -16,6 +16,7 @@ use pileup_stacks::render::{render, Format, RenderOptions};
 
 use crate::capture::{stamp, Evidence};
 use crate::capture_dir::{Capture, MetricRow};
+use crate::holder::{LockPileup, Sureness, EXACT_HINT};
 use crate::verdict::{pl_summary, root_blockers};
 
 /// Charts drawn, in order: (metric, title).
@@ -142,12 +143,32 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
-    if let Some(m) = &ev.mdl {
-        h.push_str(
-            "<h2>Metadata locks</h2><table><tr><th>connection</th><th>mode</th><th>type</th><th>object</th></tr>",
+    if let Some(p) = &ev.lock_pileup {
+        let _ = write!(h, "<h2>Lock pile-up</h2><p>{}</p>", esc(&pileup_text(p).replace('\n', " ")));
+        if !p.holders.is_empty() {
+            h.push_str("<table><tr><th>holder</th><th>why</th></tr>");
+            for x in &p.holders {
+                let _ = write!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(&x.summary), esc(&x.reason));
+            }
+            h.push_str("</table>");
+        }
+    }
+    if let Some(m) = &ev.metadata_locks {
+        let _ = write!(
+            h,
+            "<h2>Metadata locks</h2><p>From {}.</p><table><tr><th>connection</th><th>mode</th><th>namespace</th><th>object</th><th>status</th></tr>",
+            esc(&m.source)
         );
-        for (t, mode, ty, obj) in m {
-            let _ = write!(h, "<tr><td>{t}</td><td>{}</td><td>{}</td><td>{}</td></tr>", esc(mode), esc(ty), esc(obj));
+        for l in &m.locks {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                l.conn,
+                esc(&l.mode),
+                esc(&l.namespace),
+                esc(&l.object),
+                if l.granted { "granted" } else { "waiting" }
+            );
         }
         h.push_str("</table>");
     }
@@ -186,6 +207,22 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     }
     h.push_str("</body></html>\n");
     h
+}
+
+/// A lock pile-up in words: what waits, behind whom, and how the holder
+/// was found.
+fn pileup_text(p: &LockPileup) -> String {
+    let mut s =
+        format!("{} connection(s) wait for a {}, the oldest for {:.1} s", p.waiting, p.class.describe(), p.oldest_s);
+    if let Some((c, stmt)) = &p.head {
+        let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_stacks::annotate::one_line(stmt, 120));
+    }
+    let _ = match p.sureness {
+        Some(Sureness::Exact) => write!(s, "; holder read {}", p.why),
+        Some(_) => write!(s, "; holder inferred: {}; {EXACT_HINT}", p.why),
+        None => write!(s, "; holder not found: {}; {EXACT_HINT}", p.why),
+    };
+    s
 }
 
 /// Rebuild a capture's `report.html` from its files (`pileup report DIR`).
@@ -238,6 +275,12 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
         direct.sort();
         direct.dedup();
         writeln!(rep, "  waiting: {}", direct.iter().take(10).cloned().collect::<Vec<_>>().join("; "))?;
+    }
+    if let Some(p) = crate::holder::analyse(ev) {
+        writeln!(rep, "\nlock pile-up: {}", pileup_text(&p))?;
+        for x in &p.holders {
+            writeln!(rep, "  {} — {}", x.summary, x.reason)?;
+        }
     }
     if !ev.history.is_empty() {
         writeln!(rep, "\nmetrics before the trigger (per poll):")?;

@@ -60,38 +60,9 @@ pub fn verdict(ev: &Evidence) -> String {
         let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
         return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
     }
-    // 2. Metadata locks: FTWRL / backup lock or a table lock holder.
-    let waiting_grl = ev
-        .processlist
-        .iter()
-        .filter(|r| {
-            r.get("state").is_some_and(|s| {
-                s.contains("global read lock") || s.contains("backup lock") || s.contains("metadata lock")
-            })
-        })
-        .count();
-    if waiting_grl > 0 {
-        if let Some(mdl) = &ev.mdl {
-            if let Some((holder, mode, _, _)) = mdl.iter().find(|(_, mode, ty, _)| {
-                mode.contains("FTWRL") || ty.contains("Global read") || mode.contains("BACKUP_FTWRL")
-            }) {
-                return format!(
-                    "global read lock: {waiting_grl} connection(s) wait, held by {} ({mode}: FLUSH TABLES WITH READ LOCK or a backup)",
-                    pl_summary(ev, *holder)
-                );
-            }
-            if let Some((holder, mode, _, obj)) =
-                mdl.iter().find(|(_, mode, _, _)| mode.contains("EXCLUSIVE") || mode.contains("SHARED_NO"))
-            {
-                return format!(
-                    "metadata lock: {waiting_grl} connection(s) wait, {obj} locked {mode} by {}",
-                    pl_summary(ev, *holder)
-                );
-            }
-        }
-        return format!(
-            "metadata lock wait: {waiting_grl} connection(s) wait for a global read, backup or metadata lock; the holder is named only with the metadata_lock_info plugin (INSTALL SONAME 'metadata_lock_info')"
-        );
+    // 2. Global read, backup, metadata, flush or table-level lock waits.
+    if let Some(p) = crate::holder::analyse(ev) {
+        return crate::holder::verdict_line(&p);
     }
     // 3. A pthread mutex with a known holder.
     if let Some(p) = &ev.profile {

@@ -94,6 +94,13 @@ pub struct WatchArgs {
     /// Fetch nothing from debuginfod servers (the cache is still read).
     #[arg(long, conflicts_with = "debuginfod")]
     pub no_debuginfod: bool,
+    /// Install MariaDB's metadata_lock_info plugin at start if it is not
+    /// active, so captures name metadata-lock and global-read-lock holders
+    /// exactly (without it, or performance_schema's mdl instrument, they
+    /// are inferred from timing and say how sure they are). This changes
+    /// the server: the plugin stays installed.
+    #[arg(long)]
+    pub install_plugins: bool,
 }
 
 pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
@@ -156,6 +163,9 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
                 }
             });
         }
+    }
+    if a.install_plugins {
+        eprintln!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
