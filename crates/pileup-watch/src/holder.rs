@@ -164,8 +164,9 @@ fn mode_rank(mode: &str) -> usize {
     const ORDER: &[&str] = &[
         "BACKUP_FTWRL2",
         "BACKUP_FTWRL1",
-        "BACKUP_BLOCK_COMMIT",
+        "BACKUP_WAIT_COMMIT",
         "BACKUP_BLOCK_DDL",
+        "BACKUP_WAIT_DDL",
         "BACKUP_WAIT_FLUSH",
         "BACKUP_FLUSH",
         "BACKUP_START",
@@ -203,7 +204,7 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
     let others: Vec<&Conn> = all.iter().filter(|c| c.class.is_none() && !is_server_thread(c)).collect();
     let holder = |c: &Conn, reason: String| Holder { conn: c.id, summary: pl_summary(ev, c.id), reason };
     if let Some(m) = &ev.mdl {
-        let held = exact_holders(&m.locks, subject.id, class, &others);
+        let held = exact_holders(&m.locks, subject.id, class, head.is_some(), &others);
         if !held.is_empty() {
             p.holders = held
                 .into_iter()
@@ -316,9 +317,7 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
 fn describe_lock(l: &MdlLock) -> String {
     let what = match l.mode.as_str() {
         m if m.starts_with("BACKUP_FTWRL") => ": FLUSH TABLES WITH READ LOCK",
-        "BACKUP_START" | "BACKUP_FLUSH" | "BACKUP_WAIT_FLUSH" | "BACKUP_BLOCK_DDL" | "BACKUP_BLOCK_COMMIT" => {
-            ": BACKUP STAGE (a backup tool)"
-        }
+        m if is_backup_tool_mode(m) => ": BACKUP STAGE (a backup tool)",
         _ => "",
     };
     if l.object.is_empty() {
@@ -328,15 +327,44 @@ fn describe_lock(l: &MdlLock) -> String {
     }
 }
 
+/// Backup-lock modes taken by BACKUP STAGE (MariaDB's backup tools); the
+/// FTWRL modes are told apart. Statements take the others (BACKUP_DML,
+/// BACKUP_TRANS_DML, BACKUP_COMMIT…) for as long as they run.
+fn is_backup_tool_mode(m: &str) -> bool {
+    matches!(
+        m,
+        "BACKUP_START"
+            | "BACKUP_FLUSH"
+            | "BACKUP_WAIT_FLUSH"
+            | "BACKUP_WAIT_DDL"
+            | "BACKUP_WAIT_COMMIT"
+            | "BACKUP_BLOCK_DDL"
+            | "BACKUP_BLOCK_COMMIT"
+    )
+}
+
 /// Granted locks that `subject` waits behind, strongest first. With
 /// performance_schema the subject's pending lock names the object; the
 /// plugin lists granted locks only, so the objects are those the subject
 /// already holds (DDL takes an upgradable lock first) or, failing that,
 /// those held by connections not waiting.
-fn exact_holders<'a>(locks: &'a [MdlLock], subject: u64, class: LockClass, others: &[&Conn]) -> Vec<&'a MdlLock> {
+fn exact_holders<'a>(
+    locks: &'a [MdlLock],
+    subject: u64,
+    class: LockClass,
+    head: bool,
+    others: &[&Conn],
+) -> Vec<&'a MdlLock> {
     let not_waiting = |l: &&MdlLock| l.conn != subject && others.iter().any(|c| c.id == l.conn) && l.granted;
     let mut held: Vec<&MdlLock> = match class {
-        LockClass::Backup => locks.iter().filter(|l| l.namespace == "BACKUP").filter(not_waiting).collect(),
+        // Writers wait for FTWRL or BACKUP STAGE; FTWRL or BACKUP STAGE
+        // waiting (the head) waits for running statements.
+        LockClass::Backup => locks
+            .iter()
+            .filter(|l| l.namespace == "BACKUP")
+            .filter(|l| head != (l.mode.starts_with("BACKUP_FTWRL") || is_backup_tool_mode(&l.mode)))
+            .filter(not_waiting)
+            .collect(),
         LockClass::Metadata => {
             let mut objects: Vec<&str> = locks
                 .iter()

@@ -54,15 +54,32 @@ pub fn pl_summary(ev: &Evidence, id: u64) -> String {
 
 /// The first line of the report: the likely culprit, with its evidence.
 pub fn verdict(ev: &Evidence) -> String {
-    // 1. Row locks: the transaction most others wait for.
-    if let Some((b, n)) = root_blockers(&ev.row_lock_waits).into_iter().next() {
-        let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
-        let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
-        return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
+    // 1. Row locks: the transaction most others wait for, unless it is
+    // itself waiting for a global or metadata lock (a commit blocked by
+    // BACKUP STAGE BLOCK_COMMIT or FTWRL keeps its row locks): then that
+    // lock's holder is the root.
+    let pileup = crate::holder::analyse(ev);
+    let roots = root_blockers(&ev.row_lock_waits);
+    if let Some(&(b, n)) = roots.first() {
+        let waiting_itself = ev.processlist.iter().any(|r| {
+            r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
+                && r.get("state").is_some_and(|s| crate::holder::LockClass::of_state(s).is_some())
+        });
+        if !waiting_itself || pileup.is_none() {
+            let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
+            let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
+            return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
+        }
     }
     // 2. Global read, backup, metadata, flush or table-level lock waits.
-    if let Some(p) = crate::holder::analyse(ev) {
-        return crate::holder::verdict_line(&p);
+    if let Some(p) = pileup {
+        let mut v = crate::holder::verdict_line(&p);
+        if let Some(&(b, n)) = roots.first() {
+            v += &format!(
+                "; {n} transaction(s) also wait for row locks held by connection {b}, which waits in this queue"
+            );
+        }
+        return v;
     }
     // 3. A pthread mutex with a known holder.
     if let Some(p) = &ev.profile {
@@ -145,5 +162,30 @@ mod tests {
         assert!(verdict(&ev).contains("blocked by connection 7 "));
         let ev2 = Evidence { sql_error: Some("timed out".into()), ..Default::default() };
         assert!(verdict(&ev2).starts_with("the server does not answer SQL (timed out)"));
+    }
+
+    #[test]
+    fn a_row_lock_root_that_waits_for_the_backup_lock_is_not_the_culprit() {
+        let mut ev = Evidence::default();
+        let row = |id: &str, cmd: &str, ms: &str, state: &str| -> BTreeMap<String, String> {
+            [("id", id), ("user", "app"), ("command", cmd), ("time", "1"), ("time_ms", ms), ("state", state)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        ev.processlist.push(row("7", "Query", "1500", "Waiting for backup lock"));
+        ev.processlist.push(row("8", "Query", "1200", "Waiting for backup lock"));
+        ev.processlist.push(row("9", "Query", "1000", "Updating"));
+        ev.processlist.push(row("66", "Sleep", "1550", ""));
+        ev.row_lock_waits.push(RowLockWait { waiting_conn: 9, blocking_conn: 7, ..Default::default() });
+        let v = verdict(&ev);
+        assert!(
+            v.starts_with("global read or backup lock: 2 connection(s) wait, likely held by connection 66 "),
+            "{v}"
+        );
+        assert!(
+            v.ends_with("; 1 transaction(s) also wait for row locks held by connection 7, which waits in this queue"),
+            "{v}"
+        );
     }
 }

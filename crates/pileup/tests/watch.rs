@@ -284,11 +284,17 @@ fn queueing_load(sb: &pileup_sandbox::Sandbox, test: &str, tables: &str) -> Chil
         .unwrap()
 }
 
-/// FLUSH TABLES WITH READ LOCK under write load, with idle connections
-/// around (one idle since before the watcher, one since shortly before the
-/// lock): the capture's verdict, after 4 s of steady load that must not
-/// trigger.
-fn ftwrl_capture(sb: &pileup_sandbox::Sandbox, name: &str, extra: &[&str]) -> (u64, serde_json::Value, Scratch) {
+/// A global lock (`lock`, released by `unlock`) taken under write load,
+/// with idle connections around (one idle since before the watcher, one
+/// since shortly before the lock): the capture, after 4 s of steady load
+/// that must not trigger, and the locking connection.
+fn global_lock_capture(
+    sb: &pileup_sandbox::Sandbox,
+    name: &str,
+    extra: &[&str],
+    lock: &[&str],
+    unlock: &str,
+) -> (u64, serde_json::Value, Scratch) {
     let mut load = queueing_load(sb, "oltp_write_only", "2");
     let mut idle_long = sb.connect().unwrap();
     idle_long.query_drop("SELECT 1").unwrap();
@@ -306,15 +312,17 @@ fn ftwrl_capture(sb: &pileup_sandbox::Sandbox, name: &str, extra: &[&str]) -> (u
     );
     let mut f = sb.connect().unwrap();
     let ftwrl_id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    f.query_drop("FLUSH TABLES WITH READ LOCK").unwrap();
+    for q in lock {
+        f.query_drop(q).unwrap();
+    }
     let onset = now_unix();
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
-    f.query_drop("UNLOCK TABLES").unwrap();
+    f.query_drop(unlock).unwrap();
     let cap = cap.unwrap_or_else(|| {
         panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
     });
     let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
-    assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global read lock ({global_waits})");
+    assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global lock ({global_waits})");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
@@ -332,7 +340,9 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     // A default server: --install-plugins installs metadata_lock_info, and
     // the holder is read from it.
     let sb = sandbox();
-    let (ftwrl_id, cap, _data) = ftwrl_capture(&sb, "watch-ftwrl", &["--install-plugins"]);
+    let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
+    let (ftwrl_id, cap, _data) =
+        global_lock_capture(&sb, "watch-ftwrl", &["--install-plugins"], &ftwrl, "UNLOCK TABLES");
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -356,7 +366,8 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
     // went idle just before the writers queued, and the verdict says it is
     // inferred.
     let sb = sandbox();
-    let (ftwrl_id, cap, _data) = ftwrl_capture(&sb, "watch-ftwrl-default", &[]);
+    let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
+    let (ftwrl_id, cap, _data) = global_lock_capture(&sb, "watch-ftwrl-default", &[], &ftwrl, "UNLOCK TABLES");
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -370,6 +381,33 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
     assert_eq!(ev["lock_pileup"]["sureness"], "likely", "{}", ev["lock_pileup"]);
     assert_eq!(ev["lock_pileup"]["holders"][0]["conn"], ftwrl_id);
     assert!(std::fs::read_to_string(dir.join("report.txt")).unwrap().contains("lock pile-up: "));
+}
+
+#[test]
+fn backup_stage_holder_is_named_inferred_then_exact() {
+    // A backup tool's BACKUP STAGE BLOCK_COMMIT: writers wait at commit.
+    let sb = sandbox();
+    let stages = ["BACKUP STAGE START", "BACKUP STAGE BLOCK_COMMIT"];
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup", &[], &stages, "BACKUP STAGE END");
+    let verdict = cap["verdict"].as_str().unwrap();
+    eprintln!("verdict: {verdict}");
+    assert!(
+        verdict.starts_with("global read or backup lock: ")
+            && verdict.contains(&format!("likely held by connection {id} "))
+            && verdict.contains("inferred"),
+        "verdict: {verdict}"
+    );
+    // The same with the plugin: exact, and named as a backup.
+    sb.sql("DROP DATABASE sbtest; INSTALL SONAME 'metadata_lock_info'").unwrap();
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup-exact", &[], &stages, "BACKUP STAGE END");
+    let verdict = cap["verdict"].as_str().unwrap();
+    eprintln!("verdict: {verdict}");
+    assert!(
+        verdict.starts_with("backup lock: ")
+            && verdict.contains(&format!("held by connection {id} "))
+            && verdict.contains("BACKUP STAGE"),
+        "verdict: {verdict}"
+    );
 }
 
 #[test]
