@@ -88,6 +88,9 @@ pub struct OpenTrx {
 pub struct Evidence {
     pub trigger: String,
     pub unix: f64,
+    /// When the stall began: the trigger's condition first held, or the
+    /// thread scan first saw the pile-up (to its 100 ms).
+    pub onset_unix: Option<f64>,
     pub sql_error: Option<String>,
     /// Processlist rows: id, user, host, db, command, time, state, info, and
     /// on MariaDB time_ms and tid; the capture's own connection left out.
@@ -121,6 +124,12 @@ pub fn stamp(unix: f64) -> String {
     format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// `YYYYmmdd-HHMMSS.s` in UTC: [`stamp`] with tenths of a second.
+pub fn stamp_tenths(unix: f64) -> String {
+    let tenths = ((unix - unix.floor()) * 10.0).floor() as u8;
+    format!("{}.{}", stamp(unix), tenths.min(9))
+}
+
 pub fn slug(s: &str) -> String {
     let mut out: String =
         s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
@@ -130,7 +139,8 @@ pub fn slug(s: &str) -> String {
     out.trim_matches('-').chars().take(40).collect()
 }
 
-/// Gather evidence (SQL and stacks) for a fired trigger.
+/// Gather evidence (SQL and stacks) for a fired trigger. Once `cancel` is
+/// set, sampling stops after the current sample and SQL is skipped.
 pub fn gather(
     trigger: &str,
     unix: f64,
@@ -138,6 +148,7 @@ pub fn gather(
     pid: Option<i32>,
     s: &CaptureSettings,
     history: Vec<Row>,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> Evidence {
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
     // Stacks first: they do not depend on SQL answering.
@@ -171,12 +182,15 @@ pub fn gather(
             debuginfod_wait: true,
         };
         match Sampler::new(pid, opts, sql) {
-            Ok(mut sampler) => match sampler.run(s.samples.max(1), s.interval, |_, _| {}) {
+            Ok(mut sampler) => match sampler.run_until(s.samples.max(1), s.interval, None, cancel, |_| {}) {
                 Ok(()) => ev.profile = Some(sampler.finish()),
                 Err(e) => ev.stacks_error = Some(e.to_string()),
             },
             Err(e) => ev.stacks_error = Some(e.to_string()),
         }
+    }
+    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return ev; // dropped: the rest is not needed
     }
     if let Some(sp) = spec {
         let mut bounded = sp.clone();
@@ -350,6 +364,7 @@ mod tests {
         assert_eq!(stamp(0.0), "19700101-000000");
         assert_eq!(stamp(1_795_000_000.0), "20261118-110640");
         assert_eq!(stamp(951_782_400.0), "20000229-000000");
+        assert_eq!(stamp_tenths(951_782_400.37), "20000229-000000.3");
         assert_eq!(slug("threads_running > 32 for 1s"), "threads-running-32-for-1s");
     }
 }

@@ -29,6 +29,9 @@ use crate::store::Row;
 pub struct EvidenceFile {
     pub trigger: String,
     pub unix: f64,
+    /// When the stall began (see [`Evidence::onset_unix`]).
+    #[serde(default)]
+    pub onset_unix: Option<f64>,
     pub verdict: String,
     pub sql_error: Option<String>,
     pub stacks_error: Option<String>,
@@ -110,6 +113,7 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
     let saved = EvidenceFile {
         trigger: ev.trigger.clone(),
         unix: ev.unix,
+        onset_unix: ev.onset_unix,
         verdict: verdict.to_string(),
         sql_error: ev.sql_error.clone(),
         stacks_error: ev.stacks_error.clone(),
@@ -125,6 +129,11 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
     Ok(dir)
 }
 
+/// `stalls.json`: the pile-ups the thread scan saw around the trigger.
+pub fn write_stalls(dir: &Path, stalls: &[crate::scan::Stall]) -> Result<()> {
+    pileup_files::write_private(&dir.join("stalls.json"), |w| Ok(serde_json::to_writer(w, stalls)?))
+}
+
 /// `report.html`.
 pub fn write_report_html(dir: &Path, html: &str) -> Result<()> {
     pileup_files::write_private_bytes(&dir.join("report.html"), html.as_bytes())
@@ -137,6 +146,7 @@ pub struct Capture {
     pub flamegraph_svg: Option<Vec<u8>>,
     pub stacks_txt: Option<String>,
     pub innodb_status: Option<String>,
+    pub stalls: Vec<crate::scan::Stall>,
 }
 
 /// Read a capture directory back.
@@ -155,5 +165,9 @@ pub fn read(dir: &Path) -> Result<Capture> {
         flamegraph_svg: std::fs::read(dir.join("flamegraph.svg")).ok(),
         stacks_txt: text("stacks.txt"),
         innodb_status: text("innodb_status.txt"),
+        stalls: std::fs::read(dir.join("stalls.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default(),
     })
 }

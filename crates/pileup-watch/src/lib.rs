@@ -31,6 +31,7 @@ pub mod expo;
 pub mod holder;
 pub mod poll;
 pub mod report;
+pub mod scan;
 pub mod schedule;
 pub mod store;
 pub mod top;

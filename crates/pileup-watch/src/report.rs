@@ -14,7 +14,7 @@ use anyhow::Result;
 use base64::Engine;
 use pileup_stacks::render::{render, Format, RenderOptions};
 
-use crate::capture::{stamp, Evidence};
+use crate::capture::{stamp, stamp_tenths, Evidence};
 use crate::capture_dir::{Capture, MetricRow};
 use crate::holder::{LockPileup, Sureness, EXACT_HINT};
 use crate::verdict::{pl_summary, root_blockers};
@@ -120,6 +120,9 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     );
     let _ = write!(h, "<h1>pileup capture</h1><div class=\"verdict\" id=\"verdict\">{}</div>", esc(&ev.verdict));
     let _ = write!(h, "<p>Trigger <code>{}</code> fired at {} UTC.", esc(&ev.trigger), stamp(ev.unix));
+    if let Some(o) = ev.onset_unix {
+        let _ = write!(h, " The stall began at {} UTC.", stamp_tenths(o));
+    }
     if let Some(e) = &ev.sql_error {
         let _ = write!(h, " SQL did not answer: {}.", esc(e));
     }
@@ -140,6 +143,21 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         h.push_str("<h2>Row lock waits</h2><table><tr><th>blocking connection</th><th>transactions waiting</th></tr>");
         for (b, n) in &ev.root_blockers {
             let _ = write!(h, "<tr><td>{b}</td><td>{n}</td></tr>");
+        }
+        h.push_str("</table>");
+    }
+    if !c.stalls.is_empty() {
+        h.push_str("<h2>Pile-ups seen by the thread scan</h2><table><tr><th>began (UTC)</th><th>ended (UTC)</th><th>length</th><th>threads held up at peak</th><th>usually</th></tr>");
+        for st in &c.stalls {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td><td>{}</td></tr>",
+                stamp_tenths(st.began_unix),
+                stamp_tenths(st.ended_unix),
+                st.ms(),
+                st.peak_blocked,
+                st.baseline
+            );
         }
         h.push_str("</table>");
     }
@@ -236,6 +254,7 @@ pub fn refresh(dir: &Path, store: &crate::store::Store, before: f64, after: f64)
     let c = crate::capture_dir::read(dir)?;
     let rows = store.range(c.evidence.unix - before, c.evidence.unix + after)?;
     crate::capture_dir::write_metrics(dir, &rows)?;
+    crate::capture_dir::write_stalls(dir, &store.stalls(c.evidence.unix - before, c.evidence.unix + after)?)?;
     rebuild(dir)
 }
 
@@ -246,6 +265,9 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     writeln!(rep, "VERDICT: {v}")?;
     writeln!(rep)?;
     writeln!(rep, "trigger: {} at {} UTC", ev.trigger, stamp(ev.unix))?;
+    if let Some(o) = ev.onset_unix {
+        writeln!(rep, "stall began: {} UTC", stamp_tenths(o))?;
+    }
     if let Some(e) = &ev.sql_error {
         writeln!(rep, "SQL: did not answer ({e})")?;
     }

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// At most one early capture per this long: a metric that flickers over a
-/// threshold costs a few short stack samples now and then, not continuously.
-pub const EARLY_GAP: Duration = Duration::from_secs(10);
+/// threshold costs a stack sample or two now and then (a dropped early
+/// capture stops sampling), not continuously.
+pub const EARLY_GAP: Duration = Duration::from_secs(2);
 
 /// The capture policy's limits.
 #[derive(Debug, Clone)]
@@ -189,14 +190,15 @@ mod tests {
         assert!(!s.may_start_early(1.0, None), "one at a time");
         assert_eq!(s.drop_early(), Some("confirm-2"));
         s.finished();
-        assert_eq!(s.refused(5.0, None), None, "a dropped early capture does not start the cooldown");
-        assert!(!s.may_start_early(5.0, None), "but the next early capture waits for the gap");
-        assert!(s.may_start_early(10.0, None));
-        s.started_early(0, 10.0, "confirm-0");
-        assert_eq!(s.confirm_early(12.0), Some("confirm-0"));
+        assert_eq!(s.refused(1.5, None), None, "a dropped early capture does not start the cooldown");
+        assert!(!s.may_start_early(1.5, None), "but the next early capture waits for the gap");
+        let gap = EARLY_GAP.as_secs_f64();
+        assert!(s.may_start_early(gap, None));
+        s.started_early(0, gap, "confirm-0");
+        assert_eq!(s.confirm_early(gap + 2.0), Some("confirm-0"));
         assert_eq!(s.early_trigger(), None);
         s.finished();
-        assert_eq!(s.refused(13.0, None).as_deref(), Some("cooldown (60s)"), "a confirmed one counts");
+        assert_eq!(s.refused(gap + 3.0, None).as_deref(), Some("cooldown (60s)"), "a confirmed one counts");
     }
 
     #[test]

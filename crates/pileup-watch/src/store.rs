@@ -62,7 +62,8 @@ impl Store {
             "CREATE TABLE IF NOT EXISTS polls (unix REAL PRIMARY KEY, ok INTEGER NOT NULL, cost_ms REAL, error TEXT, raw TEXT, derived TEXT);
              CREATE TABLE IF NOT EXISTS rollup_1m (minute INTEGER PRIMARY KEY, polls INTEGER, failed INTEGER, derived TEXT);
              CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS stalls (began REAL PRIMARY KEY, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL);",
         )?;
         Ok(Store { db, path, _lock: None })
     }
@@ -178,6 +179,33 @@ impl Store {
         Ok(v)
     }
 
+    /// A pile-up seen by the thread scan.
+    pub fn add_stall(&self, s: &crate::scan::Stall) -> Result<()> {
+        self.db.execute(
+            "INSERT OR REPLACE INTO stalls (began, ended, peak, baseline) VALUES (?1, ?2, ?3, ?4)",
+            params![s.began_unix, s.ended_unix, s.peak_blocked, s.baseline],
+        )?;
+        Ok(())
+    }
+
+    /// Pile-ups that overlap `from..=to`, oldest first.
+    pub fn stalls(&self, from: f64, to: f64) -> Result<Vec<crate::scan::Stall>> {
+        let mut st = self.db.prepare(
+            "SELECT began, ended, peak, baseline FROM stalls WHERE ended >= ?1 AND began <= ?2 ORDER BY began",
+        )?;
+        let v = st
+            .query_map(params![from, to], |r| {
+                Ok(crate::scan::Stall {
+                    began_unix: r.get(0)?,
+                    ended_unix: r.get(1)?,
+                    peak_blocked: r.get(2)?,
+                    baseline: r.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(v)
+    }
+
     /// Roll up complete minutes older than `now - 60 s`, then apply retention.
     pub fn maintain(&self, now: f64, r: &Retention) -> Result<()> {
         let last_done: Option<i64> = self.db.query_row("SELECT MAX(minute) FROM rollup_1m", [], |x| x.get(0))?;
@@ -208,6 +236,7 @@ impl Store {
         }
         self.db.execute("DELETE FROM polls WHERE unix < ?1", params![now - r.raw_secs])?;
         self.db.execute("DELETE FROM rollup_1m WHERE minute < ?1", params![((now - r.rollup_secs) / 60.0) as i64])?;
+        self.db.execute("DELETE FROM stalls WHERE ended < ?1", params![now - r.rollup_secs])?;
         let size = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         if size > r.max_bytes {
             // Drop the oldest tenth of the raw history (rollups stay).
@@ -277,6 +306,10 @@ mod tests {
         assert_eq!(ru.len(), 3);
         assert_eq!(ru[0].1["questions_rate"], 29.5, "average of 0..59");
         assert_eq!(s.count().unwrap(), 40, "raw polls older than 100 s are gone");
+        let st = crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4 };
+        s.add_stall(&st).unwrap();
+        assert_eq!(s.stalls(6100.5, 6200.0).unwrap(), vec![st], "overlapping the range");
+        assert!(s.stalls(6101.0, 6200.0).unwrap().is_empty());
         drop(s);
         let mut again = Store::open(d.path()).unwrap();
         again.claim().unwrap();

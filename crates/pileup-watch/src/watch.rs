@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -40,7 +41,22 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     /// Serve the latest metrics in Prometheus format on this address.
     pub listen: Option<String>,
+    /// Time between thread scans ([`crate::scan`]); zero turns them off.
+    pub scan_interval: Duration,
+    /// Threads held up above their usual number that make a pile-up.
+    pub pileup_threads: u32,
 }
+
+/// The pile-up threshold that goes with the default triggers: as many
+/// threads as the running-threads trigger.
+pub fn default_pileup_threads(cpus: usize) -> u32 {
+    (4 * cpus).max(16) as u32
+}
+
+/// Short stalls within this window that make the next one worth a capture.
+pub const SHORT_STALL_WINDOW_SECS: f64 = 600.0;
+/// …and how many.
+pub const SHORT_STALLS_TO_CAPTURE: usize = 3;
 
 /// Triggers that need no tuning: a server that does not answer, a pile-up
 /// of running threads (more than 4 per CPU, at least 16), throughput collapsing to
@@ -62,12 +78,53 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    Listening { addr: String },
-    Poll { unix: f64, ok: bool, cost_ms: f64, error: Option<String>, derived: BTreeMap<String, f64> },
-    Fired { unix: f64, trigger: String, onset_unix: f64 },
-    Skipped { unix: f64, trigger: String, why: String },
-    Captured { unix: f64, trigger: String, dir: String, verdict: String, onset_to_first_stack_ms: Option<f64> },
-    CaptureFailed { unix: f64, trigger: String, error: String },
+    Listening {
+        addr: String,
+    },
+    Poll {
+        unix: f64,
+        ok: bool,
+        cost_ms: f64,
+        error: Option<String>,
+        derived: BTreeMap<String, f64>,
+    },
+    Fired {
+        unix: f64,
+        trigger: String,
+        onset_unix: f64,
+    },
+    /// The thread scan saw threads held up (the start of a pile-up).
+    PileUp {
+        unix: f64,
+        began_unix: f64,
+        blocked: u32,
+        baseline: u32,
+    },
+    /// A pile-up ended: when it began and ended, to the scan interval.
+    Stall {
+        began_unix: f64,
+        ended_unix: f64,
+        ms: f64,
+        peak_blocked: u32,
+        baseline: u32,
+    },
+    Skipped {
+        unix: f64,
+        trigger: String,
+        why: String,
+    },
+    Captured {
+        unix: f64,
+        trigger: String,
+        dir: String,
+        verdict: String,
+        onset_to_first_stack_ms: Option<f64>,
+    },
+    CaptureFailed {
+        unix: f64,
+        trigger: String,
+        error: String,
+    },
 }
 
 /// Metric history kept in a capture's report: this long before the trigger…
@@ -129,6 +186,28 @@ impl Context for Ctx<'_> {
 /// For an early capture: `Some((trigger, fired at))` keeps it, `None` drops it.
 type Decision = Option<(String, f64)>;
 
+/// The loop's handle on a running early capture.
+struct Early {
+    decide: mpsc::Sender<Decision>,
+    /// Set when it is dropped: its sampling ends after the current sample.
+    cancel: Arc<AtomicBool>,
+}
+
+impl Early {
+    fn start() -> (Early, (mpsc::Receiver<Decision>, Arc<AtomicBool>)) {
+        let (tx, rx) = mpsc::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        (Early { decide: tx, cancel: cancel.clone() }, (rx, cancel))
+    }
+    fn keep(self, trigger: String, unix: f64) {
+        let _ = self.decide.send(Some((trigger, unix)));
+    }
+    fn drop_it(self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        let _ = self.decide.send(None);
+    }
+}
+
 /// Gather and write one capture on its own thread; report on `done`. An
 /// early capture (`decide` given) gathers at once but is only written once
 /// the trigger confirms it, under the trigger and time that did.
@@ -143,14 +222,16 @@ fn spawn_capture(
     unix: f64,
     onset: f64,
     history: Vec<crate::store::Row>,
-    decide: Option<mpsc::Receiver<Decision>>,
+    decide: Option<(mpsc::Receiver<Decision>, Arc<AtomicBool>)>,
 ) {
     let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
     std::thread::spawn(move || {
-        let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history);
+        let cancel = decide.as_ref().map(|d| d.1.clone());
+        let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
+        ev.onset_unix = Some(onset);
         let (trigger, unix) = match decide {
             None => (trigger, unix),
-            Some(rx) => match rx.recv() {
+            Some((rx, _)) => match rx.recv() {
                 Ok(Some((t, fired))) => (t, fired),
                 _ => {
                     tracing::debug!("early capture for {trigger} dropped: the condition cleared");
@@ -178,6 +259,57 @@ fn spawn_capture(
         };
         let _ = done.send(Some(msg));
     });
+}
+
+/// The thread scan on its own thread, every `interval` start to start;
+/// pulses arrive on the returned channel. It ends when the process is gone
+/// or the receiver is dropped.
+fn spawn_scan(pid: i32, interval: Duration, threshold: u32, any_process: bool) -> mpsc::Receiver<crate::scan::Pulse> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // The thread cache's futex word, by the server's exported symbols
+        // (MariaDB's `thread_cache`, older servers' `COND_thread_cache`).
+        let parked_at: Box<dyn FnMut(u64) -> bool> = match pileup_stacks::resolve::Resolver::new(
+            pid,
+            any_process,
+            false,
+            &[],
+        ) {
+            Ok(r) => Box::new(
+                move |w| matches!(r.data_name(w), pileup_stacks::resolve::DataName::Symbol { symbol, .. } if symbol.contains("thread_cache")),
+            ),
+            Err(e) => {
+                tracing::debug!(
+                    "thread scan: no symbols for {pid} ({e}); threads in the thread cache count as held up"
+                );
+                Box::new(|_| false)
+            }
+        };
+        let mut scan = crate::scan::ThreadScan::new(pid, parked_at);
+        let mut detect = crate::scan::Detector::new(threshold);
+        let t0 = Instant::now();
+        let mut tick = 0u32;
+        loop {
+            let c = match scan.census(crate::poll::now_unix()) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!("thread scan of {pid} stopped: {e}");
+                    return;
+                }
+            };
+            if let Some(p) = detect.step(&c) {
+                if tx.send(p).is_err() {
+                    return;
+                }
+            }
+            tick += 1;
+            match (interval * tick).checked_sub(t0.elapsed()) {
+                Some(w) => std::thread::sleep(w),
+                None => tick = (t0.elapsed().as_secs_f64() / interval.as_secs_f64()).ceil() as u32,
+            }
+        }
+    });
+    rx
 }
 
 fn free_bytes(p: &std::path::Path) -> Option<u64> {
@@ -212,7 +344,7 @@ pub fn run(
     let mut hist = History { rows: VecDeque::new(), keep_secs: 3600.0 };
     let mut armed: Vec<Armed> = vec![Armed::default(); o.triggers.len()];
     let (done_tx, done_rx) = mpsc::channel::<Option<Event>>();
-    let mut sched: Scheduler<mpsc::Sender<Decision>> = Scheduler::new(Limits {
+    let mut sched: Scheduler<Early> = Scheduler::new(Limits {
         cooldown: o.cooldown,
         max_per_hour: o.max_captures_per_hour,
         min_free_bytes: o.min_free_bytes,
@@ -223,6 +355,14 @@ pub fn run(
     let now = || t0.elapsed().as_secs_f64();
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
+    let mut scan = pid
+        .filter(|_| !o.scan_interval.is_zero())
+        .map(|p| spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process));
+    // The scan's own capture, when it runs unconfirmed, is known by this
+    // index (one past the triggers').
+    let scan_idx = o.triggers.len();
+    let mut short_stalls: VecDeque<f64> = VecDeque::new();
+    let mut open_pileup: Option<f64> = None;
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
@@ -277,18 +417,20 @@ pub fn run(
         for (i, t) in o.triggers.iter().enumerate() {
             let step = armed[i].step(t, p.unix, &ctx);
             let onset = armed[i].since().unwrap_or(p.unix);
+            // The scan times a pile-up's start to its interval.
+            let onset = open_pileup.map_or(onset, |b| b.min(onset));
             // An early capture for this trigger is running: confirm or drop it.
             if sched.early_trigger() == Some(i) {
                 match step {
                     Step::Fire => {
                         on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
                         if let Some(decide) = sched.confirm_early(now()) {
-                            let _ = decide.send(Some((t.text.clone(), p.unix)));
+                            decide.keep(t.text.clone(), p.unix);
                         }
                     }
                     Step::Idle => {
                         if let Some(decide) = sched.drop_early() {
-                            let _ = decide.send(None);
+                            decide.drop_it();
                         }
                     }
                     _ => {}
@@ -300,8 +442,8 @@ pub fn run(
                 // the first stacks show the stall's start rather than the end
                 // of its hold; dropped unless the hold confirms it.
                 if sched.may_start_early(now(), free()) {
-                    let (tx, rx) = mpsc::channel();
-                    sched.started_early(i, now(), tx);
+                    let (early, rx) = Early::start();
+                    sched.started_early(i, now(), early);
                     let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
                     spawn_capture(
                         &spec,
@@ -324,7 +466,7 @@ pub fn run(
             on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
             if let Some(decide) = sched.confirm_early(now()) {
                 // Another trigger's early capture is running: it is this stall's evidence.
-                let _ = decide.send(Some((t.text.clone(), p.unix)));
+                decide.keep(t.text.clone(), p.unix);
                 continue;
             }
             if let Some(why) = sched.refused(now(), free()) {
@@ -342,15 +484,112 @@ pub fn run(
         }
         tick += 1;
         let next = o.interval * tick;
-        if let Some(wait) = next.checked_sub(t0.elapsed()) {
-            std::thread::sleep(wait);
-        } else {
+        if next < t0.elapsed() {
             // Overran: re-anchor so polls do not bunch up to catch up.
             tick = (t0.elapsed().as_secs_f64() / o.interval.as_secs_f64()).ceil() as u32;
         }
+        // Until the next poll: the thread scan's pulses.
+        while let Some(wait) = (o.interval * tick).checked_sub(t0.elapsed()) {
+            let Some(rx) = &scan else {
+                std::thread::sleep(wait);
+                break;
+            };
+            let pulse = match rx.recv_timeout(wait) {
+                Ok(p) => p,
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    scan = None;
+                    continue;
+                }
+            };
+            use crate::scan::Pulse;
+            let unix = crate::poll::now_unix();
+            match pulse {
+                Pulse::Began { began_unix, blocked, baseline } => {
+                    open_pileup = Some(began_unix);
+                    on(&Event::PileUp { unix, began_unix, blocked, baseline });
+                    // Capture at once; kept if a trigger fires, the pile-up
+                    // lasts, or short stalls repeat.
+                    if sched.early_trigger().is_none() && sched.may_start_early(now(), free()) {
+                        let (early, rx) = Early::start();
+                        sched.started_early(scan_idx, now(), early);
+                        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+                        let text = format!("pile-up: {blocked} threads held up (usually {baseline})");
+                        spawn_capture(
+                            &spec,
+                            pid,
+                            o,
+                            &captures_root,
+                            &done_tx,
+                            text,
+                            unix,
+                            began_unix,
+                            history,
+                            Some(rx),
+                        );
+                    }
+                }
+                Pulse::Lasting { began_unix, blocked, baseline } => {
+                    let text = format!(
+                        "pile-up: {blocked} threads held up for {}s (usually {baseline})",
+                        crate::scan::LASTING_SECS
+                    );
+                    if let Some(decide) = sched.confirm_early(now()) {
+                        on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
+                        decide.keep(text, unix);
+                    } else if sched.refused(now(), free()).is_none() {
+                        on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
+                        sched.started(now());
+                        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+                        spawn_capture(&spec, pid, o, &captures_root, &done_tx, text, unix, began_unix, history, None);
+                    }
+                    // Otherwise a capture of this stall runs or just ran.
+                }
+                Pulse::Ended(st) => {
+                    open_pileup = None;
+                    store.add_stall(&st)?;
+                    on(&Event::Stall {
+                        began_unix: st.began_unix,
+                        ended_unix: st.ended_unix,
+                        ms: st.ms(),
+                        peak_blocked: st.peak_blocked,
+                        baseline: st.baseline,
+                    });
+                    if st.ms() < crate::scan::LASTING_SECS * 1000.0 {
+                        short_stalls.push_back(st.ended_unix);
+                    }
+                    while short_stalls.front().is_some_and(|t| st.ended_unix - t > SHORT_STALL_WINDOW_SECS) {
+                        short_stalls.pop_front();
+                    }
+                    // An early capture of this stall (the scan's, or a
+                    // trigger's still in its hold) is kept when short
+                    // stalls repeat; the scan's own is dropped otherwise.
+                    if let Some(early) = sched.early_trigger() {
+                        if short_stalls.len() >= SHORT_STALLS_TO_CAPTURE {
+                            let text = format!(
+                                "short stalls: {} in {} min, this one {:.0} ms",
+                                short_stalls.len(),
+                                SHORT_STALL_WINDOW_SECS / 60.0,
+                                st.ms()
+                            );
+                            on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
+                            if let Some(decide) = sched.confirm_early(now()) {
+                                decide.keep(text, unix);
+                            }
+                        } else if early == scan_idx {
+                            if let Some(decide) = sched.drop_early() {
+                                decide.drop_it();
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
     // Let a running capture finish so its report is not lost.
-    drop(sched.drop_early()); // an unconfirmed early capture is dropped
+    if let Some(e) = sched.drop_early() {
+        e.drop_it(); // an unconfirmed early capture is dropped
+    }
     if sched.running() {
         if let Ok(Some(ev)) = done_rx.recv_timeout(Duration::from_secs(60)) {
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {

@@ -101,6 +101,17 @@ pub struct WatchArgs {
     /// the server: the plugin stays installed.
     #[arg(long)]
     pub install_plugins: bool,
+    /// Time between scans of the server's thread states in /proc (no SQL;
+    /// needs the pid). A pile-up of threads held up in lock or disk waits
+    /// starts a capture at once and is timed to this interval, short
+    /// stalls between polls included. 0 turns the scan off.
+    #[arg(long, default_value = "100ms", value_parser = super::parse_duration)]
+    pub scan_interval: Duration,
+    /// Threads held up (in a futex wait or in disk wait) above their usual
+    /// number that make a pile-up (default: 4 per CPU, at least 16, as the
+    /// running-threads trigger).
+    #[arg(long, value_name = "N")]
+    pub pileup_threads: Option<u32>,
 }
 
 pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
@@ -121,9 +132,15 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         t.check_metrics()?;
         triggers.push(t);
     }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if triggers.is_empty() || a.with_default_triggers {
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         triggers.extend(default_triggers(cpus));
+    }
+    if !a.scan_interval.is_zero() && a.scan_interval < Duration::from_millis(10) {
+        bail!("--scan-interval must be at least 10ms (or 0 to turn the scan off)");
+    }
+    if a.pileup_threads == Some(0) {
+        bail!("--pileup-threads must be at least 1");
     }
     let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
     let o = WatchOptions {
@@ -143,6 +160,8 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         retention: Default::default(),
         duration: a.duration,
         listen: a.listen,
+        scan_interval: a.scan_interval,
+        pileup_threads: a.pileup_threads.unwrap_or_else(|| pileup_watch::watch::default_pileup_threads(cpus)),
     };
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
@@ -197,6 +216,13 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             Event::Poll { .. } => {}
             Event::Listening { addr } => eprintln!("metrics: http://{addr}/metrics"),
             Event::Fired { trigger, .. } => eprintln!("fired: {trigger}"),
+            Event::PileUp { blocked, baseline, .. } => {
+                eprintln!("pile-up: {blocked} threads held up (usually {baseline}); capturing")
+            }
+            Event::Stall { began_unix, ms, peak_blocked, .. } => eprintln!(
+                "stall: {ms:.0} ms from {} UTC, {peak_blocked} threads held up at peak",
+                pileup_watch::capture::stamp_tenths(*began_unix)
+            ),
             Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
             Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),
             Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),

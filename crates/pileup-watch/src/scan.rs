@@ -1,0 +1,392 @@
+//! Scan: the server's thread states from /proc every 100 ms, between the
+//! polls and at no SQL cost, to catch pile-ups as they begin and short
+//! stalls that a once-a-second poll misses.
+//!
+//! A connection thread that waits for a lock (a row, metadata, global or
+//! table lock, or a mutex) sleeps in a futex wait; an idle connection
+//! sleeps in `poll()`; a thread waiting for the disk is in state D. A
+//! thread parked in the server's thread cache also sleeps in a futex wait,
+//! on the cache's condition variable: those are told by the futex word's
+//! address (`/proc/PID/task/TID/syscall`, named by the caller) and left
+//! out. So the number of threads in a futex wait or in D, above its usual
+//! level, is the number held up: [`Census`] counts them, and [`Detector`]
+//! turns the counts into pile-ups with a beginning and an end to the scan.
+//!
+//! Cost: a thread that has not run since the last scan (its `schedstat`
+//! unchanged) is in the same wait as then, so it costs one read; others
+//! cost up to four (`schedstat`, `stat`, `wchan`, `syscall`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// One look at every thread of the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Census {
+    pub unix: f64,
+    pub threads: u32,
+    /// State R.
+    pub running: u32,
+    /// Asleep in a futex wait: locks and condition variables.
+    pub futex: u32,
+    /// State D: waiting for the disk (or another uninterruptible wait).
+    pub disk: u32,
+    /// In a futex wait on the thread cache: idle, not held up (not in `futex`).
+    pub parked: u32,
+}
+
+impl Census {
+    /// Threads held up: in a futex wait or in D.
+    pub fn blocked(&self) -> u32 {
+        self.futex + self.disk
+    }
+}
+
+/// What one thread was doing at the last scan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Seen {
+    Running,
+    Disk,
+    Futex,
+    Parked,
+    Other,
+}
+
+/// One thread's open files and what it was doing.
+struct Thread {
+    schedstat: File,
+    stat: File,
+    wchan: File,
+    syscall: Option<File>,
+    /// `schedstat`'s timeslice count at the last scan, and the class then.
+    last: Option<(u64, Seen)>,
+}
+
+/// Reads thread states of one process. Keeps each thread's files open
+/// and re-reads them from offset 0 (procfs regenerates them).
+pub struct ThreadScan {
+    pid: i32,
+    threads: HashMap<i32, Thread>,
+    /// Whether a futex word is where idle threads park (the thread cache).
+    parked_at: Box<dyn FnMut(u64) -> bool>,
+    parked_cache: HashMap<u64, bool>,
+    buf: Vec<u8>,
+}
+
+impl ThreadScan {
+    /// `parked_at` tells a futex word that idle threads wait on; without
+    /// one (`|_| false`), every futex wait counts.
+    pub fn new(pid: i32, parked_at: Box<dyn FnMut(u64) -> bool>) -> ThreadScan {
+        ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), buf: vec![0; 1024] }
+    }
+
+    /// One census; an error when the process is gone.
+    pub fn census(&mut self, unix: f64) -> std::io::Result<Census> {
+        let dir = format!("/proc/{}/task", self.pid);
+        let mut c = Census { unix, ..Default::default() };
+        let mut seen = Vec::new();
+        for e in std::fs::read_dir(&dir)? {
+            let Some(tid) = e?.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            seen.push(tid);
+            let t = match self.threads.entry(tid) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let open = |f: &str| File::open(format!("{dir}/{tid}/{f}"));
+                    match (open("schedstat"), open("stat"), open("wchan")) {
+                        (Ok(schedstat), Ok(stat), Ok(wchan)) => {
+                            let syscall = open("syscall").ok();
+                            e.insert(Thread { schedstat, stat, wchan, syscall, last: None })
+                        }
+                        _ => continue, // the thread ended meanwhile
+                    }
+                }
+            };
+            let Some(class) = classify(t, &mut self.buf, &mut self.parked_at, &mut self.parked_cache) else {
+                continue;
+            };
+            c.threads += 1;
+            match class {
+                Seen::Running => c.running += 1,
+                Seen::Disk => c.disk += 1,
+                Seen::Futex => c.futex += 1,
+                Seen::Parked => c.parked += 1,
+                Seen::Other => {}
+            }
+        }
+        if seen.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "the server process is gone"));
+        }
+        if self.threads.len() > seen.len() {
+            self.threads.retain(|t, _| seen.contains(t));
+        }
+        Ok(c)
+    }
+}
+
+/// What a thread is doing now; `None` if it ended.
+fn classify(
+    t: &mut Thread,
+    buf: &mut [u8],
+    parked_at: &mut Box<dyn FnMut(u64) -> bool>,
+    cache: &mut HashMap<u64, bool>,
+) -> Option<Seen> {
+    let n = t.schedstat.read_at(buf, 0).ok()?;
+    let slices = std::str::from_utf8(&buf[..n]).ok()?.split_whitespace().nth(2)?.parse::<u64>().ok()?;
+    // Not scheduled since the last scan: still in the same wait.
+    if let Some((last, class)) = t.last {
+        if last == slices && class != Seen::Running {
+            return Some(class);
+        }
+    }
+    let n = t.stat.read_at(buf, 0).ok()?;
+    let class = match stat_state(&buf[..n])? {
+        b'R' => Seen::Running,
+        b'D' => Seen::Disk,
+        b'S' => {
+            let n = t.wchan.read_at(buf, 0).ok()?;
+            if !buf[..n].starts_with(b"futex") {
+                Seen::Other
+            } else {
+                let word = t.syscall.as_ref().and_then(|f| f.read_at(buf, 0).ok()).and_then(|n| futex_word(&buf[..n]));
+                match word {
+                    Some(w) if *cache.entry(w).or_insert_with(|| parked_at(w)) => Seen::Parked,
+                    _ => Seen::Futex,
+                }
+            }
+        }
+        _ => Seen::Other,
+    };
+    t.last = Some((slices, class));
+    Some(class)
+}
+
+/// The futex word of a thread blocked in `futex()` (or restarting it),
+/// from its `/proc/*/syscall` line: "NR arg0 arg1 … sp pc".
+fn futex_word(line: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(line).ok()?;
+    let mut f = s.split_whitespace();
+    let nr: u64 = f.next()?.parse().ok()?;
+    // x86_64: futex 202, restart_syscall 219; aarch64: futex 98, restart_syscall 128.
+    let futex = if cfg!(target_arch = "aarch64") { nr == 98 || nr == 128 } else { nr == 202 || nr == 219 };
+    if !futex {
+        return None;
+    }
+    u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()
+}
+
+/// The state letter of a `/proc/*/stat` line: the first field after the
+/// command name, which is in parentheses and may itself hold spaces or ')'.
+fn stat_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).copied()
+}
+
+/// A pile-up that began and ended between two polls or across several.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Stall {
+    /// The first scan that saw it, and the first that no longer did.
+    pub began_unix: f64,
+    pub ended_unix: f64,
+    /// Most threads held up at once, and the usual number.
+    pub peak_blocked: u32,
+    pub baseline: u32,
+}
+
+impl Stall {
+    pub fn ms(&self) -> f64 {
+        (self.ended_unix - self.began_unix) * 1000.0
+    }
+}
+
+/// What a scan tells the watch loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pulse {
+    /// Threads held up reached the threshold on two scans running.
+    Began {
+        began_unix: f64,
+        blocked: u32,
+        baseline: u32,
+    },
+    /// The pile-up has lasted `LASTING_SECS`: a stall, whatever the polls say.
+    Lasting {
+        began_unix: f64,
+        blocked: u32,
+        baseline: u32,
+    },
+    Ended(Stall),
+}
+
+/// A pile-up that lasts this long is a stall in its own right.
+pub const LASTING_SECS: f64 = 2.0;
+
+/// A pile-up still there after this long has become the usual level (a
+/// new pool of threads that wait, say): it is ended there and the usual
+/// level learnt again, so the scan does not stay blind.
+pub const RELEARN_SECS: f64 = 600.0;
+
+/// Turns censuses into pile-ups: threads held up at least `threshold`
+/// above their median of the last minute (outside pile-ups) on two scans
+/// running. Needs 10 scans of history before it judges.
+#[derive(Debug)]
+pub struct Detector {
+    threshold: u32,
+    hist: VecDeque<(f64, u32)>,
+    first_over: Option<f64>,
+    open: Option<(f64, u32, u32, bool)>, // began, peak, baseline, lasting announced
+}
+
+impl Detector {
+    pub fn new(threshold: u32) -> Detector {
+        Detector { threshold: threshold.max(1), hist: VecDeque::new(), first_over: None, open: None }
+    }
+
+    fn baseline(&self) -> Option<u32> {
+        if self.hist.len() < 10 {
+            return None;
+        }
+        let mut v: Vec<u32> = self.hist.iter().map(|h| h.1).collect();
+        v.sort_unstable();
+        Some(v[v.len() / 2])
+    }
+
+    pub fn step(&mut self, c: &Census) -> Option<Pulse> {
+        let blocked = c.blocked();
+        if let Some((began, peak, baseline, lasting)) = &mut self.open {
+            if blocked >= *baseline + self.threshold && c.unix - *began < RELEARN_SECS {
+                *peak = (*peak).max(blocked);
+                if !*lasting && c.unix - *began >= LASTING_SECS {
+                    *lasting = true;
+                    return Some(Pulse::Lasting { began_unix: *began, blocked, baseline: *baseline });
+                }
+                return None;
+            }
+            let s = Stall { began_unix: *began, ended_unix: c.unix, peak_blocked: *peak, baseline: *baseline };
+            if c.unix - *began >= RELEARN_SECS {
+                self.hist.clear();
+            }
+            self.open = None;
+            self.first_over = None;
+            return Some(Pulse::Ended(s));
+        }
+        let baseline = self.baseline();
+        if let Some(b) = baseline.filter(|b| blocked >= b + self.threshold) {
+            match self.first_over {
+                None => self.first_over = Some(c.unix),
+                Some(first) => {
+                    self.open = Some((first, blocked, b, false));
+                    return Some(Pulse::Began { began_unix: first, blocked, baseline: b });
+                }
+            }
+            return None;
+        }
+        self.first_over = None;
+        self.hist.push_back((c.unix, blocked));
+        while self.hist.front().is_some_and(|h| c.unix - h.0 > 60.0) {
+            self.hist.pop_front();
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn census(t: f64, futex: u32) -> Census {
+        Census { unix: t, threads: 60, running: 1, futex, ..Default::default() }
+    }
+
+    #[test]
+    fn state_letter_survives_odd_command_names() {
+        assert_eq!(stat_state(b"4007 (mariadbd) S 1 4006"), Some(b'S'));
+        assert_eq!(stat_state(b"4007 (a) b) (c) D 1 4006"), Some(b'D'));
+        assert_eq!(stat_state(b"garbage"), None);
+        assert_eq!(
+            futex_word(b"202 0x55e22fa69248 0x189 0x0 0x7fce 0x0 0xffffffff 0x7fce9 0x7fce"),
+            Some(0x55e22fa69248)
+        );
+        assert_eq!(futex_word(b"7 0x55e2704b89b8 0x1 0x7530 0x0 0x0 0x0 0x7fce 0x7fce"), None, "poll");
+        assert_eq!(futex_word(b"running"), None);
+    }
+
+    #[test]
+    fn a_short_pile_up_is_timed_to_the_scan_and_a_blip_is_not_one() {
+        let mut d = Detector::new(16);
+        let mut t = 0.0;
+        let mut pulses = vec![];
+        let feed = |d: &mut Detector, futex: u32, t: &mut f64, pulses: &mut Vec<Pulse>| {
+            if let Some(p) = d.step(&census(*t, futex)) {
+                pulses.push(p);
+            }
+            *t += 0.1;
+        };
+        // No judgement before 10 scans of history, however high.
+        for _ in 0..9 {
+            feed(&mut d, 40, &mut t, &mut pulses);
+        }
+        assert!(pulses.is_empty());
+        let mut d = Detector::new(16);
+        for i in 0..30 {
+            feed(&mut d, 20 + i % 3, &mut t, &mut pulses);
+        }
+        // A single scan over the threshold is a blip.
+        feed(&mut d, 60, &mut t, &mut pulses);
+        feed(&mut d, 21, &mut t, &mut pulses);
+        assert!(pulses.is_empty(), "{pulses:?}");
+        // Four scans over: began at the first, ended at the first under.
+        let began = t;
+        for f in [45, 50, 48, 40] {
+            feed(&mut d, f, &mut t, &mut pulses);
+        }
+        let ended = t;
+        feed(&mut d, 22, &mut t, &mut pulses);
+        assert_eq!(pulses.len(), 2, "{pulses:?}");
+        assert!(matches!(pulses[0], Pulse::Began { began_unix, blocked: 50, baseline: 21 } if began_unix == began));
+        let Pulse::Ended(s) = pulses[1] else { panic!("{pulses:?}") };
+        assert_eq!((s.began_unix, s.ended_unix, s.peak_blocked, s.baseline), (began, ended, 50, 21));
+        assert!((s.ms() - 400.0).abs() < 1e-6);
+        // One that lasts is announced once, after LASTING_SECS.
+        pulses.clear();
+        for _ in 0..40 {
+            feed(&mut d, 60, &mut t, &mut pulses);
+        }
+        assert_eq!(pulses.iter().filter(|p| matches!(p, Pulse::Lasting { .. })).count(), 1, "{pulses:?}");
+        assert!(matches!(pulses[0], Pulse::Began { .. }));
+        // Still there after RELEARN_SECS: ended, and the level learnt again.
+        pulses.clear();
+        for _ in 0..(RELEARN_SECS * 10.0) as usize {
+            feed(&mut d, 60, &mut t, &mut pulses);
+        }
+        assert!(matches!(pulses.last(), Some(Pulse::Ended(s)) if s.ms() >= RELEARN_SECS * 1000.0), "{pulses:?}");
+        for _ in 0..30 {
+            feed(&mut d, 60, &mut t, &mut pulses);
+        }
+        assert!(matches!(pulses.last(), Some(Pulse::Ended(_))), "60 is the usual level now: {:?}", pulses.last());
+    }
+
+    #[test]
+    fn census_of_this_process() {
+        // A thread parked on a condition variable is told by its futex word.
+        let pair = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let p2 = pair.clone();
+        let parked = std::thread::spawn(move || {
+            let mut done = p2.0.lock().unwrap();
+            while !*done {
+                done = p2.1.wait(done).unwrap();
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| false));
+        let c = s.census(1.0).unwrap();
+        assert!(c.threads >= 2 && c.running >= 1 && c.futex >= 1, "{c:?}");
+        let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| true));
+        let c = s.census(1.0).unwrap();
+        assert!(c.parked >= 1 && c.futex == 0, "{c:?}");
+        // Unchanged threads keep their class without re-reading.
+        assert_eq!(s.census(2.0).unwrap().parked, c.parked);
+        *pair.0.lock().unwrap() = true;
+        pair.1.notify_all();
+        parked.join().unwrap();
+        assert!(ThreadScan::new(i32::MAX, Box::new(|_| false)).census(1.0).is_err());
+    }
+}
