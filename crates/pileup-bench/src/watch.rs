@@ -2,12 +2,14 @@
 //! pileup against pt-stalk, side by side in one run.
 //!
 //! 1. Throughput: sysbench oltp_read_only (8 threads, 20 s) with no watcher,
-//!    `pileup watch` at 1 s and at 100 ms, and pt-stalk with its defaults
+//!    `pileup watch` at 1 s (with and without its 100 ms thread scan) and at
+//!    100 ms, and pt-stalk with its defaults
 //!    (polling Threads_running every second), interleaved over `--rounds`
 //!    rounds (the order rotating each round); median transactions per second and the ratio to no watcher.
-//! 2. Onset to first stack: a hot-row lock convoy (one open transaction, 30
-//!    connections updating the same row) under light load; time from the
-//!    convoy's start to the first stack file each tool writes, both with
+//! 2. Onset to first stack: three stalls, each holding up 30 connections
+//!    (a hot-row lock convoy, FLUSH TABLES WITH READ LOCK, an ALTER waiting
+//!    for an open transaction with readers queued behind it); time from the
+//!    stall's start to the first stack file each tool writes, both with
 //!    their default triggers (pileup: threads_running > max(16, 4×CPUs) for
 //!    1 s; pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`).
 //!    The server runs as `mysqld` here: pt-stalk only looks for that name.
@@ -47,9 +49,10 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
     std::fs::create_dir_all(dir)?;
     let c = match kind {
         "none" => return Ok(None),
-        "pileup 1s" | "pileup 100ms" => Command::new(pileup)
+        "pileup 1s" | "pileup 1s, no scan" | "pileup 100ms" => Command::new(pileup)
             .args(["watch", "-S", &sock, "-u", "root", "--pid", &pid, "--data-dir", dir.to_str().unwrap()])
-            .args(["--interval", if kind == "pileup 1s" { "1s" } else { "100ms" }])
+            .args(["--interval", if kind == "pileup 100ms" { "100ms" } else { "1s" }])
+            .args(if kind.ends_with("no scan") { &["--scan-interval", "0"][..] } else { &[][..] })
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?,
@@ -69,6 +72,9 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
             if kind == "pt-stalk gdb" {
                 c.arg("--collect-gdb");
             }
+            // Its own process group: stopping it stops the collectors it forks.
+            use std::os::unix::process::CommandExt;
+            c.process_group(0);
             c.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?
         }
         _ => bail!("unknown watcher {kind}"),
@@ -98,6 +104,8 @@ fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
 fn stop(c: Option<Child>) {
     if let Some(mut c) = c {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        // pt-stalk runs in its own group: the collectors it forked too.
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
             if let Ok(Some(_)) = c.try_wait() {
@@ -105,6 +113,7 @@ fn stop(c: Option<Child>) {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGKILL);
         let _ = c.kill();
         let _ = c.wait();
     }
@@ -178,23 +187,65 @@ fn find_files(dir: &Path, pat: &str) -> Vec<PathBuf> {
     out
 }
 
-fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<f64>> {
+/// The stalls the onset part provokes, each holding up 30 connections.
+const STALLS: &[(&str, &str)] = &[
+    ("convoy", "hot-row convoy: one transaction holds a row, 30 connections update it"),
+    ("ftwrl", "global read lock: FLUSH TABLES WITH READ LOCK held, 30 connections insert"),
+    ("mdl", "metadata lock: ALTER TABLE waits for an open transaction, 30 connections read the table behind it"),
+];
+
+/// Provoke `stall` on a fresh sandbox watched by `kind`; seconds from its
+/// start to the watcher's first stack.
+fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Option<f64>> {
     let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), ..Options::default() })?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
-    let dir = root.join(format!("convoy-{}-{round}", kind.replace(' ', "-")));
+    let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
     let w = start_watcher(kind, pileup, &sb, &dir)?;
     std::thread::sleep(Duration::from_secs(3));
     let mut holder = sb.connect()?;
-    holder.query_drop("BEGIN")?;
-    holder.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1")?;
+    let mut ddl = None;
+    let waiter_sql = match stall {
+        "convoy" => {
+            holder.query_drop("BEGIN")?;
+            holder.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1")?;
+            "UPDATE w.hot SET v = v + 1 WHERE id = 1"
+        }
+        "ftwrl" => {
+            holder.query_drop("FLUSH TABLES WITH READ LOCK")?;
+            "UPDATE w.hot SET v = v + 1 WHERE id = 1"
+        }
+        _ => {
+            holder.query_drop("BEGIN")?;
+            holder.query_drop("SELECT * FROM w.hot")?;
+            let spec = sb.conn_spec();
+            ddl = Some(std::thread::spawn(move || {
+                if let Ok(mut c) = spec.connect() {
+                    let _ = c.query_drop("SET SESSION lock_wait_timeout = 40");
+                    let _ = c.query_drop("ALTER TABLE w.hot ADD COLUMN x INT");
+                }
+            }));
+            // Readers queue only once the ALTER waits.
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) {
+                let n: Option<i64> = holder.query_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'ALTER TABLE w.hot%' AND STATE LIKE 'Waiting for table metadata lock'",
+                )?;
+                if n.unwrap_or(0) > 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            "SELECT * FROM w.hot"
+        }
+    };
     let onset = std::time::SystemTime::now();
     let waiters: Vec<_> = (0..30)
         .map(|_| {
             let spec = sb.conn_spec();
             std::thread::spawn(move || {
                 if let Ok(mut c) = spec.connect() {
-                    let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 40");
-                    let _ = c.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1");
+                    let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 40, lock_wait_timeout = 40");
+                    let _ = c.query_drop(waiter_sql);
                 }
             })
         })
@@ -208,8 +259,8 @@ fn convoy(pileup: &str, kind: &str, root: &Path, round: usize) -> Result<Option<
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    holder.query_drop("ROLLBACK")?;
-    for w in waiters {
+    holder.query_drop(if stall == "ftwrl" { "UNLOCK TABLES" } else { "ROLLBACK" })?;
+    for w in waiters.into_iter().chain(ddl) {
         let _ = w.join();
     }
     stop(w);
@@ -256,7 +307,7 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         .arg("prepare")
         .stdout(Stdio::null())
         .status()?;
-    let kinds = ["none", "pileup 1s", "pileup 100ms", "pt-stalk"];
+    let kinds = ["none", "pileup 1s", "pileup 1s, no scan", "pileup 100ms", "pt-stalk"];
     let mut res: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     let mut cpu: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     for r in 0..rounds {
@@ -304,7 +355,7 @@ fn proc_cpu_secs(pid: u32) -> f64 {
 /// server with no watcher. Low-noise where tx/s on a shared box is not.
 fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let sb = Sandbox::start(Options::default())?;
-    let kinds = ["none", "pileup 1s", "pileup 100ms", "pt-stalk"];
+    let kinds = ["none", "pileup 1s", "pileup 1s, no scan", "pileup 100ms", "pt-stalk"];
     let mut server: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     let mut own: Vec<Vec<f64>> = vec![vec![]; kinds.len()];
     for r in 0..rounds {
@@ -332,26 +383,33 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
 
 fn onset(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let mut md = String::new();
-    md.push_str("\n### Hot-row convoy: stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| tool | seconds from onset to the first stack taken |\n|---|---|\n");
-    for k in ["pileup 1s", "pt-stalk gdb"] {
-        let mut v = vec![];
-        for round in 0..rounds {
-            match convoy(pileup, k, root, round)? {
-                Some(s) => v.push(s),
-                None => eprintln!("{k}: no stack within 35 s"),
+    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| stall | tool | seconds from onset to the first stack taken |\n|---|---|---|\n");
+    for (stall, what) in STALLS {
+        eprintln!("{what}");
+        for k in ["pileup 1s", "pt-stalk gdb"] {
+            let mut v = vec![];
+            for round in 0..rounds {
+                match stall_onset(pileup, k, stall, root, round)? {
+                    Some(s) => v.push(s),
+                    None => eprintln!("{stall} {k}: no stack within 35 s"),
+                }
             }
+            eprintln!("{stall} {k}: {v:?}");
+            let shown = if v.is_empty() {
+                "none within 35 s".into()
+            } else {
+                format!(
+                    "{:.2} (runs: {})",
+                    median(v.clone()),
+                    v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
+                )
+            };
+            md.push_str(&format!("| {stall} | {k} | {shown} |\n"));
         }
-        eprintln!("{k}: {v:?}");
-        let shown = if v.is_empty() {
-            "none within 35 s".into()
-        } else {
-            format!(
-                "{:.2} (runs: {})",
-                median(v.clone()),
-                v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
-            )
-        };
-        md.push_str(&format!("| {k} | {shown} |\n"));
     }
+    md.push_str(&format!(
+        "\nStalls: {}.\n",
+        STALLS.iter().map(|(s, w)| format!("{s}, {w}")).collect::<Vec<_>>().join("; ")
+    ));
     Ok(md)
 }

@@ -101,6 +101,8 @@ pub struct Evidence {
     pub mdl: Option<MetadataLocks>,
     /// Open InnoDB transactions, oldest first.
     pub trx: Vec<OpenTrx>,
+    /// The server variables the stall classes quote ([`crate::classes::VARIABLES`]).
+    pub variables: BTreeMap<String, String>,
     pub profile: Option<Profile>,
     pub stacks_error: Option<String>,
     pub history: Vec<Row>,
@@ -266,6 +268,11 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
         })
         .collect();
     ev.mdl = metadata_locks(&mut c);
+    let names = crate::classes::VARIABLES.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ");
+    let vars: Vec<(String, String)> = c
+        .query(format!("SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE LOWER(VARIABLE_NAME) IN ({names})"))
+        .unwrap_or_default();
+    ev.variables = vars.into_iter().collect();
     Ok(())
 }
 

@@ -47,6 +47,11 @@ pub struct EvidenceFile {
     /// The lock pile-up and its holder, with how sure it is.
     #[serde(default)]
     pub lock_pileup: Option<LockPileup>,
+    /// Stall classes whose signature the capture shows, earliest first.
+    #[serde(default)]
+    pub stall_classes: Vec<crate::classes::Finding>,
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,6 +128,8 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         metadata_locks: ev.mdl.clone(),
         open_transactions: ev.trx.clone(),
         lock_pileup: crate::holder::analyse(ev),
+        stall_classes: crate::classes::findings(ev),
+        variables: ev.variables.clone(),
     };
     pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;
     pileup_files::write_private_bytes(&dir.join("report.txt"), report_txt.as_bytes())?;

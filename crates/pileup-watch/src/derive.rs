@@ -55,6 +55,10 @@ pub const COUNTERS: &[&str] = &[
     "disk_writes",
     "innodb_row_lock_waits",
     "innodb_row_lock_time",
+    "opened_tables",
+    "opened_table_definitions",
+    "table_open_cache_misses",
+    "threads_created",
 ];
 
 /// Values reported as they are.
@@ -99,6 +103,7 @@ pub const COMPUTED: &[&str] = &[
     "os_cpu_iowait_pct",
     "mysqld_cpu_cores",
     "disk_busy_pct",
+    "disk_await_ms",
     "checkpoint_age_pct",
     "bytes_sent_link_share",
 ];
@@ -226,6 +231,14 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
         if let Some(ms) = delta("disk_io_ms") {
             out.insert("disk_busy_pct".into(), (100.0 * ms / (dt * 1000.0)).min(100.0));
         }
+        // Mean time an I/O completed in this interval took, queueing included.
+        if let (Some(r), Some(w), Some(rms), Some(wms)) =
+            (delta("disk_reads"), delta("disk_writes"), delta("disk_read_ms"), delta("disk_write_ms"))
+        {
+            if r + w > 0.0 {
+                out.insert("disk_await_ms".into(), (rms + wms) / (r + w));
+            }
+        }
     }
     // How full the redo log is: InnoDB flushes furiously as this nears 100%.
     if let Some(p) = ratio(cur.get("innodb_checkpoint_age"), cur.get("innodb_checkpoint_max_age")) {
@@ -302,6 +315,8 @@ mod tests {
                 ("os_cpu_iowait_ticks", 1.0),
                 ("mysqld_cpu_ticks", 1.0),
                 ("disk_io_ms", 1.0),
+                ("disk_read_ms", 1.0),
+                ("disk_write_ms", 1.0),
                 ("innodb_checkpoint_max_age", 10.0),
                 ("rows_read", 1.0),
             ])

@@ -4,7 +4,7 @@
 //! Data flow, one module per step:
 //!
 //! ```text
-//! poll ─▶ derive ─▶ store ─▶ trigger ─▶ schedule ─▶ capture ─▶ verdict (holder) ─▶ capture_dir ─▶ report
+//! poll ─▶ derive ─▶ store ─▶ trigger ─▶ schedule ─▶ capture ─▶ verdict (holder, classes) ─▶ capture_dir ─▶ report
 //!           └─▶ expo (Prometheus), top (terminal view)
 //! ```
 //!
@@ -14,10 +14,11 @@
 //! stall conditions with a hold time; [`schedule`] says when a capture may
 //! run; [`capture`] gathers the evidence while a stall lasts, [`verdict`]
 //! names the likely culprit ([`holder`]: who holds the lock a pile-up
-//! waits for, exact or inferred), [`capture_dir`] writes the capture's files
+//! waits for, exact or inferred; [`classes`]: the stall classes without one
+//! lock holder, from counters, stacks and the processlist), [`capture_dir`] writes the capture's files
 //! (and reads them back), and [`report`] renders them as text and one
 //! HTML file; [`watch`] is the loop that ties them together. [`derive`](mod@crate::derive),
-//! [`trigger`], [`schedule`], [`verdict`] and [`holder`] are pure functions or objects
+//! [`trigger`], [`schedule`], [`verdict`], [`holder`] and [`classes`] are pure functions or objects
 //! of their inputs, tested without a server.
 
 // Query rows are read as tuples of their column types; naming each one
@@ -26,6 +27,7 @@
 
 pub mod capture;
 pub mod capture_dir;
+pub mod classes;
 pub mod derive;
 pub mod expo;
 pub mod holder;

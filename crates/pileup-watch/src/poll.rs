@@ -29,6 +29,9 @@ pub struct Poll {
     /// Raw values: status variables (lower case) and OS values (`os_*`,
     /// `mysqld_*`, `disk_*`), all numbers.
     pub values: BTreeMap<String, f64>,
+    /// OS thread ids of the client connections (and replication threads),
+    /// for the thread scan; `None` when the server does not list them.
+    pub conn_tids: Option<Vec<i32>>,
 }
 
 /// Polls one server. Keeps its connection between polls.
@@ -79,7 +82,8 @@ impl Poller {
         let t0 = Instant::now();
         let unix = now_unix();
         let mut values = BTreeMap::new();
-        let sql = self.poll_sql(&mut values);
+        let mut conn_tids = None;
+        let sql = self.poll_sql(&mut values, &mut conn_tids);
         if let Err(e) = &sql {
             // A failed or timed-out connection is not reused.
             self.conn = None;
@@ -94,10 +98,10 @@ impl Poller {
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });
         let cost_ms = t0.elapsed().as_secs_f64() * 1e3;
         values.insert("poll_cost_ms".into(), cost_ms);
-        Poll { unix, ok, error: sql.err().map(|e| format!("{e:#}")), cost_ms, values }
+        Poll { unix, ok, error: sql.err().map(|e| format!("{e:#}")), cost_ms, values, conn_tids }
     }
 
-    fn poll_sql(&mut self, values: &mut BTreeMap<String, f64>) -> anyhow::Result<()> {
+    fn poll_sql(&mut self, values: &mut BTreeMap<String, f64>, tids: &mut Option<Vec<i32>>) -> anyhow::Result<()> {
         let is_mariadb = {
             self.connect()?;
             self.is_mariadb
@@ -124,16 +128,31 @@ impl Poller {
         // information_schema.PROCESSLIST and MySQL's
         // performance_schema.processlist do not take the global thread-list
         // lock for the whole scan the way SHOW PROCESSLIST does.
+        // With each group, MariaDB gives its connections' OS thread ids
+        // (TID) for the thread scan, in the same query.
         let t = Instant::now();
         let q = if is_mariadb {
-            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME_MS) / 1000 FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
+            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME_MS) / 1000, GROUP_CONCAT(TID) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
         } else {
-            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME) FROM performance_schema.processlist WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
+            "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME), NULL FROM performance_schema.processlist WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
         };
-        let pl: Vec<(String, String, i64, Option<f64>)> = c.query(q)?;
+        let pl: Vec<(String, String, i64, Option<f64>, Option<String>)> = c.query(q)?;
+        if is_mariadb {
+            *tids = Some(
+                pl.iter()
+                    .filter(|g| g.0 != "Daemon")
+                    .filter_map(|g| g.4.as_deref())
+                    .flat_map(|l| l.split(',').filter_map(|t| t.parse().ok()))
+                    .collect(),
+            );
+        } else {
+            *tids = c
+                .query::<i32, _>("SELECT THREAD_OS_ID FROM performance_schema.threads WHERE TYPE = 'FOREGROUND' AND THREAD_OS_ID IS NOT NULL")
+                .ok();
+        }
         let groups: Vec<PlGroup> = pl
             .into_iter()
-            .map(|(command, state, threads, max_secs)| PlGroup {
+            .map(|(command, state, threads, max_secs, _)| PlGroup {
                 command,
                 state,
                 threads,
@@ -314,7 +333,9 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             if f.len() >= 14 && f[0].parse() == Ok(maj) && f[1].parse() == Ok(min) {
                 let n = |i: usize| f[i].parse::<f64>().unwrap_or(0.0);
                 out.insert("disk_reads".into(), n(3));
+                out.insert("disk_read_ms".into(), n(6));
                 out.insert("disk_writes".into(), n(7));
+                out.insert("disk_write_ms".into(), n(10));
                 out.insert("disk_in_flight".into(), n(11));
                 out.insert("disk_io_ms".into(), n(12));
             }

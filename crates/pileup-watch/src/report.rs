@@ -146,6 +146,19 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
+    if !ev.stall_classes.is_empty() {
+        h.push_str("<h2>Stall classes, in the order they showed</h2><table><tr><th>class</th><th>from (UTC)</th><th>evidence</th></tr>");
+        for f in &ev.stall_classes {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(f.class.name()),
+                f.first_unix.map(stamp_tenths).unwrap_or_default(),
+                esc(&f.evidence)
+            );
+        }
+        h.push_str("</table>");
+    }
     if !c.stalls.is_empty() {
         h.push_str("<h2>Pile-ups seen by the thread scan</h2><table><tr><th>began (UTC)</th><th>ended (UTC)</th><th>length</th><th>threads held up at peak</th><th>usually</th></tr>");
         for st in &c.stalls {
@@ -297,6 +310,14 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
         direct.sort();
         direct.dedup();
         writeln!(rep, "  waiting: {}", direct.iter().take(10).cloned().collect::<Vec<_>>().join("; "))?;
+    }
+    let found = crate::classes::findings(ev);
+    if !found.is_empty() {
+        writeln!(rep, "\nstall classes, in the order they showed:")?;
+        for f in &found {
+            let at = f.first_unix.map(|t| format!(" (from {} UTC)", stamp_tenths(t))).unwrap_or_default();
+            writeln!(rep, "  {}{at}", f.line())?;
+        }
     }
     if let Some(p) = crate::holder::analyse(ev) {
         writeln!(rep, "\nlock pile-up: {}", pileup_text(&p))?;

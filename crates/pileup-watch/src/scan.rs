@@ -2,13 +2,16 @@
 //! polls and at no SQL cost, to catch pile-ups as they begin and short
 //! stalls that a once-a-second poll misses.
 //!
-//! A connection thread that waits for a lock (a row, metadata, global or
+//! Only the client connections' threads are looked at (their OS thread
+//! ids come with each poll's processlist summary), so the server's own
+//! threads waiting for work (InnoDB's, its thread pools) never count. A
+//! connection thread that waits for a lock (a row, metadata, global or
 //! table lock, or a mutex) sleeps in a futex wait; an idle connection
 //! sleeps in `poll()`; a thread waiting for the disk is in state D. A
-//! thread parked in the server's thread cache also sleeps in a futex wait,
-//! on the cache's condition variable: those are told by the futex word's
-//! address (`/proc/PID/task/TID/syscall`, named by the caller) and left
-//! out. So the number of threads in a futex wait or in D, above its usual
+//! thread that has just left for the server's thread cache (until the next
+//! poll drops it from the list) also sleeps in a futex wait, on the cache's
+//! condition variable: those are told by the futex word's address
+//! (`/proc/PID/task/TID/syscall`, named by the caller) and left out. So the number of threads in a futex wait or in D, above its usual
 //! level, is the number held up: [`Census`] counts them, and [`Detector`]
 //! turns the counts into pile-ups with a beginning and an end to the scan.
 //!
@@ -80,14 +83,18 @@ impl ThreadScan {
         ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), buf: vec![0; 1024] }
     }
 
-    /// One census; an error when the process is gone.
-    pub fn census(&mut self, unix: f64) -> std::io::Result<Census> {
+    /// One census of the threads in `only` (the client connections; all
+    /// threads when `None`); an error when the process is gone.
+    pub fn census(&mut self, unix: f64, only: Option<&std::collections::HashSet<i32>>) -> std::io::Result<Census> {
         let dir = format!("/proc/{}/task", self.pid);
         let mut c = Census { unix, ..Default::default() };
         let mut seen = Vec::new();
         for e in std::fs::read_dir(&dir)? {
             let Some(tid) = e?.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
             seen.push(tid);
+            if only.is_some_and(|o| !o.contains(&tid)) {
+                continue; // a server thread: its waits are not a client's
+            }
             let t = match self.threads.entry(tid) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -377,16 +384,19 @@ mod tests {
         });
         std::thread::sleep(std::time::Duration::from_millis(100));
         let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| false));
-        let c = s.census(1.0).unwrap();
+        let c = s.census(1.0, None).unwrap();
         assert!(c.threads >= 2 && c.running >= 1 && c.futex >= 1, "{c:?}");
         let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| true));
-        let c = s.census(1.0).unwrap();
+        let c = s.census(1.0, None).unwrap();
         assert!(c.parked >= 1 && c.futex == 0, "{c:?}");
         // Unchanged threads keep their class without re-reading.
-        assert_eq!(s.census(2.0).unwrap().parked, c.parked);
+        assert_eq!(s.census(2.0, None).unwrap().parked, c.parked);
         *pair.0.lock().unwrap() = true;
         pair.1.notify_all();
         parked.join().unwrap();
-        assert!(ThreadScan::new(i32::MAX, Box::new(|_| false)).census(1.0).is_err());
+        // Only the threads asked for.
+        let only: std::collections::HashSet<i32> = [std::process::id() as i32].into();
+        assert_eq!(s.census(3.0, Some(&only)).unwrap().threads, 1);
+        assert!(ThreadScan::new(i32::MAX, Box::new(|_| false)).census(1.0, None).is_err());
     }
 }

@@ -274,6 +274,7 @@ mod tests {
             cost_ms: 1.0,
             error: (!ok).then(|| "timeout".into()),
             values: [("questions".to_string(), q)].into(),
+            conn_tids: None,
         };
         (p, [("questions_rate".to_string(), q)].into())
     }

@@ -52,6 +52,14 @@ pub fn pl_summary(ev: &Evidence, id: u64) -> String {
     }
 }
 
+/// A pthread mutex that two or more threads wait on, with its holder.
+fn mutex_holder(ev: &Evidence) -> Option<String> {
+    let l = ev.profile.as_ref()?.locks.iter().find(|l| l.owner_tid.is_some() && l.most_at_once >= 2)?;
+    let o = l.owner_tid?;
+    let who = l.holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+    Some(format!("{} thread(s) wait on {} 0x{:x} held by tid {o}{who}", l.most_at_once, l.kind.describe(), l.addr))
+}
+
 /// The first line of the report: the likely culprit, with its evidence.
 pub fn verdict(ev: &Evidence) -> String {
     // 1. Row locks: the transaction most others wait for, unless it is
@@ -72,6 +80,14 @@ pub fn verdict(ev: &Evidence) -> String {
         }
     }
     // 2. Global read, backup, metadata, flush or table-level lock waits.
+    let found = crate::classes::findings(ev);
+    let also = |v: String| match found.is_empty() {
+        true => v,
+        false => format!(
+            "{v}; stall classes seen: {}",
+            found.iter().map(|f| f.class.name()).collect::<Vec<_>>().join(", then ")
+        ),
+    };
     if let Some(p) = pileup {
         let mut v = crate::holder::verdict_line(&p);
         if let Some(&(b, n)) = roots.first() {
@@ -79,22 +95,24 @@ pub fn verdict(ev: &Evidence) -> String {
                 "; {n} transaction(s) also wait for row locks held by connection {b}, which waits in this queue"
             );
         }
+        return also(v);
+    }
+    // 3. A stall class (table-open storm, slow disk…), with a contended
+    // mutex's holder when the stacks name one.
+    if let Some(mut v) = crate::classes::describe(&found) {
+        if let Some(m) = mutex_holder(ev) {
+            v += &format!("; {m}");
+        }
+        if let Some(e) = &ev.sql_error {
+            v += &format!("; the server did not answer SQL ({})", e.lines().next().unwrap_or(""));
+        }
         return v;
     }
-    // 3. A pthread mutex with a known holder.
-    if let Some(p) = &ev.profile {
-        if let Some(l) = p.locks.iter().find(|l| l.owner_tid.is_some() && l.most_at_once >= 2) {
-            let o = l.owner_tid.unwrap();
-            let who = l.holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
-            return format!(
-                "{} thread(s) wait on {} 0x{:x} held by tid {o}{who}",
-                l.most_at_once,
-                l.kind.describe(),
-                l.addr
-            );
-        }
+    // 4. A pthread mutex with a known holder.
+    if let Some(m) = mutex_holder(ev) {
+        return m;
     }
-    // 4. The server does not answer SQL.
+    // 5. The server does not answer SQL.
     if let Some(e) = &ev.sql_error {
         let top = ev.profile.as_ref().and_then(|p| pileup_stacks::aggregate::group(p).into_iter().next());
         let stack = top
@@ -108,7 +126,7 @@ pub fn verdict(ev: &Evidence) -> String {
             .unwrap_or_default();
         return format!("the server does not answer SQL ({}){stack}", e.lines().next().unwrap_or(""));
     }
-    // 5. Otherwise: where threads are.
+    // 6. Otherwise: where threads are.
     if let Some(p) = &ev.profile {
         if let Some(g) = pileup_stacks::aggregate::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
             return format!(

@@ -183,8 +183,10 @@ impl Context for Ctx<'_> {
     }
 }
 
-/// For an early capture: `Some((trigger, fired at))` keeps it, `None` drops it.
-type Decision = Option<(String, f64)>;
+/// For an early capture: `Some((trigger, fired at, history))` keeps it
+/// (the metric history as it is now, through the confirmation, replaces
+/// the one taken when it began), `None` drops it.
+type Decision = Option<(String, f64, Vec<crate::store::Row>)>;
 
 /// The loop's handle on a running early capture.
 struct Early {
@@ -199,8 +201,8 @@ impl Early {
         let cancel = Arc::new(AtomicBool::new(false));
         (Early { decide: tx, cancel: cancel.clone() }, (rx, cancel))
     }
-    fn keep(self, trigger: String, unix: f64) {
-        let _ = self.decide.send(Some((trigger, unix)));
+    fn keep(self, trigger: String, unix: f64, history: Vec<crate::store::Row>) {
+        let _ = self.decide.send(Some((trigger, unix, history)));
     }
     fn drop_it(self) {
         self.cancel.store(true, Ordering::SeqCst);
@@ -232,7 +234,10 @@ fn spawn_capture(
         let (trigger, unix) = match decide {
             None => (trigger, unix),
             Some((rx, _)) => match rx.recv() {
-                Ok(Some((t, fired))) => (t, fired),
+                Ok(Some((t, fired, history))) => {
+                    ev.history = history;
+                    (t, fired)
+                }
                 _ => {
                     tracing::debug!("early capture for {trigger} dropped: the condition cleared");
                     let _ = done.send(None);
@@ -261,10 +266,20 @@ fn spawn_capture(
     });
 }
 
+/// The client connections' OS thread ids, from the latest poll that listed
+/// them, shared with the scan.
+type ConnTids = Arc<std::sync::Mutex<Option<Arc<std::collections::HashSet<i32>>>>>;
+
 /// The thread scan on its own thread, every `interval` start to start;
 /// pulses arrive on the returned channel. It ends when the process is gone
 /// or the receiver is dropped.
-fn spawn_scan(pid: i32, interval: Duration, threshold: u32, any_process: bool) -> mpsc::Receiver<crate::scan::Pulse> {
+fn spawn_scan(
+    pid: i32,
+    interval: Duration,
+    threshold: u32,
+    any_process: bool,
+    conns: ConnTids,
+) -> mpsc::Receiver<crate::scan::Pulse> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         // The thread cache's futex word, by the server's exported symbols
@@ -290,7 +305,14 @@ fn spawn_scan(pid: i32, interval: Duration, threshold: u32, any_process: bool) -
         let t0 = Instant::now();
         let mut tick = 0u32;
         loop {
-            let c = match scan.census(crate::poll::now_unix()) {
+            // Nothing to judge until a poll has listed the connections.
+            let only = conns.lock().unwrap().clone();
+            let Some(only) = only else {
+                tick += 1;
+                std::thread::sleep(interval);
+                continue;
+            };
+            let c = match scan.census(crate::poll::now_unix(), Some(&only)) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!("thread scan of {pid} stopped: {e}");
@@ -355,9 +377,10 @@ pub fn run(
     let now = || t0.elapsed().as_secs_f64();
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
+    let conn_tids: ConnTids = Default::default();
     let mut scan = pid
         .filter(|_| !o.scan_interval.is_zero())
-        .map(|p| spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process));
+        .map(|p| spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone()));
     // The scan's own capture, when it runs unconfirmed, is known by this
     // index (one past the triggers').
     let scan_idx = o.triggers.len();
@@ -365,6 +388,9 @@ pub fn run(
     let mut open_pileup: Option<f64> = None;
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
+        if let Some(t) = &p.conn_tids {
+            *conn_tids.lock().unwrap() = Some(Arc::new(t.iter().copied().collect()));
+        }
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
         let derived = match (&prev, p.ok) {
             (Some(a), _) => derive(a, &cur, &o.derive),
@@ -425,7 +451,11 @@ pub fn run(
                     Step::Fire => {
                         on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
                         if let Some(decide) = sched.confirm_early(now()) {
-                            decide.keep(t.text.clone(), p.unix);
+                            decide.keep(
+                                t.text.clone(),
+                                p.unix,
+                                store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default(),
+                            );
                         }
                     }
                     Step::Idle => {
@@ -466,7 +496,7 @@ pub fn run(
             on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
             if let Some(decide) = sched.confirm_early(now()) {
                 // Another trigger's early capture is running: it is this stall's evidence.
-                decide.keep(t.text.clone(), p.unix);
+                decide.keep(t.text.clone(), p.unix, store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default());
                 continue;
             }
             if let Some(why) = sched.refused(now(), free()) {
@@ -536,7 +566,7 @@ pub fn run(
                     );
                     if let Some(decide) = sched.confirm_early(now()) {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
-                        decide.keep(text, unix);
+                        decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
                     } else if sched.refused(now(), free()).is_none() {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
                         sched.started(now());
@@ -574,7 +604,7 @@ pub fn run(
                             );
                             on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
                             if let Some(decide) = sched.confirm_early(now()) {
-                                decide.keep(text, unix);
+                                decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
                             }
                         } else if early == scan_idx {
                             if let Some(decide) = sched.drop_early() {

@@ -293,6 +293,7 @@ fn global_lock_capture(
     extra: &[&str],
     lock: &[&str],
     unlock: &str,
+    first_stack_within: f64,
 ) -> (u64, serde_json::Value, Scratch) {
     let mut load = queueing_load(sb, "oltp_write_only", "2");
     let mut idle_long = sb.connect().unwrap();
@@ -326,7 +327,11 @@ fn global_lock_capture(
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
     // The thread scan sees the pile-up between polls.
-    assert!(first_stack - onset < 1.0, "first stack {:.2} s after the lock was taken", first_stack - onset);
+    assert!(
+        first_stack - onset < first_stack_within,
+        "first stack {:.2} s after the lock was taken",
+        first_stack - onset
+    );
     let _ = child.kill();
     let _ = child.wait();
     let _ = load.kill();
@@ -342,7 +347,7 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     let sb = sandbox();
     let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
     let (ftwrl_id, cap, _data) =
-        global_lock_capture(&sb, "watch-ftwrl", &["--install-plugins"], &ftwrl, "UNLOCK TABLES");
+        global_lock_capture(&sb, "watch-ftwrl", &["--install-plugins"], &ftwrl, "UNLOCK TABLES", 1.0);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -369,7 +374,7 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
     let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
     // Polls at the default interval: the first stack still comes within a second.
     let (ftwrl_id, cap, _data) =
-        global_lock_capture(&sb, "watch-ftwrl-default", &["--interval", "1s"], &ftwrl, "UNLOCK TABLES");
+        global_lock_capture(&sb, "watch-ftwrl-default", &["--interval", "1s"], &ftwrl, "UNLOCK TABLES", 1.0);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -390,7 +395,9 @@ fn backup_stage_holder_is_named_inferred_then_exact() {
     // A backup tool's BACKUP STAGE BLOCK_COMMIT: writers wait at commit.
     let sb = sandbox();
     let stages = ["BACKUP STAGE START", "BACKUP STAGE BLOCK_COMMIT"];
-    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup", &[], &stages, "BACKUP STAGE END");
+    // Only committing writers wait at first (the rest queue behind their
+    // row locks): the pile-up takes longer to build than under FTWRL.
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup", &[], &stages, "BACKUP STAGE END", 2.0);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -401,7 +408,7 @@ fn backup_stage_holder_is_named_inferred_then_exact() {
     );
     // The same with the plugin: exact, and named as a backup.
     sb.sql("DROP DATABASE sbtest; INSTALL SONAME 'metadata_lock_info'").unwrap();
-    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup-exact", &[], &stages, "BACKUP STAGE END");
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup-exact", &[], &stages, "BACKUP STAGE END", 2.0);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -655,4 +662,201 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     drop(conns);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Run `work` on `threads` threads until `stop` is set; each thread keeps
+/// its own connection slot (filled by `work` if it wants one).
+fn clients(
+    threads: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    work: impl Fn(&mut Option<mysql::Conn>, usize, u64) + Send + Sync + 'static,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let work = std::sync::Arc::new(work);
+    (0..threads)
+        .map(|i| {
+            let (stop, work) = (stop.clone(), work.clone());
+            std::thread::spawn(move || {
+                let (mut conn, mut n) = (None, 0u64);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    work(&mut conn, i, n);
+                    n += 1;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Watch `sb` with `trigger` under 5 s of steady load (two clients running
+/// `steady`), which must not be captured; then a storm of 24 clients doing
+/// `storm`: the capture's verdict.
+fn storm_verdict(
+    sb: &pileup_sandbox::Sandbox,
+    name: &str,
+    trigger: &str,
+    steady: &'static str,
+    storm: impl Fn(&pileup_conn::ConnSpec, &mut Option<mysql::Conn>, usize, u64) + Send + Sync + 'static,
+) -> String {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spec = sb.conn_spec();
+    let mut threads = clients(2, &stop, move |c, _, _| {
+        let _ = c.get_or_insert_with(|| spec.connect().unwrap()).query_drop(steady);
+    });
+    let data = tempfile_dir(name);
+    let (mut child, rx) = watch(sb, &data, &["--trigger", trigger]);
+    std::thread::sleep(Duration::from_secs(5));
+    let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    let steady_captures = seen.iter().filter(|v| v["event"] == "captured").count();
+    let storm_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spec = sb.conn_spec();
+    threads.extend(clients(24, &storm_stop, move |c, i, n| storm(&spec, c, i, n)));
+    let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
+    storm_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(steady_captures, 0, "the steady load was captured");
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
+    let verdict = cap["verdict"].as_str().unwrap().to_string();
+    eprintln!("verdict: {verdict}");
+    verdict
+}
+
+#[test]
+fn a_table_open_storm_is_named_with_its_counters_and_the_cache_size() {
+    // 300 tables, a table cache of 10: every query opens its table.
+    let sb = sandbox_with(vec![("table_open_cache", "10"), ("table_open_cache_instances", "1")]);
+    let mut ddl = String::from("CREATE DATABASE t;");
+    for i in 0..300 {
+        ddl += &format!("CREATE TABLE t.t{i} (id INT PRIMARY KEY, v INT) ENGINE=InnoDB;");
+    }
+    sb.sql(&ddl).unwrap();
+    // The trigger a DBA watching for table-cache thrash would set; the
+    // steady load reads one table, which stays cached.
+    let verdict = storm_verdict(
+        &sb,
+        "watch-tables",
+        "table_open_cache_misses_rate > 500 for 1s",
+        "SELECT * FROM t.t0",
+        |spec, c, i, n| {
+            let table = (i as u64 * 7919 + n * 104_729) % 300;
+            let _ = c.get_or_insert_with(|| spec.connect().unwrap()).query_drop(format!("SELECT * FROM t.t{table}"));
+        },
+    );
+    assert!(verdict.starts_with("table-open storm: "), "verdict: {verdict}");
+    assert!(verdict.contains("tables opened/s") && verdict.contains("table_open_cache=10"), "verdict: {verdict}");
+}
+
+#[test]
+fn a_connection_storm_is_named_with_its_rates() {
+    // No thread cache: every connection starts a thread. The storm's
+    // clients connect, ask one thing and disconnect.
+    let sb = sandbox_with(vec![("thread_cache_size", "0")]);
+    let verdict = storm_verdict(&sb, "watch-connect", "connections_rate > 100 for 1s", "SELECT 1", |spec, _, _, _| {
+        if let Ok(mut c) = spec.connect() {
+            let _ = c.query_drop("SELECT 1");
+        }
+    });
+    assert!(verdict.starts_with("connection storm: "), "verdict: {verdict}");
+    assert!(verdict.contains("connections/s") && verdict.contains("thread_cache_size=0"), "verdict: {verdict}");
+}
+
+/// The server's process moved into a cgroup that caps its datadir device's
+/// read IOPS (cgroup v1 blkio or v2 io.max), as a modest volume would;
+/// moved back and the cgroup removed when dropped.
+struct Throttle {
+    dir: std::path::PathBuf,
+    root_procs: std::path::PathBuf,
+    pid: i32,
+}
+
+impl Throttle {
+    fn new(sb: &pileup_sandbox::Sandbox, read_iops: u32) -> Throttle {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&sb.endpoint.dir).unwrap().dev();
+        let (maj, min) = (libc::major(dev), libc::minor(dev));
+        let pid = sb.pid() as i32;
+        let name = format!("pileup-it-{}", std::process::id());
+        let v1 = std::path::Path::new("/sys/fs/cgroup/blkio");
+        let (dir, root_procs) = if v1.join("blkio.throttle.read_iops_device").exists() {
+            let dir = v1.join(&name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("blkio.throttle.read_iops_device"), format!("{maj}:{min} {read_iops}")).unwrap();
+            (dir, v1.join("cgroup.procs"))
+        } else {
+            let root = std::path::Path::new("/sys/fs/cgroup");
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
+            let dir = root.join(&name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("io.max"), format!("{maj}:{min} riops={read_iops}")).unwrap();
+            (dir, root.join("cgroup.procs"))
+        };
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        Throttle { dir, root_procs, pid }
+    }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.root_procs, self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
+    // A buffer pool far smaller than the data: point selects read from disk.
+    let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
+    let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
+    let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=4", "--table-size=40000"];
+    sb.sql("CREATE DATABASE sbtest").unwrap();
+    assert!(Command::new("sysbench")
+        .arg("oltp_point_select")
+        .args(base)
+        .arg("prepare")
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let mut load = Command::new("sysbench")
+        .arg("oltp_point_select")
+        .args(base)
+        .args(["--threads=24", "--time=60", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let data = tempfile_dir("watch-disk");
+    let (mut child, rx) = watch(&sb, &data, &[]);
+    std::thread::sleep(Duration::from_secs(5));
+    let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    let unthrottled = seen.iter().filter(|v| v["event"] == "captured").count();
+    // The volume slows to 40 reads a second.
+    let throttle = Throttle::new(&sb, 40);
+    let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
+    drop(throttle);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = load.kill();
+    let _ = load.wait();
+    assert_eq!(
+        unthrottled,
+        0,
+        "the unthrottled load was captured: {:?}",
+        seen.iter().filter(|v| v["event"] == "captured").collect::<Vec<_>>()
+    );
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
+    let verdict = cap["verdict"].as_str().unwrap();
+    eprintln!("verdict: {verdict}");
+    assert!(verdict.starts_with("slow or saturated disk: "), "verdict: {verdict}");
+    assert!(
+        verdict.contains("InnoDB I/O requests pending") && verdict.contains("waiting for the disk"),
+        "verdict: {verdict}"
+    );
 }

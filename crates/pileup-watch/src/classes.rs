@@ -1,0 +1,544 @@
+//! Stall classes: the common ways a server stalls without one lock holder
+//! to blame, each recognised by its signature in a capture's evidence —
+//! status counters around the onset, the stacks' exported frame names, the
+//! processlist and the server's variables — and named with that evidence.
+//! Pure functions of the [`Evidence`], tested without a server.
+//!
+//! The frames are the server's exported functions (named on a stripped
+//! binary too: `open_table`, `login_connection`, `mysql_rm_table`) and
+//! libc's (`pread64`, `fsync`, `posix_fallocate`); InnoDB's internal ones
+//! (`fsp_try_extend_data_file`, `dict_stats_*`, `buf_flush_*`) count
+//! where debug information names them, and the counters carry those
+//! classes where it does not.
+
+use crate::capture::{stamp_tenths, Evidence};
+
+/// A kind of stall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallClass {
+    TableOpenStorm,
+    ConnectionStorm,
+    DropTable,
+    FileExtension,
+    StatsRecalc,
+    FlushStorm,
+    SlowDisk,
+}
+
+impl StallClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            StallClass::TableOpenStorm => "table-open storm",
+            StallClass::ConnectionStorm => "connection storm",
+            StallClass::DropTable => "DROP or TRUNCATE of a table",
+            StallClass::FileExtension => "data file extension",
+            StallClass::StatsRecalc => "statistics recalculation",
+            StallClass::FlushStorm => "flushing storm",
+            StallClass::SlowDisk => "slow or saturated disk",
+        }
+    }
+}
+
+/// One class found, with when it first showed and what shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Finding {
+    pub class: StallClass,
+    /// When its signature first showed (a poll or a stack sample).
+    pub first_unix: Option<f64>,
+    /// The evidence, for the verdict: counters, threads, statements.
+    pub evidence: String,
+}
+
+impl Finding {
+    pub fn line(&self) -> String {
+        format!("{}: {}", self.class.name(), self.evidence)
+    }
+}
+
+/// Values of `metric` in the metric history, and when, from `from` on.
+fn series<'a>(ev: &'a Evidence, metric: &'a str, from: f64) -> impl Iterator<Item = (f64, f64)> + 'a {
+    ev.history.iter().filter(move |r| r.unix >= from).filter_map(move |r| r.derived.get(metric).map(|v| (r.unix, *v)))
+}
+
+/// The metric around the stall and before it: (highest since shortly before
+/// the onset and when it first passed `over`, median of the minutes before).
+struct Around {
+    peak: f64,
+    /// The mean since shortly before the onset: a burst of one poll
+    /// interval (a pool opening its connections) does not make it high.
+    mean: f64,
+    first_over: Option<f64>,
+    usual: Option<f64>,
+}
+
+fn around(ev: &Evidence, metric: &str, over: f64) -> Option<Around> {
+    let onset = ev.onset_unix.unwrap_or(ev.unix);
+    let recent: Vec<(f64, f64)> = series(ev, metric, onset - 3.0).collect();
+    let peak = recent.iter().map(|p| p.1).fold(f64::NAN, f64::max);
+    if peak.is_nan() {
+        return None;
+    }
+    let mean = recent.iter().map(|p| p.1).sum::<f64>() / recent.len() as f64;
+    let first_over = recent.iter().find(|p| p.1 >= over).map(|p| p.0);
+    let mut before: Vec<f64> = series(ev, metric, f64::MIN).filter(|p| p.0 < onset - 5.0).map(|p| p.1).collect();
+    before.sort_by(f64::total_cmp);
+    let usual = (before.len() >= 5).then(|| before[before.len() / 2]);
+    Some(Around { peak, mean, first_over, usual })
+}
+
+/// A metric that jumped: at least `floor` and `times` its usual value.
+fn jumped(ev: &Evidence, metric: &str, floor: f64, times: f64) -> Option<Around> {
+    let a = around(ev, metric, floor)?;
+    let usual = a.usual.unwrap_or(0.0);
+    (a.peak >= floor && a.peak >= times * usual).then_some(a)
+}
+
+/// [`jumped`], judged on the mean since shortly before the onset: for
+/// rates that a one-interval burst would make look high.
+fn jumped_for_a_while(ev: &Evidence, metric: &str, floor: f64, times: f64) -> Option<Around> {
+    let a = around(ev, metric, floor)?;
+    let usual = a.usual.unwrap_or(0.0);
+    (a.mean >= floor && a.mean >= times * usual).then_some(a)
+}
+
+/// One stack sample as the classes read it: when, and each thread's OS
+/// state and frame labels.
+pub struct SampleView {
+    pub unix: f64,
+    pub threads: Vec<(char, Vec<String>)>,
+}
+
+/// The capture's stack samples as [`SampleView`]s.
+pub fn sample_views(ev: &Evidence) -> Vec<SampleView> {
+    ev.profile.as_ref().map_or_else(Vec::new, |p| {
+        p.samples
+            .iter()
+            .map(|s| SampleView {
+                unix: s.at_unix_ms as f64 / 1000.0,
+                threads: s
+                    .threads
+                    .iter()
+                    .map(|t| (t.state, t.frames.iter().map(|f| f.label.clone()).collect()))
+                    .collect(),
+            })
+            .collect()
+    })
+}
+
+/// Threads in frames matching `hit`: the most in one sample, and the time
+/// of the first sample with at least `min`.
+fn in_frames(samples: &[SampleView], min: usize, hit: impl Fn(&str) -> bool) -> (usize, Option<f64>) {
+    in_frames_unless(samples, min, hit, |_| false)
+}
+
+/// [`in_frames`], leaving out threads with a frame matching `unless`.
+fn in_frames_unless(
+    samples: &[SampleView],
+    min: usize,
+    hit: impl Fn(&str) -> bool,
+    unless: impl Fn(&str) -> bool,
+) -> (usize, Option<f64>) {
+    let mut most = 0;
+    let mut first = None;
+    for s in samples {
+        let n = s.threads.iter().filter(|t| t.1.iter().any(|f| hit(f)) && !t.1.iter().any(|f| unless(f))).count();
+        most = most.max(n);
+        if n >= min && first.is_none() {
+            first = Some(s.unix);
+        }
+    }
+    (most, first)
+}
+
+/// Threads in disk wait (state D) in the samples: the most in one.
+fn in_disk_wait(samples: &[SampleView]) -> usize {
+    samples.iter().map(|s| s.threads.iter().filter(|t| t.0 == 'D').count()).max().unwrap_or(0)
+}
+
+fn processlist_states(ev: &Evidence, hit: impl Fn(&str, &str) -> bool) -> usize {
+    ev.processlist
+        .iter()
+        .filter(|r| {
+            hit(r.get("state").map(String::as_str).unwrap_or(""), r.get("user").map(String::as_str).unwrap_or(""))
+        })
+        .count()
+}
+
+fn usual(a: &Around) -> String {
+    match a.usual {
+        Some(u) => format!(" (usually {u:.0})"),
+        None => String::new(),
+    }
+}
+
+fn var<'a>(ev: &'a Evidence, name: &str) -> Option<&'a str> {
+    ev.variables.get(name).map(String::as_str)
+}
+
+fn earliest(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Every class whose signature the evidence shows, earliest first.
+pub fn findings(ev: &Evidence) -> Vec<Finding> {
+    findings_in(ev, &sample_views(ev))
+}
+
+/// [`findings`] with the stack samples given.
+pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |class, first_unix, evidence: String| out.push(Finding { class, first_unix, evidence });
+
+    // Table-open storm: tables opened because the cache did not hold them,
+    // and threads opening tables.
+    let opens = jumped(ev, "table_open_cache_misses_rate", 100.0, 10.0)
+        .or_else(|| jumped(ev, "opened_tables_rate", 100.0, 10.0));
+    // Threads opening a table, not those waiting there for a metadata or
+    // backup lock (FTWRL's waiters sit in open_table too).
+    let (opening, opening_at) = in_frames_unless(
+        samples,
+        2,
+        |f| matches!(f, "open_table" | "tdc_acquire_share" | "open_table_from_share" | "open_table_def" | "closefrm"),
+        |f| f.starts_with("MDL_context::acquire_lock") || f.starts_with("MDL_wait::timed_wait"),
+    );
+    let opening_pl = processlist_states(ev, |s, _| s == "Opening tables" || s == "Closing tables");
+    // Thousands of opens a second are a storm by themselves: each takes the
+    // table cache's lock, and opens too quick to be caught in a stack still
+    // cost a CPU between them.
+    if let Some(a) = opens.filter(|a| opening >= 2 || opening_pl >= 4 || a.peak >= 1000.0) {
+        let cache = match (var(ev, "table_open_cache"), var(ev, "table_definition_cache")) {
+            (Some(t), Some(d)) => format!("; table_open_cache={t}, table_definition_cache={d}"),
+            _ => String::new(),
+        };
+        add(
+            StallClass::TableOpenStorm,
+            earliest(a.first_over, opening_at),
+            format!(
+                "{:.0} tables opened/s{}{}{cache}",
+                a.peak,
+                usual(&a),
+                match opening.max(opening_pl) {
+                    0 => String::new(),
+                    n => format!(", {n} thread(s) opening tables (open_table)"),
+                }
+            ),
+        );
+    }
+
+    // Connection storm: connections and new threads per second, threads
+    // logging in.
+    let conns = jumped_for_a_while(ev, "connections_rate", 50.0, 5.0);
+    let (login, login_at) =
+        in_frames(samples, 2, |f| matches!(f, "login_connection" | "acl_authenticate" | "check_connection"));
+    let login_pl = processlist_states(ev, |s, u| {
+        u == "unauthenticated user" || s.starts_with("login") || (s == "Reading from net" && u.is_empty())
+    });
+    // A thread started for most new connections (the thread cache not
+    // serving them) is a cost by itself, caught in a stack or not.
+    let creating = around(ev, "threads_created_rate", 100.0).is_some_and(|t| t.mean >= 100.0);
+    if let Some(a) = conns.filter(|_| login >= 2 || login_pl >= 4 || creating) {
+        let created = around(ev, "threads_created_rate", 0.0)
+            .map(|t| {
+                format!(
+                    ", {:.0} threads created/s{}",
+                    t.mean,
+                    var(ev, "thread_cache_size").map(|c| format!(" (thread_cache_size={c})")).unwrap_or_default()
+                )
+            })
+            .unwrap_or_default();
+        add(
+            StallClass::ConnectionStorm,
+            earliest(a.first_over, login_at),
+            format!(
+                "{:.0} connections/s{}{created}{}",
+                a.mean,
+                usual(&a),
+                match login.max(login_pl) {
+                    0 => String::new(),
+                    n => format!(", {n} thread(s) logging in"),
+                }
+            ),
+        );
+    }
+
+    // DROP / TRUNCATE of a table, running for a while.
+    let (dropping, drop_at) = in_frames(samples, 1, |f| {
+        matches!(
+            f,
+            "mysql_rm_table"
+                | "mysql_rm_table_no_locks"
+                | "ha_delete_table"
+                | "Sql_cmd_truncate_table::execute"
+                | "Sql_cmd_truncate_table::truncate_table"
+                | "row_drop_table_for_mysql"
+        )
+    });
+    let drop_pl = ev.processlist.iter().find(|r| {
+        let info = r.get("info").map(|i| i.trim_start().to_ascii_uppercase()).unwrap_or_default();
+        (info.starts_with("DROP TABLE") || info.starts_with("TRUNCATE"))
+            && r.get("command").is_some_and(|c| c == "Query")
+            && r.get("time").and_then(|t| t.parse::<f64>().ok()).is_some_and(|t| t >= 1.0)
+    });
+    if dropping >= 1 || drop_pl.is_some() {
+        let who = drop_pl
+            .map(|r| crate::verdict::pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
+            .unwrap_or_else(|| format!("{dropping} thread(s) in mysql_rm_table / ha_delete_table"));
+        add(
+            StallClass::DropTable,
+            drop_at,
+            format!("{who}: deleting a table's files and its pages from the buffer pool"),
+        );
+    }
+
+    // Data file extension.
+    let (extending, extend_at) = in_frames(samples, 1, |f| {
+        f.starts_with("fsp_try_extend_data_file")
+            || f.starts_with("fil_space_extend")
+            || f.starts_with("os_file_set_size")
+            || f.contains("posix_fallocate")
+            || f == "fallocate64"
+            || f == "fallocate"
+    });
+    if extending >= 1 {
+        add(
+            StallClass::FileExtension,
+            extend_at,
+            format!(
+                "{extending} thread(s) extending a data file (fallocate){}",
+                var(ev, "innodb_autoextend_increment")
+                    .map(|i| format!("; innodb_autoextend_increment={i} MB"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+
+    // Statistics recalculation.
+    let (stats, stats_at) = in_frames(samples, 1, |f| f.starts_with("dict_stats_"));
+    let analyze = ev.processlist.iter().find(|r| {
+        r.get("info").is_some_and(|i| i.trim_start().to_ascii_uppercase().starts_with("ANALYZE"))
+            && r.get("command").is_some_and(|c| c == "Query")
+    });
+    if stats >= 1 || analyze.is_some() {
+        let who = analyze
+            .map(|r| crate::verdict::pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
+            .unwrap_or_else(|| format!("{stats} thread(s) in dict_stats_*"));
+        add(StallClass::StatsRecalc, stats_at, format!("{who} recalculating index statistics"));
+    }
+
+    // Flushing storm: the redo log nearly full, so writes wait for pages to be flushed.
+    let (flush_wait, flush_at) = in_frames(samples, 1, |f| {
+        f.starts_with("buf_flush_wait") || f.starts_with("buf_flush_sync") || f.starts_with("log_checkpoint")
+    });
+    if let Some(a) = around(ev, "checkpoint_age_pct", 85.0).filter(|a| a.peak >= 85.0 || flush_wait >= 1) {
+        add(
+            StallClass::FlushStorm,
+            earliest(a.first_over, flush_at),
+            format!(
+                "checkpoint age at {:.0}% of the redo log's capacity{}: writes wait for dirty pages to be flushed{}",
+                a.peak,
+                a.usual.map(|u| format!(" (usually {u:.0}%)")).unwrap_or_default(),
+                var(ev, "innodb_log_file_size")
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map(|b| format!("; innodb_log_file_size={:.0} MiB", b / 1048576.0))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+
+    // A slow or saturated disk: the datadir's device busy or slow, or
+    // InnoDB's I/O requests queueing (a device throttled below the host,
+    // as a cloud volume or a cgroup limit is, looks idle from here), with
+    // threads waiting for it.
+    let busy = around(ev, "disk_busy_pct", 90.0).filter(|b| b.peak >= 90.0);
+    let slow = jumped(ev, "disk_await_ms", 20.0, 4.0);
+    let pending = ["innodb_data_pending_reads", "innodb_data_pending_writes", "innodb_data_pending_fsyncs"]
+        .iter()
+        .filter_map(|m| around(ev, m, 4.0))
+        .max_by(|a, b| a.peak.total_cmp(&b.peak))
+        .filter(|p| p.peak >= 4.0);
+    let d = in_disk_wait(samples);
+    let (io, io_at) = in_frames(samples, 2, |f| {
+        matches!(
+            f,
+            "pread64"
+                | "pwrite64"
+                | "__libc_pread64"
+                | "__libc_pwrite64"
+                | "fsync"
+                | "fdatasync"
+                | "__libc_fsync"
+                | "__libc_fdatasync"
+        ) || f.starts_with("io_uring_wait")
+            || f.starts_with("__io_uring_get_cqe")
+    });
+    if (busy.is_some() || slow.is_some() || pending.is_some()) && (d >= 2 || io >= 2) {
+        let mut e = Vec::new();
+        if let Some(b) = &busy {
+            e.push(format!("the datadir's device {:.0}% busy", b.peak));
+        }
+        if let Some(s) = &slow {
+            e.push(format!(
+                "{:.0} ms per I/O{}",
+                s.peak,
+                s.usual.map(|u| format!(" (usually {u:.1})")).unwrap_or_default()
+            ));
+        }
+        if let Some(p) = &pending {
+            e.push(format!("{:.0} InnoDB I/O requests pending", p.peak));
+        }
+        e.push(format!("{} thread(s) waiting for the disk", d.max(io)));
+        let first = [
+            busy.and_then(|b| b.first_over),
+            slow.and_then(|s| s.first_over),
+            pending.and_then(|p| p.first_over),
+            io_at,
+        ]
+        .into_iter()
+        .fold(None, earliest);
+        add(StallClass::SlowDisk, first, e.join(", "));
+    }
+    out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
+    out
+}
+
+/// The findings as the verdict's words: the first class, its evidence, and
+/// the others in the order they showed.
+pub fn describe(found: &[Finding]) -> Option<String> {
+    let first = found.first()?;
+    let mut s = first.line();
+    if found.len() > 1 {
+        let rest: Vec<String> = found[1..].iter().map(|f| f.class.name().to_string()).collect();
+        let when =
+            first.first_unix.map(|t| format!(" (it came first, at {} UTC)", stamp_tenths(t))).unwrap_or_default();
+        s += &format!("{when}; then {}", rest.join(", "));
+    }
+    Some(s)
+}
+
+/// Server variables the classes quote, read by the capture.
+pub const VARIABLES: &[&str] = &[
+    "table_open_cache",
+    "table_definition_cache",
+    "thread_cache_size",
+    "max_connections",
+    "innodb_log_file_size",
+    "innodb_autoextend_increment",
+];
+
+/// For tests: an evidence history row.
+#[cfg(test)]
+fn row(unix: f64, kv: &[(&str, f64)]) -> crate::store::Row {
+    crate::store::Row {
+        unix,
+        ok: true,
+        cost_ms: 1.0,
+        error: None,
+        derived: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(metric: &str, usual: f64, stall: f64) -> Vec<crate::store::Row> {
+        (0..60).map(|i| row(1000.0 + i as f64, &[(metric, if i >= 57 { stall } else { usual })])).collect()
+    }
+
+    fn pl(state: &str, user: &str) -> std::collections::BTreeMap<String, String> {
+        [("id", "9"), ("user", user), ("command", "Query"), ("time", "0"), ("state", state)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn table_open_storm_needs_the_counter_and_threads_or_thousands() {
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.2), ..Default::default() };
+        ev.history = history("table_open_cache_misses_rate", 3.0, 400.0);
+        assert!(findings(&ev).is_empty(), "a few hundred a second alone is not a stall");
+        ev.history = history("table_open_cache_misses_rate", 3.0, 2400.0);
+        for _ in 0..6 {
+            ev.processlist.push(pl("Opening tables", "app"));
+        }
+        ev.variables.insert("table_open_cache".into(), "10".into());
+        ev.variables.insert("table_definition_cache".into(), "400".into());
+        let f = findings(&ev);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].class, StallClass::TableOpenStorm);
+        assert_eq!(f[0].first_unix, Some(1057.0));
+        assert_eq!(
+            f[0].line(),
+            "table-open storm: 2400 tables opened/s (usually 3), 6 thread(s) opening tables (open_table); table_open_cache=10, table_definition_cache=400"
+        );
+        // A steady high rate is the workload, not a stall.
+        ev.history = history("table_open_cache_misses_rate", 2000.0, 2400.0);
+        assert!(findings(&ev).is_empty());
+    }
+
+    #[test]
+    fn several_classes_say_which_came_first() {
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.history = (0..60)
+            .map(|i| {
+                let stall = i >= 57;
+                row(
+                    1000.0 + i as f64,
+                    &[
+                        ("connections_rate", if stall { 900.0 } else { 5.0 }),
+                        ("threads_created_rate", if stall { 880.0 } else { 0.0 }),
+                        ("disk_busy_pct", if i >= 58 { 100.0 } else { 10.0 }),
+                        ("disk_await_ms", if i >= 58 { 80.0 } else { 0.5 }),
+                    ],
+                )
+            })
+            .collect();
+        for _ in 0..5 {
+            ev.processlist.push(pl("login", "unauthenticated user"));
+        }
+        assert_eq!(findings(&ev).len(), 1, "the disk is busy but nothing waits for it");
+        let samples = [SampleView { unix: 1058.3, threads: vec![('D', vec!["pread64".to_string()]); 3] }];
+        ev.variables.insert("thread_cache_size".into(), "0".into());
+        let f = findings_in(&ev, &samples);
+        assert_eq!(
+            f.iter().map(|f| f.class).collect::<Vec<_>>(),
+            vec![StallClass::ConnectionStorm, StallClass::SlowDisk]
+        );
+        let d = describe(&f).unwrap();
+        assert!(
+            d.starts_with("connection storm: 452 connections/s (usually 5), 440 threads created/s (thread_cache_size=0), 5 thread(s) logging in (it came first, at "),
+            "{d}"
+        );
+        assert!(d.ends_with("; then slow or saturated disk"), "{d}");
+        assert_eq!(
+            f[1].evidence,
+            "the datadir's device 100% busy, 80 ms per I/O (usually 0.5), 3 thread(s) waiting for the disk"
+        );
+    }
+
+    #[test]
+    fn drop_table_and_flush_storm() {
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        let mut r = pl("checking permissions", "app");
+        r.insert("info".into(), "DROP TABLE big".into());
+        r.insert("time".into(), "4".into());
+        ev.processlist.push(r);
+        ev.history = history("checkpoint_age_pct", 20.0, 93.0);
+        ev.variables.insert("innodb_log_file_size".into(), "100663296".into());
+        let f = findings(&ev);
+        assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::FlushStorm, StallClass::DropTable]);
+        assert_eq!(
+            f[0].evidence,
+            "checkpoint age at 93% of the redo log's capacity (usually 20%): writes wait for dirty pages to be flushed; innodb_log_file_size=96 MiB"
+        );
+        assert!(
+            f[1].evidence.starts_with("connection 9 (app@, Query for 4s) running `DROP TABLE big`"),
+            "{}",
+            f[1].evidence
+        );
+    }
+}
