@@ -172,6 +172,14 @@ fn usual(a: &Around) -> String {
     }
 }
 
+/// ", N thread(s) doing…", or nothing for none.
+fn threads_doing(n: usize, what: &str) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(", {n} thread(s) {what}"),
+    }
+}
+
 fn var<'a>(ev: &'a Evidence, name: &str) -> Option<&'a str> {
     ev.variables.get(name).map(String::as_str)
 }
@@ -221,10 +229,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
                 "{:.0} tables opened/s{}{}{cache}",
                 a.peak,
                 usual(&a),
-                match opening.max(opening_pl) {
-                    0 => String::new(),
-                    n => format!(", {n} thread(s) opening tables (open_table)"),
-                }
+                threads_doing(opening.max(opening_pl), "opening tables (open_table)")
             ),
         );
     }
@@ -257,10 +262,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
                 "{:.0} connections/s{}{created}{}",
                 a.mean,
                 usual(&a),
-                match login.max(login_pl) {
-                    0 => String::new(),
-                    n => format!(", {n} thread(s) logging in"),
-                }
+                threads_doing(login.max(login_pl), "logging in")
             ),
         );
     }
