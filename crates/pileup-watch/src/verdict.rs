@@ -60,6 +60,11 @@ fn mutex_holder(ev: &Evidence) -> Option<String> {
     Some(format!("{} thread(s) wait on {} 0x{:x} held by tid {o}{who}", l.most_at_once, l.kind.describe(), l.addr))
 }
 
+/// A row-lock convoy with fewer waiters than this, behind a transaction
+/// younger than [`MINOR_CONVOY_AGE_S`], gives way to a stall class.
+const MINOR_CONVOY_WAITERS: usize = 3;
+const MINOR_CONVOY_AGE_S: i64 = 2;
+
 /// The first line of the report: the likely culprit, with its evidence.
 pub fn verdict(ev: &Evidence) -> String {
     // 1. Row locks: the transaction most others wait for, unless it is
@@ -68,18 +73,6 @@ pub fn verdict(ev: &Evidence) -> String {
     // lock's holder is the root.
     let pileup = crate::holder::analyse(ev);
     let roots = root_blockers(&ev.row_lock_waits);
-    if let Some(&(b, n)) = roots.first() {
-        let waiting_itself = ev.processlist.iter().any(|r| {
-            r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
-                && r.get("state").is_some_and(|s| crate::holder::LockClass::of_state(s).is_some())
-        });
-        if !waiting_itself || pileup.is_none() {
-            let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
-            let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
-            return format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
-        }
-    }
-    // 2. Global read, backup, metadata, flush or table-level lock waits.
     let found = crate::classes::findings(ev);
     let also = |v: String| match found.is_empty() {
         true => v,
@@ -88,6 +81,26 @@ pub fn verdict(ev: &Evidence) -> String {
             found.iter().map(|f| f.class.name()).collect::<Vec<_>>().join(", then ")
         ),
     };
+    if let Some(&(b, n)) = roots.first() {
+        let waiting_itself = ev.processlist.iter().any(|r| {
+            r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
+                && r.get("state").is_some_and(|s| crate::holder::LockClass::of_state(s).is_some())
+        });
+        if !waiting_itself || pileup.is_none() {
+            let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
+            let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
+            let convoy = format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
+            // A wait or two behind a young transaction is what a busy write
+            // load always shows; when a stall class is there too, the class
+            // leads and the row locks follow it.
+            let minor = n < MINOR_CONVOY_WAITERS && w.blocking_trx_age_s.unwrap_or(0) < MINOR_CONVOY_AGE_S;
+            match crate::classes::describe(&found).filter(|_| minor && pileup.is_none()) {
+                Some(class) => return format!("{class}; also {convoy}"),
+                None => return also(convoy),
+            }
+        }
+    }
+    // 2. Global read, backup, metadata, flush or table-level lock waits.
     if let Some(p) = pileup {
         let mut v = crate::holder::verdict_line(&p);
         if let Some(&(b, n)) = roots.first() {
@@ -180,6 +193,43 @@ mod tests {
         assert!(verdict(&ev).contains("blocked by connection 7 "));
         let ev2 = Evidence { sql_error: Some("timed out".into()), ..Default::default() };
         assert!(verdict(&ev2).starts_with("the server does not answer SQL (timed out)"));
+    }
+
+    #[test]
+    fn a_stall_class_leads_a_minor_convoy_and_follows_a_real_one() {
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.history = (0..60)
+            .map(|i| crate::store::Row {
+                unix: 1000.0 + i as f64,
+                ok: true,
+                cost_ms: 1.0,
+                error: None,
+                derived: [("checkpoint_age_pct".to_string(), if i >= 57 { 99.0 } else { 20.0 })].into(),
+            })
+            .collect();
+        let wait = |w, b, age| RowLockWait {
+            waiting_conn: w,
+            blocking_conn: b,
+            blocking_trx_age_s: Some(age),
+            ..Default::default()
+        };
+        ev.row_lock_waits.push(wait(10, 7, 0));
+        let v = verdict(&ev);
+        assert!(v.starts_with("flushing storm: checkpoint age at 99%"), "{v}");
+        assert!(
+            v.ends_with(
+                "; also row lock convoy: 1 waiting transaction(s) blocked by connection 7, its transaction open 0s"
+            ),
+            "{v}"
+        );
+        // An old transaction holding rows is a culprit of its own.
+        ev.row_lock_waits[0].blocking_trx_age_s = Some(30);
+        let v = verdict(&ev);
+        assert!(v.starts_with("row lock convoy: 1 waiting transaction(s) blocked by connection 7"), "{v}");
+        assert!(v.ends_with("; stall classes seen: flushing storm"), "{v}");
+        // So are many waiters.
+        ev.row_lock_waits = (10..14).map(|w| wait(w, 7, 0)).collect();
+        assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transaction(s)"));
     }
 
     #[test]

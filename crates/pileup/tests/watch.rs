@@ -811,25 +811,8 @@ impl Drop for Throttle {
 fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
     // A buffer pool far smaller than the data: point selects read from disk.
     let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
-    let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
-    let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=4", "--table-size=40000"];
-    sb.sql("CREATE DATABASE sbtest").unwrap();
-    assert!(Command::new("sysbench")
-        .arg("oltp_point_select")
-        .args(base)
-        .arg("prepare")
-        .output()
-        .unwrap()
-        .status
-        .success());
-    let mut load = Command::new("sysbench")
-        .arg("oltp_point_select")
-        .args(base)
-        .args(["--threads=24", "--time=60", "run"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let base = sysbench_prepare(&sb, "oltp_point_select", 4, 40000);
+    let mut load = sysbench_start("oltp_point_select", &base, 24, 60);
     let data = tempfile_dir("watch-disk");
     let (mut child, rx) = watch(&sb, &data, &[]);
     std::thread::sleep(Duration::from_secs(5));
@@ -859,4 +842,42 @@ fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
         verdict.contains("InnoDB I/O requests pending") && verdict.contains("waiting for the disk"),
         "verdict: {verdict}"
     );
+}
+
+#[test]
+fn a_flushing_storm_is_named_with_the_checkpoint_age() {
+    // A redo log far too small for the write load, and a page cleaner told
+    // the disk is slow: the checkpoint age runs into the log's capacity and
+    // writers wait for pages to be flushed.
+    let sb = sandbox_with(vec![
+        ("innodb_log_file_size", "4M"),
+        ("innodb_io_capacity", "100"),
+        ("innodb_io_capacity_max", "100"),
+        ("innodb_flush_log_at_trx_commit", "2"),
+    ]);
+    let base = sysbench_prepare(&sb, "oltp_write_only", 4, 20000);
+    let data = tempfile_dir("watch-flush");
+    let (mut child, rx) = watch(&sb, &data, &[]);
+    std::thread::sleep(Duration::from_secs(3));
+    let mut load = sysbench_start("oltp_write_only", &base, 32, 60);
+    let mut seen = vec![];
+    let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = load.kill();
+    let _ = load.wait();
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
+    let age = seen.iter().filter_map(|v| v["derived"]["checkpoint_age_pct"].as_f64()).fold(0.0, f64::max);
+    let verdict = cap["verdict"].as_str().unwrap();
+    eprintln!("verdict: {verdict} (checkpoint age peaked at {age:.0}%)");
+    // The writers' few row-lock waits behind young transactions follow it.
+    assert!(verdict.starts_with("flushing storm: checkpoint age at "), "verdict: {verdict}");
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    let flush = ev["stall_classes"].as_array().unwrap().iter().find(|f| f["class"] == "flush_storm").cloned();
+    let flush = flush.unwrap_or_else(|| panic!("{}", ev["stall_classes"]));
+    let e = flush["evidence"].as_str().unwrap();
+    assert!(e.starts_with("checkpoint age at ") && e.contains("innodb_log_file_size=4 MiB"), "{e}");
 }

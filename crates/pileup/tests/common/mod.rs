@@ -67,16 +67,33 @@ pub fn stacks_json(sb: &Sandbox, extra: &[&str]) -> serde_json::Value {
 
 /// sysbench with `threads` connections on the sandbox, running in the background.
 pub fn sysbench(sb: &Sandbox, test: &str, threads: u32, seconds: u32) -> Child {
-    let sock = format!("--mysql-socket={}", sb.endpoint.socket.display());
-    let base = ["--db-driver=mysql", &sock, "--mysql-user=root", "--tables=2", "--table-size=2000"];
+    let base = sysbench_prepare(sb, test, 2, 2000);
+    sysbench_start(test, &base, threads, seconds)
+}
+
+/// sysbench's tables prepared for `test` on the sandbox: the connection and
+/// table arguments every later run takes.
+pub fn sysbench_prepare(sb: &Sandbox, test: &str, tables: u32, rows: u32) -> Vec<String> {
+    let base = vec![
+        "--db-driver=mysql".to_string(),
+        format!("--mysql-socket={}", sb.endpoint.socket.display()),
+        "--mysql-user=root".into(),
+        format!("--tables={tables}"),
+        format!("--table-size={rows}"),
+    ];
     sb.sql("CREATE DATABASE IF NOT EXISTS sbtest").unwrap();
     let prep = Command::new("sysbench")
         .arg(test)
-        .args(base)
+        .args(&base)
         .arg("prepare")
         .output()
         .expect("sysbench is installed (make deps)");
     assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    base
+}
+
+/// `sysbench test run` in the background on tables [`sysbench_prepare`] made.
+pub fn sysbench_start(test: &str, base: &[String], threads: u32, seconds: u32) -> Child {
     Command::new("sysbench")
         .arg(test)
         .args(base)
