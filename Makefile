@@ -9,13 +9,15 @@ CARGO ?= cargo
 # file already there (an absolute path), is not reinstalled. The
 # metadata_lock_info plugin (watch names who holds a metadata lock with it)
 # comes only with the full mariadb-server package. `pileup locks` builds its
-# eBPF program with clang and links libbpf against libelf and zlib.
+# eBPF program with clang and links libbpf against libelf and zlib. The watch
+# tests put a server on an ext4 image without extents (mkfs.ext4, losetup).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
   mydumper:mydumper myloader:mydumper \
-  clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev
+  clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
+  mkfs.ext4:e2fsprogs losetup:mount
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps toolchain demo test style build bench clean

@@ -173,7 +173,7 @@ pub fn run(
     let capture::Traced { words, counters, elapsed } = {
         let on_event = |e: event::Event| {
             known.refresh(opts.sql_refresh);
-            let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64 };
+            let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64, dx: 0 };
             let (addrs, error) = if e.ip == 0 {
                 (vec![], Some("no registers".to_string()))
             } else {

@@ -133,6 +133,8 @@ pub struct Regs {
     /// First syscall argument (the futex address for futex waits).
     pub di: u64,
     pub si: u64,
+    /// Third syscall argument (the byte count of a read or write).
+    pub dx: u64,
 }
 
 impl Regs {
@@ -427,8 +429,16 @@ impl Drop for DeadlineTimer {
 
 fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Option<RawThread> {
     let r = ptrace::getregs(Pid::from_raw(tid)).ok()?;
-    let regs =
-        Regs { ip: r.rip, sp: r.rsp, bp: r.rbp, orig_ax: r.orig_rax as i64, ax: r.rax as i64, di: r.rdi, si: r.rsi };
+    let regs = Regs {
+        ip: r.rip,
+        sp: r.rsp,
+        bp: r.rbp,
+        orig_ax: r.orig_rax as i64,
+        ax: r.rax as i64,
+        di: r.rdi,
+        si: r.rsi,
+        dx: r.rdx,
+    };
     let sp = regs.sp;
     let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
     let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
@@ -461,10 +471,32 @@ fn detach(tid: i32, sig: Option<Signal>) {
 
 fn capture_consistent(
     pid: i32,
-    tids: &[i32],
+    all_tids: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
+    // A thread in an uninterruptible wait (the disk, most often) stops only
+    // when it leaves the kernel, and every thread stopped before it would be
+    // held that long: it is read where it blocks, from /proc and its stack,
+    // as passive mode reads a blocked thread, and never stopped.
+    let mut unstopped = vec![];
+    let stoppable: Vec<i32> = all_tids
+        .iter()
+        .copied()
+        .filter(|&tid| {
+            if crate::proc::state(pid, tid) != Some('D') {
+                return true;
+            }
+            match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+                passive::Read::Blocked(rt) => {
+                    unstopped.push(rt);
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    let tids = &stoppable[..];
     let priority = RaisedPriority::raise(opts.raised_priority);
     let t0 = Instant::now();
     let mut missed = vec![];
@@ -553,15 +585,25 @@ fn capture_consistent(
     }
     let window_us = window_start.elapsed().as_micros() as u64;
     drop(priority);
-    let late: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
-    release_all(&late);
-    for (tid, _) in pending {
+    // A thread that did not stop in time went into an uninterruptible wait
+    // after the check above: read the same way, with no stop (its
+    // stopped_us stays 0).
+    threads.extend(unstopped);
+    let mut late = Vec::with_capacity(pending.len());
+    for &(tid, _) in &pending {
+        match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+            passive::Read::Blocked(rt) => threads.push(rt),
+            _ => late.push(tid),
+        }
+    }
+    release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+    for tid in late {
         missed.push(Missed {
             tid,
             reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
         });
     }
-    Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
+    Ok(finish(all_tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
 }
 
 /// Threads that were interrupted but had not stopped when the budget ran

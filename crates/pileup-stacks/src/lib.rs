@@ -101,6 +101,10 @@ pub struct ThreadStack {
     pub wchan: Option<String>,
     /// The system call the thread was blocked in, if any.
     pub syscall: Option<String>,
+    /// The file a read, write, sync or allocation the thread was in works
+    /// on, named from its descriptor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<proc::FileIo>,
     pub role: Option<Role>,
     pub sql: Option<SqlThread>,
     pub lock_wait: Option<LockWait>,
@@ -132,6 +136,7 @@ impl ThreadStack {
             state_label: proc::state_label(state),
             wchan: None,
             syscall: None,
+            file: None,
             role: None,
             sql: None,
             lock_wait: None,
@@ -628,6 +633,7 @@ impl Sampler {
                 state_label: proc::state_label(o.state),
                 wchan: o.wchan,
                 syscall: rt.regs.blocked_syscall().map(proc::syscall_name),
+                file: proc::file_io(pid, &rt.regs),
                 role: annotate::role_of(pid, rt.tid, s.as_ref()),
                 sql: s,
                 lock_wait: None,

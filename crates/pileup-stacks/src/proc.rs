@@ -271,6 +271,12 @@ pub fn parse_stat(s: &str) -> Option<(String, char, u64, u64, u64)> {
     Some((name, state, utime, stime, flags))
 }
 
+/// A thread's state letter alone (one read of its `stat`).
+pub fn state(pid: i32, tid: i32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    parse_stat(&stat).map(|s| s.1)
+}
+
 pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let (name, state, utime, stime, flags) = parse_stat(&stat)?;
@@ -280,6 +286,50 @@ pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
         .map(|w| w.trim().to_string())
         .filter(|w| !w.is_empty() && w != "0");
     Some(OsThread { name, state, wchan, utime, stime, io_worker: flags & PF_IO_WORKER != 0 })
+}
+
+/// A file operation a thread was in: the syscall, the file (from the
+/// descriptor, read as the sample is taken: a descriptor closed and reused
+/// in between would name the new file, which data and log files, open for
+/// the server's life, are not) and the bytes asked for, where the call
+/// takes a count.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileIo {
+    pub syscall: &'static str,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// The file operation `regs` show a thread in or just leaving (a thread in
+/// disk wait stops only as its syscall returns: `orig_ax` still holds the
+/// call and the argument registers are preserved across it).
+pub fn file_io(pid: i32, regs: &crate::capture::Regs) -> Option<FileIo> {
+    let (syscall, counted) = match regs.orig_ax {
+        0 => ("read", true),
+        1 => ("write", true),
+        17 => ("pread64", true),
+        18 => ("pwrite64", true),
+        19 => ("readv", false),
+        20 => ("writev", false),
+        74 => ("fsync", false),
+        75 => ("fdatasync", false),
+        277 => ("sync_file_range", false),
+        285 => ("fallocate", false),
+        295 => ("preadv", false),
+        296 => ("pwritev", false),
+        327 => ("preadv2", false),
+        328 => ("pwritev2", false),
+        _ => return None,
+    };
+    let fd = i32::try_from(regs.di).ok()?;
+    let path = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let path = path.to_string_lossy().into_owned();
+    // Sockets and pipes are the network, not the disk.
+    if !path.starts_with('/') {
+        return None;
+    }
+    Some(FileIo { syscall, path, bytes: counted.then_some(regs.dx) })
 }
 
 /// What `/proc/PID/task/TID/syscall` says of a thread.

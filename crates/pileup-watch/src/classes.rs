@@ -102,11 +102,26 @@ fn jumped_for_a_while(ev: &Evidence, metric: &str, floor: f64, times: f64) -> Op
     (a.mean >= floor && a.mean >= times * usual).then_some(a)
 }
 
-/// One stack sample as the classes read it: when, and each thread's OS
-/// state and frame labels.
+/// One stack sample as the classes read it: when, and its threads.
 pub struct SampleView {
     pub unix: f64,
-    pub threads: Vec<(char, Vec<String>)>,
+    pub threads: Vec<ThreadView>,
+}
+
+/// A thread as the classes read it: OS state, frame labels, the file
+/// operation it was in and whether it serves a client connection.
+#[derive(Clone, Default)]
+pub struct ThreadView {
+    pub state: char,
+    pub frames: Vec<String>,
+    pub file: Option<pileup_stacks::proc::FileIo>,
+    pub connection: bool,
+}
+
+impl ThreadView {
+    fn has(&self, hit: impl Fn(&str) -> bool) -> bool {
+        self.frames.iter().any(|f| hit(f))
+    }
 }
 
 /// The capture's stack samples as [`SampleView`]s.
@@ -119,7 +134,12 @@ pub fn sample_views(ev: &Evidence) -> Vec<SampleView> {
                 threads: s
                     .threads
                     .iter()
-                    .map(|t| (t.state, t.frames.iter().map(|f| f.label.clone()).collect()))
+                    .map(|t| ThreadView {
+                        state: t.state,
+                        frames: t.frames.iter().map(|f| f.label.clone()).collect(),
+                        file: t.file.clone(),
+                        connection: t.sql.is_some(),
+                    })
                     .collect(),
             })
             .collect()
@@ -139,10 +159,16 @@ fn in_frames_unless(
     hit: impl Fn(&str) -> bool,
     unless: impl Fn(&str) -> bool,
 ) -> (usize, Option<f64>) {
+    threads_where(samples, min, |t| t.has(&hit) && !t.has(&unless))
+}
+
+/// Threads for which `hit` holds: the most in one sample, and the time of
+/// the first sample with at least `min`.
+fn threads_where(samples: &[SampleView], min: usize, hit: impl Fn(&ThreadView) -> bool) -> (usize, Option<f64>) {
     let mut most = 0;
     let mut first = None;
     for s in samples {
-        let n = s.threads.iter().filter(|t| t.1.iter().any(|f| hit(f)) && !t.1.iter().any(|f| unless(f))).count();
+        let n = s.threads.iter().filter(|t| hit(t)).count();
         most = most.max(n);
         if n >= min && first.is_none() {
             first = Some(s.unix);
@@ -151,9 +177,67 @@ fn in_frames_unless(
     (most, first)
 }
 
+/// An InnoDB data file (a table's `.ibd`, the system or an undo
+/// tablespace), not the redo log or the temporary tablespace.
+fn data_file(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.ends_with(".ibd") || name.starts_with("ibdata") || name.starts_with("undo")
+}
+
+/// A path as the verdict shows it: the table's `db/name.ibd`, or the file name.
+fn short_path(path: &str) -> String {
+    let mut parts = path.rsplit('/');
+    match (parts.next(), parts.next()) {
+        (Some(f), Some(d)) if f.ends_with(".ibd") => format!("{d}/{f}"),
+        (Some(f), _) => f.to_string(),
+        _ => path.to_string(),
+    }
+}
+
+/// Writes of at least this many bytes at once by a client's thread to a
+/// data file are InnoDB zero-filling it to extend it: on a filesystem where
+/// `fallocate` is not supported it writes zeros a megabyte at a time, and
+/// a client's thread otherwise writes no data pages.
+const ZERO_FILL_BYTES: u64 = 256 * 1024;
+
+/// A thread extending a data file: in `fallocate`, or writing zeros.
+fn extending(t: &ThreadView) -> bool {
+    let named = t.has(|f| {
+        f.starts_with("fsp_try_extend_data_file")
+            || f.starts_with("fil_space_extend")
+            || f.starts_with("os_file_set_size")
+            || f.contains("posix_fallocate")
+            || f == "fallocate64"
+            || f == "fallocate"
+    });
+    named
+        || t.file.as_ref().is_some_and(|io| {
+            data_file(&io.path)
+                && (io.syscall == "fallocate"
+                    || (t.connection
+                        && io.syscall.starts_with("pwrite")
+                        && io.bytes.is_some_and(|b| b >= ZERO_FILL_BYTES)))
+        })
+}
+
+/// The files threads matching `hit` work on in the sample with the most of
+/// them: "pread64 on db/t.ibd (10), fsync on ibdata1 (2)".
+fn files_of(samples: &[SampleView], hit: impl Fn(&ThreadView) -> bool) -> String {
+    let Some(s) = samples.iter().max_by_key(|s| s.threads.iter().filter(|t| hit(t) && t.file.is_some()).count()) else {
+        return String::new();
+    };
+    let mut by: std::collections::BTreeMap<(String, &str), usize> = Default::default();
+    for io in s.threads.iter().filter(|t| hit(t)).filter_map(|t| t.file.as_ref()) {
+        *by.entry((short_path(&io.path), io.syscall)).or_default() += 1;
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.iter().take(4).map(|((p, sc), n)| format!("{sc} on {p} ({n})")).collect::<Vec<_>>().join(", ")
+}
+
 /// Threads in disk wait (state D) in the samples: the most in one.
 fn in_disk_wait(samples: &[SampleView]) -> usize {
-    samples.iter().map(|s| s.threads.iter().filter(|t| t.0 == 'D').count()).max().unwrap_or(0)
+    samples.iter().map(|s| s.threads.iter().filter(|t| t.state == 'D').count()).max().unwrap_or(0)
 }
 
 fn processlist_states(ev: &Evidence, hit: impl Fn(&str, &str) -> bool) -> usize {
@@ -163,6 +247,14 @@ fn processlist_states(ev: &Evidence, hit: impl Fn(&str, &str) -> bool) -> usize 
             hit(r.get("state").map(String::as_str).unwrap_or(""), r.get("user").map(String::as_str).unwrap_or(""))
         })
         .count()
+}
+
+/// A connection running a statement, not waiting for a global, metadata,
+/// flush or table lock (a DROP queued behind a transaction's metadata lock
+/// is the lock holder's stall, not the DROP's).
+fn working(r: &std::collections::BTreeMap<String, String>) -> bool {
+    r.get("command").is_some_and(|c| c == "Query")
+        && r.get("state").is_none_or(|s| crate::holder::LockClass::of_state(s).is_none())
 }
 
 fn usual(a: &Around) -> String {
@@ -282,7 +374,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     let drop_pl = ev.processlist.iter().find(|r| {
         let info = r.get("info").map(|i| i.trim_start().to_ascii_uppercase()).unwrap_or_default();
         (info.starts_with("DROP TABLE") || info.starts_with("TRUNCATE"))
-            && r.get("command").is_some_and(|c| c == "Query")
+            && working(r)
             && r.get("time").and_then(|t| t.parse::<f64>().ok()).is_some_and(|t| t >= 1.0)
     });
     if dropping >= 1 || drop_pl.is_some() {
@@ -296,22 +388,25 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         );
     }
 
-    // Data file extension.
-    let (extending, extend_at) = in_frames(samples, 1, |f| {
-        f.starts_with("fsp_try_extend_data_file")
-            || f.starts_with("fil_space_extend")
-            || f.starts_with("os_file_set_size")
-            || f.contains("posix_fallocate")
-            || f == "fallocate64"
-            || f == "fallocate"
-    });
-    if extending >= 1 {
+    // Data file extension: a thread allocating space in a data file, or
+    // writing zeros into it where the filesystem cannot allocate.
+    let (extenders, extend_at) = threads_where(samples, 1, extending);
+    if extenders >= 1 {
+        let files = files_of(samples, extending);
+        let zeros = samples
+            .iter()
+            .flat_map(|s| &s.threads)
+            .any(|t| extending(t) && t.file.as_ref().is_some_and(|io| io.syscall.starts_with("pwrite")));
+        let system = files.contains("ibdata");
         add(
             StallClass::FileExtension,
             extend_at,
             format!(
-                "{extending} thread(s) extending a data file (fallocate){}",
+                "{extenders} thread(s) extending a data file{}{}{}",
+                if files.is_empty() { String::new() } else { format!(" ({files})") },
+                if zeros { ", writing zeros: the filesystem does not allocate space without them" } else { "" },
                 var(ev, "innodb_autoextend_increment")
+                    .filter(|_| system)
                     .map(|i| format!("; innodb_autoextend_increment={i} MB"))
                     .unwrap_or_default()
             ),
@@ -321,8 +416,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     // Statistics recalculation.
     let (stats, stats_at) = in_frames(samples, 1, |f| f.starts_with("dict_stats_"));
     let analyze = ev.processlist.iter().find(|r| {
-        r.get("info").is_some_and(|i| i.trim_start().to_ascii_uppercase().starts_with("ANALYZE"))
-            && r.get("command").is_some_and(|c| c == "Query")
+        r.get("info").is_some_and(|i| i.trim_start().to_ascii_uppercase().starts_with("ANALYZE")) && working(r)
     });
     if stats >= 1 || analyze.is_some() {
         let who = analyze
@@ -392,7 +486,12 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         if let Some(p) = &pending {
             e.push(format!("{:.0} InnoDB I/O requests pending", p.peak));
         }
-        e.push(format!("{} thread(s) waiting for the disk", d.max(io)));
+        let files = files_of(samples, |t| t.state == 'D' || t.file.is_some());
+        e.push(format!(
+            "{} thread(s) waiting for the disk{}",
+            d.max(io),
+            if files.is_empty() { String::new() } else { format!(" ({files})") }
+        ));
         let first = [
             busy.and_then(|b| b.first_over),
             slow.and_then(|s| s.first_over),
@@ -404,6 +503,14 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         add(StallClass::SlowDisk, first, e.join(", "));
     }
     out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
+    // A file being extended or pages being flushed in a hurry is why the
+    // disk is busy: that cause leads, the busy disk follows it.
+    if let Some(i) = out.iter().position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm)) {
+        if let Some(d) = out[..i].iter().position(|f| f.class == StallClass::SlowDisk) {
+            let disk = out.remove(d);
+            out.insert(i, disk);
+        }
+    }
     out
 }
 
@@ -414,9 +521,14 @@ pub fn describe(found: &[Finding]) -> Option<String> {
     let mut s = first.line();
     if found.len() > 1 {
         let rest: Vec<String> = found[1..].iter().map(|f| f.class.name().to_string()).collect();
-        let when =
-            first.first_unix.map(|t| format!(" (it came first, at {} UTC)", stamp_tenths(t))).unwrap_or_default();
-        s += &format!("{when}; then {}", rest.join(", "));
+        let earliest = found.iter().filter_map(|f| f.first_unix).fold(f64::MAX, f64::min);
+        let when = first
+            .first_unix
+            .filter(|&t| t <= earliest)
+            .map(|t| format!(" (it came first, at {} UTC)", stamp_tenths(t)))
+            .unwrap_or_default();
+        let then = if when.is_empty() { "also" } else { "then" };
+        s += &format!("{when}; {then} {}", rest.join(", "));
     }
     Some(s)
 }
@@ -503,7 +615,17 @@ mod tests {
             ev.processlist.push(pl("login", "unauthenticated user"));
         }
         assert_eq!(findings(&ev).len(), 1, "the disk is busy but nothing waits for it");
-        let samples = [SampleView { unix: 1058.3, threads: vec![('D', vec!["pread64".to_string()]); 3] }];
+        let reading = ThreadView {
+            state: 'D',
+            frames: vec!["pread64".to_string()],
+            file: Some(pileup_stacks::proc::FileIo {
+                syscall: "pread64",
+                path: "/data/db/t1.ibd".into(),
+                bytes: Some(16384),
+            }),
+            connection: true,
+        };
+        let samples = [SampleView { unix: 1058.3, threads: vec![reading; 3] }];
         ev.variables.insert("thread_cache_size".into(), "0".into());
         let f = findings_in(&ev, &samples);
         assert_eq!(
@@ -518,8 +640,63 @@ mod tests {
         assert!(d.ends_with("; then slow or saturated disk"), "{d}");
         assert_eq!(
             f[1].evidence,
-            "the datadir's device 100% busy, 80 ms per I/O (usually 0.5), 3 thread(s) waiting for the disk"
+            "the datadir's device 100% busy, 80 ms per I/O (usually 0.5), 3 thread(s) waiting for the disk (pread64 on db/t1.ibd (3))"
         );
+    }
+
+    #[test]
+    fn a_client_writing_zeros_into_a_data_file_is_extending_it() {
+        let ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        let io = |path: &str, bytes| {
+            Some(pileup_stacks::proc::FileIo { syscall: "pwrite64", path: path.into(), bytes: Some(bytes) })
+        };
+        let t = |file, connection| ThreadView { state: 'D', frames: vec!["pwrite64".into()], file, connection };
+        // The page cleaner's doublewrite batch and a client's page write are not.
+        let samples = [SampleView {
+            unix: 1058.0,
+            threads: vec![t(io("/d/ibdata1", 1 << 20), false), t(io("/d/db/t.ibd", 16384), true)],
+        }];
+        assert!(findings_in(&ev, &samples).is_empty());
+        let samples = [SampleView { unix: 1058.1, threads: vec![t(io("/d/ibdata1", 1 << 20), true)] }];
+        let mut ev = ev;
+        ev.variables.insert("innodb_autoextend_increment".into(), "64".into());
+        let f = findings_in(&ev, &samples);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].line(),
+            "data file extension: 1 thread(s) extending a data file (pwrite64 on ibdata1 (1)), writing zeros: the filesystem does not allocate space without them; innodb_autoextend_increment=64 MB"
+        );
+        // fallocate on a table's file, named by its frame.
+        let samples = [SampleView {
+            unix: 1058.1,
+            threads: vec![ThreadView {
+                state: 'S',
+                frames: vec!["fallocate64".into(), "mariadbd+0x1234".into()],
+                file: Some(pileup_stacks::proc::FileIo {
+                    syscall: "fallocate",
+                    path: "/d/db/t.ibd".into(),
+                    bytes: None,
+                }),
+                connection: true,
+            }],
+        }];
+        assert_eq!(
+            findings_in(&ev, &samples)[0].evidence,
+            "1 thread(s) extending a data file (fallocate on db/t.ibd (1))"
+        );
+        // The disk, busy since before, follows the extension that keeps it busy.
+        ev.history =
+            (0..60).map(|i| row(1000.0 + i as f64, &[("disk_busy_pct", if i >= 57 { 100.0 } else { 5.0 })])).collect();
+        let mut samples = samples;
+        samples[0].threads.push(ThreadView { state: 'D', frames: vec!["pwrite64".into()], ..Default::default() });
+        samples[0].threads.push(ThreadView { state: 'D', frames: vec!["fsync".into()], ..Default::default() });
+        let f = findings_in(&ev, &samples);
+        assert_eq!(
+            f.iter().map(|f| f.class).collect::<Vec<_>>(),
+            vec![StallClass::FileExtension, StallClass::SlowDisk]
+        );
+        let d = describe(&f).unwrap();
+        assert!(d.ends_with("; also slow or saturated disk") && !d.contains("came first"), "{d}");
     }
 
     #[test]
@@ -542,5 +719,8 @@ mod tests {
             "{}",
             f[1].evidence
         );
+        // A DROP waiting for a metadata lock is not deleting anything yet.
+        ev.processlist[0].insert("state".into(), "Waiting for table metadata lock".into());
+        assert_eq!(findings(&ev).iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::FlushStorm]);
     }
 }

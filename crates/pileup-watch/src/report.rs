@@ -101,7 +101,13 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// (Re)write `report.html` from the files in a capture directory.
+/// The thread scan's pile-up that a stall beginning at `onset` is: one
+/// under way then (the onset is timed to the poll or to the scan, so up to
+/// one scan interval either side).
+fn stall_around(stalls: &[crate::scan::Stall], onset: f64) -> Option<&crate::scan::Stall> {
+    stalls.iter().find(|st| st.began_unix <= onset + 0.15 && st.ended_unix > onset)
+}
+
 /// The self-contained `report.html` of a capture read back.
 pub fn render_html(c: &Capture) -> String {
     let (ev, rows) = (&c.evidence, &c.metrics);
@@ -121,7 +127,18 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     let _ = write!(h, "<h1>pileup capture</h1><div class=\"verdict\" id=\"verdict\">{}</div>", esc(&ev.verdict));
     let _ = write!(h, "<p>Trigger <code>{}</code> fired at {} UTC.", esc(&ev.trigger), stamp(ev.unix));
     if let Some(o) = ev.onset_unix {
-        let _ = write!(h, " The stall began at {} UTC.", stamp_tenths(o));
+        let _ = write!(h, " The stall began at {} UTC", stamp_tenths(o));
+        match stall_around(&c.stalls, o) {
+            Some(st) => {
+                let _ = write!(
+                    h,
+                    " and ended at {} UTC, {:.1} s later (threads held up, as the thread scan saw them).",
+                    stamp_tenths(st.ended_unix),
+                    st.ended_unix - o
+                );
+            }
+            None => h.push('.'),
+        }
     }
     if let Some(e) = &ev.sql_error {
         let _ = write!(h, " SQL did not answer: {}.", esc(e));
@@ -369,5 +386,16 @@ mod tests {
         assert!(c.contains("Questions &lt;per&gt; second"));
         assert_eq!(c.matches("<circle").count(), 1);
         assert!(chart(&rows, "missing_metric", "x", 110.0).is_none());
+    }
+
+    #[test]
+    fn a_stall_ends_with_the_scans_pile_up_that_it_is() {
+        let st = |b, e| crate::scan::Stall { began_unix: b, ended_unix: e, peak_blocked: 30, baseline: 0 };
+        let stalls = [st(90.0, 90.4), st(100.1, 103.7), st(110.0, 111.0)];
+        // Onset at the poll just before the scan saw it, or from the scan itself.
+        assert_eq!(stall_around(&stalls, 100.0).unwrap().ended_unix, 103.7);
+        assert_eq!(stall_around(&stalls, 100.1).unwrap().ended_unix, 103.7);
+        assert!(stall_around(&stalls, 104.0).is_none());
+        assert!(stall_around(&stalls, 99.5).is_none());
     }
 }

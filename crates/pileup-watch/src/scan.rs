@@ -7,7 +7,8 @@
 //! threads waiting for work (InnoDB's, its thread pools) never count. A
 //! connection thread that waits for a lock (a row, metadata, global or
 //! table lock, or a mutex) sleeps in a futex wait; an idle connection
-//! sleeps in `poll()`; a thread waiting for the disk is in state D. A
+//! sleeps in `poll()`; a thread waiting for the disk is in state D; one that
+//! sleeps between retries (in `nanosleep`) waits for something too. A
 //! thread that has just left for the server's thread cache (until the next
 //! poll drops it from the list) also sleeps in a futex wait, on the cache's
 //! condition variable: those are told by the futex word's address
@@ -30,7 +31,8 @@ pub struct Census {
     pub threads: u32,
     /// State R.
     pub running: u32,
-    /// Asleep in a futex wait: locks and condition variables.
+    /// Asleep in a futex wait (locks and condition variables) or between
+    /// retries (nanosleep).
     pub futex: u32,
     /// State D: waiting for the disk (or another uninterruptible wait).
     pub disk: u32,
@@ -151,7 +153,12 @@ fn classify(
         b'D' => Seen::Disk,
         b'S' => {
             let n = t.wchan.read_at(buf, 0).ok()?;
-            if !buf[..n].starts_with(b"futex") {
+            if sleeping(&buf[..n]) {
+                // A client's thread sleeping between retries waits for
+                // something (InnoDB polls a file another thread extends, or
+                // a free page, this way); an idle one sleeps in poll().
+                Seen::Futex
+            } else if !buf[..n].starts_with(b"futex") {
                 Seen::Other
             } else {
                 let word = t.syscall.as_ref().and_then(|f| f.read_at(buf, 0).ok()).and_then(|n| futex_word(&buf[..n]));
@@ -161,10 +168,18 @@ fn classify(
                 }
             }
         }
+        // Stopped by a tracer (a capture taking its stack, for a few
+        // milliseconds): still in the wait it was in.
+        b't' | b'T' => return Some(t.last.map_or(Seen::Other, |l| l.1)),
         _ => Seen::Other,
     };
     t.last = Some((slices, class));
     Some(class)
+}
+
+/// A `wchan` of a thread in nanosleep() or clock_nanosleep().
+fn sleeping(wchan: &[u8]) -> bool {
+    wchan.starts_with(b"hrtimer_nanosleep") || wchan.starts_with(b"do_nanosleep")
 }
 
 /// The futex word of a thread blocked in `futex()` (or restarting it),
@@ -233,13 +248,25 @@ pub const RELEARN_SECS: f64 = 600.0;
 
 /// Turns censuses into pile-ups: threads held up at least `threshold`
 /// above their median of the last minute (outside pile-ups) on two scans
-/// running. Needs 10 scans of history before it judges.
+/// running, until two scans running are under it (one scan under is a
+/// waiter between two waits, not the end). Needs 10 scans of history
+/// before it judges.
 #[derive(Debug)]
 pub struct Detector {
     threshold: u32,
     hist: VecDeque<(f64, u32)>,
     first_over: Option<f64>,
-    open: Option<(f64, u32, u32, bool)>, // began, peak, baseline, lasting announced
+    open: Option<Open>,
+}
+
+#[derive(Debug)]
+struct Open {
+    began: f64,
+    peak: u32,
+    baseline: u32,
+    lasting_announced: bool,
+    /// The scan that first found it under the threshold, if the last did.
+    first_under: Option<f64>,
 }
 
 impl Detector {
@@ -256,19 +283,29 @@ impl Detector {
         Some(v[v.len() / 2])
     }
 
-    pub fn step(&mut self, c: &Census) -> Option<Pulse> {
+    /// One census. `disturbed`: a capture was taking stacks meanwhile, so
+    /// threads it stopped may show as running: such a census may find a
+    /// pile-up under way but never ends one.
+    pub fn step(&mut self, c: &Census, disturbed: bool) -> Option<Pulse> {
         let blocked = c.blocked();
-        if let Some((began, peak, baseline, lasting)) = &mut self.open {
-            if blocked >= *baseline + self.threshold && c.unix - *began < RELEARN_SECS {
-                *peak = (*peak).max(blocked);
-                if !*lasting && c.unix - *began >= LASTING_SECS {
-                    *lasting = true;
-                    return Some(Pulse::Lasting { began_unix: *began, blocked, baseline: *baseline });
+        if let Some(o) = &mut self.open {
+            let relearn = c.unix - o.began >= RELEARN_SECS;
+            if blocked >= o.baseline + self.threshold && !relearn {
+                o.first_under = None;
+                o.peak = o.peak.max(blocked);
+                if !o.lasting_announced && c.unix - o.began >= LASTING_SECS {
+                    o.lasting_announced = true;
+                    return Some(Pulse::Lasting { began_unix: o.began, blocked, baseline: o.baseline });
                 }
                 return None;
             }
-            let s = Stall { began_unix: *began, ended_unix: c.unix, peak_blocked: *peak, baseline: *baseline };
-            if c.unix - *began >= RELEARN_SECS {
+            if !relearn && (o.first_under.is_none() || disturbed) {
+                o.first_under.get_or_insert(c.unix);
+                return None;
+            }
+            let ended_unix = o.first_under.unwrap_or(c.unix);
+            let s = Stall { began_unix: o.began, ended_unix, peak_blocked: o.peak, baseline: o.baseline };
+            if relearn {
                 self.hist.clear();
             }
             self.open = None;
@@ -280,7 +317,13 @@ impl Detector {
             match self.first_over {
                 None => self.first_over = Some(c.unix),
                 Some(first) => {
-                    self.open = Some((first, blocked, b, false));
+                    self.open = Some(Open {
+                        began: first,
+                        peak: blocked,
+                        baseline: b,
+                        lasting_announced: false,
+                        first_under: None,
+                    });
                     return Some(Pulse::Began { began_unix: first, blocked, baseline: b });
                 }
             }
@@ -322,7 +365,7 @@ mod tests {
         let mut t = 0.0;
         let mut pulses = vec![];
         let feed = |d: &mut Detector, futex: u32, t: &mut f64, pulses: &mut Vec<Pulse>| {
-            if let Some(p) = d.step(&census(*t, futex)) {
+            if let Some(p) = d.step(&census(*t, futex), false) {
                 pulses.push(p);
             }
             *t += 0.1;
@@ -345,13 +388,18 @@ mod tests {
         for f in [45, 50, 48, 40] {
             feed(&mut d, f, &mut t, &mut pulses);
         }
+        // One scan under between waits does not end it.
+        feed(&mut d, 30, &mut t, &mut pulses);
+        feed(&mut d, 44, &mut t, &mut pulses);
         let ended = t;
         feed(&mut d, 22, &mut t, &mut pulses);
+        assert_eq!(pulses.len(), 1, "{pulses:?}");
+        feed(&mut d, 21, &mut t, &mut pulses);
         assert_eq!(pulses.len(), 2, "{pulses:?}");
         assert!(matches!(pulses[0], Pulse::Began { began_unix, blocked: 50, baseline: 21 } if began_unix == began));
         let Pulse::Ended(s) = pulses[1] else { panic!("{pulses:?}") };
         assert_eq!((s.began_unix, s.ended_unix, s.peak_blocked, s.baseline), (began, ended, 50, 21));
-        assert!((s.ms() - 400.0).abs() < 1e-6);
+        assert!((s.ms() - 600.0).abs() < 1e-6);
         // One that lasts is announced once, after LASTING_SECS.
         pulses.clear();
         for _ in 0..40 {
@@ -369,6 +417,33 @@ mod tests {
             feed(&mut d, 60, &mut t, &mut pulses);
         }
         assert!(matches!(pulses.last(), Some(Pulse::Ended(_))), "60 is the usual level now: {:?}", pulses.last());
+    }
+
+    #[test]
+    fn a_capture_taking_stacks_never_ends_a_pile_up() {
+        let mut d = Detector::new(8);
+        let t = std::cell::Cell::new(0.0);
+        let step = |d: &mut Detector, futex: u32, disturbed: bool| {
+            t.set(t.get() + 0.1);
+            d.step(&census(t.get(), futex), disturbed)
+        };
+        for _ in 0..20 {
+            assert_eq!(step(&mut d, 0, false), None);
+        }
+        assert_eq!(step(&mut d, 16, false), None);
+        assert!(matches!(step(&mut d, 16, false), Some(Pulse::Began { .. })));
+        // The threads the capture stops show as running meanwhile.
+        for _ in 0..5 {
+            assert_eq!(step(&mut d, 0, true), None);
+        }
+        // Still held up once it is done: the same pile-up.
+        assert_eq!(step(&mut d, 16, false), None);
+        // It ended while a capture ran: timed to the first scan under.
+        let first_under = t.get() + 0.1;
+        assert_eq!(step(&mut d, 0, true), None);
+        assert_eq!(step(&mut d, 0, true), None);
+        let Some(Pulse::Ended(s)) = step(&mut d, 0, false) else { panic!("not ended") };
+        assert!((s.ended_unix - first_under).abs() < 1e-9, "{s:?}");
     }
 
     #[test]

@@ -12,10 +12,11 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// At most one early capture per this long: a metric that flickers over a
-/// threshold costs a stack sample or two now and then (a dropped early
-/// capture stops sampling), not continuously.
-pub const EARLY_GAP: Duration = Duration::from_secs(2);
+/// At most one early capture per this long: a metric or a pile-up that
+/// flickers costs a stack sample or two a second (a dropped early capture
+/// stops sampling), and a stall that begins just after a dropped one still
+/// has its first stack within a second.
+pub const EARLY_GAP: Duration = Duration::from_secs(1);
 
 /// The capture policy's limits.
 #[derive(Debug, Clone)]
@@ -184,15 +185,15 @@ mod tests {
     #[test]
     fn early_captures_count_only_once_confirmed_and_are_spaced() {
         let mut s = sched();
+        let gap = EARLY_GAP.as_secs_f64();
         assert!(s.may_start_early(0.0, None));
         s.started_early(2, 0.0, "confirm-2");
         assert_eq!(s.early_trigger(), Some(2));
-        assert!(!s.may_start_early(1.0, None), "one at a time");
+        assert!(!s.may_start_early(gap * 0.5, None), "one at a time");
         assert_eq!(s.drop_early(), Some("confirm-2"));
         s.finished();
-        assert_eq!(s.refused(1.5, None), None, "a dropped early capture does not start the cooldown");
-        assert!(!s.may_start_early(1.5, None), "but the next early capture waits for the gap");
-        let gap = EARLY_GAP.as_secs_f64();
+        assert_eq!(s.refused(gap * 0.75, None), None, "a dropped early capture does not start the cooldown");
+        assert!(!s.may_start_early(gap * 0.75, None), "but the next early capture waits for the gap");
         assert!(s.may_start_early(gap, None));
         s.started_early(0, gap, "confirm-0");
         assert_eq!(s.confirm_early(gap + 2.0), Some("confirm-0"));

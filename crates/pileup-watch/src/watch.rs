@@ -210,60 +210,73 @@ impl Early {
     }
 }
 
-/// Gather and write one capture on its own thread; report on `done`. An
-/// early capture (`decide` given) gathers at once but is only written once
-/// the trigger confirms it, under the trigger and time that did.
-#[allow(clippy::too_many_arguments)]
-fn spawn_capture(
-    spec: &ConnSpec,
+/// What every capture is started with: the server, the settings, where
+/// captures go, where they report, and the flag the scan reads.
+struct Spawner<'a> {
+    spec: &'a ConnSpec,
     pid: Option<i32>,
-    o: &WatchOptions,
-    root: &std::path::Path,
-    done: &mpsc::Sender<Option<Event>>,
-    trigger: String,
-    unix: f64,
-    onset: f64,
-    history: Vec<crate::store::Row>,
-    decide: Option<(mpsc::Receiver<Decision>, Arc<AtomicBool>)>,
-) {
-    let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
-    std::thread::spawn(move || {
-        let cancel = decide.as_ref().map(|d| d.1.clone());
-        let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
-        ev.onset_unix = Some(onset);
-        let (trigger, unix) = match decide {
-            None => (trigger, unix),
-            Some((rx, _)) => match rx.recv() {
-                Ok(Some((t, fired, history))) => {
-                    ev.history = history;
-                    (t, fired)
-                }
-                _ => {
-                    tracing::debug!("early capture for {trigger} dropped: the condition cleared");
-                    let _ = done.send(None);
-                    return;
-                }
-            },
-        };
-        ev.trigger = trigger.clone();
-        ev.unix = unix;
-        let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
-        let verdict = crate::verdict::verdict(&ev);
-        let written = crate::report::render_text(&ev, &verdict)
-            .and_then(|txt| crate::capture_dir::write(&root, &ev, &verdict, &txt))
-            .and_then(|dir| crate::report::rebuild(&dir).map(|()| dir));
-        let msg = match written {
-            Ok(dir) => Event::Captured {
-                unix,
-                trigger,
-                dir: dir.display().to_string(),
-                verdict,
-                onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0),
-            },
-            Err(e) => Event::CaptureFailed { unix, trigger, error: format!("{e:#}") },
-        };
-        let _ = done.send(Some(msg));
-    });
+    o: &'a WatchOptions,
+    root: &'a std::path::Path,
+    done: &'a mpsc::Sender<Option<Event>>,
+    capturing: &'a Arc<AtomicBool>,
+}
+
+impl Spawner<'_> {
+    /// Gather and write one capture on its own thread; report on `done`.
+    /// An early capture (`decide` given) gathers at once but is only
+    /// written once the trigger confirms it, under the trigger and time
+    /// that did.
+    fn spawn(
+        &self,
+        trigger: String,
+        unix: f64,
+        onset: f64,
+        history: Vec<crate::store::Row>,
+        decide: Option<(mpsc::Receiver<Decision>, Arc<AtomicBool>)>,
+    ) {
+        let Spawner { spec, pid, o, root, done, capturing } = *self;
+        let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
+        let capturing = capturing.clone();
+        std::thread::spawn(move || {
+            let cancel = decide.as_ref().map(|d| d.1.clone());
+            capturing.store(true, Ordering::Relaxed);
+            let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
+            capturing.store(false, Ordering::Relaxed);
+            ev.onset_unix = Some(onset);
+            let (trigger, unix) = match decide {
+                None => (trigger, unix),
+                Some((rx, _)) => match rx.recv() {
+                    Ok(Some((t, fired, history))) => {
+                        ev.history = history;
+                        (t, fired)
+                    }
+                    _ => {
+                        tracing::debug!("early capture for {trigger} dropped: the condition cleared");
+                        let _ = done.send(None);
+                        return;
+                    }
+                },
+            };
+            ev.trigger = trigger.clone();
+            ev.unix = unix;
+            let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
+            let verdict = crate::verdict::verdict(&ev);
+            let written = crate::report::render_text(&ev, &verdict)
+                .and_then(|txt| crate::capture_dir::write(&root, &ev, &verdict, &txt))
+                .and_then(|dir| crate::report::rebuild(&dir).map(|()| dir));
+            let msg = match written {
+                Ok(dir) => Event::Captured {
+                    unix,
+                    trigger,
+                    dir: dir.display().to_string(),
+                    verdict,
+                    onset_to_first_stack_ms: first_stack.map(|f| (f - onset) * 1000.0),
+                },
+                Err(e) => Event::CaptureFailed { unix, trigger, error: format!("{e:#}") },
+            };
+            let _ = done.send(Some(msg));
+        });
+    }
 }
 
 /// The client connections' OS thread ids, from the latest poll that listed
@@ -279,6 +292,7 @@ fn spawn_scan(
     threshold: u32,
     any_process: bool,
     conns: ConnTids,
+    capturing: Arc<AtomicBool>,
 ) -> mpsc::Receiver<crate::scan::Pulse> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -312,6 +326,7 @@ fn spawn_scan(
                 std::thread::sleep(interval);
                 continue;
             };
+            let before = capturing.load(Ordering::Relaxed);
             let c = match scan.census(crate::poll::now_unix(), Some(&only)) {
                 Ok(c) => c,
                 Err(e) => {
@@ -319,7 +334,9 @@ fn spawn_scan(
                     return;
                 }
             };
-            if let Some(p) = detect.step(&c) {
+            let disturbed = before || capturing.load(Ordering::Relaxed);
+            tracing::trace!("thread scan: {c:?} of {} connection thread(s), disturbed {disturbed}", only.len());
+            if let Some(p) = detect.step(&c, disturbed) {
                 if tx.send(p).is_err() {
                     return;
                 }
@@ -337,6 +354,30 @@ fn spawn_scan(
 fn free_bytes(p: &std::path::Path) -> Option<u64> {
     let s = nix::sys::statvfs::statvfs(p).ok()?;
     Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+/// Captures that finished: recorded, their reports' rebuild scheduled for
+/// when the metrics after the stall are in, and told.
+fn finished_captures(
+    done_rx: &mpsc::Receiver<Option<Event>>,
+    sched: &mut Scheduler<Early>,
+    store: &mut Store,
+    expo: Option<&crate::expo::Shared>,
+    on: &mut dyn FnMut(&Event),
+) -> Result<()> {
+    while let Ok(ev) = done_rx.try_recv() {
+        sched.finished();
+        let Some(ev) = ev else { continue }; // an early capture, dropped
+        if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
+            store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+            sched.rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
+            if let Some(e) = expo {
+                e.lock().unwrap().captures_total += 1;
+            }
+        }
+        on(&ev);
+    }
+    Ok(())
 }
 
 /// Run until `stop` is set or `duration` passes.
@@ -378,14 +419,23 @@ pub fn run(
     let mut tick = 0u32;
     let mut last_maintain = Instant::now();
     let conn_tids: ConnTids = Default::default();
-    let mut scan = pid
-        .filter(|_| !o.scan_interval.is_zero())
-        .map(|p| spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone()));
+    // A capture is taking stacks: the threads it stops show as running
+    // while they enter and leave the stop, which the scan must not read as
+    // the pile-up ending.
+    let capturing = Arc::new(AtomicBool::new(false));
+    let spawner = Spawner { spec: &spec, pid, o, root: &captures_root, done: &done_tx, capturing: &capturing };
+    let mut scan = pid.filter(|_| !o.scan_interval.is_zero()).map(|p| {
+        spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone(), capturing.clone())
+    });
     // The scan's own capture, when it runs unconfirmed, is known by this
     // index (one past the triggers').
     let scan_idx = o.triggers.len();
     let mut short_stalls: VecDeque<f64> = VecDeque::new();
     let mut open_pileup: Option<f64> = None;
+    // A pile-up no capture has begun for yet (began, blocked, usual): its
+    // early capture is tried again each scan interval while another
+    // capture finishes or the gap between early captures runs out.
+    let mut uncaptured: Option<(f64, u32, u32)> = None;
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
         if let Some(t) = &p.conn_tids {
@@ -420,20 +470,7 @@ pub fn run(
             error: p.error.clone(),
             derived: derived.clone(),
         });
-        // Finished captures.
-        while let Ok(ev) = done_rx.try_recv() {
-            sched.finished();
-            let Some(ev) = ev else { continue }; // an early capture, dropped
-            if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
-                store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
-                // Rebuilt once the metrics after the stall are in.
-                sched.rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
-                if let Some(e) = &expo {
-                    e.lock().unwrap().captures_total += 1;
-                }
-            }
-            on(&ev);
-        }
+        finished_captures(&done_rx, &mut sched, &mut store, expo.as_ref(), on)?;
         for dir in sched.rebuilds_due(Some(p.unix)) {
             if let Err(e) = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS) {
                 tracing::warn!("rebuilding {}: {e:#}", dir.display());
@@ -475,18 +512,7 @@ pub fn run(
                     let (early, rx) = Early::start();
                     sched.started_early(i, now(), early);
                     let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-                    spawn_capture(
-                        &spec,
-                        pid,
-                        o,
-                        &captures_root,
-                        &done_tx,
-                        t.text.clone(),
-                        p.unix,
-                        onset,
-                        history,
-                        Some(rx),
-                    );
+                    spawner.spawn(t.text.clone(), p.unix, onset, history, Some(rx));
                 }
                 continue;
             }
@@ -505,7 +531,7 @@ pub fn run(
             }
             sched.started(now());
             let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-            spawn_capture(&spec, pid, o, &captures_root, &done_tx, t.text.clone(), p.unix, onset, history, None);
+            spawner.spawn(t.text.clone(), p.unix, onset, history, None);
         }
         hist.push(p.unix, derived);
         if last_maintain.elapsed() > Duration::from_secs(60) {
@@ -524,8 +550,30 @@ pub fn run(
                 std::thread::sleep(wait);
                 break;
             };
+            // Captures that finish between polls (a dropped early one) are
+            // told at once.
+            finished_captures(&done_rx, &mut sched, &mut store, expo.as_ref(), on)?;
+            if let Some((began_unix, blocked, baseline)) = uncaptured {
+                // Capture at once; kept if a trigger fires, the pile-up
+                // lasts, or short stalls repeat.
+                if sched.early_trigger().is_none() && sched.may_start_early(now(), free()) {
+                    uncaptured = None;
+                    let unix = crate::poll::now_unix();
+                    let (early, rx) = Early::start();
+                    sched.started_early(scan_idx, now(), early);
+                    let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+                    let text = format!("pile-up: {blocked} threads held up (usually {baseline})");
+                    spawner.spawn(text, unix, began_unix, history, Some(rx));
+                    continue;
+                }
+            }
+            let wait = match uncaptured {
+                Some(_) => wait.min(o.scan_interval),
+                None => wait,
+            };
             let pulse = match rx.recv_timeout(wait) {
                 Ok(p) => p,
+                Err(mpsc::RecvTimeoutError::Timeout) if uncaptured.is_some() => continue,
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     scan = None;
@@ -538,25 +586,9 @@ pub fn run(
                 Pulse::Began { began_unix, blocked, baseline } => {
                     open_pileup = Some(began_unix);
                     on(&Event::PileUp { unix, began_unix, blocked, baseline });
-                    // Capture at once; kept if a trigger fires, the pile-up
-                    // lasts, or short stalls repeat.
-                    if sched.early_trigger().is_none() && sched.may_start_early(now(), free()) {
-                        let (early, rx) = Early::start();
-                        sched.started_early(scan_idx, now(), early);
-                        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                        let text = format!("pile-up: {blocked} threads held up (usually {baseline})");
-                        spawn_capture(
-                            &spec,
-                            pid,
-                            o,
-                            &captures_root,
-                            &done_tx,
-                            text,
-                            unix,
-                            began_unix,
-                            history,
-                            Some(rx),
-                        );
+                    // A trigger's early capture running is this stall's.
+                    if sched.early_trigger().is_none() {
+                        uncaptured = Some((began_unix, blocked, baseline));
                     }
                 }
                 Pulse::Lasting { began_unix, blocked, baseline } => {
@@ -564,6 +596,7 @@ pub fn run(
                         "pile-up: {blocked} threads held up for {}s (usually {baseline})",
                         crate::scan::LASTING_SECS
                     );
+                    uncaptured = None;
                     if let Some(decide) = sched.confirm_early(now()) {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
                         decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
@@ -571,12 +604,13 @@ pub fn run(
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
                         sched.started(now());
                         let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                        spawn_capture(&spec, pid, o, &captures_root, &done_tx, text, unix, began_unix, history, None);
+                        spawner.spawn(text, unix, began_unix, history, None);
                     }
                     // Otherwise a capture of this stall runs or just ran.
                 }
                 Pulse::Ended(st) => {
                     open_pileup = None;
+                    uncaptured = None;
                     store.add_stall(&st)?;
                     on(&Event::Stall {
                         began_unix: st.began_unix,

@@ -765,9 +765,15 @@ fn a_connection_storm_is_named_with_its_rates() {
     assert!(verdict.contains("connections/s") && verdict.contains("thread_cache_size=0"), "verdict: {verdict}");
 }
 
+/// What a [`Throttle`] caps on the datadir's device.
+enum Limit {
+    ReadIops(u32),
+    WriteBytesPerSec(u64),
+}
+
 /// The server's process moved into a cgroup that caps its datadir device's
-/// read IOPS (cgroup v1 blkio or v2 io.max), as a modest volume would;
-/// moved back and the cgroup removed when dropped.
+/// reads or writes (cgroup v1 blkio or v2 io.max), as a modest volume
+/// would; moved back and the cgroup removed when dropped.
 struct Throttle {
     dir: std::path::PathBuf,
     root_procs: std::path::PathBuf,
@@ -775,24 +781,28 @@ struct Throttle {
 }
 
 impl Throttle {
-    fn new(sb: &pileup_sandbox::Sandbox, read_iops: u32) -> Throttle {
+    fn new(sb: &pileup_sandbox::Sandbox, limit: Limit) -> Throttle {
         use std::os::unix::fs::MetadataExt;
         let dev = std::fs::metadata(&sb.endpoint.dir).unwrap().dev();
         let (maj, min) = (libc::major(dev), libc::minor(dev));
         let pid = sb.pid() as i32;
-        let name = format!("pileup-it-{}", std::process::id());
+        let name = format!("pileup-it-{}-{pid}", std::process::id());
         let v1 = std::path::Path::new("/sys/fs/cgroup/blkio");
-        let (dir, root_procs) = if v1.join("blkio.throttle.read_iops_device").exists() {
+        let (v1_file, v2_key, n) = match limit {
+            Limit::ReadIops(n) => ("blkio.throttle.read_iops_device", "riops", u64::from(n)),
+            Limit::WriteBytesPerSec(n) => ("blkio.throttle.write_bps_device", "wbps", n),
+        };
+        let (dir, root_procs) = if v1.join(v1_file).exists() {
             let dir = v1.join(&name);
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("blkio.throttle.read_iops_device"), format!("{maj}:{min} {read_iops}")).unwrap();
+            std::fs::write(dir.join(v1_file), format!("{maj}:{min} {n}")).unwrap();
             (dir, v1.join("cgroup.procs"))
         } else {
             let root = std::path::Path::new("/sys/fs/cgroup");
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
             let dir = root.join(&name);
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("io.max"), format!("{maj}:{min} riops={read_iops}")).unwrap();
+            std::fs::write(dir.join("io.max"), format!("{maj}:{min} {v2_key}={n}")).unwrap();
             (dir, root.join("cgroup.procs"))
         };
         std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
@@ -819,7 +829,7 @@ fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
     let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
     let unthrottled = seen.iter().filter(|v| v["event"] == "captured").count();
     // The volume slows to 40 reads a second.
-    let throttle = Throttle::new(&sb, 40);
+    let throttle = Throttle::new(&sb, Limit::ReadIops(40));
     let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
     drop(throttle);
     let _ = child.kill();
@@ -880,4 +890,96 @@ fn a_flushing_storm_is_named_with_the_checkpoint_age() {
     let flush = flush.unwrap_or_else(|| panic!("{}", ev["stall_classes"]));
     let e = flush["evidence"].as_str().unwrap();
     assert!(e.starts_with("checkpoint age at ") && e.contains("innodb_log_file_size=4 MiB"), "{e}");
+}
+
+/// A filesystem that cannot allocate space without writing it, as ext3,
+/// ZFS before 2.2 and NFSv3 cannot: ext4 without extents (its `fallocate`
+/// answers EOPNOTSUPP) in an image on a loop device, mounted under the
+/// tests' base directory; unmounted and removed when dropped.
+struct NoFallocateFs {
+    image: std::path::PathBuf,
+    mount: std::path::PathBuf,
+    loop_dev: String,
+}
+
+impl NoFallocateFs {
+    fn new(gib: u32) -> NoFallocateFs {
+        let base = it_base().join(format!("nofalloc-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let (image, mount) = (base.join("fs.img"), base.join("mnt"));
+        std::fs::create_dir_all(&mount).unwrap();
+        std::fs::File::create(&image).unwrap().set_len(u64::from(gib) << 30).unwrap();
+        let run = |cmd: &str, args: &[&str]| {
+            let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (make deps)"));
+            assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let img = image.to_str().unwrap();
+        run("mkfs.ext4", &["-q", "-F", "-O", "^extent,^64bit", img]);
+        let loop_dev = run("losetup", &["--find", "--show", img]);
+        run("mount", &[&loop_dev, mount.to_str().unwrap()]);
+        NoFallocateFs { image, mount, loop_dev }
+    }
+}
+
+impl Drop for NoFallocateFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = Command::new("losetup").args(["-d", &self.loop_dev]).status();
+        let _ = std::fs::remove_dir_all(self.image.parent().unwrap());
+    }
+}
+
+#[test]
+fn a_data_file_extension_is_named_with_its_file() {
+    // The system tablespace grows by innodb_autoextend_increment (8 MB
+    // here) at a time; without fallocate InnoDB writes those megabytes of
+    // zeros while every other insert waits, here at 4 MB/s. The redo log is
+    // written in the background (innodb_flush_log_at_trx_commit=0, a redo
+    // log of 1 GB) and the load is held at 4,000 inserts a second, so
+    // writers wait for nothing else on the slow device.
+    let fs = NoFallocateFs::new(2);
+    let sb = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
+        base_dir: Some(fs.mount.clone()),
+        cnf: [
+            ("innodb_file_per_table", "OFF"),
+            ("innodb_autoextend_increment", "8"),
+            ("innodb_flush_log_at_trx_commit", "0"),
+            ("innodb_log_file_size", "1G"),
+            ("innodb_buffer_pool_size", "512M"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..Default::default()
+    })
+    .expect("starting a sandbox");
+    let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
+    base.push("--rate=4000".into());
+    let throttle = Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20));
+    let data = tempfile_dir("watch-extend");
+    let (mut child, rx) = watch(&sb, &data, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    let mut load = sysbench_start("oltp_insert", &base, 16, 60);
+    let mut seen = vec![];
+    let cap = wait_for(&rx, "captured", Duration::from_secs(45), &mut seen);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = load.kill();
+    let _ = load.wait();
+    drop(throttle);
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
+    let verdict = cap["verdict"].as_str().unwrap();
+    eprintln!("verdict: {verdict} (first stack {} ms after onset)", cap["onset_to_first_stack_ms"]);
+    assert!(verdict.starts_with("data file extension: "), "verdict: {verdict}");
+    assert!(
+        verdict.contains("on ibdata1")
+            && verdict.contains("writing zeros")
+            && verdict.contains("innodb_autoextend_increment=8 MB"),
+        "verdict: {verdict}"
+    );
+    drop(sb);
+    drop(fs);
 }

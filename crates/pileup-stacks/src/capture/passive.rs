@@ -45,7 +45,7 @@ pub struct Passive {
     perf_error: Option<String>,
 }
 
-enum Read {
+pub(super) enum Read {
     Blocked(RawThread),
     /// It woke while being copied.
     Moved,
@@ -147,7 +147,7 @@ impl Passive {
 }
 
 /// Read a thread that is blocked, without stopping it.
-fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Read {
+pub(super) fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Read {
     let Some(before) = schedstat(pid, tid) else { return Read::Gone };
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) else {
         return Read::Gone;
@@ -176,6 +176,7 @@ fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Re
         ax: if nr >= 0 { RESTARTSYS } else { 0 },
         di: args[0],
         si: args[1],
+        dx: args[2],
     };
     Read::Blocked(RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 })
 }

@@ -249,6 +249,7 @@ pub fn parse_sample(body: &[u8]) -> Option<OnCpu> {
         ip: r[5],
         // Sampled as it runs: not blocked in a syscall.
         orig_ax: -1,
+        dx: 0,
     };
     Some(OnCpu { tid, regs, stack })
 }
