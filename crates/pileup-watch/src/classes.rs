@@ -23,6 +23,7 @@ pub enum StallClass {
     FileExtension,
     StatsRecalc,
     FlushStorm,
+    RedoLog,
     SlowDisk,
 }
 
@@ -35,6 +36,7 @@ impl StallClass {
             StallClass::FileExtension => "data file extension",
             StallClass::StatsRecalc => "statistics recalculation",
             StallClass::FlushStorm => "flushing storm",
+            StallClass::RedoLog => "redo log writes",
             StallClass::SlowDisk => "slow or saturated disk",
         }
     }
@@ -182,6 +184,11 @@ fn threads_where(samples: &[SampleView], min: usize, hit: impl Fn(&ThreadView) -
 fn data_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.ends_with(".ibd") || name.starts_with("ibdata") || name.starts_with("undo")
+}
+
+/// The redo log (`ib_logfile0`; older servers have several).
+fn log_file(path: &str) -> bool {
+    path.rsplit('/').next().unwrap_or(path).starts_with("ib_logfile")
 }
 
 /// A path as the verdict shows it: the table's `db/name.ibd`, or the file name.
@@ -445,6 +452,45 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         );
     }
 
+    // Redo log writes holding up commits: a thread writing or syncing the
+    // redo log for the time of two samples or more (a client's thread when
+    // the log buffer is full, or every commit waiting for the log's sync),
+    // or the log buffer filling.
+    let on_log = |t: &ThreadView| t.file.as_ref().is_some_and(|io| log_file(&io.path));
+    let (log_io, log_at) = threads_where(samples, 1, on_log);
+    let log_samples = samples.iter().filter(|s| s.threads.iter().any(on_log)).count();
+    let full = around(ev, "innodb_log_waits_rate", 1.0).filter(|a| a.peak >= 1.0);
+    if log_io >= 1 && (log_samples >= 2 || full.is_some()) {
+        let biggest = samples
+            .iter()
+            .flat_map(|s| &s.threads)
+            .filter(|t| on_log(t))
+            .filter_map(|t| t.file.as_ref().and_then(|io| io.bytes.map(|b| (b, t.connection))))
+            .max();
+        let mut e = vec![format!("{log_io} thread(s) writing or syncing the redo log ({})", files_of(samples, on_log))];
+        if let Some((b, client)) = biggest.filter(|b| b.0 >= 1 << 20) {
+            e.push(format!(
+                "{} wrote {:.0} MiB at once",
+                if client { "a client's thread" } else { "a thread" },
+                b as f64 / 1048576.0
+            ));
+        }
+        if let Some(f) = &full {
+            e.push(format!("the log buffer was full {:.0} time(s)/s", f.peak));
+        }
+        let vars: Vec<String> = ["innodb_log_buffer_size", "innodb_flush_log_at_trx_commit"]
+            .iter()
+            .filter_map(|v| {
+                var(ev, v).map(|x| match (*v, x.parse::<f64>()) {
+                    ("innodb_log_buffer_size", Ok(b)) => format!("{v}={:.0} MiB", b / 1048576.0),
+                    _ => format!("{v}={x}"),
+                })
+            })
+            .collect();
+        let vars = if vars.is_empty() { String::new() } else { format!("; {}", vars.join(", ")) };
+        add(StallClass::RedoLog, earliest(log_at, full.and_then(|f| f.first_over)), format!("{}{vars}", e.join(", ")));
+    }
+
     // A slow or saturated disk: the datadir's device busy or slow, or
     // InnoDB's I/O requests queueing (a device throttled below the host,
     // as a cloud volume or a cgroup limit is, looks idle from here), with
@@ -503,9 +549,13 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         add(StallClass::SlowDisk, first, e.join(", "));
     }
     out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
-    // A file being extended or pages being flushed in a hurry is why the
-    // disk is busy: that cause leads, the busy disk follows it.
-    if let Some(i) = out.iter().position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm)) {
+    // A file being extended, pages flushed in a hurry or the redo log
+    // written is why the disk is busy: that cause leads, the busy disk
+    // follows it.
+    if let Some(i) = out
+        .iter()
+        .position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm | StallClass::RedoLog))
+    {
         if let Some(d) = out[..i].iter().position(|f| f.class == StallClass::SlowDisk) {
             let disk = out.remove(d);
             out.insert(i, disk);
@@ -540,6 +590,8 @@ pub const VARIABLES: &[&str] = &[
     "thread_cache_size",
     "max_connections",
     "innodb_log_file_size",
+    "innodb_log_buffer_size",
+    "innodb_flush_log_at_trx_commit",
     "innodb_autoextend_increment",
 ];
 
@@ -697,6 +749,34 @@ mod tests {
         );
         let d = describe(&f).unwrap();
         assert!(d.ends_with("; also slow or saturated disk") && !d.contains("came first"), "{d}");
+    }
+
+    #[test]
+    fn a_client_writing_the_redo_log_for_two_samples_holds_up_commits() {
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.variables.insert("innodb_log_buffer_size".into(), "16777216".into());
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "2".into());
+        let writer = ThreadView {
+            state: 'D',
+            frames: vec!["__GI___pwrite64".into()],
+            file: Some(pileup_stacks::proc::FileIo {
+                syscall: "pwrite64",
+                path: "/d/ib_logfile0".into(),
+                bytes: Some(16 << 20),
+            }),
+            connection: true,
+        };
+        let waiter = ThreadView { state: 'S', frames: vec!["syscall".into()], connection: true, ..Default::default() };
+        let sample = |unix| SampleView { unix, threads: vec![writer.clone(), waiter.clone(), waiter.clone()] };
+        // Seen once, with the log buffer never full: a write, not a stall.
+        assert!(findings_in(&ev, &[sample(1057.1)]).is_empty());
+        let f = findings_in(&ev, &[sample(1057.1), sample(1057.3)]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].line(),
+            "redo log writes: 1 thread(s) writing or syncing the redo log (pwrite64 on ib_logfile0 (1)), a client's thread wrote 16 MiB at once; innodb_log_buffer_size=16 MiB, innodb_flush_log_at_trx_commit=2"
+        );
+        assert_eq!(f[0].first_unix, Some(1057.1));
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub const COUNTERS: &[&str] = &[
     "innodb_pages_written",
     "innodb_log_writes",
     "innodb_os_log_fsyncs",
+    "innodb_log_waits",
     "innodb_data_fsyncs",
     "slow_queries",
     "created_tmp_disk_tables",

@@ -817,19 +817,17 @@ impl Drop for Throttle {
     }
 }
 
-#[test]
-fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
-    // A buffer pool far smaller than the data: point selects read from disk.
-    let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
-    let base = sysbench_prepare(&sb, "oltp_point_select", 4, 40000);
-    let mut load = sysbench_start("oltp_point_select", &base, 24, 60);
-    let data = tempfile_dir("watch-disk");
-    let (mut child, rx) = watch(&sb, &data, &[]);
+/// `sysbench test run` on `sb` with `threads` connections, watched at the
+/// defaults: 5 s unthrottled, which must not be captured, then the
+/// datadir's device throttled to `limit`: the capture's verdict.
+fn throttled_verdict(sb: &pileup_sandbox::Sandbox, test: &str, base: &[String], threads: u32, limit: Limit) -> String {
+    let mut load = sysbench_start(test, base, threads, 60);
+    let data = tempfile_dir("watch-throttled");
+    let (mut child, rx) = watch(sb, &data, &[]);
     std::thread::sleep(Duration::from_secs(5));
     let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
     let unthrottled = seen.iter().filter(|v| v["event"] == "captured").count();
-    // The volume slows to 40 reads a second.
-    let throttle = Throttle::new(&sb, Limit::ReadIops(40));
+    let throttle = Throttle::new(sb, limit);
     let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
     drop(throttle);
     let _ = child.kill();
@@ -845,11 +843,37 @@ fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
     let cap = cap.unwrap_or_else(|| {
         panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
     });
-    let verdict = cap["verdict"].as_str().unwrap();
+    let verdict = cap["verdict"].as_str().unwrap().to_string();
     eprintln!("verdict: {verdict}");
+    verdict
+}
+
+#[test]
+fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
+    // A buffer pool far smaller than the data: point selects read from
+    // disk, and the volume slows to 40 reads a second.
+    let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
+    let base = sysbench_prepare(&sb, "oltp_point_select", 4, 40000);
+    let verdict = throttled_verdict(&sb, "oltp_point_select", &base, 24, Limit::ReadIops(40));
     assert!(verdict.starts_with("slow or saturated disk: "), "verdict: {verdict}");
     assert!(
-        verdict.contains("InnoDB I/O requests pending") && verdict.contains("waiting for the disk"),
+        verdict.contains("InnoDB I/O requests pending") && verdict.contains("waiting for the disk (pread64 on sbtest/"),
+        "verdict: {verdict}"
+    );
+}
+
+#[test]
+fn redo_log_writes_that_hold_up_commits_are_named() {
+    // A 2 MiB log buffer under 16 inserting clients, and writes slowed to
+    // 8 MB/s: the log buffer fills and a client's thread writes and syncs
+    // the redo log while the others wait. The redo log is large enough that
+    // the checkpoint age stays low.
+    let sb = sandbox_with(vec![("innodb_log_buffer_size", "2M"), ("innodb_log_file_size", "1G")]);
+    let base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
+    let verdict = throttled_verdict(&sb, "oltp_insert", &base, 16, Limit::WriteBytesPerSec(8 << 20));
+    assert!(verdict.starts_with("redo log writes: "), "verdict: {verdict}");
+    assert!(
+        verdict.contains("on ib_logfile0") && verdict.contains("innodb_log_buffer_size=2 MiB"),
         "verdict: {verdict}"
     );
 }
