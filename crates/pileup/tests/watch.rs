@@ -1004,6 +1004,19 @@ fn a_data_file_extension_is_named_with_its_file() {
             && verdict.contains("innodb_autoextend_increment=8 MB"),
         "verdict: {verdict}"
     );
+    // Threads waiting for the throttled disk (state D) were read where
+    // they blocked, never stopped.
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
+    let in_d: Vec<&serde_json::Value> = stacks["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["threads"].as_array().unwrap())
+        .filter(|t| t["state"] == "D")
+        .collect();
+    assert!(!in_d.is_empty(), "no thread in disk wait in the capture");
+    assert!(in_d.iter().all(|t| t["stopped_us"] == 0 && !t["frames"].as_array().unwrap().is_empty()), "{in_d:?}");
     drop(sb);
     drop(fs);
 }
