@@ -591,7 +591,11 @@ fn capture_consistent(
     threads.extend(unstopped);
     let mut late = Vec::with_capacity(pending.len());
     for &(tid, _) in &pending {
-        match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+        let blocked = match crate::proc::state(pid, tid) {
+            Some('D') => passive::read_blocked(pid, tid, maps, opts.stack_bytes),
+            _ => passive::Read::Running,
+        };
+        match blocked {
             passive::Read::Blocked(rt) => threads.push(rt),
             _ => late.push(tid),
         }

@@ -1020,3 +1020,43 @@ fn a_data_file_extension_is_named_with_its_file() {
     drop(sb);
     drop(fs);
 }
+
+#[test]
+fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
+    // Reads and writes at a steady rate on a default server, captured by a
+    // trigger that holds from the start: no class may be found in it.
+    let sb = sandbox();
+    let base = sysbench_prepare(&sb, "oltp_read_write", 4, 10000);
+    let mut load = sysbench_start("oltp_read_write", &base, 8, 60);
+    let t0 = std::time::Instant::now();
+    while sb
+        .connect()
+        .unwrap()
+        .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+        .unwrap()
+        .map_or(0, |r| r.1)
+        < 9
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = tempfile_dir("watch-steady");
+    let (mut child, rx) = watch(&sb, &data, &["--trigger", "questions_rate > 1 for 15s"]);
+    let mut seen = vec![];
+    let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = load.kill();
+    let _ = load.wait();
+    let cap = cap.unwrap_or_else(|| {
+        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    });
+    assert_eq!(cap["trigger"], "questions_rate > 1 for 15s", "{cap}");
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    assert_eq!(ev["stall_classes"], serde_json::json!([]), "verdict: {}", cap["verdict"]);
+    let verdict = cap["verdict"].as_str().unwrap();
+    for class in ["storm", "DROP", "extension", "statistics", "redo log", "disk"] {
+        assert!(!verdict.contains(class), "verdict: {verdict}");
+    }
+}
