@@ -73,6 +73,23 @@ fn wait_for(
     None
 }
 
+/// Wait until the server has `n` connections (ours included): sysbench
+/// takes a moment to connect on a busy machine.
+fn connected(sb: &pileup_sandbox::Sandbox, n: u64) {
+    let t0 = std::time::Instant::now();
+    while sb
+        .connect()
+        .unwrap()
+        .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+        .unwrap()
+        .map_or(0, |r| r.1)
+        < n
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     let sb = sandbox();
@@ -81,18 +98,7 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     // The steady-load checks below expect sysbench's 4 connections in every
     // poll: let them connect before the watcher starts (on a busy 2-core box
     // they can take longer than the first poll).
-    let t0 = std::time::Instant::now();
-    while sb
-        .connect()
-        .unwrap()
-        .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
-        .unwrap()
-        .map_or(0, |r| r.1)
-        < 5
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    connected(&sb, 5);
     let data = tempfile_dir("watch-convoy");
     let (mut child, rx) = watch(&sb, &data, &["--listen", "127.0.0.1:0"]);
     let mut seen = vec![];
@@ -1028,18 +1034,7 @@ fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
     let sb = sandbox();
     let base = sysbench_prepare(&sb, "oltp_read_write", 4, 10000);
     let mut load = sysbench_start("oltp_read_write", &base, 8, 60);
-    let t0 = std::time::Instant::now();
-    while sb
-        .connect()
-        .unwrap()
-        .query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
-        .unwrap()
-        .map_or(0, |r| r.1)
-        < 9
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "sysbench did not connect in 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    connected(&sb, 9);
     let data = tempfile_dir("watch-steady");
     let (mut child, rx) = watch(&sb, &data, &["--trigger", "questions_rate > 1 for 15s"]);
     let mut seen = vec![];
