@@ -32,6 +32,8 @@ pub struct Poll {
     /// OS thread ids of the client connections (and replication threads),
     /// for the thread scan; `None` when the server does not list them.
     pub conn_tids: Option<Vec<i32>>,
+    /// Every thread of the server just before the connections were listed.
+    pub known_tids: Option<Vec<i32>>,
 }
 
 /// Polls one server. Keeps its connection between polls.
@@ -83,6 +85,9 @@ impl Poller {
         let unix = now_unix();
         let mut values = BTreeMap::new();
         let mut conn_tids = None;
+        // Read before the connections are listed, so a thread missing from
+        // both is one that came after the list.
+        let known_tids = self.pid.and_then(|p| pileup_stacks::proc::tids(p).ok());
         let sql = self.poll_sql(&mut values, &mut conn_tids);
         if let Err(e) = &sql {
             // A failed or timed-out connection is not reused.
@@ -98,7 +103,7 @@ impl Poller {
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });
         let cost_ms = t0.elapsed().as_secs_f64() * 1e3;
         values.insert("poll_cost_ms".into(), cost_ms);
-        Poll { unix, ok, error: sql.err().map(|e| format!("{e:#}")), cost_ms, values, conn_tids }
+        Poll { unix, ok, error: sql.err().map(|e| format!("{e:#}")), cost_ms, values, conn_tids, known_tids }
     }
 
     fn poll_sql(&mut self, values: &mut BTreeMap<String, f64>, tids: &mut Option<Vec<i32>>) -> anyhow::Result<()> {

@@ -24,6 +24,23 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+/// The threads that serve clients, as the last poll listed them: its
+/// connections' threads, and every thread started since the poll read the
+/// process's thread list (a connection that came after the list, until the
+/// next poll says what it is: a pile-up of new connections is seen at once).
+#[derive(Debug, Clone, Default)]
+pub struct Clients {
+    pub conns: std::collections::HashSet<i32>,
+    /// Every thread of the process just before the connections were listed.
+    pub known: std::collections::HashSet<i32>,
+}
+
+impl Clients {
+    pub fn includes(&self, tid: i32) -> bool {
+        self.conns.contains(&tid) || (!self.known.is_empty() && !self.known.contains(&tid))
+    }
+}
+
 /// One look at every thread of the server.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Census {
@@ -85,16 +102,16 @@ impl ThreadScan {
         ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), buf: vec![0; 1024] }
     }
 
-    /// One census of the threads in `only` (the client connections; all
+    /// One census of the threads `only` includes (the client connections; all
     /// threads when `None`); an error when the process is gone.
-    pub fn census(&mut self, unix: f64, only: Option<&std::collections::HashSet<i32>>) -> std::io::Result<Census> {
+    pub fn census(&mut self, unix: f64, only: Option<&Clients>) -> std::io::Result<Census> {
         let dir = format!("/proc/{}/task", self.pid);
         let mut c = Census { unix, ..Default::default() };
         let mut seen = Vec::new();
         for e in std::fs::read_dir(&dir)? {
             let Some(tid) = e?.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
             seen.push(tid);
-            if only.is_some_and(|o| !o.contains(&tid)) {
+            if only.is_some_and(|o| !o.includes(tid)) {
                 continue; // a server thread: its waits are not a client's
             }
             let t = match self.threads.entry(tid) {
@@ -470,8 +487,21 @@ mod tests {
         pair.1.notify_all();
         parked.join().unwrap();
         // Only the threads asked for.
-        let only: std::collections::HashSet<i32> = [std::process::id() as i32].into();
+        let me = std::process::id() as i32;
+        let all: std::collections::HashSet<i32> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        let only = Clients { conns: [me].into(), known: all };
         assert_eq!(s.census(3.0, Some(&only)).unwrap().threads, 1);
+        // A thread started after the list counts until the next one.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let late = std::thread::spawn(move || rx.recv());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(s.census(4.0, Some(&only)).unwrap().threads, 2);
+        tx.send(()).unwrap();
+        late.join().unwrap().unwrap();
         assert!(ThreadScan::new(i32::MAX, Box::new(|_| false)).census(1.0, None).is_err());
     }
 }

@@ -275,6 +275,7 @@ mod tests {
             error: (!ok).then(|| "timeout".into()),
             values: [("questions".to_string(), q)].into(),
             conn_tids: None,
+            known_tids: None,
         };
         (p, [("questions_rate".to_string(), q)].into())
     }

@@ -60,9 +60,8 @@ fn mutex_holder(ev: &Evidence) -> Option<String> {
     Some(format!("{} thread(s) wait on {} 0x{:x} held by tid {o}{who}", l.most_at_once, l.kind.describe(), l.addr))
 }
 
-/// A row-lock convoy with fewer waiters than this, behind a transaction
-/// younger than [`MINOR_CONVOY_AGE_S`], gives way to a stall class.
-const MINOR_CONVOY_WAITERS: usize = 3;
+/// A row-lock convoy behind a transaction at work and younger than this
+/// gives way to a stall class.
 const MINOR_CONVOY_AGE_S: i64 = 2;
 
 /// The first line of the report: the likely culprit, with its evidence.
@@ -90,10 +89,16 @@ pub fn verdict(ev: &Evidence) -> String {
             let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
             let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
             let convoy = format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
-            // A wait or two behind a young transaction is what a busy write
-            // load always shows; when a stall class is there too, the class
-            // leads and the row locks follow it.
-            let minor = n < MINOR_CONVOY_WAITERS && w.blocking_trx_age_s.unwrap_or(0) < MINOR_CONVOY_AGE_S;
+            // Waits behind a young transaction that is itself at work are
+            // what a busy write load shows, and when a stall class is there
+            // too, the class is why that transaction is slow: the class
+            // leads and the row locks follow it. An idle holder, or an old
+            // transaction, is a culprit of its own.
+            let working = ev.processlist.iter().any(|r| {
+                r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
+                    && r.get("command").is_some_and(|c| c != "Sleep")
+            });
+            let minor = working && w.blocking_trx_age_s.unwrap_or(0) < MINOR_CONVOY_AGE_S;
             match crate::classes::describe(&found).filter(|_| minor && pileup.is_none()) {
                 Some(class) => return format!("{class}; also {convoy}"),
                 None => return also(convoy),
@@ -213,23 +218,32 @@ mod tests {
             blocking_trx_age_s: Some(age),
             ..Default::default()
         };
-        ev.row_lock_waits.push(wait(10, 7, 0));
+        let conn = |command: &str| -> BTreeMap<String, String> {
+            [("id", "7"), ("user", "app"), ("command", command), ("time", "0")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        ev.processlist.push(conn("Execute"));
+        ev.row_lock_waits = (10..14).map(|w| wait(w, 7, 0)).collect();
         let v = verdict(&ev);
         assert!(v.starts_with("flushing storm: checkpoint age at 99%"), "{v}");
         assert!(
-            v.ends_with(
-                "; also row lock convoy: 1 waiting transaction(s) blocked by connection 7, its transaction open 0s"
+            v.contains(
+                "; also row lock convoy: 4 waiting transaction(s) blocked by connection 7 (app@, Execute for 0s)"
             ),
             "{v}"
         );
+        // An idle holder is a culprit of its own.
+        ev.processlist[0] = conn("Sleep");
+        assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transaction(s)"));
+        ev.processlist[0] = conn("Execute");
+        ev.row_lock_waits.truncate(1);
         // An old transaction holding rows is a culprit of its own.
         ev.row_lock_waits[0].blocking_trx_age_s = Some(30);
         let v = verdict(&ev);
         assert!(v.starts_with("row lock convoy: 1 waiting transaction(s) blocked by connection 7"), "{v}");
         assert!(v.ends_with("; stall classes seen: flushing storm"), "{v}");
-        // So are many waiters.
-        ev.row_lock_waits = (10..14).map(|w| wait(w, 7, 0)).collect();
-        assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transaction(s)"));
     }
 
     #[test]

@@ -281,7 +281,7 @@ impl Spawner<'_> {
 
 /// The client connections' OS thread ids, from the latest poll that listed
 /// them, shared with the scan.
-type ConnTids = Arc<std::sync::Mutex<Option<Arc<std::collections::HashSet<i32>>>>>;
+type ConnTids = Arc<std::sync::Mutex<Option<Arc<crate::scan::Clients>>>>;
 
 /// The thread scan on its own thread, every `interval` start to start;
 /// pulses arrive on the returned channel. It ends when the process is gone
@@ -335,7 +335,7 @@ fn spawn_scan(
                 }
             };
             let disturbed = before || capturing.load(Ordering::Relaxed);
-            tracing::trace!("thread scan: {c:?} of {} connection thread(s), disturbed {disturbed}", only.len());
+            tracing::trace!("thread scan: {c:?} of {} connection thread(s), disturbed {disturbed}", only.conns.len());
             if let Some(p) = detect.step(&c, disturbed) {
                 if tx.send(p).is_err() {
                     return;
@@ -439,7 +439,9 @@ pub fn run(
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
         let p = poller.poll();
         if let Some(t) = &p.conn_tids {
-            *conn_tids.lock().unwrap() = Some(Arc::new(t.iter().copied().collect()));
+            let known = p.known_tids.iter().flatten().copied().collect();
+            *conn_tids.lock().unwrap() =
+                Some(Arc::new(crate::scan::Clients { conns: t.iter().copied().collect(), known }));
         }
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
         let derived = match (&prev, p.ok) {

@@ -323,6 +323,9 @@ fn global_lock_capture(
     }
     let onset = now_unix();
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
+    // The polls while the lock is still held, for the processlist summary.
+    std::thread::sleep(Duration::from_secs(1));
+    seen.extend(rx.try_iter());
     f.query_drop(unlock).unwrap();
     let cap = cap.unwrap_or_else(|| {
         panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
