@@ -3,8 +3,10 @@
 //! stalls that a once-a-second poll misses.
 //!
 //! Only the client connections' threads are looked at (their OS thread
-//! ids come with each poll's processlist summary), so the server's own
-//! threads waiting for work (InnoDB's, its thread pools) never count. A
+//! ids come with each poll's processlist summary, and threads started
+//! since the poll read the thread list count until the next one names
+//! them: [`Clients`]), so the server's own threads waiting for work
+//! (InnoDB's, its thread pools) never count. A
 //! connection thread that waits for a lock (a row, metadata, global or
 //! table lock, or a mutex) sleeps in a futex wait; an idle connection
 //! sleeps in `poll()`; a thread waiting for the disk is in state D; one that
