@@ -724,11 +724,14 @@ pub(crate) fn finish(
 ) -> RawSample {
     threads.sort_by_key(|t| t.tid);
     // The longest and the median of a per-thread figure.
+    let stopped: Vec<&RawThread> = threads.iter().filter(|t| t.stopped_us > 0 || t.held_us > 0).collect();
     let max_median = |f: fn(&RawThread) -> u64| {
-        let mut v: Vec<u64> = threads.iter().map(f).collect();
+        let mut v: Vec<u64> = stopped.iter().map(|t| f(t)).collect();
         v.sort_unstable();
         (v.last().copied().unwrap_or(0), v.get(v.len() / 2).copied().unwrap_or(0))
     };
+    // Threads read without a stop (in disk wait) stopped for no time: the
+    // figures are of the threads stopped.
     let (max_stop, median_stop) = max_median(|t| t.stopped_us);
     let (max_held, median_held) = max_median(|t| t.held_us);
     let stats = CaptureStats {

@@ -117,7 +117,10 @@ pub struct ThreadView {
     pub state: char,
     pub frames: Vec<String>,
     pub file: Option<pileup_stacks::proc::FileIo>,
+    /// A client connection's thread (not the server's own, which
+    /// performance_schema also lists with a processlist id).
     pub connection: bool,
+    pub tid: i32,
 }
 
 impl ThreadView {
@@ -140,7 +143,8 @@ pub fn sample_views(ev: &Evidence) -> Vec<SampleView> {
                         state: t.state,
                         frames: t.frames.iter().map(|f| f.label.clone()).collect(),
                         file: t.file.clone(),
-                        connection: t.sql.is_some(),
+                        connection: t.role == Some(pileup_stacks::Role::Connection),
+                        tid: t.tid,
                     })
                     .collect(),
             })
@@ -186,9 +190,11 @@ fn data_file(path: &str) -> bool {
     name.ends_with(".ibd") || name.starts_with("ibdata") || name.starts_with("undo")
 }
 
-/// The redo log (`ib_logfile0`; older servers have several).
+/// The redo log (`ib_logfile0`; older servers have several, MySQL 8.0.30
+/// and later `#innodb_redo/#ib_redoN`).
 fn log_file(path: &str) -> bool {
-    path.rsplit('/').next().unwrap_or(path).starts_with("ib_logfile")
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("ib_logfile") || name.starts_with("#ib_redo")
 }
 
 /// A path as the verdict shows it: the table's `db/name.ibd`, or the file name.
@@ -452,15 +458,19 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         );
     }
 
-    // Redo log writes holding up commits: a thread writing or syncing the
-    // redo log for the time of two samples or more (a client's thread when
-    // the log buffer is full, or every commit waiting for the log's sync),
-    // or the log buffer filling.
+    // Redo log writes holding up commits: one thread writing or syncing
+    // the redo log in two samples running (one write or sync lasting the
+    // time between samples: a client's thread when the log buffer is full,
+    // or a sync every commit waits for), or the log buffer filling. A busy
+    // write load has some thread on the log in most samples, each time a
+    // short write.
     let on_log = |t: &ThreadView| t.file.as_ref().is_some_and(|io| log_file(&io.path));
     let (log_io, log_at) = threads_where(samples, 1, on_log);
-    let log_samples = samples.iter().filter(|s| s.threads.iter().any(on_log)).count();
+    let lasting = samples.windows(2).any(|w| {
+        w[0].threads.iter().filter(|t| on_log(t)).any(|a| w[1].threads.iter().any(|b| b.tid == a.tid && on_log(b)))
+    });
     let full = around(ev, "innodb_log_waits_rate", 1.0).filter(|a| a.peak >= 1.0);
-    if log_io >= 1 && (log_samples >= 2 || full.is_some()) {
+    if log_io >= 1 && (lasting || full.is_some()) {
         let biggest = samples
             .iter()
             .flat_map(|s| &s.threads)
@@ -532,7 +542,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         if let Some(p) = &pending {
             e.push(format!("{:.0} InnoDB I/O requests pending", p.peak));
         }
-        let files = files_of(samples, |t| t.state == 'D' || t.file.is_some());
+        let files = files_of(samples, |t| t.state == 'D');
         e.push(format!(
             "{} thread(s) waiting for the disk{}",
             d.max(io),
@@ -676,6 +686,7 @@ mod tests {
                 bytes: Some(16384),
             }),
             connection: true,
+            tid: 0,
         };
         let samples = [SampleView { unix: 1058.3, threads: vec![reading; 3] }];
         ev.variables.insert("thread_cache_size".into(), "0".into());
@@ -702,7 +713,7 @@ mod tests {
         let io = |path: &str, bytes| {
             Some(pileup_stacks::proc::FileIo { syscall: "pwrite64", path: path.into(), bytes: Some(bytes) })
         };
-        let t = |file, connection| ThreadView { state: 'D', frames: vec!["pwrite64".into()], file, connection };
+        let t = |file, connection| ThreadView { state: 'D', frames: vec!["pwrite64".into()], file, connection, tid: 0 };
         // The page cleaner's doublewrite batch and a client's page write are not.
         let samples = [SampleView {
             unix: 1058.0,
@@ -730,6 +741,7 @@ mod tests {
                     bytes: None,
                 }),
                 connection: true,
+                tid: 0,
             }],
         }];
         assert_eq!(
@@ -765,11 +777,17 @@ mod tests {
                 bytes: Some(16 << 20),
             }),
             connection: true,
+            tid: 7,
         };
         let waiter = ThreadView { state: 'S', frames: vec!["syscall".into()], connection: true, ..Default::default() };
         let sample = |unix| SampleView { unix, threads: vec![writer.clone(), waiter.clone(), waiter.clone()] };
-        // Seen once, with the log buffer never full: a write, not a stall.
+        // Seen once, with the log buffer never full: a write, not a stall;
+        // nor is a different thread on the log in each sample (a busy write
+        // load's group commit leaders).
         assert!(findings_in(&ev, &[sample(1057.1)]).is_empty());
+        let mut other = sample(1057.3);
+        other.threads[0].tid = 8;
+        assert!(findings_in(&ev, &[sample(1057.1), other]).is_empty());
         let f = findings_in(&ev, &[sample(1057.1), sample(1057.3)]);
         assert_eq!(f.len(), 1);
         assert_eq!(

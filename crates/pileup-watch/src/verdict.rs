@@ -98,7 +98,7 @@ pub fn verdict(ev: &Evidence) -> String {
                 r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
                     && r.get("command").is_some_and(|c| c != "Sleep")
             });
-            let minor = working && w.blocking_trx_age_s.unwrap_or(0) < MINOR_CONVOY_AGE_S;
+            let minor = working && w.blocking_trx_age_s.is_some_and(|a| a < MINOR_CONVOY_AGE_S);
             match crate::classes::describe(&found).filter(|_| minor && pileup.is_none()) {
                 Some(class) => return format!("{class}; also {convoy}"),
                 None => return also(convoy),
