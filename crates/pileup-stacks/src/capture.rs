@@ -216,7 +216,15 @@ pub struct RawSample {
 
 /// Stop `tids` of `pid` and copy their registers and stacks. `maps` (read
 /// beforehand) bounds each stack copy at the end of its mapping.
-pub fn capture(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions) -> Result<RawSample, StacksError> {
+/// `in_disk_wait`: those of `tids` the caller just saw in state D, which
+/// consistent mode reads without a stop.
+pub fn capture(
+    pid: i32,
+    tids: &[i32],
+    in_disk_wait: &[i32],
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+) -> Result<RawSample, StacksError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(StacksError::UnsupportedArch);
     }
@@ -224,13 +232,14 @@ pub fn capture(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions)
         return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
     }
     let tids = tids.to_vec();
+    let in_disk_wait = in_disk_wait.to_vec();
     let maps = maps.to_vec();
     let opts = opts.clone();
     // A fresh OS thread per capture: see the module docs for why.
     std::thread::Builder::new()
         .name("pileup-capture".into())
         .spawn(move || match opts.mode {
-            Mode::Consistent => capture_consistent(pid, &tids, &maps, &opts),
+            Mode::Consistent => capture_consistent(pid, &tids, &in_disk_wait, &maps, &opts),
             Mode::Rolling => capture_rolling(pid, &tids, &maps, &opts),
             Mode::Passive => unreachable!("passive capture runs on the caller's thread"),
         })
@@ -472,19 +481,21 @@ fn detach(tid: i32, sig: Option<Signal>) {
 fn capture_consistent(
     pid: i32,
     all_tids: &[i32],
+    in_disk_wait: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
     // A thread in an uninterruptible wait (the disk, most often) stops only
     // when it leaves the kernel, and every thread stopped before it would be
     // held that long: it is read where it blocks, from /proc and its stack,
-    // as passive mode reads a blocked thread, and never stopped.
+    // as passive mode reads a blocked thread, and never stopped (if it has
+    // left the wait since the caller looked, it is stopped as any other).
     let mut unstopped = vec![];
     let stoppable: Vec<i32> = all_tids
         .iter()
         .copied()
         .filter(|&tid| {
-            if crate::proc::state(pid, tid) != Some('D') {
+            if !in_disk_wait.contains(&tid) {
                 return true;
             }
             match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {

@@ -607,7 +607,12 @@ impl Sampler {
         let mut raw = match self.opts.capture.mode {
             // Its perf events live as long as the sampler.
             Mode::Passive => self.passive.capture(pid, &chosen, &self.maps, &self.opts.capture),
-            _ => capture::capture(pid, &chosen, &self.maps, &self.opts.capture)?,
+            _ => {
+                // The OS states just read: threads in disk wait are read without a stop.
+                let disk: Vec<i32> =
+                    chosen.iter().copied().filter(|t| os.get(t).is_some_and(|o| o.state == 'D')).collect();
+                capture::capture(pid, &chosen, &disk, &self.maps, &self.opts.capture)?
+            }
         };
         if !by_tid {
             raw.stats.threads_appeared = proc::tids(pid)

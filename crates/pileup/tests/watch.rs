@@ -55,6 +55,13 @@ fn watch(
     (child, rx)
 }
 
+/// The capture `wait_for` found, or a panic listing every event but polls.
+fn captured(cap: Option<serde_json::Value>, seen: &[serde_json::Value]) -> serde_json::Value {
+    cap.unwrap_or_else(|| {
+        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
+    })
+}
+
 fn wait_for(
     rx: &mpsc::Receiver<serde_json::Value>,
     kind: &str,
@@ -154,9 +161,8 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
             })
         })
         .collect();
-    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen).unwrap_or_else(|| {
-        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
+    let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -244,9 +250,7 @@ fn a_server_that_stops_answering_is_caught_with_stacks() {
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     assert_eq!(cap["trigger"], "poll_failed");
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
@@ -327,9 +331,7 @@ fn global_lock_capture(
     std::thread::sleep(Duration::from_secs(1));
     seen.extend(rx.try_iter());
     f.query_drop(unlock).unwrap();
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
     assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global lock ({global_waits})");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -468,9 +470,7 @@ fn short_stalls_between_polls_are_timed_and_captured_when_they_repeat() {
         assert!(b >= from - 0.05 && b <= from + 0.35, "began {:.2} s after the lock", b - from);
         assert!(e >= to - 0.05 && e <= to + 0.35, "ended {:.2} s after the unlock", e - to);
     }
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let trigger = cap["trigger"].as_str().unwrap();
     assert!(trigger.starts_with("short stalls: 3 in 10 min"), "{trigger}");
     assert!(cap["onset_to_first_stack_ms"].as_f64().unwrap() < 1000.0, "{cap}");
@@ -508,9 +508,7 @@ fn ddl_behind_an_open_transaction_names_the_transaction() {
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     trx.query_drop("ROLLBACK").unwrap();
     alter.join().unwrap().unwrap();
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture; events: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -727,9 +725,7 @@ fn storm_verdict(
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(steady_captures, 0, "the steady load was captured");
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap().to_string();
     eprintln!("verdict: {verdict}");
     verdict
@@ -849,9 +845,7 @@ fn throttled_verdict(sb: &pileup_sandbox::Sandbox, test: &str, base: &[String], 
         "the unthrottled load was captured: {:?}",
         seen.iter().filter(|v| v["event"] == "captured").collect::<Vec<_>>()
     );
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap().to_string();
     eprintln!("verdict: {verdict}");
     verdict
@@ -909,9 +903,7 @@ fn a_flushing_storm_is_named_with_the_checkpoint_age() {
     let _ = child.wait();
     let _ = load.kill();
     let _ = load.wait();
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let age = seen.iter().filter_map(|v| v["derived"]["checkpoint_age_pct"].as_f64()).fold(0.0, f64::max);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict} (checkpoint age peaked at {age:.0}%)");
@@ -1001,9 +993,7 @@ fn a_data_file_extension_is_named_with_its_file() {
     let _ = load.kill();
     let _ = load.wait();
     drop(throttle);
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict} (first stack {} ms after onset)", cap["onset_to_first_stack_ms"]);
     assert!(verdict.starts_with("data file extension: "), "verdict: {verdict}");
@@ -1046,9 +1036,7 @@ fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
     let _ = child.wait();
     let _ = load.kill();
     let _ = load.wait();
-    let cap = cap.unwrap_or_else(|| {
-        panic!("no capture: {:?}", seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>())
-    });
+    let cap = captured(cap, &seen);
     assert_eq!(cap["trigger"], "questions_rate > 1 for 15s", "{cap}");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
