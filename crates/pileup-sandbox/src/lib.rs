@@ -29,6 +29,8 @@ use serde::{Deserialize, Serialize};
 
 pub use pileup_conn::ConnSpec;
 
+pub mod throttle;
+
 /// How to start a sandbox.
 #[derive(Debug, Clone)]
 pub struct Options {

@@ -284,8 +284,34 @@ pub fn refresh(dir: &Path, store: &crate::store::Store, before: f64, after: f64)
     let c = crate::capture_dir::read(dir)?;
     let rows = store.range(c.evidence.unix - before, c.evidence.unix + after)?;
     crate::capture_dir::write_metrics(dir, &rows)?;
-    crate::capture_dir::write_stalls(dir, &store.stalls(c.evidence.unix - before, c.evidence.unix + after)?)?;
+    let stalls = store.stalls(c.evidence.unix - before, c.evidence.unix + after)?;
+    crate::capture_dir::write_stalls(dir, &stalls)?;
+    // report.txt was written at the capture, before the stall ended.
+    if let Some((o, st)) = c.evidence.onset_unix.and_then(|o| Some((o, stall_around(&stalls, o)?))) {
+        let path = dir.join("report.txt");
+        if let Ok(txt) = std::fs::read_to_string(&path) {
+            pileup_files::write_private_bytes(&path, with_stall_end(&txt, o, st.ended_unix).as_bytes())?;
+        }
+    }
     rebuild(dir)
+}
+
+/// `report.txt` with a `stall ended:` line after its `stall began:` line
+/// (replacing an earlier one): the end is known only after the capture.
+fn with_stall_end(report: &str, onset: f64, ended: f64) -> String {
+    let line = format!("stall ended: {} UTC, {:.1} s after it began", stamp_tenths(ended), ended - onset);
+    let mut out = String::with_capacity(report.len() + line.len() + 1);
+    for l in report.split_inclusive('\n') {
+        if l.starts_with("stall ended: ") {
+            continue;
+        }
+        out.push_str(l);
+        if l.starts_with("stall began: ") {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The text report (`report.txt`): the verdict first, then the row lock
@@ -397,5 +423,19 @@ mod tests {
         assert_eq!(stall_around(&stalls, 100.1).unwrap().ended_unix, 103.7);
         assert!(stall_around(&stalls, 104.0).is_none());
         assert!(stall_around(&stalls, 99.5).is_none());
+    }
+
+    #[test]
+    fn the_stall_end_follows_its_beginning_once() {
+        let rep = "VERDICT: x\n\ntrigger: t at 2026-11-25 10:00:00 UTC\nstall began: 2026-11-25 10:00:00.0 UTC\nmore\n";
+        let once = with_stall_end(rep, 1_795_600_000.0, 1_795_600_003.7);
+        let lines: Vec<&str> = once.lines().collect();
+        assert!(lines[3].starts_with("stall began: "), "{once}");
+        assert!(lines[4].starts_with("stall ended: ") && lines[4].ends_with("UTC, 3.7 s after it began"), "{once}");
+        assert_eq!(lines[5], "more");
+        let twice = with_stall_end(&once, 1_795_600_000.0, 1_795_600_004.2);
+        assert_eq!(twice.matches("stall ended: ").count(), 1, "{twice}");
+        assert!(twice.contains("4.2 s after it began"), "{twice}");
+        assert_eq!(with_stall_end("VERDICT: x\n", 1.0, 2.0), "VERDICT: x\n", "no beginning, no end");
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mysql::prelude::Queryable;
+use pileup_sandbox::throttle::{Limit, Throttle};
 
 fn now_unix() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
@@ -456,8 +457,10 @@ fn short_stalls_between_polls_are_timed_and_captured_when_they_repeat() {
         std::thread::sleep(Duration::from_secs(3));
     }
     let cap = wait_for(&rx, "captured", Duration::from_secs(10), &mut seen);
-    let _ = child.kill();
-    let _ = child.wait();
+    // Stopped as a service manager stops it: the reports still waiting for
+    // what came after are rebuilt on the way out.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success(), "watch exits cleanly on SIGTERM");
     let _ = load.kill();
     let _ = load.wait();
     seen.extend(rx.try_iter());
@@ -479,6 +482,13 @@ fn short_stalls_between_polls_are_timed_and_captured_when_they_repeat() {
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(report.lines().any(|l| l.starts_with("stall began: ")), "{report}");
+    // The third stall had ended when it was captured: its end is in the
+    // text report as well as the HTML one.
+    let ended = report.lines().find(|l| l.starts_with("stall ended: ")).unwrap_or_else(|| panic!("{report}"));
+    let secs: f64 = ended.split(", ").nth(1).and_then(|s| s.split(' ').next()?.parse().ok()).unwrap();
+    assert!((0.1..=0.9).contains(&secs), "a 400 ms stall: {ended}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains(" and ended at "), "the HTML report says when the stall ended");
 }
 
 #[test]
@@ -770,58 +780,6 @@ fn a_connection_storm_is_named_with_its_rates() {
     assert!(verdict.contains("connections/s") && verdict.contains("thread_cache_size=0"), "verdict: {verdict}");
 }
 
-/// What a [`Throttle`] caps on the datadir's device.
-enum Limit {
-    ReadIops(u32),
-    WriteBytesPerSec(u64),
-}
-
-/// The server's process moved into a cgroup that caps its datadir device's
-/// reads or writes (cgroup v1 blkio or v2 io.max), as a modest volume
-/// would; moved back and the cgroup removed when dropped.
-struct Throttle {
-    dir: std::path::PathBuf,
-    root_procs: std::path::PathBuf,
-    pid: i32,
-}
-
-impl Throttle {
-    fn new(sb: &pileup_sandbox::Sandbox, limit: Limit) -> Throttle {
-        use std::os::unix::fs::MetadataExt;
-        let dev = std::fs::metadata(&sb.endpoint.dir).unwrap().dev();
-        let (maj, min) = (libc::major(dev), libc::minor(dev));
-        let pid = sb.pid() as i32;
-        let name = format!("pileup-it-{}-{pid}", std::process::id());
-        let v1 = std::path::Path::new("/sys/fs/cgroup/blkio");
-        let (v1_file, v2_key, n) = match limit {
-            Limit::ReadIops(n) => ("blkio.throttle.read_iops_device", "riops", u64::from(n)),
-            Limit::WriteBytesPerSec(n) => ("blkio.throttle.write_bps_device", "wbps", n),
-        };
-        let (dir, root_procs) = if v1.join(v1_file).exists() {
-            let dir = v1.join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(v1_file), format!("{maj}:{min} {n}")).unwrap();
-            (dir, v1.join("cgroup.procs"))
-        } else {
-            let root = std::path::Path::new("/sys/fs/cgroup");
-            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
-            let dir = root.join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("io.max"), format!("{maj}:{min} {v2_key}={n}")).unwrap();
-            (dir, root.join("cgroup.procs"))
-        };
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-        Throttle { dir, root_procs, pid }
-    }
-}
-
-impl Drop for Throttle {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.root_procs, self.pid.to_string());
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// `sysbench test run` on `sb` with `threads` connections, watched at the
 /// defaults: 5 s unthrottled, which must not be captured, then the
 /// datadir's device throttled to `limit`: the capture's verdict.
@@ -832,7 +790,7 @@ fn throttled_verdict(sb: &pileup_sandbox::Sandbox, test: &str, base: &[String], 
     std::thread::sleep(Duration::from_secs(5));
     let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
     let unthrottled = seen.iter().filter(|v| v["event"] == "captured").count();
-    let throttle = Throttle::new(sb, limit);
+    let throttle = Throttle::new(sb, limit).expect("throttling the datadir's device");
     let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
     drop(throttle);
     let _ = child.kill();
@@ -981,7 +939,7 @@ fn a_data_file_extension_is_named_with_its_file() {
     .expect("starting a sandbox");
     let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
     base.push("--rate=4000".into());
-    let throttle = Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20));
+    let throttle = Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20)).expect("throttling the datadir's device");
     let data = tempfile_dir("watch-extend");
     let (mut child, rx) = watch(&sb, &data, &[]);
     std::thread::sleep(Duration::from_secs(2));

@@ -1,0 +1,64 @@
+//! A sandbox's disk made slow on purpose: its server moved into a cgroup
+//! that caps reads or writes on the device holding its datadir (cgroup v1
+//! `blkio` throttling or v2 `io.max`), as a modest cloud volume would. The
+//! machines the tests run on have disks that outrun their two cores, so an
+//! I/O-bound stall has to be provoked this way.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::Sandbox;
+
+/// What a [`Throttle`] caps on the datadir's device.
+#[derive(Debug, Clone, Copy)]
+pub enum Limit {
+    /// Read requests per second.
+    ReadIops(u32),
+    /// Bytes written per second.
+    WriteBytesPerSec(u64),
+}
+
+/// The server's process in a throttling cgroup; moved back to the root
+/// cgroup and the cgroup removed when dropped. Needs root.
+pub struct Throttle {
+    dir: PathBuf,
+    root_procs: PathBuf,
+    pid: u32,
+}
+
+impl Throttle {
+    /// Throttle `sb`'s datadir device to `limit`.
+    pub fn new(sb: &Sandbox, limit: Limit) -> Result<Throttle> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&sb.endpoint.dir)?.dev();
+        let (maj, min) = (libc::major(dev), libc::minor(dev));
+        let pid = sb.pid();
+        let name = format!("pileup-throttle-{}-{pid}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/blkio");
+        let (v1_file, v2_key, n) = match limit {
+            Limit::ReadIops(n) => ("blkio.throttle.read_iops_device", "riops", u64::from(n)),
+            Limit::WriteBytesPerSec(n) => ("blkio.throttle.write_bps_device", "wbps", n),
+        };
+        let write = |p: &Path, s: String| std::fs::write(p, s).with_context(|| format!("writing {}", p.display()));
+        let (dir, root_procs, setting, value) = if v1.join(v1_file).exists() {
+            (v1.join(&name), v1.join("cgroup.procs"), v1_file, format!("{maj}:{min} {n}"))
+        } else {
+            let root = Path::new("/sys/fs/cgroup");
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
+            (root.join(&name), root.join("cgroup.procs"), "io.max", format!("{maj}:{min} {v2_key}={n}"))
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
+        let t = Throttle { dir, root_procs, pid };
+        write(&t.dir.join(setting), value)?;
+        write(&t.dir.join("cgroup.procs"), pid.to_string())?;
+        Ok(t)
+    }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.root_procs, self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
