@@ -99,14 +99,19 @@ use pileup_sandbox::Sandbox;
 /// Create `sbtest` on a sandbox and prepare sysbench's tables for `test`
 /// (4 tables of 10,000 rows); returns the arguments that reach them.
 pub fn sysbench_prepared(sb: &Sandbox, test: &str) -> anyhow::Result<Vec<String>> {
+    sysbench_prepared_sized(sb, test, 4, 10_000)
+}
+
+/// [`sysbench_prepared`] with `tables` tables of `rows` rows.
+pub fn sysbench_prepared_sized(sb: &Sandbox, test: &str, tables: u32, rows: u32) -> anyhow::Result<Vec<String>> {
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     sb.sql("CREATE DATABASE sbtest")?;
     let sbargs = vec![
         "--db-driver=mysql".to_string(),
         format!("--mysql-socket={sock}"),
         "--mysql-user=root".into(),
-        "--tables=4".into(),
-        "--table-size=10000".into(),
+        format!("--tables={tables}"),
+        format!("--table-size={rows}"),
     ];
     let st = std::process::Command::new("sysbench")
         .arg(test)

@@ -6,9 +6,11 @@
 //!    100 ms, and pt-stalk with its defaults
 //!    (polling Threads_running every second), interleaved over `--rounds`
 //!    rounds (the order rotating each round); median transactions per second and the ratio to no watcher.
-//! 2. Onset to first stack: three stalls, each holding up 30 connections
+//! 2. Onset to first stack: four stalls, each holding up 30 connections
 //!    (a hot-row lock convoy, FLUSH TABLES WITH READ LOCK, an ALTER waiting
-//!    for an open transaction with readers queued behind it); time from the
+//!    for an open transaction with readers queued behind it, and the
+//!    datadir's device throttled under point selects that read from disk);
+//!    time from the
 //!    stall's start to the first stack file each tool writes, both with
 //!    their default triggers (pileup: threads_running > max(16, 4×CPUs) for
 //!    1 s; pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`).
@@ -22,7 +24,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--out FILE]";
+const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset] [--stalls convoy,ftwrl,mdl,slow-disk] [--out FILE]";
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
 use pileup_bench::{arg, median};
+use pileup_sandbox::throttle::{Limit, Throttle};
 use pileup_sandbox::{Options, Sandbox};
 
 fn sysbench_args(sock: &str) -> Vec<String> {
@@ -156,10 +159,17 @@ fn mysqld_named(root: &Path) -> Result<PathBuf> {
 fn first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
     let since = onset.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
     if kind.starts_with("pileup") {
-        let f = find_files(dir, "stacks.json").into_iter().next()?;
-        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
-        let at = j["samples"][0]["at_unix_ms"].as_f64()? / 1000.0;
-        (at >= since).then_some(at - since)
+        // The earliest capture begun after the onset (one before it, on the
+        // steady load, is counted apart).
+        find_files(dir, "stacks.json")
+            .into_iter()
+            .filter_map(|f| {
+                let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+                Some(j["samples"][0]["at_unix_ms"].as_f64()? / 1000.0)
+            })
+            .filter(|at| *at >= since)
+            .map(|at| at - since)
+            .min_by(f64::total_cmp)
     } else {
         let best = find_files(dir, "stacktrace")
             .into_iter()
@@ -192,11 +202,109 @@ const STALLS: &[(&str, &str)] = &[
     ("convoy", "hot-row convoy: one transaction holds a row, 30 connections update it"),
     ("ftwrl", "global read lock: FLUSH TABLES WITH READ LOCK held, 30 connections insert"),
     ("mdl", "metadata lock: ALTER TABLE waits for an open transaction, 30 connections read the table behind it"),
+    (
+        "slow-disk",
+        "slow disk: 30 connections run 5,000 point selects a second on 4 × 40,000 rows through an 8 MB buffer pool, and the volume drops to 40 reads a second",
+    ),
 ];
+
+/// What one provoked stall gave: seconds from its start to the watcher's
+/// first stack, and pileup's verdict (its first words) once the capture
+/// is kept.
+struct Onset {
+    first_stack: Option<f64>,
+    verdict: Option<String>,
+    /// Captures kept before the stall began (a false alarm on the steady load).
+    before: usize,
+}
+
+/// The verdict of the first capture kept after `onset`, up to its first
+/// colon (the class), waiting up to `within`.
+fn verdict_after(dir: &Path, onset: std::time::SystemTime, within: Duration) -> Option<String> {
+    let since = onset.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    let t0 = Instant::now();
+    loop {
+        let mut kept: Vec<(f64, String)> = find_files(dir, "evidence.json")
+            .into_iter()
+            .filter_map(|f| {
+                let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+                Some((j["unix"].as_f64()?, j["verdict"].as_str()?.to_string()))
+            })
+            .filter(|(at, _)| *at >= since)
+            .collect();
+        kept.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, v)) = kept.into_iter().next() {
+            return Some(v.split([':', ';']).next().unwrap_or(&v).to_string());
+        }
+        if t0.elapsed() > within {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Captures kept in `dir` before `onset`.
+fn kept_before(dir: &Path, onset: std::time::SystemTime) -> usize {
+    let since = onset.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    find_files(dir, "evidence.json")
+        .into_iter()
+        .filter_map(|f| serde_json::from_slice::<serde_json::Value>(&std::fs::read(f).ok()?).ok()?["unix"].as_f64())
+        .filter(|at| *at < since)
+        .count()
+}
+
+/// Wait up to 35 s for the watcher's first stack after `onset`.
+fn wait_first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(35) {
+        if let Some(t) = first_stack(dir, kind, onset) {
+            return Some(t);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// A slow disk under a steady load: 30 connections run point selects on
+/// data far larger than the buffer pool while the watcher learns the load,
+/// then the datadir's device drops to 40 reads a second (the onset), until
+/// the watcher has its stacks and verdict.
+fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Onset> {
+    let sb = Sandbox::start(Options {
+        mariadbd: Some(mysqld_named(root)?),
+        cnf: vec![("innodb_buffer_pool_size".into(), "8M".into())],
+        ..Options::default()
+    })?;
+    let test = "oltp_point_select";
+    let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, test, 4, 40_000)?;
+    // Held below what the machine's cores serve, so the steady load is not
+    // itself a pile-up of running threads that a default trigger captures.
+    sbargs.push("--rate=5000".into());
+    let load = pileup_bench::Load::start(test, &sbargs, 30)?;
+    let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
+    let w = start_watcher(kind, pileup, &sb, &dir)?;
+    std::thread::sleep(Duration::from_secs(8));
+    // The onset is the moment the volume slows: the stall is the server's
+    // answer to it, however long its queues take to build.
+    let onset = std::time::SystemTime::now();
+    let throttle = Throttle::new(&sb, Limit::ReadIops(40))?;
+    let first_stack = wait_first_stack(&dir, kind, onset);
+    let verdict = (kind.starts_with("pileup") && first_stack.is_some())
+        .then(|| verdict_after(&dir, onset, Duration::from_secs(15)))
+        .flatten();
+    drop(throttle);
+    drop(load);
+    let before = kept_before(&dir, onset);
+    stop(w);
+    Ok(Onset { first_stack, verdict, before })
+}
 
 /// Provoke `stall` on a fresh sandbox watched by `kind`; seconds from its
 /// start to the watcher's first stack.
-fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Option<f64>> {
+fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Onset> {
+    if stall == "slow-disk" {
+        return slow_disk_onset(pileup, kind, stall, root, round);
+    }
     let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), ..Options::default() })?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
@@ -250,21 +358,18 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
             })
         })
         .collect();
-    let t0 = Instant::now();
-    let mut found = None;
-    while t0.elapsed() < Duration::from_secs(35) {
-        if let Some(t) = first_stack(&dir, kind, onset) {
-            found = Some(t);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let first_stack = wait_first_stack(&dir, kind, onset);
+    // Held until pileup keeps its capture (a pile-up that lasts 2 s), for its verdict.
+    let verdict = (kind.starts_with("pileup") && first_stack.is_some())
+        .then(|| verdict_after(&dir, onset, Duration::from_secs(10)))
+        .flatten();
     holder.query_drop(if stall == "ftwrl" { "UNLOCK TABLES" } else { "ROLLBACK" })?;
     for w in waiters.into_iter().chain(ddl) {
         let _ = w.join();
     }
+    let before = kept_before(&dir, onset);
     stop(w);
-    Ok(found)
+    Ok(Onset { first_stack, verdict, before })
 }
 
 fn main() -> Result<()> {
@@ -286,7 +391,7 @@ fn main() -> Result<()> {
         md.push_str(&idle_cost(&pileup, &root, rounds)?);
     }
     if part == "all" || part == "onset" {
-        md.push_str(&onset(&pileup, &root, rounds)?);
+        md.push_str(&onset(&pileup, &root, rounds, arg(&args, "--stalls").as_deref())?);
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
@@ -381,20 +486,28 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     Ok(md)
 }
 
-fn onset(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
+fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result<String> {
     let mut md = String::new();
-    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| stall | tool | seconds from onset to the first stack taken |\n|---|---|---|\n");
-    for (stall, what) in STALLS {
+    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| stall | tool | seconds from onset to the first stack taken | pileup's verdict |\n|---|---|---|---|\n");
+    let stalls: Vec<&(&str, &str)> =
+        STALLS.iter().filter(|(s, _)| only.is_none_or(|o| o.split(',').any(|x| x == *s))).collect();
+    for (stall, what) in &stalls {
         eprintln!("{what}");
         for k in ["pileup 1s", "pt-stalk gdb"] {
             let mut v = vec![];
+            let mut verdicts = vec![];
             for round in 0..rounds {
-                match stall_onset(pileup, k, stall, root, round)? {
+                let o = stall_onset(pileup, k, stall, root, round)?;
+                match o.first_stack {
                     Some(s) => v.push(s),
                     None => eprintln!("{stall} {k}: no stack within 35 s"),
                 }
+                if o.before > 0 {
+                    verdicts.push(format!("{} capture(s) before the onset", o.before));
+                }
+                verdicts.extend(o.verdict);
             }
-            eprintln!("{stall} {k}: {v:?}");
+            eprintln!("{stall} {k}: {v:?} {verdicts:?}");
             let shown = if v.is_empty() {
                 "none within 35 s".into()
             } else {
@@ -404,12 +517,14 @@ fn onset(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
                     v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
                 )
             };
-            md.push_str(&format!("| {stall} | {k} | {shown} |\n"));
+            verdicts.dedup();
+            let said = if k.starts_with("pileup") { verdicts.join("; ") } else { "—".into() };
+            md.push_str(&format!("| {stall} | {k} | {shown} | {said} |\n"));
         }
     }
     md.push_str(&format!(
         "\nStalls: {}.\n",
-        STALLS.iter().map(|(s, w)| format!("{s}, {w}")).collect::<Vec<_>>().join("; ")
+        stalls.iter().map(|(s, w)| format!("{s}, {w}")).collect::<Vec<_>>().join("; ")
     ));
     Ok(md)
 }

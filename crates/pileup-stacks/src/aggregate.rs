@@ -347,6 +347,20 @@ pub fn where_time_went(stacks: &[Counted], top: usize) -> Vec<Share> {
     out
 }
 
+/// [`where_time_went`] in one line for a verdict: the `top` largest shares
+/// of the working threads' time and how many thread-samples they are
+/// shares of; `None` when no thread was working.
+pub fn where_time_went_line(stacks: &[Counted], top: usize) -> Option<String> {
+    let all = where_time_went(stacks, usize::MAX);
+    let working: usize = all.iter().map(|s| s.count).sum();
+    if working == 0 {
+        return None;
+    }
+    let parts: Vec<String> =
+        all.iter().take(top).map(|s| format!("{:.0}% {} in {}", s.pct, s.state, s.function)).collect();
+    Some(format!("where the working threads' time went ({working} thread-samples): {}", parts.join(", ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +426,28 @@ mod tests {
         assert_eq!(line("disk wait", "fdatasync").unwrap().innermost, None);
         assert_eq!(line("lock wait", "THD::awake").unwrap().innermost.as_deref(), Some("__GI___lll_lock_wait"));
         assert_eq!(w.len(), 4);
+    }
+
+    #[test]
+    fn the_time_line_leaves_idle_threads_out() {
+        let mut t = Tally::default();
+        for _ in 0..3 {
+            t.add(&labelled(&["mariadbd+0x1000", "handler::ha_write_row"], 'R'), None);
+        }
+        t.add(&labelled(&["__GI___lll_lock_wait", "___pthread_mutex_lock", "THD::awake"], 'S'), None);
+        for _ in 0..50 {
+            t.add(&labelled(&["__poll", "vio_io_wait"], 'S'), None);
+        }
+        let c = t.into_counted();
+        assert_eq!(
+            where_time_went_line(&c, 3).as_deref(),
+            Some(
+                "where the working threads' time went (4 thread-samples): 75% on CPU in handler::ha_write_row, \
+                 25% lock wait in THD::awake"
+            )
+        );
+        let idle: Vec<Counted> = c.into_iter().filter(|x| x.frames[0].label == "__poll").collect();
+        assert_eq!(where_time_went_line(&idle, 3), None);
     }
 
     #[test]

@@ -144,8 +144,13 @@ pub fn verdict(ev: &Evidence) -> String {
             .unwrap_or_default();
         return format!("the server does not answer SQL ({}){stack}", e.lines().next().unwrap_or(""));
     }
-    // 6. Otherwise: where threads are.
+    // 6. Otherwise: where the working threads' time went (idle threads, in
+    // poll() for their client or waiting on a condition, are left out: on a
+    // busy server they are the most common stack and explain nothing).
     if let Some(p) = &ev.profile {
+        if let Some(line) = pileup_stacks::aggregate::where_time_went_line(&p.stacks, 3) {
+            return format!("no lock culprit found; {line}");
+        }
         if let Some(g) = pileup_stacks::aggregate::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
             return format!(
                 "no lock culprit found; busiest stack with SQL ({} thread-samples): {}",
