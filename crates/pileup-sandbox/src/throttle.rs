@@ -21,9 +21,16 @@ pub enum Limit {
 
 /// The server's process in a throttling cgroup; moved back to the root
 /// cgroup and the cgroup removed when dropped. Needs root.
+///
+/// On a host that mounts both hierarchies (v1 `blkio` for the limit, v2 at
+/// `/sys/fs/cgroup/unified`), the server also gets a v2 cgroup of its own,
+/// as a systemd service has: the kernel keeps its I/O stall time
+/// (`io.pressure`) there.
 pub struct Throttle {
     dir: PathBuf,
     root_procs: PathBuf,
+    /// The v2 cgroup made beside a v1 limit, and its root's `cgroup.procs`.
+    v2: Option<(PathBuf, PathBuf)>,
     pid: u32,
 }
 
@@ -49,9 +56,17 @@ impl Throttle {
             (root.join(&name), root.join("cgroup.procs"), "io.max", format!("{maj}:{min} {v2_key}={n}"))
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
-        let t = Throttle { dir, root_procs, pid };
+        let v1_limit = setting != "io.max";
+        let mut t = Throttle { dir, root_procs, v2: None, pid };
         write(&t.dir.join(setting), value)?;
         write(&t.dir.join("cgroup.procs"), pid.to_string())?;
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        if v1_limit && unified.join("cgroup.procs").exists() {
+            let own = unified.join(&name);
+            std::fs::create_dir_all(&own).with_context(|| format!("creating cgroup {}", own.display()))?;
+            t.v2 = Some((own.clone(), unified.join("cgroup.procs")));
+            write(&own.join("cgroup.procs"), pid.to_string())?;
+        }
         Ok(t)
     }
 }
@@ -60,5 +75,9 @@ impl Drop for Throttle {
     fn drop(&mut self) {
         let _ = std::fs::write(&self.root_procs, self.pid.to_string());
         let _ = std::fs::remove_dir(&self.dir);
+        if let Some((own, root_procs)) = &self.v2 {
+            let _ = std::fs::write(root_procs, self.pid.to_string());
+            let _ = std::fs::remove_dir(own);
+        }
     }
 }

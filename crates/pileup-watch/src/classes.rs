@@ -512,6 +512,11 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         .filter_map(|m| around(ev, m, 4.0))
         .max_by(|a, b| a.peak.total_cmp(&b.peak))
         .filter(|p| p.peak >= 4.0);
+    // Tasks stalled on I/O most of the time where they seldom were (the
+    // kernel's pressure stall information): a volume throttled below the
+    // device, even for writes that InnoDB issues asynchronously and counts
+    // nowhere as pending.
+    let stalled = jumped(ev, "io_pressure_pct", 30.0, 4.0);
     let d = in_disk_wait(samples);
     let (io, io_at) = in_frames(samples, 2, |f| {
         matches!(
@@ -527,7 +532,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         ) || f.starts_with("io_uring_wait")
             || f.starts_with("__io_uring_get_cqe")
     });
-    if (busy.is_some() || slow.is_some() || pending.is_some()) && (d >= 2 || io >= 2) {
+    if (busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some()) && (d >= 2 || io >= 2) {
         let mut e = Vec::new();
         if let Some(b) = &busy {
             e.push(format!("the datadir's device {:.0}% busy", b.peak));
@@ -542,6 +547,13 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         if let Some(p) = &pending {
             e.push(format!("{:.0} InnoDB I/O requests pending", p.peak));
         }
+        if let Some(s) = &stalled {
+            e.push(format!(
+                "tasks stalled on I/O {:.0}% of the time{}",
+                s.peak,
+                s.usual.map(|u| format!(" (usually {u:.0}%)")).unwrap_or_default()
+            ));
+        }
         let files = files_of(samples, |t| t.state == 'D');
         e.push(format!(
             "{} thread(s) waiting for the disk{}",
@@ -552,6 +564,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             busy.and_then(|b| b.first_over),
             slow.and_then(|s| s.first_over),
             pending.and_then(|p| p.first_over),
+            stalled.and_then(|s| s.first_over),
             io_at,
         ]
         .into_iter()
@@ -761,6 +774,38 @@ mod tests {
         );
         let d = describe(&f).unwrap();
         assert!(d.ends_with("; also slow or saturated disk") && !d.contains("came first"), "{d}");
+    }
+
+    #[test]
+    fn a_volume_slow_for_writes_is_seen_by_the_tasks_stalled_on_it() {
+        // Throttled below the device: the device's counters and InnoDB's
+        // pending counts stay at 0, the kernel sees tasks stalled on I/O.
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.history = (0..60)
+            .map(|i| {
+                row(1000.0 + i as f64, &[("io_pressure_pct", if i >= 57 { 95.0 } else { 0.4 }), ("disk_busy_pct", 0.0)])
+            })
+            .collect();
+        let syncing = |path: &str| ThreadView {
+            state: 'D',
+            frames: vec!["__GI_fdatasync".into()],
+            file: Some(pileup_stacks::proc::FileIo { syscall: "fdatasync", path: path.into(), bytes: None }),
+            connection: false,
+            tid: 0,
+        };
+        let samples =
+            [SampleView { unix: 1057.4, threads: vec![syncing("/d/ib_logfile0"), syncing("/d/sbtest/sbtest1.ibd")] }];
+        let f = findings_in(&ev, &samples);
+        assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::SlowDisk]);
+        assert_eq!(
+            f[0].evidence,
+            "tasks stalled on I/O 95% of the time (usually 0%), 2 thread(s) waiting for the disk (fdatasync on ib_logfile0 (1), fdatasync on sbtest/sbtest1.ibd (1))"
+        );
+        // Always this stalled: the usual state of this host, not a stall.
+        for r in &mut ev.history {
+            r.derived.insert("io_pressure_pct".into(), 95.0);
+        }
+        assert!(findings_in(&ev, &samples).is_empty());
     }
 
     #[test]

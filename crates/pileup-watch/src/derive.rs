@@ -105,6 +105,7 @@ pub const COMPUTED: &[&str] = &[
     "mysqld_cpu_cores",
     "disk_busy_pct",
     "disk_await_ms",
+    "io_pressure_pct",
     "checkpoint_age_pct",
     "bytes_sent_link_share",
 ];
@@ -229,6 +230,13 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
             // cores' worth of CPU the server used
             out.insert("mysqld_cpu_cores".into(), t / TICKS / dt);
         }
+        // Share of the interval in which some task of the server's cgroup was
+        // stalled waiting for I/O: the kernel's pressure stall information,
+        // which sees a volume throttled below the device (a cgroup limit)
+        // that the device's own counters do not.
+        if let Some(us) = delta("io_pressure_some_us") {
+            out.insert("io_pressure_pct".into(), (100.0 * us / (dt * 1e6)).clamp(0.0, 100.0));
+        }
         if let Some(ms) = delta("disk_io_ms") {
             out.insert("disk_busy_pct".into(), (100.0 * ms / (dt * 1000.0)).min(100.0));
         }
@@ -316,6 +324,7 @@ mod tests {
                 ("os_cpu_iowait_ticks", 1.0),
                 ("mysqld_cpu_ticks", 1.0),
                 ("disk_io_ms", 1.0),
+                ("io_pressure_some_us", 1.0),
                 ("disk_read_ms", 1.0),
                 ("disk_write_ms", 1.0),
                 ("innodb_checkpoint_max_age", 10.0),
@@ -347,6 +356,7 @@ mod tests {
                 ("os_cpu_iowait_ticks", 10.0),
                 ("mysqld_cpu_ticks", 0.0),
                 ("disk_io_ms", 0.0),
+                ("io_pressure_some_us", 5_000_000.0),
             ],
         );
         let b = snap(
@@ -357,6 +367,7 @@ mod tests {
                 ("os_cpu_iowait_ticks", 50.0),
                 ("mysqld_cpu_ticks", 300.0),
                 ("disk_io_ms", 1000.0),
+                ("io_pressure_some_us", 6_800_000.0),
             ],
         );
         let d = derive(&a, &b, &DeriveOptions::default());
@@ -364,6 +375,7 @@ mod tests {
         assert_eq!(d["os_cpu_iowait_pct"], 10.0);
         assert_eq!(d["mysqld_cpu_cores"], 1.5);
         assert_eq!(d["disk_busy_pct"], 50.0);
+        assert!((d["io_pressure_pct"] - 90.0).abs() < 1e-9, "1.8 s stalled of 2 s");
     }
 
     #[test]

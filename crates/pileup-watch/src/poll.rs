@@ -332,6 +332,9 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             }
         }
     }
+    if let Some(us) = io_pressure_file(pid).and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t)) {
+        out.insert("io_pressure_some_us".into(), us);
+    }
     if let (Some((maj, min)), Ok(s)) = (dev, std::fs::read_to_string("/proc/diskstats")) {
         for l in s.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -348,9 +351,38 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
     }
 }
 
+/// Where the kernel's pressure stall information for I/O is kept for the
+/// server alone: its own cgroup's `io.pressure`, when it runs in one of the
+/// unified (v2) hierarchy's cgroups (a systemd service does). The host's
+/// `/proc/pressure/io` is not used: it mixes in every other process's
+/// waits, another server's on the same host included.
+fn io_pressure_file(pid: i32) -> Option<std::path::PathBuf> {
+    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = cg.lines().find_map(|l| l.strip_prefix("0::")).filter(|p| *p != "/")?;
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .map(|root| std::path::Path::new(root).join(path.trim_start_matches('/')).join("io.pressure"))
+        .find(|f| f.exists())
+}
+
+/// Microseconds some task spent stalled on I/O, from an `io.pressure` file
+/// (`some avg10=… avg60=… avg300=… total=N`).
+fn io_some_us(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total=")).and_then(|v| v.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_pressure_total_is_read_from_the_some_line() {
+        let t = "some avg10=0.01 avg60=0.18 avg300=2.26 total=1139154146\nfull avg10=0.00 avg60=0.15 avg300=1.16 total=640821622\n";
+        assert_eq!(io_some_us(t), Some(1_139_154_146.0));
+        assert_eq!(io_some_us("full avg10=0.00 total=5\n"), None);
+        assert_eq!(io_some_us(""), None);
+    }
 
     fn g(command: &str, state: &str, threads: i64, max_secs: f64) -> PlGroup {
         PlGroup { command: command.into(), state: state.into(), threads, max_secs }

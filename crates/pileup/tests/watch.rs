@@ -735,10 +735,7 @@ fn storm_verdict(
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(steady_captures, 0, "the steady load was captured");
-    let cap = captured(cap, &seen);
-    let verdict = cap["verdict"].as_str().unwrap().to_string();
-    eprintln!("verdict: {verdict}");
-    verdict
+    verdict_and_classes(&captured(cap, &seen)).0
 }
 
 #[test]
@@ -782,8 +779,15 @@ fn a_connection_storm_is_named_with_its_rates() {
 
 /// `sysbench test run` on `sb` with `threads` connections, watched at the
 /// defaults: 5 s unthrottled, which must not be captured, then the
-/// datadir's device throttled to `limit`: the capture's verdict.
-fn throttled_verdict(sb: &pileup_sandbox::Sandbox, test: &str, base: &[String], threads: u32, limit: Limit) -> String {
+/// datadir's device throttled to `limit`: the capture's verdict and the
+/// stall classes it found (class, evidence).
+fn throttled_verdict(
+    sb: &pileup_sandbox::Sandbox,
+    test: &str,
+    base: &[String],
+    threads: u32,
+    limit: Limit,
+) -> (String, Vec<(String, String)>) {
     let mut load = sysbench_start(test, base, threads, 60);
     let data = tempfile_dir("watch-throttled");
     let (mut child, rx) = watch(sb, &data, &[]);
@@ -803,10 +807,22 @@ fn throttled_verdict(sb: &pileup_sandbox::Sandbox, test: &str, base: &[String], 
         "the unthrottled load was captured: {:?}",
         seen.iter().filter(|v| v["event"] == "captured").collect::<Vec<_>>()
     );
-    let cap = captured(cap, &seen);
+    verdict_and_classes(&captured(cap, &seen))
+}
+
+/// A capture's verdict and the stall classes it found (class, evidence).
+fn verdict_and_classes(cap: &serde_json::Value) -> (String, Vec<(String, String)>) {
     let verdict = cap["verdict"].as_str().unwrap().to_string();
     eprintln!("verdict: {verdict}");
-    verdict
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    let classes = ev["stall_classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["class"].as_str().unwrap().to_string(), f["evidence"].as_str().unwrap().to_string()))
+        .collect();
+    (verdict, classes)
 }
 
 #[test]
@@ -815,12 +831,32 @@ fn a_slow_disk_is_named_with_the_threads_waiting_for_it() {
     // disk, and the volume slows to 40 reads a second.
     let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
     let base = sysbench_prepare(&sb, "oltp_point_select", 4, 40000);
-    let verdict = throttled_verdict(&sb, "oltp_point_select", &base, 24, Limit::ReadIops(40));
+    let (verdict, _) = throttled_verdict(&sb, "oltp_point_select", &base, 24, Limit::ReadIops(40));
     assert!(verdict.starts_with("slow or saturated disk: "), "verdict: {verdict}");
     assert!(
         verdict.contains("InnoDB I/O requests pending") && verdict.contains("waiting for the disk (pread64 on sbtest/"),
         "verdict: {verdict}"
     );
+}
+
+#[test]
+fn a_volume_slow_for_writes_is_named_by_the_time_tasks_stall_on_it() {
+    // 30 clients inserting 4,000 rows a second, and writes slowed to 1 MB/s
+    // below the device: the page and log writes queue in the throttle, the
+    // device's counters and InnoDB's pending counts stay at 0, and the
+    // clients wait on InnoDB's latches behind writes in flight. The kernel's
+    // stall time for the server's cgroup shows it.
+    let sb = sandbox();
+    let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
+    base.push("--rate=4000".into());
+    let (verdict, classes) = throttled_verdict(&sb, "oltp_insert", &base, 30, Limit::WriteBytesPerSec(1 << 20));
+    // The redo log's syncs, slowed with everything else, may come first.
+    assert!(
+        verdict.starts_with("slow or saturated disk: ") || verdict.ends_with("; also slow or saturated disk"),
+        "verdict: {verdict}"
+    );
+    let disk = classes.iter().find(|(c, _)| c == "slow_disk").map(|(_, e)| e.as_str()).unwrap_or_default();
+    assert!(disk.contains("tasks stalled on I/O ") && disk.contains("waiting for the disk"), "{classes:?}");
 }
 
 #[test]
@@ -831,7 +867,7 @@ fn redo_log_writes_that_hold_up_commits_are_named() {
     // the checkpoint age stays low.
     let sb = sandbox_with(vec![("innodb_log_buffer_size", "2M"), ("innodb_log_file_size", "1G")]);
     let base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
-    let verdict = throttled_verdict(&sb, "oltp_insert", &base, 16, Limit::WriteBytesPerSec(8 << 20));
+    let (verdict, _) = throttled_verdict(&sb, "oltp_insert", &base, 16, Limit::WriteBytesPerSec(8 << 20));
     assert!(verdict.starts_with("redo log writes: "), "verdict: {verdict}");
     assert!(
         verdict.contains("on ib_logfile0") && verdict.contains("innodb_log_buffer_size=2 MiB"),
