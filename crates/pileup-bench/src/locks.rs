@@ -8,8 +8,12 @@
 //! The load is sysbench `oltp_insert` into one table (InnoDB's index and
 //! page latches, the group commit) at each `--connections` count. Windows of
 //! `--window` seconds alternate, each tool's window between two windows
-//! without tracing; a window starts its own sysbench run and measures the
-//! seconds after its warm-up. Reported per tool: throughput as a ratio of
+//! without tracing. On the server without instruments one sysbench run goes
+//! on through all its windows (a tool's window and its neighbours see the
+//! same warmed-up load, with the same table growing); the
+//! performance_schema server gets its own run, with a warm-up, for each of
+//! its windows, and the first server's run is stopped meanwhile and started
+//! again after (two loads at once on the same cores would halve both). Reported per tool: throughput as a ratio of
 //! medians against the windows without tracing and paired against its
 //! flanking windows (with a 95% interval over rounds), the tool's CPU, and
 //! what it recorded.
@@ -106,13 +110,25 @@ fn main() -> Result<()> {
     for &conns in &connections {
         eprintln!("== {workload}, {conns} connections");
         let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
+        // The first server's load, running while its windows follow one another.
+        let mut running: Option<Load> = None;
         let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
             let tool = tools[i].as_str();
-            let (sb, sbargs) = match (tool, &ps) {
-                ("performance-schema", Some((sb, a))) => (sb, a),
-                _ => (&plain, &plain_args),
+            let win = match (tool, &ps) {
+                ("performance-schema", Some((sb, a))) => {
+                    running = None;
+                    let load = Load::start(&workload, a, conns)?;
+                    std::thread::sleep(WARMUP);
+                    run_window(tool, &pileup, sb, &load, window, &scratch)?
+                }
+                _ => {
+                    if running.is_none() {
+                        running = Some(Load::start(&workload, &plain_args, conns)?);
+                        std::thread::sleep(WARMUP);
+                    }
+                    run_window(tool, &pileup, &plain, running.as_ref().unwrap(), window, &scratch)?
+                }
             };
-            let win = run_window(tool, &pileup, sb, sbargs, &workload, conns, window, &scratch)?;
             eprintln!(
                 "   round {r} {tool:<20} {:8.1} tps, tool CPU {:.2} cores{}",
                 win.tps,
@@ -133,19 +149,16 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One window of `tool` on `sb`, under `load` (already warmed up): its
+/// throughput over the window, the tool's CPU and what it recorded.
 fn run_window(
     tool: &str,
     pileup: &str,
     sb: &Sandbox,
-    sbargs: &[String],
-    workload: &str,
-    conns: usize,
+    load: &Load,
     window: Duration,
     scratch: &std::path::Path,
 ) -> Result<Window> {
-    let load = Load::start(workload, sbargs, conns)?;
-    std::thread::sleep(WARMUP);
     let pid = sb.pid().to_string();
     let secs = window.as_secs().to_string();
     let cpu0 = children_cpu();
@@ -217,8 +230,6 @@ fn run_window(
     let t1 = Instant::now();
     w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
     w.tps = load.tps(t0, t1);
-    drop(load);
-    std::thread::sleep(Duration::from_secs(1));
     Ok(w)
 }
 

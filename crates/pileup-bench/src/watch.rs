@@ -108,6 +108,16 @@ fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
     f.iter().sum::<f64>() / 100.0
 }
 
+/// A watcher stopped when this goes out of scope, an error's early
+/// return included (a dropped `Child` is not killed: pt-stalk would go on).
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        stop(self.0.take());
+    }
+}
+
 fn stop(c: Option<Child>) {
     if let Some(mut c) = c {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
@@ -286,7 +296,7 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     sbargs.push("--rate=5000".into());
     let load = pileup_bench::Load::start(test, &sbargs, 30)?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
-    let w = start_watcher(kind, pileup, &sb, &dir)?;
+    let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
     std::thread::sleep(Duration::from_secs(8));
     // The onset is the moment the volume slows: the stall is the server's
     // answer to it, however long its queues take to build.
@@ -299,7 +309,7 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     drop(throttle);
     drop(load);
     let before = kept_before(&dir, onset);
-    stop(w);
+    drop(w);
     Ok(Onset { first_stack, verdict, before })
 }
 
@@ -312,7 +322,7 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), ..Options::default() })?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
-    let w = start_watcher(kind, pileup, &sb, &dir)?;
+    let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
     std::thread::sleep(Duration::from_secs(3));
     let mut holder = sb.connect()?;
     let mut ddl = None;
@@ -372,7 +382,7 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         let _ = w.join();
     }
     let before = kept_before(&dir, onset);
-    stop(w);
+    drop(w);
     Ok(Onset { first_stack, verdict, before })
 }
 
@@ -502,7 +512,7 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
         eprintln!("{what}");
         for k in ["pileup 1s", "pt-stalk gdb"] {
             let mut v = vec![];
-            let mut verdicts = vec![];
+            let mut verdicts: Vec<String> = vec![];
             for round in 0..rounds {
                 let o = stall_onset(pileup, k, stall, root, round)?;
                 match o.first_stack {
@@ -514,7 +524,11 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
                 }
                 verdicts.extend(o.verdict);
             }
-            eprintln!("{stall} {k}: {v:?} {verdicts:?}");
+            eprintln!(
+                "{stall} {k}: first stack after {} s; {}",
+                v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", "),
+                verdicts.join("; ")
+            );
             let shown = if v.is_empty() {
                 "none within 35 s".into()
             } else {
@@ -524,8 +538,19 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
                     v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
                 )
             };
-            verdicts.dedup();
-            let said = if k.starts_with("pileup") { verdicts.join("; ") } else { "—".into() };
+            // Each verdict with the rounds that gave it.
+            let mut said: Vec<(String, usize)> = vec![];
+            for x in verdicts {
+                match said.iter_mut().find(|(y, _)| *y == x) {
+                    Some((_, n)) => *n += 1,
+                    None => said.push((x, 1)),
+                }
+            }
+            let said = if k.starts_with("pileup") {
+                said.iter().map(|(x, n)| format!("{x} ({n} of {rounds})")).collect::<Vec<_>>().join("; ")
+            } else {
+                "—".into()
+            };
             md.push_str(&format!("| {stall} | {k} | {shown} | {said} |\n"));
         }
     }
@@ -551,13 +576,14 @@ fn short_stalls(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let load = pileup_bench::Load::start("oltp_insert", &sbargs, 30)?;
     let dir = root.join("short");
     std::fs::create_dir_all(&dir)?;
-    let mut w = Command::new(pileup)
+    let mut child = Command::new(pileup)
         .args(["watch", "-S", &sb.endpoint.socket.to_string_lossy(), "-u", "root", "--pid", &sb.pid().to_string()])
         .args(["--data-dir", &dir.to_string_lossy(), "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
-    let out = w.stdout.take().expect("piped stdout");
+    let out = child.stdout.take().expect("piped stdout");
+    let w = Running(Some(child));
     let stalls = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(f64, f64)>::new()));
     let s2 = stalls.clone();
     let reader = std::thread::spawn(move || {
@@ -587,7 +613,7 @@ fn short_stalls(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         eprintln!("short stalls: pass {} of {}", i + 1, 4 * rounds);
     }
     std::thread::sleep(Duration::from_secs(2));
-    stop(Some(w));
+    drop(w);
     let _ = reader.join();
     drop(load);
     let stalls = stalls.lock().unwrap().clone();

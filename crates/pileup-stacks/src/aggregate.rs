@@ -356,8 +356,13 @@ pub fn where_time_went_line(stacks: &[Counted], top: usize) -> Option<String> {
     if working == 0 {
         return None;
     }
-    let parts: Vec<String> =
-        all.iter().take(top).map(|s| format!("{:.0}% {} in {}", s.pct, s.state, s.function)).collect();
+    // Shares under half a percent would read "0%".
+    let parts: Vec<String> = all
+        .iter()
+        .take(top)
+        .filter(|s| s.pct >= 0.5)
+        .map(|s| format!("{:.0}% {} in {}", s.pct, s.state, s.function))
+        .collect();
     Some(format!("where the working threads' time went ({working} thread-samples): {}", parts.join(", ")))
 }
 

@@ -516,7 +516,8 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     // kernel's pressure stall information): a volume throttled below the
     // device, even for writes that InnoDB issues asynchronously and counts
     // nowhere as pending.
-    let stalled = jumped(ev, "io_pressure_pct", 30.0, 4.0);
+    // It cannot pass 100%: judged by how far above the usual it rose.
+    let stalled = around(ev, "io_pressure_pct", 30.0).filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
     let d = in_disk_wait(samples);
     let (io, io_at) = in_frames(samples, 2, |f| {
         matches!(
@@ -806,6 +807,12 @@ mod tests {
             r.derived.insert("io_pressure_pct".into(), 95.0);
         }
         assert!(findings_in(&ev, &samples).is_empty());
+        // Usually stalled a third of the time (a sync every commit), then
+        // nearly always: a stall, though not four times the usual.
+        for (i, r) in ev.history.iter_mut().enumerate() {
+            r.derived.insert("io_pressure_pct".into(), if i >= 57 { 98.0 } else { 33.0 });
+        }
+        assert_eq!(findings_in(&ev, &samples).len(), 1);
     }
 
     #[test]

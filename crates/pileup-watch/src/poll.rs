@@ -352,10 +352,11 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
 }
 
 /// Where the kernel's pressure stall information for I/O is kept for the
-/// server alone: its own cgroup's `io.pressure`, when it runs in one of the
-/// unified (v2) hierarchy's cgroups (a systemd service does). The host's
-/// `/proc/pressure/io` is not used: it mixes in every other process's
-/// waits, another server's on the same host included.
+/// server: its cgroup's `io.pressure`, when it runs in one of the unified
+/// (v2) hierarchy's cgroups other than the root (a systemd service's holds
+/// the server alone). The host's `/proc/pressure/io` is not used: it mixes
+/// in every other process's waits, another server's on the same host
+/// included.
 fn io_pressure_file(pid: i32) -> Option<std::path::PathBuf> {
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let path = cg.lines().find_map(|l| l.strip_prefix("0::")).filter(|p| *p != "/")?;

@@ -132,16 +132,19 @@ pub fn verdict(ev: &Evidence) -> String {
     }
     // 5. The server does not answer SQL.
     if let Some(e) = &ev.sql_error {
+        // Where the working threads are; the most common stack when none
+        // works (idle connections in poll() would lead it otherwise).
+        let working = ev.profile.as_ref().and_then(|p| pileup_stacks::aggregate::where_time_went_line(&p.stacks, 3));
         let top = ev.profile.as_ref().and_then(|p| pileup_stacks::aggregate::group(p).into_iter().next());
-        let stack = top
-            .map(|g| {
-                format!(
-                    "; most common stack ({} thread-samples): {}",
-                    g.count,
-                    g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
-                )
-            })
-            .unwrap_or_default();
+        let stack = match (working, top) {
+            (Some(w), _) => format!("; {w}"),
+            (None, Some(g)) => format!(
+                "; most common stack ({} thread-samples): {}",
+                g.count,
+                g.frames.iter().take(6).cloned().collect::<Vec<_>>().join(",")
+            ),
+            (None, None) => String::new(),
+        };
         return format!("the server does not answer SQL ({}){stack}", e.lines().next().unwrap_or(""));
     }
     // 6. Otherwise: where the working threads' time went (idle threads, in

@@ -846,15 +846,16 @@ fn a_volume_slow_for_writes_is_named_by_the_time_tasks_stall_on_it() {
     // device's counters and InnoDB's pending counts stay at 0, and the
     // clients wait on InnoDB's latches behind writes in flight. The kernel's
     // stall time for the server's cgroup shows it.
+    assert!(
+        std::path::Path::new("/proc/pressure/io").exists(),
+        "this test needs the kernel's pressure stall information (a kernel with CONFIG_PSI, not booted with psi=0)"
+    );
     let sb = sandbox();
     let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
     base.push("--rate=4000".into());
     let (verdict, classes) = throttled_verdict(&sb, "oltp_insert", &base, 30, Limit::WriteBytesPerSec(1 << 20));
     // The redo log's syncs, slowed with everything else, may come first.
-    assert!(
-        verdict.starts_with("slow or saturated disk: ") || verdict.ends_with("; also slow or saturated disk"),
-        "verdict: {verdict}"
-    );
+    assert!(verdict.contains("slow or saturated disk"), "verdict: {verdict}");
     let disk = classes.iter().find(|(c, _)| c == "slow_disk").map(|(_, e)| e.as_str()).unwrap_or_default();
     assert!(disk.contains("tasks stalled on I/O ") && disk.contains("waiting for the disk"), "{classes:?}");
 }
