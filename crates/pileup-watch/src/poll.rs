@@ -88,16 +88,19 @@ impl Poller {
         // Read before the connections are listed, so a thread missing from
         // both is one that came after the list.
         let known_tids = self.pid.and_then(|p| pileup_stacks::proc::tids(p).ok());
+        // The OS's counters are read at the poll's time stamp, before the
+        // SQL, which a stall can hold up for seconds: their rates are over
+        // the interval between time stamps.
+        if let Some(pid) = self.pid {
+            let t = Instant::now();
+            os_values(pid, self.datadir_dev, &mut values);
+            values.insert("cost_os_ms".into(), ms(t));
+        }
         let sql = self.poll_sql(&mut values, &mut conn_tids);
         if let Err(e) = &sql {
             // A failed or timed-out connection is not reused.
             self.conn = None;
             tracing::debug!("poll failed: {e:#}");
-        }
-        if let Some(pid) = self.pid {
-            let t = Instant::now();
-            os_values(pid, self.datadir_dev, &mut values);
-            values.insert("cost_os_ms".into(), ms(t));
         }
         let ok = sql.is_ok();
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });

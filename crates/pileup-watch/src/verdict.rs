@@ -93,10 +93,17 @@ pub fn verdict(ev: &Evidence) -> String {
             // what a busy write load shows, and when a stall class is there
             // too, the class is why that transaction is slow: the class
             // leads and the row locks follow it. An idle holder, or an old
-            // transaction, is a culprit of its own.
+            // transaction, is a culprit of its own. A client asleep for less
+            // than a second is between the statements of its transaction,
+            // at work.
             let working = ev.processlist.iter().any(|r| {
+                let secs = r
+                    .get("time_ms")
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map(|ms| ms / 1000.0)
+                    .or_else(|| r.get("time").and_then(|v| v.parse::<f64>().ok()));
                 r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(b)
-                    && r.get("command").is_some_and(|c| c != "Sleep")
+                    && r.get("command").is_some_and(|c| c != "Sleep" || secs.is_some_and(|s| s < 1.0))
             });
             let minor = working && w.blocking_trx_age_s.is_some_and(|a| a < MINOR_CONVOY_AGE_S);
             match crate::classes::describe(&found).filter(|_| minor && pileup.is_none()) {
@@ -242,8 +249,15 @@ mod tests {
             ),
             "{v}"
         );
-        // An idle holder is a culprit of its own.
+        // A client between its transaction's statements is at work.
         ev.processlist[0] = conn("Sleep");
+        assert!(verdict(&ev).starts_with("flushing storm: "));
+        // An idle holder is a culprit of its own.
+        ev.processlist[0].insert("time".into(), "1".into());
+        ev.processlist[0].insert("time_ms".into(), "1500".into());
+        for w in &mut ev.row_lock_waits {
+            w.blocking_trx_age_s = Some(1);
+        }
         assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transaction(s)"));
         ev.processlist[0] = conn("Execute");
         ev.row_lock_waits.truncate(1);
