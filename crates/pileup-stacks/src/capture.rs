@@ -613,12 +613,18 @@ fn capture_consistent(
     }
     release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
     for tid in late {
-        missed.push(Missed {
-            tid,
-            reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
-        });
+        missed.push(not_stopped(pid, tid, opts));
     }
     Ok(finish(all_tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
+}
+
+/// Why a thread asked to stop did not within the budget: it was ending
+/// (a thread that exits never reports its stop), or it did not stop.
+fn not_stopped(pid: i32, tid: i32, opts: &CaptureOptions) -> Missed {
+    if crate::proc::exiting(pid, tid) {
+        return Missed { tid, reason: "exited during the capture".into() };
+    }
+    Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) }
 }
 
 /// Threads that were interrupted but had not stopped when the budget ran
@@ -694,10 +700,7 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
             Waited::Deadline | Waited::Tid(_, Poll::NotYet) => {
                 budget_exceeded = true;
                 lingering.extend(release_all(&[tid]));
-                missed.push(Missed {
-                    tid,
-                    reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
-                });
+                missed.push(not_stopped(pid, tid, opts));
             }
             Waited::Tid(_, Poll::Stopped(sig)) => {
                 let seen = Instant::now();

@@ -277,6 +277,17 @@ pub fn state(pid: i32, tid: i32) -> Option<char> {
     parse_stat(&stat).map(|s| s.1)
 }
 
+/// Whether a thread is gone or on its way out (a zombie, or still running
+/// its exit: `PF_EXITING` in its flags): one that cannot stop for a tracer
+/// because it is ending, not because it is stuck.
+pub fn exiting(pid: i32, tid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    match fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok().and_then(|s| parse_stat(&s)) {
+        None => true,
+        Some((_, state, _, _, flags)) => matches!(state, 'Z' | 'X') || flags & PF_EXITING != 0,
+    }
+}
+
 pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let (name, state, utime, stime, flags) = parse_stat(&stat)?;
@@ -464,6 +475,19 @@ mod tests {
                       0: 0100007F:AC55 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 185276 1 0 100 0 0 10 0\n\
                       1: 0100007F:AC55 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 185999 1 0 100 0 0 10 0\n";
         assert_eq!(tcp_listeners(tcp), vec![(185276, 0xAC55)]);
+    }
+
+    #[test]
+    fn a_live_thread_is_not_exiting_and_a_gone_one_is() {
+        let me = std::process::id() as i32;
+        assert!(!exiting(me, me));
+        let h = std::thread::spawn(|| nix::unistd::gettid().as_raw());
+        let gone = h.join().unwrap();
+        let t0 = std::time::Instant::now();
+        while !exiting(me, gone) {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "a joined thread is still there");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]
