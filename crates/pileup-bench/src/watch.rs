@@ -171,7 +171,7 @@ fn mysqld_named(root: &Path) -> Result<PathBuf> {
 /// stacks.json; for pt-stalk, the creation time of its gdb output file (the
 /// shell creates it just before gdb attaches: the most favourable reading).
 fn first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
-    let since = onset.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    let since = unix_secs(onset);
     if kind.starts_with("pileup") {
         // The earliest capture begun after the onset (one before it, on the
         // steady load, is counted apart).
@@ -235,19 +235,11 @@ struct Onset {
 /// The verdict of the first capture kept after `onset`, up to its first
 /// colon (the class), waiting up to `within`.
 fn verdict_after(dir: &Path, onset: std::time::SystemTime, within: Duration) -> Option<String> {
-    let since = onset.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    let since = unix_secs(onset);
     let t0 = Instant::now();
     loop {
-        let mut kept: Vec<(f64, String)> = find_files(dir, "evidence.json")
-            .into_iter()
-            .filter_map(|f| {
-                let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
-                Some((j["unix"].as_f64()?, j["verdict"].as_str()?.to_string()))
-            })
-            .filter(|(at, _)| *at >= since)
-            .collect();
-        kept.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some((_, v)) = kept.into_iter().next() {
+        let first = kept(dir).into_iter().filter(|(at, _)| *at >= since).min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, v)) = first {
             return Some(v.split([':', ';']).next().unwrap_or(&v).to_string());
         }
         if t0.elapsed() > within {
@@ -259,12 +251,23 @@ fn verdict_after(dir: &Path, onset: std::time::SystemTime, within: Duration) -> 
 
 /// Captures kept in `dir` before `onset`.
 fn kept_before(dir: &Path, onset: std::time::SystemTime) -> usize {
-    let since = onset.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let since = unix_secs(onset);
+    kept(dir).into_iter().filter(|(at, _)| *at < since).count()
+}
+
+/// The captures pileup kept in `dir`: when each fired, and its verdict.
+fn kept(dir: &Path) -> Vec<(f64, String)> {
     find_files(dir, "evidence.json")
         .into_iter()
-        .filter_map(|f| serde_json::from_slice::<serde_json::Value>(&std::fs::read(f).ok()?).ok()?["unix"].as_f64())
-        .filter(|at| *at < since)
-        .count()
+        .filter_map(|f| {
+            let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
+            Some((j["unix"].as_f64()?, j["verdict"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+fn unix_secs(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// Wait up to 35 s for the watcher's first stack after `onset`.
@@ -598,7 +601,7 @@ fn short_stalls(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         }
     });
     std::thread::sleep(Duration::from_secs(6));
-    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let now = || unix_secs(std::time::SystemTime::now());
     let mut c = sb.connect()?;
     let mut held: Vec<(u64, f64, f64)> = vec![];
     for i in 0..4 * rounds {

@@ -268,8 +268,7 @@ fn a_server_that_stops_answering_is_caught_with_stacks() {
     // The server is fine afterwards.
     std::thread::sleep(Duration::from_millis(300));
     sb.connect().unwrap().query_drop("DO 1").unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    end(&mut [&mut child]);
 }
 
 fn tempfile_dir(name: &str) -> Scratch {
@@ -344,10 +343,7 @@ fn global_lock_capture(
         "first stack {:.2} s after the lock was taken",
         first_stack - onset
     );
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     drop((idle_long, idle_recent));
     (ftwrl_id, cap, data)
 }
@@ -396,7 +392,7 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
         "verdict: {verdict}"
     );
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
-    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    let ev = evidence(&cap);
     assert_eq!(ev["lock_pileup"]["sureness"], "likely", "{}", ev["lock_pileup"]);
     assert_eq!(ev["lock_pileup"]["holders"][0]["conn"], ftwrl_id);
     assert!(std::fs::read_to_string(dir.join("report.txt")).unwrap().contains("lock pile-up: "));
@@ -528,10 +524,7 @@ fn ddl_behind_an_open_transaction_names_the_transaction() {
             && verdict.contains("its transaction has been open"),
         "verdict: {verdict}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     drop(other);
 }
 
@@ -677,8 +670,7 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     );
     assert!(first_stack - onset < 0.5, "first stack {:.2} s after the condition was first seen", first_stack - onset);
     drop(conns);
-    let _ = child.kill();
-    let _ = child.wait();
+    end(&mut [&mut child]);
 }
 
 /// Run `work` on `threads` threads until `stop` is set; each thread keeps
@@ -732,8 +724,7 @@ fn storm_verdict(
     for t in threads {
         t.join().unwrap();
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    end(&mut [&mut child]);
     assert_eq!(steady_captures, 0, "the steady load was captured");
     verdict_and_classes(&captured(cap, &seen)).0
 }
@@ -797,10 +788,7 @@ fn throttled_verdict(
     let throttle = Throttle::new(sb, limit).expect("throttling the datadir's device");
     let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
     drop(throttle);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     assert_eq!(
         unthrottled,
         0,
@@ -810,12 +798,25 @@ fn throttled_verdict(
     verdict_and_classes(&captured(cap, &seen))
 }
 
+/// A capture's `evidence.json`.
+fn evidence(cap: &serde_json::Value) -> serde_json::Value {
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap()
+}
+
+/// Stop child processes (the watcher, sysbench) and reap them.
+fn end(children: &mut [&mut Child]) {
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// A capture's verdict and the stall classes it found (class, evidence).
 fn verdict_and_classes(cap: &serde_json::Value) -> (String, Vec<(String, String)>) {
     let verdict = cap["verdict"].as_str().unwrap().to_string();
     eprintln!("verdict: {verdict}");
-    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
-    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    let ev = evidence(cap);
     let classes = ev["stall_classes"]
         .as_array()
         .unwrap()
@@ -894,21 +895,15 @@ fn a_flushing_storm_is_named_with_the_checkpoint_age() {
     let mut load = sysbench_start("oltp_write_only", &base, 32, 60);
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     let cap = captured(cap, &seen);
     let age = seen.iter().filter_map(|v| v["derived"]["checkpoint_age_pct"].as_f64()).fold(0.0, f64::max);
-    let verdict = cap["verdict"].as_str().unwrap();
-    eprintln!("verdict: {verdict} (checkpoint age peaked at {age:.0}%)");
+    eprintln!("checkpoint age peaked at {age:.0}%");
+    let (verdict, classes) = verdict_and_classes(&cap);
     // The writers' few row-lock waits behind young transactions follow it.
     assert!(verdict.starts_with("flushing storm: checkpoint age at "), "verdict: {verdict}");
-    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
-    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
-    let flush = ev["stall_classes"].as_array().unwrap().iter().find(|f| f["class"] == "flush_storm").cloned();
-    let flush = flush.unwrap_or_else(|| panic!("{}", ev["stall_classes"]));
-    let e = flush["evidence"].as_str().unwrap();
+    let e = classes.iter().find(|(c, _)| c == "flush_storm").map(|(_, e)| e.as_str());
+    let e = e.unwrap_or_else(|| panic!("{classes:?}"));
     assert!(e.starts_with("checkpoint age at ") && e.contains("innodb_log_file_size=4 MiB"), "{e}");
 }
 
@@ -983,10 +978,7 @@ fn a_data_file_extension_is_named_with_its_file() {
     let mut load = sysbench_start("oltp_insert", &base, 16, 60);
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(45), &mut seen);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     drop(throttle);
     let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap();
@@ -1027,14 +1019,10 @@ fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
     let (mut child, rx) = watch(&sb, &data, &["--trigger", "questions_rate > 1 for 15s"]);
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = load.kill();
-    let _ = load.wait();
+    end(&mut [&mut child, &mut load]);
     let cap = captured(cap, &seen);
     assert_eq!(cap["trigger"], "questions_rate > 1 for 15s", "{cap}");
-    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
-    let ev: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("evidence.json")).unwrap()).unwrap();
+    let ev = evidence(&cap);
     assert_eq!(ev["stall_classes"], serde_json::json!([]), "verdict: {}", cap["verdict"]);
     let verdict = cap["verdict"].as_str().unwrap();
     for class in ["storm", "DROP", "extension", "statistics", "redo log", "disk"] {
