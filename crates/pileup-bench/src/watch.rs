@@ -397,6 +397,14 @@ fn main() -> Result<()> {
     if !["all", "throughput", "idle", "onset", "short"].contains(&part.as_str()) {
         bail!("--part must be all, throughput, idle, onset or short");
     }
+    // Checked before any part runs: the onset part comes after twenty minutes of others.
+    let only = arg(&args, "--stalls");
+    if let Some(bad) = only.as_deref().and_then(|o| o.split(',').find(|x| !STALLS.iter().any(|(s, _)| s == x))) {
+        bail!(
+            "--stalls: no stall named {bad:?}; the stalls are {}",
+            STALLS.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+        );
+    }
     let mut md = String::new();
     let root = std::env::temp_dir().join(format!("pileup-watch-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -408,7 +416,7 @@ fn main() -> Result<()> {
         md.push_str(&idle_cost(&pileup, &root, rounds)?);
     }
     if part == "all" || part == "onset" {
-        md.push_str(&onset(&pileup, &root, rounds, arg(&args, "--stalls").as_deref())?);
+        md.push_str(&onset(&pileup, &root, rounds, only.as_deref())?);
     }
     if part == "all" || part == "short" {
         md.push_str(&short_stalls(&pileup, &root, rounds)?);
