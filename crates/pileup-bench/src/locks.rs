@@ -20,7 +20,7 @@
 //!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
-const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process) [--out FILE]";
+const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks@PATH: another pileup build) [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -166,13 +166,16 @@ fn run_window(
     let mut w = Window { ok: true, ..Default::default() };
     match tool {
         "none" | "performance-schema" => std::thread::sleep(window),
-        t if t == "locks" || t.starts_with("locks-") => {
+        t if t == "locks" || t.starts_with("locks-") || t.starts_with("locks@") => {
             let json = scratch.join("locks.json");
-            let mut cmd = Command::new(pileup);
+            // locks@PATH: another pileup build, to compare two builds' probes
+            // side by side.
+            let (t, bin) = t.split_once('@').unwrap_or((t, pileup));
+            let mut cmd = Command::new(bin);
             cmd.arg("locks");
             // locks-budget-N: another stack budget; locks-elsewhere: the
-            // probes attached but tracing an idle process, which leaves the
-            // cost of the syscall tracepoints being on at all.
+            // probe attached but tracing an idle process, which leaves the
+            // cost of the probe being on at all.
             let mut idle = None;
             let target = if t == "locks-elsewhere" {
                 let c = Command::new("sleep").arg("3600").spawn()?;
@@ -269,7 +272,8 @@ fn describe(tool: &str) -> String {
     match tool {
         "none" => "no tracing".into(),
         "locks" => "pileup locks (default: 500 stacks a second)".into(),
-        "locks-elsewhere" => "pileup locks on an idle process (the syscall tracepoints alone)".into(),
+        "locks-elsewhere" => "pileup locks on an idle process (the probe alone)".into(),
+        t if t.starts_with("locks@") => format!("pileup locks, the build at {}", &t["locks@".len()..]),
         t if t.starts_with("locks-budget-") => {
             format!("pileup locks, {} stacks a second", t.trim_start_matches("locks-budget-"))
         }

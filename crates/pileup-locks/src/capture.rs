@@ -1,8 +1,8 @@
-//! Capture: the eBPF program on the futex system call's tracepoints, its
+//! Capture: the eBPF program on the scheduler's switch tracepoint, its
 //! ring buffer of waits with stacks, and its exact per-word counts.
 //!
-//! Everything the kernel holds for pileup (programs, maps, the tracepoint
-//! links) lives in file descriptors of this process: when pileup exits, by
+//! Everything the kernel holds for pileup (the program, maps, the
+//! tracepoint link) lives in file descriptors of this process: when pileup exits, by
 //! any means, SIGKILL included, the kernel closes them and every probe is
 //! gone.
 
@@ -62,9 +62,10 @@ pub struct TraceOptions {
     pub stack_budget: u64,
 }
 
-/// Check what tracing needs, with the fix in the error: privileges, the
-/// kernel's BTF (for the waiter's registers), tracefs (mounted here if the
-/// system has not).
+/// Check what tracing needs, with the fix in the error: privileges and
+/// the kernel's BTF (the scheduler tracepoint's typed arguments and the
+/// waiter's registers). The tracepoint is attached through BTF, so tracefs
+/// is not needed.
 pub fn preflight() -> Result<(), LocksError> {
     missing_caps()?;
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -88,7 +89,7 @@ pub fn preflight() -> Result<(), LocksError> {
             "the kernel has no BTF (/sys/kernel/btf/vmlinux), which reading a waiter's registers needs (Linux 5.15+ built with CONFIG_DEBUG_INFO_BTF)".into(),
         ));
     }
-    ensure_tracefs()
+    Ok(())
 }
 
 /// Root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN covers both), and
@@ -122,31 +123,6 @@ fn missing_caps() -> Result<(), LocksError> {
     } else {
         Err(LocksError::Privileges(missing.join(", ")))
     }
-}
-
-/// The syscall tracepoints are found through tracefs; mount it where the
-/// system has not (debugfs's copy is used if that is mounted instead).
-fn ensure_tracefs() -> Result<(), LocksError> {
-    let ok = |p: &str| Path::new(p).join("events/syscalls/sys_enter_futex").exists();
-    if ok("/sys/kernel/tracing") || ok("/sys/kernel/debug/tracing") {
-        return Ok(());
-    }
-    let target = std::ffi::CString::new("/sys/kernel/tracing").unwrap();
-    let fstype = std::ffi::CString::new("tracefs").unwrap();
-    // SAFETY: plain mount(2) with valid NUL-terminated strings.
-    let rc = unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(LocksError::NoEbpf(format!(
-            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({e}); mount it with: mount -t tracefs tracefs /sys/kernel/tracing"
-        )));
-    }
-    if !ok("/sys/kernel/tracing") {
-        return Err(LocksError::NoEbpf(
-            "the kernel has no syscall tracepoints (events/syscalls/sys_enter_futex; CONFIG_FTRACE_SYSCALLS)".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Trace `opts.pid`'s contended futex waits for `opts.duration` (or until
@@ -188,11 +164,10 @@ pub fn trace(
                 Some(Record::Start(e)) => {
                     pending.insert(e.tid, e);
                 }
-                Some(Record::End { tid, start_ns, end_ns, ret }) => {
+                Some(Record::End { tid, start_ns, end_ns }) => {
                     if pending.get(&tid).is_some_and(|e| e.start_ns == start_ns) {
                         let mut e = pending.remove(&tid).unwrap();
                         e.wait_ns = end_ns.saturating_sub(start_ns);
-                        e.ret = ret;
                         on_event(e);
                     }
                 }

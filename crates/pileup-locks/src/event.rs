@@ -36,9 +36,6 @@ pub struct Event {
     pub op: u32,
     /// The value the waiter expected in the futex word.
     pub val: u32,
-    /// The system call's return (0 woken, -110 timed out, -11 value
-    /// changed); 0 for a wait still in progress when the trace ended.
-    pub ret: i32,
     /// The wait had not ended when the trace did: `wait_ns` is the time
     /// waited so far.
     pub in_progress: bool,
@@ -56,7 +53,7 @@ pub struct Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Start(Event),
-    End { tid: i32, start_ns: u64, end_ns: u64, ret: i32 },
+    End { tid: i32, start_ns: u64, end_ns: u64 },
 }
 
 impl Record {
@@ -69,7 +66,6 @@ impl Record {
                 start_ns: u64_at(8)?,
                 end_ns: u64_at(16)?,
                 tid: u32_at(24)? as i32,
-                ret: u32_at(28)? as i32,
             }),
             REC_START if b.len() >= RECORD_BYTES => {
                 let stack_len = (u32_at(36)? as usize).min(STACK_BYTES);
@@ -80,7 +76,6 @@ impl Record {
                     tid: u32_at(24)? as i32,
                     op: u32_at(28)?,
                     val: u32_at(32)?,
-                    ret: 0,
                     in_progress: false,
                     ip: u64_at(40)?,
                     sp: u64_at(48)?,
@@ -91,14 +86,6 @@ impl Record {
             }
             _ => None,
         }
-    }
-}
-
-impl Event {
-    /// Whether the wait timed out rather than being woken (a timed
-    /// condition wait that expired, a lock wait with a timeout).
-    pub fn timed_out(&self) -> bool {
-        self.ret == -libc::ETIMEDOUT
     }
 }
 
@@ -171,8 +158,7 @@ mod tests {
         b[8..16].copy_from_slice(&5u64.to_le_bytes());
         b[16..24].copy_from_slice(&1505u64.to_le_bytes());
         b[24..28].copy_from_slice(&4242u32.to_le_bytes());
-        b[28..32].copy_from_slice(&(-110i32).to_le_bytes());
-        assert_eq!(Record::decode(&b), Some(Record::End { tid: 4242, start_ns: 5, end_ns: 1505, ret: -110 }));
+        assert_eq!(Record::decode(&b), Some(Record::End { tid: 4242, start_ns: 5, end_ns: 1505 }));
         b[0] = 9;
         assert_eq!(Record::decode(&b), None);
     }

@@ -184,7 +184,7 @@ pub fn run(
             }
             let frames = resolver.frames(&addrs);
             let w = annotate::lock_wait(&frames, &e, &known.tids);
-            tracing::trace!(word = e.uaddr, op = e.op, val = e.val, ret = e.ret, kind = ?w.kind, "wait");
+            tracing::trace!(word = e.uaddr, op = e.op, val = e.val, kind = ?w.kind, "wait");
             let taken_in = annotate::taken_in(&frames);
             let statement = known
                 .sql_by_tid

@@ -197,7 +197,7 @@ fn programs_named(name: &str) -> usize {
 fn sigkill_leaves_no_probe_attached() {
     let _one = serial();
     let sb = sandbox();
-    let before = (programs_named("futex_enter"), programs_named("futex_exit"));
+    let before = programs_named("futex_switch");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
         .args(["locks", "--no-sql", "--pid", &sb.pid().to_string(), "--duration", "60s"])
         .stdout(std::process::Stdio::null())
@@ -205,17 +205,17 @@ fn sigkill_leaves_no_probe_attached() {
         .spawn()
         .unwrap();
     let t = Instant::now();
-    while programs_named("futex_exit") == before.1 {
+    while programs_named("futex_switch") == before {
         assert!(t.elapsed() < Duration::from_secs(20), "pileup locks never attached");
         assert!(child.try_wait().unwrap().is_none(), "pileup locks exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     child.wait().unwrap();
-    // The kernel frees the programs, and with them the tracepoint links,
-    // once the dead process's descriptors are closed.
+    // The kernel frees the program, and with it the tracepoint link, once
+    // the dead process's descriptors are closed.
     let t = Instant::now();
-    while programs_named("futex_enter") > before.0 || programs_named("futex_exit") > before.1 {
+    while programs_named("futex_switch") > before {
         assert!(t.elapsed() < Duration::from_secs(10), "eBPF programs still loaded 10 s after SIGKILL");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1,42 +1,47 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 //
-// Contended futex waits of one process, seen from the kernel.
+// Contended futex waits of one process, seen from the scheduler.
 //
 // Every contended pthread mutex, rwlock and condition variable, and every
 // InnoDB srw lock in MariaDB 10.6+, sleeps in futex(FUTEX_WAIT*). The fast
-// paths never enter the kernel, so tracing the futex system call costs
-// nothing where there is no contention.
+// paths never enter the kernel, so tracing the sleeps costs nothing where
+// there is no contention.
 //
-// The exit probe runs on the lock handoff's path: a woken waiter runs it
-// before it returns to take the lock, and on a convoy every nanosecond
-// there is paid by every thread queued behind (80 ns there cost a 64-thread
-// insert load 4% of its throughput). So the exit probe only notes when the
-// wait ended, in the thread's slot; everything else happens at the start of
-// a wait, while the thread is about to sleep anyway:
+// One probe, on the scheduler's sched_switch tracepoint (a BTF raw
+// tracepoint): a thread that gives up its CPU of its own accord while
+// inside futex(2), with a wait operation in its registers, is going to
+// sleep on that futex word; when the scheduler hands a CPU back to it, its
+// wait has ended. The syscall tracepoints would see the same waits, but
+// turning them on sends every system call of every process on the host
+// through the kernel's slow system-call path, and their probes run in the
+// woken waiter's path back to its lock; a context switch is already a
+// microsecond's work, and there are far fewer of them than system calls.
+// A futex call that finds the word changed and returns at once never
+// sleeps and is not counted: it did not wait.
 //
-// * sys_enter_futex (a wait starts): the thread's previous wait, ended
+// * Switching out (a wait starts): the thread's previous wait, ended
 //   since, is added to a per-CPU, per-address table (count, total and
 //   longest wait, log2 histogram), so totals are exact. The new wait's
-//   start, address, operation and expected value go in the slot. Within
-//   this CPU's share of the per-second stack budget, and for an address
-//   this CPU has not seen before, a record with the thread's user
+//   start, address, operation and expected value go in the thread's slot.
+//   Within this CPU's share of the per-second stack budget, and for an
+//   address this CPU has not seen before, a record with the thread's user
 //   registers, the top of its user stack and the bytes around the futex
 //   word (a mutex's owner field, read while the lock is still held) goes
 //   to a ring buffer, to be unwound in user space (the server has no frame
-//   pointers, so the kernel cannot walk its stacks). Inside the system
-//   call the thread's registers and stack are what they will be when the
-//   wait ends.
-// * sys_exit_futex (the wait ended): the end time goes in the slot; for a
-//   recorded wait a 32-byte record gives its length.
+//   pointers, so the kernel cannot walk its stacks). The thread is still
+//   the current task here, so its stack is read in its own address space.
+// * Switching in (the wait ended): the end time goes in the slot; for a
+//   recorded wait a 32-byte record gives its length. This runs on the lock
+//   handoff's path (the woken waiter is about to take its lock), so it
+//   stores a time and nothing else.
 //
 // User space reads the slots when it detaches, for the waits that ended
 // after their thread's last wait began. Only the process in target_tgid is
-// looked at: for every other process each probe is a comparison and a
-// return.
+// looked at: for every other task each switch is two comparisons.
 //
-// Declared by hand instead of generated from vmlinux.h: the tracepoint
-// records' layout is the stable syscall tracepoint ABI and pt_regs is the
-// x86-64 user register layout, so no kernel headers are needed to build.
+// Declared by hand instead of generated from vmlinux.h: pt_regs is the
+// x86-64 user register layout, and the two task fields read are relocated
+// by libbpf (CO-RE), so no kernel headers are needed to build.
 
 typedef unsigned char __u8;
 typedef unsigned short __u16;
@@ -69,25 +74,21 @@ typedef __u32 __wsum;
 #define REC_START 1
 #define REC_END 2
 
-struct sys_enter_rec {
-	__u64 common;
-	__s64 id;
-	__u64 args[6];
-};
+// futex(2)'s number on x86-64.
+#define SYS_FUTEX 202
 
-struct sys_exit_rec {
-	__u64 common;
-	__s64 id;
-	__s64 ret;
-};
+// The two fields read of a task, relocated by libbpf to where the running
+// kernel's BTF puts them (CO-RE).
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
 
 // x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h).
 struct user_regs {
 	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
-
-struct task_struct;
 
 // Set by user space before loading.
 const volatile __u32 target_tgid = 0;
@@ -140,7 +141,7 @@ struct end_rec {
 	__u64 start;
 	__u64 end;
 	__u32 tid;
-	__s32 ret;
+	__u32 pad;
 };
 
 // The layouts user space decodes (event.rs, capture.rs).
@@ -279,7 +280,8 @@ static __always_inline int within_budget(__u64 now)
 
 // The waiter's registers and the top of its stack, with the bytes around
 // the futex word, to the ring buffer.
-static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32 op, __u32 val)
+static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32 op, __u32 val,
+					struct user_regs *regs)
 {
 	struct start_rec *r = bpf_ringbuf_reserve(&events, sizeof(struct start_rec), 0);
 	if (!r) {
@@ -298,46 +300,38 @@ static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32
 	r->bp = 0;
 	if (bpf_probe_read_user(r->window, WINDOW_BYTES, (void *)(uaddr - WINDOW_BEFORE)) != 0)
 		__builtin_memset(r->window, 0, WINDOW_BYTES);
-	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	struct user_regs u;
-	if (regs && bpf_probe_read_kernel(&u, sizeof(u), regs) == 0) {
-		r->ip = u.ip;
-		r->sp = u.sp;
-		r->bp = u.bp;
-		// As much of STACK_BYTES as is mapped (a thread's stack can end
-		// closer than that above its pointer).
-		if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)u.sp) == 0)
-			r->stack_len = STACK_BYTES;
-		else if (bpf_probe_read_user(r->stack, 4096, (void *)u.sp) == 0)
-			r->stack_len = 4096;
-		else if (bpf_probe_read_user(r->stack, 1024, (void *)u.sp) == 0)
-			r->stack_len = 1024;
-		else
-			count(C_NOSTACK);
-	} else {
+	__u64 sp = regs->sp;
+	r->ip = regs->ip;
+	r->sp = sp;
+	r->bp = regs->bp;
+	// As much of STACK_BYTES as is mapped (a thread's stack can end closer
+	// than that above its pointer).
+	if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)sp) == 0)
+		r->stack_len = STACK_BYTES;
+	else if (bpf_probe_read_user(r->stack, 4096, (void *)sp) == 0)
+		r->stack_len = 4096;
+	else if (bpf_probe_read_user(r->stack, 1024, (void *)sp) == 0)
+		r->stack_len = 1024;
+	else
 		count(C_NOSTACK);
-	}
 	bpf_ringbuf_submit(r, 0);
 	count(C_SENT);
 	return 1;
 }
 
-SEC("tracepoint/syscalls/sys_enter_futex")
-int futex_enter(struct sys_enter_rec *ctx)
+// A thread of the server goes to sleep in a futex wait: the previous wait
+// in its slot (ended since) is counted, and the new one noted.
+static __always_inline void wait_began(__u32 tid, struct user_regs *regs)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-	__u32 op = (__u32)ctx->args[1];
+	__u32 op = (__u32)regs->si;
 	if (!is_wait(op))
-		return 0;
-	__u32 tid = (__u32)id;
+		return;
 	__u32 key = tid & (SLOTS - 1);
 	struct slot *s = bpf_map_lookup_elem(&slots, &key);
 	if (!s)
-		return 0;
+		return;
 	int fresh = 0;
-	__u64 uaddr = ctx->args[0];
+	__u64 uaddr = regs->di;
 	// Whether the entry for the new wait's word is known to exist.
 	int known = 0;
 	if (s->tid != tid && s->start != 0 && s->end == 0) {
@@ -362,7 +356,7 @@ int futex_enter(struct sys_enter_rec *ctx)
 		count(C_WAITS);
 	}
 	__u64 now = bpf_ktime_get_ns();
-	__u32 val = (__u32)ctx->args[2];
+	__u32 val = (__u32)regs->dx;
 	s->tid = tid;
 	s->uaddr = uaddr;
 	s->op = op;
@@ -375,36 +369,54 @@ int futex_enter(struct sys_enter_rec *ctx)
 		stats_of(uaddr, op, &fresh);
 	s->recorded = 0;
 	if (within_budget(now) || fresh)
-		s->recorded = record_start(now, uaddr, tid, op, val);
+		s->recorded = record_start(now, uaddr, tid, op, val, regs);
 	else
 		count(C_BUDGET);
-	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_futex")
-int futex_exit(struct sys_exit_rec *ctx)
+// A thread of the server gets its CPU back: if it was in a futex wait,
+// the wait ended.
+static __always_inline void wait_ended(__u32 tid)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) != target_tgid)
-		return 0;
-	__u32 key = (__u32)id & (SLOTS - 1);
+	__u32 key = tid & (SLOTS - 1);
 	struct slot *s = bpf_map_lookup_elem(&slots, &key);
-	if (!s || s->tid != (__u32)id || s->start == 0 || s->end != 0)
-		return 0;
+	if (!s || s->tid != tid || s->start == 0 || s->end != 0)
+		return;
 	__u64 now = bpf_ktime_get_ns();
 	s->end = now;
 	if (!s->recorded)
-		return 0;
+		return;
 	// Only a recorded wait pays for a record here, within the budget.
 	struct end_rec *r = bpf_ringbuf_reserve(&events, sizeof(struct end_rec), 0);
 	if (!r)
-		return 0;
+		return;
 	r->kind = REC_END;
 	r->start = s->start;
 	r->end = now;
-	r->tid = (__u32)id;
-	r->ret = (__s32)ctx->ret;
+	r->tid = tid;
+	r->pad = 0;
 	bpf_ringbuf_submit(r, 0);
+}
+
+// The scheduler switches from prev to next (ctx: bool preempt, prev, next;
+// the task pointers typed by the kernel's BTF, so their fields are read
+// directly). Runs with the CPU's run queue locked: only stores and
+// lookups here, and a stack copy within the budget.
+SEC("tp_btf/sched_switch")
+int futex_switch(__u64 *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	if ((__u32)next->tgid == target_tgid)
+		wait_ended((__u32)next->pid);
+	// A thread that gives up its CPU of its own accord (not preempted)
+	// inside futex(2) is going to sleep in it.
+	if ((__u32)prev->tgid != target_tgid || (__u8)ctx[0])
+		return 0;
+	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(prev);
+	if (!regs || regs->orig_ax != SYS_FUTEX)
+		return 0;
+	wait_began((__u32)prev->pid, regs);
 	return 0;
 }
 
