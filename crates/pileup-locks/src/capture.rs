@@ -211,9 +211,14 @@ pub fn trace(
     // Each thread's last wait is in its slot, not yet counted (a wait is
     // counted when its thread's next wait begins): ended, or still in
     // progress, counted with the time waited so far.
+    // In batches: one system call per 4,096 slots, not one per slot.
     let mut last_waits = 0;
-    for key in 0..SLOTS {
-        let Ok(Some(v)) = skel.maps.slots.lookup(&key.to_le_bytes(), MapFlags::ANY) else { continue };
+    let slots = skel
+        .maps
+        .slots
+        .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
+        .map_err(|e| LocksError::Ebpf(format!("reading the slots: {e}")))?;
+    for (_, v) in slots {
         let Some(sl) = Slot::decode(&v) else { continue };
         if sl.start == 0 {
             continue;
@@ -283,9 +288,6 @@ fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
     }
     LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
 }
-
-/// Slots in the per-thread array (`SLOTS`).
-const SLOTS: u32 = 65536;
 
 /// One thread's last wait (`struct slot`).
 struct Slot {

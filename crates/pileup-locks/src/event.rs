@@ -62,11 +62,9 @@ impl Record {
         let u64_at = |o: usize| b.get(o..o + 8).map(|x| u64::from_le_bytes(x.try_into().unwrap()));
         let u32_at = |o: usize| b.get(o..o + 4).map(|x| u32::from_le_bytes(x.try_into().unwrap()));
         match u64_at(0)? {
-            REC_END if b.len() >= END_BYTES => Some(Record::End {
-                start_ns: u64_at(8)?,
-                end_ns: u64_at(16)?,
-                tid: u32_at(24)? as i32,
-            }),
+            REC_END if b.len() >= END_BYTES => {
+                Some(Record::End { start_ns: u64_at(8)?, end_ns: u64_at(16)?, tid: u32_at(24)? as i32 })
+            }
             REC_START if b.len() >= RECORD_BYTES => {
                 let stack_len = (u32_at(36)? as usize).min(STACK_BYTES);
                 Some(Record::Start(Event {

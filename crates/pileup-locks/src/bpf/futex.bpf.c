@@ -228,17 +228,34 @@ static __always_inline int is_wait(__u32 op)
 	return cmd == 0 || cmd == 6 || cmd == 9 || cmd == 11 || cmd == 13;
 }
 
+// floor(log2(v)) (0 for 0 and 1), at most HIST_BUCKETS - 1: six steps of
+// a binary search.
 static __always_inline __u32 log2_bucket(__u64 v)
 {
 	__u32 b = 0;
-#pragma unroll
-	for (int i = 0; i < HIST_BUCKETS - 1; i++) {
-		if (v > 1) {
-			v >>= 1;
-			b++;
-		}
+	if (v >> 32) {
+		v >>= 32;
+		b += 32;
 	}
-	return b;
+	if (v >> 16) {
+		v >>= 16;
+		b += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		b += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		b += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		b += 2;
+	}
+	if (v >> 1)
+		b += 1;
+	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
 }
 
 // The entry for a futex word (this CPU's copy), created empty if absent;
@@ -349,9 +366,7 @@ static __always_inline void wait_began(__u32 tid, struct user_regs *regs)
 			ls->total_ns += wait;
 			if (wait > ls->max_ns)
 				ls->max_ns = wait;
-			__u32 b = log2_bucket(wait / 1000);
-			if (b < HIST_BUCKETS)
-				ls->hist[b]++;
+			ls->hist[log2_bucket(wait / 1000)]++;
 		}
 		count(C_WAITS);
 	}
