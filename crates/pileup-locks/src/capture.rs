@@ -42,6 +42,9 @@ pub struct Counters {
     /// Waits not followed: another thread of the process, whose id shares
     /// the low 16 bits, was waiting at the same time.
     pub slot_shared: u64,
+    /// Waits counted in the kernel's per-word table instead of the log
+    /// (pileup read the log too late); counted all the same.
+    pub log_full: u64,
 }
 
 /// What a trace leaves: the kernel's exact counts per futex word, its
@@ -148,7 +151,18 @@ pub fn trace(
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
     ro.cpu_budget = opts.stack_budget.div_ceil(cpus);
+    ro.fresh_budget = FRESH_BUDGET.div_ceil(cpus);
+    // The wait log has a part for every CPU the kernel may number.
+    let possible = libbpf_rs::num_possible_cpus().map_err(|e| LocksError::Ebpf(format!("counting CPUs: {e}")))?;
+    let entries = log_entries(possible);
+    ro.log_entries = entries;
+    ro.log_stride = entries + 1;
+    open.maps
+        .wait_log
+        .set_max_entries(possible as u32 * (entries + 1))
+        .map_err(|e| LocksError::Ebpf(format!("sizing the wait log: {e}")))?;
     let mut skel: FutexSkel = open.load().map_err(|e| load_error("loading", &e))?;
+    let mut log = WaitLog::map(&skel.maps.wait_log, possible, entries)?;
     skel.attach().map_err(|e| load_error("attaching", &e))?;
     let started = Instant::now();
 
@@ -177,6 +191,7 @@ pub fn trace(
         })
         .map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
     let ring = builder.build().map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
+    let mut words: HashMap<u64, WordStats> = HashMap::new();
     while started.elapsed() < opts.duration && !stop.load(Ordering::Relaxed) {
         let left = opts.duration.saturating_sub(started.elapsed());
         match ring.poll(left.min(Duration::from_millis(100))) {
@@ -184,6 +199,7 @@ pub fn trace(
             Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
             Err(e) => return Err(LocksError::Ebpf(format!("reading the ring buffer: {e}"))),
         }
+        log.drain(&mut words);
         on_tick(started.elapsed());
         if !Path::new(&format!("/proc/{}", opts.pid)).exists() {
             break;
@@ -197,16 +213,17 @@ pub fn trace(
     let _ = ring.consume();
     drop(ring);
 
-    let mut words: HashMap<u64, WordStats> = HashMap::new();
+    // The waits logged since the last drain, then those the kernel counted
+    // in its table while the log was full.
+    log.drain(&mut words);
     for key in skel.maps.locks.keys() {
         let Ok(Some(per_cpu)) = skel.maps.locks.lookup_percpu(&key, MapFlags::ANY) else { continue };
         let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
-        let mut sum = WordStats::default();
+        let w = words.entry(u64::from_le_bytes(k)).or_default();
         for v in per_cpu.iter().filter_map(|v| word_stats(v)) {
-            sum.op = v.op.max(sum.op);
-            sum.add(&v);
+            w.op = v.op.max(w.op);
+            w.add(&v);
         }
-        words.insert(u64::from_le_bytes(k), sum);
     }
     // Each thread's last wait is in its slot, not yet counted (a wait is
     // counted when its thread's next wait begins): ended, or still in
@@ -254,6 +271,7 @@ pub fn trace(
         table_full: c[4],
         no_stack: c[5],
         slot_shared: c[6],
+        log_full: c[7],
     };
     if bad > 0 {
         tracing::warn!(bad, "ring buffer records shorter than expected");
@@ -287,6 +305,110 @@ fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
         ));
     }
     LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
+}
+
+/// First waits on words not seen before recorded with their stack per
+/// second beyond the budget, so every lock gets a stack to be named by.
+const FRESH_BUDGET: u64 = 1000;
+
+/// Bytes of one wait log element (`struct logged_wait`).
+const LOGGED_BYTES: usize = 32;
+
+/// Entries per CPU in the wait log: 65,536 (2 MiB a CPU: 1.3 s of waits at
+/// 50,000 a second on one CPU, while pileup is busy unwinding, loading a
+/// binary's symbols at the first stacks), fewer on a host with so many
+/// CPUs that the log would pass 64 MiB.
+fn log_entries(cpus: usize) -> u32 {
+    let mut n: u32 = 65536;
+    while n > 1024 && cpus * (n as usize + 1) * LOGGED_BYTES > 64 << 20 {
+        n /= 2;
+    }
+    n
+}
+
+/// The kernel's wait log (`wait_log`), mapped into pileup: per CPU a
+/// header (head: waits written; tail: waits read) and a ring of finished
+/// waits. The probe writes an entry and then moves the head; pileup reads
+/// up to the head and then moves the tail.
+struct WaitLog {
+    base: *mut u64,
+    len: usize,
+    cpus: usize,
+    entries: u64,
+}
+
+impl WaitLog {
+    fn map(map: &libbpf_rs::Map, cpus: usize, entries: u32) -> Result<WaitLog, LocksError> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let bytes = cpus * (entries as usize + 1) * LOGGED_BYTES;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = bytes.div_ceil(page) * page;
+        // SAFETY: a shared mapping of the map's own file descriptor, of the
+        // map's size (the kernel checks it); unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(LocksError::Ebpf(format!("mapping the wait log: {e}")));
+        }
+        Ok(WaitLog { base: p.cast(), len, cpus, entries: entries as u64 })
+    }
+
+    /// The u64 at word `w` of element `i`.
+    fn at(&self, i: usize, w: usize) -> *mut u64 {
+        debug_assert!((i * LOGGED_BYTES + w * 8) < self.len);
+        // SAFETY: within the mapping (every index is below cpus × stride).
+        unsafe { self.base.add(i * LOGGED_BYTES / 8 + w) }
+    }
+
+    /// Move every wait logged since the last drain into `words`.
+    fn drain(&mut self, words: &mut HashMap<u64, WordStats>) {
+        use std::sync::atomic::AtomicU64;
+        let stride = self.entries as usize + 1;
+        for cpu in 0..self.cpus {
+            let hdr = cpu * stride;
+            // SAFETY: aligned u64s inside the mapping, shared with the
+            // probe: the head is the probe's (read with Acquire, after
+            // which the entries before it are written), the tail ours.
+            let (head, tail) = unsafe { (AtomicU64::from_ptr(self.at(hdr, 0)), AtomicU64::from_ptr(self.at(hdr, 1))) };
+            let h = head.load(Ordering::Acquire);
+            let mut t = tail.load(Ordering::Relaxed);
+            while t < h {
+                let e = hdr + 1 + (t % self.entries) as usize;
+                // SAFETY: as above; the probe does not write this entry
+                // again until the tail has moved past it.
+                let (uaddr, start, end, op) = unsafe {
+                    (
+                        self.at(e, 0).read_volatile(),
+                        self.at(e, 1).read_volatile(),
+                        self.at(e, 2).read_volatile(),
+                        self.at(e, 3).read_volatile() as u32,
+                    )
+                };
+                let w = words.entry(uaddr).or_default();
+                w.op = w.op.max(op);
+                w.add_wait(end.saturating_sub(start), false);
+                t += 1;
+            }
+            tail.store(t, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for WaitLog {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, not used after this.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
 }
 
 /// One thread's last wait (`struct slot`).

@@ -302,7 +302,8 @@ pub fn run_performance_schema(
     let threads: Option<u64> = conn.query_first("SELECT COUNT(*) FROM performance_schema.threads").ok().flatten();
     let threads = threads.unwrap_or(1) as usize;
     let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let (locks, elapsed) = ps::trace(&mut conn, duration, threads, stop, |el| {
+    let fingerprint = |q: &str| pileup_replica::statement::fingerprint(q.as_bytes(), &mut vec![]);
+    let (locks, elapsed) = ps::trace(&mut conn, duration, threads, stop, fingerprint, |el| {
         progress(&Progress { elapsed: el, of: duration, recorded: 0, locks: 0 })
     })
     .map_err(LocksError::PerformanceSchema)?;
@@ -311,7 +312,7 @@ pub fn run_performance_schema(
         notes.push(format!("eBPF was not used ({w}); the waits are performance_schema's"));
     }
     notes.push(
-        "performance_schema times every acquisition, contended or not, of the instruments enabled at server start; it keeps neither stacks nor holders, and its maximum is since the server started".into(),
+        "performance_schema times every acquisition, contended or not, of the instruments enabled at server start; it keeps neither stacks nor holders, and its maximum is since the server started; a connection's waits are put under the statement it ran when the window ended (or began, if it was idle then)".into(),
     );
     Ok(Report {
         source: "performance_schema",

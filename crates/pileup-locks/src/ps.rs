@@ -4,7 +4,9 @@
 //! acquisition of its mutexes, rwlocks and InnoDB's instrumented latches;
 //! the summary by event name, read at the start and end of the window and
 //! subtracted, gives per instrument how many acquisitions and how long
-//! they took. Neither stacks nor holders: performance_schema keeps none.
+//! they took. The summary by thread, subtracted alike, says which client
+//! connections waited on each, and the statements they were running. No
+//! stacks and no holders: performance_schema keeps neither.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
-use crate::aggregate::LockEntry;
+use crate::aggregate::{LockEntry, StatementEntry};
 
 /// Whether performance_schema times synchronisation waits on this server;
 /// `Err` says why not, with the fix.
@@ -47,6 +49,67 @@ fn summary(c: &mut mysql::Conn) -> Result<Summary, String> {
     Ok(rows.into_iter().map(|(n, c, s, m)| (n, (c, s, m))).collect())
 }
 
+/// One client connection's thread's waits on one instrument: (count, total
+/// picoseconds), and the statement the connection was running when read.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ThreadWaits {
+    count: u64,
+    ps: u64,
+    info: Option<String>,
+}
+
+/// Per (performance_schema thread id, instrument), client connections only.
+type ByThread = HashMap<(u64, String), ThreadWaits>;
+
+fn by_thread(c: &mut mysql::Conn) -> Result<ByThread, String> {
+    let rows: Vec<(u64, String, u64, u64, Option<String>)> = c
+        .query(
+            "SELECT w.THREAD_ID, w.EVENT_NAME, w.COUNT_STAR, w.SUM_TIMER_WAIT, t.PROCESSLIST_INFO \
+             FROM performance_schema.events_waits_summary_by_thread_by_event_name w \
+             JOIN performance_schema.threads t ON t.THREAD_ID = w.THREAD_ID \
+             WHERE w.EVENT_NAME LIKE 'wait/synch/%' AND w.COUNT_STAR > 0 AND t.PROCESSLIST_ID IS NOT NULL",
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(rows.into_iter().map(|(t, n, count, ps, info)| ((t, n), ThreadWaits { count, ps, info })).collect())
+}
+
+/// Per instrument, the statements (by fingerprint) of the connections that
+/// waited on it in the window, by time waited, and how many connections:
+/// a connection's waits go to the statement it ran when the window ended
+/// (or began, if it was idle then).
+fn statements_by_event(
+    before: &ByThread,
+    after: &ByThread,
+    fingerprint: impl Fn(&str) -> String,
+) -> HashMap<String, (Vec<StatementEntry>, usize)> {
+    let mut per: HashMap<String, HashMap<String, (u64, u64)>> = HashMap::new();
+    let mut conns: HashMap<String, usize> = HashMap::new();
+    for (key, a) in after {
+        let b = before.get(key).cloned().unwrap_or_default();
+        let (Some(n), Some(ps)) = (a.count.checked_sub(b.count), a.ps.checked_sub(b.ps)) else { continue };
+        if n == 0 {
+            continue;
+        }
+        *conns.entry(key.1.clone()).or_default() += 1;
+        let stmt = a.info.as_deref().or(b.info.as_deref()).map(&fingerprint).unwrap_or_else(|| "(idle)".into());
+        let e = per.entry(key.1.clone()).or_default().entry(stmt).or_default();
+        e.0 += n;
+        e.1 += ps;
+    }
+    per.into_iter()
+        .map(|(event, stmts)| {
+            let mut v: Vec<StatementEntry> = stmts
+                .into_iter()
+                .map(|(fingerprint, (events, ps))| StatementEntry { fingerprint, events, wait_ms: ps as f64 / 1e9 })
+                .collect();
+            v.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms).then(a.fingerprint.cmp(&b.fingerprint)));
+            v.truncate(10);
+            let n = conns.get(&event).copied().unwrap_or(0);
+            (event, (v, n))
+        })
+        .collect()
+}
+
 /// Read the summary, wait `duration` (or until `stop`), read it again.
 /// Returns one entry per instrument that was acquired meanwhile, by total
 /// time, and the window's length.
@@ -55,8 +118,12 @@ pub fn trace(
     duration: Duration,
     threads: usize,
     stop: &AtomicBool,
+    fingerprint: impl Fn(&str) -> String,
     mut tick: impl FnMut(Duration),
 ) -> Result<(Vec<LockEntry>, Duration), String> {
+    // The per-thread summary only adds who waited: a server that refuses
+    // it (a privilege on that table alone) still gets the totals.
+    let threads_before = by_thread(c).unwrap_or_default();
     let before = summary(c)?;
     let t = Instant::now();
     while t.elapsed() < duration && !stop.load(Ordering::Relaxed) {
@@ -65,7 +132,16 @@ pub fn trace(
     }
     let after = summary(c)?;
     let elapsed = t.elapsed();
-    Ok((entries(&before, &after, elapsed, threads), elapsed))
+    let threads_after = by_thread(c).unwrap_or_default();
+    let mut out = entries(&before, &after, elapsed, threads);
+    let mut who = statements_by_event(&threads_before, &threads_after, fingerprint);
+    for e in &mut out {
+        if let Some((statements, conns)) = who.remove(&format!("wait/synch/{}", e.name)) {
+            e.statements = statements;
+            e.waiters = conns;
+        }
+    }
+    Ok((out, elapsed))
 }
 
 /// The instrument class as a kind.
@@ -145,5 +221,34 @@ mod tests {
         assert_eq!(e[0].mean_us, 10.0);
         assert_eq!(e[0].share_pct, 0.1);
         assert_eq!((e[1].kind, e[1].max_us), ("InnoDB latch (instrumented)", 400.0));
+    }
+
+    #[test]
+    fn connections_waits_go_to_the_statements_they_ran() {
+        let ev = "wait/synch/mutex/sql/LOCK_open".to_string();
+        let tw = |count, ps, info: Option<&str>| ThreadWaits { count, ps, info: info.map(String::from) };
+        let before: ByThread = [
+            ((1, ev.clone()), tw(10, 1_000_000_000, Some("SELECT 1"))),
+            ((2, ev.clone()), tw(5, 0, None)),
+            ((3, ev.clone()), tw(7, 7, Some("SELECT 3"))),
+        ]
+        .into();
+        let after: ByThread = [
+            // Ran SELECT 1 throughout: 3 ms more.
+            ((1, ev.clone()), tw(20, 4_000_000_000, Some("SELECT 2"))),
+            // Idle at the end: its waits go to what it ran at the start.
+            ((2, ev.clone()), tw(6, 1_000_000_000, None)),
+            // No wait in the window.
+            ((3, ev.clone()), tw(7, 7, Some("SELECT 3"))),
+            // A connection that came during the window.
+            ((4, ev.clone()), tw(1, 2_000_000_000, Some("SELECT 4"))),
+        ]
+        .into();
+        let who = statements_by_event(&before, &after, |q| q.replace(|c: char| c.is_ascii_digit(), "?"));
+        let (stmts, conns) = &who[&ev];
+        assert_eq!(*conns, 3);
+        assert_eq!(stmts.len(), 2, "{stmts:?}");
+        assert_eq!((stmts[0].fingerprint.as_str(), stmts[0].events, stmts[0].wait_ms), ("SELECT ?", 11, 5.0));
+        assert_eq!((stmts[1].fingerprint.as_str(), stmts[1].events, stmts[1].wait_ms), ("(idle)", 1, 1.0));
     }
 }

@@ -230,7 +230,11 @@ fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {
 }
 
 fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> Result<()> {
-    writeln!(w, "[{n}] {} ({} at {})", l.name, l.kind, l.addr)?;
+    if l.addr.is_empty() {
+        writeln!(w, "[{n}] {} ({})", l.name, l.kind)?;
+    } else {
+        writeln!(w, "[{n}] {} ({} at {})", l.name, l.kind, l.addr)?;
+    }
     writeln!(
         w,
         "    {} waits{}, {:.1} ms in all, mean {:.1} µs, max {:.1} µs, {:.2}% of the threads' time; {} waiting thread(s) recorded",

@@ -302,6 +302,9 @@ fn performance_schema_stands_in_where_ebpf_cannot_be_used() {
     let l = r["locks"].as_array().unwrap().iter().find(|l| l["name"] == "mutex/sql/LOCK_global_system_variables");
     let l = l.unwrap_or_else(|| panic!("the instrumented mutex among {:#}", r["locks"]));
     assert!(l["waits"].as_u64().unwrap() > 100 && l["total_ms"].as_f64().unwrap() > 0.0, "{l:#}");
+    // Who waited: the storm's connections, under their statement.
+    assert!(l["waiters"].as_u64().unwrap() >= 4, "{l:#}");
+    assert_eq!(l["statements"][0]["fingerprint"], "SHOW GLOBAL VARIABLES", "{l:#}");
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("every acquisition")));
 
     // A server with performance_schema off: one line naming the fix.

@@ -62,6 +62,7 @@ typedef __u32 __wsum;
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_NOEXIST 1
 #define BPF_F_NO_PREALLOC 1
+#define BPF_F_MMAPABLE 1024
 
 #define STACK_BYTES 8192
 #define WINDOW_BEFORE 16
@@ -69,6 +70,7 @@ typedef __u32 __wsum;
 #define HIST_BUCKETS 32
 #define MAX_LOCKS 65536
 #define SLOTS 65536
+#define SEEN 65536
 
 // Record kinds (the first word of every ring buffer record).
 #define REC_START 1
@@ -95,6 +97,13 @@ const volatile __u32 target_tgid = 0;
 // Waits recorded with their stack per second on each CPU (user space
 // divides its budget among the CPUs); the others are counted only.
 const volatile __u64 cpu_budget = 1000;
+// First waits on a word not seen before, recorded with their stack per
+// second on each CPU beyond cpu_budget.
+const volatile __u64 fresh_budget = 1000;
+// Entries per CPU in wait_log (a power of two), and the stride between
+// CPUs' parts (entries + the header).
+const volatile __u32 log_entries = 1;
+const volatile __u32 log_stride = 2;
 
 // One thread's wait, in its slot. Read by user space at the end (kept in
 // sync with capture.rs).
@@ -153,7 +162,8 @@ _Static_assert(__builtin_offsetof(struct start_rec, window) == 64, "start_rec he
 
 // Counters (per CPU): waits counted, records sent, over budget, ring
 // buffer full, per-address table full, stack unreadable, a wait not
-// followed because another thread's took its slot.
+// followed because another thread's took its slot, a wait counted in the
+// kernel's table because the log was full.
 #define C_WAITS 0
 #define C_SENT 1
 #define C_BUDGET 2
@@ -161,6 +171,7 @@ _Static_assert(__builtin_offsetof(struct start_rec, window) == 64, "start_rec he
 #define C_LOCKSFULL 4
 #define C_NOSTACK 5
 #define C_SHARED 6
+#define C_LOGFULL 7
 #define NCOUNTERS 8
 
 // The wait in progress or last ended, per thread, in a slot picked by the
@@ -188,6 +199,39 @@ struct {
 	__type(value, struct lock_stats);
 } locks SEC(".maps");
 
+// A finished wait, as logged for user space.
+struct logged_wait {
+	__u64 uaddr;
+	__u64 start;
+	__u64 end;
+	__u32 op;
+	__u32 pad;
+};
+
+// The wait log: for each CPU, a header element (head: waits written, in
+// uaddr; tail: waits user space has read, in start) followed by
+// log_entries entries, a ring. Only the CPU's own probe writes its part
+// (the probe runs with preemption off), and user space, which maps the
+// array, reads it and moves the tail: no lock, no atomic operation, no
+// cache line shared between CPUs. Sized by user space at load.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct logged_wait);
+} wait_log SEC(".maps");
+
+// Futex words seen, direct-mapped by a hash of the address: a word whose
+// entry holds another address is taken as new, and its wait recorded with
+// a stack (within fresh_budget), so every lock gets a stack to be named by.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SEEN);
+	__type(key, __u32);
+	__type(value, __u64);
+} seen SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 32 << 20);
@@ -200,10 +244,11 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-// This CPU's stack budget: the current second and what was spent in it.
+// This CPU's stack budgets: the current second and what was spent in it.
 struct budget {
 	__u64 second;
 	__u64 spent;
+	__u64 fresh;
 };
 
 struct {
@@ -277,8 +322,9 @@ static __always_inline struct lock_stats *stats_of(__u64 uaddr, __u32 op, int *f
 	return ls;
 }
 
-// Whether this CPU's budget has room for one more stack this second.
-static __always_inline int within_budget(__u64 now)
+// Whether this CPU's budget has room for one more stack this second: the
+// sampled waits' budget, or for a word not seen before the fresh one.
+static __always_inline int within_budget(__u64 now, int fresh)
 {
 	__u32 zero = 0;
 	struct budget *bg = bpf_map_lookup_elem(&budget, &zero);
@@ -288,10 +334,56 @@ static __always_inline int within_budget(__u64 now)
 	if (bg->second != second) {
 		bg->second = second;
 		bg->spent = 0;
+		bg->fresh = 0;
 	}
-	if (bg->spent >= cpu_budget)
+	if (bg->spent < cpu_budget) {
+		bg->spent++;
+		return 1;
+	}
+	if (fresh && bg->fresh < fresh_budget) {
+		bg->fresh++;
+		return 1;
+	}
+	return 0;
+}
+
+// Whether the word has not been seen before (or its entry in `seen` was
+// taken by another word since); it is marked seen.
+static __always_inline int first_seen(__u64 uaddr)
+{
+	// Fibonacci hashing: the top 16 bits of the product.
+	__u32 k = (__u32)((uaddr * 0x9E3779B97F4A7C15ULL) >> 48) & (SEEN - 1);
+	__u64 *v = bpf_map_lookup_elem(&seen, &k);
+	if (!v || *v == uaddr)
 		return 0;
-	bg->spent++;
+	*v = uaddr;
+	return 1;
+}
+
+// Log a finished wait for user space; 0 if this CPU's log is full (user
+// space is behind), and the wait must be counted in the kernel's table.
+static __always_inline int log_wait(__u64 uaddr, __u64 start, __u64 end, __u32 op)
+{
+	__u32 hk = bpf_get_smp_processor_id() * log_stride;
+	struct logged_wait *h = bpf_map_lookup_elem(&wait_log, &hk);
+	if (!h)
+		return 0;
+	__u64 head = h->uaddr;
+	__u64 tail = *(volatile __u64 *)&h->start;
+	if (head - tail >= log_entries)
+		return 0;
+	__u32 k = hk + 1 + (__u32)(head & (log_entries - 1));
+	struct logged_wait *e = bpf_map_lookup_elem(&wait_log, &k);
+	if (!e)
+		return 0;
+	e->uaddr = uaddr;
+	e->start = start;
+	e->end = end;
+	e->op = op;
+	// The entry is written before the head moves past it: x86-64 keeps
+	// stores in order, so a compiler barrier is all it takes.
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&h->uaddr = head + 1;
 	return 1;
 }
 
@@ -347,26 +439,27 @@ static __always_inline void wait_began(__u32 tid, struct user_regs *regs)
 	struct slot *s = bpf_map_lookup_elem(&slots, &key);
 	if (!s)
 		return;
-	int fresh = 0;
 	__u64 uaddr = regs->di;
-	// Whether the entry for the new wait's word is known to exist.
-	int known = 0;
 	if (s->tid != tid && s->start != 0 && s->end == 0) {
 		// Another thread (its id shares the slot) is waiting: its wait
 		// will not be followed.
 		count(C_SHARED);
 	} else if (s->start != 0 && s->end >= s->start) {
 		// The previous wait in this slot, ended since: this thread's, or
-		// another's that shares the slot.
-		__u64 wait = s->end - s->start;
-		struct lock_stats *ls = stats_of(s->uaddr, s->op, &fresh);
-		known = ls && s->uaddr == uaddr && !fresh;
-		if (ls) {
-			ls->count++;
-			ls->total_ns += wait;
-			if (wait > ls->max_ns)
-				ls->max_ns = wait;
-			ls->hist[log2_bucket(wait / 1000)]++;
+		// another's that shares the slot. To user space through the log,
+		// or, if user space is behind, into the kernel's table.
+		if (!log_wait(s->uaddr, s->start, s->end, s->op)) {
+			int fresh = 0;
+			struct lock_stats *ls = stats_of(s->uaddr, s->op, &fresh);
+			__u64 wait = s->end - s->start;
+			if (ls) {
+				ls->count++;
+				ls->total_ns += wait;
+				if (wait > ls->max_ns)
+					ls->max_ns = wait;
+				ls->hist[log2_bucket(wait / 1000)]++;
+			}
+			count(C_LOGFULL);
 		}
 		count(C_WAITS);
 	}
@@ -377,13 +470,8 @@ static __always_inline void wait_began(__u32 tid, struct user_regs *regs)
 	s->op = op;
 	s->end = 0;
 	s->start = now;
-	// A word not seen before is recorded whatever the budget: every lock
-	// gets a stack to be named by (at most MAX_LOCKS such records).
-	fresh = 0;
-	if (!known)
-		stats_of(uaddr, op, &fresh);
 	s->recorded = 0;
-	if (within_budget(now) || fresh)
+	if (within_budget(now, first_seen(uaddr)))
 		s->recorded = record_start(now, uaddr, tid, op, val, regs);
 	else
 		count(C_BUDGET);
