@@ -271,7 +271,7 @@ fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>]
 fn describe(tool: &str) -> String {
     match tool {
         "none" => "no tracing".into(),
-        "locks" => "pileup locks (default: 500 stacks a second)".into(),
+        "locks" => "pileup locks (default: 200 stacks a second)".into(),
         "locks-elsewhere" => "pileup locks on an idle process (the probe alone)".into(),
         t if t.starts_with("locks@") => format!("pileup locks, the build at {}", &t["locks@".len()..]),
         t if t.starts_with("locks-budget-") => {

@@ -309,7 +309,7 @@ fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
 
 /// First waits on words not seen before recorded with their stack per
 /// second beyond the budget, so every lock gets a stack to be named by.
-const FRESH_BUDGET: u64 = 1000;
+const FRESH_BUDGET: u64 = 500;
 
 /// Bytes of one wait log element (`struct logged_wait`).
 const LOGGED_BYTES: usize = 32;

@@ -42,7 +42,7 @@ pub struct LocksArgs {
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     /// Waits recorded with their stack per second, at most (every wait is counted regardless).
-    #[arg(long, default_value_t = 500, value_name = "N")]
+    #[arg(long, default_value_t = 200, value_name = "N")]
     pub stack_budget: u64,
     /// Locks shown in detail (text), and stacks, statements and holders kept per lock.
     #[arg(long, default_value_t = 10)]
