@@ -17,8 +17,9 @@ per lock, lockstat-style: how many waits, total, mean and longest wait, a log2 h
 of the threads' time, the stacks that waited, the statements of the waiting connections, and the holders seen.\n\n\
 Every contended pthread mutex, rwlock and condition variable, and every InnoDB latch (srw_lock, ssux_lock; \
 MariaDB 10.6+), sleeps in the futex system call; uncontended locking never reaches the kernel and costs nothing. \
-The kernel side counts every contended wait per lock (exact totals) and, up to --stack-budget a second, records \
-the waiter's registers and the top of its stack, which pileup unwinds (the server needs no frame pointers).\n\n\
+A probe on the scheduler sees each thread of the server go to sleep in a futex wait and wake from it; every such \
+wait is counted per lock (exact totals) and, up to --stack-budget a second, the waiter's registers and the top of \
+its stack are recorded, which pileup unwinds (the server needs no frame pointers).\n\n\
 Locks are named by the global object they lie in (LOCK_open, LOCK_status) where the binary exports it; \
 otherwise by module and section (a stripped server's InnoDB globals), or, on the heap, by the function that \
 takes them. A pthread mutex's holder is read from the lock when the wait began, with its connection and \
