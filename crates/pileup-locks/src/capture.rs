@@ -146,6 +146,8 @@ pub fn trace(
     let ro =
         open.maps.rodata_data.as_deref_mut().ok_or_else(|| LocksError::Ebpf("the program has no .rodata".into()))?;
     ro.target_tgid = opts.pid as u32;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    ro.has_prev_state = kernel_version(&release).is_some_and(|v| v >= (5, 18)) as u32;
     // The budget is kept per CPU (no counter shared between CPUs on the
     // lock handoff's path): each CPU gets its share.
     // SAFETY: sysconf has no preconditions.
@@ -206,8 +208,11 @@ pub fn trace(
         }
     }
     // Detach first, then drain what is queued: the counts below cover
-    // exactly the waits that began while attached.
+    // exactly the waits that began while attached. Detaching does not wait
+    // for a probe already running on another CPU: a few milliseconds let
+    // it finish (it runs for microseconds).
     skel.links = Default::default();
+    std::thread::sleep(Duration::from_millis(10));
     let elapsed = started.elapsed();
     let detached_ns = monotonic_ns();
     let _ = ring.consume();
@@ -240,12 +245,12 @@ pub fn trace(
         if sl.start == 0 {
             continue;
         }
-        last_waits += 1;
         let in_progress = sl.end == 0;
         let end = if in_progress { detached_ns.max(sl.start) } else { sl.end };
         if end < sl.start {
             continue; // torn by two threads sharing the slot
         }
+        last_waits += 1;
         let w = words.entry(sl.uaddr).or_default();
         w.op = sl.op;
         w.add_wait(end - sl.start, in_progress);

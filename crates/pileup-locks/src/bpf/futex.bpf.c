@@ -20,11 +20,12 @@
 // sleeps and is not counted: it did not wait.
 //
 // * Switching out (a wait starts): the thread's previous wait, ended
-//   since, is added to a per-CPU, per-address table (count, total and
-//   longest wait, log2 histogram), so totals are exact. The new wait's
-//   start, address, operation and expected value go in the thread's slot.
+//   since, goes to this CPU's part of the wait log, which user space maps
+//   and counts per word (into a per-CPU, per-address table in the kernel
+//   if the log is full), so totals are exact. The new wait's start,
+//   address, operation and expected value go in the thread's slot.
 //   Within this CPU's share of the per-second stack budget, and for an
-//   address this CPU has not seen before, a record with the thread's user
+//   address not recorded before, a record with the thread's user
 //   registers, the top of its user stack and the bytes around the futex
 //   word (a mutex's owner field, read while the lock is still held) goes
 //   to a ring buffer, to be unwound in user space (the server has no frame
@@ -82,9 +83,15 @@ typedef __u32 __wsum;
 // The two fields read of a task, relocated by libbpf to where the running
 // kernel's BTF puts them (CO-RE).
 struct task_struct {
+	unsigned int __state;
 	int pid;
 	int tgid;
 } __attribute__((preserve_access_index));
+
+// Task states (include/linux/sched.h): a futex or PI-lock wait sleeps
+// TASK_INTERRUPTIBLE; page-fault and I/O sleeps are uninterruptible, stops
+// TASK_STOPPED or TASK_TRACED.
+#define TASK_INTERRUPTIBLE 0x1
 
 // x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h).
 struct user_regs {
@@ -94,6 +101,9 @@ struct user_regs {
 
 // Set by user space before loading.
 const volatile __u32 target_tgid = 0;
+// sched_switch passes the state prev switched out in (Linux 5.18+);
+// earlier, prev->__state is read.
+const volatile __u32 has_prev_state = 0;
 // Waits recorded with their stack per second on each CPU (user space
 // divides its budget among the CPUs); the others are counted only.
 const volatile __u64 cpu_budget = 1000;
@@ -222,9 +232,10 @@ struct {
 	__type(value, struct logged_wait);
 } wait_log SEC(".maps");
 
-// Futex words seen, direct-mapped by a hash of the address: a word whose
-// entry holds another address is taken as new, and its wait recorded with
-// a stack (within fresh_budget), so every lock gets a stack to be named by.
+// Futex words with a recorded wait, direct-mapped by a hash of the
+// address: a word whose entry holds another address is taken as new, and
+// its wait recorded with a stack (within fresh_budget), so every lock gets
+// a stack to be named by.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SEEN);
@@ -347,17 +358,12 @@ static __always_inline int within_budget(__u64 now, int fresh)
 	return 0;
 }
 
-// Whether the word has not been seen before (or its entry in `seen` was
-// taken by another word since); it is marked seen.
-static __always_inline int first_seen(__u64 uaddr)
+// The word's entry in `seen` (Fibonacci hashing: the top 16 bits of the
+// product).
+static __always_inline __u64 *seen_entry(__u64 uaddr)
 {
-	// Fibonacci hashing: the top 16 bits of the product.
 	__u32 k = (__u32)((uaddr * 0x9E3779B97F4A7C15ULL) >> 48) & (SEEN - 1);
-	__u64 *v = bpf_map_lookup_elem(&seen, &k);
-	if (!v || *v == uaddr)
-		return 0;
-	*v = uaddr;
-	return 1;
+	return bpf_map_lookup_elem(&seen, &k);
 }
 
 // Log a finished wait for user space; 0 if this CPU's log is full (user
@@ -471,10 +477,16 @@ static __always_inline void wait_began(__u32 tid, struct user_regs *regs)
 	s->end = 0;
 	s->start = now;
 	s->recorded = 0;
-	if (within_budget(now, first_seen(uaddr)))
+	// A word is new until a wait on it has been recorded (or its entry in
+	// `seen` was taken by another word since).
+	__u64 *seen_at = seen_entry(uaddr);
+	int fresh = seen_at && *seen_at != uaddr;
+	if (within_budget(now, fresh))
 		s->recorded = record_start(now, uaddr, tid, op, val, regs);
 	else
 		count(C_BUDGET);
+	if (s->recorded && seen_at)
+		*seen_at = uaddr;
 }
 
 // A thread of the server gets its CPU back: if it was in a futex wait,
@@ -512,9 +524,14 @@ int futex_switch(__u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	if ((__u32)next->tgid == target_tgid)
 		wait_ended((__u32)next->pid);
-	// A thread that gives up its CPU of its own accord (not preempted)
-	// inside futex(2) is going to sleep in it.
+	// A thread that gives up its CPU of its own accord (not preempted),
+	// in an interruptible sleep, inside futex(2), is going to sleep in it.
+	// (A woken waiter rescheduled on its way back to user space, or one
+	// that sleeps on a page fault reading the futex word, is not waiting.)
 	if ((__u32)prev->tgid != target_tgid || (__u8)ctx[0])
+		return 0;
+	__u32 state = has_prev_state ? (__u32)ctx[3] : prev->__state;
+	if (!(state & TASK_INTERRUPTIBLE))
 		return 0;
 	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(prev);
 	if (!regs || regs->orig_ax != SYS_FUTEX)
