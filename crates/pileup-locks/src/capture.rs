@@ -71,8 +71,7 @@ pub struct TraceOptions {
 /// is not needed.
 pub fn preflight() -> Result<(), LocksError> {
     missing_caps()?;
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if let Some((major, minor)) = kernel_version(&release) {
+    if let Some((major, minor)) = running_kernel() {
         if (major, minor) < (5, 15) {
             return Err(LocksError::NoEbpf(format!(
                 "Linux {major}.{minor} lacks what reading a waiter's registers needs (bpf_task_pt_regs, Linux 5.15+)"
@@ -146,8 +145,7 @@ pub fn trace(
     let ro =
         open.maps.rodata_data.as_deref_mut().ok_or_else(|| LocksError::Ebpf("the program has no .rodata".into()))?;
     ro.target_tgid = opts.pid as u32;
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    ro.has_prev_state = kernel_version(&release).is_some_and(|v| v >= (5, 18)) as u32;
+    ro.has_prev_state = running_kernel().is_some_and(|v| v >= (5, 18)) as u32;
     // The budget is kept per CPU (no counter shared between CPUs on the
     // lock handoff's path): each CPU gets its share.
     // SAFETY: sysconf has no preconditions.
@@ -439,6 +437,11 @@ fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime fills the struct it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `major.minor` of the running kernel, if its release string parses.
+fn running_kernel() -> Option<(u32, u32)> {
+    kernel_version(&std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?)
 }
 
 /// `major.minor` of a kernel release string (`6.1.0-13-amd64`).
