@@ -129,7 +129,7 @@ impl Aggregator {
                 ..Default::default()
             });
             let kind = l.kinds.iter().max_by_key(|(_, n)| **n).map(|(k, _)| *k).unwrap_or(LockKind::Futex);
-            let taken_in = l.taken_in.iter().max_by_key(|(_, n)| **n).map(|(t, _)| t.clone());
+            let taken_in = prevailing_site(&l.taken_in);
             let (label, name_source) = name(addr, taken_in.as_deref());
             let mut stacks: Vec<StackEntry> = l
                 .stacks
@@ -182,6 +182,27 @@ impl Aggregator {
         out.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.addr.cmp(&b.addr)));
         out
     }
+}
+
+/// The place a lock is most often taken in, from each recorded stack's
+/// `taken_in`. A stack cut short before any named frame gives the bare
+/// site (`mariadbd+0xde2c20`) where a whole one gives
+/// `mariadbd+0xde2c20 (in handler::ha_write_row)`: both count for the
+/// site, and the site keeps the named caller its whole stacks show most.
+fn prevailing_site(taken_in: &BTreeMap<String, u64>) -> Option<String> {
+    fn site(t: &str) -> &str {
+        match t.rfind(" (in ") {
+            Some(i) if t.ends_with(')') => &t[..i],
+            _ => t,
+        }
+    }
+    let mut by_site: BTreeMap<&str, u64> = BTreeMap::new();
+    for (t, n) in taken_in {
+        *by_site.entry(site(t)).or_default() += n;
+    }
+    let best = by_site.iter().max_by_key(|(_, n)| **n).map(|(s, _)| *s)?;
+    let named = taken_in.iter().filter(|(t, _)| t.as_str() != best && site(t) == best).max_by_key(|(_, n)| **n);
+    Some(named.map_or(best, |(t, _)| t.as_str()).to_string())
 }
 
 /// Heap futex words that each only one thread waited on, of one kind and
@@ -411,6 +432,22 @@ mod tests {
             holder: holder.map(|t| (t, format!("thread {t}"))),
             taken_in: Some("fill_variables".into()),
         }
+    }
+
+    #[test]
+    fn a_site_keeps_its_named_caller_when_most_stacks_were_cut_short() {
+        let t = |v: &[(&str, u64)]| v.iter().map(|(s, n)| (s.to_string(), *n)).collect::<BTreeMap<_, _>>();
+        let cut = "mariadbd+0xde2c20";
+        let whole = "mariadbd+0xde2c20 (in handler::ha_write_row)";
+        assert_eq!(prevailing_site(&t(&[(cut, 10), (whole, 2)])).as_deref(), Some(whole));
+        // The site taken most wins, over another site's named caller.
+        let other = "mariadbd+0x1111 (in row_ins_step)";
+        assert_eq!(prevailing_site(&t(&[(cut, 5), (whole, 1), (other, 4)])).as_deref(), Some(whole));
+        assert_eq!(prevailing_site(&t(&[(cut, 5), (other, 6)])).as_deref(), Some(other));
+        assert_eq!(prevailing_site(&t(&[(cut, 5)])).as_deref(), Some(cut));
+        assert_eq!(prevailing_site(&t(&[])), None);
+        // A named site is its own.
+        assert_eq!(prevailing_site(&t(&[("fill_variables", 3)])).as_deref(), Some("fill_variables"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! If SQL does not answer, the stacks are still captured.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use mysql::prelude::Queryable;
@@ -104,6 +104,11 @@ pub struct Evidence {
     /// The server variables the stall classes quote ([`crate::classes::VARIABLES`]).
     pub variables: BTreeMap<String, String>,
     pub profile: Option<Profile>,
+    /// Share of the stack sampling's time some task of the server's cgroup
+    /// was stalled on I/O (the kernel's pressure stall information): the
+    /// disk as it was during the capture, which a capture early in a stall
+    /// sees before a poll's second has shown it.
+    pub io_pressure_pct: Option<f64>,
     pub stacks_error: Option<String>,
     pub history: Vec<Row>,
 }
@@ -183,12 +188,20 @@ pub fn gather(
             debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
             debuginfod_wait: true,
         };
+        let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run_until(s.samples.max(1), s.interval, None, cancel, |_| {}) {
                 Ok(()) => ev.profile = Some(sampler.finish()),
                 Err(e) => ev.stacks_error = Some(e.to_string()),
             },
             Err(e) => ev.stacks_error = Some(e.to_string()),
+        }
+        if let (Some((t0, us0)), Some(us1)) = (psi_from, crate::poll::io_pressure_us(pid)) {
+            let dt = t0.elapsed().as_secs_f64();
+            // Less than a tenth of a second says little about a disk.
+            if dt >= 0.1 {
+                ev.io_pressure_pct = Some((100.0 * (us1 - us0) / (dt * 1e6)).clamp(0.0, 100.0));
+            }
         }
     }
     if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {

@@ -50,6 +50,10 @@ pub struct EvidenceFile {
     /// Stall classes whose signature the capture shows, earliest first.
     #[serde(default)]
     pub stall_classes: Vec<crate::classes::Finding>,
+    /// Share of the stack sampling's time the server's tasks were stalled
+    /// on I/O, where the kernel tells it for the server's cgroup.
+    #[serde(default)]
+    pub io_pressure_pct: Option<f64>,
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
 }
@@ -129,6 +133,7 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         open_transactions: ev.trx.clone(),
         lock_pileup: crate::holder::analyse(ev),
         stall_classes: crate::classes::findings(ev),
+        io_pressure_pct: ev.io_pressure_pct,
         variables: ev.variables.clone(),
     };
     pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;

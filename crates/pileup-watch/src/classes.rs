@@ -517,7 +517,17 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     // device, even for writes that InnoDB issues asynchronously and counts
     // nowhere as pending.
     // It cannot pass 100%: judged by how far above the usual it rose.
-    let stalled = around(ev, "io_pressure_pct", 30.0).filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
+    // The capture's own measurement counts too: a capture early in a
+    // stall can be written before a poll's whole second shows it.
+    let stalled = around(ev, "io_pressure_pct", 30.0)
+        .map(|mut a| {
+            if let Some(c) = ev.io_pressure_pct.filter(|c| *c > a.peak) {
+                a.peak = c;
+                a.first_over = a.first_over.or((c >= 30.0).then_some(ev.unix));
+            }
+            a
+        })
+        .filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
     let d = in_disk_wait(samples);
     let (io, io_at) = in_frames(samples, 2, |f| {
         matches!(
@@ -813,6 +823,25 @@ mod tests {
             r.derived.insert("io_pressure_pct".into(), if i >= 57 { 98.0 } else { 33.0 });
         }
         assert_eq!(findings_in(&ev, &samples).len(), 1);
+    }
+
+    #[test]
+    fn a_capture_early_in_a_disk_stall_sees_it_by_its_own_measurement() {
+        // The throttle began in the last poll's second: the polls show 12%,
+        // the second of stack sampling that followed 90%.
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1058.6), ..Default::default() };
+        ev.history =
+            (0..60).map(|i| row(1000.0 + i as f64, &[("io_pressure_pct", if i == 59 { 12.0 } else { 0.4 })])).collect();
+        let waiting = ThreadView { state: 'D', frames: vec!["__GI___pwrite64".into()], ..Default::default() };
+        let samples = [SampleView { unix: 1059.2, threads: vec![waiting.clone(), waiting] }];
+        assert!(findings_in(&ev, &samples).is_empty());
+        ev.io_pressure_pct = Some(90.0);
+        let f = findings_in(&ev, &samples);
+        assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::SlowDisk]);
+        assert!(f[0].evidence.starts_with("tasks stalled on I/O 90% of the time (usually 0%)"), "{}", f[0].evidence);
+        // The capture's 20% is no stall.
+        ev.io_pressure_pct = Some(20.0);
+        assert!(findings_in(&ev, &samples).is_empty());
     }
 
     #[test]

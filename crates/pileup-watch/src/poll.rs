@@ -335,7 +335,7 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             }
         }
     }
-    if let Some(us) = io_pressure_file(pid).and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t)) {
+    if let Some(us) = io_pressure_us(pid) {
         out.insert("io_pressure_some_us".into(), us);
     }
     if let (Some((maj, min)), Ok(s)) = (dev, std::fs::read_to_string("/proc/diskstats")) {
@@ -352,6 +352,12 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             }
         }
     }
+}
+
+/// Microseconds some task of the server's cgroup has spent stalled on I/O
+/// since the cgroup began ([`io_pressure_file`]).
+pub fn io_pressure_us(pid: i32) -> Option<f64> {
+    io_pressure_file(pid).and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t))
 }
 
 /// Where the kernel's pressure stall information for I/O is kept for the

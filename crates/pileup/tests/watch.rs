@@ -795,7 +795,18 @@ fn throttled_verdict(
         "the unthrottled load was captured: {:?}",
         seen.iter().filter(|v| v["event"] == "captured").collect::<Vec<_>>()
     );
-    verdict_and_classes(&captured(cap, &seen))
+    let pressure: Vec<String> = seen
+        .iter()
+        .filter_map(|v| {
+            v["derived"]["io_pressure_pct"]
+                .as_f64()
+                .map(|p| format!("{:.1}:{p:.0}%", v["unix"].as_f64().unwrap_or(0.0)))
+        })
+        .collect();
+    eprintln!("I/O pressure by poll: {}", pressure.join(" "));
+    let cap = captured(cap, &seen);
+    eprintln!("during the capture: {}", evidence(&cap)["io_pressure_pct"]);
+    verdict_and_classes(&cap)
 }
 
 /// A capture's `evidence.json`.
