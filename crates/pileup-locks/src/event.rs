@@ -7,7 +7,7 @@ pub const WINDOW_BEFORE: u64 = 16;
 /// Bytes around the futex word read when the wait began (`WINDOW_BYTES`).
 pub const WINDOW_BYTES: usize = 48;
 /// The most stack copied above the waiter's stack pointer (`STACK_BYTES`).
-pub const STACK_BYTES: usize = 8192;
+pub const STACK_BYTES: usize = 16384;
 
 const HEADER: usize = 64;
 /// Size of a recorded wait's start (`struct start_rec`).

@@ -65,7 +65,7 @@ typedef __u32 __wsum;
 #define BPF_F_NO_PREALLOC 1
 #define BPF_F_MMAPABLE 1024
 
-#define STACK_BYTES 8192
+#define STACK_BYTES 16384
 #define WINDOW_BEFORE 16
 #define WINDOW_BYTES 48
 #define HIST_BUCKETS 32
@@ -423,6 +423,8 @@ static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32
 	// than that above its pointer).
 	if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)sp) == 0)
 		r->stack_len = STACK_BYTES;
+	else if (bpf_probe_read_user(r->stack, 8192, (void *)sp) == 0)
+		r->stack_len = 8192;
 	else if (bpf_probe_read_user(r->stack, 4096, (void *)sp) == 0)
 		r->stack_len = 4096;
 	else if (bpf_probe_read_user(r->stack, 1024, (void *)sp) == 0)
