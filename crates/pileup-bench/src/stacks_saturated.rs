@@ -17,7 +17,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-Nhz[-normal][-nosql]; no mode: pileup's default; idle: a control that sleeps) [--out FILE]";
+const USAGE: &str = "Usage: stacks-saturated-bench --pileup PATH [--workloads oltp_point_select,oltp_read_write] [--connections 64] [--window 10] [--rounds 3] [--tools none,all-1hz,all-10hz,all-10hz-normal,one-10hz,consistent-one-10hz,one-100hz,rolling-all-1hz,rolling-all-10hz,passive-all-1hz,accept-100hz,eu-stack,gdb,perf] (pileup tools: [consistent-|rolling-|passive-]{all,one,accept}-Nhz[-normal][-nosql]; no mode: pileup's default; idle: a control that sleeps; exec:PROGRAM[:ARG...]: PROGRAM PID SECONDS ARG... for the window) [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -149,6 +149,21 @@ fn run_window(
         // as a loss.
         "idle" => {
             w.ok = Command::new("sleep").arg(&secs).status()?.success();
+        }
+        // Any program, run as `PROGRAM PID SECONDS [ARGS]` for the window:
+        // `exec:PROGRAM[:ARG...]` (a build or sampler to compare against).
+        t if t.starts_with("exec:") => {
+            let mut parts = t["exec:".len()..].split(':');
+            let prog = parts.next().unwrap_or_default();
+            w.ok = Command::new(prog)
+                .args([pid.as_str(), secs.as_str()])
+                .args(parts)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .with_context(|| format!("running {prog}"))?
+                .success();
         }
         "eu-stack" | "gdb" => {
             // As often as the tool manages, back to back, for the window.
@@ -310,6 +325,7 @@ fn describe(tool: &str) -> String {
         "eu-stack" => "eu-stack, back to back".into(),
         "gdb" => "gdb `thread apply all bt`, back to back".into(),
         "perf" => "perf record -F 99 --call-graph dwarf".into(),
+        t if t.starts_with("exec:") => format!("`{}`", t["exec:".len()..].replace(':', " ")),
         t => {
             let (t, sql) = match t.strip_suffix("-nosql") {
                 Some(t) => (t, ", no SQL"),
