@@ -15,13 +15,9 @@
 //! returns, and the kernel releases the rest: pileup never waits on the server.
 //!
 //! Modes:
-//! * `Consistent`: one true snapshot of every thread at one instant. Threads
-//!   blocked in the kernel (idle connections in `poll`, waiters in `futex`,
-//!   disk waits) cannot change until they wake, so they are read where they
-//!   sleep, without a stop ([`passive`]); the others are interrupted, copied
-//!   as each stops, and released together once all have stopped. A thread
-//!   read asleep on a futex whose scheduler counters moved before that
-//!   instant was woken, and is not counted as waiting.
+//! * `Consistent`: interrupt every thread, copy each as it stops, and release
+//!   them all once every thread has stopped — one true snapshot in which all
+//!   threads were stopped at the same instant.
 //! * `Rolling`: one thread at a time — the least stop for any single thread,
 //!   but threads are seen at slightly different moments.
 //! * `Passive`: no thread is stopped at all ([`passive`]): blocked threads
@@ -210,9 +206,6 @@ pub struct CaptureStats {
     /// Passive mode: threads read while blocked, and sampled on their CPU.
     pub threads_read_blocked: usize,
     pub threads_sampled_on_cpu: usize,
-    /// Consistent mode: threads read asleep on a futex that were woken
-    /// before the snapshot's instant, and so not counted as waiting.
-    pub woke_after_read: usize,
 }
 
 pub struct RawSample {
@@ -223,12 +216,12 @@ pub struct RawSample {
 
 /// Stop `tids` of `pid` and copy their registers and stacks. `maps` (read
 /// beforehand) bounds each stack copy at the end of its mapping.
-/// `asleep`: those of `tids` the caller just saw blocked (state S or D),
-/// which consistent mode reads where they sleep, without a stop.
+/// `in_disk_wait`: those of `tids` the caller just saw in state D, which
+/// consistent mode reads without a stop.
 pub fn capture(
     pid: i32,
     tids: &[i32],
-    asleep: &[i32],
+    in_disk_wait: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
@@ -239,14 +232,14 @@ pub fn capture(
         return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
     }
     let tids = tids.to_vec();
-    let asleep = asleep.to_vec();
+    let in_disk_wait = in_disk_wait.to_vec();
     let maps = maps.to_vec();
     let opts = opts.clone();
     // A fresh OS thread per capture: see the module docs for why.
     std::thread::Builder::new()
         .name("pileup-capture".into())
         .spawn(move || match opts.mode {
-            Mode::Consistent => capture_consistent(pid, &tids, &asleep, &maps, &opts),
+            Mode::Consistent => capture_consistent(pid, &tids, &in_disk_wait, &maps, &opts),
             Mode::Rolling => capture_rolling(pid, &tids, &maps, &opts),
             Mode::Passive => unreachable!("passive capture runs on the caller's thread"),
         })
@@ -488,31 +481,26 @@ fn detach(tid: i32, sig: Option<Signal>) {
 fn capture_consistent(
     pid: i32,
     all_tids: &[i32],
-    asleep: &[i32],
+    in_disk_wait: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
-    // A thread blocked in the kernel (waiting for a client in poll, on a
-    // lock or condition in futex, for the disk) cannot change its
-    // registers or stack until it wakes: it is read where it sleeps, as
-    // passive mode reads it, and never stopped. Stopping it would wake it
-    // for nothing (its syscall interrupted and restarted), and one in an
-    // uninterruptible wait would hold every stopped thread until its I/O
-    // ended. Only the threads that can run are stopped, so the window is
-    // as long as they take to stop, not the idle connections. One that
-    // woke since the caller looked is stopped as any other.
-    let started = Instant::now();
-    let mut unstopped: Vec<(RawThread, String)> = vec![];
+    // A thread in an uninterruptible wait (the disk, most often) stops only
+    // when it leaves the kernel, and every thread stopped before it would be
+    // held that long: it is read where it blocks, from /proc and its stack,
+    // as passive mode reads a blocked thread, and never stopped (if it has
+    // left the wait since the caller looked, it is stopped as any other).
+    let mut unstopped = vec![];
     let stoppable: Vec<i32> = all_tids
         .iter()
         .copied()
         .filter(|&tid| {
-            if !asleep.contains(&tid) {
+            if !in_disk_wait.contains(&tid) {
                 return true;
             }
             match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
-                passive::Read::Blocked(b) => {
-                    unstopped.push(*b);
+                passive::Read::Blocked(rt) => {
+                    unstopped.push(rt);
                     false
                 }
                 _ => true,
@@ -595,18 +583,6 @@ fn capture_consistent(
         }
     }
     drop(timer);
-    // Every running thread is stopped now: the snapshot's instant. A thread
-    // read asleep on a futex that has run since (its scheduler counters
-    // moved) was woken, the lock or condition handed to it: at the instant
-    // it no longer waited, and it is not counted as a waiter.
-    let mut woke = 0;
-    for (rt, sched) in &mut unstopped {
-        if rt.futex.is_some() && crate::proc::schedstat(pid, rt.tid).as_deref() != Some(sched.as_str()) {
-            rt.futex = None;
-            rt.regs.ax = 0;
-            woke += 1;
-        }
-    }
     // Everyone we hold is stopped now (or the budget ran out): let them go in
     // the order they stopped, so the earliest stopped is released first.
     let mut threads = Vec::with_capacity(stopped.len());
@@ -620,11 +596,10 @@ fn capture_consistent(
     }
     let window_us = window_start.elapsed().as_micros() as u64;
     drop(priority);
-    let read_blocked = unstopped.len();
-    threads.extend(unstopped.into_iter().map(|(rt, _)| rt));
     // A thread that did not stop in time went into an uninterruptible wait
     // after the check above: read the same way, with no stop (its
     // stopped_us stays 0).
+    threads.extend(unstopped);
     let mut late = Vec::with_capacity(pending.len());
     for &(tid, _) in &pending {
         let blocked = match crate::proc::state(pid, tid) {
@@ -632,7 +607,7 @@ fn capture_consistent(
             _ => passive::Read::Running,
         };
         match blocked {
-            passive::Read::Blocked(b) => threads.push(b.0),
+            passive::Read::Blocked(rt) => threads.push(rt),
             _ => late.push(tid),
         }
     }
@@ -640,10 +615,7 @@ fn capture_consistent(
     for tid in late {
         missed.push(not_stopped(pid, tid, opts));
     }
-    let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
-    s.stats.threads_read_blocked = read_blocked;
-    s.stats.woke_after_read = woke;
-    Ok(s)
+    Ok(finish(all_tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
 }
 
 /// Why a thread asked to stop did not within the budget: it was ending
@@ -794,7 +766,6 @@ pub(crate) fn finish(
         budget_exceeded,
         threads_read_blocked: 0,
         threads_sampled_on_cpu: 0,
-        woke_after_read: 0,
     };
     RawSample { threads, missed, stats }
 }

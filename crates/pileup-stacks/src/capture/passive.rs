@@ -46,8 +46,7 @@ pub struct Passive {
 }
 
 pub(super) enum Read {
-    /// Read while blocked, with its scheduler counters (`schedstat`) then.
-    Blocked(Box<(RawThread, String)>),
+    Blocked(RawThread),
     /// It woke while being copied.
     Moved,
     Running,
@@ -66,8 +65,7 @@ impl Passive {
             let mut tries = 0;
             loop {
                 match read_blocked(pid, tid, maps, opts.stack_bytes) {
-                    Read::Blocked(b) => {
-                        let (rt, _) = *b;
+                    Read::Blocked(rt) => {
                         if let Some(e) = self.events.get_mut(&tid) {
                             e.disarm();
                         }
@@ -180,5 +178,5 @@ pub(super) fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: u
         si: args[1],
         dx: args[2],
     };
-    Read::Blocked(Box::new((RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 }, before)))
+    Read::Blocked(RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 })
 }

@@ -343,10 +343,6 @@ fn print_stats(p: &pileup_stacks::Profile) {
         ms(st.longest_thread_us),
         ms(st.longest_held_us)
     );
-        eprintln!(
-            "  blocked threads read where they slept, not stopped: {}; of those asleep on a futex, woken before the snapshot's instant: {}",
-            st.read_blocked, st.woke_after_read
-        );
     }
     let t = &p.timing;
     eprintln!(
