@@ -15,9 +15,14 @@
 //! returns, and the kernel releases the rest: pileup never waits on the server.
 //!
 //! Modes:
-//! * `Consistent`: interrupt every thread, copy each as it stops, and release
-//!   them all once every thread has stopped — one true snapshot in which all
-//!   threads were stopped at the same instant.
+//! * `Consistent`: one true snapshot of every thread at one instant. Threads
+//!   blocked in the kernel (idle connections in `poll`, waiters in `futex`,
+//!   disk waits) cannot change until they wake, so they are read where they
+//!   sleep, without a stop ([`passive`]); the others are interrupted and
+//!   copied as each stops. While those are held, each sleeper is checked by
+//!   its scheduler counters: asleep throughout, its lock word is read again;
+//!   asleep again, it is read again; running, it is stopped in a second
+//!   phase. All are released together.
 //! * `Rolling`: one thread at a time — the least stop for any single thread,
 //!   but threads are seen at slightly different moments.
 //! * `Passive`: no thread is stopped at all ([`passive`]): blocked threads
@@ -206,6 +211,9 @@ pub struct CaptureStats {
     /// Passive mode: threads read while blocked, and sampled on their CPU.
     pub threads_read_blocked: usize,
     pub threads_sampled_on_cpu: usize,
+    /// Consistent mode: threads read asleep that had run by the time the
+    /// others were held (stopped in a second phase).
+    pub woke_after_read: usize,
 }
 
 pub struct RawSample {
@@ -216,12 +224,12 @@ pub struct RawSample {
 
 /// Stop `tids` of `pid` and copy their registers and stacks. `maps` (read
 /// beforehand) bounds each stack copy at the end of its mapping.
-/// `in_disk_wait`: those of `tids` the caller just saw in state D, which
-/// consistent mode reads without a stop.
+/// `asleep`: those of `tids` the caller just saw blocked (state S or D),
+/// which consistent mode reads where they sleep, without a stop.
 pub fn capture(
     pid: i32,
     tids: &[i32],
-    in_disk_wait: &[i32],
+    asleep: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
@@ -232,14 +240,14 @@ pub fn capture(
         return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
     }
     let tids = tids.to_vec();
-    let in_disk_wait = in_disk_wait.to_vec();
+    let asleep = asleep.to_vec();
     let maps = maps.to_vec();
     let opts = opts.clone();
     // A fresh OS thread per capture: see the module docs for why.
     std::thread::Builder::new()
         .name("pileup-capture".into())
         .spawn(move || match opts.mode {
-            Mode::Consistent => capture_consistent(pid, &tids, &in_disk_wait, &maps, &opts),
+            Mode::Consistent => capture_consistent(pid, &tids, &asleep, &maps, &opts),
             Mode::Rolling => capture_rolling(pid, &tids, &maps, &opts),
             Mode::Passive => unreachable!("passive capture runs on the caller's thread"),
         })
@@ -478,66 +486,40 @@ fn detach(tid: i32, sig: Option<Signal>) {
     let _ = ptrace::detach(Pid::from_raw(tid), sig);
 }
 
-fn capture_consistent(
+/// A stopped thread: its copy, the signal to re-inject, when it was
+/// interrupted and when its stop was seen.
+type Held = (RawThread, Option<Signal>, Instant, Instant);
+
+/// Seize and interrupt `tids`, adding each to `pending`. `first` is when
+/// the window's first interrupt went out (set by the first one): once the
+/// budget has run out since, the rest are not interrupted and `true` is
+/// returned.
+fn interrupt_all(
     pid: i32,
-    all_tids: &[i32],
-    in_disk_wait: &[i32],
-    maps: &[MapEntry],
+    tids: &[i32],
+    first: &mut Option<Instant>,
+    held_any: bool,
     opts: &CaptureOptions,
-) -> Result<RawSample, StacksError> {
-    // A thread in an uninterruptible wait (the disk, most often) stops only
-    // when it leaves the kernel, and every thread stopped before it would be
-    // held that long: it is read where it blocks, from /proc and its stack,
-    // as passive mode reads a blocked thread, and never stopped (if it has
-    // left the wait since the caller looked, it is stopped as any other).
-    let mut unstopped = vec![];
-    let stoppable: Vec<i32> = all_tids
-        .iter()
-        .copied()
-        .filter(|&tid| {
-            if !in_disk_wait.contains(&tid) {
-                return true;
-            }
-            match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
-                passive::Read::Blocked(rt) => {
-                    unstopped.push(rt);
-                    false
-                }
-                _ => true,
-            }
-        })
-        .collect();
-    let tids = &stoppable[..];
-    let priority = RaisedPriority::raise(opts.raised_priority);
-    let t0 = Instant::now();
-    let mut missed = vec![];
-    // (tid, interrupted at)
-    let mut pending: Vec<(i32, Instant)> = Vec::with_capacity(tids.len());
-    let mut budget_exceeded = false;
+    pending: &mut Vec<(i32, Instant)>,
+    missed: &mut Vec<Missed>,
+) -> Result<bool, StacksError> {
     for (i, &tid) in tids.iter().enumerate() {
         // The budget counts from the first interrupt: on a big server seizing
         // and interrupting alone can outlast it, so stop interrupting more.
-        if pending.first().is_some_and(|(_, first)| first.elapsed() > opts.max_stop) {
-            budget_exceeded = true;
+        if first.is_some_and(|f| f.elapsed() > opts.max_stop) {
             for &t in &tids[i..] {
                 missed.push(Missed {
                     tid: t,
                     reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
                 });
             }
-            break;
+            return Ok(true);
         }
-        match seize(pid, tid, !pending.is_empty()) {
-            Ok(Seized::Ok) => {}
-            Ok(Seized::Gone) => {
+        match seize(pid, tid, held_any || !pending.is_empty())? {
+            Seized::Ok => {}
+            Seized::Gone => {
                 missed.push(Missed { tid, reason: "exited before the capture".into() });
                 continue;
-            }
-            Err(e) => {
-                // Release what we already hold, then report.
-                let held: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
-                release_all(&held);
-                return Err(e);
             }
         }
         if ptrace::interrupt(Pid::from_raw(tid)).is_err() {
@@ -545,21 +527,31 @@ fn capture_consistent(
             missed.push(Missed { tid, reason: "exited before the capture".into() });
             continue;
         }
-        pending.push((tid, Instant::now()));
+        let now = Instant::now();
+        first.get_or_insert(now);
+        pending.push((tid, now));
     }
-    let window_start = t0;
-    // stopped threads in stop order: (RawThread, signal to re-inject, interrupted at, stop seen at)
-    let mut stopped: Vec<(RawThread, Option<Signal>, Instant, Instant)> = Vec::with_capacity(pending.len());
-    let timer = DeadlineTimer::new();
-    let deadline = window_start + opts.max_stop;
-    while !pending.is_empty() && !budget_exceeded {
-        let (tid, how) = match wait_stop(None, deadline, &timer) {
+    Ok(false)
+}
+
+/// Wait for every thread in `pending` to stop, copying each as it does,
+/// until `deadline`; `true` if the deadline passed first.
+#[allow(clippy::too_many_arguments)]
+fn copy_as_they_stop(
+    pid: i32,
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+    deadline: Instant,
+    timer: &DeadlineTimer,
+    pending: &mut Vec<(i32, Instant)>,
+    stopped: &mut Vec<Held>,
+    missed: &mut Vec<Missed>,
+) -> bool {
+    while !pending.is_empty() {
+        let (tid, how) = match wait_stop(None, deadline, timer) {
             Waited::Tid(tid, how) => (tid, how),
-            Waited::Deadline => {
-                budget_exceeded = true;
-                break;
-            }
-            Waited::None => break,
+            Waited::Deadline => return true,
+            Waited::None => return false,
         };
         let Some(i) = pending.iter().position(|&(t, _)| t == tid) else { continue };
         let (_, at) = pending[i];
@@ -582,10 +574,125 @@ fn capture_consistent(
             }
         }
     }
+    false
+}
+
+fn capture_consistent(
+    pid: i32,
+    all_tids: &[i32],
+    asleep: &[i32],
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+) -> Result<RawSample, StacksError> {
+    let started = Instant::now();
+    // A thread blocked in the kernel (an idle connection in poll, a waiter
+    // in futex, a disk wait) cannot change its registers or stack until it
+    // wakes: it is read where it sleeps, as passive mode reads it, and not
+    // stopped. Stopping it would wake it for nothing (its system call
+    // interrupted and restarted), and one in an uninterruptible wait would
+    // hold every stopped thread until its I/O ended. Whether it slept
+    // through the snapshot's instant is told by its scheduler counters: a
+    // kernel that keeps none (`0 0 0` for every thread) gets every thread
+    // stopped.
+    let schedstat_kept = all_tids
+        .first()
+        .and_then(|&t| crate::proc::schedstat(pid, t))
+        .is_some_and(|s| s.split_whitespace().any(|f| f != "0"));
+    let mut sleepers: Vec<(RawThread, String)> = vec![];
+    let runnable: Vec<i32> = all_tids
+        .iter()
+        .copied()
+        .filter(|&tid| {
+            if !schedstat_kept || !asleep.contains(&tid) {
+                return true;
+            }
+            match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+                passive::Read::Blocked(b) => {
+                    sleepers.push(*b);
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    let priority = RaisedPriority::raise(opts.raised_priority);
+    let t0 = Instant::now();
+    let mut missed = vec![];
+    // (tid, interrupted at)
+    let mut pending: Vec<(i32, Instant)> = Vec::with_capacity(runnable.len());
+    let mut stopped: Vec<Held> = Vec::with_capacity(runnable.len());
+    let mut first = None;
+    let timer = DeadlineTimer::new();
+    // Phase one: every thread that can run, interrupted and copied as each
+    // stops.
+    let mut budget_exceeded = match interrupt_all(pid, &runnable, &mut first, false, opts, &mut pending, &mut missed) {
+        Ok(b) => b,
+        Err(e) => {
+            release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+            return Err(e);
+        }
+    };
+    let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
+    if !budget_exceeded {
+        budget_exceeded =
+            copy_as_they_stop(pid, maps, opts, deadline(first), &timer, &mut pending, &mut stopped, &mut missed);
+    }
+    // Every thread that can run is held: each sleeper is checked while they
+    // are. One whose counters did not move slept throughout, and its copy
+    // stands, but the lock word it sleeps on is read again (the lock may
+    // have changed hands since, and its owner is named from that word). One
+    // that ran since and sleeps again is read again; one that is running is
+    // stopped in a second phase, as any other.
+    let mut slept: Vec<RawThread> = Vec::with_capacity(sleepers.len());
+    let mut woke = vec![];
+    for (mut rt, sched) in sleepers {
+        match crate::proc::schedstat(pid, rt.tid) {
+            Some(now) if now == sched => {
+                if let Some((addr, window)) = &mut rt.futex {
+                    if read_mem(pid, addr.wrapping_sub(FUTEX_BEFORE), window) != FUTEX_WINDOW {
+                        rt.futex = None;
+                    }
+                }
+                slept.push(rt);
+            }
+            None => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
+            Some(_) => match passive::read_blocked(pid, rt.tid, maps, opts.stack_bytes) {
+                passive::Read::Blocked(b) => slept.push(b.0),
+                passive::Read::Gone => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
+                passive::Read::Moved | passive::Read::Running => woke.push(rt.tid),
+            },
+        }
+    }
+    let woke_after_read = woke.len();
+    if !woke.is_empty() && !budget_exceeded {
+        let phase_two = interrupt_all(pid, &woke, &mut first, !stopped.is_empty(), opts, &mut pending, &mut missed);
+        match phase_two {
+            Ok(b) => budget_exceeded = b,
+            Err(e) => {
+                for (rt, sig, _, _) in stopped {
+                    detach(rt.tid, sig);
+                }
+                release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+                return Err(e);
+            }
+        }
+        if !budget_exceeded {
+            budget_exceeded =
+                copy_as_they_stop(pid, maps, opts, deadline(first), &timer, &mut pending, &mut stopped, &mut missed);
+        }
+    } else if budget_exceeded {
+        for tid in woke {
+            missed.push(Missed {
+                tid,
+                reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
+            });
+        }
+    }
     drop(timer);
+    let window_start = first.unwrap_or(t0);
     // Everyone we hold is stopped now (or the budget ran out): let them go in
     // the order they stopped, so the earliest stopped is released first.
-    let mut threads = Vec::with_capacity(stopped.len());
+    let mut threads = Vec::with_capacity(stopped.len() + slept.len());
     for (mut rt, sig, at, seen) in stopped {
         detach(rt.tid, sig);
         rt.stopped_us = at.elapsed().as_micros() as u64;
@@ -596,10 +703,11 @@ fn capture_consistent(
     }
     let window_us = window_start.elapsed().as_micros() as u64;
     drop(priority);
+    let read_blocked = slept.len();
+    threads.extend(slept);
     // A thread that did not stop in time went into an uninterruptible wait
-    // after the check above: read the same way, with no stop (its
+    // after it was listed: read the same way, with no stop (its
     // stopped_us stays 0).
-    threads.extend(unstopped);
     let mut late = Vec::with_capacity(pending.len());
     for &(tid, _) in &pending {
         let blocked = match crate::proc::state(pid, tid) {
@@ -607,7 +715,7 @@ fn capture_consistent(
             _ => passive::Read::Running,
         };
         match blocked {
-            passive::Read::Blocked(rt) => threads.push(rt),
+            passive::Read::Blocked(b) => threads.push(b.0),
             _ => late.push(tid),
         }
     }
@@ -615,7 +723,10 @@ fn capture_consistent(
     for tid in late {
         missed.push(not_stopped(pid, tid, opts));
     }
-    Ok(finish(all_tids, threads, missed, window_us, t0, budget_exceeded, "consistent"))
+    let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
+    s.stats.threads_read_blocked = read_blocked;
+    s.stats.woke_after_read = woke_after_read;
+    Ok(s)
 }
 
 /// Why a thread asked to stop did not within the budget: it was ending
@@ -766,6 +877,7 @@ pub(crate) fn finish(
         budget_exceeded,
         threads_read_blocked: 0,
         threads_sampled_on_cpu: 0,
+        woke_after_read: 0,
     };
     RawSample { threads, missed, stats }
 }

@@ -201,10 +201,13 @@ pub struct StopSummary {
     pub longest_held_us: u64,
     /// Samples whose `--max-stop-ms` ran out.
     pub budget_exceeded: usize,
-    /// Passive mode (nothing stopped): thread stacks read while the thread
-    /// was blocked, and sampled on its CPU.
+    /// Thread stacks read while the thread was blocked, without a stop
+    /// (both modes), and sampled on its CPU (passive mode).
     pub read_blocked: usize,
     pub sampled_on_cpu: usize,
+    /// Consistent mode: threads read asleep that had run by the time the
+    /// others were held, and were stopped then.
+    pub woke_after_read: usize,
     /// Threads missed, by reason.
     pub missed: BTreeMap<String, usize>,
     /// Unix time of the first and the last sample, milliseconds.
@@ -608,10 +611,13 @@ impl Sampler {
             // Its perf events live as long as the sampler.
             Mode::Passive => self.passive.capture(pid, &chosen, &self.maps, &self.opts.capture),
             _ => {
-                // The OS states just read: threads in disk wait are read without a stop.
-                let disk: Vec<i32> =
-                    chosen.iter().copied().filter(|t| os.get(t).is_some_and(|o| o.state == 'D')).collect();
-                capture::capture(pid, &chosen, &disk, &self.maps, &self.opts.capture)?
+                // The OS states just read: blocked threads are read without a stop.
+                let asleep: Vec<i32> = chosen
+                    .iter()
+                    .copied()
+                    .filter(|t| os.get(t).is_some_and(|o| matches!(o.state, 'S' | 'D')))
+                    .collect();
+                capture::capture(pid, &chosen, &asleep, &self.maps, &self.opts.capture)?
             }
         };
         if !by_tid {
@@ -721,6 +727,7 @@ impl Sampler {
         s.budget_exceeded += st.budget_exceeded as usize;
         s.read_blocked += st.threads_read_blocked;
         s.sampled_on_cpu += st.threads_sampled_on_cpu;
+        s.woke_after_read += st.woke_after_read;
         for m in &raw.missed {
             *s.missed.entry(m.reason.clone()).or_default() += 1;
         }

@@ -298,8 +298,23 @@ fn server_that_exits_is_reported_not_hung() {
 fn max_stop_budget_abandons_the_capture_and_resumes_everything() {
     let sb = sandbox();
     let pid = sb.pid();
-    // 200 idle connections: stopping all of them together takes well over 1 ms.
-    let conns: Vec<_> = (0..200).map(|_| sb.connect().unwrap()).collect();
+    // 160 connections each running a statement that only computes: 160
+    // threads that can run take well over 1 ms to stop together, however
+    // many cores (threads asleep are read without a stop and do not count).
+    let busy: Vec<_> = (0..160)
+        .map(|_| {
+            let mut c = sb.connect().unwrap();
+            std::thread::spawn(move || {
+                let _ = c.query_drop("SELECT BENCHMARK(1000000000000, CRC32('pileup'))");
+            })
+        })
+        .collect();
+    let running = |pid| thread_states(pid).into_iter().filter(|(_, s)| *s == 'R').count();
+    let t0 = Instant::now();
+    while running(pid) < 100 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the statements did not start running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let j = stacks_json(&sb, &["--no-sql", "--mode", "consistent", "--max-stop-ms", "1"]);
     let st = &j["samples"][0]["stats"];
     assert_eq!(st["budget_exceeded"], true, "{st}");
@@ -310,8 +325,16 @@ fn max_stop_budget_abandons_the_capture_and_resumes_everything() {
     std::thread::sleep(Duration::from_millis(50));
     let stopped: Vec<_> = thread_states(pid).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
     assert!(stopped.is_empty(), "{stopped:?}");
-    sb.connect().unwrap().query_drop("DO 1").unwrap();
-    drop(conns);
+    let mut c = sb.connect().unwrap();
+    c.query_drop("DO 1").unwrap();
+    let ids: Vec<u64> =
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT BENCHMARK%'").unwrap();
+    for id in ids {
+        let _ = c.query_drop(format!("KILL {id}"));
+    }
+    for b in busy {
+        b.join().unwrap();
+    }
 }
 
 #[test]

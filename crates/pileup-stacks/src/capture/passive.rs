@@ -46,7 +46,8 @@ pub struct Passive {
 }
 
 pub(super) enum Read {
-    Blocked(RawThread),
+    /// Read while blocked, with its scheduler counters (`schedstat`) then.
+    Blocked(Box<(RawThread, String)>),
     /// It woke while being copied.
     Moved,
     Running,
@@ -65,7 +66,8 @@ impl Passive {
             let mut tries = 0;
             loop {
                 match read_blocked(pid, tid, maps, opts.stack_bytes) {
-                    Read::Blocked(rt) => {
+                    Read::Blocked(b) => {
+                        let (rt, _) = *b;
                         if let Some(e) = self.events.get_mut(&tid) {
                             e.disarm();
                         }
@@ -178,5 +180,5 @@ pub(super) fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: u
         si: args[1],
         dx: args[2],
     };
-    Read::Blocked(RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 })
+    Read::Blocked(Box::new((RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 }, before)))
 }

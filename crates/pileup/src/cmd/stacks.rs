@@ -343,6 +343,12 @@ fn print_stats(p: &pileup_stacks::Profile) {
         ms(st.longest_thread_us),
         ms(st.longest_held_us)
     );
+        if p.mode == Mode::Consistent {
+            eprintln!(
+                "  blocked threads read where they slept, not stopped: {}; read asleep but running by the time the others were held (stopped then): {}",
+                st.read_blocked, st.woke_after_read
+            );
+        }
     }
     let t = &p.timing;
     eprintln!(
