@@ -4,8 +4,9 @@
 //! kernel resumes the thread by itself if pileup dies), `PTRACE_INTERRUPT`,
 //! wait for the stop, read the registers, copy the live part of the stack with
 //! `process_vm_readv`, read the futex word the thread is blocked on (for lock
-//! owners), then `PTRACE_DETACH`. Nothing else happens while a thread is
-//! stopped: unwinding and symbolizing run later on the copies.
+//! owners), then `PTRACE_DETACH`. While threads are held only the checks
+//! that keep a consistent snapshot true run (sleepers' scheduler counters
+//! and lock words): unwinding and symbolizing run later on the copies.
 //!
 //! All ptrace work runs on a dedicated OS thread created for the capture. The
 //! kernel ties tracees to the tracing *thread*: when that thread exits, every
@@ -486,6 +487,10 @@ fn detach(tid: i32, sig: Option<Signal>) {
     let _ = ptrace::detach(Pid::from_raw(tid), sig);
 }
 
+/// How long the threads held wait for a sleeper that woke after it was read
+/// to stop (consistent mode's further phases).
+const PHASE_TWO_WAIT: Duration = Duration::from_millis(2);
+
 /// A stopped thread: its copy, the signal to re-inject, when it was
 /// interrupted and when its stop was seen.
 type Held = (RawThread, Option<Signal>, Instant, Instant);
@@ -591,9 +596,8 @@ fn capture_consistent(
     // stopped. Stopping it would wake it for nothing (its system call
     // interrupted and restarted), and one in an uninterruptible wait would
     // hold every stopped thread until its I/O ended. Whether it slept
-    // through the snapshot's instant is told by its scheduler counters: a
-    // kernel that keeps none (`0 0 0` for every thread) gets every thread
-    // stopped.
+    // through the snapshot's instant is told by its scheduler counters (a
+    // kernel that keeps none shows `0 0 0` for every thread).
     let schedstat_kept = all_tids
         .first()
         .and_then(|&t| crate::proc::schedstat(pid, t))
@@ -603,7 +607,13 @@ fn capture_consistent(
         .iter()
         .copied()
         .filter(|&tid| {
-            if !schedstat_kept || !asleep.contains(&tid) {
+            if !asleep.contains(&tid) {
+                return true;
+            }
+            // Without scheduler statistics whether a sleeper ran cannot be
+            // told: only a thread in disk wait (which would hold every
+            // stopped thread until its I/O ends) is read without a stop.
+            if !schedstat_kept && crate::proc::state(pid, tid) != Some('D') {
                 return true;
             }
             match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
@@ -642,31 +652,60 @@ fn capture_consistent(
     // stands, but the lock word it sleeps on is read again (the lock may
     // have changed hands since, and its owner is named from that word). One
     // that ran since and sleeps again is read again; one that is running is
-    // stopped in a second phase, as any other.
-    let mut slept: Vec<RawThread> = Vec::with_capacity(sleepers.len());
-    let mut woke = vec![];
-    for (mut rt, sched) in sleepers {
-        match crate::proc::schedstat(pid, rt.tid) {
-            Some(now) if now == sched => {
-                if let Some((addr, window)) = &mut rt.futex {
-                    if read_mem(pid, addr.wrapping_sub(FUTEX_BEFORE), window) != FUTEX_WINDOW {
-                        rt.futex = None;
+    // stopped in a further phase, as any other, and every sleeper is then
+    // checked again (a thread stopped late may have released a lock
+    // meanwhile), until a check finds none woken or the budget runs out.
+    let mut slept: Vec<(RawThread, String)> = sleepers;
+    let mut woke_after_read = 0;
+    let mut woke_unstopped: Vec<i32> = vec![];
+    while !budget_exceeded {
+        let mut checked = Vec::with_capacity(slept.len());
+        let mut woke = vec![];
+        let mut rest = slept.into_iter();
+        for (mut rt, sched) in rest.by_ref() {
+            match crate::proc::schedstat(pid, rt.tid) {
+                Some(now) if now == sched => {
+                    if let Some((addr, window)) = &mut rt.futex {
+                        if read_mem(pid, addr.wrapping_sub(FUTEX_BEFORE), window) != FUTEX_WINDOW {
+                            rt.futex = None;
+                            rt.regs.ax = 0;
+                        }
                     }
+                    checked.push((rt, sched));
                 }
-                slept.push(rt);
+                None => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
+                Some(_) => match passive::read_blocked(pid, rt.tid, maps, opts.stack_bytes) {
+                    passive::Read::Blocked(b) => checked.push(*b),
+                    passive::Read::Gone => {
+                        missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() })
+                    }
+                    passive::Read::Moved | passive::Read::Running => woke.push(rt.tid),
+                },
             }
-            None => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
-            Some(_) => match passive::read_blocked(pid, rt.tid, maps, opts.stack_bytes) {
-                passive::Read::Blocked(b) => slept.push(b.0),
-                passive::Read::Gone => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
-                passive::Read::Moved | passive::Read::Running => woke.push(rt.tid),
-            },
+            // The check holds the stopped threads too: it is under the budget.
+            if Instant::now() >= deadline(first) {
+                budget_exceeded = true;
+                break;
+            }
         }
-    }
-    let woke_after_read = woke.len();
-    if !woke.is_empty() && !budget_exceeded {
-        let phase_two = interrupt_all(pid, &woke, &mut first, !stopped.is_empty(), opts, &mut pending, &mut missed);
-        match phase_two {
+        // Those not checked when the budget ran out keep their copies.
+        checked.extend(rest);
+        slept = checked;
+        if woke.is_empty() {
+            break;
+        }
+        if budget_exceeded {
+            for tid in woke {
+                missed.push(Missed {
+                    tid,
+                    reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
+                });
+            }
+            break;
+        }
+        let before = stopped.len();
+        let held_any = first.is_some();
+        match interrupt_all(pid, &woke, &mut first, held_any, opts, &mut pending, &mut missed) {
             Ok(b) => budget_exceeded = b,
             Err(e) => {
                 for (rt, sig, _, _) in stopped {
@@ -676,16 +715,19 @@ fn capture_consistent(
                 return Err(e);
             }
         }
-        if !budget_exceeded {
-            budget_exceeded =
-                copy_as_they_stop(pid, maps, opts, deadline(first), &timer, &mut pending, &mut stopped, &mut missed);
-        }
-    } else if budget_exceeded {
-        for tid in woke {
-            missed.push(Missed {
-                tid,
-                reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
-            });
+        // A woken thread that is not on a CPU waits for one to enter its
+        // stop, behind every runnable task of a saturated host, and all the
+        // threads already stopped would wait with it: it gets a short wait,
+        // then it is let go and missed (with the reason) rather than hold
+        // them.
+        let short = (Instant::now() + PHASE_TWO_WAIT).min(deadline(first));
+        let timed_out = !budget_exceeded
+            && copy_as_they_stop(pid, maps, opts, short, &timer, &mut pending, &mut stopped, &mut missed);
+        woke_after_read += stopped.len() - before;
+        if timed_out {
+            budget_exceeded = short >= deadline(first);
+            woke_unstopped.extend(pending.iter().map(|&(t, _)| t));
+            break;
         }
     }
     drop(timer);
@@ -701,10 +743,11 @@ fn capture_consistent(
         // is still a true stack of its thread; stats.budget_exceeded says so.
         threads.push(rt);
     }
-    let window_us = window_start.elapsed().as_micros() as u64;
+    // Nothing stopped, nothing held: no window.
+    let window_us = first.map_or(0, |_| window_start.elapsed().as_micros() as u64);
     drop(priority);
-    let read_blocked = slept.len();
-    threads.extend(slept);
+    let mut read_blocked = slept.len();
+    threads.extend(slept.into_iter().map(|(rt, _)| rt));
     // A thread that did not stop in time went into an uninterruptible wait
     // after it was listed: read the same way, with no stop (its
     // stopped_us stays 0).
@@ -715,13 +758,26 @@ fn capture_consistent(
             _ => passive::Read::Running,
         };
         match blocked {
-            passive::Read::Blocked(b) => threads.push(b.0),
+            passive::Read::Blocked(b) => {
+                read_blocked += 1;
+                threads.push(b.0);
+            }
             _ => late.push(tid),
         }
     }
     release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
     for tid in late {
-        missed.push(not_stopped(pid, tid, opts));
+        if woke_unstopped.contains(&tid) && !crate::proc::exiting(pid, tid) {
+            missed.push(Missed {
+                tid,
+                reason: format!(
+                    "woke after it was read asleep and got no CPU to stop on within {} ms",
+                    PHASE_TWO_WAIT.as_millis()
+                ),
+            });
+        } else {
+            missed.push(not_stopped(pid, tid, opts));
+        }
     }
     let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
     s.stats.threads_read_blocked = read_blocked;

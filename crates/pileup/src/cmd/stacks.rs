@@ -345,7 +345,7 @@ fn print_stats(p: &pileup_stacks::Profile) {
     );
         if p.mode == Mode::Consistent {
             eprintln!(
-                "  blocked threads read where they slept, not stopped: {}; read asleep but running by the time the others were held (stopped then): {}",
+                "  blocked threads read where they slept, not stopped: {}; read asleep but found running while the others were held, and stopped then: {}",
                 st.read_blocked, st.woke_after_read
             );
         }
