@@ -487,9 +487,9 @@ fn detach(tid: i32, sig: Option<Signal>) {
     let _ = ptrace::detach(Pid::from_raw(tid), sig);
 }
 
-/// How long the threads held wait for a sleeper that woke after it was read
-/// to stop (consistent mode's further phases).
-const PHASE_TWO_WAIT: Duration = Duration::from_millis(2);
+/// How long consistent mode's sleeper checks and further phases may hold
+/// the stopped threads, in all.
+const CHECK_TIME: Duration = Duration::from_millis(2);
 
 /// A stopped thread: its copy, the signal to re-inject, when it was
 /// interrupted and when its stop was seen.
@@ -654,11 +654,18 @@ fn capture_consistent(
     // that ran since and sleeps again is read again; one that is running is
     // stopped in a further phase, as any other, and every sleeper is then
     // checked again (a thread stopped late may have released a lock
-    // meanwhile), until a check finds none woken or the budget runs out.
+    // meanwhile), until a check finds none woken. On a busy server clients
+    // wake sleepers all the time, and every check holds the stopped
+    // threads: the checks and further phases together get CHECK_TIME, lock
+    // waiters first; sleepers not checked by then keep the copy read just
+    // before the window.
+    let check_until = (Instant::now() + CHECK_TIME).min(deadline(first));
+    sleepers.sort_by_key(|(rt, _)| rt.futex.is_none());
     let mut slept: Vec<(RawThread, String)> = sleepers;
     let mut woke_after_read = 0;
     let mut woke_unstopped: Vec<i32> = vec![];
-    while !budget_exceeded {
+    let mut out_of_time = false;
+    while !budget_exceeded && !out_of_time {
         let mut checked = Vec::with_capacity(slept.len());
         let mut woke = vec![];
         let mut rest = slept.into_iter();
@@ -682,9 +689,9 @@ fn capture_consistent(
                     passive::Read::Moved | passive::Read::Running => woke.push(rt.tid),
                 },
             }
-            // The check holds the stopped threads too: it is under the budget.
-            if Instant::now() >= deadline(first) {
-                budget_exceeded = true;
+            // The check holds the stopped threads too.
+            if Instant::now() >= check_until {
+                out_of_time = true;
                 break;
             }
         }
@@ -694,11 +701,14 @@ fn capture_consistent(
         if woke.is_empty() {
             break;
         }
-        if budget_exceeded {
+        if out_of_time {
             for tid in woke {
                 missed.push(Missed {
                     tid,
-                    reason: format!("not interrupted: --max-stop-ms ({} ms) ran out", opts.max_stop.as_millis()),
+                    reason: format!(
+                        "woke after it was read asleep, with none of the {} ms its check may hold the others left to stop it",
+                        CHECK_TIME.as_millis()
+                    ),
                 });
             }
             break;
@@ -720,12 +730,11 @@ fn capture_consistent(
         // threads already stopped would wait with it: it gets a short wait,
         // then it is let go and missed (with the reason) rather than hold
         // them.
-        let short = (Instant::now() + PHASE_TWO_WAIT).min(deadline(first));
         let timed_out = !budget_exceeded
-            && copy_as_they_stop(pid, maps, opts, short, &timer, &mut pending, &mut stopped, &mut missed);
+            && copy_as_they_stop(pid, maps, opts, check_until, &timer, &mut pending, &mut stopped, &mut missed);
         woke_after_read += stopped.len() - before;
         if timed_out {
-            budget_exceeded = short >= deadline(first);
+            budget_exceeded = check_until >= deadline(first);
             woke_unstopped.extend(pending.iter().map(|&(t, _)| t));
             break;
         }
@@ -771,8 +780,8 @@ fn capture_consistent(
             missed.push(Missed {
                 tid,
                 reason: format!(
-                    "woke after it was read asleep and got no CPU to stop on within {} ms",
-                    PHASE_TWO_WAIT.as_millis()
+                    "woke after it was read asleep and was not stopped within the {} ms its check may hold the others",
+                    CHECK_TIME.as_millis()
                 ),
             });
         } else {
