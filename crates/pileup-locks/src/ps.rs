@@ -73,13 +73,34 @@ fn by_thread(c: &mut mysql::Conn) -> Result<ByThread, String> {
     Ok(rows.into_iter().map(|(t, n, count, ps, info)| ((t, n), ThreadWaits { count, ps, info })).collect())
 }
 
+/// The statements each connection was seen running during the window
+/// (performance_schema thread id → fingerprint → times seen).
+type Seen = HashMap<u64, HashMap<String, u32>>;
+
+/// Add what the connections are running now to `seen`.
+fn look(c: &mut mysql::Conn, fingerprint: &impl Fn(&str) -> String, seen: &mut Seen) {
+    let rows: Vec<(u64, String)> = c
+        .query(
+            "SELECT THREAD_ID, PROCESSLIST_INFO FROM performance_schema.threads \
+             WHERE PROCESSLIST_ID IS NOT NULL AND PROCESSLIST_INFO IS NOT NULL AND PROCESSLIST_ID <> CONNECTION_ID()",
+        )
+        .unwrap_or_default();
+    for (t, info) in rows {
+        *seen.entry(t).or_default().entry(fingerprint(&info)).or_default() += 1;
+    }
+}
+
 /// Per instrument, the statements (by fingerprint) of the connections that
 /// waited on it in the window, by time waited, and how many connections:
-/// a connection's waits go to the statement it ran when the window ended
-/// (or began, if it was idle then).
+/// a connection's waits go to the statement it was seen running most
+/// often during the window (looked at every 100 ms), or else the one it
+/// ran when the window ended (or began); `(idle)` if it was never seen
+/// running one. A connection that runs short statements back to back is
+/// between two of them at many instants.
 fn statements_by_event(
     before: &ByThread,
     after: &ByThread,
+    seen: &Seen,
     fingerprint: impl Fn(&str) -> String,
 ) -> HashMap<String, (Vec<StatementEntry>, usize)> {
     let mut per: HashMap<String, HashMap<String, (u64, u64)>> = HashMap::new();
@@ -91,7 +112,13 @@ fn statements_by_event(
             continue;
         }
         *conns.entry(key.1.clone()).or_default() += 1;
-        let stmt = a.info.as_deref().or(b.info.as_deref()).map(&fingerprint).unwrap_or_else(|| "(idle)".into());
+        let most_seen = seen
+            .get(&key.0)
+            .and_then(|m| m.iter().max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0))))
+            .map(|(f, _)| f.clone());
+        let stmt = most_seen
+            .or_else(|| a.info.as_deref().or(b.info.as_deref()).map(&fingerprint))
+            .unwrap_or_else(|| "(idle)".into());
         let e = per.entry(key.1.clone()).or_default().entry(stmt).or_default();
         e.0 += n;
         e.1 += ps;
@@ -126,15 +153,17 @@ pub fn trace(
     let threads_before = by_thread(c).unwrap_or_default();
     let before = summary(c)?;
     let t = Instant::now();
+    let mut seen = Seen::new();
     while t.elapsed() < duration && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(duration.saturating_sub(t.elapsed()).min(Duration::from_millis(100)));
+        look(c, &fingerprint, &mut seen);
         tick(t.elapsed());
     }
     let after = summary(c)?;
     let elapsed = t.elapsed();
     let threads_after = by_thread(c).unwrap_or_default();
     let mut out = entries(&before, &after, elapsed, threads);
-    let mut who = statements_by_event(&threads_before, &threads_after, fingerprint);
+    let mut who = statements_by_event(&threads_before, &threads_after, &seen, fingerprint);
     for e in &mut out {
         if let Some((statements, conns)) = who.remove(&format!("wait/synch/{}", e.name)) {
             e.statements = statements;
@@ -244,11 +273,19 @@ mod tests {
             ((4, ev.clone()), tw(1, 2_000_000_000, Some("SELECT 4"))),
         ]
         .into();
-        let who = statements_by_event(&before, &after, |q| q.replace(|c: char| c.is_ascii_digit(), "?"));
+        let fp = |q: &str| q.replace(|c: char| c.is_ascii_digit(), "?");
+        let who = statements_by_event(&before, &after, &Seen::new(), fp);
         let (stmts, conns) = &who[&ev];
         assert_eq!(*conns, 3);
         assert_eq!(stmts.len(), 2, "{stmts:?}");
         assert_eq!((stmts[0].fingerprint.as_str(), stmts[0].events, stmts[0].wait_ms), ("SELECT ?", 11, 5.0));
         assert_eq!((stmts[1].fingerprint.as_str(), stmts[1].events, stmts[1].wait_ms), ("(idle)", 1, 1.0));
+        // Seen running SHOW GLOBAL VARIABLES during the window, between
+        // two statements at both ends: its waits go there.
+        let seen: Seen = [(2, [("SHOW GLOBAL VARIABLES".to_string(), 3), ("SELECT ?".to_string(), 1)].into())].into();
+        let who = statements_by_event(&before, &after, &seen, fp);
+        let (stmts, _) = &who[&ev];
+        assert!(stmts.iter().any(|s| (s.fingerprint.as_str(), s.events) == ("SHOW GLOBAL VARIABLES", 1)), "{stmts:?}");
+        assert!(!stmts.iter().any(|s| s.fingerprint == "(idle)"), "{stmts:?}");
     }
 }
