@@ -200,7 +200,7 @@ pub fn gather(
             let dt = t0.elapsed().as_secs_f64();
             // Less than a tenth of a second says little about a disk.
             if dt >= 0.1 {
-                ev.io_pressure_pct = Some((100.0 * (us1 - us0) / (dt * 1e6)).clamp(0.0, 100.0));
+                ev.io_pressure_pct = Some(crate::derive::io_pressure_pct(us1 - us0, dt));
             }
         }
     }

@@ -235,7 +235,7 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
         // which sees a volume throttled below the device (a cgroup limit)
         // that the device's own counters do not.
         if let Some(us) = delta("io_pressure_some_us") {
-            out.insert("io_pressure_pct".into(), (100.0 * us / (dt * 1e6)).clamp(0.0, 100.0));
+            out.insert("io_pressure_pct".into(), io_pressure_pct(us, dt));
         }
         if let Some(ms) = delta("disk_io_ms") {
             out.insert("disk_busy_pct".into(), (100.0 * ms / (dt * 1000.0)).min(100.0));
@@ -259,6 +259,12 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
         }
     }
     out
+}
+
+/// Share (%) of `dt` seconds in which some task was stalled on I/O, from
+/// the growth `us` of an `io.pressure` total (microseconds).
+pub fn io_pressure_pct(us: f64, dt: f64) -> f64 {
+    (100.0 * us / (dt * 1e6)).clamp(0.0, 100.0)
 }
 
 #[cfg(test)]
