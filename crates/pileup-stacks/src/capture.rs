@@ -22,8 +22,10 @@
 //!   sleep, without a stop ([`passive`]); the others are interrupted and
 //!   copied as each stops. While those are held, each sleeper is checked by
 //!   its scheduler counters: asleep throughout, its lock word is read again;
-//!   asleep again, it is read again; running, it is stopped in a second
-//!   phase. All are released together.
+//!   if it ran since, it is interrupted in a further phase. The held threads
+//!   are then released together; an interrupted thread still queued for a
+//!   CPU runs none of its own code before it stops, so it is copied when it
+//!   does and let go at once, without holding the others meanwhile.
 //! * `Rolling`: one thread at a time — the least stop for any single thread,
 //!   but threads are seen at slightly different moments.
 //! * `Passive`: no thread is stopped at all ([`passive`]): blocked threads
@@ -168,6 +170,12 @@ pub struct RawThread {
     /// When blocked in futex: the futex address and the [`FUTEX_WINDOW`]
     /// bytes starting [`FUTEX_BEFORE`] bytes before it (lock owner lookup).
     pub futex: Option<(u64, [u8; FUTEX_WINDOW])>,
+    /// Stopped after the threads held for the snapshot were let go (it was
+    /// queued for a CPU until then). It ran no code of its own since its
+    /// interrupt, inside the snapshot, so its frames are the snapshot's; but
+    /// a system call it was inside then has finished (it shows just after
+    /// the call), and the lock word it waits on was read later.
+    pub late: bool,
     /// How long this thread was stopped (µs), from the interrupt to the detach.
     pub stopped_us: u64,
     /// The part of that after it had stopped (µs): the time it was held.
@@ -192,9 +200,11 @@ pub struct CaptureStats {
     pub threads_captured: usize,
     pub threads_missed: usize,
     pub threads_appeared: usize,
-    /// From the first interrupt to the last detach (µs).
+    /// From the first interrupt until the held threads are let go (µs);
+    /// threads stopped late are not held in it (see `stopped_late`).
     pub window_us: u64,
-    /// The longest any single thread was stopped (µs).
+    /// The longest any single thread was stopped (µs), from its interrupt to
+    /// its detach: for a thread stopped late, mostly its wait for a CPU.
     pub max_thread_stop_us: u64,
     /// Median single-thread stop (µs).
     pub median_thread_stop_us: u64,
@@ -213,8 +223,14 @@ pub struct CaptureStats {
     pub threads_read_blocked: usize,
     pub threads_sampled_on_cpu: usize,
     /// Consistent mode: threads read asleep that had run by the time the
-    /// others were held (stopped in a second phase).
+    /// others were held (interrupted in a further phase).
     pub woke_after_read: usize,
+    /// Consistent mode: how long the sleeper checks held the threads
+    /// already stopped (µs), part of `window_us`.
+    pub checks_us: u64,
+    /// Consistent mode: threads that were queued for a CPU when the others
+    /// were let go, copied when they stopped (see `max_thread_stop_us`).
+    pub stopped_late: usize,
 }
 
 pub struct RawSample {
@@ -342,7 +358,18 @@ enum Waited {
 fn wait_stop(tid: Option<i32>, deadline: Instant, timer: &DeadlineTimer) -> Waited {
     let waited = loop {
         if Instant::now() >= deadline {
-            break Waited::Deadline;
+            // A stop already reported is still taken.
+            break match waitpid(
+                tid.map(Pid::from_raw),
+                Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD | WaitPidFlag::WNOHANG),
+            ) {
+                Ok(ws) => match ws.pid() {
+                    Some(p) => Waited::Tid(p.as_raw(), outcome(ws)),
+                    None => Waited::Deadline,
+                },
+                Err(Errno::ECHILD) => Waited::None,
+                Err(_) => Waited::Deadline,
+            };
         }
         timer.arm(Some(deadline));
         // Without a timer (none could be created) nothing would end a
@@ -469,7 +496,7 @@ fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Opt
     } else {
         None
     };
-    Some(RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 })
+    Some(RawThread { tid, regs, stack_addr: sp, stack, futex, late: false, stopped_us: 0, held_us: 0 })
 }
 
 /// Copy remote memory; returns how many bytes were read (partial at a fault).
@@ -487,8 +514,8 @@ fn detach(tid: i32, sig: Option<Signal>) {
     let _ = ptrace::detach(Pid::from_raw(tid), sig);
 }
 
-/// How long consistent mode's sleeper checks and further phases may hold
-/// the stopped threads, in all.
+/// How long consistent mode's sleeper checks may hold the stopped threads,
+/// in all.
 const CHECK_TIME: Duration = Duration::from_millis(2);
 
 /// A stopped thread: its copy, the signal to re-inject, when it was
@@ -539,24 +566,58 @@ fn interrupt_all(
     Ok(false)
 }
 
-/// Wait for every thread in `pending` to stop, copying each as it does,
-/// until `deadline`; `true` if the deadline passed first.
+/// How long the stops of a window may pause before the threads not yet
+/// stopped are taken for threads waiting for a CPU. On a machine with idle
+/// CPU every interrupted thread stops within microseconds; on a saturated
+/// one a thread queued behind dozens of busy tasks may need tens of
+/// milliseconds to be scheduled and enter its stop, and every thread
+/// already held would wait with it.
+const LULL: Duration = Duration::from_millis(1);
+
+/// How [`copy_as_they_stop`] ended.
+#[derive(PartialEq)]
+enum Ended {
+    /// None of the awaited threads is pending.
+    All,
+    /// The deadline passed first.
+    Deadline,
+    /// No thread stopped for [`LULL`].
+    Lull,
+}
+
+/// Let a stopped thread go, recording how long it was stopped and held.
+fn let_go((mut rt, sig, at, seen): Held) -> RawThread {
+    detach(rt.tid, sig);
+    rt.stopped_us = at.elapsed().as_micros() as u64;
+    rt.held_us = seen.elapsed().as_micros() as u64;
+    rt
+}
+
+/// Wait for the threads in `pending` to stop, copying each as it does,
+/// until none of `awaited` is pending, `deadline` passes, or (with `lull`)
+/// no thread has stopped for that long. A stopped thread is held in
+/// `stopped`, or with `release` let go as soon as it is copied.
 #[allow(clippy::too_many_arguments)]
 fn copy_as_they_stop(
     pid: i32,
     maps: &[MapEntry],
     opts: &CaptureOptions,
-    deadline: Instant,
+    (deadline, lull): (Instant, Option<Duration>),
+    awaited: &[i32],
     timer: &DeadlineTimer,
     pending: &mut Vec<(i32, Instant)>,
     stopped: &mut Vec<Held>,
+    mut release: Option<&mut Vec<RawThread>>,
     missed: &mut Vec<Missed>,
-) -> bool {
-    while !pending.is_empty() {
-        let (tid, how) = match wait_stop(None, deadline, timer) {
+) -> Ended {
+    let mut progress = Instant::now();
+    while pending.iter().any(|(t, _)| awaited.contains(t)) {
+        let until = lull.map_or(deadline, |l| deadline.min(progress + l));
+        let (tid, how) = match wait_stop(None, until, timer) {
             Waited::Tid(tid, how) => (tid, how),
-            Waited::Deadline => return true,
-            Waited::None => return false,
+            Waited::Deadline if until < deadline => return Ended::Lull,
+            Waited::Deadline => return Ended::Deadline,
+            Waited::None => return Ended::All,
         };
         let Some(i) = pending.iter().position(|&(t, _)| t == tid) else { continue };
         let (_, at) = pending[i];
@@ -564,9 +625,16 @@ fn copy_as_they_stop(
             Poll::NotYet => {}
             Poll::Stopped(sig) => {
                 let seen = Instant::now();
+                progress = seen;
                 pending.swap_remove(i);
                 match read_thread(pid, tid, maps, opts.stack_bytes) {
-                    Some(rt) => stopped.push((rt, sig, at, seen)),
+                    Some(mut rt) => match release.as_deref_mut() {
+                        Some(out) => {
+                            rt.late = true;
+                            out.push(let_go((rt, sig, at, seen)))
+                        }
+                        None => stopped.push((rt, sig, at, seen)),
+                    },
                     None => {
                         detach(tid, sig);
                         missed.push(Missed { tid, reason: "registers unreadable".into() });
@@ -574,12 +642,13 @@ fn copy_as_they_stop(
                 }
             }
             Poll::Exited => {
+                progress = Instant::now();
                 pending.swap_remove(i);
                 missed.push(Missed { tid, reason: "exited during the capture".into() });
             }
         }
     }
-    false
+    Ended::All
 }
 
 fn capture_consistent(
@@ -633,37 +702,48 @@ fn capture_consistent(
     let mut stopped: Vec<Held> = Vec::with_capacity(runnable.len());
     let mut first = None;
     let timer = DeadlineTimer::new();
+    let fail = |e, stopped: Vec<Held>, pending: &[(i32, Instant)]| {
+        for h in stopped {
+            let_go(h);
+        }
+        release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+        Err(e)
+    };
     // Phase one: every thread that can run, interrupted and copied as each
-    // stops.
+    // stops, until all have or the stops pause for LULL. Those left are
+    // queued for a CPU: an interrupted thread runs no code of its own
+    // before its stop (the interrupt is handled on its way back to user
+    // space), so whenever it gets a CPU it stops as it was at its
+    // interrupt, inside this window. It is waited for after the others
+    // are let go (below) instead of holding them all while it waits.
     let mut budget_exceeded = match interrupt_all(pid, &runnable, &mut first, false, opts, &mut pending, &mut missed) {
         Ok(b) => b,
-        Err(e) => {
-            release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
-            return Err(e);
-        }
+        Err(e) => return fail(e, stopped, &pending),
     };
     let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
     if !budget_exceeded {
+        let until = (deadline(first), Some(LULL));
         budget_exceeded =
-            copy_as_they_stop(pid, maps, opts, deadline(first), &timer, &mut pending, &mut stopped, &mut missed);
+            copy_as_they_stop(pid, maps, opts, until, &runnable, &timer, &mut pending, &mut stopped, None, &mut missed)
+                == Ended::Deadline;
     }
-    // Every thread that can run is held: each sleeper is checked while they
-    // are. One whose counters did not move slept throughout, and its copy
-    // stands, but the lock word it sleeps on is read again (the lock may
-    // have changed hands since, and its owner is named from that word). One
-    // that ran since and sleeps again is read again; one that is running is
-    // stopped in a further phase, as any other, and every sleeper is then
-    // checked again (a thread stopped late may have released a lock
-    // meanwhile), until a check finds none woken. On a busy server clients
-    // wake sleepers all the time, and every check holds the stopped
-    // threads: the checks and further phases together get CHECK_TIME, lock
-    // waiters first; sleepers not checked by then keep the copy read just
-    // before the window.
-    let check_until = (Instant::now() + CHECK_TIME).min(deadline(first));
+    // Every thread that can run is held, or interrupted and queued for a
+    // CPU: each sleeper is checked now. One whose counters did not move
+    // slept throughout, and its copy stands, but the lock word it sleeps on
+    // is read again (the lock may have changed hands since, and its owner
+    // is named from that word). One that ran since is interrupted in a
+    // further phase, as any thread that can run, without waiting for its
+    // stop (it stops as it was at its interrupt), and every sleeper is then
+    // checked again (it may have released a lock before its interrupt),
+    // until a check finds none woken. On a busy server clients wake
+    // sleepers all the time, and every check holds the stopped threads: the
+    // checks together get CHECK_TIME, lock waiters first; sleepers not
+    // checked by then keep the copy read just before the window.
+    let checks_start = Instant::now();
+    let check_until = (checks_start + CHECK_TIME).min(deadline(first));
     sleepers.sort_by_key(|(rt, _)| rt.futex.is_none());
     let mut slept: Vec<(RawThread, String)> = sleepers;
     let mut woke_after_read = 0;
-    let mut woke_unstopped: Vec<i32> = vec![];
     let mut out_of_time = false;
     while !budget_exceeded && !out_of_time {
         let mut checked = Vec::with_capacity(slept.len());
@@ -681,13 +761,11 @@ fn capture_consistent(
                     checked.push((rt, sched));
                 }
                 None => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
-                Some(_) => match passive::read_blocked(pid, rt.tid, maps, opts.stack_bytes) {
-                    passive::Read::Blocked(b) => checked.push(*b),
-                    passive::Read::Gone => {
-                        missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() })
-                    }
-                    passive::Read::Moved | passive::Read::Running => woke.push(rt.tid),
-                },
+                // It ran since it was read. Not read again where it sleeps:
+                // for a thread still queued on a CPU the kernel's read of its
+                // syscall sleeps until it is off the queue, while the others
+                // are held.
+                Some(_) => woke.push(rt.tid),
             }
             // The check holds the stopped threads too.
             if Instant::now() >= check_until {
@@ -695,102 +773,114 @@ fn capture_consistent(
                 break;
             }
         }
-        // Those not checked when the budget ran out keep their copies.
+        // Those not checked when the time ran out keep their copies.
         checked.extend(rest);
         slept = checked;
         if woke.is_empty() {
             break;
         }
-        if out_of_time {
-            for tid in woke {
-                missed.push(Missed {
-                    tid,
-                    reason: format!(
-                        "woke after it was read asleep, with none of the {} ms its check may hold the others left to stop it",
-                        CHECK_TIME.as_millis()
-                    ),
-                });
-            }
-            break;
-        }
-        let before = stopped.len();
         let held_any = first.is_some();
+        let before = pending.len();
         match interrupt_all(pid, &woke, &mut first, held_any, opts, &mut pending, &mut missed) {
             Ok(b) => budget_exceeded = b,
-            Err(e) => {
-                for (rt, sig, _, _) in stopped {
-                    detach(rt.tid, sig);
-                }
-                release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
-                return Err(e);
-            }
+            Err(e) => return fail(e, stopped, &pending),
         }
-        // A woken thread that is not on a CPU waits for one to enter its
-        // stop, behind every runnable task of a saturated host, and all the
-        // threads already stopped would wait with it: it gets a short wait,
-        // then it is let go and missed (with the reason) rather than hold
-        // them.
-        let timed_out = !budget_exceeded
-            && copy_as_they_stop(pid, maps, opts, check_until, &timer, &mut pending, &mut stopped, &mut missed);
-        woke_after_read += stopped.len() - before;
-        if timed_out {
-            budget_exceeded = check_until >= deadline(first);
-            woke_unstopped.extend(pending.iter().map(|&(t, _)| t));
-            break;
-        }
+        woke_after_read += pending.len() - before;
     }
-    drop(timer);
-    let window_start = first.unwrap_or(t0);
-    // Everyone we hold is stopped now (or the budget ran out): let them go in
-    // the order they stopped, so the earliest stopped is released first.
-    let mut threads = Vec::with_capacity(stopped.len() + slept.len());
-    for (mut rt, sig, at, seen) in stopped {
-        detach(rt.tid, sig);
-        rt.stopped_us = at.elapsed().as_micros() as u64;
-        rt.held_us = seen.elapsed().as_micros() as u64;
-        // If the budget ran out this is no longer one instant, but each stack
-        // is still a true stack of its thread; stats.budget_exceeded says so.
-        threads.push(rt);
+    // Checks cut short by --max-stop-ms itself, not by their own time.
+    budget_exceeded |= out_of_time && check_until >= deadline(first);
+    let checks_us = if first.is_some() { checks_start.elapsed().as_micros() as u64 } else { 0 };
+    // Stops already reported are taken while the others are still held.
+    if !budget_exceeded && !pending.is_empty() {
+        let awaited: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
+        copy_as_they_stop(
+            pid,
+            maps,
+            opts,
+            (Instant::now(), None),
+            &awaited,
+            &timer,
+            &mut pending,
+            &mut stopped,
+            None,
+            &mut missed,
+        );
     }
-    // Nothing stopped, nothing held: no window.
-    let window_us = first.map_or(0, |_| window_start.elapsed().as_micros() as u64);
-    drop(priority);
+    // A thread still interrupted but not stopped that sleeps in an
+    // uninterruptible wait (a disk read, a page fault) was in the kernel at
+    // its interrupt and is there still: read where it sleeps, with no stop
+    // (its stopped_us stays 0), rather than copied after its I/O ends. It
+    // is let go when it reports its stop, below.
     let mut read_blocked = slept.len();
+    let mut threads: Vec<RawThread> = Vec::with_capacity(stopped.len() + slept.len() + pending.len());
+    let mut unwaited: Vec<i32> = vec![];
+    let read_asleep = |tid: i32| match crate::proc::state(pid, tid) {
+        Some('D') => match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+            passive::Read::Blocked(b) => Some(b.0),
+            _ => None,
+        },
+        _ => None,
+    };
+    pending.retain(|&(tid, _)| match read_asleep(tid) {
+        Some(rt) => {
+            read_blocked += 1;
+            threads.push(rt);
+            unwaited.push(tid);
+            false
+        }
+        None => true,
+    });
+    // Let the held threads go in the order they stopped, so the earliest
+    // stopped is released first.
+    threads.extend(stopped.into_iter().map(let_go));
+    // Nothing stopped, nothing held: no window.
+    let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
+    // Threads interrupted but still queued for a CPU: each is copied when
+    // it stops and let go at once, until the budget runs out. The capture
+    // thread keeps its priority meanwhile, so a late thread is let go as
+    // soon as it stops (it sleeps while it waits).
+    let before = threads.len();
+    if !pending.is_empty() && !budget_exceeded {
+        let awaited: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
+        budget_exceeded = copy_as_they_stop(
+            pid,
+            maps,
+            opts,
+            (deadline(first), None),
+            &awaited,
+            &timer,
+            &mut pending,
+            &mut vec![],
+            Some(&mut threads),
+            &mut missed,
+        ) == Ended::Deadline;
+    }
+    let stopped_late = threads.len() - before;
+    drop(timer);
+    drop(priority);
     threads.extend(slept.into_iter().map(|(rt, _)| rt));
-    // A thread that did not stop in time went into an uninterruptible wait
-    // after it was listed: read the same way, with no stop (its
-    // stopped_us stays 0).
+    // A thread that did not stop in time and went into an uninterruptible
+    // wait meanwhile is read the same way.
     let mut late = Vec::with_capacity(pending.len());
     for &(tid, _) in &pending {
-        let blocked = match crate::proc::state(pid, tid) {
-            Some('D') => passive::read_blocked(pid, tid, maps, opts.stack_bytes),
-            _ => passive::Read::Running,
-        };
-        match blocked {
-            passive::Read::Blocked(b) => {
+        match read_asleep(tid) {
+            Some(rt) => {
                 read_blocked += 1;
-                threads.push(b.0);
+                threads.push(rt);
             }
-            _ => late.push(tid),
+            None => late.push(tid),
         }
     }
-    release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+    unwaited.extend(pending.iter().map(|&(t, _)| t));
+    release_all(&unwaited);
     for tid in late {
-        if woke_unstopped.contains(&tid) && !crate::proc::exiting(pid, tid) {
-            missed.push(Missed {
-                tid,
-                reason: format!(
-                    "woke after it was read asleep and was not stopped within the {} ms its check may hold the others",
-                    CHECK_TIME.as_millis()
-                ),
-            });
-        } else {
-            missed.push(not_stopped(pid, tid, opts));
-        }
+        missed.push(not_stopped(pid, tid, opts));
     }
     let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
     s.stats.threads_read_blocked = read_blocked;
     s.stats.woke_after_read = woke_after_read;
+    s.stats.checks_us = checks_us;
+    s.stats.stopped_late = stopped_late;
     Ok(s)
 }
 
@@ -943,6 +1033,8 @@ pub(crate) fn finish(
         threads_read_blocked: 0,
         threads_sampled_on_cpu: 0,
         woke_after_read: 0,
+        checks_us: 0,
+        stopped_late: 0,
     };
     RawSample { threads, missed, stats }
 }

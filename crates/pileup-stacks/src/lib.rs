@@ -206,8 +206,11 @@ pub struct StopSummary {
     pub read_blocked: usize,
     pub sampled_on_cpu: usize,
     /// Consistent mode: threads read asleep that had run by the time the
-    /// others were held, and were stopped then.
+    /// others were held, and were interrupted then.
     pub woke_after_read: usize,
+    /// Consistent mode: threads still queued for a CPU when the others were
+    /// let go, copied as each stopped.
+    pub stopped_late: usize,
     /// Threads missed, by reason.
     pub missed: BTreeMap<String, usize>,
     /// Unix time of the first and the last sample, milliseconds.
@@ -631,6 +634,7 @@ impl Sampler {
         }
         let t_unw = Instant::now();
         let mut threads = Vec::with_capacity(raw.threads.len());
+        let late: HashSet<i32> = raw.threads.iter().filter(|t| t.late).map(|t| t.tid).collect();
         for rt in raw.threads {
             let mods = &self.mods;
             let call_ok = |ra: u64, callee: u64| call_into(pid, mods, ra, callee);
@@ -677,12 +681,25 @@ impl Sampler {
         for t in &mut threads {
             if let Some((addr, window)) = t.futex.take() {
                 let labels: Vec<&str> = t.labels().collect();
-                let w = locks::classify(&labels, addr, &window, &tids, t.tid);
+                let mut w = locks::classify(&labels, addr, &window, &tids, t.tid);
+                // Its lock word was read after the rest of the snapshot was
+                // let go: the owner then is not the snapshot's.
+                if late.contains(&t.tid) {
+                    w.owner_tid = None;
+                    w.free = false;
+                }
                 waits.push((t.tid, w.clone()));
                 t.lock_wait = Some(w);
             }
         }
         let mut groups = locks::group(&waits, idx);
+        for g in &mut groups {
+            if g.kind.resolvable() && g.owner_tid.is_none() && g.waiters.iter().all(|t| late.contains(t)) {
+                g.unresolved_reason = Some(
+                    "its waiters were queued for a CPU and stopped after the rest of the snapshot was let go: the owner at the snapshot's instant is not known".into(),
+                );
+            }
+        }
         let stack_of = |tid: i32| threads.iter().find(|t| t.tid == tid);
         for g in &mut groups {
             if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {
@@ -728,6 +745,7 @@ impl Sampler {
         s.read_blocked += st.threads_read_blocked;
         s.sampled_on_cpu += st.threads_sampled_on_cpu;
         s.woke_after_read += st.woke_after_read;
+        s.stopped_late += st.stopped_late;
         for m in &raw.missed {
             *s.missed.entry(m.reason.clone()).or_default() += 1;
         }

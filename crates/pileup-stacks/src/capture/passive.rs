@@ -180,5 +180,8 @@ pub(super) fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: u
         si: args[1],
         dx: args[2],
     };
-    Read::Blocked(Box::new((RawThread { tid, regs, stack_addr: sp, stack, futex, stopped_us: 0, held_us: 0 }, before)))
+    Read::Blocked(Box::new((
+        RawThread { tid, regs, stack_addr: sp, stack, futex, late: false, stopped_us: 0, held_us: 0 },
+        before,
+    )))
 }

@@ -312,13 +312,18 @@ fn print_stats(p: &pileup_stacks::Profile) {
     for s in &p.samples {
         let st = &s.stats;
         eprintln!(
-            "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms, longest thread {:.3} ms (held {:.3} ms once stopped), median thread {:.3} ms (held {:.3} ms); capture {:.2} ms; {} KiB of stack copied{}",
+            "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms{}, longest thread {:.3} ms (held {:.3} ms once stopped), median thread {:.3} ms (held {:.3} ms); capture {:.2} ms; {} KiB of stack copied{}",
             s.index,
             st.threads_listed,
             st.threads_captured,
             st.threads_missed,
             st.threads_appeared,
             ms(st.window_us),
+            if st.mode == "consistent" && st.window_us > 0 {
+                format!(" ({:.2} ms of it checking sleepers)", ms(st.checks_us))
+            } else {
+                String::new()
+            },
             ms(st.max_thread_stop_us),
             ms(st.max_thread_held_us),
             ms(st.median_thread_stop_us),
@@ -345,8 +350,8 @@ fn print_stats(p: &pileup_stacks::Profile) {
     );
         if p.mode == Mode::Consistent {
             eprintln!(
-                "  blocked threads read where they slept, not stopped: {}; read asleep but found running while the others were held, and stopped then: {}",
-                st.read_blocked, st.woke_after_read
+                "  blocked threads read where they slept, not stopped: {}; read asleep but found to have run when checked while the others were held, and interrupted then: {}; still queued for a CPU when the others were let go, copied as each stopped: {}",
+                st.read_blocked, st.woke_after_read, st.stopped_late
             );
         }
     }
