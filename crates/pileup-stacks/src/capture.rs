@@ -596,7 +596,8 @@ fn let_go((mut rt, sig, at, seen): Held) -> RawThread {
 /// Wait for the threads in `pending` to stop, copying each as it does,
 /// until none of `awaited` is pending, `deadline` passes, or (with `lull`)
 /// no thread has stopped for that long. A stopped thread is held in
-/// `stopped`, or with `release` let go as soon as it is copied.
+/// `stopped`, or with `release` let go as soon as it is copied; one of
+/// `unwaited` (read without its stop) is let go as soon as it stops.
 #[allow(clippy::too_many_arguments)]
 fn copy_as_they_stop(
     pid: i32,
@@ -608,6 +609,7 @@ fn copy_as_they_stop(
     pending: &mut Vec<(i32, Instant)>,
     stopped: &mut Vec<Held>,
     mut release: Option<&mut Vec<RawThread>>,
+    unwaited: &mut Vec<i32>,
     missed: &mut Vec<Missed>,
 ) -> Ended {
     let mut progress = Instant::now();
@@ -619,7 +621,15 @@ fn copy_as_they_stop(
             Waited::Deadline => return Ended::Deadline,
             Waited::None => return Ended::All,
         };
-        let Some(i) = pending.iter().position(|&(t, _)| t == tid) else { continue };
+        let Some(i) = pending.iter().position(|&(t, _)| t == tid) else {
+            // A thread read where it sleeps after its interrupt: let go as
+            // soon as it stops.
+            if let (Poll::Stopped(sig), Some(j)) = (how, unwaited.iter().position(|&t| t == tid)) {
+                unwaited.swap_remove(j);
+                detach(tid, sig);
+            }
+            continue;
+        };
         let (_, at) = pending[i];
         match how {
             Poll::NotYet => {}
@@ -723,9 +733,19 @@ fn capture_consistent(
     let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
     if !budget_exceeded {
         let until = (deadline(first), Some(LULL));
-        budget_exceeded =
-            copy_as_they_stop(pid, maps, opts, until, &runnable, &timer, &mut pending, &mut stopped, None, &mut missed)
-                == Ended::Deadline;
+        budget_exceeded = copy_as_they_stop(
+            pid,
+            maps,
+            opts,
+            until,
+            &runnable,
+            &timer,
+            &mut pending,
+            &mut stopped,
+            None,
+            &mut vec![],
+            &mut missed,
+        ) == Ended::Deadline;
     }
     // Every thread that can run is held, or interrupted and queued for a
     // CPU: each sleeper is checked now. One whose counters did not move
@@ -803,16 +823,22 @@ fn capture_consistent(
             &mut pending,
             &mut stopped,
             None,
+            &mut vec![],
             &mut missed,
         );
     }
-    // A thread still interrupted but not stopped that sleeps in an
-    // uninterruptible wait (a disk read, a page fault) was in the kernel at
-    // its interrupt and is there still: read where it sleeps, with no stop
-    // (its stopped_us stays 0), rather than copied after its I/O ends. It
-    // is let go when it reports its stop, below.
-    let mut read_blocked = slept.len();
+    // Let the held threads go in the order they stopped, so the earliest
+    // stopped is released first.
     let mut threads: Vec<RawThread> = Vec::with_capacity(stopped.len() + slept.len() + pending.len());
+    threads.extend(stopped.into_iter().map(let_go));
+    // Nothing stopped, nothing held: no window.
+    let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
+    // A thread interrupted but not stopped that sleeps in an uninterruptible
+    // wait (a disk read, a page fault) was in the kernel at its interrupt
+    // and is there still: read where it sleeps (its stopped_us stays 0),
+    // rather than copied after its I/O ends. It is let go as soon as it
+    // stops, or by the kernel when the capture thread exits.
+    let mut read_blocked = slept.len();
     let mut unwaited: Vec<i32> = vec![];
     let read_asleep = |tid: i32| match crate::proc::state(pid, tid) {
         Some('D') => match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
@@ -830,11 +856,6 @@ fn capture_consistent(
         }
         None => true,
     });
-    // Let the held threads go in the order they stopped, so the earliest
-    // stopped is released first.
-    threads.extend(stopped.into_iter().map(let_go));
-    // Nothing stopped, nothing held: no window.
-    let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
     // Threads interrupted but still queued for a CPU: each is copied when
     // it stops and let go at once, until the budget runs out. The capture
     // thread keeps its priority meanwhile, so a late thread is let go as
@@ -852,6 +873,7 @@ fn capture_consistent(
             &mut pending,
             &mut vec![],
             Some(&mut threads),
+            &mut unwaited,
             &mut missed,
         ) == Ended::Deadline;
     }
@@ -871,8 +893,7 @@ fn capture_consistent(
             None => late.push(tid),
         }
     }
-    unwaited.extend(pending.iter().map(|&(t, _)| t));
-    release_all(&unwaited);
+    release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
     for tid in late {
         missed.push(not_stopped(pid, tid, opts));
     }

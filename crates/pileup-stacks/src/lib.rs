@@ -682,24 +682,14 @@ impl Sampler {
             if let Some((addr, window)) = t.futex.take() {
                 let labels: Vec<&str> = t.labels().collect();
                 let mut w = locks::classify(&labels, addr, &window, &tids, t.tid);
-                // Its lock word was read after the rest of the snapshot was
-                // let go: the owner then is not the snapshot's.
                 if late.contains(&t.tid) {
-                    w.owner_tid = None;
-                    w.free = false;
+                    w = locks::read_late(w);
                 }
                 waits.push((t.tid, w.clone()));
                 t.lock_wait = Some(w);
             }
         }
-        let mut groups = locks::group(&waits, idx);
-        for g in &mut groups {
-            if g.kind.resolvable() && g.owner_tid.is_none() && g.waiters.iter().all(|t| late.contains(t)) {
-                g.unresolved_reason = Some(
-                    "its waiters were queued for a CPU and stopped after the rest of the snapshot was let go: the owner at the snapshot's instant is not known".into(),
-                );
-            }
-        }
+        let mut groups = locks::group_with_late(&waits, &late, idx);
         let stack_of = |tid: i32| threads.iter().find(|t| t.tid == tid);
         for g in &mut groups {
             if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {

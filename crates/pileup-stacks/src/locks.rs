@@ -272,6 +272,39 @@ pub fn group(waits: &[(i32, LockWait)], sample: usize) -> Vec<LockGroup> {
     v
 }
 
+/// A waiter copied after the rest of its snapshot was let go (it was
+/// queued for a CPU until then): its lock word was read at that later stop,
+/// so it names no owner and does not tell whether the lock was free.
+pub fn read_late(w: LockWait) -> LockWait {
+    LockWait { owner_tid: None, free: false, ..w }
+}
+
+/// [`group`], where the waiters in `late` were copied late: their lock
+/// words do not count towards a lock being free, and a lock whose owner
+/// could have been read but whose waiters were all copied late says so.
+pub fn group_with_late(waits: &[(i32, LockWait)], late: &HashSet<i32>, sample: usize) -> Vec<LockGroup> {
+    // A lock is free when every waiter read it free: a late waiter counts
+    // as agreeing.
+    let neutral: Vec<(i32, LockWait)> = waits
+        .iter()
+        .map(|(t, w)| (*t, if late.contains(t) { LockWait { free: true, ..w.clone() } } else { w.clone() }))
+        .collect();
+    let mut groups = group(&neutral, sample);
+    for g in &mut groups {
+        if g.waiters.iter().all(|t| late.contains(t)) {
+            g.free = false;
+            if g.kind.resolvable() {
+                g.unresolved_reason = Some(
+                    "its waiters were queued for a CPU and stopped after the rest of the snapshot was let go: the owner at the snapshot's instant is not known".into(),
+                );
+            } else {
+                g.unresolved_reason = Some(g.kind.why_unresolved().to_string());
+            }
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +376,33 @@ mod tests {
         // One thread in each of three samples is not three at once.
         let m = merge((0..3).flat_map(|i| group(&[(20 + i, b.clone())], i as usize)).collect());
         assert_eq!((m[0].waiters.len(), m[0].most_at_once), (3, 1));
+    }
+
+    #[test]
+    fn a_late_waiter_names_no_owner() {
+        let tids: HashSet<i32> = [10, 11, 12].into();
+        let held = classify(&["__lll_lock_wait"], 0x1000, &window(&[(16, 2), (24, 12)]), &tids, 11);
+        let freed = classify(&["__lll_lock_wait"], 0x1000, &window(&[(16, 0)]), &tids, 10);
+        assert!(freed.free);
+        // Only late waiters: no owner, not free, and the reason is theirs.
+        let late: HashSet<i32> = [10, 11].into();
+        let g = group_with_late(&[(11, read_late(held.clone())), (10, read_late(freed.clone()))], &late, 0);
+        assert_eq!((g[0].owner_tid, g[0].free), (None, false));
+        assert!(g[0].unresolved_reason.as_deref().unwrap().contains("queued for a CPU"), "{g:?}");
+        // A waiter copied in the snapshot still names the owner.
+        let late: HashSet<i32> = [10].into();
+        let g = group_with_late(&[(11, held.clone()), (10, read_late(freed.clone()))], &late, 0);
+        assert_eq!((g[0].owner_tid, g[0].unresolved_reason.as_deref()), (Some(12), None));
+        // A convoy seen by the snapshot's waiters stays a convoy with a late
+        // waiter beside them.
+        let late: HashSet<i32> = [11].into();
+        let g = group_with_late(&[(10, freed.clone()), (12, freed), (11, read_late(held))], &late, 0);
+        assert!(g[0].free, "{g:?}");
+        assert!(g[0].unresolved_reason.as_deref().unwrap().contains("convoy"), "{g:?}");
+        // A kind that never has an owner keeps its own reason.
+        let srw = LockWait { kind: LockKind::InnodbSrwLock, addr: 5, owner_tid: None, free: false };
+        let late: HashSet<i32> = [10, 11].into();
+        let g = group_with_late(&[(10, srw.clone()), (11, srw)], &late, 0);
+        assert!(g[0].unresolved_reason.as_deref().unwrap().contains("release builds"), "{g:?}");
     }
 }

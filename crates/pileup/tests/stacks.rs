@@ -605,7 +605,7 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let pid = sb.pid();
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
 
-    // A busy connection, sampled as fast as it goes for 3 s with --threads
+    // A busy connection, sampled 400 times 2 ms apart with --threads
     // (passive by default), while the test watches every server thread's
     // state: none may ever be in a tracing stop.
     // A sysbench connection (under a loaded test machine sysbench may take
@@ -626,7 +626,7 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let out = dir.join("busy.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
         .args(["stacks", "--pid", &pid.to_string(), "-S", &sock, "-u", "root", "--threads", &busy.to_string()])
-        .args(["--duration", "3s", "--interval-ms", "2", "--keep-samples", "1", "-f", "json", "-o"])
+        .args(["--samples", "400", "--interval-ms", "2", "--keep-samples", "1", "-f", "json", "-o"])
         .arg(&out)
         .spawn()
         .unwrap();
@@ -643,7 +643,7 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let st = &j["stops"];
     let taken = st["samples"].as_u64().unwrap();
     let (blocked, on_cpu) = (st["read_blocked"].as_u64().unwrap(), st["sampled_on_cpu"].as_u64().unwrap());
-    assert!(taken > 200, "{taken} samples in 3 s at 2 ms");
+    assert_eq!(taken, 400, "{st}");
     assert_eq!(st["worst_window_us"], 0, "nothing stopped: {st}");
     assert!(on_cpu > 0 && blocked > 0, "a busy connection is seen both running and blocked: {st}");
     assert_eq!(blocked + on_cpu, j["thread_stacks"].as_u64().unwrap(), "{st}");
