@@ -574,7 +574,7 @@ fn interrupt_all(
 /// already held would wait with it.
 const LULL: Duration = Duration::from_millis(1);
 
-/// How [`copy_as_they_stop`] ended.
+/// How [`Stops::wait`] ended.
 #[derive(PartialEq)]
 enum Ended {
     /// None of the awaited threads is pending.
@@ -593,72 +593,94 @@ fn let_go((mut rt, sig, at, seen): Held) -> RawThread {
     rt
 }
 
-/// Wait for the threads in `pending` to stop, copying each as it does,
-/// until none of `awaited` is pending, `deadline` passes, or (with `lull`)
-/// no thread has stopped for that long. A stopped thread is held in
-/// `stopped`, or with `release` let go as soon as it is copied; one of
-/// `unwaited` (read without its stop) is let go as soon as it stops.
-#[allow(clippy::too_many_arguments)]
-fn copy_as_they_stop(
+/// The threads of one consistent capture while its capture thread waits
+/// for their stops.
+struct Stops<'a> {
     pid: i32,
-    maps: &[MapEntry],
-    opts: &CaptureOptions,
-    (deadline, lull): (Instant, Option<Duration>),
-    awaited: &[i32],
-    timer: &DeadlineTimer,
-    pending: &mut Vec<(i32, Instant)>,
-    stopped: &mut Vec<Held>,
-    mut release: Option<&mut Vec<RawThread>>,
-    unwaited: &mut Vec<i32>,
-    missed: &mut Vec<Missed>,
-) -> Ended {
-    let mut progress = Instant::now();
-    while pending.iter().any(|(t, _)| awaited.contains(t)) {
-        let until = lull.map_or(deadline, |l| deadline.min(progress + l));
-        let (tid, how) = match wait_stop(None, until, timer) {
-            Waited::Tid(tid, how) => (tid, how),
-            Waited::Deadline if until < deadline => return Ended::Lull,
-            Waited::Deadline => return Ended::Deadline,
-            Waited::None => return Ended::All,
-        };
-        let Some(i) = pending.iter().position(|&(t, _)| t == tid) else {
-            // A thread read where it sleeps after its interrupt: let go as
-            // soon as it stops.
-            if let (Poll::Stopped(sig), Some(j)) = (how, unwaited.iter().position(|&t| t == tid)) {
-                unwaited.swap_remove(j);
-                detach(tid, sig);
-            }
-            continue;
-        };
-        let (_, at) = pending[i];
-        match how {
-            Poll::NotYet => {}
-            Poll::Stopped(sig) => {
-                let seen = Instant::now();
-                progress = seen;
-                pending.swap_remove(i);
-                match read_thread(pid, tid, maps, opts.stack_bytes) {
-                    Some(mut rt) => match release.as_deref_mut() {
-                        Some(out) => {
-                            rt.late = true;
-                            out.push(let_go((rt, sig, at, seen)))
+    maps: &'a [MapEntry],
+    opts: &'a CaptureOptions,
+    timer: DeadlineTimer,
+    /// Interrupted, not yet stopped: (tid, interrupted at).
+    pending: Vec<(i32, Instant)>,
+    /// Stopped, copied and held.
+    held: Vec<Held>,
+    /// Interrupted, then read without their stop (in disk wait): let go as
+    /// soon as each stops.
+    unwaited: Vec<i32>,
+    missed: Vec<Missed>,
+}
+
+impl Stops<'_> {
+    /// Wait for the pending threads to stop, copying each as it does, until
+    /// none of `awaited` (all, without it) is pending, `deadline` passes, or
+    /// (with `lull`) no thread has stopped for that long. A stopped thread
+    /// is held, or with `release` let go as soon as it is copied.
+    fn wait(
+        &mut self,
+        (deadline, lull): (Instant, Option<Duration>),
+        awaited: Option<&[i32]>,
+        mut release: Option<&mut Vec<RawThread>>,
+    ) -> Ended {
+        let mut progress = Instant::now();
+        while self.pending.iter().any(|(t, _)| awaited.is_none_or(|a| a.contains(t))) {
+            let until = lull.map_or(deadline, |l| deadline.min(progress + l));
+            let (tid, how) = match wait_stop(None, until, &self.timer) {
+                Waited::Tid(tid, how) => (tid, how),
+                Waited::Deadline if until < deadline => return Ended::Lull,
+                Waited::Deadline => return Ended::Deadline,
+                Waited::None => return Ended::All,
+            };
+            let Some(i) = self.pending.iter().position(|&(t, _)| t == tid) else {
+                if let (Poll::Stopped(sig), Some(j)) = (how, self.unwaited.iter().position(|&t| t == tid)) {
+                    self.unwaited.swap_remove(j);
+                    detach(tid, sig);
+                }
+                continue;
+            };
+            let (_, at) = self.pending[i];
+            match how {
+                Poll::NotYet => {}
+                Poll::Stopped(sig) => {
+                    let seen = Instant::now();
+                    progress = seen;
+                    self.pending.swap_remove(i);
+                    match read_thread(self.pid, tid, self.maps, self.opts.stack_bytes) {
+                        Some(mut rt) => match release.as_deref_mut() {
+                            Some(out) => {
+                                rt.late = true;
+                                out.push(let_go((rt, sig, at, seen)))
+                            }
+                            None => self.held.push((rt, sig, at, seen)),
+                        },
+                        None => {
+                            detach(tid, sig);
+                            self.missed.push(Missed { tid, reason: "registers unreadable".into() });
                         }
-                        None => stopped.push((rt, sig, at, seen)),
-                    },
-                    None => {
-                        detach(tid, sig);
-                        missed.push(Missed { tid, reason: "registers unreadable".into() });
                     }
                 }
-            }
-            Poll::Exited => {
-                progress = Instant::now();
-                pending.swap_remove(i);
-                missed.push(Missed { tid, reason: "exited during the capture".into() });
+                Poll::Exited => {
+                    progress = Instant::now();
+                    self.pending.swap_remove(i);
+                    self.missed.push(Missed { tid, reason: "exited during the capture".into() });
+                }
             }
         }
+        Ended::All
     }
-    Ended::All
+
+    /// Interrupt `tids` (see [`interrupt_all`]).
+    fn interrupt(&mut self, tids: &[i32], first: &mut Option<Instant>) -> Result<bool, StacksError> {
+        let held_any = first.is_some();
+        interrupt_all(self.pid, tids, first, held_any, self.opts, &mut self.pending, &mut self.missed)
+    }
+
+    /// Let every held thread go and release the pending ones, on an error.
+    fn abandon(self) {
+        for h in self.held {
+            let_go(h);
+        }
+        release_all(&self.pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+    }
 }
 
 fn capture_consistent(
@@ -706,19 +728,17 @@ fn capture_consistent(
         .collect();
     let priority = RaisedPriority::raise(opts.raised_priority);
     let t0 = Instant::now();
-    let mut missed = vec![];
-    // (tid, interrupted at)
-    let mut pending: Vec<(i32, Instant)> = Vec::with_capacity(runnable.len());
-    let mut stopped: Vec<Held> = Vec::with_capacity(runnable.len());
-    let mut first = None;
-    let timer = DeadlineTimer::new();
-    let fail = |e, stopped: Vec<Held>, pending: &[(i32, Instant)]| {
-        for h in stopped {
-            let_go(h);
-        }
-        release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
-        Err(e)
+    let mut w = Stops {
+        pid,
+        maps,
+        opts,
+        timer: DeadlineTimer::new(),
+        pending: Vec::with_capacity(runnable.len()),
+        held: Vec::with_capacity(runnable.len()),
+        unwaited: vec![],
+        missed: vec![],
     };
+    let mut first = None;
     // Phase one: every thread that can run, interrupted and copied as each
     // stops, until all have or the stops pause for LULL. Those left are
     // queued for a CPU: an interrupted thread runs no code of its own
@@ -726,26 +746,16 @@ fn capture_consistent(
     // space), so whenever it gets a CPU it stops as it was at its
     // interrupt, inside this window. It is waited for after the others
     // are let go (below) instead of holding them all while it waits.
-    let mut budget_exceeded = match interrupt_all(pid, &runnable, &mut first, false, opts, &mut pending, &mut missed) {
+    let mut budget_exceeded = match w.interrupt(&runnable, &mut first) {
         Ok(b) => b,
-        Err(e) => return fail(e, stopped, &pending),
+        Err(e) => {
+            w.abandon();
+            return Err(e);
+        }
     };
     let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
     if !budget_exceeded {
-        let until = (deadline(first), Some(LULL));
-        budget_exceeded = copy_as_they_stop(
-            pid,
-            maps,
-            opts,
-            until,
-            &runnable,
-            &timer,
-            &mut pending,
-            &mut stopped,
-            None,
-            &mut vec![],
-            &mut missed,
-        ) == Ended::Deadline;
+        budget_exceeded = w.wait((deadline(first), Some(LULL)), Some(&runnable), None) == Ended::Deadline;
     }
     // Every thread that can run is held, or interrupted and queued for a
     // CPU: each sleeper is checked now. One whose counters did not move
@@ -780,7 +790,7 @@ fn capture_consistent(
                     }
                     checked.push((rt, sched));
                 }
-                None => missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
+                None => w.missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
                 // It ran since it was read. Not read again where it sleeps:
                 // for a thread still queued on a CPU the kernel's read of its
                 // syscall sleeps until it is off the queue, while the others
@@ -799,38 +809,27 @@ fn capture_consistent(
         if woke.is_empty() {
             break;
         }
-        let held_any = first.is_some();
-        let before = pending.len();
-        match interrupt_all(pid, &woke, &mut first, held_any, opts, &mut pending, &mut missed) {
+        let before = w.pending.len();
+        match w.interrupt(&woke, &mut first) {
             Ok(b) => budget_exceeded = b,
-            Err(e) => return fail(e, stopped, &pending),
+            Err(e) => {
+                w.abandon();
+                return Err(e);
+            }
         }
-        woke_after_read += pending.len() - before;
+        woke_after_read += w.pending.len() - before;
     }
     // Checks cut short by --max-stop-ms itself, not by their own time.
     budget_exceeded |= out_of_time && check_until >= deadline(first);
     let checks_us = if first.is_some() { checks_start.elapsed().as_micros() as u64 } else { 0 };
     // Stops already reported are taken while the others are still held.
-    if !budget_exceeded && !pending.is_empty() {
-        let awaited: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
-        copy_as_they_stop(
-            pid,
-            maps,
-            opts,
-            (Instant::now(), None),
-            &awaited,
-            &timer,
-            &mut pending,
-            &mut stopped,
-            None,
-            &mut vec![],
-            &mut missed,
-        );
+    if !budget_exceeded {
+        w.wait((Instant::now(), None), None, None);
     }
     // Let the held threads go in the order they stopped, so the earliest
     // stopped is released first.
-    let mut threads: Vec<RawThread> = Vec::with_capacity(stopped.len() + slept.len() + pending.len());
-    threads.extend(stopped.into_iter().map(let_go));
+    let mut threads: Vec<RawThread> = Vec::with_capacity(w.held.len() + slept.len() + w.pending.len());
+    threads.extend(std::mem::take(&mut w.held).into_iter().map(let_go));
     // Nothing stopped, nothing held: no window.
     let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
     // A thread interrupted but not stopped that sleeps in an uninterruptible
@@ -839,7 +838,6 @@ fn capture_consistent(
     // rather than copied after its I/O ends. It is let go as soon as it
     // stops, or by the kernel when the capture thread exits.
     let mut read_blocked = slept.len();
-    let mut unwaited: Vec<i32> = vec![];
     let read_asleep = |tid: i32| match crate::proc::state(pid, tid) {
         Some('D') => match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
             passive::Read::Blocked(b) => Some(b.0),
@@ -847,7 +845,8 @@ fn capture_consistent(
         },
         _ => None,
     };
-    pending.retain(|&(tid, _)| match read_asleep(tid) {
+    let mut unwaited = vec![];
+    w.pending.retain(|&(tid, _)| match read_asleep(tid) {
         Some(rt) => {
             read_blocked += 1;
             threads.push(rt);
@@ -856,28 +855,17 @@ fn capture_consistent(
         }
         None => true,
     });
+    w.unwaited = unwaited;
     // Threads interrupted but still queued for a CPU: each is copied when
     // it stops and let go at once, until the budget runs out. The capture
     // thread keeps its priority meanwhile, so a late thread is let go as
     // soon as it stops (it sleeps while it waits).
     let before = threads.len();
-    if !pending.is_empty() && !budget_exceeded {
-        let awaited: Vec<i32> = pending.iter().map(|&(t, _)| t).collect();
-        budget_exceeded = copy_as_they_stop(
-            pid,
-            maps,
-            opts,
-            (deadline(first), None),
-            &awaited,
-            &timer,
-            &mut pending,
-            &mut vec![],
-            Some(&mut threads),
-            &mut unwaited,
-            &mut missed,
-        ) == Ended::Deadline;
+    if !w.pending.is_empty() && !budget_exceeded {
+        budget_exceeded = w.wait((deadline(first), None), None, Some(&mut threads)) == Ended::Deadline;
     }
     let stopped_late = threads.len() - before;
+    let Stops { timer, pending, mut missed, .. } = w;
     drop(timer);
     drop(priority);
     threads.extend(slept.into_iter().map(|(rt, _)| rt));
