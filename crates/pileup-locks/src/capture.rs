@@ -192,9 +192,15 @@ pub fn trace(
         .map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
     let ring = builder.build().map_err(|e| LocksError::Ebpf(format!("ring buffer: {e}")))?;
     let mut words: HashMap<u64, WordStats> = HashMap::new();
+    // The ring buffer and the wait log are read every READ_EVERY, not as
+    // records arrive: the probe submits without waking pileup, since on a
+    // saturated server every wake of a reader preempts a server thread (a
+    // wake per recorded wait would be hundreds a second). The ring holds
+    // seconds of records at the stack budgets' most.
     while started.elapsed() < opts.duration && !stop.load(Ordering::Relaxed) {
         let left = opts.duration.saturating_sub(started.elapsed());
-        match ring.poll(left.min(Duration::from_millis(100))) {
+        std::thread::sleep(left.min(READ_EVERY));
+        match ring.consume() {
             Ok(()) => {}
             Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
             Err(e) => return Err(LocksError::Ebpf(format!("reading the ring buffer: {e}"))),
@@ -313,6 +319,9 @@ fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
 /// First waits on words not seen before recorded with their stack per
 /// second beyond the budget, so every lock gets a stack to be named by.
 const FRESH_BUDGET: u64 = 500;
+
+/// How often the ring buffer and the wait log are read while tracing.
+const READ_EVERY: Duration = Duration::from_millis(100);
 
 /// Bytes of one wait log element (`struct logged_wait`).
 const LOGGED_BYTES: usize = 32;

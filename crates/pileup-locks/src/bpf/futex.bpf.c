@@ -62,6 +62,7 @@ typedef __u32 __wsum;
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_NOEXIST 1
+#define BPF_RB_NO_WAKEUP 1
 #define BPF_F_NO_PREALLOC 1
 #define BPF_F_MMAPABLE 1024
 
@@ -431,7 +432,7 @@ static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32
 		r->stack_len = 1024;
 	else
 		count(C_NOSTACK);
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 	count(C_SENT);
 	return 1;
 }
@@ -512,7 +513,7 @@ static __always_inline void wait_ended(__u32 tid)
 	r->end = now;
 	r->tid = tid;
 	r->pad = 0;
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 }
 
 // The scheduler switches from prev to next (ctx: bool preempt, prev, next;
