@@ -82,11 +82,20 @@ fn main() -> Result<()> {
         std::thread::sleep(Duration::from_secs(5));
         let probe = Probe::start(&sb)?;
         let mut c = sb.connect()?;
-        // A busy connection thread for the one-thread runs.
-        let busy: Option<u64> = c.query_first(
-            "SELECT TID FROM information_schema.PROCESSLIST WHERE DB='sbtest' AND COMMAND<>'Sleep' ORDER BY ID LIMIT 1",
-        )?;
-        let busy = busy.context("no sysbench connection found in the processlist")?;
+        // A busy connection thread for the one-thread runs: one seen
+        // running a query (at a given instant a saturated server's
+        // connections may all be between queries, so look a few times).
+        let mut busy: Option<u64> = None;
+        for _ in 0..100 {
+            busy = c.query_first(
+                "SELECT TID FROM information_schema.PROCESSLIST WHERE DB='sbtest' AND COMMAND<>'Sleep' ORDER BY ID LIMIT 1",
+            )?;
+            if busy.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let busy = busy.context("no sysbench connection found running a query in the processlist within 10 s")?;
         let threads = std::fs::read_dir(format!("/proc/{}/task", sb.pid()))?.count();
         let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
         // Every tool window sits between two windows without sampling: its
