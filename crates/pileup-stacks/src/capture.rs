@@ -574,17 +574,6 @@ fn interrupt_all(
 /// already held would wait with it.
 const LULL: Duration = Duration::from_millis(1);
 
-/// How [`Stops::wait`] ended.
-#[derive(PartialEq)]
-enum Ended {
-    /// None of the awaited threads is pending.
-    All,
-    /// The deadline passed first.
-    Deadline,
-    /// No thread stopped for [`LULL`].
-    Lull,
-}
-
 /// Let a stopped thread go, recording how long it was stopped and held.
 fn let_go((mut rt, sig, at, seen): Held) -> RawThread {
     detach(rt.tid, sig);
@@ -612,23 +601,22 @@ struct Stops<'a> {
 
 impl Stops<'_> {
     /// Wait for the pending threads to stop, copying each as it does, until
-    /// none of `awaited` (all, without it) is pending, `deadline` passes, or
-    /// (with `lull`) no thread has stopped for that long. A stopped thread
-    /// is held, or with `release` let go as soon as it is copied.
+    /// none is pending, `deadline` passes, or (with `lull`) no thread has
+    /// stopped for that long; `true` if the deadline passed first. A
+    /// stopped thread is held, or with `release` let go as soon as it is
+    /// copied.
     fn wait(
         &mut self,
         (deadline, lull): (Instant, Option<Duration>),
-        awaited: Option<&[i32]>,
         mut release: Option<&mut Vec<RawThread>>,
-    ) -> Ended {
+    ) -> bool {
         let mut progress = Instant::now();
-        while self.pending.iter().any(|(t, _)| awaited.is_none_or(|a| a.contains(t))) {
+        while !self.pending.is_empty() {
             let until = lull.map_or(deadline, |l| deadline.min(progress + l));
             let (tid, how) = match wait_stop(None, until, &self.timer) {
                 Waited::Tid(tid, how) => (tid, how),
-                Waited::Deadline if until < deadline => return Ended::Lull,
-                Waited::Deadline => return Ended::Deadline,
-                Waited::None => return Ended::All,
+                Waited::Deadline => return until >= deadline,
+                Waited::None => return false,
             };
             let Some(i) = self.pending.iter().position(|&(t, _)| t == tid) else {
                 if let (Poll::Stopped(sig), Some(j)) = (how, self.unwaited.iter().position(|&t| t == tid)) {
@@ -665,7 +653,7 @@ impl Stops<'_> {
                 }
             }
         }
-        Ended::All
+        false
     }
 
     /// Interrupt `tids` (see [`interrupt_all`]).
@@ -755,7 +743,7 @@ fn capture_consistent(
     };
     let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
     if !budget_exceeded {
-        budget_exceeded = w.wait((deadline(first), Some(LULL)), Some(&runnable), None) == Ended::Deadline;
+        budget_exceeded = w.wait((deadline(first), Some(LULL)), None);
     }
     // Every thread that can run is held, or interrupted and queued for a
     // CPU: each sleeper is checked now. One whose counters did not move
@@ -824,7 +812,7 @@ fn capture_consistent(
     let checks_us = if first.is_some() { checks_start.elapsed().as_micros() as u64 } else { 0 };
     // Stops already reported are taken while the others are still held.
     if !budget_exceeded {
-        w.wait((Instant::now(), None), None, None);
+        w.wait((Instant::now(), None), None);
     }
     // Let the held threads go in the order they stopped, so the earliest
     // stopped is released first.
@@ -862,7 +850,7 @@ fn capture_consistent(
     // soon as it stops (it sleeps while it waits).
     let before = threads.len();
     if !w.pending.is_empty() && !budget_exceeded {
-        budget_exceeded = w.wait((deadline(first), None), None, Some(&mut threads)) == Ended::Deadline;
+        budget_exceeded = w.wait((deadline(first), None), Some(&mut threads));
     }
     let stopped_late = threads.len() - before;
     let Stops { timer, pending, mut missed, .. } = w;
