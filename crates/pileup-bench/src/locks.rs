@@ -20,7 +20,7 @@
 //!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
-const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks@PATH: another pileup build) [--out FILE]";
+const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks-cost: the probe timed by the kernel, locks@PATH: another pileup build) [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,6 +39,9 @@ struct Window {
     /// pileup: contended waits counted, recorded with a stack; perf trace:
     /// futex events written.
     events: Option<(u64, u64)>,
+    /// locks-cost: the probe's runs a second and its time in the kernel,
+    /// in cores over the window.
+    probe: Option<(f64, f64)>,
     ok: bool,
 }
 
@@ -130,10 +133,13 @@ fn main() -> Result<()> {
                 }
             };
             eprintln!(
-                "   round {r} {tool:<20} {:8.1} tps, tool CPU {:.2} cores{}",
+                "   round {r} {tool:<20} {:8.1} tps, tool CPU {:.3} cores{}{}",
                 win.tps,
                 win.cpu_cores,
-                win.events.map(|(a, b)| format!(", events {a} / {b}")).unwrap_or_default()
+                win.events.map(|(a, b)| format!(", events {a} / {b}")).unwrap_or_default(),
+                win.probe
+                    .map(|(runs, cores)| format!(", probe {runs:.0} runs/s, {cores:.4} cores in the kernel"))
+                    .unwrap_or_default()
             );
             let tps = win.tps;
             results[i].push(win);
@@ -189,6 +195,11 @@ fn run_window(
             if let Some(n) = t.strip_prefix("locks-budget-") {
                 cmd.args(["--stack-budget", n]);
             }
+            // locks-cost: the probe timed by the kernel (which costs a clock
+            // read on either side of every run: a row of its own).
+            if t == "locks-cost" {
+                cmd.arg("--probe-cost");
+            }
             let s = cmd
                 .args(["--pid", &target, "--no-sql", "--duration"])
                 .arg(format!("{secs}s"))
@@ -209,6 +220,11 @@ fn run_window(
             {
                 let c = &j["counters"];
                 w.events = Some((c["waits"].as_u64().unwrap_or(0), c["recorded"].as_u64().unwrap_or(0)));
+                let p = &j["probe_cost"];
+                if let (Some(runs), Some(ns)) = (p["runs"].as_f64(), p["run_ns"].as_f64()) {
+                    let secs = j["duration_s"].as_f64().unwrap_or(window.as_secs_f64()).max(1e-3);
+                    w.probe = Some((runs / secs, ns / 1e9 / secs));
+                }
             }
             let _ = std::fs::remove_file(&json);
         }
@@ -239,7 +255,8 @@ fn run_window(
 fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
     let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
     let mut md = format!("\n### {workload}, {conns} connections: {base:.0} tps without tracing\n\n");
-    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | waits counted / recorded with a stack (pileup), lines written (perf trace) | failed windows |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | probe runs a second / time in the kernel (cores), with --probe-cost | CPU taken: tool + probe (% of the machine) | waits counted / recorded with a stack (pileup), lines written (perf trace) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
         let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
@@ -255,8 +272,21 @@ fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>]
                 median(ev.iter().map(|e| e.1 as f64).collect())
             )
         };
+        let probe: Vec<(f64, f64)> = r.iter().filter_map(|w| w.probe).collect();
+        let (probe_col, taken) = if probe.is_empty() {
+            ("–".to_string(), 100.0 * median(r.iter().map(|w| w.cpu_cores).collect()) / cpus)
+        } else {
+            (
+                format!(
+                    "{:.0} / {:.4}",
+                    median(probe.iter().map(|p| p.0).collect()),
+                    median(probe.iter().map(|p| p.1).collect())
+                ),
+                100.0 * median(r.iter().map(|w| w.cpu_cores + w.probe.map_or(0.0, |p| p.1)).collect()) / cpus,
+            )
+        };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {} | {} | {:.2} | {events} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {probe_col} | {taken:.2} | {events} | {} |\n",
             describe(tool),
             tps / base,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
@@ -273,6 +303,7 @@ fn describe(tool: &str) -> String {
         "none" => "no tracing".into(),
         "locks" => "pileup locks (default: 200 stacks a second)".into(),
         "locks-elsewhere" => "pileup locks on an idle process (the probe alone)".into(),
+        "locks-cost" => "pileup locks --probe-cost (the probe timed by the kernel)".into(),
         t if t.starts_with("locks@") => format!("pileup locks, the build at {}", &t["locks@".len()..]),
         t if t.starts_with("locks-budget-") => {
             format!("pileup locks, {} stacks a second", t.trim_start_matches("locks-budget-"))

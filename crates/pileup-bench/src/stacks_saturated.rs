@@ -34,6 +34,8 @@ struct Window {
     worst_ms: f64,
     /// The tool's own CPU, in cores over the window.
     cpu_cores: f64,
+    /// pileup: the server's CPU spent on its SQL queries, in cores over the window.
+    sql_cores: Option<f64>,
     /// Captures the tool completed in the window (eu-stack, gdb), or pileup's samples.
     captures: Option<u64>,
     /// pileup: median / worst stopped window, longest single thread stop,
@@ -105,10 +107,11 @@ fn main() -> Result<()> {
             let tool = &tools[i];
             let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
             eprintln!(
-                "   round {r} {tool:<22} {:8.1} tps, probe worst {:7.2} ms, tool CPU {:.2} cores{}{}",
+                "   round {r} {tool:<22} {:8.1} tps, probe worst {:7.2} ms, tool CPU {:.3} cores{}{}{}",
                 win.tps,
                 win.worst_ms,
                 win.cpu_cores,
+                win.sql_cores.map(|c| format!(", server's CPU for its SQL {c:.4} cores")).unwrap_or_default(),
                 win.captures.map(|c| format!(", {c} captures")).unwrap_or_default(),
                 win.stop
                     .map(|s| format!(
@@ -262,6 +265,7 @@ fn run_window(
                 let st = &j["stops"];
                 let ms = |k: &str| st[k].as_f64().unwrap_or(f64::NAN) / 1e3;
                 w.captures = st["samples"].as_u64();
+                w.sql_cores = j["timing"]["server_sql_cpu_us"].as_f64().map(|us| us / 1e6 / window.as_secs_f64());
                 w.stop = Some([
                     ms("median_window_us"),
                     ms("worst_window_us"),
@@ -294,7 +298,8 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
     let mut md = format!(
         "\n### {workload}, {threads} server threads: {base_tps:.0} tps without sampling, probe worst round trip {base_worst:.2} ms{spread}\n\n"
     );
-    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | CPU taken: tool + server's SQL (% of the machine) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
         let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
@@ -309,13 +314,14 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
             }
         };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.3} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
             describe(tool),
             tps / base_tps,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
             if i == 0 { "–".into() } else { lost(&paired[i]) },
             worst - base_worst,
             median(r.iter().map(|w| w.cpu_cores).collect()),
+            100.0 * median(r.iter().map(|w| w.cpu_cores + w.sql_cores.unwrap_or(0.0)).collect()) / cores,
             if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
             stop(0),
             stop(1),

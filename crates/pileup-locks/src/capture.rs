@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -53,6 +54,18 @@ pub struct Traced {
     pub words: Vec<(u64, WordStats)>,
     pub counters: Counters,
     pub elapsed: Duration,
+    /// What the probe cost, when that was asked for.
+    pub probe_cost: Option<ProbeCost>,
+}
+
+/// What the probe cost in the kernel while attached, from the kernel's
+/// own run-time statistics for the program (`BPF_ENABLE_STATS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProbeCost {
+    /// Times the program ran (every context switch on the host).
+    pub runs: u64,
+    /// Time it ran in all, nanoseconds, on whichever thread was switching.
+    pub run_ns: u64,
 }
 
 /// Options for one trace.
@@ -63,6 +76,9 @@ pub struct TraceOptions {
     /// Waits recorded with their stack per second, at most; the others are
     /// counted only.
     pub stack_budget: u64,
+    /// Time the probe with the kernel's BPF run-time statistics, which are
+    /// on for every BPF program of the host while pileup holds them.
+    pub probe_cost: bool,
 }
 
 /// Check what tracing needs, with the fix in the error: privileges and
@@ -163,6 +179,9 @@ pub fn trace(
         .map_err(|e| LocksError::Ebpf(format!("sizing the wait log: {e}")))?;
     let mut skel: FutexSkel = open.load().map_err(|e| load_error("loading", &e))?;
     let mut log = WaitLog::map(&skel.maps.wait_log, possible, entries)?;
+    // The statistics stay on while this descriptor is open: they end with
+    // pileup, however it exits.
+    let stats = if opts.probe_cost { Some(enable_run_time_stats()?) } else { None };
     skel.attach().map_err(|e| load_error("attaching", &e))?;
     let started = Instant::now();
 
@@ -218,6 +237,7 @@ pub fn trace(
     skel.links = Default::default();
     std::thread::sleep(Duration::from_millis(10));
     let elapsed = started.elapsed();
+    let probe_cost = stats.and_then(|_held| run_time(skel.progs.futex_switch.as_fd()));
     let detached_ns = monotonic_ns();
     let _ = ring.consume();
     drop(ring);
@@ -285,7 +305,34 @@ pub fn trace(
     if bad > 0 {
         tracing::warn!(bad, "ring buffer records shorter than expected");
     }
-    Ok(Traced { words, counters, elapsed })
+    Ok(Traced { words, counters, elapsed, probe_cost })
+}
+
+/// Turn on the kernel's run-time statistics for BPF programs; they stay on
+/// while the returned descriptor is open. libbpf-sys wraps the system call;
+/// libbpf-rs has no call for it.
+fn enable_run_time_stats() -> Result<OwnedFd, LocksError> {
+    // SAFETY: a plain system call wrapper taking an enum value.
+    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+    if fd < 0 {
+        return Err(LocksError::Ebpf(format!(
+            "turning on the kernel's BPF run-time statistics for --probe-cost: {}",
+            std::io::Error::from_raw_os_error(-fd)
+        )));
+    }
+    // SAFETY: fd is a new descriptor this process owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The program's run count and run time so far (zero unless the run-time
+/// statistics were on).
+fn run_time(prog: BorrowedFd<'_>) -> Option<ProbeCost> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info is a bpf_prog_info of the length given; no pointer
+    // fields are set, so the kernel writes only into it.
+    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
+    (r == 0).then_some(ProbeCost { runs: info.run_cnt, run_ns: info.run_time_ns })
 }
 
 /// Decode a `struct lock_stats` value.

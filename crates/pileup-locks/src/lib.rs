@@ -67,6 +67,9 @@ pub struct Options {
     pub top: usize,
     /// Re-read the processlist at most this often.
     pub sql_refresh: Duration,
+    /// Time the probe itself with the kernel's BPF run-time statistics
+    /// (on for every BPF program of the host while tracing).
+    pub probe_cost: bool,
 }
 
 /// How far a trace is, for a progress line.
@@ -93,6 +96,10 @@ pub struct Report {
     pub threads: usize,
     pub counters: Counters,
     pub stack_budget_per_s: u64,
+    /// pileup's own CPU time over the run (user and system), microseconds.
+    pub cpu_us: u64,
+    /// With `--probe-cost`: the probe's runs and time in the kernel.
+    pub probe_cost: Option<capture::ProbeCost>,
     pub locks: Vec<LockEntry>,
     pub notes: Vec<String>,
 }
@@ -167,10 +174,15 @@ pub fn run(
     let mut agg = aggregate::Aggregator::default();
     let mut unwind_stops: HashMap<String, u64> = HashMap::new();
     let pid = opts.pid;
-    let trace_opts = capture::TraceOptions { pid: opts.pid, duration: opts.duration, stack_budget: opts.stack_budget };
+    let trace_opts = capture::TraceOptions {
+        pid: opts.pid,
+        duration: opts.duration,
+        stack_budget: opts.stack_budget,
+        probe_cost: opts.probe_cost,
+    };
     // What the progress line shows, shared between the two callbacks.
     let seen = std::cell::Cell::new((0u64, 0usize));
-    let capture::Traced { words, counters, elapsed } = {
+    let capture::Traced { words, counters, elapsed, probe_cost } = {
         let on_event = |e: event::Event| {
             known.refresh(opts.sql_refresh);
             let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64, dx: 0 };
@@ -281,6 +293,8 @@ pub fn run(
         threads,
         counters,
         stack_budget_per_s: opts.stack_budget,
+        cpu_us: pileup_stacks::proc::own_cpu_us(),
+        probe_cost,
         locks,
         notes,
     })
@@ -324,6 +338,8 @@ pub fn run_performance_schema(
         threads,
         counters: Counters::default(),
         stack_budget_per_s: 0,
+        cpu_us: pileup_stacks::proc::own_cpu_us(),
+        probe_cost: None,
         locks,
         notes,
     })

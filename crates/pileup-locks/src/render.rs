@@ -203,7 +203,34 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
             writeln!(w, "note: {n}")?;
         }
     }
+    writeln!(w)?;
+    writeln!(w, "{}", cost_line(r))?;
     Ok(())
+}
+
+/// What the run cost: pileup's CPU and, with `--probe-cost`, the probe's
+/// time in the kernel, as a share of the host's CPU over the window.
+fn cost_line(r: &Report) -> String {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as f64;
+    let machine_ms = r.duration_s * 1e3 * cpus;
+    let share = |ms: f64| if machine_ms > 0.0 { 100.0 * ms / machine_ms } else { 0.0 };
+    let own = r.cpu_us as f64 / 1e3;
+    let mut line = format!("cost: pileup's CPU {own:.1} ms ({:.2}% of {cpus} CPUs over the window)", share(own));
+    match r.probe_cost {
+        Some(p) => {
+            let ms = p.run_ns as f64 / 1e6;
+            line.push_str(&format!(
+                "; the probe ran {} times on context switches, {ms:.1} ms in all ({:.0} ns each, {:.2}% of the CPUs)",
+                p.runs,
+                if p.runs > 0 { p.run_ns as f64 / p.runs as f64 } else { 0.0 },
+                share(ms)
+            ));
+        }
+        None if r.source == "ebpf" => line.push_str("; the probe's own time: --probe-cost"),
+        None => {}
+    }
+    line
 }
 
 fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {

@@ -171,6 +171,10 @@ pub struct SqlSource {
     pub own_id: u64,
     /// MariaDB with performance_schema on: thread names available too.
     pub pfs_threads: bool,
+    /// The server thread that serves this connection (one thread per
+    /// connection only: a pool's worker serves others too), whose CPU time
+    /// is what pileup's queries cost the server.
+    pub server_tid: Option<i32>,
 }
 
 impl SqlSource {
@@ -179,7 +183,25 @@ impl SqlSource {
         let own_id: u64 = conn.query_first("SELECT CONNECTION_ID()")?.unwrap_or(0);
         let pfs: Option<String> = conn.query_first("SELECT @@performance_schema").unwrap_or(None);
         let pfs_threads = matches!(pfs.as_deref(), Some("1") | Some("ON"));
-        Ok(SqlSource { conn, flavor, version, own_id, pfs_threads })
+        let handling: Option<String> = conn.query_first("SELECT @@thread_handling").unwrap_or(None);
+        let server_tid = if handling.as_deref() == Some("one-thread-per-connection") {
+            let q = match flavor {
+                Flavor::MariaDb => "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
+                Flavor::MySql => {
+                    "SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()"
+                }
+            };
+            conn.query_first::<Option<i64>, _>(q).ok().flatten().flatten().map(|t| t as i32)
+        } else {
+            None
+        };
+        Ok(SqlSource { conn, flavor, version, own_id, pfs_threads, server_tid })
+    }
+
+    /// CPU time the server thread serving this connection has used so far
+    /// (nanoseconds), when that thread is one of `pid`'s.
+    pub fn server_cpu_ns(&self, pid: i32) -> Option<u64> {
+        crate::proc::schedstat(pid, self.server_tid?)?.split_whitespace().next()?.parse().ok()
     }
 
     /// Map OS thread id → SQL thread, from the non-blocking sources.

@@ -180,6 +180,11 @@ pub struct Timing {
     pub unwind_us: u64,
     pub symbolize_us: u64,
     pub annotate_us: u64,
+    /// pileup's own CPU time over the run, user and system.
+    pub cpu_us: u64,
+    /// CPU time the server spent serving pileup's SQL connection over the
+    /// run (absent without SQL, on another host, or with a thread pool).
+    pub server_sql_cpu_us: Option<u64>,
 }
 
 /// What stopping the threads cost, over every sample of a run (bounded:
@@ -357,6 +362,9 @@ pub struct Sampler {
     sql: Option<SqlSource>,
     sql_error: Option<String>,
     sql_cache: Option<(Instant, HashMap<i32, SqlThread>)>,
+    /// CPU time of the server thread serving pileup's connection when the
+    /// run started (nanoseconds).
+    sql_cpu_start: Option<u64>,
     samples: VecDeque<Sample>,
     taken: usize,
     tally: aggregate::Tally,
@@ -399,6 +407,7 @@ impl Sampler {
             notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
         }
         let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
+        let sql_cpu_start = sql.as_ref().and_then(|s| s.server_cpu_ns(pid));
         let mut s = Sampler {
             pid,
             exe,
@@ -410,6 +419,7 @@ impl Sampler {
             sql,
             sql_error: None,
             sql_cache: None,
+            sql_cpu_start,
             samples: VecDeque::new(),
             taken: 0,
             tally: Default::default(),
@@ -880,6 +890,13 @@ impl Sampler {
         modules.sort_by_key(|b| std::cmp::Reverse(b.frames));
         let named_pct = if addrs.is_empty() { 100.0 } else { 100.0 * named_total as f64 / addrs.len() as f64 };
         let version = self.server_version().map(String::from);
+        let mut timing = self.timing;
+        timing.cpu_us = proc::own_cpu_us();
+        timing.server_sql_cpu_us = match (self.sql_cpu_start, self.sql.as_ref().and_then(|s| s.server_cpu_ns(self.pid)))
+        {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) / 1000),
+            _ => None,
+        };
         Profile {
             pid: self.pid,
             exe: self.exe,
@@ -892,7 +909,7 @@ impl Sampler {
             modules,
             named_pct,
             locks: self.locks,
-            timing: self.timing,
+            timing,
             notes: self.notes,
         }
     }

@@ -70,7 +70,7 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     // copies every variable: a dozen connections queue on it.
     let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
     std::thread::sleep(Duration::from_millis(300));
-    let r = locks_json(&sb, &["--duration", "3s"]);
+    let r = locks_json(&sb, &["--duration", "3s", "--probe-cost"]);
     let folded_dir = scratch("locks-folded");
     let folded = folded_dir.join("waits.folded");
     let pid = sb.pid().to_string();
@@ -116,6 +116,12 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     let st = l["statements"].as_array().unwrap();
     assert!(st.iter().any(|s| s["fingerprint"] == "SHOW GLOBAL VARIABLES"), "{st:#?}");
     assert!(r["counters"]["waits"].as_u64().unwrap() >= waits);
+    // What it cost: pileup's CPU, and the probe timed by the kernel (it
+    // runs on every context switch, the storm's waits among them).
+    assert!(r["cpu_us"].as_u64().unwrap() > 0, "{:#}", r["cpu_us"]);
+    let runs = r["probe_cost"]["runs"].as_u64().unwrap();
+    assert!(runs >= waits, "the probe ran {runs} times for {waits} waits");
+    assert!(r["probe_cost"]["run_ns"].as_u64().unwrap() > 0, "{:#}", r["probe_cost"]);
 
     // Folded stacks: 0600, frames root first, the lock as the leaf, µs.
     let mode = std::fs::metadata(&folded).unwrap().permissions().mode() & 0o777;
@@ -199,7 +205,7 @@ fn sigkill_leaves_no_probe_attached() {
     let sb = sandbox();
     let before = programs_named("futex_switch");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["locks", "--no-sql", "--pid", &sb.pid().to_string(), "--duration", "60s"])
+        .args(["locks", "--no-sql", "--probe-cost", "--pid", &sb.pid().to_string(), "--duration", "60s"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

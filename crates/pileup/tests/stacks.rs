@@ -57,6 +57,10 @@ fn known_frames_and_sql_annotations_match_processlist() {
         assert_eq!(st["mode"], mode);
         assert!(st["threads_captured"].as_u64().unwrap() >= 20);
         assert!(st["max_thread_stop_us"].as_u64().unwrap() > 0);
+        // What the run cost: pileup's CPU, and the server's CPU for its
+        // SQL, read from the thread serving pileup's connection.
+        assert!(j["timing"]["cpu_us"].as_u64().unwrap() > 0, "{mode}: {:#}", j["timing"]);
+        assert!(j["timing"]["server_sql_cpu_us"].as_u64().is_some(), "{mode}: {:#}", j["timing"]);
     }
     // Annotations agree with the processlist's own TID column.
     let mut c = sb.connect().unwrap();

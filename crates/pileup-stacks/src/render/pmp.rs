@@ -58,6 +58,11 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
             ms(p.timing.symbolize_us)
         ));
     }
+    let mut cost = format!("cost: pileup's CPU {}", ms(p.timing.cpu_us));
+    if let Some(s) = p.timing.server_sql_cpu_us {
+        cost.push_str(&format!(", the server's CPU for pileup's SQL {}", ms(s)));
+    }
+    out.push(cost);
     let mut sym = format!("symbols: {:.0}% of distinct frames named", p.named_pct);
     for m in p.modules.iter().take(4) {
         sym.push_str(&format!("; {}: {} ({}/{} named)", m.name, m.symbols, m.named, m.frames));

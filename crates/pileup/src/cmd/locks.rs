@@ -62,6 +62,11 @@ pub struct LocksArgs {
     /// Read DWARF for inlined frames and source lines where debug info is installed (slower start).
     #[arg(long)]
     pub debug_info: bool,
+    /// Also report the probe's own time in the kernel. Turns on the kernel's BPF run-time
+    /// statistics while tracing (for every BPF program on this host: a clock read before and
+    /// after each run); they turn off when pileup exits, however it exits.
+    #[arg(long)]
+    pub probe_cost: bool,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -123,6 +128,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         // A flame graph or folded stacks carry every recorded stack.
         top: if matches!(format, Format::Folded | Format::Svg | Format::Pprof) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
+        probe_cost: a.probe_cost,
     };
     let bar = progress(&a);
     // A signal ends the trace; what was recorded is still reported.

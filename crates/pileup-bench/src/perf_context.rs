@@ -1,0 +1,155 @@
+//! What a perf event attached to a thread costs that thread's context
+//! switches, while it is open and after it is closed: passive mode samples
+//! a running thread with such an event (`pileup_stacks::capture::perf`),
+//! and `perf record -t`/`-p` attaches the same kind.
+//!
+//! Two threads pass a byte back and forth through pipes on one CPU, so
+//! every round trip is two context switches, each in or out of thread B.
+//! Windows alternate, round after round, each on a fresh pair of threads:
+//! no event; pileup's event open on B (disarmed, as between samples); the
+//! event opened on B and closed before measuring; and `perf record -t B`
+//! run for a second and exited before measuring. Reported: round trips a
+//! second (median over rounds), the ratio to no event, and the time added
+//! per switch of B.
+//!
+//! Usage: see [`USAGE`] (what `--help` prints).
+
+/// What `--help` prints; the flags it names are the ones accepted.
+const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE]";
+
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use pileup_bench::{arg, median};
+use pileup_stacks::capture::perf::Event;
+
+const MODES: [&str; 4] = ["none", "open", "closed", "perf-record"];
+
+fn main() -> Result<()> {
+    let args = pileup_bench::args(USAGE)?;
+    let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(2));
+    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(5);
+    let cpu: usize = arg(&args, "--cpu").map(|s| s.parse()).transpose()?.unwrap_or(1);
+    let out = arg(&args, "--out");
+    pin(cpu)?;
+    let mut rates: Vec<Vec<f64>> = vec![vec![]; MODES.len()];
+    for r in 0..rounds {
+        for (i, mode) in MODES.iter().enumerate() {
+            let rate = window_of(mode, window)?;
+            eprintln!("   round {r} {mode:<12} {rate:10.0} round trips/s");
+            rates[i].push(rate);
+        }
+    }
+    let base = median(rates[0].clone());
+    let mut md = format!(
+        "\nTwo threads passing a byte through pipes on CPU {cpu} (two context switches per round trip, one in or out of thread B); windows of {} s, {rounds} rounds interleaved, fresh threads each window; medians\n\n",
+        window.as_secs()
+    );
+    md.push_str("| thread B | round trips/s | ÷ no event | added per switch of B (µs) |\n|---|---|---|---|\n");
+    for (i, mode) in MODES.iter().enumerate() {
+        let m = median(rates[i].clone());
+        md.push_str(&format!(
+            "| {} | {m:.0} | {:.3} | {:+.2} |\n",
+            describe(mode),
+            m / base,
+            (1e6 / m - 1e6 / base) / 2.0
+        ));
+    }
+    print!("{md}");
+    if let Some(o) = out {
+        pileup_bench::write(o, &md)?;
+    }
+    Ok(())
+}
+
+fn describe(mode: &str) -> &'static str {
+    match mode {
+        "none" => "no perf event, ever",
+        "open" => "pileup's passive-mode event open on it, disarmed (as between samples)",
+        "closed" => "pileup's event opened on it, then closed",
+        _ => "`perf record -t` on it for 1 s, exited",
+    }
+}
+
+/// Keep this process (and the threads it starts) on one CPU.
+fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: set is a valid cpu_set_t of the size given.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        bail!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn pipe() -> Result<(std::fs::File, std::fs::File)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned here.
+    Ok(unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) })
+}
+
+/// One window on a fresh pair of threads: round trips a second.
+fn window_of(mode: &str, window: Duration) -> Result<f64> {
+    let (mut to_b_r, mut to_b_w) = pipe()?;
+    let (mut to_a_r, mut to_a_w) = pipe()?;
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let b = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let _ = tid_tx.send(unsafe { libc::gettid() });
+        let mut c = [0u8; 1];
+        while to_b_r.read_exact(&mut c).is_ok() {
+            if to_a_w.write_all(&c).is_err() {
+                break;
+            }
+        }
+    });
+    let tid = tid_rx.recv().context("thread B")?;
+    let _held = match mode {
+        "open" => Some(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?),
+        "closed" => {
+            drop(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
+            None
+        }
+        "perf-record" => {
+            let data = std::env::temp_dir().join(format!("perf-context-{}.data", std::process::id()));
+            let s = Command::new("perf")
+                .args(["record", "-q", "-t", &tid.to_string(), "-o"])
+                .arg(&data)
+                .args(["--", "sleep", "1"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .context("perf (Debian: linux-perf)")?;
+            let _ = std::fs::remove_file(&data);
+            if !s.success() {
+                bail!("perf record -t {tid} failed");
+            }
+            None
+        }
+        _ => None,
+    };
+    let mut c = [b'x'; 1];
+    let mut n = 0u64;
+    let t0 = Instant::now();
+    while t0.elapsed() < window {
+        for _ in 0..1000 {
+            to_b_w.write_all(&c)?;
+            to_a_r.read_exact(&mut c)?;
+        }
+        n += 1000;
+    }
+    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    drop(to_b_w);
+    let _ = b.join();
+    Ok(rate)
+}
