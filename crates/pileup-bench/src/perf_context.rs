@@ -5,17 +5,21 @@
 //!
 //! Two threads pass a byte back and forth through pipes on one CPU, so
 //! every round trip is two context switches, each in or out of thread B.
-//! Windows alternate, round after round, each on a fresh pair of threads:
-//! no event; pileup's event open on B (disarmed, as between samples); the
-//! event opened on B and closed before measuring; and `perf record -t B`
-//! run for a second and exited before measuring. Reported: round trips a
-//! second (median over rounds), the ratio to no event, and the time added
-//! per switch of B.
+//! Windows alternate, round after round, each in a fresh process: no
+//! event; pileup's event open on B (disarmed, as between samples); the
+//! event opened on B and closed 2 s before measuring; the same on a third
+//! thread that takes no part (the control for anything host-wide the kernel
+//! keeps on after an event closes); and `perf record -t B` run for a second
+//! and exited 2 s before measuring. Reported: round trips a second (median
+//! over rounds), the ratio to no event, and the time added per switch of B.
 //!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE]";
+const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE] [--one MODE] (--one: a single window of MODE in this process, as the bench runs each)";
+
+/// After an event is closed, before measuring.
+const SETTLE: Duration = Duration::from_secs(2);
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -27,7 +31,7 @@ use anyhow::{bail, Context, Result};
 use pileup_bench::{arg, median};
 use pileup_stacks::capture::perf::Event;
 
-const MODES: [&str; 4] = ["none", "open", "closed", "perf-record"];
+const MODES: [&str; 5] = ["none", "open", "closed", "closed-other", "perf-record"];
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
@@ -35,18 +39,31 @@ fn main() -> Result<()> {
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(5);
     let cpu: usize = arg(&args, "--cpu").map(|s| s.parse()).transpose()?.unwrap_or(1);
     let out = arg(&args, "--out");
-    pin(cpu)?;
+    // One window, in this process: what the parent runs for each.
+    if let Some(mode) = arg(&args, "--one") {
+        pin(cpu)?;
+        println!("{}", window_of(&mode, window)?);
+        return Ok(());
+    }
+    let exe = std::env::current_exe()?;
     let mut rates: Vec<Vec<f64>> = vec![vec![]; MODES.len()];
     for r in 0..rounds {
         for (i, mode) in MODES.iter().enumerate() {
-            let rate = window_of(mode, window)?;
+            let o = Command::new(&exe)
+                .args(["--one", mode, "--window", &window.as_secs().to_string(), "--cpu", &cpu.to_string()])
+                .stderr(Stdio::inherit())
+                .output()?;
+            if !o.status.success() {
+                bail!("the {mode} window failed");
+            }
+            let rate: f64 = String::from_utf8_lossy(&o.stdout).trim().parse().context("a window's rate")?;
             eprintln!("   round {r} {mode:<12} {rate:10.0} round trips/s");
             rates[i].push(rate);
         }
     }
     let base = median(rates[0].clone());
     let mut md = format!(
-        "\nTwo threads passing a byte through pipes on CPU {cpu} (two context switches per round trip, one in or out of thread B); windows of {} s, {rounds} rounds interleaved, fresh threads each window; medians\n\n",
+        "\nTwo threads passing a byte through pipes on CPU {cpu} (two context switches per round trip, one in or out of thread B); windows of {} s, {rounds} rounds interleaved, each window in a fresh process; medians\n\n",
         window.as_secs()
     );
     md.push_str("| thread B | round trips/s | ÷ no event | added per switch of B (µs) |\n|---|---|---|---|\n");
@@ -70,8 +87,9 @@ fn describe(mode: &str) -> &'static str {
     match mode {
         "none" => "no perf event, ever",
         "open" => "pileup's passive-mode event open on it, disarmed (as between samples)",
-        "closed" => "pileup's event opened on it, then closed",
-        _ => "`perf record -t` on it for 1 s, exited",
+        "closed" => "pileup's event opened on it, closed 2 s before",
+        "closed-other" => "none; pileup's event opened on another thread, closed 2 s before",
+        _ => "`perf record -t` on it for 1 s, exited 2 s before",
     }
 }
 
@@ -117,6 +135,22 @@ fn window_of(mode: &str, window: Duration) -> Result<f64> {
         "open" => Some(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?),
         "closed" => {
             drop(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
+            std::thread::sleep(SETTLE);
+            None
+        }
+        "closed-other" => {
+            let (tx, rx) = mpsc::channel();
+            let (stop_tx, stop_rx) = mpsc::channel::<()>();
+            let other = std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send(unsafe { libc::gettid() });
+                let _ = stop_rx.recv();
+            });
+            let t = rx.recv().context("the other thread")?;
+            drop(Event::open(t, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
+            drop(stop_tx);
+            let _ = other.join();
+            std::thread::sleep(SETTLE);
             None
         }
         "perf-record" => {
@@ -134,6 +168,7 @@ fn window_of(mode: &str, window: Duration) -> Result<f64> {
             if !s.success() {
                 bail!("perf record -t {tid} failed");
             }
+            std::thread::sleep(SETTLE);
             None
         }
         _ => None,

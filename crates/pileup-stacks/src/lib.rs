@@ -180,10 +180,11 @@ pub struct Timing {
     pub unwind_us: u64,
     pub symbolize_us: u64,
     pub annotate_us: u64,
-    /// pileup's own CPU time over the run, user and system.
+    /// pileup's own CPU time over the run, user and system, start-up included.
     pub cpu_us: u64,
     /// CPU time the server spent serving pileup's SQL connection over the
-    /// run (absent without SQL, on another host, or with a thread pool).
+    /// run (null without SQL, on another host, with a thread pool, or
+    /// after an SQL error).
     pub server_sql_cpu_us: Option<u64>,
 }
 
@@ -365,6 +366,9 @@ pub struct Sampler {
     /// CPU time of the server thread serving pileup's connection when the
     /// run started (nanoseconds).
     sql_cpu_start: Option<u64>,
+    /// pileup's own CPU time when the sampler was made (microseconds): a
+    /// long-running caller (`watch`) makes one per capture.
+    cpu_start_us: u64,
     samples: VecDeque<Sample>,
     taken: usize,
     tally: aggregate::Tally,
@@ -378,7 +382,7 @@ pub struct Sampler {
     fetching: Option<Fetching>,
     /// The run was ended by a signal.
     interrupted: bool,
-    /// Passive capture's perf events, kept from sample to sample.
+    /// Passive capture's state (why perf events cannot be opened, once known).
     passive: capture::passive::Passive,
     /// The note that lock waits were read before a module's debug file
     /// arrived (by exported names only) was given.
@@ -393,6 +397,7 @@ struct Fetching {
 
 impl Sampler {
     pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
+        let cpu_start_us = proc::own_cpu_us();
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
@@ -420,6 +425,7 @@ impl Sampler {
             sql_error: None,
             sql_cache: None,
             sql_cpu_start,
+            cpu_start_us,
             samples: VecDeque::new(),
             taken: 0,
             tally: Default::default(),
@@ -891,9 +897,11 @@ impl Sampler {
         let named_pct = if addrs.is_empty() { 100.0 } else { 100.0 * named_total as f64 / addrs.len() as f64 };
         let version = self.server_version().map(String::from);
         let mut timing = self.timing;
-        timing.cpu_us = proc::own_cpu_us();
-        timing.server_sql_cpu_us = match (self.sql_cpu_start, self.sql.as_ref().and_then(|s| s.server_cpu_ns(self.pid)))
-        {
+        timing.cpu_us = proc::own_cpu_us().saturating_sub(self.cpu_start_us);
+        // After an SQL error the connection's thread may serve someone else.
+        let sql_cpu_end =
+            self.sql.as_ref().filter(|_| self.sql_error.is_none()).and_then(|s| s.server_cpu_ns(self.pid));
+        timing.server_sql_cpu_us = match (self.sql_cpu_start, sql_cpu_end) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a) / 1000),
             _ => None,
         };

@@ -226,6 +226,31 @@ fn sigkill_leaves_no_probe_attached() {
         std::thread::sleep(Duration::from_millis(50));
     }
     sb.connect().unwrap().query_drop("DO 1").unwrap();
+    // --probe-cost's run-time statistics ended with the killed process: a
+    // probe attached now, without the flag, is not timed (unless the host
+    // has them on for everyone, kernel.bpf_stats_enabled).
+    if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "0") {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["locks", "--no-sql", "--pid", &sb.pid().to_string(), "--duration", "5s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while programs_named("futex_switch") == before {
+            assert!(t.elapsed() < Duration::from_secs(20), "pileup locks never attached");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The probe runs on every context switch of the host.
+        std::thread::sleep(Duration::from_millis(500));
+        let timed: Vec<(u64, u64)> = libbpf_rs::query::ProgInfoIter::default()
+            .filter(|p| p.name.to_str() == Some("futex_switch"))
+            .map(|p| (p.run_cnt, p.run_time_ns))
+            .collect();
+        let _ = child.kill();
+        child.wait().unwrap();
+        assert!(timed.iter().all(|&(n, ns)| n == 0 && ns == 0), "the probe is still timed: {timed:?}");
+    }
 }
 
 #[test]

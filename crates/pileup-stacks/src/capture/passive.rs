@@ -38,9 +38,9 @@ const RETRIES: usize = 3;
 
 /// The perf events of the threads being sampled on their CPU in this
 /// capture. They are closed at its end: an open event on a thread adds
-/// work to each of its context switches (0.4 µs a switch measured here,
-/// against 0.1 µs once closed: `bench/perf-context`), and a busy server
-/// thread switches thousands of times a second between samples.
+/// work to each of its context switches (0.4 µs a switch measured, and
+/// nothing once closed: `bench/perf-context`), and a busy server thread
+/// switches thousands of times a second between samples.
 #[derive(Default)]
 pub struct Passive {
     events: HashMap<i32, Event>,
