@@ -216,7 +216,10 @@ fn cost_line(r: &Report) -> String {
     let machine_ms = r.duration_s * 1e3 * cpus;
     let share = |ms: f64| if machine_ms > 0.0 { 100.0 * ms / machine_ms } else { 0.0 };
     let own = r.cpu_us as f64 / 1e3;
-    let mut line = format!("cost: pileup's CPU {own:.1} ms, start-up included ({:.2}% of {cpus} CPUs over the window)", share(own));
+    let mut line = format!(
+        "cost: pileup's CPU {own:.1} ms, start-up included ({:.2}% of {cpus} CPUs over the window)",
+        share(own)
+    );
     match r.probe_cost {
         Some(p) => {
             let ms = p.run_ns as f64 / 1e6;
