@@ -681,3 +681,80 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let _ = load.kill();
     let _ = load.wait();
 }
+
+/// Keep the calling thread on one CPU.
+fn pin_to(tid: i32, cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: set is a valid cpu_set_t of the size given.
+    let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(r, 0, "pinning {tid} to CPU {cpu}: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_thread_queued_for_a_cpu_is_taken_late_without_holding_the_others() {
+    let sb = sandbox();
+    let pid = sb.pid();
+    // One connection computing, at the lowest priority and on CPU 0, where
+    // a spinning thread of this test at normal priority takes nearly all
+    // the time: the connection is runnable but waits long for a CPU, as on
+    // a saturated server, so its stop comes late.
+    let mut c = sb.connect().unwrap();
+    let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let tid: i32 = sb
+        .connect()
+        .unwrap()
+        .query_first(format!("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = {id}"))
+        .unwrap()
+        .unwrap();
+    pin_to(tid, 0);
+    // SAFETY: setpriority on a thread id of the sandbox's server.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+    let busy = std::thread::spawn(move || {
+        let _ = c.query_drop("SELECT BENCHMARK(1000000000000, CRC32('pileup'))");
+    });
+    let spin = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hog = {
+        let spin = spin.clone();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            pin_to(unsafe { libc::gettid() }, 0);
+            while spin.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let t0 = Instant::now();
+    while !thread_states(pid).iter().any(|&(t, s)| t == tid && s == 'R') {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the statement did not start running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let j = stacks_json(&sb, &["--no-sql", "--mode", "consistent", "--samples", "5", "--max-stop-ms", "3000"]);
+    spin.store(false, std::sync::atomic::Ordering::Relaxed);
+    hog.join().unwrap();
+    let samples = j["samples"].as_array().unwrap();
+    let late: Vec<&serde_json::Value> =
+        samples.iter().filter(|s| s["stats"]["stopped_late"].as_u64().unwrap() > 0).collect();
+    assert!(
+        !late.is_empty(),
+        "no sample took a thread late: {:#?}",
+        samples.iter().map(|s| &s["stats"]).collect::<Vec<_>>()
+    );
+    for s in late {
+        let st = &s["stats"];
+        // The late thread was captured whole, and its wait for a CPU was
+        // not a window the other threads were held in.
+        let t = s["threads"].as_array().unwrap().iter().find(|t| t["tid"] == tid).expect("the late thread captured");
+        assert!(labels(t).len() >= 3, "{:?}", labels(t));
+        assert!(st["window_us"].as_u64().unwrap() < st["max_thread_stop_us"].as_u64().unwrap(), "{st:#}");
+        assert!(st["max_thread_held_us"].as_u64().unwrap() < st["max_thread_stop_us"].as_u64().unwrap(), "{st:#}");
+    }
+    // Nothing is left stopped and the server answers.
+    std::thread::sleep(Duration::from_millis(50));
+    let stopped: Vec<_> = thread_states(pid).into_iter().filter(|(_, s)| *s == 't' || *s == 'T').collect();
+    assert!(stopped.is_empty(), "{stopped:?}");
+    let mut k = sb.connect().unwrap();
+    k.query_drop(format!("KILL {id}")).unwrap();
+    busy.join().unwrap();
+}
