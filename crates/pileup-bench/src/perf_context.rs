@@ -6,7 +6,7 @@
 //! Two threads pass a byte back and forth through pipes on one CPU, so
 //! every round trip is two context switches, each in or out of thread B.
 //! Windows alternate, round after round, each in a fresh process: no
-//! event; pileup's event open on B (disarmed, as between samples); the
+//! event; pileup's event open on B, not armed; the
 //! event opened on B and closed 2 s before measuring; the same on a third
 //! thread that takes no part (the control for anything host-wide the kernel
 //! keeps on after an event closes); and `perf record -t B` run for a second
@@ -86,7 +86,7 @@ fn main() -> Result<()> {
 fn describe(mode: &str) -> &'static str {
     match mode {
         "none" => "no perf event, ever",
-        "open" => "pileup's passive-mode event open on it, disarmed (as between samples)",
+        "open" => "pileup's passive-mode event open on it, not armed",
         "closed" => "pileup's event opened on it, closed 2 s before",
         "closed-other" => "none; pileup's event opened on another thread, closed 2 s before",
         _ => "`perf record -t` on it for 1 s, exited 2 s before",

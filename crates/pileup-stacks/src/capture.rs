@@ -853,7 +853,7 @@ fn capture_consistent(
         budget_exceeded = w.wait((deadline(first), None), Some(&mut threads));
     }
     let stopped_late = threads.len() - before;
-    let Stops { timer, pending, mut missed, .. } = w;
+    let Stops { timer, pending, mut missed, mut unwaited, .. } = w;
     drop(timer);
     drop(priority);
     threads.extend(slept.into_iter().map(|(rt, _)| rt));
@@ -869,7 +869,9 @@ fn capture_consistent(
             None => late.push(tid),
         }
     }
-    release_all(&pending.iter().map(|&(t, _)| t).collect::<Vec<_>>());
+    // Threads read in disk wait that have not stopped yet go with them.
+    unwaited.extend(pending.iter().map(|&(t, _)| t));
+    release_all(&unwaited);
     for tid in late {
         missed.push(not_stopped(pid, tid, opts));
     }

@@ -199,13 +199,13 @@ fn programs_named(name: &str) -> usize {
     libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_str() == Some(name)).count()
 }
 
-#[test]
-fn sigkill_leaves_no_probe_attached() {
-    let _one = serial();
-    let sb = sandbox();
-    let before = programs_named("futex_switch");
+/// `pileup locks` on the sandbox with `flags`, in the background, once its
+/// probe is loaded (more `futex_switch` programs than `before`).
+fn attached(sb: &Sandbox, flags: &[&str], before: usize) -> std::process::Child {
+    let pid = sb.pid().to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["locks", "--no-sql", "--probe-cost", "--pid", &sb.pid().to_string(), "--duration", "60s"])
+        .args(["locks", "--no-sql", "--pid", &pid])
+        .args(flags)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -216,6 +216,15 @@ fn sigkill_leaves_no_probe_attached() {
         assert!(child.try_wait().unwrap().is_none(), "pileup locks exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
+    child
+}
+
+#[test]
+fn sigkill_leaves_no_probe_attached() {
+    let _one = serial();
+    let sb = sandbox();
+    let before = programs_named("futex_switch");
+    let mut child = attached(&sb, &["--probe-cost", "--duration", "60s"], before);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     child.wait().unwrap();
     // The kernel frees the program, and with it the tracepoint link, once
@@ -230,17 +239,7 @@ fn sigkill_leaves_no_probe_attached() {
     // probe attached now, without the flag, is not timed (unless the host
     // has them on for everyone, kernel.bpf_stats_enabled).
     if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "0") {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-            .args(["locks", "--no-sql", "--pid", &sb.pid().to_string(), "--duration", "5s"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        while programs_named("futex_switch") == before {
-            assert!(t.elapsed() < Duration::from_secs(20), "pileup locks never attached");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut child = attached(&sb, &["--duration", "5s"], before);
         // The probe runs on every context switch of the host.
         std::thread::sleep(Duration::from_millis(500));
         let timed: Vec<(u64, u64)> = libbpf_rs::query::ProgInfoIter::default()

@@ -17,7 +17,6 @@
 //! pointer of a blocked thread is not known, so a caller that keeps its
 //! frame in `rbp` without an inner frame having saved it ends that stack.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::perf::{self, Event};
@@ -36,14 +35,14 @@ const RECHECK: Duration = Duration::from_millis(2);
 /// it is treated as running.
 const RETRIES: usize = 3;
 
-/// The perf events of the threads being sampled on their CPU in this
-/// capture. They are closed at its end: an open event on a thread adds
-/// work to each of its context switches (0.4 µs a switch measured, and
-/// nothing once closed: `bench/perf-context`), and a busy server thread
-/// switches thousands of times a second between samples.
+/// What passive capture keeps from sample to sample. A thread's perf event
+/// is not kept: it is opened when the thread is found running and closed
+/// once the thread is read, since an open event on a thread adds work to
+/// each of its context switches (0.4 µs a switch measured, and nothing once
+/// closed: `bench/perf-context`), and a busy server thread switches
+/// thousands of times a second between samples.
 #[derive(Default)]
 pub struct Passive {
-    events: HashMap<i32, Event>,
     /// Why perf events could not be opened, once: running threads are then
     /// missed with this reason.
     perf_error: Option<String>,
@@ -68,24 +67,22 @@ impl Passive {
             // Each thread gets the whole budget: none of them is stopped.
             let deadline = Instant::now() + opts.max_stop;
             let mut tries = 0;
+            // Closed when it goes out of scope, once the thread is read.
+            let mut event: Option<Event> = None;
             loop {
                 match read_blocked(pid, tid, maps, opts.stack_bytes) {
                     Read::Blocked(b) => {
                         let (rt, _) = *b;
-                        if let Some(e) = self.events.get_mut(&tid) {
-                            e.disarm();
-                        }
                         blocked += 1;
                         threads.push(rt);
                         break;
                     }
                     Read::Gone => {
-                        self.events.remove(&tid);
                         missed.push(Missed { tid, reason: "exited".into() });
                         break;
                     }
                     Read::Moved if tries < RETRIES => tries += 1,
-                    Read::Moved | Read::Running => match self.on_cpu(tid, opts.stack_bytes) {
+                    Read::Moved | Read::Running => match self.on_cpu(&mut event, tid, opts.stack_bytes) {
                         Err(reason) => {
                             missed.push(Missed { tid, reason });
                             break;
@@ -105,9 +102,6 @@ impl Passive {
                     },
                 }
                 if Instant::now() >= deadline {
-                    if let Some(e) = self.events.get_mut(&tid) {
-                        e.disarm();
-                    }
                     missed.push(Missed {
                         tid,
                         reason: format!(
@@ -119,23 +113,27 @@ impl Passive {
                 }
             }
         }
-        self.events.clear();
         let mut s = finish(tids, threads, missed, 0, t0, false, "passive");
         s.stats.threads_read_blocked = blocked;
         s.stats.threads_sampled_on_cpu = on_cpu;
         s
     }
 
-    /// Arm the thread's perf event (opened on first use) and wait a little
-    /// for its sample.
-    fn on_cpu(&mut self, tid: i32, stack_bytes: usize) -> Result<Option<perf::OnCpu>, String> {
+    /// Arm the thread's perf event (opened into `event` on first use) and
+    /// wait a little for its sample.
+    fn on_cpu(
+        &mut self,
+        event: &mut Option<Event>,
+        tid: i32,
+        stack_bytes: usize,
+    ) -> Result<Option<perf::OnCpu>, String> {
         if let Some(e) = &self.perf_error {
             return Err(e.clone());
         }
-        let ev = match self.events.entry(tid) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => match Event::open(tid, stack_bytes) {
-                Ok(e) => v.insert(e),
+        let ev = match event {
+            Some(e) => e,
+            None => match Event::open(tid, stack_bytes) {
+                Ok(e) => event.insert(e),
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err("exited".into()),
                 Err(e) => {
                     let why = format!(

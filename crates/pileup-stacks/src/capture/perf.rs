@@ -144,16 +144,6 @@ impl Event {
         }
     }
 
-    /// Stop waiting for a sample (the thread was read another way).
-    pub fn disarm(&mut self) {
-        if self.armed {
-            // SAFETY: ioctl on our own perf fd.
-            unsafe { sys::ioctls::DISABLE(self.fd.as_raw_fd(), 0) };
-            self.armed = false;
-        }
-        self.drain();
-    }
-
     /// The last sample in the ring, if any; the ring is emptied.
     fn take(&mut self) -> Option<OnCpu> {
         let meta = self.meta();
