@@ -602,20 +602,27 @@ struct Stops<'a> {
 impl Stops<'_> {
     /// Wait for the pending threads to stop, copying each as it does, until
     /// none is pending, `deadline` passes, or (with `lull`) no thread has
-    /// stopped for that long; `true` if the deadline passed first. A
+    /// stopped for that long; `true` if the budget (`budget`, the end of
+    /// `--max-stop-ms`) ran out first. Stops already reported when
+    /// `deadline` passes are still taken, but none once the budget is out:
+    /// on a crowded CPU the stops can trickle in as fast as they are
+    /// copied, and taking each would hold the others past the budget. A
     /// stopped thread is held, or with `release` let go as soon as it is
     /// copied.
     fn wait(
         &mut self,
-        (deadline, lull): (Instant, Option<Duration>),
+        (deadline, lull, budget): (Instant, Option<Duration>, Instant),
         mut release: Option<&mut Vec<RawThread>>,
     ) -> bool {
         let mut progress = Instant::now();
         while !self.pending.is_empty() {
+            if Instant::now() >= budget {
+                return true;
+            }
             let until = lull.map_or(deadline, |l| deadline.min(progress + l));
             let (tid, how) = match wait_stop(None, until, &self.timer) {
                 Waited::Tid(tid, how) => (tid, how),
-                Waited::Deadline => return until >= deadline,
+                Waited::Deadline => return until >= budget,
                 Waited::None => return false,
             };
             let Some(i) = self.pending.iter().position(|&(t, _)| t == tid) else {
@@ -743,7 +750,7 @@ fn capture_consistent(
     };
     let deadline = |first: Option<Instant>| first.unwrap_or(t0) + opts.max_stop;
     if !budget_exceeded {
-        budget_exceeded = w.wait((deadline(first), Some(LULL)), None);
+        budget_exceeded = w.wait((deadline(first), Some(LULL), deadline(first)), None);
     }
     // Every thread that can run is held, or interrupted and queued for a
     // CPU: each sleeper is checked now. One whose counters did not move
@@ -812,7 +819,7 @@ fn capture_consistent(
     let checks_us = if first.is_some() { checks_start.elapsed().as_micros() as u64 } else { 0 };
     // Stops already reported are taken while the others are still held.
     if !budget_exceeded {
-        w.wait((Instant::now(), None), None);
+        w.wait((Instant::now(), None, deadline(first)), None);
     }
     // Let the held threads go in the order they stopped, so the earliest
     // stopped is released first.
@@ -850,7 +857,7 @@ fn capture_consistent(
     // soon as it stops (it sleeps while it waits).
     let before = threads.len();
     if !w.pending.is_empty() && !budget_exceeded {
-        budget_exceeded = w.wait((deadline(first), None), Some(&mut threads));
+        budget_exceeded = w.wait((deadline(first), None, deadline(first)), Some(&mut threads));
     }
     let stopped_late = threads.len() - before;
     let Stops { timer, pending, mut missed, mut unwaited, .. } = w;
@@ -883,11 +890,19 @@ fn capture_consistent(
     Ok(s)
 }
 
-/// Why a thread asked to stop did not within the budget: it was ending
-/// (a thread that exits never reports its stop), or it did not stop.
+/// Why a thread asked to stop was not copied within the budget: it was
+/// ending (a thread that exits never reports its stop), it stopped when the
+/// budget was already out, or it did not stop.
 fn not_stopped(pid: i32, tid: i32, opts: &CaptureOptions) -> Missed {
     if crate::proc::exiting(pid, tid) {
         return Missed { tid, reason: "exited during the capture".into() };
+    }
+    // Stopped, but its stop came when the budget was out: released uncopied.
+    if crate::proc::state(pid, tid) == Some('t') {
+        return Missed {
+            tid,
+            reason: format!("stopped too late to copy within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+        };
     }
     Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) }
 }

@@ -868,8 +868,15 @@ impl Sampler {
         if self.stops.budget_exceeded > 0 {
             let released =
                 self.stops.missed.iter().filter(|(r, _)| r.contains("max-stop")).map(|(_, n)| n).sum::<usize>();
+            // The budget can also run out while sleeping threads are checked
+            // again, with every thread already captured.
+            let what = if released == 0 {
+                "every thread was captured, some sleeping ones as read just before the window".to_string()
+            } else {
+                format!("{released} thread(s) were released uncaptured")
+            };
             self.notes.push(format!(
-                "--max-stop-ms {} ran out in {} sample(s); {released} thread(s) were released uncaptured",
+                "--max-stop-ms {} ran out in {} sample(s); {what}",
                 self.opts.capture.max_stop.as_millis(),
                 self.stops.budget_exceeded
             ));
