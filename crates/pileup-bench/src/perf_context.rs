@@ -6,7 +6,11 @@
 //! Two threads pass a byte back and forth through pipes on one CPU, so
 //! every round trip is two context switches, each in or out of thread B.
 //! Windows alternate, round after round, each in a fresh process: no
-//! event; pileup's event open on B, not armed; the
+//! event; pileup's event open on B, not armed; an event open on a third
+//! thread that sleeps on another CPU throughout, and the same event opened,
+//! armed and closed 10 times a second (passive mode sampling one thread):
+//! anything the kernel switches on for every task while a thread has an
+//! event shows in these two; the
 //! event opened on B and closed 2 s before measuring; the same on a third
 //! thread that takes no part (the control for anything host-wide the kernel
 //! keeps on after an event closes); and `perf record -t B` run for a second
@@ -16,7 +20,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE] [--one MODE] (--one: a single window of MODE in this process, as the bench runs each)";
+const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE] [--one MODE] [--hold SECONDS [--cycle]] (--one: a single window of MODE in this process, as the bench runs each; --hold: only hold pileup's event open on a sleeping thread of this process for SECONDS, or with --cycle open, arm and close it 10 times a second, as bench/perf-hold does beside a server)";
 
 /// After an event is closed, before measuring.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -31,7 +35,7 @@ use anyhow::{bail, Context, Result};
 use pileup_bench::{arg, median};
 use pileup_stacks::capture::perf::Event;
 
-const MODES: [&str; 5] = ["none", "open", "closed", "closed-other", "perf-record"];
+const MODES: [&str; 7] = ["none", "open", "open-other", "cycling-other", "closed", "closed-other", "perf-record"];
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
@@ -39,10 +43,16 @@ fn main() -> Result<()> {
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(5);
     let cpu: usize = arg(&args, "--cpu").map(|s| s.parse()).transpose()?.unwrap_or(1);
     let out = arg(&args, "--out");
+    if let Some(secs) = arg(&args, "--hold") {
+        let held = Other::start(args.iter().any(|a| a == "--cycle"), cpu)?;
+        std::thread::sleep(Duration::from_secs_f64(secs.parse().context("--hold SECONDS")?));
+        drop(held);
+        return Ok(());
+    }
     // One window, in this process: what the parent runs for each.
     if let Some(mode) = arg(&args, "--one") {
         pin(cpu)?;
-        println!("{}", window_of(&mode, window)?);
+        println!("{}", window_of(&mode, window, cpu)?);
         return Ok(());
     }
     let exe = std::env::current_exe()?;
@@ -87,6 +97,8 @@ fn describe(mode: &str) -> &'static str {
     match mode {
         "none" => "no perf event, ever",
         "open" => "pileup's passive-mode event open on it, not armed",
+        "open-other" => "none; pileup's event open on another thread throughout",
+        "cycling-other" => "none; pileup's event opened, armed and closed on another thread 10 times a second",
         "closed" => "pileup's event opened on it, closed 2 s before",
         "closed-other" => "none; pileup's event opened on another thread, closed 2 s before",
         _ => "`perf record -t` on it for 1 s, exited 2 s before",
@@ -116,7 +128,7 @@ fn pipe() -> Result<(std::fs::File, std::fs::File)> {
 }
 
 /// One window on a fresh pair of threads: round trips a second.
-fn window_of(mode: &str, window: Duration) -> Result<f64> {
+fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
     let (mut to_b_r, mut to_b_w) = pipe()?;
     let (mut to_a_r, mut to_a_w) = pipe()?;
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -132,7 +144,8 @@ fn window_of(mode: &str, window: Duration) -> Result<f64> {
     });
     let tid = tid_rx.recv().context("thread B")?;
     let _held = match mode {
-        "open" => Some(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?),
+        "open" => Some(Other::Event(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?)),
+        "open-other" | "cycling-other" => Some(Other::start(mode == "cycling-other", cpu)?),
         "closed" => {
             drop(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
             std::thread::sleep(SETTLE);
@@ -187,4 +200,63 @@ fn window_of(mode: &str, window: Duration) -> Result<f64> {
     drop(to_b_w);
     let _ = b.join();
     Ok(rate)
+}
+
+/// What a window holds while it measures: an event on thread B, or a
+/// thread taking no part whose event is held open or opened, armed and
+/// closed again and again (as passive mode samples one thread).
+enum Other {
+    Event(#[allow(dead_code)] Event),
+    Thread(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>),
+}
+
+impl Other {
+    /// The other thread and the one that opens its events run on a CPU
+    /// other than `cpu`, where the pair runs.
+    fn start(cycle: bool, cpu: usize) -> Result<Other> {
+        let elsewhere = (cpu + 1) % std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (tx, rx) = mpsc::channel();
+        let run = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let keep = run.clone();
+        // A thread that sleeps throughout: the event's cost is all the
+        // kernel keeps switched on for it, none of it in this thread.
+        let (park_tx, park_rx) = mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            let _ = pin(elsewhere);
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(unsafe { libc::gettid() });
+            let _ = park_rx.recv();
+        });
+        let t = rx.recv().context("the other thread")?;
+        let first = Event::open(t, 16384).context("perf_event_open (root or CAP_PERFMON)")?;
+        let h = std::thread::spawn(move || {
+            let _ = pin(elsewhere);
+            let mut held = Some(first);
+            while keep.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if cycle {
+                    drop(held.take());
+                    if let Ok(mut e) = Event::open(t, 16384) {
+                        let _ = e.arm();
+                        drop(e);
+                    }
+                }
+            }
+            drop(held);
+            drop(park_tx);
+            let _ = sleeper.join();
+        });
+        Ok(Other::Thread(run, Some(h)))
+    }
+}
+
+impl Drop for Other {
+    fn drop(&mut self) {
+        if let Other::Thread(run, h) = self {
+            run.store(false, std::sync::atomic::Ordering::Relaxed);
+            if let Some(h) = h.take() {
+                let _ = h.join();
+            }
+        }
+    }
 }

@@ -36,6 +36,10 @@ struct Window {
     cpu_cores: f64,
     /// pileup: the server's CPU spent on its SQL queries, in cores over the window.
     sql_cores: Option<f64>,
+    /// Context switches a second on the whole machine (`ctxt` in
+    /// /proc/stat): the kernel's perf hooks run on every one of them while
+    /// any thread has a perf event (bench/perf-context).
+    switches: f64,
     /// Captures the tool completed in the window (eu-stack, gdb), or pileup's samples.
     captures: Option<u64>,
     /// pileup: median / worst stopped window, longest single thread stop,
@@ -152,6 +156,7 @@ fn run_window(
     let pid = sb.pid().to_string();
     let secs = window.as_secs().to_string();
     let cpu0 = children_cpu();
+    let ctxt0 = context_switches();
     let t0 = Instant::now();
     let mut w = Window { ok: true, ..Default::default() };
     match tool {
@@ -278,9 +283,18 @@ fn run_window(
     }
     let t1 = Instant::now();
     w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
+    w.switches = (context_switches() - ctxt0) / (t1 - t0).as_secs_f64();
     w.tps = load.tps(t0, t1);
     w.worst_ms = probe.worst(t0, t1).as_secs_f64() * 1e3;
     Ok(w)
+}
+
+/// Context switches since boot, all CPUs.
+fn context_switches() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("ctxt ").and_then(|n| n.trim().parse().ok())))
+        .unwrap_or(f64::NAN)
 }
 
 fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
@@ -299,7 +313,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
         "\n### {workload}, {threads} server threads: {base_tps:.0} tps without sampling, probe worst round trip {base_worst:.2} ms{spread}\n\n"
     );
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | CPU taken: tool + server's SQL (% of the machine) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | CPU taken: tool + server's SQL (% of the machine) | context switches/s (machine) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
         let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
@@ -314,7 +328,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
             }
         };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.3} | {:.2} | {} | {} / {} | {} / {} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.3} | {:.2} | {:.0} | {} | {} / {} | {} / {} | {} |\n",
             describe(tool),
             tps / base_tps,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
@@ -322,6 +336,7 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
             worst - base_worst,
             median(r.iter().map(|w| w.cpu_cores).collect()),
             100.0 * median(r.iter().map(|w| w.cpu_cores + w.sql_cores.unwrap_or(0.0)).collect()) / cores,
+            median(r.iter().map(|w| w.switches).filter(|x| x.is_finite()).collect()),
             if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
             stop(0),
             stop(1),

@@ -44,8 +44,11 @@ pub struct StacksArgs {
     /// How threads are read [default: consistent; passive with --threads].
     /// Passive stops nothing: a blocked thread's stack is read while it
     /// sleeps and a running one is sampled on its CPU by a perf event, so
-    /// one thread can be sampled for hours at no cost to it; threads are seen
-    /// one after another, not at one instant.
+    /// one thread can be sampled for hours without ever being stopped
+    /// (while any thread has a perf event, and for a second after, the
+    /// kernel adds to every context switch on the machine: 0.06-0.08 µs
+    /// each on the benchmark machine, see docs/stacks.md);
+    /// threads are seen one after another, not at one instant.
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
     /// Number of samples.
