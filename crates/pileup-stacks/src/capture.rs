@@ -298,18 +298,7 @@ fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, StacksError> {
 /// (PF_EXITING, while it still shows R or D) — the kernel refuses to trace
 /// such a thread.
 fn exiting(pid: i32, tid: i32) -> bool {
-    const PF_EXITING: u64 = 0x4;
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Ok(s) => {
-            let rest = s.rsplit_once(')').map(|(_, r)| r.trim_start()).unwrap_or("");
-            let mut f = rest.split_whitespace();
-            let state = f.next().and_then(|x| x.chars().next());
-            // After the state: ppid pgrp session tty_nr tpgid, then flags.
-            let flags = f.nth(5).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            matches!(state, Some('Z') | Some('X')) || flags & PF_EXITING != 0
-        }
-        Err(_) => true,
-    }
+    crate::proc::exiting(pid, tid)
 }
 
 /// Outcome of polling one interrupted thread.
