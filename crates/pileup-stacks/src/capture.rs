@@ -652,6 +652,34 @@ impl Stops<'_> {
         false
     }
 
+    /// Let go every thread whose stop is already reported, without waiting
+    /// or copying: the pending ones among them are returned (one that
+    /// exited is counted missed).
+    fn let_go_reported(&mut self) -> Vec<i32> {
+        let mut reported = vec![];
+        loop {
+            let ws = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD | WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(ws) => ws,
+            };
+            let Some(tid) = ws.pid().map(|p| p.as_raw()) else { break };
+            let how = outcome(ws);
+            if let Poll::Stopped(sig) = how {
+                detach(tid, sig);
+            }
+            self.unwaited.retain(|&t| t != tid);
+            if let Some(i) = self.pending.iter().position(|&(t, _)| t == tid) {
+                self.pending.swap_remove(i);
+                match how {
+                    Poll::Stopped(_) => reported.push(tid),
+                    Poll::Exited => self.missed.push(Missed { tid, reason: "exited during the capture".into() }),
+                    Poll::NotYet => {}
+                }
+            }
+        }
+        reported
+    }
+
     /// Interrupt `tids` (see [`interrupt_all`]).
     fn interrupt(&mut self, tids: &[i32], first: &mut Option<Instant>) -> Result<bool, StacksError> {
         let held_any = first.is_some();
@@ -816,6 +844,8 @@ fn capture_consistent(
     threads.extend(std::mem::take(&mut w.held).into_iter().map(let_go));
     // Nothing stopped, nothing held: no window.
     let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
+    // Stops reported when the budget ran out are let go now, uncopied.
+    let too_late = if budget_exceeded { w.let_go_reported() } else { vec![] };
     // A thread interrupted but not stopped that sleeps in an uninterruptible
     // wait (a disk read, a page fault) was in the kernel at its interrupt
     // and is there still: read where it sleeps (its stopped_us stays 0),
@@ -871,6 +901,12 @@ fn capture_consistent(
     for tid in late {
         missed.push(not_stopped(pid, tid, opts));
     }
+    for tid in too_late {
+        missed.push(Missed {
+            tid,
+            reason: format!("stopped too late to copy within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+        });
+    }
     let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
     s.stats.threads_read_blocked = read_blocked;
     s.stats.woke_after_read = woke_after_read;
@@ -879,19 +915,11 @@ fn capture_consistent(
     Ok(s)
 }
 
-/// Why a thread asked to stop was not copied within the budget: it was
-/// ending (a thread that exits never reports its stop), it stopped when the
-/// budget was already out, or it did not stop.
+/// Why a thread asked to stop did not within the budget: it was ending
+/// (a thread that exits never reports its stop), or it did not stop.
 fn not_stopped(pid: i32, tid: i32, opts: &CaptureOptions) -> Missed {
     if crate::proc::exiting(pid, tid) {
         return Missed { tid, reason: "exited during the capture".into() };
-    }
-    // Stopped, but its stop came when the budget was out: released uncopied.
-    if crate::proc::state(pid, tid) == Some('t') {
-        return Missed {
-            tid,
-            reason: format!("stopped too late to copy within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
-        };
     }
     Missed { tid, reason: format!("did not stop within --max-stop-ms ({} ms)", opts.max_stop.as_millis()) }
 }

@@ -869,9 +869,9 @@ impl Sampler {
             let released =
                 self.stops.missed.iter().filter(|(r, _)| r.contains("max-stop")).map(|(_, n)| n).sum::<usize>();
             // The budget can also run out while sleeping threads are checked
-            // again, with every thread already captured.
+            // again, with every thread that can run already copied.
             let what = if released == 0 {
-                "every thread was captured, some sleeping ones as read just before the window".to_string()
+                "no thread was released uncopied (sleeping threads not checked again in time keep the copy read just before the window)".to_string()
             } else {
                 format!("{released} thread(s) were released uncaptured")
             };
