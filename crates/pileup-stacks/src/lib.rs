@@ -186,6 +186,11 @@ pub struct Timing {
     /// run (null without SQL, on another host, with a thread pool, or
     /// after an SQL error).
     pub server_sql_cpu_us: Option<u64>,
+    /// Context switches a second on the whole machine over the run. While
+    /// any thread has a perf event (passive mode samples running threads
+    /// with them), and for about a second after, the kernel runs its perf
+    /// hooks on every one of them.
+    pub machine_context_switches_per_s: Option<u64>,
 }
 
 /// What stopping the threads cost, over every sample of a run (bounded:
@@ -369,6 +374,8 @@ pub struct Sampler {
     /// pileup's own CPU time when the sampler was made (microseconds): a
     /// long-running caller (`watch`) makes one per capture.
     cpu_start_us: u64,
+    /// The machine's context switches and the time when the sampler began.
+    switches_start: (Option<u64>, Instant),
     samples: VecDeque<Sample>,
     taken: usize,
     tally: aggregate::Tally,
@@ -398,6 +405,7 @@ struct Fetching {
 impl Sampler {
     pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
         let cpu_start_us = proc::own_cpu_us();
+        let switches_start = (proc::context_switches(), Instant::now());
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
@@ -426,6 +434,7 @@ impl Sampler {
             sql_cache: None,
             sql_cpu_start,
             cpu_start_us,
+            switches_start,
             samples: VecDeque::new(),
             taken: 0,
             tally: Default::default(),
@@ -905,6 +914,10 @@ impl Sampler {
         let version = self.server_version().map(String::from);
         let mut timing = self.timing;
         timing.cpu_us = proc::own_cpu_us().saturating_sub(self.cpu_start_us);
+        let (switches, since) = self.switches_start;
+        timing.machine_context_switches_per_s = switches
+            .zip(proc::context_switches())
+            .map(|(a, b)| (b.saturating_sub(a) as f64 / since.elapsed().as_secs_f64().max(1e-3)) as u64);
         // After an SQL error the connection's thread may serve someone else.
         let sql_cpu_end =
             self.sql.as_ref().filter(|_| self.sql_error.is_none()).and_then(|s| s.server_cpu_ns(self.pid));

@@ -436,6 +436,13 @@ pub fn syscall_name(nr: u64) -> String {
 
 pub const SYS_FUTEX: u64 = 202;
 
+/// Context switches on the whole machine since boot (`ctxt` in
+/// /proc/stat).
+pub fn context_switches() -> Option<u64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    stat.lines().find_map(|l| l.strip_prefix("ctxt ")).and_then(|n| n.trim().parse().ok())
+}
+
 /// This process's CPU time so far, user and system (microseconds).
 pub fn own_cpu_us() -> u64 {
     // SAFETY: getrusage fills the struct it is given.

@@ -673,6 +673,8 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     assert_eq!(taken, 400, "{st}");
     assert_eq!(st["worst_window_us"], 0, "nothing stopped: {st}");
     assert!(on_cpu > 0 && blocked > 0, "a busy connection is seen both running and blocked: {st}");
+    // The perf events' cost to every thread is told by the machine's switches.
+    assert!(j["timing"]["machine_context_switches_per_s"].as_u64().unwrap() > 0, "{:#}", j["timing"]);
     assert_eq!(blocked + on_cpu, j["thread_stacks"].as_u64().unwrap(), "{st}");
     let stacks = j["stacks"].as_array().unwrap();
     assert!(

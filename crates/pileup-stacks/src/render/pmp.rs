@@ -62,6 +62,13 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
     if let Some(s) = p.timing.server_sql_cpu_us {
         cost.push_str(&format!(", the server's CPU for pileup's SQL {}", ms(s)));
     }
+    if p.stops.sampled_on_cpu > 0 {
+        cost.push_str(&format!(
+            "; {} running thread(s) sampled by perf events: while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
+            p.stops.sampled_on_cpu,
+            p.timing.machine_context_switches_per_s.map_or(String::new(), |n| format!(" ({n} a second over this run)"))
+        ));
+    }
     out.push(cost);
     let mut sym = format!("symbols: {:.0}% of distinct frames named", p.named_pct);
     for m in p.modules.iter().take(4) {
@@ -164,4 +171,39 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
         out.push(format!("note: {n}"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(on_cpu: usize) -> Profile {
+        Profile {
+            pid: 1,
+            exe: "mariadbd".into(),
+            server_version: None,
+            mode: crate::Mode::Passive,
+            stacks: vec![],
+            thread_stacks: 0,
+            stops: crate::StopSummary { samples: 10, sampled_on_cpu: on_cpu, ..Default::default() },
+            samples: vec![],
+            modules: vec![],
+            named_pct: 100.0,
+            locks: vec![],
+            timing: crate::Timing { cpu_us: 1500, machine_context_switches_per_s: Some(215000), ..Default::default() },
+            notes: vec![],
+        }
+    }
+
+    fn cost_line(p: &Profile) -> String {
+        annotations(p, &[]).into_iter().find(|l| l.starts_with("cost:")).expect("a cost line")
+    }
+
+    #[test]
+    fn the_cost_line_names_the_kernels_perf_hooks_only_when_perf_events_sampled() {
+        let with = cost_line(&profile(7));
+        assert!(with.starts_with("cost: pileup's CPU 1.5 ms; 7 running thread(s) sampled by perf events"), "{with}");
+        assert!(with.ends_with("every context switch of the machine (215000 a second over this run)"), "{with}");
+        assert_eq!(cost_line(&profile(0)), "cost: pileup's CPU 1.5 ms");
+    }
 }
