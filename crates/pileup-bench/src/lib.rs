@@ -1,12 +1,14 @@
 //! Helpers shared by the benchmark drivers.
 
-/// Median of a sample (NaN when empty): this machine is noisy, so every
-/// figure the benchmarks report is a median.
+/// Median of a sample, leaving out values that are not numbers (a window
+/// whose figure could not be read; NaN when none is left): this machine is
+/// noisy, so every figure the benchmarks report is a median.
 pub fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| !x.is_nan());
     if v.is_empty() {
         return f64::NAN;
     }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
         v[n / 2]
@@ -268,8 +270,8 @@ pub fn interleaved(
 /// shown or ruled out rather than read from one round's noise.
 pub fn lost(ratios: &[f64]) -> String {
     let m = median(ratios.to_vec());
-    let mut v = ratios.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let mut v: Vec<f64> = ratios.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
     let n = v.len();
     let k = median_ci_rank(n);
     match k {
@@ -326,6 +328,15 @@ mod tests {
         assert_eq!(check_args(&v(&["--round", "2"]), USAGE), Err("unknown argument \"--round\"".into()));
         assert_eq!(check_args(&v(&["--pileup"]), USAGE), Err("--pileup needs a value".into()));
         assert!(check_args(&v(&["stray"]), USAGE).is_err());
+    }
+
+    #[test]
+    fn a_window_without_a_figure_is_left_out_not_a_crash() {
+        assert_eq!(median(vec![3.0, f64::NAN, 1.0, 2.0]), 2.0);
+        assert!(median(vec![f64::NAN]).is_nan());
+        let mut r = vec![0.99; 10];
+        r.push(f64::NAN);
+        assert_eq!(lost(&r), "1.0% [1.0, 1.0]");
     }
 
     #[test]
