@@ -152,17 +152,7 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
             None
         }
         "closed-other" => {
-            let (tx, rx) = mpsc::channel();
-            let (stop_tx, stop_rx) = mpsc::channel::<()>();
-            let other = std::thread::spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                let _ = tx.send(unsafe { libc::gettid() });
-                let _ = stop_rx.recv();
-            });
-            let t = rx.recv().context("the other thread")?;
-            drop(Event::open(t, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
-            drop(stop_tx);
-            let _ = other.join();
+            drop(Other::start(false, cpu)?);
             std::thread::sleep(SETTLE);
             None
         }

@@ -289,12 +289,9 @@ fn run_window(
     Ok(w)
 }
 
-/// Context switches since boot, all CPUs.
+/// Context switches since boot, all CPUs (NaN where they cannot be read).
 fn context_switches() -> f64 {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("ctxt ").and_then(|n| n.trim().parse().ok())))
-        .unwrap_or(f64::NAN)
+    pileup_stacks::proc::context_switches().map_or(f64::NAN, |n| n as f64)
 }
 
 fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
