@@ -45,6 +45,7 @@ use serde::Serialize;
 
 pub mod passive;
 pub mod perf;
+pub mod queued;
 
 use crate::error::{tracer_of, StacksError};
 use crate::proc::{find_map, MapEntry, SYS_FUTEX};
@@ -222,6 +223,12 @@ pub struct CaptureStats {
     /// Passive mode: threads read while blocked, and sampled on their CPU.
     pub threads_read_blocked: usize,
     pub threads_sampled_on_cpu: usize,
+    /// Of those, sampled with an event attached to the thread (CPU events
+    /// or the task iterator could not be had): see [`perf`].
+    pub threads_sampled_by_thread_event: usize,
+    /// Passive mode: runnable threads read while waiting for a CPU
+    /// ([`queued`]).
+    pub threads_read_queued: usize,
     /// Consistent mode: threads read asleep that had run by the time the
     /// others were held (interrupted in a further phase).
     pub woke_after_read: usize,
@@ -1063,6 +1070,8 @@ pub(crate) fn finish(
         budget_exceeded,
         threads_read_blocked: 0,
         threads_sampled_on_cpu: 0,
+        threads_sampled_by_thread_event: 0,
+        threads_read_queued: 0,
         woke_after_read: 0,
         checks_us: 0,
         stopped_late: 0,

@@ -216,6 +216,12 @@ pub struct StopSummary {
     /// (both modes), and sampled on its CPU (passive mode).
     pub read_blocked: usize,
     pub sampled_on_cpu: usize,
+    /// Of those, sampled with a perf event attached to the thread, used
+    /// when CPU events or the eBPF iterator cannot be had (see the cost
+    /// line).
+    pub sampled_by_thread_event: usize,
+    /// Passive mode: runnable threads read while waiting for a CPU.
+    pub read_queued: usize,
     /// Consistent mode: threads read asleep that had run by the time the
     /// others were held, and were interrupted then.
     pub woke_after_read: usize,
@@ -759,6 +765,8 @@ impl Sampler {
         s.budget_exceeded += st.budget_exceeded as usize;
         s.read_blocked += st.threads_read_blocked;
         s.sampled_on_cpu += st.threads_sampled_on_cpu;
+        s.sampled_by_thread_event += st.threads_sampled_by_thread_event;
+        s.read_queued += st.threads_read_queued;
         s.woke_after_read += st.woke_after_read;
         s.stopped_late += st.stopped_late;
         for m in &raw.missed {

@@ -7,8 +7,21 @@
 //!   copied with `process_vm_readv`. The thread's scheduler counters
 //!   (`schedstat`) are read before and after: if they moved, it ran
 //!   meanwhile and the copy is thrown away and taken again.
-//! * A running thread is sampled on its CPU by a perf event armed for one
-//!   sample ([`super::perf`]), within 10 µs of its CPU time.
+//! * A runnable thread is looked at through an eBPF task iterator
+//!   ([`super::queued`]), which gives whether it is on a CPU now, its
+//!   context switch count and the registers the kernel saved when it last
+//!   entered the kernel. One waiting for a CPU is read where it stands from
+//!   those registers, and a second look after its stack is copied tells
+//!   whether it ran meanwhile.
+//! * One on a CPU is sampled there by a perf event armed for one sample
+//!   ([`super::perf`]): its CPU's clock, armed 10 µs ahead. A sample of
+//!   another thread (it was preempted meanwhile) is dropped and the thread
+//!   looked at again.
+//! * Without CPU events or the iterator (no `CAP_PERFMON`/`CAP_BPF`, a
+//!   kernel without BTF), a runnable thread is sampled by a perf event
+//!   attached to it, once it has run 10 µs; while such an event exists, and
+//!   for about a second after, the kernel runs its perf hooks at every
+//!   context switch of the machine, and the cost line says so.
 //!
 //! No thread is interrupted, so nothing is held and nothing can be left
 //! stopped; perf events close with pileup, however it exits. The price:
@@ -20,6 +33,7 @@
 use std::time::{Duration, Instant};
 
 use super::perf::{self, Event};
+use super::queued::TaskRegs;
 use super::{finish, read_mem, CaptureOptions, Missed, RawSample, RawThread, Regs, FUTEX_BEFORE, FUTEX_WINDOW};
 use crate::proc::{find_map, parse_syscall, schedstat, MapEntry, SyscallState, SYS_FUTEX};
 
@@ -35,16 +49,26 @@ const RECHECK: Duration = Duration::from_millis(2);
 /// it is treated as running.
 const RETRIES: usize = 3;
 
-/// What passive capture keeps from sample to sample. A thread's perf event
-/// is not kept: it is opened when the thread is found running and closed
-/// once the thread is read, since an open event on a thread adds work to
-/// each of its context switches (0.4 µs a switch measured, and nothing once
-/// closed: `bench/perf-context`), and a busy server thread switches
-/// thousands of times a second between samples.
+/// What passive capture keeps from sample to sample: each CPU's event,
+/// opened when a running thread is first found there and kept (a CPU event
+/// costs nothing while disarmed). A thread's own event, used only when CPU
+/// events cannot be opened, is not kept: it is opened when the thread is
+/// found running and closed once the thread is read, since while one
+/// exists the kernel adds work to every context switch of the machine
+/// (`bench/perf-context`).
 #[derive(Default)]
 pub struct Passive {
-    /// Why perf events could not be opened, once: running threads are then
-    /// missed with this reason.
+    /// Each CPU's event, by CPU number.
+    cpus: Vec<Option<Event>>,
+    /// Why CPU events could not be opened, once: threads' own events are
+    /// used from then on.
+    cpu_error: Option<String>,
+    /// The eBPF task iterator that reads a thread waiting for a CPU, loaded
+    /// at the first such thread, or why it could not be (threads' own
+    /// events are used for them then).
+    task_regs: Option<Result<TaskRegs, String>>,
+    /// Why perf events could not be opened at all, once: running threads
+    /// are then missed with this reason.
     perf_error: Option<String>,
 }
 
@@ -53,8 +77,19 @@ pub(super) enum Read {
     Blocked(Box<(RawThread, String)>),
     /// It woke while being copied.
     Moved,
+    /// Runnable: running on a CPU, or waiting for one.
     Running,
     Gone,
+}
+
+/// How an attempt at reading a runnable thread ended.
+enum OnCpu {
+    /// Sampled on its CPU.
+    Sampled(perf::OnCpu),
+    /// Read while it waited for a CPU.
+    Queued(RawThread),
+    /// Not read yet: look at the thread again.
+    Again,
 }
 
 impl Passive {
@@ -62,15 +97,16 @@ impl Passive {
         let t0 = Instant::now();
         let mut threads = Vec::with_capacity(tids.len());
         let mut missed = vec![];
-        let (mut blocked, mut on_cpu) = (0, 0);
+        let (mut blocked, mut on_cpu, mut by_thread_event, mut queued) = (0, 0, 0, 0);
         for &tid in tids {
             // Each thread gets the whole budget: none of them is stopped.
             let deadline = Instant::now() + opts.max_stop;
             let mut tries = 0;
-            // Closed when it goes out of scope, once the thread is read.
+            // A thread's own event, if one is needed: closed when it goes
+            // out of scope, once the thread is read.
             let mut event: Option<Event> = None;
             loop {
-                match read_blocked(pid, tid, maps, opts.stack_bytes) {
+                let attempt = match read_blocked(pid, tid, maps, opts.stack_bytes) {
                     Read::Blocked(b) => {
                         let (rt, _) = *b;
                         blocked += 1;
@@ -81,25 +117,35 @@ impl Passive {
                         missed.push(Missed { tid, reason: "exited".into() });
                         break;
                     }
-                    Read::Moved if tries < RETRIES => tries += 1,
-                    Read::Moved | Read::Running => match self.on_cpu(&mut event, tid, opts.stack_bytes) {
-                        Err(reason) => {
-                            missed.push(Missed { tid, reason });
-                            break;
-                        }
-                        Ok(Some(s)) => {
-                            on_cpu += 1;
-                            threads.push(RawThread {
-                                tid,
-                                stack_addr: s.regs.sp,
-                                regs: s.regs,
-                                stack: s.stack,
-                                ..Default::default()
-                            });
-                            break;
-                        }
-                        Ok(None) => {}
-                    },
+                    Read::Moved if tries < RETRIES => {
+                        tries += 1;
+                        Ok(OnCpu::Again)
+                    }
+                    Read::Moved | Read::Running => self.runnable(&mut event, pid, tid, maps, opts.stack_bytes),
+                };
+                match attempt {
+                    Err(reason) => {
+                        missed.push(Missed { tid, reason });
+                        break;
+                    }
+                    Ok(OnCpu::Sampled(s)) => {
+                        on_cpu += 1;
+                        by_thread_event += event.is_some() as usize;
+                        threads.push(RawThread {
+                            tid,
+                            stack_addr: s.regs.sp,
+                            regs: s.regs,
+                            stack: s.stack,
+                            ..Default::default()
+                        });
+                        break;
+                    }
+                    Ok(OnCpu::Queued(rt)) => {
+                        queued += 1;
+                        threads.push(rt);
+                        break;
+                    }
+                    Ok(OnCpu::Again) => {}
                 }
                 if Instant::now() >= deadline {
                     missed.push(Missed {
@@ -116,19 +162,52 @@ impl Passive {
         let mut s = finish(tids, threads, missed, 0, t0, false, "passive");
         s.stats.threads_read_blocked = blocked;
         s.stats.threads_sampled_on_cpu = on_cpu;
+        s.stats.threads_sampled_by_thread_event = by_thread_event;
+        s.stats.threads_read_queued = queued;
         s
     }
 
-    /// Arm the thread's perf event (opened into `event` on first use) and
-    /// wait a little for its sample.
-    fn on_cpu(
+    /// One attempt at reading a runnable thread: read where it stands when
+    /// it waits for a CPU, sampled with its CPU's event when it is on one,
+    /// or sampled with its own event (opened into `event` on first use)
+    /// when the iterator or CPU events cannot be had.
+    fn runnable(
         &mut self,
         event: &mut Option<Event>,
+        pid: i32,
         tid: i32,
+        maps: &[MapEntry],
         stack_bytes: usize,
-    ) -> Result<Option<perf::OnCpu>, String> {
+    ) -> Result<OnCpu, String> {
+        let mut running = false;
+        if event.is_none() {
+            if let Ok(tr) = self.task_regs.get_or_insert_with(TaskRegs::load) {
+                match read_queued(tr, pid, tid, maps, stack_bytes) {
+                    Queued::Read(rt) => return Ok(OnCpu::Queued(*rt)),
+                    Queued::Gone => return Err("exited".into()),
+                    Queued::Moved => return Ok(OnCpu::Again),
+                    Queued::OnCpu => running = true,
+                }
+            }
+        }
         if let Some(e) = &self.perf_error {
             return Err(e.clone());
+        }
+        if self.cpu_error.is_none() && running {
+            let Some(cpu) = processor(pid, tid) else { return Ok(OnCpu::Again) };
+            match self.cpu_event(cpu, stack_bytes) {
+                Ok(ev) => {
+                    ev.arm().map_err(|e| format!("arming its CPU's perf event failed ({e})"))?;
+                    return Ok(match ev.wait(RECHECK) {
+                        Some(s) if s.tid == tid as u32 => OnCpu::Sampled(s),
+                        // Another thread ran there when the clock fired.
+                        _ => OnCpu::Again,
+                    });
+                }
+                // An offline CPU: the thread will be elsewhere next look.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(OnCpu::Again),
+                Err(e) => self.cpu_error = Some(e.to_string()),
+            }
         }
         let ev = match event {
             Some(e) => e,
@@ -145,8 +224,78 @@ impl Passive {
             },
         };
         ev.arm().map_err(|e| format!("arming its perf event failed ({e})"))?;
-        Ok(ev.wait(RECHECK))
+        Ok(ev.wait(RECHECK).map_or(OnCpu::Again, OnCpu::Sampled))
     }
+
+    /// CPU `cpu`'s event, opened on first use.
+    fn cpu_event(&mut self, cpu: usize, stack_bytes: usize) -> std::io::Result<&mut Event> {
+        if self.cpus.len() <= cpu {
+            self.cpus.resize_with(cpu + 1, || None);
+        }
+        let slot = &mut self.cpus[cpu];
+        if slot.is_none() {
+            *slot = Some(Event::open_cpu(cpu as i32, stack_bytes)?);
+        }
+        Ok(slot.as_mut().expect("opened above"))
+    }
+}
+
+/// The CPU a thread is on, or last ran on (`/proc/PID/task/TID/stat`).
+fn processor(pid: i32, tid: i32) -> Option<usize> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    crate::proc::parse_processor(&stat)
+}
+
+/// What a look at a runnable thread gave.
+enum Queued {
+    /// Read while it waited for a CPU.
+    Read(Box<RawThread>),
+    /// On a CPU now.
+    OnCpu,
+    /// It ran while being read.
+    Moved,
+    Gone,
+}
+
+/// Read a runnable thread that waits for a CPU, from the registers the
+/// kernel saved when it was preempted, checked by a second look after its
+/// stack is copied.
+fn read_queued(tr: &TaskRegs, pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Queued {
+    let first = match tr.look(tid) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Queued::Gone,
+        Err(_) => return Queued::Moved,
+    };
+    if first.on_cpu {
+        return Queued::OnCpu;
+    }
+    let regs = first.regs;
+    let stack = copy_stack(pid, regs.sp, maps, stack_bytes);
+    match tr.look(tid) {
+        Ok(Some(again)) if again == first => Queued::Read(Box::new(RawThread {
+            tid,
+            regs,
+            stack_addr: regs.sp,
+            stack,
+            futex: None,
+            late: false,
+            stopped_us: 0,
+            held_us: 0,
+        })),
+        Ok(None) => Queued::Gone,
+        _ => Queued::Moved,
+    }
+}
+
+/// A thread's stack from `sp` up to the end of its mapping, at most
+/// `stack_bytes`.
+fn copy_stack(pid: i32, sp: u64, maps: &[MapEntry], stack_bytes: usize) -> Vec<u8> {
+    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
+    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
+    let mut stack = vec![0u8; len];
+    let got = read_mem(pid, sp, &mut stack);
+    stack.truncate(got);
+    stack
 }
 
 /// Read a thread that is blocked, without stopping it.
@@ -156,11 +305,7 @@ pub(super) fn read_blocked(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: u
         return Read::Gone;
     };
     let Some(SyscallState::Blocked { nr, args, sp, pc }) = parse_syscall(&text) else { return Read::Running };
-    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
-    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
-    let mut stack = vec![0u8; len];
-    let got = read_mem(pid, sp, &mut stack);
-    stack.truncate(got);
+    let stack = copy_stack(pid, sp, maps, stack_bytes);
     let futex = (nr == SYS_FUTEX as i64)
         .then(|| {
             let mut b = [0u8; FUTEX_WINDOW];

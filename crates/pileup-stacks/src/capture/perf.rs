@@ -1,10 +1,21 @@
 //! One on-CPU sample of a running thread, taken by the kernel as the thread
-//! runs: a `perf_event` on the thread's task clock, armed for a single
-//! overflow (`PERF_EVENT_IOC_REFRESH 1`) 10 µs of the thread's CPU time
-//! ahead, which records its user registers and the top of its user stack
+//! runs: a `perf_event` clock armed for a single overflow
+//! (`PERF_EVENT_IOC_REFRESH 1`) 10 µs ahead, which records the user
+//! registers and the top of the user stack of the thread on the CPU then
 //! (`PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER`, as `perf record
 //! --call-graph dwarf` does) into a ring buffer. The thread is never
 //! stopped: the sample costs it one timer interrupt and a copy.
+//!
+//! Two kinds of event, chosen by the caller ([`super::passive`]):
+//! * [`Event::open_cpu`]: a CPU's wall clock. Opened once per CPU and kept,
+//!   it costs nothing while disarmed, and nothing at any other thread's
+//!   context switch. Its sample is of whichever thread runs there when it
+//!   fires, so the caller arms it only when its thread is on that CPU and
+//!   checks the sample's thread id.
+//! * [`Event::open`]: one thread's CPU clock. Its sample is always of that
+//!   thread, once it has run 10 µs, but while any event attached to a
+//!   thread exists (and for about a second after) the kernel runs its perf
+//!   hooks at every context switch of the machine (`bench/perf-context`).
 //!
 //! The record layout is parsed by hand: it is a handful of fixed fields for
 //! the sample type chosen here, and the crates that parse perf records
@@ -44,7 +55,7 @@ pub struct OnCpu {
     pub stack: Vec<u8>,
 }
 
-/// One thread's event and its ring buffer.
+/// One event (a thread's or a CPU's) and its ring buffer.
 pub struct Event {
     fd: OwnedFd,
     ring: *mut u8,
@@ -57,15 +68,26 @@ pub struct Event {
 unsafe impl Send for Event {}
 
 impl Event {
-    /// Open a disabled event on `tid`; `stack_bytes` is capped at
-    /// [`MAX_STACK`]. Fails without `CAP_PERFMON` (or root) or when the
-    /// kernel has no perf events.
+    /// Open a disabled event on thread `tid`'s CPU clock; `stack_bytes` is
+    /// capped at [`MAX_STACK`]. Fails without `CAP_PERFMON` (or root) or
+    /// when the kernel has no perf events.
     pub fn open(tid: i32, stack_bytes: usize) -> std::io::Result<Event> {
+        Event::open_on(tid, -1, b::PERF_COUNT_SW_TASK_CLOCK, stack_bytes)
+    }
+
+    /// Open a disabled event on CPU `cpu`'s clock, sampling whichever thread
+    /// runs there. Needs `CAP_PERFMON` (or root, or `perf_event_paranoid`
+    /// at 0 or below); fails with `ENODEV` for a CPU that is offline.
+    pub fn open_cpu(cpu: i32, stack_bytes: usize) -> std::io::Result<Event> {
+        Event::open_on(-1, cpu, b::PERF_COUNT_SW_CPU_CLOCK, stack_bytes)
+    }
+
+    fn open_on(tid: i32, cpu: i32, clock: u32, stack_bytes: usize) -> std::io::Result<Event> {
         let stack = (stack_bytes.min(MAX_STACK) & !7) as u32;
         let mut attr = b::perf_event_attr {
             type_: b::PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<b::perf_event_attr>() as u32,
-            config: b::PERF_COUNT_SW_TASK_CLOCK as u64,
+            config: clock as u64,
             sample_type: (b::PERF_SAMPLE_TID | b::PERF_SAMPLE_REGS_USER | b::PERF_SAMPLE_STACK_USER) as u64,
             sample_regs_user: REGS_MASK,
             sample_stack_user: stack,
@@ -75,7 +97,7 @@ impl Event {
         attr.__bindgen_anon_2.wakeup_events = 1;
         attr.set_disabled(1);
         // SAFETY: attr is a valid, fully initialised perf_event_attr.
-        let fd = unsafe { sys::perf_event_open(&mut attr, tid, -1, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+        let fd = unsafe { sys::perf_event_open(&mut attr, tid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -109,8 +131,9 @@ impl Event {
         self.ring as *mut b::perf_event_mmap_page
     }
 
-    /// Take the next sample of the thread once it has run 10 µs more.
-    /// Whatever the ring still holds from before is dropped.
+    /// Take one sample 10 µs ahead (of the thread's CPU time, or of the
+    /// CPU's wall time). Whatever the ring still holds from before is
+    /// dropped.
     pub fn arm(&mut self) -> std::io::Result<()> {
         self.drain();
         if !self.armed {
@@ -124,7 +147,8 @@ impl Event {
     }
 
     /// Wait up to `timeout` for the armed sample. The event stays armed if
-    /// none came (the thread went to sleep before running 10 µs).
+    /// none came (a thread's event: the thread went to sleep before running
+    /// 10 µs).
     pub fn wait(&mut self, timeout: Duration) -> Option<OnCpu> {
         let deadline = Instant::now() + timeout;
         loop {

@@ -62,10 +62,10 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
     if let Some(s) = p.timing.server_sql_cpu_us {
         cost.push_str(&format!(", the server's CPU for pileup's SQL {}", ms(s)));
     }
-    if p.stops.sampled_on_cpu > 0 {
+    if p.stops.sampled_by_thread_event > 0 {
         cost.push_str(&format!(
-            "; {} running thread(s) sampled by perf events: while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
-            p.stops.sampled_on_cpu,
+            "; {} running thread(s) sampled by perf events attached to them (CPU events need CAP_PERFMON): while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
+            p.stops.sampled_by_thread_event,
             p.timing.machine_context_switches_per_s.map_or(String::new(), |n| format!(" ({n} a second over this run)"))
         ));
     }
@@ -177,7 +177,7 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
 mod tests {
     use super::*;
 
-    fn profile(on_cpu: usize) -> Profile {
+    fn profile(on_cpu: usize, by_thread: usize) -> Profile {
         Profile {
             pid: 1,
             exe: "mariadbd".into(),
@@ -185,7 +185,12 @@ mod tests {
             mode: crate::Mode::Passive,
             stacks: vec![],
             thread_stacks: 0,
-            stops: crate::StopSummary { samples: 10, sampled_on_cpu: on_cpu, ..Default::default() },
+            stops: crate::StopSummary {
+                samples: 10,
+                sampled_on_cpu: on_cpu + by_thread,
+                sampled_by_thread_event: by_thread,
+                ..Default::default()
+            },
             samples: vec![],
             modules: vec![],
             named_pct: 100.0,
@@ -200,10 +205,14 @@ mod tests {
     }
 
     #[test]
-    fn the_cost_line_names_the_kernels_perf_hooks_only_when_perf_events_sampled() {
-        let with = cost_line(&profile(7));
-        assert!(with.starts_with("cost: pileup's CPU 1.5 ms; 7 running thread(s) sampled by perf events"), "{with}");
+    fn the_cost_line_names_the_kernels_perf_hooks_only_when_threads_own_events_sampled() {
+        let with = cost_line(&profile(3, 7));
+        assert!(
+            with.starts_with("cost: pileup's CPU 1.5 ms; 7 running thread(s) sampled by perf events attached to them"),
+            "{with}"
+        );
         assert!(with.ends_with("every context switch of the machine (215000 a second over this run)"), "{with}");
-        assert_eq!(cost_line(&profile(0)), "cost: pileup's CPU 1.5 ms");
+        assert_eq!(cost_line(&profile(7, 0)), "cost: pileup's CPU 1.5 ms");
+        assert_eq!(cost_line(&profile(0, 0)), "cost: pileup's CPU 1.5 ms");
     }
 }

@@ -43,11 +43,10 @@ pub struct StacksArgs {
     pub pid: String,
     /// How threads are read [default: consistent; passive with --threads].
     /// Passive stops nothing: a blocked thread's stack is read while it
-    /// sleeps and a running one is sampled on its CPU by a perf event, so
-    /// one thread can be sampled for hours without ever being stopped
-    /// (while any thread has a perf event, and for a second after, the
-    /// kernel adds to every context switch on the machine: 0.06-0.08 µs
-    /// each on the benchmark machine, see docs/stacks.md);
+    /// sleeps, a runnable one waiting for a CPU where it stands (eBPF), and
+    /// a running one is sampled on its CPU by a perf event on that CPU's
+    /// clock, so one thread can be sampled for hours without ever being
+    /// stopped, and no other thread's context switches cost more;
     /// threads are seen one after another, not at one instant.
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
@@ -338,8 +337,8 @@ fn print_stats(p: &pileup_stacks::Profile) {
     }
     if p.mode == Mode::Passive {
         eprintln!(
-            "  passive: no thread stopped; {} thread stack(s) read while blocked, {} sampled on a CPU",
-            st.read_blocked, st.sampled_on_cpu
+            "  passive: no thread stopped; {} thread stack(s) read while blocked, {} while waiting for a CPU, {} sampled on a CPU",
+            st.read_blocked, st.read_queued, st.sampled_on_cpu
         );
     } else {
         eprintln!(
