@@ -11,8 +11,9 @@ fn main() {
     libbpf_cargo::SkeletonBuilder::new()
         .source(src)
         .obj(&out)
-        .clang_args(["-Wall", "-Wno-unused-function"])
+        .clang_args(["-Wall", "-Wno-unused-function", "-Isrc/capture/bpf"])
         .build()
         .unwrap_or_else(|e| panic!("building {src} (needs clang: apt-get install clang): {e:#}"));
     println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-changed=src/capture/bpf/pileup_bpf.h");
 }

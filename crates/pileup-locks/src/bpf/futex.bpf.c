@@ -40,22 +40,10 @@
 // after their thread's last wait began. Only the process in target_tgid is
 // looked at: for every other task each switch is two comparisons.
 //
-// Declared by hand instead of generated from vmlinux.h: pt_regs is the
-// x86-64 user register layout, and the two task fields read are relocated
-// by libbpf (CO-RE), so no kernel headers are needed to build.
+// Types come from pileup-stacks' pileup_bpf.h (declared by hand, relocated
+// by libbpf: no kernel headers are needed to build).
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef long long __s64;
-typedef int __s32;
-typedef __u16 __be16;
-typedef __u32 __be32;
-typedef __u64 __be64;
-typedef __u32 __wsum;
-
-#include <bpf/bpf_helpers.h>
+#include "pileup_bpf.h"
 
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_HASH 5
@@ -93,12 +81,6 @@ struct task_struct {
 // TASK_INTERRUPTIBLE; page-fault and I/O sleeps are uninterruptible, stops
 // TASK_STOPPED or TASK_TRACED.
 #define TASK_INTERRUPTIBLE 0x1
-
-// x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h).
-struct user_regs {
-	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
-	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
-};
 
 // Set by user space before loading.
 const volatile __u32 target_tgid = 0;

@@ -8,24 +8,8 @@
 // running they are stale: the thread's on_cpu flag and its context switch
 // counts, given with them, tell user space whether it is on a CPU now and,
 // read again after its stack is copied, whether it ran in between.
-//
-// Types are declared by hand instead of generated from vmlinux.h: pt_regs
-// is the x86-64 user register layout, and the iterator's context and the
-// task fields read are relocated by libbpf (CO-RE), so no kernel headers
-// are needed to build.
 
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef long long __s64;
-typedef int __s32;
-typedef __u16 __be16;
-typedef __u32 __be32;
-typedef __u64 __be64;
-typedef __u32 __wsum;
-
-#include <bpf/bpf_helpers.h>
+#include "pileup_bpf.h"
 
 struct task_struct {
 	int on_cpu;
@@ -42,12 +26,6 @@ struct bpf_iter__task {
 	struct bpf_iter_meta *meta;
 	struct task_struct *task;
 } __attribute__((preserve_access_index));
-
-// x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h).
-struct user_regs {
-	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
-	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
-};
 
 // What one thread gives (kept in sync with capture/queued.rs).
 struct out {
