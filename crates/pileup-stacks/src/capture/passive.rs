@@ -200,7 +200,8 @@ impl Passive {
                     ev.arm().map_err(|e| format!("arming its CPU's perf event failed ({e})"))?;
                     return Ok(match ev.wait(RECHECK) {
                         Some(s) if s.tid == tid as u32 => OnCpu::Sampled(s),
-                        // Another thread ran there when the clock fired.
+                        // Another thread, a kernel thread or the idle task
+                        // ran there when the clock fired.
                         _ => OnCpu::Again,
                     });
                 }

@@ -62,6 +62,8 @@ pub struct Event {
     ring_len: usize,
     data_len: usize,
     armed: bool,
+    /// A CPU's event (it never ends; a thread's ends with the thread).
+    cpu: bool,
 }
 
 // SAFETY: the ring mapping is owned by this value alone.
@@ -124,7 +126,7 @@ impl Event {
         if ring == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Event { fd, ring: ring as *mut u8, ring_len, data_len, armed: false })
+        Ok(Event { fd, ring: ring as *mut u8, ring_len, data_len, armed: false, cpu: tid < 0 })
     }
 
     fn meta(&self) -> *mut b::perf_event_mmap_page {
@@ -146,14 +148,15 @@ impl Event {
         Ok(())
     }
 
-    /// Wait up to `timeout` for the armed sample. The event stays armed if
-    /// none came (a thread's event: the thread went to sleep before running
-    /// 10 µs).
+    /// Wait up to `timeout` for the armed sample. `None` when none came
+    /// (the event stays armed: a thread's event, the thread went to sleep
+    /// before running 10 µs) or when the one that came has no user context
+    /// (a CPU's event fired in a kernel thread or the idle task).
     pub fn wait(&mut self, timeout: Duration) -> Option<OnCpu> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(s) = self.take() {
-                return Some(s);
+            if let Some(fired) = self.take() {
+                return fired;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -162,14 +165,23 @@ impl Event {
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd.
             let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().clamp(1, i32::MAX as u128) as i32) };
-            if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 && pfd.revents & libc::POLLIN == 0 {
+            // A thread's event hangs up for good when the thread exits. A
+            // CPU's never does, but its ring reports one hang-up when a
+            // sample used up its refresh: left over from the last sample,
+            // it means nothing now (reading it cleared it).
+            if n > 0
+                && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0
+                && pfd.revents & libc::POLLIN == 0
+                && !self.cpu
+            {
                 return None; // the thread exited
             }
         }
     }
 
-    /// The last sample in the ring, if any; the ring is emptied.
-    fn take(&mut self) -> Option<OnCpu> {
+    /// The last sample in the ring, if the event fired (`Some(None)` for a
+    /// sample without user context); the ring is emptied.
+    fn take(&mut self) -> Option<Option<OnCpu>> {
         let meta = self.meta();
         // SAFETY: the metadata page is mapped; data_head is written by the
         // kernel and read with acquire ordering as the ABI requires.
@@ -182,6 +194,7 @@ impl Event {
         // SAFETY: the data area follows the metadata page, data_len long.
         let data = unsafe { std::slice::from_raw_parts(self.ring.add(self.ring_len - self.data_len), self.data_len) };
         let mut last = None;
+        let mut fired = false;
         let mut at = tail;
         while at < head {
             let hdr = ring_bytes(data, at, 8);
@@ -191,6 +204,7 @@ impl Event {
                 break;
             }
             if kind == b::PERF_RECORD_SAMPLE {
+                fired = true;
                 last = parse_sample(&ring_bytes(data, at + 8, size as usize - 8));
             }
             at += size;
@@ -198,11 +212,12 @@ impl Event {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         // SAFETY: hands the consumed space back to the kernel.
         unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, head) };
-        if last.is_some() {
-            // REFRESH 1 disabled the event at its overflow.
-            self.armed = false;
+        if !fired {
+            return None;
         }
-        last
+        // REFRESH 1 disabled the event at its overflow, whatever it caught.
+        self.armed = false;
+        Some(last)
     }
 
     fn drain(&mut self) {
@@ -302,6 +317,41 @@ mod tests {
         assert_eq!(parse_sample(&b), None);
         let b = body(&[0; 8], 8);
         assert_eq!(parse_sample(&b[..b.len() - 12]), None);
+    }
+
+    /// A CPU's event, armed again and again, samples the process that
+    /// spins there each time. Needs root (or CAP_PERFMON) and two CPUs.
+    #[test]
+    fn a_cpu_event_samples_the_thread_on_that_cpu_each_time_it_is_armed() {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return;
+        }
+        let pin = |pid: i32, cpu: usize| {
+            // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes into it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+            // SAFETY: set is a valid cpu_set_t of the size given.
+            assert_eq!(unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) }, 0);
+        };
+        let mut ev = match Event::open_cpu(0, 16384) {
+            Ok(e) => e,
+            // SAFETY: geteuid has no preconditions.
+            Err(e) if unsafe { libc::geteuid() } != 0 => return eprintln!("skipped, not root: {e}"),
+            Err(e) => panic!("{e}"),
+        };
+        let mut spinner = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+        let pid = spinner.id() as i32;
+        pin(pid, 0);
+        pin(0, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        let mut got = vec![];
+        for _ in 0..5 {
+            ev.arm().unwrap();
+            got.push(ev.wait(Duration::from_millis(100)).map(|s| (s.tid, s.stack.is_empty())));
+        }
+        spinner.kill().unwrap();
+        spinner.wait().unwrap();
+        assert!(got.iter().all(|g| *g == Some((pid as u32, false))), "{got:?}");
     }
 
     #[test]
