@@ -8,9 +8,12 @@
 //! Windows alternate, round after round, each in a fresh process: no
 //! event; pileup's event open on B, not armed; an event open on a third
 //! thread that sleeps on another CPU throughout, and the same event opened,
-//! armed and closed 10 times a second (passive mode sampling one thread):
-//! anything the kernel switches on for every task while a thread has an
-//! event shows in these two; the
+//! armed and closed 10 times a second (passive mode sampling one thread
+//! when it cannot have CPU events and the eBPF iterator): anything the
+//! kernel switches on for every task while a thread has an event shows in
+//! these two; pileup's passive capture as it runs as root, reading a busy
+//! thread on another CPU 10 times a second (CPU events and the iterator);
+//! the
 //! event opened on B and closed 2 s before measuring; the same on a third
 //! thread that takes no part (the control for anything host-wide the kernel
 //! keeps on after an event closes); and `perf record -t B` run for a second
@@ -20,7 +23,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE] [--one MODE] [--hold SECONDS [--cycle]] (--one: a single window of MODE in this process, as the bench runs each; --hold: only hold pileup's event open on a sleeping thread of this process for SECONDS, or with --cycle open, arm and close it 10 times a second, as bench/perf-hold does beside a server)";
+const USAGE: &str = "Usage: perf-context-bench [--window 2] [--rounds 5] [--cpu 1] [--out FILE] [--one MODE] [--hold SECONDS [--cycle]] [--capture TID | --wake TID] (--capture: read thread TID of the parent process with pileup's passive capture 10 times a second from CPU --cpu, until killed; --wake: the same after one capture, only waking; --one: a single window of MODE in this process, as the bench runs each; --hold: only hold pileup's event open on a sleeping thread of this process for SECONDS, or with --cycle open, arm and close it 10 times a second, as bench/perf-hold does beside a server)";
 
 /// After an event is closed, before measuring.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -35,7 +38,17 @@ use anyhow::{bail, Context, Result};
 use pileup_bench::{arg, median};
 use pileup_stacks::capture::perf::Event;
 
-const MODES: [&str; 7] = ["none", "open", "open-other", "cycling-other", "closed", "closed-other", "perf-record"];
+const MODES: [&str; 9] = [
+    "none",
+    "open",
+    "open-other",
+    "cycling-other",
+    "passive-other",
+    "waking-other",
+    "closed",
+    "closed-other",
+    "perf-record",
+];
 
 fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
@@ -48,6 +61,14 @@ fn main() -> Result<()> {
         std::thread::sleep(Duration::from_secs_f64(secs.parse().context("--hold SECONDS")?));
         drop(held);
         return Ok(());
+    }
+    // Passive capture of another process's thread, 10 times a second,
+    // until killed: what the passive-other window runs beside the pair.
+    if let Some(target) = arg(&args, "--capture") {
+        return capture_loop(target.parse().context("--capture TID")?, cpu, true);
+    }
+    if let Some(target) = arg(&args, "--wake") {
+        return capture_loop(target.parse().context("--wake TID")?, cpu, false);
     }
     // One window, in this process: what the parent runs for each.
     if let Some(mode) = arg(&args, "--one") {
@@ -96,9 +117,15 @@ fn main() -> Result<()> {
 fn describe(mode: &str) -> &'static str {
     match mode {
         "none" => "no perf event, ever",
-        "open" => "pileup's passive-mode event open on it, not armed",
+        "open" => "pileup's per-thread event (passive mode's fallback) open on it, not armed",
         "open-other" => "none; pileup's event open on another thread throughout",
         "cycling-other" => "none; pileup's event opened, armed and closed on another thread 10 times a second",
+        "waking-other" => {
+            "none; the same, but after one capture the other process only wakes 10 times a second (the control for its wake-ups)"
+        }
+        "passive-other" => {
+            "none; pileup's passive capture (CPU events and the eBPF iterator, as root) of a busy thread on the other CPU 10 times a second, from another process on this CPU (its CPU time taken out of the window)"
+        }
         "closed" => "pileup's event opened on it, closed 2 s before",
         "closed-other" => "none; pileup's event opened on another thread, closed 2 s before",
         _ => "`perf record -t` on it for 1 s, exited 2 s before",
@@ -143,9 +170,11 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
         }
     });
     let tid = tid_rx.recv().context("thread B")?;
-    let _held = match mode {
+    let held = match mode {
         "open" => Some(Other::Event(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?)),
         "open-other" | "cycling-other" => Some(Other::start(mode == "cycling-other", cpu)?),
+        "passive-other" => Some(Other::passive(cpu, true)?),
+        "waking-other" => Some(Other::passive(cpu, false)?),
         "closed" => {
             drop(Event::open(tid, 16384).context("perf_event_open (root or CAP_PERFMON)")?);
             std::thread::sleep(SETTLE);
@@ -178,6 +207,7 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
     };
     let mut c = [b'x'; 1];
     let mut n = 0u64;
+    let used0 = held.as_ref().map_or(0, Other::capture_cpu_ns);
     let t0 = Instant::now();
     while t0.elapsed() < window {
         for _ in 0..1000 {
@@ -186,7 +216,8 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
         }
         n += 1000;
     }
-    let rate = n as f64 / t0.elapsed().as_secs_f64();
+    let used = held.as_ref().map_or(0, Other::capture_cpu_ns).saturating_sub(used0);
+    let rate = n as f64 / (t0.elapsed().as_secs_f64() - used as f64 / 1e9);
     drop(to_b_w);
     let _ = b.join();
     Ok(rate)
@@ -198,6 +229,9 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
 enum Other {
     Event(#[allow(dead_code)] Event),
     Thread(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>),
+    /// Passive capture in another process on the pair's CPU, and the busy
+    /// thread it reads (stopped as for `Thread`).
+    Capture(std::process::Child, std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>),
 }
 
 impl Other {
@@ -240,9 +274,106 @@ impl Other {
     }
 }
 
+impl Other {
+    /// A thread on a CPU other than `cpu` that computes for about 0.5 ms
+    /// and sleeps 0.1 ms, over and over (mostly running when looked at),
+    /// read 10 times a second by pileup's passive capture in another
+    /// process on `cpu`, so that the busy thread is on its CPU when looked
+    /// at. The capture loads its eBPF program and opens its events before
+    /// the window; its CPU time during the window is taken out of it.
+    fn passive(cpu: usize, capture: bool) -> Result<Other> {
+        let elsewhere = (cpu + 1) % std::thread::available_parallelism().map_or(1, |n| n.get());
+        let run = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (tx, rx) = mpsc::channel();
+        let keep = run.clone();
+        let busy = std::thread::spawn(move || {
+            let _ = pin(elsewhere);
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(unsafe { libc::gettid() });
+            while keep.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_micros(500) {
+                    std::hint::spin_loop();
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        });
+        let t = rx.recv().context("the busy thread")?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .args([if capture { "--capture" } else { "--wake" }, &t.to_string(), "--cpu", &cpu.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        // Its first line says the first capture is done.
+        let mut ready = [0u8; 6];
+        child
+            .stdout
+            .as_mut()
+            .context("the capture's output")?
+            .read_exact(&mut ready)
+            .context("the capture did not start")?;
+        Ok(Other::Capture(child, run, Some(busy)))
+    }
+
+    /// CPU time the capture process has used so far (ns).
+    fn capture_cpu_ns(&self) -> u64 {
+        match self {
+            Other::Capture(child, ..) => std::fs::read_to_string(format!("/proc/{}/schedstat", child.id()))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+}
+
+/// Read thread `tid` of the parent process with pileup's passive capture
+/// 10 times a second, from CPU `cpu`, until killed; "ready\n" once the
+/// first capture is done. Without `capture`, only wake 10 times a second
+/// after that first capture (the control for the capture's wake-ups).
+fn capture_loop(tid: i32, cpu: usize, capture: bool) -> Result<()> {
+    use pileup_stacks::capture::{passive::Passive, CaptureOptions, Mode};
+    pin(cpu)?;
+    // SAFETY: getppid has no preconditions.
+    let pid = unsafe { libc::getppid() };
+    let maps = pileup_stacks::proc::read_maps(pid).context("the parent's maps")?;
+    let opts = CaptureOptions { mode: Mode::Passive, ..Default::default() };
+    let mut passive = Passive::default();
+    // The row is named for CPU events and the iterator: a fallback to an
+    // event attached to the thread would measure something else.
+    let mut runnable = false;
+    for _ in 0..50 {
+        let st = passive.capture(pid, &[tid], &maps, &opts).stats;
+        if st.threads_sampled_by_thread_event > 0 {
+            bail!(
+                "the capture fell back to perf events attached to the thread ({})",
+                passive.fallback_reason().unwrap_or_default()
+            );
+        }
+        runnable |= st.threads_sampled_on_cpu + st.threads_read_queued > 0;
+        if runnable {
+            break;
+        }
+    }
+    if !runnable {
+        bail!("the capture never found the busy thread runnable in 50 looks");
+    }
+    println!("ready");
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if capture {
+            let _ = passive.capture(pid, &[tid], &maps, &opts);
+        }
+    }
+}
+
 impl Drop for Other {
     fn drop(&mut self) {
-        if let Other::Thread(run, h) = self {
+        if let Other::Capture(child, ..) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Other::Thread(run, h) | Other::Capture(_, run, h) = self {
             run.store(false, std::sync::atomic::Ordering::Relaxed);
             if let Some(h) = h.take() {
                 let _ = h.join();

@@ -187,9 +187,9 @@ pub struct Timing {
     /// after an SQL error).
     pub server_sql_cpu_us: Option<u64>,
     /// Context switches a second on the whole machine over the run. While
-    /// any thread has a perf event (passive mode samples running threads
-    /// with them), and for about a second after, the kernel runs its perf
-    /// hooks on every one of them.
+    /// any thread has a perf event attached (passive mode's fallback when
+    /// CPU events or the eBPF iterator cannot be had), and for about a
+    /// second after, the kernel runs its perf hooks on every one of them.
     pub machine_context_switches_per_s: Option<u64>,
 }
 
@@ -881,6 +881,14 @@ impl Sampler {
         let addrs: BTreeSet<u64> = self.symbols.by_addr.keys().copied().collect();
         if self.unmatched > 0 {
             self.notes.push(format!("{} of {} sample(s): no thread matched --threads", self.unmatched, self.taken));
+        }
+        if self.stops.sampled_by_thread_event > 0 {
+            self.notes.push(format!(
+                "passive mode sampled runnable threads with perf events attached to them: {}",
+                self.passive
+                    .fallback_reason()
+                    .unwrap_or_else(|| "CPU events or the eBPF iterator could not be had".into())
+            ));
         }
         if self.stops.budget_exceeded > 0 {
             let released =

@@ -187,6 +187,9 @@ impl Passive {
                     Queued::Gone => return Err("exited".into()),
                     Queued::Moved => return Ok(OnCpu::Again),
                     Queued::OnCpu => running = true,
+                    // The iterator stopped working: threads' own events
+                    // from now on.
+                    Queued::Failed(why) => self.task_regs = Some(Err(why)),
                 }
             }
         }
@@ -228,6 +231,19 @@ impl Passive {
         Ok(ev.wait(RECHECK).map_or(OnCpu::Again, OnCpu::Sampled))
     }
 
+    /// Why runnable threads were sampled with their own perf events, if
+    /// they were: the eBPF iterator or CPU events could not be had.
+    pub fn fallback_reason(&self) -> Option<String> {
+        let mut why = vec![];
+        if let Some(Err(e)) = &self.task_regs {
+            why.push(e.clone());
+        }
+        if let Some(e) = &self.cpu_error {
+            why.push(format!("CPU perf events could not be opened ({e})"));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
     /// CPU `cpu`'s event, opened on first use.
     fn cpu_event(&mut self, cpu: usize, stack_bytes: usize) -> std::io::Result<&mut Event> {
         if self.cpus.len() <= cpu {
@@ -256,16 +272,25 @@ enum Queued {
     /// It ran while being read.
     Moved,
     Gone,
+    /// The iterator failed (the reason).
+    Failed(String),
 }
 
 /// Read a runnable thread that waits for a CPU, from the registers the
 /// kernel saved when it was preempted, checked by a second look after its
 /// stack is copied.
 fn read_queued(tr: &TaskRegs, pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Queued {
+    let gone = || {
+        if std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+            Queued::Failed("the eBPF task iterator gave nothing for a live thread".into())
+        } else {
+            Queued::Gone
+        }
+    };
     let first = match tr.look(tid) {
         Ok(Some(l)) => l,
-        Ok(None) => return Queued::Gone,
-        Err(_) => return Queued::Moved,
+        Ok(None) => return gone(),
+        Err(e) => return Queued::Failed(format!("the eBPF task iterator failed ({e})")),
     };
     if first.on_cpu {
         return Queued::OnCpu;
@@ -283,8 +308,9 @@ fn read_queued(tr: &TaskRegs, pid: i32, tid: i32, maps: &[MapEntry], stack_bytes
             stopped_us: 0,
             held_us: 0,
         })),
-        Ok(None) => Queued::Gone,
-        _ => Queued::Moved,
+        Ok(None) => gone(),
+        Ok(Some(_)) => Queued::Moved,
+        Err(e) => Queued::Failed(format!("the eBPF task iterator failed ({e})")),
     }
 }
 

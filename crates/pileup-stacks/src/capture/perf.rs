@@ -160,6 +160,14 @@ impl Event {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                // A CPU's clock fires within 10 µs: none by now means the
+                // kernel disabled the event after the refresh that armed
+                // it (its disable is deferred), so arm it afresh next time
+                // (a spare refresh only allows one more sample, which
+                // arming drains).
+                if self.cpu {
+                    self.armed = false;
+                }
                 return None;
             }
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -351,7 +359,9 @@ mod tests {
         }
         spinner.kill().unwrap();
         spinner.wait().unwrap();
-        assert!(got.iter().all(|g| *g == Some((pid as u32, false))), "{got:?}");
+        // Most, not all: a kernel thread or an interrupt's thread may run
+        // on that CPU when the clock fires.
+        assert!(got.iter().filter(|g| **g == Some((pid as u32, false))).count() >= 3, "{got:?}");
     }
 
     #[test]

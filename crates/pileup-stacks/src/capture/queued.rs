@@ -15,8 +15,10 @@
 //! would sample it once it had run but, while it exists, makes the kernel
 //! run its perf hooks at every context switch of the machine.
 //!
-//! Needs root, or CAP_BPF and CAP_PERFMON, and a kernel with BTF and task
-//! iterators filtered by thread (Linux 6.1+).
+//! Needs root, or CAP_BPF and CAP_PERFMON, a kernel with BTF whose task
+//! iterator filters by thread, and the host's thread ids (not a
+//! container's): checked when the program is loaded, on a thread of
+//! pileup's own.
 
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -60,12 +62,47 @@ impl TaskRegs {
             .open_memory(OBJECT)
             .map_err(|e| format!("opening the eBPF task iterator: {e}"))?;
         let obj = open.load().map_err(|e| format!("loading the eBPF task iterator: {e}"))?;
-        Ok(TaskRegs { obj })
+        let tr = TaskRegs { obj };
+        tr.check()?;
+        Ok(tr)
+    }
+
+    /// Whether the iterator gives exactly the one thread asked for, looked
+    /// at by the id pileup knows it by: a thread of pileup's own that is
+    /// not its process's first. Kernels before 6.1 have no filter by
+    /// thread (every task on the host would be walked), some later ones
+    /// filter by process only, and in a PID namespace (a container) the
+    /// kernel's thread ids are not pileup's.
+    fn check(&self) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(unsafe { libc::gettid() });
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().map_err(|_| "checking the eBPF task iterator: no thread to look at".to_string())?;
+        let got = self.records(tid);
+        drop(done_tx);
+        let _ = t.join();
+        match got {
+            Ok(buf) if buf.len() == OUT_BYTES && parse(&buf, tid).is_some() => Ok(()),
+            Ok(buf) => Err(format!(
+                "the kernel's task iterator gave {} record(s) for one thread (it filters by thread from Linux 6.1, and pileup must see the host's thread ids, not a container's)",
+                buf.len() / OUT_BYTES
+            )),
+            Err(e) => Err(format!("the kernel's task iterator by thread is not available ({e})")),
+        }
     }
 
     /// Thread `tid` (of any process) now, with the registers the kernel
     /// last saved for it, or `None` when it has none to give (it exited).
     pub fn look(&self, tid: i32) -> std::io::Result<Option<Look>> {
+        Ok(parse(&self.records(tid)?, tid))
+    }
+
+    /// What the iterator writes for thread `tid`.
+    fn records(&self, tid: i32) -> std::io::Result<Vec<u8>> {
         let prog = self.obj.progs().next().expect("the object holds one program");
         let mut info = libbpf_sys::bpf_iter_link_info::default();
         info.task.tid = tid as u32;
@@ -81,7 +118,7 @@ impl TaskRegs {
             // libbpf returns -errno.
             let err = std::io::Error::from_raw_os_error(-link);
             return match err.raw_os_error() {
-                Some(libc::ESRCH) | Some(libc::ENOENT) => Ok(None),
+                Some(libc::ESRCH) | Some(libc::ENOENT) => Ok(vec![]),
                 _ => Err(err),
             };
         }
@@ -96,7 +133,7 @@ impl TaskRegs {
         let mut iter = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(iter) });
         let mut buf = Vec::with_capacity(OUT_BYTES);
         iter.read_to_end(&mut buf)?;
-        Ok(parse(&buf, tid))
+        Ok(buf)
     }
 }
 

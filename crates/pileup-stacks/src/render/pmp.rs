@@ -64,7 +64,7 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
     }
     if p.stops.sampled_by_thread_event > 0 {
         cost.push_str(&format!(
-            "; {} running thread(s) sampled by perf events attached to them (CPU events need CAP_PERFMON): while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
+            "; {} runnable thread(s) sampled by perf events attached to them (CPU events and the eBPF iterator could not be had): while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
             p.stops.sampled_by_thread_event,
             p.timing.machine_context_switches_per_s.map_or(String::new(), |n| format!(" ({n} a second over this run)"))
         ));
@@ -208,7 +208,7 @@ mod tests {
     fn the_cost_line_names_the_kernels_perf_hooks_only_when_threads_own_events_sampled() {
         let with = cost_line(&profile(3, 7));
         assert!(
-            with.starts_with("cost: pileup's CPU 1.5 ms; 7 running thread(s) sampled by perf events attached to them"),
+            with.starts_with("cost: pileup's CPU 1.5 ms; 7 runnable thread(s) sampled by perf events attached to them"),
             "{with}"
         );
         assert!(with.ends_with("every context switch of the machine (215000 a second over this run)"), "{with}");

@@ -46,8 +46,9 @@ pub struct StacksArgs {
     /// sleeps, a runnable one waiting for a CPU where it stands (eBPF), and
     /// a running one is sampled on its CPU by a perf event on that CPU's
     /// clock, so one thread can be sampled for hours without ever being
-    /// stopped, and no other thread's context switches cost more;
-    /// threads are seen one after another, not at one instant.
+    /// stopped (as root, or with CAP_BPF and CAP_PERFMON, no other
+    /// thread's context switches cost more: see docs/stacks.md for the
+    /// fallback); threads are seen one after another, not at one instant.
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
     /// Number of samples.
