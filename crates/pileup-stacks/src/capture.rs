@@ -468,6 +468,17 @@ impl Drop for DeadlineTimer {
     }
 }
 
+/// A thread's stack from `sp` up to the end of its mapping, at most
+/// `stack_bytes`.
+fn copy_stack(pid: i32, sp: u64, maps: &[MapEntry], stack_bytes: usize) -> Vec<u8> {
+    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
+    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
+    let mut stack = vec![0u8; len];
+    let got = read_mem(pid, sp, &mut stack);
+    stack.truncate(got);
+    stack
+}
+
 fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Option<RawThread> {
     let r = ptrace::getregs(Pid::from_raw(tid)).ok()?;
     let regs = Regs {
@@ -481,11 +492,7 @@ fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Opt
         dx: r.rdx,
     };
     let sp = regs.sp;
-    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
-    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
-    let mut stack = vec![0u8; len];
-    let got = read_mem(pid, sp, &mut stack);
-    stack.truncate(got);
+    let stack = copy_stack(pid, sp, maps, stack_bytes);
     let futex = if regs.blocked_syscall() == Some(SYS_FUTEX) {
         let mut b = [0u8; FUTEX_WINDOW];
         (read_mem(pid, regs.di.wrapping_sub(FUTEX_BEFORE), &mut b) == FUTEX_WINDOW).then_some((regs.di, b))

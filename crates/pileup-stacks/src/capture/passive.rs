@@ -34,8 +34,10 @@ use std::time::{Duration, Instant};
 
 use super::perf::{self, Event};
 use super::queued::TaskRegs;
-use super::{finish, read_mem, CaptureOptions, Missed, RawSample, RawThread, Regs, FUTEX_BEFORE, FUTEX_WINDOW};
-use crate::proc::{find_map, parse_syscall, schedstat, MapEntry, SyscallState, SYS_FUTEX};
+use super::{
+    copy_stack, finish, read_mem, CaptureOptions, Missed, RawSample, RawThread, Regs, FUTEX_BEFORE, FUTEX_WINDOW,
+};
+use crate::proc::{parse_syscall, schedstat, MapEntry, SyscallState, SYS_FUTEX};
 
 /// What a syscall interrupted by a ptrace stop returns (`-ERESTARTSYS`):
 /// a blocked thread read here is recorded as the stop would have seen it.
@@ -298,31 +300,13 @@ fn read_queued(tr: &TaskRegs, pid: i32, tid: i32, maps: &[MapEntry], stack_bytes
     let regs = first.regs;
     let stack = copy_stack(pid, regs.sp, maps, stack_bytes);
     match tr.look(tid) {
-        Ok(Some(again)) if again == first => Queued::Read(Box::new(RawThread {
-            tid,
-            regs,
-            stack_addr: regs.sp,
-            stack,
-            futex: None,
-            late: false,
-            stopped_us: 0,
-            held_us: 0,
-        })),
+        Ok(Some(again)) if again == first => {
+            Queued::Read(Box::new(RawThread { tid, regs, stack_addr: regs.sp, stack, ..Default::default() }))
+        }
         Ok(None) => gone(),
         Ok(Some(_)) => Queued::Moved,
         Err(e) => Queued::Failed(format!("the eBPF task iterator failed ({e})")),
     }
-}
-
-/// A thread's stack from `sp` up to the end of its mapping, at most
-/// `stack_bytes`.
-fn copy_stack(pid: i32, sp: u64, maps: &[MapEntry], stack_bytes: usize) -> Vec<u8> {
-    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
-    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
-    let mut stack = vec![0u8; len];
-    let got = read_mem(pid, sp, &mut stack);
-    stack.truncate(got);
-    stack
 }
 
 /// Read a thread that is blocked, without stopping it.
