@@ -271,14 +271,6 @@ pub fn parse_stat(s: &str) -> Option<(String, char, u64, u64, u64)> {
     Some((name, state, utime, stime, flags))
 }
 
-/// The CPU a thread runs on, or last ran on: field 39 (`processor`) of
-/// `/proc/PID/task/TID/stat`.
-pub fn parse_processor(s: &str) -> Option<usize> {
-    let close = s.rfind(')')?;
-    // Fields after the name start with the state, field 3 overall.
-    s[close + 1..].split_whitespace().nth(39 - 3)?.parse().ok()
-}
-
 /// A thread's state letter alone (one read of its `stat`).
 pub fn state(pid: i32, tid: i32) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
@@ -538,15 +530,5 @@ mod tests {
         let s = "1234 (my (odd) name) S 1 2 3 4 5 16 7 8 9 10 42 17 0 0 20 0 5 0";
         let (n, st, u, sy, fl) = parse_stat(s).unwrap();
         assert_eq!((n.as_str(), st, u, sy, fl), ("my (odd) name", 'S', 42, 17, 16));
-    }
-
-    #[test]
-    fn the_cpu_a_thread_is_on_is_field_39() {
-        let s = "10662 (a (b) c) R 10659 10659 9267 0 -1 4194304 99 0 0 0 0 0 0 0 20 0 1 0 7080703 3133440 390 \
-                 18446744073709551615 945 946 1407 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 9454 9455 9456 1407 1408 1409 1410 0";
-        assert_eq!(parse_processor(s), Some(1));
-        assert_eq!(parse_processor("1 (x) S 1 2 3"), None);
-        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        assert!(parse_processor(&own).is_some_and(|c| c < 4096), "{own}");
     }
 }

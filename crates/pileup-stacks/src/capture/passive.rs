@@ -181,14 +181,15 @@ impl Passive {
         maps: &[MapEntry],
         stack_bytes: usize,
     ) -> Result<OnCpu, String> {
-        let mut running = false;
+        // The CPU it is on, when the iterator found it on one.
+        let mut running = None;
         if event.is_none() {
             if let Ok(tr) = self.task_regs.get_or_insert_with(TaskRegs::load) {
                 match read_queued(tr, pid, tid, maps, stack_bytes) {
                     Queued::Read(rt) => return Ok(OnCpu::Queued(*rt)),
                     Queued::Gone => return Err("exited".into()),
                     Queued::Moved => return Ok(OnCpu::Again),
-                    Queued::OnCpu => running = true,
+                    Queued::OnCpu(cpu) => running = Some(cpu),
                     // The iterator stopped working: threads' own events
                     // from now on.
                     Queued::Failed(why) => self.task_regs = Some(Err(why)),
@@ -198,8 +199,7 @@ impl Passive {
         if let Some(e) = &self.perf_error {
             return Err(e.clone());
         }
-        if self.cpu_error.is_none() && running {
-            let Some(cpu) = processor(pid, tid) else { return Ok(OnCpu::Again) };
+        if let (None, Some(cpu)) = (&self.cpu_error, running) {
             match self.cpu_event(cpu, stack_bytes) {
                 Ok(ev) => {
                     ev.arm().map_err(|e| format!("arming its CPU's perf event failed ({e})"))?;
@@ -259,18 +259,12 @@ impl Passive {
     }
 }
 
-/// The CPU a thread is on, or last ran on (`/proc/PID/task/TID/stat`).
-fn processor(pid: i32, tid: i32) -> Option<usize> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    crate::proc::parse_processor(&stat)
-}
-
 /// What a look at a runnable thread gave.
 enum Queued {
     /// Read while it waited for a CPU.
     Read(Box<RawThread>),
-    /// On a CPU now.
-    OnCpu,
+    /// On a CPU now: that one.
+    OnCpu(usize),
     /// It ran while being read.
     Moved,
     Gone,
@@ -295,7 +289,7 @@ fn read_queued(tr: &TaskRegs, pid: i32, tid: i32, maps: &[MapEntry], stack_bytes
         Err(e) => return Queued::Failed(format!("the eBPF task iterator failed ({e})")),
     };
     if first.on_cpu {
-        return Queued::OnCpu;
+        return Queued::OnCpu(first.cpu);
     }
     let regs = first.regs;
     let stack = copy_stack(pid, regs.sp, maps, stack_bytes);

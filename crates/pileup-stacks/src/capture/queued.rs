@@ -29,8 +29,8 @@ use super::Regs;
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/task_regs.bpf.o"));
 
 /// Bytes one thread gives (`struct out` in the program): its tid, on-CPU
-/// flag, context switch count and eight registers, each a u64.
-const OUT_BYTES: usize = 11 * 8;
+/// flag, context switch count, eight registers and its CPU, each a u64.
+const OUT_BYTES: usize = 12 * 8;
 
 /// One look at a thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,8 @@ pub struct Look {
     /// between two looks while off its CPU means it did not run between.
     pub switches: u64,
     pub regs: Regs,
+    /// The CPU it runs on, or last ran on.
+    pub cpu: usize,
 }
 
 /// The loaded iterator program.
@@ -157,6 +159,7 @@ pub fn parse(buf: &[u8], tid: i32) -> Option<Look> {
                 si: v(9),
                 dx: v(10),
             },
+            cpu: v(11) as usize,
         })
     })
 }
@@ -168,12 +171,13 @@ mod tests {
     #[test]
     fn the_threads_registers_are_read_in_the_programs_order() {
         let mut b = vec![];
-        for v in [9u64, 1, 77, 1, 2, 3, 4, 202, 6, 7, 8] {
+        for v in [9u64, 1, 77, 1, 2, 3, 4, 202, 6, 7, 8, 5] {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         let l = parse(&b, 9).unwrap();
         assert!(l.on_cpu);
         assert_eq!(l.switches, 77);
+        assert_eq!(l.cpu, 5);
         let r = l.regs;
         assert_eq!((r.ip, r.sp, r.bp, r.ax, r.orig_ax, r.di, r.si, r.dx), (1, 2, 3, 4, -1, 6, 7, 8));
         assert_eq!(parse(&b, 10), None);
@@ -216,11 +220,14 @@ mod tests {
         if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
             return;
         }
-        let mut spinner = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+        // Kept on CPU 0: the CPU given with each look is that one.
+        let mut spinner =
+            std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let on_cpu = (0..1000).filter(|_| tr.look(spinner.id() as i32).unwrap().is_some_and(|l| l.on_cpu)).count();
+        let looks: Vec<Look> = (0..1000).filter_map(|_| tr.look(spinner.id() as i32).unwrap()).collect();
         spinner.kill().unwrap();
         spinner.wait().unwrap();
-        assert!(on_cpu > 0, "a spinning thread was never seen on a CPU");
+        assert!(looks.iter().any(|l| l.on_cpu), "a spinning thread was never seen on a CPU");
+        assert!(looks.iter().all(|l| l.cpu == 0), "CPUs given: {:?}", looks.iter().map(|l| l.cpu).collect::<Vec<_>>());
     }
 }

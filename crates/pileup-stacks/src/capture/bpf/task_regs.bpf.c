@@ -6,12 +6,18 @@
 // call, an interrupt that preempted it, a page fault). For a thread that
 // waits for a CPU they are where its user code stands; for one that is
 // running they are stale: the thread's on_cpu flag and its context switch
-// counts, given with them, tell user space whether it is on a CPU now and,
+// counts, given with them with its CPU, tell user space whether it is on a CPU now and,
 // read again after its stack is copied, whether it ran in between.
 
 #include "pileup_bpf.h"
 
+// The CPU a task runs on, or last ran on (x86-64 keeps it in thread_info).
+struct thread_info {
+	unsigned int cpu;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
+	struct thread_info thread_info;
 	int on_cpu;
 	int pid;
 	unsigned long nvcsw;
@@ -33,6 +39,7 @@ struct out {
 	__u64 on_cpu;
 	__u64 switches;
 	__u64 ip, sp, bp, ax, orig_ax, di, si, dx;
+	__u64 cpu;
 };
 
 SEC("iter/task")
@@ -56,6 +63,7 @@ int task_regs(struct bpf_iter__task *ctx)
 		.di = regs->di,
 		.si = regs->si,
 		.dx = regs->dx,
+		.cpu = (__u64)task->thread_info.cpu,
 	};
 	bpf_seq_write(ctx->meta->seq, &o, sizeof(o));
 	return 0;
