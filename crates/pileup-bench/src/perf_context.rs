@@ -318,8 +318,8 @@ impl Other {
     /// CPU time the capture process has used so far (ns).
     fn capture_cpu_ns(&self) -> u64 {
         match self {
-            Other::Capture(child, ..) => std::fs::read_to_string(format!("/proc/{}/schedstat", child.id()))
-                .ok()
+            // Its only busy thread is its first.
+            Other::Capture(child, ..) => pileup_stacks::proc::schedstat(child.id() as i32, child.id() as i32)
                 .and_then(|s| s.split_whitespace().next()?.parse().ok())
                 .unwrap_or(0),
             _ => 0,
