@@ -8,8 +8,9 @@ CARGO ?= cargo
 # command:Debian package — a command already on PATH (or in /usr/sbin), or a
 # file already there (an absolute path), is not reinstalled. The
 # metadata_lock_info plugin (watch names who holds a metadata lock with it)
-# comes only with the full mariadb-server package. `pileup locks` builds its
-# eBPF program with clang and links libbpf against libelf and zlib. The watch
+# comes only with the full mariadb-server package. pileup's eBPF programs
+# (the locks probe, passive stacks' task iterator) are built with clang and
+# libbpf is linked against libelf and zlib. The watch
 # tests put a server on an ext4 image without extents (mkfs.ext4, losetup).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
