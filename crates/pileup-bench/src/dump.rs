@@ -149,6 +149,15 @@ fn main() -> Result<()> {
     let mut load_s: Vec<Vec<f64>> = vec![vec![]; 3];
     let mut stall_ms: Vec<Vec<f64>> = vec![vec![]; 3];
     let mut base_stall: Vec<f64> = vec![];
+    // CPU seconds of the tool's own processes and of the server (less the
+    // thread serving the writer), per tool.
+    let mut dump_cpu: Vec<Vec<(f64, f64)>> = vec![vec![]; 3];
+    let mut load_cpu: Vec<Vec<(f64, f64)>> = vec![vec![]; 3];
+    let server_stat = format!("/proc/{}/stat", sb.pid());
+    let writer_stat = writer.server_tid.map(|t| format!("/proc/{}/task/{t}/stat", sb.pid()));
+    let server_cpu = || {
+        pileup_bench::stat_cpu(&server_stat, 2) - writer_stat.as_deref().map_or(0.0, |w| pileup_bench::stat_cpu(w, 2))
+    };
     // pileup's load of the same dump with its tables created as dumped
     // (secondary indexes maintained row by row), against its default.
     let mut with_data_s: Vec<f64> = vec![];
@@ -167,6 +176,7 @@ fn main() -> Result<()> {
             std::thread::sleep(Duration::from_secs(3));
             base_stall.push(writer.worst(t, Instant::now()).as_secs_f64() * 1e3);
             let t0 = Instant::now();
+            let (own0, server0) = (pileup_bench::children_cpu(), server_cpu());
             let mut unlocked = None;
             match *tool {
                 "pileup" => {
@@ -241,6 +251,7 @@ fn main() -> Result<()> {
                 }
             }
             let dumped = t0.elapsed();
+            dump_cpu[i].push((pileup_bench::children_cpu() - own0, server_cpu() - server0));
             let stall = writer.worst(t0, t0 + Duration::from_secs(3).min(dumped)).as_secs_f64() * 1e3;
             if let Some(u) = unlocked {
                 lock_phase.push(writer.worst(t0, u).as_secs_f64() * 1e3);
@@ -257,6 +268,7 @@ fn main() -> Result<()> {
             }
             c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
             let t1 = Instant::now();
+            let (own0, server0) = (pileup_bench::children_cpu(), server_cpu());
             match *tool {
                 "pileup" => run(
                     Command::new(&pileup)
@@ -282,6 +294,7 @@ fn main() -> Result<()> {
                 }
             }
             let loaded = t1.elapsed();
+            load_cpu[i].push((pileup_bench::children_cpu() - own0, server_cpu() - server0));
             let got = checksums(&mut c, "bench_l", &tables)?;
             if got != source {
                 bail!("{tool}: the loaded tables differ from the source (CHECKSUM TABLE)");
@@ -309,7 +322,7 @@ fn main() -> Result<()> {
         size as f64 / 1e6,
         median(base_stall)
     );
-    md.push_str("| tool | dump (s) | dump rows/s | pileup's dump faster by | load (s) | load rows/s | pileup's load faster by | writer's worst round trip at dump start (ms) |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | dump (s) | dump rows/s | pileup's dump faster by | dump CPU s: tool + server | load (s) | load rows/s | pileup's load faster by | load CPU s: tool + server | writer's worst round trip at dump start (ms) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let names = [
         "pileup dump / load",
         "mydumper / myloader 0.10.1 (-c, -r 200000)",
@@ -317,19 +330,24 @@ fn main() -> Result<()> {
     ];
     for i in 0..3 {
         let (d, l) = (median(dump_s[i].clone()), median(load_s[i].clone()));
+        let cpu = |v: &[(f64, f64)]| {
+            format!("{:.1} + {:.1}", median(v.iter().map(|x| x.0).collect()), median(v.iter().map(|x| x.1).collect()))
+        };
         md.push_str(&format!(
-            "| {} | {d:.1} | {:.0} | {:.2}× | {l:.1} | {:.0} | {:.2}× | {:.1} |\n",
+            "| {} | {d:.1} | {:.0} | {:.2}× | {} | {l:.1} | {:.0} | {:.2}× | {} | {:.1} |\n",
             names[i],
             rows as f64 / d,
             d / pd,
+            cpu(&dump_cpu[i]),
             rows as f64 / l,
             l / pl,
+            cpu(&load_cpu[i]),
             median(stall_ms[i].clone())
         ));
     }
     let w = median(with_data_s);
     md.push_str(&format!(
-        "| pileup load --indexes with-data (secondary indexes built row by row) | – | – | – | {w:.1} | {:.0} | {:.2}× | – |\n",
+        "| pileup load --indexes with-data (secondary indexes built row by row) | – | – | – | – | {w:.1} | {:.0} | {:.2}× | – | – |\n",
         rows as f64 / w,
         w / pl
     ));
@@ -339,6 +357,11 @@ fn main() -> Result<()> {
         median(held),
         median(lock_phase),
         median(copy_phase)
+    ));
+    md.push_str(&format!(
+        "\nCPU seconds are medians of the tool's own processes (`pileup`, `mydumper`, `mariadb-dump`, the `mariadb` client) and of the server's threads but the one serving the writer. On {} cores a run's wall time cannot be less than its CPU seconds divided by {}.\n",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
     ));
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {

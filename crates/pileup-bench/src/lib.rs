@@ -130,6 +130,9 @@ pub fn sysbench_prepared_sized(sb: &Sandbox, test: &str, tables: u32, rows: u32)
 /// A client looping `DO 1` on its own connection: the worst round trip
 /// over a window is what a server's clients felt then.
 pub struct Probe {
+    /// The server thread serving the probe's connection (MariaDB), whose
+    /// CPU time a benchmark can take out of the server's.
+    pub server_tid: Option<i32>,
     samples: Arc<Mutex<Vec<(Instant, Duration)>>>,
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -144,6 +147,8 @@ impl Probe {
     pub fn start_with(sb: &Sandbox, stmt: &str) -> anyhow::Result<Probe> {
         let stmt = stmt.to_string();
         let mut c = sb.connect()?;
+        let server_tid: Option<i32> =
+            c.query_first("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").ok().flatten();
         let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
         let stop = Arc::new(AtomicBool::new(false));
         let (s2, st2) = (samples.clone(), stop.clone());
@@ -156,7 +161,7 @@ impl Probe {
                 s2.lock().unwrap().push((t, t.elapsed()));
             }
         });
-        Ok(Probe { samples, stop, handle: Some(handle) })
+        Ok(Probe { server_tid, samples, stop, handle: Some(handle) })
     }
     /// Worst round trip of probes that overlap [from, to].
     pub fn worst(&self, from: Instant, to: Instant) -> Duration {
@@ -226,6 +231,21 @@ impl Drop for Load {
     }
 }
 
+/// CPU seconds in the first `fields` CPU-time fields of a `/proc/.../stat`
+/// file (utime, stime, cutime, cstime): 2 for a process's or thread's own
+/// time, 4 to add the children it has reaped. 0 for a process that is gone.
+pub fn stat_cpu(stat_path: &str, fields: usize) -> f64 {
+    let s = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // The fields after the ")" that closes the command name; utime is the 14th.
+    let f: Vec<f64> = s
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default();
+    // SAFETY: sysconf reads a constant.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    f.iter().sum::<f64>() / tick
+}
+
 /// CPU seconds (user + system) of every child process waited for so far:
 /// the tools run as children and are waited for within their window.
 pub fn children_cpu() -> f64 {
@@ -237,8 +257,9 @@ pub fn children_cpu() -> f64 {
 }
 
 /// Run each tool's window between two windows of tool 0 (the baseline),
-/// round after round: `run(tool, round)` runs one window and returns its
-/// throughput. Returns, per tool, its windows' ratios to the mean of their
+/// round after round, the tools' order rotated by one each round (so no
+/// tool always follows the same one): `run(tool, round)` runs one window
+/// and returns its throughput. Returns, per tool, its windows' ratios to the mean of their
 /// flanking baseline windows (paired ratios, which cancel the drift a ratio
 /// against the run's median leaves in).
 pub fn interleaved(
@@ -248,7 +269,8 @@ pub fn interleaved(
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     let mut order: Vec<(usize, f64)> = vec![];
     for r in 0..rounds {
-        for i in 1..tools {
+        for j in 0..tools.saturating_sub(1) {
+            let i = 1 + (j + r) % (tools - 1);
             order.push((0, run(0, r)?));
             order.push((i, run(i, r)?));
         }
@@ -328,6 +350,21 @@ mod tests {
         assert_eq!(check_args(&v(&["--round", "2"]), USAGE), Err("unknown argument \"--round\"".into()));
         assert_eq!(check_args(&v(&["--pileup"]), USAGE), Err("--pileup needs a value".into()));
         assert!(check_args(&v(&["stray"]), USAGE).is_err());
+    }
+
+    #[test]
+    fn tools_run_between_baselines_in_an_order_rotated_each_round() {
+        let mut ran = vec![];
+        let paired = interleaved(3, 4, |i, r| {
+            ran.push((i, r));
+            Ok(if i == 0 { 100.0 } else { 100.0 - i as f64 })
+        })
+        .unwrap();
+        let tools: Vec<usize> = ran.iter().map(|x| x.0).filter(|&i| i != 0).collect();
+        assert_eq!(tools, [1, 2, 3, 2, 3, 1, 3, 1, 2]);
+        // Every tool window sits between two baseline windows.
+        assert!(ran.iter().step_by(2).all(|x| x.0 == 0) && ran.len() == 19);
+        assert_eq!(paired[2], [0.98; 3]);
     }
 
     #[test]

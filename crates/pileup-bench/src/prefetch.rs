@@ -118,13 +118,7 @@ fn sysbench(sock: &str, tables: u64, size: u64, extra: &[String]) -> Result<()> 
 
 /// utime + stime of a process or one of its threads, in seconds.
 fn cpu_of(stat_path: &str) -> f64 {
-    let s = std::fs::read_to_string(stat_path).unwrap_or_default();
-    // Fields after the ")" that closes the command name; utime, stime are 14 and 15.
-    let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let g = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (g(11) + g(12)) / tick
+    pileup_bench::stat_cpu(stat_path, 2)
 }
 
 /// OS thread ids of the replication applier threads (SQL driver and workers).

@@ -97,15 +97,8 @@ fn cpu_secs(c: &Option<Child>) -> f64 {
     c.as_ref().map_or(0.0, |c| stat_cpu_secs(c.id(), 4))
 }
 
-/// Sum of the first `fields` CPU-time fields of /proc/PID/stat (utime,
-/// stime, cutime, cstime), in seconds.
 fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<f64> = s
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default();
-    f.iter().sum::<f64>() / 100.0
+    pileup_bench::stat_cpu(&format!("/proc/{pid}/stat"), fields)
 }
 
 /// A watcher stopped when this goes out of scope, an error's early

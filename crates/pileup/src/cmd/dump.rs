@@ -53,8 +53,9 @@ pub struct DumpArgs {
     /// Compression of the data files (myloader 0.10.1 reads gzip and none only).
     #[arg(long, value_enum, default_value_t = CompressArg::Zstd)]
     pub compress: CompressArg,
-    /// zstd compression level (1 fastest … 19 smallest).
-    #[arg(long, default_value_t = 3)]
+    /// zstd compression level: 1 (the default) is the fastest of the usual levels, 19 the smallest;
+    /// negative levels (`--level=-3`) are faster still and larger.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub level: i32,
     /// Keep trying to take the snapshot lock this long while queries keep it waiting, then abort naming them.
     #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
