@@ -6,7 +6,7 @@
 //! any means, SIGKILL included, the kernel closes them and every probe is
 //! gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -79,6 +79,9 @@ pub struct TraceOptions {
     /// Time the probe with the kernel's BPF run-time statistics, which are
     /// on for every BPF program of the host while pileup holds them.
     pub probe_cost: bool,
+    /// Follow only the threads `watch` names (`--threads`); otherwise every
+    /// thread of the process.
+    pub filter_threads: bool,
 }
 
 /// Check what tracing needs, with the fix in the error: privileges and
@@ -145,13 +148,16 @@ fn missing_caps() -> Result<(), LocksError> {
 
 /// Trace `opts.pid`'s contended futex waits for `opts.duration` (or until
 /// `stop`), handing each recorded wait to `on_event` as it arrives, and
-/// `on_tick` about every 100 ms. Returns the exact per-word counts and the
-/// kernel side's counters.
+/// `on_tick` about every 100 ms. With `opts.filter_threads`, `watch` gives
+/// the threads to follow, asked before attaching and at every tick (threads
+/// come and go). Returns the exact per-word counts and the kernel side's
+/// counters.
 pub fn trace(
     opts: &TraceOptions,
     stop: &AtomicBool,
     mut on_event: impl FnMut(Event),
     mut on_tick: impl FnMut(Duration),
+    mut watch: impl FnMut() -> HashSet<i32>,
 ) -> Result<Traced, LocksError> {
     // libbpf's own messages (a verifier log runs to pages) are not the
     // user's: a failure is reported in one line below.
@@ -173,6 +179,7 @@ pub fn trace(
     let entries = log_entries(possible);
     ro.log_entries = entries;
     ro.log_stride = entries + 1;
+    ro.filter_threads = opts.filter_threads as u32;
     open.maps
         .wait_log
         .set_max_entries(possible as u32 * (entries + 1))
@@ -182,6 +189,10 @@ pub fn trace(
     // The statistics stay on while this descriptor is open: they end with
     // pileup, however it exits.
     let stats = if opts.probe_cost { Some(enable_run_time_stats()?) } else { None };
+    let mut watched = HashSet::new();
+    if opts.filter_threads {
+        update_watched(&skel.maps.watched, &mut watched, watch())?;
+    }
     skel.attach().map_err(|e| load_error("attaching", &e))?;
     let started = Instant::now();
 
@@ -225,6 +236,9 @@ pub fn trace(
             Err(e) => return Err(LocksError::Ebpf(format!("reading the ring buffer: {e}"))),
         }
         log.drain(&mut words);
+        if opts.filter_threads {
+            update_watched(&skel.maps.watched, &mut watched, watch())?;
+        }
         on_tick(started.elapsed());
         if !Path::new(&format!("/proc/{}", opts.pid)).exists() {
             break;
@@ -306,6 +320,20 @@ pub fn trace(
         tracing::warn!(bad, "ring buffer records shorter than expected");
     }
     Ok(Traced { words, counters, elapsed, probe_cost })
+}
+
+/// Make the kernel's `watched` set `now`: threads that appeared are added,
+/// threads gone are removed (their ids may be reused by others).
+fn update_watched(map: &impl MapCore, watched: &mut HashSet<i32>, now: HashSet<i32>) -> Result<(), LocksError> {
+    for &t in now.difference(watched) {
+        map.update(&(t as u32).to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(|e| LocksError::Ebpf(format!("following thread {t}: {e}")))?;
+    }
+    for &t in watched.difference(&now) {
+        let _ = map.delete(&(t as u32).to_ne_bytes());
+    }
+    *watched = now;
+    Ok(())
 }
 
 /// Turn on the kernel's run-time statistics for BPF programs; they stay on

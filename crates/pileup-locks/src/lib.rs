@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pileup_stacks::capture::Regs;
 use pileup_stacks::resolve::{DataName, Resolver};
-use pileup_stacks::{SqlSource, SqlThread};
+use pileup_stacks::{SqlSource, SqlThread, ThreadFilter};
 use serde::Serialize;
 
 pub use aggregate::LockEntry;
@@ -49,6 +49,8 @@ pub enum LocksError {
     Ebpf(String),
     #[error(transparent)]
     Target(#[from] pileup_stacks::StacksError),
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// What to trace and how.
@@ -63,10 +65,16 @@ pub struct Options {
     /// DWARF names (inlined frames, lines) where debug info exists.
     pub dwarf: bool,
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Debug files the server's modules lack, from debuginfod's cache (and
+    /// its servers), looked up before tracing starts.
+    pub debuginfod: Option<pileup_stacks::debuginfod::DebuginfodOptions>,
     /// Stacks, statements and holders kept per lock in the report.
     pub top: usize,
     /// Re-read the processlist at most this often.
     pub sql_refresh: Duration,
+    /// Only these threads (`--threads`: ids, roles, name patterns, as for
+    /// `stacks`), re-chosen as threads come and go.
+    pub threads: Option<String>,
     /// Time the probe itself with the kernel's BPF run-time statistics
     /// (on for every BPF program of the host while tracing).
     pub probe_cost: bool,
@@ -92,8 +100,12 @@ pub struct Report {
     pub server_version: Option<String>,
     pub started_unix_ms: u64,
     pub duration_s: f64,
-    /// Threads of the process when the trace began.
+    /// Threads of the process when the trace began (with `--threads`, the
+    /// threads chosen then).
     pub threads: usize,
+    /// The `--threads` filter, as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_filter: Option<String>,
     pub counters: Counters,
     pub stack_budget_per_s: u64,
     /// pileup's own CPU time over the run (user and system), microseconds.
@@ -144,6 +156,23 @@ impl Threads {
         self.read_sql();
     }
 
+    /// The threads `filter` chooses now: by id, by role (from the SQL
+    /// connection where there is one), and by name when it has a pattern.
+    fn chosen(&self, filter: &ThreadFilter) -> HashSet<i32> {
+        self.tids
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let role = pileup_stacks::annotate::role_of(self.pid, t, self.sql_by_tid.get(&t));
+                let name = match &filter.name {
+                    Some(_) => pileup_stacks::proc::os_thread(self.pid, t).map(|o| o.name).unwrap_or_default(),
+                    None => String::new(),
+                };
+                filter.matches(t, role, &name)
+            })
+            .collect()
+    }
+
     fn read_sql(&mut self) {
         let Some(s) = self.sql.as_mut() else { return };
         match s.threads() {
@@ -168,8 +197,21 @@ pub fn run(
     capture::preflight()?;
     let mut resolver = Resolver::new(opts.pid, opts.any_process, opts.dwarf, &opts.debug_dirs)?;
     let mut notes = std::mem::take(&mut resolver.notes);
-    let mut known = Threads::new(opts.pid, sql)?;
-    let threads = known.tids.len();
+    if let Some(o) = &opts.debuginfod {
+        notes.extend(resolver.use_debuginfod(o));
+    }
+    let filter = opts.threads.as_deref().map(ThreadFilter::parse).transpose().map_err(LocksError::Usage)?;
+    let known = std::cell::RefCell::new(Threads::new(opts.pid, sql)?);
+    let threads = match &filter {
+        Some(f) => {
+            let chosen = known.borrow().chosen(f);
+            if chosen.is_empty() {
+                notes.push("no thread matched --threads when the trace began; threads that appear later and match are followed".into());
+            }
+            chosen.len()
+        }
+        None => known.borrow().tids.len(),
+    };
     let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut agg = aggregate::Aggregator::default();
     let mut unwind_stops: HashMap<String, u64> = HashMap::new();
@@ -179,11 +221,13 @@ pub fn run(
         duration: opts.duration,
         stack_budget: opts.stack_budget,
         probe_cost: opts.probe_cost,
+        filter_threads: opts.threads.is_some(),
     };
     // What the progress line shows, shared between the two callbacks.
     let seen = std::cell::Cell::new((0u64, 0usize));
     let capture::Traced { words, counters, elapsed, probe_cost } = {
         let on_event = |e: event::Event| {
+            let mut known = known.borrow_mut();
             known.refresh(opts.sql_refresh);
             let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64, dx: 0 };
             let (addrs, error) = if e.ip == 0 {
@@ -228,8 +272,14 @@ pub fn run(
         let on_tick = |el: Duration| {
             progress(&Progress { elapsed: el, of: opts.duration, recorded: seen.get().0, locks: seen.get().1 });
         };
-        capture::trace(&trace_opts, stop, on_event, on_tick)?
+        let watch = || {
+            let mut k = known.borrow_mut();
+            k.refresh(opts.sql_refresh);
+            filter.as_ref().map(|f| k.chosen(f)).unwrap_or_default()
+        };
+        capture::trace(&trace_opts, stop, on_event, on_tick, watch)?
     };
+    let known = known.into_inner();
     if let Some(e) = known.sql_error {
         notes.push(e);
     }
@@ -291,6 +341,7 @@ pub fn run(
         started_unix_ms,
         duration_s: elapsed.as_secs_f64(),
         threads,
+        thread_filter: opts.threads.clone(),
         counters,
         stack_budget_per_s: opts.stack_budget,
         cpu_us: pileup_stacks::proc::own_cpu_us(),
@@ -336,6 +387,7 @@ pub fn run_performance_schema(
         started_unix_ms,
         duration_s: elapsed.as_secs_f64(),
         threads,
+        thread_filter: None,
         counters: Counters::default(),
         stack_budget_per_s: 0,
         cpu_us: pileup_stacks::proc::own_cpu_us(),

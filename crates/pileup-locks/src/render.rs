@@ -163,12 +163,13 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
     };
     writeln!(
         w,
-        "pileup locks: {}{}{}, {:.1} s, {} threads: {what}",
+        "pileup locks: {}{}{}, {:.1} s, {} threads{}: {what}",
         r.exe,
         r.pid.map(|p| format!(" pid {p}")).unwrap_or_default(),
         r.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         r.duration_s,
         r.threads,
+        r.thread_filter.as_deref().map(|f| format!(" (--threads {f})")).unwrap_or_default(),
     )?;
     let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);
     writeln!(w)?;

@@ -267,6 +267,53 @@ fn lookup_each(o: &DebuginfodOptions, wanted: Vec<(usize, String, String)>, mut 
     }
 }
 
+/// What one lookup did to a module set.
+pub(crate) struct Applied {
+    /// The module has its debug file now.
+    pub used: bool,
+    /// What the user should know (a fetch, a file not used, a failure).
+    pub note: Option<String>,
+    /// The lookup failed: the servers are not asked again.
+    pub failed: bool,
+}
+
+/// Use what a lookup found for its module in `mods`.
+pub(crate) fn apply(mods: &mut crate::modules::ModuleSet, o: &DebuginfodOptions, a: Arrival) -> Applied {
+    let name = mods.modules[a.module].name.clone();
+    let (mut used, mut note, mut failed) = (false, None, false);
+    match a.result {
+        Ok(Fetched::Cached(p)) => match mods.apply_debug_file(a.module, &p) {
+            Ok(()) => used = true,
+            Err(e) => note = Some(format!("debuginfod cache: {e:#}; not used")),
+        },
+        Ok(Fetched::Fetched(p, size, took)) => match mods.apply_debug_file(a.module, &p) {
+            Ok(()) => {
+                used = true;
+                note = Some(o.fetched(&name, size, took));
+            }
+            Err(e) => note = Some(format!("debuginfod ({}): {e:#}; not used", o.urls.join(" "))),
+        },
+        Ok(Fetched::NotFound) => {}
+        Err(e) => {
+            note = Some(o.failed(&name, &e));
+            failed = true;
+        }
+    }
+    Applied { used, note, failed }
+}
+
+/// Look up, one after another, the debug files `mods` lacks, and use them;
+/// returns what the user should know, a line each. For a tool that names
+/// nothing before its start (`locks` unwinds after attaching).
+pub(crate) fn use_each(mods: &mut crate::modules::ModuleSet, o: &DebuginfodOptions) -> Vec<String> {
+    let mut notes = vec![];
+    lookup_each(o, mods.wanting_debug_files(), |a| {
+        notes.extend(apply(mods, o, a).note);
+        true
+    });
+    notes
+}
+
 /// [`lookup_each`] on a thread of its own, so sampling never waits on the
 /// network.
 pub fn spawn(o: DebuginfodOptions, wanted: Vec<(usize, String, String)>) -> std::sync::mpsc::Receiver<Arrival> {

@@ -82,7 +82,9 @@ impl ThreadFilter {
         Ok(f)
     }
 
-    fn matches(&self, tid: i32, role: Option<Role>, name: &str) -> bool {
+    /// Whether a thread with this id, role and name is chosen (the name is
+    /// looked at only when the filter has a name pattern).
+    pub fn matches(&self, tid: i32, role: Option<Role>, name: &str) -> bool {
         self.is_all()
             || self.tids.contains(&tid)
             || role.is_some_and(|r| self.roles.contains(&r))
@@ -495,24 +497,14 @@ impl Sampler {
                 break;
             };
             f.pending -= 1;
-            let name = self.mods.modules[a.module].name.clone();
-            match a.result {
-                Ok(debuginfod::Fetched::Cached(p)) => match self.mods.apply_debug_file(a.module, &p) {
-                    Ok(()) => changed.push(a.module),
-                    Err(e) => self.notes.push(format!("debuginfod cache: {e:#}; not used")),
-                },
-                Ok(debuginfod::Fetched::Fetched(p, size, took)) => match self.mods.apply_debug_file(a.module, &p) {
-                    Ok(()) => {
-                        changed.push(a.module);
-                        self.notes.push(o.fetched(&name, size, took));
-                    }
-                    Err(e) => self.notes.push(format!("debuginfod ({}): {e:#}; not used", o.urls.join(" "))),
-                },
-                Ok(debuginfod::Fetched::NotFound) => {}
-                Err(e) => {
-                    self.notes.push(o.failed(&name, &e));
-                    f.pending = 0;
-                }
+            let module = a.module;
+            let applied = debuginfod::apply(&mut self.mods, o, a);
+            if applied.used {
+                changed.push(module);
+            }
+            self.notes.extend(applied.note);
+            if applied.failed {
+                f.pending = 0;
             }
         }
         if f.pending == 0 {

@@ -152,6 +152,14 @@ impl Resolver {
         })
     }
 
+    /// Use the debug files the modules lack from debuginfod's cache, and
+    /// from its servers unless `o` is the cache alone (each fetch within
+    /// its timeout). Call before the first [`Resolver::frames`]. Returns
+    /// what the user should know, a line each.
+    pub fn use_debuginfod(&mut self, o: &crate::debuginfod::DebuginfodOptions) -> Vec<String> {
+        crate::debuginfod::use_each(&mut self.mods, o)
+    }
+
     /// Unwind one thread from its registers and a copy of its stack taken
     /// at `stack_addr` (its stack pointer). Returns lookup addresses,
     /// innermost first, and why unwinding stopped early, if it did.

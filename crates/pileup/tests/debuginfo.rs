@@ -26,19 +26,23 @@ fn run(cmd: &mut Command) {
     assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// Build the program with debug info and a build-id; returns the full
+/// Build `source` with debug info and a build-id; returns the full
 /// build's path.
-fn build(dir: &Path) -> PathBuf {
-    std::fs::write(dir.join("prog.c"), PROGRAM).unwrap();
+fn build(dir: &Path, source: &str) -> PathBuf {
+    std::fs::write(dir.join("prog.c"), source).unwrap();
     let full = dir.join("prog.full");
-    run(Command::new("gcc").args(["-g", "-O1", "-Wl,--build-id", "-o"]).arg(&full).arg(dir.join("prog.c")));
+    run(Command::new("gcc").args(["-g", "-O1", "-pthread", "-Wl,--build-id", "-o"]).arg(&full).arg(dir.join("prog.c")));
     full
 }
 
 /// A scratch directory with the program built (`prog.full`) and stripped (`prog`).
 fn stripped_build(name: &str) -> (Scratch, PathBuf, PathBuf) {
+    stripped_build_of(name, PROGRAM)
+}
+
+fn stripped_build_of(name: &str, source: &str) -> (Scratch, PathBuf, PathBuf) {
     let dir = scratch(name);
-    let full = build(&dir);
+    let full = build(&dir, source);
     let exe = dir.join("prog");
     stripped(&full, &exe);
     (dir, full, exe)
@@ -119,7 +123,7 @@ fn a_build_id_directory_names_a_stripped_programs_functions() {
 #[test]
 fn a_debuglink_is_followed_only_when_its_crc_matches() {
     let dir = scratch("dbg-link");
-    let full = build(&dir);
+    let full = build(&dir, PROGRAM);
     // The debug file next to the program's directory, in .debug/, named by the link.
     let dbg = dir.join("prog.debug");
     run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&dbg));
@@ -194,14 +198,12 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-#[test]
-fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothing_up() {
-    let (dir, full, exe) = stripped_build("dbg-debuginfod");
-    let id = build_id(&full);
-    // A real debuginfod server (elfutils) indexing the unstripped build.
+/// A real debuginfod server (elfutils) indexing the unstripped build
+/// `full`, once it serves `id`'s debug file; and its URL.
+fn serve(dir: &Path, full: &Path, id: &str) -> (Running, String) {
     let srv = dir.join("srv");
     std::fs::create_dir_all(&srv).unwrap();
-    std::fs::copy(&full, srv.join("prog.full")).unwrap();
+    std::fs::copy(full, srv.join("prog.full")).unwrap();
     let port = free_port();
     let server = Running(
         Command::new("debuginfod")
@@ -227,6 +229,77 @@ fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothi
         assert!(t.elapsed() < Duration::from_secs(60), "debuginfod did not index the program within 60 s");
         std::thread::sleep(Duration::from_millis(300));
     }
+    (server, url)
+}
+
+/// Three threads taking turns on one pthread mutex, each holding it a
+/// millisecond: every wait is in `pileup_contend`, which a stripped build
+/// does not name.
+const CONTENDED: &str = r#"
+#include <pthread.h>
+#include <unistd.h>
+static pthread_mutex_t pileup_mutex = PTHREAD_MUTEX_INITIALIZER;
+__attribute__((noinline)) static void pileup_contend(void) {
+    pthread_mutex_lock(&pileup_mutex);
+    usleep(1000);
+    pthread_mutex_unlock(&pileup_mutex);
+    __asm__ volatile("");
+}
+static void *pileup_worker(void *arg) { (void)arg; for (;;) pileup_contend(); return 0; }
+int main(void) {
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], 0, pileup_worker, 0);
+    pthread_join(t[0], 0);
+    return 0;
+}
+"#;
+
+#[test]
+fn locks_names_a_stripped_programs_waiters_from_debuginfod() {
+    let (dir, full, exe) = stripped_build_of("dbg-locks", CONTENDED);
+    let id = build_id(&full);
+    let (_server, url) = serve(&dir, &full, &id);
+    let p = start(&exe);
+    let none = dir.join("none");
+    let waiters = |cache: &str, extra: &[&str]| -> (Vec<String>, Vec<String>) {
+        let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["locks", "--pid", &p.0.id().to_string(), "--any-process", "--no-sql", "--format", "json"])
+            .args(["--duration", "1s", "--debug-dir", none.to_str().unwrap()])
+            .args(extra)
+            .env("DEBUGINFOD_CACHE_PATH", dir.join(cache))
+            .env_remove("DEBUGINFOD_URLS")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let frames = j["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|l| l["stacks"].as_array().unwrap().iter())
+            .flat_map(|s| s["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()))
+            .collect();
+        let notes = j["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        (frames, notes)
+    };
+    // Without its debug file the waiters' own frames are module+offset.
+    let (f, _) = waiters("cache0", &["--no-debuginfod"]);
+    assert!(f.iter().any(|x| x.starts_with("prog+0x")) && !f.iter().any(|x| x == "pileup_contend"), "{f:?}");
+    // Fetched from debuginfod before tracing: named.
+    let (f, notes) = waiters("cache1", &["--debuginfod", &url]);
+    assert!(f.iter().any(|x| x == "pileup_contend") && f.iter().any(|x| x == "pileup_worker"), "{f:?} {notes:?}");
+    assert!(notes.iter().any(|n| n.contains("fetched from debuginfod")), "{notes:?}");
+    assert!(dir.join("cache1").join(&id).join("debuginfo").is_file());
+    // The cache alone names them next time.
+    let (f, _) = waiters("cache1", &["--no-debuginfod"]);
+    assert!(f.iter().any(|x| x == "pileup_contend"), "{f:?}");
+}
+
+#[test]
+fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothing_up() {
+    let (dir, full, exe) = stripped_build("dbg-debuginfod");
+    let id = build_id(&full);
+    let (server, url) = serve(&dir, &full, &id);
     let p = start(&exe);
     let cache = dir.join("cache");
     let none = dir.join("none");

@@ -79,7 +79,15 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     let pb = folded_dir.join("waits.pb.gz");
     let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", pb.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = folded_dir.join("waits.svg");
+    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let queries = stop(go, handles);
+    // The flame graph: an SVG document, 0600, with the mutex as a frame.
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(doc.contains("<svg") && doc.trim_end().ends_with("</svg>"), "{}", &doc[..doc.len().min(300)]);
+    assert!(doc.contains("LOCK_global_system_variables"), "the mutex in the flame graph");
+    assert_eq!(std::fs::metadata(&svg).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(queries > 100, "the storm ran ({queries} queries)");
     // pprof: read by Go's own pprof, the lock as a frame, wait time as the value.
     let g = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&pb).output().expect("go (golang-go)");
@@ -132,6 +140,59 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     assert!(us.parse::<u64>().unwrap() > 0);
     assert!(stack.ends_with("[pthread_mutex:_LOCK_global_system_variables]"), "{stack}");
     assert!(stack.contains(";fill_variables;"), "{stack}");
+}
+
+#[test]
+fn threads_limits_the_trace_to_the_threads_chosen() {
+    let _one = serial();
+    let sb = sandbox();
+    let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
+    std::thread::sleep(Duration::from_millis(300));
+    // Two of the storm's connections, by their server thread ids.
+    let tids: Vec<u64> = sb
+        .connect()
+        .unwrap()
+        .query("SELECT TID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SHOW GLOBAL VARIABLES%' ORDER BY ID LIMIT 2")
+        .unwrap();
+    assert_eq!(tids.len(), 2, "{tids:?}");
+    let spec = format!("{},{}", tids[0], tids[1]);
+    let two = locks_json(&sb, &["--duration", "2s", "--threads", &spec]);
+    let all = locks_json(&sb, &["--duration", "2s", "--threads", "connections"]);
+    stop(go, handles);
+    let mutex = |r: &serde_json::Value| {
+        r["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "LOCK_global_system_variables")
+            .unwrap_or_else(|| panic!("LOCK_global_system_variables among {:#}", r["locks"]))
+            .clone()
+    };
+    let (l2, la) = (mutex(&two), mutex(&all));
+    assert_eq!(two["threads"], 2, "{:#}", two["threads"]);
+    assert_eq!(two["thread_filter"], spec.as_str());
+    // Only the two threads' waits: at most two waiters, and far fewer
+    // waits than the twelve connections'.
+    assert!(l2["waiters"].as_u64().unwrap() <= 2 && l2["waits"].as_u64().unwrap() > 0, "{l2:#}");
+    assert!(la["waiters"].as_u64().unwrap() >= 6, "{la:#}");
+    assert!(
+        l2["waits"].as_u64().unwrap() * 2 < la["waits"].as_u64().unwrap(),
+        "two threads {} waits, every connection {}",
+        l2["waits"],
+        la["waits"]
+    );
+    assert!(all["threads"].as_u64().unwrap() >= 12, "{:#}", all["threads"]);
+
+    // performance_schema's summary cannot be limited to threads: refused in one line.
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let out = pileup(&["locks", "--source", "performance-schema", "-S", &sock, "-u", "root", "--threads", "1"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--threads needs the eBPF source") && e.lines().count() == 1, "{e}");
+    let out = pileup(&["locks", "--pid", "1", "--threads", "bogus thing"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--threads") && e.lines().count() == 1, "{e}");
 }
 
 #[test]
@@ -345,4 +406,10 @@ fn performance_schema_stands_in_where_ebpf_cannot_be_used() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("performance_schema is off") && e.contains("performance_schema=ON"), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
+    // It keeps no stacks: a pprof profile is refused, not written empty.
+    let sock = sb.endpoint.socket.to_string_lossy().into_owned();
+    let out = pileup(&["locks", "--source", "performance-schema", "-S", &sock, "-u", "root", "--format", "pprof"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("keeps no stacks") && e.contains("pprof") && e.lines().count() == 1, "{e}");
 }

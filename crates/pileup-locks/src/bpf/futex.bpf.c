@@ -45,6 +45,7 @@
 
 #include "pileup_bpf.h"
 
+#define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
@@ -97,6 +98,8 @@ const volatile __u64 fresh_budget = 1000;
 // CPUs' parts (entries + the header).
 const volatile __u32 log_entries = 1;
 const volatile __u32 log_stride = 2;
+// With --threads: only the threads in `watched` are followed.
+const volatile __u32 filter_threads = 0;
 
 // One thread's wait, in its slot. Read by user space at the end (kept in
 // sync with capture.rs).
@@ -225,6 +228,17 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } seen SEC(".maps");
+
+// The threads followed when filter_threads is set (user space keeps the
+// set current as threads come and go); looked up only for a thread going
+// to sleep in a futex wait.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} watched SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -521,7 +535,10 @@ int futex_switch(__u64 *ctx)
 	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(prev);
 	if (!regs || regs->orig_ax != SYS_FUTEX)
 		return 0;
-	wait_began((__u32)prev->pid, regs);
+	__u32 tid = (__u32)prev->pid;
+	if (filter_threads && !bpf_map_lookup_elem(&watched, &tid))
+		return 0;
+	wait_began(tid, regs);
 	return 0;
 }
 

@@ -56,12 +56,19 @@ pub struct LocksArgs {
     /// Do not connect for SQL (no statements or connections for waiters and holders).
     #[arg(long)]
     pub no_sql: bool,
+    /// Only these threads: comma-separated thread ids, roles (accept, sql-thread, io-thread,
+    /// connections) and/or name:REGEX on thread names, as for `pileup stacks`. Threads that
+    /// appear while tracing and match are followed too. The eBPF source only.
+    #[arg(long, value_name = "SPEC")]
+    pub threads: Option<String>,
     /// Trace a process that is not mysqld/mariadbd.
     #[arg(long)]
     pub any_process: bool,
     /// Read DWARF for inlined frames and source lines where debug info is installed (slower start).
     #[arg(long)]
     pub debug_info: bool,
+    #[command(flatten)]
+    pub debug_files: super::debug_files::DebugFileArgs,
     /// Also report the probe's own time in the kernel. Turns on the kernel's BPF run-time
     /// statistics while tracing (for every BPF program on this host: a clock read before and
     /// after each run); they turn off when pileup exits, however it exits.
@@ -81,6 +88,9 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         bail!("--top must be at least 1");
     }
     let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Text);
+    if let Some(t) = &a.threads {
+        pileup_stacks::ThreadFilter::parse(t).map_err(anyhow::Error::msg)?;
+    }
     if a.source == "performance-schema" {
         return run_performance_schema(&a, conn, format, None);
     }
@@ -108,11 +118,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     match pileup_locks::capture::preflight() {
         Ok(()) => {}
         Err(pileup_locks::LocksError::NoEbpf(why)) if a.source == "auto" && !a.no_sql => {
-            return run_performance_schema(&a, conn, format, Some(why.clone())).map_err(|e| {
-                anyhow::anyhow!(
-                    "eBPF tracing is not available here ({why}), and performance_schema cannot stand in: {e:#}"
-                )
-            });
+            return instead_of_ebpf(&a, conn, format, why);
         }
         Err(e) => return Err(e.into()),
     }
@@ -124,11 +130,13 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         stack_budget: a.stack_budget,
         any_process: a.any_process,
         dwarf: a.debug_info,
-        debug_dirs: pileup_stacks::default_debug_dirs(),
+        debug_dirs: a.debug_files.dirs(),
+        debuginfod: Some(a.debug_files.debuginfod_with_bars(&fetch_bars())),
         // A flame graph or folded stacks carry every recorded stack.
         top: if matches!(format, Format::Folded | Format::Svg | Format::Pprof) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
         probe_cost: a.probe_cost,
+        threads: a.threads.clone(),
     };
     let bar = progress(&a);
     // A signal ends the trace; what was recorded is still reported.
@@ -142,8 +150,24 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let report = report?;
+    let report = match report {
+        // The kernel refused the program when it was loaded (lockdown, a
+        // security module): as when eBPF is missing outright.
+        Err(pileup_locks::LocksError::NoEbpf(why)) if a.source == "auto" && !a.no_sql => {
+            return instead_of_ebpf(&a, conn, format, why);
+        }
+        r => r?,
+    };
     write_output(a.output.as_deref(), format == Format::Pprof, |w| render(&report, format, a.top, w))
+}
+
+/// Where debuginfod fetches draw their bars: stderr on a terminal, else nowhere.
+fn fetch_bars() -> indicatif::MultiProgress {
+    let bars = indicatif::MultiProgress::new();
+    if !std::io::stderr().is_terminal() {
+        bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bars
 }
 
 fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
@@ -155,12 +179,23 @@ fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
     })
 }
 
+/// performance_schema where eBPF cannot be used (`why`), or one error naming both reasons.
+fn instead_of_ebpf(a: &LocksArgs, conn: &ConnOptions, format: Format, why: String) -> Result<()> {
+    run_performance_schema(a, conn, format, Some(why.clone())).map_err(|e| {
+        anyhow::anyhow!("eBPF tracing is not available here ({why}), and performance_schema cannot stand in: {e:#}")
+    })
+}
+
 /// Time the instrumented waits with performance_schema over the window.
 fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, format: Format, why: Option<String>) -> Result<()> {
-    if matches!(format, Format::Folded | Format::Svg) {
+    let without_ebpf = why.as_deref().map(|w| format!(" (eBPF cannot be used here: {w})")).unwrap_or_default();
+    if matches!(format, Format::Folded | Format::Svg | Format::Pprof) {
         bail!(
-            "performance_schema keeps no stacks: use --format text or json (folded stacks and flame graphs need eBPF)"
+            "performance_schema keeps no stacks{without_ebpf}: use --format text or json (folded stacks, flame graphs and pprof profiles need eBPF)"
         );
+    }
+    if a.threads.is_some() {
+        bail!("--threads needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
     }
     let c = conn.resolve()?.connect().context("performance_schema needs a connection to the server")?;
     let bar = progress(a);

@@ -1,4 +1,5 @@
 pub mod binlog;
+pub mod debug_files;
 pub mod dump;
 pub mod lag;
 pub mod load_profile;

@@ -107,25 +107,8 @@ pub struct StacksArgs {
     /// parse time (libc's ~60 ms, the server's own can take seconds).
     #[arg(long)]
     pub debug_info: bool,
-    /// Look for separate debug files (by build-id and .gnu_debuglink) in
-    /// DIR, as gdb's debug-file-directory; repeat for several, searched in
-    /// order.
-    #[arg(long = "debug-dir", value_name = "DIR", default_values_t = pileup_stacks::default_debug_dirs().into_iter().map(|p| p.display().to_string()))]
-    pub debug_dirs: Vec<String>,
-    /// Fetch missing debug files from this debuginfod server (repeat for
-    /// several; default: DEBUGINFOD_URLS). Files go to the client cache
-    /// (DEBUGINFOD_CACHE_PATH, else ~/.cache/debuginfod_client) that gdb
-    /// and eu-stack share. A single sample waits for them; a longer run
-    /// starts sampling at once and names its stacks as they arrive.
-    #[arg(long = "debuginfod", value_name = "URL")]
-    pub debuginfod: Vec<String>,
-    /// Fetch nothing from debuginfod servers (their cache is still read).
-    #[arg(long, conflicts_with = "debuginfod")]
-    pub no_debuginfod: bool,
-    /// Longest one debuginfod fetch may take (default: DEBUGINFOD_TIMEOUT,
-    /// else 90s).
-    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
-    pub debuginfod_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub debug_files: super::debug_files::DebugFileArgs,
     /// pmp: only the pt-pmp lines, no `#` annotations.
     #[arg(long)]
     pub plain: bool,
@@ -182,8 +165,8 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         debug_info: a.debug_info,
         sql_refresh: Duration::from_millis(a.sql_every_ms),
         keep_samples: a.keep_samples.max(1),
-        debug_dirs: a.debug_dirs.iter().map(PathBuf::from).collect(),
-        debuginfod: debuginfod_options(&a, &bars),
+        debug_dirs: a.debug_files.dirs(),
+        debuginfod: Some(a.debug_files.debuginfod_with_bars(&bars)),
         // One sample waits for its names; a run of many starts at once and
         // names what it sampled as debug files arrive.
         debuginfod_wait: samples == 1,
@@ -213,45 +196,6 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         print_stats(&profile);
     }
     Ok(())
-}
-
-/// The debuginfod servers and cache to use: --debuginfod, else
-/// DEBUGINFOD_URLS; with --no-debuginfod (or none named) the cache alone.
-fn debuginfod_options(
-    a: &StacksArgs,
-    bars: &indicatif::MultiProgress,
-) -> Option<pileup_stacks::debuginfod::DebuginfodOptions> {
-    use pileup_stacks::debuginfod::{DebuginfodOptions, FetchProgress, OnProgress};
-    let mut o = if a.no_debuginfod {
-        DebuginfodOptions::cache_only()
-    } else if !a.debuginfod.is_empty() {
-        DebuginfodOptions::for_servers(&a.debuginfod).unwrap_or_else(DebuginfodOptions::cache_only)
-    } else {
-        DebuginfodOptions::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
-    };
-    if let Some(t) = a.debuginfod_timeout {
-        o.timeout = t;
-    }
-    // "fetching debug info for mariadbd [====>   ] 45/212 MiB", a bar per fetch.
-    let bars = bars.clone();
-    let current = std::sync::Mutex::new(None::<indicatif::ProgressBar>);
-    o.on_progress = Some(OnProgress(std::sync::Arc::new(move |p: &FetchProgress| {
-        let mut cur = current.lock().unwrap();
-        let b = cur.get_or_insert_with(|| {
-            let b = bars.add(super::progress_bar(
-                p.total.unwrap_or(0),
-                "fetching debug info for {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-            ));
-            b.set_message(p.module.clone());
-            b
-        });
-        b.set_position(p.bytes);
-        if p.done {
-            b.finish_and_clear();
-            *cur = None;
-        }
-    })));
-    Some(o)
 }
 
 /// Connect for annotation. Without explicit options, try the server's own
