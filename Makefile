@@ -16,7 +16,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
-  mydumper:mydumper myloader:mydumper \
+  mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
   mkfs.ext4:e2fsprogs losetup:mount
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

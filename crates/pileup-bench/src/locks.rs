@@ -1,9 +1,12 @@
 //! What a lock-contention profile costs a contended server, side by side in
 //! one run: no tracing, `pileup locks`, performance_schema with every
 //! wait/synch instrument on (a second server started so, as its cost needs
-//! a restart and is paid always), and `perf trace -e futex` (the system-call
+//! a restart and is paid always), `perf trace -e futex` (the system-call
 //! tracer users also know, which sees the futex addresses but cannot name a
-//! lock or unwind a stripped server's stacks).
+//! lock or unwind a stripped server's stacks) and libbpf-tools'
+//! `offcputime` (bcc's off-CPU profiler, CO-RE: every sleep of the server's
+//! threads by stack, user stacks walked by frame pointers, which Debian's
+//! server does not keep).
 //!
 //! The load is sysbench `oltp_insert` into one table (InnoDB's index and
 //! page latches, the group commit) at each `--connections` count. Windows of
@@ -20,7 +23,7 @@
 //!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
-const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks-cost: the probe timed by the kernel, locks@PATH: another pileup build) [--out FILE]";
+const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace,offcputime] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks-cost: the probe timed by the kernel, locks@PATH: another pileup build) [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,6 +45,8 @@ struct Window {
     /// locks-cost: the probe's runs a second and its time in the kernel,
     /// in cores over the window.
     probe: Option<(f64, f64)>,
+    /// Frames of the server's own code (user space) per stack written, median.
+    depth: Option<f64>,
     ok: bool,
 }
 
@@ -75,7 +80,7 @@ fn main() -> Result<()> {
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
     let workload = arg(&args, "--workload").unwrap_or_else(|| "oltp_insert".into());
     let tools: Vec<String> = arg(&args, "--tools")
-        .unwrap_or_else(|| "none,locks,performance-schema,perf-trace".into())
+        .unwrap_or_else(|| "none,locks,performance-schema,perf-trace,offcputime".into())
         .split(',')
         .map(String::from)
         .collect();
@@ -220,6 +225,14 @@ fn run_window(
             {
                 let c = &j["counters"];
                 w.events = Some((c["waits"].as_u64().unwrap_or(0), c["recorded"].as_u64().unwrap_or(0)));
+                let depths: Vec<f64> = j["locks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|l| l["stacks"].as_array().into_iter().flatten())
+                    .filter_map(|s| s["frames"].as_array().map(|f| f.len() as f64))
+                    .collect();
+                w.depth = (!depths.is_empty()).then(|| median(depths));
                 let p = &j["probe_cost"];
                 if let (Some(runs), Some(ns)) = (p["runs"].as_f64(), p["run_ns"].as_f64()) {
                     let secs = j["duration_s"].as_f64().unwrap_or(window.as_secs_f64()).max(1e-3);
@@ -244,6 +257,22 @@ fn run_window(
             w.events = Some((lines, 0));
             let _ = std::fs::remove_file(&outf);
         }
+        "offcputime" => {
+            let outf = scratch.join("offcputime.txt");
+            let s = Command::new("offcputime")
+                .args(["-p", &pid, &secs])
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(&outf)?)
+                .stderr(Stdio::null())
+                .status()
+                .context("offcputime (Debian: libbpf-tools)")?;
+            w.ok = s.success();
+            let text = std::fs::read_to_string(&outf).unwrap_or_default();
+            let depths = offcpu_user_depths(&text);
+            w.events = Some((depths.len() as u64, 0));
+            w.depth = (!depths.is_empty()).then(|| median(depths));
+            let _ = std::fs::remove_file(&outf);
+        }
         t => bail!("unknown tool {t}"),
     }
     let t1 = Instant::now();
@@ -252,10 +281,31 @@ fn run_window(
     Ok(w)
 }
 
+/// The user-space frames of each stack `offcputime` printed: its records
+/// are the kernel stack then the user stack, one frame a line, then
+/// "-  comm (pid)" and the time; user frames follow the system call entry
+/// (a sleep outside a system call, in a page fault, has none; nor has a
+/// "[Missed User Stack]").
+fn offcpu_user_depths(text: &str) -> Vec<f64> {
+    let mut out = vec![];
+    let (mut user, mut after_entry) = (0usize, false);
+    for l in text.lines().map(str::trim) {
+        if l.starts_with("- ") || l == "-" {
+            out.push(user as f64);
+            (user, after_entry) = (0, false);
+        } else if l.starts_with("entry_SYSCALL") {
+            after_entry = true;
+        } else if after_entry && !l.is_empty() && !l.starts_with("[Missed") && !l.chars().all(|c| c.is_ascii_digit()) {
+            user += 1;
+        }
+    }
+    out
+}
+
 fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
     let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
     let mut md = format!("\n### {workload}, {conns} connections: {base:.0} tps without tracing\n\n");
-    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | probe runs a second / time in the kernel (cores), with --probe-cost | CPU taken: tool + probe (% of the machine) | waits counted / recorded with a stack (pileup), lines written (perf trace) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | probe runs a second / time in the kernel (cores), with --probe-cost | CPU taken: tool + probe (% of the machine) | waits counted / recorded with a stack (pileup), lines written (perf trace), stacks written (offcputime) | server frames per stack written (median) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
@@ -263,7 +313,7 @@ fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>]
         let ev: Vec<(u64, u64)> = r.iter().filter_map(|w| w.events).collect();
         let events = if ev.is_empty() {
             "–".to_string()
-        } else if tool == "perf-trace" {
+        } else if tool == "perf-trace" || tool == "offcputime" {
             format!("{:.0}", median(ev.iter().map(|e| e.0 as f64).collect()))
         } else {
             format!(
@@ -286,12 +336,20 @@ fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>]
             )
         };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {probe_col} | {taken:.2} | {events} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {probe_col} | {taken:.2} | {events} | {} | {} |\n",
             describe(tool),
             tps / base,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
             if i == 0 { "–".into() } else { lost(&paired[i]) },
             median(r.iter().map(|w| w.cpu_cores).collect()),
+            {
+                let d: Vec<f64> = r.iter().filter_map(|w| w.depth).collect();
+                if d.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!("{:.0}", median(d))
+                }
+            },
             r.iter().filter(|w| !w.ok).count()
         ));
     }
@@ -310,6 +368,30 @@ fn describe(tool: &str) -> String {
         }
         "performance-schema" => "performance_schema, wait/synch/% instruments on (a server started so)".into(),
         "perf-trace" => "perf trace -e futex".into(),
+        "offcputime" => "offcputime -p (libbpf-tools: every off-CPU stack)".into(),
         t => t.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn offcputime_user_frames_are_those_after_the_system_call_entry() {
+        let text = "    bpf_prog_1_sched_switch
+    __schedule
+    do_syscall_64
+    entry_SYSCALL_64_after_hwframe
+    syscall
+    [unknown]
+    -                mariadbd (1234)
+        1983901
+
+    __schedule
+    entry_SYSCALL_64_after_hwframe
+    [Missed User Stack]
+    -                mariadbd (1235)
+        12
+";
+        assert_eq!(super::offcpu_user_depths(text), [2.0, 0.0]);
     }
 }
