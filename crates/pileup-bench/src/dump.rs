@@ -49,6 +49,33 @@ fn purge_binlogs(c: &mut mysql::Conn) -> Result<()> {
     Ok(())
 }
 
+/// Wait (at most 5 minutes) until InnoDB has under 1% of its buffer pool
+/// dirty and the kernel under 64 MiB of dirty file data (the binary log
+/// written with `sync_binlog = 0` among it); returns the seconds waited.
+fn settle(c: &mut mysql::Conn) -> Result<f64> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(300) {
+        let (dirty, total): (u64, u64) = c
+            .query_first(
+                "SELECT CAST(SUM(IF(VARIABLE_NAME = 'INNODB_BUFFER_POOL_PAGES_DIRTY', VARIABLE_VALUE, 0)) AS UNSIGNED), \
+                 CAST(SUM(IF(VARIABLE_NAME = 'INNODB_BUFFER_POOL_PAGES_TOTAL', VARIABLE_VALUE, 0)) AS UNSIGNED) \
+                 FROM information_schema.GLOBAL_STATUS",
+            )?
+            .unwrap_or((0, 1));
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let os_dirty_kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("Dirty:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        if dirty * 100 < total && os_dirty_kib < 64 << 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// pileup's load with `--indexes with-data`, timed and checked.
 fn load_with_data(
     c: &mut mysql::Conn,
@@ -149,6 +176,7 @@ fn main() -> Result<()> {
     let mut load_s: Vec<Vec<f64>> = vec![vec![]; 3];
     let mut stall_ms: Vec<Vec<f64>> = vec![vec![]; 3];
     let mut base_stall: Vec<f64> = vec![];
+    let mut settle_s: Vec<f64> = vec![];
     // CPU seconds of the tool's own processes and of the server (less the
     // thread serving the writer), per tool.
     let mut dump_cpu: Vec<Vec<(f64, f64)>> = vec![vec![]; 3];
@@ -171,6 +199,11 @@ fn main() -> Result<()> {
             std::fs::create_dir_all(&scratch)?;
             let dir = scratch.join("d");
             let file = scratch.join("dump.sql");
+            // Each dump starts on a settled server: the previous load's
+            // writes are on disk, so the stall a dump start causes is not
+            // mixed with the writeback of the load before it.
+            let settled = settle(&mut c)?;
+            settle_s.push(settled);
             // No tool: the writer's worst round trip over the same window.
             let t = Instant::now();
             std::thread::sleep(Duration::from_secs(3));
@@ -352,7 +385,8 @@ fn main() -> Result<()> {
         w / pl
     ));
     md.push_str(&format!(
-        "\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
+        "\nEach dump began on a settled server (InnoDB under 1% dirty pages, the kernel under 64 MiB of dirty file data; {:.0} s waited for it, median).\n\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
+        median(settle_s),
         median(waited),
         median(held),
         median(lock_phase),
