@@ -23,7 +23,7 @@
 //!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
-const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace,offcputime] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks-cost: the probe timed by the kernel, locks@PATH: another pileup build) [--out FILE]";
+const USAGE: &str = "Usage: locks-bench --pileup PATH [--connections 64,300] [--window 10] [--rounds 3] [--workload oltp_insert] [--tools none,locks,performance-schema,perf-trace,offcputime] [--buffer-pool SIZE] (also locks-budget-N, locks-elsewhere: the probes on an idle process, locks-cost: the probe timed by the kernel, locks@PATH: another pileup build) [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,10 +88,16 @@ fn main() -> Result<()> {
         bail!("--tools must start with none: every figure is against the windows without tracing");
     }
     let out = arg(&args, "--out");
+    // A buffer pool the table keeps within for the whole run takes out the
+    // drift of a table growing past it (throughput falling as reads start).
+    let pool = arg(&args, "--buffer-pool");
 
     let many = connections.iter().max().copied().unwrap_or(64);
     let cnf = |ps: bool| {
         let mut v = vec![("max_connections".to_string(), (many + 50).to_string())];
+        if let Some(p) = &pool {
+            v.push(("innodb_buffer_pool_size".into(), p.clone()));
+        }
         if ps {
             v.push(("performance_schema".into(), "ON".into()));
             v.push(("performance_schema_instrument".into(), "wait/synch/%=ON".into()));
@@ -110,10 +116,11 @@ fn main() -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("pileup-locks-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let mut report = format!(
-        "\nsysbench {workload} into one table on {} cores, windows of {} s after a {} s warm-up, {rounds} rounds, tools interleaved; medians over rounds\n",
+        "\nsysbench {workload} into one table on {} cores, windows of {} s after a {} s warm-up, {rounds} rounds, tools interleaved; medians over rounds{}\n",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         window.as_secs(),
-        WARMUP.as_secs()
+        WARMUP.as_secs(),
+        pool.as_deref().map(|p| format!("; buffer pool {p}")).unwrap_or_default()
     );
     for &conns in &connections {
         eprintln!("== {workload}, {conns} connections");
