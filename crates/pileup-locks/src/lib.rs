@@ -272,10 +272,22 @@ pub fn run(
         let on_tick = |el: Duration| {
             progress(&Progress { elapsed: el, of: opts.duration, recorded: seen.get().0, locks: seen.get().1 });
         };
+        // Chosen again only when the threads were read again (at most once
+        // per refresh interval), not at every tick: a name pattern reads
+        // each thread's name from /proc.
+        let mut last: Option<(Instant, HashSet<i32>)> = None;
         let watch = || {
             let mut k = known.borrow_mut();
             k.refresh(opts.sql_refresh);
-            filter.as_ref().map(|f| k.chosen(f)).unwrap_or_default()
+            match (&last, &filter) {
+                (Some((at, set)), _) if *at == k.read_at => set.clone(),
+                (_, Some(f)) => {
+                    let set = k.chosen(f);
+                    last = Some((k.read_at, set.clone()));
+                    set
+                }
+                (_, None) => HashSet::new(),
+            }
         };
         capture::trace(&trace_opts, stop, on_event, on_tick, watch)?
     };

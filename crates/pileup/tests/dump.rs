@@ -55,7 +55,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE d1.big (id BIGINT PRIMARY KEY, v VARCHAR(50), k INT, KEY (k))",
     "INSERT INTO d1.big SELECT seq, CONCAT('row', seq), seq % 97 FROM seq_1_to_60000",
     "CREATE TABLE d1.idx (id INT AUTO_INCREMENT PRIMARY KEY, a INT, b VARCHAR(20), c INT, UNIQUE KEY ab (a, b), \
-     KEY c_desc (c DESC), KEY bpref (b(5)) COMMENT 'prefix, with a comma')",
+     KEY c_desc (c DESC), KEY bpref (b(5)) COMMENT 'prefix, with a comma') STATS_AUTO_RECALC=1",
     "INSERT INTO d1.idx (a, b, c) SELECT seq, CONCAT('v', seq), seq % 7 FROM seq_1_to_30000",
     "CREATE SEQUENCE d1.s1 START WITH 100 INCREMENT BY 5 CACHE 10",
     "SELECT NEXTVAL(d1.s1), NEXTVAL(d1.s1)",
@@ -128,6 +128,13 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
         // Indexes (those added after the data too), options and counters.
         assert_eq!(show_create(&mut c, "d1", t), show_create(&mut c, "d2", t), "table {t}");
     }
+    // Loaded with InnoDB's statistics recalculation off, then analyzed once:
+    // the statistics count the rows loaded.
+    let n: u64 = c
+        .query_first("SELECT n_rows FROM mysql.innodb_table_stats WHERE database_name = 'd2' AND table_name = 'big'")
+        .unwrap()
+        .unwrap();
+    assert!((50_000..=70_000).contains(&n), "d2.big's statistics say {n} rows, not about 60,000");
     let cs: (String, String) = c
         .query_first("SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'd2'")
         .unwrap()
@@ -514,6 +521,9 @@ fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
     for t in TABLES {
         assert_eq!(checksum(&mut c, "d1", t), checksum(&mut c, "m2", t), "pileup load of mydumper's dump: table {t}");
     }
+    // Each table's own STATS_AUTO_RECALC back after the data.
+    assert!(show_create(&mut c, "m2", "idx").contains("STATS_AUTO_RECALC=1"));
+    assert!(!show_create(&mut c, "m2", "big").contains("STATS_AUTO_RECALC"));
     let v: usize = c.query_first("SELECT COUNT(*) FROM m2.v0").unwrap().unwrap();
     assert_eq!(v, 3);
     let trig: usize =
