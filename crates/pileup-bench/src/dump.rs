@@ -51,10 +51,11 @@ fn purge_binlogs(c: &mut mysql::Conn) -> Result<()> {
 
 /// Wait (at most 2 minutes) until InnoDB has under 10% of its buffer pool
 /// dirty and the kernel under 64 MiB of dirty file data (the binary log
-/// written with `sync_binlog = 0` among it); returns the seconds waited.
+/// written with `sync_binlog = 0` among it); returns the seconds waited and
+/// whether it settled within them.
 /// (InnoDB keeps a few percent dirty under the writer's updates: it flushes
 /// ahead only as its redo log fills.)
-fn settle(c: &mut mysql::Conn) -> Result<f64> {
+fn settle(c: &mut mysql::Conn) -> Result<(f64, bool)> {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(120) {
         let (dirty, total): (u64, u64) = c
@@ -71,11 +72,11 @@ fn settle(c: &mut mysql::Conn) -> Result<f64> {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0);
         if dirty * 10 < total && os_dirty_kib < 64 << 10 {
-            break;
+            return Ok((t.elapsed().as_secs_f64(), true));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    Ok(t.elapsed().as_secs_f64())
+    Ok((t.elapsed().as_secs_f64(), false))
 }
 
 /// pileup's load with `--indexes with-data`, timed and checked.
@@ -179,6 +180,7 @@ fn main() -> Result<()> {
     let mut stall_ms: Vec<Vec<f64>> = vec![vec![]; 3];
     let mut base_stall: Vec<f64> = vec![];
     let mut settle_s: Vec<f64> = vec![];
+    let mut unsettled = 0;
     // CPU seconds of the tool's own processes and of the server (less the
     // thread serving the writer), per tool.
     let mut dump_cpu: Vec<Vec<(f64, f64)>> = vec![vec![]; 3];
@@ -204,8 +206,9 @@ fn main() -> Result<()> {
             // Each dump starts on a settled server: the previous load's
             // writes are on disk, so the stall a dump start causes is not
             // mixed with the writeback of the load before it.
-            let settled = settle(&mut c)?;
+            let (settled, in_time) = settle(&mut c)?;
             settle_s.push(settled);
+            unsettled += usize::from(!in_time);
             // No tool: the writer's worst round trip over the same window.
             let t = Instant::now();
             std::thread::sleep(Duration::from_secs(3));
@@ -387,8 +390,9 @@ fn main() -> Result<()> {
         w / pl
     ));
     md.push_str(&format!(
-        "\nEach dump began on a settled server (InnoDB under 10% dirty pages, the kernel under 64 MiB of dirty file data; {:.0} s waited for it, median).\n\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
+        "\nEach dump began on a settled server (InnoDB under 10% dirty pages, the kernel under 64 MiB of dirty file data; {:.0} s waited for it, median{}).\n\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
         median(settle_s),
+        if unsettled > 0 { format!("; {unsettled} dump(s) began unsettled after 2 minutes") } else { String::new() },
         median(waited),
         median(held),
         median(lock_phase),

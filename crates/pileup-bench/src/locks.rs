@@ -289,19 +289,26 @@ fn run_window(
 }
 
 /// The user-space frames of each stack `offcputime` printed: its records
-/// are the kernel stack then the user stack, one frame a line, then
-/// "-  comm (pid)" and the time; user frames follow the system call entry
-/// (a sleep outside a system call, in a page fault, has none; nor has a
-/// "[Missed User Stack]").
+/// are the kernel stack (from the probe's own `bpf_prog_…` frame) then the
+/// user stack, one frame a line, then "-  comm (pid)" and the time; user
+/// frames follow the system call entry (a sleep outside a system call, in
+/// a page fault, has none). A record whose user stack was missed may end
+/// without its "-" line (the message goes to stderr): the next record's
+/// first frame ends it.
 fn offcpu_user_depths(text: &str) -> Vec<f64> {
     let mut out = vec![];
-    let (mut user, mut after_entry) = (0usize, false);
+    let (mut open, mut user, mut after_entry) = (false, 0usize, false);
     for l in text.lines().map(str::trim) {
-        if l.starts_with("- ") || l == "-" {
+        if l.starts_with("bpf_prog_") {
+            if open {
+                out.push(user as f64);
+            }
+            (open, user, after_entry) = (true, 0, false);
+        } else if l.starts_with("- ") || l == "-" {
             out.push(user as f64);
-            (user, after_entry) = (0, false);
+            (open, user, after_entry) = (false, 0, false);
         } else if l.starts_with("entry_SYSCALL") {
-            after_entry = true;
+            (user, after_entry) = (0, true);
         } else if after_entry && !l.is_empty() && !l.starts_with("[Missed") && !l.chars().all(|c| c.is_ascii_digit()) {
             user += 1;
         }
@@ -393,12 +400,17 @@ mod tests {
     -                mariadbd (1234)
         1983901
 
+    bpf_prog_1_sched_switch
     __schedule
     entry_SYSCALL_64_after_hwframe
-    [Missed User Stack]
-    -                mariadbd (1235)
+    bpf_prog_1_sched_switch
+    __schedule
+    asm_sysvec_reschedule_ipi
+    main
+    -                mariadbd (1236)
         12
 ";
-        assert_eq!(super::offcpu_user_depths(text), [2.0, 0.0]);
+        // The second record lost its user stack and its "-" line.
+        assert_eq!(super::offcpu_user_depths(text), [2.0, 0.0, 0.0]);
     }
 }

@@ -178,6 +178,9 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
         let db = target(o, &t.db);
         if exists_t[i] {
+            if recalc[i].is_some() {
+                c.query_drop(format!("ALTER TABLE {}.{} STATS_AUTO_RECALC=0", quote(db), quote(&t.name)))?;
+            }
             if let Some(d) = &deferred[i] {
                 let have: Vec<String> = c.exec(
                     "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
@@ -213,6 +216,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     let (mm, oo) = (m.clone(), o.clone());
     // Chunks still to load per table: the worker that loads a table's last
     // one adds the indexes it waited for.
+    let recalc_w = recalc.clone();
     let left: Arc<Vec<AtomicUsize>> = Arc::new(m.tables.iter().map(|t| AtomicUsize::new(t.chunks.len())).collect());
     let failed = pool(
         spec,
@@ -228,7 +232,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
                         format!("adding the secondary indexes after the data of {}.{}", t.db, t.name)
                     })?;
                 }
-                if let Some(r) = &recalc[i] {
+                if let Some(r) = &recalc_w[i] {
                     w.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={r}"))
                         .and_then(|()| w.query_drop(format!("ANALYZE TABLE {name}")))
                         .with_context(|| format!("giving {}.{} its statistics after the data", t.db, t.name))?;
@@ -246,6 +250,18 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             });
         },
     )?;
+    // A table that failed gets its own statistics setting back too (a
+    // resumed load turns it off again while it loads).
+    for ((i, _), _) in &failed {
+        if let Some(r) = &recalc[*i] {
+            let t = &m.tables[*i];
+            let _ = c.query_drop(format!(
+                "ALTER TABLE {}.{} STATS_AUTO_RECALC={r}",
+                quote(target(o, &t.db)),
+                quote(&t.name)
+            ));
+        }
+    }
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
     create_objects(&mut c, o, &objs, &mut *on)?;
     create_users(&mut c, o, &m.users, &mut *on)?;
@@ -513,8 +529,9 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
         },
     )?;
     for (name, r) in &recalc {
-        c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={r}"))?;
-        c.query_drop(format!("ANALYZE TABLE {name}"))?;
+        c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={r}"))
+            .and_then(|()| c.query_drop(format!("ANALYZE TABLE {name}")))
+            .with_context(|| format!("giving {name} its statistics after the data"))?;
     }
     for (db, p) in &s.post {
         crate::mydumper::run_file(&mut c, target(o, db), p)?;
@@ -639,8 +656,14 @@ fn stats_auto_recalc(create: &str) -> Option<String> {
     if !options.starts_with("ENGINE=INNODB") {
         return None;
     }
+    // SHOW CREATE TABLE writes STATS_AUTO_RECALC before any quoted option
+    // (COMMENT, CONNECTION): what follows a quote is not an option.
+    let options = options.split('\'').next().unwrap_or("");
     let value = options.split_once("STATS_AUTO_RECALC=").and_then(|(_, v)| v.split_whitespace().next());
-    Some(value.unwrap_or("DEFAULT").to_string())
+    Some(match value {
+        Some(v @ ("0" | "1")) => v.to_string(),
+        _ => "DEFAULT".to_string(),
+    })
 }
 
 /// Load one chunk; `false` when a resumed load finds it loaded already.
@@ -754,6 +777,8 @@ mod tests {
         let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB STATS_AUTO_RECALC=1\n PARTITION BY HASH (`a`)\n(PARTITION `p0` ENGINE = InnoDB)";
         assert_eq!(stats_auto_recalc(t).as_deref(), Some("1"));
         assert_eq!(stats_auto_recalc("CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=Aria PAGE_CHECKSUM=1"), None);
+        let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB COMMENT='STATS_AUTO_RECALC=0 x'";
+        assert_eq!(stats_auto_recalc(t).as_deref(), Some("DEFAULT"), "a comment is not an option");
     }
 
     #[test]

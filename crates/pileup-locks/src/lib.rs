@@ -101,7 +101,7 @@ pub struct Report {
     pub started_unix_ms: u64,
     pub duration_s: f64,
     /// Threads of the process when the trace began (with `--threads`, the
-    /// threads chosen then).
+    /// most threads followed at once).
     pub threads: usize,
     /// The `--threads` filter, as given.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -199,10 +199,13 @@ pub fn run(
     let mut notes = std::mem::take(&mut resolver.notes);
     if let Some(o) = &opts.debuginfod {
         notes.extend(resolver.use_debuginfod(o));
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(LocksError::Usage("stopped while debug files were being fetched; nothing was traced".into()));
+        }
     }
     let filter = opts.threads.as_deref().map(ThreadFilter::parse).transpose().map_err(LocksError::Usage)?;
     let known = std::cell::RefCell::new(Threads::new(opts.pid, sql)?);
-    let threads = match &filter {
+    let mut threads = match &filter {
         Some(f) => {
             let chosen = known.borrow().chosen(f);
             if chosen.is_empty() {
@@ -276,6 +279,7 @@ pub fn run(
         // per refresh interval), not at every tick: a name pattern reads
         // each thread's name from /proc.
         let mut last: Option<(Instant, HashSet<i32>)> = None;
+        let most = &mut threads;
         let watch = || {
             let mut k = known.borrow_mut();
             k.refresh(opts.sql_refresh);
@@ -283,6 +287,8 @@ pub fn run(
                 (Some((at, set)), _) if *at == k.read_at => set.clone(),
                 (_, Some(f)) => {
                     let set = k.chosen(f);
+                    // The time base of the shares: the most threads followed at once.
+                    *most = (*most).max(set.len());
                     last = Some((k.read_at, set.clone()));
                     set
                 }

@@ -73,10 +73,15 @@ impl ThreadFilter {
                     part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
                 let Some(re) = re else {
                     return Err(format!(
-                        "--threads {part:?}: expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
+                        "--threads '{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
                     ));
                 };
-                f.name = Some(Regex::new(re).map_err(|e| format!("--threads name regex: {e}"))?);
+                f.name = Some(Regex::new(re).map_err(|e| {
+                    // The regex crate's message runs over several lines
+                    // (the pattern, a caret, the error): its last one says what is wrong.
+                    let why = e.to_string();
+                    format!("--threads name regex '{re}': {}", why.lines().last().unwrap_or("invalid").trim())
+                })?);
             }
         }
         Ok(f)

@@ -53,7 +53,20 @@ struct DataTable {
 }
 
 impl DataTable {
-    fn read(path: &std::path::Path) -> DataTable {
+    /// The module's data objects and sections, with the data objects of
+    /// its separate debug file (a stripped server's unexported globals:
+    /// `lock_sys`, `buf_pool`) where it has one.
+    fn read(path: &std::path::Path, debug_file: Option<&std::path::Path>) -> DataTable {
+        let mut t = DataTable::read_one(path);
+        if let Some(d) = debug_file {
+            t.objects.extend(DataTable::read_one(d).objects);
+            t.objects.sort();
+            t.objects.dedup_by_key(|o| o.0);
+        }
+        t
+    }
+
+    fn read_one(path: &std::path::Path) -> DataTable {
         let Ok(file) = std::fs::File::open(path) else { return DataTable::default() };
         // SAFETY: the module file is mapped read-only for the lookup; a
         // file changed underneath would give wrong names, not unsafety
@@ -138,7 +151,7 @@ impl Resolver {
             .iter()
             .enumerate()
             .filter(|(_, m)| !m.open_path.as_os_str().is_empty())
-            .map(|(i, m)| (i, DataTable::read(&m.open_path)))
+            .map(|(i, m)| (i, DataTable::read(&m.open_path, m.symbols.debug_file.as_deref().map(std::path::Path::new))))
             .collect();
         Ok(Resolver {
             pid,
@@ -157,7 +170,14 @@ impl Resolver {
     /// its timeout). Call before the first [`Resolver::frames`]. Returns
     /// what the user should know, a line each.
     pub fn use_debuginfod(&mut self, o: &crate::debuginfod::DebuginfodOptions) -> Vec<String> {
-        crate::debuginfod::use_each(&mut self.mods, o)
+        let notes = crate::debuginfod::use_each(&mut self.mods, o);
+        // Globals named by the debug files that arrived.
+        for (i, m) in self.mods.modules.iter().enumerate() {
+            if let (Some(d), false) = (&m.symbols.debug_file, m.open_path.as_os_str().is_empty()) {
+                self.data.insert(i, DataTable::read(&m.open_path, Some(std::path::Path::new(d))));
+            }
+        }
+        notes
     }
 
     /// Unwind one thread from its registers and a copy of its stack taken

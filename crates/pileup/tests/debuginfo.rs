@@ -261,7 +261,7 @@ fn locks_names_a_stripped_programs_waiters_from_debuginfod() {
     let (_server, url) = serve(&dir, &full, &id);
     let p = start(&exe);
     let none = dir.join("none");
-    let waiters = |cache: &str, extra: &[&str]| -> (Vec<String>, Vec<String>) {
+    let waiters = |cache: &str, extra: &[&str]| -> (Vec<String>, Vec<String>, Vec<String>) {
         let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
             .args(["locks", "--pid", &p.0.id().to_string(), "--any-process", "--no-sql", "--format", "json"])
             .args(["--duration", "1s", "--debug-dir", none.to_str().unwrap()])
@@ -280,19 +280,24 @@ fn locks_names_a_stripped_programs_waiters_from_debuginfod() {
             .flat_map(|s| s["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()))
             .collect();
         let notes = j["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
-        (frames, notes)
+        let locks = j["locks"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
+        (frames, notes, locks)
     };
     // Without its debug file the waiters' own frames are module+offset.
-    let (f, _) = waiters("cache0", &["--no-debuginfod"]);
+    // Without its debug file the waiters' own frames are module+offset,
+    // and the mutex (a static, not exported) is named by its section.
+    let (f, _, l) = waiters("cache0", &["--no-debuginfod"]);
     assert!(f.iter().any(|x| x.starts_with("prog+0x")) && !f.iter().any(|x| x == "pileup_contend"), "{f:?}");
-    // Fetched from debuginfod before tracing: named.
-    let (f, notes) = waiters("cache1", &["--debuginfod", &url]);
+    assert!(!l.iter().any(|x| x == "pileup_mutex"), "{l:?}");
+    // Fetched from debuginfod before tracing: the waiters and the mutex named.
+    let (f, notes, l) = waiters("cache1", &["--debuginfod", &url]);
     assert!(f.iter().any(|x| x == "pileup_contend") && f.iter().any(|x| x == "pileup_worker"), "{f:?} {notes:?}");
+    assert!(l.iter().any(|x| x == "pileup_mutex"), "{l:?}");
     assert!(notes.iter().any(|n| n.contains("fetched from debuginfod")), "{notes:?}");
     assert!(dir.join("cache1").join(&id).join("debuginfo").is_file());
     // The cache alone names them next time.
-    let (f, _) = waiters("cache1", &["--no-debuginfod"]);
-    assert!(f.iter().any(|x| x == "pileup_contend"), "{f:?}");
+    let (f, _, l) = waiters("cache1", &["--no-debuginfod"]);
+    assert!(f.iter().any(|x| x == "pileup_contend") && l.iter().any(|x| x == "pileup_mutex"), "{f:?} {l:?}");
 }
 
 #[test]

@@ -524,6 +524,11 @@ fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
     // Each table's own STATS_AUTO_RECALC back after the data.
     assert!(show_create(&mut c, "m2", "idx").contains("STATS_AUTO_RECALC=1"));
     assert!(!show_create(&mut c, "m2", "big").contains("STATS_AUTO_RECALC"));
+    let n: u64 = c
+        .query_first("SELECT n_rows FROM mysql.innodb_table_stats WHERE database_name = 'm2' AND table_name = 'big'")
+        .unwrap()
+        .unwrap();
+    assert!((50_000..=70_000).contains(&n), "m2.big's statistics say {n} rows, not about 60,000");
     let v: usize = c.query_first("SELECT COUNT(*) FROM m2.v0").unwrap().unwrap();
     assert_eq!(v, 3);
     let trig: usize =

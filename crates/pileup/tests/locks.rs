@@ -148,11 +148,15 @@ fn threads_limits_the_trace_to_the_threads_chosen() {
     let sb = sandbox();
     let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
     std::thread::sleep(Duration::from_millis(300));
-    // Two of the storm's connections, by their server thread ids.
+    // Two of the storm's connections (every client connection but this
+    // one), by their server thread ids.
     let tids: Vec<u64> = sb
         .connect()
         .unwrap()
-        .query("SELECT TID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SHOW GLOBAL VARIABLES%' ORDER BY ID LIMIT 2")
+        .query(
+            "SELECT TID FROM information_schema.PROCESSLIST WHERE ID != CONNECTION_ID() AND USER = 'root' \
+             AND COMMAND IN ('Query', 'Sleep') ORDER BY ID LIMIT 2",
+        )
         .unwrap();
     assert_eq!(tids.len(), 2, "{tids:?}");
     let spec = format!("{},{}", tids[0], tids[1]);
