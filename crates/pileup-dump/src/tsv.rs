@@ -24,7 +24,7 @@ pub fn value(out: &mut Vec<u8>, v: &Value) {
         Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
         Value::UInt(u) => out.extend_from_slice(itoa::Buffer::new().format(*u).as_bytes()),
         // The shortest text that reads back to the same value ("1.1", "3.4e38").
-        Value::Float(f) => out.extend_from_slice(ryu::Buffer::new().format(*f).as_bytes()),
+        Value::Float(f) => float(out, *f),
         Value::Double(d) => out.extend_from_slice(ryu::Buffer::new().format(*d).as_bytes()),
         Value::Date(y, m, d, h, i, s, us) => {
             digits(out, u32::from(*y), 4);
@@ -43,6 +43,21 @@ pub fn value(out: &mut Vec<u8>, v: &Value) {
             }
             clock(out, *days * 24 + u32::from(*h), *m, *s, *us);
         }
+    }
+}
+
+/// A FLOAT as the shortest text that reads back to it, unless that text,
+/// read as the server reads it (as a double), lies beyond FLOAT's range:
+/// FLT_MAX's shortest form `3.4028235e38` is larger than FLT_MAX, and a
+/// strict-mode load refuses it. Such a value is written exactly, as the
+/// double it widens to.
+fn float(out: &mut Vec<u8>, f: f32) {
+    let mut b = ryu::Buffer::new();
+    let short = b.format(f);
+    if short.parse::<f64>().is_ok_and(|d| d.abs() <= f64::from(f32::MAX)) {
+        out.extend_from_slice(short.as_bytes());
+    } else {
+        out.extend_from_slice(ryu::Buffer::new().format(f64::from(f)).as_bytes());
     }
 }
 
@@ -118,6 +133,10 @@ mod tests {
         assert_eq!(one(Value::UInt(u64::MAX)), b"18446744073709551615");
         assert_eq!(one(Value::Float(1.1)), b"1.1");
         assert_eq!(one(Value::Float(3.4e38)), b"3.4e38");
+        // FLT_MAX: its shortest text is past FLT_MAX as a double.
+        assert_eq!(one(Value::Float(f32::MAX)), b"3.4028234663852886e38");
+        assert_eq!(one(Value::Float(f32::MIN)), b"-3.4028234663852886e38");
+        assert_eq!(one(Value::Float(f32::MIN_POSITIVE)), b"1.1754944e-38");
         assert_eq!(one(Value::Double(0.1)), b"0.1");
         assert_eq!(one(Value::Date(2024, 1, 2, 0, 0, 0, 0)), b"2024-01-02");
         assert_eq!(one(Value::Date(2024, 1, 2, 3, 4, 5, 678000)), b"2024-01-02 03:04:05.678000");

@@ -47,6 +47,11 @@ pub mod passive;
 pub mod perf;
 pub mod queued;
 
+/// Tests that keep a spinning process on CPU 0 and look at what runs there
+/// take turns: run at once, each would see the other's spinner.
+#[cfg(test)]
+pub(crate) static CPU0_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 use crate::error::{tracer_of, StacksError};
 use crate::proc::{find_map, MapEntry, SYS_FUTEX};
 

@@ -190,6 +190,7 @@ mod tests {
     /// CAP_PERFMON), as pileup does.
     #[test]
     fn a_sleeping_thread_is_read_in_place_and_a_spinning_one_is_on_its_cpu() {
+        let _cpu0 = crate::capture::CPU0_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let tr = match TaskRegs::load() {
             Ok(tr) => tr,
             // SAFETY: geteuid has no preconditions.
