@@ -2,14 +2,21 @@
 //! mydumper/myloader 0.10.1 at the same threads, and `mariadb-dump |
 //! mariadb`, on one data set (one large table and several smaller ones),
 //! rounds interleaved, medians. Per dump: wall time, rows/s, and the worst
-//! round trip of a writer committing one-row updates in a loop during the
+//! round trip of a writer committing a one-row update every millisecond (at
+//! nice -10, see [`pileup_bench::Probe::writer`]) during the
 //! dump's first seconds (where a global read lock hurts). Per load: wall
 //! time and rows/s. Every load is checked against the source with
 //! CHECKSUM TABLE.
 //!
+//! Every load does the same work: with `--binlog on` (the default) each
+//! writes the loaded rows to the server's binary log (pileup's and the
+//! mariadb client's default; myloader needs `--enable-binlog`), with
+//! `--binlog off` none does (myloader's default; `pileup load --no-binlog`;
+//! the mariadb client with `SET SESSION sql_log_bin = 0`).
+//!
 //! Usage: see [`USAGE`] (what `--help` prints).
 
-const USAGE: &str = "Usage: dump-bench --pileup PATH [--big-rows 1000000] [--tables 4] [--small-rows 100000] [--threads 4] [--rounds 3] [--reuse NAME] [--out FILE]";
+const USAGE: &str = "Usage: dump-bench --pileup PATH [--big-rows 1000000] [--tables 4] [--small-rows 100000] [--threads 4] [--rounds 3] [--binlog on|off] [--reuse NAME] [--out FILE]";
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,11 +87,13 @@ fn settle(c: &mut mysql::Conn) -> Result<(f64, bool)> {
 }
 
 /// pileup's load with `--indexes with-data`, timed and checked.
+#[allow(clippy::too_many_arguments)]
 fn load_with_data(
     c: &mut mysql::Conn,
     pileup: &str,
     sock: &str,
     threads: &str,
+    binlog: bool,
     dir: &std::path::Path,
     tables: &[String],
     source: &[Option<u64>],
@@ -96,6 +105,7 @@ fn load_with_data(
         Command::new(pileup)
             .args(["load", "-S", sock, "-u", "root", "--rename", "bench:bench_l", "--threads", threads])
             .args(["--indexes", "with-data"])
+            .args(if binlog { &[][..] } else { &["--no-binlog"][..] })
             .arg(dir),
         "pileup load --indexes with-data",
     )?;
@@ -116,6 +126,11 @@ fn main() -> Result<()> {
     let threads = num(&args, "--threads", 4)?.to_string();
     let rounds = num(&args, "--rounds", 3)? as usize;
     let reuse = arg(&args, "--reuse");
+    let binlog = match arg(&args, "--binlog").as_deref().unwrap_or("on") {
+        "on" => true,
+        "off" => false,
+        other => bail!("--binlog takes on or off, not {other}"),
+    };
     for tool in ["mydumper", "myloader", "mariadb-dump", "mariadb"] {
         if Command::new(tool).arg("--version").output().is_err() {
             bail!("{tool} is needed (Debian: apt-get install mydumper mariadb-client)");
@@ -172,7 +187,7 @@ fn main() -> Result<()> {
             "SELECT SUM(DATA_LENGTH + INDEX_LENGTH) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'bench'",
         )?
         .unwrap_or(0);
-    let writer = Probe::start_with(&sb, "UPDATE bench.hot SET v = v + 1 WHERE id = 1")?;
+    let writer = Probe::writer(&sb, "UPDATE bench.hot SET v = v + 1 WHERE id = 1")?;
     let scratch = std::env::temp_dir().join(format!("pileup-dump-bench-{}", std::process::id()));
     let tools = ["pileup", "mydumper", "mariadb-dump"];
     let mut dump_s: Vec<Vec<f64>> = vec![vec![]; 3];
@@ -302,7 +317,7 @@ fn main() -> Result<()> {
             purge_binlogs(&mut c)?;
             // Rounds alternate which of pileup's two loads runs first.
             if *tool == "pileup" && r % 2 == 1 {
-                with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, &dir, &tables, &source)?);
+                with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, binlog, &dir, &tables, &source)?);
             }
             c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
             let t1 = Instant::now();
@@ -311,12 +326,15 @@ fn main() -> Result<()> {
                 "pileup" => run(
                     Command::new(&pileup)
                         .args(["load", "-S", &sock, "-u", "root", "--rename", "bench:bench_l", "--threads", &threads])
+                        .args(if binlog { &[][..] } else { &["--no-binlog"][..] })
                         .arg(&dir),
                     "pileup load",
                 )?,
                 "mydumper" => run(
                     Command::new("myloader")
-                        .args(["-S", &sock, "-u", "root", "-B", "bench_l", "-t", &threads, "-d"])
+                        .args(["-S", &sock, "-u", "root", "-B", "bench_l", "-t", &threads])
+                        .args(if binlog { &["--enable-binlog"][..] } else { &[][..] })
+                        .arg("-d")
                         .arg(&dir),
                     "myloader",
                 )?,
@@ -324,6 +342,7 @@ fn main() -> Result<()> {
                     c.query_drop("CREATE DATABASE bench_l")?;
                     let st = Command::new("mariadb")
                         .args(["-S", &sock, "-u", "root", "bench_l"])
+                        .args(if binlog { &[][..] } else { &["--init-command=SET SESSION sql_log_bin = 0"][..] })
                         .stdin(std::fs::File::open(&file)?)
                         .status()?;
                     if !st.success() {
@@ -343,7 +362,7 @@ fn main() -> Result<()> {
                 loaded.as_secs_f64()
             );
             if *tool == "pileup" && r % 2 == 0 {
-                with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, &dir, &tables, &source)?);
+                with_data_s.push(load_with_data(&mut c, &pileup, &sock, &threads, binlog, &dir, &tables, &source)?);
             }
             dump_s[i].push(dumped.as_secs_f64());
             load_s[i].push(loaded.as_secs_f64());
@@ -354,16 +373,25 @@ fn main() -> Result<()> {
     c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
     let (pd, pl) = (median(dump_s[0].clone()), median(load_s[0].clone()));
     let mut md = format!(
-        "\n{} rows in {} tables ({:.0} MB in InnoDB: one of {big} rows, {ntables} of {small}), {threads} threads, {rounds} rounds interleaved, medians; every load checked with CHECKSUM TABLE; writer's worst round trip with no dump running: {:.1} ms\n\n",
+        "\n{} rows in {} tables ({:.0} MB in InnoDB: one of {big} rows, {ntables} of {small}), {threads} threads, {rounds} rounds interleaved, medians; every load checked with CHECKSUM TABLE; {}; writer's worst round trip with no dump running: {:.1} ms\n\n",
         rows,
         tables.len(),
         size as f64 / 1e6,
+        if binlog {
+            "every load writes the binary log (`binlog_format=ROW`; myloader with `--enable-binlog`)"
+        } else {
+            "no load writes the binary log (`pileup load --no-binlog`, myloader's default, the mariadb client with `sql_log_bin = 0`)"
+        },
         median(base_stall)
     );
     md.push_str("| tool | dump (s) | dump rows/s | pileup's dump faster by | dump CPU s: tool + server | load (s) | load rows/s | pileup's load faster by | load CPU s: tool + server | writer's worst round trip at dump start (ms) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let names = [
         "pileup dump / load",
-        "mydumper / myloader 0.10.1 (-c, -r 200000)",
+        if binlog {
+            "mydumper / myloader 0.10.1 (-c, -r 200000 / --enable-binlog)"
+        } else {
+            "mydumper / myloader 0.10.1 (-c, -r 200000)"
+        },
         "mariadb-dump --single-transaction / mariadb",
     ];
     for i in 0..3 {

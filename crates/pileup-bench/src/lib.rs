@@ -140,34 +140,68 @@ pub struct Probe {
 
 impl Probe {
     pub fn start(sb: &Sandbox) -> anyhow::Result<Probe> {
-        Probe::start_with(sb, "DO 1")
+        Probe::looping(sb, "DO 1", None)
     }
 
-    /// A probe looping `stmt` (a one-row UPDATE: a writer's round trip).
-    pub fn start_with(sb: &Sandbox, stmt: &str) -> anyhow::Result<Probe> {
+    /// A writer: `stmt` (a one-row UPDATE) once a millisecond, its thread
+    /// and the server thread serving it at nice -10. Its round trips then
+    /// measure what holds a commit up (a lock, the disk), not the wait for
+    /// a core that the tools under test keep busy, and it takes little of
+    /// the CPU they are timed on.
+    pub fn writer(sb: &Sandbox, stmt: &str) -> anyhow::Result<Probe> {
+        Probe::looping(sb, stmt, Some(Duration::from_millis(1)))
+    }
+
+    /// `stmt` in a loop, back to back or (`pace`, prioritized) once per `pace`.
+    fn looping(sb: &Sandbox, stmt: &str, pace: Option<Duration>) -> anyhow::Result<Probe> {
         let stmt = stmt.to_string();
         let mut c = sb.connect()?;
         let server_tid: Option<i32> =
             c.query_first("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").ok().flatten();
+        if let (Some(_), Some(t)) = (pace, server_tid) {
+            nice(t, -10)?;
+        }
         let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
         let stop = Arc::new(AtomicBool::new(false));
         let (s2, st2) = (samples.clone(), stop.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
+            if pace.is_some() {
+                // SAFETY: gettid has no preconditions.
+                let _ = tx.send(nice(unsafe { libc::gettid() }, -10));
+            } else {
+                let _ = tx.send(Ok(()));
+            }
             while !st2.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 if c.query_drop(&stmt).is_err() {
                     break;
                 }
-                s2.lock().unwrap().push((t, t.elapsed()));
+                let d = t.elapsed();
+                s2.lock().unwrap().push((t, d));
+                if let Some(p) = pace {
+                    std::thread::sleep(p.saturating_sub(d));
+                }
             }
         });
+        rx.recv()??;
         Ok(Probe { server_tid, samples, stop, handle: Some(handle) })
     }
+
     /// Worst round trip of probes that overlap [from, to].
     pub fn worst(&self, from: Instant, to: Instant) -> Duration {
         let s = self.samples.lock().unwrap();
         s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
     }
+}
+
+/// Set thread `tid`'s nice value.
+fn nice(tid: i32, value: i32) -> anyhow::Result<()> {
+    // SAFETY: setpriority reads its arguments only.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, value) } != 0 {
+        anyhow::bail!("cannot set thread {tid}'s nice value to {value}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for Probe {

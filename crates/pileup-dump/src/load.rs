@@ -179,7 +179,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         let db = target(o, &t.db);
         if exists_t[i] {
             if recalc[i].is_some() {
-                c.query_drop(format!("ALTER TABLE {}.{} STATS_AUTO_RECALC=0", quote(db), quote(&t.name)))?;
+                recalc_off(&mut c, &format!("{}.{}", quote(db), quote(&t.name)))?;
             }
             if let Some(d) = &deferred[i] {
                 let have: Vec<String> = c.exec(
@@ -194,7 +194,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         let create = deferred[i].as_ref().map(|d| d.create.as_str()).unwrap_or(&t.create);
         c.query_drop(create).with_context(|| format!("creating table {db}.{}", t.name))?;
         if recalc[i].is_some() {
-            c.query_drop(format!("ALTER TABLE {}.{} STATS_AUTO_RECALC=0", quote(db), quote(&t.name)))?;
+            recalc_off(&mut c, &format!("{}.{}", quote(db), quote(&t.name)))?;
         }
         if let Some(d) = &deferred[i] {
             later[i] = d.indexes.iter().map(|(_, a)| a.clone()).collect();
@@ -233,8 +233,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
                     })?;
                 }
                 if let Some(r) = &recalc_w[i] {
-                    w.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={r}"))
-                        .and_then(|()| w.query_drop(format!("ANALYZE TABLE {name}")))
+                    recalc_back(w, &name, r, true)
                         .with_context(|| format!("giving {}.{} its statistics after the data", t.db, t.name))?;
                 }
             }
@@ -255,11 +254,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     for ((i, _), _) in &failed {
         if let Some(r) = &recalc[*i] {
             let t = &m.tables[*i];
-            let _ = c.query_drop(format!(
-                "ALTER TABLE {}.{} STATS_AUTO_RECALC={r}",
-                quote(target(o, &t.db)),
-                quote(&t.name)
-            ));
+            let _ = recalc_back(&mut c, &format!("{}.{}", quote(target(o, &t.db)), quote(&t.name)), r, false);
         }
     }
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
@@ -502,7 +497,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
         let name = format!("{}.{}", quote(target(o, db)), quote(t));
         let create: Option<(String, String)> = c.query_first(format!("SHOW CREATE TABLE {name}"))?;
         if let Some(r) = create.and_then(|(_, sql)| stats_auto_recalc(&sql)) {
-            c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC=0"))?;
+            recalc_off(&mut c, &name)?;
             recalc.push((name, r));
         }
     }
@@ -529,9 +524,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
         },
     )?;
     for (name, r) in &recalc {
-        c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={r}"))
-            .and_then(|()| c.query_drop(format!("ANALYZE TABLE {name}")))
-            .with_context(|| format!("giving {name} its statistics after the data"))?;
+        recalc_back(&mut c, name, r, true).with_context(|| format!("giving {name} its statistics after the data"))?;
     }
     for (db, p) in &s.post {
         crate::mydumper::run_file(&mut c, target(o, db), p)?;
@@ -644,6 +637,23 @@ fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool>
     };
     let n: Option<u64> = c.exec_first(sql, (db, name))?;
     Ok(n.unwrap_or(0) > 0)
+}
+
+/// Turn InnoDB's statistics recalculation off for `name` (quoted
+/// `db.table`) while it loads; an instant ALTER.
+fn recalc_off(c: &mut mysql::Conn, name: &str) -> Result<()> {
+    Ok(c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC=0"))?)
+}
+
+/// Give `name` its own `STATS_AUTO_RECALC` back (`setting`, from
+/// [`stats_auto_recalc`]) and, with `analyze`, its statistics in one
+/// `ANALYZE TABLE`.
+fn recalc_back(c: &mut mysql::Conn, name: &str, setting: &str, analyze: bool) -> Result<()> {
+    c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={setting}"))?;
+    if analyze {
+        c.query_drop(format!("ANALYZE TABLE {name}"))?;
+    }
+    Ok(())
 }
 
 /// An InnoDB table's `STATS_AUTO_RECALC` as its `CREATE TABLE` sets it

@@ -159,18 +159,7 @@ impl Threads {
     /// The threads `filter` chooses now: by id, by role (from the SQL
     /// connection where there is one), and by name when it has a pattern.
     fn chosen(&self, filter: &ThreadFilter) -> HashSet<i32> {
-        self.tids
-            .iter()
-            .copied()
-            .filter(|&t| {
-                let role = pileup_stacks::annotate::role_of(self.pid, t, self.sql_by_tid.get(&t));
-                let name = match &filter.name {
-                    Some(_) => pileup_stacks::proc::os_thread(self.pid, t).map(|o| o.name).unwrap_or_default(),
-                    None => String::new(),
-                };
-                filter.matches(t, role, &name)
-            })
-            .collect()
+        self.tids.iter().copied().filter(|&t| filter.chooses(self.pid, t, self.sql_by_tid.get(&t))).collect()
     }
 
     fn read_sql(&mut self) {

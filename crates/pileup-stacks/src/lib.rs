@@ -95,6 +95,19 @@ impl ThreadFilter {
             || role.is_some_and(|r| self.roles.contains(&r))
             || self.name.as_ref().is_some_and(|re| re.is_match(name))
     }
+
+    /// Whether thread `tid` of `pid` is chosen: its role from its SQL
+    /// connection where there is one, its name read from /proc only when
+    /// the filter has a name pattern (a sampler or tracer that follows a
+    /// few threads of hundreds reads no file for the others).
+    pub fn chooses(&self, pid: i32, tid: i32, sql: Option<&annotate::SqlThread>) -> bool {
+        let role = annotate::role_of(pid, tid, sql);
+        let name = match &self.name {
+            Some(_) => proc::os_thread(pid, tid).map(|o| o.name).unwrap_or_default(),
+            None => String::new(),
+        };
+        self.matches(tid, role, &name)
+    }
 }
 
 /// One thread in one sample.
