@@ -305,6 +305,7 @@ fn main() -> Result<()> {
             }
             let dumped = t0.elapsed();
             dump_cpu[i].push((pileup_bench::children_cpu() - own0, server_cpu() - server0));
+            writer.check()?;
             let stall = writer.worst(t0, t0 + Duration::from_secs(3).min(dumped)).as_secs_f64() * 1e3;
             if let Some(u) = unlocked {
                 lock_phase.push(writer.worst(t0, u).as_secs_f64() * 1e3);
@@ -384,6 +385,9 @@ fn main() -> Result<()> {
         },
         median(base_stall)
     );
+    if !writer.prioritized {
+        md.push_str("The writer ran at normal priority (nice -10 needs root or CAP_SYS_NICE): its round trips include waits for a core.\n\n");
+    }
     md.push_str("| tool | dump (s) | dump rows/s | pileup's dump faster by | dump CPU s: tool + server | load (s) | load rows/s | pileup's load faster by | load CPU s: tool + server | writer's worst round trip at dump start (ms) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let names = [
         "pileup dump / load",

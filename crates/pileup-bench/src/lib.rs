@@ -133,7 +133,12 @@ pub struct Probe {
     /// The server thread serving the probe's connection (MariaDB), whose
     /// CPU time a benchmark can take out of the server's.
     pub server_tid: Option<i32>,
+    /// A writer's threads run at nice -10 (see [`Probe::writer`]); false
+    /// when that was refused (it needs root or CAP_SYS_NICE).
+    pub prioritized: bool,
     samples: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    /// Why the loop stopped before it was told to (a failed statement).
+    failed: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
@@ -144,10 +149,10 @@ impl Probe {
     }
 
     /// A writer: `stmt` (a one-row UPDATE) once a millisecond, its thread
-    /// and the server thread serving it at nice -10. Its round trips then
-    /// measure what holds a commit up (a lock, the disk), not the wait for
-    /// a core that the tools under test keep busy, and it takes little of
-    /// the CPU they are timed on.
+    /// and the server thread serving it at nice -10 where allowed. Its
+    /// round trips then measure what holds a commit up (a lock, the disk),
+    /// not the wait for a core that the tools under test keep busy, and it
+    /// takes little of the CPU they are timed on.
     pub fn writer(sb: &Sandbox, stmt: &str) -> anyhow::Result<Probe> {
         Probe::looping(sb, stmt, Some(Duration::from_millis(1)))
     }
@@ -158,23 +163,18 @@ impl Probe {
         let mut c = sb.connect()?;
         let server_tid: Option<i32> =
             c.query_first("SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").ok().flatten();
-        if let (Some(_), Some(t)) = (pace, server_tid) {
-            nice(t, -10)?;
-        }
         let samples = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+        let failed = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s2, st2) = (samples.clone(), stop.clone());
+        let (s2, f2, st2) = (samples.clone(), failed.clone(), stop.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
-            if pace.is_some() {
-                // SAFETY: gettid has no preconditions.
-                let _ = tx.send(nice(unsafe { libc::gettid() }, -10));
-            } else {
-                let _ = tx.send(Ok(()));
-            }
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(unsafe { libc::gettid() });
             while !st2.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if c.query_drop(&stmt).is_err() {
+                if let Err(e) = c.query_drop(&stmt) {
+                    *f2.lock().unwrap() = Some(format!("{stmt}: {e}"));
                     break;
                 }
                 let d = t.elapsed();
@@ -184,14 +184,35 @@ impl Probe {
                 }
             }
         });
-        rx.recv()??;
-        Ok(Probe { server_tid, samples, stop, handle: Some(handle) })
+        let own_tid = rx.recv()?;
+        let mut p = Probe { server_tid, prioritized: false, samples, failed, stop, handle: Some(handle) };
+        if pace.is_some() {
+            let tids: Vec<i32> = std::iter::once(own_tid).chain(server_tid).collect();
+            match tids.iter().try_for_each(|&t| nice(t, -10)) {
+                Ok(()) => p.prioritized = true,
+                Err(e) => {
+                    tids.iter().for_each(|&t| drop(nice(t, 0)));
+                    eprintln!("   the writer runs at normal priority ({e:#}; it needs root or CAP_SYS_NICE)");
+                }
+            }
+        }
+        Ok(p)
     }
 
     /// Worst round trip of probes that overlap [from, to].
     pub fn worst(&self, from: Instant, to: Instant) -> Duration {
         let s = self.samples.lock().unwrap();
         s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
+    }
+
+    /// An error if the loop has stopped on a failed statement: its round
+    /// trips since then are missing, and a worst round trip read from them
+    /// would be too low.
+    pub fn check(&self) -> anyhow::Result<()> {
+        match self.failed.lock().unwrap().as_ref() {
+            Some(e) => anyhow::bail!("the probe stopped: {e}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -209,6 +230,11 @@ impl Drop for Probe {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
+        }
+        // The server thread goes back to the thread cache or on serving
+        // other connections: at its usual priority.
+        if let (true, Some(t)) = (self.prioritized, self.server_tid) {
+            let _ = nice(t, 0);
         }
     }
 }

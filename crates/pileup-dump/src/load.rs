@@ -523,7 +523,15 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
             });
         },
     )?;
+    // A table with a data file that failed gets its own setting back
+    // without statistics, and an error there does not hide the failure.
+    let broken: HashSet<String> =
+        failed.iter().map(|((i, _), _)| format!("{}.{}", quote(target(o, &data[*i].0)), quote(&data[*i].1))).collect();
     for (name, r) in &recalc {
+        if broken.contains(name) {
+            let _ = recalc_back(&mut c, name, r, false);
+            continue;
+        }
         recalc_back(&mut c, name, r, true).with_context(|| format!("giving {name} its statistics after the data"))?;
     }
     for (db, p) in &s.post {

@@ -191,6 +191,9 @@ pub fn gather(
         let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));
         match Sampler::new(pid, opts, sql) {
             Ok(mut sampler) => match sampler.run_until(s.samples.max(1), s.interval, None, cancel, |_| {}) {
+                // Dropped: its stacks are not wanted, and naming their
+                // frames would keep the next stall's capture from starting.
+                Ok(()) if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) => {}
                 Ok(()) => ev.profile = Some(sampler.finish()),
                 Err(e) => ev.stacks_error = Some(e.to_string()),
             },

@@ -647,6 +647,25 @@ pub fn run(
                                 decide.drop_it();
                             }
                         }
+                    } else if short_stalls.len() >= SHORT_STALLS_TO_CAPTURE {
+                        // No early capture of this stall (none could start
+                        // while it lasted): the repetition is captured now,
+                        // just after it, where the limits allow.
+                        let text = format!(
+                            "short stalls: {} in {} min, this one {:.0} ms",
+                            short_stalls.len(),
+                            SHORT_STALL_WINDOW_SECS / 60.0,
+                            st.ms()
+                        );
+                        match sched.refused(now(), free()) {
+                            None => {
+                                on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
+                                sched.started(now());
+                                let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+                                spawner.spawn(text, unix, st.began_unix, history, None);
+                            }
+                            Some(why) => tracing::debug!("{text}: not captured ({why})"),
+                        }
                     }
                 }
             }
