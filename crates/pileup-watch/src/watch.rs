@@ -222,6 +222,22 @@ struct Spawner<'a> {
 }
 
 impl Spawner<'_> {
+    /// Start a capture for `trigger` now (the limits allowed it), with the
+    /// history before it from `store`, counted against the limits.
+    fn start(
+        &self,
+        sched: &mut Scheduler<Early>,
+        store: &crate::store::Store,
+        trigger: String,
+        unix: f64,
+        onset: f64,
+        now: f64,
+    ) {
+        sched.started(now);
+        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+        self.spawn(trigger, unix, onset, history, None);
+    }
+
     /// Gather and write one capture on its own thread; report on `done`.
     /// An early capture (`decide` given) gathers at once but is only
     /// written once the trigger confirms it, under the trigger and time
@@ -531,9 +547,7 @@ pub fn run(
                 on(&Event::Skipped { unix: p.unix, trigger: t.text.clone(), why });
                 continue;
             }
-            sched.started(now());
-            let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-            spawner.spawn(t.text.clone(), p.unix, onset, history, None);
+            spawner.start(&mut sched, &store, t.text.clone(), p.unix, onset, now());
         }
         hist.push(p.unix, derived);
         if last_maintain.elapsed() > Duration::from_secs(60) {
@@ -604,9 +618,7 @@ pub fn run(
                         decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
                     } else if sched.refused(now(), free()).is_none() {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
-                        sched.started(now());
-                        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                        spawner.spawn(text, unix, began_unix, history, None);
+                        spawner.start(&mut sched, &store, text, unix, began_unix, now());
                     }
                     // Otherwise a capture of this stall runs or just ran.
                 }
@@ -630,42 +642,37 @@ pub fn run(
                     // An early capture of this stall (the scan's, or a
                     // trigger's still in its hold) is kept when short
                     // stalls repeat; the scan's own is dropped otherwise.
-                    if let Some(early) = sched.early_trigger() {
-                        if short_stalls.len() >= SHORT_STALLS_TO_CAPTURE {
-                            let text = format!(
-                                "short stalls: {} in {} min, this one {:.0} ms",
-                                short_stalls.len(),
-                                SHORT_STALL_WINDOW_SECS / 60.0,
-                                st.ms()
-                            );
-                            on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
-                            if let Some(decide) = sched.confirm_early(now()) {
-                                decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
-                            }
-                        } else if early == scan_idx {
-                            if let Some(decide) = sched.drop_early() {
-                                decide.drop_it();
-                            }
-                        }
-                    } else if short_stalls.len() >= SHORT_STALLS_TO_CAPTURE {
-                        // No early capture of this stall (none could start
-                        // while it lasted): the repetition is captured now,
-                        // just after it, where the limits allow.
-                        let text = format!(
+                    // With none (none could start while it lasted), a
+                    // repetition is captured now, just after it, where the
+                    // limits allow.
+                    let repeated = (short_stalls.len() >= SHORT_STALLS_TO_CAPTURE).then(|| {
+                        format!(
                             "short stalls: {} in {} min, this one {:.0} ms",
                             short_stalls.len(),
                             SHORT_STALL_WINDOW_SECS / 60.0,
                             st.ms()
-                        );
-                        match sched.refused(now(), free()) {
+                        )
+                    });
+                    match (sched.early_trigger(), repeated) {
+                        (Some(_), Some(text)) => {
+                            on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
+                            if let Some(decide) = sched.confirm_early(now()) {
+                                decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
+                            }
+                        }
+                        (Some(early), None) if early == scan_idx => {
+                            if let Some(decide) = sched.drop_early() {
+                                decide.drop_it();
+                            }
+                        }
+                        (None, Some(text)) => match sched.refused(now(), free()) {
                             None => {
                                 on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
-                                sched.started(now());
-                                let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                                spawner.spawn(text, unix, st.began_unix, history, None);
+                                spawner.start(&mut sched, &store, text, unix, st.began_unix, now());
                             }
                             Some(why) => tracing::debug!("{text}: not captured ({why})"),
-                        }
+                        },
+                        _ => {}
                     }
                 }
             }
