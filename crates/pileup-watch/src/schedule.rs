@@ -105,6 +105,28 @@ impl<T> Scheduler<T> {
         self.early.as_ref().map(|e| e.0)
     }
 
+    /// Another condition began at `now` after the running early capture
+    /// had gathered (`gathered` says so of its handle): that evidence is of
+    /// what came before, so the capture gathers again, spaced like a new
+    /// early capture. It stays the same trigger's to keep or drop. Returns
+    /// its handle when it may.
+    pub fn retake_early(&mut self, now: f64, gathered: impl Fn(&T) -> bool) -> Option<&T> {
+        if self.last_early.is_some_and(|t| now - t < EARLY_GAP.as_secs_f64()) {
+            return None;
+        }
+        let e = self.early.as_ref().filter(|e| gathered(&e.1))?;
+        self.last_early = Some(now);
+        Some(&e.1)
+    }
+
+    /// The early capture's condition cleared while trigger `i`'s (or the
+    /// scan's) holds: it is that one's to keep or drop now.
+    pub fn hand_early(&mut self, i: usize) {
+        if let Some(e) = self.early.as_mut() {
+            e.0 = i;
+        }
+    }
+
     /// The early capture is confirmed at `now` (the hold passed, or another
     /// trigger fired: it is this stall's evidence); returns its handle.
     pub fn confirm_early(&mut self, now: f64) -> Option<T> {
@@ -200,6 +222,22 @@ mod tests {
         assert_eq!(s.early_trigger(), None);
         s.finished();
         assert_eq!(s.refused(gap + 3.0, None).as_deref(), Some("cooldown (60s)"), "a confirmed one counts");
+    }
+
+    #[test]
+    fn an_early_capture_that_has_gathered_is_retaken_for_a_new_condition() {
+        let mut s = sched();
+        let gap = EARLY_GAP.as_secs_f64();
+        assert!(s.retake_early(0.0, |_| true).is_none(), "none running");
+        s.started_early(0, 0.0, "early");
+        assert!(s.retake_early(gap * 2.0, |_| false).is_none(), "still gathering: it sees the new condition");
+        assert!(s.retake_early(gap * 0.5, |_| true).is_none(), "spaced like new early captures");
+        assert_eq!(s.retake_early(gap * 2.0, |_| true), Some(&"early"));
+        assert_eq!(s.early_trigger(), Some(0), "still its first trigger's to keep or drop");
+        s.hand_early(3);
+        assert_eq!(s.early_trigger(), Some(3), "handed on when its condition clears and another holds");
+        assert!(s.retake_early(gap * 2.5, |_| true).is_none(), "spaced from the retake too");
+        assert_eq!(s.confirm_early(gap * 3.0), Some("early"));
     }
 
     #[test]

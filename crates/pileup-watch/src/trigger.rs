@@ -266,6 +266,11 @@ impl Armed {
         self.since
     }
 
+    /// The condition holds and the trigger has not fired yet.
+    pub fn in_hold(&self) -> bool {
+        self.since.is_some() && !self.fired
+    }
+
     pub fn step(&mut self, t: &Trigger, now: f64, ctx: &dyn Context) -> Step {
         if !t.holds(ctx) {
             *self = Armed::default();
@@ -356,9 +361,12 @@ mod tests {
         let mut a = Armed::default();
         assert_eq!(a.step(&t, 0.0, &hi), Step::Pending);
         assert_eq!(a.step(&t, 1.0, &hi), Step::Pending);
+        assert!(a.in_hold());
         assert_eq!(a.step(&t, 2.0, &hi), Step::Fire);
+        assert!(!a.in_hold(), "fired");
         assert_eq!(a.step(&t, 3.0, &hi), Step::Ongoing);
         assert_eq!(a.step(&t, 4.0, &lo), Step::Idle);
+        assert!(!a.in_hold());
         assert_eq!(a.step(&t, 5.0, &hi), Step::Pending);
         // No hold: fires at the first poll that sees it.
         let t0 = Trigger::parse("threads_running > 32").unwrap();

@@ -183,30 +183,59 @@ impl Context for Ctx<'_> {
     }
 }
 
-/// For an early capture: `Some((trigger, fired at, history))` keeps it
-/// (the metric history as it is now, through the confirmation, replaces
-/// the one taken when it began), `None` drops it.
-type Decision = Option<(String, f64, Vec<crate::store::Row>)>;
+/// What the watch loop tells a running early capture.
+enum Decision {
+    /// Keep it, under `trigger` fired at `fired`, for a condition that
+    /// began at `onset`, with the metric history as it is now (through the
+    /// confirmation). Evidence gathered wholly before `onset` is of what
+    /// came before: the capture then gathers again before it is written.
+    Keep { trigger: String, fired: f64, onset: f64, history: Vec<crate::store::Row> },
+    /// Another condition began after it had gathered: gather again for
+    /// that one, still waiting to be kept or dropped.
+    Retake { trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row> },
+    /// Its condition cleared.
+    Drop,
+}
 
 /// The loop's handle on a running early capture.
 struct Early {
     decide: mpsc::Sender<Decision>,
     /// Set when it is dropped: its sampling ends after the current sample.
     cancel: Arc<AtomicBool>,
+    /// Its evidence is gathered (it waits to be kept, dropped or retaken).
+    gathered: Arc<AtomicBool>,
+}
+
+/// The capture thread's side of an [`Early`].
+struct EarlyRx {
+    decide: mpsc::Receiver<Decision>,
+    cancel: Arc<AtomicBool>,
+    gathered: Arc<AtomicBool>,
 }
 
 impl Early {
-    fn start() -> (Early, (mpsc::Receiver<Decision>, Arc<AtomicBool>)) {
+    fn start() -> (Early, EarlyRx) {
         let (tx, rx) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        (Early { decide: tx, cancel: cancel.clone() }, (rx, cancel))
+        let gathered = Arc::new(AtomicBool::new(false));
+        (
+            Early { decide: tx, cancel: cancel.clone(), gathered: gathered.clone() },
+            EarlyRx { decide: rx, cancel, gathered },
+        )
     }
-    fn keep(self, trigger: String, unix: f64, history: Vec<crate::store::Row>) {
-        let _ = self.decide.send(Some((trigger, unix, history)));
+    fn gathered(&self) -> bool {
+        self.gathered.load(Ordering::SeqCst)
+    }
+    fn keep(self, trigger: String, fired: f64, onset: f64, history: Vec<crate::store::Row>) {
+        let _ = self.decide.send(Decision::Keep { trigger, fired, onset, history });
+    }
+    fn retake(&self, trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row>) {
+        self.gathered.store(false, Ordering::SeqCst);
+        let _ = self.decide.send(Decision::Retake { trigger, unix, onset, history });
     }
     fn drop_it(self) {
         self.cancel.store(true, Ordering::SeqCst);
-        let _ = self.decide.send(None);
+        let _ = self.decide.send(Decision::Drop);
     }
 }
 
@@ -239,42 +268,54 @@ impl Spawner<'_> {
     }
 
     /// Gather and write one capture on its own thread; report on `done`.
-    /// An early capture (`decide` given) gathers at once but is only
+    /// An early capture (`early` given) gathers at once but is only
     /// written once the trigger confirms it, under the trigger and time
-    /// that did.
-    fn spawn(
-        &self,
-        trigger: String,
-        unix: f64,
-        onset: f64,
-        history: Vec<crate::store::Row>,
-        decide: Option<(mpsc::Receiver<Decision>, Arc<AtomicBool>)>,
-    ) {
+    /// that did; it gathers again when told to, or when the condition that
+    /// confirmed it began after its evidence was taken.
+    fn spawn(&self, trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row>, early: Option<EarlyRx>) {
         let Spawner { spec, pid, o, root, done, capturing } = *self;
         let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
         let capturing = capturing.clone();
         std::thread::spawn(move || {
-            let cancel = decide.as_ref().map(|d| d.1.clone());
-            capturing.store(true, Ordering::Relaxed);
-            let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
-            capturing.store(false, Ordering::Relaxed);
-            ev.onset_unix = Some(onset);
-            let (trigger, unix) = match decide {
-                None => (trigger, unix),
-                Some((rx, _)) => match rx.recv() {
-                    Ok(Some((t, fired, history))) => {
-                        ev.history = history;
-                        (t, fired)
+            let (mut trigger, mut unix, mut onset, mut history, mut early) = (trigger, unix, onset, history, early);
+            let ev = loop {
+                let cancel = early.as_ref().map(|e| e.cancel.clone());
+                capturing.store(true, Ordering::Relaxed);
+                let began = Instant::now();
+                let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
+                capturing.store(false, Ordering::Relaxed);
+                tracing::debug!("capture for {trigger} gathered in {:.0} ms", began.elapsed().as_secs_f64() * 1e3);
+                ev.onset_unix = Some(onset);
+                let gathered_unix = crate::poll::now_unix();
+                let Some(e) = &early else { break ev };
+                e.gathered.store(true, Ordering::SeqCst);
+                match e.decide.recv() {
+                    Ok(Decision::Keep { trigger: t, fired, onset: o, history: h }) if o > gathered_unix => {
+                        // Confirmed by a condition that began after these
+                        // stacks and tables were taken: take its own.
+                        tracing::debug!(
+                            "early capture for {trigger} kept for {t}, which began after it: gathered again"
+                        );
+                        (trigger, unix, onset, history, early) = (t, fired, o, h, None);
                     }
-                    _ => {
+                    Ok(Decision::Keep { trigger: t, fired, history: h, .. }) => {
+                        ev.history = h;
+                        ev.trigger = t;
+                        ev.unix = fired;
+                        break ev;
+                    }
+                    Ok(Decision::Retake { trigger: t, unix: u, onset: o, history: h }) => {
+                        tracing::debug!("early capture for {trigger} taken again for {t}, which began after it");
+                        (trigger, unix, onset, history) = (t, u, o, h);
+                    }
+                    Ok(Decision::Drop) | Err(_) => {
                         tracing::debug!("early capture for {trigger} dropped: the condition cleared");
                         let _ = done.send(None);
                         return;
                     }
-                },
+                }
             };
-            ev.trigger = trigger.clone();
-            ev.unix = unix;
+            let (trigger, unix) = (ev.trigger.clone(), ev.unix);
             let first_stack = ev.profile.as_ref().and_then(|p| p.samples.first()).map(|s| s.at_unix_ms as f64 / 1000.0);
             let verdict = crate::verdict::verdict(&ev);
             let written = crate::report::render_text(&ev, &verdict)
@@ -293,6 +334,12 @@ impl Spawner<'_> {
             let _ = done.send(Some(msg));
         });
     }
+}
+
+/// A trigger other than `but` whose condition holds and has not yet fired
+/// (in its hold), the first if several.
+fn in_hold(armed: &[Armed], triggers: &[Trigger], but: usize) -> Option<usize> {
+    (0..triggers.len()).find(|&j| j != but && triggers[j].hold > 0.0 && armed[j].in_hold())
 }
 
 /// The client connections' OS thread ids, from the latest poll that listed
@@ -509,18 +556,38 @@ pub fn run(
                             decide.keep(
                                 t.text.clone(),
                                 p.unix,
+                                onset,
                                 store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default(),
                             );
                         }
                     }
                     Step::Idle => {
-                        if let Some(decide) = sched.drop_early() {
-                            decide.drop_it();
+                        // Its condition cleared. A pile-up the scan still
+                        // sees, or another trigger in its hold, keeps it as
+                        // its own; otherwise it is dropped.
+                        let other = open_pileup.map(|_| scan_idx).or_else(|| in_hold(&armed, &o.triggers, i));
+                        match other {
+                            Some(j) => sched.hand_early(j),
+                            None => {
+                                if let Some(decide) = sched.drop_early() {
+                                    decide.drop_it();
+                                }
+                            }
                         }
                     }
                     _ => {}
                 }
                 continue;
+            }
+            let began = step == Step::Pending && armed[i].since() == Some(p.unix);
+            if began && t.hold > 0.0 && pid.is_some() {
+                // Another condition's early capture has already gathered:
+                // its evidence predates this one, which gets its own.
+                if let Some(e) = sched.retake_early(now(), Early::gathered) {
+                    let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
+                    e.retake(t.text.clone(), p.unix, onset, history);
+                    continue;
+                }
             }
             if step == Step::Pending && t.hold > 0.0 && sched.early_trigger().is_none() && pid.is_some() {
                 // The condition just started to hold: begin capturing now, so
@@ -540,7 +607,12 @@ pub fn run(
             on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
             if let Some(decide) = sched.confirm_early(now()) {
                 // Another trigger's early capture is running: it is this stall's evidence.
-                decide.keep(t.text.clone(), p.unix, store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default());
+                decide.keep(
+                    t.text.clone(),
+                    p.unix,
+                    onset,
+                    store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default(),
+                );
                 continue;
             }
             if let Some(why) = sched.refused(now(), free()) {
@@ -602,7 +674,9 @@ pub fn run(
                 Pulse::Began { began_unix, blocked, baseline } => {
                     open_pileup = Some(began_unix);
                     on(&Event::PileUp { unix, began_unix, blocked, baseline });
-                    // A trigger's early capture running is this stall's.
+                    // A trigger's early capture running is this stall's
+                    // (gathered before it began, it gathers again if kept
+                    // for it).
                     if sched.early_trigger().is_none() {
                         uncaptured = Some((began_unix, blocked, baseline));
                     }
@@ -615,7 +689,7 @@ pub fn run(
                     uncaptured = None;
                     if let Some(decide) = sched.confirm_early(now()) {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
-                        decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
+                        decide.keep(text, unix, began_unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
                     } else if sched.refused(now(), free()).is_none() {
                         on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
                         spawner.start(&mut sched, &store, text, unix, began_unix, now());
@@ -657,14 +731,19 @@ pub fn run(
                         (Some(_), Some(text)) => {
                             on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
                             if let Some(decide) = sched.confirm_early(now()) {
-                                decide.keep(text, unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
+                                let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
+                                decide.keep(text, unix, st.began_unix, history);
                             }
                         }
-                        (Some(early), None) if early == scan_idx => {
-                            if let Some(decide) = sched.drop_early() {
-                                decide.drop_it();
+                        (Some(early), None) if early == scan_idx => match in_hold(&armed, &o.triggers, scan_idx) {
+                            // A trigger in its hold keeps it as its own.
+                            Some(j) => sched.hand_early(j),
+                            None => {
+                                if let Some(decide) = sched.drop_early() {
+                                    decide.drop_it();
+                                }
                             }
-                        }
+                        },
                         (None, Some(text)) => match sched.refused(now(), free()) {
                             None => {
                                 on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });

@@ -106,6 +106,35 @@ fn connected(sb: &pileup_sandbox::Sandbox, n: u64) {
     }
 }
 
+/// A row-lock convoy on `w.hot`: one open transaction holds row 1 and `n`
+/// connections queue for it (for 30 s at most).
+struct Convoy {
+    holder: mysql::Conn,
+    holder_id: u64,
+    /// When the row was taken.
+    onset: f64,
+    waiters: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn convoy(sb: &pileup_sandbox::Sandbox, n: usize) -> Convoy {
+    let mut holder = sb.connect().unwrap();
+    let holder_id: u64 = holder.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    holder.query_drop("BEGIN").unwrap();
+    holder.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1").unwrap();
+    let onset = now_unix();
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let spec = sb.conn_spec();
+            std::thread::spawn(move || {
+                let mut c = spec.connect().unwrap();
+                let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 30");
+                let _ = c.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1");
+            })
+        })
+        .collect();
+    Convoy { holder, holder_id, onset, waiters }
+}
+
 #[test]
 fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     let sb = sandbox();
@@ -155,28 +184,15 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     assert!(seen.iter().all(|v| v["derived"]["pl_threads"].as_f64().unwrap() >= 4.0), "4 sysbench connections");
 
     // The convoy: one transaction holds the row, 20 connections queue on it.
-    let mut holder = sb.connect().unwrap();
-    let holder_id: u64 = holder.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    holder.query_drop("BEGIN").unwrap();
-    holder.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1").unwrap();
-    let onset = now_unix();
-    let waiters: Vec<_> = (0..20)
-        .map(|_| {
-            let spec = sb.conn_spec();
-            std::thread::spawn(move || {
-                let mut c = spec.connect().unwrap();
-                let _ = c.query_drop("SET SESSION innodb_lock_wait_timeout = 30");
-                let _ = c.query_drop("UPDATE w.hot SET v = v + 1 WHERE id = 1");
-            })
-        })
-        .collect();
+    let Convoy { mut holder, holder_id, onset, waiters } = convoy(&sb, 20);
     let cap = wait_for(&rx, "captured", Duration::from_secs(15), &mut seen);
     let cap = captured(cap, &seen);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
         verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")),
-        "verdict: {verdict}"
+        "verdict: {verdict}; convoy began at {onset:.2}; events: {:?}",
+        seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
     );
     let waits = |k: &str| seen.iter().filter_map(|v| v["derived"][k].as_f64()).fold(0.0, f64::max);
     assert!(waits("innodb_row_lock_current_waits") >= 10.0 && waits("pl_active") >= 20.0, "the polls saw the queue");
@@ -678,6 +694,48 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     );
     assert!(first_stack - onset < 0.5, "first stack {:.2} s after the condition was first seen", first_stack - onset);
     drop(conns);
+    end(&mut [&mut child]);
+}
+
+#[test]
+fn an_early_capture_that_has_gathered_is_taken_again_when_another_condition_begins() {
+    let sb = sandbox();
+    sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)").unwrap();
+    let data = tempfile_dir("watch-retake");
+    // The first condition holds from the first poll and its hold outlasts
+    // the test: its early capture gathers at once, then waits.
+    let idle: Vec<_> = (0..6).map(|_| sb.connect().unwrap()).collect();
+    let (mut child, rx) = watch(
+        &sb,
+        &data,
+        &["--trigger", "threads_connected > 5 for 120s", "--trigger", "innodb_row_lock_current_waits > 5 for 1s"],
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    assert!(seen.iter().all(|v| v["event"] == "poll"), "nothing fires yet");
+    // The second condition begins well after that evidence was taken.
+    let Convoy { mut holder, holder_id, onset, waiters } = convoy(&sb, 10);
+    let mut seen = vec![];
+    let cap = captured(wait_for(&rx, "captured", Duration::from_secs(15), &mut seen), &seen);
+    assert_eq!(cap["trigger"], "innodb_row_lock_current_waits > 5 for 1s");
+    let verdict = cap["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")),
+        "the evidence is the convoy's, not what came before it: {verdict}"
+    );
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
+    let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
+    assert!(
+        first_stack > onset && first_stack - onset < 2.0,
+        "first stack {:.2} s after the convoy began",
+        first_stack - onset
+    );
+    holder.query_drop("ROLLBACK").unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    drop(idle);
     end(&mut [&mut child]);
 }
 
