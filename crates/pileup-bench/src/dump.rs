@@ -86,6 +86,16 @@ fn settle(c: &mut mysql::Conn) -> Result<(f64, bool)> {
     Ok((t.elapsed().as_secs_f64(), false))
 }
 
+/// `pileup load`'s arguments for the binary log setting: none when it is
+/// written (pileup's default), `--no-binlog` when not.
+fn no_binlog(binlog: bool) -> &'static [&'static str] {
+    if binlog {
+        &[]
+    } else {
+        &["--no-binlog"]
+    }
+}
+
 /// pileup's load with `--indexes with-data`, timed and checked.
 #[allow(clippy::too_many_arguments)]
 fn load_with_data(
@@ -105,7 +115,7 @@ fn load_with_data(
         Command::new(pileup)
             .args(["load", "-S", sock, "-u", "root", "--rename", "bench:bench_l", "--threads", threads])
             .args(["--indexes", "with-data"])
-            .args(if binlog { &[][..] } else { &["--no-binlog"][..] })
+            .args(no_binlog(binlog))
             .arg(dir),
         "pileup load --indexes with-data",
     )?;
@@ -327,7 +337,7 @@ fn main() -> Result<()> {
                 "pileup" => run(
                     Command::new(&pileup)
                         .args(["load", "-S", &sock, "-u", "root", "--rename", "bench:bench_l", "--threads", &threads])
-                        .args(if binlog { &[][..] } else { &["--no-binlog"][..] })
+                        .args(no_binlog(binlog))
                         .arg(&dir),
                     "pileup load",
                 )?,

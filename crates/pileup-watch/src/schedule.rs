@@ -119,11 +119,16 @@ impl<T> Scheduler<T> {
         Some(&e.1)
     }
 
-    /// The early capture's condition cleared while trigger `i`'s (or the
-    /// scan's) holds: it is that one's to keep or drop now.
-    pub fn hand_early(&mut self, i: usize) {
-        if let Some(e) = self.early.as_mut() {
-            e.0 = i;
+    /// The early capture's condition cleared: it becomes trigger `to`'s (or
+    /// the scan's) to keep or drop when that one's condition holds, or is
+    /// dropped (see [`Scheduler::drop_early`]) and its handle returned.
+    pub fn release_early(&mut self, to: Option<usize>) -> Option<T> {
+        match (to, self.early.as_mut()) {
+            (Some(i), Some(e)) => {
+                e.0 = i;
+                None
+            }
+            _ => self.drop_early(),
         }
     }
 
@@ -234,10 +239,14 @@ mod tests {
         assert!(s.retake_early(gap * 0.5, |_| true).is_none(), "spaced like new early captures");
         assert_eq!(s.retake_early(gap * 2.0, |_| true), Some(&"early"));
         assert_eq!(s.early_trigger(), Some(0), "still its first trigger's to keep or drop");
-        s.hand_early(3);
+        assert_eq!(s.release_early(Some(3)), None);
         assert_eq!(s.early_trigger(), Some(3), "handed on when its condition clears and another holds");
         assert!(s.retake_early(gap * 2.5, |_| true).is_none(), "spaced from the retake too");
         assert_eq!(s.confirm_early(gap * 3.0), Some("early"));
+        s.finished();
+        s.started_early(1, gap * 70.0, "next");
+        assert_eq!(s.release_early(None), Some("next"), "dropped when no other condition holds");
+        assert_eq!(s.early_trigger(), None);
     }
 
     #[test]

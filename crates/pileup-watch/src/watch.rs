@@ -566,38 +566,33 @@ pub fn run(
                         // sees, or another trigger in its hold, keeps it as
                         // its own; otherwise it is dropped.
                         let other = open_pileup.map(|_| scan_idx).or_else(|| in_hold(&armed, &o.triggers, i));
-                        match other {
-                            Some(j) => sched.hand_early(j),
-                            None => {
-                                if let Some(decide) = sched.drop_early() {
-                                    decide.drop_it();
-                                }
-                            }
+                        if let Some(decide) = sched.release_early(other) {
+                            decide.drop_it();
                         }
                     }
                     _ => {}
                 }
                 continue;
             }
-            let began = step == Step::Pending && armed[i].since() == Some(p.unix);
-            if began && t.hold > 0.0 && pid.is_some() {
-                // Another condition's early capture has already gathered:
-                // its evidence predates this one, which gets its own.
-                if let Some(e) = sched.retake_early(now(), Early::gathered) {
-                    let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-                    e.retake(t.text.clone(), p.unix, onset, history);
-                    continue;
-                }
-            }
-            if step == Step::Pending && t.hold > 0.0 && sched.early_trigger().is_none() && pid.is_some() {
-                // The condition just started to hold: begin capturing now, so
-                // the first stacks show the stall's start rather than the end
-                // of its hold; dropped unless the hold confirms it.
-                if sched.may_start_early(now(), free()) {
-                    let (early, rx) = Early::start();
-                    sched.started_early(i, now(), early);
-                    let history = store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-                    spawner.spawn(t.text.clone(), p.unix, onset, history, Some(rx));
+            if step == Step::Pending && t.hold > 0.0 && pid.is_some() {
+                let history = || store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
+                if sched.early_trigger().is_none() {
+                    // The condition just started to hold: begin capturing
+                    // now, so the first stacks show the stall's start rather
+                    // than the end of its hold; dropped unless the hold
+                    // confirms it.
+                    if sched.may_start_early(now(), free()) {
+                        let (early, rx) = Early::start();
+                        sched.started_early(i, now(), early);
+                        spawner.spawn(t.text.clone(), p.unix, onset, history(), Some(rx));
+                    }
+                } else if armed[i].since() == Some(p.unix) {
+                    // It began at this poll. Another condition's early
+                    // capture that has already gathered predates it: that
+                    // capture gathers again.
+                    if let Some(e) = sched.retake_early(now(), Early::gathered) {
+                        e.retake(t.text.clone(), p.unix, onset, history());
+                    }
                 }
                 continue;
             }
@@ -735,15 +730,12 @@ pub fn run(
                                 decide.keep(text, unix, st.began_unix, history);
                             }
                         }
-                        (Some(early), None) if early == scan_idx => match in_hold(&armed, &o.triggers, scan_idx) {
+                        (Some(early), None) if early == scan_idx => {
                             // A trigger in its hold keeps it as its own.
-                            Some(j) => sched.hand_early(j),
-                            None => {
-                                if let Some(decide) = sched.drop_early() {
-                                    decide.drop_it();
-                                }
+                            if let Some(decide) = sched.release_early(in_hold(&armed, &o.triggers, scan_idx)) {
+                                decide.drop_it();
                             }
-                        },
+                        }
                         (None, Some(text)) => match sched.refused(now(), free()) {
                             None => {
                                 on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
