@@ -27,6 +27,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 ///             writes will need
 ///   lag       where a replica's apply time goes (page reads, locks, commit,
 ///             CPU), per table
+///   digest    which statements cost the server and how well they read, from
+///             slow logs (MariaDB, MySQL, Percona Server)
 ///   dump      parallel, consistent logical dump of schemas and data
 ///   load      parallel restore of a dump
 ///   sandbox   throwaway mariadbd servers for tests and experiments
@@ -75,6 +77,8 @@ enum Command {
     Locks(cmd::locks::LocksArgs),
     /// Where a replica's apply time goes: page reads, lock waits, commit, CPU, relay log; per table, with a flame graph.
     Lag(cmd::lag::LagArgs),
+    /// Which statements cost the server and how well they read: slow-log statements grouped and ranked.
+    Digest(cmd::digest::DigestArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
     Binlog(cmd::binlog::BinlogArgs),
     /// Parallel, consistent logical dump: tables in chunks, views, routines, triggers, events, binlog position.
@@ -117,6 +121,7 @@ fn main() {
         Command::Top(a) => cmd::watch::run_top(a, &conn),
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Binlog(a) => cmd::binlog::run(a),
+        Command::Digest(a) => cmd::digest::run(a),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
         Command::Lag(a) => cmd::lag::run(a, &conn),
         Command::Locks(a) => cmd::locks::run(a, &conn),

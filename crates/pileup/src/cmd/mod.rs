@@ -1,5 +1,6 @@
 pub mod binlog;
 pub mod debug_files;
+pub mod digest;
 pub mod dump;
 pub mod lag;
 pub mod load_profile;
@@ -9,13 +10,13 @@ pub mod sandbox;
 pub mod stacks;
 pub mod watch;
 
-/// An error that asks for a specific exit code.
+/// An error that asks for a specific exit code, with the line printed.
 #[derive(Debug)]
-pub struct ExitCode(pub i32);
+pub struct ExitCode(pub i32, pub String);
 
 impl std::fmt::Display for ExitCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit code {}", self.0)
+        f.write_str(&self.1)
     }
 }
 impl std::error::Error for ExitCode {}

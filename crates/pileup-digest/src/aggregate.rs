@@ -1,0 +1,121 @@
+//! Statements to classes: the fingerprint of each statement finds its class,
+//! up to a limit on the number of classes; past it, new fingerprints go to
+//! one "other" class.
+
+use std::collections::HashMap;
+
+use crate::attr::A;
+use crate::class::{Class, Event};
+
+/// The fingerprint of the class that holds statements past `max_classes`.
+pub const OTHER: &[u8] = b"(other statements: past --max-classes)";
+
+/// A problem met in the input: where, and what.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Index of the input in the list given.
+    #[serde(skip)]
+    pub input: usize,
+    /// The block of the input it was found in; `line` counts from the
+    /// block's start until the run ends and renumbers it.
+    #[serde(skip)]
+    pub block: u64,
+    /// The input's name (filled in when the run ends).
+    pub file: String,
+    pub line: u64,
+    pub what: String,
+}
+
+/// Problems kept word for word; the rest are counted.
+pub const PROBLEMS_KEPT: usize = 50;
+
+/// Classes being built.
+pub struct Aggregate {
+    index: HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>,
+    pub classes: Vec<Class>,
+    pub other: Option<Class>,
+    pub max_classes: usize,
+    pub events: u64,
+    pub problems: Vec<Problem>,
+    pub problem_count: u64,
+    fp: Vec<u8>,
+}
+
+impl Aggregate {
+    pub fn new(max_classes: usize) -> Aggregate {
+        Aggregate {
+            index: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0x5eed)),
+            classes: vec![],
+            other: None,
+            max_classes: max_classes.max(1),
+            events: 0,
+            problems: vec![],
+            problem_count: 0,
+            fp: Vec::with_capacity(256),
+        }
+    }
+
+    pub fn add(&mut self, e: &Event) {
+        self.events += 1;
+        pileup_sql::fingerprint(e.query, &mut self.fp);
+        if let Some(&i) = self.index.get(self.fp.as_slice()) {
+            self.classes[i as usize].add(e);
+            return;
+        }
+        if self.classes.len() >= self.max_classes {
+            self.other.get_or_insert_with(|| Class::new(OTHER.into())).add(e);
+            return;
+        }
+        let mut c = Class::new(self.fp.as_slice().into());
+        c.add(e);
+        self.index.insert(self.fp.as_slice().into(), self.classes.len() as u32);
+        self.classes.push(c);
+    }
+
+    pub fn problem(&mut self, p: Problem) {
+        self.problem_count += 1;
+        if self.problems.len() < PROBLEMS_KEPT {
+            self.problems.push(p);
+        }
+    }
+
+    /// Fold another aggregate (another thread's) into this one. When the
+    /// union passes `max_classes`, the classes with the least total time
+    /// go to "other".
+    pub fn merge(&mut self, o: Aggregate) {
+        self.events += o.events;
+        self.problem_count += o.problem_count;
+        for p in o.problems {
+            if self.problems.len() < PROBLEMS_KEPT {
+                self.problems.push(p);
+            }
+        }
+        for c in o.classes {
+            match self.index.get(&c.fingerprint) {
+                Some(&i) => self.classes[i as usize].merge(&c),
+                None => {
+                    self.index.insert(c.fingerprint.clone(), self.classes.len() as u32);
+                    self.classes.push(c);
+                }
+            }
+        }
+        if let Some(oc) = o.other {
+            match &mut self.other {
+                Some(m) => m.merge(&oc),
+                None => self.other = Some(oc),
+            }
+        }
+        if self.classes.len() > self.max_classes {
+            self.classes.sort_by(|a, b| b.sum(A::QueryTime).total_cmp(&a.sum(A::QueryTime)));
+            let rest = self.classes.split_off(self.max_classes);
+            let other = self.other.get_or_insert_with(|| Class::new(OTHER.into()));
+            for c in &rest {
+                other.merge(c);
+            }
+            self.index.clear();
+            for (i, c) in self.classes.iter().enumerate() {
+                self.index.insert(c.fingerprint.clone(), i as u32);
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Per-class aggregation: counts, sums, extremes and percentiles of every
+//! attribute, the hosts, users and databases seen, and a sample statement.
+//! Memory grows with the number of classes and the spread of their values,
+//! never with the number of statements.
+
+use crate::attr::{A, N_ATTRS, N_FLAGS};
+
+/// A sparse histogram with 16 buckets per power of two (each 4.4% wide):
+/// a value's bucket is the top 16 bits of its IEEE-754 double (sign,
+/// exponent, 4 mantissa bits), so bucketing costs one shift. Small integers
+/// up to 16 have buckets of their own. Only buckets that saw a value are
+/// stored, sorted.
+///
+/// Written here: hdrhistogram keeps a dense array per histogram (kilobytes
+/// each, for every attribute of every class), which would make memory grow
+/// with classes × attributes × range rather than with what was seen.
+#[derive(Clone, Debug, Default)]
+pub struct Hist {
+    buckets: Vec<(u16, u32)>,
+}
+
+fn bucket(v: f64) -> u16 {
+    if v > 0.0 && v.is_finite() {
+        (v.to_bits() >> 48) as u16
+    } else {
+        0
+    }
+}
+
+fn bucket_low(b: u16) -> f64 {
+    f64::from_bits(u64::from(b) << 48)
+}
+
+impl Hist {
+    pub fn add(&mut self, v: f64, n: u32) {
+        let b = bucket(v);
+        match self.buckets.binary_search_by_key(&b, |e| e.0) {
+            Ok(i) => self.buckets[i].1 = self.buckets[i].1.saturating_add(n),
+            Err(i) => self.buckets.insert(i, (b, n)),
+        }
+    }
+
+    pub fn merge(&mut self, o: &Hist) {
+        for &(b, n) in &o.buckets {
+            match self.buckets.binary_search_by_key(&b, |e| e.0) {
+                Ok(i) => self.buckets[i].1 = self.buckets[i].1.saturating_add(n),
+                Err(i) => self.buckets.insert(i, (b, n)),
+            }
+        }
+    }
+
+    /// The value below which `q` (0..1) of the values fall: the bucket's
+    /// lower bound for counts (exact up to 16), its middle for times.
+    pub fn quantile(&self, q: f64, integer: bool) -> f64 {
+        let total: u64 = self.buckets.iter().map(|e| u64::from(e.1)).sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0u64;
+        for &(b, n) in &self.buckets {
+            seen += u64::from(n);
+            if seen >= rank {
+                if b == 0 {
+                    return 0.0;
+                }
+                let lo = bucket_low(b);
+                return if integer { lo } else { (lo + bucket_low(b + 1)) / 2.0 };
+            }
+        }
+        0.0
+    }
+
+    /// (bucket lower bound, count) pairs, for histograms in reports.
+    pub fn buckets(&self) -> impl Iterator<Item = (f64, u32)> + '_ {
+        self.buckets.iter().map(|&(b, n)| (if b == 0 { 0.0 } else { bucket_low(b) }, n))
+    }
+}
+
+/// One attribute of one class.
+#[derive(Clone, Debug)]
+pub struct Stat {
+    /// Statements that logged it.
+    pub n: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+    pub hist: Hist,
+}
+
+impl Stat {
+    fn new(v: f64) -> Stat {
+        let mut hist = Hist::default();
+        hist.add(v, 1);
+        Stat { n: 1, sum: v, min: v, max: v, hist }
+    }
+
+    fn add(&mut self, v: f64) {
+        self.n += 1;
+        self.sum += v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.hist.add(v, 1);
+    }
+
+    fn merge(&mut self, o: &Stat) {
+        self.n += o.n;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.hist.merge(&o.hist);
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+
+    /// A percentile, kept within what was seen.
+    pub fn quantile(&self, q: f64, integer: bool) -> f64 {
+        self.hist.quantile(q, integer).clamp(self.min, self.max)
+    }
+}
+
+/// Up to a few distinct values (hosts, users, databases) with counts; the
+/// rest counted together.
+#[derive(Clone, Debug, Default)]
+pub struct Few {
+    pub values: Vec<(Box<[u8]>, u64)>,
+    pub others: u64,
+}
+
+const FEW: usize = 8;
+
+impl Few {
+    fn add(&mut self, v: &[u8], n: u64) {
+        if let Some(e) = self.values.iter_mut().find(|e| &*e.0 == v) {
+            e.1 += n;
+        } else if self.values.len() < FEW {
+            self.values.push((v.into(), n));
+        } else {
+            self.others += n;
+        }
+    }
+
+    fn merge(&mut self, o: &Few) {
+        for (v, n) in &o.values {
+            self.add(v, *n);
+        }
+        self.others += o.others;
+    }
+
+    /// Values, most frequent first.
+    pub fn sorted(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> =
+            self.values.iter().map(|(k, n)| (String::from_utf8_lossy(k).into_owned(), *n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// The statement kept as a class's example: its slowest.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub query: Box<[u8]>,
+    pub db: Box<[u8]>,
+    pub query_time: f64,
+    /// Unix time (seconds), when the log gave it.
+    pub ts: Option<i64>,
+    /// The logged EXPLAIN, one row a line, tab-separated as logged.
+    pub explain: Vec<Box<[u8]>>,
+    /// Where it was: input index and line.
+    pub at: (usize, u64),
+}
+
+/// Everything known about one statement as logged.
+#[derive(Debug)]
+pub struct Event<'a> {
+    pub values: [f64; N_ATTRS],
+    /// Bit i: values[i] was logged.
+    pub present: u64,
+    /// Bit i: FLAGS[i] logged (as Yes or No); `flags_yes` the yeses.
+    pub flags_seen: u32,
+    pub flags_yes: u32,
+    pub user: &'a [u8],
+    pub host: &'a [u8],
+    pub db: &'a [u8],
+    pub ts: Option<i64>,
+    pub query: &'a [u8],
+    pub explain: &'a [&'a [u8]],
+    pub at: (usize, u64),
+}
+
+impl Event<'_> {
+    pub fn get(&self, a: A) -> Option<f64> {
+        (self.present & (1 << a as usize) != 0).then(|| self.values[a as usize])
+    }
+}
+
+/// One statement class.
+#[derive(Clone, Debug)]
+pub struct Class {
+    pub fingerprint: Box<[u8]>,
+    pub count: u64,
+    pub stats: [Option<Box<Stat>>; N_ATTRS],
+    /// Per flag: statements that logged it, and those that said Yes.
+    pub flags: [(u64, u64); N_FLAGS],
+    pub first: Option<i64>,
+    pub last: Option<i64>,
+    pub hosts: Few,
+    pub users: Few,
+    pub dbs: Few,
+    pub sample: Sample,
+}
+
+impl Class {
+    pub fn new(fingerprint: Box<[u8]>) -> Class {
+        Class {
+            fingerprint,
+            count: 0,
+            stats: Default::default(),
+            flags: [(0, 0); N_FLAGS],
+            first: None,
+            last: None,
+            hosts: Few::default(),
+            users: Few::default(),
+            dbs: Few::default(),
+            sample: Sample::default(),
+        }
+    }
+
+    pub fn stat(&self, a: A) -> Option<&Stat> {
+        self.stats[a as usize].as_deref()
+    }
+
+    /// Sum of an attribute (0 when never logged).
+    pub fn sum(&self, a: A) -> f64 {
+        self.stat(a).map_or(0.0, |s| s.sum)
+    }
+
+    pub fn add(&mut self, e: &Event) {
+        self.count += 1;
+        let mut bits = e.present;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let v = e.values[i];
+            match &mut self.stats[i] {
+                Some(s) => s.add(v),
+                slot => *slot = Some(Box::new(Stat::new(v))),
+            }
+        }
+        let mut bits = e.flags_seen;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            self.flags[i].0 += 1;
+            self.flags[i].1 += u64::from(e.flags_yes >> i & 1);
+        }
+        if let Some(t) = e.ts {
+            self.first = Some(self.first.map_or(t, |f| f.min(t)));
+            self.last = Some(self.last.map_or(t, |l| l.max(t)));
+        }
+        self.hosts.add(e.host, 1);
+        self.users.add(e.user, 1);
+        self.dbs.add(e.db, 1);
+        let qt = e.get(A::QueryTime).unwrap_or(0.0);
+        if self.count == 1 || qt > self.sample.query_time {
+            self.sample = Sample {
+                query: e.query.into(),
+                db: e.db.into(),
+                query_time: qt,
+                ts: e.ts,
+                explain: e.explain.iter().map(|l| Box::from(*l)).collect(),
+                at: e.at,
+            };
+        }
+    }
+
+    pub fn merge(&mut self, o: &Class) {
+        self.count += o.count;
+        for (mine, theirs) in self.stats.iter_mut().zip(&o.stats) {
+            match (mine.as_mut(), theirs) {
+                (Some(m), Some(t)) => m.merge(t),
+                (None, Some(t)) => *mine = Some(t.clone()),
+                _ => {}
+            }
+        }
+        for (m, t) in self.flags.iter_mut().zip(&o.flags) {
+            m.0 += t.0;
+            m.1 += t.1;
+        }
+        self.first = match (self.first, o.first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last = match (self.last, o.last) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.hosts.merge(&o.hosts);
+        self.users.merge(&o.users);
+        self.dbs.merge(&o.dbs);
+        if o.count > 0 && (self.count == o.count || o.sample.query_time > self.sample.query_time) {
+            self.sample = o.sample.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_close_and_small_integers_exact() {
+        let mut h = Hist::default();
+        for v in 1..=100 {
+            h.add(f64::from(v) / 1000.0, 1);
+        }
+        let p95 = h.quantile(0.95, false);
+        assert!((p95 - 0.095).abs() / 0.095 < 0.05, "{p95}");
+        let mut c = Hist::default();
+        for v in [1.0, 2.0, 3.0, 3.0, 16.0, 0.0] {
+            c.add(v, 1);
+        }
+        assert_eq!(c.quantile(0.5, true), 2.0);
+        assert_eq!(c.quantile(1.0, true), 16.0);
+        assert_eq!(c.quantile(0.01, true), 0.0);
+    }
+
+    #[test]
+    fn merged_classes_equal_one_built_whole() {
+        let ev = |qt: f64, host: &'static [u8]| {
+            let mut values = [0.0; N_ATTRS];
+            values[A::QueryTime as usize] = qt;
+            Event {
+                values,
+                present: 1,
+                flags_seen: 1 << 5,
+                flags_yes: u32::from(qt > 1.0) << 5,
+                user: b"u",
+                host,
+                db: b"d",
+                ts: Some((qt * 10.0) as i64),
+                query: b"select 1",
+                explain: &[],
+                at: (0, 1),
+            }
+        };
+        let mut whole = Class::new(Box::from(&b"x"[..]));
+        let (mut a, mut b) = (whole.clone(), whole.clone());
+        for (i, qt) in [0.5, 2.0, 0.1, 3.0].into_iter().enumerate() {
+            let e = ev(qt, if i % 2 == 0 { b"h1" } else { b"h2" });
+            whole.add(&e);
+            if i < 2 { &mut a } else { &mut b }.add(&e);
+        }
+        a.merge(&b);
+        let (s, t) = (whole.stat(A::QueryTime).unwrap(), a.stat(A::QueryTime).unwrap());
+        assert_eq!((s.n, s.sum, s.min, s.max), (t.n, t.sum, t.min, t.max));
+        assert_eq!(a.flags[5], (4, 2));
+        assert_eq!((a.first, a.last), (Some(1), Some(30)));
+        assert_eq!(a.sample.query_time, 3.0);
+        assert_eq!(a.hosts.sorted(), vec![("h1".to_string(), 2), ("h2".to_string(), 2)]);
+    }
+}

@@ -1,0 +1,641 @@
+//! Slow-log entries from a block of text: MariaDB 10.x/11.x under every
+//! `log_slow_verbosity`, MySQL 5.7/8.0 (with or without `log_slow_extra`)
+//! and Percona Server.
+//!
+//! An entry is its comment lines (`# Time:`, `# User@Host:`, `# Key: value
+//! …`, `# explain:`, `# Warnings`), then `use db;` and `SET timestamp=N;`,
+//! then the statement, up to the next entry or server header. Keys are read
+//! by name, never by position (servers and versions order and space them
+//! differently, and leave values empty: `Schema:   QC_hit: No`). The
+//! header a server writes when it opens the log (start, `FLUSH LOGS`) —
+//! `mariadbd, Version: …`, `/usr/sbin/mysqld, Version: …`, `Tcp port:`,
+//! `Time  Id Command  Argument` — ends the entry before it and is skipped.
+//!
+//! A malformed value is named by line and the statement still counts; an
+//! entry with no statement is named and skipped.
+
+use crate::aggregate::{Aggregate, Problem};
+use crate::attr::{field, Field, A, N_FLAGS};
+use crate::class::Event;
+
+/// Where a block sits: its input, its first line's number (when known:
+/// blocks are parsed in parallel and lines are counted per block, so
+/// problems carry the line within the block and are renumbered later),
+/// and the database `use` selected before it (MySQL logs name it only on
+/// change).
+pub struct BlockCtx<'a> {
+    pub input: usize,
+    pub seq: u64,
+    pub db: &'a [u8],
+}
+
+/// What a parsed block reports besides the classes it fed.
+#[derive(Default)]
+pub struct BlockOut {
+    /// Lines in the block.
+    pub lines: u64,
+}
+
+#[derive(PartialEq, Clone, Copy)]
+enum State {
+    /// Before any entry, or after a server header.
+    Idle,
+    /// In an entry's comment lines.
+    Head,
+    /// In its statement.
+    Text,
+}
+
+struct Entry<'a> {
+    values: [f64; crate::attr::N_ATTRS],
+    present: u64,
+    flags_seen: u32,
+    flags_yes: u32,
+    user: &'a [u8],
+    host: &'a [u8],
+    schema: Option<&'a [u8]>,
+    ts: Option<i64>,
+    has_user: bool,
+    has_attrs: bool,
+    /// Line of the entry's first line, within the block.
+    line: u64,
+    text: Option<(usize, usize)>,
+    explain: Vec<&'a [u8]>,
+    warnings: bool,
+}
+
+impl<'a> Entry<'a> {
+    fn new(line: u64) -> Entry<'a> {
+        Entry {
+            values: [0.0; crate::attr::N_ATTRS],
+            present: 0,
+            flags_seen: 0,
+            flags_yes: 0,
+            user: b"",
+            host: b"",
+            schema: None,
+            ts: None,
+            has_user: false,
+            has_attrs: false,
+            line,
+            text: None,
+            explain: vec![],
+            warnings: false,
+        }
+    }
+
+    fn set(&mut self, a: A, v: f64) {
+        self.values[a as usize] = v;
+        self.present |= 1 << a as usize;
+    }
+}
+
+/// Parse every entry of `block` into `agg`. The block starts at an entry
+/// (or at the start of its input) and ends after one.
+pub fn parse_block(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate) -> BlockOut {
+    let mut p = Parser { block, ctx, db: ctx.db, state: State::Idle, entry: Entry::new(0), skip_header: 0 };
+    let mut line_no = 0u64;
+    let mut pos = 0;
+    while pos < block.len() {
+        let end = memchr::memchr(b'\n', &block[pos..]).map_or(block.len(), |e| pos + e);
+        line_no += 1;
+        p.line(pos, end, line_no, agg);
+        pos = end + 1;
+    }
+    p.finish(agg);
+    BlockOut { lines: line_no }
+}
+
+struct Parser<'a, 'c> {
+    block: &'a [u8],
+    ctx: &'c BlockCtx<'a>,
+    db: &'a [u8],
+    state: State,
+    entry: Entry<'a>,
+    /// Lines of a server header still to skip.
+    skip_header: u8,
+}
+
+fn starts(line: &[u8], p: &[u8]) -> bool {
+    line.len() >= p.len() && &line[..p.len()] == p
+}
+
+/// `mariadbd, Version: 10.11.19-MariaDB-log (Debian 12). started with:`
+fn is_server_header(line: &[u8]) -> bool {
+    line.ends_with(b"started with:") && memchr::memmem::find(line, b", Version: ").is_some()
+}
+
+impl<'a> Parser<'a, '_> {
+    fn problem(&self, agg: &mut Aggregate, line: u64, what: String) {
+        agg.problem(Problem { input: self.ctx.input, block: self.ctx.seq, file: String::new(), line, what });
+    }
+
+    fn line(&mut self, start: usize, end: usize, no: u64, agg: &mut Aggregate) {
+        let block = self.block;
+        let mut line = &block[start..end];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        if self.skip_header > 0 {
+            self.skip_header -= 1;
+            if starts(line, b"Tcp port:")
+                || starts(line, b"TCP Port:")
+                || starts(line, b"Time ")
+                || starts(line, b"Time\t")
+            {
+                return;
+            }
+            self.skip_header = 0;
+        }
+        if line.first() == Some(&b'#') {
+            if starts(line, b"# Time: ") {
+                self.begin(no, agg, true);
+                return;
+            }
+            if starts(line, b"# User@Host: ") {
+                if self.state != State::Head || self.entry.has_user || self.entry.has_attrs {
+                    self.begin(no, agg, false);
+                }
+                self.user_host(&line[13..]);
+                return;
+            }
+            if self.state == State::Text {
+                // A session's entry without its `# User@Host:` line.
+                if starts(line, b"# Query_time: ") || starts(line, b"# Thread_id: ") {
+                    self.begin(no, agg, false);
+                } else {
+                    return self.text(start, end);
+                }
+            }
+            if self.state == State::Idle {
+                if starts(line, b"# administrator command: ") || !looks_like_attrs(line) {
+                    self.problem(agg, no, "a comment line outside any entry".into());
+                    return;
+                }
+                self.begin(no, agg, false);
+            }
+            // In an entry's comment lines.
+            if starts(line, b"# explain: ") {
+                self.entry.explain.push(&line[11..]);
+            } else if starts(line, b"# administrator command: ") {
+                self.state = State::Text;
+                self.text(start + 2, end);
+            } else if line == b"# Warnings" {
+                self.entry.warnings = true;
+            } else if self.entry.warnings && is_warning_line(line) {
+                let w = self.entry.values[A::Warnings as usize];
+                self.entry.set(A::Warnings, w + 1.0);
+            } else {
+                self.attrs(line, no, agg);
+            }
+            return;
+        }
+        match self.state {
+            State::Text => {
+                if is_server_header(line) {
+                    self.finish(agg);
+                    self.state = State::Idle;
+                    self.skip_header = 2;
+                } else {
+                    self.text(start, end);
+                }
+            }
+            State::Head => {
+                if starts(line, b"use ") && line.ends_with(b";") {
+                    let name = &line[4..line.len() - 1];
+                    self.db = name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name);
+                } else if starts(line, b"SET ") && line.ends_with(b";") && set_timestamp(line).is_some() {
+                    self.entry.ts = set_timestamp(line);
+                } else if is_server_header(line) {
+                    self.finish(agg);
+                    self.state = State::Idle;
+                    self.skip_header = 2;
+                } else {
+                    self.state = State::Text;
+                    self.text(start, end);
+                }
+            }
+            State::Idle => {
+                if is_server_header(line) {
+                    self.skip_header = 2;
+                } else if !line.iter().all(u8::is_ascii_whitespace) {
+                    self.problem(agg, no, "text outside any entry (a log cut mid-entry?)".into());
+                }
+            }
+        }
+    }
+
+    fn text(&mut self, start: usize, end: usize) {
+        match &mut self.entry.text {
+            Some((_, e)) => *e = end,
+            t => *t = Some((start, end)),
+        }
+    }
+
+    /// A new entry starts at line `no`: the one before ends.
+    fn begin(&mut self, no: u64, agg: &mut Aggregate, time_line: bool) {
+        self.finish(agg);
+        self.entry = Entry::new(no);
+        self.state = State::Head;
+        let _ = time_line;
+    }
+
+    /// The current entry ends: counted, or named as a problem when it has
+    /// no statement.
+    fn finish(&mut self, agg: &mut Aggregate) {
+        if self.state == State::Idle {
+            return;
+        }
+        let e = std::mem::replace(&mut self.entry, Entry::new(0));
+        self.state = State::Idle;
+        let Some((s, t)) = e.text else {
+            if e.has_user || e.has_attrs {
+                self.problem(agg, e.line, "an entry with no statement (cut short?)".into());
+            }
+            return;
+        };
+        let mut q = &self.block[s..t];
+        while let Some((last, rest)) = q.split_last() {
+            if last.is_ascii_whitespace() {
+                q = rest;
+            } else {
+                break;
+            }
+        }
+        let q = q.strip_suffix(b";").unwrap_or(q);
+        let mut ev = Event {
+            values: e.values,
+            present: e.present,
+            flags_seen: e.flags_seen,
+            flags_yes: e.flags_yes,
+            user: e.user,
+            host: e.host,
+            db: e.schema.unwrap_or(self.db),
+            ts: e.ts,
+            query: q,
+            explain: &e.explain,
+            at: (self.ctx.input, e.line | self.ctx.seq << 40),
+        };
+        // Engine_time times reads (writes' engine work is not in it), so the
+        // rest is the optimizer's only for queries.
+        if let (Some(qt), Some(et), true) = (ev.get(A::QueryTime), ev.get(A::EngineTime), is_query(q)) {
+            ev.values[A::OptimizerTime as usize] = (qt - et).max(0.0);
+            ev.present |= 1 << A::OptimizerTime as usize;
+        }
+        agg.add(&ev);
+    }
+
+    /// `root[root] @ localhost [127.0.0.1]  Id:    10`
+    fn user_host(&mut self, s: &'a [u8]) {
+        let e = &mut self.entry;
+        e.has_user = true;
+        let user_end = memchr::memchr(b'[', s).unwrap_or(s.len());
+        e.user = trim(&s[..user_end]);
+        if let Some(at) = memchr::memmem::find(s, b" @ ") {
+            let rest = &s[at + 3..];
+            let (name, ip) = match memchr::memchr(b'[', rest) {
+                Some(b) => {
+                    let close = memchr::memchr(b']', &rest[b..]).map_or(rest.len(), |c| b + c);
+                    (trim(&rest[..b]), trim(&rest[b + 1..close]))
+                }
+                None => (trim(rest), &b""[..]),
+            };
+            e.host = if name.is_empty() { ip } else { name };
+        }
+    }
+
+    /// `# Key: value  Key: value …`
+    fn attrs(&mut self, line: &'a [u8], no: u64, agg: &mut Aggregate) {
+        let mut toks = line[1..].split(|c| *c == b' ' || *c == b'\t').filter(|t| !t.is_empty()).peekable();
+        while let Some(tok) = toks.next() {
+            let Some(key) = tok.strip_suffix(b":") else { continue };
+            let val = match toks.peek() {
+                Some(v) if !(v.ends_with(b":") && field(&v[..v.len() - 1]).is_some()) => toks.next().unwrap_or(b""),
+                _ => b"",
+            };
+            let Some(f) = field(key) else { continue };
+            self.entry.has_attrs = true;
+            match f {
+                Field::Attr(a, scale) => match parse_num(val) {
+                    Some(v) => self.entry.set(a, v * scale),
+                    None => self.problem(
+                        agg,
+                        no,
+                        format!(
+                            "{} {:?} is not a number; the statement counts without it",
+                            String::from_utf8_lossy(key),
+                            String::from_utf8_lossy(val)
+                        ),
+                    ),
+                },
+                Field::Flag(i) => {
+                    self.entry.flags_seen |= 1 << i;
+                    if val == b"Yes" {
+                        self.entry.flags_yes |= 1 << i;
+                    }
+                }
+                Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
+                    let v = parse_num(val).unwrap_or(0.0);
+                    debug_assert!(i < N_FLAGS);
+                    self.entry.flags_seen |= 1 << i;
+                    if v != 0.0 {
+                        self.entry.flags_yes |= 1 << i;
+                    }
+                    if let Field::CountAndFlag(a, _) = f {
+                        self.entry.set(a, v);
+                    }
+                }
+                Field::Schema => self.entry.schema = Some(val),
+                Field::ThreadId | Field::Ignored => {}
+            }
+        }
+    }
+}
+
+/// Does the statement read only (SELECT, WITH …, a parenthesized SELECT)?
+fn is_query(q: &[u8]) -> bool {
+    let q = trim(q);
+    let q = q.strip_prefix(b"(").map_or(q, trim);
+    let word =
+        |w: &[u8]| q.len() > w.len() && q[..w.len()].eq_ignore_ascii_case(w) && !q[w.len()].is_ascii_alphanumeric();
+    word(b"select") || word(b"with")
+}
+
+/// Could this comment line be an entry's (a known `Key:` in it)?
+fn looks_like_attrs(line: &[u8]) -> bool {
+    line[1..].split(|c| *c == b' ' || *c == b'\t').any(|t| t.strip_suffix(b":").is_some_and(|k| field(k).is_some()))
+}
+
+/// MariaDB's warning lines: `# Warning         1292 Truncated …`.
+fn is_warning_line(line: &[u8]) -> bool {
+    starts(line, b"# Warning ") || starts(line, b"# Note ") || starts(line, b"# Error ")
+}
+
+/// `SET timestamp=N;` or `SET last_insert_id=1,insert_id=2,timestamp=N;`
+fn set_timestamp(line: &[u8]) -> Option<i64> {
+    let at = memchr::memmem::find(line, b"timestamp=")? + 10;
+    let digits = &line[at..];
+    let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+    std::str::from_utf8(&digits[..n]).ok()?.parse().ok()
+}
+
+fn parse_num(v: &[u8]) -> Option<f64> {
+    // Integers (most values) without the float parser.
+    if !v.is_empty() && v.len() < 19 && v.iter().all(u8::is_ascii_digit) {
+        return Some(v.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')) as f64);
+    }
+    let f: f64 = std::str::from_utf8(v).ok()?.parse().ok()?;
+    f.is_finite().then_some(f).filter(|f| *f >= 0.0)
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let a = s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
+    let b = s.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(a, |e| e + 1);
+    &s[a..b]
+}
+
+/// Where the last entry of `buf` starts (after position 0), so a block can
+/// be cut there: the last `# User@Host:` line, or the `# Time:` line right
+/// before it; failing those, the last `# Time:` or `# Query_time:` line.
+pub fn last_entry_start(buf: &[u8]) -> Option<usize> {
+    let cut = |needle: &[u8]| memchr::memmem::rfind(buf, needle).map(|p| p + 1).filter(|&p| p > 0);
+    if let Some(p) = cut(b"\n# User@Host: ") {
+        // Back up over `# Time:` and `# Schema:`-less lines that belong to it.
+        let before = &buf[..p - 1];
+        let prev = memchr::memrchr(b'\n', before).map_or(0, |n| n + 1);
+        if starts(&buf[prev..], b"# Time: ") && prev > 0 {
+            return Some(prev);
+        }
+        return Some(p);
+    }
+    cut(b"\n# Time: ").or_else(|| cut(b"\n# Query_time: "))
+}
+
+/// The database the last `use db;` line of `buf` selects.
+pub fn last_use(buf: &[u8]) -> Option<&[u8]> {
+    let p = memchr::memmem::rfind(buf, b"\nuse ")? + 5;
+    let end = memchr::memchr(b'\n', &buf[p..]).map_or(buf.len(), |e| p + e);
+    let name = buf[p..end].strip_suffix(b";")?;
+    Some(name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::F_FILESORT;
+
+    fn parse(log: &str) -> Aggregate {
+        let mut agg = Aggregate::new(100);
+        parse_block(log.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"" }, &mut agg);
+        agg
+    }
+
+    fn class<'a>(agg: &'a Aggregate, fp: &str) -> &'a crate::class::Class {
+        agg.classes.iter().find(|c| &*c.fingerprint == fp.as_bytes()).unwrap_or_else(|| {
+            panic!(
+                "no class {fp:?} in {:?}",
+                agg.classes.iter().map(|c| String::from_utf8_lossy(&c.fingerprint).into_owned()).collect::<Vec<_>>()
+            )
+        })
+    }
+
+    const MARIADB: &str = "mariadbd, Version: 10.11.19-MariaDB-0+deb12u1-log (Debian 12). started with:
+Tcp port: 33999  Unix socket: /tmp/sb/sock
+Time\t\t    Id Command\tArgument
+# Time: 261127  6:52:26
+# User@Host: app[app] @ web1 [10.0.0.5]
+# Thread_id: 4  Schema: d  QC_hit: No
+# Query_time: 0.003581  Lock_time: 0.000079  Rows_sent: 1  Rows_examined: 20000
+# Rows_affected: 0  Bytes_sent: 65
+# Pages_accessed: 111  Pages_read: 3  Pages_prefetched: 0  Pages_updated: 0  Old_rows_read: 0
+# Pages_read_time: 0.5000  Engine_time: 2.1186
+# Full_scan: Yes  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No
+# Filesort: No  Filesort_on_disk: No  Merge_passes: 0  Priority_queue: No
+#
+# explain: id\tselect_type\ttable\ttype\tpossible_keys\tkey\tkey_len\tref\trows\tr_rows\tfiltered\tr_filtered\tExtra
+# explain: 1\tSIMPLE\tt\tALL\tNULL\tNULL\tNULL\tNULL\t20001\t20000.00\t100.00\t0.00\tUsing where
+#
+use `d`;
+SET timestamp=1795762346;
+select count(*) from t where c like '%y%';
+# User@Host: root[root] @ localhost []
+# Thread_id: 5  Schema:   QC_hit: No
+# Query_time: 0.000455  Lock_time: 0.000098  Rows_sent: 3  Rows_examined: 60
+# Rows_affected: 0  Bytes_sent: 353
+# Filesort: Yes  Filesort_on_disk: No  Merge_passes: 0  Priority_queue: Yes
+# Warnings
+# Warning         1292 Truncated incorrect DOUBLE value: 'x'
+# Note            1003 Query_time: 5 is not an attribute
+SET timestamp=1795762347;
+select *
+  from t where a in (1,2,3)
+  order by c limit 3;
+mariadbd, Version: 10.11.19-MariaDB-0+deb12u1-log (Debian 12). started with:
+Tcp port: 33999  Unix socket: /tmp/sb/sock
+Time\t\t    Id Command\tArgument
+# User@Host: root[root] @ localhost []
+# Thread_id: 6  Schema: d  QC_hit: No
+# Query_time: 0.000091  Lock_time: 0.000000  Rows_sent: 0  Rows_examined: 0
+# Rows_affected: 0  Bytes_sent: 11
+SET timestamp=1795762348;
+select count(*) from t where c like '%zz%';
+";
+
+    #[test]
+    fn mariadb_full_verbosity() {
+        let agg = parse(MARIADB);
+        assert_eq!(agg.events, 3, "{:?}", agg.problems);
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        let c = class(&agg, "select count(*) from t where c like ?");
+        assert_eq!(c.count, 2);
+        let qt = c.stat(A::QueryTime).unwrap();
+        assert!((qt.sum - 0.003672).abs() < 1e-9);
+        // Engine_time is milliseconds; the optimizer's share is the rest.
+        let et = c.stat(A::EngineTime).unwrap();
+        assert!((et.sum - 0.0021186).abs() < 1e-9, "{}", et.sum);
+        let ot = c.stat(A::OptimizerTime).unwrap();
+        assert!((ot.sum - (0.003581 - 0.0021186)).abs() < 1e-9);
+        assert_eq!(c.stat(A::PagesRead).unwrap().sum, 3.0);
+        assert!((c.stat(A::PagesReadTime).unwrap().sum - 0.0005).abs() < 1e-12);
+        assert_eq!(c.flags[1], (1, 1));
+        assert_eq!(c.sample.explain.len(), 2);
+        assert_eq!(c.hosts.sorted(), vec![("localhost".to_string(), 1), ("web1".to_string(), 1)]);
+        assert_eq!(c.dbs.sorted(), vec![("d".to_string(), 2)]);
+        assert_eq!((c.first, c.last), (Some(1795762346), Some(1795762348)));
+        // A multi-line statement, warnings not taken for attributes, an
+        // empty Schema.
+        let s = class(&agg, "select * from t where a in (?+) order by c limit ?");
+        assert_eq!(s.stat(A::Warnings).unwrap().sum, 2.0);
+        assert_eq!(s.flags[F_FILESORT], (1, 1));
+        assert_eq!(s.stat(A::QueryTime).unwrap().n, 1);
+        assert_eq!(&*s.sample.query, b"select *\n  from t where a in (1,2,3)\n  order by c limit 3");
+        assert_eq!(s.dbs.sorted()[0].0, "");
+    }
+
+    #[test]
+    fn mysql_57_and_80_extra() {
+        let log = "/usr/sbin/mysqld, Version: 5.7.12-0ubuntu1.1-log ((Ubuntu)). started with:
+Tcp port: 3306  Unix socket: /var/run/mysqld/mysqld.sock
+Time                 Id Command    Argument
+# Time: 2016-07-20T18:13:25.698433Z
+# User@Host: root[root] @ localhost [127.0.0.1]  Id:     3
+# Query_time: 0.003464  Lock_time: 0.000324 Rows_sent: 1000  Rows_examined: 2000
+use facturas;
+SET timestamp=1469038405;
+SELECT * FROM db_facturacion.facturas LIMIT 0, 1000;
+# Time: 2016-07-20T18:13:25.699880Z
+# User@Host: root[root] @ localhost [127.0.0.1]  Id:     4
+# Query_time: 0.000241  Lock_time: 0.000055 Rows_sent: 0  Rows_examined: 0
+SET timestamp=1469038405;
+# administrator command: Init DB;
+# Time: 2024-05-10T17:45:09.474988Z
+# User@Host: msandbox[msandbox] @ localhost []  Id:    12
+# Query_time: 0.000244  Lock_time: 0.000003 Rows_sent: 0  Rows_examined: 0 Thread_id: 12 Errno: 1146 Killed: 0 Bytes_received: 22 Bytes_sent: 56 Read_first: 1 Read_last: 0 Read_key: 1 Read_next: 0 Read_prev: 0 Read_rnd: 0 Read_rnd_next: 7 Sort_merge_passes: 2 Sort_range_count: 0 Sort_rows: 9 Sort_scan_count: 0 Created_tmp_disk_tables: 1 Created_tmp_tables: 1 Start:  End: 2024-05-10T17:45:09.474988Z
+SET timestamp=1715363109;
+select * from t;
+";
+        let agg = parse(log);
+        assert_eq!(agg.events, 3);
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        let c = class(&agg, "select * from db_facturacion.facturas limit ?");
+        assert_eq!(c.stat(A::RowsSent).unwrap().sum, 1000.0);
+        assert_eq!(c.dbs.sorted()[0].0, "facturas");
+        assert_eq!(c.hosts.sorted()[0].0, "localhost");
+        let a = class(&agg, "administrator command: Init DB");
+        assert_eq!(a.count, 1);
+        let m = class(&agg, "select * from t");
+        assert_eq!(m.flags[crate::attr::F_ERROR], (1, 1));
+        assert_eq!(m.flags[crate::attr::F_TMP_TABLE_ON_DISK], (1, 1));
+        assert_eq!(m.stat(A::MergePasses).unwrap().sum, 2.0);
+        assert_eq!(m.stat(A::ReadRndNext).unwrap().sum, 7.0);
+        assert_eq!(m.stat(A::BytesReceived).unwrap().sum, 22.0);
+        // The database `use` chose earlier in the log.
+        assert_eq!(m.dbs.sorted()[0].0, "facturas");
+    }
+
+    #[test]
+    fn percona_full() {
+        let log = "# Time: 2024-05-10T17:52:26.336958Z
+# User@Host: msandbox[msandbox] @ localhost []  Id:    13
+# Schema: test_jfg  Last_errno: 0  Killed: 0
+# Query_time: 0.000218  Lock_time: 0.000004  Rows_sent: 0  Rows_examined: 0  Rows_affected: 0  Bytes_sent: 56
+# Tmp_tables: 0  Tmp_disk_tables: 0  Tmp_table_sizes: 0
+# InnoDB_trx_id: 0
+# Full_scan: Yes  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No
+# Filesort: No  Filesort_on_disk: No  Merge_passes: 0
+#   InnoDB_IO_r_ops: 4  InnoDB_IO_r_bytes: 65536  InnoDB_IO_r_wait: 0.001500
+#   InnoDB_rec_lock_wait: 0.250000  InnoDB_queue_wait: 0.000000
+#   InnoDB_pages_distinct: 7
+SET timestamp=1715363546;
+select * from t;
+# Time: 2018-05-30T09:30:12.039775Z
+# User@Host: root[root] @ localhost []  Id:    10
+# Schema: test  Last_errno: 1317  Killed: 0
+# Query_time: 19.254508  Lock_time: 0.001043  Rows_sent: 0  Rows_examined: 0  Rows_affected: 0
+# Bytes_sent: 44  Tmp_tables: 0  Tmp_disk_tables: 0  Tmp_table_sizes: 0
+# InnoDB_trx_id: 0
+# QC_Hit: No  Full_scan: No  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No
+# Filesort: No  Filesort_on_disk: No  Merge_passes: 0
+# No InnoDB statistics available for this query
+SET timestamp=1527672612;
+select count(*) from z1 limit 1;
+";
+        let agg = parse(log);
+        assert_eq!(agg.events, 2);
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        let c = class(&agg, "select * from t");
+        assert_eq!(c.stat(A::PagesRead).unwrap().sum, 4.0);
+        assert_eq!(c.stat(A::PagesDistinct).unwrap().sum, 7.0);
+        assert!((c.stat(A::RowLockWait).unwrap().sum - 0.25).abs() < 1e-12);
+        assert!((c.stat(A::PagesReadTime).unwrap().sum - 0.0015).abs() < 1e-12);
+        assert_eq!(c.dbs.sorted()[0].0, "test_jfg");
+        let k = class(&agg, "select count(*) from z1 limit ?");
+        assert_eq!(k.flags[crate::attr::F_ERROR], (1, 1));
+        assert_eq!(k.flags[0], (1, 0));
+    }
+
+    #[test]
+    fn garbled_entries_are_named_and_statements_kept() {
+        let log = "SELECT tail of an entry cut by rotation;
+# User@Host: a[a] @ h []
+# Query_time: 0.x1  Lock_time: 0.000001  Rows_sent: 1  Rows_examined: 1
+SET timestamp=100;
+select 1;
+# Query_time: 0.5  Lock_time: 0  Rows_sent: 1  Rows_examined: 1
+SET timestamp=101;
+select 2;
+# User@Host: b[b] @ h []
+# Query_time: 0.1  Lock_time: 0  Rows_sent: 1  Rows_examined: 1
+# User@Host: c[c] @ h []
+# Query_time: 0.2  Lock_time: 0  Rows_sent: 1  Rows_examined: 1
+SET timestamp=102;
+select 3;
+# User@Host: d[d] @ h []
+# Query_time: 0.3";
+        let agg = parse(log);
+        assert_eq!(agg.events, 3, "{:?}", agg.problems);
+        let c = class(&agg, "select ?");
+        assert_eq!(c.count, 3);
+        // The garbled Query_time is left out, the statement still counts.
+        assert_eq!(c.stat(A::QueryTime).unwrap().n, 2);
+        assert_eq!(c.stat(A::RowsSent).unwrap().n, 3);
+        let lines: Vec<(u64, &str)> = agg.problems.iter().map(|p| (p.line, p.what.as_str())).collect();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[0].0, 1);
+        assert!(lines[1].1.contains("Query_time \"0.x1\""), "{lines:?}");
+        assert_eq!(lines[1].0, 3);
+        assert_eq!(lines[2], (9, "an entry with no statement (cut short?)"));
+        assert_eq!(lines[3], (15, "an entry with no statement (cut short?)"));
+    }
+
+    #[test]
+    fn blocks_cut_before_an_entry() {
+        let log =
+            b"x;\n# Time: 1\n# User@Host: a\n# Query_time: 1\nselect 1;\n# User@Host: b\n# Query_time: 1\nselect 2;\n";
+        let p = last_entry_start(log).unwrap();
+        assert!(log[p..].starts_with(b"# User@Host: b"));
+        let p2 = last_entry_start(&log[..p]).unwrap();
+        assert!(log[p2..].starts_with(b"# Time: 1"));
+        assert_eq!(last_use(b"x\nuse `a`;\nselect 1;\nuse b;\nSET timestamp=1;"), Some(&b"b"[..]));
+    }
+}

@@ -1,0 +1,217 @@
+//! Which statements cost a server, how well they read, and which plans are
+//! wrong.
+//!
+//! Data flows in one direction:
+//!
+//! * [`input`]: slow-log files (plain, gzip, zstd, standard input) read in
+//!   blocks cut at entry boundaries; [`input::slowlog`] turns a block's
+//!   entries into events;
+//! * [`aggregate`]: each event's statement is reduced to its fingerprint
+//!   ([`pileup_sql::fingerprint`]) and added to its [`class::Class`];
+//!   blocks are parsed on several threads, each with its own aggregate,
+//!   merged at the end;
+//! * [`rank`]: classes ordered by total time or by a read-efficiency
+//!   signal;
+//! * [`report`]: text and JSON.
+//!
+//! The library prints nothing: progress goes to a [`Sink`], problems in
+//! the input come back in the [`Digest`].
+
+pub mod aggregate;
+pub mod attr;
+pub mod class;
+pub mod input;
+pub mod rank;
+pub mod report;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+pub use aggregate::Problem;
+pub use input::Input;
+pub use rank::Rank;
+
+use aggregate::Aggregate;
+use attr::N_ATTRS;
+use class::Class;
+use input::slowlog::{self, BlockCtx};
+
+/// What can stop a digest.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open {0}: {1}")]
+    Open(String, #[source] std::io::Error),
+    #[error("{0} is a directory; name the slow-log files in it")]
+    IsDir(String),
+    #[error("cannot read {0}: {1}")]
+    Read(String, #[source] std::io::Error),
+}
+
+/// How to digest.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Threads parsing blocks (1: all on the calling thread).
+    pub jobs: usize,
+    /// Classes kept apart; statements of further fingerprints go to one
+    /// "other" class.
+    pub max_classes: usize,
+    /// Bytes per block handed to a thread.
+    pub block_size: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            max_classes: 10_000,
+            block_size: 1 << 20,
+        }
+    }
+}
+
+/// Where a digest reports while it runs.
+pub trait Sink {
+    /// Bytes read so far (compressed bytes for compressed inputs), of
+    /// `total` when every input's size is known.
+    fn progress(&mut self, _done: u64, _total: Option<u64>) {}
+}
+
+/// A sink that ignores everything.
+pub struct Quiet;
+impl Sink for Quiet {}
+
+/// The result: every class, and what could not be read.
+#[derive(Debug)]
+pub struct Digest {
+    pub inputs: Vec<String>,
+    /// Statements read.
+    pub events: u64,
+    /// Bytes read from the inputs (compressed bytes for compressed ones).
+    pub bytes: u64,
+    pub classes: Vec<Class>,
+    /// Statements past `max_classes`, together.
+    pub other: Option<Class>,
+    pub max_classes: usize,
+    /// Problems in the input, in input order (the first
+    /// [`aggregate::PROBLEMS_KEPT`] word for word).
+    pub problems: Vec<Problem>,
+    pub problem_count: u64,
+    /// Which attributes some statement logged.
+    pub seen: [bool; N_ATTRS],
+}
+
+struct Job {
+    input: usize,
+    seq: u64,
+    db: Vec<u8>,
+    block: Vec<u8>,
+}
+
+/// Read every input and build the classes.
+pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Digest, Error> {
+    let jobs = o.jobs.max(1);
+    let sizes: Option<u64> = inputs.iter().map(Input::size).sum();
+    let counter = Arc::new(AtomicU64::new(0));
+    let lines: Mutex<HashMap<(usize, u64), u64>> = Mutex::default();
+    let parse = |job: &Job, agg: &mut Aggregate| {
+        let out = slowlog::parse_block(&job.block, &BlockCtx { input: job.input, seq: job.seq, db: &job.db }, agg);
+        lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
+    };
+    let mut agg = Aggregate::new(o.max_classes);
+    let read_all = |send: &mut dyn FnMut(Job), sink: &mut dyn Sink| -> Result<(), Error> {
+        for (i, input) in inputs.iter().enumerate() {
+            let r = input::open(input, counter.clone())?;
+            let mut blocks = input::Blocks::new(r, o.block_size);
+            let mut db = Vec::new();
+            let mut seq = 0;
+            while let Some(block) = blocks.next_block().map_err(|e| Error::Read(input.name(), e))? {
+                let next_db = slowlog::last_use(&block).map(<[u8]>::to_vec);
+                let job = Job { input: i, seq, db: db.clone(), block };
+                if let Some(d) = next_db {
+                    db = d;
+                }
+                send(job);
+                seq += 1;
+                sink.progress(counter.load(Ordering::Relaxed), sizes);
+            }
+        }
+        Ok(())
+    };
+    if jobs == 1 {
+        read_all(&mut |job| parse(&job, &mut agg), sink)?;
+    } else {
+        let (tx, rx) = mpsc::sync_channel::<Job>(jobs);
+        let rx = Mutex::new(rx);
+        let r = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..jobs)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = Aggregate::new(o.max_classes);
+                        loop {
+                            let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                            let Ok(job) = job else { break };
+                            parse(&job, &mut mine);
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            let r = read_all(
+                &mut |job| {
+                    // The workers end only when the channel closes.
+                    let _ = tx.send(job);
+                },
+                sink,
+            );
+            drop(tx);
+            for w in workers {
+                match w.join() {
+                    Ok(a) => agg.merge(a),
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
+            r
+        });
+        r?;
+    }
+    // Lines were counted per block: number them from each input's start.
+    let lines = lines.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut before: HashMap<(usize, u64), u64> = HashMap::new();
+    for (i, _) in inputs.iter().enumerate() {
+        let mut acc = 0;
+        for seq in 0.. {
+            let Some(n) = lines.get(&(i, seq)) else { break };
+            before.insert((i, seq), acc);
+            acc += n;
+        }
+    }
+    let names: Vec<String> = inputs.iter().map(Input::name).collect();
+    for p in &mut agg.problems {
+        p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
+        p.file = names[p.input].clone();
+    }
+    agg.problems.sort_by_key(|p| (p.input, p.line));
+    let mut seen = [false; N_ATTRS];
+    for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {
+        let (input, at) = c.sample.at;
+        let (block, line) = (at >> 40, at & ((1 << 40) - 1));
+        c.sample.at = (input, line + before.get(&(input, block)).copied().unwrap_or(0));
+        for (s, st) in seen.iter_mut().zip(&c.stats) {
+            *s |= st.is_some();
+        }
+    }
+    let mut classes = agg.classes;
+    rank::sort(&mut classes, Rank::Time);
+    Ok(Digest {
+        inputs: names,
+        events: agg.events,
+        bytes: counter.load(Ordering::Relaxed),
+        classes,
+        other: agg.other,
+        max_classes: agg.max_classes,
+        problems: agg.problems,
+        problem_count: agg.problem_count,
+        seen,
+    })
+}

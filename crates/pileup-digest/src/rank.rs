@@ -1,0 +1,114 @@
+//! Orders of classes: by what they cost, or by how badly they read.
+
+use crate::attr::{A, F_FILESORT, F_FILESORT_ON_DISK, F_TMP_TABLE, F_TMP_TABLE_ON_DISK};
+use crate::class::Class;
+
+/// A ranking of classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rank {
+    /// Total query time (the default).
+    Time,
+    /// Executions.
+    Count,
+    /// Rows examined per row returned or changed.
+    Examined,
+    /// Pages accessed per row returned or changed.
+    Pages,
+    /// Share of the time spent outside the engine (optimization), for
+    /// classes where that time is large enough to be a plan's and holds no
+    /// sort or temporary table.
+    Optimizer,
+    /// Sorts and temporary tables that went to disk.
+    Spill,
+    /// Time waiting for locks (table locks, and row locks where logged).
+    Lock,
+}
+
+impl Rank {
+    pub const ALL: &'static [(&'static str, Rank, &'static str)] = &[
+        ("time", Rank::Time, "total query time"),
+        ("count", Rank::Count, "executions"),
+        ("examined", Rank::Examined, "rows examined per row returned or changed"),
+        ("pages", Rank::Pages, "pages accessed per row returned or changed"),
+        ("optimizer", Rank::Optimizer, "share of the time spent outside the engine (optimizer)"),
+        ("spill", Rank::Spill, "sorts and temporary tables that went to disk"),
+        ("lock", Rank::Lock, "time waiting for locks"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Rank::ALL.iter().find(|r| r.1 == self).map_or("time", |r| r.0)
+    }
+
+    pub fn parse(s: &str) -> Option<Rank> {
+        Rank::ALL.iter().find(|r| r.0 == s).map(|r| r.1)
+    }
+}
+
+/// Rows a class returned or changed (at least one per execution, so a
+/// statement that finds nothing still divides).
+fn rows_out(c: &Class) -> f64 {
+    (c.sum(A::RowsSent) + c.sum(A::RowsAffected)).max(c.count as f64)
+}
+
+/// Rows examined per row returned or changed; None when not logged.
+pub fn examined_per_row(c: &Class) -> Option<f64> {
+    c.stat(A::RowsExamined).map(|s| s.sum / rows_out(c))
+}
+
+/// Pages accessed (MariaDB) or distinct pages (Percona) per row returned
+/// or changed.
+pub fn pages_per_row(c: &Class) -> Option<f64> {
+    c.stat(A::PagesAccessed).or(c.stat(A::PagesDistinct)).map(|s| s.sum / rows_out(c))
+}
+
+/// Below this mean time outside the engine, a class's optimizer share
+/// measures its round trip and parsing, not a plan, and is not ranked.
+pub const OPTIMIZER_FLOOR_S: f64 = 0.000_5;
+
+/// Share of the statement time spent outside the engine, over the
+/// statements that logged `Engine_time`.
+pub fn optimizer_share(c: &Class) -> Option<f64> {
+    let o = c.stat(A::OptimizerTime)?;
+    let e = c.stat(A::EngineTime)?;
+    let total = o.sum + e.sum;
+    (total > 0.0).then(|| o.sum / total)
+}
+
+/// Executions whose sort or temporary table went to disk.
+pub fn spills(c: &Class) -> u64 {
+    c.flags[F_FILESORT_ON_DISK].1.max(c.flags[F_TMP_TABLE_ON_DISK].1).max(c.sum(A::TmpDiskTables) as u64)
+}
+
+/// The score a class ranks by (higher first); None: not ranked by it.
+pub fn score(c: &Class, r: Rank) -> Option<f64> {
+    match r {
+        Rank::Time => Some(c.sum(A::QueryTime)),
+        Rank::Count => Some(c.count as f64),
+        Rank::Examined => examined_per_row(c),
+        Rank::Pages => pages_per_row(c),
+        Rank::Optimizer => {
+            let o = c.stat(A::OptimizerTime)?;
+            // A sort or a temporary table is work outside the engine too.
+            let sorts = c.flags[F_FILESORT].1 + c.flags[F_TMP_TABLE].1 > 0;
+            (o.mean() >= OPTIMIZER_FLOOR_S && !sorts).then(|| optimizer_share(c)).flatten()
+        }
+        Rank::Spill => {
+            let s = spills(c);
+            (s > 0).then(|| s as f64 + c.sum(A::MergePasses) / 1e9)
+        }
+        Rank::Lock => Some(c.sum(A::LockTime) + c.sum(A::RowLockWait)),
+    }
+}
+
+/// Sort classes by `r`: ranked classes first, highest score first, ties
+/// by total time; unranked classes after, by total time.
+pub fn sort(classes: &mut [Class], r: Rank) {
+    classes.sort_by(|a, b| {
+        let (sa, sb) = (score(a, r), score(b, r));
+        sb.is_some()
+            .cmp(&sa.is_some())
+            .then_with(|| sb.unwrap_or(0.0).total_cmp(&sa.unwrap_or(0.0)))
+            .then_with(|| b.sum(A::QueryTime).total_cmp(&a.sum(A::QueryTime)))
+            .then_with(|| a.fingerprint.cmp(&b.fingerprint))
+    });
+}

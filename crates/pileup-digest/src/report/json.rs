@@ -1,0 +1,115 @@
+//! The digest as one JSON object: `events` (statements parsed) and
+//! `classes`, each with `fingerprint`, `count` and per attribute
+//! `sum`/`min`/`max`/`mean`/`p95`/`p99`. docs/digest.md has the schema.
+
+use serde_json::{json, Map, Value};
+
+use super::{id, unavailable, utc, View};
+use crate::attr::{Unit, ATTRS, FLAGS};
+use crate::class::{Class, Few};
+use crate::rank;
+use crate::Digest;
+
+fn few(f: &Few) -> Value {
+    let mut v: Vec<Value> =
+        f.sorted().into_iter().map(|(value, count)| json!({"value": value, "count": count})).collect();
+    if f.others > 0 {
+        v.push(json!({"value": null, "count": f.others}));
+    }
+    Value::Array(v)
+}
+
+fn round(v: f64, unit: Unit) -> Value {
+    match unit {
+        Unit::Seconds => json!((v * 1e6).round() / 1e6),
+        _ if v.fract() == 0.0 && v.abs() < 9e15 => json!(v as i64),
+        _ => json!((v * 1000.0).round() / 1000.0),
+    }
+}
+
+/// One class as JSON.
+pub fn class(c: &Class, rank_no: usize, d: &Digest) -> Value {
+    let mut attrs = Map::new();
+    for (a, s) in ATTRS.iter().zip(&c.stats) {
+        let Some(s) = s else { continue };
+        let int = a.unit != Unit::Seconds;
+        attrs.insert(
+            a.name.into(),
+            json!({
+                "n": s.n,
+                "sum": round(s.sum, a.unit),
+                "min": round(s.min, a.unit),
+                "max": round(s.max, a.unit),
+                "mean": round(s.mean(), Unit::Seconds),
+                "p95": round(s.quantile(0.95, int), a.unit),
+                "p99": round(s.quantile(0.99, int), a.unit),
+            }),
+        );
+    }
+    let mut flags = Map::new();
+    for ((name, _), (seen, yes)) in FLAGS.iter().zip(&c.flags) {
+        if *seen > 0 {
+            flags.insert((*name).into(), json!({"logged": seen, "yes": yes}));
+        }
+    }
+    let total = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(crate::attr::A::QueryTime)).sum::<f64>();
+    let (input, line) = c.sample.at;
+    json!({
+        "rank": rank_no,
+        "id": id(&c.fingerprint),
+        "fingerprint": String::from_utf8_lossy(&c.fingerprint),
+        "count": c.count,
+        "time_share": if total > 0.0 { json!((c.sum(crate::attr::A::QueryTime) / total * 1e4).round() / 1e4) } else { Value::Null },
+        "first_seen": c.first.map(utc),
+        "last_seen": c.last.map(utc),
+        "attributes": attrs,
+        "flags": flags,
+        "signals": {
+            "rows_examined_per_row": rank::examined_per_row(c).map(|v| (v * 100.0).round() / 100.0),
+            "pages_per_row": rank::pages_per_row(c).map(|v| (v * 100.0).round() / 100.0),
+            "optimizer_share": rank::optimizer_share(c).map(|v| (v * 1e4).round() / 1e4),
+            "spills": rank::spills(c),
+        },
+        "hosts": few(&c.hosts),
+        "users": few(&c.users),
+        "databases": few(&c.dbs),
+        "sample": {
+            "query": String::from_utf8_lossy(&c.sample.query),
+            "database": String::from_utf8_lossy(&c.sample.db),
+            "query_time": round(c.sample.query_time, Unit::Seconds),
+            "at": c.sample.ts.map(utc),
+            "file": d.inputs.get(input),
+            "line": line,
+            "explain": c.sample.explain.iter().map(|l| String::from_utf8_lossy(l)).collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// The whole digest, classes in the view's order (all of them; the view's
+/// limit applies to the text report only).
+pub fn render(d: &Digest, v: &View) -> Value {
+    let mut order: Vec<&Class> = d.classes.iter().collect();
+    let mut sorted: Vec<Class> = Vec::new();
+    if v.rank != crate::Rank::Time {
+        sorted = d.classes.clone();
+        rank::sort(&mut sorted, v.rank);
+        order = sorted.iter().collect();
+    }
+    let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d)).collect();
+    drop(sorted);
+    json!({
+        "tool": "pileup digest",
+        "inputs": d.inputs,
+        "bytes": d.bytes,
+        "events": d.events,
+        "ranked_by": v.rank.name(),
+        "max_classes": d.max_classes,
+        "problems": {
+            "count": d.problem_count,
+            "first": d.problems,
+        },
+        "unavailable": unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect::<Vec<_>>(),
+        "classes": classes,
+        "other": d.other.as_ref().map(|c| class(c, 0, d)),
+    })
+}

@@ -1,0 +1,248 @@
+//! The text report: a summary, a profile table with the efficiency
+//! columns, then the top classes in detail (every attribute's total, min,
+//! max, mean, p95 and p99; hosts, users, databases; the slowest sample with
+//! its logged EXPLAIN).
+
+use std::fmt::Write;
+
+use super::{id, unavailable, utc, View};
+use crate::attr::{Unit, A, ATTRS, FLAGS};
+use crate::class::Class;
+use crate::rank::{self, Rank};
+use crate::Digest;
+
+fn secs(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}s")
+    } else if v >= 1.0 {
+        format!("{v:.2}s")
+    } else if v >= 0.001 {
+        format!("{:.2}ms", v * 1e3)
+    } else if v > 0.0 {
+        format!("{:.0}us", v * 1e6)
+    } else {
+        "0".into()
+    }
+}
+
+fn count(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn bytes(v: f64) -> String {
+    if v >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1}G", v / (1024.0 * 1024.0 * 1024.0))
+    } else if v >= 1024.0 * 1024.0 {
+        format!("{:.1}M", v / (1024.0 * 1024.0))
+    } else if v >= 1024.0 {
+        format!("{:.1}k", v / 1024.0)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn value(v: f64, unit: Unit) -> String {
+    match unit {
+        Unit::Seconds => secs(v),
+        Unit::Count => count(v),
+        Unit::Bytes => bytes(v),
+    }
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), count)
+}
+
+fn one_line(s: &[u8], max: usize) -> String {
+    let s = String::from_utf8_lossy(s);
+    let mut out: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.chars().count() > max {
+        out = out.chars().take(max.saturating_sub(1)).collect::<String>() + "…";
+    }
+    out
+}
+
+/// The text report.
+pub fn render(d: &Digest, v: &View) -> String {
+    let mut o = String::new();
+    let total: f64 = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(A::QueryTime)).sum();
+    let (first, last) = d.classes.iter().chain(d.other.as_ref()).fold((None::<i64>, None::<i64>), |(f, l), c| {
+        (
+            match (f, c.first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            match (l, c.last) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+        )
+    });
+    let _ = writeln!(
+        o,
+        "# {} statements in {} classes, {} of statement time, from {}",
+        d.events,
+        d.classes.len() + usize::from(d.other.is_some()),
+        secs(total),
+        if d.inputs.len() == 1 { d.inputs[0].clone() } else { format!("{} inputs", d.inputs.len()) },
+    );
+    if let (Some(f), Some(l)) = (first, last) {
+        let _ = writeln!(o, "# {} to {} (UTC)", utc(f), utc(l));
+    }
+    if let Some(oc) = &d.other {
+        let _ = writeln!(
+            o,
+            "# {} statements of further fingerprints are counted together as \"other\": more than --max-classes {} classes",
+            oc.count, d.max_classes
+        );
+    }
+    if d.problem_count > 0 {
+        let _ = writeln!(o, "# {} problems in the input (entries skipped or values left out):", d.problem_count);
+        for p in d.problems.iter().take(5) {
+            let _ = writeln!(o, "#   {}:{}: {}", p.file, p.line, p.what);
+        }
+        if d.problem_count > 5 {
+            let _ = writeln!(o, "#   … (--format json lists the first {})", d.problems.len());
+        }
+    }
+    for u in unavailable(d) {
+        let _ = writeln!(o, "# no {}: {}", u.attr, u.why);
+    }
+    let mut classes: Vec<&Class> = d.classes.iter().collect();
+    let mut sorted;
+    if v.rank != Rank::Time {
+        sorted = d.classes.clone();
+        rank::sort(&mut sorted, v.rank);
+        classes = sorted.iter().collect();
+    }
+    let ranked: Vec<&Class> = classes.into_iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();
+    let about = Rank::ALL.iter().find(|r| r.1 == v.rank).map_or("", |r| r.2);
+    let _ = writeln!(o, "\n# Profile, ranked by {about}");
+    if v.rank == Rank::Optimizer {
+        let _ = writeln!(
+            o,
+            "# (not ranked: classes whose mean time outside the engine is under {}, and those that sort or use a temporary table)",
+            secs(rank::OPTIMIZER_FLOOR_S)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# {:>4}  {:<18}  {:>9} {:>6}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>4}  {:>5}  Statement",
+        "Rank", "Class", "Time", "Time%", "Calls", "Mean", "p95", "Exam/row", "Pages/row", "Opt%", "Spill"
+    );
+    for (i, c) in ranked.iter().enumerate() {
+        let qt = c.stat(A::QueryTime);
+        let _ = writeln!(
+            o,
+            "# {:>4}  {:<18}  {:>9} {:>5.1}%  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>4}  {:>5}  {}",
+            i + 1,
+            id(&c.fingerprint),
+            secs(c.sum(A::QueryTime)),
+            if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 },
+            c.count,
+            qt.map_or("-".into(), |s| secs(s.mean())),
+            qt.map_or("-".into(), |s| secs(s.quantile(0.95, false))),
+            ratio(rank::examined_per_row(c)),
+            ratio(rank::pages_per_row(c)),
+            rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
+            rank::spills(c),
+            one_line(&c.fingerprint, 70),
+        );
+    }
+    if ranked.is_empty() {
+        let _ = writeln!(o, "#   (no class logged what this ranking needs)");
+    }
+    for (i, c) in ranked.iter().enumerate() {
+        detail(&mut o, i + 1, c, total, d);
+    }
+    o
+}
+
+fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
+    let _ = writeln!(
+        o,
+        "\n# Class {n}: {}, {} calls, {:.1}% of the time",
+        id(&c.fingerprint),
+        c.count,
+        if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 }
+    );
+    if let (Some(f), Some(l)) = (c.first, c.last) {
+        let _ = writeln!(o, "# Seen {} to {}", utc(f), utc(l));
+    }
+    let _ = writeln!(
+        o,
+        "# {:<17} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "Attribute", "total", "min", "max", "mean", "p95", "p99"
+    );
+    for (a, s) in ATTRS.iter().zip(&c.stats) {
+        let Some(s) = s.as_ref().filter(|s| s.max > 0.0) else { continue };
+        let int = a.unit != Unit::Seconds;
+        let _ = writeln!(
+            o,
+            "# {:<17} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            a.name,
+            value(s.sum, a.unit),
+            value(s.min, a.unit),
+            value(s.max, a.unit),
+            value(s.mean(), a.unit),
+            value(s.quantile(0.95, int), a.unit),
+            value(s.quantile(0.99, int), a.unit),
+        );
+    }
+    let flags: Vec<String> = FLAGS
+        .iter()
+        .zip(&c.flags)
+        .filter(|(_, (seen, yes))| *seen > 0 && *yes > 0)
+        .map(|((name, _), (seen, yes))| format!("{name} {:.0}%", *yes as f64 / *seen as f64 * 100.0))
+        .collect();
+    if !flags.is_empty() {
+        let _ = writeln!(o, "# Plan: {}", flags.join(", "));
+    }
+    let signals = [
+        rank::examined_per_row(c).map(|v| format!("{} rows examined per row", count(v))),
+        rank::pages_per_row(c).map(|v| format!("{} pages per row", count(v))),
+        rank::optimizer_share(c).map(|v| format!("{:.0}% of the time outside the engine", v * 100.0)),
+    ];
+    let signals: Vec<String> = signals.into_iter().flatten().collect();
+    if !signals.is_empty() {
+        let _ = writeln!(o, "# Reads: {}", signals.join(", "));
+    }
+    for (label, f) in [("Databases", &c.dbs), ("Hosts", &c.hosts), ("Users", &c.users)] {
+        let mut vals: Vec<String> = f
+            .sorted()
+            .into_iter()
+            .map(|(v, n)| format!("{} ({n})", if v.is_empty() { "(none)".to_string() } else { v }))
+            .collect();
+        if f.others > 0 {
+            vals.push(format!("others ({})", f.others));
+        }
+        let _ = writeln!(o, "# {label}: {}", vals.join(", "));
+    }
+    let (input, line) = c.sample.at;
+    let _ = writeln!(
+        o,
+        "# Fingerprint: {}\n# Slowest sample ({}, {}:{}{}):",
+        one_line(&c.fingerprint, 4000),
+        secs(c.sample.query_time),
+        d.inputs.get(input).map_or("?", String::as_str),
+        line,
+        c.sample.ts.map(|t| format!(", {}", utc(t))).unwrap_or_default()
+    );
+    if !c.sample.db.is_empty() {
+        let _ = writeln!(o, "USE `{}`;", String::from_utf8_lossy(&c.sample.db).replace('`', "``"));
+    }
+    let _ = writeln!(o, "{};", String::from_utf8_lossy(&c.sample.query));
+    for l in &c.sample.explain {
+        let _ = writeln!(o, "# explain: {}", String::from_utf8_lossy(l));
+    }
+}

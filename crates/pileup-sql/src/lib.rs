@@ -1,0 +1,569 @@
+//! Statement classes: a statement reduced to the shape every execution of it
+//! shares, the key pileup groups statements by.
+//!
+//! [`fingerprint`] folds what varies between executions of one statement:
+//! literals (strings, numbers, hex and bit values, `NULL`, `TRUE`/`FALSE`,
+//! `?` placeholders) become `?`; `IN (...)` lists of literals and the rows
+//! of `VALUES (...), (...)` become `(?+)`; `LIMIT n, m` and `LIMIT n OFFSET
+//! m` become `limit ?`; comments, `ASC` and case are dropped; tokens are
+//! spaced one way whatever the source's whitespace. Identifiers keep their
+//! digits (`sbtest1` and `sbtest2` are different tables, so different
+//! classes).
+//!
+//! Written here rather than taken from a SQL parser: it runs on every
+//! statement of a slow log (millions a second), it must take whatever a
+//! server logged — statements no parser knows, truncated ones, binary
+//! bytes — and never fail, and it must not allocate per token. A parser's
+//! tokenizer does all three of those things the other way.
+
+#![forbid(unsafe_code)]
+
+/// A statement class's identifier: a stable 64-bit hash of its fingerprint
+/// (the same on every machine and in every version of pileup), printed as
+/// 16 hex digits.
+pub fn class_id(fingerprint: &[u8]) -> u64 {
+    // FNV-1a: stable by definition, and class ids are computed once per
+    // class, not per statement, so its speed does not matter.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in fingerprint {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Kind of the last token written, for spacing and folding decisions.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Start,
+    Word,
+    Lit,
+    Open,
+    Close,
+    Comma,
+    Dot,
+    Op,
+}
+
+/// A list being watched for collapse: `IN (` or `VALUES (` seen.
+#[derive(Clone, Copy)]
+struct List {
+    /// Where the output stood before the list's first `(`.
+    mark: usize,
+    depth: u32,
+    /// Only literals, commas and parentheses so far.
+    only_lits: bool,
+    /// `VALUES`: rows may follow one another after a comma.
+    rows: bool,
+}
+
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    prev: Kind,
+    /// The last word written, lowercased (first 16 bytes).
+    word: [u8; 16],
+    word_len: usize,
+    /// The word before it.
+    word2: [u8; 16],
+    word2_len: usize,
+    list: Option<List>,
+    /// A `,` or `OFFSET` after `LIMIT ?`: the next literal is dropped.
+    limit_tail: bool,
+}
+
+const SPACE_BEFORE_PAREN: &[&[u8]] = &[
+    b"in",
+    b"values",
+    b"value",
+    b"and",
+    b"or",
+    b"not",
+    b"exists",
+    b"from",
+    b"join",
+    b"on",
+    b"where",
+    b"as",
+    b"select",
+    b"any",
+    b"all",
+    b"some",
+    b"using",
+    b"union",
+    b"when",
+    b"then",
+    b"else",
+    b"set",
+    b"by",
+    b"having",
+    b"is",
+    b"like",
+    b"between",
+    b"return",
+    b"xor",
+    b"case",
+    b"distinct",
+    b"lateral",
+];
+
+/// Words after which `-5` is a negative number, not a subtraction.
+const BEFORE_UNARY: &[&[u8]] = &[
+    b"select",
+    b"where",
+    b"and",
+    b"or",
+    b"not",
+    b"by",
+    b"then",
+    b"else",
+    b"when",
+    b"between",
+    b"like",
+    b"interval",
+    b"return",
+    b"limit",
+    b"values",
+    b"value",
+    b"set",
+    b"case",
+    b"having",
+    b"on",
+    b"in",
+    b"is",
+    b"xor",
+];
+
+impl Writer<'_> {
+    fn last_word(&self) -> &[u8] {
+        &self.word[..self.word_len]
+    }
+
+    fn space_before(&self, k: Kind) -> bool {
+        match (self.prev, k) {
+            (Kind::Start, _) | (_, Kind::Comma | Kind::Close | Kind::Dot) | (Kind::Open | Kind::Dot, _) => false,
+            (Kind::Word, Kind::Open) => SPACE_BEFORE_PAREN.contains(&self.last_word()),
+            _ => true,
+        }
+    }
+
+    /// Write one token of kind `k` (its bytes already lowercased by the
+    /// caller where that applies), after the list and LIMIT rules.
+    fn token(&mut self, k: Kind, text: &[u8]) {
+        if self.limit_tail {
+            self.limit_tail = false;
+            if k == Kind::Lit {
+                return;
+            }
+        }
+        if let Some(mut l) = self.list {
+            let keep = match k {
+                Kind::Lit => true,
+                Kind::Open => {
+                    l.depth += 1;
+                    true
+                }
+                Kind::Close if l.depth > 0 => {
+                    l.depth -= 1;
+                    true
+                }
+                Kind::Comma => true,
+                _ => false,
+            };
+            if keep {
+                self.list = Some(l);
+                self.put(k, text);
+                if k == Kind::Close && l.depth == 0 && !l.rows {
+                    self.end_list();
+                }
+                return;
+            }
+            if l.depth == 0 {
+                // After a VALUES list's rows: collapse them, then go on.
+                self.end_list();
+            } else {
+                self.list = None;
+            }
+        }
+        if k == Kind::Open && matches!(self.last_word(), b"in" | b"values" | b"value") && self.prev == Kind::Word {
+            let rows = self.last_word() != b"in";
+            self.list = Some(List { mark: self.out.len(), depth: 1, only_lits: true, rows });
+            self.put(k, text);
+            return;
+        }
+        self.put(k, text);
+    }
+
+    /// The list watched ends: literals only collapse to ` (?+)`.
+    fn end_list(&mut self) {
+        if let Some(l) = self.list.take() {
+            if l.only_lits && l.depth == 0 {
+                let trailing_comma = self.prev == Kind::Comma;
+                self.out.truncate(l.mark);
+                self.out.extend_from_slice(b" (?+)");
+                self.prev = Kind::Close;
+                if trailing_comma {
+                    self.out.push(b',');
+                    self.prev = Kind::Comma;
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, k: Kind, text: &[u8]) {
+        if self.space_before(k) {
+            self.out.push(b' ');
+        }
+        self.out.extend_from_slice(text);
+        if k == Kind::Word {
+            self.word2 = self.word;
+            self.word2_len = self.word_len;
+            let n = text.len().min(16);
+            self.word[..n].copy_from_slice(&text[..n]);
+            self.word_len = n;
+        } else if k != Kind::Lit {
+            self.word_len = 0;
+        }
+        self.prev = k;
+    }
+
+    fn finish(&mut self) {
+        if self.list.is_some_and(|l| l.rows) {
+            self.end_list();
+        }
+        self.list = None;
+    }
+}
+
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
+}
+
+/// The end of a quoted string or identifier that starts at `i` (its quote),
+/// past the closing quote: backslash escapes (not in backquotes) and
+/// doubled quotes are inside it. Unterminated: the end of the text.
+fn quoted_end(sql: &[u8], i: usize) -> usize {
+    let q = sql[i];
+    let mut j = i + 1;
+    while j < sql.len() {
+        let c = sql[j];
+        if c == b'\\' && q != b'`' {
+            j += 2;
+            continue;
+        }
+        if c == q {
+            if sql.get(j + 1) == Some(&q) {
+                j += 2;
+                continue;
+            }
+            return j + 1;
+        }
+        j += 1;
+    }
+    sql.len()
+}
+
+/// The end of a number starting at `i`, or None when the digits start an
+/// identifier (`1abc`, `123_x`).
+fn number_end(sql: &[u8], i: usize) -> Option<usize> {
+    let n = sql.len();
+    let mut j = i;
+    if sql[j] == b'0' && matches!(sql.get(j + 1), Some(b'x' | b'X' | b'b' | b'B')) {
+        let hex = matches!(sql[j + 1], b'x' | b'X');
+        let mut k = j + 2;
+        while k < n && (if hex { sql[k].is_ascii_hexdigit() } else { sql[k] == b'0' || sql[k] == b'1' }) {
+            k += 1;
+        }
+        if k > j + 2 && (k >= n || !is_word_byte(sql[k])) {
+            return Some(k);
+        }
+    }
+    while j < n && sql[j].is_ascii_digit() {
+        j += 1;
+    }
+    if j < n && sql[j] == b'.' {
+        j += 1;
+        while j < n && sql[j].is_ascii_digit() {
+            j += 1;
+        }
+    }
+    if j < n && matches!(sql[j], b'e' | b'E') {
+        let mut k = j + 1;
+        if k < n && matches!(sql[k], b'+' | b'-') {
+            k += 1;
+        }
+        if k < n && sql[k].is_ascii_digit() {
+            while k < n && sql[k].is_ascii_digit() {
+                k += 1;
+            }
+            j = k;
+        }
+    }
+    if j < n && is_word_byte(sql[j]) {
+        return None;
+    }
+    Some(j)
+}
+
+/// Reduce `sql` to its class's fingerprint, written to `out` (cleared
+/// first). Never fails; any bytes are accepted.
+pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let sql = trim(sql);
+    if let Some(rest) = sql.strip_prefix(b"administrator command: ") {
+        out.extend_from_slice(b"administrator command: ");
+        out.extend_from_slice(trim(rest.strip_suffix(b";").unwrap_or(rest)));
+        return;
+    }
+    if sql.len() > 4 && sql[..4].eq_ignore_ascii_case(b"use ") && !sql[4..].iter().any(|c| c.is_ascii_whitespace()) {
+        out.extend_from_slice(b"use ?");
+        return;
+    }
+    let mut w = Writer {
+        out,
+        prev: Kind::Start,
+        word: [0; 16],
+        word_len: 0,
+        word2: [0; 16],
+        word2_len: 0,
+        list: None,
+        limit_tail: false,
+    };
+    let n = sql.len();
+    let mut word = Vec::with_capacity(32);
+    let mut i = 0;
+    while i < n {
+        let c = sql[i];
+        match c {
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
+            b'/' if sql.get(i + 1) == Some(&b'*') => {
+                i = find(sql, i + 2, b"*/").map_or(n, |e| e + 2);
+            }
+            b'#' => i = memchr_nl(sql, i),
+            b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
+                i = memchr_nl(sql, i)
+            }
+            b'\'' | b'"' => {
+                i = quoted_end(sql, i);
+                w.token(Kind::Lit, b"?");
+            }
+            b'`' => {
+                let end = quoted_end(sql, i);
+                let inner = &sql[i + 1..end.saturating_sub(1).max(i + 1)];
+                word.clear();
+                if !inner.is_empty() && inner.iter().all(|&c| is_word_byte(c)) {
+                    word.extend(inner.iter().map(u8::to_ascii_lowercase));
+                } else {
+                    word.extend(sql[i..end].iter().map(u8::to_ascii_lowercase));
+                }
+                w.token(Kind::Word, &word);
+                i = end;
+            }
+            b'?' => {
+                w.token(Kind::Lit, b"?");
+                i += 1;
+            }
+            b'0'..=b'9' => match number_end(sql, i) {
+                Some(end) => {
+                    w.token(Kind::Lit, b"?");
+                    i = end;
+                }
+                None => i = read_word(sql, i, &mut word, &mut w),
+            },
+            b'.' if sql.get(i + 1).is_some_and(u8::is_ascii_digit) && w.prev != Kind::Word && w.prev != Kind::Close => {
+                i = number_end(sql, i).unwrap_or(i + 1);
+                w.token(Kind::Lit, b"?");
+            }
+            b'-' | b'+'
+                if (matches!(w.prev, Kind::Start | Kind::Op | Kind::Open | Kind::Comma)
+                    || w.prev == Kind::Word && BEFORE_UNARY.contains(&w.last_word()))
+                    && sql.get(i + 1).is_some_and(|d| {
+                        d.is_ascii_digit() || *d == b'.' && sql.get(i + 2).is_some_and(u8::is_ascii_digit)
+                    }) =>
+            {
+                match number_end(sql, i + 1) {
+                    Some(end) => {
+                        w.token(Kind::Lit, b"?");
+                        i = end;
+                    }
+                    None => {
+                        w.token(Kind::Op, &sql[i..i + 1]);
+                        i += 1;
+                    }
+                }
+            }
+            c if is_word_byte(c) || c == b'@' => i = read_word(sql, i, &mut word, &mut w),
+            b'(' => {
+                w.token(Kind::Open, b"(");
+                i += 1;
+            }
+            b')' => {
+                w.token(Kind::Close, b")");
+                i += 1;
+            }
+            b',' => {
+                if w.out.ends_with(b"limit ?") {
+                    w.limit_tail = true;
+                } else {
+                    w.token(Kind::Comma, b",");
+                }
+                i += 1;
+            }
+            b'.' => {
+                w.token(Kind::Dot, b".");
+                i += 1;
+            }
+            b';' if trim(&sql[i + 1..]).is_empty() => i = n,
+            _ => {
+                let len =
+                    [b"<=>".as_slice(), b"->>", b"<=", b">=", b"<>", b"!=", b":=", b"||", b"&&", b"<<", b">>", b"->"]
+                        .iter()
+                        .find(|op| sql[i..].starts_with(op))
+                        .map_or(1, |op| op.len());
+                w.token(Kind::Op, &sql[i..i + len]);
+                i += len;
+            }
+        }
+    }
+    w.finish();
+}
+
+/// A word (keyword, identifier, `@variable`) at `i`, or a literal it
+/// introduces (`_utf8mb4'x'`, `X'1F'`, `N'x'`): written, and the offset
+/// after it returned.
+fn read_word(sql: &[u8], i: usize, word: &mut Vec<u8>, w: &mut Writer) -> usize {
+    let n = sql.len();
+    let mut j = i;
+    while j < n && sql[j] == b'@' {
+        j += 1;
+    }
+    while j < n && is_word_byte(sql[j]) {
+        j += 1;
+    }
+    if j == i {
+        // A lone byte no rule knows.
+        w.token(Kind::Op, &sql[i..i + 1]);
+        return i + 1;
+    }
+    let raw = &sql[i..j];
+    if j < n && sql[j] == b'\'' && (raw[0] == b'_' || matches!(raw, b"x" | b"X" | b"b" | b"B" | b"n" | b"N")) {
+        w.token(Kind::Lit, b"?");
+        return quoted_end(sql, j);
+    }
+    word.clear();
+    word.extend(raw.iter().map(u8::to_ascii_lowercase));
+    match word.as_slice() {
+        b"asc" => {}
+        b"true" | b"false" => w.token(Kind::Lit, b"?"),
+        b"null" => {
+            let after_is = w.prev == Kind::Word
+                && (w.last_word() == b"is" || w.last_word() == b"not" && &w.word2[..w.word2_len] == b"is");
+            if after_is {
+                w.token(Kind::Word, b"null");
+            } else {
+                w.token(Kind::Lit, b"?");
+            }
+        }
+        b"offset" if w.out.ends_with(b"limit ?") => w.limit_tail = true,
+        _ => w.token(Kind::Word, word),
+    }
+    j
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
+    let end = s.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+fn memchr_nl(s: &[u8], from: usize) -> usize {
+    s[from..].iter().position(|&c| c == b'\n').map_or(s.len(), |p| from + p)
+}
+
+fn find(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    hay.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|p| p + from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(s: &str) -> String {
+        let mut out = vec![];
+        fingerprint(s.as_bytes(), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn literals_case_and_spacing_fold() {
+        assert_eq!(fp("SELECT c FROM sbtest1 WHERE id=5001"), "select c from sbtest1 where id = ?");
+        assert_eq!(fp("select  c\nfrom sbtest1 where id = 17;"), "select c from sbtest1 where id = ?");
+        assert_eq!(
+            fp("SELECT * FROM t WHERE name='O''Brien' AND x=\"a\\\"b\" AND y=-1.5e3"),
+            fp("select * from t where name = 'x' and x = 'y' and y = 2")
+        );
+        assert_eq!(
+            fp("SELECT * FROM t WHERE a = 0x1F OR b = X'1f' OR c = _utf8mb4'x' OR d = TRUE"),
+            "select * from t where a = ? or b = ? or c = ? or d = ?"
+        );
+        assert_eq!(
+            fp("select count(*), max(`k`) from `Db`.`T1` where x is not null and y is null and z = null"),
+            "select count(*), max(k) from db.t1 where x is not null and y is null and z = ?"
+        );
+    }
+
+    #[test]
+    fn lists_collapse() {
+        assert_eq!(fp("select * from t where a in (1,2,3) and b > 5"), "select * from t where a in (?+) and b > ?");
+        assert_eq!(fp("select * from t where a IN ('x')"), fp("select * from t where a in (1, 2, 3, 4)"));
+        assert_eq!(fp("select * from t where (a,b) in ((1,2),(3,4))"), "select * from t where (a, b) in (?+)");
+        assert_eq!(
+            fp("select * from t where a in (select b from u where c in (1,2))"),
+            "select * from t where a in (select b from u where c in (?+))"
+        );
+        assert_eq!(fp("INSERT INTO t (a,b) VALUES (1,'x'),(2,'y'),(3, NULL)"), "insert into t(a, b) values (?+)");
+        assert_eq!(
+            fp("insert into t values (1) on duplicate key update a=values(a)+1"),
+            "insert into t values (?+) on duplicate key update a = values (a) + ?"
+        );
+        assert_eq!(fp("insert into t values (1, now()), (2, now())"), "insert into t values (?, now()), (?, now())");
+    }
+
+    #[test]
+    fn limits_comments_and_order() {
+        assert_eq!(
+            fp("select a from t order by a ASC, b desc limit 10, 20"),
+            "select a from t order by a, b desc limit ?"
+        );
+        assert_eq!(fp("select a from t limit 10 offset 5"), "select a from t limit ?");
+        assert_eq!(fp("select /* app:42 */ a -- tail\nfrom t # x\n where b = 1"), "select a from t where b = ?");
+        assert_eq!(fp("SELECT /*!40001 SQL_NO_CACHE */ * FROM t"), "select * from t");
+        assert_eq!(fp("select a-1, b - 2, f(-3) from t where c = -4"), "select a - ?, b - ?, f(?) from t where c = ?");
+        assert_eq!(fp("select 1abc, t1.c2 from t1"), "select 1abc, t1.c2 from t1");
+    }
+
+    #[test]
+    fn special_forms() {
+        assert_eq!(fp("administrator command: Quit;"), "administrator command: Quit");
+        assert_eq!(fp("use `sbtest`"), "use ?");
+        assert_eq!(fp("set @x := 5, @@session.sql_mode = 'a'"), "set @x := ?, @@session.sql_mode = ?");
+        assert_eq!(fp("call p(1, 'a')"), "call p(?, ?)");
+        assert_eq!(fp(""), "");
+        // Unterminated strings and comments end the text; binary bytes pass.
+        assert_eq!(fp("select 'abc"), "select ?");
+        assert_eq!(fp("select a /* x"), "select a");
+        assert_eq!(
+            String::from_utf8_lossy(&{
+                let mut o = vec![];
+                fingerprint(b"select \xff\xfe from t where a = '\x00\x01'", &mut o);
+                o
+            }),
+            "select \u{fffd}\u{fffd} from t where a = ?"
+        );
+    }
+
+    #[test]
+    fn class_ids_are_stable() {
+        assert_eq!(format!("{:016x}", class_id(b"select ?")), "02fb7a5a1a5a9a58");
+        assert_ne!(class_id(b"select ?"), class_id(b"select ?, ?"));
+    }
+}

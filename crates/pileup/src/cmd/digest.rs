@@ -1,0 +1,188 @@
+//! `pileup digest`: which statements cost the server and how well they read.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use pileup_digest::report::{json, text, View};
+use pileup_digest::{digest, Input, Options, Rank};
+
+use crate::output::write_output;
+
+/// Group a slow log's statements into classes and rank them by cost or by
+/// read efficiency.
+///
+/// Every statement is reduced to its fingerprint (literals, IN lists and
+/// VALUES rows folded, comments and case dropped), and each class gets its
+/// count; query time (total, mean, p95, p99, max); lock time; rows sent,
+/// examined and affected; bytes; pages accessed and read, and the time
+/// spent outside the storage engine (MariaDB's Query_time − Engine_time:
+/// parsing and optimization, such as index dives on a long IN list) where
+/// the server logs them; temporary tables, sorts and full scans; first and
+/// last seen; hosts, users and databases; and its slowest statement with
+/// the logged EXPLAIN.
+///
+/// Rankings (--rank):
+///   time       total query time (default)
+///   count      executions
+///   examined   rows examined per row returned or changed: missing indexes
+///   pages      buffer-pool pages accessed per row returned or changed
+///   optimizer  share of the time spent outside the engine: plans that cost
+///              more to choose than to run (classes whose mean time outside
+///              the engine is under 0.5 ms are not ranked)
+///   spill      sorts and temporary tables that went to disk
+///   lock       time waiting for table and row locks
+///
+/// Inputs: slow-log files written by MariaDB 10.x/11.x (any
+/// log_slow_verbosity; log_slow_verbosity=full gives every column), MySQL
+/// 5.7/8.0 (log_slow_extra too) or Percona Server; plain, gzip or zstd
+/// (recognised by their first bytes, whatever their name); several files
+/// (a rotated set, in any order); "-" for standard input. Entries cut short
+/// or with garbled values are named by file and line, counted and skipped;
+/// every statement that can be read counts.
+///
+/// Memory grows with the number of classes, not of statements: past
+/// --max-classes, statements of new fingerprints are counted together as
+/// one "other" class, and the report says so.
+///
+/// Exit status: 0 when every entry was read; 3 when the report is written
+/// but some entries or values were skipped (the report names them); 1 on
+/// an error (nothing written).
+///
+/// Examples:
+///   pileup digest /var/log/mysql/mariadb-slow.log
+///   pileup digest slow.log slow.log.1 slow.log.2.gz --rank examined
+///   zcat slow.log.*.gz | pileup digest - --format json -o digest.json
+///   pileup digest slow.log --rank optimizer --limit 5
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct DigestArgs {
+    /// Slow-log files, or "-" for standard input.
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Order classes by: time, count, examined, pages, optimizer, spill, lock.
+    #[arg(long, default_value = "time", value_parser = parse_rank)]
+    pub rank: Rank,
+    /// Classes in the profile and in detail (the JSON has them all).
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+    /// Output format (default: from the -o extension, else text).
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<Format>,
+    /// Write the report to FILE (created 0600: it holds query text) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Distinct classes kept apart; statements of further fingerprints go to one "other" class.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_classes: usize,
+    /// Threads parsing the log (default: one per CPU).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+impl Format {
+    fn from_path(p: &Path) -> Result<Format> {
+        match p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+            Some("json") => Ok(Format::Json),
+            Some("txt") | Some("text") | None => Ok(Format::Text),
+            Some(e) => bail!(
+                "-o {}: pileup digest writes text (.txt) or JSON (.json), not .{e}; or give --format",
+                p.display()
+            ),
+        }
+    }
+}
+
+fn parse_rank(s: &str) -> Result<Rank, String> {
+    Rank::parse(s).ok_or_else(|| {
+        format!("{s:?} is not a ranking; use one of: {}", Rank::ALL.iter().map(|r| r.0).collect::<Vec<_>>().join(", "))
+    })
+}
+
+struct Progress(Option<indicatif::ProgressBar>);
+
+impl pileup_digest::Sink for Progress {
+    fn progress(&mut self, done: u64, total: Option<u64>) {
+        if let Some(b) = &self.0 {
+            if let Some(t) = total {
+                b.set_length(t);
+            }
+            b.set_position(done);
+        }
+    }
+}
+
+pub fn run(a: DigestArgs) -> Result<()> {
+    let format = match a.format {
+        Some(f) => f,
+        None => a.output.as_deref().map(Format::from_path).transpose()?.unwrap_or(Format::Text),
+    };
+    if a.max_classes == 0 {
+        bail!("--max-classes must be at least 1");
+    }
+    if a.jobs == Some(0) {
+        bail!("--jobs must be at least 1");
+    }
+    let inputs: Vec<Input> =
+        a.files.iter().map(|f| if f.as_os_str() == "-" { Input::Stdin } else { Input::File(f.clone()) }).collect();
+    if inputs.iter().filter(|i| **i == Input::Stdin).count() > 1 {
+        bail!("\"-\" (standard input) can be given once");
+    }
+    for i in &inputs {
+        if let Input::File(p) = i {
+            if let Err(e) = std::fs::metadata(p) {
+                bail!("cannot read {}: {e}", p.display());
+            }
+        }
+    }
+    let mut o = Options { max_classes: a.max_classes, ..Options::default() };
+    if let Some(j) = a.jobs {
+        o.jobs = j;
+    }
+    let total: Option<u64> = inputs.iter().map(Input::size).sum();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = super::progress_bar(
+            total.unwrap_or(0),
+            "{spinner} reading [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+        );
+        if total.is_none() {
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} reading {bytes} {bytes_per_sec}")
+                    .expect("literal template"),
+            );
+        }
+        b
+    });
+    let mut sink = Progress(bar);
+    let d = digest(&inputs, &o, &mut sink);
+    if let Some(b) = &sink.0 {
+        b.finish_and_clear();
+    }
+    let d = d?;
+    let view = View { rank: a.rank, limit: a.limit.max(1) };
+    write_output(a.output.as_deref(), false, |w| {
+        match format {
+            Format::Text => w.write_all(text::render(&d, &view).as_bytes())?,
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut *w, &json::render(&d, &view))?;
+                w.write_all(b"\n")?;
+            }
+        }
+        Ok(())
+    })?;
+    if d.problem_count > 0 {
+        let first = &d.problems[0];
+        let msg = format!(
+            "{} problems in the input, the first at {}:{}: {} (the report lists them)",
+            d.problem_count, first.file, first.line, first.what
+        );
+        return Err(super::ExitCode(3, msg).into());
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! `pileup digest` on slow logs a real MariaDB wrote under sysbench and a
+//! workload with planted problems: each problem ranks first by its own
+//! signal, pt-query-digest counts the same statements and classes, FLUSH
+//! LOGS and rotation lose nothing, bad input is named.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::*;
+use mysql::prelude::Queryable;
+use pileup_sandbox::Sandbox;
+use serde_json::Value as J;
+
+/// A sandbox that logs every statement with every detail to `dir/slow.log`.
+fn logging_sandbox(dir: &Path) -> (Sandbox, PathBuf) {
+    let log = dir.join("slow.log");
+    let sb = sandbox_with(vec![
+        ("slow_query_log", "ON"),
+        ("long_query_time", "0"),
+        ("log_slow_verbosity", "full"),
+        ("slow_query_log_file", log.to_str().unwrap()),
+    ]);
+    (sb, log)
+}
+
+fn digest_json(args: &[&str]) -> J {
+    let mut a = vec!["digest", "--format", "json"];
+    a.extend_from_slice(args);
+    let out = pileup(&a);
+    assert!(out.status.success(), "pileup digest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+fn fingerprints(d: &J) -> Vec<String> {
+    d["classes"].as_array().unwrap().iter().map(|c| c["fingerprint"].as_str().unwrap().to_string()).collect()
+}
+
+/// Statements in the log, counted the plain way: every entry has one
+/// `# Query_time:` line.
+fn entries(log: &Path) -> u64 {
+    std::fs::read_to_string(log).unwrap().lines().filter(|l| l.starts_with("# Query_time: ")).count() as u64
+}
+
+/// The three planted problems, run `rounds` times with varied literals.
+fn planted(sb: &Sandbox, rounds: u32) {
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE IF NOT EXISTS planted").unwrap();
+    c.query_drop("USE planted").unwrap();
+    for s in [
+        // No index on k: each lookup reads the whole table for one row.
+        "CREATE TABLE miss (id INT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, pad CHAR(40) NOT NULL)",
+        "INSERT INTO miss (k, pad) SELECT seq, 'p' FROM seq_1_to_10000",
+        // Indexes on (a), (b), (a,b): a long IN list on a makes the
+        // optimizer dive into (a,b) for every value, though it reads b.
+        "CREATE TABLE dive (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b INT, c CHAR(20), KEY (a), KEY (b), KEY ab (a, b))",
+        "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 777, 'x' FROM seq_1_to_200000",
+        "ANALYZE TABLE dive",
+        // Sorted in a tiny sort buffer: the sort spills to disk.
+        "CREATE TABLE spill (id INT PRIMARY KEY AUTO_INCREMENT, pad VARCHAR(200) NOT NULL)",
+        "INSERT INTO spill (pad) SELECT md5(seq) FROM seq_1_to_20000",
+    ] {
+        c.query_drop(s).unwrap();
+    }
+    let in_list: String = (1..=999).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+    for r in 0..rounds {
+        let _: Vec<(i32,)> = c.query(format!("SELECT id FROM miss WHERE k = {}", 17 + r * 31)).unwrap();
+        let _: Vec<(i32,)> =
+            c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 770 + r % 3)).unwrap();
+        c.query_drop("SET SESSION sort_buffer_size = 16384").unwrap();
+        let _: Vec<(i32, String)> = c.query(format!("SELECT id, pad FROM spill WHERE id > {r} ORDER BY pad")).unwrap();
+        c.query_drop("SET SESSION sort_buffer_size = DEFAULT").unwrap();
+    }
+}
+
+#[test]
+fn planted_problems_rank_first_by_their_own_signal_and_pt_query_digest_counts_the_same() {
+    let dir = scratch("digest");
+    let (sb, log) = logging_sandbox(&dir);
+    let base = sysbench_prepare(&sb, "oltp_read_only", 1, 2000);
+    let mut load = sysbench_start("oltp_read_only", &base, 2, 3);
+    planted(&sb, 12);
+    assert!(load.wait().unwrap().success());
+    sb.sql("SELECT 1").unwrap();
+
+    let d = digest_json(&[log.to_str().unwrap()]);
+    assert_eq!(d["events"].as_u64().unwrap(), entries(&log), "every entry is a statement");
+    assert_eq!(d["problems"]["count"], 0, "{}", d["problems"]);
+    let fps = fingerprints(&d);
+    assert!(fps.iter().any(|f| f == "select c from sbtest1 where id = ?"), "{fps:?}");
+
+    let first = |rank: &str| {
+        let d = digest_json(&["--rank", rank, log.to_str().unwrap()]);
+        d["classes"][0].clone()
+    };
+    let ex = first("examined");
+    assert_eq!(ex["fingerprint"], "select id from miss where k = ?", "{ex:#}");
+    assert!(ex["signals"]["rows_examined_per_row"].as_f64().unwrap() >= 5000.0, "{ex:#}");
+    let opt = first("optimizer");
+    assert_eq!(opt["fingerprint"], "select id from dive where a in (?+) and b > ?", "{opt:#}");
+    assert!(opt["signals"]["optimizer_share"].as_f64().unwrap() > 0.5, "{opt:#}");
+    assert_eq!(opt["count"], 12);
+    let sp = first("spill");
+    assert_eq!(sp["fingerprint"], "select id, pad from spill where id > ? order by pad", "{sp:#}");
+    assert_eq!(sp["flags"]["filesort_on_disk"]["yes"], 12, "{sp:#}");
+    // The logged EXPLAIN comes with the sample.
+    assert!(sp["sample"]["explain"].as_array().unwrap().len() >= 2, "{sp:#}");
+
+    // pt-query-digest on the same log: the same statements, the same classes.
+    let pt = Command::new("pt-query-digest")
+        .args(["--output", "json", "--limit", "100%", "--no-version-check"])
+        .arg(&log)
+        .output()
+        .expect("pt-query-digest (percona-toolkit, make deps)");
+    assert!(pt.status.success(), "{}", String::from_utf8_lossy(&pt.stderr));
+    let text = String::from_utf8_lossy(&pt.stdout);
+    let pt: J = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let pt_classes = pt["classes"].as_array().unwrap();
+    let pt_events: u64 = pt_classes.iter().map(|c| c["query_count"].as_u64().unwrap()).sum();
+    assert_eq!(pt_events, d["events"].as_u64().unwrap());
+    assert_eq!(
+        pt_classes.len(),
+        fps.len(),
+        "pt: {:?}",
+        pt_classes.iter().map(|c| &c["fingerprint"]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn flush_logs_and_rotation_lose_no_statement() {
+    let dir = scratch("digest-rot");
+    let (sb, log) = logging_sandbox(&dir);
+    let mut c = sb.connect().unwrap();
+    for i in 0..50 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} + 1 AS marker_a")).unwrap();
+    }
+    // FLUSH LOGS: the server writes its header into the same file.
+    c.query_drop("FLUSH SLOW LOGS").unwrap();
+    for i in 0..50 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} + 1 AS marker_a")).unwrap();
+    }
+    // Rotation: the file renamed, then reopened as a new one.
+    let rotated = dir.join("slow.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    c.query_drop("FLUSH SLOW LOGS").unwrap();
+    for i in 0..30 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} + 1 AS marker_a")).unwrap();
+    }
+    let text = std::fs::read_to_string(&rotated).unwrap();
+    assert!(text.matches(", Version: ").count() >= 2, "the header was written twice");
+    // The rotated file compressed, as logrotate leaves it.
+    let gz = dir.join("slow.log.1.gz");
+    let mut e = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+    e.write_all(text.as_bytes()).unwrap();
+    e.finish().unwrap();
+
+    let d = digest_json(&[log.to_str().unwrap(), gz.to_str().unwrap()]);
+    let marker =
+        d["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? + ? as marker_a").unwrap();
+    assert_eq!(marker["count"], 130);
+    assert_eq!(d["events"].as_u64().unwrap(), entries(&log) + entries(&rotated));
+    assert_eq!(d["problems"]["count"], 0, "{}", d["problems"]);
+    // No statement carries a server header glued to it.
+    for c in d["classes"].as_array().unwrap() {
+        assert!(!c["sample"]["query"].as_str().unwrap().contains("Version:"), "{c:#}");
+    }
+
+    // The same log zstd-compressed on standard input.
+    let zst = zstd::encode_all(text.as_bytes(), 3).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["digest", "--format", "json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&zst).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let s: J = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["events"].as_u64().unwrap(), entries(&rotated));
+}
+
+#[test]
+fn bad_input_is_named_and_exits_non_zero() {
+    let dir = scratch("digest-bad");
+    // Missing file, a directory, an unknown output extension, a bad ranking.
+    for (args, want) in [
+        (vec!["digest", "/nonexistent/slow.log"], "cannot read /nonexistent/slow.log"),
+        (vec!["digest", dir.to_str().unwrap()], "is a directory"),
+        (vec!["digest", "-o", "x.png", "/dev/null"], "not .png"),
+        (vec!["digest", "--rank", "speed", "/dev/null"], "not a ranking"),
+    ] {
+        let out = pileup(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("Os {") && !err.contains("panicked"), "{err}");
+    }
+    // A log cut mid-entry, with a garbled value: what can be read counts,
+    // the rest is named by file and line, exit status 3.
+    let log = dir.join("cut.log");
+    std::fs::write(
+        &log,
+        "# User@Host: a[a] @ h []\n# Query_time: 0.1  Lock_time: 0  Rows_sent: 1  Rows_examined: 1\nSET timestamp=1;\nselect 1;\n\
+         # User@Host: a[a] @ h []\n# Query_time: zz  Lock_time: 0  Rows_sent: 1  Rows_examined: 1\nSET timestamp=2;\nselect 2;\n\
+         # User@Host: a[a] @ h []\n# Query_time: 0.1  Lock_time: 0  Rows_sent: 1",
+    )
+    .unwrap();
+    let out = pileup(&["digest", "--format", "json", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.log:6: Query_time \"zz\" is not a number"), "{err}");
+    let d: J = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["events"], 2);
+    assert_eq!(d["problems"]["count"], 2);
+    assert_eq!(d["problems"]["first"][1]["line"], 9);
+
+    // Past --max-classes, the rest is one "other" class and the report says so.
+    let many = dir.join("many.log");
+    let mut s = String::new();
+    for i in 0..40 {
+        s += &format!("# User@Host: a[a] @ h []\n# Query_time: 0.1\nSET timestamp=1;\nselect c{i} from t;\n");
+    }
+    std::fs::write(&many, s).unwrap();
+    let d = digest_json(&["--max-classes", "10", many.to_str().unwrap()]);
+    assert_eq!(d["classes"].as_array().unwrap().len(), 10);
+    assert_eq!(d["other"]["count"], 30);
+    let out = pileup(&["digest", "--max-classes", "10", many.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("counted together as \"other\""));
+    // The report file is private.
+    let o = dir.join("r.json");
+    let out = pileup(&["digest", "-o", o.to_str().unwrap(), many.to_str().unwrap()]);
+    assert!(out.status.success());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&o).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(serde_json::from_slice::<J>(&std::fs::read(&o).unwrap()).is_ok());
+}
