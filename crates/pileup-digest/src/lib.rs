@@ -125,8 +125,14 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
             let mut blocks = input::Blocks::new(r, o.block_size);
             let mut db = Vec::new();
             let mut seq = 0;
+            // MySQL names an entry's database only by `use` lines, on
+            // change: those logs need the last `use` of each block carried
+            // to the next. MariaDB and Percona Server write `Schema:` in
+            // every entry.
+            let mut track_use = None;
             while let Some(block) = blocks.next_block().map_err(|e| Error::Read(input.name(), e))? {
-                let next_db = slowlog::last_use(&block).map(<[u8]>::to_vec);
+                let track = *track_use.get_or_insert_with(|| memchr::memmem::find(&block, b"Schema: ").is_none());
+                let next_db = if track { slowlog::last_use(&block).map(<[u8]>::to_vec) } else { None };
                 let job = Job { input: i, seq, db: db.clone(), block };
                 if let Some(d) = next_db {
                     db = d;

@@ -29,7 +29,6 @@ pub const COUNTERS: &[&str] = &[
     "aborted_connects",
     "bytes_sent",
     "bytes_received",
-    "rows_read",
     "rows_sent",
     "innodb_rows_read",
     "innodb_rows_inserted",
@@ -95,6 +94,7 @@ pub const GAUGES: &[&str] = &[
 
 /// Ratios and OS-derived values `derive` computes (besides rates and gauges).
 pub const COMPUTED: &[&str] = &[
+    "rows_read_rate",
     "bp_read_requests_per_row",
     "physical_reads_per_row_read",
     "rows_read_per_query",
@@ -153,6 +153,57 @@ fn edits(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The handler's row reads: every server version counts them.
+pub const HANDLER_READS: &[&str] = &[
+    "handler_read_first",
+    "handler_read_key",
+    "handler_read_last",
+    "handler_read_next",
+    "handler_read_prev",
+    "handler_read_rnd",
+    "handler_read_rnd_next",
+];
+
+/// Rows read in the interval, from the counters this server has: `Rows_read`
+/// (MariaDB: rows read from tables, temporary tables apart), else
+/// `Innodb_rows_read` (MySQL; MariaDB 10.11 has none, MDEV-28539), else the
+/// sum of `Handler_read_*` (every version; index probes count too).
+pub fn rows_read_delta(delta: &impl Fn(&str) -> Option<f64>) -> Option<f64> {
+    delta("rows_read")
+        .or_else(|| delta("innodb_rows_read"))
+        .or_else(|| HANDLER_READS.iter().map(|k| delta(k)).try_fold(0.0, |acc, d| d.map(|d| acc + d)))
+}
+
+/// A metric this server cannot give, and why; or where a metric's figures
+/// come from on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Availability {
+    pub metrics: &'static str,
+    pub why: &'static str,
+}
+
+/// What the server's counters allow, judged from the metrics derived from
+/// them (`has`: is this metric derived?), said once at start by `top` and
+/// in each capture's report.
+pub fn availability(has: impl Fn(&str) -> bool) -> Vec<Availability> {
+    let mut v = vec![];
+    if !has("innodb_rows_read_rate") {
+        v.push(Availability {
+            metrics:
+                "innodb_rows_read_rate, innodb_rows_inserted_rate, innodb_rows_updated_rate, innodb_rows_deleted_rate",
+            why: "this server has no Innodb_rows_* counters (MariaDB removed them in 10.11, MDEV-28539); \
+                  rows_read_rate and the read ratios use Rows_read, or the Handler_read_* counters",
+        });
+    }
+    if !has("rows_read_rate") {
+        v.push(Availability {
+            metrics: "rows_read_rate, rows_read_per_query, rows_read_per_row_sent, physical_reads_per_row_read",
+            why: "this server counts no rows read (no Rows_read, Innodb_rows_read or Handler_read_* in SHOW GLOBAL STATUS)",
+        });
+    }
+    v
+}
+
 /// Kernel clock ticks per second (USER_HZ; 100 on every Linux ABI pileup runs on).
 const TICKS: f64 = 100.0;
 
@@ -196,19 +247,22 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
     };
-    let rows_touched = ["innodb_rows_read", "innodb_rows_inserted", "innodb_rows_updated", "innodb_rows_deleted"]
-        .iter()
-        .map(|k| delta(k))
-        .try_fold(0.0, |acc, d| d.map(|d| acc + d));
+    let sum = |keys: &[&str]| keys.iter().map(|k| delta(k)).try_fold(0.0, |acc, d| d.map(|d| acc + d));
+    let rows_read = rows_read_delta(&delta);
+    let rows_touched = sum(&["innodb_rows_read", "innodb_rows_inserted", "innodb_rows_updated", "innodb_rows_deleted"])
+        .or_else(|| Some(rows_read? + sum(&["handler_write", "handler_update", "handler_delete"])?));
+    if let (Some(r), true) = (rows_read, dt > 0.0) {
+        out.insert("rows_read_rate".into(), r / dt);
+    }
     let pairs: [(&str, Option<f64>); 5] = [
         // Logical page reads per row touched: how much of the buffer pool one row costs.
         ("bp_read_requests_per_row", ratio(delta("innodb_buffer_pool_read_requests"), rows_touched)),
         // Physical reads per row read: as close to 0 as possible.
-        ("physical_reads_per_row_read", ratio(delta("innodb_buffer_pool_reads"), delta("innodb_rows_read"))),
+        ("physical_reads_per_row_read", ratio(delta("innodb_buffer_pool_reads"), rows_read)),
         // Rows read per query.
-        ("rows_read_per_query", ratio(delta("innodb_rows_read"), delta("questions"))),
+        ("rows_read_per_query", ratio(rows_read, delta("questions"))),
         // Rows read per row sent to the client: as close to 1 as possible.
-        ("rows_read_per_row_sent", ratio(delta("rows_read").or(delta("innodb_rows_read")), delta("rows_sent"))),
+        ("rows_read_per_row_sent", ratio(rows_read, delta("rows_sent"))),
         // Buffer pool miss ratio.
         ("bp_miss_ratio", ratio(delta("innodb_buffer_pool_reads"), delta("innodb_buffer_pool_read_requests"))),
     ];
@@ -335,6 +389,7 @@ mod tests {
                 ("disk_write_ms", 1.0),
                 ("innodb_checkpoint_max_age", 10.0),
                 ("rows_read", 1.0),
+                ("innodb_rows_read", 1.0),
             ])
             .collect();
         let a = snap(0.0, &all);
@@ -382,6 +437,47 @@ mod tests {
         assert_eq!(d["mysqld_cpu_cores"], 1.5);
         assert_eq!(d["disk_busy_pct"], 50.0);
         assert!((d["io_pressure_pct"] - 90.0).abs() < 1e-9, "1.8 s stalled of 2 s");
+    }
+
+    #[test]
+    fn read_ratios_use_the_counters_each_server_has() {
+        // MariaDB 10.11: Rows_read, no Innodb_rows_*.
+        let maria = |at: f64, k: f64| {
+            snap(
+                at,
+                &[
+                    ("questions", 100.0 * k),
+                    ("rows_read", 1000.0 * k),
+                    ("rows_sent", 500.0 * k),
+                    ("innodb_buffer_pool_reads", 10.0 * k),
+                    ("innodb_buffer_pool_read_requests", 3000.0 * k),
+                    ("handler_write", 100.0 * k),
+                    ("handler_update", 0.0),
+                    ("handler_delete", 0.0),
+                ],
+            )
+        };
+        let d = derive(&maria(0.0, 1.0), &maria(1.0, 2.0), &DeriveOptions::default());
+        assert_eq!(d["rows_read_rate"], 1000.0);
+        assert_eq!(d["rows_read_per_query"], 10.0);
+        assert_eq!(d["rows_read_per_row_sent"], 2.0);
+        assert_eq!(d["physical_reads_per_row_read"], 0.01);
+        assert_eq!(d["bp_read_requests_per_row"], 3000.0 / 1100.0);
+        let notes = availability(|m| d.contains_key(m));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].metrics.starts_with("innodb_rows_read_rate") && notes[0].why.contains("MDEV-28539"));
+        // Neither: the handler's reads.
+        let handler = |at: f64, k: f64| {
+            let mut kv: Vec<(&str, f64)> = HANDLER_READS.iter().map(|h| (*h, 10.0 * k)).collect();
+            kv.push(("questions", 7.0 * k));
+            snap(at, &kv)
+        };
+        let d = derive(&handler(0.0, 1.0), &handler(1.0, 2.0), &DeriveOptions::default());
+        assert_eq!(d["rows_read_rate"], 70.0);
+        assert_eq!(d["rows_read_per_query"], 10.0);
+        // Nothing at all: said, not silently missing.
+        let d = derive(&snap(0.0, &[("questions", 1.0)]), &snap(1.0, &[("questions", 2.0)]), &DeriveOptions::default());
+        assert_eq!(availability(|m| d.contains_key(m)).len(), 2);
     }
 
     #[test]

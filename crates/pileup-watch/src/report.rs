@@ -27,7 +27,7 @@ const CHARTS: &[(&str, &str)] = &[
     ("innodb_row_lock_current_waits", "Connections waiting for a row lock"),
     ("pl_active_longest_s", "Longest running statement (s)"),
     ("poll_cost_ms", "Poll time (ms): how long the server took to answer"),
-    ("innodb_rows_read_rate", "InnoDB rows read per second"),
+    ("rows_read_rate", "Rows read per second"),
     ("innodb_buffer_pool_reads_rate", "Buffer pool reads from disk per second"),
     ("os_cpu_busy_pct", "Host CPU busy (%)"),
     ("mysqld_cpu_cores", "Server CPU (cores)"),
@@ -156,6 +156,11 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         h.push_str(&c);
     }
     h.push_str("</div>");
+    if rows.iter().any(|r| r.derived.contains_key("questions_rate")) {
+        for a in crate::derive::availability(|m| rows.iter().any(|r| r.derived.contains_key(m))) {
+            let _ = write!(h, "<p class=\"note\">Not on this server: {}: {}</p>", esc(a.metrics), esc(a.why));
+        }
+    }
     if !ev.root_blockers.is_empty() {
         h.push_str("<h2>Row lock waits</h2><table><tr><th>blocking connection</th><th>transactions waiting</th></tr>");
         for (b, n) in &ev.root_blockers {

@@ -16,7 +16,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::derive::{derive, DeriveOptions, Snapshot};
+use crate::derive::{availability, derive, Availability, DeriveOptions, Snapshot};
 use crate::poll::Poller;
 use crate::trigger::{Armed, Context, Step, Trigger};
 
@@ -33,7 +33,7 @@ pub const SHOWN: &[(&str, &str)] = &[
     ("pl_active_longest_s", "Longest statement (s)"),
     ("pl_waiting_lock", "Waiting: MDL/table/global"),
     ("innodb_row_lock_current_waits", "Waiting: row locks"),
-    ("innodb_rows_read_rate", "Rows read/s"),
+    ("rows_read_rate", "Rows read/s"),
     ("rows_read_per_row_sent", "Rows read per row sent"),
     ("rows_read_per_query", "Rows read per query"),
     ("physical_reads_per_row_read", "Disk reads per row read"),
@@ -70,6 +70,9 @@ pub struct TopState {
     /// Triggers currently firing or pending, with their state.
     pub stall: Vec<(String, Step)>,
     triggers: Vec<(Trigger, Armed)>,
+    /// What this server's counters cannot give, judged once from the first
+    /// poll that derived rates.
+    pub availability: Option<Vec<Availability>>,
 }
 
 struct Ctx<'a>(&'a TopState, bool);
@@ -143,6 +146,9 @@ impl TopState {
         self.poll_ok = ok;
         self.error = error;
         self.last = derived;
+        if self.availability.is_none() && ok && self.last.contains_key("questions_rate") {
+            self.availability = Some(availability(|m| self.last.contains_key(m)));
+        }
         for (k, _) in SHOWN {
             let s = self.series.entry(k.to_string()).or_default();
             s.push_back(self.last.get(*k).copied().unwrap_or(f64::NAN));
@@ -187,6 +193,9 @@ impl TopState {
         if let Some(e) = &self.error {
             out.push_str(&format!("poll failed: {e}\n"));
         }
+        for a in self.availability.iter().flatten() {
+            out.push_str(&format!("not on this server: {}: {}\n", a.metrics, a.why));
+        }
         for (k, label) in SHOWN {
             if let Some(v) = self.last.get(*k) {
                 out.push_str(&format!("{label:<26} {:>12}  {}\n", fmt(*v), spark(&self.series[*k])));
@@ -203,11 +212,17 @@ impl TopState {
     }
 
     pub fn draw(&self, f: &mut Frame) {
+        let notes: Vec<String> = self
+            .availability
+            .iter()
+            .flatten()
+            .map(|a| format!("not on this server: {}: {}", a.metrics, a.why))
+            .collect();
         let [head, metrics, stmts, foot] = Layout::vertical([
             Constraint::Length(3),
             Constraint::Length(SHOWN.len() as u16 + 2),
             Constraint::Min(4),
-            Constraint::Length(1),
+            Constraint::Length(1 + notes.len() as u16),
         ])
         .areas(f.area());
         let stall = self.stall_line();
@@ -264,7 +279,10 @@ impl TopState {
         )
         .block(Block::bordered().title(" busiest statements "));
         f.render_widget(st, stmts);
-        f.render_widget(Paragraph::new("q: quit"), foot);
+        let mut foot_lines: Vec<Line> =
+            notes.into_iter().map(|n| Line::styled(n, Style::default().fg(Color::DarkGray))).collect();
+        foot_lines.push(Line::raw("q: quit"));
+        f.render_widget(Paragraph::new(foot_lines), foot);
     }
 }
 

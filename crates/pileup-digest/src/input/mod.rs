@@ -100,24 +100,11 @@ impl Blocks {
         let mut buf = std::mem::take(&mut self.carry);
         let mut want = self.size;
         loop {
-            if buf.capacity() < want {
-                buf.reserve(want - buf.len());
-            }
-            while !self.eof && buf.len() < want {
-                let start = buf.len();
-                buf.resize(want, 0);
-                let k = loop {
-                    match self.r.read(&mut buf[start..]) {
-                        Ok(k) => break k,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            buf.truncate(start);
-                            return Err(e);
-                        }
-                    }
-                };
-                buf.truncate(start + k);
-                if k == 0 {
+            if !self.eof && buf.len() < want {
+                let need = want - buf.len();
+                buf.reserve(need);
+                let k = (&mut self.r).take(need as u64).read_to_end(&mut buf)?;
+                if k < need {
                     self.eof = true;
                 }
             }

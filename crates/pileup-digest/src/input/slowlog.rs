@@ -204,8 +204,10 @@ impl<'a> Parser<'a, '_> {
                 if starts(line, b"use ") && line.ends_with(b";") {
                     let name = &line[4..line.len() - 1];
                     self.db = name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name);
-                } else if starts(line, b"SET ") && line.ends_with(b";") && set_timestamp(line).is_some() {
-                    self.entry.ts = set_timestamp(line);
+                } else if let Some(ts) =
+                    (starts(line, b"SET ") && line.ends_with(b";")).then(|| set_timestamp(line)).flatten()
+                {
+                    self.entry.ts = Some(ts);
                 } else if is_server_header(line) {
                     self.finish(agg);
                     self.state = State::Idle;
@@ -306,12 +308,38 @@ impl<'a> Parser<'a, '_> {
 
     /// `# Key: value  Key: value …`
     fn attrs(&mut self, line: &'a [u8], no: u64, agg: &mut Aggregate) {
-        let mut toks = line[1..].split(|c| *c == b' ' || *c == b'\t').filter(|t| !t.is_empty()).peekable();
-        while let Some(tok) = toks.next() {
-            let Some(key) = tok.strip_suffix(b":") else { continue };
-            let val = match toks.peek() {
-                Some(v) if !(v.ends_with(b":") && field(&v[..v.len() - 1]).is_some()) => toks.next().unwrap_or(b""),
-                _ => b"",
+        // Scanned by hand: this runs for most lines of a log.
+        let blank = |c: u8| c == b' ' || c == b'\t';
+        let n = line.len();
+        let mut i = 1;
+        loop {
+            while i < n && blank(line[i]) {
+                i += 1;
+            }
+            if i >= n {
+                break;
+            }
+            let s = i;
+            while i < n && !blank(line[i]) {
+                i += 1;
+            }
+            let Some(key) = line[s..i].strip_suffix(b":") else { continue };
+            // The value is the next word, unless that is a key itself (an
+            // empty value: `Schema:   QC_hit: No`).
+            let mut j = i;
+            while j < n && blank(line[j]) {
+                j += 1;
+            }
+            let vs = j;
+            while j < n && !blank(line[j]) {
+                j += 1;
+            }
+            let v = &line[vs..j];
+            let val: &'a [u8] = if v.is_empty() || v.ends_with(b":") && field(&v[..v.len() - 1]).is_some() {
+                b""
+            } else {
+                i = j;
+                v
             };
             let Some(f) = field(key) else { continue };
             self.entry.has_attrs = true;
@@ -380,9 +408,26 @@ fn set_timestamp(line: &[u8]) -> Option<i64> {
 }
 
 fn parse_num(v: &[u8]) -> Option<f64> {
-    // Integers (most values) without the float parser.
-    if !v.is_empty() && v.len() < 19 && v.iter().all(u8::is_ascii_digit) {
-        return Some(v.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')) as f64);
+    // What servers write (`123`, `0.000128`) without the float parser: the
+    // digits as integers, one division.
+    const POW10: [f64; 10] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
+    let digits = |s: &[u8]| -> Option<u64> {
+        (!s.is_empty() && s.len() < 19 && s.iter().all(u8::is_ascii_digit))
+            .then(|| s.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')))
+    };
+    let dot = v.iter().position(|&c| c == b'.');
+    match dot {
+        None => {
+            if let Some(n) = digits(v) {
+                return Some(n as f64);
+            }
+        }
+        Some(d) if v.len() - d - 1 < POW10.len() => {
+            if let (Some(a), Some(b)) = (digits(&v[..d]), digits(&v[d + 1..])) {
+                return Some(a as f64 + b as f64 / POW10[v.len() - d - 1]);
+            }
+        }
+        _ => {}
     }
     let f: f64 = std::str::from_utf8(v).ok()?.parse().ok()?;
     f.is_finite().then_some(f).filter(|f| *f >= 0.0)
@@ -413,7 +458,10 @@ pub fn last_entry_start(buf: &[u8]) -> Option<usize> {
 
 /// The database the last `use db;` line of `buf` selects.
 pub fn last_use(buf: &[u8]) -> Option<&[u8]> {
-    let p = memchr::memmem::rfind(buf, b"\nuse ")? + 5;
+    // Forward: memmem's forward search is several times faster than its
+    // reverse one, and the whole block is searched either way when it
+    // holds no `use`.
+    let p = memchr::memmem::find_iter(buf, b"\nuse ").last()? + 5;
     let end = memchr::memchr(b'\n', &buf[p..]).map_or(buf.len(), |e| p + e);
     let name = buf[p..end].strip_suffix(b";")?;
     Some(name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name))
@@ -626,6 +674,18 @@ select 3;
         assert_eq!(lines[1].0, 3);
         assert_eq!(lines[2], (9, "an entry with no statement (cut short?)"));
         assert_eq!(lines[3], (15, "an entry with no statement (cut short?)"));
+    }
+
+    #[test]
+    fn numbers_as_servers_write_them() {
+        assert_eq!(parse_num(b"0.000128"), Some(0.000128));
+        assert_eq!(parse_num(b"12.5"), Some(12.5));
+        assert_eq!(parse_num(b"20000"), Some(20000.0));
+        assert_eq!(parse_num(b"1e3"), Some(1000.0));
+        assert_eq!(parse_num(b"0.x1"), None);
+        assert_eq!(parse_num(b"-1"), None);
+        assert_eq!(parse_num(b""), None);
+        assert_eq!(parse_num(b"1.0000000000001"), Some(1.0000000000001));
     }
 
     #[test]

@@ -137,14 +137,14 @@ pub fn render(d: &Digest, v: &View) -> String {
     }
     let _ = writeln!(
         o,
-        "# {:>4}  {:<18}  {:>9} {:>6}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>4}  {:>5}  Statement",
-        "Rank", "Class", "Time", "Time%", "Calls", "Mean", "p95", "Exam/row", "Pages/row", "Opt%", "Spill"
+        "# {:>4}  {:<18}  {:>9} {:>6}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>8}  {:>5}  Statement",
+        "Rank", "Class", "Time", "Time%", "Calls", "Mean", "p95", "Exam/row", "Pages/row", "Outside%", "Spill"
     );
     for (i, c) in ranked.iter().enumerate() {
         let qt = c.stat(A::QueryTime);
         let _ = writeln!(
             o,
-            "# {:>4}  {:<18}  {:>9} {:>5.1}%  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>4}  {:>5}  {}",
+            "# {:>4}  {:<18}  {:>9} {:>5.1}%  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>8}  {:>5}  {}",
             i + 1,
             id(&c.fingerprint),
             secs(c.sum(A::QueryTime)),
