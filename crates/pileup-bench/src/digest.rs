@@ -42,31 +42,31 @@ struct Run {
     rss_mib: f64,
 }
 
-/// Run `cmd` with stdout to /dev/null and take its resource use from
-/// wait4 (this child alone: its CPU and its own peak RSS).
-fn measured(cmd: &[String]) -> Result<Run> {
+/// Run `cmd` with stdout to /dev/null under GNU time, which reports the
+/// tool's CPU seconds and its own peak RSS. (A child this process spawns
+/// directly would report this process's RSS as its peak: the kernel keeps
+/// the high-water mark of the memory a child had before its exec.)
+fn measured(cmd: &[String], dir: &Path) -> Result<Run> {
+    let report = dir.join("time.out");
     let t0 = Instant::now();
-    let child = Command::new(&cmd[0])
-        .args(&cmd[1..])
+    let st = Command::new("/usr/bin/time")
+        .arg("-o")
+        .arg(&report)
+        .args(["-f", "%U %S %M"])
+        .args(cmd)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("running {}", cmd[0]))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: wait4 on our own child fills the rusage it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        .status()
+        .with_context(|| format!("running {} under /usr/bin/time", cmd[0]))?;
     let wall = t0.elapsed().as_secs_f64();
-    if r != pid {
-        bail!("waiting for {}: {}", cmd[0], std::io::Error::last_os_error());
-    }
     // pileup digest exits 3 when it skipped entries; the logs here have none.
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("{cmd:?} failed (status {status})");
+    if !st.success() {
+        bail!("{cmd:?} failed ({st})");
     }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok(Run { wall, cpu: tv(ru.ru_utime) + tv(ru.ru_stime), rss_mib: ru.ru_maxrss as f64 / 1024.0 })
+    let text = std::fs::read_to_string(&report)?;
+    let f: Vec<f64> = text.lines().last().unwrap_or("").split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let [user, sys, kb] = f[..] else { bail!("unexpected GNU time output {text:?}") };
+    Ok(Run { wall, cpu: user + sys, rss_mib: kb / 1024.0 })
 }
 
 /// The seed log: sysbench oltp_read_write for `seconds` beside the planted
@@ -104,9 +104,13 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
         .stdout(Stdio::null())
         .spawn()?;
     let in_list: String = (1..=999).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+    // Ten rounds a second: the planted statements are a small share of the
+    // log, as problems are.
     let t0 = Instant::now();
     let mut r = 0u32;
     while t0.elapsed().as_secs() < u64::from(seconds) {
+        let next = t0 + std::time::Duration::from_millis(100 * u64::from(r));
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let _: Vec<(i32,)> = c.query(format!("SELECT id FROM miss WHERE k = {}", 17 + r * 31))?;
         let _: Vec<(i32,)> = c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 770 + r % 3))?;
         c.query_drop("SET SESSION sort_buffer_size = 16384")?;
@@ -147,6 +151,10 @@ fn grow(seed: &[u8], out: &Path, target: u64, distinct: Option<usize>) -> Result
     let mut line = Vec::with_capacity(4096);
     'copies: loop {
         for l in seed.split_inclusive(|&b| b == b'\n') {
+            // Stop only where an entry begins, so no entry is cut.
+            if written >= target && (l.starts_with(b"# Time: ") || l.starts_with(b"# User@Host: ")) {
+                break 'copies;
+            }
             line.clear();
             if l.starts_with(b"SET timestamp=") {
                 let n: u64 = std::str::from_utf8(&l[14..])
@@ -188,9 +196,6 @@ fn grow(seed: &[u8], out: &Path, target: u64, distinct: Option<usize>) -> Result
             }
             w.write_all(&line)?;
             written += line.len() as u64;
-            if written >= target {
-                break 'copies;
-            }
         }
         k += 1;
     }
@@ -252,7 +257,7 @@ fn main() -> Result<()> {
                 let t = (j + r) % tools.len();
                 let mut cmd = tools[t].1.clone();
                 cmd.push(path.display().to_string());
-                let run = measured(&cmd)?;
+                let run = measured(&cmd, &dir)?;
                 eprintln!(
                     "  round {} {}: {:.2} s wall, {:.2} CPU-s, {:.0} MiB",
                     r + 1,

@@ -71,7 +71,10 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         Box::new(zstd::stream::read::Decoder::with_buffer(r).map_err(|e| Error::Read(input.name(), e))?)
     } else {
-        Box::new(r)
+        // Plain text is read straight into the blocks, not copied through
+        // the buffer that sniffed its first bytes.
+        let head = head.to_vec();
+        Box::new(io::Cursor::new(head).chain(r.into_inner()))
     })
 }
 
