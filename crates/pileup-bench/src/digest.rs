@@ -90,7 +90,7 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
         "CREATE TABLE miss (id INT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, pad CHAR(40) NOT NULL)",
         "INSERT INTO miss (k, pad) SELECT seq, 'p' FROM seq_1_to_10000",
         "CREATE TABLE dive (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b INT, c CHAR(20), KEY (a), KEY (b), KEY ab (a, b))",
-        "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 777, 'x' FROM seq_1_to_200000",
+        "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 10007, 'x' FROM seq_1_to_200000",
         "ANALYZE TABLE dive",
         "CREATE TABLE spill (id INT PRIMARY KEY AUTO_INCREMENT, pad VARCHAR(200) NOT NULL)",
         "INSERT INTO spill (pad) SELECT md5(seq) FROM seq_1_to_20000",
@@ -112,7 +112,8 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
         let next = t0 + std::time::Duration::from_millis(100 * u64::from(r));
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let _: Vec<(i32,)> = c.query(format!("SELECT id FROM miss WHERE k = {}", 17 + r * 31))?;
-        let _: Vec<(i32,)> = c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 770 + r % 3))?;
+        let _: Vec<(i32,)> =
+            c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 10000 + r % 3))?;
         c.query_drop("SET SESSION sort_buffer_size = 16384")?;
         let _: Vec<(i32, String)> = c.query(format!("SELECT id, pad FROM spill WHERE id > {r} ORDER BY pad"))?;
         c.query_drop("SET SESSION sort_buffer_size = DEFAULT")?;

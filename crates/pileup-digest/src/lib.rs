@@ -12,11 +12,14 @@
 //!   merged at the end;
 //! * [`rank`]: classes ordered by total time or by a read-efficiency
 //!   signal;
-//! * [`report`]: text and JSON.
+//! * [`report`]: text and JSON;
+//! * [`advise`]: the top classes' samples run on a server with
+//!   `ANALYZE FORMAT=JSON`, and their variants timed.
 //!
 //! The library prints nothing: progress goes to a [`Sink`], problems in
 //! the input come back in the [`Digest`].
 
+pub mod advise;
 pub mod aggregate;
 pub mod attr;
 pub mod class;
@@ -46,6 +49,23 @@ pub enum Error {
     IsDir(String),
     #[error("cannot read {0}: {1}")]
     Read(String, #[source] std::io::Error),
+    #[error("the server for --advise: {0}")]
+    Server(String),
+}
+
+/// Median of timings (NaN when there are none).
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// How to digest.

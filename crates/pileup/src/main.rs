@@ -121,7 +121,7 @@ fn main() {
         Command::Top(a) => cmd::watch::run_top(a, &conn),
         Command::Report(a) => cmd::watch::run_report(a),
         Command::Binlog(a) => cmd::binlog::run(a),
-        Command::Digest(a) => cmd::digest::run(a),
+        Command::Digest(a) => cmd::digest::run(a, &conn),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
         Command::Lag(a) => cmd::lag::run(a, &conn),
         Command::Locks(a) => cmd::locks::run(a, &conn),

@@ -246,3 +246,50 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         let _ = writeln!(o, "# explain: {}", String::from_utf8_lossy(l));
     }
 }
+
+/// The advisor's findings as text.
+pub fn render_advice(advice: &[crate::advise::Advice]) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2} ms"));
+    let mut o = String::from("\n# Plan advice (measured on the server named; medians)\n");
+    for a in advice {
+        let _ = writeln!(o, "\n# {} {}", a.id, one_line(a.fingerprint.as_bytes(), 100));
+        if a.optimization_ms.is_some() || a.execution_ms.is_some() {
+            let plan: Vec<String> =
+                a.plan.iter().map(|(t, k)| format!("{t} by {}", k.as_deref().unwrap_or("no index"))).collect();
+            let _ = writeln!(
+                o,
+                "#   ANALYZE: optimization {}, execution {}; reads {}",
+                ms(a.optimization_ms),
+                ms(a.execution_ms),
+                if plan.is_empty() { "no table".into() } else { plan.join(", ") }
+            );
+        }
+        if let Some(s) = &a.skipped {
+            let _ = writeln!(o, "#   {s}");
+            continue;
+        }
+        let _ = writeln!(o, "#   as logged: {} a run, {} rows", ms(a.median_ms), a.rows.unwrap_or(0));
+        for (i, v) in a.variants.iter().enumerate() {
+            let what = match (&v.error, v.same_rows) {
+                (Some(e), _) => format!("failed: {}", one_line(e.as_bytes(), 100)),
+                (None, false) => "different rows: not a rewrite".into(),
+                (None, true) => format!(
+                    "{:.2}x{}",
+                    v.gain,
+                    v.optimization_ms.map(|o| format!(", optimization {o:.2} ms")).unwrap_or_default()
+                ),
+            };
+            let mark = if a.best == Some(i) { "=>" } else { "  " };
+            let _ = writeln!(o, "# {mark} {:<60} {:>10}  {what}", v.change, ms(Some(v.median_ms)));
+        }
+        match a.best.map(|i| &a.variants[i]) {
+            Some(v) => {
+                let _ = writeln!(o, "#   advice: {} ({:.2}x faster, the same rows)", v.change, v.gain);
+            }
+            None => {
+                let _ = writeln!(o, "#   advice: none of the variants was 10% faster with the same rows");
+            }
+        }
+    }
+    o
+}

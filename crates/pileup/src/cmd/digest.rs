@@ -45,6 +45,19 @@ use crate::output::write_output;
 /// --max-classes, statements of new fingerprints are counted together as
 /// one "other" class, and the report says so.
 ///
+/// The advisor (--advise) runs, on the server pileup connects to (a replica
+/// or a copy), each top class's slowest statement with ANALYZE FORMAT=JSON,
+/// which splits its time into optimization and execution. Where
+/// optimization is at least half the time, or the class reads at least 100
+/// rows per row it returns, it times variants against the statement as
+/// logged, alternating, over --advise-runs runs: FORCE INDEX on the index
+/// chosen, IGNORE INDEX on each other candidate, a session
+/// eq_range_index_dive_limit, optimizer_switch flags. A variant counts only
+/// when it returns the same rows (checksum); the fastest is printed as the
+/// one-line change with its measured gain. It runs only SELECTs that
+/// neither lock nor write, in read-only transactions, each bounded by the
+/// statement time limit, and changes nothing but its own session.
+///
 /// Exit status: 0 when every entry was read; 3 when the report is written
 /// but some entries or values were skipped (the report names them); 1 on
 /// an error (nothing written).
@@ -54,6 +67,7 @@ use crate::output::write_output;
 ///   pileup digest slow.log slow.log.1 slow.log.2.gz --rank examined
 ///   zcat slow.log.*.gz | pileup digest - --format json -o digest.json
 ///   pileup digest slow.log --rank optimizer --limit 5
+///   pileup digest slow.log --rank optimizer --advise -S /run/mysqld/replica.sock
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DigestArgs {
@@ -78,6 +92,16 @@ pub struct DigestArgs {
     /// Threads parsing the log (default: one per CPU).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Run the top classes' samples on the server pileup connects to (a replica or a copy:
+    /// -S/-h/-P/-u, option files) with ANALYZE FORMAT=JSON, and time variants of the plan.
+    #[arg(long)]
+    pub advise: bool,
+    /// Classes from the top of the ranking whose samples --advise examines.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub advise_classes: usize,
+    /// Timed runs of each statement and variant (medians are compared).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub advise_runs: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -118,7 +142,7 @@ impl pileup_digest::Sink for Progress {
     }
 }
 
-pub fn run(a: DigestArgs) -> Result<()> {
+pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let format = match a.format {
         Some(f) => f,
         None => a.output.as_deref().map(Format::from_path).transpose()?.unwrap_or(Format::Text),
@@ -166,11 +190,45 @@ pub fn run(a: DigestArgs) -> Result<()> {
     }
     let d = d?;
     let view = View { rank: a.rank, limit: a.limit.max(1) };
+    let advice = if a.advise {
+        let spec = conn.resolve()?;
+        let mut ranked: Vec<pileup_digest::class::Class> = d.classes.clone();
+        pileup_digest::rank::sort(&mut ranked, a.rank);
+        let top: Vec<&pileup_digest::class::Class> =
+            ranked.iter().filter(|c| pileup_digest::rank::score(c, a.rank).is_some()).collect();
+        let o = pileup_digest::advise::AdviseOptions {
+            classes: a.advise_classes.max(1),
+            runs: a.advise_runs.max(1),
+            ..Default::default()
+        };
+        let interactive = std::io::stderr().is_terminal();
+        Some(pileup_digest::advise::advise(&spec, &top, &o, &mut |what| {
+            if interactive {
+                eprint!("\r\x1b[Kadvising: {what}");
+            }
+        })?)
+        .inspect(|_| {
+            if interactive {
+                eprint!("\r\x1b[K");
+            }
+        })
+    } else {
+        None
+    };
     write_output(a.output.as_deref(), false, |w| {
         match format {
-            Format::Text => w.write_all(text::render(&d, &view).as_bytes())?,
+            Format::Text => {
+                w.write_all(text::render(&d, &view).as_bytes())?;
+                if let Some(adv) = &advice {
+                    w.write_all(text::render_advice(adv).as_bytes())?;
+                }
+            }
             Format::Json => {
-                serde_json::to_writer_pretty(&mut *w, &json::render(&d, &view))?;
+                let mut j = json::render(&d, &view);
+                if let Some(adv) = &advice {
+                    j["advice"] = serde_json::to_value(adv)?;
+                }
+                serde_json::to_writer_pretty(&mut *w, &j)?;
                 w.write_all(b"\n")?;
             }
         }
