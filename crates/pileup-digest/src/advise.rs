@@ -238,7 +238,7 @@ pub fn advise(
             out.push(a);
             continue;
         }
-        let db = String::from_utf8_lossy(&c.sample.db).into_owned();
+        let db = String::from_utf8_lossy(c.sample.db()).into_owned();
         if !db.is_empty() {
             if let Err(e) = s.conn.query_drop(format!("USE {}", ident(&db))) {
                 a.skipped = Some(format!("database {db}: {}", pileup_conn::plain(&e)));

@@ -2,10 +2,11 @@
 //! up to a limit on the number of classes; past it, new fingerprints go to
 //! one "other" class.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 use crate::attr::A;
-use crate::class::{Class, Event};
+use crate::class::{Class, Event, Name};
 
 /// The fingerprint of the class that holds statements past `max_classes`.
 pub const OTHER: &[u8] = b"(other statements: past --max-classes)";
@@ -31,7 +32,12 @@ pub const PROBLEMS_KEPT: usize = 50;
 
 /// Classes being built.
 pub struct Aggregate {
-    index: HashMap<Box<[u8]>, u32, foldhash::fast::FixedState>,
+    /// Class indices, found by their fingerprint's hash (the fingerprint
+    /// itself is kept once, in its class).
+    index: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::FixedState,
+    /// Host, user and database names, each kept once.
+    names: HashSet<Name, foldhash::fast::FixedState>,
     pub classes: Vec<Class>,
     pub other: Option<Class>,
     pub max_classes: usize,
@@ -44,7 +50,9 @@ pub struct Aggregate {
 impl Aggregate {
     pub fn new(max_classes: usize) -> Aggregate {
         Aggregate {
-            index: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0x5eed)),
+            index: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed),
+            names: HashSet::with_hasher(foldhash::fast::FixedState::with_seed(0x5eed)),
             classes: vec![],
             other: None,
             max_classes: max_classes.max(1),
@@ -55,21 +63,42 @@ impl Aggregate {
         }
     }
 
+    fn find(&self, fp: &[u8]) -> (u64, Option<u32>) {
+        let h = self.hasher.hash_one(fp);
+        (h, self.index.find(h, |&i| &*self.classes[i as usize].fingerprint == fp).copied())
+    }
+
+    fn insert(&mut self, h: u64, c: Class) {
+        let i = self.classes.len() as u32;
+        self.classes.push(c);
+        let (classes, hasher) = (&self.classes, &self.hasher);
+        self.index.insert_unique(h, i, |&j| hasher.hash_one(&*classes[j as usize].fingerprint));
+    }
+
     pub fn add(&mut self, e: &Event) {
         self.events += 1;
         pileup_sql::fingerprint(e.query, &mut self.fp);
-        if let Some(&i) = self.index.get(self.fp.as_slice()) {
-            self.classes[i as usize].add(e);
+        let (h, found) = self.find(&self.fp);
+        let names = &mut self.names;
+        let mut intern = |v: &[u8]| -> Name {
+            if let Some(n) = names.get(v) {
+                return n.clone();
+            }
+            let n = Name::from(v);
+            names.insert(n.clone());
+            n
+        };
+        if let Some(i) = found {
+            self.classes[i as usize].add(e, &mut intern);
             return;
         }
         if self.classes.len() >= self.max_classes {
-            self.other.get_or_insert_with(|| Class::new(OTHER.into())).add(e);
+            self.other.get_or_insert_with(|| Class::new(OTHER.into())).add(e, &mut intern);
             return;
         }
         let mut c = Class::new(self.fp.as_slice().into());
-        c.add(e);
-        self.index.insert(self.fp.as_slice().into(), self.classes.len() as u32);
-        self.classes.push(c);
+        c.add(e, &mut intern);
+        self.insert(h, c);
     }
 
     pub fn problem(&mut self, p: Problem) {
@@ -91,12 +120,9 @@ impl Aggregate {
             }
         }
         for c in o.classes {
-            match self.index.get(&c.fingerprint) {
-                Some(&i) => self.classes[i as usize].merge(&c),
-                None => {
-                    self.index.insert(c.fingerprint.clone(), self.classes.len() as u32);
-                    self.classes.push(c);
-                }
+            match self.find(&c.fingerprint) {
+                (_, Some(i)) => self.classes[i as usize].merge(&c),
+                (h, None) => self.insert(h, c),
             }
         }
         if let Some(oc) = o.other {
@@ -113,8 +139,11 @@ impl Aggregate {
                 other.merge(c);
             }
             self.index.clear();
-            for (i, c) in self.classes.iter().enumerate() {
-                self.index.insert(c.fingerprint.clone(), i as u32);
+            let (classes, hasher) = (&self.classes, &self.hasher);
+            for (i, c) in classes.iter().enumerate() {
+                self.index.insert_unique(hasher.hash_one(&*c.fingerprint), i as u32, |&j| {
+                    hasher.hash_one(&*classes[j as usize].fingerprint)
+                });
             }
         }
     }

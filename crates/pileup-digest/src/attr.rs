@@ -31,6 +31,11 @@ macro_rules! attrs {
         pub enum A { $($idx,)* }
         /// Every attribute pileup keeps per statement class.
         pub const ATTRS: &[Attr] = &[$(Attr { name: $name, unit: Unit::$unit, about: $about },)*];
+        const ALL: &[A] = &[$(A::$idx,)*];
+        /// The attribute at index `i` of [`ATTRS`].
+        pub fn from_index(i: usize) -> A {
+            ALL[i]
+        }
     };
 }
 

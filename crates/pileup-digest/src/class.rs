@@ -3,6 +3,8 @@
 //! Memory grows with the number of classes and the spread of their values,
 //! never with the number of statements.
 
+use std::borrow::Cow;
+
 use crate::attr::{A, N_ATTRS, N_FLAGS};
 
 /// A sparse histogram with 16 buckets per power of two (each 4.4% wide):
@@ -15,8 +17,14 @@ use crate::attr::{A, N_ATTRS, N_FLAGS};
 /// each, for every attribute of every class), which would make memory grow
 /// with classes × attributes × range rather than with what was seen.
 #[derive(Clone, Debug, Default)]
-pub struct Hist {
-    buckets: Vec<(u16, u32)>,
+pub enum Hist {
+    #[default]
+    Empty,
+    /// One bucket: most attributes of most classes (a class seen a few
+    /// times, a count that is always 0 or 1) need no more, and no
+    /// allocation.
+    One(u16, u32),
+    Many(Box<Vec<(u16, u32)>>),
 }
 
 fn bucket(v: f64) -> u16 {
@@ -33,32 +41,50 @@ fn bucket_low(b: u16) -> f64 {
 
 impl Hist {
     pub fn add(&mut self, v: f64, n: u32) {
-        let b = bucket(v);
-        match self.buckets.binary_search_by_key(&b, |e| e.0) {
-            Ok(i) => self.buckets[i].1 = self.buckets[i].1.saturating_add(n),
-            Err(i) => self.buckets.insert(i, (b, n)),
+        self.add_bucket(bucket(v), n);
+    }
+
+    fn add_bucket(&mut self, b: u16, n: u32) {
+        match self {
+            Hist::Empty => *self = Hist::One(b, n),
+            Hist::One(ob, on) if *ob == b => *on = on.saturating_add(n),
+            Hist::One(ob, on) => {
+                let mut v = vec![(*ob, *on), (b, n)];
+                v.sort_unstable_by_key(|e| e.0);
+                *self = Hist::Many(Box::new(v));
+            }
+            Hist::Many(v) => match v.binary_search_by_key(&b, |e| e.0) {
+                Ok(i) => v[i].1 = v[i].1.saturating_add(n),
+                Err(i) => v.insert(i, (b, n)),
+            },
         }
     }
 
     pub fn merge(&mut self, o: &Hist) {
-        for &(b, n) in &o.buckets {
-            match self.buckets.binary_search_by_key(&b, |e| e.0) {
-                Ok(i) => self.buckets[i].1 = self.buckets[i].1.saturating_add(n),
-                Err(i) => self.buckets.insert(i, (b, n)),
-            }
+        for (b, n) in o.raw() {
+            self.add_bucket(b, n);
         }
+    }
+
+    fn raw(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
+        let (one, many): (Option<(u16, u32)>, &[(u16, u32)]) = match self {
+            Hist::Empty => (None, &[]),
+            Hist::One(b, n) => (Some((*b, *n)), &[]),
+            Hist::Many(v) => (None, v.as_slice()),
+        };
+        one.into_iter().chain(many.iter().copied())
     }
 
     /// The value below which `q` (0..1) of the values fall: the bucket's
     /// lower bound for counts (exact up to 16), its middle for times.
     pub fn quantile(&self, q: f64, integer: bool) -> f64 {
-        let total: u64 = self.buckets.iter().map(|e| u64::from(e.1)).sum();
+        let total: u64 = self.raw().map(|e| u64::from(e.1)).sum();
         if total == 0 {
             return 0.0;
         }
         let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
         let mut seen = 0u64;
-        for &(b, n) in &self.buckets {
+        for (b, n) in self.raw() {
             seen += u64::from(n);
             if seen >= rank {
                 if b == 0 {
@@ -73,7 +99,7 @@ impl Hist {
 
     /// (bucket lower bound, count) pairs, for histograms in reports.
     pub fn buckets(&self) -> impl Iterator<Item = (f64, u32)> + '_ {
-        self.buckets.iter().map(|&(b, n)| (if b == 0 { 0.0 } else { bucket_low(b) }, n))
+        self.raw().map(|(b, n)| (if b == 0 { 0.0 } else { bucket_low(b) }, n))
     }
 }
 
@@ -81,7 +107,7 @@ impl Hist {
 #[derive(Clone, Debug)]
 pub struct Stat {
     /// Statements that logged it.
-    pub n: u64,
+    pub n: u32,
     pub sum: f64,
     pub min: f64,
     pub max: f64,
@@ -89,6 +115,11 @@ pub struct Stat {
 }
 
 impl Stat {
+    /// `n` zeros.
+    fn zeros(n: u32) -> Stat {
+        Stat { n, sum: 0.0, min: 0.0, max: 0.0, hist: Hist::One(0, n) }
+    }
+
     fn new(v: f64) -> Stat {
         let mut hist = Hist::default();
         hist.add(v, 1);
@@ -96,7 +127,7 @@ impl Stat {
     }
 
     fn add(&mut self, v: f64) {
-        self.n += 1;
+        self.n = self.n.saturating_add(1);
         self.sum += v;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
@@ -104,7 +135,7 @@ impl Stat {
     }
 
     fn merge(&mut self, o: &Stat) {
-        self.n += o.n;
+        self.n = self.n.saturating_add(o.n);
         self.sum += o.sum;
         self.min = self.min.min(o.min);
         self.max = self.max.max(o.max);
@@ -115,7 +146,7 @@ impl Stat {
         if self.n == 0 {
             0.0
         } else {
-            self.sum / self.n as f64
+            self.sum / f64::from(self.n)
         }
     }
 
@@ -125,22 +156,25 @@ impl Stat {
     }
 }
 
+/// A host, user or database name, shared by every class that saw it.
+pub type Name = std::sync::Arc<[u8]>;
+
 /// Up to a few distinct values (hosts, users, databases) with counts; the
-/// rest counted together.
+/// rest counted together. One value (the common case) is held inline.
 #[derive(Clone, Debug, Default)]
 pub struct Few {
-    pub values: Vec<(Box<[u8]>, u64)>,
+    pub values: smallvec::SmallVec<[(Name, u64); 1]>,
     pub others: u64,
 }
 
 const FEW: usize = 8;
 
 impl Few {
-    fn add(&mut self, v: &[u8], n: u64) {
+    fn add(&mut self, v: &[u8], n: u64, intern: &mut impl FnMut(&[u8]) -> Name) {
         if let Some(e) = self.values.iter_mut().find(|e| &*e.0 == v) {
             e.1 += n;
         } else if self.values.len() < FEW {
-            self.values.push((v.into(), n));
+            self.values.push((intern(v), n));
         } else {
             self.others += n;
         }
@@ -148,7 +182,7 @@ impl Few {
 
     fn merge(&mut self, o: &Few) {
         for (v, n) in &o.values {
-            self.add(v, *n);
+            self.add(v, *n, &mut |_| v.clone());
         }
         self.others += o.others;
     }
@@ -166,14 +200,22 @@ impl Few {
 #[derive(Clone, Debug, Default)]
 pub struct Sample {
     pub query: Box<[u8]>,
-    pub db: Box<[u8]>,
+    pub db: Option<Name>,
     pub query_time: f64,
     /// Unix time (seconds), when the log gave it.
     pub ts: Option<i64>,
-    /// The logged EXPLAIN, one row a line, tab-separated as logged.
-    pub explain: Vec<Box<[u8]>>,
+    /// The logged EXPLAIN: its rows, each line's `# explain: ` taken off,
+    /// joined by newlines (tab-separated columns as logged).
+    pub explain: Box<[u8]>,
     /// Where it was: input index and line.
     pub at: (usize, u64),
+}
+
+impl Sample {
+    /// Its database ("" when none was selected).
+    pub fn db(&self) -> &[u8] {
+        self.db.as_deref().unwrap_or(b"")
+    }
 }
 
 /// Everything known about one statement as logged.
@@ -200,14 +242,27 @@ impl Event<'_> {
     }
 }
 
+const NONE: u8 = 0xFF;
+const ZERO: u8 = 0x80;
+
 /// One statement class.
 #[derive(Clone, Debug)]
 pub struct Class {
     pub fingerprint: Box<[u8]>,
     pub count: u64,
-    pub stats: [Option<Box<Stat>>; N_ATTRS],
+    /// The attributes its statements logged, with their attribute index,
+    /// in the order first seen (only those present: memory follows what the
+    /// log has).
+    stats: Vec<(u8, Stat)>,
+    /// Attributes that were 0 every time they were logged: (index, times
+    /// logged). Many are (pages read from disk in a cached workload, rows
+    /// affected by a SELECT), and they need no histogram.
+    zeros: Vec<(u8, u32)>,
+    /// Per attribute: its place in `stats` (below 0x80), or 0x80 + its
+    /// place in `zeros`, or [`NONE`].
+    slots: [u8; N_ATTRS],
     /// Per flag: statements that logged it, and those that said Yes.
-    pub flags: [(u64, u64); N_FLAGS],
+    pub flags: [(u32, u32); N_FLAGS],
     pub first: Option<i64>,
     pub last: Option<i64>,
     pub hosts: Few,
@@ -221,7 +276,9 @@ impl Class {
         Class {
             fingerprint,
             count: 0,
-            stats: Default::default(),
+            stats: Vec::new(),
+            zeros: Vec::new(),
+            slots: [NONE; N_ATTRS],
             flags: [(0, 0); N_FLAGS],
             first: None,
             last: None,
@@ -232,8 +289,71 @@ impl Class {
         }
     }
 
-    pub fn stat(&self, a: A) -> Option<&Stat> {
-        self.stats[a as usize].as_deref()
+    pub fn stat(&self, a: A) -> Option<Cow<'_, Stat>> {
+        match self.slots[a as usize] {
+            NONE => None,
+            s if s & ZERO != 0 => Some(Cow::Owned(Stat::zeros(self.zeros[usize::from(s & !ZERO)].1))),
+            s => Some(Cow::Borrowed(&self.stats[usize::from(s)].1)),
+        }
+    }
+
+    /// Every attribute logged: (index into [`crate::attr::ATTRS`], its
+    /// stat), in index order.
+    pub fn stats(&self) -> impl Iterator<Item = (usize, Cow<'_, Stat>)> {
+        (0..N_ATTRS).filter_map(|i| {
+            let a: A = crate::attr::from_index(i);
+            self.stat(a).map(|s| (i, s))
+        })
+    }
+
+    /// Add `n` values of attribute `i`: `v`, or a whole stat.
+    fn add_value(&mut self, i: u8, v: Result<f64, &Stat>) {
+        let is_zero = match v {
+            Ok(x) => x == 0.0,
+            Err(st) => st.max == 0.0 && st.min == 0.0,
+        };
+        let zero_n = |v: &Result<f64, &Stat>| match v {
+            Ok(_) => 1,
+            Err(st) => st.n,
+        };
+        match self.slots[usize::from(i)] {
+            NONE if is_zero => {
+                self.slots[usize::from(i)] = ZERO | self.zeros.len() as u8;
+                self.zeros.push((i, zero_n(&v)));
+            }
+            NONE => {
+                self.slots[usize::from(i)] = self.stats.len() as u8;
+                self.stats.push((
+                    i,
+                    match v {
+                        Ok(x) => Stat::new(x),
+                        Err(st) => st.clone(),
+                    },
+                ));
+            }
+            s if s & ZERO != 0 => {
+                let z = usize::from(s & !ZERO);
+                if is_zero {
+                    self.zeros[z].1 = self.zeros[z].1.saturating_add(zero_n(&v));
+                    return;
+                }
+                let (_, n) = self.zeros.swap_remove(z);
+                if let Some(moved) = self.zeros.get(z) {
+                    self.slots[usize::from(moved.0)] = ZERO | z as u8;
+                }
+                let mut st = Stat::zeros(n);
+                match v {
+                    Ok(x) => st.add(x),
+                    Err(o) => st.merge(o),
+                }
+                self.slots[usize::from(i)] = self.stats.len() as u8;
+                self.stats.push((i, st));
+            }
+            s => match v {
+                Ok(x) => self.stats[usize::from(s)].1.add(x),
+                Err(o) => self.stats[usize::from(s)].1.merge(o),
+            },
+        }
     }
 
     /// Sum of an attribute (0 when never logged).
@@ -241,40 +361,36 @@ impl Class {
         self.stat(a).map_or(0.0, |s| s.sum)
     }
 
-    pub fn add(&mut self, e: &Event) {
+    pub fn add(&mut self, e: &Event, intern: &mut impl FnMut(&[u8]) -> Name) {
         self.count += 1;
         let mut bits = e.present;
         while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
+            let i = bits.trailing_zeros() as u8;
             bits &= bits - 1;
-            let v = e.values[i];
-            match &mut self.stats[i] {
-                Some(s) => s.add(v),
-                slot => *slot = Some(Box::new(Stat::new(v))),
-            }
+            self.add_value(i, Ok(e.values[usize::from(i)]));
         }
         let mut bits = e.flags_seen;
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            self.flags[i].0 += 1;
-            self.flags[i].1 += u64::from(e.flags_yes >> i & 1);
+            self.flags[i].0 = self.flags[i].0.saturating_add(1);
+            self.flags[i].1 = self.flags[i].1.saturating_add(e.flags_yes >> i & 1);
         }
         if let Some(t) = e.ts {
             self.first = Some(self.first.map_or(t, |f| f.min(t)));
             self.last = Some(self.last.map_or(t, |l| l.max(t)));
         }
-        self.hosts.add(e.host, 1);
-        self.users.add(e.user, 1);
-        self.dbs.add(e.db, 1);
+        self.hosts.add(e.host, 1, intern);
+        self.users.add(e.user, 1, intern);
+        self.dbs.add(e.db, 1, intern);
         let qt = e.get(A::QueryTime).unwrap_or(0.0);
         if self.count == 1 || qt > self.sample.query_time {
             self.sample = Sample {
                 query: e.query.into(),
-                db: e.db.into(),
+                db: Some(intern(e.db)),
                 query_time: qt,
                 ts: e.ts,
-                explain: e.explain.iter().map(|l| Box::from(*l)).collect(),
+                explain: e.explain.join(&b'\n').into(),
                 at: e.at,
             };
         }
@@ -282,16 +398,15 @@ impl Class {
 
     pub fn merge(&mut self, o: &Class) {
         self.count += o.count;
-        for (mine, theirs) in self.stats.iter_mut().zip(&o.stats) {
-            match (mine.as_mut(), theirs) {
-                (Some(m), Some(t)) => m.merge(t),
-                (None, Some(t)) => *mine = Some(t.clone()),
-                _ => {}
-            }
+        for (i, t) in &o.stats {
+            self.add_value(*i, Err(t));
+        }
+        for (i, n) in &o.zeros {
+            self.add_value(*i, Err(&Stat::zeros(*n)));
         }
         for (m, t) in self.flags.iter_mut().zip(&o.flags) {
-            m.0 += t.0;
-            m.1 += t.1;
+            m.0 = m.0.saturating_add(t.0);
+            m.1 = m.1.saturating_add(t.1);
         }
         self.first = match (self.first, o.first) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -336,9 +451,12 @@ mod tests {
         let ev = |qt: f64, host: &'static [u8]| {
             let mut values = [0.0; N_ATTRS];
             values[A::QueryTime as usize] = qt;
+            // Zero in the first half, not in the second: kept as zeros, then
+            // turned into a full stat.
+            values[A::RowsSent as usize] = if qt > 1.0 { 5.0 } else { 0.0 };
             Event {
                 values,
-                present: 1,
+                present: 1 | 1 << A::RowsSent as usize,
                 flags_seen: 1 << 5,
                 flags_yes: u32::from(qt > 1.0) << 5,
                 user: b"u",
@@ -354,13 +472,19 @@ mod tests {
         let (mut a, mut b) = (whole.clone(), whole.clone());
         for (i, qt) in [0.5, 2.0, 0.1, 3.0].into_iter().enumerate() {
             let e = ev(qt, if i % 2 == 0 { b"h1" } else { b"h2" });
-            whole.add(&e);
-            if i < 2 { &mut a } else { &mut b }.add(&e);
+            let mut intern = |v: &[u8]| Name::from(v);
+            whole.add(&e, &mut intern);
+            if i < 2 { &mut a } else { &mut b }.add(&e, &mut intern);
         }
         a.merge(&b);
         let (s, t) = (whole.stat(A::QueryTime).unwrap(), a.stat(A::QueryTime).unwrap());
         assert_eq!((s.n, s.sum, s.min, s.max), (t.n, t.sum, t.min, t.max));
         assert_eq!(a.flags[5], (4, 2));
+        let (s, t) = (whole.stat(A::RowsSent).unwrap(), a.stat(A::RowsSent).unwrap());
+        assert_eq!((s.n, s.sum, s.min, s.max), (4, 10.0, 0.0, 5.0));
+        assert_eq!((t.n, t.sum, t.min, t.max), (4, 10.0, 0.0, 5.0));
+        assert_eq!(t.quantile(0.5, true), 0.0);
+        assert_eq!(t.quantile(1.0, true), 5.0);
         assert_eq!((a.first, a.last), (Some(1), Some(30)));
         assert_eq!(a.sample.query_time, 3.0);
         assert_eq!(a.hosts.sorted(), vec![("h1".to_string(), 2), ("h2".to_string(), 2)]);

@@ -223,8 +223,8 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         let (input, at) = c.sample.at;
         let (block, line) = (at >> 40, at & ((1 << 40) - 1));
         c.sample.at = (input, line + before.get(&(input, block)).copied().unwrap_or(0));
-        for (s, st) in seen.iter_mut().zip(&c.stats) {
-            *s |= st.is_some();
+        for (i, _) in c.stats() {
+            seen[i] = true;
         }
     }
     let mut classes = agg.classes;

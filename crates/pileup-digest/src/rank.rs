@@ -76,7 +76,7 @@ pub fn optimizer_share(c: &Class) -> Option<f64> {
 
 /// Executions whose sort or temporary table went to disk.
 pub fn spills(c: &Class) -> u64 {
-    c.flags[F_FILESORT_ON_DISK].1.max(c.flags[F_TMP_TABLE_ON_DISK].1).max(c.sum(A::TmpDiskTables) as u64)
+    u64::from(c.flags[F_FILESORT_ON_DISK].1.max(c.flags[F_TMP_TABLE_ON_DISK].1)).max(c.sum(A::TmpDiskTables) as u64)
 }
 
 /// The score a class ranks by (higher first); None: not ranked by it.

@@ -30,8 +30,8 @@ fn round(v: f64, unit: Unit) -> Value {
 /// One class as JSON.
 pub fn class(c: &Class, rank_no: usize, d: &Digest) -> Value {
     let mut attrs = Map::new();
-    for (a, s) in ATTRS.iter().zip(&c.stats) {
-        let Some(s) = s else { continue };
+    for (i, s) in c.stats() {
+        let a = &ATTRS[i];
         let int = a.unit != Unit::Seconds;
         attrs.insert(
             a.name.into(),
@@ -75,12 +75,12 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest) -> Value {
         "databases": few(&c.dbs),
         "sample": {
             "query": String::from_utf8_lossy(&c.sample.query),
-            "database": String::from_utf8_lossy(&c.sample.db),
+            "database": String::from_utf8_lossy(c.sample.db()),
             "query_time": round(c.sample.query_time, Unit::Seconds),
             "at": c.sample.ts.map(utc),
             "file": d.inputs.get(input),
             "line": line,
-            "explain": c.sample.explain.iter().map(|l| String::from_utf8_lossy(l)).collect::<Vec<_>>(),
+            "explain": c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>(),
         },
     })
 }

@@ -150,8 +150,8 @@ pub fn render(d: &Digest, v: &View) -> String {
             secs(c.sum(A::QueryTime)),
             if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 },
             c.count,
-            qt.map_or("-".into(), |s| secs(s.mean())),
-            qt.map_or("-".into(), |s| secs(s.quantile(0.95, false))),
+            qt.as_ref().map_or("-".into(), |s| secs(s.mean())),
+            qt.as_ref().map_or("-".into(), |s| secs(s.quantile(0.95, false))),
             ratio(rank::examined_per_row(c)),
             ratio(rank::pages_per_row(c)),
             rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
@@ -184,8 +184,8 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         "# {:<17} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "Attribute", "total", "min", "max", "mean", "p95", "p99"
     );
-    for (a, s) in ATTRS.iter().zip(&c.stats) {
-        let Some(s) = s.as_ref().filter(|s| s.max > 0.0) else { continue };
+    for (i, s) in c.stats().filter(|(_, s)| s.max > 0.0) {
+        let a = &ATTRS[i];
         let int = a.unit != Unit::Seconds;
         let _ = writeln!(
             o,
@@ -238,11 +238,11 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         line,
         c.sample.ts.map(|t| format!(", {}", utc(t))).unwrap_or_default()
     );
-    if !c.sample.db.is_empty() {
-        let _ = writeln!(o, "USE `{}`;", String::from_utf8_lossy(&c.sample.db).replace('`', "``"));
+    if !c.sample.db().is_empty() {
+        let _ = writeln!(o, "USE `{}`;", String::from_utf8_lossy(c.sample.db()).replace('`', "``"));
     }
     let _ = writeln!(o, "{};", String::from_utf8_lossy(&c.sample.query));
-    for l in &c.sample.explain {
+    for l in c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let _ = writeln!(o, "# explain: {}", String::from_utf8_lossy(l));
     }
 }
