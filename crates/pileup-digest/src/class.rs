@@ -67,10 +67,13 @@ impl Hist {
     }
 
     fn raw(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
-        let (one, many): (Option<(u16, u32)>, &[(u16, u32)]) = match self {
-            Hist::Empty => (None, &[]),
-            Hist::One(b, n) => (Some((*b, *n)), &[]),
-            Hist::Many(v) => (None, v.as_slice()),
+        let one = match self {
+            Hist::One(b, n) => Some((*b, *n)),
+            _ => None,
+        };
+        let many = match self {
+            Hist::Many(v) => v.as_slice(),
+            _ => &[],
         };
         one.into_iter().chain(many.iter().copied())
     }
