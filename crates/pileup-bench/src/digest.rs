@@ -15,7 +15,9 @@
 //!   identifiers).
 //!
 //! Each shape is digested `--rounds` times by `pileup digest --jobs 1`,
-//! `pileup digest` (all cores) and `pt-query-digest` (its default report),
+//! `pileup digest` (all cores), both keeping every class apart as
+//! pt-query-digest does (`--max-classes` out of the way), and
+//! `pt-query-digest` (its default report),
 //! in an order rotated each round, output to /dev/null. Reported per tool:
 //! median wall time, CPU seconds, peak RSS, MB/s, MB/s per CPU-second, and
 //! the ratios to pt-query-digest's medians.
@@ -230,9 +232,13 @@ fn main() -> Result<()> {
         ("distinct", dir.join("distinct.log"), distinct_mb << 20, Some(distinct)),
     ];
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Every class kept apart, as pt-query-digest keeps them.
+    let all = |v: &[&str]| -> Vec<String> {
+        [pileup.as_str(), "digest", "--max-classes", "100000000"].iter().chain(v).map(|s| s.to_string()).collect()
+    };
     let tools: [(&str, Vec<String>); 3] = [
-        ("pileup digest --jobs 1", vec![pileup.clone(), "digest".into(), "--jobs".into(), "1".into()]),
-        (if cores > 1 { "pileup digest (all cores)" } else { "pileup digest" }, vec![pileup.clone(), "digest".into()]),
+        ("pileup digest --jobs 1", all(&["--jobs", "1"])),
+        (if cores > 1 { "pileup digest (all cores)" } else { "pileup digest" }, all(&[])),
         ("pt-query-digest", vec!["pt-query-digest".into(), "--no-version-check".into()]),
     ];
     let mut md = String::new();
