@@ -215,9 +215,9 @@ pub fn advise(
     o: &AdviseOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Advice>, crate::Error> {
-    let conn = spec.connect().map_err(|e| crate::Error::Server(format!("{e:#}")))?;
+    let conn = spec.connect().map_err(|e| crate::Error::Server(format!("--advise: {e:#}")))?;
     let mut s = Session { conn };
-    let (flavor, _) = pileup_conn::flavor(&mut s.conn).map_err(|e| crate::Error::Server(format!("{e:#}")))?;
+    let (flavor, _) = pileup_conn::flavor(&mut s.conn).map_err(|e| crate::Error::Server(format!("--advise: {e:#}")))?;
     let mut out = vec![];
     for c in classes.iter().take(o.classes) {
         let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
@@ -233,6 +233,11 @@ pub fn advise(
             variants: vec![],
             best: None,
         };
+        if sql.trim().is_empty() {
+            a.skipped = Some("no sample statement (performance_schema on MariaDB keeps only the digest)".into());
+            out.push(a);
+            continue;
+        }
         if let Some(why) = refuse(&sql) {
             a.skipped = Some(format!("not run: {why}"));
             out.push(a);

@@ -30,6 +30,16 @@ pub struct Problem {
 /// Problems kept word for word; the rest are counted.
 pub const PROBLEMS_KEPT: usize = 50;
 
+/// The one copy of a host, user or database name.
+fn intern(names: &mut HashSet<Name, foldhash::fast::FixedState>, v: &[u8]) -> Name {
+    if let Some(n) = names.get(v) {
+        return n.clone();
+    }
+    let n = Name::from(v);
+    names.insert(n.clone());
+    n
+}
+
 /// Classes being built.
 pub struct Aggregate {
     /// Class indices, found by their fingerprint's hash (the fingerprint
@@ -80,14 +90,7 @@ impl Aggregate {
         pileup_sql::fingerprint(e.query, &mut self.fp);
         let (h, found) = self.find(&self.fp);
         let names = &mut self.names;
-        let mut intern = |v: &[u8]| -> Name {
-            if let Some(n) = names.get(v) {
-                return n.clone();
-            }
-            let n = Name::from(v);
-            names.insert(n.clone());
-            n
-        };
+        let mut intern = |v: &[u8]| intern(names, v);
         if let Some(i) = found {
             self.classes[i as usize].add(e, &mut intern);
             return;
@@ -98,6 +101,58 @@ impl Aggregate {
         }
         let mut c = Class::new(self.fp.as_slice().into());
         c.add(e, &mut intern);
+        self.insert(h, c);
+    }
+
+    /// Statements known only by their sums, from performance_schema.
+    pub fn add_digest(&mut self, d: &crate::input::ps::Delta, input: usize) {
+        use crate::attr::{F_ERROR, F_FULL_SCAN};
+        self.events += d.sums.count;
+        pileup_sql::fingerprint(d.text.as_bytes(), &mut self.fp);
+        let (h, found) = self.find(&self.fp);
+        let names = &mut self.names;
+        let mut intern = |v: &[u8]| intern(names, v);
+        let ps = |v: u64| v as f64 / 1e12;
+        let x = &d.sums;
+        let sums = [
+            (A::QueryTime, ps(x.timer_wait)),
+            (A::LockTime, ps(x.lock_time)),
+            (A::RowsSent, x.rows_sent as f64),
+            (A::RowsExamined, x.rows_examined as f64),
+            (A::RowsAffected, x.rows_affected as f64),
+            (A::TmpTables, x.tmp_tables as f64),
+            (A::TmpDiskTables, x.tmp_disk_tables as f64),
+            (A::MergePasses, x.sort_merge_passes as f64),
+            (A::SortRows, x.sort_rows as f64),
+        ];
+        let flags = [(F_FULL_SCAN, x.select_scan), (2, x.select_full_join), (F_ERROR, x.errors)];
+        // MariaDB keeps no sample statement: the class's sample stays
+        // empty (the advisor says so) rather than a digest with `?` in it.
+        let sample = d.sample.as_deref().unwrap_or("").as_bytes();
+        let mut add = |c: &mut Class| {
+            let sm = crate::class::Summary {
+                n: x.count,
+                sums: &sums,
+                flags: &flags,
+                db: d.schema.as_bytes(),
+                last: d.last_seen,
+                sample,
+            };
+            c.add_summary(&sm, &mut intern);
+            if c.sample.at == (0, 0) {
+                c.sample.at = (input, 0);
+            }
+        };
+        if let Some(i) = found {
+            add(&mut self.classes[i as usize]);
+            return;
+        }
+        if self.classes.len() >= self.max_classes {
+            add(self.other.get_or_insert_with(|| Class::new(OTHER.into())));
+            return;
+        }
+        let mut c = Class::new(self.fp.as_slice().into());
+        add(&mut c);
         self.insert(h, c);
     }
 

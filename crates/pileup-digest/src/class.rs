@@ -106,6 +106,82 @@ impl Hist {
     }
 }
 
+/// When a class ran: statements and their time in equal slices of time,
+/// at most [`SERIES_POINTS`] of them. Slices are a power of two seconds,
+/// aligned on the Unix epoch, so any two series can be merged: when a
+/// series needs more slices than it may keep, its slices double.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Seconds a slice covers (0: nothing yet).
+    pub width: u32,
+    /// (slice start, statements, seconds of statement time), by start; one
+    /// slice (a class seen once or in one minute) is held inline.
+    pub points: smallvec::SmallVec<[(i64, u32, f32); 1]>,
+}
+
+pub const SERIES_POINTS: usize = 48;
+
+impl Series {
+    fn add(&mut self, ts: i64, n: u32, t: f32) {
+        if self.width == 0 {
+            self.width = 1;
+        }
+        let start = ts.div_euclid(i64::from(self.width)) * i64::from(self.width);
+        match self.points.binary_search_by_key(&start, |p| p.0) {
+            Ok(i) => {
+                self.points[i].1 = self.points[i].1.saturating_add(n);
+                self.points[i].2 += t;
+            }
+            Err(i) => {
+                self.points.insert(i, (start, n, t));
+                while self.span() > SERIES_POINTS {
+                    self.coarsen();
+                }
+            }
+        }
+    }
+
+    /// Slices between the first and the last, inclusive.
+    fn span(&self) -> usize {
+        match (self.points.first(), self.points.last()) {
+            (Some(a), Some(b)) => ((b.0 - a.0) / i64::from(self.width)) as usize + 1,
+            _ => 0,
+        }
+    }
+
+    fn coarsen(&mut self) {
+        self.width *= 2;
+        let w = i64::from(self.width);
+        let mut out: smallvec::SmallVec<[(i64, u32, f32); 1]> = smallvec::SmallVec::with_capacity(self.points.len());
+        for &(s, n, t) in &self.points {
+            let start = s.div_euclid(w) * w;
+            match out.last_mut() {
+                Some(l) if l.0 == start => {
+                    l.1 = l.1.saturating_add(n);
+                    l.2 += t;
+                }
+                _ => out.push((start, n, t)),
+            }
+        }
+        self.points = out;
+    }
+
+    fn merge(&mut self, o: &Series) {
+        if o.width == 0 {
+            return;
+        }
+        while self.width != 0 && self.width < o.width {
+            self.coarsen();
+        }
+        if self.width == 0 {
+            self.width = o.width;
+        }
+        for &(s, n, t) in &o.points {
+            self.add(s, n, t);
+        }
+    }
+}
+
 /// One attribute of one class.
 #[derive(Clone, Debug)]
 pub struct Stat {
@@ -153,9 +229,21 @@ impl Stat {
         }
     }
 
-    /// A percentile, kept within what was seen.
+    /// A percentile, kept within what was seen; NaN where only sums are
+    /// known (performance_schema).
     pub fn quantile(&self, q: f64, integer: bool) -> f64 {
+        if matches!(self.hist, Hist::Empty) || self.min.is_nan() || self.max.is_nan() || self.min > self.max {
+            return f64::NAN;
+        }
         self.hist.quantile(q, integer).clamp(self.min, self.max)
+    }
+
+    /// `n` values of which only the sum is known.
+    pub fn summed(n: u32, sum: f64) -> Stat {
+        if sum == 0.0 {
+            return Stat::zeros(n);
+        }
+        Stat { n, sum, min: f64::NAN, max: f64::NAN, hist: Hist::Empty }
     }
 }
 
@@ -245,6 +333,17 @@ impl Event<'_> {
     }
 }
 
+/// Statements known by their sums only: `n` of them, `sums` per attribute,
+/// `flags` as (flag, yeses), their database, when last seen, and a sample.
+pub struct Summary<'a> {
+    pub n: u64,
+    pub sums: &'a [(A, f64)],
+    pub flags: &'a [(usize, u64)],
+    pub db: &'a [u8],
+    pub last: Option<i64>,
+    pub sample: &'a [u8],
+}
+
 const NONE: u8 = 0xFF;
 const ZERO: u8 = 0x80;
 
@@ -272,6 +371,7 @@ pub struct Class {
     pub users: Few,
     pub dbs: Few,
     pub sample: Sample,
+    pub series: Series,
 }
 
 impl Class {
@@ -289,6 +389,7 @@ impl Class {
             users: Few::default(),
             dbs: Few::default(),
             sample: Sample::default(),
+            series: Series::default(),
         }
     }
 
@@ -382,6 +483,7 @@ impl Class {
         if let Some(t) = e.ts {
             self.first = Some(self.first.map_or(t, |f| f.min(t)));
             self.last = Some(self.last.map_or(t, |l| l.max(t)));
+            self.series.add(t, 1, e.get(A::QueryTime).unwrap_or(0.0) as f32);
         }
         self.hosts.add(e.host, 1, intern);
         self.users.add(e.user, 1, intern);
@@ -395,6 +497,37 @@ impl Class {
                 ts: e.ts,
                 explain: e.explain.join(&b'\n').into(),
                 at: e.at,
+            };
+        }
+    }
+
+    /// Add statements known by their sums only (performance_schema's
+    /// digests).
+    pub fn add_summary(&mut self, sm: &Summary, intern: &mut impl FnMut(&[u8]) -> Name) {
+        let Summary { n, sums, flags, db, last, sample } = *sm;
+        let first_time = self.count == 0;
+        self.count += n;
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        for &(a, sum) in sums {
+            self.add_value(a as u8, Err(&Stat::summed(n32, sum)));
+        }
+        for &(f, yes) in flags {
+            self.flags[f].0 = self.flags[f].0.saturating_add(n32);
+            self.flags[f].1 = self.flags[f].1.saturating_add(u32::try_from(yes.min(n)).unwrap_or(u32::MAX));
+        }
+        if let Some(t) = last {
+            self.first = Some(self.first.map_or(t, |f| f.min(t)));
+            self.last = Some(self.last.map_or(t, |l| l.max(t)));
+        }
+        self.dbs.add(db, n, intern);
+        if first_time {
+            self.sample = Sample {
+                query: sample.into(),
+                db: Some(intern(db)),
+                query_time: 0.0,
+                ts: last,
+                explain: Box::default(),
+                at: (0, 0),
             };
         }
     }
@@ -422,6 +555,7 @@ impl Class {
         self.hosts.merge(&o.hosts);
         self.users.merge(&o.users);
         self.dbs.merge(&o.dbs);
+        self.series.merge(&o.series);
         if o.count > 0 && (self.count == o.count || o.sample.query_time > self.sample.query_time) {
             self.sample = o.sample.clone();
         }
@@ -447,6 +581,23 @@ mod tests {
         assert_eq!(c.quantile(0.5, true), 2.0);
         assert_eq!(c.quantile(1.0, true), 16.0);
         assert_eq!(c.quantile(0.01, true), 0.0);
+    }
+
+    #[test]
+    fn series_keep_their_points_bounded_and_merge_at_the_coarser_width() {
+        let mut a = Series::default();
+        for m in 0..200 {
+            a.add(1_000_020 + m * 60, 1, 0.5);
+        }
+        assert!(a.points.len() <= SERIES_POINTS, "{}", a.points.len());
+        assert_eq!(a.points.iter().map(|p| p.1).sum::<u32>(), 200);
+        assert_eq!(a.width, 256);
+        let mut b = Series::default();
+        b.add(1_000_020, 3, 1.0);
+        b.merge(&a);
+        assert_eq!(b.width, 256);
+        assert_eq!(b.points.iter().map(|p| p.1).sum::<u32>(), 203);
+        assert!(b.points.windows(2).all(|w| w[0].0 < w[1].0 && (w[1].0 - w[0].0) % 256 == 0));
     }
 
     #[test]

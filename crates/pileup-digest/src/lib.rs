@@ -49,7 +49,7 @@ pub enum Error {
     IsDir(String),
     #[error("cannot read {0}: {1}")]
     Read(String, #[source] std::io::Error),
-    #[error("the server for --advise: {0}")]
+    #[error("{0}")]
     Server(String),
 }
 
@@ -139,8 +139,29 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
     };
     let mut agg = Aggregate::new(o.max_classes);
+    // A table is read over SQL on this thread, before the files.
+    for (i, input) in inputs.iter().enumerate() {
+        match input {
+            Input::Table(spec) => {
+                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                let rows = input::table::read(&mut conn, i, &mut agg).map_err(Error::Server)?;
+                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), rows);
+            }
+            Input::Digests(spec, duration, stop) => {
+                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                for d in input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)? {
+                    agg.add_digest(&d, i);
+                }
+                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
+            }
+            _ => {}
+        }
+    }
     let read_all = |send: &mut dyn FnMut(Job), sink: &mut dyn Sink| -> Result<(), Error> {
         for (i, input) in inputs.iter().enumerate() {
+            if matches!(input, Input::Table(_) | Input::Digests(..)) {
+                continue;
+            }
             let r = input::open(input, counter.clone())?;
             let mut blocks = input::Blocks::new(r, o.block_size);
             let mut db = Vec::new();

@@ -234,11 +234,7 @@ pub fn run(
             let w = annotate::lock_wait(&frames, &e, &known.tids);
             tracing::trace!(word = e.uaddr, op = e.op, val = e.val, kind = ?w.kind, "wait");
             let taken_in = annotate::taken_in(&frames);
-            let statement = known
-                .sql_by_tid
-                .get(&e.tid)
-                .and_then(|t| t.info.as_deref())
-                .map(|q| pileup_replica::statement::fingerprint(q.as_bytes(), &mut vec![]));
+            let statement = known.sql_by_tid.get(&e.tid).and_then(|t| t.info.as_deref()).map(statement_class);
             let holder = w.owner_tid.map(|t| {
                 let who = match known.sql_by_tid.get(&t) {
                     Some(s) => s.summary(120),
@@ -374,7 +370,7 @@ pub fn run_performance_schema(
     let threads: Option<u64> = conn.query_first("SELECT COUNT(*) FROM performance_schema.threads").ok().flatten();
     let threads = threads.unwrap_or(1) as usize;
     let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let fingerprint = |q: &str| pileup_replica::statement::fingerprint(q.as_bytes(), &mut vec![]);
+    let fingerprint = statement_class;
     let (locks, elapsed) = ps::trace(&mut conn, duration, threads, stop, fingerprint, |el| {
         progress(&Progress { elapsed: el, of: duration, recorded: 0, locks: 0 })
     })
@@ -402,4 +398,11 @@ pub fn run_performance_schema(
         locks,
         notes,
     })
+}
+
+/// A statement's class, as `pileup digest` groups statements.
+fn statement_class(q: &str) -> String {
+    let mut out = Vec::with_capacity(q.len());
+    pileup_sql::fingerprint(q.as_bytes(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -109,6 +109,22 @@ fn planted_problems_rank_first_by_their_own_signal_and_pt_query_digest_counts_th
     // The logged EXPLAIN comes with the sample.
     assert!(sp["sample"]["explain"].as_array().unwrap().len() >= 2, "{sp:#}");
 
+    // The self-contained report.html: the profile, each class's histogram
+    // and timeline, rendered by headless Chromium without a console message.
+    let html_path = dir.join("report.html");
+    let out = pileup(&["digest", "--rank", "examined", "-o", html_path.to_str().unwrap(), log.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(
+        html.contains("id=\"profile\"") && html.contains("select id from miss where k = ?") && html.contains("<svg")
+    );
+    assert!(html.contains("When it ran") && html.contains("Statement time"), "histogram and timeline");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&html_path).unwrap().permissions().mode() & 0o777, 0o600);
+    let (console, png) = chromium_screenshot(&html_path, &dir);
+    assert!(console.is_empty(), "console messages: {console:?}");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "screenshot of {} bytes", png.len());
+
     // The advisor, on the same server: the plan forced on its own index, with
     // the other indexes' dives gone, is at least twice as fast, same rows.
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
@@ -263,4 +279,97 @@ fn bad_input_is_named_and_exits_non_zero() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&o).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(serde_json::from_slice::<J>(&std::fs::read(&o).unwrap()).is_ok());
+}
+
+#[test]
+fn follow_reads_a_growing_log_across_rotation_until_interrupted() {
+    let dir = scratch("digest-follow");
+    let (sb, log) = logging_sandbox(&dir);
+    let mut c = sb.connect().unwrap();
+    for i in 0..20 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS followed")).unwrap();
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["digest", "--follow", "--format", "json", log.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for i in 0..10 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS followed")).unwrap();
+    }
+    // Rotated as logrotate does: renamed, then the server reopens its log.
+    std::fs::rename(&log, dir.join("slow.log.1")).unwrap();
+    c.query_drop("FLUSH SLOW LOGS").unwrap();
+    for i in 0..15 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS followed")).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: J = serde_json::from_slice(&out.stdout).unwrap();
+    let class = d["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? as followed").unwrap();
+    assert_eq!(class["count"], 45, "{class:#}");
+    assert_eq!(d["problems"]["count"], 0, "{}", d["problems"]);
+}
+
+#[test]
+fn the_slow_log_table_is_read_as_a_log() {
+    let sb = sandbox_with(vec![("slow_query_log", "ON"), ("long_query_time", "0"), ("log_output", "TABLE")]);
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE t1db").unwrap();
+    c.query_drop("USE t1db").unwrap();
+    for i in 0..25 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} + 1 AS from_table")).unwrap();
+    }
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let d = digest_json(&["--slow-log-table", "-S", &sock, "-u", "root"]);
+    let class =
+        d["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? + ? as from_table").unwrap();
+    assert_eq!(class["count"], 25, "{class:#}");
+    assert_eq!(class["databases"][0]["value"], "t1db");
+    assert_eq!(class["users"][0]["value"], "root");
+    assert!(class["attributes"]["query_time"]["sum"].as_f64().unwrap() > 0.0, "{class:#}");
+    assert_eq!(class["attributes"]["rows_sent"]["sum"], 25);
+    assert!(d["inputs"][0].as_str().unwrap().starts_with("mysql.slow_log on"), "{}", d["inputs"]);
+}
+
+#[test]
+fn performance_schema_digests_are_read_over_a_window() {
+    let sb = sandbox_with(vec![("performance_schema", "ON")]);
+    let mut c = sb.connect().unwrap();
+    // Before the window: not counted.
+    for i in 0..10 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS ps_marker")).unwrap();
+    }
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["digest", "--server", "--duration", "3s", "--format", "json", "-S", &sock, "-u", "root"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    for i in 0..50 {
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS ps_marker")).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: J = serde_json::from_slice(&out.stdout).unwrap();
+    let class = d["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? as ps_marker");
+    let class = class.unwrap_or_else(|| panic!("{:#}", d["classes"]));
+    assert_eq!(class["count"], 50, "{class:#}");
+    assert_eq!(class["attributes"]["rows_sent"]["sum"], 50);
+    assert!(class["attributes"]["query_time"]["sum"].as_f64().unwrap() > 0.0);
+    // Sums only: no percentile is made up.
+    assert!(class["attributes"]["query_time"]["p95"].is_null(), "{class:#}");
+    // A server with performance_schema off says so, in one line.
+    let off = sandbox();
+    let out =
+        pileup(&["digest", "--server", "--duration", "1s", "-S", off.endpoint.socket.to_str().unwrap(), "-u", "root"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("performance_schema is off") && err.lines().count() == 1, "{err}");
 }

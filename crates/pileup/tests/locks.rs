@@ -122,7 +122,7 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     assert!(holders.iter().any(|h| h["who"].as_str().unwrap().contains("SHOW GLOBAL VARIABLES")), "{holders:#?}");
     assert!(l["holder_note"].is_null());
     let st = l["statements"].as_array().unwrap();
-    assert!(st.iter().any(|s| s["fingerprint"] == "SHOW GLOBAL VARIABLES"), "{st:#?}");
+    assert!(st.iter().any(|s| s["fingerprint"] == "show global variables"), "{st:#?}");
     assert!(r["counters"]["waits"].as_u64().unwrap() >= waits);
     // What it cost: pileup's CPU, and the probe timed by the kernel (it
     // runs on every context switch, the storm's waits among them).
@@ -223,7 +223,7 @@ fn connections_that_start_waiting_mid_trace_are_annotated() {
     let l = r["locks"].as_array().unwrap().iter().find(|l| l["name"] == "LOCK_global_system_variables");
     let l = l.unwrap_or_else(|| panic!("LOCK_global_system_variables among {:#}", r["locks"]));
     let st = l["statements"].as_array().unwrap();
-    assert!(st.iter().any(|s| s["fingerprint"] == "SHOW GLOBAL VARIABLES"), "{l:#}");
+    assert!(st.iter().any(|s| s["fingerprint"] == "show global variables"), "{l:#}");
 }
 
 #[test]
@@ -399,7 +399,7 @@ fn performance_schema_stands_in_where_ebpf_cannot_be_used() {
     assert!(l["waits"].as_u64().unwrap() > 100 && l["total_ms"].as_f64().unwrap() > 0.0, "{l:#}");
     // Who waited: the storm's connections, under their statement.
     assert!(l["waiters"].as_u64().unwrap() >= 4, "{l:#}");
-    assert_eq!(l["statements"][0]["fingerprint"], "SHOW GLOBAL VARIABLES", "{l:#}");
+    assert_eq!(l["statements"][0]["fingerprint"], "show global variables", "{l:#}");
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("every acquisition")));
 
     // A server with performance_schema off: one line naming the fix.

@@ -216,32 +216,9 @@ fn hot_row_convoy_is_caught_within_2s_and_the_holder_named() {
     );
     let out = pileup(&["report", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let shot = dir.join("screenshot.png");
-    let profile = tempfile_dir("chromium-profile");
-    let c = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--window-size=1300,2200",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", dir.join("report.html").display()))
-        .output()
-        .expect("chromium (make deps installs it)");
-    assert!(c.status.success(), "chromium failed: {}", String::from_utf8_lossy(&c.stderr));
-    let console: Vec<String> =
-        String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
+    let scratch = tempfile_dir("chromium");
+    let (console, png) = chromium_screenshot(&dir.join("report.html"), &scratch);
     assert!(console.is_empty(), "console messages: {console:?}");
-    let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG") && png.len() > 20_000, "screenshot of {} bytes", png.len());
 
     holder.query_drop("ROLLBACK").unwrap();

@@ -2,29 +2,56 @@
 //! bytes), standard input, read in blocks cut at entry boundaries so blocks
 //! can be parsed in parallel.
 
+pub mod ps;
 pub mod slowlog;
+pub mod table;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::Error;
 
 /// A slow log to read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Input {
     File(PathBuf),
     /// Standard input (`-`).
     Stdin,
+    /// A file followed as it grows and across rotation, until the flag is
+    /// set (plain text only).
+    Follow(PathBuf, Arc<AtomicBool>),
+    /// The `mysql.slow_log` table of the server this reaches.
+    Table(Box<pileup_conn::ConnSpec>),
+    /// performance_schema's statement digests of the server this reaches,
+    /// over a window (ended early when the flag is set).
+    Digests(Box<pileup_conn::ConnSpec>, std::time::Duration, Arc<AtomicBool>),
 }
+
+impl PartialEq for Input {
+    fn eq(&self, o: &Input) -> bool {
+        match (self, o) {
+            (Input::File(a), Input::File(b)) | (Input::Follow(a, _), Input::Follow(b, _)) => a == b,
+            (Input::Stdin, Input::Stdin)
+            | (Input::Table(_), Input::Table(_))
+            | (Input::Digests(..), Input::Digests(..)) => true,
+            _ => false,
+        }
+    }
+}
+impl Eq for Input {}
 
 impl Input {
     pub fn name(&self) -> String {
         match self {
-            Input::File(p) => p.display().to_string(),
+            Input::File(p) | Input::Follow(p, _) => p.display().to_string(),
             Input::Stdin => "(stdin)".into(),
+            Input::Table(c) => format!("mysql.slow_log on {}", c.describe()),
+            Input::Digests(c, d, _) => {
+                format!("performance_schema statement digests on {}, {:.0} s", c.describe(), d.as_secs_f64())
+            }
         }
     }
 
@@ -32,7 +59,7 @@ impl Input {
     pub fn size(&self) -> Option<u64> {
         match self {
             Input::File(p) => std::fs::metadata(p).ok().filter(|m| m.is_file()).map(|m| m.len()),
-            Input::Stdin => None,
+            Input::Stdin | Input::Follow(..) | Input::Table(_) | Input::Digests(..) => None,
         }
     }
 }
@@ -52,9 +79,84 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
+/// A file read like `tail -F`: at its end, waits for more; when the path
+/// names a new file (rotation), the old one is read to its end and the new
+/// one from its start; when the file shrinks (truncated in place), it is
+/// read again from its start. Ends when `stop` is set and the data written
+/// so far is read.
+pub struct Follow {
+    path: PathBuf,
+    file: File,
+    ino: u64,
+    pos: u64,
+    stop: Arc<AtomicBool>,
+    poll: std::time::Duration,
+}
+
+impl Follow {
+    pub fn open(path: &std::path::Path, stop: Arc<AtomicBool>) -> Result<Follow, Error> {
+        use std::os::unix::fs::MetadataExt;
+        let file = File::open(path).map_err(|e| Error::Open(path.display().to_string(), e))?;
+        let m = file.metadata().map_err(|e| Error::Read(path.display().to_string(), e))?;
+        if m.is_dir() {
+            return Err(Error::IsDir(path.display().to_string()));
+        }
+        Ok(Follow {
+            path: path.to_path_buf(),
+            file,
+            ino: m.ino(),
+            pos: 0,
+            stop,
+            poll: std::time::Duration::from_millis(200),
+        })
+    }
+}
+
+impl Read for Follow {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::Seek;
+        use std::os::unix::fs::MetadataExt;
+        loop {
+            let n = self.file.read(buf)?;
+            if n > 0 {
+                self.pos += n as u64;
+                return Ok(n);
+            }
+            match std::fs::metadata(&self.path) {
+                Ok(m) if m.ino() != self.ino => {
+                    // Rotated: what the server wrote to the old file before
+                    // it switched is read first.
+                    let n = self.file.read(buf)?;
+                    if n > 0 {
+                        self.pos += n as u64;
+                        return Ok(n);
+                    }
+                    if let Ok(f) = File::open(&self.path) {
+                        self.file = f;
+                        self.ino = m.ino();
+                        self.pos = 0;
+                        continue;
+                    }
+                }
+                Ok(m) if m.len() < self.pos => {
+                    self.file.seek(io::SeekFrom::Start(0))?;
+                    self.pos = 0;
+                    continue;
+                }
+                _ => {}
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(0);
+            }
+            std::thread::sleep(self.poll);
+        }
+    }
+}
+
 /// Open an input: decompressed when its first bytes say gzip or zstd.
 pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Send>, Error> {
     let raw: Box<dyn Read + Send> = match input {
+        Input::Follow(p, stop) => Box::new(Follow::open(p, stop.clone())?),
         Input::File(p) => {
             let f = File::open(p).map_err(|e| Error::Open(p.display().to_string(), e))?;
             if f.metadata().is_ok_and(|m| m.is_dir()) {
@@ -63,6 +165,7 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
             Box::new(f)
         }
         Input::Stdin => Box::new(io::stdin()),
+        Input::Table(_) | Input::Digests(..) => unreachable!("read over SQL by input::table and input::ps"),
     };
     let mut r = BufReader::with_capacity(256 << 10, Counted { inner: raw, n: counter });
     let head = io::BufRead::fill_buf(&mut r).map_err(|e| Error::Read(input.name(), e))?;
@@ -157,6 +260,39 @@ mod tests {
         }
         assert!(n > 10);
         assert_eq!(joined, log);
+    }
+
+    #[test]
+    fn a_followed_file_is_read_across_rotation_and_truncation_until_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("slow.log");
+        std::fs::write(&p, b"one\n").unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut f = Follow::open(&p, stop.clone()).unwrap();
+        f.poll = std::time::Duration::from_millis(10);
+        let (p2, stop2) = (p.clone(), stop.clone());
+        let writer = std::thread::spawn(move || {
+            let append = |s: &[u8]| {
+                let mut h = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
+                io::Write::write_all(&mut h, s).unwrap();
+            };
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            append(b"two\n");
+            // Rotation: renamed, more written to the old file, a new one made.
+            std::fs::rename(&p2, p2.with_extension("log.1")).unwrap();
+            let mut old = std::fs::OpenOptions::new().append(true).open(p2.with_extension("log.1")).unwrap();
+            io::Write::write_all(&mut old, b"three\n").unwrap();
+            std::fs::write(&p2, b"four\nfive\n").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(80));
+            // Truncated in place, then written again.
+            std::fs::write(&p2, b"six\n").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(80));
+            stop2.store(true, Ordering::Relaxed);
+        });
+        let mut out = String::new();
+        f.read_to_string(&mut out).unwrap();
+        writer.join().unwrap();
+        assert_eq!(out, "one\ntwo\nthree\nfour\nfive\nsix\n");
     }
 
     #[test]

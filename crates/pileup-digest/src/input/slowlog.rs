@@ -304,19 +304,7 @@ impl<'a> Parser<'a, '_> {
     fn user_host(&mut self, s: &'a [u8]) {
         let e = &mut self.entry;
         e.has_user = true;
-        let user_end = memchr::memchr(b'[', s).unwrap_or(s.len());
-        e.user = trim(&s[..user_end]);
-        if let Some(at) = memchr::memmem::find(s, b" @ ") {
-            let rest = &s[at + 3..];
-            let (name, ip) = match memchr::memchr(b'[', rest) {
-                Some(b) => {
-                    let close = memchr::memchr(b']', &rest[b..]).map_or(rest.len(), |c| b + c);
-                    (trim(&rest[..b]), trim(&rest[b + 1..close]))
-                }
-                None => (trim(rest), &b""[..]),
-            };
-            e.host = if name.is_empty() { ip } else { name };
-        }
+        (e.user, e.host) = user_host(s);
     }
 
     /// `# Key: value  Key: value …`
@@ -394,12 +382,30 @@ impl<'a> Parser<'a, '_> {
 }
 
 /// Does the statement read only (SELECT, WITH …, a parenthesized SELECT)?
-fn is_query(q: &[u8]) -> bool {
+pub fn is_query(q: &[u8]) -> bool {
     let q = trim(q);
     let q = q.strip_prefix(b"(").map_or(q, trim);
     let word =
         |w: &[u8]| q.len() > w.len() && q[..w.len()].eq_ignore_ascii_case(w) && !q[w.len()].is_ascii_alphanumeric();
     word(b"select") || word(b"with")
+}
+
+/// `root[root] @ localhost [127.0.0.1]  Id:    10` (the `# User@Host:`
+/// line, and `mysql.slow_log`'s `user_host`): the user, and the host name
+/// or, when there is none, its address.
+pub fn user_host(s: &[u8]) -> (&[u8], &[u8]) {
+    let user_end = memchr::memchr(b'[', s).unwrap_or(s.len());
+    let user = trim(&s[..user_end]);
+    let Some(at) = memchr::memmem::find(s, b" @ ") else { return (user, b"") };
+    let rest = &s[at + 3..];
+    let (name, ip) = match memchr::memchr(b'[', rest) {
+        Some(b) => {
+            let close = memchr::memchr(b']', &rest[b..]).map_or(rest.len(), |c| b + c);
+            (trim(&rest[..b]), trim(&rest[b + 1..close]))
+        }
+        None => (trim(rest), &b""[..]),
+    };
+    (user, if name.is_empty() { ip } else { name })
 }
 
 /// Could this comment line be an entry's (a known `Key:` in it)?
@@ -421,26 +427,28 @@ fn set_timestamp(line: &[u8]) -> Option<i64> {
 }
 
 fn parse_num(v: &[u8]) -> Option<f64> {
-    // What servers write (`123`, `0.000128`) without the float parser: the
-    // digits as integers, one division.
+    // What servers write (`123`, `0.000128`) in one pass without the float
+    // parser: the digits as integers, one division.
     const POW10: [f64; 10] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
-    let digits = |s: &[u8]| -> Option<u64> {
-        (!s.is_empty() && s.len() < 19 && s.iter().all(u8::is_ascii_digit))
-            .then(|| s.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')))
-    };
-    let dot = v.iter().position(|&c| c == b'.');
-    match dot {
-        None => {
-            if let Some(n) = digits(v) {
-                return Some(n as f64);
+    if !v.is_empty() && v.len() <= 18 {
+        let (mut int, mut frac, mut fdigits, mut dot, mut ok) = (0u64, 0u64, 0usize, false, true);
+        for &c in v {
+            match c {
+                b'0'..=b'9' if dot => {
+                    frac = frac * 10 + u64::from(c - b'0');
+                    fdigits += 1;
+                }
+                b'0'..=b'9' => int = int * 10 + u64::from(c - b'0'),
+                b'.' if !dot => dot = true,
+                _ => {
+                    ok = false;
+                    break;
+                }
             }
         }
-        Some(d) if v.len() - d - 1 < POW10.len() => {
-            if let (Some(a), Some(b)) = (digits(&v[..d]), digits(&v[d + 1..])) {
-                return Some(a as f64 + b as f64 / POW10[v.len() - d - 1]);
-            }
+        if ok && fdigits < POW10.len() && (!dot || fdigits > 0) && v[0] != b'.' {
+            return Some(int as f64 + frac as f64 / POW10[fdigits]);
         }
-        _ => {}
     }
     let f: f64 = std::str::from_utf8(v).ok()?.parse().ok()?;
     f.is_finite().then_some(f).filter(|f| *f >= 0.0)

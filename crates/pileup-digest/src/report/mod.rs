@@ -1,7 +1,8 @@
 //! The digest written out: a text report (a profile of the classes with
-//! their efficiency columns, then the top classes in detail) and JSON
-//! (documented in docs/digest.md).
+//! their efficiency columns, then the top classes in detail), JSON
+//! (documented in docs/digest.md) and a self-contained report.html.
 
+pub mod html;
 pub mod json;
 pub mod text;
 

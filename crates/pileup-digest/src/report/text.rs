@@ -12,7 +12,9 @@ use crate::rank::{self, Rank};
 use crate::Digest;
 
 fn secs(v: f64) -> String {
-    if v >= 100.0 {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 100.0 {
         format!("{v:.0}s")
     } else if v >= 1.0 {
         format!("{v:.2}s")
@@ -26,7 +28,9 @@ fn secs(v: f64) -> String {
 }
 
 fn count(v: f64) -> String {
-    if v >= 1e9 {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 1e9 {
         format!("{:.2}G", v / 1e9)
     } else if v >= 1e6 {
         format!("{:.2}M", v / 1e6)
@@ -40,7 +44,9 @@ fn count(v: f64) -> String {
 }
 
 fn bytes(v: f64) -> String {
-    if v >= 1024.0 * 1024.0 * 1024.0 {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 1024.0 * 1024.0 * 1024.0 {
         format!("{:.1}G", v / (1024.0 * 1024.0 * 1024.0))
     } else if v >= 1024.0 * 1024.0 {
         format!("{:.1}M", v / (1024.0 * 1024.0))
@@ -184,7 +190,7 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         "# {:<17} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "Attribute", "total", "min", "max", "mean", "p95", "p99"
     );
-    for (i, s) in c.stats().filter(|(_, s)| s.max > 0.0) {
+    for (i, s) in c.stats().filter(|(_, s)| s.sum != 0.0) {
         let a = &ATTRS[i];
         let int = a.unit != Unit::Seconds;
         let _ = writeln!(

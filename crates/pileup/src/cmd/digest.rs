@@ -37,7 +37,13 @@ use crate::output::write_output;
 /// log_slow_verbosity; log_slow_verbosity=full gives every column), MySQL
 /// 5.7/8.0 (log_slow_extra too) or Percona Server; plain, gzip or zstd
 /// (recognised by their first bytes, whatever their name); several files
-/// (a rotated set, in any order); "-" for standard input. Entries cut short
+/// (a rotated set, in any order); "-" for standard input; with --follow, one
+/// file read as it grows, across rotation, until Ctrl-C; with
+/// --slow-log-table, the mysql.slow_log table of the server pileup connects
+/// to (log_output=TABLE: times, rows, user, host and database only); with
+/// --server, performance_schema's events_statements_summary_by_digest read
+/// twice, --duration apart (sums over the window: totals and means, no
+/// percentiles; performance_schema must be on). Entries cut short
 /// or with garbled values are named by file and line, counted and skipped;
 /// every statement that can be read counts.
 ///
@@ -66,14 +72,32 @@ use crate::output::write_output;
 ///   pileup digest /var/log/mysql/mariadb-slow.log
 ///   pileup digest slow.log slow.log.1 slow.log.2.gz --rank examined
 ///   zcat slow.log.*.gz | pileup digest - --format json -o digest.json
+///   pileup digest slow.log -o report.html
 ///   pileup digest slow.log --rank optimizer --limit 5
+///   pileup digest --follow /var/lib/mysql/slow.log     # until Ctrl-C, then the report
+///   pileup digest --slow-log-table -S /run/mysqld/mysqld.sock
+///   pileup digest --server --duration 5m -S /run/mysqld/mysqld.sock
 ///   pileup digest slow.log --rank optimizer --advise -S /run/mysqld/replica.sock
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DigestArgs {
     /// Slow-log files, or "-" for standard input.
-    #[arg(value_name = "FILE", required = true)]
+    #[arg(value_name = "FILE", required_unless_present_any = ["slow_log_table", "server"])]
     pub files: Vec<PathBuf>,
+    /// Keep reading FILE as it grows, across rotation and truncation (as tail -F does), until
+    /// Ctrl-C or SIGTERM; then write the report.
+    #[arg(long)]
+    pub follow: bool,
+    /// Read the mysql.slow_log table (log_output=TABLE) of the server pileup connects to.
+    #[arg(long)]
+    pub slow_log_table: bool,
+    /// Read performance_schema's statement digests of the server pileup connects to, twice,
+    /// --duration apart: what each statement did in between (sums only; Ctrl-C ends the window early).
+    #[arg(long)]
+    pub server: bool,
+    /// The window --server reads (e.g. 30s, 5m).
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    pub duration: std::time::Duration,
     /// Order classes by: time, count, examined, pages, optimizer, spill, lock.
     #[arg(long, default_value = "time", value_parser = parse_rank)]
     pub rank: Rank,
@@ -108,15 +132,18 @@ pub struct DigestArgs {
 pub enum Format {
     Text,
     Json,
+    /// A self-contained report.html: the profile, and per class a histogram of its times and when it ran.
+    Html,
 }
 
 impl Format {
     fn from_path(p: &Path) -> Result<Format> {
         match p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
             Some("json") => Ok(Format::Json),
+            Some("html") | Some("htm") => Ok(Format::Html),
             Some("txt") | Some("text") | None => Ok(Format::Text),
             Some(e) => bail!(
-                "-o {}: pileup digest writes text (.txt) or JSON (.json), not .{e}; or give --format",
+                "-o {}: pileup digest writes text (.txt), JSON (.json) or HTML (.html), not .{e}; or give --format",
                 p.display()
             ),
         }
@@ -153,13 +180,34 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     if a.jobs == Some(0) {
         bail!("--jobs must be at least 1");
     }
-    let inputs: Vec<Input> =
-        a.files.iter().map(|f| if f.as_os_str() == "-" { Input::Stdin } else { Input::File(f.clone()) }).collect();
+    if a.follow && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
+        bail!("--follow reads one slow-log file (standard input is read to its end anyway)");
+    }
+    let stop = a.follow.then(super::stop_on_signals);
+    let mut inputs: Vec<Input> = a
+        .files
+        .iter()
+        .map(|f| match (&stop, f.as_os_str() == "-") {
+            (_, true) => Input::Stdin,
+            (Some(s), false) => Input::Follow(f.clone(), s.clone()),
+            (None, false) => Input::File(f.clone()),
+        })
+        .collect();
+    if a.slow_log_table {
+        inputs.insert(0, Input::Table(Box::new(conn.resolve()?)));
+    }
+    if a.server {
+        let stop = stop.clone().unwrap_or_else(super::stop_on_signals);
+        inputs.insert(0, Input::Digests(Box::new(conn.resolve()?), a.duration, stop));
+        if std::io::stderr().is_terminal() {
+            eprintln!("reading statement digests for {:.0} s (Ctrl-C ends the window early)", a.duration.as_secs_f64());
+        }
+    }
     if inputs.iter().filter(|i| **i == Input::Stdin).count() > 1 {
         bail!("\"-\" (standard input) can be given once");
     }
     for i in &inputs {
-        if let Input::File(p) = i {
+        if let Input::File(p) | Input::Follow(p, _) = i {
             if let Err(e) = std::fs::metadata(p) {
                 bail!("cannot read {}: {e}", p.display());
             }
@@ -223,6 +271,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
                     w.write_all(text::render_advice(adv).as_bytes())?;
                 }
             }
+            Format::Html => w.write_all(pileup_digest::report::html::render(&d, &view).as_bytes())?,
             Format::Json => {
                 let mut j = json::render(&d, &view);
                 if let Some(adv) = &advice {

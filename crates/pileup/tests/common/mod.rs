@@ -122,3 +122,33 @@ pub fn thread_states(pid: u32) -> Vec<(i32, char)> {
 pub fn labels(t: &serde_json::Value) -> Vec<String> {
     t["frames"].as_array().unwrap().iter().map(|f| f["label"].as_str().unwrap().to_string()).collect()
 }
+
+/// Render a page with headless Chromium into a screenshot: the console
+/// messages it printed, and the PNG's bytes.
+pub fn chromium_screenshot(page: &std::path::Path, scratch: &std::path::Path) -> (Vec<String>, Vec<u8>) {
+    let shot = scratch.join("screenshot.png");
+    let profile = scratch.join("chromium-profile");
+    let c = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1300,2200",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium (make deps installs it)");
+    assert!(c.status.success(), "chromium failed: {}", String::from_utf8_lossy(&c.stderr));
+    let console =
+        String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
+    (console, std::fs::read(&shot).unwrap())
+}

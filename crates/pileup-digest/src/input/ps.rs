@@ -1,0 +1,166 @@
+//! performance_schema's `events_statements_summary_by_digest`, read twice
+//! and subtracted: what each statement digest did over a window. The table
+//! keeps sums since it was last reset, so a window's figures are the
+//! difference of two reads; a digest the table evicted or reset between
+//! them counts from zero. Sums only: performance_schema keeps no
+//! per-statement values, so a class from it has totals and means but no
+//! min, max or percentiles of the window.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+
+/// One digest's sums, as read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sums {
+    pub count: u64,
+    /// Picoseconds.
+    pub timer_wait: u64,
+    pub lock_time: u64,
+    pub rows_sent: u64,
+    pub rows_examined: u64,
+    pub rows_affected: u64,
+    pub tmp_disk_tables: u64,
+    pub tmp_tables: u64,
+    pub sort_merge_passes: u64,
+    pub sort_rows: u64,
+    pub select_scan: u64,
+    pub select_full_join: u64,
+    pub errors: u64,
+}
+
+impl Sums {
+    /// `self − before`, or `self` when the digest's counters went back
+    /// (the table was reset or the digest evicted and seen again).
+    pub fn since(&self, before: Option<&Sums>) -> Sums {
+        let Some(b) = before.filter(|b| b.count <= self.count) else { return self.clone() };
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        Sums {
+            count: d(self.count, b.count),
+            timer_wait: d(self.timer_wait, b.timer_wait),
+            lock_time: d(self.lock_time, b.lock_time),
+            rows_sent: d(self.rows_sent, b.rows_sent),
+            rows_examined: d(self.rows_examined, b.rows_examined),
+            rows_affected: d(self.rows_affected, b.rows_affected),
+            tmp_disk_tables: d(self.tmp_disk_tables, b.tmp_disk_tables),
+            tmp_tables: d(self.tmp_tables, b.tmp_tables),
+            sort_merge_passes: d(self.sort_merge_passes, b.sort_merge_passes),
+            sort_rows: d(self.sort_rows, b.sort_rows),
+            select_scan: d(self.select_scan, b.select_scan),
+            select_full_join: d(self.select_full_join, b.select_full_join),
+            errors: d(self.errors, b.errors),
+        }
+    }
+}
+
+/// A digest over the window.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub schema: String,
+    pub text: String,
+    /// MySQL 8's QUERY_SAMPLE_TEXT: one real statement of the digest.
+    pub sample: Option<String>,
+    pub sums: Sums,
+    /// LAST_SEEN, Unix seconds.
+    pub last_seen: Option<i64>,
+}
+
+type Key = (String, String);
+
+struct Row {
+    text: String,
+    sample: Option<String>,
+    sums: Sums,
+    last_seen: Option<i64>,
+}
+
+fn read(conn: &mut mysql::Conn, sample_col: bool) -> Result<HashMap<Key, Row>, String> {
+    let sql = format!(
+        "SELECT IFNULL(SCHEMA_NAME, ''), DIGEST, DIGEST_TEXT, {}, COUNT_STAR, SUM_TIMER_WAIT, SUM_LOCK_TIME, \
+         SUM_ROWS_SENT, SUM_ROWS_EXAMINED, SUM_ROWS_AFFECTED, SUM_CREATED_TMP_DISK_TABLES, SUM_CREATED_TMP_TABLES, \
+         SUM_SORT_MERGE_PASSES, SUM_SORT_ROWS, SUM_SELECT_SCAN, SUM_SELECT_FULL_JOIN, SUM_ERRORS, \
+         UNIX_TIMESTAMP(LAST_SEEN) FROM performance_schema.events_statements_summary_by_digest WHERE DIGEST IS NOT NULL",
+        if sample_col { "QUERY_SAMPLE_TEXT" } else { "NULL" }
+    );
+    let mut out = HashMap::new();
+    for row in conn.query_iter(sql).map_err(|e| pileup_conn::plain(&e))? {
+        let row = row.map_err(|e| pileup_conn::plain(&e))?;
+        let v = row.unwrap();
+        let s = |i: usize| mysql::from_value_opt::<String>(v[i].clone()).unwrap_or_default();
+        let n = |i: usize| mysql::from_value_opt::<u64>(v[i].clone()).unwrap_or(0);
+        let sums = Sums {
+            count: n(4),
+            timer_wait: n(5),
+            lock_time: n(6),
+            rows_sent: n(7),
+            rows_examined: n(8),
+            rows_affected: n(9),
+            tmp_disk_tables: n(10),
+            tmp_tables: n(11),
+            sort_merge_passes: n(12),
+            sort_rows: n(13),
+            select_scan: n(14),
+            select_full_join: n(15),
+            errors: n(16),
+        };
+        let sample = mysql::from_value_opt::<String>(v[3].clone()).ok().filter(|x| !x.is_empty());
+        let last_seen = mysql::from_value_opt::<f64>(v[17].clone()).ok().map(|t| t as i64);
+        out.insert((s(0), s(1)), Row { text: s(2), sample, sums, last_seen });
+    }
+    Ok(out)
+}
+
+/// Read the digests, wait `duration` (or until `stop`), read them again:
+/// what each did in between, digests with no statement left out.
+pub fn window(conn: &mut mysql::Conn, duration: Duration, stop: &AtomicBool) -> Result<Vec<Delta>, String> {
+    let on: Option<String> =
+        conn.query_first("SELECT @@performance_schema").map_err(|e| pileup_conn::plain(&e))?.map(|v: String| v);
+    if on.as_deref() != Some("1") && on.as_deref() != Some("ON") {
+        return Err("performance_schema is off on this server (it takes performance_schema=ON in the server's \
+                    configuration and a restart); read its slow log instead"
+            .into());
+    }
+    let sample_col: bool = conn
+        .query_first::<u64, _>(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'performance_schema' \
+             AND TABLE_NAME = 'events_statements_summary_by_digest' AND COLUMN_NAME = 'QUERY_SAMPLE_TEXT'",
+        )
+        .map_err(|e| pileup_conn::plain(&e))?
+        .unwrap_or(0)
+        > 0;
+    let before = read(conn, sample_col)?;
+    let t0 = Instant::now();
+    while t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(t0.elapsed())));
+    }
+    let after = read(conn, sample_col)?;
+    let mut out: Vec<Delta> = after
+        .into_iter()
+        .map(|(k, r)| {
+            let sums = r.sums.since(before.get(&k).map(|b| &b.sums));
+            Delta { schema: k.0, text: r.text, sample: r.sample, sums, last_seen: r.last_seen }
+        })
+        .filter(|d| d.sums.count > 0)
+        .collect();
+    out.sort_by_key(|d| std::cmp::Reverse(d.sums.timer_wait));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_the_difference_and_a_reset_counts_from_zero() {
+        let a = Sums { count: 10, timer_wait: 1000, rows_examined: 50, ..Default::default() };
+        let b = Sums { count: 15, timer_wait: 1600, rows_examined: 80, ..Default::default() };
+        let d = b.since(Some(&a));
+        assert_eq!((d.count, d.timer_wait, d.rows_examined), (5, 600, 30));
+        // Reset (or evicted and back): the later read is the window's.
+        let c = Sums { count: 3, timer_wait: 90, ..Default::default() };
+        assert_eq!(c.since(Some(&a)), c);
+        assert_eq!(c.since(None), c);
+    }
+}
