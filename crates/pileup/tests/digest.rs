@@ -295,7 +295,8 @@ fn follow_reads_a_growing_log_across_rotation_until_interrupted() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Time for pileup to open the log before it is renamed.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     for i in 0..10 {
         let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS followed")).unwrap();
     }
@@ -346,12 +347,13 @@ fn performance_schema_digests_are_read_over_a_window() {
     }
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
     let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["digest", "--server", "--duration", "3s", "--format", "json", "-S", &sock, "-u", "root"])
+        .args(["digest", "--server", "--duration", "6s", "--format", "json", "-S", &sock, "-u", "root"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // Time for pileup's first read of the digests.
+    std::thread::sleep(std::time::Duration::from_millis(2000));
     for i in 0..50 {
         let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS ps_marker")).unwrap();
     }
