@@ -84,11 +84,18 @@ pub struct Advice {
 
 /// Why a statement is not run: it is not a plain read.
 pub fn refuse(sql: &str) -> Option<&'static str> {
+    // The fingerprint drops comments, but the server runs executable ones.
+    if sql.contains("/*!") || sql.contains("/*M!") {
+        return Some("it holds an executable comment");
+    }
     let mut fp = Vec::new();
     pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
     let fp = String::from_utf8_lossy(&fp);
     if !(fp.starts_with("select ") || fp.starts_with("(select ")) {
         return Some("not a SELECT");
+    }
+    if fp.contains(';') {
+        return Some("it is several statements");
     }
     for (needle, why) in [
         (" for update", "it locks rows (FOR UPDATE)"),
@@ -101,7 +108,15 @@ pub fn refuse(sql: &str) -> Option<&'static str> {
         ("sleep(", "it sleeps"),
         ("benchmark(", "it runs BENCHMARK()"),
         ("nextval(", "it advances a sequence"),
+        ("next value for", "it advances a sequence"),
         ("setval(", "it sets a sequence"),
+        ("master_pos_wait(", "it waits for replication"),
+        ("source_pos_wait(", "it waits for replication"),
+        ("master_gtid_wait(", "it waits for replication"),
+        ("wait_for_executed_gtid_set(", "it waits for replication"),
+        ("wait_until_sql_thread_after_gtids(", "it waits for replication"),
+        ("is_free_lock(", "it inspects user locks"),
+        ("is_used_lock(", "it inspects user locks"),
     ] {
         if fp.contains(needle) {
             return Some(why);
@@ -136,17 +151,34 @@ struct Session {
 }
 
 impl Session {
-    fn run(&mut self, setup: &[String], sql: &str) -> Result<(f64, Vec<mysql::Row>), String> {
-        for s in setup {
-            self.conn.query_drop(s).map_err(|e| pileup_conn::plain(&e))?;
-        }
-        self.conn.query_drop("START TRANSACTION READ ONLY").map_err(|e| pileup_conn::plain(&e))?;
-        let t0 = Instant::now();
-        let r: Result<Vec<mysql::Row>, _> = self.conn.query(sql);
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
+    /// In a read-only transaction, with `setup` applied to the session for
+    /// this run only: whatever fails, the transaction is rolled back and
+    /// the settings put back.
+    fn within<T>(
+        &mut self,
+        setup: &[String],
+        f: impl FnOnce(&mut mysql::Conn) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let r =
+            self.conn.query_drop("START TRANSACTION READ ONLY").map_err(|e| pileup_conn::plain(&e)).and_then(|()| {
+                for s in setup {
+                    self.conn.query_drop(s).map_err(|e| pileup_conn::plain(&e))?;
+                }
+                f(&mut self.conn)
+            });
         let _ = self.conn.query_drop("ROLLBACK");
         self.reset(setup);
-        r.map(|rows| (ms, rows)).map_err(|e| pileup_conn::plain(&e))
+        r
+    }
+
+    fn run(&mut self, setup: &[String], sql: &str) -> Result<(f64, usize, u64, bool), String> {
+        let ordered = is_ordered(sql);
+        self.within(setup, |c| {
+            let t0 = Instant::now();
+            let rows: Vec<mysql::Row> = c.query(sql).map_err(|e| pileup_conn::plain(&e))?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            Ok((ms, rows.len(), checksum(&rows, ordered), ordered))
+        })
     }
 
     /// Undo a variant's session settings.
@@ -159,16 +191,19 @@ impl Session {
     }
 
     fn analyze(&mut self, setup: &[String], sql: &str) -> Result<serde_json::Value, String> {
-        for s in setup {
-            self.conn.query_drop(s).map_err(|e| pileup_conn::plain(&e))?;
-        }
-        self.conn.query_drop("START TRANSACTION READ ONLY").map_err(|e| pileup_conn::plain(&e))?;
-        let r: Result<Option<String>, _> = self.conn.query_first(format!("ANALYZE FORMAT=JSON {sql}"));
-        let _ = self.conn.query_drop("ROLLBACK");
-        self.reset(setup);
-        let text = r.map_err(|e| pileup_conn::plain(&e))?.ok_or("ANALYZE returned nothing")?;
+        let text = self.within(setup, |c| {
+            let r: Option<String> =
+                c.query_first(format!("ANALYZE FORMAT=JSON {sql}")).map_err(|e| pileup_conn::plain(&e))?;
+            r.ok_or_else(|| "ANALYZE returned nothing".to_string())
+        })?;
         serde_json::from_str(&text).map_err(|e| format!("ANALYZE FORMAT=JSON: {e}"))
     }
+}
+
+fn is_ordered(sql: &str) -> bool {
+    let mut fp = Vec::new();
+    pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
+    String::from_utf8_lossy(&fp).contains(" order by ")
 }
 
 /// A table a plan reads: (name, the index chosen, the indexes it could use).
@@ -311,11 +346,6 @@ pub fn advise(
         }
         // Timed: the statement and each variant in turn, `runs` rounds.
         progress(&format!("{}: timing the statement and {} variants", a.id, variants.len()));
-        let ordered = {
-            let mut fp = Vec::new();
-            pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
-            String::from_utf8_lossy(&fp).contains(" order by ")
-        };
         let mut base_ms = vec![];
         let mut base_sum = None;
         let mut times: Vec<Vec<f64>> = vec![vec![]; variants.len()];
@@ -323,10 +353,10 @@ pub fn advise(
         let deadline = Instant::now() + Duration::from_secs(60);
         for _round in 0..o.runs.max(1) {
             match s.run(&[], &sql) {
-                Ok((ms, rows)) => {
+                Ok((ms, rows, sum, _)) => {
                     base_ms.push(ms);
-                    a.rows = Some(rows.len());
-                    base_sum.get_or_insert(checksum(&rows, ordered));
+                    a.rows = Some(rows);
+                    base_sum.get_or_insert(sum);
                 }
                 Err(e) => {
                     a.skipped = Some(format!("the statement failed: {e}"));
@@ -343,9 +373,9 @@ pub fn advise(
                     continue;
                 }
                 match s.run(setup, vsql) {
-                    Ok((ms, rows)) => {
+                    Ok((ms, _, sum, _)) => {
                         times[i].push(ms);
-                        sums[i].get_or_insert(Ok(checksum(&rows, ordered)));
+                        sums[i].get_or_insert(Ok(sum));
                     }
                     Err(e) => sums[i] = Some(Err(e)),
                 }
@@ -409,6 +439,13 @@ mod tests {
         assert!(refuse("SELECT SLEEP(5)").is_some());
         assert!(refuse("update t set a = 1").is_some());
         assert!(refuse("with x as (select 1) delete from t").is_some());
+        // What the fingerprint would hide: executable comments, a second
+        // statement.
+        assert!(refuse("SELECT * FROM t /*!50000 FOR UPDATE */").is_some());
+        assert!(refuse("SELECT a /*!, GET_LOCK('x',10) */ FROM t").is_some());
+        assert!(refuse("select 1; commit; delete from t").is_some());
+        assert!(refuse("select next value for s").is_some());
+        assert!(refuse("select master_pos_wait('f', 4)").is_some());
     }
 
     #[test]

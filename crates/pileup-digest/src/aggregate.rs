@@ -168,12 +168,10 @@ impl Aggregate {
     /// go to "other".
     pub fn merge(&mut self, o: Aggregate) {
         self.events += o.events;
+        // Kept whole here; the run keeps the input's first ones once every
+        // thread's are in (each thread kept its own first ones).
         self.problem_count += o.problem_count;
-        for p in o.problems {
-            if self.problems.len() < PROBLEMS_KEPT {
-                self.problems.push(p);
-            }
-        }
+        self.problems.extend(o.problems);
         for c in o.classes {
             match self.find(&c.fingerprint) {
                 (_, Some(i)) => self.classes[i as usize].merge(&c),

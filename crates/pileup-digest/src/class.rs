@@ -113,7 +113,7 @@ impl Hist {
 #[derive(Clone, Debug, Default)]
 pub struct Series {
     /// Seconds a slice covers (0: nothing yet).
-    pub width: u32,
+    pub width: u64,
     /// (slice start, statements, seconds of statement time), by start; one
     /// slice (a class seen once or in one minute) is held inline.
     pub points: smallvec::SmallVec<[(i64, u32, f32); 1]>,
@@ -123,10 +123,15 @@ pub const SERIES_POINTS: usize = 48;
 
 impl Series {
     fn add(&mut self, ts: i64, n: u32, t: f32) {
+        // Unix times of 1970–2106 only (the log's own range): a garbled one
+        // would stretch the slices past any use.
+        if !(0..=i64::from(u32::MAX)).contains(&ts) {
+            return;
+        }
         if self.width == 0 {
             self.width = 1;
         }
-        let start = ts.div_euclid(i64::from(self.width)) * i64::from(self.width);
+        let start = ts.div_euclid(self.width as i64) * self.width as i64;
         match self.points.binary_search_by_key(&start, |p| p.0) {
             Ok(i) => {
                 self.points[i].1 = self.points[i].1.saturating_add(n);
@@ -144,14 +149,14 @@ impl Series {
     /// Slices between the first and the last, inclusive.
     fn span(&self) -> usize {
         match (self.points.first(), self.points.last()) {
-            (Some(a), Some(b)) => ((b.0 - a.0) / i64::from(self.width)) as usize + 1,
+            (Some(a), Some(b)) => ((b.0 - a.0) as u64 / self.width) as usize + 1,
             _ => 0,
         }
     }
 
     fn coarsen(&mut self) {
-        self.width *= 2;
-        let w = i64::from(self.width);
+        self.width = self.width.saturating_mul(2);
+        let w = self.width as i64;
         let mut out: smallvec::SmallVec<[(i64, u32, f32); 1]> = smallvec::SmallVec::with_capacity(self.points.len());
         for &(s, n, t) in &self.points {
             let start = s.div_euclid(w) * w;
@@ -205,7 +210,18 @@ impl Stat {
         Stat { n: 1, sum: v, min: v, max: v, hist }
     }
 
+    /// Known by its sum only (performance_schema): no min, max or
+    /// distribution, and none is made up by what is added to it.
+    fn is_summed(&self) -> bool {
+        matches!(self.hist, Hist::Empty) && self.n > 0
+    }
+
     fn add(&mut self, v: f64) {
+        if self.is_summed() {
+            self.n = self.n.saturating_add(1);
+            self.sum += v;
+            return;
+        }
         self.n = self.n.saturating_add(1);
         self.sum += v;
         self.min = self.min.min(v);
@@ -214,6 +230,10 @@ impl Stat {
     }
 
     fn merge(&mut self, o: &Stat) {
+        if self.is_summed() || o.is_summed() {
+            *self = Stat::summed(self.n.saturating_add(o.n), self.sum + o.sum);
+            return;
+        }
         self.n = self.n.saturating_add(o.n);
         self.sum += o.sum;
         self.min = self.min.min(o.min);
@@ -414,7 +434,7 @@ impl Class {
     fn add_value(&mut self, i: u8, v: Result<f64, &Stat>) {
         let is_zero = match v {
             Ok(x) => x == 0.0,
-            Err(st) => st.max == 0.0 && st.min == 0.0,
+            Err(st) => st.sum == 0.0 && st.max == 0.0 && st.min == 0.0,
         };
         let zero_n = |v: &Result<f64, &Stat>| match v {
             Ok(_) => 1,
@@ -598,6 +618,24 @@ mod tests {
         assert_eq!(b.width, 256);
         assert_eq!(b.points.iter().map(|p| p.1).sum::<u32>(), 203);
         assert!(b.points.windows(2).all(|w| w[0].0 < w[1].0 && (w[1].0 - w[0].0) % 256 == 0));
+    }
+
+    #[test]
+    fn sums_only_stay_sums_only() {
+        let mut c = Class::new(Box::from(&b"x"[..]));
+        let mut intern = |v: &[u8]| Name::from(v);
+        let sm = |sums: &'static [(A, f64)]| Summary { n: 3, sums, flags: &[], db: b"d", last: None, sample: b"" };
+        // Zero in one schema's digest, not in another's.
+        c.add_summary(&sm(&[(A::QueryTime, 0.0)]), &mut intern);
+        c.add_summary(&sm(&[(A::QueryTime, 2.0)]), &mut intern);
+        let st = c.stat(A::QueryTime).unwrap();
+        assert_eq!((st.n, st.sum), (6, 2.0));
+        assert!(st.min.is_nan() && st.max.is_nan() && st.quantile(0.95, false).is_nan(), "{st:?}");
+        // A garbled far-off time is left out of the series, not a panic.
+        c.series.add(99_999_999_999, 1, 0.1);
+        c.series.add(100, 1, 0.1);
+        c.series.add(4_000_000_000, 1, 0.1);
+        assert!(c.series.points.len() <= SERIES_POINTS);
     }
 
     #[test]

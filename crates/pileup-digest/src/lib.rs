@@ -239,6 +239,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         p.file = names[p.input].clone();
     }
     agg.problems.sort_by_key(|p| (p.input, p.line));
+    agg.problems.truncate(aggregate::PROBLEMS_KEPT);
     let mut seen = [false; N_ATTRS];
     for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {
         let (input, at) = c.sample.at;

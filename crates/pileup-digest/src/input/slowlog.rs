@@ -207,12 +207,10 @@ impl<'a> Parser<'a, '_> {
                 }
             }
             State::Head => {
-                if starts(line, b"use ") && line.ends_with(b";") {
+                if starts(line, b"use ") && line.ends_with(b";") && self.entry.ts.is_none() {
                     let name = &line[4..line.len() - 1];
                     self.db = name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name);
-                } else if let Some(ts) =
-                    (starts(line, b"SET ") && line.ends_with(b";")).then(|| set_timestamp(line)).flatten()
-                {
+                } else if let Some(ts) = self.entry.ts.is_none().then(|| set_timestamp(line)).flatten() {
                     self.entry.ts = Some(ts);
                 } else if is_server_header(line) {
                     self.finish(agg);
@@ -351,9 +349,9 @@ impl<'a> Parser<'a, '_> {
                         agg,
                         no,
                         format!(
-                            "{} {:?} is not a number; the statement counts without it",
+                            "{} \"{}\" is not a number; the statement counts without it",
                             String::from_utf8_lossy(key),
-                            String::from_utf8_lossy(val)
+                            String::from_utf8_lossy(&val[..val.len().min(40)]).escape_default()
                         ),
                     ),
                 },
@@ -418,12 +416,23 @@ fn is_warning_line(line: &[u8]) -> bool {
     starts(line, b"# Warning ") || starts(line, b"# Note ") || starts(line, b"# Error ")
 }
 
-/// `SET timestamp=N;` or `SET last_insert_id=1,insert_id=2,timestamp=N;`
+/// `SET timestamp=N;` or `SET last_insert_id=1,insert_id=2,timestamp=N;`,
+/// exactly as servers write it (a user's `SET … timestamp=…` is a
+/// statement). Times outside 1970–2106 are not taken.
 fn set_timestamp(line: &[u8]) -> Option<i64> {
-    let at = memchr::memmem::find(line, b"timestamp=")? + 10;
-    let digits = &line[at..];
-    let n = digits.iter().take_while(|c| c.is_ascii_digit()).count();
-    std::str::from_utf8(&digits[..n]).ok()?.parse().ok()
+    let mut rest = line.strip_prefix(b"SET ")?.strip_suffix(b";")?;
+    for key in [&b"last_insert_id="[..], b"insert_id="] {
+        if let Some(r) = rest.strip_prefix(key) {
+            let n = r.iter().take_while(|c| c.is_ascii_digit()).count();
+            rest = r.get(n..)?.strip_prefix(b",")?;
+        }
+    }
+    let digits = rest.strip_prefix(b"timestamp=")?;
+    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let t: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    (t <= i64::from(u32::MAX)).then_some(t)
 }
 
 fn parse_num(v: &[u8]) -> Option<f64> {
@@ -466,13 +475,19 @@ fn trim(s: &[u8]) -> &[u8] {
 pub fn last_entry_start(buf: &[u8]) -> Option<usize> {
     let cut = |needle: &[u8]| memchr::memmem::rfind(buf, needle).map(|p| p + 1).filter(|&p| p > 0);
     if let Some(p) = cut(b"\n# User@Host: ") {
-        // Back up over `# Time:` and `# Schema:`-less lines that belong to it.
+        // Back up over the `# Time:` line that belongs to it; when that is
+        // the block's first line, the block holds one entry: no cut.
         let before = &buf[..p - 1];
         let prev = memchr::memrchr(b'\n', before).map_or(0, |n| n + 1);
-        if starts(&buf[prev..], b"# Time: ") && prev > 0 {
-            return Some(prev);
+        if starts(&buf[prev..], b"# Time: ") {
+            return (prev > 0).then_some(prev);
         }
         return Some(p);
+    }
+    // One entry larger than the block (a bulk INSERT): grow rather than cut
+    // inside it. The other starts are for logs without `# User@Host:`.
+    if starts(buf, b"# User@Host: ") || memchr::memmem::find(buf, b"\n# User@Host: ").is_some() {
+        return None;
     }
     cut(b"\n# Time: ").or_else(|| cut(b"\n# Query_time: "))
 }
@@ -695,6 +710,47 @@ select 3;
         assert_eq!(lines[1].0, 3);
         assert_eq!(lines[2], (9, "an entry with no statement (cut short?)"));
         assert_eq!(lines[3], (15, "an entry with no statement (cut short?)"));
+    }
+
+    #[test]
+    fn only_the_servers_set_timestamp_line_is_taken_for_one() {
+        assert_eq!(set_timestamp(b"SET timestamp=1795762346;"), Some(1795762346));
+        assert_eq!(set_timestamp(b"SET last_insert_id=3,insert_id=4,timestamp=17;"), Some(17));
+        assert_eq!(set_timestamp(b"SET insert_id=4,timestamp=17;"), Some(17));
+        assert_eq!(set_timestamp(b"SET SESSION explicit_defaults_for_timestamp=1;"), None);
+        assert_eq!(set_timestamp(b"SET @last_timestamp=5;"), None);
+        assert_eq!(set_timestamp(b"SET timestamp=99999999999;"), None);
+        // A user's SET after the server's is the entry's statement.
+        let log = "# User@Host: a[a] @ h []\n# Query_time: 0.1\nSET timestamp=100;\nSET timestamp=5;\n\
+                   # User@Host: a[a] @ h []\n# Query_time: 0.1\nSET timestamp=101;\nSET SESSION explicit_defaults_for_timestamp=1;\n";
+        let agg = parse(log);
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        assert_eq!(agg.events, 2);
+        let c = class(&agg, "set timestamp = ?");
+        assert_eq!(c.first, Some(100));
+        class(&agg, "set session explicit_defaults_for_timestamp = ?");
+    }
+
+    #[test]
+    fn an_entry_larger_than_a_block_is_not_cut() {
+        let big = format!("insert into t values {};", vec!["(1)"; 3000].join(","));
+        let log = format!(
+            "# Time: 261127  6:52:23\n# User@Host: u[u] @ h []\n# Thread_id: 3  Schema: d  QC_hit: No\n\
+             # Query_time: 0.1  Lock_time: 0  Rows_sent: 0  Rows_examined: 0\nSET timestamp=1;\n{big}\n\
+             # User@Host: u[u] @ h []\n# Thread_id: 3  Schema: d  QC_hit: No\n# Query_time: 0.1\nSET timestamp=2;\nselect 1;\n"
+        );
+        let mut b = crate::input::Blocks::new(Box::new(std::io::Cursor::new(log.clone().into_bytes())), 4096);
+        let mut agg = Aggregate::new(100);
+        let mut seq = 0;
+        while let Some(block) = b.next_block().unwrap() {
+            parse_block(&block, &BlockCtx { input: 0, seq, db: b"" }, &mut agg);
+            seq += 1;
+        }
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        assert_eq!(agg.events, 2);
+        let c = class(&agg, "insert into t values (?+)");
+        assert_eq!(c.users.sorted()[0].0, "u");
+        assert_eq!(c.dbs.sorted()[0].0, "d");
     }
 
     #[test]

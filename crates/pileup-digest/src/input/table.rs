@@ -24,7 +24,11 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
     }
     let affected = cols.iter().any(|c| c == "rows_affected");
     let sql = format!(
-        "SELECT UNIX_TIMESTAMP(start_time), user_host, TIME_TO_SEC(query_time), TIME_TO_SEC(lock_time), \
+        // Seconds with their fraction, the same on MariaDB and MySQL (whose
+        // TIME_TO_SEC drops the fraction).
+        "SELECT UNIX_TIMESTAMP(start_time), user_host, \
+         HOUR(query_time) * 3600 + MINUTE(query_time) * 60 + SECOND(query_time) + MICROSECOND(query_time) / 1e6, \
+         HOUR(lock_time) * 3600 + MINUTE(lock_time) * 60 + SECOND(lock_time) + MICROSECOND(lock_time) / 1e6, \
          rows_sent, rows_examined, db, sql_text, {} FROM mysql.slow_log",
         if affected { "rows_affected" } else { "NULL" }
     );

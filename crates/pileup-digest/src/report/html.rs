@@ -84,7 +84,7 @@ fn timeline(c: &Class) -> Option<String> {
         return None;
     }
     let (w, h, pad) = (420.0, 120.0, 24.0);
-    let width = i64::from(c.series.width);
+    let width = i64::try_from(c.series.width).unwrap_or(i64::MAX);
     let (t0, t1) = (p[0].0, p[p.len() - 1].0 + width);
     let max = p.iter().map(|x| x.1).max().unwrap_or(1) as f64;
     let x = |t: i64| pad + (t - t0) as f64 / (t1 - t0) as f64 * (w - 2.0 * pad);
@@ -118,8 +118,8 @@ fn timeline(c: &Class) -> Option<String> {
     Some(s)
 }
 
-/// The report.
-pub fn render(d: &Digest, v: &View) -> String {
+/// The report; `advice`, the advisor's findings when it ran.
+pub fn render(d: &Digest, v: &View, advice: Option<&[crate::advise::Advice]>) -> String {
     let total: f64 = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(A::QueryTime)).sum();
     let mut sorted = d.classes.clone();
     rank::sort(&mut sorted, v.rank);
@@ -248,14 +248,21 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
         };
         let _ = write!(h, "<p>Databases: {}. Hosts: {}. Users: {}.</p>", few(&c.dbs), few(&c.hosts), few(&c.users));
         let (input, line) = c.sample.at;
-        let _ = write!(
-            h,
-            "<p>Slowest sample: {} ({}:{}):</p><pre>{}</pre>",
-            esc(&secs(c.sample.query_time)),
-            esc(d.inputs.get(input).map_or("?", String::as_str)),
-            line,
-            esc(&String::from_utf8_lossy(&c.sample.query))
-        );
+        if c.sample.query.is_empty() {
+            continue;
+        }
+        if line == 0 {
+            let _ = write!(h, "<p>Sample (from {}):</p>", esc(d.inputs.get(input).map_or("?", String::as_str)));
+        } else {
+            let _ = write!(
+                h,
+                "<p>Slowest sample: {} ({}:{}):</p>",
+                esc(&secs(c.sample.query_time)),
+                esc(d.inputs.get(input).map_or("?", String::as_str)),
+                line
+            );
+        }
+        let _ = write!(h, "<pre>{}</pre>", esc(&String::from_utf8_lossy(&c.sample.query)));
         let explain: Vec<&[u8]> = c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
         if !explain.is_empty() {
             h.push_str("<table class=\"explain\">");
@@ -269,6 +276,9 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
             }
             h.push_str("</table>");
         }
+    }
+    if let Some(adv) = advice {
+        let _ = write!(h, "<h2 id=\"advice\">Plan advice</h2><pre>{}</pre>", esc(&super::text::render_advice(adv)));
     }
     h.push_str("</body></html>\n");
     h

@@ -27,8 +27,13 @@ fn round(v: f64, unit: Unit) -> Value {
     }
 }
 
-/// One class as JSON.
-pub fn class(c: &Class, rank_no: usize, d: &Digest) -> Value {
+/// Total statement time of every class.
+fn total_time(d: &Digest) -> f64 {
+    d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(crate::attr::A::QueryTime)).sum::<f64>()
+}
+
+/// One class as JSON; `total`: every class's statement time.
+pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
     let mut attrs = Map::new();
     for (i, s) in c.stats() {
         let a = &ATTRS[i];
@@ -52,7 +57,6 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest) -> Value {
             flags.insert((*name).into(), json!({"logged": seen, "yes": yes}));
         }
     }
-    let total = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(crate::attr::A::QueryTime)).sum::<f64>();
     let (input, line) = c.sample.at;
     json!({
         "rank": rank_no,
@@ -95,7 +99,8 @@ pub fn render(d: &Digest, v: &View) -> Value {
         rank::sort(&mut sorted, v.rank);
         order = sorted.iter().collect();
     }
-    let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d)).collect();
+    let total = total_time(d);
+    let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d, total)).collect();
     drop(sorted);
     json!({
         "tool": "pileup digest",
@@ -110,6 +115,6 @@ pub fn render(d: &Digest, v: &View) -> Value {
         },
         "unavailable": unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect::<Vec<_>>(),
         "classes": classes,
-        "other": d.other.as_ref().map(|c| class(c, 0, d)),
+        "other": d.other.as_ref().map(|c| class(c, 0, d, total)),
     })
 }

@@ -235,15 +235,23 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         let _ = writeln!(o, "# {label}: {}", vals.join(", "));
     }
     let (input, line) = c.sample.at;
-    let _ = writeln!(
-        o,
-        "# Fingerprint: {}\n# Slowest sample ({}, {}:{}{}):",
-        one_line(&c.fingerprint, 4000),
-        secs(c.sample.query_time),
-        d.inputs.get(input).map_or("?", String::as_str),
-        line,
-        c.sample.ts.map(|t| format!(", {}", utc(t))).unwrap_or_default()
-    );
+    let _ = writeln!(o, "# Fingerprint: {}", one_line(&c.fingerprint, 4000));
+    if c.sample.query.is_empty() {
+        return;
+    }
+    if line == 0 {
+        // From performance_schema: a sample, not timed.
+        let _ = writeln!(o, "# Sample ({}):", d.inputs.get(input).map_or("?", String::as_str));
+    } else {
+        let _ = writeln!(
+            o,
+            "# Slowest sample ({}, {}:{}{}):",
+            secs(c.sample.query_time),
+            d.inputs.get(input).map_or("?", String::as_str),
+            line,
+            c.sample.ts.map(|t| format!(", {}", utc(t))).unwrap_or_default()
+        );
+    }
     if !c.sample.db().is_empty() {
         let _ = writeln!(o, "USE `{}`;", String::from_utf8_lossy(c.sample.db()).replace('`', "``"));
     }
@@ -255,7 +263,7 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
 
 /// The advisor's findings as text.
 pub fn render_advice(advice: &[crate::advise::Advice]) -> String {
-    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2} ms"));
+    let ms = |v: Option<f64>| v.filter(|v| v.is_finite()).map_or_else(|| "-".to_string(), |v| format!("{v:.2} ms"));
     let mut o = String::from("\n# Plan advice (measured on the server named; medians)\n");
     for a in advice {
         let _ = writeln!(o, "\n# {} {}", a.id, one_line(a.fingerprint.as_bytes(), 100));

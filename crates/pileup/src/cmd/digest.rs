@@ -271,7 +271,9 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
                     w.write_all(text::render_advice(adv).as_bytes())?;
                 }
             }
-            Format::Html => w.write_all(pileup_digest::report::html::render(&d, &view).as_bytes())?,
+            Format::Html => {
+                w.write_all(pileup_digest::report::html::render(&d, &view, advice.as_deref()).as_bytes())?
+            }
             Format::Json => {
                 let mut j = json::render(&d, &view);
                 if let Some(adv) = &advice {
