@@ -4,7 +4,8 @@
 //! [`fingerprint`] folds what varies between executions of one statement:
 //! literals (strings, numbers, hex and bit values, `NULL`, `TRUE`/`FALSE`,
 //! `?` placeholders) become `?`; `IN (...)` lists of literals and the rows
-//! of `VALUES (...), (...)` become `(?+)`; `LIMIT n, m` and `LIMIT n OFFSET
+//! of `VALUES (...), (...)` become `(?+)` (rows holding more than literals:
+//! those of the first row's shape after it are dropped); `LIMIT n, m` and `LIMIT n OFFSET
 //! m` become `limit ?`; comments, `ASC` and case are dropped; tokens are
 //! spaced one way whatever the source's whitespace. Identifiers keep their
 //! digits (`sbtest1` and `sbtest2` are different tables, so different
@@ -57,9 +58,25 @@ struct List {
     rows: bool,
 }
 
+/// The rows of a `VALUES` list, watched so that rows repeating the first
+/// one's shape are dropped (`VALUES (?, now()), (?, now())` is one class
+/// whatever the number of rows). Lists of literals only collapse whole,
+/// through [`List`].
+#[derive(Clone, Copy)]
+struct Rows {
+    depth: u32,
+    /// The first row in the output: its `(` to past its `)`.
+    first: Option<(usize, usize)>,
+    /// The current row's `(`.
+    open: usize,
+    /// The comma before the current row.
+    comma: usize,
+}
+
 struct Writer<'a> {
     out: &'a mut Vec<u8>,
     prev: Kind,
+    rows: Option<Rows>,
     /// The last word written, lowercased (first 16 bytes).
     word: [u8; 16],
     word_len: usize,
@@ -187,6 +204,9 @@ impl Writer<'_> {
         if k == Kind::Open && matches!(self.last_word(), b"in" | b"values" | b"value") && self.prev == Kind::Word {
             let rows = self.last_word() != b"in";
             self.list = Some(List { mark: self.out.len(), depth: 1, only_lits: true, rows });
+            if rows {
+                self.rows = Some(Rows { depth: 0, first: None, open: 0, comma: 0 });
+            }
             self.put(k, text);
             return;
         }
@@ -197,6 +217,7 @@ impl Writer<'_> {
     fn end_list(&mut self) {
         if let Some(l) = self.list.take() {
             if l.only_lits && l.depth == 0 {
+                self.rows = None;
                 let trailing_comma = self.prev == Kind::Comma;
                 self.out.truncate(l.mark);
                 self.out.extend_from_slice(b" (?+)");
@@ -214,6 +235,41 @@ impl Writer<'_> {
             self.out.push(b' ');
         }
         self.out.extend_from_slice(text);
+        if let Some(mut r) = self.rows {
+            match k {
+                Kind::Open => {
+                    if r.depth == 0 {
+                        r.open = self.out.len() - 1;
+                    }
+                    r.depth += 1;
+                }
+                Kind::Close if r.depth > 0 => {
+                    r.depth -= 1;
+                    if r.depth == 0 {
+                        match r.first {
+                            None => r.first = Some((r.open, self.out.len())),
+                            Some((a, b)) if r.comma > 0 && self.out[r.open..] == self.out[a..b] => {
+                                // The same shape as the first row: dropped
+                                // with its comma.
+                                self.out.truncate(r.comma);
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+                Kind::Comma if r.depth == 0 => r.comma = self.out.len() - 1,
+                _ if r.depth == 0 => {
+                    self.rows = None;
+                    return self.note_word(k, text);
+                }
+                _ => {}
+            }
+            self.rows = Some(r);
+        }
+        self.note_word(k, text);
+    }
+
+    fn note_word(&mut self, k: Kind, text: &[u8]) {
         if k == Kind::Word {
             self.word2 = self.word;
             self.word2_len = self.word_len;
@@ -324,6 +380,7 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
     let mut w = Writer {
         out,
         prev: Kind::Start,
+        rows: None,
         word: [0; 16],
         word_len: 0,
         word2: [0; 16],
@@ -781,7 +838,15 @@ mod tests {
             fp("insert into t values (1) on duplicate key update a=values(a)+1"),
             "insert into t values (?+) on duplicate key update a = values (a) + ?"
         );
-        assert_eq!(fp("insert into t values (1, now()), (2, now())"), "insert into t values (?, now()), (?, now())");
+        // Rows of one shape, whatever their number, are one class; rows of
+        // different shapes are kept.
+        assert_eq!(fp("insert into t values (1, now()), (2, now()),(3,NOW())"), "insert into t values (?, now())");
+        assert_eq!(fp("insert into t values (1, now())"), "insert into t values (?, now())");
+        assert_eq!(fp("insert into t values (1, now()), (2, 3)"), "insert into t values (?, now()), (?, ?)");
+        assert_eq!(
+            fp("insert into t values (1, now()), (2, now()) on duplicate key update a = values(a)"),
+            "insert into t values (?, now()) on duplicate key update a = values (a)"
+        );
     }
 
     #[test]
@@ -803,6 +868,7 @@ mod tests {
         assert_eq!(fp("select * from t where a in ()"), "select * from t where a in (?+)");
         assert_eq!(fp("select * from t where a in (1, 2"), "select * from t where a in (?, ?");
         assert_eq!(fp("insert into t values (1), (now())"), "insert into t values (?), (now())");
+        assert_eq!(fp("insert into t values (now()), (now()), (1)"), "insert into t values (now()), (?)");
     }
 
     #[test]
