@@ -185,7 +185,7 @@ impl Aggregate {
             }
         }
         if self.classes.len() > self.max_classes {
-            self.classes.sort_by(|a, b| b.sum(A::QueryTime).total_cmp(&a.sum(A::QueryTime)));
+            crate::rank::sort(&mut self.classes, crate::Rank::Time);
             let rest = self.classes.split_off(self.max_classes);
             let other = self.other.get_or_insert_with(|| Class::new(OTHER.into()));
             for c in &rest {

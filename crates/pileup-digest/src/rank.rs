@@ -100,15 +100,36 @@ pub fn score(c: &Class, r: Rank) -> Option<f64> {
     }
 }
 
-/// Sort classes by `r`: ranked classes first, highest score first, ties
-/// by total time; unranked classes after, by total time.
-pub fn sort(classes: &mut [Class], r: Rank) {
-    classes.sort_by(|a, b| {
-        let (sa, sb) = (score(a, r), score(b, r));
-        sb.is_some()
-            .cmp(&sa.is_some())
-            .then_with(|| sb.unwrap_or(0.0).total_cmp(&sa.unwrap_or(0.0)))
-            .then_with(|| b.sum(A::QueryTime).total_cmp(&a.sum(A::QueryTime)))
-            .then_with(|| a.fingerprint.cmp(&b.fingerprint))
+/// Indices of `classes` in the order of `r`: ranked classes first, highest
+/// score first, ties by total time, then by fingerprint; unranked classes
+/// after, by total time. Each class's key is computed once.
+fn order_indices(classes: &[Class], r: Rank) -> Vec<usize> {
+    let mut keys: Vec<(bool, f64, f64, usize)> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let s = score(c, r);
+            (s.is_some(), s.unwrap_or(0.0), c.sum(A::QueryTime), i)
+        })
+        .collect();
+    keys.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then_with(|| b.1.total_cmp(&a.1))
+            .then_with(|| b.2.total_cmp(&a.2))
+            .then_with(|| classes[a.3].fingerprint.cmp(&classes[b.3].fingerprint))
     });
+    keys.into_iter().map(|k| k.3).collect()
+}
+
+/// The classes in the order of `r` (see [`order_indices`]), without copying
+/// them.
+pub fn order(classes: &[Class], r: Rank) -> Vec<&Class> {
+    order_indices(classes, r).into_iter().map(|i| &classes[i]).collect()
+}
+
+/// Sort classes in place in the order of `r`.
+pub fn sort(classes: &mut Vec<Class>, r: Rank) {
+    let idx = order_indices(classes, r);
+    let mut taken: Vec<Option<Class>> = std::mem::take(classes).into_iter().map(Some).collect();
+    *classes = idx.into_iter().filter_map(|i| taken[i].take()).collect();
 }

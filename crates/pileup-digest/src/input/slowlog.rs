@@ -431,7 +431,7 @@ fn set_timestamp(line: &[u8]) -> Option<i64> {
     if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let t: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let t = digits.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0'));
     (t <= i64::from(u32::MAX)).then_some(t)
 }
 

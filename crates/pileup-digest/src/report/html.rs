@@ -121,9 +121,11 @@ fn timeline(c: &Class) -> Option<String> {
 /// The report; `advice`, the advisor's findings when it ran.
 pub fn render(d: &Digest, v: &View, advice: Option<&[crate::advise::Advice]>) -> String {
     let total: f64 = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(A::QueryTime)).sum();
-    let mut sorted = d.classes.clone();
-    rank::sort(&mut sorted, v.rank);
-    let ranked: Vec<&Class> = sorted.iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();
+    let ranked: Vec<&Class> = rank::order(&d.classes, v.rank)
+        .into_iter()
+        .filter(|c| rank::score(c, v.rank).is_some())
+        .take(v.limit)
+        .collect();
     let about = Rank::ALL.iter().find(|r| r.1 == v.rank).map_or("", |r| r.2);
     let mut h = String::new();
     let _ = write!(

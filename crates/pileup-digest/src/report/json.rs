@@ -92,16 +92,10 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
 /// The whole digest, classes in the view's order (all of them; the view's
 /// limit applies to the text report only).
 pub fn render(d: &Digest, v: &View) -> Value {
-    let mut order: Vec<&Class> = d.classes.iter().collect();
-    let mut sorted: Vec<Class> = Vec::new();
-    if v.rank != crate::Rank::Time {
-        sorted = d.classes.clone();
-        rank::sort(&mut sorted, v.rank);
-        order = sorted.iter().collect();
-    }
+    let order: Vec<&Class> =
+        if v.rank == crate::Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
     let total = total_time(d);
     let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d, total)).collect();
-    drop(sorted);
     json!({
         "tool": "pileup digest",
         "inputs": d.inputs,

@@ -124,13 +124,8 @@ pub fn render(d: &Digest, v: &View) -> String {
     for u in unavailable(d) {
         let _ = writeln!(o, "# no {}: {}", u.attr, u.why);
     }
-    let mut classes: Vec<&Class> = d.classes.iter().collect();
-    let mut sorted;
-    if v.rank != Rank::Time {
-        sorted = d.classes.clone();
-        rank::sort(&mut sorted, v.rank);
-        classes = sorted.iter().collect();
-    }
+    let classes: Vec<&Class> =
+        if v.rank == Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
     let ranked: Vec<&Class> = classes.into_iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();
     let about = Rank::ALL.iter().find(|r| r.1 == v.rank).map_or("", |r| r.2);
     let _ = writeln!(o, "\n# Profile, ranked by {about}");

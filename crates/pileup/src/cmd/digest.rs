@@ -240,10 +240,10 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise {
         let spec = conn.resolve()?;
-        let mut ranked: Vec<pileup_digest::class::Class> = d.classes.clone();
-        pileup_digest::rank::sort(&mut ranked, a.rank);
-        let top: Vec<&pileup_digest::class::Class> =
-            ranked.iter().filter(|c| pileup_digest::rank::score(c, a.rank).is_some()).collect();
+        let top: Vec<&pileup_digest::class::Class> = pileup_digest::rank::order(&d.classes, a.rank)
+            .into_iter()
+            .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
+            .collect();
         let o = pileup_digest::advise::AdviseOptions {
             classes: a.advise_classes.max(1),
             runs: a.advise_runs.max(1),
@@ -285,11 +285,15 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
         }
         Ok(())
     })?;
-    if d.problem_count > 0 {
-        let first = &d.problems[0];
+    let problems = (d.problem_count, d.problems.first().cloned());
+    // The classes' memory goes back with the process: freeing tens of
+    // thousands of them one by one would only delay the exit.
+    std::mem::forget(d);
+    if let (n, Some(first)) = problems {
+        let d_problem_count = n;
         let msg = format!(
             "{} problems in the input, the first at {}:{}: {} (the report lists them)",
-            d.problem_count, first.file, first.line, first.what
+            d_problem_count, first.file, first.line, first.what
         );
         return Err(super::ExitCode(3, msg).into());
     }
