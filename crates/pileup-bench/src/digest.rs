@@ -5,11 +5,11 @@
 //! `log_slow_verbosity=full`) while sysbench oltp_read_write runs beside
 //! three planted problems (a lookup on an unindexed column, a 999-value IN
 //! list over indexes (a), (b), (a,b), a sort in a tiny sort buffer). That
-//! real log is the seed of two shapes:
-//! * `grown`: the seed repeated to `--size-mb`, each copy with its
+//! real log is the base of two shapes:
+//! * `grown`: the base log repeated to `--size-mb`, each copy with its
 //!   statements' numbers shifted and its timestamps moved on (varied
-//!   literals, the classes of the seed);
-//! * `distinct`: the seed repeated to `--distinct-mb`, each statement's
+//!   literals, the classes of the base log);
+//! * `distinct`: the base log repeated to `--distinct-mb`, each statement's
 //!   tables renamed with a letters-only suffix so the log holds
 //!   `--distinct` classes (letters, because pt-query-digest folds digits in
 //!   identifiers).
@@ -71,10 +71,10 @@ fn measured(cmd: &[String], dir: &Path) -> Result<Run> {
     Ok(Run { wall, cpu: user + sys, rss_mib: kb / 1024.0 })
 }
 
-/// The seed log: sysbench oltp_read_write for `seconds` beside the planted
+/// The base log: sysbench oltp_read_write for `seconds` beside the planted
 /// problems, every statement logged with every detail.
-fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
-    let log = dir.join("seed.log");
+fn base_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
+    let log = dir.join("base.log");
     let sb = Sandbox::start(Options {
         cnf: vec![
             // Turned on once the tables are made: the log holds the load.
@@ -87,19 +87,7 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
     })?;
     let sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_read_write", 4, 20_000)?;
     let mut c = sb.connect()?;
-    c.query_drop("CREATE DATABASE planted")?;
-    c.query_drop("USE planted")?;
-    for s in [
-        "CREATE TABLE miss (id INT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, pad CHAR(40) NOT NULL)",
-        "INSERT INTO miss (k, pad) SELECT seq, 'p' FROM seq_1_to_10000",
-        "CREATE TABLE dive (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b INT, c CHAR(20), KEY (a), KEY (b), KEY ab (a, b))",
-        "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 10007, 'x' FROM seq_1_to_200000",
-        "ANALYZE TABLE dive",
-        "CREATE TABLE spill (id INT PRIMARY KEY AUTO_INCREMENT, pad VARCHAR(200) NOT NULL)",
-        "INSERT INTO spill (pad) SELECT md5(seq) FROM seq_1_to_20000",
-    ] {
-        c.query_drop(s)?;
-    }
+    pileup_sandbox::planted::make(&mut c)?;
     c.query_drop("SET GLOBAL slow_query_log = ON")?;
     let mut load = Command::new("sysbench")
         .arg("oltp_read_write")
@@ -107,7 +95,6 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
         .args(["--threads=4", &format!("--time={seconds}"), "run"])
         .stdout(Stdio::null())
         .spawn()?;
-    let in_list: String = (1..=999).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
     // Ten rounds a second: the planted statements are a small share of the
     // log, as problems are.
     let t0 = Instant::now();
@@ -115,12 +102,7 @@ fn seed_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
     while t0.elapsed().as_secs() < u64::from(seconds) {
         let next = t0 + std::time::Duration::from_millis(100 * u64::from(r));
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        let _: Vec<(i32,)> = c.query(format!("SELECT id FROM miss WHERE k = {}", 17 + r * 31))?;
-        let _: Vec<(i32,)> =
-            c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 10000 + r % 3))?;
-        c.query_drop("SET SESSION sort_buffer_size = 16384")?;
-        let _: Vec<(i32, String)> = c.query(format!("SELECT id, pad FROM spill WHERE id > {r} ORDER BY pad"))?;
-        c.query_drop("SET SESSION sort_buffer_size = DEFAULT")?;
+        pileup_sandbox::planted::round(&mut c, r)?;
         r += 1;
     }
     if !load.wait()?.success() {
@@ -143,19 +125,19 @@ fn letters(mut i: usize) -> String {
     }
 }
 
-/// Write `out` from copies of `seed` until it holds `target` bytes. Copy
+/// Write `out` from copies of `base` until it holds `target` bytes. Copy
 /// `k` shifts every number in statement lines by `k` and every
-/// `SET timestamp` by `k` times the seed's span; with `distinct`, each
+/// `SET timestamp` by `k` hours; with `distinct`, each
 /// statement's `sbtest` tables get the suffix of class
 /// `entry % distinct`.
-fn grow(seed: &[u8], out: &Path, target: u64, distinct: Option<usize>) -> Result<u64> {
+fn grow(base: &[u8], out: &Path, target: u64, distinct: Option<usize>) -> Result<u64> {
     let mut w = BufWriter::with_capacity(8 << 20, File::create(out)?);
     let mut written = 0u64;
     let mut k = 0u64;
     let mut entry = 0usize;
     let mut line = Vec::with_capacity(4096);
     'copies: loop {
-        for l in seed.split_inclusive(|&b| b == b'\n') {
+        for l in base.split_inclusive(|&b| b == b'\n') {
             // Stop only where an entry begins, so no entry is cut.
             if written >= target && (l.starts_with(b"# Time: ") || l.starts_with(b"# User@Host: ")) {
                 break 'copies;
@@ -224,9 +206,9 @@ fn main() -> Result<()> {
     let tmp = tempfile_dir()?;
     let dir = keep.clone().unwrap_or_else(|| tmp.clone());
     std::fs::create_dir_all(&dir)?;
-    eprintln!("seed: sysbench oltp_read_write and the planted problems, {seconds} s, every statement logged");
-    let seed_path = seed_log(&dir, seconds)?;
-    let seed = std::fs::read(&seed_path)?;
+    eprintln!("base log: sysbench oltp_read_write and the planted problems, {seconds} s, every statement logged");
+    let base_path = base_log(&dir, seconds)?;
+    let base = std::fs::read(&base_path)?;
     let shapes = [
         ("grown", dir.join("grown.log"), size_mb << 20, None),
         ("distinct", dir.join("distinct.log"), distinct_mb << 20, Some(distinct)),
@@ -243,13 +225,13 @@ fn main() -> Result<()> {
     ];
     let mut md = String::new();
     md.push_str(&format!(
-        "\nSeed: {:.1} MB of slow log from a real MariaDB run ({} statements). {} rounds per shape, tools' order rotated each round; medians.\n",
-        seed.len() as f64 / 1e6,
-        seed.split(|&b| b == b'\n').filter(|l| l.starts_with(b"# Query_time: ")).count(),
+        "\nBase log: {:.1} MB of slow log from a real MariaDB run ({} statements). {} rounds per shape, tools' order rotated each round; medians.\n",
+        base.len() as f64 / 1e6,
+        base.split(|&b| b == b'\n').filter(|l| l.starts_with(b"# Query_time: ")).count(),
         rounds
     ));
     for (name, path, target, d) in &shapes {
-        let bytes = grow(&seed, path, *target, *d)?;
+        let bytes = grow(&base, path, *target, *d)?;
         let mb = bytes as f64 / 1e6;
         let classes = {
             let out = Command::new(&pileup)

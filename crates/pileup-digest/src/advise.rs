@@ -171,13 +171,14 @@ impl Session {
         r
     }
 
-    fn run(&mut self, setup: &[String], sql: &str) -> Result<(f64, usize, u64, bool), String> {
-        let ordered = is_ordered(sql);
+    /// One timed run: milliseconds, rows, their checksum (in order when
+    /// `ordered`).
+    fn run(&mut self, setup: &[String], sql: &str, ordered: bool) -> Result<(f64, usize, u64), String> {
         self.within(setup, |c| {
             let t0 = Instant::now();
             let rows: Vec<mysql::Row> = c.query(sql).map_err(|e| pileup_conn::plain(&e))?;
             let ms = t0.elapsed().as_secs_f64() * 1e3;
-            Ok((ms, rows.len(), checksum(&rows, ordered), ordered))
+            Ok((ms, rows.len(), checksum(&rows, ordered)))
         })
     }
 
@@ -200,6 +201,8 @@ impl Session {
     }
 }
 
+/// Does the statement order its rows (so a variant must return them in the
+/// same order)?
 fn is_ordered(sql: &str) -> bool {
     let mut fp = Vec::new();
     pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
@@ -346,14 +349,15 @@ pub fn advise(
         }
         // Timed: the statement and each variant in turn, `runs` rounds.
         progress(&format!("{}: timing the statement and {} variants", a.id, variants.len()));
+        let ordered = is_ordered(&sql);
         let mut base_ms = vec![];
         let mut base_sum = None;
         let mut times: Vec<Vec<f64>> = vec![vec![]; variants.len()];
         let mut sums: Vec<Option<Result<u64, String>>> = vec![None; variants.len()];
         let deadline = Instant::now() + Duration::from_secs(60);
         for _round in 0..o.runs.max(1) {
-            match s.run(&[], &sql) {
-                Ok((ms, rows, sum, _)) => {
+            match s.run(&[], &sql, ordered) {
+                Ok((ms, rows, sum)) => {
                     base_ms.push(ms);
                     a.rows = Some(rows);
                     base_sum.get_or_insert(sum);
@@ -372,8 +376,8 @@ pub fn advise(
                 if times[i].first().is_some_and(|&t| t > 3.0 * base_ms[0]) {
                     continue;
                 }
-                match s.run(setup, vsql) {
-                    Ok((ms, _, sum, _)) => {
+                match s.run(setup, vsql, ordered) {
+                    Ok((ms, _, sum)) => {
                         times[i].push(ms);
                         sums[i].get_or_insert(Ok(sum));
                     }

@@ -78,30 +78,41 @@ impl Aggregate {
         (h, self.index.find(h, |&i| &*self.classes[i as usize].fingerprint == fp).copied())
     }
 
-    fn insert(&mut self, h: u64, c: Class) {
-        let i = self.classes.len() as u32;
-        self.classes.push(c);
+    /// Index class `i` under hash `h` of its fingerprint.
+    fn index_class(&mut self, h: u64, i: u32) {
         let (classes, hasher) = (&self.classes, &self.hasher);
         self.index.insert_unique(h, i, |&j| hasher.hash_one(&*classes[j as usize].fingerprint));
+    }
+
+    fn insert(&mut self, h: u64, c: Class) {
+        self.classes.push(c);
+        self.index_class(h, self.classes.len() as u32 - 1);
+    }
+
+    /// The class of the fingerprint in `self.fp` (made when new, "other"
+    /// past `max_classes`), and the names to intern into.
+    fn class_of_fp(&mut self) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
+        let (h, found) = self.find(&self.fp);
+        let i = match found {
+            Some(i) => Some(i as usize),
+            None if self.classes.len() >= self.max_classes => None,
+            None => {
+                self.insert(h, Class::new(self.fp.as_slice().into()));
+                Some(self.classes.len() - 1)
+            }
+        };
+        let class = match i {
+            Some(i) => &mut self.classes[i],
+            None => self.other.get_or_insert_with(|| Class::new(OTHER.into())),
+        };
+        (class, &mut self.names)
     }
 
     pub fn add(&mut self, e: &Event) {
         self.events += 1;
         pileup_sql::fingerprint(e.query, &mut self.fp);
-        let (h, found) = self.find(&self.fp);
-        let names = &mut self.names;
-        let mut intern = |v: &[u8]| intern(names, v);
-        if let Some(i) = found {
-            self.classes[i as usize].add(e, &mut intern);
-            return;
-        }
-        if self.classes.len() >= self.max_classes {
-            self.other.get_or_insert_with(|| Class::new(OTHER.into())).add(e, &mut intern);
-            return;
-        }
-        let mut c = Class::new(self.fp.as_slice().into());
-        c.add(e, &mut intern);
-        self.insert(h, c);
+        let (class, names) = self.class_of_fp();
+        class.add(e, &mut |v| intern(names, v));
     }
 
     /// Statements known only by their sums, from performance_schema.
@@ -109,9 +120,6 @@ impl Aggregate {
         use crate::attr::{F_ERROR, F_FULL_SCAN};
         self.events += d.sums.count;
         pileup_sql::fingerprint(d.text.as_bytes(), &mut self.fp);
-        let (h, found) = self.find(&self.fp);
-        let names = &mut self.names;
-        let mut intern = |v: &[u8]| intern(names, v);
         let ps = |v: u64| v as f64 / 1e12;
         let x = &d.sums;
         let sums = [
@@ -129,31 +137,19 @@ impl Aggregate {
         // MariaDB keeps no sample statement: the class's sample stays
         // empty (the advisor says so) rather than a digest with `?` in it.
         let sample = d.sample.as_deref().unwrap_or("").as_bytes();
-        let mut add = |c: &mut Class| {
-            let sm = crate::class::Summary {
-                n: x.count,
-                sums: &sums,
-                flags: &flags,
-                db: d.schema.as_bytes(),
-                last: d.last_seen,
-                sample,
-            };
-            c.add_summary(&sm, &mut intern);
-            if c.sample.at == (0, 0) {
-                c.sample.at = (input, 0);
-            }
+        let sm = crate::class::Summary {
+            n: x.count,
+            sums: &sums,
+            flags: &flags,
+            db: d.schema.as_bytes(),
+            last: d.last_seen,
+            sample,
         };
-        if let Some(i) = found {
-            add(&mut self.classes[i as usize]);
-            return;
+        let (c, names) = self.class_of_fp();
+        c.add_summary(&sm, &mut |v| intern(names, v));
+        if c.sample.at == (0, 0) {
+            c.sample.at = (input, 0);
         }
-        if self.classes.len() >= self.max_classes {
-            add(self.other.get_or_insert_with(|| Class::new(OTHER.into())));
-            return;
-        }
-        let mut c = Class::new(self.fp.as_slice().into());
-        add(&mut c);
-        self.insert(h, c);
     }
 
     pub fn problem(&mut self, p: Problem) {
@@ -192,11 +188,9 @@ impl Aggregate {
                 other.merge(c);
             }
             self.index.clear();
-            let (classes, hasher) = (&self.classes, &self.hasher);
-            for (i, c) in classes.iter().enumerate() {
-                self.index.insert_unique(hasher.hash_one(&*c.fingerprint), i as u32, |&j| {
-                    hasher.hash_one(&*classes[j as usize].fingerprint)
-                });
+            for i in 0..self.classes.len() {
+                let h = self.hasher.hash_one(&*self.classes[i].fingerprint);
+                self.index_class(h, i as u32);
             }
         }
     }

@@ -121,6 +121,13 @@ pub struct Digest {
     pub seen: [bool; N_ATTRS],
 }
 
+impl Digest {
+    /// Statement time of every class, "other" included.
+    pub fn total_time(&self) -> f64 {
+        self.classes.iter().chain(self.other.as_ref()).map(|c| c.sum(attr::A::QueryTime)).sum()
+    }
+}
+
 struct Job {
     input: usize,
     seq: u64,

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use pileup_conn::ConnSpec;
 
+pub mod planted;
 pub mod throttle;
 
 /// How to start a sandbox.

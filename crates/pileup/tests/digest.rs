@@ -44,34 +44,13 @@ fn entries(log: &Path) -> u64 {
     std::fs::read_to_string(log).unwrap().lines().filter(|l| l.starts_with("# Query_time: ")).count() as u64
 }
 
-/// The three planted problems, run `rounds` times with varied literals.
+/// The three planted problems (pileup_sandbox::planted), run `rounds` times
+/// with varied literals.
 fn planted(sb: &Sandbox, rounds: u32) {
     let mut c = sb.connect().unwrap();
-    c.query_drop("CREATE DATABASE IF NOT EXISTS planted").unwrap();
-    c.query_drop("USE planted").unwrap();
-    for s in [
-        // No index on k: each lookup reads the whole table for one row.
-        "CREATE TABLE miss (id INT PRIMARY KEY AUTO_INCREMENT, k INT NOT NULL, pad CHAR(40) NOT NULL)",
-        "INSERT INTO miss (k, pad) SELECT seq, 'p' FROM seq_1_to_10000",
-        // Indexes on (a), (b), (a,b): a long IN list on a makes the
-        // optimizer dive into (a,b) for every value, though it reads b.
-        "CREATE TABLE dive (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b INT, c CHAR(20), KEY (a), KEY (b), KEY ab (a, b))",
-        "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 10007, 'x' FROM seq_1_to_200000",
-        "ANALYZE TABLE dive",
-        // Sorted in a tiny sort buffer: the sort spills to disk.
-        "CREATE TABLE spill (id INT PRIMARY KEY AUTO_INCREMENT, pad VARCHAR(200) NOT NULL)",
-        "INSERT INTO spill (pad) SELECT md5(seq) FROM seq_1_to_20000",
-    ] {
-        c.query_drop(s).unwrap();
-    }
-    let in_list: String = (1..=999).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+    pileup_sandbox::planted::make(&mut c).unwrap();
     for r in 0..rounds {
-        let _: Vec<(i32,)> = c.query(format!("SELECT id FROM miss WHERE k = {}", 17 + r * 31)).unwrap();
-        let _: Vec<(i32,)> =
-            c.query(format!("SELECT id FROM dive WHERE a IN ({in_list}) AND b > {}", 10000 + r % 3)).unwrap();
-        c.query_drop("SET SESSION sort_buffer_size = 16384").unwrap();
-        let _: Vec<(i32, String)> = c.query(format!("SELECT id, pad FROM spill WHERE id > {r} ORDER BY pad")).unwrap();
-        c.query_drop("SET SESSION sort_buffer_size = DEFAULT").unwrap();
+        pileup_sandbox::planted::round(&mut c, r).unwrap();
     }
 }
 

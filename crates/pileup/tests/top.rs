@@ -9,6 +9,23 @@ use std::time::{Duration, Instant};
 use common::*;
 use mysql::prelude::Queryable;
 
+/// `pileup top --once` on a sandbox, polling every `interval`.
+fn top_once(sb: &pileup_sandbox::Sandbox, interval: &str) -> std::process::Output {
+    let pid = sb.pid().to_string();
+    pileup(&[
+        "top",
+        "--once",
+        "--interval",
+        interval,
+        "-S",
+        sb.endpoint.socket.to_str().unwrap(),
+        "-u",
+        "root",
+        "--pid",
+        &pid,
+    ])
+}
+
 #[test]
 fn once_prints_metrics_and_the_busiest_statement() {
     let sb = sandbox();
@@ -18,18 +35,7 @@ fn once_prints_metrics_and_the_busiest_statement() {
         let _ = c.query_drop("SELECT SLEEP(20) /* top-marker */");
     });
     std::thread::sleep(Duration::from_millis(1500));
-    let out = pileup(&[
-        "top",
-        "--once",
-        "--interval",
-        "300ms",
-        "-S",
-        sb.endpoint.socket.to_str().unwrap(),
-        "-u",
-        "root",
-        "--pid",
-        &sb.pid().to_string(),
-    ]);
+    let out = top_once(&sb, "300ms");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.starts_with("pileup top — socket"), "{t}");
@@ -127,18 +133,7 @@ fn every_read_ratio_has_a_value_under_read_load_and_the_missing_counters_are_nam
     if !b.values.contains_key("innodb_rows_read") {
         assert!(missing.iter().any(|a| a.metrics.contains("innodb_rows_read_rate")), "{version}: {missing:?}");
     }
-    let out = pileup(&[
-        "top",
-        "--once",
-        "--interval",
-        "500ms",
-        "-S",
-        sb.endpoint.socket.to_str().unwrap(),
-        "-u",
-        "root",
-        "--pid",
-        &sb.pid().to_string(),
-    ]);
+    let out = top_once(&sb, "500ms");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t = String::from_utf8_lossy(&out.stdout);
     for label in ["Rows read/s", "Rows read per row sent", "Rows read per query", "Disk reads per row read"] {

@@ -30,19 +30,6 @@ pub enum Input {
     Digests(Box<pileup_conn::ConnSpec>, std::time::Duration, Arc<AtomicBool>),
 }
 
-impl PartialEq for Input {
-    fn eq(&self, o: &Input) -> bool {
-        match (self, o) {
-            (Input::File(a), Input::File(b)) | (Input::Follow(a, _), Input::Follow(b, _)) => a == b,
-            (Input::Stdin, Input::Stdin)
-            | (Input::Table(_), Input::Table(_))
-            | (Input::Digests(..), Input::Digests(..)) => true,
-            _ => false,
-        }
-    }
-}
-impl Eq for Input {}
-
 impl Input {
     pub fn name(&self) -> String {
         match self {

@@ -155,12 +155,12 @@ impl<'a> Parser<'a, '_> {
         }
         if line.first() == Some(&b'#') {
             if starts(line, b"# Time: ") {
-                self.begin(no, agg, true);
+                self.begin(no, agg);
                 return;
             }
             if starts(line, b"# User@Host: ") {
                 if self.state != State::Head || self.entry.has_user || self.entry.has_attrs {
-                    self.begin(no, agg, false);
+                    self.begin(no, agg);
                 }
                 self.user_host(&line[13..]);
                 return;
@@ -168,7 +168,7 @@ impl<'a> Parser<'a, '_> {
             if self.state == State::Text {
                 // A session's entry without its `# User@Host:` line.
                 if starts(line, b"# Query_time: ") || starts(line, b"# Thread_id: ") {
-                    self.begin(no, agg, false);
+                    self.begin(no, agg);
                 } else {
                     return self.text(start, end);
                 }
@@ -178,7 +178,7 @@ impl<'a> Parser<'a, '_> {
                     self.problem(agg, no, "a comment line outside any entry".into());
                     return;
                 }
-                self.begin(no, agg, false);
+                self.begin(no, agg);
             }
             // In an entry's comment lines.
             if starts(line, b"# explain: ") {
@@ -196,35 +196,27 @@ impl<'a> Parser<'a, '_> {
             }
             return;
         }
+        // A server header (start, FLUSH LOGS) ends the entry before it.
+        if is_server_header(line) {
+            self.finish(agg);
+            self.skip_header = 2;
+            return;
+        }
         match self.state {
-            State::Text => {
-                if is_server_header(line) {
-                    self.finish(agg);
-                    self.state = State::Idle;
-                    self.skip_header = 2;
-                } else {
-                    self.text(start, end);
-                }
-            }
+            State::Text => self.text(start, end),
             State::Head => {
                 if starts(line, b"use ") && line.ends_with(b";") && self.entry.ts.is_none() {
                     let name = &line[4..line.len() - 1];
                     self.db = name.strip_prefix(b"`").and_then(|n| n.strip_suffix(b"`")).unwrap_or(name);
                 } else if let Some(ts) = self.entry.ts.is_none().then(|| set_timestamp(line)).flatten() {
                     self.entry.ts = Some(ts);
-                } else if is_server_header(line) {
-                    self.finish(agg);
-                    self.state = State::Idle;
-                    self.skip_header = 2;
                 } else {
                     self.state = State::Text;
                     self.text(start, end);
                 }
             }
             State::Idle => {
-                if is_server_header(line) {
-                    self.skip_header = 2;
-                } else if !line.iter().all(u8::is_ascii_whitespace) {
+                if !line.iter().all(u8::is_ascii_whitespace) {
                     self.problem(agg, no, "text outside any entry (a log cut mid-entry?)".into());
                 }
             }
@@ -239,14 +231,13 @@ impl<'a> Parser<'a, '_> {
     }
 
     /// A new entry starts at line `no`: the one before ends.
-    fn begin(&mut self, no: u64, agg: &mut Aggregate, time_line: bool) {
+    fn begin(&mut self, no: u64, agg: &mut Aggregate) {
         self.finish(agg);
         self.entry = Entry::new(no);
         // The last entry's EXPLAIN lines' vector, emptied: no allocation
         // per entry.
         self.entry.explain = std::mem::take(&mut self.spare);
         self.state = State::Head;
-        let _ = time_line;
     }
 
     /// The current entry ends: counted, or named as a problem when it has

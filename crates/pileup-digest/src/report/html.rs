@@ -120,7 +120,7 @@ fn timeline(c: &Class) -> Option<String> {
 
 /// The report; `advice`, the advisor's findings when it ran.
 pub fn render(d: &Digest, v: &View, advice: Option<&[crate::advise::Advice]>) -> String {
-    let total: f64 = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(A::QueryTime)).sum();
+    let total = d.total_time();
     let ranked: Vec<&Class> = rank::order(&d.classes, v.rank)
         .into_iter()
         .filter(|c| rank::score(c, v.rank).is_some())

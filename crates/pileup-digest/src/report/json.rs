@@ -27,11 +27,6 @@ fn round(v: f64, unit: Unit) -> Value {
     }
 }
 
-/// Total statement time of every class.
-fn total_time(d: &Digest) -> f64 {
-    d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(crate::attr::A::QueryTime)).sum::<f64>()
-}
-
 /// One class as JSON; `total`: every class's statement time.
 pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
     let mut attrs = Map::new();
@@ -94,7 +89,7 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
 pub fn render(d: &Digest, v: &View) -> Value {
     let order: Vec<&Class> =
         if v.rank == crate::Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
-    let total = total_time(d);
+    let total = d.total_time();
     let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d, total)).collect();
     json!({
         "tool": "pileup digest",

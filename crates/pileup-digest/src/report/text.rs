@@ -81,7 +81,7 @@ fn one_line(s: &[u8], max: usize) -> String {
 /// The text report.
 pub fn render(d: &Digest, v: &View) -> String {
     let mut o = String::new();
-    let total: f64 = d.classes.iter().chain(d.other.as_ref()).map(|c| c.sum(A::QueryTime)).sum();
+    let total = d.total_time();
     let (first, last) = d.classes.iter().chain(d.other.as_ref()).fold((None::<i64>, None::<i64>), |(f, l), c| {
         (
             match (f, c.first) {

@@ -203,7 +203,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             eprintln!("reading statement digests for {:.0} s (Ctrl-C ends the window early)", a.duration.as_secs_f64());
         }
     }
-    if inputs.iter().filter(|i| **i == Input::Stdin).count() > 1 {
+    if inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1 {
         bail!("\"-\" (standard input) can be given once");
     }
     for i in &inputs {
