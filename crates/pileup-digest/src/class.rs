@@ -7,11 +7,15 @@ use std::borrow::Cow;
 
 use crate::attr::{A, N_ATTRS, N_FLAGS};
 
-/// A sparse histogram with 16 buckets per power of two (each 4.4% wide):
-/// a value's bucket is the top 16 bits of its IEEE-754 double (sign,
+/// A histogram with 16 buckets per power of two (each 4.4% wide): a
+/// value's bucket is the top 16 bits of its IEEE-754 double (sign,
 /// exponent, 4 mantissa bits), so bucketing costs one shift. Small integers
-/// up to 16 have buckets of their own. Only buckets that saw a value are
-/// stored, sorted.
+/// up to 16 have buckets of their own; bucket 0 holds zeros.
+///
+/// Only buckets that saw a value are stored, sorted, until a histogram
+/// holds many of them close together (a busy class's query times); then it
+/// keeps a count for every bucket of its range, found by subtraction rather
+/// than by search.
 ///
 /// Written here: hdrhistogram keeps a dense array per histogram (kilobytes
 /// each, for every attribute of every class), which would make memory grow
@@ -25,7 +29,21 @@ pub enum Hist {
     /// allocation.
     One(u16, u32),
     Many(Box<Vec<(u16, u32)>>),
+    Dense(Box<Dense>),
 }
+
+/// Counts of the buckets from `lo` on, and of zeros.
+#[derive(Clone, Debug)]
+pub struct Dense {
+    zeros: u32,
+    lo: u16,
+    counts: Vec<u32>,
+}
+
+/// Sparse buckets past which a histogram turns dense, when they span at
+/// most [`DENSE_SPAN`] buckets (2 KB of counts).
+const DENSE_AFTER: usize = 48;
+const DENSE_SPAN: usize = 512;
 
 fn bucket(v: f64) -> u16 {
     if v > 0.0 && v.is_finite() {
@@ -53,10 +71,57 @@ impl Hist {
                 v.sort_unstable_by_key(|e| e.0);
                 *self = Hist::Many(Box::new(v));
             }
-            Hist::Many(v) => match v.binary_search_by_key(&b, |e| e.0) {
-                Ok(i) => v[i].1 = v[i].1.saturating_add(n),
-                Err(i) => v.insert(i, (b, n)),
-            },
+            Hist::Dense(d) => {
+                if b == 0 {
+                    d.zeros = d.zeros.saturating_add(n);
+                    return;
+                }
+                let (lo, len) = (usize::from(d.lo), d.counts.len());
+                let b = usize::from(b);
+                if b >= lo && b < lo + len {
+                    d.counts[b - lo] = d.counts[b - lo].saturating_add(n);
+                    return;
+                }
+                let (new_lo, new_end) = (lo.min(b), (lo + len).max(b + 1));
+                if new_end - new_lo > DENSE_SPAN {
+                    // Spread too wide: back to sparse, for good (a span
+                    // never narrows).
+                    let mut v: Vec<(u16, u32)> = self.raw().collect();
+                    let at = v.partition_point(|e| usize::from(e.0) < b);
+                    v.insert(at, (b as u16, n));
+                    *self = Hist::Many(Box::new(v));
+                    return;
+                }
+                if b < lo {
+                    d.counts.splice(0..0, std::iter::repeat_n(0, lo - b));
+                    d.lo = b as u16;
+                } else {
+                    d.counts.resize(b + 1 - lo, 0);
+                }
+                let i = b - usize::from(d.lo);
+                d.counts[i] = d.counts[i].saturating_add(n);
+            }
+            Hist::Many(v) => {
+                match v.binary_search_by_key(&b, |e| e.0) {
+                    Ok(i) => v[i].1 = v[i].1.saturating_add(n),
+                    Err(i) => v.insert(i, (b, n)),
+                }
+                if v.len() >= DENSE_AFTER {
+                    // Buckets other than zeros', first to last.
+                    let nonzero = &v[usize::from(v[0].0 == 0)..];
+                    let (lo, hi) = (usize::from(nonzero[0].0), usize::from(nonzero[nonzero.len() - 1].0));
+                    if hi - lo < DENSE_SPAN {
+                        let mut d = Dense { zeros: 0, lo: lo as u16, counts: vec![0; hi - lo + 1] };
+                        for &(b, n) in v.iter() {
+                            match b {
+                                0 => d.zeros = n,
+                                b => d.counts[usize::from(b) - lo] = n,
+                            }
+                        }
+                        *self = Hist::Dense(Box::new(d));
+                    }
+                }
+            }
         }
     }
 
@@ -66,16 +131,23 @@ impl Hist {
         }
     }
 
+    /// (bucket, count) of every bucket that saw a value, by bucket.
     fn raw(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
         let one = match self {
             Hist::One(b, n) => Some((*b, *n)),
+            Hist::Dense(d) if d.zeros > 0 => Some((0, d.zeros)),
             _ => None,
         };
         let many = match self {
             Hist::Many(v) => v.as_slice(),
             _ => &[],
         };
-        one.into_iter().chain(many.iter().copied())
+        let (lo, dense) = match self {
+            Hist::Dense(d) => (d.lo, d.counts.as_slice()),
+            _ => (0, &[][..]),
+        };
+        let dense = dense.iter().enumerate().filter(|e| *e.1 > 0).map(move |(i, n)| (lo + i as u16, *n));
+        one.into_iter().chain(many.iter().copied()).chain(dense)
     }
 
     /// The value below which `q` (0..1) of the values fall: the bucket's
@@ -332,7 +404,7 @@ impl Sample {
 /// Everything known about one statement as logged.
 #[derive(Debug)]
 pub struct Event<'a> {
-    pub values: [f64; N_ATTRS],
+    pub values: &'a [f64; N_ATTRS],
     /// Bit i: values[i] was logged.
     pub present: u64,
     /// Bit i: FLAGS[i] logged (as Yes or No); `flags_yes` the yeses.
@@ -603,6 +675,48 @@ mod tests {
         assert_eq!(c.quantile(0.01, true), 0.0);
     }
 
+    /// Whatever form a histogram takes (one bucket, sparse, dense, sparse
+    /// again past the dense span), it holds the counts a plain map of
+    /// buckets holds, and merging gives what adding gives.
+    #[test]
+    fn every_form_of_histogram_counts_the_same() {
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for round in 0..40 {
+            let (mut h, mut parts, mut want) = (Hist::default(), [Hist::default(), Hist::default()], Vec::new());
+            for k in 0..2000 {
+                // Times around a millisecond, zeros, and from some rounds
+                // on, values far out that widen the span past dense.
+                let v = match rnd() % 10 {
+                    0 => 0.0,
+                    1 if round > 20 => (rnd() % 1000) as f64 * 1e6,
+                    _ => (1 + rnd() % 5000) as f64 * 1e-6,
+                };
+                let n = 1 + (rnd() % 3) as u32;
+                h.add(v, n);
+                parts[k % 2].add(v, n);
+                want.push((bucket(v), n));
+            }
+            let mut map = std::collections::BTreeMap::new();
+            for (b, n) in want {
+                *map.entry(b).or_insert(0u32) += n;
+            }
+            let want: Vec<(u16, u32)> = map.into_iter().collect();
+            assert_eq!(h.raw().collect::<Vec<_>>(), want, "round {round}");
+            let [mut a, b] = parts;
+            a.merge(&b);
+            assert_eq!(a.raw().collect::<Vec<_>>(), want, "round {round}, merged");
+            if round <= 20 {
+                assert!(matches!(h, Hist::Dense(_)), "round {round}: {h:?}");
+            } else {
+                assert!(matches!(h, Hist::Many(_)), "round {round}: {h:?}");
+            }
+        }
+    }
+
     #[test]
     fn series_keep_their_points_bounded_and_merge_at_the_coarser_width() {
         let mut a = Series::default();
@@ -640,30 +754,31 @@ mod tests {
 
     #[test]
     fn merged_classes_equal_one_built_whole() {
-        let ev = |qt: f64, host: &'static [u8]| {
+        let values = |qt: f64| {
             let mut values = [0.0; N_ATTRS];
             values[A::QueryTime as usize] = qt;
             // Zero in the first half, not in the second: kept as zeros, then
             // turned into a full stat.
             values[A::RowsSent as usize] = if qt > 1.0 { 5.0 } else { 0.0 };
-            Event {
-                values,
-                present: 1 | 1 << A::RowsSent as usize,
-                flags_seen: 1 << 5,
-                flags_yes: u32::from(qt > 1.0) << 5,
-                user: b"u",
-                host,
-                db: b"d",
-                ts: Some((qt * 10.0) as i64),
-                query: b"select 1",
-                explain: &[],
-                at: (0, 1),
-            }
+            values
+        };
+        let ev = |qt: f64, host: &'static [u8], values: &'static [f64; N_ATTRS]| Event {
+            values,
+            present: 1 | 1 << A::RowsSent as usize,
+            flags_seen: 1 << 5,
+            flags_yes: u32::from(qt > 1.0) << 5,
+            user: b"u",
+            host,
+            db: b"d",
+            ts: Some((qt * 10.0) as i64),
+            query: b"select 1",
+            explain: &[],
+            at: (0, 1),
         };
         let mut whole = Class::new(Box::from(&b"x"[..]));
         let (mut a, mut b) = (whole.clone(), whole.clone());
         for (i, qt) in [0.5, 2.0, 0.1, 3.0].into_iter().enumerate() {
-            let e = ev(qt, if i % 2 == 0 { b"h1" } else { b"h2" });
+            let e = ev(qt, if i % 2 == 0 { b"h1" } else { b"h2" }, Box::leak(Box::new(values(qt))));
             let mut intern = |v: &[u8]| Name::from(v);
             whole.add(&e, &mut intern);
             if i < 2 { &mut a } else { &mut b }.add(&e, &mut intern);

@@ -88,13 +88,50 @@ impl<'a> Entry<'a> {
         self.values[a as usize] = v;
         self.present |= 1 << a as usize;
     }
+
+    fn get(&self, a: A) -> Option<f64> {
+        (self.present & (1 << a as usize) != 0).then(|| self.values[a as usize])
+    }
+
+    /// Empty again for the entry at `line`, its buffers kept. Values are
+    /// left as they are: `present` says which hold this entry's.
+    fn reset(&mut self, line: u64) {
+        self.present = 0;
+        self.flags_seen = 0;
+        self.flags_yes = 0;
+        self.user = b"";
+        self.host = b"";
+        self.schema = None;
+        self.ts = None;
+        self.has_user = false;
+        self.has_attrs = false;
+        self.line = line;
+        self.text = None;
+        self.explain.clear();
+        self.warnings = false;
+    }
 }
 
 /// Parse every entry of `block` into `agg`. The block starts at an entry
 /// (or at the start of its input) and ends after one.
 pub fn parse_block(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate) -> BlockOut {
-    let mut p =
-        Parser { block, ctx, db: ctx.db, state: State::Idle, entry: Entry::new(0), skip_header: 0, spare: vec![] };
+    parse_block_with(block, ctx, agg, true)
+}
+
+/// `parse_block`, with comment lines' layouts learned or (`learn` false)
+/// every line read by name.
+fn parse_block_with(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate, learn: bool) -> BlockOut {
+    let mut p = Parser {
+        block,
+        ctx,
+        db: ctx.db,
+        state: State::Idle,
+        entry: Entry::new(0),
+        skip_header: 0,
+        layouts: vec![],
+        next_layout: 0,
+        learn,
+    };
     let mut line_no = 0u64;
     let mut pos = 0;
     // One SIMD scan over the block rather than a search per line.
@@ -119,7 +156,11 @@ struct Parser<'a, 'c> {
     entry: Entry<'a>,
     /// Lines of a server header still to skip.
     skip_header: u8,
-    spare: Vec<&'a [u8]>,
+    /// Layouts of the comment lines read so far.
+    layouts: Vec<Layout>,
+    /// The layout to try first.
+    next_layout: usize,
+    learn: bool,
 }
 
 fn starts(line: &[u8], p: &[u8]) -> bool {
@@ -189,7 +230,7 @@ impl<'a> Parser<'a, '_> {
             } else if line == b"# Warnings" {
                 self.entry.warnings = true;
             } else if self.entry.warnings && is_warning_line(line) {
-                let w = self.entry.values[A::Warnings as usize];
+                let w = self.entry.get(A::Warnings).unwrap_or(0.0);
                 self.entry.set(A::Warnings, w + 1.0);
             } else {
                 self.attrs(line, no, agg);
@@ -233,10 +274,7 @@ impl<'a> Parser<'a, '_> {
     /// A new entry starts at line `no`: the one before ends.
     fn begin(&mut self, no: u64, agg: &mut Aggregate) {
         self.finish(agg);
-        self.entry = Entry::new(no);
-        // The last entry's EXPLAIN lines' vector, emptied: no allocation
-        // per entry.
-        self.entry.explain = std::mem::take(&mut self.spare);
+        self.entry.reset(no);
         self.state = State::Head;
     }
 
@@ -246,14 +284,13 @@ impl<'a> Parser<'a, '_> {
         if self.state == State::Idle {
             return;
         }
-        let mut e = std::mem::replace(&mut self.entry, Entry::new(0));
         self.state = State::Idle;
+        let e = &mut self.entry;
         let Some((s, t)) = e.text else {
             if e.has_user || e.has_attrs {
-                self.problem(agg, e.line, "an entry with no statement (cut short?)".into());
+                let line = e.line;
+                self.problem(agg, line, "an entry with no statement (cut short?)".into());
             }
-            e.explain.clear();
-            self.spare = e.explain;
             return;
         };
         let mut q = &self.block[s..t];
@@ -265,8 +302,13 @@ impl<'a> Parser<'a, '_> {
             }
         }
         let q = q.strip_suffix(b";").unwrap_or(q);
-        let mut ev = Event {
-            values: e.values,
+        // Engine_time times reads (writes' engine work is not in it), so the
+        // rest is the optimizer's only for queries.
+        if let (Some(qt), Some(et), true) = (e.get(A::QueryTime), e.get(A::EngineTime), is_query(q)) {
+            e.set(A::OptimizerTime, (qt - et).max(0.0));
+        }
+        let ev = Event {
+            values: &e.values,
             present: e.present,
             flags_seen: e.flags_seen,
             flags_yes: e.flags_yes,
@@ -278,15 +320,7 @@ impl<'a> Parser<'a, '_> {
             explain: &e.explain,
             at: (self.ctx.input, e.line | self.ctx.seq << 40),
         };
-        // Engine_time times reads (writes' engine work is not in it), so the
-        // rest is the optimizer's only for queries.
-        if let (Some(qt), Some(et), true) = (ev.get(A::QueryTime), ev.get(A::EngineTime), is_query(q)) {
-            ev.values[A::OptimizerTime as usize] = (qt - et).max(0.0);
-            ev.present |= 1 << A::OptimizerTime as usize;
-        }
         agg.add(&ev);
-        e.explain.clear();
-        self.spare = e.explain;
     }
 
     /// `root[root] @ localhost [127.0.0.1]  Id:    10`
@@ -296,12 +330,37 @@ impl<'a> Parser<'a, '_> {
         (e.user, e.host) = user_host(s);
     }
 
-    /// `# Key: value  Key: value …`
+    /// `# Key: value  Key: value …`: read by a layout learned earlier when
+    /// one fits, else by name (and its layout learned).
     fn attrs(&mut self, line: &'a [u8], no: u64, agg: &mut Aggregate) {
-        // Scanned by hand: this runs for most lines of a log.
-        let blank = |c: u8| c == b' ' || c == b'\t';
+        let mut vals = Vals::new();
+        // Lines come in the order their server writes them: the layout
+        // after the last one that fitted is tried first.
+        let n = self.layouts.len();
+        let first = if self.next_layout < n { self.next_layout } else { 0 };
+        let found = (first..n).chain(0..first).find(|&k| self.layouts[k].fits(line, &mut vals));
+        if let Some(k) = found {
+            self.next_layout = k + 1;
+        }
+        if let Some(k) = found {
+            // Most lines of a log: one comparison per key and one scan per
+            // value.
+            let layouts = std::mem::take(&mut self.layouts);
+            for (step, &(s, e)) in layouts[k].steps.iter().zip(&vals) {
+                if let Some(f) = step.field {
+                    self.pair(&step.text[step.key.0..step.key.1], f, &line[s as usize..e as usize], no, agg);
+                }
+            }
+            self.layouts = layouts;
+            return;
+        }
+        let learn = self.learn && self.layouts.len() < MAX_LAYOUTS && line.len() <= u32::MAX as usize;
+        let mut steps = Vec::new();
+        let mut learnable = learn;
         let n = line.len();
         let mut i = 1;
+        // Where the last value (or empty value's key) ended.
+        let mut prev = 0;
         loop {
             while i < n && blank(line[i]) {
                 i += 1;
@@ -313,7 +372,10 @@ impl<'a> Parser<'a, '_> {
             while i < n && !blank(line[i]) {
                 i += 1;
             }
-            let Some(key) = line[s..i].strip_suffix(b":") else { continue };
+            let Some(key) = line[s..i].strip_suffix(b":") else {
+                learnable = false;
+                continue;
+            };
             // The value is the next word, unless that is a key itself (an
             // empty value: `Schema:   QC_hit: No`).
             let mut j = i;
@@ -325,48 +387,168 @@ impl<'a> Parser<'a, '_> {
                 j += 1;
             }
             let v = &line[vs..j];
-            let val: &'a [u8] = if v.is_empty() || v.ends_with(b":") && field(&v[..v.len() - 1]).is_some() {
+            let empty = v.is_empty() || v.ends_with(b":") && field(&v[..v.len() - 1]).is_some();
+            let f = field(key);
+            if learnable {
+                // The text before the value: up to the value, or for an
+                // empty one, up to one blank after the key.
+                let upto = if empty { (i + 1).min(n) } else { vs };
+                steps.push(Step { text: line[prev..upto].into(), key: (s - prev, i - 1 - prev), field: f });
+                prev = if empty { upto } else { j };
+                learnable = steps.len() < MAX_STEPS;
+            }
+            let val: &'a [u8] = if empty {
                 b""
             } else {
                 i = j;
                 v
             };
-            let Some(f) = field(key) else { continue };
-            self.entry.has_attrs = true;
-            match f {
-                Field::Attr(a, scale) => match parse_num(val) {
-                    Some(v) => self.entry.set(a, v * scale),
-                    None => self.problem(
-                        agg,
-                        no,
-                        format!(
-                            "{} \"{}\" is not a number; the statement counts without it",
-                            String::from_utf8_lossy(key),
-                            String::from_utf8_lossy(&val[..val.len().min(40)]).escape_default()
-                        ),
-                    ),
-                },
-                Field::Flag(i) => {
-                    self.entry.flags_seen |= 1 << i;
-                    if val == b"Yes" {
-                        self.entry.flags_yes |= 1 << i;
-                    }
-                }
-                Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
-                    let v = parse_num(val).unwrap_or(0.0);
-                    debug_assert!(i < N_FLAGS);
-                    self.entry.flags_seen |= 1 << i;
-                    if v != 0.0 {
-                        self.entry.flags_yes |= 1 << i;
-                    }
-                    if let Field::CountAndFlag(a, _) = f {
-                        self.entry.set(a, v);
-                    }
-                }
-                Field::Schema => self.entry.schema = Some(val),
-                Field::ThreadId | Field::Ignored => {}
+            if let Some(f) = f {
+                self.pair(key, f, val, no, agg);
             }
         }
+        if learnable && !steps.is_empty() {
+            let l = Layout { steps };
+            // Kept only when it reads its own line back.
+            if l.fits(line, &mut vals) {
+                self.layouts.push(l);
+            }
+        }
+    }
+
+    /// One `Key: value` of an entry.
+    fn pair(&mut self, key: &[u8], f: Field, val: &'a [u8], no: u64, agg: &mut Aggregate) {
+        self.entry.has_attrs = true;
+        match f {
+            Field::Attr(a, scale) => match parse_num(val) {
+                Some(v) => self.entry.set(a, v * scale),
+                None => self.problem(
+                    agg,
+                    no,
+                    format!(
+                        "{} \"{}\" is not a number; the statement counts without it",
+                        String::from_utf8_lossy(key),
+                        String::from_utf8_lossy(&val[..val.len().min(40)]).escape_default()
+                    ),
+                ),
+            },
+            Field::Flag(i) => {
+                self.entry.flags_seen |= 1 << i;
+                if val == b"Yes" {
+                    self.entry.flags_yes |= 1 << i;
+                }
+            }
+            Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
+                let v = parse_num(val).unwrap_or(0.0);
+                debug_assert!(i < N_FLAGS);
+                self.entry.flags_seen |= 1 << i;
+                if v != 0.0 {
+                    self.entry.flags_yes |= 1 << i;
+                }
+                if let Field::CountAndFlag(a, _) = f {
+                    self.entry.set(a, v);
+                }
+            }
+            Field::Schema => self.entry.schema = Some(val),
+            Field::ThreadId | Field::Ignored => {}
+        }
+    }
+}
+
+/// `starts`, for the short texts of a layout: compared eight bytes at a
+/// time inline, where a call to `memcmp` costs more than the comparison.
+fn starts_short(line: &[u8], p: &[u8]) -> bool {
+    if line.len() < p.len() {
+        return false;
+    }
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
+    let mut i = 0;
+    while i + 8 <= p.len() {
+        if word(line, i) != word(p, i) {
+            return false;
+        }
+        i += 8;
+    }
+    line[i..p.len()].iter().zip(&p[i..]).all(|(a, b)| a == b)
+}
+
+/// Where the word at `p` ends: the first blank at or after `p`, or the
+/// end. Eight bytes at a time (a zero byte of `w ^ blanks` is a blank; the
+/// lowest flagged byte is always a true one), so a value is usually one
+/// step.
+fn word_end(line: &[u8], mut p: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    while p + 8 <= line.len() {
+        let w = u64::from_le_bytes(line[p..p + 8].try_into().unwrap());
+        let z = zero(w ^ (ONES * u64::from(b' '))) | zero(w ^ (ONES * u64::from(b'\t')));
+        if z != 0 {
+            return p + (z.trailing_zeros() / 8) as usize;
+        }
+        p += 8;
+    }
+    while p < line.len() && !blank(line[p]) {
+        p += 1;
+    }
+    p
+}
+
+fn blank(c: u8) -> bool {
+    c == b' ' || c == b'\t'
+}
+
+/// Layouts a block learns at most.
+const MAX_LAYOUTS: usize = 16;
+/// Keys a layout holds at most (MySQL 8's `log_slow_extra` line has 26).
+const MAX_STEPS: usize = 40;
+
+/// The layout of one kind of `# Key: value  Key: value …` line, learned
+/// from a line read by name: the text before each value (`# Query_time: `,
+/// `  Lock_time: `) and the key's meaning.
+///
+/// Servers write these lines from fixed formats, so a log's comment lines
+/// repeat a few layouts. A line that fits one is read with one comparison
+/// per key and one scan per value, no key looked up; a line that differs
+/// anywhere (spacing, another key, a value that looks like a key) is read
+/// by name. Fitting a layout yields exactly the pairs reading by name
+/// would: every text is blanks, a known or unknown key, `:` and blanks;
+/// every value is one word not ending in `:`; nothing follows the last but
+/// blanks. A test reads mutated lines both ways and compares.
+struct Layout {
+    steps: Vec<Step>,
+}
+
+/// A fitted line's values: (start, end) in the line, one per step.
+type Vals = smallvec::SmallVec<[(u32, u32); 8]>;
+
+struct Step {
+    text: Box<[u8]>,
+    /// The key's place in `text`.
+    key: (usize, usize),
+    /// None: a key pileup does not know, skipped as reading by name skips
+    /// it.
+    field: Option<Field>,
+}
+
+impl Layout {
+    /// Does `line` have this layout? Its values' places go in `vals`.
+    fn fits(&self, line: &[u8], vals: &mut Vals) -> bool {
+        let mut p = 0;
+        vals.clear();
+        for step in &self.steps {
+            if !starts_short(&line[p..], &step.text) {
+                return false;
+            }
+            p += step.text.len();
+            let s = p;
+            p = word_end(line, p);
+            if p > s && line[p - 1] == b':' {
+                return false;
+            }
+            vals.push((s as u32, p as u32));
+        }
+        line[p..].iter().all(|&c| blank(c))
     }
 }
 
@@ -427,27 +609,23 @@ fn set_timestamp(line: &[u8]) -> Option<i64> {
 }
 
 fn parse_num(v: &[u8]) -> Option<f64> {
-    // What servers write (`123`, `0.000128`) in one pass without the float
-    // parser: the digits as integers, one division.
+    // What servers write (`0`, `123`, `0.000128`) without the float parser:
+    // the digits as integers, one division.
     const POW10: [f64; 10] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
-    if !v.is_empty() && v.len() <= 18 {
-        let (mut int, mut frac, mut fdigits, mut dot, mut ok) = (0u64, 0u64, 0usize, false, true);
-        for &c in v {
-            match c {
-                b'0'..=b'9' if dot => {
-                    frac = frac * 10 + u64::from(c - b'0');
-                    fdigits += 1;
-                }
-                b'0'..=b'9' => int = int * 10 + u64::from(c - b'0'),
-                b'.' if !dot => dot = true,
-                _ => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok && fdigits < POW10.len() && (!dot || fdigits > 0) && v[0] != b'.' {
-            return Some(int as f64 + frac as f64 / POW10[fdigits]);
+    let digits = |s: &[u8]| {
+        s.iter().try_fold(0u64, |a, &c| {
+            let d = c.wrapping_sub(b'0');
+            (d < 10).then(|| a * 10 + u64::from(d))
+        })
+    };
+    let dot = v.iter().position(|&c| c == b'.');
+    let (int, frac) = match dot {
+        Some(d) => (&v[..d], &v[d + 1..]),
+        None => (v, &b""[..]),
+    };
+    if !int.is_empty() && int.len() <= 18 && frac.len() < POW10.len() && (dot.is_none() || !frac.is_empty()) {
+        if let (Some(i), Some(f)) = (digits(int), digits(frac)) {
+            return Some(i as f64 + f as f64 / POW10[frac.len()]);
         }
     }
     let f: f64 = std::str::from_utf8(v).ok()?.parse().ok()?;
@@ -744,6 +922,118 @@ select 3;
         assert_eq!(c.dbs.sorted()[0].0, "d");
     }
 
+    /// Lines that fit a learned layout read exactly as read by name, on
+    /// thousands of lines changed from servers' own in every way a layout
+    /// could be fooled: spacing, tabs, empty values, values that look like
+    /// keys, unknown keys, stray words, garbled numbers.
+    #[test]
+    fn layouts_read_what_reading_by_name_reads() {
+        let lines = [
+            "# Thread_id: 4  Schema: d  QC_hit: No",
+            "# Thread_id: 5  Schema:   QC_hit: No",
+            "# Query_time: 0.003581  Lock_time: 0.000079  Rows_sent: 1  Rows_examined: 20000",
+            "# Rows_affected: 0  Bytes_sent: 65",
+            "# Pages_accessed: 111  Pages_read: 3  Pages_prefetched: 0  Pages_updated: 0  Old_rows_read: 0",
+            "# Pages_read_time: 0.5000  Engine_time: 2.1186",
+            "# Full_scan: Yes  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No",
+            "# Filesort: No  Filesort_on_disk: No  Merge_passes: 3  Priority_queue: No",
+            "# Query_time: 0.000244  Lock_time: 0.000003 Rows_sent: 0  Rows_examined: 0 Thread_id: 12 Errno: 1146 Killed: 0 Bytes_received: 22 Start:  End: 2024-05-10T17:45:09.474988Z",
+            "# Schema: test_jfg  Last_errno: 0  Killed: 0",
+            "#   InnoDB_IO_r_ops: 4  InnoDB_IO_r_bytes: 65536  InnoDB_IO_r_wait: 0.001500",
+            "# Tmp_tables: 1  Unknown_key: 7  Tmp_disk_tables: 0",
+        ];
+        let replacements = [
+            "",
+            "Yes",
+            "No",
+            "x:",
+            "Rows_sent:",
+            "Unknown:",
+            "0.x",
+            "12",
+            "-1",
+            "1e3",
+            "a b",
+            "\t",
+            "  ",
+            ":",
+            "Schema:",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut log = String::new();
+        for k in 0..3000 {
+            log.push_str("# User@Host: u[u] @ h []\n");
+            for (i, l) in lines.iter().enumerate() {
+                // The first entries as written, so layouts are learned.
+                if k < 3 || rnd(3) == 0 {
+                    log.push_str(l);
+                    log.push('\n');
+                    continue;
+                }
+                let mut words: Vec<String> = l.split(' ').map(String::from).collect();
+                for _ in 0..1 + rnd(2) {
+                    let w = 1 + rnd(words.len() - 1);
+                    match rnd(5) {
+                        0 => words[w] = replacements[rnd(replacements.len())].to_string(),
+                        1 => words.insert(w, String::new()),
+                        2 => words.insert(w, replacements[rnd(replacements.len())].to_string()),
+                        3 => words[w] = words[w].replace(':', ""),
+                        _ => words[w].push('\t'),
+                    }
+                }
+                log.push_str(&words.join(" "));
+                if i % 5 == 0 {
+                    log.push_str("  ");
+                }
+                log.push('\n');
+            }
+            log.push_str(&format!("SET timestamp={};\nselect {};\n", 100 + k, k % 7));
+        }
+        let ctx = BlockCtx { input: 0, seq: 0, db: b"" };
+        let (mut by_layout, mut by_name) = (Aggregate::new(100), Aggregate::new(100));
+        parse_block_with(log.as_bytes(), &ctx, &mut by_layout, true);
+        parse_block_with(log.as_bytes(), &ctx, &mut by_name, false);
+        assert_eq!(by_layout.events, 3000);
+        assert_eq!(by_layout.problem_count, by_name.problem_count);
+        assert_eq!(by_layout.problems, by_name.problems);
+        assert!(by_name.problem_count > 100, "the mutations make garbled values: {}", by_name.problem_count);
+        assert_eq!(format!("{:?}", by_layout.classes), format!("{:?}", by_name.classes));
+        // And layouts were used: the lines as written fit them.
+        let mut p = Parser {
+            block: b"",
+            ctx: &ctx,
+            db: b"",
+            state: State::Head,
+            entry: Entry::new(0),
+            skip_header: 0,
+            layouts: vec![],
+            next_layout: 0,
+            learn: true,
+        };
+        for l in lines {
+            p.attrs(l.as_bytes(), 1, &mut by_layout);
+        }
+        let mut vals = Vals::new();
+        for l in lines {
+            assert!(p.layouts.iter().any(|y| y.fits(l.as_bytes(), &mut vals)), "no layout fits {l:?}");
+        }
+    }
+
+    #[test]
+    fn words_end_at_the_first_blank() {
+        let line = b"# Query_time: 0.000016  Lock_time:\t0.000003 Rows_sent: 1\x80\xff 12345678901234567";
+        for p in 0..=line.len() {
+            let want = line[p..].iter().position(|&c| blank(c)).map_or(line.len(), |k| p + k);
+            assert_eq!(word_end(line, p), want, "from {p}");
+        }
+    }
+
     #[test]
     fn numbers_as_servers_write_them() {
         assert_eq!(parse_num(b"0.000128"), Some(0.000128));
@@ -754,6 +1044,11 @@ select 3;
         assert_eq!(parse_num(b"-1"), None);
         assert_eq!(parse_num(b""), None);
         assert_eq!(parse_num(b"1.0000000000001"), Some(1.0000000000001));
+        assert_eq!(parse_num(b"0"), Some(0.0));
+        assert_eq!(parse_num(b"7."), Some(7.0));
+        assert_eq!(parse_num(b".5"), Some(0.5));
+        assert_eq!(parse_num(b"1.2.3"), None);
+        assert_eq!(parse_num(b"2.1186"), Some(2.1186));
     }
 
     #[test]

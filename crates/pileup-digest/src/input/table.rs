@@ -57,7 +57,7 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
         }
         n += 1;
         agg.add(&Event {
-            values,
+            values: &values,
             present,
             flags_seen: 0,
             flags_yes: 0,
