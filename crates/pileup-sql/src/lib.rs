@@ -291,8 +291,22 @@ impl Writer<'_> {
 }
 
 fn is_word_byte(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
+    // A table: this is asked of every byte of every identifier.
+    const WORD: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut c = 0;
+        while c < 256 {
+            let b = c as u8;
+            t[c] = b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+            c += 1;
+        }
+        t
+    };
+    WORD[usize::from(c)]
 }
+
+/// A word being read, lowercased: on the stack for all but very long ones.
+type WordBuf = smallvec::SmallVec<[u8; 64]>;
 
 /// The end of a quoted string or identifier that starts at `i` (its quote),
 /// past the closing quote: backslash escapes (not in backquotes) and
@@ -389,7 +403,7 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
         limit_tail: false,
     };
     let n = sql.len();
-    let mut word = Vec::with_capacity(32);
+    let mut word = WordBuf::new();
     let mut i = 0;
     while i < n {
         let c = sql[i];
@@ -597,7 +611,7 @@ fn literal_list_end(sql: &[u8], i: usize, rows: bool) -> Option<usize> {
 /// A word (keyword, identifier, `@variable`) at `i`, or a literal it
 /// introduces (`_utf8mb4'x'`, `X'1F'`, `N'x'`): written, and the offset
 /// after it returned.
-fn read_word(sql: &[u8], i: usize, word: &mut Vec<u8>, w: &mut Writer) -> usize {
+fn read_word(sql: &[u8], i: usize, word: &mut WordBuf, w: &mut Writer) -> usize {
     let n = sql.len();
     let mut j = i;
     while j < n && sql[j] == b'@' {

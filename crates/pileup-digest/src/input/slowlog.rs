@@ -461,15 +461,20 @@ fn starts_short(line: &[u8], p: &[u8]) -> bool {
     if line.len() < p.len() {
         return false;
     }
+    if p.len() < 8 {
+        return line[..p.len()] == *p;
+    }
     let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
     let mut i = 0;
-    while i + 8 <= p.len() {
+    while i + 8 < p.len() {
         if word(line, i) != word(p, i) {
             return false;
         }
         i += 8;
     }
-    line[i..p.len()].iter().zip(&p[i..]).all(|(a, b)| a == b)
+    // The last eight bytes, overlapping those compared.
+    let last = p.len() - 8;
+    word(line, last) == word(p, last)
 }
 
 /// Where the word at `p` ends: the first blank at or after `p`, or the
@@ -612,6 +617,12 @@ fn parse_num(v: &[u8]) -> Option<f64> {
     // What servers write (`0`, `123`, `0.000128`) without the float parser:
     // the digits as integers, one division.
     const POW10: [f64; 10] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
+    // Most counts in a log are one digit.
+    if let [d] = v {
+        if d.is_ascii_digit() {
+            return Some(f64::from(d - b'0'));
+        }
+    }
     let digits = |s: &[u8]| {
         s.iter().try_fold(0u64, |a, &c| {
             let d = c.wrapping_sub(b'0');
@@ -1023,6 +1034,21 @@ select 3;
         for l in lines {
             assert!(p.layouts.iter().any(|y| y.fits(l.as_bytes(), &mut vals)), "no layout fits {l:?}");
         }
+    }
+
+    #[test]
+    fn short_prefixes_compare_whole() {
+        let line = b"  Rows_examined: 20000";
+        for k in 0..=line.len() {
+            assert!(starts_short(line, &line[..k]), "{k}");
+            let mut other = line[..k].to_vec();
+            for j in 0..k {
+                other[j] ^= 1;
+                assert!(!starts_short(line, &other), "{k} {j}");
+                other[j] ^= 1;
+            }
+        }
+        assert!(!starts_short(b"  Rows", b"  Rows_examined: "));
     }
 
     #[test]
