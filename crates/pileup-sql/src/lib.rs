@@ -631,7 +631,8 @@ fn read_word(sql: &[u8], i: usize, word: &mut WordBuf, w: &mut Writer) -> usize 
         return quoted_end(sql, j);
     }
     word.clear();
-    word.extend(raw.iter().map(u8::to_ascii_lowercase));
+    word.extend_from_slice(raw);
+    word.make_ascii_lowercase();
     match word.as_slice() {
         b"asc" => {}
         b"true" | b"false" => w.token(Kind::Lit, b"?"),
