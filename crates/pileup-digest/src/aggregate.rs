@@ -55,7 +55,24 @@ pub struct Aggregate {
     pub problems: Vec<Problem>,
     pub problem_count: u64,
     fp: Vec<u8>,
+    /// Skeletons of statements seen (see [`pileup_sql::skeleton`]), with
+    /// their class's index ([`TO_OTHER`]: "other"): a statement whose
+    /// skeleton is here needs no fingerprint.
+    skels: hashbrown::HashTable<(Box<[u8]>, u32)>,
+    skel: Vec<u8>,
+    /// Lookups and hits since the last check, and the event count before
+    /// which skeletons are not tried (a log of statements each seen once
+    /// gains nothing from them).
+    skel_lookups: u32,
+    skel_hits: u32,
+    skel_off_until: u64,
 }
+
+/// Skeletons kept at most (the first seen: in a log, the frequent
+/// statements come early and often).
+const SKELETONS: usize = 4096;
+/// The class index that stands for "other".
+const TO_OTHER: u32 = u32::MAX;
 
 impl Aggregate {
     pub fn new(max_classes: usize) -> Aggregate {
@@ -70,6 +87,11 @@ impl Aggregate {
             problems: vec![],
             problem_count: 0,
             fp: Vec::with_capacity(256),
+            skels: hashbrown::HashTable::new(),
+            skel: Vec::with_capacity(256),
+            skel_lookups: 0,
+            skel_hits: 0,
+            skel_off_until: 0,
         }
     }
 
@@ -89,29 +111,66 @@ impl Aggregate {
         self.index_class(h, self.classes.len() as u32 - 1);
     }
 
-    /// The class of the fingerprint in `self.fp` (made when new, "other"
-    /// past `max_classes`), and the names to intern into.
-    fn class_of_fp(&mut self) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
+    /// The index of the class of the fingerprint in `self.fp` (made when
+    /// new), or [`TO_OTHER`] past `max_classes`.
+    fn class_index_of_fp(&mut self) -> u32 {
         let (h, found) = self.find(&self.fp);
-        let i = match found {
-            Some(i) => Some(i as usize),
-            None if self.classes.len() >= self.max_classes => None,
+        match found {
+            Some(i) => i,
+            None if self.classes.len() >= self.max_classes => TO_OTHER,
             None => {
                 self.insert(h, Class::new(self.fp.as_slice().into()));
-                Some(self.classes.len() - 1)
+                self.classes.len() as u32 - 1
             }
-        };
+        }
+    }
+
+    /// The class at `i` (or "other"), and the names to intern into.
+    fn class_at(&mut self, i: u32) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
         let class = match i {
-            Some(i) => &mut self.classes[i],
-            None => self.other.get_or_insert_with(|| Class::new(OTHER.into())),
+            TO_OTHER => self.other.get_or_insert_with(|| Class::new(OTHER.into())),
+            i => &mut self.classes[i as usize],
         };
         (class, &mut self.names)
     }
 
+    /// The class of the fingerprint in `self.fp` (made when new, "other"
+    /// past `max_classes`), and the names to intern into.
+    fn class_of_fp(&mut self) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
+        let i = self.class_index_of_fp();
+        self.class_at(i)
+    }
+
     pub fn add(&mut self, e: &Event) {
         self.events += 1;
+        let skel = self.events >= self.skel_off_until && pileup_sql::skeleton(e.query, &mut self.skel);
+        let mut h = 0;
+        if skel {
+            h = self.hasher.hash_one(self.skel.as_slice());
+            let found = self.skels.find(h, |(k, _)| **k == *self.skel).map(|e| e.1);
+            self.skel_lookups += 1;
+            self.skel_hits += u32::from(found.is_some());
+            if self.skel_lookups == 4096 {
+                // Mostly misses with no room left: a log of statements each
+                // seen once or twice. Tried again later.
+                if self.skels.len() >= SKELETONS && self.skel_hits < 2048 {
+                    self.skel_off_until = self.events + 65536;
+                }
+                (self.skel_lookups, self.skel_hits) = (0, 0);
+            }
+            if let Some(i) = found {
+                let (class, names) = self.class_at(i);
+                class.add(e, &mut |v| intern(names, v));
+                return;
+            }
+        }
         pileup_sql::fingerprint(e.query, &mut self.fp);
-        let (class, names) = self.class_of_fp();
+        let i = self.class_index_of_fp();
+        if skel && self.skels.len() < SKELETONS {
+            let hasher = &self.hasher;
+            self.skels.insert_unique(h, (self.skel.as_slice().into(), i), |(k, _)| hasher.hash_one(&**k));
+        }
+        let (class, names) = self.class_at(i);
         class.add(e, &mut |v| intern(names, v));
     }
 
@@ -163,6 +222,8 @@ impl Aggregate {
     /// union passes `max_classes`, the classes with the least total time
     /// go to "other".
     pub fn merge(&mut self, o: Aggregate) {
+        // Class indices may change below.
+        self.skels.clear();
         self.events += o.events;
         // Kept whole here; the run keeps the input's first ones once every
         // thread's are in (each thread kept its own first ones).

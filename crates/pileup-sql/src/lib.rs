@@ -521,6 +521,95 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
     w.finish();
 }
 
+/// Marker bytes a skeleton puts for a number and for a string in single
+/// and in double quotes (`X'1F'` is a literal, `X"1F"` a name and a
+/// string).
+const SKEL_NUMBER: u8 = 1;
+const SKEL_STRING: u8 = 2;
+const SKEL_DQ_STRING: u8 = 3;
+
+/// The statement as written, with each plain number (digits, alone between
+/// operators, spaces or parentheses) and each quoted string replaced by one
+/// marker byte, into `out`. False, and `out` not to be used, for a
+/// statement a skeleton cannot vouch for (one that already holds a marker
+/// byte, `administrator command:`, `use db`).
+///
+/// Two statements with the same skeleton have the same [`fingerprint`]:
+/// the tokenizer reads every byte a skeleton keeps the same way, and reads
+/// each replaced span as one literal of that extent whatever it holds
+/// (strings end where [`fingerprint`]'s strings end; comments and
+/// backquoted names are kept whole; digits touching a name, a `.`, `@` or
+/// an exponent are kept). So fingerprints, and anything derived from them,
+/// can be kept by skeleton: finding one costs a scan, not a tokenization.
+pub fn skeleton(sql: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let t = trim(sql);
+    let starts_ci = |p: &[u8]| t.len() >= p.len() && t[..p.len()].eq_ignore_ascii_case(p);
+    if starts_ci(b"administrator command:")
+        || starts_ci(b"use ")
+        || memchr::memchr3(SKEL_NUMBER, SKEL_STRING, SKEL_DQ_STRING, sql).is_some()
+    {
+        return false;
+    }
+    let n = sql.len();
+    // Bytes from `kept` on are copied when the next marker is written.
+    let (mut i, mut kept) = (0, 0);
+    while i < n {
+        match sql[i] {
+            q @ (b'\'' | b'"') => {
+                out.extend_from_slice(&sql[kept..i]);
+                out.push(if q == b'"' { SKEL_DQ_STRING } else { SKEL_STRING });
+                i = quoted_end(sql, i);
+                kept = i;
+            }
+            b'`' => i = quoted_end(sql, i),
+            b'/' if sql.get(i + 1) == Some(&b'*') => i = find(sql, i + 2, b"*/").map_or(n, |e| e + 2),
+            b'#' => i = memchr_nl(sql, i),
+            b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
+                i = memchr_nl(sql, i)
+            }
+            b'0'..=b'9' => {
+                let alone_before = i == 0
+                    || matches!(
+                        sql[i - 1],
+                        b' ' | b'\t'
+                            | b'\n'
+                            | b'\r'
+                            | b'('
+                            | b','
+                            | b'='
+                            | b'<'
+                            | b'>'
+                            | b'+'
+                            | b'-'
+                            | b'*'
+                            | b'/'
+                            | b'%'
+                    );
+                let mut j = i + 1;
+                while j < n && sql[j].is_ascii_digit() {
+                    j += 1;
+                }
+                let alone_after = j == n || !(is_word_byte(sql[j]) || sql[j] == b'.');
+                if alone_before && alone_after {
+                    out.extend_from_slice(&sql[kept..i]);
+                    out.push(SKEL_NUMBER);
+                    kept = j;
+                }
+                i = j;
+            }
+            c if is_word_byte(c) => {
+                while i < n && is_word_byte(sql[i]) {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out.extend_from_slice(&sql[kept..]);
+    true
+}
+
 /// Where a parenthesized list of literals that starts at `i` (its `(`)
 /// ends, or None when it holds anything but literals, commas, nested
 /// parentheses and whitespace. With `rows`, further `, (…)` rows of
@@ -952,6 +1041,97 @@ mod tests {
         assert_eq!(hint("select * from (select 1) x"), None);
         assert_eq!(hint("update t set a = 1"), None);
         assert_eq!(hint("select 1"), None);
+    }
+
+    /// Statements that share a skeleton share a fingerprint: thousands of
+    /// statements made from templates with literals of every kind, spacing,
+    /// comments and names that hold digits, compared pairwise by skeleton.
+    #[test]
+    fn statements_with_one_skeleton_have_one_fingerprint() {
+        let templates = [
+            "SELECT c FROM sbtest{N} WHERE id={N}",
+            "select * from t where a in ({L}) and b > {N} order by c limit {N}, {N}",
+            "INSERT INTO t{N} (id, k, c) VALUES ({N}, {N}, {S}), ({N}, {N}, {S})",
+            "update t set c={S} where id = -{N} /* {N} it's */ and d=@v{N}",
+            "select `{N}`, x{N}, {N}.{N}, {N}e{N}, 0x{N}, t.{N} from `t {N}` # {S}\n where a={S} -- {N}\n",
+            "select {N}-{N}, {N}--{N}, {S}{S}, _utf8{S}, X{S}, N{S} from dual where a like {S} escape {S}",
+            "administrator command: Quit {N}",
+            "use db{N}",
+            "select {N} ; ",
+            "SELECT /*+ MAX_EXECUTION_TIME({N}) */ a FROM t WHERE b BETWEEN {N} AND {N} LIMIT {N} OFFSET {N}",
+            "select a from t where id IN({L})and b=-{N}or c={S}{N} or d={N}{S} or e=({N})*{N}%{N}/{N}",
+            "/*!{N} select */ {N}abc, x{S}, b{S}, {N}x{N}, -{N}.{N}, .{N}, - {N}, a<{N}>{N}<={N}<>{N}",
+            "insert into t values ({L}), ({L}), (now(), {N}), (now(), {N}) on duplicate key update c={N}",
+            "select {N}\t{N}\n{N}\r{N}#{S}",
+            "select @{N}, @@{N}, :{N}, t.{N}, `t {N}`, `{N}`, $${N} from t",
+        ];
+        let nums = ["1", "22", "0", "007", "12345678901234567890", "1", "5"];
+        let strs = ["'a'", "'it''s'", "'x\\'y'", "\"q\"", "''", "'1'", "'--'", "'/*'", "'#'"];
+        let mut seed = 17u64;
+        let mut rnd = |k: usize| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % k
+        };
+        // Each statement against itself with one literal changed: when
+        // the two share a skeleton, they must share a fingerprint.
+        let build = |t: &str, picks: &[usize]| {
+            let (mut sql, mut rest, mut k) = (String::new(), t, 0);
+            while let Some(p) = rest.find('{') {
+                sql.push_str(&rest[..p]);
+                let v = picks[k];
+                k += 1;
+                match &rest[p..p + 3] {
+                    "{N}" => sql.push_str(nums[v % nums.len()]),
+                    "{S}" => sql.push_str(strs[v % strs.len()]),
+                    _ => {
+                        let items: Vec<&str> = (0..1 + v % 4).map(|i| nums[(v / 4 + i) % nums.len()]).collect();
+                        sql.push_str(&items.join(","));
+                    }
+                }
+                rest = &rest[p + 3..];
+            }
+            sql.push_str(rest);
+            sql
+        };
+        let (mut fa, mut fb, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut shared = 0;
+        for _ in 0..60000 {
+            let t = templates[rnd(templates.len())];
+            let slots = t.matches('{').count();
+            let mut picks: Vec<usize> = (0..slots).map(|_| rnd(1000)).collect();
+            let a = build(t, &picks);
+            if slots > 0 {
+                let k = rnd(slots);
+                picks[k] = rnd(1000);
+            }
+            let b = build(t, &picks);
+            if !(skeleton(a.as_bytes(), &mut sa) && skeleton(b.as_bytes(), &mut sb)) || sa != sb {
+                continue;
+            }
+            shared += 1;
+            fingerprint(a.as_bytes(), &mut fa);
+            fingerprint(b.as_bytes(), &mut fb);
+            assert_eq!(String::from_utf8_lossy(&fa), String::from_utf8_lossy(&fb), "{a:?} and {b:?} share a skeleton");
+        }
+        assert!(shared > 30000, "{shared}");
+        // Where literals touch names, digits stay.
+        let sk = |s: &str| {
+            let mut o = Vec::new();
+            skeleton(s.as_bytes(), &mut o).then_some(o)
+        };
+        for (a, b) in [
+            ("select @v1", "select @v2"),
+            ("select `1`", "select `2`"),
+            ("select * from t1", "select * from t2"),
+            ("select 1e5", "select 1e6"),
+            ("select 1.5", "select 2.5"),
+        ] {
+            assert_ne!(sk(a), sk(b), "{a} / {b}");
+        }
+        assert_eq!(sk("select 1 from t where a='x'"), sk("select 22 from t where a='yy'"));
+        assert_eq!(sk("administrator command: Quit"), None);
+        assert_eq!(sk("use db1"), None);
+        assert_eq!(sk("select '\x01'"), None);
     }
 
     #[test]
