@@ -387,14 +387,22 @@ pub struct Sample {
     pub query_time: f64,
     /// Unix time (seconds), when the log gave it.
     pub ts: Option<i64>,
-    /// The logged EXPLAIN: its rows, each line's `# explain: ` taken off,
-    /// joined by newlines (tab-separated columns as logged).
+    /// The logged EXPLAIN's header line (the same for most statements, so
+    /// kept once for all), each line's `# explain: ` taken off.
+    pub explain_head: Option<Name>,
+    /// Its other lines, joined by newlines (tab-separated columns as
+    /// logged).
     pub explain: Box<[u8]>,
     /// Where it was: input index and line.
     pub at: (usize, u64),
 }
 
 impl Sample {
+    /// The logged EXPLAIN's lines, header first.
+    pub fn explain_lines(&self) -> impl Iterator<Item = &[u8]> {
+        self.explain_head.as_deref().into_iter().chain(self.explain.split(|&b| b == b'\n')).filter(|l| !l.is_empty())
+    }
+
     /// Its database ("" when none was selected).
     pub fn db(&self) -> &[u8] {
         self.db.as_deref().unwrap_or(b"")
@@ -558,6 +566,24 @@ impl Class {
     }
 
     pub fn add(&mut self, e: &Event, intern: &mut impl FnMut(&[u8]) -> Name) {
+        if self.count == 0 {
+            // Sized for the first statement's attributes exactly: most
+            // classes of a varied log are seen once or twice, and doubling
+            // growth would leave a third of their memory unused.
+            let (mut zeros, mut others) = (0, 0);
+            let mut bits = e.present;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if e.values[i] == 0.0 {
+                    zeros += 1;
+                } else {
+                    others += 1;
+                }
+            }
+            self.zeros.reserve_exact(zeros);
+            self.stats.reserve_exact(others);
+        }
         self.count += 1;
         let mut bits = e.present;
         while bits != 0 {
@@ -582,12 +608,16 @@ impl Class {
         self.dbs.add(e.db, 1, intern);
         let qt = e.get(A::QueryTime).unwrap_or(0.0);
         if self.count == 1 || qt > self.sample.query_time {
+            // Only a header line is shared (`id  select_type  table …`):
+            // interned names are kept for the whole run.
+            let head = e.explain.first().filter(|h| h.starts_with(b"id\t"));
             self.sample = Sample {
                 query: e.query.into(),
                 db: Some(intern(e.db)),
                 query_time: qt,
                 ts: e.ts,
-                explain: e.explain.join(&b'\n').into(),
+                explain_head: head.map(|h| intern(h)),
+                explain: e.explain[usize::from(head.is_some())..].join(&b'\n').into(),
                 at: e.at,
             };
         }
@@ -618,6 +648,7 @@ impl Class {
                 db: Some(intern(db)),
                 query_time: 0.0,
                 ts: last,
+                explain_head: None,
                 explain: Box::default(),
                 at: (0, 0),
             };

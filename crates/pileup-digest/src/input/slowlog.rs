@@ -791,7 +791,7 @@ select count(*) from t where c like '%zz%';
         assert_eq!(c.stat(A::PagesRead).unwrap().sum, 3.0);
         assert!((c.stat(A::PagesReadTime).unwrap().sum - 0.0005).abs() < 1e-12);
         assert_eq!(c.flags[1], (1, 1));
-        assert_eq!(c.sample.explain.split(|&b| b == b'\n').count(), 2);
+        assert_eq!(c.sample.explain_lines().count(), 2);
         assert_eq!(c.hosts.sorted(), vec![("localhost".to_string(), 1), ("web1".to_string(), 1)]);
         assert_eq!(c.dbs.sorted(), vec![("d".to_string(), 2)]);
         assert_eq!((c.first, c.last), (Some(1795762346), Some(1795762348)));

@@ -265,7 +265,7 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
             );
         }
         let _ = write!(h, "<pre>{}</pre>", esc(&String::from_utf8_lossy(&c.sample.query)));
-        let explain: Vec<&[u8]> = c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+        let explain: Vec<&[u8]> = c.sample.explain_lines().collect();
         if !explain.is_empty() {
             h.push_str("<table class=\"explain\">");
             for (k, l) in explain.iter().enumerate() {

@@ -79,7 +79,7 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
             "at": c.sample.ts.map(utc),
             "file": d.inputs.get(input),
             "line": line,
-            "explain": c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(String::from_utf8_lossy).collect::<Vec<_>>(),
+            "explain": c.sample.explain_lines().map(String::from_utf8_lossy).collect::<Vec<_>>(),
         },
     })
 }

@@ -251,7 +251,7 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         let _ = writeln!(o, "USE `{}`;", String::from_utf8_lossy(c.sample.db()).replace('`', "``"));
     }
     let _ = writeln!(o, "{};", String::from_utf8_lossy(&c.sample.query));
-    for l in c.sample.explain.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+    for l in c.sample.explain_lines() {
         let _ = writeln!(o, "# explain: {}", String::from_utf8_lossy(l));
     }
 }
