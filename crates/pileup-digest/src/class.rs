@@ -679,7 +679,12 @@ impl Class {
         self.users.merge(&o.users);
         self.dbs.merge(&o.dbs);
         self.series.merge(&o.series);
-        if o.count > 0 && (self.count == o.count || o.sample.query_time > self.sample.query_time) {
+        // The slowest, and of equally slow ones the first in the input, as
+        // one thread reading in order keeps: the same sample whatever the
+        // number of threads.
+        let (a, b) = (&o.sample, &self.sample);
+        let slower = a.query_time > b.query_time || a.query_time == b.query_time && a.at < b.at;
+        if o.count > 0 && (self.count == o.count || slower) {
             self.sample = o.sample.clone();
         }
     }

@@ -132,7 +132,7 @@ struct Job {
     input: usize,
     seq: u64,
     db: Vec<u8>,
-    block: Vec<u8>,
+    block: input::Block,
 }
 
 /// Read every input and build the classes.
@@ -141,9 +141,11 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     let sizes: Option<u64> = inputs.iter().map(Input::size).sum();
     let counter = Arc::new(AtomicU64::new(0));
     let lines: Mutex<HashMap<(usize, u64), u64>> = Mutex::default();
-    let parse = |job: &Job, agg: &mut Aggregate| {
+    let pool = input::Pool::default();
+    let parse = |job: Job, agg: &mut Aggregate| {
         let out = slowlog::parse_block(&job.block, &BlockCtx { input: job.input, seq: job.seq, db: &job.db }, agg);
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
+        job.block.recycle(&pool);
     };
     let mut agg = Aggregate::new(o.max_classes);
     // A table is read over SQL on this thread, before the files.
@@ -170,7 +172,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
                 continue;
             }
             let r = input::open(input, counter.clone())?;
-            let mut blocks = input::Blocks::new(r, o.block_size);
+            let mut blocks = input::Blocks::new(r, o.block_size, pool.clone());
             let mut db = Vec::new();
             let mut seq = 0;
             // MySQL names an entry's database only by `use` lines, on
@@ -193,7 +195,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         Ok(())
     };
     if jobs == 1 {
-        read_all(&mut |job| parse(&job, &mut agg), sink)?;
+        read_all(&mut |job| parse(job, &mut agg), sink)?;
     } else {
         let (tx, rx) = mpsc::sync_channel::<Job>(jobs);
         let rx = Mutex::new(rx);
@@ -205,7 +207,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
                         loop {
                             let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                             let Ok(job) = job else { break };
-                            parse(&job, &mut mine);
+                            parse(job, &mut mine);
                         }
                         mine
                     })

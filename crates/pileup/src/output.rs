@@ -15,9 +15,11 @@ pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn W
             if binary && stdout.is_terminal() {
                 bail!("this format is binary; write it to a file with -o FILE");
             }
-            let mut lock = stdout.lock();
-            f(&mut lock)?;
-            lock.flush()?;
+            // Buffered: stdout alone flushes at every newline, a system call
+            // per line of a long report.
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+            f(&mut w)?;
+            w.flush()?;
             Ok(())
         }
         Some(p) => pileup_files::write_private(p, f),

@@ -174,6 +174,34 @@ pub struct Blocks {
     carry: Vec<u8>,
     size: usize,
     eof: bool,
+    /// Buffers of blocks already parsed, to read the next ones into.
+    pool: Pool,
+}
+
+/// Buffers handed back once their blocks are parsed (by whichever thread
+/// parsed them), so that reading never waits on fresh memory: a new
+/// buffer is zeroed before it is read into, a used one is not.
+pub type Pool = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// One block: the first `len` bytes of `buf`. All of `buf` stays
+/// initialized, so it can be read into again without being zeroed.
+pub struct Block {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl std::ops::Deref for Block {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Block {
+    /// Give the buffer back for the next block.
+    pub fn recycle(self, pool: &Pool) {
+        pool.lock().unwrap_or_else(|e| e.into_inner()).push(self.buf);
+    }
 }
 
 /// A block with no entry start in it grows up to this before it is cut at
@@ -181,43 +209,63 @@ pub struct Blocks {
 const MAX_BLOCK: usize = 256 << 20;
 
 impl Blocks {
-    pub fn new(r: Box<dyn Read + Send>, size: usize) -> Blocks {
-        Blocks { r, carry: vec![], size: size.max(4096), eof: false }
+    pub fn new(r: Box<dyn Read + Send>, size: usize, pool: Pool) -> Blocks {
+        Blocks { r, carry: vec![], size: size.max(4096), eof: false, pool }
+    }
+
+    /// Read into `buf` from `filled` until `want` bytes or the end.
+    fn fill(&mut self, buf: &mut [u8], mut filled: usize, want: usize) -> io::Result<usize> {
+        while filled < want {
+            match self.r.read(&mut buf[filled..want]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(k) => filled += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(filled)
     }
 
     /// The next block, or None at the end of the input.
-    pub fn next_block(&mut self) -> io::Result<Option<Vec<u8>>> {
+    pub fn next_block(&mut self) -> io::Result<Option<Block>> {
         if self.eof && self.carry.is_empty() {
             return Ok(None);
         }
-        let mut buf = std::mem::take(&mut self.carry);
-        let mut want = self.size;
+        let mut buf = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+        if buf.len() > 4 * self.size {
+            // Grown for one large entry: not kept at that size.
+            buf.truncate(self.size);
+            buf.shrink_to_fit();
+        }
+        let carry = std::mem::take(&mut self.carry);
+        let mut want = self.size.max(carry.len());
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        buf[..carry.len()].copy_from_slice(&carry);
+        let mut filled = carry.len();
         loop {
-            if !self.eof && buf.len() < want {
-                let need = want - buf.len();
-                buf.reserve(need);
-                let k = (&mut self.r).take(need as u64).read_to_end(&mut buf)?;
-                if k < need {
-                    self.eof = true;
-                }
+            if !self.eof {
+                filled = self.fill(&mut buf, filled, want)?;
             }
             if self.eof {
-                return Ok((!buf.is_empty()).then_some(buf));
+                return Ok((filled > 0).then_some(Block { buf, len: filled }));
             }
-            match slowlog::last_entry_start(&buf) {
-                Some(cut) => {
-                    self.carry = buf[cut..].to_vec();
-                    buf.truncate(cut);
-                    return Ok(Some(buf));
+            let data = &buf[..filled];
+            let cut = match slowlog::last_entry_start(data) {
+                Some(cut) => cut,
+                None if filled >= MAX_BLOCK => memchr::memrchr(b'\n', data).map_or(filled, |p| p + 1),
+                None => {
+                    want = filled * 2;
+                    buf.resize(want, 0);
+                    continue;
                 }
-                None if buf.len() >= MAX_BLOCK => {
-                    let cut = memchr::memrchr(b'\n', &buf).map_or(buf.len(), |p| p + 1);
-                    self.carry = buf[cut..].to_vec();
-                    buf.truncate(cut);
-                    return Ok(Some(buf));
-                }
-                None => want = buf.len() * 2,
-            }
+            };
+            self.carry = buf[cut..filled].to_vec();
+            return Ok(Some(Block { buf, len: cut }));
         }
     }
 }
@@ -237,13 +285,19 @@ mod tests {
                 .as_bytes(),
             );
         }
-        let mut b = Blocks::new(Box::new(io::Cursor::new(log.clone())), 4096);
+        let pool = Pool::default();
+        let mut b = Blocks::new(Box::new(io::Cursor::new(log.clone())), 4096, pool.clone());
         let mut joined = vec![];
         let mut n = 0;
         while let Some(block) = b.next_block().unwrap() {
             assert!(block.starts_with(b"# Time: "), "{:?}", String::from_utf8_lossy(&block[..40]));
             joined.extend_from_slice(&block);
             n += 1;
+            // Every other buffer used again: a reused one holds the last
+            // block's bytes past this block's end, which must not show.
+            if n % 2 == 0 {
+                block.recycle(&pool);
+            }
         }
         assert!(n > 10);
         assert_eq!(joined, log);

@@ -948,7 +948,11 @@ select 3;
              # Query_time: 0.1  Lock_time: 0  Rows_sent: 0  Rows_examined: 0\nSET timestamp=1;\n{big}\n\
              # User@Host: u[u] @ h []\n# Thread_id: 3  Schema: d  QC_hit: No\n# Query_time: 0.1\nSET timestamp=2;\nselect 1;\n"
         );
-        let mut b = crate::input::Blocks::new(Box::new(std::io::Cursor::new(log.clone().into_bytes())), 4096);
+        let mut b = crate::input::Blocks::new(
+            Box::new(std::io::Cursor::new(log.clone().into_bytes())),
+            4096,
+            crate::input::Pool::default(),
+        );
         let mut agg = Aggregate::new(100);
         let mut seq = 0;
         while let Some(block) = b.next_block().unwrap() {

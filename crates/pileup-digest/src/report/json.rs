@@ -84,26 +84,61 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
     })
 }
 
-/// The whole digest, classes in the view's order (all of them; the view's
-/// limit applies to the text report only).
-pub fn render(d: &Digest, v: &View) -> Value {
-    let order: Vec<&Class> =
-        if v.rank == crate::Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
-    let total = d.total_time();
-    let classes: Vec<Value> = order.iter().enumerate().map(|(i, c)| class(c, i + 1, d, total)).collect();
-    json!({
-        "tool": "pileup digest",
-        "inputs": d.inputs,
-        "bytes": d.bytes,
-        "events": d.events,
-        "ranked_by": v.rank.name(),
-        "max_classes": d.max_classes,
-        "problems": {
-            "count": d.problem_count,
-            "first": d.problems,
-        },
-        "unavailable": unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect::<Vec<_>>(),
-        "classes": classes,
-        "other": d.other.as_ref().map(|c| class(c, 0, d, total)),
-    })
+/// The whole digest as one JSON object, classes in the view's order (all
+/// of them; the view's limit applies to the text report only), and
+/// `advice` when given. Written as it is made, one class's value at a
+/// time: a log of a hundred thousand classes needs no second copy of them
+/// as JSON values in memory.
+pub fn write(d: &Digest, v: &View, advice: Option<&Value>, w: &mut dyn std::io::Write) -> serde_json::Result<()> {
+    serde_json::to_writer_pretty(w, &Report { d, v, advice })
+}
+
+struct Report<'a> {
+    d: &'a Digest,
+    v: &'a View,
+    advice: Option<&'a Value>,
+}
+
+struct Classes<'a> {
+    order: Vec<&'a Class>,
+    d: &'a Digest,
+    total: f64,
+}
+
+impl serde::Serialize for Classes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.order.len()))?;
+        for (i, c) in self.order.iter().enumerate() {
+            seq.serialize_element(&class(c, i + 1, self.d, self.total))?;
+        }
+        seq.end()
+    }
+}
+
+impl serde::Serialize for Report<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (d, v) = (self.d, self.v);
+        let order: Vec<&Class> =
+            if v.rank == crate::Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
+        let total = d.total_time();
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("tool", "pileup digest")?;
+        m.serialize_entry("inputs", &d.inputs)?;
+        m.serialize_entry("bytes", &d.bytes)?;
+        m.serialize_entry("events", &d.events)?;
+        m.serialize_entry("ranked_by", v.rank.name())?;
+        m.serialize_entry("max_classes", &d.max_classes)?;
+        m.serialize_entry("problems", &json!({"count": d.problem_count, "first": d.problems}))?;
+        let unavailable: Vec<Value> =
+            unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
+        m.serialize_entry("unavailable", &unavailable)?;
+        m.serialize_entry("classes", &Classes { order, d, total })?;
+        m.serialize_entry("other", &d.other.as_ref().map(|c| class(c, 0, d, total)))?;
+        if let Some(a) = self.advice {
+            m.serialize_entry("advice", a)?;
+        }
+        m.end()
+    }
 }

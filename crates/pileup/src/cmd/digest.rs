@@ -275,11 +275,8 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
                 w.write_all(pileup_digest::report::html::render(&d, &view, advice.as_deref()).as_bytes())?
             }
             Format::Json => {
-                let mut j = json::render(&d, &view);
-                if let Some(adv) = &advice {
-                    j["advice"] = serde_json::to_value(adv)?;
-                }
-                serde_json::to_writer_pretty(&mut *w, &j)?;
+                let adv = advice.as_ref().map(serde_json::to_value).transpose()?;
+                json::write(&d, &view, adv.as_ref(), &mut *w)?;
                 w.write_all(b"\n")?;
             }
         }
