@@ -31,23 +31,39 @@ pub struct Problem {
 pub const PROBLEMS_KEPT: usize = 50;
 
 /// The one copy of a host, user or database name.
-fn intern(names: &mut HashSet<Name, foldhash::fast::FixedState>, v: &[u8]) -> Name {
-    if let Some(n) = names.get(v) {
+fn intern(names: &mut Names, v: &[u8]) -> Name {
+    // Most statements of a log share their host, user and database: the
+    // last few names looked up answer without hashing.
+    if let Some(n) = names.recent.iter().find(|n| ***n == *v) {
         return n.clone();
     }
-    let n = Name::from(v);
-    names.insert(n.clone());
+    let n = match names.set.get(v) {
+        Some(n) => n.clone(),
+        None => {
+            let n = Name::from(v);
+            names.set.insert(n.clone());
+            n
+        }
+    };
+    names.recent.rotate_right(1);
+    names.recent[0] = n.clone();
     n
+}
+
+/// Host, user and database names, each kept once, and the last four used.
+struct Names {
+    set: HashSet<Name, foldhash::fast::FixedState>,
+    recent: [Name; 4],
 }
 
 /// Classes being built.
 pub struct Aggregate {
     /// Class indices, found by their fingerprint's hash (the fingerprint
     /// itself is kept once, in its class).
-    index: hashbrown::HashTable<u32>,
+    index: hashbrown::HashTable<(u64, u32)>,
     hasher: foldhash::fast::FixedState,
     /// Host, user and database names, each kept once.
-    names: HashSet<Name, foldhash::fast::FixedState>,
+    names: Names,
     pub classes: Vec<Class>,
     pub other: Option<Class>,
     pub max_classes: usize,
@@ -58,7 +74,7 @@ pub struct Aggregate {
     /// Skeletons of statements seen (see [`pileup_sql::skeleton`]), with
     /// their class's index ([`TO_OTHER`]: "other"): a statement whose
     /// skeleton is here needs no fingerprint.
-    skels: hashbrown::HashTable<(Box<[u8]>, u32)>,
+    skels: hashbrown::HashTable<(u64, Box<[u8]>, u32)>,
     skel: Vec<u8>,
     /// Lookups and hits since the last check, and the event count before
     /// which skeletons are not tried (a log of statements each seen once
@@ -79,7 +95,10 @@ impl Aggregate {
         Aggregate {
             index: hashbrown::HashTable::new(),
             hasher: foldhash::fast::FixedState::with_seed(0x5eed),
-            names: HashSet::with_hasher(foldhash::fast::FixedState::with_seed(0x5eed)),
+            names: Names {
+                set: HashSet::with_hasher(foldhash::fast::FixedState::with_seed(0x5eed)),
+                recent: std::array::from_fn(|_| Name::from(&b""[..])),
+            },
             classes: vec![],
             other: None,
             max_classes: max_classes.max(1),
@@ -97,13 +116,13 @@ impl Aggregate {
 
     fn find(&self, fp: &[u8]) -> (u64, Option<u32>) {
         let h = self.hasher.hash_one(fp);
-        (h, self.index.find(h, |&i| &*self.classes[i as usize].fingerprint == fp).copied())
+        (h, self.index.find(h, |&(eh, i)| eh == h && &*self.classes[i as usize].fingerprint == fp).map(|e| e.1))
     }
 
     /// Index class `i` under hash `h` of its fingerprint.
     fn index_class(&mut self, h: u64, i: u32) {
-        let (classes, hasher) = (&self.classes, &self.hasher);
-        self.index.insert_unique(h, i, |&j| hasher.hash_one(&*classes[j as usize].fingerprint));
+        // With its hash: growing the table rehashes no fingerprint.
+        self.index.insert_unique(h, (h, i), |e| e.0);
     }
 
     fn insert(&mut self, h: u64, c: Class) {
@@ -126,7 +145,7 @@ impl Aggregate {
     }
 
     /// The class at `i` (or "other"), and the names to intern into.
-    fn class_at(&mut self, i: u32) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
+    fn class_at(&mut self, i: u32) -> (&mut Class, &mut Names) {
         let class = match i {
             TO_OTHER => self.other.get_or_insert_with(|| Class::new(OTHER.into())),
             i => &mut self.classes[i as usize],
@@ -136,7 +155,7 @@ impl Aggregate {
 
     /// The class of the fingerprint in `self.fp` (made when new, "other"
     /// past `max_classes`), and the names to intern into.
-    fn class_of_fp(&mut self) -> (&mut Class, &mut HashSet<Name, foldhash::fast::FixedState>) {
+    fn class_of_fp(&mut self) -> (&mut Class, &mut Names) {
         let i = self.class_index_of_fp();
         self.class_at(i)
     }
@@ -147,7 +166,7 @@ impl Aggregate {
         let mut h = 0;
         if skel {
             h = self.hasher.hash_one(self.skel.as_slice());
-            let found = self.skels.find(h, |(k, _)| **k == *self.skel).map(|e| e.1);
+            let found = self.skels.find(h, |(eh, k, _)| *eh == h && **k == *self.skel).map(|e| e.2);
             self.skel_lookups += 1;
             self.skel_hits += u32::from(found.is_some());
             if self.skel_lookups == 4096 {
@@ -167,8 +186,7 @@ impl Aggregate {
         pileup_sql::fingerprint(e.query, &mut self.fp);
         let i = self.class_index_of_fp();
         if skel && self.skels.len() < SKELETONS {
-            let hasher = &self.hasher;
-            self.skels.insert_unique(h, (self.skel.as_slice().into(), i), |(k, _)| hasher.hash_one(&**k));
+            self.skels.insert_unique(h, (h, self.skel.as_slice().into(), i), |e| e.0);
         }
         let (class, names) = self.class_at(i);
         class.add(e, &mut |v| intern(names, v));
