@@ -250,19 +250,22 @@ impl<'a> Parser<'a, '_> {
                 }
                 self.begin(no, agg);
             }
-            // In an entry's comment lines.
-            if starts(line, b"# explain: ") {
-                self.entry.explain.push(&line[11..]);
-            } else if starts(line, b"# administrator command: ") {
-                self.state = State::Text;
-                self.text(start + 2, end);
-            } else if line == b"# Warnings" {
-                self.entry.warnings = true;
-            } else if self.entry.warnings && is_warning_line(line) {
-                let w = self.entry.get(A::Warnings).unwrap_or(0.0);
-                self.entry.set(A::Warnings, w + 1.0);
-            } else {
-                self.attrs(line, no, agg);
+            // In an entry's comment lines: told apart by their third byte
+            // first, as most are `Key: value` lines.
+            match line.get(2) {
+                // `#` alone (around EXPLAIN lines): nothing to read.
+                None => {}
+                Some(b'e') if starts(line, b"# explain: ") => self.entry.explain.push(&line[11..]),
+                Some(b'a') if starts(line, b"# administrator command: ") => {
+                    self.state = State::Text;
+                    self.text(start + 2, end);
+                }
+                Some(b'W') if line == b"# Warnings" => self.entry.warnings = true,
+                _ if self.entry.warnings && is_warning_line(line) => {
+                    let w = self.entry.get(A::Warnings).unwrap_or(0.0);
+                    self.entry.set(A::Warnings, w + 1.0);
+                }
+                _ => self.attrs(line, no, agg),
             }
             return;
         }
@@ -601,7 +604,13 @@ pub fn is_query(q: &[u8]) -> bool {
 pub fn user_host(s: &[u8]) -> (&[u8], &[u8]) {
     let user_end = memchr::memchr(b'[', s).unwrap_or(s.len());
     let user = trim(&s[..user_end]);
-    let Some(at) = memchr::memmem::find(s, b" @ ") else { return (user, b"") };
+    // ` @ `, found by its `@` (a substring search would build its searcher
+    // on every entry).
+    let Some(at) =
+        memchr::memchr_iter(b'@', s).find(|&p| p > 0 && s[p - 1] == b' ' && s.get(p + 1) == Some(&b' ')).map(|p| p - 1)
+    else {
+        return (user, b"");
+    };
     let rest = &s[at + 3..];
     let (name, ip) = match memchr::memchr(b'[', rest) {
         Some(b) => {
