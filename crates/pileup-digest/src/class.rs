@@ -204,6 +204,13 @@ impl Series {
             self.width = 1;
         }
         let start = ts.div_euclid(self.width as i64) * self.width as i64;
+        // A log is in time order: its statements mostly fall in the last
+        // slice.
+        if let Some(last) = self.points.last_mut().filter(|l| l.0 == start) {
+            last.1 = last.1.saturating_add(n);
+            last.2 += t;
+            return;
+        }
         match self.points.binary_search_by_key(&start, |p| p.0) {
             Ok(i) => {
                 self.points[i].1 = self.points[i].1.saturating_add(n);
@@ -510,6 +517,24 @@ impl Class {
         })
     }
 
+    /// Add one logged value of attribute `i`: the two common cases (a
+    /// stat already kept; another zero of an attribute always zero) at
+    /// once, the rest through [`Class::add_value`].
+    #[inline]
+    fn add_logged(&mut self, i: u8, v: f64) {
+        match self.slots[usize::from(i)] {
+            NONE => {}
+            s if s & ZERO == 0 => return self.stats[usize::from(s)].1.add(v),
+            s if v == 0.0 => {
+                let z = &mut self.zeros[usize::from(s & !ZERO)].1;
+                *z = z.saturating_add(1);
+                return;
+            }
+            _ => {}
+        }
+        self.add_value(i, Ok(v));
+    }
+
     /// Add `n` values of attribute `i`: `v`, or a whole stat.
     fn add_value(&mut self, i: u8, v: Result<f64, &Stat>) {
         let is_zero = match v {
@@ -589,7 +614,7 @@ impl Class {
         while bits != 0 {
             let i = bits.trailing_zeros() as u8;
             bits &= bits - 1;
-            self.add_value(i, Ok(e.values[usize::from(i)]));
+            self.add_logged(i, e.values[usize::from(i)]);
         }
         let mut bits = e.flags_seen;
         while bits != 0 {

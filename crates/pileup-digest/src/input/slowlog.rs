@@ -365,25 +365,14 @@ impl<'a> Parser<'a, '_> {
     /// `# Key: value  Key: value …`: read by a layout learned earlier when
     /// one fits, else by name (and its layout learned).
     fn attrs(&mut self, line: &'a [u8], no: u64, agg: &mut Aggregate) {
-        let mut vals = Vals::new();
         // Lines come in the order their server writes them: the layout
         // after the last one that fitted is tried first.
         let n = self.layouts.len();
         let first = if self.next_layout < n { self.next_layout } else { 0 };
-        let found = (first..n).chain(0..first).find(|&k| self.layouts[k].fits(line, &mut vals));
-        if let Some(k) = found {
+        // Most lines of a log: one comparison per key and one scan per
+        // value.
+        if let Some(k) = (first..n).chain(0..first).find(|&k| self.layouts[k].read(line, &mut self.entry)) {
             self.next_layout = k + 1;
-        }
-        if let Some(k) = found {
-            // Most lines of a log: one comparison per key and one scan per
-            // value.
-            let layouts = std::mem::take(&mut self.layouts);
-            for (step, &(s, e)) in layouts[k].steps.iter().zip(&vals) {
-                if let Some(f) = step.field {
-                    self.pair(&step.text[step.key.0..step.key.1], f, &line[s as usize..e as usize], no, agg);
-                }
-            }
-            self.layouts = layouts;
             return;
         }
         let learn = self.learn && self.layouts.len() < MAX_LAYOUTS && line.len() <= u32::MAX as usize;
@@ -425,7 +414,7 @@ impl<'a> Parser<'a, '_> {
                 // The text before the value: up to the value, or for an
                 // empty one, up to one blank after the key.
                 let upto = if empty { (i + 1).min(n) } else { vs };
-                steps.push(Step { text: line[prev..upto].into(), key: (s - prev, i - 1 - prev), field: f });
+                steps.push(Step { text: line[prev..upto].into(), field: f });
                 prev = if empty { upto } else { j };
                 learnable = steps.len() < MAX_STEPS;
             }
@@ -442,7 +431,7 @@ impl<'a> Parser<'a, '_> {
         if learnable && !steps.is_empty() {
             let l = Layout { steps };
             // Kept only when it reads its own line back.
-            if l.fits(line, &mut vals) {
+            if l.read(line, &mut Entry::new(0)) {
                 self.layouts.push(l);
             }
         }
@@ -556,36 +545,82 @@ struct Layout {
     steps: Vec<Step>,
 }
 
-/// A fitted line's values: (start, end) in the line, one per step.
-type Vals = smallvec::SmallVec<[(u32, u32); 8]>;
-
 struct Step {
     text: Box<[u8]>,
-    /// The key's place in `text`.
-    key: (usize, usize),
     /// None: a key pileup does not know, skipped as reading by name skips
     /// it.
     field: Option<Field>,
 }
 
 impl Layout {
-    /// Does `line` have this layout? Its values' places go in `vals`.
-    fn fits(&self, line: &[u8], vals: &mut Vals) -> bool {
+    /// Read `line` into `e` if it has this layout: true when read. A line
+    /// that turns out to differ part way, or holds a value that is not a
+    /// number where one is due, leaves `e` as it was and is read by name
+    /// (which names the bad value).
+    fn read<'a>(&self, line: &'a [u8], e: &mut Entry<'a>) -> bool {
+        let saved = (e.present, e.flags_seen, e.flags_yes, e.schema, e.has_attrs);
+        // Values a line replaces (a key logged twice in one entry), put back
+        // if it does not fit after all.
+        let mut replaced: smallvec::SmallVec<[(A, f64); 2]> = smallvec::SmallVec::new();
+        let mut set = |e: &mut Entry<'a>, a: A, x: f64| {
+            if let Some(old) = e.get(a) {
+                replaced.push((a, old));
+            }
+            e.set(a, x);
+        };
         let mut p = 0;
-        vals.clear();
+        let mut fits = true;
         for step in &self.steps {
             if !starts_short(&line[p..], &step.text) {
-                return false;
+                fits = false;
+                break;
             }
             p += step.text.len();
             let s = p;
             p = word_end(line, p);
-            if p > s && line[p - 1] == b':' {
-                return false;
+            let v = &line[s..p];
+            if v.last() == Some(&b':') {
+                fits = false;
+                break;
             }
-            vals.push((s as u32, p as u32));
+            let Some(f) = step.field else { continue };
+            e.has_attrs = true;
+            match f {
+                Field::Attr(a, scale) => match parse_num(v) {
+                    Some(x) => set(e, a, x * scale),
+                    None => {
+                        fits = false;
+                        break;
+                    }
+                },
+                Field::Flag(i) => {
+                    e.flags_seen |= 1 << i;
+                    if v == b"Yes" {
+                        e.flags_yes |= 1 << i;
+                    }
+                }
+                Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
+                    let x = parse_num(v).unwrap_or(0.0);
+                    e.flags_seen |= 1 << i;
+                    if x != 0.0 {
+                        e.flags_yes |= 1 << i;
+                    }
+                    if let Field::CountAndFlag(a, _) = f {
+                        set(e, a, x);
+                    }
+                }
+                Field::Schema => e.schema = Some(v),
+                Field::ThreadId | Field::Ignored => {}
+            }
         }
-        line[p..].iter().all(|&c| blank(c))
+        if fits && line[p..].iter().all(|&c| blank(c)) {
+            return true;
+        }
+        (e.present, e.flags_seen, e.flags_yes, e.schema, e.has_attrs) = saved;
+        for (a, old) in replaced.into_iter().rev() {
+            e.values[a as usize] = old;
+        }
+        false
     }
 }
 
@@ -1072,9 +1107,8 @@ select 3;
         for l in lines {
             p.attrs(l.as_bytes(), 1, &mut by_layout);
         }
-        let mut vals = Vals::new();
         for l in lines {
-            assert!(p.layouts.iter().any(|y| y.fits(l.as_bytes(), &mut vals)), "no layout fits {l:?}");
+            assert!(p.layouts.iter().any(|y| y.read(l.as_bytes(), &mut Entry::new(0))), "no layout fits {l:?}");
         }
     }
 
