@@ -56,9 +56,13 @@ demo: build
 	PATH="$$HOME/.cargo/bin:$$PATH" bash scripts/demo.sh ./pileup-demo
 
 # The style gate runs first: formatting (rustfmt.toml) and clippy with every
-# warning an error, then every test.
+# warning an error, then every test. A test that cannot run here fails or is
+# #[ignore]d with its reason; the ignored ones are listed at the end.
 test: toolchain style
-	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2
+	@mkdir -p target; set -o pipefail; \
+	  PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2 2>&1 | tee target/test.log; \
+	  rc=$$?; skipped=$$(grep -E '^test .* \.\.\. ignored' target/test.log); \
+	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; exit $$rc
 
 style: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) fmt --all --check

@@ -319,10 +319,16 @@ impl Sandbox {
     /// Stop the server cleanly and start it again on the same datadir,
     /// socket and port (a new pid). Replication settings persist in the datadir.
     pub fn restart(&mut self) -> Result<()> {
+        self.restart_after(std::time::Duration::ZERO)
+    }
+
+    /// Stop the server, leave it down for `down`, and start it again.
+    pub fn restart_after(&mut self, down: std::time::Duration) -> Result<()> {
         let (bin, args, die_with_parent, timeout) =
             self.launch.clone().ok_or_else(|| anyhow!("this sandbox was not started here"))?;
         stop_pid(self.endpoint.pid, self.child.as_mut())?;
         self.child = None;
+        std::thread::sleep(down);
         let mut cmd = Command::new(bin);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let child = spawn(cmd, die_with_parent)?;

@@ -1,18 +1,38 @@
 //! Lock owners: a process of our own making holds a glibc pthread mutex and a
 //! write-locked pthread rwlock while other threads queue on them; pileup must
-//! name the right holders. The helper is this very test binary, re-executed
-//! with PILEUP_LOCK_HELPER=1 (see `lock_helper`).
+//! name the right holders.
+//!
+//! This file has its own `main` (no test harness, Cargo.toml says so): run
+//! with PILEUP_LOCK_HELPER=1 it is that process, and otherwise it runs the
+//! test, which starts this same binary as the helper. The helper is not a
+//! test, so nothing passes by returning early.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// In helper mode: hold the locks, print the holder tids, then sleep.
-#[test]
-fn lock_helper() {
-    if std::env::var_os("PILEUP_LOCK_HELPER").is_none() {
-        return;
+fn main() {
+    if std::env::var_os("PILEUP_LOCK_HELPER").is_some() {
+        return lock_helper();
     }
+    // As libtest does: `--list`, and name filters (other flags such as
+    // --test-threads mean nothing to one test).
+    const NAME: &str = "names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        return println!("{NAME}: test");
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    if !filters.is_empty() && !filters.iter().any(|f| NAME.contains(f.as_str())) {
+        return println!("test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out");
+    }
+    names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock();
+    println!("test {NAME} ... ok");
+}
+
+/// Hold the locks, print `READY <mutex holder tid> <rwlock holder tid>`,
+/// then sleep for a minute.
+fn lock_helper() {
     use std::sync::atomic::{AtomicI32, Ordering};
     static MUTEX_HOLDER: AtomicI32 = AtomicI32::new(0);
     static RW_HOLDER: AtomicI32 = AtomicI32::new(0);
@@ -49,10 +69,8 @@ fn lock_helper() {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-#[test]
 fn names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock() {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lock_helper", "--nocapture", "--test-threads=1"])
         .env("PILEUP_LOCK_HELPER", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -63,9 +81,7 @@ fn names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock() {
     loop {
         line.clear();
         assert!(r.read_line(&mut line).unwrap() > 0, "helper ended early");
-        // libtest prints "test lock_helper ... " before the helper's own output.
-        if let Some(i) = line.find("READY ") {
-            line.drain(..i);
+        if line.starts_with("READY ") {
             break;
         }
     }

@@ -332,9 +332,11 @@ mod tests {
     #[test]
     fn a_cpu_event_samples_the_thread_on_that_cpu_each_time_it_is_armed() {
         let _cpu0 = crate::capture::CPU0_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-            return;
-        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(
+            cpus >= 2,
+            "this test needs two CPUs (it spins on one and watches from another); this machine has {cpus}"
+        );
         let pin = |pid: i32, cpu: usize| {
             // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes into it.
             let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -345,7 +347,7 @@ mod tests {
         let mut ev = match Event::open_cpu(0, 16384) {
             Ok(e) => e,
             // SAFETY: geteuid has no preconditions.
-            Err(e) if unsafe { libc::geteuid() } != 0 => return eprintln!("skipped, not root: {e}"),
+            Err(e) if unsafe { libc::geteuid() } != 0 => panic!("this test needs root (or CAP_PERFMON): {e}"),
             Err(e) => panic!("{e}"),
         };
         let mut spinner = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();

@@ -194,7 +194,9 @@ mod tests {
         let tr = match TaskRegs::load() {
             Ok(tr) => tr,
             // SAFETY: geteuid has no preconditions.
-            Err(e) if unsafe { libc::geteuid() } != 0 => return eprintln!("skipped, not root: {e}"),
+            Err(e) if unsafe { libc::geteuid() } != 0 => {
+                panic!("this test needs root (or CAP_BPF and CAP_PERFMON): {e}")
+            }
             Err(e) => panic!("{e}"),
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -218,9 +220,11 @@ mod tests {
 
         // A process that spins, seen from another CPU: on its CPU at
         // least at some looks (the machine may be busy with other tests).
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-            return;
-        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(
+            cpus >= 2,
+            "this test needs two CPUs (it spins on one and looks from another); this machine has {cpus}"
+        );
         // Kept on CPU 0: the CPU given with each look is that one.
         let mut spinner =
             std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap();

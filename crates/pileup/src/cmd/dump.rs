@@ -50,9 +50,10 @@ pub struct DumpArgs {
     /// or mydumper 0.10.1's, which myloader loads as it is.
     #[arg(long, value_enum, default_value_t = FormatArg::Pileup)]
     pub format: FormatArg,
-    /// Compression of the data files (myloader 0.10.1 reads gzip and none only).
-    #[arg(long, value_enum, default_value_t = CompressArg::Zstd)]
-    pub compress: CompressArg,
+    /// Compression of the data files [default: zstd; gzip with --format mydumper, as myloader 0.10.1
+    /// reads gzip and none only].
+    #[arg(long, value_enum)]
+    pub compress: Option<CompressArg>,
     /// zstd compression level: 1 (the default) is the fastest of the usual levels, 19 the smallest;
     /// negative levels (`--level=-3`) are faster still and larger.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
@@ -191,7 +192,10 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
         },
         where_: a.where_.clone(),
         chunk_rows: a.chunk_rows.max(1),
-        compress: match a.compress {
+        compress: match a.compress.unwrap_or(match a.format {
+            FormatArg::Pileup => CompressArg::Zstd,
+            FormatArg::Mydumper => CompressArg::Gzip,
+        }) {
             CompressArg::Zstd => pileup_dump::files::Compress::Zstd(a.level),
             CompressArg::Gzip => pileup_dump::files::Compress::Gzip,
             CompressArg::None => pileup_dump::files::Compress::None,
