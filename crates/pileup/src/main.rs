@@ -35,7 +35,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 ///
 /// Every command that talks SQL connects as the mysql client does
 /// (--defaults-file, ~/.my.cnf, -S -h -P -u, MYSQL_PWD; never a password in
-/// argv). Manual: README.md; reference pages: docs/.
+/// argv). `pileup COMMAND --help` explains each command.
 #[derive(Parser)]
 #[command(
     name = "pileup",

@@ -65,14 +65,14 @@ pub struct PrefetchArgs {
     /// (innodb_buffer_pool_filename, put back on exit) and SUPER; InnoDB
     /// logs two lines per load to the error log (a few hundred a second).
     /// With --defer-purge it caught up about twice as fast as the plain
-    /// applier in bench/prefetch (128 MB pool, 2.4 GB of data).
+    /// applier on a replica with a 128 MB pool and 2.4 GB of data.
     #[arg(long, value_enum, default_value_t = WarmArg::Sql)]
     pub warm: WarmArg,
     /// While the replica lags, hold InnoDB's purge off (an open read view: no
     /// locks) so the applier does not compete with it for pages, latches and
     /// the device; purge catches up afterwards. This moves purge's work
     /// rather than saving it: the replica catches up sooner, then spends
-    /// about as long purging (bench/prefetch). For a replica catching up
+    /// about as long purging. For a replica catching up
     /// after a stop or a burst, not one that lags for good. The undo
     /// history grows meanwhile: see --max-history.
     #[arg(long)]

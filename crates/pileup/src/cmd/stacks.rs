@@ -47,8 +47,9 @@ pub struct StacksArgs {
     /// a running one is sampled on its CPU by a perf event on that CPU's
     /// clock, so one thread can be sampled for hours without ever being
     /// stopped (as root, or with CAP_BPF and CAP_PERFMON, no other
-    /// thread's context switches cost more: see docs/stacks.md for the
-    /// fallback); threads are seen one after another, not at one instant.
+    /// thread's context switches cost more; without them a perf event is
+    /// attached to the thread, which adds about 0.07 µs to every context
+    /// switch); threads are seen one after another, not at one instant.
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
     /// Number of samples.

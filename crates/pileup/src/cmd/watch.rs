@@ -34,7 +34,8 @@ pub fn default_data_dir() -> PathBuf {
 ///
 /// Trigger syntax: METRIC [* NUM] (>|<|>=|<=) NUM|METRIC [* baseline_WINDOW] [for DURATION],
 /// or poll_failed [for DURATION]. Metrics: lower-case status variables,
-/// NAME_rate for counters, and the derived ratios (docs/METRICS.md).
+/// NAME_rate for counters, and derived values such as rows_read_per_query,
+/// rows_read_per_row_sent, bp_miss_ratio, checkpoint_age_pct, os_cpu_busy_pct.
 ///
 /// Captures go to DATA_DIR/captures/<time>-<trigger>/ (mode 0700, files
 /// 0600: they hold query text); history to DATA_DIR/pileup.db (SQLite).
