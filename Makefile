@@ -1,6 +1,6 @@
 # pileup — two commands on a fresh Debian 12 machine:
 #   make demo   sandbox + sysbench load + stacks → ./pileup-demo/
-#   make test   style gate (rustfmt, clippy -D warnings), then every test against real mariadbd sandboxes
+#   make test   style gate (rustfmt, unused dependencies, clippy -D warnings), then every test against real mariadbd sandboxes
 # Both install what they need first (Debian packages via apt-get, Rust via rustup if absent).
 
 SHELL := /bin/bash
@@ -45,9 +45,11 @@ deps:
 
 # rustfmt and clippy: the style gate uses both, and the eBPF skeleton's
 # generator runs rustfmt (rustup's minimal profile has a rustfmt that fails).
+# cargo-machete: the style gate refuses dependencies no code uses.
 toolchain: deps
 	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
-	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy
+	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy; \
+	  command -v cargo-machete >/dev/null || $(CARGO) install cargo-machete --version 0.9.2 --locked
 
 build: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) build --release --locked
@@ -66,6 +68,7 @@ test: toolchain style
 
 style: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) fmt --all --check
+	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) machete
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench: build
