@@ -407,15 +407,12 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
     let mut i = 0;
     while i < n {
         let c = sql[i];
+        if let Some(end) = comment_end(sql, i) {
+            i = end;
+            continue;
+        }
         match c {
             b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
-            b'/' if sql.get(i + 1) == Some(&b'*') => {
-                i = find(sql, i + 2, b"*/").map_or(n, |e| e + 2);
-            }
-            b'#' => i = memchr_nl(sql, i),
-            b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
-                i = memchr_nl(sql, i)
-            }
             b'\'' | b'"' => {
                 i = quoted_end(sql, i);
                 w.token(Kind::Lit, b"?");
@@ -556,6 +553,9 @@ pub fn skeleton(sql: &[u8], out: &mut Vec<u8>) -> bool {
     let (mut i, mut kept) = (0, 0);
     while i < n {
         match sql[i] {
+            // Comments are kept whole; a `/` or `-` that starts none is a
+            // byte like another.
+            b'/' | b'#' | b'-' => i = comment_end(sql, i).unwrap_or(i + 1),
             q @ (b'\'' | b'"') => {
                 out.extend_from_slice(&sql[kept..i]);
                 out.push(if q == b'"' { SKEL_DQ_STRING } else { SKEL_STRING });
@@ -563,11 +563,6 @@ pub fn skeleton(sql: &[u8], out: &mut Vec<u8>) -> bool {
                 kept = i;
             }
             b'`' => i = quoted_end(sql, i),
-            b'/' if sql.get(i + 1) == Some(&b'*') => i = find(sql, i + 2, b"*/").map_or(n, |e| e + 2),
-            b'#' => i = memchr_nl(sql, i),
-            b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
-                i = memchr_nl(sql, i)
-            }
             b'0'..=b'9' => {
                 let alone_before = i == 0
                     || matches!(
@@ -890,6 +885,21 @@ fn trim(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(s.len());
     let end = s.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
     &s[start..end]
+}
+
+/// Where a comment that starts at `i` ends (`/* */`, `#` and `-- ` to the
+/// line's end), or None when no comment starts there. The tokenizer and
+/// skeletons skip the same comments.
+#[inline]
+fn comment_end(sql: &[u8], i: usize) -> Option<usize> {
+    match sql[i] {
+        b'/' if sql.get(i + 1) == Some(&b'*') => Some(find(sql, i + 2, b"*/").map_or(sql.len(), |e| e + 2)),
+        b'#' => Some(memchr_nl(sql, i)),
+        b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
+            Some(memchr_nl(sql, i))
+        }
+        _ => None,
+    }
 }
 
 fn memchr_nl(s: &[u8], from: usize) -> usize {

@@ -93,6 +93,39 @@ impl<'a> Entry<'a> {
         (self.present & (1 << a as usize) != 0).then(|| self.values[a as usize])
     }
 
+    /// Take one `Key: value`: false (and the value left out) when the key's
+    /// value must be a number and is not.
+    #[inline]
+    fn take(&mut self, f: Field, val: &'a [u8]) -> bool {
+        self.has_attrs = true;
+        match f {
+            Field::Attr(a, scale) => match parse_num(val) {
+                Some(v) => self.set(a, v * scale),
+                None => return false,
+            },
+            Field::Flag(i) => {
+                self.flags_seen |= 1 << i;
+                if val == b"Yes" {
+                    self.flags_yes |= 1 << i;
+                }
+            }
+            Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
+                let v = parse_num(val).unwrap_or(0.0);
+                debug_assert!(i < N_FLAGS);
+                self.flags_seen |= 1 << i;
+                if v != 0.0 {
+                    self.flags_yes |= 1 << i;
+                }
+                if let Field::CountAndFlag(a, _) = f {
+                    self.set(a, v);
+                }
+            }
+            Field::Schema => self.schema = Some(val),
+            Field::ThreadId | Field::Ignored => {}
+        }
+        true
+    }
+
     /// Empty again for the entry at `line`, its buffers kept. Values are
     /// left as they are: `present` says which hold this entry's.
     fn reset(&mut self, line: u64) {
@@ -134,26 +167,25 @@ fn parse_block_with(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate, learn: bo
     };
     let mut line_no = 0u64;
     let mut pos = 0;
-    // Line ends found 64 bytes at a time as a bit mask (the compiler makes
-    // the mask with vector compares), rather than a search per line: a
-    // log's lines are short, and a search's setup costs more than its scan.
+    let mut line_to = |end: usize, p: &mut Parser, agg: &mut Aggregate| {
+        line_no += 1;
+        p.line(pos, end, line_no, agg);
+        pos = end + 1;
+    };
+    // Line ends found 64 bytes at a time as a bit mask rather than by a
+    // search per line: a log's lines are short, and a search's setup costs
+    // more than its scan. The last bytes are searched.
     let mut base = 0;
     while let Some(chunk) = block.get(base..base + 64) {
         let mut m = newline_mask(chunk.try_into().unwrap());
         while m != 0 {
-            let end = base + m.trailing_zeros() as usize;
+            line_to(base + m.trailing_zeros() as usize, &mut p, agg);
             m &= m - 1;
-            line_no += 1;
-            p.line(pos, end, line_no, agg);
-            pos = end + 1;
         }
         base += 64;
     }
     for end in memchr::memchr_iter(b'\n', &block[base..]) {
-        let end = base + end;
-        line_no += 1;
-        p.line(pos, end, line_no, agg);
-        pos = end + 1;
+        line_to(base + end, &mut p, agg);
     }
     if pos < block.len() {
         line_no += 1;
@@ -439,39 +471,16 @@ impl<'a> Parser<'a, '_> {
 
     /// One `Key: value` of an entry.
     fn pair(&mut self, key: &[u8], f: Field, val: &'a [u8], no: u64, agg: &mut Aggregate) {
-        self.entry.has_attrs = true;
-        match f {
-            Field::Attr(a, scale) => match parse_num(val) {
-                Some(v) => self.entry.set(a, v * scale),
-                None => self.problem(
-                    agg,
-                    no,
-                    format!(
-                        "{} \"{}\" is not a number; the statement counts without it",
-                        String::from_utf8_lossy(key),
-                        String::from_utf8_lossy(&val[..val.len().min(40)]).escape_default()
-                    ),
+        if !self.entry.take(f, val) {
+            self.problem(
+                agg,
+                no,
+                format!(
+                    "{} \"{}\" is not a number; the statement counts without it",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(&val[..val.len().min(40)]).escape_default()
                 ),
-            },
-            Field::Flag(i) => {
-                self.entry.flags_seen |= 1 << i;
-                if val == b"Yes" {
-                    self.entry.flags_yes |= 1 << i;
-                }
-            }
-            Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
-                let v = parse_num(val).unwrap_or(0.0);
-                debug_assert!(i < N_FLAGS);
-                self.entry.flags_seen |= 1 << i;
-                if v != 0.0 {
-                    self.entry.flags_yes |= 1 << i;
-                }
-                if let Field::CountAndFlag(a, _) = f {
-                    self.entry.set(a, v);
-                }
-            }
-            Field::Schema => self.entry.schema = Some(val),
-            Field::ThreadId | Field::Ignored => {}
+            );
         }
     }
 }
@@ -555,72 +564,32 @@ struct Step {
 impl Layout {
     /// Read `line` into `e` if it has this layout: true when read. A line
     /// that turns out to differ part way, or holds a value that is not a
-    /// number where one is due, leaves `e` as it was and is read by name
-    /// (which names the bad value).
+    /// number where one is due, is then read by name, which names the bad
+    /// value. What this read took of it before stopping needs no undoing:
+    /// the keys before the point of difference are the same keys with the
+    /// same values by name, and reading by name sets each again (or, for an
+    /// empty value it reads otherwise, sets more), so the entry ends as
+    /// reading by name alone leaves it; the layout test checks exactly that.
     fn read<'a>(&self, line: &'a [u8], e: &mut Entry<'a>) -> bool {
-        let saved = (e.present, e.flags_seen, e.flags_yes, e.schema, e.has_attrs);
-        // Values a line replaces (a key logged twice in one entry), put back
-        // if it does not fit after all.
-        let mut replaced: smallvec::SmallVec<[(A, f64); 2]> = smallvec::SmallVec::new();
-        let mut set = |e: &mut Entry<'a>, a: A, x: f64| {
-            if let Some(old) = e.get(a) {
-                replaced.push((a, old));
-            }
-            e.set(a, x);
-        };
         let mut p = 0;
-        let mut fits = true;
         for step in &self.steps {
             if !starts_short(&line[p..], &step.text) {
-                fits = false;
-                break;
+                return false;
             }
             p += step.text.len();
             let s = p;
             p = word_end(line, p);
             let v = &line[s..p];
             if v.last() == Some(&b':') {
-                fits = false;
-                break;
+                return false;
             }
-            let Some(f) = step.field else { continue };
-            e.has_attrs = true;
-            match f {
-                Field::Attr(a, scale) => match parse_num(v) {
-                    Some(x) => set(e, a, x * scale),
-                    None => {
-                        fits = false;
-                        break;
-                    }
-                },
-                Field::Flag(i) => {
-                    e.flags_seen |= 1 << i;
-                    if v == b"Yes" {
-                        e.flags_yes |= 1 << i;
-                    }
+            if let Some(f) = step.field {
+                if !e.take(f, v) {
+                    return false;
                 }
-                Field::NonZeroFlag(i) | Field::CountAndFlag(_, i) => {
-                    let x = parse_num(v).unwrap_or(0.0);
-                    e.flags_seen |= 1 << i;
-                    if x != 0.0 {
-                        e.flags_yes |= 1 << i;
-                    }
-                    if let Field::CountAndFlag(a, _) = f {
-                        set(e, a, x);
-                    }
-                }
-                Field::Schema => e.schema = Some(v),
-                Field::ThreadId | Field::Ignored => {}
             }
         }
-        if fits && line[p..].iter().all(|&c| blank(c)) {
-            return true;
-        }
-        (e.present, e.flags_seen, e.flags_yes, e.schema, e.has_attrs) = saved;
-        for (a, old) in replaced.into_iter().rev() {
-            e.values[a as usize] = old;
-        }
-        false
+        line[p..].iter().all(|&c| blank(c))
     }
 }
 
