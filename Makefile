@@ -45,11 +45,9 @@ deps:
 
 # rustfmt and clippy: the style gate uses both, and the eBPF skeleton's
 # generator runs rustfmt (rustup's minimal profile has a rustfmt that fails).
-# cargo-machete: the style gate refuses dependencies no code uses.
 toolchain: deps
 	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
-	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy; \
-	  command -v cargo-machete >/dev/null || $(CARGO) install cargo-machete --version 0.9.2 --locked
+	  { $(CARGO) fmt --version && $(CARGO) clippy --version; } >/dev/null 2>&1 || rustup component add rustfmt clippy
 
 build: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) build --release --locked
@@ -66,9 +64,12 @@ test: toolchain style
 	  rc=$$?; skipped=$$(grep -E '^test .* \.\.\. ignored' target/test.log); \
 	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; exit $$rc
 
+# cargo-machete refuses dependencies no code uses; only the gate needs it.
 style: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) fmt --all --check
-	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) machete
+	@export PATH="$$HOME/.cargo/bin:$$PATH"; \
+	  command -v cargo-machete >/dev/null || $(CARGO) install cargo-machete --version 0.9.2 --locked; \
+	  $(CARGO) machete
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench: build
