@@ -9,9 +9,9 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("futex.skel.rs");
     libbpf_cargo::SkeletonBuilder::new()
         .source(src)
-        .clang_args(["-Wall", "-Wno-unused-function", "-I../pileup-stacks/src/capture/bpf"])
+        .clang_args(["-Wall", "-Wno-unused-function", "-I../pileup-engine/src/capture/bpf"])
         .build_and_generate(&out)
         .unwrap_or_else(|e| panic!("building {src} (needs clang: apt-get install clang): {e:#}"));
     println!("cargo:rerun-if-changed={src}");
-    println!("cargo:rerun-if-changed=../pileup-stacks/src/capture/bpf/pileup_bpf.h");
+    println!("cargo:rerun-if-changed=../pileup-engine/src/capture/bpf/pileup_bpf.h");
 }

@@ -29,7 +29,7 @@ use mysql::prelude::Queryable;
 use serde::Serialize;
 
 pub use classify::{classify, table_of, Category};
-use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
 /// How to sample.
 #[derive(Debug, Clone)]
@@ -235,10 +235,10 @@ pub fn sample(
         sql_refresh: o.interval,
         // Each sample's threads are read against the applier's position then.
         keep_samples: usize::MAX,
-        debug_dirs: pileup_stacks::default_debug_dirs(),
+        debug_dirs: pileup_engine::default_debug_dirs(),
         // Debug files already in the debuginfod cache; nothing fetched
         // before a capture that must not wait.
-        debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
+        debuginfod: Some(pileup_engine::debuginfod::DebuginfodOptions::cache_only()),
         debuginfod_wait: true,
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;
@@ -659,16 +659,38 @@ fn stalls_line(r: &LagReport) -> String {
     )
 }
 
-/// A flame graph of the samples, rooted at category, then table.
-pub fn render_svg(r: &LagReport, w: &mut dyn std::io::Write) -> Result<()> {
-    use inferno::flamegraph::{self, Options};
-    let lines = r.tally.folded_lines();
-    let mut opts = Options::default();
-    opts.title = "pileup lag: where apply time goes".into();
-    opts.count_name = "samples".into();
-    opts.subtitle = Some(format!("{} samples over {:.1} s; root: category, then table", r.samples, r.seconds));
-    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)?;
-    Ok(())
+impl pileup_output::Report for LagReport {
+    fn tool(&self) -> &'static str {
+        "lag"
+    }
+
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(render_text(self).as_bytes())
+    }
+
+    /// The applier's samples, rooted at their category, then their table.
+    fn stacks(&self, _o: &pileup_output::Options) -> Option<pileup_output::Stacks> {
+        let stacks = self
+            .tally
+            .folded
+            .iter()
+            .map(|(s, &n)| pileup_output::Stack {
+                frames: s.split(';').map(String::from).collect(),
+                values: vec![n as i64],
+                ..Default::default()
+            })
+            .collect();
+        Some(pileup_output::Stacks {
+            title: "pileup lag: where apply time goes".into(),
+            subtitle: format!("{} samples over {:.1} s; root: category, then table", self.samples, self.seconds),
+            sample_types: vec![("samples".into(), "count".into())],
+            count_name: "samples".into(),
+            stacks,
+            duration_ms: (self.seconds * 1e3) as u64,
+            comment: "pileup lag".into(),
+            ..Default::default()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -790,9 +812,15 @@ mod tests {
                 && text.contains("1200"),
             "{text}"
         );
-        let mut svg = vec![];
-        render_svg(&r, &mut svg).unwrap();
-        assert!(String::from_utf8_lossy(&svg).contains("<svg"));
+        assert!(!r.tally.folded.is_empty());
+        for f in pileup_output::FORMATS {
+            let mut out = vec![];
+            pileup_output::render(&r, f, &Default::default(), &mut out).unwrap();
+            assert!(!out.is_empty(), "{f}");
+            if f == pileup_output::Format::Svg {
+                assert!(String::from_utf8_lossy(&out).contains("<svg"));
+            }
+        }
     }
 
     #[test]

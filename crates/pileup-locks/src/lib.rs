@@ -29,9 +29,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pileup_stacks::capture::Regs;
-use pileup_stacks::resolve::{DataName, Resolver};
-use pileup_stacks::{SqlSource, SqlThread, ThreadFilter};
+use pileup_engine::capture::Regs;
+use pileup_engine::resolve::{DataName, Resolver};
+use pileup_engine::{SqlSource, SqlThread, ThreadFilter};
 use serde::Serialize;
 
 pub use aggregate::LockEntry;
@@ -48,7 +48,7 @@ pub enum LocksError {
     #[error("eBPF: {0}")]
     Ebpf(String),
     #[error(transparent)]
-    Target(#[from] pileup_stacks::StacksError),
+    Target(#[from] pileup_engine::StacksError),
     #[error("{0}")]
     Usage(String),
 }
@@ -67,7 +67,7 @@ pub struct Options {
     pub debug_dirs: Vec<std::path::PathBuf>,
     /// Debug files the server's modules lack, from debuginfod's cache (and
     /// its servers), looked up before tracing starts.
-    pub debuginfod: Option<pileup_stacks::debuginfod::DebuginfodOptions>,
+    pub debuginfod: Option<pileup_engine::debuginfod::DebuginfodOptions>,
     /// Stacks, statements and holders kept per lock in the report.
     pub top: usize,
     /// Re-read the processlist at most this often.
@@ -140,7 +140,7 @@ impl Threads {
             read_at: Instant::now(),
             sql_error: None,
         };
-        t.tids = pileup_stacks::proc::tids(pid)?.into_iter().collect();
+        t.tids = pileup_engine::proc::tids(pid)?.into_iter().collect();
         t.read_sql();
         Ok(t)
     }
@@ -150,7 +150,7 @@ impl Threads {
             return;
         }
         self.read_at = Instant::now();
-        if let Ok(t) = pileup_stacks::proc::tids(self.pid) {
+        if let Ok(t) = pileup_engine::proc::tids(self.pid) {
             self.tids = t.into_iter().collect();
         }
         self.read_sql();
@@ -238,7 +238,7 @@ pub fn run(
             let holder = w.owner_tid.map(|t| {
                 let who = match known.sql_by_tid.get(&t) {
                     Some(s) => s.summary(120),
-                    None => pileup_stacks::proc::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
+                    None => pileup_engine::proc::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
                 };
                 (t, if who.is_empty() { format!("thread {t}") } else { format!("thread {t}: {who}") })
             });
@@ -347,7 +347,7 @@ pub fn run(
         thread_filter: opts.threads.clone(),
         counters,
         stack_budget_per_s: opts.stack_budget,
-        cpu_us: pileup_stacks::proc::own_cpu_us(),
+        cpu_us: pileup_engine::proc::own_cpu_us(),
         probe_cost,
         locks,
         notes,
@@ -393,7 +393,7 @@ pub fn run_performance_schema(
         thread_filter: None,
         counters: Counters::default(),
         stack_budget_per_s: 0,
-        cpu_us: pileup_stacks::proc::own_cpu_us(),
+        cpu_us: pileup_engine::proc::own_cpu_us(),
         probe_cost: None,
         locks,
         notes,

@@ -3,160 +3,57 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use pileup_output::{Stack, Stacks};
 
 use crate::aggregate::LockEntry;
 use crate::Report;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Text,
-    Json,
-    Folded,
-    Svg,
-    Pprof,
-}
+impl pileup_output::Report for Report {
+    fn tool(&self) -> &'static str {
+        "locks"
+    }
 
-impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "text" => Format::Text,
-            "json" => Format::Json,
-            "folded" | "collapsed" => Format::Folded,
-            "svg" | "flamegraph" => Format::Svg,
-            "pprof" => Format::Pprof,
-            _ => return None,
+    fn text(&self, o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
+        text(self, if o.plain { 0 } else { o.detail }, w)
+    }
+
+    /// One stack per recorded stack, its lock as the leaf frame, valued by
+    /// the time its waits waited (µs) and their number, labelled with the
+    /// lock and its kind.
+    fn stacks(&self, _o: &pileup_output::Options) -> Option<Stacks> {
+        let mut stacks = vec![];
+        for l in &self.locks {
+            for s in &l.stacks {
+                let mut frames: Vec<String> = s.frames.iter().rev().cloned().collect();
+                frames.push(format!("[{}: {}]", l.kind, l.name));
+                stacks.push(Stack {
+                    frames,
+                    values: vec![(s.wait_ms * 1000.0).round() as i64, s.events as i64],
+                    labels: vec![("lock".into(), l.name.clone()), ("kind".into(), l.kind.to_string())],
+                    num_labels: vec![],
+                });
+            }
+        }
+        let at = self.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
+        Some(Stacks {
+            title: format!("pileup locks: {}{at}", self.exe),
+            subtitle: format!(
+                "time waited on locks over {:.1} s (recorded waits), {} contended waits in all",
+                self.duration_s, self.counters.waits
+            ),
+            sample_types: vec![("wait".into(), "microseconds".into()), ("waits".into(), "count".into())],
+            count_name: "µs waited".into(),
+            stacks,
+            start_unix_ms: self.started_unix_ms,
+            duration_ms: (self.duration_s * 1e3) as u64,
+            comment: format!("pileup locks {}{at}", self.exe),
         })
     }
-
-    /// From an output file's extension.
-    pub fn from_path(p: &std::path::Path) -> Option<Format> {
-        match p.extension()?.to_str()? {
-            "txt" => Some(Format::Text),
-            "json" => Some(Format::Json),
-            "folded" => Some(Format::Folded),
-            "svg" => Some(Format::Svg),
-            "gz" | "pb" => Some(Format::Pprof),
-            _ => None,
-        }
-    }
 }
 
-pub fn render(r: &Report, f: Format, detail: usize, w: &mut dyn Write) -> Result<()> {
-    match f {
-        Format::Text => text(r, detail, w),
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *w, r)?;
-            writeln!(w)?;
-            Ok(())
-        }
-        Format::Folded => {
-            for line in folded(r) {
-                writeln!(w, "{line}")?;
-            }
-            Ok(())
-        }
-        Format::Svg => svg(r, w),
-        Format::Pprof => pprof(r, w),
-    }
-}
-
-/// pprof (gzipped profile.proto, as `go tool pprof` reads it): one sample
-/// per recorded stack, its lock as the leaf frame, valued by the time its
-/// waits waited (µs) and their number, labelled with the lock and its kind.
-fn pprof(r: &Report, w: &mut dyn Write) -> Result<()> {
-    use pileup_stacks::render::pprof::{
-        write_gz, Function, Label, Line, Location, PProfile, PSample, Strings, ValueType,
-    };
-    use std::collections::HashMap;
-    let mut st = Strings::new();
-    let mut out = PProfile {
-        sample_type: vec![
-            ValueType { r#type: st.id("wait"), unit: st.id("microseconds") },
-            ValueType { r#type: st.id("waits"), unit: st.id("count") },
-        ],
-        period_type: Some(ValueType { r#type: st.id("wait"), unit: st.id("microseconds") }),
-        period: 1,
-        time_nanos: r.started_unix_ms as i64 * 1_000_000,
-        duration_nanos: (r.duration_s * 1e9) as i64,
-        ..Default::default()
-    };
-    // Stacks carry labels, not addresses: one function and one location
-    // per distinct label.
-    let mut locs: HashMap<String, u64> = HashMap::new();
-    let mut loc = |label: &str, out: &mut PProfile, st: &mut Strings| -> u64 {
-        if let Some(&id) = locs.get(label) {
-            return id;
-        }
-        let id = out.location.len() as u64 + 1;
-        let name = st.id(label);
-        out.function.push(Function { id, name, system_name: name, filename: 0 });
-        out.location.push(Location { id, mapping_id: 0, address: 0, line: vec![Line { function_id: id, line: 0 }] });
-        locs.insert(label.to_string(), id);
-        id
-    };
-    for l in &r.locks {
-        for s in &l.stacks {
-            let mut ids = vec![loc(&format!("[{}: {}]", l.kind, l.name), &mut out, &mut st)];
-            for f in &s.frames {
-                ids.push(loc(f, &mut out, &mut st));
-            }
-            let label = vec![
-                Label { key: st.id("lock"), str: st.id(&l.name), num: 0 },
-                Label { key: st.id("kind"), str: st.id(l.kind), num: 0 },
-            ];
-            out.sample.push(PSample {
-                location_id: ids,
-                value: vec![(s.wait_ms * 1000.0).round() as i64, s.events as i64],
-                label,
-            });
-        }
-    }
-    out.comment.push(st.id(&format!(
-        "pileup locks {}{}",
-        r.exe,
-        r.pid.map(|p| format!(" pid {p}")).unwrap_or_default()
-    )));
-    out.string_table = std::mem::take(&mut st.table);
-    write_gz(&out, w)
-}
-
-/// One line per recorded stack: frames root first, the lock as the leaf,
-/// and the recorded wait time in µs as the value.
-pub fn folded(r: &Report) -> Vec<String> {
-    let mut out = vec![];
-    for l in &r.locks {
-        for s in &l.stacks {
-            let us = (s.wait_ms * 1000.0).round() as u64;
-            if us == 0 {
-                continue;
-            }
-            let mut frames: Vec<String> = s.frames.iter().rev().map(|f| f.replace([';', ' '], "_")).collect();
-            frames.push(format!("[{}: {}]", l.kind, l.name).replace([';', ' '], "_"));
-            out.push(format!("{} {us}", frames.join(";")));
-        }
-    }
-    out
-}
-
-fn svg(r: &Report, w: &mut dyn Write) -> Result<()> {
-    use inferno::flamegraph::{self, Options};
-    let lines = folded(r);
-    let mut opts = Options::default();
-    opts.title = format!("pileup locks: {}{}", r.exe, r.pid.map(|p| format!(" pid {p}")).unwrap_or_default());
-    opts.subtitle = Some(format!(
-        "time waited on locks over {:.1} s (recorded waits), {} contended waits in all",
-        r.duration_s, r.counters.waits
-    ));
-    opts.count_name = "µs waited".into();
-    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)?;
-    Ok(())
-}
-
-/// Locks listed in the text table.
 const ROWS: usize = 20;
 
-fn text(r: &Report, detail: usize, w: &mut dyn Write) -> Result<()> {
+fn text(r: &Report, detail: usize, w: &mut dyn Write) -> std::io::Result<()> {
     let what = match r.source {
         "ebpf" => format!("{} contended waits, {} recorded with their stack", r.counters.waits, r.counters.recorded),
         _ => "instrumented acquisitions timed by performance_schema".to_string(),
@@ -237,7 +134,7 @@ fn cost_line(r: &Report) -> String {
     line
 }
 
-fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {
+fn table(ls: &[&LockEntry], w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
         "  {:>3} {:>9} {:>10} {:>9} {:>9} {:>6}  {:<24} lock",
@@ -260,7 +157,7 @@ fn table(ls: &[&LockEntry], w: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> Result<()> {
+fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
     if l.addr.is_empty() {
         writeln!(w, "[{n}] {} ({})", l.name, l.kind)?;
     } else {
@@ -308,7 +205,7 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> Result<()> {
                 "      {:.1} ms, {} wait(s): {}",
                 s.wait_ms,
                 s.events,
-                pileup_stacks::annotate::one_line(&s.fingerprint, 160)
+                pileup_engine::annotate::one_line(&s.fingerprint, 160)
             )?;
         }
     }

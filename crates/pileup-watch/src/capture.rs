@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
-use pileup_stacks::{CaptureOptions, Mode, Profile, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, Mode, Profile, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
 use crate::store::Row;
 
@@ -181,11 +181,11 @@ pub fn gather(
             any_process: s.any_process,
             debug_info: false,
             sql_refresh: Duration::ZERO,
-            keep_samples: pileup_stacks::KEEP_SAMPLES,
-            debug_dirs: pileup_stacks::default_debug_dirs(),
+            keep_samples: pileup_engine::KEEP_SAMPLES,
+            debug_dirs: pileup_engine::default_debug_dirs(),
             // Debug files already in the debuginfod cache; nothing fetched
             // before a capture that must not wait.
-            debuginfod: Some(pileup_stacks::debuginfod::DebuginfodOptions::cache_only()),
+            debuginfod: Some(pileup_engine::debuginfod::DebuginfodOptions::cache_only()),
             debuginfod_wait: true,
         };
         let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));

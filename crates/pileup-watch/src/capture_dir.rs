@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use pileup_stacks::render::{render, Format, RenderOptions};
+use pileup_output::{render, Format, Options};
 use serde::{Deserialize, Serialize};
 
 use crate::capture::{slug, stamp, Evidence, MetadataLocks, OpenTrx, RowLockWait};
@@ -92,11 +92,11 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         for (name, f) in [
             ("stacks.json", Format::Json),
             ("flamegraph.svg", Format::Svg),
-            ("stacks.txt", Format::Pmp),
+            ("stacks.txt", Format::Text),
             ("stacks.pb.gz", Format::Pprof),
         ] {
-            let ro = RenderOptions { thread_root: f == Format::Svg, ..Default::default() };
-            pileup_files::write_private(&dir.join(name), |w| render(p, f, &ro, w))?;
+            let o = Options { thread_root: f == Format::Svg, ..Default::default() };
+            pileup_files::write_private(&dir.join(name), |w| Ok(render(p, f, &o, w)?))?;
         }
     }
     pileup_files::write_private(&dir.join("processlist.txt"), |f| {

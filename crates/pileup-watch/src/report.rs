@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use base64::Engine;
-use pileup_stacks::render::{render, Format, RenderOptions};
+use pileup_output::{render, Format, Options};
 
 use crate::capture::{stamp, stamp_tenths, Evidence};
 use crate::capture_dir::{Capture, MetricRow};
@@ -268,7 +268,7 @@ fn pileup_text(p: &LockPileup) -> String {
     let mut s =
         format!("{} connection(s) wait for a {}, the oldest for {:.1} s", p.waiting, p.class.describe(), p.oldest_s);
     if let Some((c, stmt)) = &p.head {
-        let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_stacks::annotate::one_line(stmt, 120));
+        let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_engine::annotate::one_line(stmt, 120));
     }
     let _ = match p.sureness {
         Some(Sureness::Exact) => write!(s, "; holder read {}", p.why),
@@ -391,7 +391,7 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     }
     if let Some(p) = &ev.profile {
         let mut text = Vec::new();
-        render(p, Format::Pmp, &RenderOptions::default(), &mut text)?;
+        render(p, Format::Text, &Options::default(), &mut text)?;
         writeln!(rep, "\nstacks ({} samples, pt-pmp format):\n{}", p.samples.len(), String::from_utf8_lossy(&text))?;
     }
     Ok(rep)

@@ -1,5 +1,5 @@
 //! `pileup`: command-line parsing and wiring only; the work lives in the
-//! library crates (pileup-stacks, pileup-watch, pileup-binlog,
+//! library crates (pileup-engine, pileup-watch, pileup-binlog,
 //! pileup-prefetch, pileup-lag, pileup-replica, pileup-sandbox, pileup-conn,
 //! pileup-files).
 

@@ -4,7 +4,7 @@
 //! are not regular files (`/dev/null`, FIFOs, symlinks) are written through.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
@@ -24,4 +24,37 @@ pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn W
         }
         Some(p) => pileup_files::write_private(p, f),
     }
+}
+
+pub use pileup_output::{Format, Options};
+
+/// `--format`'s value parser: every tool takes the same names.
+pub fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).map_err(|e| e.to_string())
+}
+
+/// One place a result goes (a file, or stdout) and its format.
+pub type Target = (Option<PathBuf>, Format);
+
+/// Where a result goes and in which format: each `-o` file in the format
+/// its extension names (or `--format`'s, when there is one file), or
+/// stdout in `--format`'s (text by default). Decided before any work
+/// starts, so a bad name costs nothing; one run can write several files.
+pub fn targets(format: Option<Format>, outputs: &[PathBuf]) -> Result<Vec<Target>> {
+    match (format, outputs) {
+        (f, []) => Ok(vec![(None, f.unwrap_or(Format::Text))]),
+        (Some(f), [one]) => Ok(vec![(Some(one.clone()), f)]),
+        (Some(_), _) => {
+            bail!("--format applies to one output; with several -o files each file's extension names its format")
+        }
+        (None, many) => many.iter().map(|p| Ok((Some(p.clone()), Format::from_path(p)?))).collect(),
+    }
+}
+
+/// Write a tool's result to every target.
+pub fn emit<R: pileup_output::Report>(r: &R, targets: &[Target], o: &Options) -> Result<()> {
+    for (path, format) in targets {
+        write_output(path.as_deref(), format.is_binary(), |w| Ok(pileup_output::render(r, *format, o, w)?))?;
+    }
+    Ok(())
 }

@@ -93,6 +93,7 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let (primary, replica) = replica_catching_up(1, extra);
     let scratch = common::scratch("lag");
     let svg = scratch.join("lag.svg");
+    let json = scratch.join("lag.json");
     let rsock = replica.endpoint.socket.to_string_lossy().into_owned();
     let out = common::pileup(&[
         "lag",
@@ -104,12 +105,13 @@ fn lag_shows_where_the_applier_spends_its_time() {
         "3s",
         "--interval-ms",
         "20",
-        "--json",
         "-o",
         svg.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("lag --json parses");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("lag's JSON parses");
     eprintln!("{}", serde_json::to_string_pretty(&r["tally"]).unwrap());
     assert!(r["applier_threads"].as_u64().unwrap() >= 1, "{r}");
     assert!(r["samples"].as_u64().unwrap() >= 50, "{r}");

@@ -224,6 +224,13 @@ fn every_output_format_parses() {
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(run("json", "s.json")).unwrap()).unwrap();
     assert_eq!(j["samples"].as_array().unwrap().len(), 3);
     assert!(j["modules"].as_array().unwrap().iter().any(|m| m["name"] == "mariadbd"));
+    // One run, several files, each in its extension's format.
+    let (a, b) = (dir.join("both.json"), dir.join("both.svg"));
+    let out = pileup(&["stacks", "--pid", &pid, "--no-sql", "-o", a.to_str().unwrap(), "-o", b.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+    assert_eq!(j["samples"].as_array().unwrap().len(), 1);
+    assert!(std::fs::read_to_string(&b).unwrap().contains("<svg"));
     let _ = load.kill();
     let _ = load.wait();
 }
@@ -268,6 +275,16 @@ fn bad_input_gets_one_clear_line_and_nonzero_exit() {
     let out =
         pileup(&["stacks", "--pid", &std::process::id().to_string(), "--any-process", "-o", "/nonexistent/dir/x.txt"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    // An extension no format has is refused by every tool that writes
+    // stacks, before it samples or traces anything.
+    for tool in ["stacks", "locks", "lag"] {
+        let out = pileup(&[tool, "--pid", "1", "-o", "x.png"]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && e.starts_with("pileup: x.png: unknown extension"), "{tool}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let out = pileup(&[tool, "--pid", "1", "--format", "png"]);
+        assert!(!out.status.success(), "{tool} --format png");
+    }
 }
 
 #[test]

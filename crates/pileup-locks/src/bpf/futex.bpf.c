@@ -40,7 +40,7 @@
 // after their thread's last wait began. Only the process in target_tgid is
 // looked at: for every other task each switch is two comparisons.
 //
-// Types come from pileup-stacks' pileup_bpf.h (declared by hand, relocated
+// Types come from pileup-engine' pileup_bpf.h (declared by hand, relocated
 // by libbpf: no kernel headers are needed to build).
 
 #include "pileup_bpf.h"

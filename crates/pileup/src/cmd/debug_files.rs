@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pileup_stacks::debuginfod::DebuginfodOptions;
+use pileup_engine::debuginfod::DebuginfodOptions;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DebugFileArgs {
     /// Look for separate debug files (by build-id and .gnu_debuglink) in
     /// DIR, as gdb's debug-file-directory; repeat for several, searched in
     /// order.
-    #[arg(long = "debug-dir", value_name = "DIR", default_values_t = pileup_stacks::default_debug_dirs().into_iter().map(|p| p.display().to_string()))]
+    #[arg(long = "debug-dir", value_name = "DIR", default_values_t = pileup_engine::default_debug_dirs().into_iter().map(|p| p.display().to_string()))]
     pub debug_dirs: Vec<String>,
     /// Fetch missing debug files from this debuginfod server (repeat for
     /// several; default: DEBUGINFOD_URLS). Files go to the client cache
@@ -55,7 +55,7 @@ impl DebugFileArgs {
     /// [`DebugFileArgs::debuginfod`] drawing a bar in `bars` for each fetch
     /// ("fetching debug info for mariadbd [====>   ] 45/212 MiB").
     pub fn debuginfod_with_bars(&self, bars: &indicatif::MultiProgress) -> DebuginfodOptions {
-        use pileup_stacks::debuginfod::{FetchProgress, OnProgress};
+        use pileup_engine::debuginfod::{FetchProgress, OnProgress};
         let mut o = self.debuginfod();
         let bars = bars.clone();
         let current = std::sync::Mutex::new(None::<indicatif::ProgressBar>);

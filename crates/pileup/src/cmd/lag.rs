@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use pileup_conn::ConnOptions;
-use pileup_lag::{render_svg, render_text, sample, LagOptions};
+use pileup_lag::{sample, LagOptions};
 
-use crate::output::write_output;
+use crate::output::{emit, parse_format, targets, Format, Options};
 
 #[derive(clap::Args)]
 #[command(
@@ -23,7 +23,7 @@ doing meanwhile. Where performance_schema is on, it also \
 lists the applier threads' instrumented waits over the period (which latch, which file), longest first; MariaDB \
 times latches only with performance_schema_instrument='wait/synch/%=ON'. Run it on the replica's host (it needs \
 ptrace permission on mariadbd, as `pileup stacks` does).\n\nExamples:\n  pileup lag -S /run/mysqld/mysqld.sock --duration 30s\n  \
-pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --json > lag.json"
+pileup lag --duration 1m -o lag.svg      # flame graph rooted at category, then table\n  pileup lag --format json > lag.json"
 )]
 pub struct LagArgs {
     /// Server process id, or "auto" for the one listening where pileup connects.
@@ -41,11 +41,17 @@ pub struct LagArgs {
     /// A position held this long (milliseconds) while the applier had work counts as a stall.
     #[arg(long, default_value_t = 200)]
     pub stall_ms: u64,
-    /// Also write a flame graph (.svg) or FlameGraph folded stacks (any other name), created 0600.
-    #[arg(short = 'o', long)]
-    pub output: Option<PathBuf>,
-    /// The report as JSON on stdout instead of text.
-    #[arg(long)]
+    /// Output format: text, json, folded (samples rooted at category, then table), svg (flame
+    /// graph), dot (call graph) or pprof. Default: from the -o extension, else text.
+    #[arg(long, short = 'f', value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Write to this file (created 0600) instead of stdout, in the format its extension names
+    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
+    /// several formats.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Vec<PathBuf>,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 }
 
@@ -56,6 +62,7 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     if a.stall_ms < a.interval_ms {
         bail!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
     }
+    let targets = targets(if a.json { Some(Format::Json) } else { a.format }, &a.output)?;
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
     let Some(pid) = pid else {
@@ -80,23 +87,6 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
         b.finish_and_clear();
     }
     let r = r?;
-    if let Some(p) = &a.output {
-        let svg = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-        write_output(Some(p), false, |w| {
-            if svg {
-                render_svg(&r, w)
-            } else {
-                for l in r.tally.folded_lines() {
-                    writeln!(w, "{l}")?;
-                }
-                Ok(())
-            }
-        })?;
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        print!("{}", render_text(&r));
-    }
+    emit(&r, &targets, &Options::default())?;
     Ok(())
 }

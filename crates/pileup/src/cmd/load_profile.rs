@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pileup_conn::ConnSpec;
-use pileup_stacks::render::RenderOptions;
-use pileup_stacks::{CaptureOptions, Mode, Profile, Sampler, SamplerOptions, ThreadFilter};
+use pileup_engine::{CaptureOptions, Mode, Profile, Sampler, SamplerOptions, ThreadFilter};
 
 /// How often the server's threads are sampled while loading.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -41,7 +40,7 @@ impl Profiler {
                 any_process: false,
                 debug_info: false,
                 sql_refresh: Duration::from_secs(60),
-                debug_dirs: pileup_stacks::default_debug_dirs(),
+                debug_dirs: pileup_engine::default_debug_dirs(),
                 debuginfod: None,
                 debuginfod_wait: false,
                 keep_samples: 1,
@@ -69,10 +68,10 @@ impl Profiler {
         self.stop.store(true, Ordering::SeqCst);
         let p = self.handle.join().map_err(|_| anyhow::anyhow!("the profiler thread panicked"))??;
         let mut folded = vec![];
-        pileup_stacks::render::folded(&p, &RenderOptions { thread_root: true, ..Default::default() }, &mut folded)?;
+        pileup_output::profile_stacks(&p, true).folded(&mut folded)?;
         pileup_files::write_private_bytes(path, &folded)
             .with_context(|| format!("writing the load profile to {}", path.display()))?;
-        let shares = pileup_stacks::aggregate::where_time_went(&p.stacks, 12);
+        let shares = pileup_engine::aggregate::where_time_went(&p.stacks, 12);
         let samples = p.stops.samples;
         if json {
             println!(

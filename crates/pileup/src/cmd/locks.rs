@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pileup_conn::ConnOptions;
-use pileup_locks::render::{render, Format};
 use pileup_locks::Options;
 
-use crate::output::write_output;
+use crate::output::{emit, parse_format, targets, Format, Target};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Traces the server's contended lock waits for a time window with eBPF and reports, \
@@ -36,12 +35,15 @@ pub struct LocksArgs {
     /// How long to trace (e.g. 10s, 2m, 1h). Ctrl-C ends it early and still reports.
     #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
     pub duration: Duration,
-    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph), pprof (wait time as the value).
-    #[arg(long, value_parser = parse_format)]
+    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph), dot (call
+    /// graph weighted by wait time) or pprof (wait time and waits as the values).
+    #[arg(long, short = 'f', value_parser = parse_format)]
     pub format: Option<Format>,
-    /// Write to this file (created 0600) instead of stdout; the format follows its extension unless given.
-    #[arg(short = 'o', long)]
-    pub output: Option<PathBuf>,
+    /// Write to this file (created 0600) instead of stdout, in the format its extension names
+    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
+    /// several formats.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Vec<PathBuf>,
     /// Waits recorded with their stack per second, at most (every wait is counted regardless).
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub stack_budget: u64,
@@ -76,10 +78,6 @@ pub struct LocksArgs {
     pub probe_cost: bool,
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).ok_or_else(|| format!("{s:?}: expected text, json, folded, svg or pprof"))
-}
-
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if a.duration.is_zero() {
         bail!("--duration must be more than 0");
@@ -87,12 +85,12 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if a.top == 0 {
         bail!("--top must be at least 1");
     }
-    let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Text);
+    let targets = targets(a.format, &a.output)?;
     if let Some(t) = &a.threads {
-        pileup_stacks::ThreadFilter::parse(t).map_err(anyhow::Error::msg)?;
+        pileup_engine::ThreadFilter::parse(t).map_err(anyhow::Error::msg)?;
     }
     if a.source == "performance-schema" {
-        return run_performance_schema(&a, conn, format, None);
+        return run_performance_schema(&a, conn, &targets, None);
     }
     if a.source != "auto" && a.source != "ebpf" {
         bail!("--source {:?}: expected auto, ebpf or performance-schema", a.source);
@@ -105,7 +103,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
             let spec = conn.resolve()?;
             match super::resolve_server_pid("auto", &spec)? {
                 (Some(pid), _) => pid,
-                (None, why) if a.source == "auto" => return run_performance_schema(&a, conn, format, why),
+                (None, why) if a.source == "auto" => return run_performance_schema(&a, conn, &targets, why),
                 (None, why) => {
                     bail!("pileup locks --source ebpf needs the server's process: {}", why.unwrap_or_default())
                 }
@@ -118,11 +116,11 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     match pileup_locks::capture::preflight() {
         Ok(()) => {}
         Err(pileup_locks::LocksError::NoEbpf(why)) if a.source == "auto" && !a.no_sql => {
-            return instead_of_ebpf(&a, conn, format, why);
+            return instead_of_ebpf(&a, conn, &targets, why);
         }
         Err(e) => return Err(e.into()),
     }
-    pileup_stacks::proc::check_target(pid, a.any_process)?;
+    pileup_engine::proc::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
     let opts = Options {
         pid,
@@ -133,7 +131,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         debug_dirs: a.debug_files.dirs(),
         debuginfod: Some(a.debug_files.debuginfod_with_bars(&fetch_bars())),
         // A flame graph or folded stacks carry every recorded stack.
-        top: if matches!(format, Format::Folded | Format::Svg | Format::Pprof) { usize::MAX } else { a.top },
+        top: if stacks_wanted(&targets) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
         probe_cost: a.probe_cost,
         threads: a.threads.clone(),
@@ -154,11 +152,16 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         // The kernel refused the program when it was loaded (lockdown, a
         // security module): as when eBPF is missing outright.
         Err(pileup_locks::LocksError::NoEbpf(why)) if a.source == "auto" && !a.no_sql => {
-            return instead_of_ebpf(&a, conn, format, why);
+            return instead_of_ebpf(&a, conn, &targets, why);
         }
         r => r?,
     };
-    write_output(a.output.as_deref(), format == Format::Pprof, |w| render(&report, format, a.top, w))
+    emit(&report, &targets, &crate::output::Options { detail: a.top, ..Default::default() })
+}
+
+/// Whether an output needs the stacks of every lock, not only the top ones.
+fn stacks_wanted(targets: &[Target]) -> bool {
+    targets.iter().any(|(_, f)| !matches!(f, Format::Text | Format::Json))
 }
 
 /// Where debuginfod fetches draw their bars: stderr on a terminal, else nowhere.
@@ -180,18 +183,18 @@ fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
 }
 
 /// performance_schema where eBPF cannot be used (`why`), or one error naming both reasons.
-fn instead_of_ebpf(a: &LocksArgs, conn: &ConnOptions, format: Format, why: String) -> Result<()> {
-    run_performance_schema(a, conn, format, Some(why.clone())).map_err(|e| {
+fn instead_of_ebpf(a: &LocksArgs, conn: &ConnOptions, targets: &[Target], why: String) -> Result<()> {
+    run_performance_schema(a, conn, targets, Some(why.clone())).map_err(|e| {
         anyhow::anyhow!("eBPF tracing is not available here ({why}), and performance_schema cannot stand in: {e:#}")
     })
 }
 
 /// Time the instrumented waits with performance_schema over the window.
-fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, format: Format, why: Option<String>) -> Result<()> {
+fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, targets: &[Target], why: Option<String>) -> Result<()> {
     let without_ebpf = why.as_deref().map(|w| format!(" (eBPF cannot be used here: {w})")).unwrap_or_default();
-    if matches!(format, Format::Folded | Format::Svg | Format::Pprof) {
+    if stacks_wanted(targets) {
         bail!(
-            "performance_schema keeps no stacks{without_ebpf}: use --format text or json (folded stacks, flame graphs and pprof profiles need eBPF)"
+            "performance_schema keeps no stacks{without_ebpf}: use --format text or json (folded stacks, flame graphs, call graphs and pprof profiles need eBPF)"
         );
     }
     if a.threads.is_some() {
@@ -209,5 +212,5 @@ fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, format: Format, why
         b.finish_and_clear();
     }
     let report = report?;
-    write_output(a.output.as_deref(), false, |w| render(&report, format, a.top, w))
+    emit(&report, targets, &crate::output::Options { detail: a.top, ..Default::default() })
 }

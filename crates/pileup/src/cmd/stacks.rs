@@ -1,4 +1,4 @@
-//! `pileup stacks`: argument parsing and wiring for pileup_stacks.
+//! `pileup stacks`: argument parsing and wiring for pileup_engine.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,10 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
-use pileup_stacks::render::{render, Format, RenderOptions};
-use pileup_stacks::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
-use crate::output::write_output;
+use crate::output::{emit, parse_format, targets, Format, Options};
 
 /// Capture the stacks of a live mysqld with a stop of microseconds per thread.
 ///
@@ -50,7 +49,7 @@ pub struct StacksArgs {
     /// thread's context switches cost more; without them a perf event is
     /// attached to the thread, which adds about 0.07 µs to every context
     /// switch); threads are seen one after another, not at one instant.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = mode_parser())]
     pub mode: Option<Mode>,
     /// Number of samples.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -65,12 +64,15 @@ pub struct StacksArgs {
     /// io-thread, connections) and/or name:REGEX on thread names.
     #[arg(long, value_name = "SPEC")]
     pub threads: Option<String>,
-    /// Output format (default: from the -o extension, else pmp).
-    #[arg(long, short = 'f', value_enum)]
+    /// Output format: text (pt-pmp's lines, then # annotations), json, folded, svg (flame
+    /// graph), dot (call graph) or pprof. Default: from the -o extension, else text.
+    #[arg(long, short = 'f', value_parser = parse_format)]
     pub format: Option<Format>,
-    /// Write to this file (created 0600) instead of stdout.
+    /// Write to this file (created 0600) instead of stdout, in the format its extension names
+    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
+    /// several formats.
     #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub output: Vec<PathBuf>,
     /// Most stack bytes copied per thread.
     #[arg(long, default_value_t = 256 * 1024, value_name = "BYTES")]
     pub stack_bytes: usize,
@@ -95,7 +97,7 @@ pub struct StacksArgs {
     /// Samples kept whole (every thread's frames and annotations, in --format
     /// json): the last N. Every sample is counted in the stacks, lock groups
     /// and stop statistics regardless.
-    #[arg(long, default_value_t = pileup_stacks::KEEP_SAMPLES, value_name = "N")]
+    #[arg(long, default_value_t = pileup_engine::KEEP_SAMPLES, value_name = "N")]
     pub keep_samples: usize,
     /// Do not connect to SQL (no statement annotation).
     #[arg(long)]
@@ -144,9 +146,9 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         Some(s) => ThreadFilter::parse(s).map_err(anyhow::Error::msg)?,
         None => ThreadFilter::default(),
     };
-    let format = a.format.or_else(|| a.output.as_deref().and_then(Format::from_path)).unwrap_or(Format::Pmp);
+    let targets = targets(a.format, &a.output)?;
     // Check the target before connecting anywhere.
-    pileup_stacks::proc::check_target(pid, a.any_process)?;
+    pileup_engine::proc::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
 
     // Progress bars on a terminal: debug info being fetched, samples taken.
@@ -191,8 +193,8 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         b.finish_and_clear();
     }
     let profile = sampler.finish();
-    let ro = RenderOptions { plain: a.plain, thread_root: a.thread_root, dot_min_pct: a.dot_min_pct, title: None };
-    write_output(a.output.as_deref(), format == Format::Pprof, |w| render(&profile, format, &ro, w))?;
+    let o = Options { plain: a.plain, thread_root: a.thread_root, dot_min_pct: a.dot_min_pct, ..Default::default() };
+    emit(&profile, &targets, &o)?;
     if a.stats {
         print_stats(&profile);
     }
@@ -242,7 +244,7 @@ fn server_socket(pid: i32) -> Option<PathBuf> {
     })
 }
 
-fn print_stats(p: &pileup_stacks::Profile) {
+fn print_stats(p: &pileup_engine::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
     let st = &p.stops;
     eprintln!(
@@ -313,4 +315,17 @@ fn print_stats(p: &pileup_stacks::Profile) {
         ms(t.annotate_us),
         p.named_pct
     );
+}
+
+/// `--mode`'s values, each with its one-line meaning for `--help`.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(Mode::ALL.map(|m| {
+        PossibleValue::new(m.name()).help(match m {
+            Mode::Consistent => "All threads stopped together: one true snapshot, window as short as possible",
+            Mode::Rolling => "One thread at a time: the least stop for any single thread",
+            Mode::Passive => "No thread stopped: blocked threads read as they sleep, running ones sampled on their CPU",
+        })
+    }))
+    .map(|s| Mode::parse(&s).expect("a name from Mode::ALL"))
 }

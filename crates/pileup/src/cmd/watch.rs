@@ -119,7 +119,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
-        pileup_stacks::proc::check_target(p, a.any_process)?;
+        pileup_engine::proc::check_target(p, a.any_process)?;
     }
     if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
         bail!("--link-mbps must be a positive number");
@@ -167,7 +167,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
     if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
-        use pileup_stacks::debuginfod::{self as d, DebuginfodOptions};
+        use pileup_engine::debuginfod::{self as d, DebuginfodOptions};
         let o = if a.debuginfod.is_empty() {
             DebuginfodOptions::from_env()
         } else {
@@ -176,7 +176,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         if let Some(o) = o {
             let quiet = a.json;
             std::thread::spawn(move || {
-                for n in d::fill_cache(p, &pileup_stacks::default_debug_dirs(), &o) {
+                for n in d::fill_cache(p, &pileup_engine::default_debug_dirs(), &o) {
                     if !quiet {
                         eprintln!("{n}");
                     }

@@ -1,4 +1,4 @@
-//! `pileup-stacks`: the poor man's profiler, done right.
+//! `pileup-engine`: the poor man's profiler, done right.
 //!
 //! Data flows through one module per concern:
 //!
@@ -26,7 +26,6 @@ pub mod error;
 pub mod locks;
 pub mod modules;
 pub mod proc;
-pub mod render;
 pub mod resolve;
 pub mod symbolize;
 pub mod unwind;

@@ -3,13 +3,11 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use crate::Options;
+use pileup_engine::aggregate::group;
+use pileup_engine::Profile;
 
-use super::RenderOptions;
-use crate::aggregate::group;
-use crate::Profile;
-
-pub fn pmp(p: &Profile, o: &RenderOptions, w: &mut dyn Write) -> Result<()> {
+pub fn pmp(p: &Profile, o: &Options, w: &mut dyn Write) -> std::io::Result<()> {
     let groups = group(p);
     for g in &groups {
         writeln!(w, "{:>7} {}", g.count, g.frames.join(","))?;
@@ -30,7 +28,7 @@ fn ms(us: u64) -> String {
 
 /// The human part: who the process is, what the capture cost, how complete
 /// the symbols are, lock owners, and the SQL behind the biggest groups.
-pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<String> {
+pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::aggregate::StackGroup]) -> Vec<String> {
     let mut out = vec![];
     out.push(format!(
         "pileup stacks: pid {} {}{}, {} sample(s), {} thread stacks, {} mode",
@@ -145,7 +143,7 @@ pub fn annotations(p: &Profile, groups: &[crate::aggregate::StackGroup]) -> Vec<
                 .statements
                 .iter()
                 .take(3)
-                .map(|(q, n)| format!("{n}× `{}`", crate::annotate::one_line(q, 100)))
+                .map(|(q, n)| format!("{n}× `{}`", pileup_engine::annotate::one_line(q, 100)))
                 .collect();
             s.push_str(&format!(" running {}", st.join(", ")));
         } else if g.sql.len() == 1 {
@@ -182,10 +180,10 @@ mod tests {
             pid: 1,
             exe: "mariadbd".into(),
             server_version: None,
-            mode: crate::Mode::Passive,
+            mode: pileup_engine::Mode::Passive,
             stacks: vec![],
             thread_stacks: 0,
-            stops: crate::StopSummary {
+            stops: pileup_engine::StopSummary {
                 samples: 10,
                 sampled_on_cpu: on_cpu + by_thread,
                 sampled_by_thread_event: by_thread,
@@ -195,7 +193,11 @@ mod tests {
             modules: vec![],
             named_pct: 100.0,
             locks: vec![],
-            timing: crate::Timing { cpu_us: 1500, machine_context_switches_per_s: Some(215000), ..Default::default() },
+            timing: pileup_engine::Timing {
+                cpu_us: 1500,
+                machine_context_switches_per_s: Some(215000),
+                ..Default::default()
+            },
             notes: vec![],
         }
     }

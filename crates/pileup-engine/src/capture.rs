@@ -56,7 +56,6 @@ use crate::error::{tracer_of, StacksError};
 use crate::proc::{find_map, MapEntry, SYS_FUTEX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// All threads stopped together: one true snapshot, window as short as possible.
@@ -69,6 +68,14 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, for help and parsing.
+    pub const ALL: [Mode; 3] = [Mode::Consistent, Mode::Rolling, Mode::Passive];
+
+    /// A mode by its name.
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == s)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Consistent => "consistent",
