@@ -1,6 +1,6 @@
 //! What a perf event attached to a thread costs that thread's context
 //! switches, while it is open and after it is closed: passive mode samples
-//! a running thread with such an event (`pileup_engine::capture::perf`),
+//! a running thread with such an event (the engine's `PerfEvent`),
 //! and `perf record -t`/`-p` attaches the same kind.
 //!
 //! Two threads pass a byte back and forth through pipes on one CPU, so
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pileup_bench::{arg, median};
-use pileup_engine::capture::perf::Event;
+use pileup_engine::parts::PerfEvent as Event;
 
 const MODES: [&str; 9] = [
     "none",
@@ -319,7 +319,7 @@ impl Other {
     fn capture_cpu_ns(&self) -> u64 {
         match self {
             // Its only busy thread is its first.
-            Other::Capture(child, ..) => pileup_engine::proc::schedstat(child.id() as i32, child.id() as i32)
+            Other::Capture(child, ..) => pileup_engine::parts::schedstat(child.id() as i32, child.id() as i32)
                 .and_then(|s| s.split_whitespace().next()?.parse().ok())
                 .unwrap_or(0),
             _ => 0,
@@ -332,11 +332,12 @@ impl Other {
 /// first capture is done. Without `capture`, only wake 10 times a second
 /// after that first capture (the control for the capture's wake-ups).
 fn capture_loop(tid: i32, cpu: usize, capture: bool) -> Result<()> {
-    use pileup_engine::capture::{passive::Passive, CaptureOptions, Mode};
+    use pileup_engine::parts::Passive;
+    use pileup_engine::{CaptureOptions, Mode};
     pin(cpu)?;
     // SAFETY: getppid has no preconditions.
     let pid = unsafe { libc::getppid() };
-    let maps = pileup_engine::proc::read_maps(pid).context("the parent's maps")?;
+    let maps = pileup_engine::parts::read_maps(pid).context("the parent's maps")?;
     let opts = CaptureOptions { mode: Mode::Passive, ..Default::default() };
     let mut passive = Passive::default();
     // The row is named for CPU events and the iterator: a fallback to an

@@ -60,7 +60,7 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     let sb = Sandbox::start(Options { cnf: vec![("thread_cache_size".into(), "2000".into())], ..Default::default() })?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
     let sbargs = pileup_bench::sysbench_prepared(&sb, "oltp_read_only")?;
-    let background = pileup_engine_count(sb.pid());
+    let background = server_thread_count(sb.pid());
     // Load: sysbench connections (rate-limited so the box is busy, not saturated) plus idle connections.
     let sysbench_threads = (target_threads / 4).clamp(8, 64);
     let mut load = Command::new("sysbench")
@@ -75,10 +75,10 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
         .spawn()?;
     let mut idle = vec![];
     std::thread::sleep(Duration::from_secs(2));
-    while pileup_engine_count(sb.pid()) < target_threads {
+    while server_thread_count(sb.pid()) < target_threads {
         idle.push(sb.connect()?);
     }
-    let server_threads = pileup_engine_count(sb.pid());
+    let server_threads = server_thread_count(sb.pid());
     eprintln!(
         "   {server_threads} threads ({background} background, {sysbench_threads} sysbench, {} idle)",
         idle.len()
@@ -241,6 +241,6 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     Ok(md)
 }
 
-fn pileup_engine_count(pid: u32) -> usize {
+fn server_thread_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
 }

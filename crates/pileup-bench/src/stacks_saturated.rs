@@ -291,7 +291,7 @@ fn run_window(
 
 /// Context switches since boot, all CPUs (NaN where they cannot be read).
 fn context_switches() -> f64 {
-    pileup_engine::proc::context_switches().map_or(f64::NAN, |n| n as f64)
+    pileup_engine::process::context_switches().map_or(f64::NAN, |n| n as f64)
 }
 
 fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {

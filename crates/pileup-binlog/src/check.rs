@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use crate::{Decoder, Event, FileReader};
+use crate::decoder::{Decoder, Event};
+use crate::reader::FileReader;
 
 /// Decode everything in `path` (checksums verified or not); returns how
 /// many events were framed. Stops after `max_events`.

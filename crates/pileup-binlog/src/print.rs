@@ -9,8 +9,10 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::decoder::Event;
+use crate::error::{DecodeError, ReadError};
+use crate::reader::RawEvent;
 use crate::value::Value;
-use crate::{DecodeError, Event, RawEvent, ReadError};
 
 /// How events are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,9 +169,9 @@ struct Printed<'e, 'a> {
 /// the caller to report with the file and offset).
 fn printed<'e, 'a>(
     file: &'e str,
-    ev: &crate::RawEvent,
+    ev: &crate::reader::RawEvent,
     e: &'e Event<'a>,
-) -> (Printed<'e, 'a>, Option<crate::DecodeError>) {
+) -> (Printed<'e, 'a>, Option<crate::error::DecodeError>) {
     use std::borrow::Cow::{Borrowed, Owned};
     let h = ev.header;
     // Room for the common fields and any type's own, so no event grows it.

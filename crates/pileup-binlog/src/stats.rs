@@ -1,7 +1,8 @@
 //! Counting what a binlog holds (`pileup binlog --stats`): events by
 //! type, rows changed per table, decode speed.
 
-use crate::{DecodeError, Event};
+use crate::decoder::Event;
+use crate::error::DecodeError;
 
 /// What a run of events held: counts by type, rows changed per table,
 /// decode speed (`pileup binlog --stats`).
@@ -28,7 +29,7 @@ impl Stats {
     /// Count one decoded event (its rows decoded too). Inlined into the
     /// caller's loop: it runs once per event.
     #[inline]
-    pub fn add(&mut self, ev: &crate::RawEvent, e: &Event) -> Result<(), DecodeError> {
+    pub fn add(&mut self, ev: &crate::reader::RawEvent, e: &Event) -> Result<(), DecodeError> {
         self.events += 1;
         self.bytes += ev.bytes.len() as u64;
         if self.by_code.is_empty() {
@@ -45,9 +46,9 @@ impl Stats {
             }
             self.rows += n;
             let k = match r.kind {
-                crate::RowsKind::Insert => 0,
-                crate::RowsKind::Update => 1,
-                crate::RowsKind::Delete => 2,
+                crate::decode::RowsKind::Insert => 0,
+                crate::decode::RowsKind::Update => 1,
+                crate::decode::RowsKind::Delete => 2,
             };
             // By table id (a name per event would cost more than decoding); named at the end.
             self.by_id.entry(r.table_id).or_insert_with(|| (format!("{}.{}", tm.schema, tm.table), [0; 3])).1[k] += n;

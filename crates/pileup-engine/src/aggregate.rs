@@ -10,10 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::{Frame, Profile, Role, ThreadStack};
-
-/// Label used for a thread whose stack could not be unwound at all.
-pub const NO_STACK: &str = "<no stack>";
+use crate::annotate::Role;
+use crate::profile::{Counted, Profile, ThreadStack, NO_STACK};
+use crate::symbolize::Frame;
 
 /// Thread ids kept per counted stack (the count of threads beyond is not
 /// kept: a server with connection churn creates threads without end).
@@ -21,56 +20,6 @@ pub const TIDS_KEPT: usize = 1024;
 /// Distinct SQL summaries and statements kept per counted stack.
 const SQL_KEPT: usize = 50;
 const STATEMENTS_KEPT: usize = 200;
-
-/// One distinct stack as one kind of thread had it, with every sample of it
-/// counted: the unit every renderer reads.
-#[derive(Debug, Clone, Serialize)]
-pub struct Counted {
-    /// Frames, innermost first (inlined frames expanded).
-    pub frames: Vec<Frame>,
-    /// Raw lookup addresses, innermost first.
-    pub addrs: Vec<u64>,
-    /// Thread name, role and OS state letter of the threads counted here.
-    pub thread: String,
-    pub role: Option<Role>,
-    pub state: char,
-    pub state_label: &'static str,
-    pub sql_command: Option<String>,
-    pub sql_user: Option<String>,
-    /// Thread-samples with this stack.
-    pub count: usize,
-    /// Distinct threads seen with it (the first [`TIDS_KEPT`]).
-    pub tids: BTreeSet<i32>,
-    /// More threads had it than `tids` holds.
-    pub tids_capped: bool,
-    /// Distinct SQL summaries of the threads behind it (capped).
-    pub sql: BTreeSet<String>,
-    /// Statements (normalised whitespace) with counts; statements beyond the
-    /// kept ones are counted in `other_statements`.
-    pub statements: BTreeMap<String, usize>,
-    pub other_statements: usize,
-    /// Thread-samples whose unwinding stopped early.
-    pub partial: usize,
-}
-
-impl Counted {
-    pub fn labels(&self) -> Vec<String> {
-        if self.frames.is_empty() {
-            vec![NO_STACK.to_string()]
-        } else {
-            self.frames.iter().map(|f| f.label.clone()).collect()
-        }
-    }
-
-    /// The root a flame graph puts this stack under with `--thread-root`.
-    pub fn root(&self) -> String {
-        match (&self.role, self.thread.as_str()) {
-            (Some(r), _) => r.as_str().to_string(),
-            (None, "") => "thread".to_string(),
-            (None, n) => n.to_string(),
-        }
-    }
-}
 
 type Key = (Vec<u64>, String, Option<Role>, char, Option<String>, Option<String>);
 
@@ -193,14 +142,6 @@ pub struct StackGroup {
     pub statements: Vec<(String, usize)>,
 }
 
-pub fn labels(t: &ThreadStack) -> Vec<String> {
-    if t.frames.is_empty() {
-        vec![NO_STACK.to_string()]
-    } else {
-        t.frames.iter().map(|f| f.label.clone()).collect()
-    }
-}
-
 /// What [`group`] gathers for one stack while counting.
 #[derive(Default)]
 struct Gathered {
@@ -249,21 +190,6 @@ pub fn group(p: &Profile) -> Vec<StackGroup> {
         .collect();
     v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
     v
-}
-
-/// Folded stacks (outermost first, `;`-separated) with counts, sorted.
-/// With `thread_root`, each stack is rooted at its thread role or name so a
-/// flame graph separates the accept thread, connections, InnoDB threads, ….
-pub fn folded(p: &Profile, thread_root: bool) -> Vec<(String, usize)> {
-    let mut m: BTreeMap<String, usize> = BTreeMap::new();
-    for c in &p.stacks {
-        let mut parts: Vec<String> = c.labels().into_iter().rev().map(|l| l.replace(';', ":")).collect();
-        if thread_root {
-            parts.insert(0, c.root().replace(';', ":"));
-        }
-        *m.entry(parts.join(";")).or_default() += c.count;
-    }
-    m.into_iter().collect()
 }
 
 /// One line of [`where_time_went`]: thread-samples in one state, under one

@@ -429,3 +429,37 @@ pub fn function_starts(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64) -> Vec<u64
     out.dedup();
     out
 }
+
+/// Whether `ra` can return from a call into the function holding `callee`
+/// (the check behind [`unwind::unwind`]'s search for a caller): it lies in
+/// a module's code right after a call instruction and, when that call is
+/// direct, its target is `callee`'s function per the unwind tables (or a
+/// PLT stub when `callee` is in another module). Calls through a register
+/// or memory cannot be told.
+pub(crate) fn call_into(pid: i32, mods: &ModuleSet, ra: u64, callee: u64) -> bool {
+    let Some(m) = mods.find(ra) else { return false };
+    let mut b = [0u8; 8];
+    if crate::capture::read_mem(pid, ra.wrapping_sub(8), &mut b) != 8 {
+        return false;
+    }
+    match crate::unwind::call_before(&b) {
+        None => false,
+        Some(None) => true,
+        Some(Some(rel)) => {
+            let target = ra.wrapping_add(rel as i64 as u64);
+            match mods.find(callee) {
+                Some(c) if std::ptr::eq(c, m) => m.func_start(m.svma(target)) == m.func_start(m.svma(callee)),
+                // Into another module only through a PLT stub: a jump
+                // through the GOT (after endbr64 and a bnd prefix, if any).
+                _ => {
+                    let mut t = [0u8; 8];
+                    crate::capture::read_mem(pid, target, &mut t) == 8 && {
+                        let t = if t[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { &t[4..] } else { &t[..] };
+                        let t = if t[0] == 0xf2 { &t[1..] } else { t };
+                        t[..2] == [0xff, 0x25]
+                    }
+                }
+            }
+        }
+    }
+}

@@ -315,7 +315,7 @@ pub struct FileIo {
 /// The file operation `regs` show a thread in or just leaving (a thread in
 /// disk wait stops only as its syscall returns: `orig_ax` still holds the
 /// call and the argument registers are preserved across it).
-pub fn file_io(pid: i32, regs: &crate::capture::Regs) -> Option<FileIo> {
+pub fn file_io(pid: i32, regs: &crate::regs::Regs) -> Option<FileIo> {
     let (syscall, counted) = match regs.orig_ax {
         0 => ("read", true),
         1 => ("write", true),

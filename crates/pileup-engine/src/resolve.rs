@@ -14,11 +14,12 @@ use std::ops::Range;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use serde::Serialize;
 
-use crate::capture::Regs;
 use crate::error::StacksError;
+use crate::modules::{self, call_into};
+use crate::proc;
+use crate::regs::Regs;
 use crate::symbolize::{Frame, SymbolCache};
 use crate::unwind::{self, Unwound};
-use crate::{call_into, modules, proc};
 
 /// Where a data address lies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]

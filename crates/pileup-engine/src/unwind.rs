@@ -6,7 +6,7 @@
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Unwinder};
 
-use crate::capture::Regs;
+use crate::regs::Regs;
 
 /// Frames deeper than this are cut (mysqld stacks are far shallower; a
 /// runaway unwind on garbage must not loop).

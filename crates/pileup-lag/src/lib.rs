@@ -238,7 +238,7 @@ pub fn sample(
         debug_dirs: pileup_engine::default_debug_dirs(),
         // Debug files already in the debuginfod cache; nothing fetched
         // before a capture that must not wait.
-        debuginfod: Some(pileup_engine::debuginfod::DebuginfodOptions::cache_only()),
+        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
         debuginfod_wait: true,
     };
     let mut s = Sampler::new(pid, opts, Some(sql))?;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::Category;
+use crate::classify::Category;
 
 /// What the stalls of a sampling period add up to.
 #[derive(Debug, Clone, Default, Serialize)]

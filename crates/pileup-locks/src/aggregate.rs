@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use pileup_engine::locks::LockKind;
+use pileup_engine::LockKind;
 use serde::Serialize;
 
 use crate::event::{WordStats, HIST_BUCKETS};

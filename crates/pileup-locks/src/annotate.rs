@@ -8,8 +8,9 @@
 
 use std::collections::HashSet;
 
-use pileup_engine::locks::{classify, LockKind, LockWait};
-use pileup_engine::symbolize::Frame;
+use pileup_engine::analysis::classify_lock_wait as classify;
+use pileup_engine::Frame;
+use pileup_engine::{LockKind, LockWait};
 
 use crate::event::Event;
 
@@ -30,7 +31,8 @@ pub fn lock_wait(frames: &[Frame], e: &Event, tids: &HashSet<i32>) -> LockWait {
     //   holder flag to bit 0, an srw_mutex (HOLDER = 1 << 31);
     // * odd, 3 or more: an srw_mutex held (HOLDER = 1) with waiters (2 each),
     //   which is also how ssux_lock's writers and blocked readers wait.
-    let from_server = frames.get(1).and_then(|f| f.module.as_deref()).is_some_and(pileup_engine::proc::is_server_name);
+    let from_server =
+        frames.get(1).and_then(|f| f.module.as_deref()).is_some_and(pileup_engine::process::is_server_name);
     if labels.first() != Some(&"syscall") || !from_server || e.op & 127 != 0 {
         return w;
     }

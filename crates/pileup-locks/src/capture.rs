@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
+use crate::error::LocksError;
 use crate::event::{Event, Record, WordStats, HIST_BUCKETS};
-use crate::LocksError;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/futex.skel.rs"));

@@ -21,6 +21,7 @@
 pub mod aggregate;
 pub mod annotate;
 pub mod capture;
+mod error;
 pub mod event;
 pub mod ps;
 pub mod render;
@@ -29,29 +30,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pileup_engine::capture::Regs;
-use pileup_engine::resolve::{DataName, Resolver};
+use pileup_engine::Regs;
+use pileup_engine::{DataName, Resolver};
 use pileup_engine::{SqlSource, SqlThread, ThreadFilter};
 use serde::Serialize;
 
 pub use aggregate::LockEntry;
 pub use capture::Counters;
-
-#[derive(Debug, thiserror::Error)]
-pub enum LocksError {
-    #[error("pileup locks needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (missing: {0}); run it with sudo")]
-    Privileges(String),
-    #[error("eBPF tracing is not available here: {0}; with performance_schema on (performance_schema=ON and the wait/synch instruments), its events_waits_summary tables time the server's mutexes instead")]
-    NoEbpf(String),
-    #[error("performance_schema: {0}")]
-    PerformanceSchema(String),
-    #[error("eBPF: {0}")]
-    Ebpf(String),
-    #[error(transparent)]
-    Target(#[from] pileup_engine::StacksError),
-    #[error("{0}")]
-    Usage(String),
-}
+pub use error::LocksError;
 
 /// What to trace and how.
 #[derive(Debug, Clone)]
@@ -67,7 +53,7 @@ pub struct Options {
     pub debug_dirs: Vec<std::path::PathBuf>,
     /// Debug files the server's modules lack, from debuginfod's cache (and
     /// its servers), looked up before tracing starts.
-    pub debuginfod: Option<pileup_engine::debuginfod::DebuginfodOptions>,
+    pub debuginfod: Option<pileup_engine::debug_files::DebuginfodOptions>,
     /// Stacks, statements and holders kept per lock in the report.
     pub top: usize,
     /// Re-read the processlist at most this often.
@@ -140,7 +126,7 @@ impl Threads {
             read_at: Instant::now(),
             sql_error: None,
         };
-        t.tids = pileup_engine::proc::tids(pid)?.into_iter().collect();
+        t.tids = pileup_engine::process::tids(pid)?.into_iter().collect();
         t.read_sql();
         Ok(t)
     }
@@ -150,7 +136,7 @@ impl Threads {
             return;
         }
         self.read_at = Instant::now();
-        if let Ok(t) = pileup_engine::proc::tids(self.pid) {
+        if let Ok(t) = pileup_engine::process::tids(self.pid) {
             self.tids = t.into_iter().collect();
         }
         self.read_sql();
@@ -238,7 +224,7 @@ pub fn run(
             let holder = w.owner_tid.map(|t| {
                 let who = match known.sql_by_tid.get(&t) {
                     Some(s) => s.summary(120),
-                    None => pileup_engine::proc::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
+                    None => pileup_engine::process::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
                 };
                 (t, if who.is_empty() { format!("thread {t}") } else { format!("thread {t}: {who}") })
             });
@@ -347,7 +333,7 @@ pub fn run(
         thread_filter: opts.threads.clone(),
         counters,
         stack_budget_per_s: opts.stack_budget,
-        cpu_us: pileup_engine::proc::own_cpu_us(),
+        cpu_us: pileup_engine::process::own_cpu_us(),
         probe_cost,
         locks,
         notes,
@@ -393,7 +379,7 @@ pub fn run_performance_schema(
         thread_filter: None,
         counters: Counters::default(),
         stack_budget_per_s: 0,
-        cpu_us: pileup_engine::proc::own_cpu_us(),
+        cpu_us: pileup_engine::process::own_cpu_us(),
         probe_cost: None,
         locks,
         notes,

@@ -205,7 +205,7 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
                 "      {:.1} ms, {} wait(s): {}",
                 s.wait_ms,
                 s.events,
-                pileup_engine::annotate::one_line(&s.fingerprint, 160)
+                pileup_engine::one_line(&s.fingerprint, 160)
             )?;
         }
     }

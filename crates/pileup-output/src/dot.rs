@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
-use crate::{Options, Stacks};
+use crate::report::Options;
+use crate::stacks::Stacks;
 
 /// The call graph of `s`, weighted by its first value.
 pub fn dot(s: &Stacks, o: &Options, w: &mut dyn Write) -> std::io::Result<()> {

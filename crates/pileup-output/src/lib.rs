@@ -18,152 +18,19 @@
 //! ([`OutputError::Unsupported`]), never a file of the wrong kind.
 
 mod dot;
+mod format;
 mod profile;
 mod profile_text;
 pub mod proto;
+mod report;
 mod stacks;
 
 use std::io::Write;
-use std::path::Path;
 
-use serde::Serialize;
-
+pub use format::{Format, OutputError, FORMATS};
 pub use profile::profile_stacks;
+pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};
-
-/// An output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// The tool's own text (pt-pmp's for stacks).
-    Text,
-    /// Everything the tool found, as JSON.
-    Json,
-    /// Folded stacks for FlameGraph, inferno or speedscope.
-    Folded,
-    /// A flame graph (SVG).
-    Svg,
-    /// A Graphviz call graph weighted by the first value.
-    Dot,
-    /// A gzipped pprof profile (go tool pprof, Pyroscope, Parca).
-    Pprof,
-}
-
-/// Every format, in the order help lists them.
-pub const FORMATS: [Format; 6] = [Format::Text, Format::Json, Format::Folded, Format::Svg, Format::Dot, Format::Pprof];
-
-impl Format {
-    /// The format's name as `--format` takes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Text => "text",
-            Format::Json => "json",
-            Format::Folded => "folded",
-            Format::Svg => "svg",
-            Format::Dot => "dot",
-            Format::Pprof => "pprof",
-        }
-    }
-
-    /// A `--format` value: a name, or a common other name of it (`pmp`
-    /// for text, `collapsed` for folded, `flamegraph` for svg).
-    pub fn parse(s: &str) -> Result<Format, OutputError> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "text" | "txt" | "pmp" => Format::Text,
-            "json" => Format::Json,
-            "folded" | "collapsed" => Format::Folded,
-            "svg" | "flamegraph" => Format::Svg,
-            "dot" | "graphviz" => Format::Dot,
-            "pprof" => Format::Pprof,
-            _ => return Err(OutputError::UnknownFormat(s.to_string())),
-        })
-    }
-
-    /// The format an output file's name asks for: `.txt`, `.json`,
-    /// `.folded`, `.svg`, `.dot`/`.gv`, `.pb.gz`/`.pb`/`.pprof`. A name
-    /// without an extension is text; any other extension is an error.
-    pub fn from_path(p: &Path) -> Result<Format, OutputError> {
-        let Some(ext) = p.extension().and_then(|e| e.to_str()) else {
-            return Ok(Format::Text);
-        };
-        Ok(match ext.to_ascii_lowercase().as_str() {
-            "txt" | "text" | "pmp" | "log" => Format::Text,
-            "json" => Format::Json,
-            "folded" | "collapsed" => Format::Folded,
-            "svg" => Format::Svg,
-            "dot" | "gv" => Format::Dot,
-            "pb" | "pprof" | "gz" => Format::Pprof,
-            _ => return Err(OutputError::UnknownExtension(p.display().to_string())),
-        })
-    }
-
-    /// Whether the format is binary (not for a terminal).
-    pub fn is_binary(self) -> bool {
-        self == Format::Pprof
-    }
-
-    /// The format chosen by `--format` if given, else by the `-o` file's
-    /// extension, else text.
-    pub fn choose(format: Option<&str>, output: Option<&Path>) -> Result<Format, OutputError> {
-        match (format, output) {
-            (Some(f), _) => Format::parse(f),
-            (None, Some(p)) => Format::from_path(p),
-            (None, None) => Ok(Format::Text),
-        }
-    }
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum OutputError {
-    #[error("unknown format '{0}': choose text, json, folded, svg, dot or pprof")]
-    UnknownFormat(String),
-    #[error(
-        "{0}: unknown extension; name the file .txt, .json, .folded, .svg, .dot or .pb.gz, or choose with --format"
-    )]
-    UnknownExtension(String),
-    #[error("{tool} has no stacks to write as {format}; choose text or json")]
-    Unsupported { tool: &'static str, format: Format },
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
-
-/// Switches shared by the formats.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Text: only the primary lines (pt-pmp's, for stacks), no annotations.
-    pub plain: bool,
-    /// Text: how many of the first entries to show in detail (locks).
-    pub detail: usize,
-    /// Folded/svg/dot/pprof: root each stack at its thread's role or name,
-    /// where the tool knows it.
-    pub thread_root: bool,
-    /// Dot: hide nodes under this share of the first value (percent).
-    pub dot_min_pct: f64,
-    /// A title in place of the tool's own (svg, dot).
-    pub title: Option<String>,
-}
-
-/// A tool's result, as every format sees it.
-pub trait Report: Serialize {
-    /// The tool's name, for messages.
-    fn tool(&self) -> &'static str;
-    /// The tool's own text.
-    fn text(&self, o: &Options, w: &mut dyn Write) -> std::io::Result<()>;
-    /// Its stacks, root first and weighted; `None` when it has none.
-    fn stacks(&self, _o: &Options) -> Option<Stacks> {
-        None
-    }
-    /// A pprof profile richer than one built from [`Report::stacks`]
-    /// (addresses and mappings), when the tool has one.
-    fn pprof(&self, _o: &Options) -> Option<proto::PProfile> {
-        None
-    }
-}
 
 /// Write `r` in format `f`.
 pub fn render<R: Report + ?Sized>(r: &R, f: Format, o: &Options, w: &mut dyn Write) -> Result<(), OutputError> {
@@ -186,29 +53,4 @@ pub fn render<R: Report + ?Sized>(r: &R, f: Format, o: &Options, w: &mut dyn Wri
 
 fn stacks_of<R: Report + ?Sized>(r: &R, format: Format, o: &Options) -> Result<Stacks, OutputError> {
     r.stacks(o).ok_or(OutputError::Unsupported { tool: r.tool(), format })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extensions_name_one_format_for_every_tool_and_unknown_ones_are_refused() {
-        let f = |p: &str| Format::from_path(Path::new(p));
-        assert_eq!(f("x.pb.gz").unwrap(), Format::Pprof);
-        assert_eq!(f("x.pprof").unwrap(), Format::Pprof);
-        assert_eq!(f("x.SVG").unwrap(), Format::Svg);
-        assert_eq!(f("x.gv").unwrap(), Format::Dot);
-        assert_eq!(f("x.folded").unwrap(), Format::Folded);
-        assert_eq!(f("x.json").unwrap(), Format::Json);
-        assert_eq!(f("x.txt").unwrap(), Format::Text);
-        assert_eq!(f("report").unwrap(), Format::Text);
-        let e = f("x.png").unwrap_err().to_string();
-        assert!(e.starts_with("x.png: unknown extension"), "{e}");
-        assert_eq!(Format::choose(Some("pmp"), Some(Path::new("a.png"))).unwrap(), Format::Text);
-        assert!(Format::parse("png").is_err());
-        for f in FORMATS {
-            assert_eq!(Format::parse(f.name()).unwrap(), f);
-        }
-    }
 }

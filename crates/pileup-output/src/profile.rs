@@ -7,7 +7,8 @@ use std::io::Write;
 use pileup_engine::Profile;
 
 use crate::proto::{Function, Label, Line, Location, Mapping, PProfile, PSample, Strings, ValueType};
-use crate::{Options, Report, Stack, Stacks};
+use crate::report::{Options, Report};
+use crate::stacks::{Stack, Stacks};
 
 impl Report for Profile {
     fn tool(&self) -> &'static str {

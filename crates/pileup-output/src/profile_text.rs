@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
-use crate::Options;
-use pileup_engine::aggregate::group;
+use crate::report::Options;
+use pileup_engine::analysis::group;
 use pileup_engine::Profile;
 
 pub fn pmp(p: &Profile, o: &Options, w: &mut dyn Write) -> std::io::Result<()> {
@@ -28,7 +28,7 @@ fn ms(us: u64) -> String {
 
 /// The human part: who the process is, what the capture cost, how complete
 /// the symbols are, lock owners, and the SQL behind the biggest groups.
-pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::aggregate::StackGroup]) -> Vec<String> {
+pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackGroup]) -> Vec<String> {
     let mut out = vec![];
     out.push(format!(
         "pileup stacks: pid {} {}{}, {} sample(s), {} thread stacks, {} mode",
@@ -143,7 +143,7 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::aggregate::Stack
                 .statements
                 .iter()
                 .take(3)
-                .map(|(q, n)| format!("{n}× `{}`", pileup_engine::annotate::one_line(q, 100)))
+                .map(|(q, n)| format!("{n}× `{}`", pileup_engine::one_line(q, 100)))
                 .collect();
             s.push_str(&format!(" running {}", st.join(", ")));
         } else if g.sql.len() == 1 {

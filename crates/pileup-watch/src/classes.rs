@@ -116,7 +116,7 @@ pub struct SampleView {
 pub struct ThreadView {
     pub state: char,
     pub frames: Vec<String>,
-    pub file: Option<pileup_engine::proc::FileIo>,
+    pub file: Option<pileup_engine::process::FileIo>,
     /// A client connection's thread (not the server's own, which
     /// performance_schema also lists with a processlist id).
     pub connection: bool,
@@ -704,7 +704,7 @@ mod tests {
         let reading = ThreadView {
             state: 'D',
             frames: vec!["pread64".to_string()],
-            file: Some(pileup_engine::proc::FileIo {
+            file: Some(pileup_engine::process::FileIo {
                 syscall: "pread64",
                 path: "/data/db/t1.ibd".into(),
                 bytes: Some(16384),
@@ -735,7 +735,7 @@ mod tests {
     fn a_client_writing_zeros_into_a_data_file_is_extending_it() {
         let ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
         let io = |path: &str, bytes| {
-            Some(pileup_engine::proc::FileIo { syscall: "pwrite64", path: path.into(), bytes: Some(bytes) })
+            Some(pileup_engine::process::FileIo { syscall: "pwrite64", path: path.into(), bytes: Some(bytes) })
         };
         let t = |file, connection| ThreadView { state: 'D', frames: vec!["pwrite64".into()], file, connection, tid: 0 };
         // The page cleaner's doublewrite batch and a client's page write are not.
@@ -759,7 +759,7 @@ mod tests {
             threads: vec![ThreadView {
                 state: 'S',
                 frames: vec!["fallocate64".into(), "mariadbd+0x1234".into()],
-                file: Some(pileup_engine::proc::FileIo {
+                file: Some(pileup_engine::process::FileIo {
                     syscall: "fallocate",
                     path: "/d/db/t.ibd".into(),
                     bytes: None,
@@ -800,7 +800,7 @@ mod tests {
         let syncing = |path: &str| ThreadView {
             state: 'D',
             frames: vec!["__GI_fdatasync".into()],
-            file: Some(pileup_engine::proc::FileIo { syscall: "fdatasync", path: path.into(), bytes: None }),
+            file: Some(pileup_engine::process::FileIo { syscall: "fdatasync", path: path.into(), bytes: None }),
             connection: false,
             tid: 0,
         };
@@ -852,7 +852,7 @@ mod tests {
         let writer = ThreadView {
             state: 'D',
             frames: vec!["__GI___pwrite64".into()],
-            file: Some(pileup_engine::proc::FileIo {
+            file: Some(pileup_engine::process::FileIo {
                 syscall: "pwrite64",
                 path: "/d/ib_logfile0".into(),
                 bytes: Some(16 << 20),

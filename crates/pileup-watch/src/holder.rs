@@ -156,7 +156,7 @@ fn is_server_thread(c: &Conn) -> bool {
 }
 
 fn short(s: &str) -> String {
-    pileup_engine::annotate::one_line(s, 80)
+    pileup_engine::one_line(s, 80)
 }
 
 /// Modes that block others on a table, strongest first.

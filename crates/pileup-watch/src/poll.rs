@@ -87,7 +87,7 @@ impl Poller {
         let mut conn_tids = None;
         // Read before the connections are listed, so a thread missing from
         // both is one that came after the list.
-        let known_tids = self.pid.and_then(|p| pileup_engine::proc::tids(p).ok());
+        let known_tids = self.pid.and_then(|p| pileup_engine::process::tids(p).ok());
         // The OS's counters are read at the poll's time stamp, before the
         // SQL, which a stall can hold up for seconds: their rates are over
         // the interval between time stamps.

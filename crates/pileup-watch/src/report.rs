@@ -268,7 +268,7 @@ fn pileup_text(p: &LockPileup) -> String {
     let mut s =
         format!("{} connection(s) wait for a {}, the oldest for {:.1} s", p.waiting, p.class.describe(), p.oldest_s);
     if let Some((c, stmt)) = &p.head {
-        let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_engine::annotate::one_line(stmt, 120));
+        let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_engine::one_line(stmt, 120));
     }
     let _ = match p.sureness {
         Some(Sureness::Exact) => write!(s, "; holder read {}", p.why),

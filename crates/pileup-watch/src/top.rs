@@ -298,7 +298,7 @@ fn busiest(conn: &mut mysql::Conn) -> Result<Vec<Running>> {
             user: u.unwrap_or_default(),
             secs: t.unwrap_or(0.0),
             state: s.unwrap_or_default(),
-            info: pileup_engine::annotate::one_line(&i.unwrap_or_default(), 200),
+            info: pileup_engine::one_line(&i.unwrap_or_default(), 200),
         })
         .collect())
 }

@@ -38,7 +38,7 @@ pub fn pl_summary(ev: &Evidence, id: u64) -> String {
             let g = |k: &str| r.get(k).cloned().unwrap_or_default();
             let info = r
                 .get("info")
-                .map(|i| format!(" running `{}`", pileup_engine::annotate::one_line(i, 160)))
+                .map(|i| format!(" running `{}`", pileup_engine::one_line(i, 160)))
                 .unwrap_or_else(|| " (idle)".into());
             format!(
                 "connection {id} ({}@{}, {} for {}s){info}",
@@ -141,8 +141,8 @@ pub fn verdict(ev: &Evidence) -> String {
     if let Some(e) = &ev.sql_error {
         // Where the working threads are; the most common stack when none
         // works (idle connections in poll() would lead it otherwise).
-        let working = ev.profile.as_ref().and_then(|p| pileup_engine::aggregate::where_time_went_line(&p.stacks, 3));
-        let top = ev.profile.as_ref().and_then(|p| pileup_engine::aggregate::group(p).into_iter().next());
+        let working = ev.profile.as_ref().and_then(|p| pileup_engine::analysis::where_time_went_line(&p.stacks, 3));
+        let top = ev.profile.as_ref().and_then(|p| pileup_engine::analysis::group(p).into_iter().next());
         let stack = match (working, top) {
             (Some(w), _) => format!("; {w}"),
             (None, Some(g)) => format!(
@@ -158,10 +158,10 @@ pub fn verdict(ev: &Evidence) -> String {
     // poll() for their client or waiting on a condition, are left out: on a
     // busy server they are the most common stack and explain nothing).
     if let Some(p) = &ev.profile {
-        if let Some(line) = pileup_engine::aggregate::where_time_went_line(&p.stacks, 3) {
+        if let Some(line) = pileup_engine::analysis::where_time_went_line(&p.stacks, 3) {
             return format!("no lock culprit found; {line}");
         }
-        if let Some(g) = pileup_engine::aggregate::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
+        if let Some(g) = pileup_engine::analysis::group(p).into_iter().find(|g| g.statements.iter().any(|_| true)) {
             return format!(
                 "no lock culprit found; busiest stack with SQL ({} thread-samples): {}",
                 g.count,

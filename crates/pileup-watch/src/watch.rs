@@ -361,14 +361,9 @@ fn spawn_scan(
     std::thread::spawn(move || {
         // The thread cache's futex word, by the server's exported symbols
         // (MariaDB's `thread_cache`, older servers' `COND_thread_cache`).
-        let parked_at: Box<dyn FnMut(u64) -> bool> = match pileup_engine::resolve::Resolver::new(
-            pid,
-            any_process,
-            false,
-            &[],
-        ) {
+        let parked_at: Box<dyn FnMut(u64) -> bool> = match pileup_engine::Resolver::new(pid, any_process, false, &[]) {
             Ok(r) => Box::new(
-                move |w| matches!(r.data_name(w), pileup_engine::resolve::DataName::Symbol { symbol, .. } if symbol.contains("thread_cache")),
+                move |w| matches!(r.data_name(w), pileup_engine::DataName::Symbol { symbol, .. } if symbol.contains("thread_cache")),
             ),
             Err(e) => {
                 tracing::debug!(

@@ -316,13 +316,13 @@ fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothi
     assert!(cache.join(&id).join("debuginfo").is_file(), "kept in the client cache, as elfutils keeps it");
     // What `pileup watch` does at start: fill the cache for the captures.
     let filled = dir.join("cache-watch");
-    let o = pileup_engine::debuginfod::DebuginfodOptions {
+    let o = pileup_engine::debug_files::DebuginfodOptions {
         urls: vec![url.clone()],
         cache_dir: filled.clone(),
         timeout: Duration::from_secs(30),
         on_progress: None,
     };
-    let notes = pileup_engine::debuginfod::fill_cache(p.0.id() as i32, std::slice::from_ref(&none), &o);
+    let notes = pileup_engine::debug_files::fill_cache(p.0.id() as i32, std::slice::from_ref(&none), &o);
     assert!(notes.iter().any(|n| n.contains("debug info for prog fetched")), "{notes:?}");
     let (l, sym, _) = names_with_cache(p.0.id(), &filled, &["--debug-dir", none.to_str().unwrap(), "--no-debuginfod"]);
     assert!(named(&l) && sym.starts_with("debug file from debuginfod"), "the cache alone names it: {l:?} {sym}");

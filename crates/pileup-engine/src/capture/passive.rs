@@ -32,12 +32,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::memory::{copy_stack, read_mem};
 use super::perf::{self, Event};
 use super::queued::TaskRegs;
-use super::{
-    copy_stack, finish, read_mem, CaptureOptions, Missed, RawSample, RawThread, Regs, FUTEX_BEFORE, FUTEX_WINDOW,
-};
+use super::types::{finish, CaptureOptions, Missed, RawSample, RawThread};
 use crate::proc::{parse_syscall, schedstat, MapEntry, SyscallState, SYS_FUTEX};
+use crate::regs::{Regs, FUTEX_BEFORE, FUTEX_WINDOW};
 
 /// What a syscall interrupted by a ptrace stop returns (`-ERESTARTSYS`):
 /// a blocked thread read here is recorded as the stop would have seen it.

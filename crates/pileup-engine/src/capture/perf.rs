@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use perf_event_open_sys as sys;
 use sys::bindings as b;
 
-use super::Regs;
+use crate::regs::Regs;
 
 /// Registers sampled, in the kernel's order (ascending `PERF_REG_X86_*`):
 /// AX, SI, DI, BP, SP, IP.

@@ -23,7 +23,7 @@
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use super::Regs;
+use crate::regs::Regs;
 
 /// The compiled iterator (built by build.rs).
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/task_regs.bpf.o"));

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pileup_engine::debuginfod::DebuginfodOptions;
+use pileup_engine::debug_files::DebuginfodOptions;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DebugFileArgs {
@@ -55,7 +55,7 @@ impl DebugFileArgs {
     /// [`DebugFileArgs::debuginfod`] drawing a bar in `bars` for each fetch
     /// ("fetching debug info for mariadbd [====>   ] 45/212 MiB").
     pub fn debuginfod_with_bars(&self, bars: &indicatif::MultiProgress) -> DebuginfodOptions {
-        use pileup_engine::debuginfod::{FetchProgress, OnProgress};
+        use pileup_engine::debug_files::{FetchProgress, OnProgress};
         let mut o = self.debuginfod();
         let bars = bars.clone();
         let current = std::sync::Mutex::new(None::<indicatif::ProgressBar>);

@@ -71,7 +71,7 @@ impl Profiler {
         pileup_output::profile_stacks(&p, true).folded(&mut folded)?;
         pileup_files::write_private_bytes(path, &folded)
             .with_context(|| format!("writing the load profile to {}", path.display()))?;
-        let shares = pileup_engine::aggregate::where_time_went(&p.stacks, 12);
+        let shares = pileup_engine::analysis::where_time_went(&p.stacks, 12);
         let samples = p.stops.samples;
         if json {
             println!(

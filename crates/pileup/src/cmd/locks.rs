@@ -120,7 +120,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         }
         Err(e) => return Err(e.into()),
     }
-    pileup_engine::proc::check_target(pid, a.any_process)?;
+    pileup_engine::process::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
     let opts = Options {
         pid,

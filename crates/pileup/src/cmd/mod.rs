@@ -39,7 +39,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 pub fn parse_pid(arg: &str) -> anyhow::Result<i32> {
     use anyhow::Context;
     match arg {
-        "auto" => Ok(pileup_engine::proc::auto_pid()?),
+        "auto" => Ok(pileup_engine::process::auto_pid()?),
         p => p
             .parse::<i32>()
             .ok()
@@ -54,7 +54,7 @@ pub fn parse_pid(arg: &str) -> anyhow::Result<i32> {
 /// and, when there is none, why (for the start-up line).
 pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Result<(Option<i32>, Option<String>)> {
     use anyhow::Context;
-    use pileup_engine::proc::{auto_pid, server_listening_on, Listener};
+    use pileup_engine::process::{auto_pid, server_listening_on, Listener};
     match arg {
         "none" => Ok((None, Some("--pid none".into()))),
         "auto" => {

@@ -148,7 +148,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     };
     let targets = targets(a.format, &a.output)?;
     // Check the target before connecting anywhere.
-    pileup_engine::proc::check_target(pid, a.any_process)?;
+    pileup_engine::process::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
 
     // Progress bars on a terminal: debug info being fetched, samples taken.

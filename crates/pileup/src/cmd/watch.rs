@@ -119,7 +119,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
-        pileup_engine::proc::check_target(p, a.any_process)?;
+        pileup_engine::process::check_target(p, a.any_process)?;
     }
     if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
         bail!("--link-mbps must be a positive number");
@@ -167,7 +167,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
     if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
-        use pileup_engine::debuginfod::{self as d, DebuginfodOptions};
+        use pileup_engine::debug_files::{self as d, DebuginfodOptions};
         let o = if a.debuginfod.is_empty() {
             DebuginfodOptions::from_env()
         } else {

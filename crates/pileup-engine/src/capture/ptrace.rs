@@ -1,111 +1,20 @@
-//! Capture: stop threads as briefly as possible and copy what unwinding needs.
-//!
-//! For each thread: `PTRACE_SEIZE` (no stop, and — unlike `PTRACE_ATTACH` — the
-//! kernel resumes the thread by itself if pileup dies), `PTRACE_INTERRUPT`,
-//! wait for the stop, read the registers, copy the live part of the stack with
-//! `process_vm_readv`, read the futex word the thread is blocked on (for lock
-//! owners), then `PTRACE_DETACH`. While threads are held only the checks
-//! that keep a consistent snapshot true run (sleepers' scheduler counters
-//! and lock words): unwinding and symbolizing run later on the copies.
-//!
-//! All ptrace work runs on a dedicated OS thread created for the capture. The
-//! kernel ties tracees to the tracing *thread*: when that thread exits, every
-//! thread it still traces is detached and resumed. So if the `--max-stop-ms`
-//! budget runs out while some thread has not even stopped yet (blocked in an
-//! uninterruptible syscall, say), the capture thread detaches what it holds and
-//! returns, and the kernel releases the rest: pileup never waits on the server.
-//!
-//! Modes:
-//! * `Consistent`: one true snapshot of every thread at one instant. Threads
-//!   blocked in the kernel (idle connections in `poll`, waiters in `futex`,
-//!   disk waits) cannot change until they wake, so they are read where they
-//!   sleep, without a stop ([`passive`]); the others are interrupted and
-//!   copied as each stops. While those are held, each sleeper is checked by
-//!   its scheduler counters: asleep throughout, its lock word is read again;
-//!   if it ran since, it is interrupted in a further phase. The held threads
-//!   are then released together; an interrupted thread still queued for a
-//!   CPU runs none of its own code before it stops, so it is copied when it
-//!   does and let go at once, without holding the others meanwhile.
-//! * `Rolling`: one thread at a time — the least stop for any single thread,
-//!   but threads are seen at slightly different moments.
-//! * `Passive`: no thread is stopped at all ([`passive`]): blocked threads
-//!   are read as they sleep, running ones sampled on their CPU by a perf
-//!   event. For one or a few threads sampled for a long time.
+//! Consistent and rolling capture: threads stopped with ptrace on a
+//! capture thread of their own (see the module docs of [`super`]).
 
-use std::io::IoSliceMut;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use serde::Serialize;
 
-pub mod passive;
-pub mod perf;
-pub mod queued;
-
-/// Tests that keep a spinning process on CPU 0 and look at what runs there
-/// take turns: run at once, each would see the other's spinner.
-#[cfg(test)]
-pub(crate) static CPU0_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+use super::memory::{copy_stack, read_mem};
+use super::passive;
+use super::types::{finish, CaptureOptions, Missed, RawSample, RawThread};
 use crate::error::{tracer_of, StacksError};
-use crate::proc::{find_map, MapEntry, SYS_FUTEX};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// All threads stopped together: one true snapshot, window as short as possible.
-    Consistent,
-    /// One thread at a time: the least stop for any single thread.
-    Rolling,
-    /// No thread stopped: blocked threads read as they sleep, running ones
-    /// sampled on their CPU (perf events). The default with --threads.
-    Passive,
-}
-
-impl Mode {
-    /// Every mode, for help and parsing.
-    pub const ALL: [Mode; 3] = [Mode::Consistent, Mode::Rolling, Mode::Passive];
-
-    /// A mode by its name.
-    pub fn parse(s: &str) -> Option<Mode> {
-        Mode::ALL.into_iter().find(|m| m.name() == s)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Consistent => "consistent",
-            Mode::Rolling => "rolling",
-            Mode::Passive => "passive",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct CaptureOptions {
-    pub mode: Mode,
-    /// Upper bound on the stack bytes copied per thread.
-    pub stack_bytes: usize,
-    /// Longest any thread may stay stopped (consistent: the whole window).
-    pub max_stop: Duration,
-    /// Run the capture thread at real-time priority for the stop window.
-    pub raised_priority: bool,
-}
-
-impl Default for CaptureOptions {
-    fn default() -> Self {
-        CaptureOptions {
-            mode: Mode::Consistent,
-            stack_bytes: 256 * 1024,
-            max_stop: Duration::from_millis(200),
-            raised_priority: true,
-        }
-    }
-}
+use crate::proc::{MapEntry, SYS_FUTEX};
+use crate::regs::{Regs, FUTEX_BEFORE, FUTEX_WINDOW};
 
 /// Real-time priority for the capture thread while it holds threads
 /// stopped. On a saturated server the capture thread is one runnable task
@@ -142,156 +51,6 @@ impl Drop for RaisedPriority {
     }
 }
 
-/// The registers unwinding and annotation need (x86_64).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Regs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-    /// Syscall number if the thread was stopped inside one (`orig_rax`), else -1.
-    pub orig_ax: i64,
-    pub ax: i64,
-    /// First syscall argument (the futex address for futex waits).
-    pub di: u64,
-    pub si: u64,
-    /// Third syscall argument (the byte count of a read or write).
-    pub dx: u64,
-}
-
-impl Regs {
-    /// The syscall the thread was blocked in when interrupted, if any.
-    /// A syscall interrupted by the stop returns one of the -ERESTART* codes
-    /// and is restarted transparently when the thread resumes.
-    pub fn blocked_syscall(&self) -> Option<u64> {
-        (self.orig_ax >= 0 && (-516..=-512).contains(&self.ax)).then_some(self.orig_ax as u64)
-    }
-}
-
-/// Bytes copied before the futex word: rwlock waiters block on a field inside
-/// the lock (offset 8 or 12), not at its start.
-pub const FUTEX_BEFORE: u64 = 16;
-pub const FUTEX_WINDOW: usize = 48;
-
-/// What was copied from one stopped thread.
-#[derive(Debug, Clone, Default)]
-pub struct RawThread {
-    pub tid: i32,
-    pub regs: Regs,
-    /// Address of `stack[0]` (the stack pointer at the stop).
-    pub stack_addr: u64,
-    pub stack: Vec<u8>,
-    /// When blocked in futex: the futex address and the [`FUTEX_WINDOW`]
-    /// bytes starting [`FUTEX_BEFORE`] bytes before it (lock owner lookup).
-    pub futex: Option<(u64, [u8; FUTEX_WINDOW])>,
-    /// Stopped after the threads held for the snapshot were let go (it was
-    /// queued for a CPU until then). It ran no code of its own since its
-    /// interrupt, inside the snapshot, so its frames are the snapshot's; but
-    /// a system call it was inside then has finished (it shows just after
-    /// the call), and the lock word it waits on was read later.
-    pub late: bool,
-    /// How long this thread was stopped (µs), from the interrupt to the detach.
-    pub stopped_us: u64,
-    /// The part of that after it had stopped (µs): the time it was held.
-    /// The rest, from the interrupt to the stop, it spent getting a CPU to
-    /// enter the stop (or waking from a sleep): time in which it would not
-    /// have run its own code either.
-    pub held_us: u64,
-}
-
-/// A thread we could not capture, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Missed {
-    pub tid: i32,
-    pub reason: String,
-}
-
-/// Timing and counts of one capture.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct CaptureStats {
-    pub mode: String,
-    pub threads_listed: usize,
-    pub threads_captured: usize,
-    pub threads_missed: usize,
-    pub threads_appeared: usize,
-    /// From the first interrupt until the held threads are let go (µs);
-    /// threads stopped late are not held in it (see `stopped_late`).
-    pub window_us: u64,
-    /// The longest any single thread was stopped (µs), from its interrupt to
-    /// its detach: for a thread stopped late, mostly its wait for a CPU.
-    pub max_thread_stop_us: u64,
-    /// Median single-thread stop (µs).
-    pub median_thread_stop_us: u64,
-    /// The longest and the median time a thread was held once stopped (µs):
-    /// what the capture took from the server's threads. The difference to
-    /// the stop is time waiting for a CPU to enter the stop, which on a
-    /// saturated server is the run queue's wait, not the capture's cost.
-    pub max_thread_held_us: u64,
-    pub median_thread_held_us: u64,
-    /// Wall time of the capture call, including listing threads (µs).
-    pub capture_us: u64,
-    pub stack_bytes_copied: u64,
-    /// True when `--max-stop-ms` ran out and the capture was cut short.
-    pub budget_exceeded: bool,
-    /// Passive mode: threads read while blocked, and sampled on their CPU.
-    pub threads_read_blocked: usize,
-    pub threads_sampled_on_cpu: usize,
-    /// Of those, sampled with an event attached to the thread (CPU events
-    /// or the task iterator could not be had): see [`perf`].
-    pub threads_sampled_by_thread_event: usize,
-    /// Passive mode: runnable threads read while waiting for a CPU
-    /// ([`queued`]).
-    pub threads_read_queued: usize,
-    /// Consistent mode: threads read asleep that had run by the time the
-    /// others were held (interrupted in a further phase).
-    pub woke_after_read: usize,
-    /// Consistent mode: how long the sleeper checks held the threads
-    /// already stopped (µs), part of `window_us`.
-    pub checks_us: u64,
-    /// Consistent mode: threads that were queued for a CPU when the others
-    /// were let go, copied when they stopped (see `max_thread_stop_us`).
-    pub stopped_late: usize,
-}
-
-pub struct RawSample {
-    pub threads: Vec<RawThread>,
-    pub missed: Vec<Missed>,
-    pub stats: CaptureStats,
-}
-
-/// Stop `tids` of `pid` and copy their registers and stacks. `maps` (read
-/// beforehand) bounds each stack copy at the end of its mapping.
-/// `asleep`: those of `tids` the caller just saw blocked (state S or D),
-/// which consistent mode reads where they sleep, without a stop.
-pub fn capture(
-    pid: i32,
-    tids: &[i32],
-    asleep: &[i32],
-    maps: &[MapEntry],
-    opts: &CaptureOptions,
-) -> Result<RawSample, StacksError> {
-    if !cfg!(target_arch = "x86_64") {
-        return Err(StacksError::UnsupportedArch);
-    }
-    if opts.mode == Mode::Passive {
-        return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
-    }
-    let tids = tids.to_vec();
-    let asleep = asleep.to_vec();
-    let maps = maps.to_vec();
-    let opts = opts.clone();
-    // A fresh OS thread per capture: see the module docs for why.
-    std::thread::Builder::new()
-        .name("pileup-capture".into())
-        .spawn(move || match opts.mode {
-            Mode::Consistent => capture_consistent(pid, &tids, &asleep, &maps, &opts),
-            Mode::Rolling => capture_rolling(pid, &tids, &maps, &opts),
-            Mode::Passive => unreachable!("passive capture runs on the caller's thread"),
-        })
-        .expect("spawning the capture thread")
-        .join()
-        .unwrap_or(Err(StacksError::ProcessExited(pid)))
-}
-
 enum Seized {
     Ok,
     Gone,
@@ -316,7 +75,7 @@ fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, StacksError> {
 /// The thread is on its way out: a zombie or dead, or flagged exiting
 /// (PF_EXITING, while it still shows R or D) — the kernel refuses to trace
 /// such a thread.
-fn exiting(pid: i32, tid: i32) -> bool {
+pub(crate) fn exiting(pid: i32, tid: i32) -> bool {
     crate::proc::exiting(pid, tid)
 }
 
@@ -480,17 +239,6 @@ impl Drop for DeadlineTimer {
     }
 }
 
-/// A thread's stack from `sp` up to the end of its mapping, at most
-/// `stack_bytes`.
-fn copy_stack(pid: i32, sp: u64, maps: &[MapEntry], stack_bytes: usize) -> Vec<u8> {
-    let end = find_map(maps, sp).map(|m| m.end).unwrap_or(sp.saturating_add(stack_bytes as u64));
-    let len = (end.saturating_sub(sp) as usize).min(stack_bytes);
-    let mut stack = vec![0u8; len];
-    let got = read_mem(pid, sp, &mut stack);
-    stack.truncate(got);
-    stack
-}
-
 fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Option<RawThread> {
     let r = ptrace::getregs(Pid::from_raw(tid)).ok()?;
     let regs = Regs {
@@ -512,17 +260,6 @@ fn read_thread(pid: i32, tid: i32, maps: &[MapEntry], stack_bytes: usize) -> Opt
         None
     };
     Some(RawThread { tid, regs, stack_addr: sp, stack, futex, late: false, stopped_us: 0, held_us: 0 })
-}
-
-/// Copy remote memory; returns how many bytes were read (partial at a fault).
-pub fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
-    if buf.is_empty() {
-        return 0;
-    }
-    let len = buf.len();
-    let mut local = [IoSliceMut::new(buf)];
-    let remote = [RemoteIoVec { base: addr as usize, len }];
-    process_vm_readv(Pid::from_raw(pid), &mut local, &remote).unwrap_or(0)
 }
 
 fn detach(tid: i32, sig: Option<Signal>) {
@@ -721,7 +458,7 @@ impl Stops<'_> {
     }
 }
 
-fn capture_consistent(
+pub(super) fn capture_consistent(
     pid: i32,
     all_tids: &[i32],
     asleep: &[i32],
@@ -974,7 +711,12 @@ fn release_all(tids: &[i32]) -> Vec<i32> {
     left
 }
 
-fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions) -> Result<RawSample, StacksError> {
+pub(super) fn capture_rolling(
+    pid: i32,
+    tids: &[i32],
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+) -> Result<RawSample, StacksError> {
     let priority = RaisedPriority::raise(opts.raised_priority);
     let t0 = Instant::now();
     let mut missed = vec![];
@@ -1048,52 +790,4 @@ fn capture_rolling(pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOpti
     drop(priority);
     release_all(&lingering); // the rest are released when this thread exits
     Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "rolling"))
-}
-
-pub(crate) fn finish(
-    tids: &[i32],
-    mut threads: Vec<RawThread>,
-    missed: Vec<Missed>,
-    window_us: u64,
-    t0: Instant,
-    budget_exceeded: bool,
-    mode: &str,
-) -> RawSample {
-    threads.sort_by_key(|t| t.tid);
-    // The longest and the median of a per-thread figure.
-    let stopped: Vec<&RawThread> = threads.iter().filter(|t| t.stopped_us > 0 || t.held_us > 0).collect();
-    let max_median = |f: fn(&RawThread) -> u64| {
-        let mut v: Vec<u64> = stopped.iter().map(|t| f(t)).collect();
-        v.sort_unstable();
-        (v.last().copied().unwrap_or(0), v.get(v.len() / 2).copied().unwrap_or(0))
-    };
-    // Threads read without a stop (in disk wait) stopped for no time: the
-    // figures are of the threads stopped.
-    let (max_stop, median_stop) = max_median(|t| t.stopped_us);
-    let (max_held, median_held) = max_median(|t| t.held_us);
-    let stats = CaptureStats {
-        mode: mode.into(),
-        threads_listed: tids.len(),
-        threads_captured: threads.len(),
-        threads_missed: missed.len(),
-        // Threads created meanwhile: the sampler knows every thread it
-        // listed (this capture may have been given a few of them).
-        threads_appeared: 0,
-        window_us,
-        max_thread_stop_us: max_stop,
-        median_thread_stop_us: median_stop,
-        max_thread_held_us: max_held,
-        median_thread_held_us: median_held,
-        capture_us: t0.elapsed().as_micros() as u64,
-        stack_bytes_copied: threads.iter().map(|t| t.stack.len() as u64).sum(),
-        budget_exceeded,
-        threads_read_blocked: 0,
-        threads_sampled_on_cpu: 0,
-        threads_sampled_by_thread_event: 0,
-        threads_read_queued: 0,
-        woke_after_read: 0,
-        checks_us: 0,
-        stopped_late: 0,
-    };
-    RawSample { threads, missed, stats }
 }

@@ -1,0 +1,711 @@
+//! The sampler: loads a process's modules once, then takes samples (capture,
+//! unwind, symbolize, annotate, count) and builds the [`Profile`].
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use regex::Regex;
+
+use crate::annotate::{self, Role, SqlSource, SqlThread};
+use crate::capture::{self, CaptureOptions, Mode};
+use crate::error::StacksError;
+use crate::locks::{self, LockGroup};
+use crate::profile::{ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
+use crate::{aggregate, debuginfod, modules, proc, symbolize, unwind};
+
+/// Which threads to sample.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadFilter {
+    pub tids: Vec<i32>,
+    pub name: Option<Regex>,
+    pub roles: Vec<Role>,
+}
+
+impl ThreadFilter {
+    pub fn is_all(&self) -> bool {
+        self.tids.is_empty() && self.name.is_none() && self.roles.is_empty()
+    }
+
+    /// Parse `--threads` values: comma-separated tids, role names, or
+    /// `name:REGEX` / `/REGEX/` for thread names.
+    pub fn parse(spec: &str) -> Result<ThreadFilter, String> {
+        let mut f = ThreadFilter::default();
+        for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if let Ok(t) = part.parse::<i32>() {
+                f.tids.push(t);
+            } else if let Some(r) = Role::parse(part) {
+                f.roles.push(r);
+            } else {
+                let re =
+                    part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
+                let Some(re) = re else {
+                    return Err(format!(
+                        "--threads '{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
+                    ));
+                };
+                f.name = Some(Regex::new(re).map_err(|e| {
+                    // The regex crate's message runs over several lines
+                    // (the pattern, a caret, the error): its last one says what is wrong.
+                    let why = e.to_string();
+                    format!("--threads name regex '{re}': {}", why.lines().last().unwrap_or("invalid").trim())
+                })?);
+            }
+        }
+        Ok(f)
+    }
+
+    /// Whether a thread with this id, role and name is chosen (the name is
+    /// looked at only when the filter has a name pattern).
+    pub fn matches(&self, tid: i32, role: Option<Role>, name: &str) -> bool {
+        self.is_all()
+            || self.tids.contains(&tid)
+            || role.is_some_and(|r| self.roles.contains(&r))
+            || self.name.as_ref().is_some_and(|re| re.is_match(name))
+    }
+
+    /// Whether thread `tid` of `pid` is chosen: its role from its SQL
+    /// connection where there is one, its name read from /proc only when
+    /// the filter has a name pattern (a sampler or tracer that follows a
+    /// few threads of hundreds reads no file for the others).
+    pub fn chooses(&self, pid: i32, tid: i32, sql: Option<&annotate::SqlThread>) -> bool {
+        let role = annotate::role_of(pid, tid, sql);
+        let name = match &self.name {
+            Some(_) => proc::os_thread(pid, tid).map(|o| o.name).unwrap_or_default(),
+            None => String::new(),
+        };
+        self.matches(tid, role, &name)
+    }
+}
+
+/// Options for a run.
+#[derive(Debug, Clone)]
+pub struct SamplerOptions {
+    pub capture: CaptureOptions,
+    pub filter: ThreadFilter,
+    /// Accept a process that is not mariadbd/mysqld.
+    pub any_process: bool,
+    /// Read DWARF for inlined frames and source lines (slower).
+    pub debug_info: bool,
+    /// Re-read the processlist at most this often while sampling (a long
+    /// 10 Hz run must not query the server ten times a second).
+    pub sql_refresh: Duration,
+    /// Where separate debug files are looked for (build-id and
+    /// `.gnu_debuglink`), in order.
+    pub debug_dirs: Vec<std::path::PathBuf>,
+    /// debuginfod servers (or their cache alone) to look up missing debug
+    /// files in, on a thread of their own (`None`: not at all).
+    pub debuginfod: Option<debuginfod::DebuginfodOptions>,
+    /// Wait for those lookups before the first sample (a one-shot capture,
+    /// whose one sample's lock waits are read by name); otherwise sampling
+    /// starts at once and names are applied as the files arrive, and at the
+    /// end.
+    pub debuginfod_wait: bool,
+    /// Samples kept whole (the last ones); every sample is counted in the
+    /// profile's stacks, lock groups and stop statistics regardless.
+    pub keep_samples: usize,
+}
+
+/// How far a run is, for a progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub taken: usize,
+    pub of: usize,
+    /// Distinct stacks counted so far (what the run's memory grows with).
+    pub distinct_stacks: usize,
+}
+
+/// The debug directories searched unless told otherwise.
+pub fn default_debug_dirs() -> Vec<std::path::PathBuf> {
+    modules::DEBUG_DIRS.iter().map(std::path::PathBuf::from).collect()
+}
+
+/// Samples kept whole unless told otherwise.
+pub const KEEP_SAMPLES: usize = 100;
+
+/// Samples one process. Modules are loaded once, at creation.
+pub struct Sampler {
+    pub pid: i32,
+    pub exe: String,
+    opts: SamplerOptions,
+    maps: Vec<proc::MapEntry>,
+    mods: modules::ModuleSet,
+    cache: framehop::x86_64::CacheX86_64,
+    symbols: symbolize::SymbolCache,
+    sql: Option<SqlSource>,
+    sql_error: Option<String>,
+    sql_cache: Option<(Instant, HashMap<i32, SqlThread>)>,
+    /// CPU time of the server thread serving pileup's connection when the
+    /// run started (nanoseconds).
+    sql_cpu_start: Option<u64>,
+    /// pileup's own CPU time when the sampler was made (microseconds): a
+    /// long-running caller (`watch`) makes one per capture.
+    cpu_start_us: u64,
+    /// The machine's context switches and the time when the sampler began.
+    switches_start: (Option<u64>, Instant),
+    samples: VecDeque<Sample>,
+    taken: usize,
+    tally: aggregate::Tally,
+    locks: Vec<LockGroup>,
+    stops: StopSummary,
+    /// Samples in which no thread matched the filter.
+    unmatched: usize,
+    windows: hdrhistogram::Histogram<u64>,
+    timing: Timing,
+    notes: Vec<String>,
+    fetching: Option<Fetching>,
+    /// The run was ended by a signal.
+    interrupted: bool,
+    /// Passive capture's state (why perf events cannot be opened, once known).
+    passive: capture::passive::Passive,
+    /// The note that lock waits were read before a module's debug file
+    /// arrived (by exported names only) was given.
+    noted_early_locks: bool,
+}
+
+/// Debug files being looked up on debuginfod's thread.
+struct Fetching {
+    rx: std::sync::mpsc::Receiver<debuginfod::Arrival>,
+    pending: usize,
+}
+
+impl Sampler {
+    pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
+        let cpu_start_us = proc::own_cpu_us();
+        let switches_start = (proc::context_switches(), Instant::now());
+        let exe = proc::check_target(pid, opts.any_process)?;
+        let t = Instant::now();
+        let maps = proc::read_maps(pid)?;
+        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs);
+        let mut notes = vec![];
+        for (p, why) in &mods.unreadable {
+            notes.push(format!(
+                "module {p} could not be read ({why}); its frames are unnamed and unwinding through it may stop"
+            ));
+        }
+        if !opts.filter.roles.is_empty() && opts.filter.roles.iter().any(|r| *r != Role::Accept) && sql.is_none() {
+            notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
+        }
+        let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
+        let sql_cpu_start = sql.as_ref().and_then(|s| s.server_cpu_ns(pid));
+        let mut s = Sampler {
+            pid,
+            exe,
+            maps,
+            mods,
+            cache: Default::default(),
+            symbols: symbolize::SymbolCache::new(opts.debug_info, &opts.debug_dirs),
+            opts,
+            sql,
+            sql_error: None,
+            sql_cache: None,
+            sql_cpu_start,
+            cpu_start_us,
+            switches_start,
+            samples: VecDeque::new(),
+            taken: 0,
+            tally: Default::default(),
+            locks: vec![],
+            stops: StopSummary::default(),
+            unmatched: 0,
+            // Stop windows from 1 µs to an hour, 3 significant digits.
+            windows: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
+            timing,
+            notes,
+            fetching: None,
+            interrupted: false,
+            passive: Default::default(),
+            noted_early_locks: false,
+        };
+        s.start_fetching();
+        Ok(s)
+    }
+
+    /// Look up missing debug files on a thread of its own; with
+    /// `debuginfod_wait`, wait for them now.
+    fn start_fetching(&mut self) {
+        let Some(o) = self.opts.debuginfod.clone() else { return };
+        let wanted = self.mods.wanting_debug_files();
+        if wanted.is_empty() {
+            return;
+        }
+        let pending = wanted.len();
+        self.fetching = Some(Fetching { rx: debuginfod::spawn(o, wanted), pending });
+        if self.opts.debuginfod_wait {
+            self.apply_fetched(true);
+        }
+    }
+
+    /// Use the debug files that have arrived (`wait`: all of them, each
+    /// within the fetch timeout) and name again what was already sampled.
+    fn apply_fetched(&mut self, wait: bool) {
+        let (Some(f), Some(o)) = (self.fetching.as_mut(), self.opts.debuginfod.as_ref()) else { return };
+        let mut changed = vec![];
+        while f.pending > 0 {
+            let got = if wait {
+                f.rx.recv_timeout(o.timeout + Duration::from_secs(2)).map_err(|e| e.to_string())
+            } else {
+                match f.rx.try_recv() {
+                    Ok(a) => Ok(a),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            let Ok(a) = got else {
+                f.pending = 0;
+                break;
+            };
+            f.pending -= 1;
+            let module = a.module;
+            let applied = debuginfod::apply(&mut self.mods, o, a);
+            if applied.used {
+                changed.push(module);
+            }
+            self.notes.extend(applied.note);
+            if applied.failed {
+                f.pending = 0;
+            }
+        }
+        if f.pending == 0 {
+            self.fetching = None;
+        }
+        if !changed.is_empty() {
+            self.rename(&changed);
+        }
+    }
+
+    /// Name again every stored stack through the modules whose debug info
+    /// just arrived.
+    fn rename(&mut self, modules: &[usize]) {
+        if self.taken > 0 && !self.noted_early_locks {
+            self.noted_early_locks = true;
+            let names: Vec<&str> = modules.iter().map(|&i| self.mods.modules[i].name.as_str()).collect();
+            self.notes.push(format!(
+                "the lock waits of the first {} sample(s) were read before the debug info of {} arrived (by exported names only); their stacks are named",
+                self.taken,
+                names.join(", ")
+            ));
+        }
+        let ranges: Vec<std::ops::Range<u64>> = modules.iter().map(|&i| self.mods.modules[i].avma.clone()).collect();
+        self.symbols.forget(|a| ranges.iter().any(|r| r.contains(&a)));
+        let mut addrs: BTreeSet<u64> = self.tally.addrs().collect();
+        addrs.extend(self.samples.iter().flat_map(|s| s.threads.iter()).flat_map(|t| t.addrs.iter().copied()));
+        addrs.extend(self.locks.iter().flat_map(|l| l.waiting_in_addrs.iter().chain(&l.holder_addrs).copied()));
+        self.symbols.add(&self.mods, addrs);
+        let syms = &self.symbols;
+        self.tally.refresh(|addrs| syms.stack(addrs));
+        for t in self.samples.iter_mut().flat_map(|s| s.threads.iter_mut()) {
+            t.frames = syms.stack(&t.addrs);
+        }
+        for l in &mut self.locks {
+            l.waiting_in = syms.labels(&l.waiting_in_addrs);
+            if l.holder_stack.is_some() {
+                l.holder_stack = Some(syms.labels(&l.holder_addrs));
+            }
+        }
+    }
+
+    pub fn server_version(&self) -> Option<&str> {
+        self.sql.as_ref().map(|s| s.version.as_str())
+    }
+
+    fn sql_threads(&mut self) -> HashMap<i32, SqlThread> {
+        if let Some((at, m)) = &self.sql_cache {
+            if at.elapsed() < self.opts.sql_refresh {
+                return m.clone();
+            }
+        }
+        let Some(s) = self.sql.as_mut() else { return HashMap::new() };
+        match s.threads() {
+            Ok(m) => {
+                self.sql_cache = Some((Instant::now(), m.clone()));
+                m
+            }
+            Err(e) => {
+                // Stacks never depend on SQL: note it once and go on without.
+                if self.sql_error.is_none() {
+                    let msg = format!("SQL annotation failed ({e:#}); stacks are captured without it");
+                    self.notes.push(msg.clone());
+                    self.sql_error = Some(msg);
+                }
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Take one sample: select threads, stop/copy/resume, unwind the copies.
+    pub fn sample(&mut self) -> Result<&Sample, StacksError> {
+        let pid = self.pid;
+        // Threads named by id alone are looked up, not listed: one thread at
+        // 10 Hz for hours must not read a directory of hundreds each time.
+        let f = &self.opts.filter;
+        let by_tid = !f.tids.is_empty() && f.roles.is_empty() && f.name.is_none();
+        let tids_all = if by_tid {
+            let mut v: Vec<i32> = f
+                .tids
+                .iter()
+                .copied()
+                .filter(|t| std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        } else {
+            proc::tids(pid)?
+        };
+        // SQL and OS state are read before the stop, never during it.
+        let t_ann = Instant::now();
+        let sql = self.sql_threads();
+        let mut os: HashMap<i32, proc::OsThread> = HashMap::with_capacity(tids_all.len());
+        let mut chosen = Vec::with_capacity(tids_all.len());
+        let mut io_workers = 0;
+        // Without a name pattern the filter decides from tid and role alone,
+        // so the OS state of threads not sampled is not read: one thread at
+        // 100 Hz on a server of hundreds must not read hundreds of files a
+        // sample.
+        let by_name = self.opts.filter.is_all() || self.opts.filter.name.is_some();
+        for &tid in &tids_all {
+            if !by_name && !self.opts.filter.matches(tid, annotate::role_of(pid, tid, sql.get(&tid)), "") {
+                continue;
+            }
+            let o = proc::os_thread(pid, tid).unwrap_or_default();
+            if o.io_worker {
+                io_workers += 1;
+                continue;
+            }
+            let role = annotate::role_of(pid, tid, sql.get(&tid));
+            if self.opts.filter.matches(tid, role, &o.name) {
+                chosen.push(tid);
+            }
+            os.insert(tid, o);
+        }
+        self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
+        if io_workers > 0 && !self.notes.iter().any(|n| n.contains("io_uring")) {
+            self.notes.push(format!(
+                "{io_workers} io_uring kernel worker thread(s) have no user-space stack and are not sampled"
+            ));
+        }
+        if chosen.is_empty() {
+            self.unmatched += 1;
+        }
+        let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(StacksError::ProcessExited(pid));
+        }
+        let mut raw = match self.opts.capture.mode {
+            // Its perf events live as long as the sampler.
+            Mode::Passive => self.passive.capture(pid, &chosen, &self.maps, &self.opts.capture),
+            _ => {
+                // The OS states just read: blocked threads are read without a stop.
+                let asleep: Vec<i32> = chosen
+                    .iter()
+                    .copied()
+                    .filter(|t| os.get(t).is_some_and(|o| matches!(o.state, 'S' | 'D')))
+                    .collect();
+                capture::capture(pid, &chosen, &asleep, &self.maps, &self.opts.capture)?
+            }
+        };
+        if !by_tid {
+            raw.stats.threads_appeared = proc::tids(pid)
+                .map(|now| now.iter().filter(|t| tids_all.binary_search(t).is_err()).count())
+                .unwrap_or(0);
+        }
+        self.timing.capture_us += raw.stats.capture_us;
+        if raw.threads.is_empty() && !chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(StacksError::ProcessExited(pid));
+        }
+        let t_unw = Instant::now();
+        let mut threads = Vec::with_capacity(raw.threads.len());
+        let late: HashSet<i32> = raw.threads.iter().filter(|t| t.late).map(|t| t.tid).collect();
+        for rt in raw.threads {
+            let mods = &self.mods;
+            let call_ok = |ra: u64, callee: u64| modules::call_into(pid, mods, ra, callee);
+            let u = unwind::unwind(&mods.unwinder, &mut self.cache, &rt.regs, rt.stack_addr, &rt.stack, call_ok);
+            let o = os.remove(&rt.tid).unwrap_or_default();
+            let s = sql.get(&rt.tid).cloned();
+            threads.push(ThreadStack {
+                tid: rt.tid,
+                name: o.name,
+                state: o.state,
+                state_label: proc::state_label(o.state),
+                wchan: o.wchan,
+                syscall: rt.regs.blocked_syscall().map(proc::syscall_name),
+                file: proc::file_io(pid, &rt.regs),
+                role: annotate::role_of(pid, rt.tid, s.as_ref()),
+                sql: s,
+                lock_wait: None,
+                stopped_us: rt.stopped_us,
+                held_us: rt.held_us,
+                frames: vec![],
+                addrs: u.frames.iter().map(|f| f.lookup()).collect(),
+                unwind_error: u.error,
+                futex: rt.futex,
+            });
+        }
+        self.timing.unwind_us += t_unw.elapsed().as_micros() as u64;
+        let idx = self.taken;
+        self.taken += 1;
+
+        // Names for the addresses not seen before (the threads run again),
+        // through any debug file that has arrived meanwhile.
+        let t_sym = Instant::now();
+        self.apply_fetched(false);
+        self.symbols.add(&self.mods, threads.iter().flat_map(|t| t.addrs.iter().copied()));
+        for t in &mut threads {
+            t.frames = self.symbols.stack(&t.addrs);
+        }
+        self.timing.symbolize_us += t_sym.elapsed().as_micros() as u64;
+
+        // Lock waits and owners: facts of this instant, read now.
+        let t_ann = Instant::now();
+        let tids: HashSet<i32> = tids_all.iter().copied().chain(threads.iter().map(|t| t.tid)).collect();
+        let mut waits = vec![];
+        for t in &mut threads {
+            if let Some((addr, window)) = t.futex.take() {
+                let labels: Vec<&str> = t.labels().collect();
+                let mut w = locks::classify(&labels, addr, &window, &tids, t.tid);
+                if late.contains(&t.tid) {
+                    w = locks::read_late(w);
+                }
+                waits.push((t.tid, w.clone()));
+                t.lock_wait = Some(w);
+            }
+        }
+        let mut groups = locks::group_with_late(&waits, &late, idx);
+        let stack_of = |tid: i32| threads.iter().find(|t| t.tid == tid);
+        for g in &mut groups {
+            if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {
+                g.waiting_in = t.labels().map(String::from).collect();
+                g.waiting_in_addrs = t.addrs.clone();
+            }
+            if let Some(t) = g.owner_tid.filter(|_| g.owner_sample == Some(idx)).and_then(stack_of) {
+                g.holder_stack = Some(t.labels().map(String::from).collect());
+                g.holder_addrs = t.addrs.clone();
+                g.holder = match &t.sql {
+                    Some(sql) => Some(sql.summary(160)),
+                    None if !t.name.is_empty() => Some(t.name.clone()),
+                    None => None,
+                };
+            }
+        }
+        if !groups.is_empty() {
+            let mut all = std::mem::take(&mut self.locks);
+            all.extend(groups);
+            self.locks = locks::merge(all);
+        }
+        for t in &threads {
+            // Without DWARF a frame's name is its function's: count the
+            // innermost frame by its function's start.
+            let leaf_start = (!self.opts.debug_info)
+                .then(|| t.addrs.first())
+                .flatten()
+                .and_then(|&a| self.mods.find(a).and_then(|m| m.func_start(m.svma(a)).map(|s| s.wrapping_add(m.bias))));
+            self.tally.add(t, leaf_start);
+        }
+        self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
+
+        // Stop statistics, bounded.
+        let st = &raw.stats;
+        let s = &mut self.stops;
+        s.samples += 1;
+        if s.samples == 1 || st.window_us > s.worst_window_us {
+            (s.worst_window_us, s.worst_window_sample) = (st.window_us, idx);
+        }
+        s.longest_thread_us = s.longest_thread_us.max(st.max_thread_stop_us);
+        s.longest_held_us = s.longest_held_us.max(st.max_thread_held_us);
+        s.budget_exceeded += st.budget_exceeded as usize;
+        s.read_blocked += st.threads_read_blocked;
+        s.sampled_on_cpu += st.threads_sampled_on_cpu;
+        s.sampled_by_thread_event += st.threads_sampled_by_thread_event;
+        s.read_queued += st.threads_read_queued;
+        s.woke_after_read += st.woke_after_read;
+        s.stopped_late += st.stopped_late;
+        for m in &raw.missed {
+            *s.missed.entry(m.reason.clone()).or_default() += 1;
+        }
+        if s.samples == 1 {
+            s.first_unix_ms = at_unix_ms;
+        }
+        s.last_unix_ms = at_unix_ms;
+        let _ = self.windows.record(st.window_us.max(1));
+
+        self.samples.push_back(Sample { index: idx, at_unix_ms, stats: raw.stats, threads, missed: raw.missed });
+        while self.samples.len() > self.opts.keep_samples.max(1) {
+            self.samples.pop_front();
+        }
+        Ok(self.samples.back().unwrap())
+    }
+
+    /// Take `n` samples `interval` apart (start to start), calling `progress`
+    /// after each. Stops early, keeping what it has, if the process exits.
+    pub fn run(
+        &mut self,
+        n: usize,
+        interval: Duration,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<(), StacksError> {
+        self.run_until(n, interval, None, None, |p| progress(p.taken, p.of))
+    }
+
+    /// [`Sampler::run`], also stopping (keeping what it has) once `stop` is
+    /// set: a signal handler sets it, and the profile is still whole. A
+    /// sample that falls due while the previous one is still being taken is
+    /// skipped, never taken late in a burst.
+    /// With `for_at_most` (a `--duration`), no sample starts after that
+    /// long: skipped ticks do not stretch the run. An error other than the
+    /// process exiting, after samples were taken, ends the run with a note
+    /// and keeps them.
+    pub fn run_until(
+        &mut self,
+        n: usize,
+        interval: Duration,
+        for_at_most: Option<Duration>,
+        stop: Option<&AtomicBool>,
+        mut progress: impl FnMut(Progress),
+    ) -> Result<(), StacksError> {
+        let t0 = Instant::now();
+        let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
+        let mut tick = 0u64;
+        let mut skipped = 0u64;
+        for i in 0..n {
+            if stopped() {
+                self.notes.push(format!("stopped by a signal after {} of {n} sample(s)", self.taken));
+                self.interrupted = true;
+                break;
+            }
+            match self.sample().map(|_| ()) {
+                Ok(()) => {}
+                Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if self.taken > 0 => {
+                    self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.taken));
+                    break;
+                }
+                Err(e) if self.taken > 0 => {
+                    self.notes.push(format!("sampling ended after {} sample(s): {e}; showing those", self.taken));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            progress(Progress { taken: i + 1, of: n, distinct_stacks: self.tally.distinct() });
+            if i + 1 == n {
+                break;
+            }
+            // The next tick still ahead; sleep in short steps so a stop
+            // request is seen promptly.
+            let due = (t0.elapsed().as_nanos() / interval.as_nanos().max(1)) as u64 + 1;
+            let next = t0 + interval.saturating_mul(due.min(u32::MAX as u64) as u32);
+            if for_at_most.is_some_and(|d| next >= t0 + d) {
+                break;
+            }
+            skipped += due.saturating_sub(tick + 1);
+            tick = due;
+            while let Some(wait) = next.checked_duration_since(Instant::now()) {
+                if stopped() {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(50)));
+            }
+        }
+        if skipped > 0 {
+            self.notes.push(format!(
+                "{skipped} sample(s) fell due while the previous one was still being taken and were skipped (--interval-ms {} is shorter than a sample takes)",
+                interval.as_millis()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Build the profile (waiting, within the fetch timeout, for debug
+    /// files still on their way).
+    pub fn finish(mut self) -> Profile {
+        // Stopped by a signal: the user wants the result now, not after a
+        // download.
+        let wait = !self.interrupted;
+        self.apply_fetched(wait);
+        if self.fetching.is_some() {
+            self.notes.push("debug files still being fetched were not waited for; their modules' frames are labelled module+0xFUNCSTART".into());
+        }
+        let w = &self.windows;
+        if !w.is_empty() {
+            self.stops.median_window_us = w.value_at_quantile(0.5);
+            self.stops.p99_window_us = w.value_at_quantile(0.99);
+        }
+        let addrs: BTreeSet<u64> = self.symbols.by_addr.keys().copied().collect();
+        if self.unmatched > 0 {
+            self.notes.push(format!("{} of {} sample(s): no thread matched --threads", self.unmatched, self.taken));
+        }
+        if self.stops.sampled_by_thread_event > 0 {
+            self.notes.push(format!(
+                "passive mode sampled runnable threads with perf events attached to them: {}",
+                self.passive
+                    .fallback_reason()
+                    .unwrap_or_else(|| "CPU events or the eBPF iterator could not be had".into())
+            ));
+        }
+        if self.stops.budget_exceeded > 0 {
+            let released =
+                self.stops.missed.iter().filter(|(r, _)| r.contains("max-stop")).map(|(_, n)| n).sum::<usize>();
+            // The budget can also run out while sleeping threads are checked
+            // again, with every thread that can run already copied.
+            let what = if released == 0 {
+                "no thread was released uncopied (sleeping threads not checked again in time keep the copy read just before the window)".to_string()
+            } else {
+                format!("{released} thread(s) were released uncaptured")
+            };
+            self.notes.push(format!(
+                "--max-stop-ms {} ran out in {} sample(s); {what}",
+                self.opts.capture.max_stop.as_millis(),
+                self.stops.budget_exceeded
+            ));
+        }
+        let mut modules = vec![];
+        let mut named_total = 0usize;
+        for m in &self.mods.modules {
+            let mine: Vec<&u64> = addrs.iter().filter(|a| m.avma.contains(a)).collect();
+            let named = mine.iter().filter(|a| self.symbols.named(***a)).count();
+            named_total += named;
+            if mine.is_empty() {
+                continue;
+            }
+            modules.push(ModuleReport {
+                name: m.name.clone(),
+                path: m.path.clone(),
+                build_id: m.build_id.clone(),
+                symbols: m.symbols.describe(),
+                debug_file: m.symbols.debug_file.clone(),
+                frames: mine.len(),
+                named,
+            });
+        }
+        modules.sort_by_key(|b| std::cmp::Reverse(b.frames));
+        let named_pct = if addrs.is_empty() { 100.0 } else { 100.0 * named_total as f64 / addrs.len() as f64 };
+        let version = self.server_version().map(String::from);
+        let mut timing = self.timing;
+        timing.cpu_us = proc::own_cpu_us().saturating_sub(self.cpu_start_us);
+        let (switches, since) = self.switches_start;
+        timing.machine_context_switches_per_s = switches
+            .zip(proc::context_switches())
+            .map(|(a, b)| (b.saturating_sub(a) as f64 / since.elapsed().as_secs_f64().max(1e-3)) as u64);
+        // After an SQL error the connection's thread may serve someone else.
+        let sql_cpu_end =
+            self.sql.as_ref().filter(|_| self.sql_error.is_none()).and_then(|s| s.server_cpu_ns(self.pid));
+        timing.server_sql_cpu_us = match (self.sql_cpu_start, sql_cpu_end) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) / 1000),
+            _ => None,
+        };
+        Profile {
+            pid: self.pid,
+            exe: self.exe,
+            server_version: version,
+            mode: self.opts.capture.mode,
+            thread_stacks: self.tally.thread_stacks,
+            stacks: self.tally.into_counted(),
+            stops: self.stops,
+            samples: self.samples.into(),
+            modules,
+            named_pct,
+            locks: self.locks,
+            timing,
+            notes: self.notes,
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The workspace's shape, checked: no circle of imports between the modules
+//! of any crate, and no tool crate depending on another tool crate.
+//!
+//! A module is one source file. It depends on another when it names it
+//! (`crate::a::b`, `super::x`, `use crate::{a, b::c}`, or a child module
+//! by name); naming an item of the crate root (`crate::Error`) depends on
+//! the root. Test modules (`#[cfg(test)] mod tests`) and comments do not
+//! count.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Every `.rs` file under `dir`, with its module path (`a::b`; the crate
+/// root is the empty path).
+fn modules(src: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod")) {
+                parts.pop();
+            }
+            if parts.len() == 1 && matches!(parts[0].as_str(), "lib" | "main") {
+                parts.clear();
+            }
+            if parts.first().is_some_and(|p| p == "bin") {
+                continue; // each bin is a crate of its own
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            out.insert(parts.join("::"), code_of(&text));
+        }
+    }
+    out
+}
+
+/// The file's code without comment lines and without its test module.
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(|n| n.starts_with("mod tests")) {
+            break;
+        }
+        let t = l.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+fn parent(m: &str) -> String {
+    m.rsplit_once("::").map(|(p, _)| p.to_string()).unwrap_or_default()
+}
+
+fn join(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_string()
+    } else {
+        format!("{a}::{b}")
+    }
+}
+
+/// The deepest module that `base` followed by `segs` names.
+fn resolve(mods: &BTreeMap<String, String>, base: &str, segs: &[&str]) -> String {
+    let mut at = base.to_string();
+    for s in segs {
+        let next = join(&at, s);
+        if mods.contains_key(&next) {
+            at = next;
+        } else {
+            break;
+        }
+    }
+    at
+}
+
+/// Paths written after `crate::` or `super::`, grouped uses expanded.
+fn paths(code: &str, head: &str) -> Vec<Vec<String>> {
+    let mut out = vec![];
+    let pat = format!("{head}::");
+    let b = code.as_bytes();
+    let mut from = 0;
+    while let Some(k) = code[from..].find(&pat) {
+        let at = from + k;
+        from = at + pat.len();
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b':') {
+            continue;
+        }
+        expand(&code[from..], &mut vec![], &mut out);
+    }
+    out
+}
+
+/// Read one path (`a::b`, `a::{b, c::d}`) at the start of `s`, adding each
+/// full path to `out`; returns how many bytes it took.
+fn expand(s: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let mut i = 0;
+    let b = s.as_bytes();
+    let depth = prefix.len();
+    loop {
+        if i < b.len() && b[i] == b'{' {
+            i += 1;
+            loop {
+                while i < b.len() && (b[i] == b' ' || b[i] == b'\n' || b[i] == b',') {
+                    i += 1;
+                }
+                if i >= b.len() || b[i] == b'}' {
+                    i += 1;
+                    break;
+                }
+                let mut p = prefix.clone();
+                i += expand(&s[i..], &mut p, out);
+            }
+            prefix.truncate(depth);
+            return i;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        if i > start {
+            prefix.push(s[start..i].to_string());
+        }
+        if s[i..].starts_with("::") {
+            i += 2;
+            continue;
+        }
+        out.push(prefix.clone());
+        prefix.truncate(depth);
+        // Skip an `as name`.
+        let rest = &s[i..];
+        if let Some(r) = rest.strip_prefix(" as ") {
+            let n = r.bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+            i += 4 + n;
+        }
+        return i;
+    }
+}
+
+/// Which module depends on which, within one crate.
+fn graph(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, code) in mods {
+        let mut to = BTreeSet::new();
+        for p in paths(code, "crate") {
+            let segs: Vec<&str> = p.iter().map(String::as_str).collect();
+            to.insert(resolve(mods, "", &segs));
+        }
+        for p in paths(code, "super") {
+            let mut base = parent(m);
+            let mut segs: Vec<&str> = p.iter().map(String::as_str).collect();
+            while segs.first() == Some(&"super") {
+                base = parent(&base);
+                segs.remove(0);
+            }
+            to.insert(resolve(mods, &base, &segs));
+        }
+        // A child module named by its own name (`child::f`, `use child::X`).
+        for child in mods.keys().filter(|c| !c.is_empty() && parent(c) == *m) {
+            let name = child.rsplit("::").next().unwrap();
+            let named = code.match_indices(&format!("{name}::")).any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            });
+            if named {
+                to.insert(child.clone());
+            }
+        }
+        to.remove(m);
+        g.insert(m.clone(), to);
+    }
+    g
+}
+
+/// The strongly connected components of more than one module (Tarjan).
+fn circles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        let i = t.index.len();
+        t.index.insert(v, i);
+        t.low.insert(v, i);
+        t.stack.push(v);
+        t.on.insert(v);
+        for w in t.g.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !t.g.contains_key(w) {
+                continue;
+            }
+            if !t.index.contains_key(w) {
+                visit(t, w);
+                let lw = t.low[w];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if t.on.contains(w) {
+                let iw = t.index[w];
+                let lv = t.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut c = vec![];
+            while let Some(w) = t.stack.pop() {
+                t.on.remove(w);
+                c.push(if w.is_empty() { "(root)".to_string() } else { w.to_string() });
+                if w == v {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                c.sort();
+                t.out.push(c);
+            }
+        }
+    }
+    let mut t = T { g, index: BTreeMap::new(), low: BTreeMap::new(), stack: vec![], on: BTreeSet::new(), out: vec![] };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+fn crates() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(workspace().join("crates")).unwrap().map(|e| e.unwrap().path()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn no_crate_has_a_circle_of_imports() {
+    let mut found = vec![];
+    for c in crates() {
+        let mods = modules(&c.join("src"));
+        for circle in circles(&graph(&mods)) {
+            found.push(format!("{}: {}", c.file_name().unwrap().to_string_lossy(), circle.join(" ↔ ")));
+        }
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_circles_through_grouped_uses_parents_and_the_root() {
+    let mods: BTreeMap<String, String> = [
+        ("", "mod a;\nmod b;\npub struct Root;\npub use a::f;\n"),
+        ("a", "use crate::{b::{self, g}, Root};\npub fn f() {}\n"),
+        ("b", "pub fn g() {}\n#[cfg(test)]\nmod tests {\n    use crate::a::f;\n}\n"),
+        ("b::c", "use super::super::a;\n// crate::b::c::x in a comment\n"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), code_of(v)))
+    .collect();
+    let g = graph(&mods);
+    assert_eq!(g["a"], BTreeSet::from(["".to_string(), "b".to_string()]));
+    assert_eq!(g[""], BTreeSet::from(["a".to_string()]));
+    assert_eq!(g["b"], BTreeSet::new(), "test modules do not count");
+    assert_eq!(g["b::c"], BTreeSet::from(["a".to_string()]));
+    assert_eq!(circles(&g), vec![vec!["(root)".to_string(), "a".to_string()]]);
+}
+
+/// Crates that are tools: none of them may depend on another. The others
+/// are what tools share (engine, output, conn, files, sql, binlog's
+/// decoder, replica, sandbox) or drive them (the CLI, the benches).
+const TOOLS: [&str; 6] =
+    ["pileup-watch", "pileup-locks", "pileup-lag", "pileup-digest", "pileup-dump", "pileup-prefetch"];
+
+#[test]
+fn no_tool_crate_depends_on_another_tool_crate() {
+    let mut found = vec![];
+    for c in crates() {
+        let name = c.file_name().unwrap().to_string_lossy().into_owned();
+        if !TOOLS.contains(&name.as_str()) {
+            continue;
+        }
+        let manifest = std::fs::read_to_string(c.join("Cargo.toml")).unwrap();
+        let deps = manifest.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
+        for t in TOOLS.iter().filter(|t| **t != name) {
+            if deps.lines().any(|l| l.trim_start().starts_with(&format!("{t} "))) {
+                found.push(format!("{name} depends on {t}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
