@@ -252,10 +252,11 @@ pub fn advise(
     classes: &[&Class],
     o: &AdviseOptions,
     progress: &mut dyn FnMut(&str),
-) -> Result<Vec<Advice>, crate::Error> {
-    let conn = spec.connect().map_err(|e| crate::Error::Server(format!("--advise: {e:#}")))?;
+) -> Result<Vec<Advice>, crate::error::Error> {
+    let conn = spec.connect().map_err(|e| crate::error::Error::Server(format!("--advise: {e:#}")))?;
     let mut s = Session { conn };
-    let (flavor, _) = pileup_conn::flavor(&mut s.conn).map_err(|e| crate::Error::Server(format!("--advise: {e:#}")))?;
+    let (flavor, _) =
+        pileup_conn::flavor(&mut s.conn).map_err(|e| crate::error::Error::Server(format!("--advise: {e:#}")))?;
     let mut out = vec![];
     for c in classes.iter().take(o.classes) {
         let sql = String::from_utf8_lossy(&c.sample.query).into_owned();

@@ -260,7 +260,7 @@ impl Aggregate {
             }
         }
         if self.classes.len() > self.max_classes {
-            crate::rank::sort(&mut self.classes, crate::Rank::Time);
+            crate::rank::sort(&mut self.classes, crate::rank::Rank::Time);
             let rest = self.classes.split_off(self.max_classes);
             let other = self.other.get_or_insert_with(|| Class::new(OTHER.into()));
             for c in &rest {

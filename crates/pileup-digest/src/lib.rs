@@ -23,6 +23,7 @@ pub mod advise;
 pub mod aggregate;
 pub mod attr;
 pub mod class;
+mod error;
 pub mod input;
 pub mod rank;
 pub mod report;
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub use aggregate::Problem;
+pub use error::Error;
 pub use input::Input;
 pub use rank::Rank;
 
@@ -39,19 +41,6 @@ use aggregate::Aggregate;
 use attr::N_ATTRS;
 use class::Class;
 use input::slowlog::{self, BlockCtx};
-
-/// What can stop a digest.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("cannot open {0}: {1}")]
-    Open(String, #[source] std::io::Error),
-    #[error("{0} is a directory; name the slow-log files in it")]
-    IsDir(String),
-    #[error("cannot read {0}: {1}")]
-    Read(String, #[source] std::io::Error),
-    #[error("{0}")]
-    Server(String),
-}
 
 /// Median of timings (NaN when there are none).
 pub(crate) fn median(v: &[f64]) -> f64 {

@@ -125,11 +125,11 @@ const MISS_FOR: Duration = Duration::from_secs(600);
 
 /// What a lookup found.
 #[derive(Debug)]
-pub enum Fetched {
+pub enum Lookup {
     /// In the cache already (fetched earlier, by pileup, gdb or eu-stack).
     Cached(PathBuf),
     /// Fetched now: the file, its size and how long it took.
-    Fetched(PathBuf, u64, Duration),
+    Downloaded(PathBuf, u64, Duration),
     /// The servers do not have it (or a recent lookup recorded a miss).
     NotFound,
 }
@@ -212,37 +212,37 @@ impl HttpClient for Http {
 
 /// Look up the debug file of `build_id` (hex) of `module`: the cache
 /// first, then each server in turn.
-pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Result<Fetched> {
+pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Result<Lookup> {
     let entry = o.cache_dir.join(build_id).join("debuginfo");
     if let Ok(m) = std::fs::metadata(&entry) {
         if m.len() > 0 {
-            return Ok(Fetched::Cached(entry));
+            return Ok(Lookup::Cached(entry));
         }
         // elfutils records a miss as an empty file; it holds for a while.
         let age = m.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok()).unwrap_or_default();
         if age < MISS_FOR {
-            return Ok(Fetched::NotFound);
+            return Ok(Lookup::NotFound);
         }
         let _ = std::fs::remove_file(&entry);
     }
     if o.urls.is_empty() {
-        return Ok(Fetched::NotFound);
+        return Ok(Lookup::NotFound);
     }
     let agent = ureq::Agent::config_builder().timeout_global(Some(o.timeout)).build().new_agent();
     let urls: Vec<&str> = o.urls.iter().map(String::as_str).collect();
     let progress = o.on_progress.clone().map(|cb| (cb, module.to_string()));
     let http = Http { agent, progress, bases: o.urls.clone() };
     let Some(client) = Client::builder().http_client(http).build(urls)? else {
-        return Ok(Fetched::NotFound);
+        return Ok(Lookup::NotFound);
     };
     let t = std::time::Instant::now();
     let caching = CachingClient::new(client, &o.cache_dir)?;
     match caching.fetch_debug_info(&BuildId::formatted(build_id.to_string()))? {
         Some(p) => {
             let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-            Ok(Fetched::Fetched(p, size, t.elapsed()))
+            Ok(Lookup::Downloaded(p, size, t.elapsed()))
         }
-        None => Ok(Fetched::NotFound),
+        None => Ok(Lookup::NotFound),
     }
 }
 
@@ -250,7 +250,7 @@ pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Res
 pub struct Arrival {
     /// Index of the module in its [`crate::modules::ModuleSet`].
     pub module: usize,
-    pub result: anyhow::Result<Fetched>,
+    pub result: anyhow::Result<Lookup>,
 }
 
 /// Look up `wanted` (module index, module name, build-id) one after
@@ -282,18 +282,18 @@ pub(crate) fn apply(mods: &mut crate::modules::ModuleSet, o: &DebuginfodOptions,
     let name = mods.modules[a.module].name.clone();
     let (mut used, mut note, mut failed) = (false, None, false);
     match a.result {
-        Ok(Fetched::Cached(p)) => match mods.apply_debug_file(a.module, &p) {
+        Ok(Lookup::Cached(p)) => match mods.apply_debug_file(a.module, &p) {
             Ok(()) => used = true,
             Err(e) => note = Some(format!("debuginfod cache: {e:#}; not used")),
         },
-        Ok(Fetched::Fetched(p, size, took)) => match mods.apply_debug_file(a.module, &p) {
+        Ok(Lookup::Downloaded(p, size, took)) => match mods.apply_debug_file(a.module, &p) {
             Ok(()) => {
                 used = true;
                 note = Some(o.fetched(&name, size, took));
             }
             Err(e) => note = Some(format!("debuginfod ({}): {e:#}; not used", o.urls.join(" "))),
         },
-        Ok(Fetched::NotFound) => {}
+        Ok(Lookup::NotFound) => {}
         Err(e) => {
             note = Some(o.failed(&name, &e));
             failed = true;
@@ -339,7 +339,7 @@ pub fn fill_cache(pid: i32, debug_dirs: &[PathBuf], o: &DebuginfodOptions) -> Ve
     lookup_each(o, mods.wanting_debug_files(), |a| {
         let name = &mods.modules[a.module].name;
         match a.result {
-            Ok(Fetched::Fetched(_, size, took)) => notes.push(o.fetched(name, size, took)),
+            Ok(Lookup::Downloaded(_, size, took)) => notes.push(o.fetched(name, size, took)),
             Ok(_) => {}
             Err(e) => notes.push(o.failed(name, &e)),
         }

@@ -59,7 +59,7 @@ pub struct Loader {
     /// Loads asked for.
     pub loads: u64,
     /// Where problems are said (from Drop too).
-    say: crate::Say,
+    say: crate::config::Say,
 }
 
 /// The directory InnoDB reads its buffer pool file from.
@@ -75,7 +75,7 @@ fn dump_dir(datadir: &str, home: &str) -> PathBuf {
 impl Loader {
     /// Take over the server's buffer pool file for page lists. `c` is a
     /// connection of its own (the loads are asked for on it).
-    pub fn start(mut c: mysql::Conn, say: crate::Say) -> Result<Loader> {
+    pub fn start(mut c: mysql::Conn, say: crate::config::Say) -> Result<Loader> {
         let (file, io_capacity, datadir, home): (String, u64, String, Option<String>) = c
             .query_first(
                 "SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir",

@@ -213,7 +213,7 @@ pub fn status_line(now: &[(&str, u64)], before: &[(&str, u64)], secs: f64, min_l
     let read = |k| n(k).saturating_sub(b(k));
     let (ahead, own) = (read("prefetch_read_bytes"), read("applier_read_bytes"));
     let mbps = |x: u64| x as f64 / 1e6 / secs.max(1e-3);
-    match crate::reads::share_taken(ahead, own) {
+    match share_taken(ahead, own) {
         Some(share) if n("reads_attributed") == 1 => parts.push(format!(
             "took {:.0}% of the applier's page reads ({:.1} MB/s read ahead, {:.1} MB/s left to it)",
             100.0 * share,
@@ -253,7 +253,7 @@ pub fn run_share_line(snap: &[(&str, u64)]) -> Option<String> {
     if value(snap, "reads_attributed") != 1 {
         return (own > 0).then(|| format!("the applier read {:.1} MB from storage itself", own as f64 / 1e6));
     }
-    let share = crate::reads::share_taken(ahead, own)?;
+    let share = share_taken(ahead, own)?;
     Some(format!(
         "the readers read {:.1} MB for the applier and it read {:.1} MB itself: {:.0}% of its page reads taken away",
         ahead as f64 / 1e6,
@@ -288,9 +288,23 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
     })
 }
 
+/// The share of the applier's page reads the prefetcher took away, from
+/// what each read over a period: None when neither read anything.
+pub fn share_taken(prefetch_bytes: u64, applier_bytes: u64) -> Option<f64> {
+    let all = prefetch_bytes + applier_bytes;
+    (all > 0).then(|| prefetch_bytes as f64 / all as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn share_of_the_reads() {
+        assert_eq!(share_taken(0, 0), None);
+        assert_eq!(share_taken(3, 1), Some(0.75));
+        assert_eq!(share_taken(0, 5), Some(0.0));
+    }
 
     #[test]
     fn advice_only_when_readers_hold_the_window_back() {

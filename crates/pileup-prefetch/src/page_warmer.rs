@@ -14,10 +14,10 @@ use anyhow::{Context, Result};
 use mysql::prelude::Queryable;
 use pileup_replica::schema::Table;
 
+use crate::config::Shared;
 use crate::pages::{encode, node_fields, IndexLocation, Tree};
 use crate::plan::Key;
 use crate::progress::JobDone;
-use crate::Shared;
 
 /// A key for the page mapper.
 pub struct PageJob {

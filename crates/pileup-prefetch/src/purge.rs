@@ -123,7 +123,7 @@ impl Deferral {
         Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, failed: false, told_long: false })
     }
 
-    pub fn tick(&mut self, lagging: bool, counters: &crate::Counters, say: &crate::Say) {
+    pub fn tick(&mut self, lagging: bool, counters: &crate::metrics::Counters, say: &crate::config::Say) {
         use std::sync::atomic::Ordering::Relaxed;
         if self.last.is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(250)) {
             return;
@@ -177,7 +177,7 @@ impl Deferral {
     }
 
     /// Let purge run again (on exit).
-    pub fn finish(&mut self, counters: &crate::Counters) {
+    pub fn finish(&mut self, counters: &crate::metrics::Counters) {
         use std::sync::atomic::Ordering::Relaxed;
         if let Some(h) = self.hold.as_mut() {
             // A failed COMMIT still ends the hold: the connection goes with us.

@@ -17,11 +17,11 @@ use anyhow::Result;
 use mysql::prelude::Queryable;
 use pileup_replica::schema::Table;
 
+use crate::config::Shared;
 use crate::page_warmer::PageSender;
 use crate::plan::statement::RowsPlan;
 use crate::plan::{Key, Lookup, Recent};
 use crate::progress::JobDone;
-use crate::Shared;
 
 /// Work for a reader.
 enum Work {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use pileup_replica::device::task_io;
 use pileup_replica::threads;
 
-use crate::Counters;
+use crate::metrics::Counters;
 
 /// How often the applier's threads are looked up again (they change only
 /// when the SQL thread or its workers start).
@@ -138,13 +138,6 @@ impl ReadTally {
     }
 }
 
-/// The share of the applier's page reads the prefetcher took away, from
-/// what each read over a period: None when neither read anything.
-pub fn share_taken(prefetch_bytes: u64, applier_bytes: u64) -> Option<f64> {
-    let all = prefetch_bytes + applier_bytes;
-    (all > 0).then(|| prefetch_bytes as f64 / all as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,13 +154,6 @@ mod tests {
         assert_eq!(s.observe(8, 100, 0), 0);
         s.keep_only(&[7]);
         assert_eq!(s.observe(8, 200, 0), 200, "a forgotten thread starts again");
-    }
-
-    #[test]
-    fn share_of_the_reads() {
-        assert_eq!(share_taken(0, 0), None);
-        assert_eq!(share_taken(3, 1), Some(0.75));
-        assert_eq!(share_taken(0, 5), Some(0.0));
     }
 
     #[test]

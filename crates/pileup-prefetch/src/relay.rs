@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use pileup_binlog::{Follower, Format, RawEvent, Step};
 
+use crate::config::Shared;
 use crate::window::{relay_pos, RelayPos};
-use crate::Shared;
 
 /// What reading on gave.
 pub enum Read<'a> {

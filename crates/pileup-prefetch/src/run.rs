@@ -19,14 +19,15 @@ use pileup_replica::applier::{Applier, ApplierProbe};
 use pileup_replica::backlog::BacklogProbe;
 use pileup_replica::schema::Table;
 
+use crate::config::{Options, Say, Shared, Warm};
 use crate::gate::State;
+use crate::metrics::Counters;
 use crate::page_warmer::PageSender;
 use crate::plan::{starts_transaction, Planner};
 use crate::progress::Progress;
 use crate::readers::{Batcher, ReaderOptions};
 use crate::relay::{Read, Relay};
 use crate::window::{relay_pos, Limits, Window};
-use crate::{Counters, Options, Say, Shared, Warm};
 
 /// Run until `stop` is set (or the duration passes). What the user should
 /// know along the way goes to `say`.

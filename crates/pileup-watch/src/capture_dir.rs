@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use pileup_output::{render, Format, Options};
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{slug, stamp, Evidence, MetadataLocks, OpenTrx, RowLockWait};
+use crate::evidence::{slug, stamp, Evidence, MetadataLocks, OpenTrx, RowLockWait};
 use crate::holder::LockPileup;
 use crate::store::Row;
 

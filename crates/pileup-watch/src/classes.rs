@@ -11,7 +11,7 @@
 //! where debug information names them, and the counters carry those
 //! classes where it does not.
 
-use crate::capture::{stamp_tenths, Evidence};
+use crate::evidence::{pl_summary, stamp_tenths, Evidence};
 
 /// A kind of stall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -392,7 +392,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     });
     if dropping >= 1 || drop_pl.is_some() {
         let who = drop_pl
-            .map(|r| crate::verdict::pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
+            .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
             .unwrap_or_else(|| format!("{dropping} thread(s) in mysql_rm_table / ha_delete_table"));
         add(
             StallClass::DropTable,
@@ -433,7 +433,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     });
     if stats >= 1 || analyze.is_some() {
         let who = analyze
-            .map(|r| crate::verdict::pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
+            .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
             .unwrap_or_else(|| format!("{stats} thread(s) in dict_stats_*"));
         add(StallClass::StatsRecalc, stats_at, format!("{who} recalculating index statistics"));
     }
@@ -616,18 +616,6 @@ pub fn describe(found: &[Finding]) -> Option<String> {
     }
     Some(s)
 }
-
-/// Server variables the classes quote, read by the capture.
-pub const VARIABLES: &[&str] = &[
-    "table_open_cache",
-    "table_definition_cache",
-    "thread_cache_size",
-    "max_connections",
-    "innodb_log_file_size",
-    "innodb_log_buffer_size",
-    "innodb_flush_log_at_trx_commit",
-    "innodb_autoextend_increment",
-];
 
 /// For tests: an evidence history row.
 #[cfg(test)]

@@ -10,8 +10,7 @@
 //! result says how sure it is and why. Pure functions of the gathered
 //! [`Evidence`], tested without a server.
 
-use crate::capture::{Evidence, MdlLock};
-use crate::verdict::pl_summary;
+use crate::evidence::{pl_summary, Evidence, MdlLock};
 
 /// What a waiting connection waits for, from its processlist state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -438,7 +437,7 @@ pub fn verdict_line(p: &LockPileup) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::{MetadataLocks, OpenTrx};
+    use crate::evidence::{MetadataLocks, OpenTrx};
 
     fn conn(ev: &mut Evidence, id: u64, command: &str, secs: f64, state: &str, info: Option<&str>) {
         let mut m: std::collections::BTreeMap<String, String> = [

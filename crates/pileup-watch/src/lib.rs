@@ -29,6 +29,7 @@ pub mod capture;
 pub mod capture_dir;
 pub mod classes;
 pub mod derive;
+pub mod evidence;
 pub mod expo;
 pub mod holder;
 pub mod poll;

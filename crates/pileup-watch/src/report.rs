@@ -14,10 +14,10 @@ use anyhow::Result;
 use base64::Engine;
 use pileup_output::{render, Format, Options};
 
-use crate::capture::{stamp, stamp_tenths, Evidence};
 use crate::capture_dir::{Capture, MetricRow};
+use crate::evidence::{pl_summary, stamp, stamp_tenths, Evidence};
 use crate::holder::{LockPileup, Sureness, EXACT_HINT};
-use crate::verdict::{pl_summary, root_blockers};
+use crate::verdict::root_blockers;
 
 /// Charts drawn, in order: (metric, title).
 const CHARTS: &[(&str, &str)] = &[

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::capture::{Evidence, RowLockWait};
+use crate::evidence::{pl_summary, Evidence, RowLockWait};
 
 /// Blocking transactions that are not themselves waiting (InnoDB also lists
 /// waiters queued behind other waiters), with how many distinct transactions
@@ -28,28 +28,6 @@ pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
     }
     roots.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     roots
-}
-
-/// A connection as the processlist shows it: user, host, command, time,
-/// statement.
-pub fn pl_summary(ev: &Evidence, id: u64) -> String {
-    match ev.processlist.iter().find(|r| r.get("id").and_then(|v| v.parse::<u64>().ok()) == Some(id)) {
-        Some(r) => {
-            let g = |k: &str| r.get(k).cloned().unwrap_or_default();
-            let info = r
-                .get("info")
-                .map(|i| format!(" running `{}`", pileup_engine::one_line(i, 160)))
-                .unwrap_or_else(|| " (idle)".into());
-            format!(
-                "connection {id} ({}@{}, {} for {}s){info}",
-                g("user"),
-                g("host").split(':').next().unwrap_or(""),
-                g("command"),
-                g("time")
-            )
-        }
-        None => format!("connection {id}"),
-    }
 }
 
 /// A pthread mutex that two or more threads wait on, with its holder.

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use pileup_conn::ConnSpec;
 
-use crate::capture::{self, CaptureSettings};
+use crate::capture;
 use crate::derive::{derive, DeriveOptions, Snapshot};
+use crate::evidence::CaptureSettings;
 use crate::poll::Poller;
 use crate::schedule::{Limits, Scheduler};
 use crate::store::{Retention, Store};

@@ -52,7 +52,8 @@ fn code_of(text: &str) -> String {
     let mut out = String::new();
     let lines: Vec<&str> = text.lines().collect();
     for (i, l) in lines.iter().enumerate() {
-        if l.starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(|n| n.starts_with("mod tests")) {
+        let test_mod = |n: &&str| n.strip_prefix("pub(crate) ").unwrap_or(n).starts_with("mod tests");
+        if l.starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(test_mod) {
             break;
         }
         let t = l.trim_start();
@@ -269,7 +270,7 @@ fn the_checker_sees_circles_through_grouped_uses_parents_and_the_root() {
     let mods: BTreeMap<String, String> = [
         ("", "mod a;\nmod b;\npub struct Root;\npub use a::f;\n"),
         ("a", "use crate::{b::{self, g}, Root};\npub fn f() {}\n"),
-        ("b", "pub fn g() {}\n#[cfg(test)]\nmod tests {\n    use crate::a::f;\n}\n"),
+        ("b", "pub fn g() {}\n#[cfg(test)]\npub(crate) mod tests {\n    use crate::a::f;\n}\n"),
         ("b::c", "use super::super::a;\n// crate::b::c::x in a comment\n"),
     ]
     .into_iter()

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::Error;
+use crate::error::Error;
 
 /// A slow log to read.
 #[derive(Clone, Debug)]

@@ -120,8 +120,11 @@ impl serde::Serialize for Report<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let (d, v) = (self.d, self.v);
-        let order: Vec<&Class> =
-            if v.rank == crate::Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
+        let order: Vec<&Class> = if v.rank == crate::rank::Rank::Time {
+            d.classes.iter().collect()
+        } else {
+            rank::order(&d.classes, v.rank)
+        };
         let total = d.total_time();
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("tool", "pileup digest")?;

@@ -12,7 +12,7 @@ use crate::Digest;
 /// What to show.
 #[derive(Clone, Debug)]
 pub struct View {
-    pub rank: crate::Rank,
+    pub rank: crate::rank::Rank,
     /// Classes in the profile table and in detail.
     pub limit: usize,
 }

@@ -104,9 +104,30 @@ pub fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: installs a handler that only stores to the flag.
-        unsafe { watch::signal_flag(sig, stop.clone()) };
+        unsafe { signal_flag(sig, stop.clone()) };
     }
     stop
+}
+
+/// Set `flag` when `sig` arrives (signal-hook's job, done with one
+/// sigaction: a crate for it would be out of proportion).
+pub(crate) unsafe fn signal_flag(sig: i32, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::OnceLock;
+    static FLAG: OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> = OnceLock::new();
+    let _ = FLAG.set(flag);
+    extern "C" fn handler(_: i32) {
+        if let Some(f) = FLAG.get() {
+            f.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let sa = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(handler),
+        nix::sys::signal::SaFlags::SA_RESTART,
+        nix::sys::signal::SigSet::empty(),
+    );
+    if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
+        let _ = nix::sys::signal::sigaction(s, &sa);
+    }
 }
 
 /// A progress bar of `len` steps in pileup's style, drawn with `template`

@@ -2,14 +2,14 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
-use pileup_watch::capture::CaptureSettings;
+use pileup_watch::evidence::CaptureSettings;
 use pileup_watch::store::Store;
 use pileup_watch::trigger::Trigger;
 use pileup_watch::watch::{default_triggers, run, Event, WatchOptions};
@@ -191,7 +191,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let s = stop.clone();
         // Finish the current poll and any running capture, then exit.
-        unsafe { signal_flag(sig, s) };
+        unsafe { super::signal_flag(sig, s) };
     }
     if !a.json {
         eprintln!(
@@ -222,7 +222,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             }
             Event::Stall { began_unix, ms, peak_blocked, .. } => eprintln!(
                 "stall: {ms:.0} ms from {} UTC, {peak_blocked} threads held up at peak",
-                pileup_watch::capture::stamp_tenths(*began_unix)
+                pileup_watch::evidence::stamp_tenths(*began_unix)
             ),
             Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
             Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),
@@ -230,27 +230,6 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         }
     };
     run(spec, pid, &o, &stop, &mut on)
-}
-
-/// Set `flag` when `sig` arrives (signal-hook's job, done with one
-/// sigaction: a crate for it would be out of proportion).
-pub(crate) unsafe fn signal_flag(sig: i32, flag: Arc<AtomicBool>) {
-    use std::sync::OnceLock;
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    let _ = FLAG.set(flag);
-    extern "C" fn handler(_: i32) {
-        if let Some(f) = FLAG.get() {
-            f.store(true, Ordering::SeqCst);
-        }
-    }
-    let sa = nix::sys::signal::SigAction::new(
-        nix::sys::signal::SigHandler::Handler(handler),
-        nix::sys::signal::SaFlags::SA_RESTART,
-        nix::sys::signal::SigSet::empty(),
-    );
-    if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
-        let _ = nix::sys::signal::sigaction(s, &sa);
-    }
 }
 
 /// List captures recorded in a data directory.
@@ -279,7 +258,7 @@ pub fn run_captures(a: CapturesArgs) -> Result<()> {
         println!("no captures in {}", dir.display());
     } else {
         for (u, d, t, v) in caps {
-            println!("{}  {t}\n  {}\n  {d}", pileup_watch::capture::stamp(u), v.unwrap_or_default());
+            println!("{}  {t}\n  {}\n  {d}", pileup_watch::evidence::stamp(u), v.unwrap_or_default());
         }
     }
     Ok(())

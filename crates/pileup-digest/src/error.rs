@@ -1,0 +1,14 @@
+//! What can go wrong reading slow logs and servers.
+
+/// What can stop a digest.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open {0}: {1}")]
+    Open(String, #[source] std::io::Error),
+    #[error("{0} is a directory; name the slow-log files in it")]
+    IsDir(String),
+    #[error("cannot read {0}: {1}")]
+    Read(String, #[source] std::io::Error),
+    #[error("{0}")]
+    Server(String),
+}
