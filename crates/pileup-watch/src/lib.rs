@@ -28,6 +28,7 @@
 pub mod capture;
 pub mod capture_dir;
 pub mod classes;
+pub mod decide;
 pub mod derive;
 pub mod evidence;
 pub mod expo;

@@ -18,12 +18,14 @@ use anyhow::Result;
 use pileup_conn::ConnSpec;
 
 use crate::capture;
+use crate::decide::{Action, Decider, PollSeen};
+pub use crate::decide::{Event, SHORT_STALLS_TO_CAPTURE, SHORT_STALL_WINDOW_SECS};
 use crate::derive::{derive, DeriveOptions, Snapshot};
 use crate::evidence::CaptureSettings;
 use crate::poll::Poller;
-use crate::schedule::{Limits, Scheduler};
+use crate::schedule::Limits;
 use crate::store::{Retention, Store};
-use crate::trigger::{Armed, Context, Step, Trigger};
+use crate::trigger::{Context, Trigger};
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
@@ -54,11 +56,6 @@ pub fn default_pileup_threads(cpus: usize) -> u32 {
     (4 * cpus).max(16) as u32
 }
 
-/// Short stalls within this window that make the next one worth a capture.
-pub const SHORT_STALL_WINDOW_SECS: f64 = 600.0;
-/// …and how many.
-pub const SHORT_STALLS_TO_CAPTURE: usize = 3;
-
 /// Triggers that need no tuning: a server that does not answer, a pile-up
 /// of running threads (more than 4 per CPU, at least 16), throughput collapsing to
 /// under a third of its 5-minute baseline, a replica falling far behind.
@@ -73,59 +70,6 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
     .iter()
     .map(|t| Trigger::parse(t).expect("default triggers parse"))
     .collect()
-}
-
-/// What the loop reports, in order.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    Listening {
-        addr: String,
-    },
-    Poll {
-        unix: f64,
-        ok: bool,
-        cost_ms: f64,
-        error: Option<String>,
-        derived: BTreeMap<String, f64>,
-    },
-    Fired {
-        unix: f64,
-        trigger: String,
-        onset_unix: f64,
-    },
-    /// The thread scan saw threads held up (the start of a pile-up).
-    PileUp {
-        unix: f64,
-        began_unix: f64,
-        blocked: u32,
-        baseline: u32,
-    },
-    /// A pile-up ended: when it began and ended, to the scan interval.
-    Stall {
-        began_unix: f64,
-        ended_unix: f64,
-        ms: f64,
-        peak_blocked: u32,
-        baseline: u32,
-    },
-    Skipped {
-        unix: f64,
-        trigger: String,
-        why: String,
-    },
-    Captured {
-        unix: f64,
-        trigger: String,
-        dir: String,
-        verdict: String,
-        onset_to_first_stack_ms: Option<f64>,
-    },
-    CaptureFailed {
-        unix: f64,
-        trigger: String,
-        error: String,
-    },
 }
 
 /// Metric history kept in a capture's report: this long before the trigger…
@@ -252,22 +196,6 @@ struct Spawner<'a> {
 }
 
 impl Spawner<'_> {
-    /// Start a capture for `trigger` now (the limits allowed it), with the
-    /// history before it from `store`, counted against the limits.
-    fn start(
-        &self,
-        sched: &mut Scheduler<Early>,
-        store: &crate::store::Store,
-        trigger: String,
-        unix: f64,
-        onset: f64,
-        now: f64,
-    ) {
-        sched.started(now);
-        let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-        self.spawn(trigger, unix, onset, history, None);
-    }
-
     /// Gather and write one capture on its own thread; report on `done`.
     /// An early capture (`early` given) gathers at once but is only
     /// written once the trigger confirms it, under the trigger and time
@@ -335,12 +263,6 @@ impl Spawner<'_> {
             let _ = done.send(Some(msg));
         });
     }
-}
-
-/// A trigger other than `but` whose condition holds and has not yet fired
-/// (in its hold), the first if several.
-fn in_hold(armed: &[Armed], triggers: &[Trigger], but: usize) -> Option<usize> {
-    (0..triggers.len()).find(|&j| j != but && triggers[j].hold > 0.0 && armed[j].in_hold())
 }
 
 /// The client connections' OS thread ids, from the latest poll that listed
@@ -415,28 +337,205 @@ fn free_bytes(p: &std::path::Path) -> Option<u64> {
     Some(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
-/// Captures that finished: recorded, their reports' rebuild scheduled for
-/// when the metrics after the stall are in, and told.
-fn finished_captures(
-    done_rx: &mpsc::Receiver<Option<Event>>,
-    sched: &mut Scheduler<Early>,
-    store: &mut Store,
-    expo: Option<&crate::expo::Shared>,
-    on: &mut dyn FnMut(&Event),
-) -> Result<()> {
-    while let Ok(ev) = done_rx.try_recv() {
-        sched.finished();
-        let Some(ev) = ev else { continue }; // an early capture, dropped
-        if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
-            store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
-            sched.rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
-            if let Some(e) = expo {
-                e.lock().unwrap().captures_total += 1;
+/// One watch run: the server, the store, the decisions and what carries
+/// them out.
+struct Watcher<'a> {
+    o: &'a WatchOptions,
+    store: Store,
+    expo: Option<crate::expo::Shared>,
+    poller: Poller,
+    prev: Option<Snapshot>,
+    hist: History,
+    bound: bool,
+    decider: Decider,
+    /// The running early capture's handle.
+    early: Option<Early>,
+    spawner: Spawner<'a>,
+    done_rx: mpsc::Receiver<Option<Event>>,
+    conn_tids: ConnTids,
+    scan: Option<mpsc::Receiver<crate::scan::Pulse>>,
+    t0: Instant,
+    last_maintain: Instant,
+    on: &'a mut dyn FnMut(&Event),
+}
+
+impl Watcher<'_> {
+    /// Monotonic seconds since the start, the decisions' clock.
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn free(&self) -> Option<u64> {
+        free_bytes(&self.o.data_dir)
+    }
+
+    fn history(&self, unix: f64) -> Vec<crate::store::Row> {
+        self.store.range(unix - BEFORE_SECS, unix).unwrap_or_default()
+    }
+
+    /// Carry out the decisions.
+    fn apply(&mut self, actions: Vec<Action>) -> Result<()> {
+        for a in actions {
+            match a {
+                Action::Tell(e) => (self.on)(&e),
+                Action::RecordStall(st) => self.store.add_stall(&st)?,
+                Action::Capture { trigger, unix, onset } => {
+                    self.spawner.spawn(trigger, unix, onset, self.history(unix), None);
+                }
+                Action::CaptureEarly { trigger, unix, onset } => {
+                    let (early, rx) = Early::start();
+                    self.early = Some(early);
+                    self.spawner.spawn(trigger, unix, onset, self.history(unix), Some(rx));
+                }
+                Action::Keep { trigger, fired, onset } => {
+                    if let Some(e) = self.early.take() {
+                        e.keep(trigger, fired, onset, self.history(fired));
+                    }
+                }
+                Action::Retake { trigger, unix, onset } => {
+                    if let Some(e) = &self.early {
+                        e.retake(trigger, unix, onset, self.history(unix));
+                    }
+                }
+                Action::Drop => {
+                    if let Some(e) = self.early.take() {
+                        e.drop_it();
+                    }
+                }
             }
         }
-        on(&ev);
+        Ok(())
     }
-    Ok(())
+
+    /// Captures that finished: recorded, their reports' rebuild scheduled
+    /// for when the metrics after the stall are in, and told.
+    fn finished_captures(&mut self) -> Result<()> {
+        while let Ok(ev) = self.done_rx.try_recv() {
+            self.decider.finished();
+            let Some(ev) = ev else { continue }; // an early capture, dropped
+            if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
+                self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                self.decider.schedule().rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
+                if let Some(e) = &self.expo {
+                    e.lock().unwrap().captures_total += 1;
+                }
+            }
+            (self.on)(&ev);
+        }
+        Ok(())
+    }
+
+    /// One poll: read the server, keep its values, judge the triggers.
+    fn poll(&mut self) -> Result<()> {
+        let p = self.poller.poll();
+        if let Some(t) = &p.conn_tids {
+            let known = p.known_tids.iter().flatten().copied().collect();
+            *self.conn_tids.lock().unwrap() =
+                Some(Arc::new(crate::scan::Clients { conns: t.iter().copied().collect(), known }));
+        }
+        let cur = Snapshot { at: p.unix, values: p.values.clone() };
+        let derived = derive(self.prev.as_ref().unwrap_or(&cur), &cur, &self.o.derive);
+        if p.ok {
+            self.prev = Some(cur);
+            if !self.bound {
+                if let Some(id) = self.poller.identity() {
+                    self.store.bind_server(id)?;
+                    self.bound = true;
+                }
+            }
+        }
+        self.store.insert(&p, &derived)?;
+        if let Some(e) = &self.expo {
+            let mut e = e.lock().unwrap();
+            e.derived = derived.clone();
+            e.polls_total += 1;
+            e.polls_failed_total += u64::from(!p.ok);
+            e.last_poll_unix = p.unix;
+        }
+        let event = Event::Poll { unix: p.unix, ok: p.ok, cost_ms: p.cost_ms, error: p.error, derived };
+        (self.on)(&event);
+        let Event::Poll { derived, .. } = event else { unreachable!() };
+        self.finished_captures()?;
+        for dir in self.decider.schedule().rebuilds_due(Some(p.unix)) {
+            if let Err(e) = crate::report::refresh(&dir, &self.store, BEFORE_SECS, AFTER_SECS) {
+                tracing::warn!("rebuilding {}: {e:#}", dir.display());
+            }
+        }
+        let ctx = Ctx { now: p.unix, derived: &derived, hist: &self.hist, failed: !p.ok };
+        let seen = PollSeen {
+            unix: p.unix,
+            ctx: &ctx,
+            free: self.free(),
+            early_gathered: self.early.as_ref().is_some_and(Early::gathered),
+        };
+        let now = self.now();
+        let actions = self.decider.poll(&seen, now);
+        self.apply(actions)?;
+        self.hist.push(p.unix, derived);
+        if self.last_maintain.elapsed() > Duration::from_secs(60) {
+            self.store.maintain(p.unix, &self.o.retention)?;
+            self.last_maintain = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Until `until` (the next poll): the thread scan's pulses, and a
+    /// pile-up's early capture tried again at each scan interval while
+    /// it waits for one.
+    fn between_polls(&mut self, until: Duration) -> Result<()> {
+        while let Some(wait) = until.checked_sub(self.t0.elapsed()) {
+            if self.scan.is_none() {
+                std::thread::sleep(wait);
+                return Ok(());
+            }
+            // Captures that finish between polls (a dropped early one) are
+            // told at once.
+            self.finished_captures()?;
+            let (now, free) = (self.now(), self.free());
+            let started = self.decider.between_polls(crate::poll::now_unix(), now, free);
+            if !started.is_empty() {
+                self.apply(started)?;
+                continue;
+            }
+            let waiting = self.decider.waiting_to_capture();
+            let wait = if waiting { wait.min(self.o.scan_interval) } else { wait };
+            let Some(rx) = &self.scan else { continue };
+            let pulse = match rx.recv_timeout(wait) {
+                Ok(p) => p,
+                Err(mpsc::RecvTimeoutError::Timeout) if waiting => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => return Ok(()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.scan = None;
+                    continue;
+                }
+            };
+            let (now, free) = (self.now(), self.free());
+            let actions = self.decider.pulse(pulse, crate::poll::now_unix(), now, free);
+            self.apply(actions)?;
+        }
+        Ok(())
+    }
+
+    /// watch is stopping: a running capture finishes so its report is not
+    /// lost, an unconfirmed early one is dropped, and reports still waiting
+    /// for their "after" get what there is.
+    fn finish(mut self) -> Result<()> {
+        let actions = self.decider.stop();
+        self.apply(actions)?;
+        if self.decider.schedule().running() {
+            if let Ok(Some(ev)) = self.done_rx.recv_timeout(Duration::from_secs(60)) {
+                if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
+                    self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                    self.decider.schedule().rebuild_at(0.0, PathBuf::from(dir));
+                }
+                (self.on)(&ev);
+            }
+        }
+        for dir in self.decider.schedule().rebuilds_due(None) {
+            let _ = crate::report::refresh(&dir, &self.store, BEFORE_SECS, AFTER_SECS);
+        }
+        Ok(())
+    }
 }
 
 /// Run until `stop` is set or `duration` passes.
@@ -449,7 +548,6 @@ pub fn run(
 ) -> Result<()> {
     let mut store = Store::open(&o.data_dir)?;
     store.claim()?;
-    let mut bound = false;
     let expo: Option<crate::expo::Shared> = match &o.listen {
         Some(addr) => {
             let shared = crate::expo::Shared::default();
@@ -461,306 +559,48 @@ pub fn run(
     };
     let captures_root = o.data_dir.join("captures");
     let poll_timeout = o.interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
-    let mut poller = Poller::new(spec.clone(), pid, poll_timeout);
-    let mut prev: Option<Snapshot> = None;
-    let mut hist = History { rows: VecDeque::new(), keep_secs: 3600.0 };
-    let mut armed: Vec<Armed> = vec![Armed::default(); o.triggers.len()];
     let (done_tx, done_rx) = mpsc::channel::<Option<Event>>();
-    let mut sched: Scheduler<Early> = Scheduler::new(Limits {
+    let limits = Limits {
         cooldown: o.cooldown,
         max_per_hour: o.max_captures_per_hour,
         min_free_bytes: o.min_free_bytes,
         data_dir: o.data_dir.display().to_string(),
-    });
-    let free = || free_bytes(&o.data_dir);
-    let t0 = Instant::now();
-    let now = || t0.elapsed().as_secs_f64();
-    let mut tick = 0u32;
-    let mut last_maintain = Instant::now();
+    };
     let conn_tids: ConnTids = Default::default();
     // A capture is taking stacks: the threads it stops show as running
     // while they enter and leave the stop, which the scan must not read as
     // the pile-up ending.
     let capturing = Arc::new(AtomicBool::new(false));
-    let spawner = Spawner { spec: &spec, pid, o, root: &captures_root, done: &done_tx, capturing: &capturing };
-    let mut scan = pid.filter(|_| !o.scan_interval.is_zero()).map(|p| {
+    let scan = pid.filter(|_| !o.scan_interval.is_zero()).map(|p| {
         spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone(), capturing.clone())
     });
-    // The scan's own capture, when it runs unconfirmed, is known by this
-    // index (one past the triggers').
-    let scan_idx = o.triggers.len();
-    let mut short_stalls: VecDeque<f64> = VecDeque::new();
-    let mut open_pileup: Option<f64> = None;
-    // A pile-up no capture has begun for yet (began, blocked, usual): its
-    // early capture is tried again each scan interval while another
-    // capture finishes or the gap between early captures runs out.
-    let mut uncaptured: Option<(f64, u32, u32)> = None;
-    while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d) {
-        let p = poller.poll();
-        if let Some(t) = &p.conn_tids {
-            let known = p.known_tids.iter().flatten().copied().collect();
-            *conn_tids.lock().unwrap() =
-                Some(Arc::new(crate::scan::Clients { conns: t.iter().copied().collect(), known }));
-        }
-        let cur = Snapshot { at: p.unix, values: p.values.clone() };
-        let derived = match (&prev, p.ok) {
-            (Some(a), _) => derive(a, &cur, &o.derive),
-            (None, _) => derive(&cur, &cur, &o.derive),
-        };
-        if p.ok {
-            prev = Some(cur);
-            if !bound {
-                if let Some(id) = poller.identity() {
-                    store.bind_server(id)?;
-                    bound = true;
-                }
-            }
-        }
-        store.insert(&p, &derived)?;
-        if let Some(e) = &expo {
-            let mut e = e.lock().unwrap();
-            e.derived = derived.clone();
-            e.polls_total += 1;
-            e.polls_failed_total += u64::from(!p.ok);
-            e.last_poll_unix = p.unix;
-        }
-        on(&Event::Poll {
-            unix: p.unix,
-            ok: p.ok,
-            cost_ms: p.cost_ms,
-            error: p.error.clone(),
-            derived: derived.clone(),
-        });
-        finished_captures(&done_rx, &mut sched, &mut store, expo.as_ref(), on)?;
-        for dir in sched.rebuilds_due(Some(p.unix)) {
-            if let Err(e) = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS) {
-                tracing::warn!("rebuilding {}: {e:#}", dir.display());
-            }
-        }
-        let ctx = Ctx { now: p.unix, derived: &derived, hist: &hist, failed: !p.ok };
-        for (i, t) in o.triggers.iter().enumerate() {
-            let step = armed[i].step(t, p.unix, &ctx);
-            let onset = armed[i].since().unwrap_or(p.unix);
-            // The scan times a pile-up's start to its interval.
-            let onset = open_pileup.map_or(onset, |b| b.min(onset));
-            // An early capture for this trigger is running: confirm or drop it.
-            if sched.early_trigger() == Some(i) {
-                match step {
-                    Step::Fire => {
-                        on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
-                        if let Some(decide) = sched.confirm_early(now()) {
-                            decide.keep(
-                                t.text.clone(),
-                                p.unix,
-                                onset,
-                                store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default(),
-                            );
-                        }
-                    }
-                    Step::Idle => {
-                        // Its condition cleared. A pile-up the scan still
-                        // sees, or another trigger in its hold, keeps it as
-                        // its own; otherwise it is dropped.
-                        let other = open_pileup.map(|_| scan_idx).or_else(|| in_hold(&armed, &o.triggers, i));
-                        if let Some(decide) = sched.release_early(other) {
-                            decide.drop_it();
-                        }
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if step == Step::Pending && t.hold > 0.0 && pid.is_some() {
-                let history = || store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default();
-                if sched.early_trigger().is_none() {
-                    // The condition just started to hold: begin capturing
-                    // now, so the first stacks show the stall's start rather
-                    // than the end of its hold; dropped unless the hold
-                    // confirms it.
-                    if sched.may_start_early(now(), free()) {
-                        let (early, rx) = Early::start();
-                        sched.started_early(i, now(), early);
-                        spawner.spawn(t.text.clone(), p.unix, onset, history(), Some(rx));
-                    }
-                } else if armed[i].since() == Some(p.unix) {
-                    // It began at this poll. Another condition's early
-                    // capture that has already gathered predates it: that
-                    // capture gathers again.
-                    if let Some(e) = sched.retake_early(now(), Early::gathered) {
-                        e.retake(t.text.clone(), p.unix, onset, history());
-                    }
-                }
-                continue;
-            }
-            if step != Step::Fire {
-                continue;
-            }
-            on(&Event::Fired { unix: p.unix, trigger: t.text.clone(), onset_unix: onset });
-            if let Some(decide) = sched.confirm_early(now()) {
-                // Another trigger's early capture is running: it is this stall's evidence.
-                decide.keep(
-                    t.text.clone(),
-                    p.unix,
-                    onset,
-                    store.range(p.unix - BEFORE_SECS, p.unix).unwrap_or_default(),
-                );
-                continue;
-            }
-            if let Some(why) = sched.refused(now(), free()) {
-                on(&Event::Skipped { unix: p.unix, trigger: t.text.clone(), why });
-                continue;
-            }
-            spawner.start(&mut sched, &store, t.text.clone(), p.unix, onset, now());
-        }
-        hist.push(p.unix, derived);
-        if last_maintain.elapsed() > Duration::from_secs(60) {
-            store.maintain(p.unix, &o.retention)?;
-            last_maintain = Instant::now();
-        }
+    let mut w = Watcher {
+        o,
+        store,
+        expo,
+        poller: Poller::new(spec.clone(), pid, poll_timeout),
+        prev: None,
+        hist: History { rows: VecDeque::new(), keep_secs: 3600.0 },
+        bound: false,
+        decider: Decider::new(o.triggers.clone(), limits, pid.is_some()),
+        early: None,
+        spawner: Spawner { spec: &spec, pid, o, root: &captures_root, done: &done_tx, capturing: &capturing },
+        done_rx,
+        conn_tids,
+        scan,
+        t0: Instant::now(),
+        last_maintain: Instant::now(),
+        on,
+    };
+    let mut tick = 0u32;
+    while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| w.t0.elapsed() < d) {
+        w.poll()?;
         tick += 1;
-        let next = o.interval * tick;
-        if next < t0.elapsed() {
+        if o.interval * tick < w.t0.elapsed() {
             // Overran: re-anchor so polls do not bunch up to catch up.
-            tick = (t0.elapsed().as_secs_f64() / o.interval.as_secs_f64()).ceil() as u32;
+            tick = (w.t0.elapsed().as_secs_f64() / o.interval.as_secs_f64()).ceil() as u32;
         }
-        // Until the next poll: the thread scan's pulses.
-        while let Some(wait) = (o.interval * tick).checked_sub(t0.elapsed()) {
-            let Some(rx) = &scan else {
-                std::thread::sleep(wait);
-                break;
-            };
-            // Captures that finish between polls (a dropped early one) are
-            // told at once.
-            finished_captures(&done_rx, &mut sched, &mut store, expo.as_ref(), on)?;
-            if let Some((began_unix, blocked, baseline)) = uncaptured {
-                // Capture at once; kept if a trigger fires, the pile-up
-                // lasts, or short stalls repeat.
-                if sched.early_trigger().is_none() && sched.may_start_early(now(), free()) {
-                    uncaptured = None;
-                    let unix = crate::poll::now_unix();
-                    let (early, rx) = Early::start();
-                    sched.started_early(scan_idx, now(), early);
-                    let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                    let text = format!("pile-up: {blocked} threads held up (usually {baseline})");
-                    spawner.spawn(text, unix, began_unix, history, Some(rx));
-                    continue;
-                }
-            }
-            let wait = match uncaptured {
-                Some(_) => wait.min(o.scan_interval),
-                None => wait,
-            };
-            let pulse = match rx.recv_timeout(wait) {
-                Ok(p) => p,
-                Err(mpsc::RecvTimeoutError::Timeout) if uncaptured.is_some() => continue,
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    scan = None;
-                    continue;
-                }
-            };
-            use crate::scan::Pulse;
-            let unix = crate::poll::now_unix();
-            match pulse {
-                Pulse::Began { began_unix, blocked, baseline } => {
-                    open_pileup = Some(began_unix);
-                    on(&Event::PileUp { unix, began_unix, blocked, baseline });
-                    // A trigger's early capture running is this stall's
-                    // (gathered before it began, it gathers again if kept
-                    // for it).
-                    if sched.early_trigger().is_none() {
-                        uncaptured = Some((began_unix, blocked, baseline));
-                    }
-                }
-                Pulse::Lasting { began_unix, blocked, baseline } => {
-                    let text = format!(
-                        "pile-up: {blocked} threads held up for {}s (usually {baseline})",
-                        crate::scan::LASTING_SECS
-                    );
-                    uncaptured = None;
-                    if let Some(decide) = sched.confirm_early(now()) {
-                        on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
-                        decide.keep(text, unix, began_unix, store.range(unix - BEFORE_SECS, unix).unwrap_or_default());
-                    } else if sched.refused(now(), free()).is_none() {
-                        on(&Event::Fired { unix, trigger: text.clone(), onset_unix: began_unix });
-                        spawner.start(&mut sched, &store, text, unix, began_unix, now());
-                    }
-                    // Otherwise a capture of this stall runs or just ran.
-                }
-                Pulse::Ended(st) => {
-                    open_pileup = None;
-                    uncaptured = None;
-                    store.add_stall(&st)?;
-                    on(&Event::Stall {
-                        began_unix: st.began_unix,
-                        ended_unix: st.ended_unix,
-                        ms: st.ms(),
-                        peak_blocked: st.peak_blocked,
-                        baseline: st.baseline,
-                    });
-                    if st.ms() < crate::scan::LASTING_SECS * 1000.0 {
-                        short_stalls.push_back(st.ended_unix);
-                    }
-                    while short_stalls.front().is_some_and(|t| st.ended_unix - t > SHORT_STALL_WINDOW_SECS) {
-                        short_stalls.pop_front();
-                    }
-                    // An early capture of this stall (the scan's, or a
-                    // trigger's still in its hold) is kept when short
-                    // stalls repeat; the scan's own is dropped otherwise.
-                    // With none (none could start while it lasted), a
-                    // repetition is captured now, just after it, where the
-                    // limits allow.
-                    let repeated = (short_stalls.len() >= SHORT_STALLS_TO_CAPTURE).then(|| {
-                        format!(
-                            "short stalls: {} in {} min, this one {:.0} ms",
-                            short_stalls.len(),
-                            SHORT_STALL_WINDOW_SECS / 60.0,
-                            st.ms()
-                        )
-                    });
-                    match (sched.early_trigger(), repeated) {
-                        (Some(_), Some(text)) => {
-                            on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
-                            if let Some(decide) = sched.confirm_early(now()) {
-                                let history = store.range(unix - BEFORE_SECS, unix).unwrap_or_default();
-                                decide.keep(text, unix, st.began_unix, history);
-                            }
-                        }
-                        (Some(early), None) if early == scan_idx => {
-                            // A trigger in its hold keeps it as its own.
-                            if let Some(decide) = sched.release_early(in_hold(&armed, &o.triggers, scan_idx)) {
-                                decide.drop_it();
-                            }
-                        }
-                        (None, Some(text)) => match sched.refused(now(), free()) {
-                            None => {
-                                on(&Event::Fired { unix, trigger: text.clone(), onset_unix: st.began_unix });
-                                spawner.start(&mut sched, &store, text, unix, st.began_unix, now());
-                            }
-                            Some(why) => tracing::debug!("{text}: not captured ({why})"),
-                        },
-                        _ => {}
-                    }
-                }
-            }
-        }
+        w.between_polls(o.interval * tick)?;
     }
-    // Let a running capture finish so its report is not lost.
-    if let Some(e) = sched.drop_early() {
-        e.drop_it(); // an unconfirmed early capture is dropped
-    }
-    if sched.running() {
-        if let Ok(Some(ev)) = done_rx.recv_timeout(Duration::from_secs(60)) {
-            if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
-                store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
-                sched.rebuild_at(0.0, PathBuf::from(dir));
-            }
-            on(&ev);
-        }
-    }
-    // Reports still waiting for their "after" get what there is.
-    for dir in sched.rebuilds_due(None) {
-        let _ = crate::report::refresh(&dir, &store, BEFORE_SECS, AFTER_SECS);
-    }
-    Ok(())
+    w.finish()
 }

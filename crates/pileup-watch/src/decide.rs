@@ -1,0 +1,666 @@
+//! watch's decisions as a state machine: given what each poll and each pulse
+//! of the thread scan showed, and a clock, which captures start, which early
+//! capture is kept, taken again, handed over or dropped, what is reported.
+//!
+//! The loop in [`crate::watch`] feeds it and carries out its [`Action`]s
+//! (spawning captures, reading the metric history, writing the store); this
+//! module touches no server, thread or clock, so every rule is tested here
+//! with scripted timelines.
+//!
+//! Rules:
+//! * A trigger whose condition starts to hold begins an **early capture**
+//!   at once (the first stacks show the stall's start, not the end of its
+//!   hold), within the [`Scheduler`]'s limits. It is kept when the trigger
+//!   fires, or when any other trigger fires or a pile-up lasts or short
+//!   stalls repeat while it runs (it is that stall's evidence).
+//! * When its condition clears, it is handed to a pile-up the scan still
+//!   sees, or to another trigger still in its hold; otherwise dropped.
+//! * Another condition that begins after it has gathered makes it gather
+//!   again (its evidence is of what came before), spaced like early
+//!   captures.
+//! * A **pile-up** (the scan's pulse) begins an early capture too; refused
+//!   (another capture finishing, the gap between early captures), it is
+//!   tried again at each scan interval until it starts or the pile-up ends.
+//!   It is kept when the pile-up lasts or short stalls repeat; a pile-up
+//!   that ends short drops it, or hands it to a trigger in its hold.
+//! * **Short stalls** that repeat ([`SHORT_STALLS_TO_CAPTURE`] in
+//!   [`SHORT_STALL_WINDOW_SECS`]) are captured: the running early capture
+//!   is kept, or, with none, one is taken as the last ends.
+//! * A trigger that fires with no early capture running starts a capture,
+//!   or is reported skipped with the limit that refused it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::scan::{Pulse, Stall, LASTING_SECS};
+use crate::schedule::{Limits, Scheduler};
+use crate::trigger::{Armed, Context, Step, Trigger};
+
+/// A window in which short stalls are counted…
+pub const SHORT_STALL_WINDOW_SECS: f64 = 600.0;
+/// …and how many of them in it make a capture.
+pub const SHORT_STALLS_TO_CAPTURE: usize = 3;
+
+/// What the loop reports, in order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Listening {
+        addr: String,
+    },
+    Poll {
+        unix: f64,
+        ok: bool,
+        cost_ms: f64,
+        error: Option<String>,
+        derived: BTreeMap<String, f64>,
+    },
+    Fired {
+        unix: f64,
+        trigger: String,
+        onset_unix: f64,
+    },
+    /// The thread scan saw threads held up (the start of a pile-up).
+    PileUp {
+        unix: f64,
+        began_unix: f64,
+        blocked: u32,
+        baseline: u32,
+    },
+    /// A pile-up ended: when it began and ended, to the scan interval.
+    Stall {
+        began_unix: f64,
+        ended_unix: f64,
+        ms: f64,
+        peak_blocked: u32,
+        baseline: u32,
+    },
+    Skipped {
+        unix: f64,
+        trigger: String,
+        why: String,
+    },
+    Captured {
+        unix: f64,
+        trigger: String,
+        dir: String,
+        verdict: String,
+        onset_to_first_stack_ms: Option<f64>,
+    },
+    CaptureFailed {
+        unix: f64,
+        trigger: String,
+        error: String,
+    },
+}
+
+/// What the loop is to do. Captures named here take the metric history
+/// up to `unix` (or `fired`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Report this.
+    Tell(Event),
+    /// Record a pile-up that ended.
+    RecordStall(Stall),
+    /// Start a capture now (already counted against the limits).
+    Capture { trigger: String, unix: f64, onset: f64 },
+    /// Start an early capture now: it gathers at once and waits for
+    /// [`Action::Keep`], [`Action::Retake`] or [`Action::Drop`].
+    CaptureEarly { trigger: String, unix: f64, onset: f64 },
+    /// Keep the early capture, under `trigger` fired at `fired`, for a
+    /// condition that began at `onset`.
+    Keep { trigger: String, fired: f64, onset: f64 },
+    /// The early capture gathers again, for a condition that began after
+    /// its evidence was taken.
+    Retake { trigger: String, unix: f64, onset: f64 },
+    /// Drop the early capture (its sampling ends after the current sample).
+    Drop,
+}
+
+/// What a poll showed the decisions: its time, how to judge the triggers,
+/// the data directory's free bytes, and whether the running early capture
+/// (if any) has gathered its evidence.
+pub struct PollSeen<'a> {
+    pub unix: f64,
+    pub ctx: &'a dyn Context,
+    pub free: Option<u64>,
+    pub early_gathered: bool,
+}
+
+/// watch's decisions.
+pub struct Decider {
+    triggers: Vec<Trigger>,
+    armed: Vec<Armed>,
+    sched: Scheduler<()>,
+    /// Early captures may be taken (a local server's process is known).
+    early_ok: bool,
+    /// The early capture begun by the scan is known by this index, one
+    /// past the triggers'.
+    scan_idx: usize,
+    /// When the pile-up the scan sees began.
+    open_pileup: Option<f64>,
+    /// A pile-up no capture has begun for yet: (began, blocked, usual).
+    uncaptured: Option<(f64, u32, u32)>,
+    /// When recent short stalls ended.
+    short_stalls: VecDeque<f64>,
+}
+
+impl Decider {
+    pub fn new(triggers: Vec<Trigger>, limits: Limits, early_ok: bool) -> Decider {
+        let n = triggers.len();
+        Decider {
+            triggers,
+            armed: vec![Armed::default(); n],
+            sched: Scheduler::new(limits),
+            early_ok,
+            scan_idx: n,
+            open_pileup: None,
+            uncaptured: None,
+            short_stalls: VecDeque::new(),
+        }
+    }
+
+    /// The schedule (running captures, reports to rebuild).
+    pub fn schedule(&mut self) -> &mut Scheduler<()> {
+        &mut self.sched
+    }
+
+    /// A pile-up waits for its early capture: the loop should come back at
+    /// each scan interval even without a pulse.
+    pub fn waiting_to_capture(&self) -> bool {
+        self.uncaptured.is_some()
+    }
+
+    /// A capture finished (written, failed or dropped).
+    pub fn finished(&mut self) {
+        self.sched.finished();
+    }
+
+    /// Judge every trigger at a poll; `now` is monotonic seconds.
+    pub fn poll(&mut self, p: &PollSeen, now: f64) -> Vec<Action> {
+        let mut out = vec![];
+        for i in 0..self.triggers.len() {
+            let step = self.armed[i].step(&self.triggers[i], p.unix, p.ctx);
+            let since = self.armed[i].since();
+            // The scan times a pile-up's start to its interval.
+            let onset = self.open_pileup.map_or(since.unwrap_or(p.unix), |b| b.min(since.unwrap_or(p.unix)));
+            let text = self.triggers[i].text.clone();
+            if self.sched.early_trigger() == Some(i) {
+                self.own_early(i, step, text, p.unix, onset, now, &mut out);
+            } else if step == Step::Pending && self.triggers[i].hold > 0.0 && self.early_ok {
+                self.hold_began(i, since == Some(p.unix), p, onset, now, &mut out);
+            } else if step == Step::Fire {
+                out.push(Action::Tell(Event::Fired { unix: p.unix, trigger: text.clone(), onset_unix: onset }));
+                self.capture(text, p.unix, onset, now, p.free, true, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Trigger `i`'s own early capture is running: keep it when the trigger
+    /// fires, hand it over or drop it when its condition clears.
+    #[allow(clippy::too_many_arguments)]
+    fn own_early(
+        &mut self,
+        i: usize,
+        step: Step,
+        trigger: String,
+        unix: f64,
+        onset: f64,
+        now: f64,
+        out: &mut Vec<Action>,
+    ) {
+        match step {
+            Step::Fire => {
+                out.push(Action::Tell(Event::Fired { unix, trigger: trigger.clone(), onset_unix: onset }));
+                if self.sched.confirm_early(now).is_some() {
+                    out.push(Action::Keep { trigger, fired: unix, onset });
+                }
+            }
+            Step::Idle => {
+                let other = self.open_pileup.map(|_| self.scan_idx).or_else(|| self.in_hold(i));
+                self.hand_over(other, out);
+            }
+            Step::Pending | Step::Ongoing => {}
+        }
+    }
+
+    /// Trigger `i`'s condition holds and has not fired: begin an early
+    /// capture, or, when `began_now` and another's early capture has
+    /// gathered, have that one gather again.
+    fn hold_began(&mut self, i: usize, began_now: bool, p: &PollSeen, onset: f64, now: f64, out: &mut Vec<Action>) {
+        let trigger = self.triggers[i].text.clone();
+        if self.sched.early_trigger().is_none() {
+            if self.sched.may_start_early(now, p.free) {
+                self.sched.started_early(i, now, ());
+                out.push(Action::CaptureEarly { trigger, unix: p.unix, onset });
+            }
+        } else if began_now && self.sched.retake_early(now, |_| p.early_gathered).is_some() {
+            out.push(Action::Retake { trigger, unix: p.unix, onset });
+        }
+    }
+
+    /// A stall was recognised (a trigger fired, a pile-up lasted, short
+    /// stalls repeated): keep the running early capture for it, or start
+    /// one within the limits (`tell_skip`: report a refusal).
+    #[allow(clippy::too_many_arguments)]
+    fn capture(
+        &mut self,
+        trigger: String,
+        unix: f64,
+        onset: f64,
+        now: f64,
+        free: Option<u64>,
+        tell_skip: bool,
+        out: &mut Vec<Action>,
+    ) {
+        if self.sched.confirm_early(now).is_some() {
+            out.push(Action::Keep { trigger, fired: unix, onset });
+            return;
+        }
+        match self.sched.refused(now, free) {
+            None => {
+                self.sched.started(now);
+                out.push(Action::Capture { trigger, unix, onset });
+            }
+            Some(why) if tell_skip => out.push(Action::Tell(Event::Skipped { unix, trigger, why })),
+            Some(why) => tracing::debug!("{trigger}: not captured ({why})"),
+        }
+    }
+
+    /// Between polls, at each scan interval while a pile-up waits for its
+    /// early capture: start it when the limits allow.
+    pub fn between_polls(&mut self, unix: f64, now: f64, free: Option<u64>) -> Vec<Action> {
+        let Some((began, blocked, baseline)) = self.uncaptured else { return vec![] };
+        if self.sched.early_trigger().is_some() || !self.sched.may_start_early(now, free) {
+            return vec![];
+        }
+        self.uncaptured = None;
+        self.sched.started_early(self.scan_idx, now, ());
+        let trigger = format!("pile-up: {blocked} threads held up (usually {baseline})");
+        vec![Action::CaptureEarly { trigger, unix, onset: began }]
+    }
+
+    /// A pulse of the thread scan, seen at `unix`.
+    pub fn pulse(&mut self, pulse: Pulse, unix: f64, now: f64, free: Option<u64>) -> Vec<Action> {
+        let mut out = vec![];
+        match pulse {
+            Pulse::Began { began_unix, blocked, baseline } => {
+                self.open_pileup = Some(began_unix);
+                out.push(Action::Tell(Event::PileUp { unix, began_unix, blocked, baseline }));
+                // A trigger's early capture running is this stall's (it
+                // gathers again if kept for it after gathering).
+                if self.sched.early_trigger().is_none() {
+                    self.uncaptured = Some((began_unix, blocked, baseline));
+                    out.extend(self.between_polls(unix, now, free));
+                }
+            }
+            Pulse::Lasting { began_unix, blocked, baseline } => {
+                self.uncaptured = None;
+                let text = format!("pile-up: {blocked} threads held up for {LASTING_SECS}s (usually {baseline})");
+                // Told only when a capture is kept or starts: otherwise one
+                // of this stall runs or just ran.
+                let mut kept = vec![];
+                self.capture(text.clone(), unix, began_unix, now, free, false, &mut kept);
+                if !kept.is_empty() {
+                    out.push(Action::Tell(Event::Fired { unix, trigger: text, onset_unix: began_unix }));
+                    out.extend(kept);
+                }
+            }
+            Pulse::Ended(st) => self.stall_ended(st, unix, now, free, &mut out),
+        }
+        out
+    }
+
+    fn stall_ended(&mut self, st: Stall, unix: f64, now: f64, free: Option<u64>, out: &mut Vec<Action>) {
+        self.open_pileup = None;
+        self.uncaptured = None;
+        out.push(Action::RecordStall(st));
+        out.push(Action::Tell(Event::Stall {
+            began_unix: st.began_unix,
+            ended_unix: st.ended_unix,
+            ms: st.ms(),
+            peak_blocked: st.peak_blocked,
+            baseline: st.baseline,
+        }));
+        if st.ms() < LASTING_SECS * 1000.0 {
+            self.short_stalls.push_back(st.ended_unix);
+        }
+        while self.short_stalls.front().is_some_and(|t| st.ended_unix - t > SHORT_STALL_WINDOW_SECS) {
+            self.short_stalls.pop_front();
+        }
+        let repeated = (self.short_stalls.len() >= SHORT_STALLS_TO_CAPTURE).then(|| {
+            format!(
+                "short stalls: {} in {} min, this one {:.0} ms",
+                self.short_stalls.len(),
+                SHORT_STALL_WINDOW_SECS / 60.0,
+                st.ms()
+            )
+        });
+        match (self.sched.early_trigger(), repeated) {
+            (_, Some(text)) => {
+                // Kept if one runs, else taken now, just after it, where
+                // the limits allow.
+                let mut kept = vec![];
+                self.capture(text.clone(), unix, st.began_unix, now, free, false, &mut kept);
+                if !kept.is_empty() {
+                    out.push(Action::Tell(Event::Fired { unix, trigger: text, onset_unix: st.began_unix }));
+                    out.extend(kept);
+                }
+            }
+            // The scan's own: a trigger in its hold keeps it as its own.
+            (Some(early), None) if early == self.scan_idx => self.hand_over(self.in_hold(self.scan_idx), out),
+            _ => {}
+        }
+    }
+
+    /// The running early capture's condition cleared: it becomes `to`'s
+    /// (a trigger's, or the scan's) to keep or drop, or is dropped.
+    fn hand_over(&mut self, to: Option<usize>, out: &mut Vec<Action>) {
+        if self.sched.release_early(to).is_some() {
+            out.push(Action::Drop);
+        }
+    }
+
+    /// watch is stopping: an unconfirmed early capture is dropped.
+    pub fn stop(&mut self) -> Vec<Action> {
+        match self.sched.drop_early() {
+            Some(()) => vec![Action::Drop],
+            None => vec![],
+        }
+    }
+
+    /// A trigger other than `but` whose condition holds and has not yet
+    /// fired (in its hold), the first if several.
+    fn in_hold(&self, but: usize) -> Option<usize> {
+        (0..self.triggers.len()).find(|&j| j != but && self.triggers[j].hold > 0.0 && self.armed[j].in_hold())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::schedule::EARLY_GAP;
+
+    /// Unix time is 1000 s after the decisions' monotonic clock.
+    const T0: f64 = 1000.0;
+
+    struct Vals(BTreeMap<String, f64>);
+    impl Context for Vals {
+        fn value(&self, m: &str) -> Option<f64> {
+            self.0.get(m).copied()
+        }
+        fn baseline(&self, _: &str, _: f64) -> Option<f64> {
+            None
+        }
+        fn poll_failed(&self) -> bool {
+            false
+        }
+    }
+
+    fn limits(cooldown_s: u64) -> Limits {
+        Limits {
+            cooldown: Duration::from_secs(cooldown_s),
+            max_per_hour: 12,
+            min_free_bytes: 1 << 20,
+            data_dir: "/data".into(),
+        }
+    }
+
+    fn decider(triggers: &[&str]) -> Decider {
+        Decider::new(triggers.iter().map(|t| Trigger::parse(t).unwrap()).collect(), limits(300), true)
+    }
+
+    /// A poll at monotonic `t` with these values.
+    fn poll(d: &mut Decider, t: f64, vals: &[(&str, f64)], gathered: bool) -> Vec<String> {
+        let ctx = Vals(vals.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        let seen = PollSeen { unix: T0 + t, ctx: &ctx, free: Some(1 << 30), early_gathered: gathered };
+        show(&d.poll(&seen, t))
+    }
+
+    fn pulse(d: &mut Decider, t: f64, p: Pulse) -> Vec<String> {
+        show(&d.pulse(p, T0 + t, t, Some(1 << 30)))
+    }
+
+    fn began(t: f64) -> Pulse {
+        Pulse::Began { began_unix: T0 + t, blocked: 12, baseline: 1 }
+    }
+
+    fn ended(from: f64, to: f64) -> Pulse {
+        Pulse::Ended(Stall { began_unix: T0 + from, ended_unix: T0 + to, peak_blocked: 12, baseline: 1 })
+    }
+
+    /// Actions as short text: what, for which trigger, and the onset as
+    /// seconds of the monotonic clock.
+    fn show(a: &[Action]) -> Vec<String> {
+        let at = |u: f64| format!("{:.1}", u - T0);
+        a.iter()
+            .map(|a| match a {
+                Action::Tell(Event::Fired { trigger, onset_unix, .. }) => {
+                    format!("fired {trigger} @{}", at(*onset_unix))
+                }
+                Action::Tell(Event::Skipped { trigger, why, .. }) => format!("skipped {trigger}: {why}"),
+                Action::Tell(Event::PileUp { .. }) => "pile-up".into(),
+                Action::Tell(Event::Stall { .. }) => "stall".into(),
+                Action::Tell(e) => format!("{e:?}"),
+                Action::RecordStall(_) => "record".into(),
+                Action::Capture { trigger, onset, .. } => format!("capture {trigger} @{}", at(*onset)),
+                Action::CaptureEarly { trigger, onset, .. } => format!("early {trigger} @{}", at(*onset)),
+                Action::Keep { trigger, onset, .. } => format!("keep {trigger} @{}", at(*onset)),
+                Action::Retake { trigger, onset, .. } => format!("retake {trigger} @{}", at(*onset)),
+                Action::Drop => "drop".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_early_capture_begins_with_the_hold_and_is_kept_when_the_trigger_fires() {
+        let mut d = decider(&["a > 1 for 2s"]);
+        assert!(poll(&mut d, 0.0, &[("a", 0.0)], false).is_empty());
+        assert_eq!(poll(&mut d, 1.0, &[("a", 5.0)], false), ["early a > 1 for 2s @1.0"]);
+        assert!(poll(&mut d, 2.0, &[("a", 5.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 3.0, &[("a", 5.0)], true), ["fired a > 1 for 2s @1.0", "keep a > 1 for 2s @1.0"]);
+        d.finished();
+        assert!(poll(&mut d, 4.0, &[("a", 5.0)], false).is_empty(), "the stall goes on: nothing new");
+    }
+
+    #[test]
+    fn an_early_capture_is_dropped_when_its_condition_clears_and_the_next_waits_for_it_and_the_gap() {
+        let mut d = decider(&["a > 1 for 2s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], false), ["drop"]);
+        // The dropped capture has not reported its end yet.
+        assert!(poll(&mut d, 3.0, &[("a", 5.0)], false).is_empty());
+        d.finished();
+        // Still in its hold (since 3.0): the next poll starts one, not
+        // counted against the cooldown (a dropped one never is).
+        assert_eq!(poll(&mut d, 4.0, &[("a", 5.0)], false), ["early a > 1 for 2s @3.0"]);
+        assert_eq!(poll(&mut d, 5.0, &[("a", 5.0)], true), ["fired a > 1 for 2s @3.0", "keep a > 1 for 2s @3.0"]);
+        // Dropped again: within the gap, none starts even with nothing running.
+        let mut d = decider(&["a > 1 for 2s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(poll(&mut d, 1.2, &[("a", 0.0)], false), ["drop"]);
+        d.finished();
+        assert!(poll(&mut d, 1.5, &[("a", 5.0)], false).is_empty());
+        assert_eq!(poll(&mut d, 1.0 + EARLY_GAP.as_secs_f64(), &[("a", 5.0)], false), ["early a > 1 for 2s @1.5"]);
+    }
+
+    #[test]
+    fn a_cleared_early_capture_goes_to_another_trigger_still_in_its_hold() {
+        let mut d = decider(&["a > 1 for 2s", "b > 1 for 3s"]);
+        assert_eq!(poll(&mut d, 1.0, &[("a", 5.0), ("b", 5.0)], false), ["early a > 1 for 2s @1.0"]);
+        assert!(poll(&mut d, 2.0, &[("a", 0.0), ("b", 5.0)], true).is_empty(), "not dropped: b holds");
+        assert!(poll(&mut d, 3.0, &[("b", 5.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 4.0, &[("b", 5.0)], true), ["fired b > 1 for 3s @1.0", "keep b > 1 for 3s @1.0"]);
+    }
+
+    #[test]
+    fn a_gathered_early_capture_gathers_again_when_another_condition_begins_spaced_by_the_gap() {
+        let mut d = decider(&["a > 1 for 5s", "b > 1 for 5s", "c > 1 for 5s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        // Not gathered yet: what it gathers is already of the new condition.
+        assert!(poll(&mut d, 1.5, &[("a", 5.0), ("b", 5.0)], false).is_empty());
+        assert_eq!(poll(&mut d, 2.5, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true), ["retake c > 1 for 5s @2.5"]);
+        // Another beginning within the gap: not taken again.
+        assert!(poll(&mut d, 3.0, &[("a", 5.0), ("b", 0.0), ("c", 5.0)], true).is_empty());
+        assert!(poll(&mut d, 3.2, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 3.6, &[("a", 5.0), ("b", 0.0), ("c", 5.0), ("d", 1.0)], true), Vec::<String>::new());
+        assert_eq!(poll(&mut d, 3.7, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true), ["retake b > 1 for 5s @3.7"]);
+        // It is still the first trigger's to keep.
+        assert_eq!(
+            poll(&mut d, 6.0, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true),
+            ["fired a > 1 for 5s @1.0", "keep a > 1 for 5s @1.0"]
+        );
+    }
+
+    #[test]
+    fn another_trigger_firing_keeps_the_running_early_capture_as_its_own() {
+        let mut d = decider(&["a > 1 for 5s", "b > 1"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(poll(&mut d, 2.0, &[("a", 5.0), ("b", 5.0)], true), ["fired b > 1 @2.0", "keep b > 1 @2.0"]);
+    }
+
+    #[test]
+    fn a_trigger_refused_by_the_limits_is_reported_with_the_limit() {
+        let mut d = decider(&["b > 1"]);
+        assert_eq!(poll(&mut d, 1.0, &[("b", 5.0)], false), ["fired b > 1 @1.0", "capture b > 1 @1.0"]);
+        assert_eq!(poll(&mut d, 2.0, &[("b", 0.0)], false), Vec::<String>::new());
+        assert_eq!(
+            poll(&mut d, 3.0, &[("b", 5.0)], false),
+            ["fired b > 1 @3.0", "skipped b > 1: a capture is already running"]
+        );
+        d.finished();
+        poll(&mut d, 4.0, &[("b", 0.0)], false);
+        assert_eq!(poll(&mut d, 5.0, &[("b", 5.0)], false), ["fired b > 1 @5.0", "skipped b > 1: cooldown (300s)"]);
+        let ctx = Vals(BTreeMap::from([("b".to_string(), 0.0)]));
+        d.poll(&PollSeen { unix: T0 + 6.0, ctx: &ctx, free: Some(0), early_gathered: false }, 6.0);
+        let ctx = Vals(BTreeMap::from([("b".to_string(), 5.0)]));
+        let mut d2 = decider(&["b > 1"]);
+        let a = d2.poll(&PollSeen { unix: T0 + 7.0, ctx: &ctx, free: Some(1000), early_gathered: false }, 7.0);
+        assert_eq!(show(&a), ["fired b > 1 @7.0", "skipped b > 1: less than 1 MiB free in /data"]);
+    }
+
+    #[test]
+    fn a_pile_up_captures_at_once_and_is_kept_when_it_lasts() {
+        let mut d = decider(&[]);
+        assert_eq!(pulse(&mut d, 1.0, began(0.9)), ["pile-up", "early pile-up: 12 threads held up (usually 1) @0.9"]);
+        assert!(!d.waiting_to_capture());
+        let lasting = Pulse::Lasting { began_unix: T0 + 0.9, blocked: 14, baseline: 1 };
+        assert_eq!(
+            pulse(&mut d, 3.0, lasting),
+            [
+                "fired pile-up: 14 threads held up for 2s (usually 1) @0.9",
+                "keep pile-up: 14 threads held up for 2s (usually 1) @0.9"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pile_up_whose_capture_is_refused_at_its_start_is_tried_again_each_scan_interval() {
+        let mut d = decider(&["a > 1 for 5s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(poll(&mut d, 1.5, &[("a", 0.0)], false), ["drop"]);
+        // The dropped capture is still finishing.
+        assert_eq!(pulse(&mut d, 1.6, began(1.5)), ["pile-up"]);
+        assert!(d.waiting_to_capture());
+        assert!(d.between_polls(T0 + 1.7, 1.7, None).is_empty());
+        d.finished();
+        // The gap since the last early capture (1.0) has not passed.
+        assert!(d.between_polls(T0 + 1.8, 1.8, None).is_empty());
+        let a = d.between_polls(T0 + 2.1, 2.1, None);
+        assert_eq!(show(&a), ["early pile-up: 12 threads held up (usually 1) @1.5"]);
+        assert!(!d.waiting_to_capture());
+    }
+
+    #[test]
+    fn a_triggers_early_capture_whose_condition_clears_during_a_pile_up_becomes_the_scans() {
+        let mut d = decider(&["a > 1 for 5s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(pulse(&mut d, 1.5, began(1.4)), ["pile-up"], "the running early capture is this stall's");
+        assert!(!d.waiting_to_capture());
+        assert!(poll(&mut d, 2.0, &[("a", 0.0)], true).is_empty(), "not dropped: the pile-up goes on");
+        let lasting = Pulse::Lasting { began_unix: T0 + 1.4, blocked: 12, baseline: 1 };
+        assert_eq!(
+            pulse(&mut d, 3.4, lasting),
+            [
+                "fired pile-up: 12 threads held up for 2s (usually 1) @1.4",
+                "keep pile-up: 12 threads held up for 2s (usually 1) @1.4"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_short_pile_up_drops_the_scans_capture_unless_short_stalls_repeat() {
+        let mut d = decider(&[]);
+        pulse(&mut d, 1.0, began(1.0));
+        assert_eq!(pulse(&mut d, 1.5, ended(1.0, 1.5)), ["record", "stall", "drop"]);
+        d.finished();
+        pulse(&mut d, 3.0, began(3.0));
+        assert_eq!(pulse(&mut d, 3.3, ended(3.0, 3.3)), ["record", "stall", "drop"]);
+        d.finished();
+        assert_eq!(pulse(&mut d, 5.0, began(5.0)).len(), 2);
+        assert_eq!(
+            pulse(&mut d, 5.4, ended(5.0, 5.4)),
+            [
+                "record",
+                "stall",
+                "fired short stalls: 3 in 10 min, this one 400 ms @5.0",
+                "keep short stalls: 3 in 10 min, this one 400 ms @5.0"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_third_short_stall_with_no_capture_running_is_captured_as_it_ends() {
+        let mut d = decider(&[]);
+        pulse(&mut d, 1.0, began(1.0));
+        assert_eq!(pulse(&mut d, 1.2, ended(1.0, 1.2)), ["record", "stall", "drop"]);
+        // The dropped capture still finishing: no capture for the second.
+        assert_eq!(pulse(&mut d, 1.3, began(1.3)), ["pile-up"]);
+        assert_eq!(pulse(&mut d, 1.5, ended(1.3, 1.5)), ["record", "stall"]);
+        d.finished();
+        // Within the gap: none for the third while it lasts.
+        assert_eq!(pulse(&mut d, 1.6, began(1.6)), ["pile-up"]);
+        assert_eq!(
+            pulse(&mut d, 1.8, ended(1.6, 1.8)),
+            [
+                "record",
+                "stall",
+                "fired short stalls: 3 in 10 min, this one 200 ms @1.6",
+                "capture short stalls: 3 in 10 min, this one 200 ms @1.6"
+            ]
+        );
+        // Short stalls older than the window are forgotten.
+        d.finished();
+        let mut d = decider(&[]);
+        for (i, t) in [0.0, 700.0, 1400.0].into_iter().enumerate() {
+            pulse(&mut d, t, began(t));
+            let a = pulse(&mut d, t + 0.2, ended(t, t + 0.2));
+            assert!(!a.iter().any(|a| a.starts_with("fired")), "stall {i}: {a:?}");
+            d.finished();
+        }
+    }
+
+    #[test]
+    fn a_trigger_during_a_pile_up_dates_its_onset_from_the_pile_ups_start() {
+        let mut d = decider(&["a > 1"]);
+        pulse(&mut d, 0.5, began(0.4));
+        assert_eq!(poll(&mut d, 1.0, &[("a", 5.0)], false), ["fired a > 1 @0.4", "keep a > 1 @0.4"]);
+    }
+
+    #[test]
+    fn without_a_local_process_there_are_no_early_captures() {
+        let mut d = Decider::new(vec![Trigger::parse("a > 1 for 2s").unwrap()], limits(300), false);
+        assert!(poll(&mut d, 1.0, &[("a", 5.0)], false).is_empty());
+        assert_eq!(poll(&mut d, 3.0, &[("a", 5.0)], false), ["fired a > 1 for 2s @1.0", "capture a > 1 for 2s @1.0"]);
+    }
+
+    #[test]
+    fn stopping_drops_an_unconfirmed_early_capture_once() {
+        let mut d = decider(&["a > 1 for 2s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        assert_eq!(show(&d.stop()), ["drop"]);
+        assert!(d.stop().is_empty());
+    }
+}
