@@ -11,15 +11,18 @@
 //! required on the command line: use `MYSQL_PWD`, an option file, or `-p` with
 //! no value to be asked on the terminal.
 
+mod error;
 pub mod mycnf;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
 
+pub use error::{error_text, plain, ConnError, SqlError};
 pub use mycnf::OptionFile;
+
+type Result<T, E = ConnError> = std::result::Result<T, E>;
 
 /// The option groups pileup reads from option files.
 pub const GROUPS: &[&str] = &["client", "pileup"];
@@ -43,9 +46,12 @@ pub struct ConnOptions {
     pub port: Option<u16>,
     /// SQL user (default: the login name, as the mysql client does).
     pub user: Option<String>,
-    /// `Some("")`: ask for the password on the terminal. A value is
-    /// refused (see [`ConnOptions::validate`]).
+    /// `Some("")`: ask for the password (through `ask_password`). A value
+    /// is refused (see [`ConnOptions::validate`]).
     pub password: Option<String>,
+    /// How to ask for the password when `password` says to (the CLI asks
+    /// on the terminal); called only when a connection is resolved.
+    pub ask_password: Option<fn() -> std::io::Result<String>>,
     /// Default database.
     pub database: Option<String>,
     /// Seconds allowed for connecting and for each query pileup runs.
@@ -110,7 +116,7 @@ impl ConnSpec {
         } else {
             b = b.ip_or_hostname(self.host.clone()).tcp_port(self.port);
         }
-        let mut conn = mysql::Conn::new(b).map_err(|e| explain_connect_error(self, e))?;
+        let mut conn = mysql::Conn::new(b).map_err(|e| ConnError::connect(self.describe(), e))?;
         // Bound every statement we run server-side too, not only our socket wait.
         let ms = self.query_timeout.unwrap_or(self.timeout).as_millis().max(1);
         let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0));
@@ -120,72 +126,19 @@ impl ConnSpec {
     }
 }
 
-/// A client library error as a user reads it: the mysql crate wraps every
-/// message in its variant's name (`DriverError { ... }`); this is the
-/// message alone.
-pub fn plain(e: &mysql::Error) -> String {
-    without_wrappers(&e.to_string())
-}
-
-/// `text` with the mysql crate's `IoError { ... }`, `MySqlError { ... }`
-/// (and kin) wrappers taken off, wherever they sit in it.
-pub fn without_wrappers(text: &str) -> String {
-    const WRAPPERS: [&str; 5] = ["IoError { ", "CodecError { ", "MySqlError { ", "DriverError { ", "UrlError { "];
-    let mut s = text.to_string();
-    while let Some((at, w)) = WRAPPERS.iter().filter_map(|w| s.find(w).map(|i| (i, *w))).min_by_key(|x| x.0) {
-        let inner = at + w.len();
-        // The matching close: braces inside the message are balanced.
-        let mut depth = 1;
-        let mut end = None;
-        for (i, c) in s[inner..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = Some(inner + i);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let Some(end) = end else { break };
-        let body = s[inner..end].trim_end().to_string();
-        s.replace_range(at..end + 1, &body);
-    }
-    s
-}
-
-fn explain_connect_error(spec: &ConnSpec, e: mysql::Error) -> anyhow::Error {
-    let msg = plain(&e);
-    let hint = if msg.contains("Access denied") {
-        "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
-    } else if msg.contains("No such file") || msg.contains("Connection refused") {
-        "is the server running? point pileup at it with -S/--socket or -h/-P"
-    } else if msg.to_lowercase().contains("timed out") {
-        "the server did not answer in time; raise --connect-timeout or check the host"
-    } else {
-        "check the connection options (see `pileup --help`)"
-    };
-    anyhow::anyhow!("cannot connect to MySQL at {}: {msg}; {hint}", spec.describe())
-}
-
 impl ConnOptions {
     /// Checks that need no server and no files: run before anything else so
     /// a password in argv is refused whatever the subcommand does next.
     pub fn validate(&self) -> Result<()> {
         if self.password.as_deref().is_some_and(|p| !p.is_empty()) {
-            bail!(
-                "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
-            );
+            return Err(ConnError::PasswordInArgs);
         }
         self.check_timeout()
     }
 
     fn check_timeout(&self) -> Result<()> {
         if self.connect_timeout.is_nan() || self.connect_timeout <= 0.0 {
-            bail!("--connect-timeout must be a positive number of seconds");
+            return Err(ConnError::Timeout(self.connect_timeout));
         }
         Ok(())
     }
@@ -203,27 +156,28 @@ impl ConnOptions {
         if !self.no_defaults {
             if let Some(f) = &self.defaults_file {
                 if !f.exists() {
-                    bail!("--defaults-file {}: no such file", f.display());
+                    return Err(ConnError::NoOptionFile(f.clone()));
                 }
-                of.merge_file(f, GROUPS)?;
+                of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
             } else {
-                of.merge_file("/etc/my.cnf".as_ref(), GROUPS)?;
-                of.merge_file("/etc/mysql/my.cnf".as_ref(), GROUPS)?;
+                let mut read = |p: PathBuf| of.merge_file(&p, GROUPS).map_err(|e| ConnError::OptionFile(p, e));
+                read("/etc/my.cnf".into())?;
+                read("/etc/mysql/my.cnf".into())?;
                 if let Some(h) = &home {
-                    of.merge_file(&h.join(".my.cnf"), GROUPS)?;
+                    read(h.join(".my.cnf"))?;
                 }
                 if let Some(f) = &self.defaults_extra_file {
                     if !f.exists() {
-                        bail!("--defaults-extra-file {}: no such file", f.display());
+                        return Err(ConnError::NoOptionFile(f.clone()));
                     }
-                    of.merge_file(f, GROUPS)?;
+                    of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
                 }
             }
         }
         let mut host = of.get("host").map(String::from);
         let mut port = match of.get("port") {
             Some(p) => {
-                Some(p.parse::<u16>().with_context(|| format!("option file: port = {p:?} is not a port number"))?)
+                Some(p.parse::<u16>().map_err(|_| ConnError::Port { from: "an option file", value: p.to_string() })?)
             }
             None => None,
         };
@@ -236,7 +190,7 @@ impl ConnOptions {
             host = Some(v);
         }
         if let Some(v) = env("MYSQL_TCP_PORT") {
-            port = Some(v.parse().with_context(|| format!("MYSQL_TCP_PORT={v:?} is not a port number"))?);
+            port = Some(v.parse().map_err(|_| ConnError::Port { from: "MYSQL_TCP_PORT", value: v.clone() })?);
         }
         if let Some(v) = env("MYSQL_UNIX_PORT") {
             socket = Some(v.into());
@@ -265,10 +219,11 @@ impl ConnOptions {
         }
         match self.password.as_deref() {
             None => {}
-            Some("") => password = Some(prompt_password()?),
-            Some(_) => bail!(
-                "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
-            ),
+            Some("") => {
+                let ask = self.ask_password.ok_or(ConnError::NoWayToAsk)?;
+                password = Some(ask().map_err(ConnError::Asking)?);
+            }
+            Some(_) => return Err(ConnError::PasswordInArgs),
         }
         if user.is_none() {
             user = env("USER")
@@ -317,31 +272,6 @@ impl ConnOptions {
     }
 }
 
-fn prompt_password() -> Result<String> {
-    use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
-    use std::io::{BufRead, IsTerminal, Write};
-    let stdin = std::io::stdin();
-    if !stdin.is_terminal() {
-        bail!("-p asks for the password on a terminal, but standard input is not one; use MYSQL_PWD or an option file");
-    }
-    eprint!("Enter password: ");
-    std::io::stderr().flush().ok();
-    let old = tcgetattr(&stdin).ok();
-    if let Some(t) = &old {
-        let mut quiet = t.clone();
-        quiet.local_flags.remove(LocalFlags::ECHO);
-        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &quiet);
-    }
-    let mut line = String::new();
-    let r = stdin.lock().read_line(&mut line);
-    if let Some(t) = &old {
-        let _ = tcsetattr(&stdin, SetArg::TCSANOW, t);
-    }
-    eprintln!();
-    r?;
-    Ok(line.trim_end_matches(['\n', '\r']).to_string())
-}
-
 /// Which server family we talk to; they expose thread ids differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
@@ -359,7 +289,7 @@ impl std::fmt::Display for Flavor {
 }
 
 /// Ask the server what it is.
-pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String)> {
+pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String), SqlError> {
     let v: Option<String> = conn.query_first("SELECT VERSION()")?;
     let v = v.unwrap_or_default();
     let f = if v.to_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql };
@@ -368,13 +298,13 @@ pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String)> {
 
 /// One global status variable as a number (None: the server has no such
 /// variable).
-pub fn global_status(conn: &mut mysql::Conn, name: &str) -> Result<Option<u64>> {
+pub fn global_status(conn: &mut mysql::Conn, name: &str) -> Result<Option<u64>, SqlError> {
     Ok(conn.query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))?.map(|r| r.1))
 }
 
 /// The server's process on this machine, from its pid file: the file's
 /// path when it cannot be read here or names no running process.
-pub fn local_pid(conn: &mut mysql::Conn) -> Result<std::result::Result<i32, String>> {
+pub fn local_pid(conn: &mut mysql::Conn) -> Result<std::result::Result<i32, String>, SqlError> {
     let file: Option<String> = conn.query_first("SELECT @@pid_file")?;
     let file = file.unwrap_or_default();
     let pid = std::fs::read_to_string(&file)
@@ -388,21 +318,6 @@ pub fn local_pid(conn: &mut mysql::Conn) -> Result<std::result::Result<i32, Stri
 mod tests {
     use super::*;
     use std::io::Write;
-
-    #[test]
-    fn client_errors_read_without_the_crates_wrappers() {
-        assert_eq!(
-            without_wrappers("cannot connect: DriverError { Could not connect to address `x': No such file or directory (os error 2) }; is the server running?"),
-            "cannot connect: Could not connect to address `x': No such file or directory (os error 2); is the server running?"
-        );
-        assert_eq!(
-            without_wrappers("reading: MySqlError { ERROR 1227 (42000): Access denied; you need {SUPER} }"),
-            "reading: ERROR 1227 (42000): Access denied; you need {SUPER}"
-        );
-        assert_eq!(without_wrappers("IoError { unexpected end of file }"), "unexpected end of file");
-        assert_eq!(without_wrappers("no wrapper { here }"), "no wrapper { here }");
-        assert_eq!(without_wrappers("MySqlError { unclosed"), "MySqlError { unclosed");
-    }
 
     fn args() -> ConnOptions {
         ConnOptions { connect_timeout: 5.0, ..Default::default() }

@@ -313,7 +313,11 @@ fn pool<R: Send + 'static>(
                     }
                     Err(e) => {
                         let _ = tx.send(Err((job, e)));
-                        match spec.connect().and_then(|mut c| session(&mut c, &o).map(|_| c)) {
+                        match spec
+                            .connect()
+                            .map_err(anyhow::Error::from)
+                            .and_then(|mut c| session(&mut c, &o).map(|_| c))
+                        {
                             Ok(c) => w = c,
                             Err(_) => {
                                 gone.store(true, Ordering::Relaxed);

@@ -154,7 +154,10 @@ impl Threads {
             Ok(m) => self.sql_by_tid = m,
             Err(e) => {
                 if self.sql_error.is_none() {
-                    self.sql_error = Some(format!("SQL annotation failed ({e:#}); waits are traced without it"));
+                    self.sql_error = Some(format!(
+                        "SQL annotation failed ({}); waits are traced without it",
+                        pileup_conn::error_text(e.as_ref())
+                    ));
                 }
             }
         }

@@ -225,7 +225,7 @@ fn replace(path: &Path, content: &[u8]) -> Result<()> {
 impl Drop for Loader {
     fn drop(&mut self) {
         if let Err(e) = self.finish() {
-            (self.say)(format!("{e:#}"));
+            (self.say)(pileup_conn::error_text(e.as_ref()));
         }
     }
 }

@@ -95,7 +95,12 @@ fn open_tree(
         Ok(Some(loc)) => match Tree::open(loc, fields, page_size, Duration::from_secs(5)) {
             Ok(tree) => Some(tree),
             Err(e) => {
-                tell(format!("{}.{} index {name}: {e:#}; its keys are not warmed", t.schema, t.name));
+                tell(format!(
+                    "{}.{} index {name}: {}; its keys are not warmed",
+                    t.schema,
+                    t.name,
+                    pileup_conn::error_text(e.as_ref())
+                ));
                 None
             }
         },
@@ -246,7 +251,10 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tell(format!("reading the buffer pool load status failed: {e:#}; trying again every second"));
+                        tell(format!(
+                            "reading the buffer pool load status failed: {}; trying again every second",
+                            pileup_conn::error_text(e.as_ref())
+                        ));
                         broken = Some(Instant::now());
                         sh.counters.jobs_dropped.fetch_add(pending.len() as u64, Relaxed);
                         pending.clear();
@@ -264,7 +272,10 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
                         sh.counters.page_loads.store(loader.loads, Relaxed);
                     }
                     Err(e) => {
-                        tell(format!("asking InnoDB to load pages failed: {e:#}; trying again every second"));
+                        tell(format!(
+                            "asking InnoDB to load pages failed: {}; trying again every second",
+                            pileup_conn::error_text(e.as_ref())
+                        ));
                         broken = Some(Instant::now());
                     }
                 }
@@ -273,7 +284,7 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
             }
         }
         if let Err(e) = loader.finish() {
-            (sh.say)(format!("{e:#}"));
+            (sh.say)(pileup_conn::error_text(e.as_ref()));
         }
     });
     Ok((tx, h))

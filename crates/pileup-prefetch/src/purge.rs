@@ -165,7 +165,10 @@ impl Deferral {
             }
             Err(e) => {
                 if !self.failed {
-                    say(format!("--defer-purge lost its connection ({e:#}); purge runs until it is back"));
+                    say(format!(
+                        "--defer-purge lost its connection ({}); purge runs until it is back",
+                        pileup_conn::error_text(e.as_ref())
+                    ));
                 }
                 self.failed = true;
                 // The server ended the hold with the connection.

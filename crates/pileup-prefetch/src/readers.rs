@@ -156,7 +156,10 @@ impl Reader {
             _ => 0,
         };
         if self.errors.0.lock().unwrap().insert(code) {
-            (self.sh.say)(format!("a lookup failed: {e} (further errors with this code are only counted)"));
+            (self.sh.say)(format!(
+                "a lookup failed: {} (further errors with this code are only counted)",
+                pileup_conn::plain(e)
+            ));
         }
     }
 

@@ -204,7 +204,10 @@ impl Loop {
         self.ap = match answer {
             Ok(a) => a,
             Err(e) => {
-                (self.sh.say)(format!("lost the replica ({e:#}); reconnecting every second"));
+                (self.sh.say)(format!(
+                    "lost the replica ({}); reconnecting every second",
+                    pileup_conn::error_text(e.as_ref())
+                ));
                 return false;
             }
         };

@@ -47,7 +47,7 @@ impl ApplierProbe {
             } else {
                 ""
             };
-            anyhow::anyhow!("reading replica status (SHOW SLAVE STATUS): {e}{hint}")
+            anyhow::anyhow!("reading replica status (SHOW SLAVE STATUS): {}{hint}", pileup_conn::plain(&e))
         })?;
         let Some(row) = row else {
             bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica")

@@ -349,7 +349,7 @@ impl Sandbox {
 
     /// A new root connection over the socket.
     pub fn connect(&self) -> Result<mysql::Conn> {
-        self.conn_spec().connect()
+        Ok(self.conn_spec().connect()?)
     }
 
     /// Wait until this replica's IO thread has received everything

@@ -85,7 +85,7 @@ pub fn gather(
         let mut bounded = sp.clone();
         bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
         if let Err(e) = gather_sql(&bounded, &mut ev) {
-            ev.sql_error = Some(format!("{e:#}"));
+            ev.sql_error = Some(pileup_conn::error_text(e.as_ref()));
         }
     }
     ev

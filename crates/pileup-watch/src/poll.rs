@@ -106,7 +106,15 @@ impl Poller {
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });
         let cost_ms = t0.elapsed().as_secs_f64() * 1e3;
         values.insert("poll_cost_ms".into(), cost_ms);
-        Poll { unix, ok, error: sql.err().map(|e| format!("{e:#}")), cost_ms, values, conn_tids, known_tids }
+        Poll {
+            unix,
+            ok,
+            error: sql.err().map(|e| pileup_conn::error_text(e.as_ref())),
+            cost_ms,
+            values,
+            conn_tids,
+            known_tids,
+        }
     }
 
     fn poll_sql(&mut self, values: &mut BTreeMap<String, f64>, tids: &mut Option<Vec<i32>>) -> anyhow::Result<()> {

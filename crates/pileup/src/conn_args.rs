@@ -54,6 +54,36 @@ impl ConnArgs {
             password: self.password.clone(),
             database: self.database.clone(),
             connect_timeout: self.connect_timeout,
+            ask_password: Some(prompt_password),
         }
     }
+}
+
+/// Ask for the password on the terminal, without echo (what `-p` alone
+/// asks for, as the mysql client does).
+fn prompt_password() -> std::io::Result<String> {
+    use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(std::io::Error::other(
+            "-p asks for the password on a terminal, but standard input is not one; use MYSQL_PWD or an option file",
+        ));
+    }
+    eprint!("Enter password: ");
+    std::io::stderr().flush().ok();
+    let old = tcgetattr(&stdin).ok();
+    if let Some(t) = &old {
+        let mut quiet = t.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &quiet);
+    }
+    let mut line = String::new();
+    let r = stdin.lock().read_line(&mut line);
+    if let Some(t) = &old {
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, t);
+    }
+    eprintln!();
+    r?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_string())
 }

@@ -114,7 +114,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let conn = cli.conn.options();
-    let r = conn.validate().and_then(|()| match cli.command {
+    let r = conn.validate().map_err(anyhow::Error::from).and_then(|()| match cli.command {
         Command::Stacks(a) => cmd::stacks::run(a, &conn),
         Command::Watch(a) => cmd::watch::run_watch(a, &conn),
         Command::Captures(a) => cmd::watch::run_captures(a),
@@ -130,9 +130,9 @@ fn main() {
         Command::Sandbox(c) => cmd::sandbox::run(c),
     });
     if let Err(e) = r {
-        // One line: what went wrong and what to do about it.
-        // No client library's debug wrappers in what a user reads.
-        let msg = pileup_conn::without_wrappers(&format!("{e:#}"));
+        // One line: what went wrong and what to do about it, each cause
+        // after a colon, a client library's error as its message alone.
+        let msg = pileup_conn::error_text(e.as_ref());
         eprintln!("pileup: {}", msg.lines().next().unwrap_or(""));
         for l in msg.lines().skip(1) {
             eprintln!("  {l}");

@@ -170,7 +170,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             }
         }
     });
-    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {}", pileup_conn::without_wrappers(&m)));
+    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {m}"));
     let counters_final = counters.clone();
     let r = run(&spec, &o, counters, stop.clone(), say);
     stop.store(true, Ordering::Relaxed);

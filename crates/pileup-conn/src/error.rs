@@ -1,0 +1,128 @@
+//! What can go wrong connecting, in the terms of the MySQL client
+//! conventions, and client library errors as a user reads them.
+
+use std::path::PathBuf;
+
+/// Why a connection could not be resolved or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error(
+        "refusing a password on the command line (it would show in `ps`); use MYSQL_PWD, an option file, or -p alone to be asked"
+    )]
+    PasswordInArgs,
+    #[error("a password was to be asked for, but there is no terminal to ask on; use MYSQL_PWD or an option file")]
+    NoWayToAsk,
+    #[error("reading the password: {0}")]
+    Asking(#[source] std::io::Error),
+    #[error("the connect timeout must be a positive number of seconds, not {0}")]
+    Timeout(f64),
+    #[error("option file {0}: no such file")]
+    NoOptionFile(PathBuf),
+    #[error("option file {0}: {1}")]
+    OptionFile(PathBuf, #[source] std::io::Error),
+    #[error("{from}: port = {value:?} is not a port number")]
+    Port { from: &'static str, value: String },
+    #[error("cannot connect to MySQL at {at}: {message}; {hint}")]
+    Connect { at: String, message: String, hint: &'static str },
+}
+
+impl ConnError {
+    /// A failed connection to `at`, with what to check.
+    pub(crate) fn connect(at: String, e: mysql::Error) -> ConnError {
+        let message = plain(&e);
+        let hint = if message.contains("Access denied") {
+            "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
+        } else if message.contains("No such file") || message.contains("Connection refused") {
+            "is the server running? point pileup at it with -S/--socket or -h/-P"
+        } else if message.to_lowercase().contains("timed out") {
+            "the server did not answer in time; raise --connect-timeout or check the host"
+        } else {
+            "check the connection options (see `pileup --help`)"
+        };
+        ConnError::Connect { at, message, hint }
+    }
+}
+
+/// A client library error, displayed as its message alone.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", plain(.0))]
+pub struct SqlError(#[from] pub mysql::Error);
+
+/// A client library error as a user reads it: the mysql crate's Display
+/// wraps every message in its variant's name (`DriverError { ... }`); this
+/// is the message alone, taken from the variant.
+pub fn plain(e: &mysql::Error) -> String {
+    use mysql::Error as E;
+    match e {
+        E::IoError(e) => e.to_string(),
+        E::CodecError(e) => e.to_string(),
+        E::MySqlError(e) => e.to_string(),
+        E::DriverError(e) => e.to_string(),
+        E::UrlError(e) => e.to_string(),
+        E::FromValueError(v) => format!("a value of an unexpected type: {v:?}"),
+        E::FromRowError(r) => format!("a row of an unexpected shape ({} columns)", r.len()),
+    }
+}
+
+/// An error and its causes as one message, each cause after a colon, a
+/// client library error as its message alone (where anyhow's `{:#}` would
+/// print the library's wrappers).
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![];
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let text = match c.downcast_ref::<mysql::Error>() {
+            Some(m) => plain(m),
+            None => c.to_string(),
+        };
+        // A cause whose text its parent already gave (a wrapper that
+        // displays its source) is said once.
+        if !parts.last().is_some_and(|p| p.ends_with(&text)) {
+            parts.push(text);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_errors_read_as_their_message() {
+        let e = mysql::Error::MySqlError(mysql::MySqlError {
+            state: "42000".into(),
+            code: 1227,
+            message: "Access denied; you need (at least one of) the SUPER privilege(s)".into(),
+        });
+        assert_eq!(plain(&e), "ERROR 1227 (42000): Access denied; you need (at least one of) the SUPER privilege(s)");
+        assert!(e.to_string().starts_with("MySqlError {"), "the crate's own Display wraps it: {e}");
+        let io =
+            mysql::Error::IoError(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "unexpected end of file"));
+        assert_eq!(plain(&io), "unexpected end of file");
+        let s = SqlError(io);
+        assert_eq!(s.to_string(), "unexpected end of file");
+    }
+
+    #[test]
+    fn an_error_chain_is_one_line_without_wrappers_or_repeats() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading the processlist")]
+        struct Outer(#[source] mysql::Error);
+        let e = Outer(mysql::Error::MySqlError(mysql::MySqlError {
+            state: "HY000".into(),
+            code: 1969,
+            message: "Query execution was interrupted (max_statement_time exceeded)".into(),
+        }));
+        assert_eq!(
+            error_text(&e),
+            "reading the processlist: ERROR 1969 (HY000): Query execution was interrupted (max_statement_time exceeded)"
+        );
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot write x: {0}")]
+        struct Says(#[source] std::io::Error);
+        let e = Says(std::io::Error::other("disk full"));
+        assert_eq!(error_text(&e), "cannot write x: disk full");
+    }
+}
