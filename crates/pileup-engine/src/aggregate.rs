@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 use crate::annotate::Role;
+use crate::frames::{self, FrameClass};
 use crate::profile::{Counted, Profile, ThreadStack, NO_STACK};
 use crate::symbolize::Frame;
 
@@ -209,21 +210,16 @@ pub struct Share {
     pub pct: f64,
 }
 
-/// Whether a frame is one of the C library's lock or futex primitives
-/// (glibc's internal names vary: `___pthread_mutex_lock`,
-/// `__GI___lll_lock_wait`, ...), or the raw `syscall` InnoDB's own locks
-/// wait through.
+/// Whether a frame is one of the C library's lock or futex primitives, or
+/// the raw `syscall` InnoDB's own latches wait through (the latch's own
+/// function, named, says which code waited).
 fn lock_primitive(label: &str) -> bool {
-    label == "syscall"
-        || label.contains("futex")
-        || label.contains("lll_lock")
-        || label.contains("pthread_mutex_lock")
-        || label.contains("pthread_rwlock")
+    frames::is(label, |c| matches!(c, FrameClass::MutexWait | FrameClass::RwlockWait | FrameClass::FutexWait))
 }
 
 /// A condition-variable wait: threads waiting for work or a timer.
 fn condition_wait(labels: &[&str]) -> bool {
-    labels.iter().take(4).any(|l| l.contains("pthread_cond_"))
+    frames::first_class(labels.iter().take(4).copied(), |c| c == FrameClass::CondWait).is_some()
 }
 
 fn unnamed(label: &str) -> bool {

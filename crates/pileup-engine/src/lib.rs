@@ -25,6 +25,7 @@ mod annotate;
 mod capture;
 mod debuginfod;
 mod error;
+pub mod frames;
 mod locks;
 mod modules;
 mod proc;

@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
+use crate::frames::{self, FrameClass};
 use crate::regs::FUTEX_BEFORE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -81,23 +82,17 @@ pub struct LockWait {
 /// around the futex word. `tids` are the process's threads (owner sanity check).
 pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<i32>, self_tid: i32) -> LockWait {
     let top: Vec<&str> = labels.iter().take(8).copied().collect();
-    let has = |pats: &[&str]| top.iter().any(|l| pats.iter().any(|p| l.contains(p)));
+    let has = |class: FrameClass| frames::first_class(top.iter().copied(), |c| c == class).is_some();
     let u32_at = |off: usize| window.get(off..off + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
     let b = FUTEX_BEFORE as usize;
     let valid = |t: u32| {
         let t = (t & 0x3fff_ffff) as i32; // robust mutexes keep flags in the top bits
         (t != 0 && t != self_tid && tids.contains(&t)).then_some(t)
     };
-    if has(&["pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__pthread_cond_wait"]) {
+    if has(FrameClass::CondWait) {
         return LockWait { kind: LockKind::Condition, addr: futex_addr, owner_tid: None, free: false };
     }
-    if has(&[
-        "pthread_rwlock_rdlock",
-        "pthread_rwlock_wrlock",
-        "pthread_rwlock_timedrdlock",
-        "pthread_rwlock_timedwrlock",
-        "pthread_rwlock_clock",
-    ]) {
+    if has(FrameClass::RwlockWait) {
         // Waiters sleep on __wrphase_futex (+8) or __writers_futex (+12); the
         // writer's tid is __cur_writer (+24). Try both layouts.
         for field in [8u64, 12] {
@@ -114,18 +109,12 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
             free: false,
         };
     }
-    if has(&[
-        "__lll_lock_wait",
-        "pthread_mutex_lock",
-        "pthread_mutex_timedlock",
-        "pthread_mutex_clocklock",
-        "__pthread_mutex_lock_full",
-    ]) {
+    if has(FrameClass::MutexWait) {
         let lock_word = u32_at(b).unwrap_or(0);
         let owner = if lock_word != 0 { u32_at(b + 8).and_then(valid) } else { None };
         return LockWait { kind: LockKind::PthreadMutex, addr: futex_addr, owner_tid: owner, free: lock_word == 0 };
     }
-    if has(&["srw_mutex_impl", "ssux_lock_impl", "srw_lock", "sux_lock", "srw_spin"]) {
+    if has(FrameClass::Latch) {
         return LockWait { kind: LockKind::InnodbSrwLock, addr: futex_addr, owner_tid: None, free: false };
     }
     LockWait { kind: LockKind::Futex, addr: futex_addr, owner_tid: None, free: false }

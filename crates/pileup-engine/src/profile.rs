@@ -160,6 +160,32 @@ pub struct StopSummary {
     pub last_unix_ms: u64,
 }
 
+impl StopSummary {
+    /// Count sample `idx`'s capture, taken at `at_unix_ms`.
+    pub(crate) fn add(&mut self, idx: usize, st: &CaptureStats, missed: &[Missed], at_unix_ms: u64) {
+        self.samples += 1;
+        if self.samples == 1 || st.window_us > self.worst_window_us {
+            (self.worst_window_us, self.worst_window_sample) = (st.window_us, idx);
+        }
+        self.longest_thread_us = self.longest_thread_us.max(st.max_thread_stop_us);
+        self.longest_held_us = self.longest_held_us.max(st.max_thread_held_us);
+        self.budget_exceeded += st.budget_exceeded as usize;
+        self.read_blocked += st.threads_read_blocked;
+        self.sampled_on_cpu += st.threads_sampled_on_cpu;
+        self.sampled_by_thread_event += st.threads_sampled_by_thread_event;
+        self.read_queued += st.threads_read_queued;
+        self.woke_after_read += st.woke_after_read;
+        self.stopped_late += st.stopped_late;
+        for m in missed {
+            *self.missed.entry(m.reason.clone()).or_default() += 1;
+        }
+        if self.samples == 1 {
+            self.first_unix_ms = at_unix_ms;
+        }
+        self.last_unix_ms = at_unix_ms;
+    }
+}
+
 /// Everything one `pileup stacks` run learned.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
@@ -255,5 +281,29 @@ impl Counted {
             (None, "") => "thread".to_string(),
             (None, n) => n.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_statistics_keep_the_worst_window_sums_and_missed_reasons() {
+        let mut s = StopSummary::default();
+        let st = |window_us, stop| CaptureStats {
+            window_us,
+            max_thread_stop_us: stop,
+            threads_read_blocked: 3,
+            ..Default::default()
+        };
+        let gone = Missed { tid: 9, reason: "exited during the capture".into() };
+        s.add(0, &st(500, 400), &[], 1_000);
+        s.add(1, &st(900, 100), std::slice::from_ref(&gone), 1_100);
+        s.add(2, &st(700, 800), &[gone], 1_200);
+        assert_eq!((s.samples, s.worst_window_us, s.worst_window_sample), (3, 900, 1));
+        assert_eq!((s.longest_thread_us, s.read_blocked), (800, 9));
+        assert_eq!(s.missed["exited during the capture"], 2);
+        assert_eq!((s.first_unix_ms, s.last_unix_ms), (1_000, 1_200));
     }
 }

@@ -169,6 +169,85 @@ struct Fetching {
     pending: usize,
 }
 
+/// Sample start times `interval` apart from the run's start. A sample
+/// that falls due while the previous one is still being taken is skipped,
+/// never taken late in a burst.
+struct Ticks {
+    interval: Duration,
+    /// The last tick a sample started at.
+    tick: u64,
+    /// Ticks passed over.
+    skipped: u64,
+}
+
+impl Ticks {
+    /// The next tick still ahead, `elapsed` after the start, and when
+    /// (since the start) it is.
+    fn due(&self, elapsed: Duration) -> (u64, Duration) {
+        let due = (elapsed.as_nanos() / self.interval.as_nanos().max(1)) as u64 + 1;
+        (due, self.interval.saturating_mul(due.min(u32::MAX as u64) as u32))
+    }
+
+    /// A sample starts at tick `due`; the ticks since the last are skipped.
+    fn take(&mut self, due: u64) {
+        self.skipped += due.saturating_sub(self.tick + 1);
+        self.tick = due;
+    }
+
+    /// [`Ticks::due`], taken.
+    #[cfg(test)]
+    fn next(&mut self, elapsed: Duration) -> Duration {
+        let (due, at) = self.due(elapsed);
+        self.take(due);
+        at
+    }
+}
+
+/// The threads one sample takes, and what was read of them before it.
+struct Selection {
+    /// Every thread looked at (sorted), and whether they were named by id
+    /// rather than listed.
+    tids: Vec<i32>,
+    by_tid: bool,
+    chosen: Vec<i32>,
+    os: HashMap<i32, proc::OsThread>,
+    sql: HashMap<i32, SqlThread>,
+}
+
+/// Which of `tids` the filter chooses, with the OS state read of each
+/// (`os_of`) and how many io_uring workers were passed over (they have no
+/// user-space stack). Without a name pattern the filter decides from tid
+/// and role alone, so the OS state of threads not chosen is not read: one
+/// thread at 100 Hz on a server of hundreds must not read hundreds of files
+/// a sample.
+fn choose(
+    filter: &ThreadFilter,
+    tids: &[i32],
+    role_of: impl Fn(i32) -> Option<Role>,
+    mut os_of: impl FnMut(i32) -> proc::OsThread,
+) -> (Vec<i32>, HashMap<i32, proc::OsThread>, usize) {
+    let by_name = filter.is_all() || filter.name.is_some();
+    let mut chosen = Vec::with_capacity(tids.len());
+    let mut os = HashMap::with_capacity(tids.len());
+    let mut io_workers = 0;
+    for &tid in tids {
+        let role = role_of(tid);
+        if !by_name && !filter.matches(tid, role, "") {
+            continue;
+        }
+        let o = os_of(tid);
+        if o.io_worker {
+            io_workers += 1;
+            continue;
+        }
+        if filter.matches(tid, role, &o.name) {
+            chosen.push(tid);
+        }
+        os.insert(tid, o);
+    }
+    (chosen, os, io_workers)
+}
+
 impl Sampler {
     pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
         let cpu_start_us = proc::own_cpu_us();
@@ -333,14 +412,45 @@ impl Sampler {
         }
     }
 
-    /// Take one sample: select threads, stop/copy/resume, unwind the copies.
+    /// Take one sample: select threads, stop/copy/resume, unwind the copies,
+    /// name their frames, read their lock waits, count them.
     pub fn sample(&mut self) -> Result<&Sample, StacksError> {
+        let pid = self.pid;
+        let sel = self.select()?;
+        let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let raw = self.capture(&sel)?;
+        if raw.threads.is_empty() && !sel.chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(StacksError::ProcessExited(pid));
+        }
+        let idx = self.taken;
+        self.taken += 1;
+        let late: HashSet<i32> = raw.threads.iter().filter(|t| t.late).map(|t| t.tid).collect();
+        let capture::RawSample { threads: copies, missed, stats } = raw;
+        let mut threads = self.unwind(copies, sel.os, sel.sql);
+        self.name_frames(&mut threads);
+        let t_ann = Instant::now();
+        let tids: HashSet<i32> = sel.tids.iter().copied().chain(threads.iter().map(|t| t.tid)).collect();
+        self.lock_waits(&mut threads, &late, &tids, idx);
+        self.count(&threads);
+        self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
+        self.stops.add(idx, &stats, &missed, at_unix_ms);
+        let _ = self.windows.record(stats.window_us.max(1));
+        self.samples.push_back(Sample { index: idx, at_unix_ms, stats, threads, missed });
+        while self.samples.len() > self.opts.keep_samples.max(1) {
+            self.samples.pop_front();
+        }
+        Ok(self.samples.back().unwrap())
+    }
+
+    /// The threads this sample takes, and what is known of them before any
+    /// stop: SQL and OS state are read before the stop, never during it.
+    fn select(&mut self) -> Result<Selection, StacksError> {
         let pid = self.pid;
         // Threads named by id alone are looked up, not listed: one thread at
         // 10 Hz for hours must not read a directory of hundreds each time.
         let f = &self.opts.filter;
         let by_tid = !f.tids.is_empty() && f.roles.is_empty() && f.name.is_none();
-        let tids_all = if by_tid {
+        let tids = if by_tid {
             let mut v: Vec<i32> = f
                 .tids
                 .iter()
@@ -353,32 +463,11 @@ impl Sampler {
         } else {
             proc::tids(pid)?
         };
-        // SQL and OS state are read before the stop, never during it.
         let t_ann = Instant::now();
         let sql = self.sql_threads();
-        let mut os: HashMap<i32, proc::OsThread> = HashMap::with_capacity(tids_all.len());
-        let mut chosen = Vec::with_capacity(tids_all.len());
-        let mut io_workers = 0;
-        // Without a name pattern the filter decides from tid and role alone,
-        // so the OS state of threads not sampled is not read: one thread at
-        // 100 Hz on a server of hundreds must not read hundreds of files a
-        // sample.
-        let by_name = self.opts.filter.is_all() || self.opts.filter.name.is_some();
-        for &tid in &tids_all {
-            if !by_name && !self.opts.filter.matches(tid, annotate::role_of(pid, tid, sql.get(&tid)), "") {
-                continue;
-            }
-            let o = proc::os_thread(pid, tid).unwrap_or_default();
-            if o.io_worker {
-                io_workers += 1;
-                continue;
-            }
-            let role = annotate::role_of(pid, tid, sql.get(&tid));
-            if self.opts.filter.matches(tid, role, &o.name) {
-                chosen.push(tid);
-            }
-            os.insert(tid, o);
-        }
+        let role = |tid: i32| annotate::role_of(pid, tid, sql.get(&tid));
+        let (chosen, os, io_workers) =
+            choose(&self.opts.filter, &tids, role, |tid| proc::os_thread(pid, tid).unwrap_or_default());
         self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
         if io_workers > 0 && !self.notes.iter().any(|n| n.contains("io_uring")) {
             self.notes.push(format!(
@@ -388,36 +477,50 @@ impl Sampler {
         if chosen.is_empty() {
             self.unmatched += 1;
         }
-        let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        Ok(Selection { tids, by_tid, chosen, os, sql })
+    }
+
+    /// Stop (or not, in passive mode) and copy the chosen threads.
+    fn capture(&mut self, sel: &Selection) -> Result<capture::RawSample, StacksError> {
+        let pid = self.pid;
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(StacksError::ProcessExited(pid));
         }
         let mut raw = match self.opts.capture.mode {
             // Its perf events live as long as the sampler.
-            Mode::Passive => self.passive.capture(pid, &chosen, &self.maps, &self.opts.capture),
+            Mode::Passive => self.passive.capture(pid, &sel.chosen, &self.maps, &self.opts.capture),
             _ => {
                 // The OS states just read: blocked threads are read without a stop.
-                let asleep: Vec<i32> = chosen
+                let asleep: Vec<i32> = sel
+                    .chosen
                     .iter()
                     .copied()
-                    .filter(|t| os.get(t).is_some_and(|o| matches!(o.state, 'S' | 'D')))
+                    .filter(|t| sel.os.get(t).is_some_and(|o| matches!(o.state, 'S' | 'D')))
                     .collect();
-                capture::capture(pid, &chosen, &asleep, &self.maps, &self.opts.capture)?
+                capture::capture(pid, &sel.chosen, &asleep, &self.maps, &self.opts.capture)?
             }
         };
-        if !by_tid {
+        if !sel.by_tid {
             raw.stats.threads_appeared = proc::tids(pid)
-                .map(|now| now.iter().filter(|t| tids_all.binary_search(t).is_err()).count())
+                .map(|now| now.iter().filter(|t| sel.tids.binary_search(t).is_err()).count())
                 .unwrap_or(0);
         }
         self.timing.capture_us += raw.stats.capture_us;
-        if raw.threads.is_empty() && !chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(StacksError::ProcessExited(pid));
-        }
+        Ok(raw)
+    }
+
+    /// Unwind each copy (the threads run again meanwhile) and join it to
+    /// what was known of its thread.
+    fn unwind(
+        &mut self,
+        copies: Vec<capture::RawThread>,
+        mut os: HashMap<i32, proc::OsThread>,
+        sql: HashMap<i32, SqlThread>,
+    ) -> Vec<ThreadStack> {
+        let pid = self.pid;
         let t_unw = Instant::now();
-        let mut threads = Vec::with_capacity(raw.threads.len());
-        let late: HashSet<i32> = raw.threads.iter().filter(|t| t.late).map(|t| t.tid).collect();
-        for rt in raw.threads {
+        let mut threads = Vec::with_capacity(copies.len());
+        for rt in copies {
             let mods = &self.mods;
             let call_ok = |ra: u64, callee: u64| modules::call_into(pid, mods, ra, callee);
             let u = unwind::unwind(&mods.unwinder, &mut self.cache, &rt.regs, rt.stack_addr, &rt.stack, call_ok);
@@ -443,27 +546,30 @@ impl Sampler {
             });
         }
         self.timing.unwind_us += t_unw.elapsed().as_micros() as u64;
-        let idx = self.taken;
-        self.taken += 1;
+        threads
+    }
 
-        // Names for the addresses not seen before (the threads run again),
-        // through any debug file that has arrived meanwhile.
+    /// Names for the addresses not seen before, through any debug file that
+    /// has arrived meanwhile.
+    fn name_frames(&mut self, threads: &mut [ThreadStack]) {
         let t_sym = Instant::now();
         self.apply_fetched(false);
         self.symbols.add(&self.mods, threads.iter().flat_map(|t| t.addrs.iter().copied()));
-        for t in &mut threads {
+        for t in threads {
             t.frames = self.symbols.stack(&t.addrs);
         }
         self.timing.symbolize_us += t_sym.elapsed().as_micros() as u64;
+    }
 
-        // Lock waits and owners: facts of this instant, read now.
-        let t_ann = Instant::now();
-        let tids: HashSet<i32> = tids_all.iter().copied().chain(threads.iter().map(|t| t.tid)).collect();
+    /// Lock waits and owners of sample `idx`: facts of this instant, read
+    /// from each waiter's futex word and frames, grouped by lock with their
+    /// holders' stacks and statements.
+    fn lock_waits(&mut self, threads: &mut [ThreadStack], late: &HashSet<i32>, tids: &HashSet<i32>, idx: usize) {
         let mut waits = vec![];
-        for t in &mut threads {
+        for t in threads.iter_mut() {
             if let Some((addr, window)) = t.futex.take() {
                 let labels: Vec<&str> = t.labels().collect();
-                let mut w = locks::classify(&labels, addr, &window, &tids, t.tid);
+                let mut w = locks::classify(&labels, addr, &window, tids, t.tid);
                 if late.contains(&t.tid) {
                     w = locks::read_late(w);
                 }
@@ -471,7 +577,7 @@ impl Sampler {
                 t.lock_wait = Some(w);
             }
         }
-        let mut groups = locks::group_with_late(&waits, &late, idx);
+        let mut groups = locks::group_with_late(&waits, late, idx);
         let stack_of = |tid: i32| threads.iter().find(|t| t.tid == tid);
         for g in &mut groups {
             if let Some(t) = g.waits.first().and_then(|w| stack_of(w.tid)) {
@@ -493,47 +599,18 @@ impl Sampler {
             all.extend(groups);
             self.locks = locks::merge(all);
         }
-        for t in &threads {
-            // Without DWARF a frame's name is its function's: count the
-            // innermost frame by its function's start.
+    }
+
+    /// Count the sample's stacks. Without DWARF a frame's name is its
+    /// function's: the innermost frame is counted by its function's start.
+    fn count(&mut self, threads: &[ThreadStack]) {
+        for t in threads {
             let leaf_start = (!self.opts.debug_info)
                 .then(|| t.addrs.first())
                 .flatten()
                 .and_then(|&a| self.mods.find(a).and_then(|m| m.func_start(m.svma(a)).map(|s| s.wrapping_add(m.bias))));
             self.tally.add(t, leaf_start);
         }
-        self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
-
-        // Stop statistics, bounded.
-        let st = &raw.stats;
-        let s = &mut self.stops;
-        s.samples += 1;
-        if s.samples == 1 || st.window_us > s.worst_window_us {
-            (s.worst_window_us, s.worst_window_sample) = (st.window_us, idx);
-        }
-        s.longest_thread_us = s.longest_thread_us.max(st.max_thread_stop_us);
-        s.longest_held_us = s.longest_held_us.max(st.max_thread_held_us);
-        s.budget_exceeded += st.budget_exceeded as usize;
-        s.read_blocked += st.threads_read_blocked;
-        s.sampled_on_cpu += st.threads_sampled_on_cpu;
-        s.sampled_by_thread_event += st.threads_sampled_by_thread_event;
-        s.read_queued += st.threads_read_queued;
-        s.woke_after_read += st.woke_after_read;
-        s.stopped_late += st.stopped_late;
-        for m in &raw.missed {
-            *s.missed.entry(m.reason.clone()).or_default() += 1;
-        }
-        if s.samples == 1 {
-            s.first_unix_ms = at_unix_ms;
-        }
-        s.last_unix_ms = at_unix_ms;
-        let _ = self.windows.record(st.window_us.max(1));
-
-        self.samples.push_back(Sample { index: idx, at_unix_ms, stats: raw.stats, threads, missed: raw.missed });
-        while self.samples.len() > self.opts.keep_samples.max(1) {
-            self.samples.pop_front();
-        }
-        Ok(self.samples.back().unwrap())
     }
 
     /// Take `n` samples `interval` apart (start to start), calling `progress`
@@ -565,8 +642,7 @@ impl Sampler {
     ) -> Result<(), StacksError> {
         let t0 = Instant::now();
         let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
-        let mut tick = 0u64;
-        let mut skipped = 0u64;
+        let mut ticks = Ticks { interval, tick: 0, skipped: 0 };
         for i in 0..n {
             if stopped() {
                 self.notes.push(format!("stopped by a signal after {} of {n} sample(s)", self.taken));
@@ -589,22 +665,20 @@ impl Sampler {
             if i + 1 == n {
                 break;
             }
-            // The next tick still ahead; sleep in short steps so a stop
-            // request is seen promptly.
-            let due = (t0.elapsed().as_nanos() / interval.as_nanos().max(1)) as u64 + 1;
-            let next = t0 + interval.saturating_mul(due.min(u32::MAX as u64) as u32);
-            if for_at_most.is_some_and(|d| next >= t0 + d) {
+            let (due, next) = ticks.due(t0.elapsed());
+            if for_at_most.is_some_and(|d| next >= d) {
                 break;
             }
-            skipped += due.saturating_sub(tick + 1);
-            tick = due;
-            while let Some(wait) = next.checked_duration_since(Instant::now()) {
+            ticks.take(due);
+            // Sleep in short steps so a stop request is seen promptly.
+            while let Some(wait) = (t0 + next).checked_duration_since(Instant::now()) {
                 if stopped() {
                     break;
                 }
                 std::thread::sleep(wait.min(Duration::from_millis(50)));
             }
         }
+        let skipped = ticks.skipped;
         if skipped > 0 {
             self.notes.push(format!(
                 "{skipped} sample(s) fell due while the previous one was still being taken and were skipped (--interval-ms {} is shorter than a sample takes)",
@@ -707,5 +781,57 @@ impl Sampler {
             timing,
             notes: self.notes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_due_while_the_last_is_taken_is_skipped_not_taken_late() {
+        let ms = Duration::from_millis;
+        let mut t = Ticks { interval: ms(100), tick: 0, skipped: 0 };
+        assert_eq!(t.next(ms(30)), ms(100));
+        assert_eq!(t.next(ms(130)), ms(200));
+        assert_eq!(t.skipped, 0);
+        // The sample at 200 took 250 ms: 300 and 400 fell due meanwhile.
+        assert_eq!(t.next(ms(450)), ms(500));
+        assert_eq!(t.skipped, 2);
+        assert_eq!(t.next(ms(520)), ms(600));
+        assert_eq!(t.skipped, 2);
+    }
+
+    fn os(name: &str, io_worker: bool) -> proc::OsThread {
+        proc::OsThread { name: name.into(), state: 'S', io_worker, ..Default::default() }
+    }
+
+    #[test]
+    fn threads_are_chosen_by_id_role_or_name_and_unchosen_ones_are_not_read_without_a_name_pattern() {
+        let names = |t: i32| match t {
+            1 => os("mariadbd", false),
+            2 => os("iou-wrk-1", true),
+            3 => os("one_connection", false),
+            _ => os("ib_io_wr-1", false),
+        };
+        let role = |t: i32| (t == 3).then_some(Role::Connection);
+        let tids = [1, 2, 3, 4];
+        // Everything: every thread read, the io_uring worker passed over.
+        let (chosen, seen, io) = choose(&ThreadFilter::default(), &tids, role, names);
+        assert_eq!((chosen, seen.len(), io), (vec![1, 3, 4], 3, 1));
+        // By id and role: only the chosen threads' state is read.
+        let mut read = vec![];
+        let f = ThreadFilter::parse("4,connections").unwrap();
+        let (chosen, seen, _) = choose(&f, &tids, role, |t| {
+            read.push(t);
+            names(t)
+        });
+        assert_eq!(chosen, vec![3, 4]);
+        assert_eq!(read, vec![3, 4]);
+        assert_eq!(seen.len(), 2);
+        // By name: every thread's name must be read to choose.
+        let f = ThreadFilter::parse("name:^ib_").unwrap();
+        let (chosen, seen, io) = choose(&f, &tids, role, names);
+        assert_eq!((chosen, seen.len(), io), (vec![4], 3, 1));
     }
 }

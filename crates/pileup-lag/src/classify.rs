@@ -7,6 +7,7 @@
 //! `Xid_log_event::…`, libc's `pread64`, futex waits) and processlist
 //! states, which stripped Debian and distribution builds keep.
 
+use pileup_engine::frames::{self, FrameClass};
 use serde::Serialize;
 
 /// Where an applier thread was when sampled.
@@ -68,6 +69,12 @@ impl Category {
     }
 }
 
+/// Whether one of the innermost frames is of a class `want` accepts (the
+/// engine's table of wait and I/O frames).
+fn inner_is(inner: &[&str], want: impl Fn(FrameClass) -> bool) -> bool {
+    frames::first_class(inner.iter().copied(), want).is_some()
+}
+
 fn any(frames: &[&str], needles: &[&str]) -> bool {
     frames.iter().any(|f| needles.iter().any(|n| f.contains(n)))
 }
@@ -107,17 +114,16 @@ pub fn classify(frames: &[&str], os_state: char, syscall: Option<&str>, sql_stat
             "commit_one_phase",
             "MYSQL_BIN_LOG::write_transaction",
         ],
-    ) || any(&inner, &["fdatasync", "fsync"])
+    ) || inner_is(&inner, |c| c == FrameClass::DiskSync)
     {
         return Category::Commit;
     }
     if syscall.is_some_and(|s| s.contains("pread"))
-        || any(&inner, &["pread", "buf_read_page", "os_file_read", "fil_io"])
+        || inner_is(&inner, |c| matches!(c, FrameClass::DiskRead | FrameClass::PageRead))
     {
         return Category::PageRead;
     }
-    let waiting = syscall.is_some_and(|s| s.contains("futex"))
-        || any(&inner, &["futex", "lll_lock_wait", "pthread_cond", "pthread_mutex_lock", "syscall", "sem_wait"]);
+    let waiting = syscall.is_some_and(|s| s.contains("futex")) || inner_is(&inner, FrameClass::is_wait);
     let in_apply = any(
         frames,
         &[

@@ -11,6 +11,8 @@
 //! where debug information names them, and the counters carry those
 //! classes where it does not.
 
+use pileup_engine::frames::{self, FrameClass};
+
 use crate::evidence::{pl_summary, stamp_tenths, Evidence};
 
 /// A kind of stall.
@@ -215,14 +217,7 @@ const ZERO_FILL_BYTES: u64 = 256 * 1024;
 
 /// A thread extending a data file: in `fallocate`, or writing zeros.
 fn extending(t: &ThreadView) -> bool {
-    let named = t.has(|f| {
-        f.starts_with("fsp_try_extend_data_file")
-            || f.starts_with("fil_space_extend")
-            || f.starts_with("os_file_set_size")
-            || f.contains("posix_fallocate")
-            || f == "fallocate64"
-            || f == "fallocate"
-    });
+    let named = t.has(|f| frames::class_of(f) == Some(FrameClass::FileExtend));
     named
         || t.file.as_ref().is_some_and(|io| {
             data_file(&io.path)
@@ -529,19 +524,13 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         })
         .filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
     let d = in_disk_wait(samples);
+    // In the I/O call itself: the C library's read, write or sync, or an
+    // asynchronous I/O wait.
     let (io, io_at) = in_frames(samples, 2, |f| {
         matches!(
-            f,
-            "pread64"
-                | "pwrite64"
-                | "__libc_pread64"
-                | "__libc_pwrite64"
-                | "fsync"
-                | "fdatasync"
-                | "__libc_fsync"
-                | "__libc_fdatasync"
-        ) || f.starts_with("io_uring_wait")
-            || f.starts_with("__io_uring_get_cqe")
+            frames::class_of(f),
+            Some(FrameClass::DiskRead | FrameClass::DiskWrite | FrameClass::DiskSync | FrameClass::AsyncIoWait)
+        )
     });
     if (busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some()) && (d >= 2 || io >= 2) {
         let mut e = Vec::new();

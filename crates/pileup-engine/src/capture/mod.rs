@@ -45,8 +45,8 @@ mod types;
 pub(crate) static CPU0_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub(crate) use memory::read_mem;
-pub(crate) use types::RawSample;
 pub use types::{CaptureOptions, CaptureStats, Missed, Mode};
+pub(crate) use types::{RawSample, RawThread};
 
 use crate::error::StacksError;
 use crate::proc::MapEntry;

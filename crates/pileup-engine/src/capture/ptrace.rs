@@ -466,41 +466,7 @@ pub(super) fn capture_consistent(
     opts: &CaptureOptions,
 ) -> Result<RawSample, StacksError> {
     let started = Instant::now();
-    // A thread blocked in the kernel (an idle connection in poll, a waiter
-    // in futex, a disk wait) cannot change its registers or stack until it
-    // wakes: it is read where it sleeps, as passive mode reads it, and not
-    // stopped. Stopping it would wake it for nothing (its system call
-    // interrupted and restarted), and one in an uninterruptible wait would
-    // hold every stopped thread until its I/O ended. Whether it slept
-    // through the snapshot's instant is told by its scheduler counters (a
-    // kernel that keeps none shows `0 0 0` for every thread).
-    let schedstat_kept = all_tids
-        .first()
-        .and_then(|&t| crate::proc::schedstat(pid, t))
-        .is_some_and(|s| s.split_whitespace().any(|f| f != "0"));
-    let mut sleepers: Vec<(RawThread, String)> = vec![];
-    let runnable: Vec<i32> = all_tids
-        .iter()
-        .copied()
-        .filter(|&tid| {
-            if !asleep.contains(&tid) {
-                return true;
-            }
-            // Without scheduler statistics whether a sleeper ran cannot be
-            // told: only a thread in disk wait (which would hold every
-            // stopped thread until its I/O ends) is read without a stop.
-            if !schedstat_kept && crate::proc::state(pid, tid) != Some('D') {
-                return true;
-            }
-            match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
-                passive::Read::Blocked(b) => {
-                    sleepers.push(*b);
-                    false
-                }
-                _ => true,
-            }
-        })
-        .collect();
+    let (sleepers, runnable) = read_sleepers(pid, all_tids, asleep, maps, opts);
     let priority = RaisedPriority::raise(opts.raised_priority);
     let t0 = Instant::now();
     let mut w = Stops {
@@ -532,150 +498,249 @@ pub(super) fn capture_consistent(
     if !budget_exceeded {
         budget_exceeded = w.wait((deadline(first), Some(LULL), deadline(first)), None);
     }
-    // Every thread that can run is held, or interrupted and queued for a
-    // CPU: each sleeper is checked now. One whose counters did not move
-    // slept throughout, and its copy stands, but the lock word it sleeps on
-    // is read again (the lock may have changed hands since, and its owner
-    // is named from that word). One that ran since is interrupted in a
-    // further phase, as any thread that can run, without waiting for its
-    // stop (it stops as it was at its interrupt), and every sleeper is then
-    // checked again (it may have released a lock before its interrupt),
-    // until a check finds none woken. On a busy server clients wake
-    // sleepers all the time, and every check holds the stopped threads: the
-    // checks together get CHECK_TIME, lock waiters first; sleepers not
-    // checked by then keep the copy read just before the window.
     let checks_start = Instant::now();
     let check_until = (checks_start + CHECK_TIME).min(deadline(first));
-    sleepers.sort_by_key(|(rt, _)| rt.futex.is_none());
-    let mut slept: Vec<(RawThread, String)> = sleepers;
-    let mut woke_after_read = 0;
-    let mut out_of_time = false;
-    while !budget_exceeded && !out_of_time {
-        let mut checked = Vec::with_capacity(slept.len());
-        let mut woke = vec![];
-        let mut rest = slept.into_iter();
-        for (mut rt, sched) in rest.by_ref() {
-            match crate::proc::schedstat(pid, rt.tid) {
-                Some(now) if now == sched => {
-                    if let Some((addr, window)) = &mut rt.futex {
-                        if read_mem(pid, addr.wrapping_sub(FUTEX_BEFORE), window) != FUTEX_WINDOW {
-                            rt.futex = None;
-                            rt.regs.ax = 0;
-                        }
-                    }
-                    checked.push((rt, sched));
-                }
-                None => w.missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
-                // It ran since it was read. Not read again where it sleeps:
-                // for a thread still queued on a CPU the kernel's read of its
-                // syscall sleeps until it is off the queue, while the others
-                // are held.
-                Some(_) => woke.push(rt.tid),
-            }
-            // The check holds the stopped threads too.
-            if Instant::now() >= check_until {
-                out_of_time = true;
-                break;
-            }
+    let checks = match w.check_sleepers(sleepers, &mut first, check_until, budget_exceeded) {
+        Ok(c) => c,
+        Err(e) => {
+            w.abandon();
+            return Err(e);
         }
-        // Those not checked when the time ran out keep their copies.
-        checked.extend(rest);
-        slept = checked;
-        if woke.is_empty() {
-            break;
-        }
-        let before = w.pending.len();
-        match w.interrupt(&woke, &mut first) {
-            Ok(b) => budget_exceeded = b,
-            Err(e) => {
-                w.abandon();
-                return Err(e);
-            }
-        }
-        woke_after_read += w.pending.len() - before;
-    }
+    };
+    budget_exceeded = checks.budget_exceeded;
     // Checks cut short by --max-stop-ms itself, not by their own time.
-    budget_exceeded |= out_of_time && check_until >= deadline(first);
+    budget_exceeded |= checks.out_of_time && check_until >= deadline(first);
     let checks_us = if first.is_some() { checks_start.elapsed().as_micros() as u64 } else { 0 };
     // Stops already reported are taken while the others are still held.
     if !budget_exceeded {
         w.wait((Instant::now(), None, deadline(first)), None);
     }
-    // Let the held threads go in the order they stopped, so the earliest
-    // stopped is released first.
-    let mut threads: Vec<RawThread> = Vec::with_capacity(w.held.len() + slept.len() + w.pending.len());
-    threads.extend(std::mem::take(&mut w.held).into_iter().map(let_go));
-    // Nothing stopped, nothing held: no window.
-    let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
-    // Stops reported when the budget ran out are let go now, uncopied.
-    let too_late = if budget_exceeded { w.let_go_reported() } else { vec![] };
-    // A thread interrupted but not stopped that sleeps in an uninterruptible
-    // wait (a disk read, a page fault) was in the kernel at its interrupt
-    // and is there still: read where it sleeps (its stopped_us stays 0),
-    // rather than copied after its I/O ends. It is let go as soon as it
-    // stops, or by the kernel when the capture thread exits.
-    let mut read_blocked = slept.len();
-    let read_asleep = |tid: i32| match crate::proc::state(pid, tid) {
-        Some('D') => match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
-            passive::Read::Blocked(b) => Some(b.0),
-            _ => None,
-        },
-        _ => None,
-    };
-    let mut unwaited = vec![];
-    w.pending.retain(|&(tid, _)| match read_asleep(tid) {
-        Some(rt) => {
-            read_blocked += 1;
-            threads.push(rt);
-            unwaited.push(tid);
-            false
-        }
-        None => true,
-    });
-    w.unwaited = unwaited;
-    // Threads interrupted but still queued for a CPU: each is copied when
-    // it stops and let go at once, until the budget runs out. The capture
-    // thread keeps its priority meanwhile, so a late thread is let go as
-    // soon as it stops (it sleeps while it waits).
-    let before = threads.len();
-    if !w.pending.is_empty() && !budget_exceeded {
-        budget_exceeded = w.wait((deadline(first), None, deadline(first)), Some(&mut threads));
-    }
-    let stopped_late = threads.len() - before;
-    let Stops { timer, pending, mut missed, mut unwaited, .. } = w;
-    drop(timer);
+    let end = w.release(first, checks.slept, deadline(first), budget_exceeded);
     drop(priority);
-    threads.extend(slept.into_iter().map(|(rt, _)| rt));
-    // A thread that did not stop in time and went into an uninterruptible
-    // wait meanwhile is read the same way.
-    let mut late = Vec::with_capacity(pending.len());
-    for &(tid, _) in &pending {
-        match read_asleep(tid) {
+    let mut s = finish(all_tids, end.threads, end.missed, end.window_us, started, end.budget_exceeded, "consistent");
+    s.stats.threads_read_blocked = end.read_blocked;
+    s.stats.woke_after_read = checks.woke_after_read;
+    s.stats.checks_us = checks_us;
+    s.stats.stopped_late = end.stopped_late;
+    Ok(s)
+}
+
+/// Read the threads blocked in the kernel where they sleep; returns them
+/// (with their scheduler counters) and the threads to stop.
+///
+/// A thread blocked in the kernel (an idle connection in poll, a waiter in
+/// futex, a disk wait) cannot change its registers or stack until it wakes:
+/// it is read where it sleeps, as passive mode reads it, and not stopped.
+/// Stopping it would wake it for nothing (its system call interrupted and
+/// restarted), and one in an uninterruptible wait would hold every stopped
+/// thread until its I/O ended. Whether it slept through the snapshot's
+/// instant is told by its scheduler counters (a kernel that keeps none
+/// shows `0 0 0` for every thread).
+fn read_sleepers(
+    pid: i32,
+    all_tids: &[i32],
+    asleep: &[i32],
+    maps: &[MapEntry],
+    opts: &CaptureOptions,
+) -> (Vec<(RawThread, String)>, Vec<i32>) {
+    let schedstat_kept = all_tids
+        .first()
+        .and_then(|&t| crate::proc::schedstat(pid, t))
+        .is_some_and(|s| s.split_whitespace().any(|f| f != "0"));
+    let mut sleepers: Vec<(RawThread, String)> = vec![];
+    let runnable: Vec<i32> = all_tids
+        .iter()
+        .copied()
+        .filter(|&tid| {
+            if !asleep.contains(&tid) {
+                return true;
+            }
+            // Without scheduler statistics whether a sleeper ran cannot be
+            // told: only a thread in disk wait (which would hold every
+            // stopped thread until its I/O ends) is read without a stop.
+            if !schedstat_kept && crate::proc::state(pid, tid) != Some('D') {
+                return true;
+            }
+            match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+                passive::Read::Blocked(b) => {
+                    sleepers.push(*b);
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    (sleepers, runnable)
+}
+
+/// What checking the sleepers found.
+struct Checked {
+    /// Sleepers whose copies stand.
+    slept: Vec<(RawThread, String)>,
+    woke_after_read: usize,
+    out_of_time: bool,
+    budget_exceeded: bool,
+}
+
+/// What letting the threads go leaves: the copies, the threads missed,
+/// and the window.
+struct Released {
+    threads: Vec<RawThread>,
+    missed: Vec<Missed>,
+    window_us: u64,
+    read_blocked: usize,
+    stopped_late: usize,
+    budget_exceeded: bool,
+}
+
+impl Stops<'_> {
+    /// Every thread that can run is held, or interrupted and queued for a
+    /// CPU: each sleeper is checked now. One whose counters did not move
+    /// slept throughout, and its copy stands, but the lock word it sleeps
+    /// on is read again (the lock may have changed hands since, and its
+    /// owner is named from that word). One that ran since is interrupted in
+    /// a further phase, as any thread that can run, without waiting for its
+    /// stop (it stops as it was at its interrupt), and every sleeper is
+    /// then checked again (it may have released a lock before its
+    /// interrupt), until a check finds none woken. On a busy server clients
+    /// wake sleepers all the time, and every check holds the stopped
+    /// threads: the checks together get until `check_until`, lock waiters
+    /// first; sleepers not checked by then keep the copy read just before
+    /// the window.
+    fn check_sleepers(
+        &mut self,
+        mut sleepers: Vec<(RawThread, String)>,
+        first: &mut Option<Instant>,
+        check_until: Instant,
+        mut budget_exceeded: bool,
+    ) -> Result<Checked, StacksError> {
+        let pid = self.pid;
+        sleepers.sort_by_key(|(rt, _)| rt.futex.is_none());
+        let mut slept = sleepers;
+        let mut woke_after_read = 0;
+        let mut out_of_time = false;
+        while !budget_exceeded && !out_of_time {
+            let mut checked = Vec::with_capacity(slept.len());
+            let mut woke = vec![];
+            let mut rest = slept.into_iter();
+            for (mut rt, sched) in rest.by_ref() {
+                match crate::proc::schedstat(pid, rt.tid) {
+                    Some(now) if now == sched => {
+                        if let Some((addr, window)) = &mut rt.futex {
+                            if read_mem(pid, addr.wrapping_sub(FUTEX_BEFORE), window) != FUTEX_WINDOW {
+                                rt.futex = None;
+                                rt.regs.ax = 0;
+                            }
+                        }
+                        checked.push((rt, sched));
+                    }
+                    None => self.missed.push(Missed { tid: rt.tid, reason: "exited during the capture".into() }),
+                    // It ran since it was read. Not read again where it
+                    // sleeps: for a thread still queued on a CPU the
+                    // kernel's read of its syscall sleeps until it is off
+                    // the queue, while the others are held.
+                    Some(_) => woke.push(rt.tid),
+                }
+                // The check holds the stopped threads too.
+                if Instant::now() >= check_until {
+                    out_of_time = true;
+                    break;
+                }
+            }
+            // Those not checked when the time ran out keep their copies.
+            checked.extend(rest);
+            slept = checked;
+            if woke.is_empty() {
+                break;
+            }
+            let before = self.pending.len();
+            budget_exceeded = self.interrupt(&woke, first)?;
+            woke_after_read += self.pending.len() - before;
+        }
+        Ok(Checked { slept, woke_after_read, out_of_time, budget_exceeded })
+    }
+
+    /// Let the held threads go in the order they stopped (the earliest
+    /// stopped first), read those interrupted but asleep in disk wait where
+    /// they sleep, copy those still queued for a CPU as each stops, and
+    /// account for every thread not copied.
+    fn release(
+        mut self,
+        first: Option<Instant>,
+        slept: Vec<(RawThread, String)>,
+        deadline: Instant,
+        mut budget_exceeded: bool,
+    ) -> Released {
+        let (pid, maps, opts) = (self.pid, self.maps, self.opts);
+        let mut threads: Vec<RawThread> = Vec::with_capacity(self.held.len() + slept.len() + self.pending.len());
+        threads.extend(std::mem::take(&mut self.held).into_iter().map(let_go));
+        // Nothing stopped, nothing held: no window.
+        let window_us = first.map_or(0, |f| f.elapsed().as_micros() as u64);
+        // Stops reported when the budget ran out are let go now, uncopied.
+        let too_late = if budget_exceeded { self.let_go_reported() } else { vec![] };
+        // A thread interrupted but not stopped that sleeps in an
+        // uninterruptible wait (a disk read, a page fault) was in the kernel
+        // at its interrupt and is there still: read where it sleeps (its
+        // stopped_us stays 0), rather than copied after its I/O ends. It is
+        // let go as soon as it stops, or by the kernel when the capture
+        // thread exits.
+        let mut read_blocked = slept.len();
+        let read_asleep = |tid: i32| match crate::proc::state(pid, tid) {
+            Some('D') => match passive::read_blocked(pid, tid, maps, opts.stack_bytes) {
+                passive::Read::Blocked(b) => Some(b.0),
+                _ => None,
+            },
+            _ => None,
+        };
+        let mut unwaited = vec![];
+        self.pending.retain(|&(tid, _)| match read_asleep(tid) {
             Some(rt) => {
                 read_blocked += 1;
                 threads.push(rt);
+                unwaited.push(tid);
+                false
             }
-            None => late.push(tid),
-        }
-    }
-    // Threads read in disk wait that have not stopped yet go with them.
-    unwaited.extend(pending.iter().map(|&(t, _)| t));
-    release_all(&unwaited);
-    for tid in late {
-        missed.push(not_stopped(pid, tid, opts));
-    }
-    for tid in too_late {
-        missed.push(Missed {
-            tid,
-            reason: format!("stopped too late to copy within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+            None => true,
         });
+        self.unwaited = unwaited;
+        // Threads interrupted but still queued for a CPU: each is copied
+        // when it stops and let go at once, until the budget runs out. The
+        // capture thread keeps its priority meanwhile, so a late thread is
+        // let go as soon as it stops (it sleeps while it waits).
+        let before = threads.len();
+        if !self.pending.is_empty() && !budget_exceeded {
+            budget_exceeded = self.wait((deadline, None, deadline), Some(&mut threads));
+        }
+        let stopped_late = threads.len() - before;
+        let Stops { timer, pending, mut missed, mut unwaited, .. } = self;
+        drop(timer);
+        threads.extend(slept.into_iter().map(|(rt, _)| rt));
+        // A thread that did not stop in time and went into an
+        // uninterruptible wait meanwhile is read the same way.
+        let mut late = Vec::with_capacity(pending.len());
+        for &(tid, _) in &pending {
+            match read_asleep(tid) {
+                Some(rt) => {
+                    read_blocked += 1;
+                    threads.push(rt);
+                }
+                None => late.push(tid),
+            }
+        }
+        // Threads read in disk wait that have not stopped yet go with them.
+        unwaited.extend(pending.iter().map(|&(t, _)| t));
+        release_all(&unwaited);
+        for tid in late {
+            missed.push(not_stopped(pid, tid, opts));
+        }
+        for tid in too_late {
+            missed.push(Missed {
+                tid,
+                reason: format!("stopped too late to copy within --max-stop-ms ({} ms)", opts.max_stop.as_millis()),
+            });
+        }
+        Released { threads, missed, window_us, read_blocked, stopped_late, budget_exceeded }
     }
-    let mut s = finish(all_tids, threads, missed, window_us, started, budget_exceeded, "consistent");
-    s.stats.threads_read_blocked = read_blocked;
-    s.stats.woke_after_read = woke_after_read;
-    s.stats.checks_us = checks_us;
-    s.stats.stopped_late = stopped_late;
-    Ok(s)
 }
 
 /// Why a thread asked to stop did not within the budget: it was ending
