@@ -9,10 +9,11 @@
 
 use std::collections::HashMap;
 
-use anyhow::{Context, Result};
 use mysql::prelude::Queryable;
 use pileup_conn::Flavor;
 use serde::Serialize;
+
+use crate::error::StacksError;
 
 /// The SQL side of one OS thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -178,9 +179,13 @@ pub struct SqlSource {
 }
 
 impl SqlSource {
-    pub fn new(mut conn: mysql::Conn) -> Result<SqlSource> {
-        let (flavor, version) = pileup_conn::flavor(&mut conn)?;
-        let own_id: u64 = conn.query_first("SELECT CONNECTION_ID()")?.unwrap_or(0);
+    pub fn new(mut conn: mysql::Conn) -> Result<SqlSource, StacksError> {
+        let (flavor, version) = pileup_conn::flavor(&mut conn)
+            .map_err(|e| StacksError::Sql { what: "asking the server its version", source: e })?;
+        let own_id: u64 = conn
+            .query_first("SELECT CONNECTION_ID()")
+            .map_err(StacksError::sql("SELECT CONNECTION_ID()"))?
+            .unwrap_or(0);
         let pfs: Option<String> = conn.query_first("SELECT @@performance_schema").unwrap_or(None);
         let pfs_threads = matches!(pfs.as_deref(), Some("1") | Some("ON"));
         let handling: Option<String> = conn.query_first("SELECT @@thread_handling").unwrap_or(None);
@@ -205,14 +210,14 @@ impl SqlSource {
     }
 
     /// Map OS thread id → SQL thread, from the non-blocking sources.
-    pub fn threads(&mut self) -> Result<HashMap<i32, SqlThread>> {
+    pub fn threads(&mut self) -> Result<HashMap<i32, SqlThread>, StacksError> {
         let mut out = HashMap::new();
         match self.flavor {
             Flavor::MariaDb => {
                 let rows: Vec<mysql::Row> = self
                     .conn
                     .query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO, TID FROM information_schema.PROCESSLIST")
-                    .context("reading information_schema.PROCESSLIST")?;
+                    .map_err(StacksError::sql("reading information_schema.PROCESSLIST"))?;
                 for r in rows {
                     if let Some((tid, t)) = from_row(&r, self.own_id, None) {
                         out.insert(tid, t);
@@ -237,7 +242,7 @@ impl SqlSource {
                          PROCESSLIST_TIME, PROCESSLIST_STATE, PROCESSLIST_INFO, THREAD_OS_ID, NAME \
                          FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL",
                     )
-                    .context("reading performance_schema.threads")?;
+                    .map_err(StacksError::sql("reading performance_schema.threads"))?;
                 for r in rows {
                     if let Some((tid, t)) = from_row(&r, self.own_id, Some(9)) {
                         out.insert(tid, t);

@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use debuginfod::{BuildId, CachingClient, Client, HttpClient, HttpClientError, Readable};
 
+use crate::error::DebugFileError;
+
 /// How far a fetch is, for a progress line.
 #[derive(Debug, Clone)]
 pub struct FetchProgress {
@@ -75,9 +77,9 @@ impl DebuginfodOptions {
     }
 
     /// What the user reads when a lookup of `module`'s debug file failed.
-    pub fn failed(&self, module: &str, e: &anyhow::Error) -> String {
+    pub fn failed(&self, module: &str, e: &DebugFileError) -> String {
         format!(
-            "debuginfod ({}): no debug info for {module} ({e:#}); its unexported functions are labelled {module}+0xFUNCSTART",
+            "debuginfod ({}): no debug info for {module} ({e}); its unexported functions are labelled {module}+0xFUNCSTART",
             self.urls.join(" ")
         )
     }
@@ -212,7 +214,7 @@ impl HttpClient for Http {
 
 /// Look up the debug file of `build_id` (hex) of `module`: the cache
 /// first, then each server in turn.
-pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Result<Lookup> {
+pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> Result<Lookup, DebugFileError> {
     let entry = o.cache_dir.join(build_id).join("debuginfo");
     if let Ok(m) = std::fs::metadata(&entry) {
         if m.len() > 0 {
@@ -232,12 +234,13 @@ pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Res
     let urls: Vec<&str> = o.urls.iter().map(String::as_str).collect();
     let progress = o.on_progress.clone().map(|cb| (cb, module.to_string()));
     let http = Http { agent, progress, bases: o.urls.clone() };
-    let Some(client) = Client::builder().http_client(http).build(urls)? else {
+    let lookup = |e: &dyn std::fmt::Display| DebugFileError::Lookup(e.to_string());
+    let Some(client) = Client::builder().http_client(http).build(urls).map_err(|e| lookup(&e))? else {
         return Ok(Lookup::NotFound);
     };
     let t = std::time::Instant::now();
-    let caching = CachingClient::new(client, &o.cache_dir)?;
-    match caching.fetch_debug_info(&BuildId::formatted(build_id.to_string()))? {
+    let caching = CachingClient::new(client, &o.cache_dir).map_err(|e| lookup(&e))?;
+    match caching.fetch_debug_info(&BuildId::formatted(build_id.to_string())).map_err(|e| lookup(&e))? {
         Some(p) => {
             let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
             Ok(Lookup::Downloaded(p, size, t.elapsed()))
@@ -250,7 +253,7 @@ pub fn fetch(o: &DebuginfodOptions, module: &str, build_id: &str) -> anyhow::Res
 pub struct Arrival {
     /// Index of the module in its [`crate::modules::ModuleSet`].
     pub module: usize,
-    pub result: anyhow::Result<Lookup>,
+    pub result: Result<Lookup, DebugFileError>,
 }
 
 /// Look up `wanted` (module index, module name, build-id) one after

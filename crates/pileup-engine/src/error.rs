@@ -20,6 +20,28 @@ pub enum StacksError {
     ProcessExited(i32),
     #[error("this build of pileup captures x86_64 stacks only")]
     UnsupportedArch,
+    #[error("{what}: {source}")]
+    Sql { what: &'static str, source: pileup_conn::SqlError },
+}
+
+impl StacksError {
+    /// A query of `what` failed.
+    pub(crate) fn sql(what: &'static str) -> impl FnOnce(mysql::Error) -> StacksError {
+        move |e| StacksError::Sql { what, source: e.into() }
+    }
+}
+
+/// Why a module's debug file could not be had or used.
+#[derive(Debug, Error)]
+pub enum DebugFileError {
+    #[error("debuginfod: {0}")]
+    Lookup(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a readable ELF file: {why}")]
+    NotElf { path: String, why: String },
+    #[error("{path} is the debug file of build-id {got}, not {module}'s")]
+    OtherBuild { path: String, got: String, module: String },
 }
 
 fn ptrace_scope_hint() -> String {

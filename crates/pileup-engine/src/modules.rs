@@ -13,6 +13,7 @@ use framehop::{ExplicitModuleSectionInfo, Module as FhModule, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use serde::Serialize;
 
+use crate::error::DebugFileError;
 use crate::proc::MapEntry;
 
 /// One loaded module.
@@ -179,22 +180,22 @@ impl ModuleSet {
 
     /// Use a debug file fetched for module `idx`: its symbols name the
     /// module's frames from now on.
-    pub fn apply_debug_file(&mut self, idx: usize, path: &Path) -> anyhow::Result<()> {
-        let f = fs::File::open(path)?;
+    pub fn apply_debug_file(&mut self, idx: usize, path: &Path) -> Result<(), DebugFileError> {
+        let io = |source| DebugFileError::Io { path: path.display().to_string(), source };
+        let f = fs::File::open(path).map_err(io)?;
         // SAFETY: read-only mapping, see read_module_file.
-        let d = unsafe { memmap2::Mmap::map(&f) }?;
+        let d = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
         let o = object::File::parse(&*d)
-            .map_err(|e| anyhow::anyhow!("{}: not a readable ELF file: {e}", path.display()))?;
+            .map_err(|e| DebugFileError::NotElf { path: path.display().to_string(), why: e.to_string() })?;
         // A server (or a cache) that hands out another build's file would
         // name the wrong functions.
         let got = o.build_id().ok().flatten().map(hex);
         if got.is_none() || got != self.modules[idx].build_id {
-            anyhow::bail!(
-                "{} is the debug file of build-id {}, not {}'s",
-                path.display(),
-                got.as_deref().unwrap_or("(none)"),
-                self.modules[idx].name
-            );
+            return Err(DebugFileError::OtherBuild {
+                path: path.display().to_string(),
+                got: got.unwrap_or_else(|| "(none)".into()),
+                module: self.modules[idx].name.clone(),
+            });
         }
         self.modules[idx].symbols.use_debug_file(path, DebugFoundBy::Debuginfod, Some(&o));
         Ok(())

@@ -156,7 +156,7 @@ impl Threads {
                 if self.sql_error.is_none() {
                     self.sql_error = Some(format!(
                         "SQL annotation failed ({}); waits are traced without it",
-                        pileup_conn::error_text(e.as_ref())
+                        pileup_conn::error_text(&e)
                     ));
                 }
             }

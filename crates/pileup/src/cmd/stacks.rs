@@ -219,7 +219,7 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
         }
     }
     spec.timeout = spec.timeout.min(Duration::from_secs(5));
-    match spec.connect().map_err(anyhow::Error::from).and_then(SqlSource::new) {
+    match spec.connect().map_err(anyhow::Error::from).and_then(|c| Ok(SqlSource::new(c)?)) {
         Ok(s) => Some(s),
         Err(e) => {
             if explicit || std::env::var_os("MYSQL_PWD").is_some() {
