@@ -86,7 +86,7 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
 /// Write a result file (0600, whole or not at all: results and the
 /// captured output of the tools can hold query text).
 pub fn write(path: impl AsRef<std::path::Path>, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())
+    Ok(pileup_files::write_private_bytes(path.as_ref(), bytes.as_ref())?)
 }
 
 use std::io::BufRead;

@@ -77,7 +77,7 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
         };
         // A cause whose text its parent already gave (a wrapper that
         // displays its source) is said once.
-        if !parts.last().is_some_and(|p| p.ends_with(&text)) {
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
             parts.push(text);
         }
         cur = c.source();

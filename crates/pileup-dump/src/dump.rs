@@ -375,7 +375,7 @@ fn copy_chunk(
     };
     let path = dir.join(&file);
     let (mut bytes, mut crc, mut tally) = (0u64, crc32fast::Hasher::new(), Default::default());
-    pileup_files::write_private(&path, |out| {
+    pileup_files::write_private(&path, |out| -> Result<()> {
         let mut z = Encoder::new(out, o.compress)?;
         let mut sink = |b: &[u8]| -> Result<()> {
             crc.update(b);

@@ -84,7 +84,7 @@ impl Inserts {
 }
 
 fn write(dir: &Path, name: &str, text: &str, c: Compress) -> Result<()> {
-    pileup_files::write_private(&dir.join(format!("{name}{}", c.suffix())), |out| {
+    pileup_files::write_private(&dir.join(format!("{name}{}", c.suffix())), |out| -> Result<()> {
         let mut e = files::Encoder::new(out, c)?;
         e.write_all(text.as_bytes())?;
         e.finish()?;
@@ -224,7 +224,7 @@ pub fn write_metadata(dir: &Path, m: &Manifest) -> Result<()> {
         ));
     }
     s.push_str(&format!("Finished dump at: {}\n", m.finished_at));
-    pileup_files::write_private_bytes(&dir.join("metadata"), s.as_bytes())
+    Ok(pileup_files::write_private_bytes(&dir.join("metadata"), s.as_bytes())?)
 }
 
 /// The files of a mydumper directory, by what they hold.

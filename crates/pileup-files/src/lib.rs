@@ -13,7 +13,81 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+/// Why a file could not be written, naming it and, for a full disk or a
+/// refused permission, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot write {}: directory {} does not exist", path.display(), dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
+    #[error("cannot write {}: {source}{}", path.display(), hint(source))]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {}: it has no file name", .0.display())]
+    NoFileName(PathBuf),
+    #[error("creating {}: {source}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+}
+
+fn hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => "; the disk is full: free space or write elsewhere",
+        Some(libc::EACCES) | Some(libc::EPERM) => "; no permission: choose a writable place",
+        _ => "",
+    }
+}
+
+/// The writer handed to a caller: it remembers the last I/O error of a
+/// write, so a writer that fails because the disk is full is reported as
+/// that file's error (with the fix) whatever error type the caller uses.
+struct Recording<'a> {
+    inner: &'a mut dyn Write,
+    failed: Option<(std::io::ErrorKind, Option<i32>)>,
+}
+
+impl Recording<'_> {
+    fn note<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            self.failed = Some((e.kind(), e.raw_os_error()));
+        }
+        r
+    }
+
+    /// The I/O error a write met, if one did.
+    fn io_error(&self) -> Option<std::io::Error> {
+        self.failed.map(|(kind, os)| os.map_or_else(|| std::io::Error::from(kind), std::io::Error::from_raw_os_error))
+    }
+}
+
+impl Write for Recording<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(b);
+        self.note(r)
+    }
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        let r = self.inner.write_all(b);
+        self.note(r)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.note(r)
+    }
+}
+
+/// Run the caller's writer `f` on `w`: its own error passes through, but
+/// one caused by a failed write is the file's [`FileError`].
+fn run<E: From<FileError>>(
+    path: &Path,
+    w: &mut dyn Write,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut rec = Recording { inner: w, failed: None };
+    match f(&mut rec) {
+        Ok(()) => Ok(()),
+        Err(e) => match rec.io_error() {
+            Some(source) => Err(FileError::Write { path: path.to_path_buf(), source }.into()),
+            None => Err(e),
+        },
+    }
+}
 
 /// Who may read the file written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,36 +106,41 @@ pub enum Mode {
 /// into place. A path that is not a regular file (`/dev/null`, a FIFO, a
 /// symlink) is written through instead: renaming over it would replace
 /// the node itself. Errors name the file and, for a full disk or a refused
-/// permission, the fix.
-pub fn write_private(path: &Path, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+/// permission, the fix ([`FileError`]); an error of `f`'s own (not of a
+/// write) passes through as it is.
+pub fn write_private<E: From<FileError>>(
+    path: &Path,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
     write_with(path, Mode::Private, f)
 }
 
 /// [`write_private`] of bytes.
-pub fn write_private_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_private(path, |w| Ok(w.write_all(bytes)?))
+pub fn write_private_bytes(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
+    write_private(path, |w| w.write_all(bytes).map_err(|source| FileError::Write { path: path.into(), source }))
 }
 
 /// Write `path` as [`write_private`] does, with the given [`Mode`].
-pub fn write_with(path: &Path, mode: Mode, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+pub fn write_with<E: From<FileError>>(
+    path: &Path,
+    mode: Mode,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<(), E> {
+    let failed = |source| FileError::Write { path: path.to_path_buf(), source };
     if fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let file = fs::OpenOptions::new().write(true).truncate(true).open(path).map_err(failed)?;
         let mut w = std::io::BufWriter::new(file);
-        f(&mut w)?;
-        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+        run(path, &mut w, f)?;
+        w.flush().map_err(failed)?;
         return Ok(());
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        bail!("cannot write {}: directory {} does not exist", path.display(), dir.display());
+        return Err(FileError::NoDirectory { path: path.into(), dir: dir.into() }.into());
     }
     let tmp = temporary_name(path)?;
-    let res = (|| -> Result<()> {
-        let file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let res = (|| -> Result<(), E> {
+        let file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(failed)?;
         if mode == Mode::KeepExisting {
             let (owner, bits) = match fs::metadata(path) {
                 Ok(m) => (Some(m), None),
@@ -69,39 +148,37 @@ pub fn write_with(path: &Path, mode: Mode, f: impl FnOnce(&mut dyn Write) -> Res
             };
             if let Some(m) = owner {
                 let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
-                file.set_permissions(fs::Permissions::from_mode(bits.unwrap_or(m.mode() & 0o7777)))?;
+                file.set_permissions(fs::Permissions::from_mode(bits.unwrap_or(m.mode() & 0o7777))).map_err(failed)?;
             }
         }
         let mut w = std::io::BufWriter::new(file);
-        f(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
+        run(path, &mut w, f)?;
+        let file = w.into_inner().map_err(|e| failed(e.into_error()))?;
         if mode == Mode::Private {
-            file.sync_all()?;
+            file.sync_all().map_err(failed)?;
         }
-        fs::rename(&tmp, path)?;
+        fs::rename(&tmp, path).map_err(failed)?;
         Ok(())
     })();
-    if let Err(e) = res {
+    if res.is_err() {
         let _ = fs::remove_file(&tmp);
-        let hint = match e.downcast_ref::<std::io::Error>().and_then(|io| io.raw_os_error()) {
-            Some(libc::ENOSPC) | Some(libc::EDQUOT) => "; the disk is full: free space or write elsewhere",
-            Some(libc::EACCES) | Some(libc::EPERM) => "; no permission: choose a writable place",
-            _ => "",
-        };
-        bail!("cannot write {}: {e:#}{hint}", path.display());
     }
-    Ok(())
+    res
 }
 
 /// Create `dir` (and its parents) for private files: 0700.
-pub fn create_private_dir(dir: &Path) -> Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).with_context(|| format!("creating {}", dir.display()))
+pub fn create_private_dir(dir: &Path) -> Result<(), FileError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| FileError::CreateDir { path: dir.into(), source })
 }
 
 /// `.NAME.pileup-tmp-PID` beside `path`: hidden, and never the name of a
 /// file another process writes.
-fn temporary_name(path: &Path) -> Result<PathBuf> {
-    let name = path.file_name().with_context(|| format!("{} has no file name", path.display()))?;
+fn temporary_name(path: &Path) -> Result<PathBuf, FileError> {
+    let name = path.file_name().ok_or_else(|| FileError::NoFileName(path.into()))?;
     Ok(path.with_file_name(format!(".{}.pileup-tmp-{}", name.to_string_lossy(), std::process::id())))
 }
 
@@ -138,6 +215,29 @@ pub fn sync_gently(path: &Path, step: u64) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A caller's own error type.
+    #[derive(Debug)]
+    struct Failed(String);
+    impl From<FileError> for Failed {
+        fn from(e: FileError) -> Failed {
+            Failed(e.to_string())
+        }
+    }
+    impl std::fmt::Display for Failed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_write_that_fails_is_the_files_error_with_the_fix_whatever_the_callers_error_type() {
+        let big = vec![0u8; 1 << 17];
+        let e = write_private(Path::new("/dev/full"), |w| w.write_all(&big).map_err(|e| Failed(e.to_string())))
+            .unwrap_err();
+        assert!(e.0.starts_with("cannot write /dev/full: No space left on device"), "{e}");
+        assert!(e.0.ends_with("; the disk is full: free space or write elsewhere"), "{e}");
+    }
+
     fn mode(p: &Path) -> u32 {
         fs::metadata(p).unwrap().permissions().mode() & 0o777
     }
@@ -151,13 +251,14 @@ mod tests {
         write_private_bytes(&p, b"new").unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "new");
         assert_eq!(mode(&p), 0o600, "replaced, not written into the readable file");
-        // A writer that fails leaves the old file and no temporary behind.
+        // A writer that fails leaves the old file and no temporary behind;
+        // its own error passes through.
         let err = write_private(&p, |w| {
-            w.write_all(b"half")?;
-            bail!("the writer failed")
+            w.write_all(b"half").map_err(|e| Failed(e.to_string()))?;
+            Err(Failed("the writer failed".into()))
         })
         .unwrap_err();
-        assert!(format!("{err:#}").contains("cannot write") && format!("{err:#}").contains("the writer failed"));
+        assert_eq!(err.to_string(), "the writer failed");
         assert_eq!(fs::read_to_string(&p).unwrap(), "new");
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1, "no temporary file left");
     }
@@ -168,12 +269,12 @@ mod tests {
         let p = d.path().join("ib_buffer_pool");
         fs::write(&p, "dump").unwrap();
         fs::set_permissions(&p, fs::Permissions::from_mode(0o660)).unwrap();
-        write_with(&p, Mode::KeepExisting, |w| Ok(w.write_all(b"list")?)).unwrap();
+        write_with(&p, Mode::KeepExisting, |w| w.write_all(b"list").map_err(|e| Failed(e.to_string()))).unwrap();
         assert_eq!((fs::read_to_string(&p).unwrap().as_str(), mode(&p)), ("list", 0o660));
         write_private_bytes(Path::new("/dev/null"), b"x").unwrap();
         assert!(Path::new("/dev/null").exists());
         let missing = d.path().join("no/such/dir/f");
-        assert!(format!("{:#}", write_private_bytes(&missing, b"x").unwrap_err()).contains("does not exist"));
+        assert!(write_private_bytes(&missing, b"x").unwrap_err().to_string().contains("does not exist"));
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub fn write_metrics(dir: &Path, history: &[Row]) -> Result<()> {
             derived: r.derived.clone(),
         })
         .collect();
-    pileup_files::write_private(&dir.join("metrics.json"), |w| Ok(serde_json::to_writer(w, &rows)?))?;
+    pileup_files::write_private(&dir.join("metrics.json"), |w| -> Result<()> { Ok(serde_json::to_writer(w, &rows)?) })?;
     Ok(())
 }
 
@@ -96,10 +96,10 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
             ("stacks.pb.gz", Format::Pprof),
         ] {
             let o = Options { thread_root: f == Format::Svg, ..Default::default() };
-            pileup_files::write_private(&dir.join(name), |w| Ok(render(p, f, &o, w)?))?;
+            pileup_files::write_private(&dir.join(name), |w| -> Result<()> { Ok(render(p, f, &o, w)?) })?;
         }
     }
-    pileup_files::write_private(&dir.join("processlist.txt"), |f| {
+    pileup_files::write_private(&dir.join("processlist.txt"), |f| -> Result<()> {
         for r in &ev.processlist {
             writeln!(f, "{}", r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\t"))?;
         }
@@ -109,7 +109,7 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         pileup_files::write_private_bytes(&dir.join("innodb_status.txt"), s.as_bytes())?;
     }
     if let Some(m) = &ev.mdl {
-        pileup_files::write_private(&dir.join("metadata_locks.txt"), |f| {
+        pileup_files::write_private(&dir.join("metadata_locks.txt"), |f| -> Result<()> {
             writeln!(f, "# from {}\nconnection\tmode\tnamespace\tobject\tstatus", m.source)?;
             for l in &m.locks {
                 let status = if l.granted { "granted" } else { "waiting" };
@@ -136,19 +136,21 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         io_pressure_pct: ev.io_pressure_pct,
         variables: ev.variables.clone(),
     };
-    pileup_files::write_private(&dir.join("evidence.json"), |w| Ok(serde_json::to_writer_pretty(w, &saved)?))?;
+    pileup_files::write_private(&dir.join("evidence.json"), |w| -> Result<()> {
+        Ok(serde_json::to_writer_pretty(w, &saved)?)
+    })?;
     pileup_files::write_private_bytes(&dir.join("report.txt"), report_txt.as_bytes())?;
     Ok(dir)
 }
 
 /// `stalls.json`: the pile-ups the thread scan saw around the trigger.
 pub fn write_stalls(dir: &Path, stalls: &[crate::scan::Stall]) -> Result<()> {
-    pileup_files::write_private(&dir.join("stalls.json"), |w| Ok(serde_json::to_writer(w, stalls)?))
+    pileup_files::write_private(&dir.join("stalls.json"), |w| -> Result<()> { Ok(serde_json::to_writer(w, stalls)?) })
 }
 
 /// `report.html`.
 pub fn write_report_html(dir: &Path, html: &str) -> Result<()> {
-    pileup_files::write_private_bytes(&dir.join("report.html"), html.as_bytes())
+    Ok(pileup_files::write_private_bytes(&dir.join("report.html"), html.as_bytes())?)
 }
 
 /// A capture directory read back, for the report.
