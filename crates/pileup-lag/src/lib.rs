@@ -17,6 +17,7 @@
 //! themselves.
 
 pub mod classify;
+mod error;
 pub use pileup_replica::device as io;
 pub mod ps;
 pub mod stall;
@@ -24,11 +25,11 @@ pub mod stall;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
 use mysql::prelude::Queryable;
 use serde::Serialize;
 
 pub use classify::{classify, table_of, Category};
+pub use error::LagError;
 use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
 /// How to sample.
@@ -155,8 +156,8 @@ impl LagReport {
     }
 }
 
-fn replica_status(c: &mut mysql::Conn) -> Result<Option<mysql::Row>> {
-    Ok(c.query_first("SHOW SLAVE STATUS")?)
+fn replica_status(c: &mut mysql::Conn) -> Result<Option<mysql::Row>, LagError> {
+    c.query_first("SHOW SLAVE STATUS").map_err(LagError::sql("reading SHOW SLAVE STATUS"))
 }
 
 /// `domain-server-seq` lists → per-domain sequence numbers.
@@ -184,16 +185,16 @@ pub fn sample(
     spec: &pileup_conn::ConnSpec,
     o: &LagOptions,
     progress: impl FnMut(usize, usize),
-) -> Result<LagReport> {
+) -> Result<LagReport, LagError> {
     let mut c = spec.connect()?;
-    let st0 = replica_status(&mut c)?.ok_or_else(|| {
-        anyhow!(
-            "the server at {} is not a replica (SHOW SLAVE STATUS is empty); run pileup lag against a replica",
-            spec.describe()
-        )
-    })?;
+    let st0 = replica_status(&mut c)?.ok_or_else(|| LagError::NotAReplica(spec.describe()))?;
     let lag_start_s: Option<u64> = st0.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
-    let pos0: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let gtid_pos = |c: &mut mysql::Conn| -> Result<String, LagError> {
+        Ok(c.query_first("SELECT @@gtid_slave_pos")
+            .map_err(LagError::sql("reading @@gtid_slave_pos"))?
+            .unwrap_or_default())
+    };
+    let pos0 = gtid_pos(&mut c)?;
     let mut notes: Vec<String> = Vec::new();
     // performance_schema's view of the same period, where it is on.
     let ps0 = match ps::applier_threads(&mut c) {
@@ -214,13 +215,15 @@ pub fn sample(
         }
     };
     // The storage side: the datadir's device and every thread's storage I/O.
-    let (datadir, page_size): (Option<String>, Option<u64>) =
-        c.query_first("SELECT @@datadir, @@innodb_page_size")?.unwrap_or((None, None));
+    let (datadir, page_size): (Option<String>, Option<u64>) = c
+        .query_first("SELECT @@datadir, @@innodb_page_size")
+        .map_err(LagError::sql("reading @@datadir"))?
+        .unwrap_or((None, None));
     let disk0 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io0 = io::thread_io(pid);
     let pool_reads = |c: &mut mysql::Conn| pileup_conn::global_status(c, "Innodb_buffer_pool_reads").ok().flatten();
     let (reads0, history0) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
-    let sql = SqlSource::new(spec.connect()?).context("reading the processlist")?;
+    let sql = SqlSource::new(spec.connect()?)?;
     let opts = SamplerOptions {
         capture: CaptureOptions {
             mode: Mode::Consistent,
@@ -228,7 +231,7 @@ pub fn sample(
             max_stop: o.max_stop,
             ..Default::default()
         },
-        filter: ThreadFilter::parse("sql-thread").map_err(|e| anyhow!(e))?,
+        filter: ThreadFilter::parse("sql-thread").expect("a role name"),
         any_process: false,
         debug_info: false,
         // The applier's state names the table it is on: read it every sample.
@@ -276,7 +279,7 @@ pub fn sample(
     let io1 = io::thread_io(pid);
     let (reads1, history1) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let st1 = replica_status(&mut c)?;
-    let pos1: String = c.query_first("SELECT @@gtid_slave_pos")?.unwrap_or_default();
+    let pos1 = gtid_pos(&mut c)?;
     let waits = match &ps0 {
         Some((ids, before)) => match ps::snapshot(&mut c, ids) {
             Ok(after) => ps::between(before, &after),

@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 
-use anyhow::Result;
 use mysql::prelude::Queryable;
 use serde::Serialize;
 
@@ -35,7 +34,7 @@ const APPLIER_THREADS: &str = "'thread/sql/slave_sql','thread/sql/slave_worker',
 'thread/sql/replica_sql','thread/sql/replica_worker'";
 
 /// The applier threads' performance_schema ids, or why there are none to read.
-pub fn applier_threads(c: &mut mysql::Conn) -> Result<std::result::Result<Vec<u64>, String>> {
+pub fn applier_threads(c: &mut mysql::Conn) -> Result<Result<Vec<u64>, String>, pileup_conn::SqlError> {
     let on: Option<i64> = c.query_first("SELECT @@performance_schema").unwrap_or(None);
     if on != Some(1) {
         return Ok(Err("performance_schema is OFF: start the replica with performance_schema=ON \
@@ -51,7 +50,7 @@ pub fn applier_threads(c: &mut mysql::Conn) -> Result<std::result::Result<Vec<u6
 }
 
 /// Summed waits of `ids` per instrument, now.
-pub fn snapshot(c: &mut mysql::Conn, ids: &[u64]) -> Result<Snapshot> {
+pub fn snapshot(c: &mut mysql::Conn, ids: &[u64]) -> Result<Snapshot, pileup_conn::SqlError> {
     let list = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
     let rows: Vec<(String, u64, String)> = c.query(format!(
         "SELECT EVENT_NAME, CAST(SUM(COUNT_STAR) AS UNSIGNED), CAST(SUM(SUM_TIMER_WAIT) AS CHAR) \

@@ -204,10 +204,7 @@ impl Loop {
         self.ap = match answer {
             Ok(a) => a,
             Err(e) => {
-                (self.sh.say)(format!(
-                    "lost the replica ({}); reconnecting every second",
-                    pileup_conn::error_text(e.as_ref())
-                ));
+                (self.sh.say)(format!("lost the replica ({}); reconnecting every second", pileup_conn::error_text(&e)));
                 return false;
             }
         };

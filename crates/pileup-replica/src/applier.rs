@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::ReplicaError;
+
+type Result<T> = std::result::Result<T, ReplicaError>;
 use mysql::prelude::Queryable;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -47,10 +49,10 @@ impl ApplierProbe {
             } else {
                 ""
             };
-            anyhow::anyhow!("reading replica status (SHOW SLAVE STATUS): {}{hint}", pileup_conn::plain(&e))
+            ReplicaError::Sql { what: "reading replica status (SHOW SLAVE STATUS)", source: e.into(), hint }
         })?;
         let Some(row) = row else {
-            bail!("this server is not a replica (SHOW SLAVE STATUS is empty); point pileup at the replica")
+            return Err(ReplicaError::NotAReplica);
         };
         let get = |name: &str| -> Option<String> {
             let i = row.columns_ref().iter().position(|c| c.name_str() == name)?;
@@ -69,7 +71,8 @@ impl ApplierProbe {
                 d
             }
         };
-        let file = get("Relay_Log_File").context("Relay_Log_File missing from SHOW SLAVE STATUS")?;
+        let file =
+            get("Relay_Log_File").ok_or(ReplicaError::Missing("Relay_Log_File missing from SHOW SLAVE STATUS"))?;
         let relay_file = if Path::new(&file).is_absolute() { PathBuf::from(&file) } else { dir.join(&file) };
         Ok(Applier {
             relay_file,
@@ -83,9 +86,11 @@ impl ApplierProbe {
 
 /// The directory of the relay logs and the index file.
 pub fn relay_dir(c: &mut mysql::Conn) -> Result<(PathBuf, PathBuf)> {
-    let (index, datadir): (Option<String>, String) =
-        c.query_first("SELECT @@relay_log_index, @@datadir")?.context("no relay log settings")?;
-    let index = index.filter(|s| !s.is_empty()).context("relay_log_index is empty")?;
+    let (index, datadir): (Option<String>, String) = c
+        .query_first("SELECT @@relay_log_index, @@datadir")
+        .map_err(ReplicaError::sql("reading the relay log settings"))?
+        .ok_or(ReplicaError::Missing("no relay log settings"))?;
+    let index = index.filter(|s| !s.is_empty()).ok_or(ReplicaError::Missing("relay_log_index is empty"))?;
     let index = Path::new(&datadir).join(index);
     let dir = index.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&datadir));
     Ok((dir, index))

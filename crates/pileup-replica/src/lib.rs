@@ -17,8 +17,11 @@
 pub mod applier;
 pub mod backlog;
 pub mod device;
+mod error;
 pub mod history;
 pub mod schema;
 pub mod session;
 pub mod statement;
 pub mod threads;
+
+pub use error::ReplicaError;

@@ -2,7 +2,9 @@
 //! (ordinal position) and every index with its columns, from
 //! information_schema (which takes no table locks).
 
-use anyhow::{bail, Result};
+use crate::error::ReplicaError;
+
+type Result<T> = std::result::Result<T, ReplicaError>;
 use mysql::prelude::Queryable;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +88,7 @@ impl Table {
         columns.sort_by_key(|(p, _)| *p);
         let columns: Vec<Column> = columns.into_iter().map(|(_, c)| c).collect();
         if columns.is_empty() {
-            bail!("table {schema}.{name} not found on the replica");
+            return Err(ReplicaError::NoTable { schema: schema.into(), name: name.into() });
         }
         // Index name → (unique, [(position in the index, column)]).
         type Parts = (bool, Vec<(u32, usize)>);
@@ -112,14 +114,16 @@ impl Table {
         let rows: Vec<(u32, String, String, String, String)> = c.exec(
             "SELECT ORDINAL_POSITION, COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (schema, name),
-        )?;
+        )
+        .map_err(ReplicaError::sql("reading information_schema.COLUMNS"))?;
         let nullable: Vec<String> = rows.iter().filter(|r| r.4 == "YES").map(|r| r.1.clone()).collect();
         let cols: Vec<(u32, String, String, String)> =
             rows.into_iter().map(|(p, n, ct, dt, _)| (p, n, ct, dt)).collect();
         let parts: Vec<(String, i64, u32, String)> = c.exec(
             "SELECT INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (schema, name),
-        )?;
+        )
+        .map_err(ReplicaError::sql("reading information_schema.STATISTICS"))?;
         let parts: Vec<(String, bool, u32, String)> =
             parts.into_iter().map(|(i, nu, s, c)| (i, nu != 0, s, c)).collect();
         let mut t = Table::from_parts(schema, name, &cols, &parts)?;
