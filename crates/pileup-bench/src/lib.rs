@@ -295,15 +295,7 @@ impl Drop for Load {
 /// file (utime, stime, cutime, cstime): 2 for a process's or thread's own
 /// time, 4 to add the children it has reaped. 0 for a process that is gone.
 pub fn stat_cpu(stat_path: &str, fields: usize) -> f64 {
-    let s = std::fs::read_to_string(stat_path).unwrap_or_default();
-    // The fields after the ")" that closes the command name; utime is the 14th.
-    let f: Vec<f64> = s
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().skip(11).take(fields).filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default();
-    // SAFETY: sysconf reads a constant.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    f.iter().sum::<f64>() / tick
+    pileup_engine::process::cpu_seconds(std::path::Path::new(stat_path), fields > 2).unwrap_or(0.0)
 }
 
 /// CPU seconds (user + system) of every child process waited for so far:

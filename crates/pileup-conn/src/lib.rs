@@ -302,18 +302,6 @@ pub fn global_status(conn: &mut mysql::Conn, name: &str) -> Result<Option<u64>, 
     Ok(conn.query_first::<(String, u64), _>(format!("SHOW GLOBAL STATUS LIKE '{name}'"))?.map(|r| r.1))
 }
 
-/// The server's process on this machine, from its pid file: the file's
-/// path when it cannot be read here or names no running process.
-pub fn local_pid(conn: &mut mysql::Conn) -> Result<std::result::Result<i32, String>, SqlError> {
-    let file: Option<String> = conn.query_first("SELECT @@pid_file")?;
-    let file = file.unwrap_or_default();
-    let pid = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .filter(|p| std::path::Path::new(&format!("/proc/{p}/task")).exists());
-    Ok(pid.ok_or(file))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,53 @@ pub fn auto_pid() -> Result<i32, StacksError> {
     }
 }
 
+/// The server process pileup's connection `spec` reaches, on this host:
+/// the one listening on its socket or local TCP port; when the servers'
+/// sockets cannot be seen (not root), the one server running. `Err` says
+/// why there is none (the server is remote, none listens there, several
+/// run and none could be told).
+pub fn server_for(spec: &pileup_conn::ConnSpec) -> Result<i32, String> {
+    let local = spec.socket.is_some()
+        || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
+    if !local {
+        return Err(format!("the server is on {}: run pileup on that host for OS data and stacks", spec.describe()));
+    }
+    let port = if spec.socket.is_none() { Some(spec.port) } else { None };
+    match server_listening_on(spec.socket.as_deref(), port) {
+        Listener::Server(pid) => Ok(pid),
+        Listener::None => Err(format!("no local server process listens on {}", spec.describe())),
+        Listener::Unknown => auto_pid().map_err(|e| e.to_string()),
+    }
+}
+
+/// The socket a server was started with (`--socket=` on its command line),
+/// as this process sees it (through the server's root, so a server in a
+/// container is reached too).
+pub fn server_socket(pid: i32) -> Option<std::path::PathBuf> {
+    let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let root = format!("/proc/{pid}/root");
+    cmd.split(|&b| b == 0).find_map(|arg| {
+        let arg = String::from_utf8_lossy(arg);
+        let s = arg.strip_prefix("--socket=")?;
+        let p = std::path::PathBuf::from(format!("{root}{s}"));
+        p.exists().then_some(p)
+    })
+}
+
+/// The server's process on this host as the server itself names it (its
+/// pid file): the file's path when it cannot be read here or names no
+/// running process.
+pub fn server_pid_file(conn: &mut mysql::Conn) -> Result<Result<i32, String>, pileup_conn::SqlError> {
+    use mysql::prelude::Queryable;
+    let file: Option<String> = conn.query_first("SELECT @@pid_file")?;
+    let file = file.unwrap_or_default();
+    let pid = fs::read_to_string(&file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}/task")).exists());
+    Ok(pid.ok_or(file))
+}
+
 /// Which running server listens on this endpoint (a Unix socket path, or a
 /// local TCP port)? Found from the kernel's socket tables
 /// (`/proc/net/unix`, `/proc/net/tcp{,6}`) and each server's open file
@@ -259,16 +306,36 @@ pub fn state_label(c: char) -> &'static str {
 
 /// Parse `/proc/PID/task/TID/stat` (the name may contain spaces and parentheses).
 pub fn parse_stat(s: &str) -> Option<(String, char, u64, u64, u64)> {
-    let open = s.find('(')?;
-    let close = s.rfind(')')?;
-    let name = s[open + 1..close].to_string();
-    let rest: Vec<&str> = s[close + 1..].split_whitespace().collect();
+    let (name, rest) = stat_fields(s)?;
+    let name = name.to_string();
     let state = rest.first()?.chars().next()?;
     // fields after the name: state(0) ppid(1) … utime is field 14 overall → index 11 here
     let utime = rest.get(11)?.parse().ok()?;
     let stime = rest.get(12)?.parse().ok()?;
     let flags = rest.get(6)?.parse().ok()?;
     Some((name, state, utime, stime, flags))
+}
+
+/// A `stat` file's command name and the fields after it (the name may
+/// hold spaces and parentheses: it ends at the last `)`).
+fn stat_fields(s: &str) -> Option<(&str, Vec<&str>)> {
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    Some((&s[open + 1..close], s[close + 1..].split_whitespace().collect()))
+}
+
+/// CPU seconds a process or thread has used, from its `stat` file
+/// (`/proc/PID/stat` or `/proc/PID/task/TID/stat`): user and system time,
+/// and with `reaped` that of the children it has waited for.
+pub fn cpu_seconds(stat_path: &std::path::Path, reaped: bool) -> Option<f64> {
+    let s = fs::read_to_string(stat_path).ok()?;
+    let (_, rest) = stat_fields(&s)?;
+    // utime, stime, cutime, cstime: fields 14 to 17, 11 to 14 after the name.
+    let n = if reaped { 4 } else { 2 };
+    let ticks: u64 = rest.get(11..11 + n)?.iter().map(|f| f.parse::<u64>().ok()).sum::<Option<u64>>()?;
+    // SAFETY: sysconf reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks as f64 / hz)
 }
 
 /// A thread's state letter alone (one read of its `stat`).
@@ -457,6 +524,19 @@ pub fn own_cpu_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_seconds_read_a_stat_file_whose_name_has_spaces_and_parentheses() {
+        let d = std::env::temp_dir().join(format!("pileup-stat-{}", std::process::id()));
+        std::fs::write(&d, "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 150 30 20 20 0 1 0").unwrap();
+        // SAFETY: sysconf reads a constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        assert_eq!(cpu_seconds(&d, false), Some(400.0 / hz));
+        assert_eq!(cpu_seconds(&d, true), Some(450.0 / hz));
+        assert_eq!(parse_stat(&std::fs::read_to_string(&d).unwrap()).unwrap().0, "a (b) c");
+        std::fs::remove_file(&d).unwrap();
+        assert_eq!(cpu_seconds(&d, false), None);
+    }
 
     #[test]
     fn syscall_files() {

@@ -109,7 +109,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
                 }
             }
         }
-        p => super::parse_pid(p)?,
+        p => super::parse_pid(p, conn)?,
     };
     // Privileges first: without them the server cannot even be looked at,
     // and the error should say what is missing.

@@ -35,17 +35,26 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// `--pid PID|auto` for commands that trace a local server: `auto` is the
-/// one mysqld/mariadbd running (refused when there are several).
-pub fn parse_pid(arg: &str) -> anyhow::Result<i32> {
-    use anyhow::Context;
+/// server the connection options reach when any are given (with several
+/// servers on a host, `-S` picks one), else the one mysqld/mariadbd running
+/// (refused when there are several).
+pub fn parse_pid(arg: &str, conn: &pileup_conn::ConnOptions) -> anyhow::Result<i32> {
     match arg {
+        "auto" if conn.any_given() => {
+            let spec = conn.resolve()?;
+            pileup_engine::process::server_for(&spec).map_err(|why| anyhow::anyhow!("{why}; give --pid"))
+        }
         "auto" => Ok(pileup_engine::process::auto_pid()?),
-        p => p
-            .parse::<i32>()
-            .ok()
-            .filter(|&p| p > 0)
-            .with_context(|| format!("--pid {p:?}: expected a process id or \"auto\"")),
+        p => number(p, "\"auto\""),
     }
+}
+
+/// A `--pid` value that is a process id.
+fn number(p: &str, or: &str) -> anyhow::Result<i32> {
+    p.parse::<i32>()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| anyhow::anyhow!("--pid {p:?}: expected a process id or {or}"))
 }
 
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
@@ -53,48 +62,13 @@ pub fn parse_pid(arg: &str) -> anyhow::Result<i32> {
 /// local TCP port); a remote server has no local process. Returns the pid
 /// and, when there is none, why (for the start-up line).
 pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Result<(Option<i32>, Option<String>)> {
-    use anyhow::Context;
-    use pileup_engine::process::{auto_pid, server_listening_on, Listener};
     match arg {
         "none" => Ok((None, Some("--pid none".into()))),
-        "auto" => {
-            let local = spec.socket.is_some()
-                || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
-            if !local {
-                return Ok((
-                    None,
-                    Some(format!(
-                        "the server is on {}: run pileup on that host for OS data and stacks",
-                        spec.describe()
-                    )),
-                ));
-            }
-            let port = if spec.socket.is_none() { Some(spec.port) } else { None };
-            match server_listening_on(spec.socket.as_deref(), port) {
-                Listener::Server(pid) => Ok((Some(pid), None)),
-                Listener::None => Ok((
-                    None,
-                    Some(format!(
-                        "no local server process listens on {}; give --pid for OS data and stacks",
-                        spec.describe()
-                    )),
-                )),
-                // Cannot see the servers' sockets (not root): one server is unambiguous.
-                Listener::Unknown => match auto_pid() {
-                    Ok(pid) => Ok((Some(pid), None)),
-                    Err(e) => Ok((None, Some(format!("{e}")))),
-                },
-            }
-        }
-        p => Ok((
-            Some(
-                p.parse::<i32>()
-                    .ok()
-                    .filter(|&p| p > 0)
-                    .with_context(|| format!("--pid {p:?}: expected a process id, \"auto\" or \"none\""))?,
-            ),
-            None,
-        )),
+        "auto" => Ok(match pileup_engine::process::server_for(spec) {
+            Ok(pid) => (Some(pid), None),
+            Err(why) => (None, Some(format!("{why}; give --pid for OS data and stacks"))),
+        }),
+        p => Ok((Some(number(p, "\"auto\" or \"none\"")?), None)),
     }
 }
 

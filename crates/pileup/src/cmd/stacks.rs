@@ -124,7 +124,7 @@ pub struct StacksArgs {
 }
 
 pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
-    let pid = super::parse_pid(&a.pid)?;
+    let pid = super::parse_pid(&a.pid, conn)?;
     if a.samples == 0 {
         bail!("--samples must be at least 1");
     }
@@ -214,7 +214,7 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
         }
     };
     if !explicit && std::env::var_os("MYSQL_UNIX_PORT").is_none() && std::env::var_os("MYSQL_HOST").is_none() {
-        if let Some(sock) = server_socket(pid) {
+        if let Some(sock) = pileup_engine::process::server_socket(pid) {
             spec.socket = Some(sock);
         }
     }
@@ -230,18 +230,6 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
             None
         }
     }
-}
-
-/// The socket a server was started with (`--socket=` on its command line).
-fn server_socket(pid: i32) -> Option<PathBuf> {
-    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let root = format!("/proc/{pid}/root");
-    cmd.split(|&b| b == 0).find_map(|arg| {
-        let arg = String::from_utf8_lossy(arg);
-        let s = arg.strip_prefix("--socket=")?;
-        let p = PathBuf::from(format!("{root}{s}"));
-        p.exists().then_some(p)
-    })
 }
 
 fn print_stats(p: &pileup_engine::Profile) {
