@@ -401,6 +401,14 @@ fn pid_auto_refuses_to_guess_between_servers() {
         "{e}"
     );
     assert!(e.contains("--pid"), "{e}");
+    // Given one server's socket, `auto` is that server.
+    for s in [&a, &b] {
+        let sock = s.endpoint.socket.to_string_lossy().into_owned();
+        let out = pileup(&["stacks", "-S", &sock, "-u", "root", "--no-sql", "--format", "json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["pid"].as_u64(), Some(s.pid() as u64));
+    }
 }
 
 #[test]
