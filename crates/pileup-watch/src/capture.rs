@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::{Result, WatchError};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
@@ -85,7 +85,7 @@ pub fn gather(
         let mut bounded = sp.clone();
         bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
         if let Err(e) = gather_sql(&bounded, &mut ev) {
-            ev.sql_error = Some(pileup_conn::error_text(e.as_ref()));
+            ev.sql_error = Some(pileup_conn::error_text(&e));
         }
     }
     ev
@@ -171,7 +171,7 @@ pub fn install_plugins(spec: &ConnSpec) -> Result<String> {
     let mut c = spec.connect()?;
     let (flavor, _) = pileup_conn::flavor(&mut c)?;
     if flavor != pileup_conn::Flavor::MariaDb {
-        anyhow::bail!("--install-plugins: metadata_lock_info is a MariaDB plugin; on MySQL turn on performance_schema's wait/lock/metadata/sql/mdl instrument instead");
+        return Err(WatchError::PluginIsMariadbs);
     }
     let active: Option<i64> = c.query_first(
         "SELECT COUNT(*) FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'METADATA_LOCK_INFO' AND PLUGIN_STATUS = 'ACTIVE'",
@@ -179,12 +179,7 @@ pub fn install_plugins(spec: &ConnSpec) -> Result<String> {
     if active.unwrap_or(0) > 0 {
         return Ok("metadata_lock_info is already installed: metadata-lock holders are exact".into());
     }
-    c.query_drop("INSTALL SONAME 'metadata_lock_info'").map_err(|e| {
-        anyhow::anyhow!(
-            "--install-plugins: cannot install metadata_lock_info ({}); connect as a user with INSERT on mysql.plugin, or run without --install-plugins",
-            pileup_conn::plain(&e)
-        )
-    })?;
+    c.query_drop("INSTALL SONAME 'metadata_lock_info'").map_err(|e| WatchError::PluginRefused(e.into()))?;
     Ok("installed the metadata_lock_info plugin (--install-plugins): metadata-lock holders are exact; UNINSTALL SONAME 'metadata_lock_info' removes it".into())
 }
 

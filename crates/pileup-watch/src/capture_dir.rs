@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Result, WatchError};
 use pileup_output::{render, Format, Options};
 use serde::{Deserialize, Serialize};
 
@@ -166,10 +166,9 @@ pub struct Capture {
 /// Read a capture directory back.
 pub fn read(dir: &Path) -> Result<Capture> {
     let evidence: EvidenceFile = serde_json::from_slice(
-        &std::fs::read(dir.join("evidence.json"))
-            .with_context(|| format!("{}: not a pileup capture (no evidence.json)", dir.display()))?,
+        &std::fs::read(dir.join("evidence.json")).map_err(|_| WatchError::NotACapture(dir.into()))?,
     )
-    .with_context(|| format!("{}: evidence.json is damaged", dir.display()))?;
+    .map_err(|source| WatchError::Damaged { path: dir.into(), source })?;
     let metrics =
         std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let text = |n: &str| std::fs::read_to_string(dir.join(n)).ok();

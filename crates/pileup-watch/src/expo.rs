@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use crate::error::{Result, WatchError};
 
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
@@ -59,10 +59,9 @@ pub fn serve(addr: &str, shared: Shared) -> Result<std::net::SocketAddr> {
 /// Serve `/metrics` on `addr` from a background thread, the body made by
 /// `body` at each scrape (other pileup agents, e.g. `pileup prefetch`, use this too).
 pub fn serve_fn(addr: &str, body: impl Fn() -> String + Send + 'static) -> Result<std::net::SocketAddr> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| format!("--listen {addr}: cannot listen (address in use, or not HOST:PORT?)"))?;
-    let local = server.server_addr().to_ip().context("--listen needs an IP address")?;
+    let listen = |why: String| WatchError::Listen { addr: addr.into(), why };
+    let server = tiny_http::Server::http(addr).map_err(|e| listen(e.to_string()))?;
+    let local = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
     std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {

@@ -30,6 +30,7 @@ pub mod capture_dir;
 pub mod classes;
 pub mod decide;
 pub mod derive;
+mod error;
 pub mod evidence;
 pub mod expo;
 pub mod holder;
@@ -42,3 +43,5 @@ pub mod top;
 pub mod trigger;
 pub mod verdict;
 pub mod watch;
+
+pub use error::WatchError;

@@ -62,7 +62,7 @@ impl Poller {
         self.identity.as_deref()
     }
 
-    fn connect(&mut self) -> anyhow::Result<&mut mysql::Conn> {
+    fn connect(&mut self) -> crate::error::Result<&mut mysql::Conn> {
         if self.conn.is_none() {
             let mut c = self.spec.connect()?;
             let (flavor, _) = pileup_conn::flavor(&mut c)?;
@@ -106,18 +106,14 @@ impl Poller {
         values.insert("poll_ok".into(), if ok { 1.0 } else { 0.0 });
         let cost_ms = t0.elapsed().as_secs_f64() * 1e3;
         values.insert("poll_cost_ms".into(), cost_ms);
-        Poll {
-            unix,
-            ok,
-            error: sql.err().map(|e| pileup_conn::error_text(e.as_ref())),
-            cost_ms,
-            values,
-            conn_tids,
-            known_tids,
-        }
+        Poll { unix, ok, error: sql.err().map(|e| pileup_conn::error_text(&e)), cost_ms, values, conn_tids, known_tids }
     }
 
-    fn poll_sql(&mut self, values: &mut BTreeMap<String, f64>, tids: &mut Option<Vec<i32>>) -> anyhow::Result<()> {
+    fn poll_sql(
+        &mut self,
+        values: &mut BTreeMap<String, f64>,
+        tids: &mut Option<Vec<i32>>,
+    ) -> crate::error::Result<()> {
         let is_mariadb = {
             self.connect()?;
             self.is_mariadb

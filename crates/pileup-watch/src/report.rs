@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Result;
+use crate::error::Result;
 use base64::Engine;
 use pileup_output::{render, Format, Options};
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Result, WatchError};
 use rusqlite::{params, Connection};
 
 pub struct Store {
@@ -45,7 +45,7 @@ impl Default for Retention {
 
 impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating --data-dir {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| WatchError::Create { path: dir.into(), source })?;
         let path = dir.join("pileup.db");
         // Create it 0600 ourselves: captures it indexes hold query text.
         std::fs::OpenOptions::new()
@@ -53,8 +53,8 @@ impl Store {
             .append(true)
             .mode(0o600)
             .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        let db = Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            .map_err(|source| WatchError::Create { path: path.clone(), source })?;
+        let db = Connection::open(&path).map_err(|source| WatchError::Store { path: path.clone(), source })?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.busy_timeout(std::time::Duration::from_secs(2))?;
@@ -80,16 +80,15 @@ impl Store {
             .write(true)
             .mode(0o600)
             .open(&lock_path)
-            .with_context(|| format!("creating {}", lock_path.display()))?;
+            .map_err(|source| WatchError::Create { path: lock_path.clone(), source })?;
         let mut f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((_, _)) => {
                 let who = std::fs::read_to_string(&lock_path).unwrap_or_default();
-                anyhow::bail!(
-                    "another pileup watch{} is writing {}; stop it or give this one its own --data-dir",
-                    if who.trim().is_empty() { String::new() } else { format!(" (pid {})", who.trim()) },
-                    dir.display()
-                );
+                return Err(WatchError::InUse {
+                    who: if who.trim().is_empty() { String::new() } else { format!(" (pid {})", who.trim()) },
+                    dir: dir.into(),
+                });
             }
         };
         {
@@ -109,10 +108,9 @@ impl Store {
     pub fn bind_server(&self, server: &str) -> Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         match self.server() {
-            Some(h) if h != server => anyhow::bail!(
-                "--data-dir {} holds the history of {h}, not {server}; give each server its own --data-dir",
-                dir.display()
-            ),
+            Some(h) if h != server => {
+                return Err(WatchError::OtherServer { dir: dir.into(), held: h, server: server.into() })
+            }
             Some(_) => {}
             None => {
                 self.db.execute("INSERT INTO meta (key, value) VALUES ('server', ?1)", params![server])?;

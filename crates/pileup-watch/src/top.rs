@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyModifiers};

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
 use pileup_watch::evidence::CaptureSettings;
@@ -185,7 +185,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         }
     }
     if a.install_plugins {
-        eprintln!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec)?);
+        eprintln!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec).context("--install-plugins")?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -229,7 +229,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),
         }
     };
-    run(spec, pid, &o, &stop, &mut on)
+    Ok(run(spec, pid, &o, &stop, &mut on)?)
 }
 
 /// List captures recorded in a data directory.
