@@ -19,6 +19,7 @@
 //! together.
 
 mod config;
+mod error;
 pub mod gate;
 pub mod load;
 pub mod metrics;
@@ -35,5 +36,6 @@ pub mod sql;
 pub mod window;
 
 pub use config::{Options, Say, Shared, Warm};
+pub use error::PrefetchError;
 pub use metrics::{reader_advice, Counters};
 pub use run::run;

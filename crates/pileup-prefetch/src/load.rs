@@ -38,7 +38,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{PrefetchError, Result};
 use mysql::prelude::Queryable;
 
 pub struct Loader {
@@ -79,24 +79,25 @@ impl Loader {
         let (file, io_capacity, datadir, home): (String, u64, String, Option<String>) = c
             .query_first(
                 "SELECT @@innodb_buffer_pool_filename, @@innodb_io_capacity, @@datadir, @@innodb_data_home_dir",
-            )?
-            .context("reading the buffer pool load settings")?;
+            )
+            .map_err(PrefetchError::sql("reading the buffer pool load settings"))?
+            .ok_or(PrefetchError::Page("the server reports no buffer pool load settings".into()))?;
         let path = dump_dir(&datadir, home.as_deref().unwrap_or("")).join(file);
         let saved = match std::fs::read(&path) {
             Ok(b) => Some(b),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => bail!("cannot read {} ({e}): --warm pages needs to read and write the server's buffer pool file; run pileup as the server's user or root, or use --warm sql", path.display()),
+            Err(source) => return Err(PrefetchError::BufferPoolFile { path, source }),
         };
         let backup = backup_path(&path);
         let mut own_backup = false;
         if backup.exists() {
             say(format!("{} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display()));
         } else if let Some(b) = &saved {
-            pileup_files::write_private_bytes(&backup, b).with_context(|| {
-                format!(
-                    "cannot save a copy of {} beside it: run pileup as the server's user or root, or use --warm sql",
+            pileup_files::write_private_bytes(&backup, b).map_err(|e| {
+                PrefetchError::Page(format!(
+                    "cannot save a copy of {} beside it ({e}): run pileup as the server's user or root, or use --warm sql",
                     path.display()
-                )
+                ))
             })?;
             own_backup = true;
         }
@@ -164,7 +165,7 @@ impl Loader {
         if new == 0 {
             return Ok(0);
         }
-        self.write().with_context(|| format!("writing the page list {}", self.path.display()))?;
+        self.write()?;
         self.c.query_drop("SET GLOBAL innodb_buffer_pool_load_now = ON")?;
         self.loads += 1;
         Ok(new)
@@ -195,7 +196,7 @@ impl Loader {
         let now = std::fs::read(&self.path).ok();
         if now.as_deref() == Some(&self.last[..]) || (now.is_none() && !self.last.is_empty()) {
             match &self.saved {
-                Some(b) => replace(&self.path, b).with_context(|| format!("putting {} back", self.path.display()))?,
+                Some(b) => replace(&self.path, b)?,
                 None => {
                     let _ = std::fs::remove_file(&self.path);
                 }
@@ -219,13 +220,16 @@ fn backup_path(p: &Path) -> PathBuf {
 /// must see a whole list, and must still be able to replace it with its
 /// own dump.
 fn replace(path: &Path, content: &[u8]) -> Result<()> {
-    pileup_files::write_with(path, pileup_files::Mode::KeepExisting, |w| Ok(w.write_all(content)?))
+    pileup_files::write_with(path, pileup_files::Mode::KeepExisting, |w| -> Result<()> {
+        w.write_all(content).map_err(|source| pileup_files::FileError::Write { path: path.into(), source })?;
+        Ok(())
+    })
 }
 
 impl Drop for Loader {
     fn drop(&mut self) {
         if let Err(e) = self.finish() {
-            (self.say)(pileup_conn::error_text(e.as_ref()));
+            (self.say)(pileup_conn::error_text(&e));
         }
     }
 }

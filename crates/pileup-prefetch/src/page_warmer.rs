@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::error::{PrefetchError, Result};
 use mysql::prelude::Queryable;
 use pileup_replica::schema::Table;
 
@@ -99,7 +99,7 @@ fn open_tree(
                     "{}.{} index {name}: {}; its keys are not warmed",
                     t.schema,
                     t.name,
-                    pileup_conn::error_text(e.as_ref())
+                    pileup_conn::error_text(&e)
                 ));
                 None
             }
@@ -128,8 +128,9 @@ fn open_tree(
 /// buffer pool file are its own.
 pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSender<PageJob>, JoinHandle<()>)> {
     let mut meta = spec.connect()?;
-    let (datadir, page_size): (String, usize) =
-        meta.query_first("SELECT @@datadir, @@innodb_page_size")?.context("reading @@datadir")?;
+    let (datadir, page_size): (String, usize) = meta
+        .query_first("SELECT @@datadir, @@innodb_page_size")?
+        .ok_or(PrefetchError::Page("the server reports no @@datadir".into()))?;
     let mut loader = crate::load::Loader::start(spec.connect()?, sh.say.clone())?;
     let (tx, rx) = mpsc::sync_channel::<PageJob>(65_536);
     let (sh, spec) = (sh.clone(), spec.clone());
@@ -215,7 +216,7 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
                 };
                 let before = tree.pages_read;
                 let leaf = encode(tree.fields(), &job.key.values)
-                    .ok_or_else(|| anyhow::anyhow!("a key value does not fit its column"))
+                    .ok_or_else(|| PrefetchError::Page("a key value does not fit its column".into()))
                     .and_then(|k| tree.leaf(&k));
                 sh.counters.index_pages_read.fetch_add(tree.pages_read - before, Relaxed);
                 match leaf {
@@ -253,7 +254,7 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
                     Err(e) => {
                         tell(format!(
                             "reading the buffer pool load status failed: {}; trying again every second",
-                            pileup_conn::error_text(e.as_ref())
+                            pileup_conn::error_text(&e)
                         ));
                         broken = Some(Instant::now());
                         sh.counters.jobs_dropped.fetch_add(pending.len() as u64, Relaxed);
@@ -274,7 +275,7 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
                     Err(e) => {
                         tell(format!(
                             "asking InnoDB to load pages failed: {}; trying again every second",
-                            pileup_conn::error_text(e.as_ref())
+                            pileup_conn::error_text(&e)
                         ));
                         broken = Some(Instant::now());
                     }
@@ -284,7 +285,7 @@ pub fn start(spec: &pileup_conn::ConnSpec, sh: &Shared) -> Result<(mpsc::SyncSen
             }
         }
         if let Err(e) = loader.finish() {
-            (sh.say)(pileup_conn::error_text(e.as_ref()));
+            (sh.say)(pileup_conn::error_text(&e));
         }
     });
     Ok((tx, h))

@@ -30,7 +30,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{PrefetchError, Result};
 
 use crate::plan::KeyValue;
 use pileup_replica::schema::Table;
@@ -347,11 +347,10 @@ pub struct Tree {
 
 impl Tree {
     pub fn open(loc: IndexLocation, fields: Vec<IntField>, page_size: usize, max_age: Duration) -> Result<Tree> {
-        let file = File::open(&loc.file).with_context(|| {
-            format!(
-                "opening {} to read the index's upper levels (pileup needs read access to the server's data files)",
-                loc.file.display()
-            )
+        let file = File::open(&loc.file).map_err(|source| PrefetchError::Io {
+            what: "pileup needs read access to the server's data files to read the index's upper levels: opening",
+            path: loc.file.clone(),
+            source,
         })?;
         // Random single-page reads: no read-ahead into the page cache.
         // SAFETY: a plain advisory call on a descriptor this function owns.
@@ -383,9 +382,9 @@ impl Tree {
             let mut got = None;
             // A torn read is a page being written: once more is enough.
             for _ in 0..2 {
-                self.file
-                    .read_exact_at(&mut self.buf, page as u64 * self.page_size as u64)
-                    .with_context(|| format!("reading page {page} of {}", self.loc.file.display()))?;
+                self.file.read_exact_at(&mut self.buf, page as u64 * self.page_size as u64).map_err(|source| {
+                    PrefetchError::Io { what: "reading a page of", path: self.loc.file.clone(), source }
+                })?;
                 self.pages_read += 1;
                 if be32(&self.buf, FIL_PAGE_OFFSET) != page {
                     last = PageError::Corrupt("page number in the header differs");
@@ -405,7 +404,7 @@ impl Tree {
                 }
                 None => {
                     self.nodes.remove(&page);
-                    bail!("page {page} of {}: {last}", self.loc.file.display());
+                    return Err(PrefetchError::Page(format!("page {page} of {}: {last}", self.loc.file.display())));
                 }
             }
         }
@@ -420,13 +419,14 @@ impl Tree {
             if node.level == 0 {
                 return Ok(page);
             }
-            let child = node.child_for(key).ok_or_else(|| anyhow!("empty non-leaf page {page}"))?;
+            let child =
+                node.child_for(key).ok_or_else(|| PrefetchError::Page(format!("empty non-leaf page {page}")))?;
             if node.level == 1 {
                 return Ok(child);
             }
             page = child;
         }
-        bail!("no leaf after 32 levels in {}", self.loc.file.display())
+        Err(PrefetchError::Page(format!("no leaf after 32 levels in {}", self.loc.file.display())))
     }
 
     /// Forget every cached page (after DDL, or when the root moved).

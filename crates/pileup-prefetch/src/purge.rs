@@ -19,7 +19,7 @@
 //! pileup exits (the server ends the transaction when the connection
 //! closes, even if pileup is killed).
 
-use anyhow::{Context, Result};
+use crate::error::{PrefetchError, Result};
 use mysql::prelude::Queryable;
 
 /// What to do with the hold, given where things stand.
@@ -119,7 +119,7 @@ pub struct Deferral {
 
 impl Deferral {
     pub fn new(spec: &pileup_conn::ConnSpec, cap: u64) -> Result<Self> {
-        let hold = PurgeHold::new(spec.connect()?, cap).context("--defer-purge")?;
+        let hold = PurgeHold::new(spec.connect()?, cap).map_err(|e| PrefetchError::DeferPurge(Box::new(e)))?;
         Ok(Deferral { spec: spec.clone(), cap, hold: Some(hold), last: None, failed: false, told_long: false })
     }
 
@@ -167,7 +167,7 @@ impl Deferral {
                 if !self.failed {
                     say(format!(
                         "--defer-purge lost its connection ({}); purge runs until it is back",
-                        pileup_conn::error_text(e.as_ref())
+                        pileup_conn::error_text(&e)
                     ));
                 }
                 self.failed = true;

@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use mysql::prelude::Queryable;
 use pileup_replica::schema::Table;
 

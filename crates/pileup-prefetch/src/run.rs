@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::error::{PrefetchError, Result};
 use mysql::prelude::Queryable;
 use pileup_replica::applier::{Applier, ApplierProbe};
 use pileup_replica::backlog::BacklogProbe;
@@ -40,7 +40,7 @@ pub fn run(
 ) -> Result<()> {
     let reads = Arc::new(crate::reads::ReadTally::new(o.warm == Warm::Sql));
     let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads };
-    let mut ctl = spec.connect().context("connecting to the replica")?;
+    let mut ctl = spec.connect()?;
     let mut meta = spec.connect()?;
     let window_keys = match o.window_keys {
         Some(k) => k,
@@ -279,7 +279,7 @@ impl Loop {
             Read::Again => return Ok(Got::Event),
             Read::Wait => return Ok(Got::Nothing),
             Read::NoReader => return Ok(Got::NoReader),
-            Read::Failed(e) => return Err(anyhow::Error::new(e).context("reading the relay log")),
+            Read::Failed(e) => return Err(PrefetchError::Relay(e)),
         };
         let c = &self.sh.counters;
         self.seq += 1;

@@ -192,5 +192,5 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             eprintln!("pileup prefetch: read nothing from the relay log: {}", state.describe());
         }
     }
-    r
+    Ok(r?)
 }
