@@ -435,7 +435,7 @@ impl Bench {
                 .map(|s| s.to_string())
                 .collect();
         sysbench(&sock, self.tables, self.size, &extra)?;
-        self.replica.wait_received(&self.primary, Duration::from_secs(300))
+        Ok(self.replica.wait_received(&self.primary, Duration::from_secs(300))?)
     }
 
     /// The `prewarmed` mode's set-up: hold the applier at its first

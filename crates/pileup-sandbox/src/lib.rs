@@ -23,12 +23,14 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{bail, setup, Ctx, Result};
 use mysql::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 
+pub use error::SandboxError;
 pub use pileup_conn::ConnSpec;
 
+mod error;
 pub mod planted;
 pub mod throttle;
 
@@ -165,7 +167,7 @@ impl Sandbox {
             None => find_mariadbd()?,
         };
         let base = opts.base_dir.clone().unwrap_or_else(base_dir);
-        fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+        fs::create_dir_all(&base).with_ctx(|| format!("creating {}", base.display()))?;
         let name = opts
             .name
             .clone()
@@ -184,7 +186,7 @@ impl Sandbox {
         }
         let reusing = opts.reuse && dir.join("data").join("mysql").is_dir();
         if dir.exists() && !reusing {
-            fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
+            fs::remove_dir_all(&dir).with_ctx(|| format!("removing stale {}", dir.display()))?;
         }
         fs::create_dir_all(dir.join("tmp"))?;
         let socket = dir.join("mysql.sock");
@@ -193,7 +195,7 @@ impl Sandbox {
         }
         if !reusing {
             let template = template_datadir(&mariadbd, &template_dir())?;
-            copy_dir(&template, &dir.join("data")).context("copying the template datadir")?;
+            copy_dir(&template, &dir.join("data")).ctx("copying the template datadir")?;
         }
 
         let mut last_err = None;
@@ -290,7 +292,7 @@ impl Sandbox {
         if !opts.reuse {
             let _ = fs::remove_dir_all(&dir);
         }
-        Err(last_err.unwrap_or_else(|| anyhow!("could not find a free port")))
+        Err(last_err.unwrap_or_else(|| setup!("could not find a free port")))
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
@@ -325,7 +327,7 @@ impl Sandbox {
     /// Stop the server, leave it down for `down`, and start it again.
     pub fn restart_after(&mut self, down: std::time::Duration) -> Result<()> {
         let (bin, args, die_with_parent, timeout) =
-            self.launch.clone().ok_or_else(|| anyhow!("this sandbox was not started here"))?;
+            self.launch.clone().ok_or_else(|| setup!("this sandbox was not started here"))?;
         stop_pid(self.endpoint.pid, self.child.as_mut())?;
         self.child = None;
         std::thread::sleep(down);
@@ -361,11 +363,11 @@ impl Sandbox {
         let (file, offset): (String, u64) = p
             .query_first::<mysql::Row, _>("SHOW MASTER STATUS")?
             .map(|r| (r.get(0).unwrap_or_default(), r.get(1).unwrap_or_default()))
-            .context("the primary writes no binlog")?;
+            .ctx("the primary writes no binlog")?;
         let t0 = Instant::now();
         let mut c = self.connect()?;
         loop {
-            let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("not a replica")?;
+            let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.ctx("not a replica")?;
             let by_gtid = st.get::<Option<String>, _>("Gtid_IO_Pos").flatten().as_deref() == Some(pos.as_str());
             let read: (Option<String>, Option<u64>) = (st.get("Master_Log_File"), st.get("Read_Master_Log_Pos"));
             if by_gtid || read == (Some(file.clone()), Some(offset)) {
@@ -399,7 +401,7 @@ impl Sandbox {
     /// Run statements (separated by `;`) and discard results.
     pub fn sql(&self, statements: &str) -> Result<()> {
         let mut c = self.connect()?;
-        c.query_drop(statements).with_context(|| format!("running {statements:?}"))?;
+        c.query_drop(statements).with_ctx(|| format!("running {statements:?}"))?;
         Ok(())
     }
 
@@ -479,11 +481,11 @@ pub fn stop_by_name(name: &str, base: Option<&Path>) -> Result<()> {
     let base = base.map(Path::to_path_buf).unwrap_or_else(base_dir);
     let dir = base.join(name);
     let ep = read_endpoint(&dir)
-        .ok_or_else(|| anyhow!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
+        .ok_or_else(|| setup!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
     if ep.is_running() {
         stop_pid(ep.pid, None)?;
     }
-    fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    fs::remove_dir_all(&dir).with_ctx(|| format!("removing {}", dir.display()))?;
     Ok(())
 }
 
@@ -494,7 +496,7 @@ pub fn list(base: Option<&Path>) -> Result<Vec<(Endpoint, bool)>> {
     let rd = match fs::read_dir(&base) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", base.display())),
+        Err(e) => return Err(e).with_ctx(|| format!("reading {}", base.display())),
     };
     for e in rd.flatten() {
         if let Some(ep) = read_endpoint(&e.path()) {
@@ -514,12 +516,13 @@ fn read_endpoint(dir: &Path) -> Option<Endpoint> {
 fn write_endpoint(ep: &Endpoint) -> Result<()> {
     let p = ep.dir.join("sandbox.json");
     let mut f = fs::File::create(&p)?;
-    f.write_all(serde_json::to_string_pretty(ep)?.as_bytes())?;
+    let json = serde_json::to_string_pretty(ep).map_err(|e| setup!("describing the sandbox: {e}"))?;
+    f.write_all(json.as_bytes())?;
     Ok(())
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").ctx("finding a free port")?;
     Ok(l.local_addr()?.port())
 }
 
@@ -537,7 +540,7 @@ fn spawn(mut cmd: Command, die_with_parent: bool) -> Result<Child> {
                 Ok(())
             });
         }
-        return cmd.spawn().context("starting mariadbd");
+        return cmd.spawn().ctx("starting mariadbd");
     }
     type Req = (Command, mpsc::Sender<std::io::Result<Child>>);
     static KEEPER: OnceLock<Mutex<mpsc::Sender<Req>>> = OnceLock::new();
@@ -563,8 +566,8 @@ fn spawn(mut cmd: Command, die_with_parent: bool) -> Result<Child> {
         Mutex::new(tx)
     });
     let (rtx, rrx) = mpsc::channel();
-    tx.lock().unwrap().send((cmd, rtx)).map_err(|_| anyhow!("sandbox keeper thread is gone"))?;
-    rrx.recv()?.context("starting mariadbd")
+    tx.lock().unwrap().send((cmd, rtx)).map_err(|_| setup!("sandbox keeper thread is gone"))?;
+    rrx.recv()?.ctx("starting mariadbd")
 }
 
 /// Where pristine datadirs are cached: one place for every sandbox base
@@ -579,18 +582,18 @@ fn template_dir() -> PathBuf {
 /// Initialise (once per server binary) a pristine datadir to copy from,
 /// removing the templates of server binaries that are no longer installed.
 fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
-    let meta = fs::metadata(mariadbd).with_context(|| format!("reading {}", mariadbd.display()))?;
-    let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let meta = fs::metadata(mariadbd).with_ctx(|| format!("reading {}", mariadbd.display()))?;
+    let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let name = format!(".template-{}-{}", meta.len(), mtime);
     let tdir = base.join(&name);
     if tdir.join("ready").exists() {
         return Ok(tdir.join("data"));
     }
-    fs::create_dir_all(base).with_context(|| format!("creating {}", base.display()))?;
+    fs::create_dir_all(base).with_ctx(|| format!("creating {}", base.display()))?;
     // Serialise initialisation across processes with a lock file.
     let lock = fs::OpenOptions::new().create(true).write(true).truncate(false).open(base.join(".template.lock"))?;
     let _guard = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow!("locking template: {e}"))?;
+        .map_err(|(_, e)| setup!("locking template: {e}"))?;
     if tdir.join("ready").exists() {
         return Ok(tdir.join("data"));
     }
@@ -621,7 +624,7 @@ fn template_datadir(mariadbd: &Path, base: &Path) -> Result<PathBuf> {
             cmd.arg(format!("--basedir={}", root.display()));
         }
     }
-    let out = cmd.output().with_context(|| format!("running {}", install.display()))?;
+    let out = cmd.output().with_ctx(|| format!("running {}", install.display()))?;
     if !out.status.success() {
         bail!(
             "{} failed: {}{}",
@@ -669,7 +672,7 @@ fn find_install_db(mariadbd: &Path) -> Result<PathBuf> {
     cands
         .into_iter()
         .find(|p| p.is_file())
-        .ok_or_else(|| anyhow!("mariadb-install-db not found; install it with `apt-get install mariadb-server-core`"))
+        .ok_or_else(|| setup!("mariadb-install-db not found; install it with `apt-get install mariadb-server-core`"))
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {

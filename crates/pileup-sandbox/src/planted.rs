@@ -7,7 +7,7 @@
 //!   (time spent choosing the plan);
 //! * `spill`: a sort in a 16 KB sort buffer spills to disk (merge passes).
 
-use anyhow::Result;
+use crate::error::Result;
 use mysql::prelude::Queryable;
 
 /// Make the `planted` database and its three tables.

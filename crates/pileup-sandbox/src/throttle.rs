@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Ctx, Result};
 
 use crate::Sandbox;
 
@@ -47,7 +47,7 @@ impl Throttle {
             Limit::ReadIops(n) => ("blkio.throttle.read_iops_device", "riops", u64::from(n)),
             Limit::WriteBytesPerSec(n) => ("blkio.throttle.write_bps_device", "wbps", n),
         };
-        let write = |p: &Path, s: String| std::fs::write(p, s).with_context(|| format!("writing {}", p.display()));
+        let write = |p: &Path, s: String| std::fs::write(p, s).with_ctx(|| format!("writing {}", p.display()));
         let (dir, root_procs, setting, value) = if v1.join(v1_file).exists() {
             (v1.join(&name), v1.join("cgroup.procs"), v1_file, format!("{maj}:{min} {n}"))
         } else {
@@ -55,7 +55,7 @@ impl Throttle {
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
             (root.join(&name), root.join("cgroup.procs"), "io.max", format!("{maj}:{min} {v2_key}={n}"))
         };
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
+        std::fs::create_dir_all(&dir).with_ctx(|| format!("creating cgroup {} (needs root)", dir.display()))?;
         let v1_limit = setting != "io.max";
         let mut t = Throttle { dir, root_procs, v2: None, pid };
         write(&t.dir.join(setting), value)?;
@@ -63,7 +63,7 @@ impl Throttle {
         let unified = Path::new("/sys/fs/cgroup/unified");
         if v1_limit && unified.join("cgroup.procs").exists() {
             let own = unified.join(&name);
-            std::fs::create_dir_all(&own).with_context(|| format!("creating cgroup {}", own.display()))?;
+            std::fs::create_dir_all(&own).with_ctx(|| format!("creating cgroup {}", own.display()))?;
             t.v2 = Some((own.clone(), unified.join("cgroup.procs")));
             write(&own.join("cgroup.procs"), pid.to_string())?;
         }
