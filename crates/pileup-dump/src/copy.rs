@@ -6,7 +6,7 @@
 //! The hash is order-free (the wrapping sum of each row's CRC-32), so a
 //! table read back in another order (no key) still matches.
 
-use anyhow::{Context, Result};
+use crate::error::{Ctx, Result};
 use mysql::prelude::Queryable;
 
 use crate::chunk::Range;
@@ -54,9 +54,9 @@ pub fn stream_as(
 ) -> Result<Tally> {
     let mut t = Tally::default();
     let mut buf = Vec::with_capacity(1 << 17);
-    let result = w.exec_iter(sql, ()).with_context(|| format!("reading {what}"))?;
+    let result = w.exec_iter(sql, ()).with_ctx(|| format!("reading {what}"))?;
     for row in result {
-        let row = row.with_context(|| format!("reading {what}"))?;
+        let row = row.with_ctx(|| format!("reading {what}"))?;
         let start = buf.len();
         encode(&mut buf, &row.unwrap());
         t.row_sum = t.row_sum.wrapping_add(u64::from(crc32fast::hash(&buf[start..])));

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bail, Ctx, Result};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
@@ -147,7 +147,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         if o.format == Format::Mydumper {
             bail!("--users is written in pileup's format only (mydumper 0.10.1 has no place for accounts)");
         }
-        m.users = schema::users(&mut c).context("reading accounts (--users needs SELECT on mysql.user)")?;
+        m.users = schema::users(&mut c).ctx("reading accounts (--users needs SELECT on mysql.user)")?;
     }
     let mut view_columns = std::collections::BTreeMap::new();
     if o.format == Format::Mydumper {
@@ -196,7 +196,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     let stages_ms: Vec<(String, f64)> =
         held.stages.iter().map(|(s, d)| (s.to_string(), d.as_secs_f64() * 1e3)).collect();
     let held_for = held.release(&mut c);
-    opened.context("opening the threads' snapshots")?;
+    opened.ctx("opening the threads' snapshots")?;
     m.lock = LockHeld {
         statement: statement.clone(),
         held_ms: held_for.as_secs_f64() * 1e3,
@@ -265,7 +265,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     }
     let marker = if o.format == Format::Pileup { MANIFEST } else { "metadata" };
     if let Some(e) = first_error {
-        return Err(e.context(format!("the dump in {} is incomplete (no {marker})", o.dir.display())));
+        return Err(e.ctx(format!("the dump in {} is incomplete (no {marker})", o.dir.display())));
     }
     early.sort_by_key(|d| (d.table, d.seq));
     for d in early {

@@ -4,7 +4,7 @@
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bail, Ctx, Result};
 use mysql::prelude::Queryable;
 
 use crate::manifest::quote;
@@ -65,6 +65,6 @@ pub fn load_data(
     if let Some(why) = state.lock().unwrap().take() {
         bail!("{why}; table {db}.{table} is incomplete");
     }
-    r.map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e))).with_context(|| format!("loading {db}.{table}"))?;
+    r.map_err(crate::error::DumpError::from).with_ctx(|| format!("loading {db}.{table}"))?;
     Ok(w.affected_rows())
 }

@@ -12,6 +12,7 @@
 pub mod chunk;
 pub mod copy;
 pub mod dump;
+mod error;
 pub mod files;
 pub mod indexes;
 pub mod infile;
@@ -24,5 +25,6 @@ pub mod sql;
 pub mod tsv;
 
 pub use dump::{dump, DumpOptions};
+pub use error::DumpError;
 pub use load::{load, Existing, LoadOptions};
 pub use manifest::Manifest;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bail, Ctx, Result};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
@@ -78,9 +78,9 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
             "{} is not a complete pileup dump (no {MANIFEST}): the dump was cut short, or this is not a dump directory",
             dir.display()
         ),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        Err(e) => return Err(e).with_ctx(|| format!("cannot read {}", p.display())),
     };
-    let m: Manifest = serde_json::from_slice(&b).with_context(|| format!("{} is corrupt", p.display()))?;
+    let m: Manifest = serde_json::from_slice(&b).with_ctx(|| format!("{} is corrupt", p.display()))?;
     Ok(m)
 }
 
@@ -96,7 +96,7 @@ fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
     c.query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO'")?;
     c.query_drop("SET SESSION time_zone = '+00:00'")?;
     if o.no_binlog {
-        c.query_drop("SET SESSION sql_log_bin = 0").context("--no-binlog needs the privilege to set sql_log_bin")?;
+        c.query_drop("SET SESSION sql_log_bin = 0").ctx("--no-binlog needs the privilege to set sql_log_bin")?;
     }
     Ok(())
 }
@@ -151,7 +151,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         let db = target(o, &q.db);
         if !keep {
             c.query_drop(format!("USE {}", quote(db)))?;
-            c.query_drop(&q.create).with_context(|| format!("creating sequence {db}.{}", q.name))?;
+            c.query_drop(&q.create).with_ctx(|| format!("creating sequence {db}.{}", q.name))?;
         }
         if !keep || o.resume {
             c.query_drop(format!("SELECT SETVAL({}.{}, {}, 0)", quote(db), quote(&q.name), q.next))?;
@@ -192,7 +192,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         }
         c.query_drop(format!("USE {}", quote(db)))?;
         let create = deferred[i].as_ref().map(|d| d.create.as_str()).unwrap_or(&t.create);
-        c.query_drop(create).with_context(|| format!("creating table {db}.{}", t.name))?;
+        c.query_drop(create).with_ctx(|| format!("creating table {db}.{}", t.name))?;
         if recalc[i].is_some() {
             recalc_off(&mut c, &format!("{}.{}", quote(db), quote(&t.name)))?;
         }
@@ -228,13 +228,12 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
                 let t = &mm.tables[i];
                 let name = format!("{}.{}", quote(target(&oo, &t.db)), quote(&t.name));
                 if !later[i].is_empty() {
-                    w.query_drop(format!("ALTER TABLE {name} {}", later[i].join(", "))).with_context(|| {
-                        format!("adding the secondary indexes after the data of {}.{}", t.db, t.name)
-                    })?;
+                    w.query_drop(format!("ALTER TABLE {name} {}", later[i].join(", ")))
+                        .with_ctx(|| format!("adding the secondary indexes after the data of {}.{}", t.db, t.name))?;
                 }
                 if let Some(r) = &recalc_w[i] {
                     recalc_back(w, &name, r, true)
-                        .with_context(|| format!("giving {}.{} its statistics after the data", t.db, t.name))?;
+                        .with_ctx(|| format!("giving {}.{} its statistics after the data", t.db, t.name))?;
                 }
             }
             Ok(loaded)
@@ -272,7 +271,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
 
 /// Jobs that failed, with their errors: their tables (the job's first
 /// index) were stopped there, the others went on.
-type Failed = Vec<((usize, usize), anyhow::Error)>;
+type Failed = Vec<((usize, usize), crate::error::DumpError)>;
 
 /// Run `jobs` on `o.threads` connections in loading sessions, in order;
 /// `each` hears every job done with its result. A job that fails stops
@@ -292,7 +291,7 @@ fn pool<R: Send + 'static>(
     f: impl Fn(&mut mysql::Conn, &(usize, usize)) -> Result<R> + Send + Sync + 'static,
     mut each: impl FnMut((usize, usize), R),
 ) -> Result<Failed> {
-    type Msg<R> = std::result::Result<((usize, usize), R), ((usize, usize), anyhow::Error)>;
+    type Msg<R> = std::result::Result<((usize, usize), R), ((usize, usize), crate::error::DumpError)>;
     let plan = Arc::new((Mutex::new(Plan { queue: jobs.into(), ..Default::default() }), Condvar::new()));
     let f = Arc::new(f);
     let gone = Arc::new(AtomicBool::new(false));
@@ -315,7 +314,7 @@ fn pool<R: Send + 'static>(
                         let _ = tx.send(Err((job, e)));
                         match spec
                             .connect()
-                            .map_err(anyhow::Error::from)
+                            .map_err(crate::error::DumpError::from)
                             .and_then(|mut c| session(&mut c, &o).map(|_| c))
                         {
                             Ok(c) => w = c,
@@ -342,7 +341,7 @@ fn pool<R: Send + 'static>(
     }
     if gone.load(Ordering::Relaxed) && !failed.is_empty() {
         let (_, e) = failed.remove(0);
-        return Err(e.context("the server cannot be reached"));
+        return Err(e.ctx("the server cannot be reached"));
     }
     Ok(failed)
 }
@@ -496,8 +495,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     // setting back after the data (see the module's notes).
     let mut recalc: Vec<(String, String)> = vec![];
     for (db, t, p) in s.tables.iter().filter(|(d, t, _)| !skipped(d, t)) {
-        crate::mydumper::run_file(&mut c, target(o, db), p)
-            .with_context(|| format!("creating {}.{t}", target(o, db)))?;
+        crate::mydumper::run_file(&mut c, target(o, db), p).with_ctx(|| format!("creating {}.{t}", target(o, db)))?;
         let name = format!("{}.{}", quote(target(o, db)), quote(t));
         let create: Option<(String, String)> = c.query_first(format!("SHOW CREATE TABLE {name}"))?;
         if let Some(r) = create.and_then(|(_, sql)| stats_auto_recalc(&sql)) {
@@ -536,7 +534,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
             let _ = recalc_back(&mut c, name, r, false);
             continue;
         }
-        recalc_back(&mut c, name, r, true).with_context(|| format!("giving {name} its statistics after the data"))?;
+        recalc_back(&mut c, name, r, true).with_ctx(|| format!("giving {name} its statistics after the data"))?;
     }
     for (db, p) in &s.post {
         crate::mydumper::run_file(&mut c, target(o, db), p)?;
@@ -563,16 +561,16 @@ fn create_users(
             None => u.create.clone(),
         };
         c.query_drop(&create)
-            .map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
-            .with_context(|| format!("creating account '{}'@'{}'", u.user, u.host))?;
+            .map_err(crate::error::DumpError::from)
+            .with_ctx(|| format!("creating account '{}'@'{}'", u.user, u.host))?;
         for g in &u.grants {
             let mut g = g.clone();
             for (from, to) in &o.rename {
                 g = g.replace(&format!(" ON {}.", quote(from)), &format!(" ON {}.", quote(to)));
             }
             c.query_drop(&g)
-                .map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
-                .with_context(|| format!("granting to '{}'@'{}'", u.user, u.host))?;
+                .map_err(crate::error::DumpError::from)
+                .with_ctx(|| format!("granting to '{}'@'{}'", u.user, u.host))?;
         }
     }
     if !users.is_empty() {
@@ -710,7 +708,7 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
     }
     let path = o.dir.join(&ch.file);
     let file = crate::files::open(&path)
-        .with_context(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
+        .with_ctx(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
     let db = target(o, &t.db);
     let loaded = crate::infile::load_data(
         w,
@@ -721,7 +719,7 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
         path.display().to_string(),
         Some((ch.bytes, ch.crc32)),
     )
-    .with_context(|| format!("chunk {}", ch.file))?;
+    .with_ctx(|| format!("chunk {}", ch.file))?;
     if loaded != ch.rows {
         bail!("{} loaded {loaded} rows into {db}.{}, the manifest says {}", ch.file, t.name, ch.rows);
     }
@@ -746,7 +744,7 @@ fn in_rounds<T>(mut views: Vec<T>, mut create: impl FnMut(&T) -> Result<()>) -> 
             }
         }
         if left.len() == before {
-            return Err(last_err.expect("a round that created nothing failed")).context("creating views");
+            return Err(last_err.expect("a round that created nothing failed")).ctx("creating views");
         }
         views = left;
     }
@@ -756,7 +754,7 @@ fn in_rounds<T>(mut views: Vec<T>, mut create: impl FnMut(&T) -> Result<()>) -> 
 fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mut dyn FnMut(Event)) -> Result<()> {
     in_rounds(objs.iter().filter(|x| x.kind == Kind::View).collect(), |v| create(c, o, v))?;
     for x in objs.iter().filter(|x| x.kind != Kind::View) {
-        create(c, o, x).with_context(|| format!("creating {:?} {}.{}", x.kind, target(o, &x.db), x.name))?;
+        create(c, o, x).with_ctx(|| format!("creating {:?} {}.{}", x.kind, target(o, &x.db), x.name))?;
     }
     on(Event::Note(format!("{} view(s), routine(s), trigger(s) and event(s) created", objs.len())));
     Ok(())
@@ -780,7 +778,7 @@ fn create(c: &mut mysql::Conn, o: &LoadOptions, x: &Object) -> Result<()> {
     if !set.is_empty() {
         c.query_drop(format!("SET SESSION {}", set.join(", ")))?;
     }
-    let r = c.query_drop(&x.create).map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)));
+    let r = c.query_drop(&x.create).map_err(crate::error::DumpError::from);
     c.query_drop("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO', time_zone = '+00:00'")?;
     c.query_drop("SET NAMES utf8mb4")?;
     r

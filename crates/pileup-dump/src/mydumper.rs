@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bail, Ctx, Result};
 use mysql::prelude::Queryable;
 
 use crate::files::{self, Compress};
@@ -247,7 +247,7 @@ pub fn scan(dir: &Path) -> Result<Scanned> {
     let mut view_names = vec![];
     let mut schema_files = vec![];
     let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read {}", dir.display()))?
+        .with_ctx(|| format!("cannot read {}", dir.display()))?
         .flatten()
         .map(|e| e.path())
         .collect();
@@ -314,14 +314,14 @@ pub fn run_file_from(c: &mut mysql::Conn, from: Option<&str>, db: &str, path: &P
     let mut text = vec![];
     files::open(path)
         .and_then(|mut r| r.read_to_end(&mut text))
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .with_ctx(|| format!("cannot read {}", path.display()))?;
     c.query_drop(format!("USE {}", quote(db)))?;
     let mut rows = 0;
     for (i, st) in crate::sql::statements(&text).into_iter().enumerate() {
         let at = || format!("{}: statement {}", path.display(), i + 1);
         let head: String = String::from_utf8_lossy(&st[..st.len().min(64)]).trim_start().to_ascii_uppercase();
         if head.starts_with("INSERT") {
-            let ins = crate::sql::parse_insert(st).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+            let ins = crate::sql::parse_insert(st).map_err(|e| crate::error::failed!("{}: {e}", at()))?;
             let n = crate::infile::load_data(
                 c,
                 db,
@@ -337,12 +337,10 @@ pub fn run_file_from(c: &mut mysql::Conn, from: Option<&str>, db: &str, path: &P
             rows += n;
         } else {
             let q = std::str::from_utf8(st).map_err(|_| {
-                anyhow::anyhow!("{}: a statement that is not UTF-8 text; load this file with myloader", at())
+                crate::error::failed!("{}: a statement that is not UTF-8 text; load this file with myloader", at())
             })?;
             let renamed = from.filter(|f| *f != db).and_then(|f| unqualify_trigger(q, f));
-            c.query_drop(renamed.as_deref().unwrap_or(q))
-                .map_err(|e| anyhow::anyhow!(pileup_conn::plain(&e)))
-                .with_context(at)?;
+            c.query_drop(renamed.as_deref().unwrap_or(q)).with_ctx(at)?;
         }
     }
     Ok(rows)

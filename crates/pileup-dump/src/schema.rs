@@ -3,7 +3,7 @@
 //! events of the databases dumped, each with the session settings it was
 //! created under.
 
-use anyhow::{Context, Result};
+use crate::error::{Ctx, Result};
 use mysql::prelude::Queryable;
 use mysql::Row;
 use regex::Regex;
@@ -61,7 +61,7 @@ pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewNam
              WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
              ORDER BY TABLE_SCHEMA, TABLE_NAME",
         )
-        .context("listing tables (information_schema.TABLES)")?;
+        .ctx("listing tables (information_schema.TABLES)")?;
     let mut tables = vec![];
     let mut views = vec![];
     let mut sequences = vec![];
@@ -87,7 +87,7 @@ pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
             "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
             (db,),
         )?
-        .with_context(|| format!("database {db} vanished during the dump"))?;
+        .with_ctx(|| format!("database {db} vanished during the dump"))?;
     Ok(Database { name: db.into(), charset, collation })
 }
 
@@ -95,7 +95,7 @@ pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
 pub fn sequence(c: &mut mysql::Conn, db: &str, s: &str) -> Result<Sequence> {
     let r: Row = c
         .query_first(format!("SHOW CREATE SEQUENCE {}.{}", quote(db), quote(s)))?
-        .with_context(|| format!("sequence {db}.{s} vanished during the dump"))?;
+        .with_ctx(|| format!("sequence {db}.{s} vanished during the dump"))?;
     Ok(Sequence { db: db.into(), name: s.into(), create: text(&r, 1)?, next: 0 })
 }
 
@@ -103,13 +103,13 @@ pub fn sequence(c: &mut mysql::Conn, db: &str, s: &str) -> Result<Sequence> {
 /// was handed out before it.
 pub fn sequence_next(c: &mut mysql::Conn, q: &Sequence) -> Result<i64> {
     c.query_first(format!("SELECT next_not_cached_value FROM {}.{}", quote(&q.db), quote(&q.name)))?
-        .with_context(|| format!("sequence {}.{} vanished during the dump", q.db, q.name))
+        .with_ctx(|| format!("sequence {}.{} vanished during the dump", q.db, q.name))
 }
 
 pub fn create_table(c: &mut mysql::Conn, db: &str, t: &str) -> Result<String> {
     let r: Row = c
         .query_first(format!("SHOW CREATE TABLE {}.{}", quote(db), quote(t)))?
-        .with_context(|| format!("table {db}.{t} vanished during the dump"))?;
+        .with_ctx(|| format!("table {db}.{t} vanished during the dump"))?;
     text(&r, 1)
 }
 
@@ -148,7 +148,7 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
         // From inside its database, the definition names that database's
         // tables without it, so the view can be loaded under another name.
         c.query_drop(format!("USE {}", quote(db)))?;
-        let r: Row = c.query_first(format!("SHOW CREATE VIEW {}", quote(v)))?.context("view vanished")?;
+        let r: Row = c.query_first(format!("SHOW CREATE VIEW {}", quote(v)))?.ctx("view vanished")?;
         out.push(Object {
             kind: Kind::View,
             db: db.clone(),
@@ -167,9 +167,8 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
             (db,),
         )?;
         for (kind, name) in routines {
-            let r: Row = c
-                .query_first(format!("SHOW CREATE {kind} {}.{}", quote(db), quote(&name)))?
-                .context("routine vanished")?;
+            let r: Row =
+                c.query_first(format!("SHOW CREATE {kind} {}.{}", quote(db), quote(&name)))?.ctx("routine vanished")?;
             out.push(Object {
                 kind: if kind == "PROCEDURE" { Kind::Procedure } else { Kind::Function },
                 db: db.clone(),
@@ -217,9 +216,8 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
             (db,),
         )?;
         for name in events {
-            let r: Row = c
-                .query_first(format!("SHOW CREATE EVENT {}.{}", quote(db), quote(&name)))?
-                .context("event vanished")?;
+            let r: Row =
+                c.query_first(format!("SHOW CREATE EVENT {}.{}", quote(db), quote(&name)))?.ctx("event vanished")?;
             out.push(Object {
                 kind: Kind::Event,
                 db: db.clone(),
@@ -244,7 +242,7 @@ pub fn users(c: &mut mysql::Conn) -> Result<Vec<crate::manifest::User>> {
     let mut out = vec![];
     for (user, host) in accounts {
         let who = format!("'{}'@'{}'", user.replace('\'', "''"), host.replace('\'', "''"));
-        let create: Row = c.query_first(format!("SHOW CREATE USER {who}"))?.context("user vanished")?;
+        let create: Row = c.query_first(format!("SHOW CREATE USER {who}"))?.ctx("user vanished")?;
         let grants: Vec<Row> = c.query(format!("SHOW GRANTS FOR {who}"))?;
         out.push(crate::manifest::User {
             create: text(&create, 0)?,

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use crate::error::{bail, Result};
 use mysql::prelude::Queryable;
 
 use crate::manifest::Position;
@@ -82,8 +82,8 @@ fn is_lock_timeout(e: &mysql::Error) -> bool {
 /// for again after they drain.
 pub const TRY: Duration = Duration::from_millis(50);
 
-fn lock_timeout_in(e: &anyhow::Error) -> bool {
-    e.chain().any(|x| x.downcast_ref::<mysql::Error>().is_some_and(is_lock_timeout))
+fn lock_timeout_in(e: &crate::error::DumpError) -> bool {
+    e.server_error().is_some_and(is_lock_timeout)
 }
 
 /// Run `f`, which waits at most a second for any lock; while it times out
