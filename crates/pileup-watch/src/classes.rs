@@ -298,11 +298,37 @@ pub fn findings(ev: &Evidence) -> Vec<Finding> {
 
 /// [`findings`] with the stack samples given.
 pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let mut add = |class, first_unix, evidence: String| out.push(Finding { class, first_unix, evidence });
+    let classes: [fn(&Evidence, &[SampleView]) -> Option<Finding>; 8] = [
+        table_open_storm,
+        connection_storm,
+        drop_table,
+        file_extension,
+        stats_recalc,
+        flush_storm,
+        redo_log,
+        slow_disk,
+    ];
+    let mut out: Vec<Finding> = classes.iter().filter_map(|class| class(ev, samples)).collect();
+    out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
+    // A file being extended, pages flushed in a hurry or the redo log
+    // written is why the disk is busy: that cause leads, the busy disk
+    // follows it.
+    if let Some(i) = out
+        .iter()
+        .position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm | StallClass::RedoLog))
+    {
+        if let Some(d) = out[..i].iter().position(|f| f.class == StallClass::SlowDisk) {
+            let disk = out.remove(d);
+            out.insert(i, disk);
+        }
+    }
+    out
+}
 
-    // Table-open storm: tables opened because the cache did not hold them,
-    // and threads opening tables.
+/// Table-open storm: tables opened because the cache did not hold them,
+/// and threads opening tables.
+fn table_open_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let opens = jumped(ev, "table_open_cache_misses_rate", 100.0, 10.0)
         .or_else(|| jumped(ev, "opened_tables_rate", 100.0, 10.0));
     // Threads opening a table, not those waiting there for a metadata or
@@ -322,7 +348,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             (Some(t), Some(d)) => format!("; table_open_cache={t}, table_definition_cache={d}"),
             _ => String::new(),
         };
-        add(
+        return add(
             StallClass::TableOpenStorm,
             earliest(a.first_over, opening_at),
             format!(
@@ -333,9 +359,13 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             ),
         );
     }
+    None
+}
 
-    // Connection storm: connections and new threads per second, threads
-    // logging in.
+/// Connection storm: connections and new threads per second, threads
+/// logging in.
+fn connection_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let conns = jumped_for_a_while(ev, "connections_rate", 50.0, 5.0);
     let (login, login_at) =
         in_frames(samples, 2, |f| matches!(f, "login_connection" | "acl_authenticate" | "check_connection"));
@@ -355,7 +385,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
                 )
             })
             .unwrap_or_default();
-        add(
+        return add(
             StallClass::ConnectionStorm,
             earliest(a.first_over, login_at),
             format!(
@@ -366,8 +396,12 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             ),
         );
     }
+    None
+}
 
-    // DROP / TRUNCATE of a table, running for a while.
+/// DROP / TRUNCATE of a table, running for a while.
+fn drop_table(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let (dropping, drop_at) = in_frames(samples, 1, |f| {
         matches!(
             f,
@@ -389,15 +423,19 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         let who = drop_pl
             .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
             .unwrap_or_else(|| format!("{dropping} thread(s) in mysql_rm_table / ha_delete_table"));
-        add(
+        return add(
             StallClass::DropTable,
             drop_at,
             format!("{who}: deleting a table's files and its pages from the buffer pool"),
         );
     }
+    None
+}
 
-    // Data file extension: a thread allocating space in a data file, or
-    // writing zeros into it where the filesystem cannot allocate.
+/// Data file extension: a thread allocating space in a data file, or
+/// writing zeros into it where the filesystem cannot allocate.
+fn file_extension(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let (extenders, extend_at) = threads_where(samples, 1, extending);
     if extenders >= 1 {
         let files = files_of(samples, extending);
@@ -406,7 +444,7 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             .flat_map(|s| &s.threads)
             .any(|t| extending(t) && t.file.as_ref().is_some_and(|io| io.syscall.starts_with("pwrite")));
         let system = files.contains("ibdata");
-        add(
+        return add(
             StallClass::FileExtension,
             extend_at,
             format!(
@@ -420,8 +458,12 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             ),
         );
     }
+    None
+}
 
-    // Statistics recalculation.
+/// Statistics recalculation.
+fn stats_recalc(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let (stats, stats_at) = in_frames(samples, 1, |f| f.starts_with("dict_stats_"));
     let analyze = ev.processlist.iter().find(|r| {
         r.get("info").is_some_and(|i| i.trim_start().to_ascii_uppercase().starts_with("ANALYZE")) && working(r)
@@ -430,15 +472,19 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         let who = analyze
             .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
             .unwrap_or_else(|| format!("{stats} thread(s) in dict_stats_*"));
-        add(StallClass::StatsRecalc, stats_at, format!("{who} recalculating index statistics"));
+        return add(StallClass::StatsRecalc, stats_at, format!("{who} recalculating index statistics"));
     }
+    None
+}
 
-    // Flushing storm: the redo log nearly full, so writes wait for pages to be flushed.
+/// Flushing storm: the redo log nearly full, so writes wait for pages to be flushed.
+fn flush_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let (flush_wait, flush_at) = in_frames(samples, 1, |f| {
         f.starts_with("buf_flush_wait") || f.starts_with("buf_flush_sync") || f.starts_with("log_checkpoint")
     });
     if let Some(a) = around(ev, "checkpoint_age_pct", 85.0).filter(|a| a.peak >= 85.0 || flush_wait >= 1) {
-        add(
+        return add(
             StallClass::FlushStorm,
             earliest(a.first_over, flush_at),
             format!(
@@ -452,13 +498,17 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             ),
         );
     }
+    None
+}
 
-    // Redo log writes holding up commits: one thread writing or syncing
-    // the redo log in two samples running (one write or sync lasting the
-    // time between samples: a client's thread when the log buffer is full,
-    // or a sync every commit waits for), or the log buffer filling. A busy
-    // write load has some thread on the log in most samples, each time a
-    // short write.
+/// Redo log writes holding up commits: one thread writing or syncing
+/// the redo log in two samples running (one write or sync lasting the
+/// time between samples: a client's thread when the log buffer is full,
+/// or a sync every commit waits for), or the log buffer filling. A busy
+/// write load has some thread on the log in most samples, each time a
+/// short write.
+fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let on_log = |t: &ThreadView| t.file.as_ref().is_some_and(|io| log_file(&io.path));
     let (log_io, log_at) = threads_where(samples, 1, on_log);
     let lasting = samples.windows(2).any(|w| {
@@ -493,13 +543,21 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
             })
             .collect();
         let vars = if vars.is_empty() { String::new() } else { format!("; {}", vars.join(", ")) };
-        add(StallClass::RedoLog, earliest(log_at, full.and_then(|f| f.first_over)), format!("{}{vars}", e.join(", ")));
+        return add(
+            StallClass::RedoLog,
+            earliest(log_at, full.and_then(|f| f.first_over)),
+            format!("{}{vars}", e.join(", ")),
+        );
     }
+    None
+}
 
-    // A slow or saturated disk: the datadir's device busy or slow, or
-    // InnoDB's I/O requests queueing (a device throttled below the host,
-    // as a cloud volume or a cgroup limit is, looks idle from here), with
-    // threads waiting for it.
+/// A slow or saturated disk: the datadir's device busy or slow, or
+/// InnoDB's I/O requests queueing (a device throttled below the host,
+/// as a cloud volume or a cgroup limit is, looks idle from here), with
+/// threads waiting for it.
+fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
+    let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let busy = around(ev, "disk_busy_pct", 90.0).filter(|b| b.peak >= 90.0);
     let slow = jumped(ev, "disk_await_ms", 20.0, 4.0);
     let pending = ["innodb_data_pending_reads", "innodb_data_pending_writes", "innodb_data_pending_fsyncs"]
@@ -569,22 +627,9 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
         ]
         .into_iter()
         .fold(None, earliest);
-        add(StallClass::SlowDisk, first, e.join(", "));
+        return add(StallClass::SlowDisk, first, e.join(", "));
     }
-    out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
-    // A file being extended, pages flushed in a hurry or the redo log
-    // written is why the disk is busy: that cause leads, the busy disk
-    // follows it.
-    if let Some(i) = out
-        .iter()
-        .position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm | StallClass::RedoLog))
-    {
-        if let Some(d) = out[..i].iter().position(|f| f.class == StallClass::SlowDisk) {
-            let disk = out.remove(d);
-            out.insert(i, disk);
-        }
-    }
-    out
+    None
 }
 
 /// The findings as the verdict's words: the first class, its evidence, and
