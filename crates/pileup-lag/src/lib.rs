@@ -197,23 +197,7 @@ pub fn sample(
     let pos0 = gtid_pos(&mut c)?;
     let mut notes: Vec<String> = Vec::new();
     // performance_schema's view of the same period, where it is on.
-    let ps0 = match ps::applier_threads(&mut c) {
-        Ok(Ok(ids)) => match ps::snapshot(&mut c, &ids) {
-            Ok(snap) => Some((ids, snap)),
-            Err(e) => {
-                notes.push(format!("performance_schema waits not read: {e}"));
-                None
-            }
-        },
-        Ok(Err(why)) => {
-            notes.push(why);
-            None
-        }
-        Err(e) => {
-            notes.push(format!("performance_schema waits not read: {e}"));
-            None
-        }
-    };
+    let ps0 = ps_start(&mut c, &mut notes);
     // The storage side: the datadir's device and every thread's storage I/O.
     let (datadir, page_size): (Option<String>, Option<u64>) = c
         .query_first("SELECT @@datadir, @@innodb_page_size")
@@ -224,26 +208,7 @@ pub fn sample(
     let pool_reads = |c: &mut mysql::Conn| pileup_conn::global_status(c, "Innodb_buffer_pool_reads").ok().flatten();
     let (reads0, history0) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?)?;
-    let opts = SamplerOptions {
-        capture: CaptureOptions {
-            mode: Mode::Consistent,
-            stack_bytes: 256 * 1024,
-            max_stop: o.max_stop,
-            ..Default::default()
-        },
-        filter: ThreadFilter::parse("sql-thread").expect("a role name"),
-        any_process: false,
-        debug_info: false,
-        // The applier's state names the table it is on: read it every sample.
-        sql_refresh: o.interval,
-        // Each sample's threads are read against the applier's position then.
-        keep_samples: usize::MAX,
-        debug_dirs: pileup_engine::default_debug_dirs(),
-        // Debug files already in the debuginfod cache; nothing fetched
-        // before a capture that must not wait.
-        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
-        debuginfod_wait: true,
-    };
+    let opts = sampler_options(o);
     let mut s = Sampler::new(pid, opts, Some(sql))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;
     let t0 = Instant::now();
@@ -273,7 +238,6 @@ pub fn sample(
         Some((file, pos)) if !wanted.is_empty() => tables_of_gtids(file, *pos, &wanted, 5_000_000),
         _ => HashMap::new(),
     };
-    let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
     let seconds = t0.elapsed().as_secs_f64();
     let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
     let io1 = io::thread_io(pid);
@@ -291,44 +255,7 @@ pub fn sample(
         None => Vec::new(),
     };
     let profile = s.finish();
-    let mut tally = Tally::default();
-    let mut tids = std::collections::BTreeSet::new();
-    // Each sample's categories, for the stalls.
-    let mut cats: Vec<Vec<Category>> = vec![vec![]; profile.samples.len()];
-    for (k, smp) in profile.samples.iter().enumerate() {
-        let at = positions.get(k).cloned().flatten();
-        for t in &smp.threads {
-            tids.insert(t.tid);
-            let frames: Vec<&str> = t.labels().collect();
-            let state = t.sql.as_ref().and_then(|q| q.state.as_deref());
-            let info = t.sql.as_ref().and_then(|q| q.info.as_deref());
-            let db = t.sql.as_ref().and_then(|q| q.db.as_deref());
-            let cat = classify(&frames, t.state, t.syscall.as_deref(), state);
-            cats[k].push(cat);
-            *tally.states.entry(state.unwrap_or("(none)").to_string()).or_default() += 1;
-            // Where the table comes from, most direct first: the statement
-            // itself, the transaction this worker is on, the transaction at
-            // the applier's relay position.
-            let (table, source) = if matches!(cat, Category::RelayWait) {
-                (None, "none")
-            } else if let Some(t) = table_of(state, info, db) {
-                (Some(t), "statement")
-            } else if let Some(t) =
-                worker_gtids.get(k).and_then(|m| m.get(&t.tid)).and_then(|g| gtid_tables.get(&gtid_key(g)))
-            {
-                (Some(t.clone()), "worker transaction")
-            } else if let Some(t) = at
-                .as_ref()
-                .and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone())
-            {
-                (Some(t), "applier position")
-            } else {
-                (None, "none")
-            };
-            *tally.table_from.entry(source.to_string()).or_default() += 1;
-            tally.add(cat, table.as_deref(), &frames);
-        }
-    }
+    let (tally, tids, cats) = tally_samples(&profile, &positions, &worker_gtids, &gtid_tables);
     let idle: Vec<bool> = cats.iter().map(|c| c.iter().all(|x| *x == Category::RelayWait)).collect();
     let ranges = stall::find(&times, &positions, &idle, o.stall.as_secs_f64());
     let stalls = stall::summarize(&times, &ranges, &cats, o.stall.as_millis() as u64);
@@ -374,6 +301,104 @@ pub fn sample(
         history: history0.zip(history1),
         notes,
     })
+}
+
+/// performance_schema's waits of the applier threads at the start, where
+/// it is on (why not, in `notes`, where it is not).
+fn ps_start(c: &mut mysql::Conn, notes: &mut Vec<String>) -> Option<(Vec<u64>, ps::Snapshot)> {
+    match ps::applier_threads(c) {
+        Ok(Ok(ids)) => match ps::snapshot(c, &ids) {
+            Ok(snap) => Some((ids, snap)),
+            Err(e) => {
+                notes.push(format!("performance_schema waits not read: {e}"));
+                None
+            }
+        },
+        Ok(Err(why)) => {
+            notes.push(why);
+            None
+        }
+        Err(e) => {
+            notes.push(format!("performance_schema waits not read: {e}"));
+            None
+        }
+    }
+}
+
+/// How the applier threads are sampled.
+fn sampler_options(o: &LagOptions) -> SamplerOptions {
+    SamplerOptions {
+        capture: CaptureOptions {
+            mode: Mode::Consistent,
+            stack_bytes: 256 * 1024,
+            max_stop: o.max_stop,
+            ..Default::default()
+        },
+        filter: ThreadFilter::parse("sql-thread").expect("a role name"),
+        any_process: false,
+        debug_info: false,
+        // The applier's state names the table it is on: read it every sample.
+        sql_refresh: o.interval,
+        // Each sample's threads are read against the applier's position then.
+        keep_samples: usize::MAX,
+        debug_dirs: pileup_engine::default_debug_dirs(),
+        // Debug files already in the debuginfod cache; nothing fetched
+        // before a capture that must not wait.
+        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
+        debuginfod_wait: true,
+    }
+}
+
+/// Each sampled applier thread counted: its category, its table (from its
+/// statement, the transaction its worker is on, or the transaction at the
+/// applier's position) and its frames; returns the tally, the applier
+/// threads seen and each sample's categories (for the stalls).
+fn tally_samples(
+    profile: &pileup_engine::Profile,
+    positions: &[Option<(std::path::PathBuf, u64)>],
+    worker_gtids: &[HashMap<i32, String>],
+    gtid_tables: &HashMap<String, String>,
+) -> (Tally, std::collections::BTreeSet<i32>, Vec<Vec<Category>>) {
+    let mut group_tables: HashMap<(std::path::PathBuf, u64), Option<String>> = HashMap::new();
+    let mut tally = Tally::default();
+    let mut tids = std::collections::BTreeSet::new();
+    // Each sample's categories, for the stalls.
+    let mut cats: Vec<Vec<Category>> = vec![vec![]; profile.samples.len()];
+    for (k, smp) in profile.samples.iter().enumerate() {
+        let at = positions.get(k).cloned().flatten();
+        for t in &smp.threads {
+            tids.insert(t.tid);
+            let frames: Vec<&str> = t.labels().collect();
+            let state = t.sql.as_ref().and_then(|q| q.state.as_deref());
+            let info = t.sql.as_ref().and_then(|q| q.info.as_deref());
+            let db = t.sql.as_ref().and_then(|q| q.db.as_deref());
+            let cat = classify(&frames, t.state, t.syscall.as_deref(), state);
+            cats[k].push(cat);
+            *tally.states.entry(state.unwrap_or("(none)").to_string()).or_default() += 1;
+            // Where the table comes from, most direct first: the statement
+            // itself, the transaction this worker is on, the transaction at
+            // the applier's relay position.
+            let (table, source) = if matches!(cat, Category::RelayWait) {
+                (None, "none")
+            } else if let Some(t) = table_of(state, info, db) {
+                (Some(t), "statement")
+            } else if let Some(t) =
+                worker_gtids.get(k).and_then(|m| m.get(&t.tid)).and_then(|g| gtid_tables.get(&gtid_key(g)))
+            {
+                (Some(t.clone()), "worker transaction")
+            } else if let Some(t) = at
+                .as_ref()
+                .and_then(|a| group_tables.entry(a.clone()).or_insert_with(|| table_in_group(&a.0, a.1)).clone())
+            {
+                (Some(t), "applier position")
+            } else {
+                (None, "none")
+            };
+            *tally.table_from.entry(source.to_string()).or_default() += 1;
+            tally.add(cat, table.as_deref(), &frames);
+        }
+    }
+    (tally, tids, cats)
 }
 
 /// The table the transaction starting at `pos` of a relay log writes first
