@@ -607,6 +607,41 @@ pub fn render_text(r: &LagReport) -> String {
             ));
         }
     }
+    s.push_str(&storage_text(r));
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s
+}
+
+/// The stalls, in a sentence or two.
+fn stalls_line(r: &LagReport) -> String {
+    let st = &r.stalls;
+    if st.count == 0 {
+        return format!(
+            "  stalls: none (the applier never stood still {} ms or more while it had work)\n",
+            st.threshold_ms
+        );
+    }
+    let mut parts: Vec<(f64, &str)> =
+        Category::ALL.iter().map(|c| (st.share(*c), c.label())).filter(|(p, _)| *p >= 1.0).collect();
+    parts.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let what: Vec<String> = parts.iter().map(|(p, l)| format!("{l} {p:.0}%")).collect();
+    format!(
+        "  stalls: the applier stood still {} time(s) for {} ms or more while it had work (longest {} ms; {:.1} s in all, {:.0}% of the period); meanwhile: {}\n",
+        st.count,
+        st.threshold_ms,
+        st.longest_ms,
+        st.seconds,
+        100.0 * st.seconds / r.seconds.max(1e-9),
+        what.join(", ")
+    )
+}
+
+/// The report's storage section: pages the applier read and wrote, the
+/// buffer pool's reads, purge, and the datadir's device.
+fn storage_text(r: &LagReport) -> String {
+    let mut s = String::new();
     if r.device.is_some() || r.applier_read_bytes.is_some() || r.pool_reads.is_some() || r.history.is_some() {
         s.push_str("\nstorage\n");
     }
@@ -657,34 +692,7 @@ pub fn render_text(r: &LagReport) -> String {
             100.0 * d.busy
         ));
     }
-    for n in &r.notes {
-        s.push_str(&format!("note: {n}\n"));
-    }
     s
-}
-
-/// The stalls, in a sentence or two.
-fn stalls_line(r: &LagReport) -> String {
-    let st = &r.stalls;
-    if st.count == 0 {
-        return format!(
-            "  stalls: none (the applier never stood still {} ms or more while it had work)\n",
-            st.threshold_ms
-        );
-    }
-    let mut parts: Vec<(f64, &str)> =
-        Category::ALL.iter().map(|c| (st.share(*c), c.label())).filter(|(p, _)| *p >= 1.0).collect();
-    parts.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let what: Vec<String> = parts.iter().map(|(p, l)| format!("{l} {p:.0}%")).collect();
-    format!(
-        "  stalls: the applier stood still {} time(s) for {} ms or more while it had work (longest {} ms; {:.1} s in all, {:.0}% of the period); meanwhile: {}\n",
-        st.count,
-        st.threshold_ms,
-        st.longest_ms,
-        st.seconds,
-        100.0 * st.seconds / r.seconds.max(1e-9),
-        what.join(", ")
-    )
 }
 
 impl pileup_output::Report for LagReport {
