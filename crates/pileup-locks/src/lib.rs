@@ -164,6 +164,104 @@ impl Threads {
     }
 }
 
+/// One recorded wait: its stack unwound and named, its lock read from the
+/// futex word and frames, its statement and holder, counted.
+fn record_wait(
+    e: event::Event,
+    resolver: &mut Resolver,
+    known: &Threads,
+    pid: i32,
+    agg: &mut aggregate::Aggregator,
+    unwind_stops: &mut HashMap<String, u64>,
+) {
+    let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64, dx: 0 };
+    let (addrs, error) =
+        if e.ip == 0 { (vec![], Some("no registers".to_string())) } else { resolver.unwind(&regs, e.sp, &e.stack) };
+    if let Some(err) = &error {
+        *unwind_stops.entry(err.clone()).or_default() += 1;
+    }
+    let frames = resolver.frames(&addrs);
+    let w = annotate::lock_wait(&frames, &e, &known.tids);
+    tracing::trace!(word = e.uaddr, op = e.op, val = e.val, kind = ?w.kind, "wait");
+    let taken_in = annotate::taken_in(&frames);
+    let statement = known.sql_by_tid.get(&e.tid).and_then(|t| t.info.as_deref()).map(statement_class);
+    let holder = w.owner_tid.map(|t| {
+        let who = match known.sql_by_tid.get(&t) {
+            Some(s) => s.summary(120),
+            None => pileup_engine::process::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
+        };
+        (t, if who.is_empty() { format!("thread {t}") } else { format!("thread {t}: {who}") })
+    });
+    agg.add(aggregate::Sampled {
+        word: e.uaddr,
+        kind: w.kind,
+        lock: w.addr,
+        wait_ns: e.wait_ns,
+        tid: e.tid,
+        addrs,
+        labels: frames.iter().map(|f| f.label.clone()).collect(),
+        truncated: error.is_some(),
+        statement,
+        holder,
+        taken_in,
+    });
+}
+
+/// What the user must know to read a trace honestly: waits counted
+/// without their stack or not followed, stacks cut short, frames a
+/// stripped server leaves unnamed.
+fn trace_notes(
+    counters: &capture::Counters,
+    stack_budget: u64,
+    unwind_stops: HashMap<String, u64>,
+    locks: &[aggregate::LockEntry],
+    exe: &str,
+) -> Vec<String> {
+    let mut notes = vec![];
+    if counters.over_budget > 0 {
+        notes.push(format!(
+            "{} wait(s) over the budget of {} stacks a second were counted without their stack",
+            counters.over_budget, stack_budget
+        ));
+    }
+    if counters.ring_full > 0 {
+        notes.push(format!(
+            "{} wait(s) were counted without their stack: pileup fell behind the ring buffer",
+            counters.ring_full
+        ));
+    }
+    if counters.slot_shared > 0 {
+        notes.push(format!(
+            "{} wait(s) were not followed: another thread whose id shares its low 16 bits was waiting at the same time",
+            counters.slot_shared
+        ));
+    }
+    if counters.table_full > 0 {
+        notes.push(format!(
+            "{} wait(s) on futex words past the table of 65,536 were not counted per lock",
+            counters.table_full
+        ));
+    }
+    let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
+    stops.sort_by_key(|s| std::cmp::Reverse(s.1));
+    if let Some((why, n)) = stops.first() {
+        notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+    }
+    if locks.iter().any(|l| l.kind.starts_with("InnoDB") && l.taken_in.as_deref().is_some_and(|t| t.contains("+0x"))) {
+        notes.push(format!(
+            "{} does not export InnoDB's functions: their frames show as module+offset of the function's start (the same offset in every run of this binary); with its debug symbols installed they are named",
+            exe
+        ));
+    }
+    if locks.iter().any(|l| l.kind == "futex" && l.recorded > 0 && l.name_source == "heap") {
+        notes.push(
+            "a \"futex\" lock is a futex word pileup could not tell the kind of (its waiters' frames are unnamed)"
+                .into(),
+        );
+    }
+    notes
+}
+
 /// Trace `opts.pid` for `opts.duration` (or until `stop`), annotating
 /// waiters with SQL from `sql` when given, and return the report.
 pub fn run(
@@ -210,40 +308,7 @@ pub fn run(
         let on_event = |e: event::Event| {
             let mut known = known.borrow_mut();
             known.refresh(opts.sql_refresh);
-            let regs = Regs { ip: e.ip, sp: e.sp, bp: e.bp, orig_ax: -1, ax: 0, di: e.uaddr, si: e.op as u64, dx: 0 };
-            let (addrs, error) = if e.ip == 0 {
-                (vec![], Some("no registers".to_string()))
-            } else {
-                resolver.unwind(&regs, e.sp, &e.stack)
-            };
-            if let Some(err) = &error {
-                *unwind_stops.entry(err.clone()).or_default() += 1;
-            }
-            let frames = resolver.frames(&addrs);
-            let w = annotate::lock_wait(&frames, &e, &known.tids);
-            tracing::trace!(word = e.uaddr, op = e.op, val = e.val, kind = ?w.kind, "wait");
-            let taken_in = annotate::taken_in(&frames);
-            let statement = known.sql_by_tid.get(&e.tid).and_then(|t| t.info.as_deref()).map(statement_class);
-            let holder = w.owner_tid.map(|t| {
-                let who = match known.sql_by_tid.get(&t) {
-                    Some(s) => s.summary(120),
-                    None => pileup_engine::process::os_thread(pid, t).map(|o| o.name).unwrap_or_default(),
-                };
-                (t, if who.is_empty() { format!("thread {t}") } else { format!("thread {t}: {who}") })
-            });
-            agg.add(aggregate::Sampled {
-                word: e.uaddr,
-                kind: w.kind,
-                lock: w.addr,
-                wait_ns: e.wait_ns,
-                tid: e.tid,
-                addrs,
-                labels: frames.iter().map(|f| f.label.clone()).collect(),
-                truncated: error.is_some(),
-                statement,
-                holder,
-                taken_in,
-            });
+            record_wait(e, &mut resolver, &known, pid, &mut agg, &mut unwind_stops);
             seen.set((agg.recorded, agg.locks()));
         };
         let on_tick = |el: Duration| {
@@ -284,47 +349,7 @@ pub fn run(
         n @ DataName::Symbol { .. } => (n.label(), "symbol".into()),
         n @ DataName::Section { .. } => (format!("{} (not exported)", n.label()), "section".into()),
     });
-    if counters.over_budget > 0 {
-        notes.push(format!(
-            "{} wait(s) over the budget of {} stacks a second were counted without their stack",
-            counters.over_budget, opts.stack_budget
-        ));
-    }
-    if counters.ring_full > 0 {
-        notes.push(format!(
-            "{} wait(s) were counted without their stack: pileup fell behind the ring buffer",
-            counters.ring_full
-        ));
-    }
-    if counters.slot_shared > 0 {
-        notes.push(format!(
-            "{} wait(s) were not followed: another thread whose id shares its low 16 bits was waiting at the same time",
-            counters.slot_shared
-        ));
-    }
-    if counters.table_full > 0 {
-        notes.push(format!(
-            "{} wait(s) on futex words past the table of 65,536 were not counted per lock",
-            counters.table_full
-        ));
-    }
-    let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
-    stops.sort_by_key(|s| std::cmp::Reverse(s.1));
-    if let Some((why, n)) = stops.first() {
-        notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
-    }
-    if locks.iter().any(|l| l.kind.starts_with("InnoDB") && l.taken_in.as_deref().is_some_and(|t| t.contains("+0x"))) {
-        notes.push(format!(
-            "{} does not export InnoDB's functions: their frames show as module+offset of the function's start (the same offset in every run of this binary); with its debug symbols installed they are named",
-            resolver.exe
-        ));
-    }
-    if locks.iter().any(|l| l.kind == "futex" && l.recorded > 0 && l.name_source == "heap") {
-        notes.push(
-            "a \"futex\" lock is a futex word pileup could not tell the kind of (its waiters' frames are unnamed)"
-                .into(),
-        );
-    }
+    notes.extend(trace_notes(&counters, opts.stack_budget, unwind_stops, &locks, &resolver.exe));
     Ok(Report {
         source: "ebpf",
         pid: Some(opts.pid),
