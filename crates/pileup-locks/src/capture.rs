@@ -259,8 +259,21 @@ pub fn trace(
     // The waits logged since the last drain, then those the kernel counted
     // in its table while the log was full.
     log.drain(&mut words);
-    for key in skel.maps.locks.keys() {
-        let Ok(Some(per_cpu)) = skel.maps.locks.lookup_percpu(&key, MapFlags::ANY) else { continue };
+    count_table(&skel.maps.locks, &mut words);
+    let last_waits = count_last_waits(&skel.maps.slots, detached_ns, &mut words, &mut pending, &mut on_event)?;
+    let words: Vec<(u64, WordStats)> = words.into_iter().filter(|(_, w)| w.count > 0).collect();
+    let counters = read_counters(&skel.maps.counters, last_waits);
+    if bad > 0 {
+        tracing::warn!(bad, "ring buffer records shorter than expected");
+    }
+    Ok(Traced { words, counters, elapsed, probe_cost })
+}
+
+/// Add the waits the kernel counted in its table of words (while the wait
+/// log was full) to `words`.
+fn count_table(locks: &impl MapCore, words: &mut HashMap<u64, WordStats>) {
+    for key in locks.keys() {
+        let Ok(Some(per_cpu)) = locks.lookup_percpu(&key, MapFlags::ANY) else { continue };
         let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
         let w = words.entry(u64::from_le_bytes(k)).or_default();
         for v in per_cpu.iter().filter_map(|v| word_stats(v)) {
@@ -268,17 +281,26 @@ pub fn trace(
             w.add(&v);
         }
     }
-    // Each thread's last wait is in its slot, not yet counted (a wait is
-    // counted when its thread's next wait begins): ended, or still in
-    // progress, counted with the time waited so far.
+}
+
+/// Each thread's last wait is in its slot, not yet counted (a wait is
+/// counted when its thread's next wait begins): ended, or still in
+/// progress (counted with the time waited so far, to `detached_ns`). A
+/// recorded wait still pending is handed to `on_event`. Returns how many
+/// waits were counted.
+fn count_last_waits(
+    slots: &impl MapCore,
+    detached_ns: u64,
+    words: &mut HashMap<u64, WordStats>,
+    pending: &mut HashMap<i32, Event>,
+    on_event: &mut impl FnMut(Event),
+) -> Result<u64, LocksError> {
     // In batches: one system call per 4,096 slots, not one per slot.
     let mut last_waits = 0;
-    let slots = skel
-        .maps
-        .slots
+    let batch = slots
         .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
         .map_err(|e| LocksError::Ebpf(format!("reading the slots: {e}")))?;
-    for (_, v) in slots {
+    for (_, v) in batch {
         let Some(sl) = Slot::decode(&v) else { continue };
         if sl.start == 0 {
             continue;
@@ -299,14 +321,18 @@ pub fn trace(
             on_event(e);
         }
     }
-    let words: Vec<(u64, WordStats)> = words.into_iter().filter(|(_, w)| w.count > 0).collect();
+    Ok(last_waits)
+}
+
+/// The kernel side's counters, summed over the CPUs.
+fn read_counters(map: &impl MapCore, last_waits: u64) -> Counters {
     let mut c = [0u64; 8];
     for (i, slot) in c.iter_mut().enumerate() {
-        if let Ok(Some(per_cpu)) = skel.maps.counters.lookup_percpu(&(i as u32).to_le_bytes(), MapFlags::ANY) {
+        if let Ok(Some(per_cpu)) = map.lookup_percpu(&(i as u32).to_le_bytes(), MapFlags::ANY) {
             *slot = per_cpu.iter().filter_map(|v| v.get(..8)).map(|b| u64::from_le_bytes(b.try_into().unwrap())).sum();
         }
     }
-    let counters = Counters {
+    Counters {
         waits: c[0] + last_waits,
         recorded: c[1],
         over_budget: c[2],
@@ -315,11 +341,7 @@ pub fn trace(
         no_stack: c[5],
         slot_shared: c[6],
         log_full: c[7],
-    };
-    if bad > 0 {
-        tracing::warn!(bad, "ring buffer records shorter than expected");
     }
-    Ok(Traced { words, counters, elapsed, probe_cost })
 }
 
 /// Make the kernel's `watched` set `now`: threads that appeared are added,
