@@ -86,75 +86,10 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackG
         ));
     }
     for l in p.locks.iter().take(20) {
-        let mut s = if l.most_at_once == l.waiters.len() {
-            format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr)
-        } else {
-            format!(
-                "lock: up to {} thread(s) at once ({} in all) wait on {} 0x{:x}",
-                l.most_at_once,
-                l.waiters.len(),
-                l.kind.describe(),
-                l.addr
-            )
-        };
-        if p.stops.samples > 1 {
-            s.push_str(&format!(" (in {} of {} samples)", l.samples, p.stops.samples));
-        }
-        match l.owner_tid {
-            Some(o) => {
-                s.push_str(&format!(" held by tid {o}"));
-                // The holder as it was when read, not in another sample.
-                if let Some(h) = &l.holder {
-                    s.push_str(&format!(" ({h})"));
-                }
-                out.push(s);
-                if let Some(stack) = &l.holder_stack {
-                    out.push(format!(
-                        "  holder stack: {}",
-                        if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }
-                    ));
-                }
-            }
-            None => {
-                s.push_str(&format!(": owner unknown ({})", l.unresolved_reason.as_deref().unwrap_or("not recorded")));
-                out.push(s);
-            }
-        }
-        let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
-        out.push(format!("  waiter tids: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
-        // A waiter's stack at its wait (in the sample it was seen waiting).
-        if !l.waiting_in.is_empty() {
-            let frames: Vec<&str> = l.waiting_in.iter().take(6).map(String::as_str).collect();
-            out.push(format!("  waiting in: {}", frames.join(",")));
-        }
+        out.extend(lock_lines(p, l));
     }
     for (i, g) in groups.iter().enumerate().take(20) {
-        let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let mut s = format!(
-            "stack {}: {} ({}{} thread(s): {})",
-            i + 1,
-            g.count,
-            g.tids.len(),
-            if g.tids_capped { "+" } else { "" },
-            states.join(", ")
-        );
-        if !g.statements.is_empty() {
-            let st: Vec<String> = g
-                .statements
-                .iter()
-                .take(3)
-                .map(|(q, n)| format!("{n}× `{}`", pileup_engine::one_line(q, 100)))
-                .collect();
-            s.push_str(&format!(" running {}", st.join(", ")));
-        } else if g.sql.len() == 1 {
-            s.push_str(&format!(" {}", g.sql[0]));
-        } else if !g.sql.is_empty() {
-            s.push_str(&format!(" {} SQL connections", g.sql.len()));
-        }
-        if g.tids.len() <= 3 {
-            s.push_str(&format!(" tids {}", g.tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")));
-        }
-        out.push(s);
+        out.push(group_line(i, g));
     }
     let missed: usize = p.stops.missed.values().sum();
     if missed > 0 {
@@ -169,6 +104,80 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackG
         out.push(format!("note: {n}"));
     }
     out
+}
+
+/// A lock group's lines: who waits on which lock, its holder and stack,
+/// the waiters and where they wait.
+fn lock_lines(p: &Profile, l: &pileup_engine::LockGroup) -> Vec<String> {
+    let mut out = vec![];
+    let mut s = if l.most_at_once == l.waiters.len() {
+        format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr)
+    } else {
+        format!(
+            "lock: up to {} thread(s) at once ({} in all) wait on {} 0x{:x}",
+            l.most_at_once,
+            l.waiters.len(),
+            l.kind.describe(),
+            l.addr
+        )
+    };
+    if p.stops.samples > 1 {
+        s.push_str(&format!(" (in {} of {} samples)", l.samples, p.stops.samples));
+    }
+    match l.owner_tid {
+        Some(o) => {
+            s.push_str(&format!(" held by tid {o}"));
+            // The holder as it was when read, not in another sample.
+            if let Some(h) = &l.holder {
+                s.push_str(&format!(" ({h})"));
+            }
+            out.push(s);
+            if let Some(stack) = &l.holder_stack {
+                out.push(format!(
+                    "  holder stack: {}",
+                    if stack.is_empty() { "<no stack>".into() } else { stack.join(",") }
+                ));
+            }
+        }
+        None => {
+            s.push_str(&format!(": owner unknown ({})", l.unresolved_reason.as_deref().unwrap_or("not recorded")));
+            out.push(s);
+        }
+    }
+    let w: Vec<String> = l.waiters.iter().take(12).map(|t| t.to_string()).collect();
+    out.push(format!("  waiter tids: {}{}", w.join(" "), if l.waiters.len() > 12 { " …" } else { "" }));
+    // A waiter's stack at its wait (in the sample it was seen waiting).
+    if !l.waiting_in.is_empty() {
+        let frames: Vec<&str> = l.waiting_in.iter().take(6).map(String::as_str).collect();
+        out.push(format!("  waiting in: {}", frames.join(",")));
+    }
+    out
+}
+
+/// A stack group's line: how many threads, their states and what they run.
+fn group_line(i: usize, g: &pileup_engine::analysis::StackGroup) -> String {
+    let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let mut s = format!(
+        "stack {}: {} ({}{} thread(s): {})",
+        i + 1,
+        g.count,
+        g.tids.len(),
+        if g.tids_capped { "+" } else { "" },
+        states.join(", ")
+    );
+    if !g.statements.is_empty() {
+        let st: Vec<String> =
+            g.statements.iter().take(3).map(|(q, n)| format!("{n}× `{}`", pileup_engine::one_line(q, 100))).collect();
+        s.push_str(&format!(" running {}", st.join(", ")));
+    } else if g.sql.len() == 1 {
+        s.push_str(&format!(" {}", g.sql[0]));
+    } else if !g.sql.is_empty() {
+        s.push_str(&format!(" {} SQL connections", g.sql.len()));
+    }
+    if g.tids.len() <= 3 {
+        s.push_str(&format!(" tids {}", g.tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")));
+    }
+    s
 }
 
 #[cfg(test)]
