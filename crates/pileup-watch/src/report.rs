@@ -108,59 +108,11 @@ fn stall_around(stalls: &[crate::scan::Stall], onset: f64) -> Option<&crate::sca
     stalls.iter().find(|st| st.began_unix <= onset + 0.15 && st.ended_unix > onset)
 }
 
-/// The self-contained `report.html` of a capture read back.
-pub fn render_html(c: &Capture) -> String {
-    let (ev, rows) = (&c.evidence, &c.metrics);
+/// The report's sections on what waited: row locks, stall classes, the
+/// scan's pile-ups, the lock pile-up and the metadata locks.
+fn waits_html(c: &Capture) -> String {
+    let ev = &c.evidence;
     let mut h = String::new();
-    let _ = write!(
-        h,
-        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>pileup capture: {}</title><style>
-body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1300px}}
-.verdict{{font-size:18px;background:#fff3e0;border-left:6px solid #e65100;padding:12px 16px;margin:8px 0 16px}}
-.charts{{display:flex;flex-wrap:wrap;gap:12px}} figure{{margin:0}} figcaption{{font-weight:600;font-size:13px}}
-pre{{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}} table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}} h2{{margin-top:28px}}
-img.flame{{max-width:100%;border:1px solid #ddd}}
-</style></head><body>"#,
-        esc(&ev.trigger)
-    );
-    let _ = write!(h, "<h1>pileup capture</h1><div class=\"verdict\" id=\"verdict\">{}</div>", esc(&ev.verdict));
-    let _ = write!(h, "<p>Trigger <code>{}</code> fired at {} UTC.", esc(&ev.trigger), stamp(ev.unix));
-    if let Some(o) = ev.onset_unix {
-        let _ = write!(h, " The stall began at {} UTC", stamp_tenths(o));
-        match stall_around(&c.stalls, o) {
-            Some(st) => {
-                let _ = write!(
-                    h,
-                    " and ended at {} UTC, {:.1} s later (threads held up, as the thread scan saw them).",
-                    stamp_tenths(st.ended_unix),
-                    st.ended_unix - o
-                );
-            }
-            None => h.push('.'),
-        }
-    }
-    if let Some(e) = &ev.sql_error {
-        let _ = write!(h, " SQL did not answer: {}.", esc(e));
-    }
-    if let Some(e) = &ev.stacks_error {
-        let _ = write!(h, " Stacks were not captured: {}.", esc(e));
-    }
-    h.push_str(" This file holds query text: keep it private.</p>");
-    h.push_str("<h2>Metrics around the trigger</h2><div class=\"charts\">");
-    let charts: Vec<String> = CHARTS.iter().filter_map(|(m, t)| chart(rows, m, t, ev.unix)).collect();
-    if charts.is_empty() {
-        h.push_str("<p>No metric history was recorded before this capture.</p>");
-    }
-    for c in charts {
-        h.push_str(&c);
-    }
-    h.push_str("</div>");
-    if rows.iter().any(|r| r.derived.contains_key("questions_rate")) {
-        for a in crate::derive::availability(|m| rows.iter().any(|r| r.derived.contains_key(m))) {
-            let _ = write!(h, "<p class=\"note\">Not on this server: {}: {}</p>", esc(a.metrics), esc(a.why));
-        }
-    }
     if !ev.root_blockers.is_empty() {
         h.push_str("<h2>Row lock waits</h2><table><tr><th>blocking connection</th><th>transactions waiting</th></tr>");
         for (b, n) in &ev.root_blockers {
@@ -225,14 +177,12 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
-    if let Some(svg) = &c.flamegraph_svg {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(svg);
-        let _ = write!(h, "<h2>Flame graph of the stall's stacks</h2><p>Rooted at each thread's role. The interactive version is <code>flamegraph.svg</code> next to this file.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{b64}\">");
-    }
-    if let Some(t) = &c.stacks_txt {
-        let _ =
-            write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(t));
-    }
+    h
+}
+
+/// The processlist as a table (its first 200 rows).
+fn processlist_html(ev: &crate::capture_dir::EvidenceFile) -> String {
+    let mut h = String::new();
     if !ev.processlist.is_empty() {
         h.push_str("<h2>Processlist</h2><table><tr><th>id</th><th>user</th><th>db</th><th>command</th><th>time</th><th>state</th><th>statement</th></tr>");
         for r in ev.processlist.iter().take(200) {
@@ -251,6 +201,72 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
         }
         h.push_str("</table>");
     }
+    h
+}
+
+/// The self-contained `report.html` of a capture read back.
+pub fn render_html(c: &Capture) -> String {
+    let (ev, rows) = (&c.evidence, &c.metrics);
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>pileup capture: {}</title><style>
+body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1300px}}
+.verdict{{font-size:18px;background:#fff3e0;border-left:6px solid #e65100;padding:12px 16px;margin:8px 0 16px}}
+.charts{{display:flex;flex-wrap:wrap;gap:12px}} figure{{margin:0}} figcaption{{font-weight:600;font-size:13px}}
+pre{{background:#f6f6f6;padding:8px;overflow:auto;font-size:12px}} table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}} h2{{margin-top:28px}}
+img.flame{{max-width:100%;border:1px solid #ddd}}
+</style></head><body>"#,
+        esc(&ev.trigger)
+    );
+    let _ = write!(h, "<h1>pileup capture</h1><div class=\"verdict\" id=\"verdict\">{}</div>", esc(&ev.verdict));
+    let _ = write!(h, "<p>Trigger <code>{}</code> fired at {} UTC.", esc(&ev.trigger), stamp(ev.unix));
+    if let Some(o) = ev.onset_unix {
+        let _ = write!(h, " The stall began at {} UTC", stamp_tenths(o));
+        match stall_around(&c.stalls, o) {
+            Some(st) => {
+                let _ = write!(
+                    h,
+                    " and ended at {} UTC, {:.1} s later (threads held up, as the thread scan saw them).",
+                    stamp_tenths(st.ended_unix),
+                    st.ended_unix - o
+                );
+            }
+            None => h.push('.'),
+        }
+    }
+    if let Some(e) = &ev.sql_error {
+        let _ = write!(h, " SQL did not answer: {}.", esc(e));
+    }
+    if let Some(e) = &ev.stacks_error {
+        let _ = write!(h, " Stacks were not captured: {}.", esc(e));
+    }
+    h.push_str(" This file holds query text: keep it private.</p>");
+    h.push_str("<h2>Metrics around the trigger</h2><div class=\"charts\">");
+    let charts: Vec<String> = CHARTS.iter().filter_map(|(m, t)| chart(rows, m, t, ev.unix)).collect();
+    if charts.is_empty() {
+        h.push_str("<p>No metric history was recorded before this capture.</p>");
+    }
+    for c in charts {
+        h.push_str(&c);
+    }
+    h.push_str("</div>");
+    if rows.iter().any(|r| r.derived.contains_key("questions_rate")) {
+        for a in crate::derive::availability(|m| rows.iter().any(|r| r.derived.contains_key(m))) {
+            let _ = write!(h, "<p class=\"note\">Not on this server: {}: {}</p>", esc(a.metrics), esc(a.why));
+        }
+    }
+    h.push_str(&waits_html(c));
+    if let Some(svg) = &c.flamegraph_svg {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(svg);
+        let _ = write!(h, "<h2>Flame graph of the stall's stacks</h2><p>Rooted at each thread's role. The interactive version is <code>flamegraph.svg</code> next to this file.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{b64}\">");
+    }
+    if let Some(t) = &c.stacks_txt {
+        let _ =
+            write!(h, "<h2>Stack groups, with the connections and statements behind them</h2><pre>{}</pre>", esc(t));
+    }
+    h.push_str(&processlist_html(ev));
     if let Some(s) = &c.innodb_status {
         let _ = write!(
             h,
