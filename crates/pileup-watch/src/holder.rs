@@ -282,6 +282,14 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
     }
     cands.sort_by(|a, b| a.1.total_cmp(&b.1));
     p.holders = cands.into_iter().map(|(h, _)| h).collect();
+    judge(&mut p, &all, subject, head.is_some(), &what);
+    Some(p)
+}
+
+/// How sure the inferred holders are: the only one that fits, one idle
+/// connection far closer to the onset than the rest, or several in order.
+fn judge(p: &mut LockPileup, all: &[Conn], subject: &Conn, headed: bool, what: &str) {
+    let class = p.class;
     match p.holders.len() {
         0 => p.why = format!("no connection was idle, running or in a transaction since before {what}"),
         1 => {
@@ -291,8 +299,8 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
         n => {
             // One idle connection far closer to the onset than any other
             // (within a second, the next more than a second further) stands out.
-            let idle_close =
-                matches!((class, head.is_some()), (LockClass::Backup, false) | (LockClass::TableLevel, false)) && {
+            let idle_close = matches!((class, headed), (LockClass::Backup, false) | (LockClass::TableLevel, false))
+                && {
                     let first = all.iter().find(|c| c.id == p.holders[0].conn).map(|c| c.secs - subject.secs);
                     let second = all.iter().find(|c| c.id == p.holders[1].conn).map(|c| c.secs - subject.secs);
                     let first_idle = all.iter().any(|c| c.id == p.holders[0].conn && c.command == "Sleep");
@@ -310,7 +318,6 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
             }
         }
     }
-    Some(p)
 }
 
 fn describe_lock(l: &MdlLock) -> String {
