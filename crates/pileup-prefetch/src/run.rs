@@ -42,21 +42,8 @@ pub fn run(
     let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads };
     let mut ctl = spec.connect()?;
     let mut meta = spec.connect()?;
-    let window_keys = match o.window_keys {
-        Some(k) => k,
-        None => {
-            let (pool, page, old_pct): (u64, u64, u64) = meta
-                .query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?
-                .unwrap_or((128 << 20, 16384, 37));
-            crate::window::default_keys(pool, page, old_pct)
-        }
-    };
+    let (window_keys, in_flight_trx) = sizes(&mut meta, o)?;
     sh.counters.window_keys.store(window_keys, Relaxed);
-    // With parallel replication the workers run transactions beyond the
-    // position the replica reports (the last one committed in order): reads
-    // for those would come too late. Plan only past two per worker.
-    let in_flight_trx: u64 =
-        meta.query_first::<u64, _>("SELECT @@slave_parallel_threads").ok().flatten().map(|t| t * 2).unwrap_or(0);
     sh.counters.in_flight_trx.store(in_flight_trx, Relaxed);
 
     let warmer = match o.warm {
@@ -153,6 +140,27 @@ pub fn run(
         let _ = h.join();
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// The window's size in keys (given, or what the buffer pool holds), and
+/// how many transactions beyond the replica's position parallel workers
+/// may be running: with parallel replication the workers run transactions
+/// past the position the replica reports (the last one committed in
+/// order), and reads for those would come too late, so planning starts two
+/// per worker past it.
+fn sizes(meta: &mut mysql::Conn, o: &Options) -> Result<(u64, u64)> {
+    let window_keys = match o.window_keys {
+        Some(k) => k,
+        None => {
+            let (pool, page, old_pct): (u64, u64, u64) = meta
+                .query_first("SELECT @@innodb_buffer_pool_size, @@innodb_page_size, @@innodb_old_blocks_pct")?
+                .unwrap_or((128 << 20, 16384, 37));
+            crate::window::default_keys(pool, page, old_pct)
+        }
+    };
+    let in_flight_trx: u64 =
+        meta.query_first::<u64, _>("SELECT @@slave_parallel_threads").ok().flatten().map(|t| t * 2).unwrap_or(0);
+    Ok((window_keys, in_flight_trx))
 }
 
 /// What reading one event gave.
