@@ -205,40 +205,7 @@ impl Sandbox {
                 None => free_port()?,
             };
             let server_id = opts.server_id.unwrap_or(port as u32);
-            let mut cmd = Command::new(&mariadbd);
-            cmd.arg("--no-defaults")
-                .arg(format!("--datadir={}", dir.join("data").display()))
-                .arg(format!("--socket={}", socket.display()))
-                .arg(format!("--port={port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
-                .arg(format!("--log-error={}", dir.join("error.log").display()))
-                .arg(format!("--tmpdir={}", dir.join("tmp").display()))
-                .arg(format!("--secure-file-priv={}", dir.join("tmp").display()))
-                .arg(format!("--server-id={server_id}"))
-                .arg("--skip-name-resolve")
-                .arg("--max-connections=3000")
-                .arg("--innodb-buffer-pool-size=128M")
-                .arg("--innodb-log-file-size=64M")
-                .arg("--innodb-flush-log-at-trx-commit=2")
-                .arg("--skip-log-bin");
-            if Path::new("/usr/share/mariadb").is_dir() {
-                cmd.arg("--lc-messages-dir=/usr/share/mariadb");
-            }
-            if opts.binlog {
-                cmd.arg(format!("--log-bin={}", dir.join("data").join("binlog").display()));
-                cmd.arg("--binlog-format=ROW");
-            }
-            if opts.replica_of.is_some() {
-                cmd.arg(format!("--relay-log={}", dir.join("data").join("relay").display()));
-                cmd.arg("--skip-slave-start");
-            }
-            if nix::unistd::geteuid().is_root() {
-                cmd.arg("--user=root");
-            }
-            for (k, v) in &opts.cnf {
-                cmd.arg(format!("--{}={v}", k.trim_start_matches('-')));
-            }
+            let mut cmd = server_command(&mariadbd, &dir, &socket, port, server_id, &opts);
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let launch = (
                 mariadbd.clone(),
@@ -577,6 +544,46 @@ fn template_dir() -> PathBuf {
     std::env::var_os("PILEUP_TEMPLATE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("pileup-sandbox-templates"))
+}
+
+/// The command line a sandbox's server starts with: its own datadir,
+/// socket, port and logs, small buffers, and what `opts` asks for.
+fn server_command(mariadbd: &Path, dir: &Path, socket: &Path, port: u16, server_id: u32, opts: &Options) -> Command {
+    let mut cmd = Command::new(mariadbd);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.join("data").display()))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--port={port}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+        .arg(format!("--log-error={}", dir.join("error.log").display()))
+        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+        .arg(format!("--secure-file-priv={}", dir.join("tmp").display()))
+        .arg(format!("--server-id={server_id}"))
+        .arg("--skip-name-resolve")
+        .arg("--max-connections=3000")
+        .arg("--innodb-buffer-pool-size=128M")
+        .arg("--innodb-log-file-size=64M")
+        .arg("--innodb-flush-log-at-trx-commit=2")
+        .arg("--skip-log-bin");
+    if Path::new("/usr/share/mariadb").is_dir() {
+        cmd.arg("--lc-messages-dir=/usr/share/mariadb");
+    }
+    if opts.binlog {
+        cmd.arg(format!("--log-bin={}", dir.join("data").join("binlog").display()));
+        cmd.arg("--binlog-format=ROW");
+    }
+    if opts.replica_of.is_some() {
+        cmd.arg(format!("--relay-log={}", dir.join("data").join("relay").display()));
+        cmd.arg("--skip-slave-start");
+    }
+    if nix::unistd::geteuid().is_root() {
+        cmd.arg("--user=root");
+    }
+    for (k, v) in &opts.cnf {
+        cmd.arg(format!("--{}={v}", k.trim_start_matches('-')));
+    }
+    cmd
 }
 
 /// Initialise (once per server binary) a pristine datadir to copy from,
