@@ -238,31 +238,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     }
     let d = d?;
     let view = View { rank: a.rank, limit: a.limit.max(1) };
-    let advice = if a.advise {
-        let spec = conn.resolve()?;
-        let top: Vec<&pileup_digest::class::Class> = pileup_digest::rank::order(&d.classes, a.rank)
-            .into_iter()
-            .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
-            .collect();
-        let o = pileup_digest::advise::AdviseOptions {
-            classes: a.advise_classes.max(1),
-            runs: a.advise_runs.max(1),
-            ..Default::default()
-        };
-        let interactive = std::io::stderr().is_terminal();
-        Some(pileup_digest::advise::advise(&spec, &top, &o, &mut |what| {
-            if interactive {
-                eprint!("\r\x1b[Kadvising: {what}");
-            }
-        })?)
-        .inspect(|_| {
-            if interactive {
-                eprint!("\r\x1b[K");
-            }
-        })
-    } else {
-        None
-    };
+    let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
     write_output(a.output.as_deref(), false, |w| {
         match format {
             Format::Text => {
@@ -295,4 +271,33 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
         return Err(super::ExitCode(3, msg).into());
     }
     Ok(())
+}
+
+/// `--advise`: the plans of the top classes tried on the server, and what
+/// wins; a line of progress on a terminal.
+fn advise(
+    a: &DigestArgs,
+    conn: &pileup_conn::ConnOptions,
+    d: &pileup_digest::Digest,
+) -> Result<Vec<pileup_digest::advise::Advice>> {
+    let spec = conn.resolve()?;
+    let top: Vec<&pileup_digest::class::Class> = pileup_digest::rank::order(&d.classes, a.rank)
+        .into_iter()
+        .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
+        .collect();
+    let o = pileup_digest::advise::AdviseOptions {
+        classes: a.advise_classes.max(1),
+        runs: a.advise_runs.max(1),
+        ..Default::default()
+    };
+    let interactive = std::io::stderr().is_terminal();
+    let advice = pileup_digest::advise::advise(&spec, &top, &o, &mut |what| {
+        if interactive {
+            eprint!("\r\x1b[Kadvising: {what}");
+        }
+    })?;
+    if interactive {
+        eprint!("\r\x1b[K");
+    }
+    Ok(advice)
 }
