@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{bail, Ctx, Result};
+use crate::error::{bail, Ctx, DumpError, Result};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
@@ -208,11 +208,52 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
     }
 
+    let first_error = copy_tables(conns, listed, &m.tables, o, on, &mut early);
+    let marker = if o.format == Format::Pileup { MANIFEST } else { "metadata" };
+    if let Some(e) = first_error {
+        return Err(e.ctx(format!("the dump in {} is incomplete (no {marker})", o.dir.display())));
+    }
+    early.sort_by_key(|d| (d.table, d.seq));
+    for d in early {
+        m.tables[d.table].chunks.push(d.chunk);
+    }
+    // Sequences after the data: every value a dumped row holds was handed
+    // out before this (values are not transactional).
+    for q in m.sequences.iter_mut() {
+        q.next = schema::sequence_next(&mut c, q)?;
+    }
+    m.finished = now_unix();
+    m.finished_at = spec.connect().map(|mut c| server_now(&mut c)).unwrap_or_default();
+    match o.format {
+        Format::Pileup => {
+            let json = serde_json::to_vec_pretty(&m)?;
+            pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
+        }
+        Format::Mydumper => {
+            crate::mydumper::write_schema(&o.dir, &m, &view_columns, o.compress)?;
+            crate::mydumper::write_metadata(&o.dir, &m)?;
+        }
+    }
+    Ok(m)
+}
+
+/// Copy the transactional tables on the workers' connections (each in its
+/// snapshot), largest first, a table planned into chunks by the first
+/// worker free; chunks copied are added to `early` and told. Returns the
+/// first error, after every worker has stopped.
+fn copy_tables(
+    conns: Vec<mysql::Conn>,
+    listed: Vec<Listed>,
+    tables: &[crate::manifest::Table],
+    o: &DumpOptions,
+    on: &mut dyn FnMut(Event),
+    early: &mut Vec<Done>,
+) -> Option<DumpError> {
     // The queue: transactional tables, largest first.
     let queue: Arc<Mutex<VecDeque<Job>>> = Arc::new(Mutex::new(
         listed.iter().enumerate().filter(|(_, t)| t.transactional()).map(|(i, _)| Job::Plan(i)).collect(),
     ));
-    let tables = Arc::new(m.tables.clone());
+    let tables = Arc::new(tables.to_vec());
     let listed = Arc::new(listed);
     let failed = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Result<Done>>();
@@ -252,7 +293,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for r in rx {
         match r {
             Ok(d) => {
-                on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
+                on(Event::Chunk { table: table_name(&tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
                 early.push(d);
             }
             Err(e) => {
@@ -263,32 +304,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for h in handles {
         let _ = h.join();
     }
-    let marker = if o.format == Format::Pileup { MANIFEST } else { "metadata" };
-    if let Some(e) = first_error {
-        return Err(e.ctx(format!("the dump in {} is incomplete (no {marker})", o.dir.display())));
-    }
-    early.sort_by_key(|d| (d.table, d.seq));
-    for d in early {
-        m.tables[d.table].chunks.push(d.chunk);
-    }
-    // Sequences after the data: every value a dumped row holds was handed
-    // out before this (values are not transactional).
-    for q in m.sequences.iter_mut() {
-        q.next = schema::sequence_next(&mut c, q)?;
-    }
-    m.finished = now_unix();
-    m.finished_at = spec.connect().map(|mut c| server_now(&mut c)).unwrap_or_default();
-    match o.format {
-        Format::Pileup => {
-            let json = serde_json::to_vec_pretty(&m)?;
-            pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
-        }
-        Format::Mydumper => {
-            crate::mydumper::write_schema(&o.dir, &m, &view_columns, o.compress)?;
-            crate::mydumper::write_metadata(&o.dir, &m)?;
-        }
-    }
-    Ok(m)
+    first_error
 }
 
 type Definitions = (
