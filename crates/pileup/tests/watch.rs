@@ -620,7 +620,12 @@ fn two_servers_on_one_host_are_never_mixed_up() {
     // A store holds one server's history: pointing A's watcher at it is refused.
     let out = watch_b(&data, &["-S", a.endpoint.socket.to_str().unwrap()]);
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && e.contains("holds the history of") && e.contains("its own --data-dir"), "{e}");
+    assert!(
+        !out.status.success()
+            && e.contains("holds the history of")
+            && e.contains("its own data directory (--data-dir)"),
+        "{e}"
+    );
     assert_eq!(e.lines().filter(|l| l.starts_with("pileup:")).count(), 1, "{e}");
     // A typo in a trigger is refused before anything runs.
     let out = pileup(&["watch", "--trigger", "data_pending_reads > 8", "--data-dir", data.to_str().unwrap()]);

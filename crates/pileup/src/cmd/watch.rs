@@ -229,7 +229,13 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),
         }
     };
-    Ok(run(spec, pid, &o, &stop, &mut on)?)
+    run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
+        // The store's refusals say which flag chooses another.
+        pileup_watch::WatchError::InUse { .. } | pileup_watch::WatchError::OtherServer { .. } => {
+            anyhow::anyhow!("{e} (--data-dir)")
+        }
+        e => e.into(),
+    })
 }
 
 /// List captures recorded in a data directory.
