@@ -124,6 +124,70 @@ struct Job {
     block: input::Block,
 }
 
+/// Read the inputs that come over SQL (the slow-log table,
+/// performance_schema's digests) into `agg`.
+fn read_sql_inputs(
+    inputs: &[Input],
+    agg: &mut Aggregate,
+    lines: &Mutex<HashMap<(usize, u64), u64>>,
+) -> Result<(), Error> {
+    for (i, input) in inputs.iter().enumerate() {
+        match input {
+            Input::Table(spec) => {
+                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                let rows = input::table::read(&mut conn, i, agg).map_err(Error::Server)?;
+                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), rows);
+            }
+            Input::Digests(spec, duration, stop) => {
+                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                for d in input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)? {
+                    agg.add_digest(&d, i);
+                }
+                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Problems and samples carry their line within their block: number them
+/// from each input's start (`lines`: each block's line count), and name
+/// their files. Returns the inputs' names and which attributes were seen.
+fn number_lines(
+    inputs: &[Input],
+    lines: HashMap<(usize, u64), u64>,
+    agg: &mut Aggregate,
+) -> (Vec<String>, [bool; N_ATTRS]) {
+    // Lines were counted per block: number them from each input's start.
+    let mut before: HashMap<(usize, u64), u64> = HashMap::new();
+    for (i, _) in inputs.iter().enumerate() {
+        let mut acc = 0;
+        for seq in 0.. {
+            let Some(n) = lines.get(&(i, seq)) else { break };
+            before.insert((i, seq), acc);
+            acc += n;
+        }
+    }
+    let names: Vec<String> = inputs.iter().map(Input::name).collect();
+    for p in &mut agg.problems {
+        p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
+        p.file = names[p.input].clone();
+    }
+    agg.problems.sort_by_key(|p| (p.input, p.line));
+    agg.problems.truncate(aggregate::PROBLEMS_KEPT);
+    let mut seen = [false; N_ATTRS];
+    for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {
+        let (input, at) = c.sample.at;
+        let (block, line) = (at >> 40, at & ((1 << 40) - 1));
+        c.sample.at = (input, line + before.get(&(input, block)).copied().unwrap_or(0));
+        for (i, _) in c.stats() {
+            seen[i] = true;
+        }
+    }
+    (names, seen)
+}
+
 /// Read every input and build the classes.
 pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Digest, Error> {
     let jobs = o.jobs.max(1);
@@ -138,23 +202,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     };
     let mut agg = Aggregate::new(o.max_classes);
     // A table is read over SQL on this thread, before the files.
-    for (i, input) in inputs.iter().enumerate() {
-        match input {
-            Input::Table(spec) => {
-                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
-                let rows = input::table::read(&mut conn, i, &mut agg).map_err(Error::Server)?;
-                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), rows);
-            }
-            Input::Digests(spec, duration, stop) => {
-                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
-                for d in input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)? {
-                    agg.add_digest(&d, i);
-                }
-                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
-            }
-            _ => {}
-        }
-    }
+    read_sql_inputs(inputs, &mut agg, &lines)?;
     let read_all = |send: &mut dyn FnMut(Job), sink: &mut dyn Sink| -> Result<(), Error> {
         for (i, input) in inputs.iter().enumerate() {
             if matches!(input, Input::Table(_) | Input::Digests(..)) {
@@ -220,33 +268,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         });
         r?;
     }
-    // Lines were counted per block: number them from each input's start.
-    let lines = lines.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut before: HashMap<(usize, u64), u64> = HashMap::new();
-    for (i, _) in inputs.iter().enumerate() {
-        let mut acc = 0;
-        for seq in 0.. {
-            let Some(n) = lines.get(&(i, seq)) else { break };
-            before.insert((i, seq), acc);
-            acc += n;
-        }
-    }
-    let names: Vec<String> = inputs.iter().map(Input::name).collect();
-    for p in &mut agg.problems {
-        p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
-        p.file = names[p.input].clone();
-    }
-    agg.problems.sort_by_key(|p| (p.input, p.line));
-    agg.problems.truncate(aggregate::PROBLEMS_KEPT);
-    let mut seen = [false; N_ATTRS];
-    for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {
-        let (input, at) = c.sample.at;
-        let (block, line) = (at >> 40, at & ((1 << 40) - 1));
-        c.sample.at = (input, line + before.get(&(input, block)).copied().unwrap_or(0));
-        for (i, _) in c.stats() {
-            seen[i] = true;
-        }
-    }
+    let (names, seen) = number_lines(inputs, lines.into_inner().unwrap_or_else(|e| e.into_inner()), &mut agg);
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
     Ok(Digest {
