@@ -259,174 +259,216 @@ pub fn advise(
         pileup_conn::flavor(&mut s.conn).map_err(|e| crate::error::Error::Server(format!("--advise: {e:#}")))?;
     let mut out = vec![];
     for c in classes.iter().take(o.classes) {
-        let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
-        let mut a = Advice {
-            id: crate::report::id(&c.fingerprint),
-            fingerprint: String::from_utf8_lossy(&c.fingerprint).into_owned(),
-            skipped: None,
-            optimization_ms: None,
-            execution_ms: None,
-            plan: vec![],
-            rows: None,
-            median_ms: None,
-            variants: vec![],
-            best: None,
-        };
-        if sql.trim().is_empty() {
-            a.skipped = Some("no sample statement (performance_schema on MariaDB keeps only the digest)".into());
-            out.push(a);
-            continue;
+        out.push(advise_one(&mut s, flavor, c, o, progress));
+    }
+    Ok(out)
+}
+
+/// What one class's statement does, and which variant of it (if any) runs
+/// faster with the same rows.
+fn advise_one(
+    s: &mut Session,
+    flavor: pileup_conn::Flavor,
+    c: &Class,
+    o: &AdviseOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Advice {
+    let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
+    let mut a = Advice {
+        id: crate::report::id(&c.fingerprint),
+        fingerprint: String::from_utf8_lossy(&c.fingerprint).into_owned(),
+        skipped: None,
+        optimization_ms: None,
+        execution_ms: None,
+        plan: vec![],
+        rows: None,
+        median_ms: None,
+        variants: vec![],
+        best: None,
+    };
+    if sql.trim().is_empty() {
+        a.skipped = Some("no sample statement (performance_schema on MariaDB keeps only the digest)".into());
+        return a;
+    }
+    if let Some(why) = refuse(&sql) {
+        a.skipped = Some(format!("not run: {why}"));
+        return a;
+    }
+    let db = String::from_utf8_lossy(c.sample.db()).into_owned();
+    if !db.is_empty() {
+        if let Err(e) = s.conn.query_drop(format!("USE {}", ident(&db))) {
+            a.skipped = Some(format!("database {db}: {}", pileup_conn::plain(&e)));
+            return a;
         }
-        if let Some(why) = refuse(&sql) {
-            a.skipped = Some(format!("not run: {why}"));
-            out.push(a);
-            continue;
+    }
+    progress(&format!("{}: ANALYZE", a.id));
+    let plan = if flavor == pileup_conn::Flavor::MariaDb {
+        s.analyze(&[], &sql).map(|j| split(&j))
+    } else {
+        Err(String::new())
+    };
+    let tables = match plan {
+        Ok((opt, exec, t)) => {
+            a.optimization_ms = opt;
+            a.execution_ms = exec;
+            a.plan = t.iter().map(|(n, k, _)| (n.clone(), k.clone())).collect();
+            t
         }
-        let db = String::from_utf8_lossy(c.sample.db()).into_owned();
-        if !db.is_empty() {
-            if let Err(e) = s.conn.query_drop(format!("USE {}", ident(&db))) {
-                a.skipped = Some(format!("database {db}: {}", pileup_conn::plain(&e)));
-                out.push(a);
-                continue;
-            }
+        Err(e) if !e.is_empty() => {
+            a.skipped = Some(format!("ANALYZE failed: {e}"));
+            return a;
         }
-        progress(&format!("{}: ANALYZE", a.id));
-        let plan = if flavor == pileup_conn::Flavor::MariaDb {
-            s.analyze(&[], &sql).map(|j| split(&j))
-        } else {
-            Err(String::new())
-        };
-        let tables = match plan {
-            Ok((opt, exec, t)) => {
-                a.optimization_ms = opt;
-                a.execution_ms = exec;
-                a.plan = t.iter().map(|(n, k, _)| (n.clone(), k.clone())).collect();
-                t
-            }
-            Err(e) if !e.is_empty() => {
-                a.skipped = Some(format!("ANALYZE failed: {e}"));
-                out.push(a);
-                continue;
-            }
-            Err(_) => vec![],
-        };
-        let opt_share = match (a.optimization_ms, a.execution_ms) {
-            (Some(o), Some(e)) if o + e > 0.0 => Some(o / (o + e)),
-            _ => rank::optimizer_share(c),
-        };
-        let examined = rank::examined_per_row(c).unwrap_or(0.0);
-        if opt_share.unwrap_or(0.0) < o.optimizer_share && examined < o.examined_per_row {
-            a.skipped = Some(format!(
-                "no variant tried: optimization {:.0}% of the time, {:.0} rows examined per row",
-                opt_share.unwrap_or(0.0) * 100.0,
-                examined
-            ));
-            out.push(a);
-            continue;
+        Err(_) => vec![],
+    };
+    let opt_share = match (a.optimization_ms, a.execution_ms) {
+        (Some(o), Some(e)) if o + e > 0.0 => Some(o / (o + e)),
+        _ => rank::optimizer_share(c),
+    };
+    let examined = rank::examined_per_row(c).unwrap_or(0.0);
+    if opt_share.unwrap_or(0.0) < o.optimizer_share && examined < o.examined_per_row {
+        a.skipped = Some(format!(
+            "no variant tried: optimization {:.0}% of the time, {:.0} rows examined per row",
+            opt_share.unwrap_or(0.0) * 100.0,
+            examined
+        ));
+        return a;
+    }
+    let variants = variants_of(&sql, &tables);
+    // Timed: the statement and each variant in turn, `runs` rounds.
+    progress(&format!("{}: timing the statement and {} variants", a.id, variants.len()));
+    let (base_ms, base_sum, times, sums) = time_rounds(s, &sql, &variants, o.runs, &mut a);
+    if a.skipped.is_some() {
+        return a;
+    }
+    judge(s, &mut a, &variants, &base_ms, base_sum, &times, &sums);
+    a
+}
+
+/// A variant: what it changes, the session settings it runs under, and
+/// its statement.
+type Variants = Vec<(String, Vec<String>, String)>;
+
+/// The variants tried: on a single table, FORCE INDEX on the index chosen
+/// first and on each other candidate, each other candidate ignored; and
+/// two optimizer settings.
+fn variants_of(sql: &str, tables: &[(String, Option<String>, Vec<String>)]) -> Variants {
+    let mut variants: Variants = vec![];
+    let single = pileup_sql::single_table(sql.as_bytes());
+    if let (Some(t), [(table, chosen, possible)]) = (&single, tables) {
+        let with = |hint: &str| format!("{} {hint}{}", &sql[..t.hint_at], &sql[t.hint_at..]);
+        let name = &sql[t.name.clone()];
+        // FORCE INDEX on the index chosen first (the same plan without
+        // the other indexes' dives), then on each other candidate, then
+        // each other candidate ignored.
+        let others: Vec<&String> = possible.iter().filter(|k| Some(*k) != chosen.as_ref()).take(4).collect();
+        for k in chosen.iter().chain(others.iter().copied()) {
+            let h = format!("FORCE INDEX ({})", ident(k));
+            variants.push((format!("FROM {name} {h}"), vec![], with(&h)));
         }
-        // The variants.
-        let mut variants: Vec<(String, Vec<String>, String)> = vec![];
-        let single = pileup_sql::single_table(sql.as_bytes());
-        if let (Some(t), [(table, chosen, possible)]) = (&single, tables.as_slice()) {
-            let with = |hint: &str| format!("{} {hint}{}", &sql[..t.hint_at], &sql[t.hint_at..]);
-            let name = &sql[t.name.clone()];
-            // FORCE INDEX on the index chosen first (the same plan without
-            // the other indexes' dives), then on each other candidate, then
-            // each other candidate ignored.
-            let others: Vec<&String> = possible.iter().filter(|k| Some(*k) != chosen.as_ref()).take(4).collect();
-            for k in chosen.iter().chain(others.iter().copied()) {
-                let h = format!("FORCE INDEX ({})", ident(k));
-                variants.push((format!("FROM {name} {h}"), vec![], with(&h)));
-            }
-            for k in &others {
-                let h = format!("IGNORE INDEX ({})", ident(k));
-                variants.push((format!("FROM {name} {h}"), vec![], with(&h)));
-            }
-            let _ = table;
+        for k in &others {
+            let h = format!("IGNORE INDEX ({})", ident(k));
+            variants.push((format!("FROM {name} {h}"), vec![], with(&h)));
         }
-        for (var, val) in [("eq_range_index_dive_limit", "10"), ("optimizer_switch", "'rowid_filter=off'")] {
-            let set = format!("SET SESSION {var} = {val}");
-            variants.push((set.clone(), vec![set], sql.clone()));
-        }
-        // Timed: the statement and each variant in turn, `runs` rounds.
-        progress(&format!("{}: timing the statement and {} variants", a.id, variants.len()));
-        let ordered = is_ordered(&sql);
-        let mut base_ms = vec![];
-        let mut base_sum = None;
-        let mut times: Vec<Vec<f64>> = vec![vec![]; variants.len()];
-        let mut sums: Vec<Option<Result<u64, String>>> = vec![None; variants.len()];
-        let deadline = Instant::now() + Duration::from_secs(60);
-        for _round in 0..o.runs.max(1) {
-            match s.run(&[], &sql, ordered) {
-                Ok((ms, rows, sum)) => {
-                    base_ms.push(ms);
-                    a.rows = Some(rows);
-                    base_sum.get_or_insert(sum);
-                }
-                Err(e) => {
-                    a.skipped = Some(format!("the statement failed: {e}"));
-                    break;
-                }
+        let _ = table;
+    }
+    for (var, val) in [("eq_range_index_dive_limit", "10"), ("optimizer_switch", "'rowid_filter=off'")] {
+        let set = format!("SET SESSION {var} = {val}");
+        variants.push((set.clone(), vec![set], sql.to_string()));
+    }
+    variants
+}
+
+/// Per-round timings of the statement and of each variant
+/// (`runs` rounds, a minute at most).
+type Timed = (Vec<f64>, Option<u64>, Vec<Vec<f64>>, Vec<Option<Result<u64, String>>>);
+
+/// Time the statement and each variant in turn, `runs` rounds; a variant
+/// whose first run took over three times the statement's is not run again.
+fn time_rounds(s: &mut Session, sql: &str, variants: &Variants, runs: usize, a: &mut Advice) -> Timed {
+    let ordered = is_ordered(sql);
+    let mut base_ms = vec![];
+    let mut base_sum = None;
+    let mut times: Vec<Vec<f64>> = vec![vec![]; variants.len()];
+    let mut sums: Vec<Option<Result<u64, String>>> = vec![None; variants.len()];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for _round in 0..runs.max(1) {
+        match s.run(&[], sql, ordered) {
+            Ok((ms, rows, sum)) => {
+                base_ms.push(ms);
+                a.rows = Some(rows);
+                base_sum.get_or_insert(sum);
             }
-            for (i, (_, setup, vsql)) in variants.iter().enumerate() {
-                if matches!(sums[i], Some(Err(_))) {
-                    continue;
-                }
-                // A variant whose first run took over three times the
-                // statement's cannot win: not run again.
-                if times[i].first().is_some_and(|&t| t > 3.0 * base_ms[0]) {
-                    continue;
-                }
-                match s.run(setup, vsql, ordered) {
-                    Ok((ms, _, sum)) => {
-                        times[i].push(ms);
-                        sums[i].get_or_insert(Ok(sum));
-                    }
-                    Err(e) => sums[i] = Some(Err(e)),
-                }
-            }
-            if Instant::now() > deadline {
+            Err(e) => {
+                a.skipped = Some(format!("the statement failed: {e}"));
                 break;
             }
         }
-        if a.skipped.is_some() {
-            out.push(a);
-            continue;
+        for (i, (_, setup, vsql)) in variants.iter().enumerate() {
+            if matches!(sums[i], Some(Err(_))) {
+                continue;
+            }
+            // A variant whose first run took over three times the
+            // statement's cannot win: not run again.
+            if times[i].first().is_some_and(|&t| t > 3.0 * base_ms[0]) {
+                continue;
+            }
+            match s.run(setup, vsql, ordered) {
+                Ok((ms, _, sum)) => {
+                    times[i].push(ms);
+                    sums[i].get_or_insert(Ok(sum));
+                }
+                Err(e) => sums[i] = Some(Err(e)),
+            }
         }
-        let base = crate::median(&base_ms);
-        a.median_ms = Some(base);
-        for (i, (change, setup, vsql)) in variants.iter().enumerate() {
-            let (opt, exec, key) = match s.analyze(setup, vsql).map(|j| split(&j)) {
-                Ok((o, e, t)) => (o, e, t.first().and_then(|x| x.1.clone())),
-                Err(_) => (None, None, None),
-            };
-            let (same, error) = match &sums[i] {
-                Some(Ok(h)) => (Some(*h) == base_sum, None),
-                Some(Err(e)) => (false, Some(e.clone())),
-                None => (false, Some("not run".into())),
-            };
-            let m = crate::median(&times[i]);
-            a.variants.push(Variant {
-                change: change.clone(),
-                median_ms: m,
-                gain: if m > 0.0 { base / m } else { 0.0 },
-                same_rows: same,
-                optimization_ms: opt,
-                execution_ms: exec,
-                key,
-                error,
-            });
+        if Instant::now() > deadline {
+            break;
         }
-        a.best = a
-            .variants
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.same_rows && v.error.is_none() && v.gain >= 1.1)
-            .max_by(|x, y| x.1.gain.total_cmp(&y.1.gain))
-            .map(|(i, _)| i);
-        out.push(a);
     }
-    Ok(out)
+    (base_ms, base_sum, times, sums)
+}
+
+/// Each variant's median, gain over the statement and rows, and the best
+/// one (the same rows, at least 1.1 times as fast).
+fn judge(
+    s: &mut Session,
+    a: &mut Advice,
+    variants: &Variants,
+    base_ms: &[f64],
+    base_sum: Option<u64>,
+    times: &[Vec<f64>],
+    sums: &[Option<Result<u64, String>>],
+) {
+    let base = crate::median(base_ms);
+    a.median_ms = Some(base);
+    for (i, (change, setup, vsql)) in variants.iter().enumerate() {
+        let (opt, exec, key) = match s.analyze(setup, vsql).map(|j| split(&j)) {
+            Ok((o, e, t)) => (o, e, t.first().and_then(|x| x.1.clone())),
+            Err(_) => (None, None, None),
+        };
+        let (same, error) = match &sums[i] {
+            Some(Ok(h)) => (Some(*h) == base_sum, None),
+            Some(Err(e)) => (false, Some(e.clone())),
+            None => (false, Some("not run".into())),
+        };
+        let m = crate::median(&times[i]);
+        a.variants.push(Variant {
+            change: change.clone(),
+            median_ms: m,
+            gain: if m > 0.0 { base / m } else { 0.0 },
+            same_rows: same,
+            optimization_ms: opt,
+            execution_ms: exec,
+            key,
+            error,
+        });
+    }
+    a.best = a
+        .variants
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.same_rows && v.error.is_none() && v.gain >= 1.1)
+        .max_by(|x, y| x.1.gain.total_cmp(&y.1.gain))
+        .map(|(i, _)| i);
 }
 
 #[cfg(test)]
