@@ -191,97 +191,101 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
     }
     h.push_str("</table>");
     for (i, c) in ranked.iter().enumerate() {
-        let _ = write!(
-            h,
-            "<h2 id=\"c{}\">Class {}: {}</h2><p>{} calls, {:.1}% of the time{}.</p><pre>{}</pre><div class=\"charts\">",
-            i + 1,
-            i + 1,
-            id(&c.fingerprint),
-            c.count,
-            if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 },
-            match (c.first, c.last) {
-                (Some(f), Some(l)) => format!(", seen {} to {} UTC", utc(f), utc(l)),
-                _ => String::new(),
-            },
-            esc(&String::from_utf8_lossy(&c.fingerprint))
-        );
-        for fig in [histogram(c), timeline(c)].into_iter().flatten() {
-            h.push_str(&fig);
-        }
-        h.push_str("</div><table><tr><th>attribute</th><th>total</th><th>min</th><th>max</th><th>mean</th><th>p95</th><th>p99</th></tr>");
-        for (a, s) in c.stats().filter(|(_, s)| s.sum != 0.0) {
-            let at = &ATTRS[a];
-            let int = at.unit != Unit::Seconds;
-            let _ = write!(
-                h,
-                "<tr><td title=\"{}\">{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                esc(at.about),
-                at.name,
-                esc(&num(s.sum, at.unit)),
-                esc(&num(s.min, at.unit)),
-                esc(&num(s.max, at.unit)),
-                esc(&num(s.mean(), at.unit)),
-                esc(&num(s.quantile(0.95, int), at.unit)),
-                esc(&num(s.quantile(0.99, int), at.unit))
-            );
-        }
-        h.push_str("</table>");
-        let flags: Vec<String> = FLAGS
-            .iter()
-            .zip(&c.flags)
-            .filter(|(_, (seen, yes))| *seen > 0 && *yes > 0)
-            .map(|((name, about), (seen, yes))| {
-                format!(
-                    "<span title=\"{}\">{name} {:.0}%</span>",
-                    esc(about),
-                    f64::from(*yes) / f64::from(*seen) * 100.0
-                )
-            })
-            .collect();
-        if !flags.is_empty() {
-            let _ = write!(h, "<p>Plan: {}</p>", flags.join(", "));
-        }
-        let few = |f: &crate::class::Few| {
-            f.sorted()
-                .into_iter()
-                .map(|(v, n)| format!("{} ({n})", esc(if v.is_empty() { "(none)" } else { &v })))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let _ = write!(h, "<p>Databases: {}. Hosts: {}. Users: {}.</p>", few(&c.dbs), few(&c.hosts), few(&c.users));
-        let (input, line) = c.sample.at;
-        if c.sample.query.is_empty() {
-            continue;
-        }
-        if line == 0 {
-            let _ = write!(h, "<p>Sample (from {}):</p>", esc(d.inputs.get(input).map_or("?", String::as_str)));
-        } else {
-            let _ = write!(
-                h,
-                "<p>Slowest sample: {} ({}:{}):</p>",
-                esc(&secs(c.sample.query_time)),
-                esc(d.inputs.get(input).map_or("?", String::as_str)),
-                line
-            );
-        }
-        let _ = write!(h, "<pre>{}</pre>", esc(&String::from_utf8_lossy(&c.sample.query)));
-        let explain: Vec<&[u8]> = c.sample.explain_lines().collect();
-        if !explain.is_empty() {
-            h.push_str("<table class=\"explain\">");
-            for (k, l) in explain.iter().enumerate() {
-                let cell = if k == 0 { "th" } else { "td" };
-                h.push_str("<tr>");
-                for col in String::from_utf8_lossy(l).split('\t') {
-                    let _ = write!(h, "<{cell}>{}</{cell}>", esc(col));
-                }
-                h.push_str("</tr>");
-            }
-            h.push_str("</table>");
-        }
+        h.push_str(&class_section(d, i, c, total));
     }
     if let Some(adv) = advice {
         let _ = write!(h, "<h2 id=\"advice\">Plan advice</h2><pre>{}</pre>", esc(&super::text::render_advice(adv)));
     }
     h.push_str("</body></html>\n");
+    h
+}
+
+/// One class's section: its share of the time, charts, attributes, plan
+/// flags, where it came from, its slowest sample and that sample's EXPLAIN.
+fn class_section(d: &Digest, i: usize, c: &Class, total: f64) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<h2 id=\"c{}\">Class {}: {}</h2><p>{} calls, {:.1}% of the time{}.</p><pre>{}</pre><div class=\"charts\">",
+        i + 1,
+        i + 1,
+        id(&c.fingerprint),
+        c.count,
+        if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 },
+        match (c.first, c.last) {
+            (Some(f), Some(l)) => format!(", seen {} to {} UTC", utc(f), utc(l)),
+            _ => String::new(),
+        },
+        esc(&String::from_utf8_lossy(&c.fingerprint))
+    );
+    for fig in [histogram(c), timeline(c)].into_iter().flatten() {
+        h.push_str(&fig);
+    }
+    h.push_str("</div><table><tr><th>attribute</th><th>total</th><th>min</th><th>max</th><th>mean</th><th>p95</th><th>p99</th></tr>");
+    for (a, s) in c.stats().filter(|(_, s)| s.sum != 0.0) {
+        let at = &ATTRS[a];
+        let int = at.unit != Unit::Seconds;
+        let _ = write!(
+            h,
+            "<tr><td title=\"{}\">{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+            esc(at.about),
+            at.name,
+            esc(&num(s.sum, at.unit)),
+            esc(&num(s.min, at.unit)),
+            esc(&num(s.max, at.unit)),
+            esc(&num(s.mean(), at.unit)),
+            esc(&num(s.quantile(0.95, int), at.unit)),
+            esc(&num(s.quantile(0.99, int), at.unit))
+        );
+    }
+    h.push_str("</table>");
+    let flags: Vec<String> = FLAGS
+        .iter()
+        .zip(&c.flags)
+        .filter(|(_, (seen, yes))| *seen > 0 && *yes > 0)
+        .map(|((name, about), (seen, yes))| {
+            format!("<span title=\"{}\">{name} {:.0}%</span>", esc(about), f64::from(*yes) / f64::from(*seen) * 100.0)
+        })
+        .collect();
+    if !flags.is_empty() {
+        let _ = write!(h, "<p>Plan: {}</p>", flags.join(", "));
+    }
+    let few = |f: &crate::class::Few| {
+        f.sorted()
+            .into_iter()
+            .map(|(v, n)| format!("{} ({n})", esc(if v.is_empty() { "(none)" } else { &v })))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = write!(h, "<p>Databases: {}. Hosts: {}. Users: {}.</p>", few(&c.dbs), few(&c.hosts), few(&c.users));
+    let (input, line) = c.sample.at;
+    if c.sample.query.is_empty() {
+        return h;
+    }
+    if line == 0 {
+        let _ = write!(h, "<p>Sample (from {}):</p>", esc(d.inputs.get(input).map_or("?", String::as_str)));
+    } else {
+        let _ = write!(
+            h,
+            "<p>Slowest sample: {} ({}:{}):</p>",
+            esc(&secs(c.sample.query_time)),
+            esc(d.inputs.get(input).map_or("?", String::as_str)),
+            line
+        );
+    }
+    let _ = write!(h, "<pre>{}</pre>", esc(&String::from_utf8_lossy(&c.sample.query)));
+    let explain: Vec<&[u8]> = c.sample.explain_lines().collect();
+    if !explain.is_empty() {
+        h.push_str("<table class=\"explain\">");
+        for (k, l) in explain.iter().enumerate() {
+            let cell = if k == 0 { "th" } else { "td" };
+            h.push_str("<tr>");
+            for col in String::from_utf8_lossy(l).split('\t') {
+                let _ = write!(h, "<{cell}>{}</{cell}>", esc(col));
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</table>");
+    }
     h
 }
