@@ -100,19 +100,25 @@ fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
     }
     Ok(())
 }
+/// What a load finds already there: tables it skips (or, resuming,
+/// keeps and checks chunk by chunk), objects it skips, sequences it keeps.
+struct AlreadyThere {
+    skip: Vec<bool>,
+    exists_t: Vec<bool>,
+    skip_obj: Vec<bool>,
+    keep_seq: Vec<bool>,
+}
 
-pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
-    if !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists() {
-        return load_mydumper(spec, o, on);
-    }
-    let m = read_manifest(&o.dir)?;
-    let mut c = spec.connect()?;
-    session(&mut c, o)?;
-    c.query_drop("SET NAMES utf8mb4")?;
-
-    // Tables, views, routines, triggers and events that exist already. A
-    // resumed load keeps its own tables (their chunks are checked one by
-    // one) and the objects it created.
+/// Tables, views, routines, triggers, events and sequences that exist
+/// already. A resumed load keeps its own tables (their chunks are checked
+/// one by one), the objects it created and its sequences (SETVAL only moves
+/// a sequence forward).
+fn already_there(
+    c: &mut mysql::Conn,
+    o: &LoadOptions,
+    m: &Manifest,
+    on: &mut dyn FnMut(Event),
+) -> Result<AlreadyThere> {
     let mut skip = vec![false; m.tables.len()];
     let mut exists_t = vec![false; m.tables.len()];
     let mut skip_obj = vec![false; m.objects.len()];
@@ -123,7 +129,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         .chain(m.objects.iter().map(|x| (kind_word(x.kind), x.db.as_str(), x.name.as_str())));
     for (i, (kind, db, name)) in named.enumerate() {
         let what = kind.to_lowercase();
-        if found(&mut c, o, &mut *on, &what, &[kind], target(o, db), name, true)? == Found::Kept {
+        if found(c, o, &mut *on, &what, &[kind], target(o, db), name, true)? == Found::Kept {
             match (i < skip.len(), o.resume) {
                 (true, true) => exists_t[i] = true,
                 (true, false) => skip[i] = true,
@@ -131,13 +137,64 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
             }
         }
     }
-    // Sequences that exist: a resumed load keeps them (SETVAL below only
-    // moves a sequence forward).
     let mut keep_seq = vec![false; m.sequences.len()];
     for (i, q) in m.sequences.iter().enumerate() {
-        keep_seq[i] =
-            found(&mut c, o, &mut *on, "sequence", &["SEQUENCE"], target(o, &q.db), &q.name, true)? == Found::Kept;
+        keep_seq[i] = found(c, o, &mut *on, "sequence", &["SEQUENCE"], target(o, &q.db), &q.name, true)? == Found::Kept;
     }
+    Ok(AlreadyThere { skip, exists_t, skip_obj, keep_seq })
+}
+
+/// Create the tables not skipped (those with secondary indexes deferred
+/// without them, statistics recalculation off while they load); for each,
+/// the indexes still to add after its data.
+fn create_tables(
+    c: &mut mysql::Conn,
+    o: &LoadOptions,
+    m: &Manifest,
+    skip: &[bool],
+    exists_t: &[bool],
+    deferred: &[Option<Deferred>],
+    recalc: &[Option<String>],
+) -> Result<Vec<Vec<String>>> {
+    let mut later: Vec<Vec<String>> = vec![vec![]; m.tables.len()];
+    for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
+        let db = target(o, &t.db);
+        if exists_t[i] {
+            if recalc[i].is_some() {
+                recalc_off(c, &format!("{}.{}", quote(db), quote(&t.name)))?;
+            }
+            if let Some(d) = &deferred[i] {
+                let have: Vec<String> = c.exec(
+                    "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                    (db, &t.name),
+                )?;
+                later[i] = d.indexes.iter().filter(|(n, _)| !have.contains(n)).map(|(_, a)| a.clone()).collect();
+            }
+            continue;
+        }
+        c.query_drop(format!("USE {}", quote(db)))?;
+        let create = deferred[i].as_ref().map(|d| d.create.as_str()).unwrap_or(&t.create);
+        c.query_drop(create).with_ctx(|| format!("creating table {db}.{}", t.name))?;
+        if recalc[i].is_some() {
+            recalc_off(c, &format!("{}.{}", quote(db), quote(&t.name)))?;
+        }
+        if let Some(d) = &deferred[i] {
+            later[i] = d.indexes.iter().map(|(_, a)| a.clone()).collect();
+        }
+    }
+    Ok(later)
+}
+
+pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
+    if !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists() {
+        return load_mydumper(spec, o, on);
+    }
+    let m = read_manifest(&o.dir)?;
+    let mut c = spec.connect()?;
+    session(&mut c, o)?;
+    c.query_drop("SET NAMES utf8mb4")?;
+
+    let AlreadyThere { skip, exists_t, skip_obj, keep_seq } = already_there(&mut c, o, &m, &mut *on)?;
     for d in &m.databases {
         c.query_drop(format!(
             "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET {} COLLATE {}",
@@ -170,36 +227,11 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
                 .flatten()
         })
         .collect();
-    let mut later: Vec<Vec<String>> = vec![vec![]; m.tables.len()];
     // InnoDB tables with data: their own STATS_AUTO_RECALC, given back
     // after the data (a resumed load's tables have it off still).
     let recalc: Vec<Option<String>> =
         m.tables.iter().map(|t| (!t.chunks.is_empty()).then(|| stats_auto_recalc(&t.create)).flatten()).collect();
-    for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
-        let db = target(o, &t.db);
-        if exists_t[i] {
-            if recalc[i].is_some() {
-                recalc_off(&mut c, &format!("{}.{}", quote(db), quote(&t.name)))?;
-            }
-            if let Some(d) = &deferred[i] {
-                let have: Vec<String> = c.exec(
-                    "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-                    (db, &t.name),
-                )?;
-                later[i] = d.indexes.iter().filter(|(n, _)| !have.contains(n)).map(|(_, a)| a.clone()).collect();
-            }
-            continue;
-        }
-        c.query_drop(format!("USE {}", quote(db)))?;
-        let create = deferred[i].as_ref().map(|d| d.create.as_str()).unwrap_or(&t.create);
-        c.query_drop(create).with_ctx(|| format!("creating table {db}.{}", t.name))?;
-        if recalc[i].is_some() {
-            recalc_off(&mut c, &format!("{}.{}", quote(db), quote(&t.name)))?;
-        }
-        if let Some(d) = &deferred[i] {
-            later[i] = d.indexes.iter().map(|(_, a)| a.clone()).collect();
-        }
-    }
+    let later = create_tables(&mut c, o, &m, &skip, &exists_t, &deferred, &recalc)?;
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
     on(Event::Planned {
         tables: todo.len(),
