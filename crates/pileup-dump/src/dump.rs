@@ -107,7 +107,9 @@ fn session(c: &mut mysql::Conn) -> Result<()> {
     Ok(())
 }
 
-pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Result<Manifest> {
+/// The dump's directory, made private, unless it holds a dump already or
+/// the options cannot be written in its format.
+fn prepare_dir(o: &DumpOptions) -> Result<()> {
     if o.dir.join(MANIFEST).exists() || o.dir.join("metadata").exists() {
         bail!("{} already holds a complete dump; choose an empty directory", o.dir.display());
     }
@@ -118,6 +120,11 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     if o.format == Format::Pileup {
         pileup_files::create_private_dir(&o.dir.join("data"))?;
     }
+    Ok(())
+}
+
+pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Result<Manifest> {
+    prepare_dir(o)?;
     let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
     let (flavor, version) = pileup_conn::flavor(&mut c)?;

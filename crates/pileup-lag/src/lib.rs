@@ -274,15 +274,7 @@ pub fn sample(
     };
     let applier_io = (!io0.is_empty() && !tids.is_empty()).then(|| io::io_between(&io0, &io1, tids.iter().copied()));
     let (applier_read_bytes, applier_write_bytes) = (applier_io.map(|x| x.read), applier_io.map(|x| x.write));
-    if tids.is_empty() {
-        notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
-    }
-    if profile.named_pct < 50.0 {
-        notes.push(format!(
-            "only {:.0}% of frames have names (no debug symbols for the server): categories rely on exported names and processlist states",
-            profile.named_pct
-        ));
-    }
+    notes.extend(sampling_notes(tids.is_empty(), profile.named_pct));
     Ok(LagReport {
         seconds,
         samples: profile.samples.len(),
@@ -301,6 +293,22 @@ pub fn sample(
         history: history0.zip(history1),
         notes,
     })
+}
+
+/// What the samples leave the user to know: no applier thread found,
+/// frames mostly unnamed.
+fn sampling_notes(no_threads: bool, named_pct: f64) -> Vec<String> {
+    let mut notes = vec![];
+    if no_threads {
+        notes.push("no applier thread was found: is the replica's SQL thread running (START SLAVE)?".into());
+    }
+    if named_pct < 50.0 {
+        notes.push(format!(
+            "only {:.0}% of frames have names (no debug symbols for the server): categories rely on exported names and processlist states",
+            named_pct
+        ));
+    }
+    notes
 }
 
 /// performance_schema's waits of the applier threads at the start, where

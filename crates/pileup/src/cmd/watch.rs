@@ -127,16 +127,8 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval < Duration::from_millis(50) {
         bail!("--interval must be at least 50ms");
     }
-    let mut triggers = vec![];
-    for t in &a.triggers {
-        let t = Trigger::parse(t)?;
-        t.check_metrics()?;
-        triggers.push(t);
-    }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if triggers.is_empty() || a.with_default_triggers {
-        triggers.extend(default_triggers(cpus));
-    }
+    let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
     if !a.scan_interval.is_zero() && a.scan_interval < Duration::from_millis(10) {
         bail!("--scan-interval must be at least 10ms (or 0 to turn the scan off)");
     }
@@ -236,6 +228,21 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         }
         e => e.into(),
     })
+}
+
+/// The triggers given, each parsed and its metrics checked, and the
+/// defaults when none is given or they are asked for too.
+fn triggers(given: &[String], with_defaults: bool, cpus: usize) -> Result<Vec<Trigger>> {
+    let mut triggers = vec![];
+    for t in given {
+        let t = Trigger::parse(t)?;
+        t.check_metrics()?;
+        triggers.push(t);
+    }
+    if triggers.is_empty() || with_defaults {
+        triggers.extend(default_triggers(cpus));
+    }
+    Ok(triggers)
 }
 
 /// List captures recorded in a data directory.
