@@ -85,13 +85,6 @@ impl Tally {
     pub fn share(&self, cat: Category) -> f64 {
         100.0 * *self.by_category.get(&cat).unwrap_or(&0) as f64 / self.samples.max(1) as f64
     }
-
-    /// FlameGraph folded lines, heaviest first.
-    pub fn folded_lines(&self) -> Vec<String> {
-        let mut v: Vec<(&String, &u64)> = self.folded.iter().collect();
-        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        v.into_iter().map(|(s, n)| format!("{s} {n}")).collect()
-    }
 }
 
 /// What `pileup lag` found.
@@ -763,11 +756,6 @@ mod tests {
         t.add(Category::PageRead, Some("d.u"), &["pread64", "handler::ha_rnd_pos", "handle_slave_sql"]);
         assert_eq!(t.share(Category::PageRead), 50.0);
         assert_eq!(t.by_table["d.t"][&Category::Cpu], 1);
-        let lines = t.folded_lines();
-        assert!(
-            lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()),
-            "{lines:?}"
-        );
         let r = LagReport {
             seconds: 2.0,
             samples: 4,
@@ -786,6 +774,11 @@ mod tests {
             history: None,
             notes: vec![],
         };
+        let lines = pileup_output::Report::stacks(&r, &Default::default()).unwrap().folded_lines();
+        assert!(
+            lines.contains(&"page reads;d.t;handle_slave_sql;handler::ha_rnd_pos;pread64 1".to_string()),
+            "{lines:?}"
+        );
         let text = render_text(&r);
         assert!(
             text.contains("page reads")

@@ -39,11 +39,7 @@ pub fn profile_stacks(p: &Profile, thread_root: bool) -> Stacks {
             if thread_root {
                 frames.insert(0, c.root());
             }
-            let mut labels = vec![("thread".to_string(), c.thread.clone()), ("state".into(), c.state_label.into())];
-            if let Some(r) = c.role {
-                labels.push(("role".into(), r.as_str().into()));
-            }
-            Stack { frames, values: vec![c.count as i64], labels, num_labels: vec![] }
+            Stack { frames, values: vec![c.count as i64], ..Default::default() }
         })
         .collect();
     Stacks {

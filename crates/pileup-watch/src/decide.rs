@@ -267,6 +267,26 @@ impl Decider {
         }
     }
 
+    /// A stall the scan recognised (a pile-up that lasts, short stalls that
+    /// repeat): told only when a capture is kept or starts for it, since
+    /// otherwise one of this stall runs or just ran.
+    fn scan_fired(
+        &mut self,
+        trigger: String,
+        unix: f64,
+        onset: f64,
+        now: f64,
+        free: Option<u64>,
+        out: &mut Vec<Action>,
+    ) {
+        let mut kept = vec![];
+        self.capture(trigger.clone(), unix, onset, now, free, false, &mut kept);
+        if !kept.is_empty() {
+            out.push(Action::Tell(Event::Fired { unix, trigger, onset_unix: onset }));
+            out.extend(kept);
+        }
+    }
+
     /// Between polls, at each scan interval while a pile-up waits for its
     /// early capture: start it when the limits allow.
     pub fn between_polls(&mut self, unix: f64, now: f64, free: Option<u64>) -> Vec<Action> {
@@ -297,14 +317,7 @@ impl Decider {
             Pulse::Lasting { began_unix, blocked, baseline } => {
                 self.uncaptured = None;
                 let text = format!("pile-up: {blocked} threads held up for {LASTING_SECS}s (usually {baseline})");
-                // Told only when a capture is kept or starts: otherwise one
-                // of this stall runs or just ran.
-                let mut kept = vec![];
-                self.capture(text.clone(), unix, began_unix, now, free, false, &mut kept);
-                if !kept.is_empty() {
-                    out.push(Action::Tell(Event::Fired { unix, trigger: text, onset_unix: began_unix }));
-                    out.extend(kept);
-                }
+                self.scan_fired(text, unix, began_unix, now, free, &mut out);
             }
             Pulse::Ended(st) => self.stall_ended(st, unix, now, free, &mut out),
         }
@@ -340,12 +353,7 @@ impl Decider {
             (_, Some(text)) => {
                 // Kept if one runs, else taken now, just after it, where
                 // the limits allow.
-                let mut kept = vec![];
-                self.capture(text.clone(), unix, st.began_unix, now, free, false, &mut kept);
-                if !kept.is_empty() {
-                    out.push(Action::Tell(Event::Fired { unix, trigger: text, onset_unix: st.began_unix }));
-                    out.extend(kept);
-                }
+                self.scan_fired(text, unix, st.began_unix, now, free, out);
             }
             // The scan's own: a trigger in its hold keeps it as its own.
             (Some(early), None) if early == self.scan_idx => self.hand_over(self.in_hold(self.scan_idx), out),

@@ -452,9 +452,13 @@ impl Watcher<'_> {
             e.polls_failed_total += u64::from(!p.ok);
             e.last_poll_unix = p.unix;
         }
-        let event = Event::Poll { unix: p.unix, ok: p.ok, cost_ms: p.cost_ms, error: p.error, derived };
-        (self.on)(&event);
-        let Event::Poll { derived, .. } = event else { unreachable!() };
+        (self.on)(&Event::Poll {
+            unix: p.unix,
+            ok: p.ok,
+            cost_ms: p.cost_ms,
+            error: p.error,
+            derived: derived.clone(),
+        });
         self.finished_captures()?;
         for dir in self.decider.schedule().rebuilds_due(Some(p.unix)) {
             if let Err(e) = crate::report::refresh(&dir, &self.store, BEFORE_SECS, AFTER_SECS) {
