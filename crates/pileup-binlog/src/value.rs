@@ -317,104 +317,16 @@ pub fn decode<'a>(t: ColumnType, unsigned: bool, buf: &'a [u8]) -> Result<(Value
             let v = le(need(3)?) as u32;
             Ok((Value::Date { year: (v >> 9) as u16, month: ((v >> 5) & 15) as u8, day: (v & 31) as u8 }, 3))
         }
-        ty::TIME => {
-            // Old TIME: HHMMSS as a signed 3-byte integer.
-            let v = sign_extend(le(need(3)?), 3);
-            let a = v.unsigned_abs();
-            Ok((
-                Value::Time {
-                    negative: v < 0,
-                    hours: (a / 10000) as u32,
-                    minutes: (a / 100 % 100) as u8,
-                    seconds: (a % 100) as u8,
-                    micros: 0,
-                    fsp: 0,
-                },
-                3,
-            ))
-        }
-        ty::DATETIME => {
-            // Old DATETIME: YYYYMMDDhhmmss as an 8-byte integer.
-            let v = le(need(8)?);
-            let (d, t) = (v / 1_000_000, v % 1_000_000);
-            Ok((
-                Value::DateTime {
-                    year: (d / 10000) as u16,
-                    month: (d / 100 % 100) as u8,
-                    day: (d % 100) as u8,
-                    hour: (t / 10000) as u8,
-                    minute: (t / 100 % 100) as u8,
-                    second: (t % 100) as u8,
-                    micros: 0,
-                    fsp: 0,
-                },
-                8,
-            ))
-        }
+        ty::TIME => old_time(need(3)?),
+        ty::DATETIME => old_datetime(need(8)?),
         ty::TIMESTAMP => Ok((Value::Timestamp { secs: le(need(4)?) as u32, micros: 0, fsp: 0 }, 4)),
         ty::TIMESTAMP2 => {
             let secs = be(need(4)?) as u32;
             let (n, us) = frac(&buf[4..], t.meta)?;
             Ok((Value::Timestamp { secs, micros: us, fsp: t.meta as u8 }, 4 + n))
         }
-        ty::DATETIME2 => {
-            // 40 bits big-endian: sign(1) year*13+month(17) day(5) hour(5) minute(6) second(6).
-            let v = be(need(5)?).wrapping_sub(0x80_0000_0000);
-            let (n, us) = frac(&buf[5..], t.meta)?;
-            let ymd = v >> 17;
-            let ym = ymd >> 5;
-            let hms = v & ((1 << 17) - 1);
-            Ok((
-                Value::DateTime {
-                    year: (ym / 13) as u16,
-                    month: (ym % 13) as u8,
-                    day: (ymd & 31) as u8,
-                    hour: (hms >> 12) as u8,
-                    minute: ((hms >> 6) & 63) as u8,
-                    second: (hms & 63) as u8,
-                    micros: us,
-                    fsp: t.meta as u8,
-                },
-                5 + n,
-            ))
-        }
-        ty::TIME2 => {
-            // 24 bits big-endian with an offset (sign(1) hours(10) minutes(6)
-            // seconds(6)), then the fraction; negative values are stored as
-            // the offset minus the magnitude, fraction included.
-            let n = (t.meta as usize).div_ceil(2);
-            let b = need(3 + n)?;
-            let int = be(&b[..3]) as i64 - 0x80_0000;
-            let fr = be(&b[3..]) as i64;
-            let (mut whole, mut micros) = (int, 0i64);
-            if n > 0 {
-                let (scale, span) = match n {
-                    1 => (10_000, 0x100),
-                    2 => (100, 0x10000),
-                    _ => (1, 0x100_0000),
-                };
-                let mut fr = fr;
-                if whole < 0 && fr != 0 {
-                    // The fraction borrowed one from the whole part.
-                    whole += 1;
-                    fr -= span;
-                }
-                micros = fr * scale;
-            }
-            let negative = whole < 0 || (whole == 0 && micros < 0);
-            let a = whole.unsigned_abs();
-            Ok((
-                Value::Time {
-                    negative,
-                    hours: ((a >> 12) & 0x3ff) as u32,
-                    minutes: ((a >> 6) & 63) as u8,
-                    seconds: (a & 63) as u8,
-                    micros: micros.unsigned_abs() as u32,
-                    fsp: t.meta as u8,
-                },
-                3 + n,
-            ))
-        }
+        ty::DATETIME2 => datetime2(t.meta, buf),
+        ty::TIME2 => time2(t.meta, buf),
         ty::NEWDECIMAL => {
             let (precision, scale) = ((t.meta >> 8) as u8, (t.meta & 0xff) as u8);
             let n = decimal_len(precision, scale);
@@ -458,6 +370,94 @@ pub fn decode<'a>(t: ColumnType, unsigned: bool, buf: &'a [u8]) -> Result<(Value
         }
         other => Err(DecodeError::Bad(format!("column type {other} is not supported"))),
     }
+}
+
+/// Old TIME: HHMMSS as a signed 3-byte integer.
+fn old_time<'a>(b: &[u8]) -> Result<(Value<'a>, usize), DecodeError> {
+    let v = sign_extend(le(b), 3);
+    let a = v.unsigned_abs();
+    let (hours, minutes, seconds) = ((a / 10000) as u32, (a / 100 % 100) as u8, (a % 100) as u8);
+    Ok((Value::Time { negative: v < 0, hours, minutes, seconds, micros: 0, fsp: 0 }, 3))
+}
+
+/// Old DATETIME: YYYYMMDDhhmmss as an 8-byte integer.
+fn old_datetime<'a>(b: &[u8]) -> Result<(Value<'a>, usize), DecodeError> {
+    let v = le(b);
+    let (d, t) = (v / 1_000_000, v % 1_000_000);
+    Ok((
+        Value::DateTime {
+            year: (d / 10000) as u16,
+            month: (d / 100 % 100) as u8,
+            day: (d % 100) as u8,
+            hour: (t / 10000) as u8,
+            minute: (t / 100 % 100) as u8,
+            second: (t % 100) as u8,
+            micros: 0,
+            fsp: 0,
+        },
+        8,
+    ))
+}
+
+/// DATETIME2: 40 bits big-endian, sign(1) year*13+month(17) day(5)
+/// hour(5) minute(6) second(6), then the fraction.
+fn datetime2(meta: u16, buf: &[u8]) -> Result<(Value<'_>, usize), DecodeError> {
+    let v = be(buf.get(..5).ok_or(DecodeError::Short("column value"))?).wrapping_sub(0x80_0000_0000);
+    let (n, us) = frac(&buf[5..], meta)?;
+    let ymd = v >> 17;
+    let ym = ymd >> 5;
+    let hms = v & ((1 << 17) - 1);
+    Ok((
+        Value::DateTime {
+            year: (ym / 13) as u16,
+            month: (ym % 13) as u8,
+            day: (ymd & 31) as u8,
+            hour: (hms >> 12) as u8,
+            minute: ((hms >> 6) & 63) as u8,
+            second: (hms & 63) as u8,
+            micros: us,
+            fsp: meta as u8,
+        },
+        5 + n,
+    ))
+}
+
+/// TIME2: 24 bits big-endian with an offset (sign(1) hours(10) minutes(6)
+/// seconds(6)), then the fraction; negative values are stored as the
+/// offset minus the magnitude, fraction included.
+fn time2(meta: u16, buf: &[u8]) -> Result<(Value<'_>, usize), DecodeError> {
+    let n = (meta as usize).div_ceil(2);
+    let b = buf.get(..3 + n).ok_or(DecodeError::Short("column value"))?;
+    let int = be(&b[..3]) as i64 - 0x80_0000;
+    let fr = be(&b[3..]) as i64;
+    let (mut whole, mut micros) = (int, 0i64);
+    if n > 0 {
+        let (scale, span) = match n {
+            1 => (10_000, 0x100),
+            2 => (100, 0x10000),
+            _ => (1, 0x100_0000),
+        };
+        let mut fr = fr;
+        if whole < 0 && fr != 0 {
+            // The fraction borrowed one from the whole part.
+            whole += 1;
+            fr -= span;
+        }
+        micros = fr * scale;
+    }
+    let negative = whole < 0 || (whole == 0 && micros < 0);
+    let a = whole.unsigned_abs();
+    Ok((
+        Value::Time {
+            negative,
+            hours: ((a >> 12) & 0x3ff) as u32,
+            minutes: ((a >> 6) & 63) as u8,
+            seconds: (a & 63) as u8,
+            micros: micros.unsigned_abs() as u32,
+            fsp: meta as u8,
+        },
+        3 + n,
+    ))
 }
 
 /// `.ddd` with as many digits as the column's fractional-second precision.

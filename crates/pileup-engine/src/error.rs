@@ -1,16 +1,18 @@
-//! Errors a user can act on: each names the problem and the fix in one line.
+//! Errors a user can act on: each names the problem in the engine's terms
+//! (which process, which permission). A front end adds how its user names
+//! the fix (its flags): [`StacksError::fix`] says what that fix is.
 
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum StacksError {
-    #[error("no process with pid {0}; check the pid, or use --pid auto to find the running mariadbd/mysqld")]
+    #[error("no process with pid {0}")]
     NoSuchProcess(i32),
-    #[error("pid {pid} is {name:?}, not mariadbd/mysqld; pass the server's pid, or --any-process to sample it anyway")]
+    #[error("pid {pid} is {name:?}, not mariadbd/mysqld")]
     NotAServer { pid: i32, name: String },
-    #[error("no running mariadbd or mysqld found; start the server or pass --pid PID")]
+    #[error("no running mariadbd or mysqld found")]
     NoServer,
-    #[error("several servers are running: {0}; choose one with --pid PID")]
+    #[error("several servers are running: {0}")]
     SeveralServers(String),
     #[error("not permitted to trace pid {pid} ({detail}); run pileup as the server's user or as root (CAP_SYS_PTRACE){scope}", scope = ptrace_scope_hint())]
     Permission { pid: i32, detail: String },
@@ -24,7 +26,32 @@ pub enum StacksError {
     Sql { what: &'static str, source: pileup_conn::SqlError },
 }
 
+/// What the user can do about a [`StacksError`] whose fix is a choice of
+/// process (the front end names it with its own flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fix {
+    /// Check the pid given, or let the server be found.
+    CheckPid,
+    /// Give the server's pid, or ask to take any process.
+    ServerOrAnyProcess,
+    /// Start the server, or give a pid.
+    StartOrGivePid,
+    /// Choose one server (by pid, or by the socket or port it serves).
+    ChooseServer,
+}
+
 impl StacksError {
+    /// The fix to add to the message, where it is a choice of process.
+    pub fn fix(&self) -> Option<Fix> {
+        match self {
+            StacksError::NoSuchProcess(_) => Some(Fix::CheckPid),
+            StacksError::NotAServer { .. } => Some(Fix::ServerOrAnyProcess),
+            StacksError::NoServer => Some(Fix::StartOrGivePid),
+            StacksError::SeveralServers(_) => Some(Fix::ChooseServer),
+            _ => None,
+        }
+    }
+
     /// A query of `what` failed.
     pub(crate) fn sql(what: &'static str) -> impl FnOnce(mysql::Error) -> StacksError {
         move |e| StacksError::Sql { what, source: e.into() }

@@ -40,8 +40,9 @@ mod unwind;
 
 pub use annotate::{one_line, Role, SqlSource, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
-pub use error::StacksError;
+pub use error::{Fix, StacksError};
 pub use locks::{LockGroup, LockKind, LockWait, WaitSeen};
+pub use modules::ModuleFile;
 pub use profile::{Counted, ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
 pub use regs::Regs;
 pub use resolve::{DataName, Resolver};
@@ -70,9 +71,12 @@ pub mod debug_files {
     pub use crate::debuginfod::{fill_cache, DebuginfodOptions, FetchProgress, OnProgress};
 }
 
-/// Capture's building blocks, for benchmarks that measure them alone.
+/// Capture's building blocks, for benchmarks that measure them alone and
+/// for recording fixtures (a live server's threads, replayed offline).
 pub mod parts {
+    pub use crate::capture::capture;
     pub use crate::capture::passive::Passive;
     pub use crate::capture::perf::Event as PerfEvent;
+    pub use crate::capture::{RawSample, RawThread};
     pub use crate::proc::{read_maps, schedstat, MapEntry};
 }

@@ -162,6 +162,30 @@ pub struct ModuleSet {
     pub unwinder: UnwinderX86_64<Bytes>,
     /// Modules we could not read (path → reason), reported to the user.
     pub unreadable: Vec<(String, String)>,
+    /// The executable mappings' bytes, when the set was opened from files.
+    images: Vec<Image>,
+}
+
+/// One executable mapping of a module opened from a file.
+struct Image {
+    avma: Range<u64>,
+    offset: u64,
+    data: std::sync::Arc<Data>,
+}
+
+/// A module's bytes from a file other than the target's: where the target
+/// maps its code and the file that holds the module's bytes at their
+/// original offsets. See [`ModuleSet::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleFile {
+    /// The module as the target sees it (`/usr/sbin/mariadbd`, `[vdso]`).
+    pub path: String,
+    /// Its executable mapping: start and end address, file offset.
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    /// The file holding its bytes.
+    pub file: PathBuf,
 }
 
 impl ModuleSet {
@@ -216,14 +240,12 @@ impl ModuleSet {
                 by_path.entry(m.path.clone()).or_default().push(m);
             }
         }
-        let mut modules = vec![];
-        let mut unreadable = vec![];
-        let mut unwinder = UnwinderX86_64::new();
+        let mut set = ModuleSet::empty();
         for (path, exec_maps) in by_path {
             let t = std::time::Instant::now();
             let first = exec_maps[0];
             let avma = exec_maps.iter().map(|m| m.start).min().unwrap()..exec_maps.iter().map(|m| m.end).max().unwrap();
-            let (data, open_path) = if path == "[vdso]" {
+            let file = if path == "[vdso]" {
                 let mut buf = vec![0u8; (first.end - first.start) as usize];
                 let n = crate::capture::read_mem(pid, first.start, &mut buf);
                 buf.truncate(n);
@@ -232,23 +254,87 @@ impl ModuleSet {
                 match read_module_file(pid, &path, first) {
                     Ok(x) => x,
                     Err(e) => {
-                        unreadable.push((path.clone(), e));
+                        set.unreadable.push((path.clone(), e));
                         continue;
                     }
                 }
             };
             let read_us = t.elapsed().as_micros();
-            match build(pid, &path, open_path, data, first, avma.clone(), debug_dirs) {
-                Ok((m, fh)) => {
-                    tracing::debug!(module = %path, read_us, total_us = t.elapsed().as_micros() as u64, "module loaded");
-                    unwinder.add_module(fh);
-                    modules.push(m);
-                }
-                Err(e) => unreadable.push((path, e)),
-            }
+            set.add(Some(pid), &path, file, first, avma, debug_dirs);
+            tracing::debug!(module = %path, read_us, total_us = t.elapsed().as_micros() as u64, "module loaded");
         }
-        modules.sort_by_key(|m| m.avma.start);
-        ModuleSet { modules, unwinder, unreadable }
+        set.modules.sort_by_key(|m| m.avma.start);
+        set
+    }
+
+    /// Load modules from files that hold their bytes at the target's file
+    /// offsets (a fixture recorded from a live server): no process is read.
+    /// Their code is read from these files too. No debug files are looked
+    /// for; the vdso's frames are labelled by function start, as live.
+    pub fn open(files: &[ModuleFile]) -> ModuleSet {
+        let mut set = ModuleSet::empty();
+        for f in files {
+            let map = MapEntry {
+                start: f.start,
+                end: f.end,
+                perms: "r-xp".into(),
+                offset: f.offset,
+                inode: 0,
+                path: f.path.clone(),
+            };
+            // SAFETY: read-only mapping, see read_module_file.
+            let data = match fs::File::open(&f.file).and_then(|h| unsafe { memmap2::Mmap::map(&h) }) {
+                Ok(d) => std::sync::Arc::new(Data::Mapped(d)),
+                Err(e) => {
+                    set.unreadable.push((f.path.clone(), format!("{}: {e}", f.file.display())));
+                    continue;
+                }
+            };
+            set.images.push(Image { avma: f.start..f.end, offset: f.offset, data: data.clone() });
+            let open_path = if f.path == "[vdso]" { PathBuf::new() } else { f.file.clone() };
+            set.add(None, &f.path, (data, open_path), &map, f.start..f.end, &[]);
+        }
+        set.modules.sort_by_key(|m| m.avma.start);
+        set
+    }
+
+    fn empty() -> ModuleSet {
+        ModuleSet { modules: vec![], unwinder: UnwinderX86_64::new(), unreadable: vec![], images: vec![] }
+    }
+
+    /// Add the module at `path` whose bytes are `file` (as mapped, and the
+    /// path they are read from).
+    fn add(
+        &mut self,
+        pid: Option<i32>,
+        path: &str,
+        file: (std::sync::Arc<Data>, PathBuf),
+        first: &MapEntry,
+        avma: Range<u64>,
+        debug_dirs: &[PathBuf],
+    ) {
+        let (data, open_path) = file;
+        match build(pid, path, open_path, data, first, avma, debug_dirs) {
+            Ok((m, fh)) => {
+                self.unwinder.add_module(fh);
+                self.modules.push(m);
+            }
+            Err(e) => self.unreadable.push((path.to_string(), e)),
+        }
+    }
+
+    /// Read code bytes at `avma`: from the module files when the set was
+    /// opened from files, else from `pid`'s memory. Returns the count read.
+    pub(crate) fn read_code(&self, pid: i32, avma: u64, buf: &mut [u8]) -> usize {
+        if self.images.is_empty() {
+            return crate::capture::read_mem(pid, avma, buf);
+        }
+        let Some(img) = self.images.iter().find(|i| i.avma.contains(&avma)) else { return 0 };
+        let d = img.data.bytes();
+        let off = (avma - img.avma.start + img.offset) as usize;
+        let n = buf.len().min(d.len().saturating_sub(off)).min((img.avma.end - avma) as usize);
+        buf[..n].copy_from_slice(&d[off..off + n]);
+        n
     }
 }
 
@@ -277,7 +363,7 @@ fn read_module_file(pid: i32, path: &str, m: &MapEntry) -> Result<(std::sync::Ar
 type Built = (Module, FhModule<Bytes>);
 
 fn build(
-    pid: i32,
+    pid: Option<i32>,
     path: &str,
     open_path: PathBuf,
     shared: std::sync::Arc<Data>,
@@ -350,7 +436,8 @@ fn build(
         minidebuginfo: obj.section_by_name(".gnu_debugdata").is_some(),
         ..Default::default()
     };
-    if let Some((df, how)) = find_debug_file(pid, build_id.as_deref(), &obj, path, debug_dirs) {
+    let found = pid.and_then(|pid| find_debug_file(pid, build_id.as_deref(), &obj, path, debug_dirs));
+    if let Some((df, how)) = found {
         // SAFETY: read-only mapping, see read_module_file.
         let d = fs::File::open(&df).and_then(|f| unsafe { memmap2::Mmap::map(&f) }).ok();
         let o = d.as_deref().and_then(|d| object::File::parse(d).ok());
@@ -440,7 +527,7 @@ pub fn function_starts(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64) -> Vec<u64
 pub(crate) fn call_into(pid: i32, mods: &ModuleSet, ra: u64, callee: u64) -> bool {
     let Some(m) = mods.find(ra) else { return false };
     let mut b = [0u8; 8];
-    if crate::capture::read_mem(pid, ra.wrapping_sub(8), &mut b) != 8 {
+    if mods.read_code(pid, ra.wrapping_sub(8), &mut b) != 8 {
         return false;
     }
     match crate::unwind::call_before(&b) {
@@ -454,7 +541,7 @@ pub(crate) fn call_into(pid: i32, mods: &ModuleSet, ra: u64, callee: u64) -> boo
                 // through the GOT (after endbr64 and a bnd prefix, if any).
                 _ => {
                     let mut t = [0u8; 8];
-                    crate::capture::read_mem(pid, target, &mut t) == 8 && {
+                    mods.read_code(pid, target, &mut t) == 8 && {
                         let t = if t[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { &t[4..] } else { &t[..] };
                         let t = if t[0] == 0xf2 { &t[1..] } else { t };
                         t[..2] == [0xff, 0x25]

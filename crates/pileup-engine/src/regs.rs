@@ -1,10 +1,10 @@
 //! A thread's registers as capture reads them and unwinding, lock reading
 //! and annotation use them (x86_64), and the futex window copied beside them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The registers unwinding and annotation need (x86_64).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Regs {
     pub ip: u64,
     pub sp: u64,

@@ -140,6 +140,18 @@ impl Resolver {
         let exe = proc::check_target(pid, any_process)?;
         let maps = proc::read_maps(pid)?;
         let mods = modules::ModuleSet::load(pid, &maps, debug_dirs);
+        Ok(Resolver::with(pid, exe, mods, SymbolCache::new(dwarf, debug_dirs)))
+    }
+
+    /// Modules read from files instead of a process (a fixture recorded
+    /// from a live server, see [`crate::ModuleFile`]): stacks copied from
+    /// that process are unwound and named offline as they were live. `exe`
+    /// names the process; [`Resolver::pid`] is 0.
+    pub fn open(exe: &str, files: &[modules::ModuleFile]) -> Resolver {
+        Resolver::with(0, exe.to_string(), modules::ModuleSet::open(files), SymbolCache::new(false, &[]))
+    }
+
+    fn with(pid: i32, exe: String, mods: modules::ModuleSet, symbols: SymbolCache) -> Resolver {
         let notes = mods
             .unreadable
             .iter()
@@ -154,16 +166,7 @@ impl Resolver {
             .filter(|(_, m)| !m.open_path.as_os_str().is_empty())
             .map(|(i, m)| (i, DataTable::read(&m.open_path, m.symbols.debug_file.as_deref().map(std::path::Path::new))))
             .collect();
-        Ok(Resolver {
-            pid,
-            exe,
-            mods,
-            cache: Default::default(),
-            symbols: SymbolCache::new(dwarf, debug_dirs),
-            data,
-            calls: HashMap::new(),
-            notes,
-        })
+        Resolver { pid, exe, mods, cache: Default::default(), symbols, data, calls: HashMap::new(), notes }
     }
 
     /// Use the debug files the modules lack from debuginfod's cache, and

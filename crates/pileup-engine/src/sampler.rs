@@ -27,8 +27,9 @@ impl ThreadFilter {
         self.tids.is_empty() && self.name.is_none() && self.roles.is_empty()
     }
 
-    /// Parse `--threads` values: comma-separated tids, role names, or
-    /// `name:REGEX` / `/REGEX/` for thread names.
+    /// Parse a thread selection: comma-separated tids, role names, or
+    /// `name:REGEX` / `/REGEX/` for thread names. The error names the part
+    /// that is wrong; the caller says which option it came from.
     pub fn parse(spec: &str) -> Result<ThreadFilter, String> {
         let mut f = ThreadFilter::default();
         for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -41,14 +42,14 @@ impl ThreadFilter {
                     part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
                 let Some(re) = re else {
                     return Err(format!(
-                        "--threads '{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
+                        "'{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
                     ));
                 };
                 f.name = Some(Regex::new(re).map_err(|e| {
                     // The regex crate's message runs over several lines
                     // (the pattern, a caret, the error): its last one says what is wrong.
                     let why = e.to_string();
-                    format!("--threads name regex '{re}': {}", why.lines().last().unwrap_or("invalid").trim())
+                    format!("name regex '{re}': {}", why.lines().last().unwrap_or("invalid").trim())
                 })?);
             }
         }

@@ -279,7 +279,12 @@ pub fn run(
             return Err(LocksError::Usage("stopped while debug files were being fetched; nothing was traced".into()));
         }
     }
-    let filter = opts.threads.as_deref().map(ThreadFilter::parse).transpose().map_err(LocksError::Usage)?;
+    let filter = opts
+        .threads
+        .as_deref()
+        .map(ThreadFilter::parse)
+        .transpose()
+        .map_err(|e| LocksError::Usage(format!("thread selection {e}")))?;
     let known = std::cell::RefCell::new(Threads::new(opts.pid, sql)?);
     let mut threads = match &filter {
         Some(f) => {

@@ -39,176 +39,206 @@ impl Literal {
 /// are part of the shape, not literals.
 pub fn fingerprint(sql: &[u8], literals: &mut Vec<Literal>) -> String {
     literals.clear();
-    let mut out = String::with_capacity(sql.len());
-    let mut i = 0;
-    let n = sql.len();
-    let mut last_word = String::new();
-    while i < n {
+    let mut lx = Lexer { sql, i: 0, out: String::with_capacity(sql.len()), literals, last_word: String::new() };
+    while lx.i < sql.len() {
+        lx.step();
+    }
+    let mut out = lx.out;
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// The fingerprint being written: the statement, where it is read, and the
+/// last keyword seen (LIMIT, OFFSET and COLLATE change what follows).
+struct Lexer<'a> {
+    sql: &'a [u8],
+    i: usize,
+    out: String,
+    literals: &'a mut Vec<Literal>,
+    last_word: String,
+}
+
+impl Lexer<'_> {
+    /// Read the token at `i`.
+    fn step(&mut self) {
+        let (sql, i, n) = (self.sql, self.i, self.sql.len());
         let c = sql[i];
         match c {
             b'\'' | b'"' => {
                 let (bytes, end) = read_string(sql, i);
-                if last_word == "COLLATE" {
-                    out.push_str(&String::from_utf8_lossy(&sql[i..end]));
+                if self.last_word == "COLLATE" {
+                    self.out.push_str(&String::from_utf8_lossy(&sql[i..end]));
                 } else {
-                    literals.push(Literal::Text(bytes));
-                    out.push('?');
+                    self.literal(Literal::Text(bytes));
                 }
-                i = end;
-                last_word.clear();
+                self.i = end;
+                self.last_word.clear();
             }
-            b'`' => {
-                let start = i;
-                i += 1;
-                while i < n {
-                    if sql[i] == b'`' {
-                        if i + 1 < n && sql[i + 1] == b'`' {
-                            i += 2;
-                            continue;
-                        }
-                        i += 1;
-                        break;
-                    }
-                    i += 1;
-                }
-                out.push_str(&String::from_utf8_lossy(&sql[start..i]));
-                last_word.clear();
-            }
+            b'`' => self.backquoted(),
             b'/' if sql.get(i + 1) == Some(&b'*') => {
                 // Comments (including MariaDB's executable ones) are dropped.
-                let end = find(sql, i + 2, b"*/").map(|e| e + 2).unwrap_or(n);
-                if !out.ends_with(' ') {
-                    out.push(' ');
+                if !self.out.ends_with(' ') {
+                    self.out.push(' ');
                 }
-                i = end;
+                self.i = find(sql, i + 2, b"*/").map(|e| e + 2).unwrap_or(n);
             }
-            b'#' => {
-                i = find(sql, i, b"\n").unwrap_or(n);
-            }
+            b'#' => self.i = find(sql, i, b"\n").unwrap_or(n),
             b'-' if sql.get(i + 1) == Some(&b'-') && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
-                i = find(sql, i, b"\n").unwrap_or(n);
+                self.i = find(sql, i, b"\n").unwrap_or(n);
             }
             b'-' if sql.get(i + 1).is_some_and(|d| d.is_ascii_digit())
-                && out.trim_end().ends_with(['(', ',', '=', '<', '>']) =>
+                && self.out.trim_end().ends_with(['(', ',', '=', '<', '>']) =>
             {
-                // A negative number (after an operator or a separator), not a subtraction.
-                let mut j = i + 1;
-                while j < n && (sql[j].is_ascii_digit() || sql[j] == b'.') {
-                    j += 1;
-                }
-                match number(std::str::from_utf8(&sql[i..j]).unwrap_or("0")) {
-                    lit @ (Literal::Int(_) | Literal::Text(_))
-                        if j >= n
-                            || !(sql[j].is_ascii_alphanumeric()
-                                || sql[j] == b'_'
-                                || sql[j] == b'e'
-                                || sql[j] == b'E') =>
-                    {
-                        literals.push(lit);
-                        out.push('?');
-                        i = j;
-                    }
-                    _ => {
-                        out.push('-');
-                        i += 1;
-                    }
-                }
-                last_word.clear();
+                self.negative()
             }
-            b'0'..=b'9' | b'.' if c != b'.' || sql.get(i + 1).is_some_and(|d| d.is_ascii_digit()) => {
-                let prev_ident = out.chars().last().is_some_and(|p| p.is_ascii_alphanumeric() || p == '_' || p == '$');
-                let start = i;
-                if c == b'0' && matches!(sql.get(i + 1), Some(b'x') | Some(b'X')) {
-                    i += 2;
-                    while i < n && sql[i].is_ascii_hexdigit() {
-                        i += 1;
-                    }
-                } else {
-                    while i < n && (sql[i].is_ascii_digit() || sql[i] == b'.') {
-                        i += 1;
-                    }
-                    if i < n
-                        && (sql[i] == b'e' || sql[i] == b'E')
-                        && sql.get(i + 1).is_some_and(|d| d.is_ascii_digit() || *d == b'-' || *d == b'+')
-                    {
-                        i += 2;
-                        while i < n && sql[i].is_ascii_digit() {
-                            i += 1;
-                        }
-                    }
-                }
-                let text = std::str::from_utf8(&sql[start..i]).unwrap_or("0");
-                if prev_ident || i < n && (sql[i].is_ascii_alphabetic() || sql[i] == b'_') {
-                    // Part of an identifier (t1, 1abc): copy.
-                    while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$') {
-                        i += 1;
-                    }
-                    out.push_str(&String::from_utf8_lossy(&sql[start..i]));
-                } else if last_word == "LIMIT"
-                    || last_word == "OFFSET"
-                    || out.trim_end().ends_with(',') && limit_context(&out)
-                {
-                    out.push_str(text);
-                } else {
-                    literals.push(number(text));
-                    out.push('?');
-                }
-                last_word.clear();
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 => {
-                let start = i;
-                while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$' || sql[i] >= 0x80) {
-                    i += 1;
-                }
-                let word = &sql[start..i];
-                // Character set introducer (_latin1'abc'), X'..' and B'..'.
-                if i < n
-                    && sql[i] == b'\''
-                    && (word[0] == b'_'
-                        || word.eq_ignore_ascii_case(b"x")
-                        || word.eq_ignore_ascii_case(b"b")
-                        || word.eq_ignore_ascii_case(b"n"))
-                {
-                    let (bytes, end) = read_string(sql, i);
-                    let lit = if word.eq_ignore_ascii_case(b"x") {
-                        Literal::Text(unhex(&bytes))
-                    } else if word.eq_ignore_ascii_case(b"b") {
-                        Literal::UInt(bytes.iter().fold(0u64, |a, b| (a << 1) | u64::from(*b == b'1')))
-                    } else {
-                        Literal::Text(bytes)
-                    };
-                    literals.push(lit);
-                    out.push('?');
-                    i = end;
-                    last_word.clear();
-                    continue;
-                }
-                let w = String::from_utf8_lossy(word).to_ascii_uppercase();
-                if w == "NULL" {
-                    literals.push(Literal::Null);
-                    out.push('?');
-                } else {
-                    out.push_str(&String::from_utf8_lossy(word));
-                }
-                last_word = w;
-            }
+            b'0'..=b'9' | b'.' if c != b'.' || sql.get(i + 1).is_some_and(|d| d.is_ascii_digit()) => self.number(),
+            c if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 => self.word(),
             c if c.is_ascii_whitespace() => {
-                if !out.ends_with(' ') && !out.is_empty() {
-                    out.push(' ');
+                if !self.out.ends_with(' ') && !self.out.is_empty() {
+                    self.out.push(' ');
                 }
-                i += 1;
+                self.i += 1;
             }
             _ => {
-                out.push(c as char);
-                i += 1;
+                self.out.push(c as char);
+                self.i += 1;
                 if c != b',' {
-                    last_word.clear();
+                    self.last_word.clear();
                 }
             }
         }
     }
-    out.truncate(out.trim_end().len());
-    out
+
+    fn literal(&mut self, lit: Literal) {
+        self.literals.push(lit);
+        self.out.push('?');
+    }
+
+    /// A name in backquotes, copied.
+    fn backquoted(&mut self) {
+        let (sql, n, start) = (self.sql, self.sql.len(), self.i);
+        let mut i = start + 1;
+        while i < n {
+            if sql[i] == b'`' {
+                if i + 1 < n && sql[i + 1] == b'`' {
+                    i += 2;
+                    continue;
+                }
+                i += 1;
+                break;
+            }
+            i += 1;
+        }
+        self.out.push_str(&String::from_utf8_lossy(&sql[start..i]));
+        self.i = i;
+        self.last_word.clear();
+    }
+
+    /// A minus sign after an operator or a separator: a negative number,
+    /// not a subtraction.
+    fn negative(&mut self) {
+        let (sql, n, i) = (self.sql, self.sql.len(), self.i);
+        let mut j = i + 1;
+        while j < n && (sql[j].is_ascii_digit() || sql[j] == b'.') {
+            j += 1;
+        }
+        match number(std::str::from_utf8(&sql[i..j]).unwrap_or("0")) {
+            lit @ (Literal::Int(_) | Literal::Text(_))
+                if j >= n
+                    || !(sql[j].is_ascii_alphanumeric() || sql[j] == b'_' || sql[j] == b'e' || sql[j] == b'E') =>
+            {
+                self.literal(lit);
+                self.i = j;
+            }
+            _ => {
+                self.out.push('-');
+                self.i += 1;
+            }
+        }
+        self.last_word.clear();
+    }
+
+    /// A number (decimal, float, hex), or digits that start a name.
+    fn number(&mut self) {
+        let (sql, n, start) = (self.sql, self.sql.len(), self.i);
+        let prev_ident = self.out.chars().last().is_some_and(|p| p.is_ascii_alphanumeric() || p == '_' || p == '$');
+        let mut i = start;
+        if sql[i] == b'0' && matches!(sql.get(i + 1), Some(b'x') | Some(b'X')) {
+            i += 2;
+            while i < n && sql[i].is_ascii_hexdigit() {
+                i += 1;
+            }
+        } else {
+            while i < n && (sql[i].is_ascii_digit() || sql[i] == b'.') {
+                i += 1;
+            }
+            if i < n
+                && (sql[i] == b'e' || sql[i] == b'E')
+                && sql.get(i + 1).is_some_and(|d| d.is_ascii_digit() || *d == b'-' || *d == b'+')
+            {
+                i += 2;
+                while i < n && sql[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+        }
+        let text = std::str::from_utf8(&sql[start..i]).unwrap_or("0");
+        if prev_ident || i < n && (sql[i].is_ascii_alphabetic() || sql[i] == b'_') {
+            // Part of an identifier (t1, 1abc): copy.
+            while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$') {
+                i += 1;
+            }
+            self.out.push_str(&String::from_utf8_lossy(&sql[start..i]));
+        } else if self.last_word == "LIMIT"
+            || self.last_word == "OFFSET"
+            || self.out.trim_end().ends_with(',') && limit_context(&self.out)
+        {
+            self.out.push_str(text);
+        } else {
+            self.literal(number(text));
+        }
+        self.i = i;
+        self.last_word.clear();
+    }
+
+    /// A word: a keyword or name, NULL, or the introducer of a string
+    /// literal (`_latin1'abc'`, `X'..'`, `B'..'`, `N'..'`).
+    fn word(&mut self) {
+        let (sql, n, start) = (self.sql, self.sql.len(), self.i);
+        let mut i = start;
+        while i < n && (sql[i].is_ascii_alphanumeric() || sql[i] == b'_' || sql[i] == b'$' || sql[i] >= 0x80) {
+            i += 1;
+        }
+        let word = &sql[start..i];
+        if i < n
+            && sql[i] == b'\''
+            && (word[0] == b'_'
+                || word.eq_ignore_ascii_case(b"x")
+                || word.eq_ignore_ascii_case(b"b")
+                || word.eq_ignore_ascii_case(b"n"))
+        {
+            let (bytes, end) = read_string(sql, i);
+            let lit = if word.eq_ignore_ascii_case(b"x") {
+                Literal::Text(unhex(&bytes))
+            } else if word.eq_ignore_ascii_case(b"b") {
+                Literal::UInt(bytes.iter().fold(0u64, |a, b| (a << 1) | u64::from(*b == b'1')))
+            } else {
+                Literal::Text(bytes)
+            };
+            self.literal(lit);
+            self.i = end;
+            self.last_word.clear();
+            return;
+        }
+        let w = String::from_utf8_lossy(word).to_ascii_uppercase();
+        if w == "NULL" {
+            self.literal(Literal::Null);
+        } else {
+            self.out.push_str(&String::from_utf8_lossy(word));
+        }
+        self.last_word = w;
+        self.i = i;
+    }
 }
 
 /// After `LIMIT n,` the second number is part of the shape too.

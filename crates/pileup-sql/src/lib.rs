@@ -402,120 +402,126 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
         list: None,
         limit_tail: false,
     };
-    let n = sql.len();
     let mut word = WordBuf::new();
     let mut i = 0;
-    while i < n {
-        let c = sql[i];
-        if let Some(end) = comment_end(sql, i) {
-            i = end;
-            continue;
-        }
-        match c {
-            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
-            b'\'' | b'"' => {
-                i = quoted_end(sql, i);
-                w.token(Kind::Lit, b"?");
-            }
-            b'`' => {
-                let end = quoted_end(sql, i);
-                let inner = &sql[i + 1..end.saturating_sub(1).max(i + 1)];
-                word.clear();
-                if !inner.is_empty() && inner.iter().all(|&c| is_word_byte(c)) {
-                    word.extend(inner.iter().map(u8::to_ascii_lowercase));
-                } else {
-                    word.extend(sql[i..end].iter().map(u8::to_ascii_lowercase));
-                }
-                w.token(Kind::Word, &word);
-                i = end;
-            }
-            b'?' => {
-                w.token(Kind::Lit, b"?");
-                i += 1;
-            }
-            b'0'..=b'9' => match number_end(sql, i) {
-                Some(end) => {
-                    w.token(Kind::Lit, b"?");
-                    i = end;
-                }
-                None => i = read_word(sql, i, &mut word, &mut w),
-            },
-            b'.' if sql.get(i + 1).is_some_and(u8::is_ascii_digit) && w.prev != Kind::Word && w.prev != Kind::Close => {
-                i = number_end(sql, i).unwrap_or(i + 1);
-                w.token(Kind::Lit, b"?");
-            }
-            b'-' | b'+'
-                if (matches!(w.prev, Kind::Start | Kind::Op | Kind::Open | Kind::Comma)
-                    || w.prev == Kind::Word && BEFORE_UNARY.contains(&w.last_word()))
-                    && sql.get(i + 1).is_some_and(|d| {
-                        d.is_ascii_digit() || *d == b'.' && sql.get(i + 2).is_some_and(u8::is_ascii_digit)
-                    }) =>
-            {
-                match number_end(sql, i + 1) {
-                    Some(end) => {
-                        w.token(Kind::Lit, b"?");
-                        i = end;
-                    }
-                    None => {
-                        w.token(Kind::Op, &sql[i..i + 1]);
-                        i += 1;
-                    }
-                }
-            }
-            c if is_word_byte(c) || c == b'@' => i = read_word(sql, i, &mut word, &mut w),
-            b'(' => {
-                // A list of literals after IN or VALUES: skipped in one
-                // tight scan (a 1,000-value IN list is most of its
-                // statement's bytes).
-                let list_head = w.prev == Kind::Word
-                    && w.list.is_none()
-                    && !w.limit_tail
-                    && matches!(w.last_word(), b"in" | b"values" | b"value");
-                match list_head.then(|| literal_list_end(sql, i, w.last_word() != b"in")).flatten() {
-                    Some(end) => {
-                        if w.space_before(Kind::Open) {
-                            w.out.push(b' ');
-                        }
-                        w.out.extend_from_slice(b"(?+)");
-                        w.prev = Kind::Close;
-                        w.word_len = 0;
-                        i = end;
-                    }
-                    None => {
-                        w.token(Kind::Open, b"(");
-                        i += 1;
-                    }
-                }
-            }
-            b')' => {
-                w.token(Kind::Close, b")");
-                i += 1;
-            }
-            b',' => {
-                if w.out.ends_with(b"limit ?") {
-                    w.limit_tail = true;
-                } else {
-                    w.token(Kind::Comma, b",");
-                }
-                i += 1;
-            }
-            b'.' => {
-                w.token(Kind::Dot, b".");
-                i += 1;
-            }
-            b';' if trim(&sql[i + 1..]).is_empty() => i = n,
-            _ => {
-                let len =
-                    [b"<=>".as_slice(), b"->>", b"<=", b">=", b"<>", b"!=", b":=", b"||", b"&&", b"<<", b">>", b"->"]
-                        .iter()
-                        .find(|op| sql[i..].starts_with(op))
-                        .map_or(1, |op| op.len());
-                w.token(Kind::Op, &sql[i..i + len]);
-                i += len;
-            }
-        }
+    while i < sql.len() {
+        i = step(sql, i, &mut w, &mut word);
     }
     w.finish();
+}
+
+/// Write the token of `sql` that starts at `i` (or skip a comment or
+/// space); returns where the next one starts.
+#[inline(always)]
+fn step(sql: &[u8], i: usize, w: &mut Writer, word: &mut WordBuf) -> usize {
+    if let Some(end) = comment_end(sql, i) {
+        return end;
+    }
+    let lit = |w: &mut Writer, end: usize| {
+        w.token(Kind::Lit, b"?");
+        end
+    };
+    match sql[i] {
+        b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i + 1,
+        b'\'' | b'"' => lit(w, quoted_end(sql, i)),
+        b'`' => backquoted(sql, i, w, word),
+        b'?' => lit(w, i + 1),
+        b'0'..=b'9' => match number_end(sql, i) {
+            Some(end) => lit(w, end),
+            None => read_word(sql, i, word, w),
+        },
+        b'.' if sql.get(i + 1).is_some_and(u8::is_ascii_digit) && w.prev != Kind::Word && w.prev != Kind::Close => {
+            lit(w, number_end(sql, i).unwrap_or(i + 1))
+        }
+        b'-' | b'+' if signed_number_follows(sql, i, w) => match number_end(sql, i + 1) {
+            Some(end) => lit(w, end),
+            None => {
+                w.token(Kind::Op, &sql[i..i + 1]);
+                i + 1
+            }
+        },
+        c if is_word_byte(c) || c == b'@' => read_word(sql, i, word, w),
+        b'(' => open_paren(sql, i, w),
+        b')' => {
+            w.token(Kind::Close, b")");
+            i + 1
+        }
+        b',' => {
+            if w.out.ends_with(b"limit ?") {
+                w.limit_tail = true;
+            } else {
+                w.token(Kind::Comma, b",");
+            }
+            i + 1
+        }
+        b'.' => {
+            w.token(Kind::Dot, b".");
+            i + 1
+        }
+        b';' if trim(&sql[i + 1..]).is_empty() => sql.len(),
+        _ => {
+            let len = [b"<=>".as_slice(), b"->>", b"<=", b">=", b"<>", b"!=", b":=", b"||", b"&&", b"<<", b">>", b"->"]
+                .iter()
+                .find(|op| sql[i..].starts_with(op))
+                .map_or(1, |op| op.len());
+            w.token(Kind::Op, &sql[i..i + len]);
+            i + len
+        }
+    }
+}
+
+/// A name in backquotes: lowercased, and without its quotes when it needs
+/// none.
+#[inline]
+fn backquoted(sql: &[u8], i: usize, w: &mut Writer, word: &mut WordBuf) -> usize {
+    let end = quoted_end(sql, i);
+    let inner = &sql[i + 1..end.saturating_sub(1).max(i + 1)];
+    word.clear();
+    if !inner.is_empty() && inner.iter().all(|&c| is_word_byte(c)) {
+        word.extend(inner.iter().map(u8::to_ascii_lowercase));
+    } else {
+        word.extend(sql[i..end].iter().map(u8::to_ascii_lowercase));
+    }
+    w.token(Kind::Word, word);
+    end
+}
+
+/// Whether the sign at `i` starts a signed number (after an operator, an
+/// opening parenthesis, a comma or a keyword such as `BY`), not a binary
+/// operator.
+#[inline]
+fn signed_number_follows(sql: &[u8], i: usize, w: &Writer) -> bool {
+    (matches!(w.prev, Kind::Start | Kind::Op | Kind::Open | Kind::Comma)
+        || w.prev == Kind::Word && BEFORE_UNARY.contains(&w.last_word()))
+        && sql
+            .get(i + 1)
+            .is_some_and(|d| d.is_ascii_digit() || *d == b'.' && sql.get(i + 2).is_some_and(u8::is_ascii_digit))
+}
+
+/// An opening parenthesis; a list of literals after IN or VALUES is
+/// skipped in one tight scan (a 1,000-value IN list is most of its
+/// statement's bytes) and written `(?+)`.
+#[inline]
+fn open_paren(sql: &[u8], i: usize, w: &mut Writer) -> usize {
+    let list_head = w.prev == Kind::Word
+        && w.list.is_none()
+        && !w.limit_tail
+        && matches!(w.last_word(), b"in" | b"values" | b"value");
+    match list_head.then(|| literal_list_end(sql, i, w.last_word() != b"in")).flatten() {
+        Some(end) => {
+            if w.space_before(Kind::Open) {
+                w.out.push(b' ');
+            }
+            w.out.extend_from_slice(b"(?+)");
+            w.prev = Kind::Close;
+            w.word_len = 0;
+            end
+        }
+        None => {
+            w.token(Kind::Open, b"(");
+            i + 1
+        }
+    }
 }
 
 /// Marker bytes a skeleton puts for a number and for a string in single

@@ -133,7 +133,8 @@ fn main() {
         // One line: what went wrong and what to do about it, each cause
         // after a colon, a client library's error as its message alone.
         let msg = pileup_conn::error_text(e.as_ref());
-        eprintln!("pileup: {}", msg.lines().next().unwrap_or(""));
+        let fix = engine_fix(&e).map(|f| format!("; {f}")).unwrap_or_default();
+        eprintln!("pileup: {}{fix}", msg.lines().next().unwrap_or(""));
         for l in msg.lines().skip(1) {
             eprintln!("  {l}");
         }
@@ -142,4 +143,27 @@ fn main() {
             None => 1,
         });
     }
+}
+
+/// The engine names a problem of choosing the process; the fix is said
+/// here, with the flags that make it.
+fn engine_fix(e: &anyhow::Error) -> Option<&'static str> {
+    use pileup_engine::Fix;
+    fn engine<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a pileup_engine::StacksError> {
+        c.downcast_ref::<pileup_engine::StacksError>()
+            .or(match c.downcast_ref::<pileup_lag::LagError>() {
+                Some(pileup_lag::LagError::Stacks(s)) => Some(s),
+                _ => None,
+            })
+            .or(match c.downcast_ref::<pileup_locks::LocksError>() {
+                Some(pileup_locks::LocksError::Target(s)) => Some(s),
+                _ => None,
+            })
+    }
+    Some(match e.chain().find_map(engine)?.fix()? {
+        Fix::CheckPid => "check the pid, or use --pid auto to find the running server",
+        Fix::ServerOrAnyProcess => "pass the server's pid, or --any-process to take it anyway",
+        Fix::StartOrGivePid => "start the server, or pass --pid PID",
+        Fix::ChooseServer => "choose one with --pid PID, or name its socket or port with -S or -P",
+    })
 }

@@ -46,7 +46,7 @@ pub(crate) static CPU0_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub(crate) use memory::read_mem;
 pub use types::{CaptureOptions, CaptureStats, Missed, Mode};
-pub(crate) use types::{RawSample, RawThread};
+pub use types::{RawSample, RawThread};
 
 use crate::error::StacksError;
 use crate::proc::MapEntry;

@@ -87,7 +87,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     }
     let targets = targets(a.format, &a.output)?;
     if let Some(t) = &a.threads {
-        pileup_engine::ThreadFilter::parse(t).map_err(anyhow::Error::msg)?;
+        pileup_engine::ThreadFilter::parse(t).map_err(|e| anyhow::anyhow!("--threads {e}"))?;
     }
     if a.source == "performance-schema" {
         return run_performance_schema(&a, conn, &targets, None);

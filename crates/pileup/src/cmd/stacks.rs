@@ -143,7 +143,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         None => a.samples,
     };
     let filter = match &a.threads {
-        Some(s) => ThreadFilter::parse(s).map_err(anyhow::Error::msg)?,
+        Some(s) => ThreadFilter::parse(s).map_err(|e| anyhow::anyhow!("--threads {e}"))?,
         None => ThreadFilter::default(),
     };
     let targets = targets(a.format, &a.output)?;
