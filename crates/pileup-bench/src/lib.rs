@@ -374,6 +374,25 @@ pub fn median_ci_rank(n: usize) -> Option<usize> {
     best
 }
 
+/// `perf record -q TARGET... -o DATA -- sleep SECS`, quiet, the data file
+/// removed after. Returns whether perf succeeded.
+pub fn perf_record(target: &[&str], secs: &str, data: &std::path::Path) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    let s = std::process::Command::new("perf")
+        .args(["record", "-q"])
+        .args(target)
+        .arg("-o")
+        .arg(data)
+        .args(["--", "sleep", secs])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .context("perf (Debian: linux-perf)")?;
+    let _ = std::fs::remove_file(data);
+    Ok(s.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -187,17 +187,8 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
         }
         "perf-record" => {
             let data = std::env::temp_dir().join(format!("perf-context-{}.data", std::process::id()));
-            let s = Command::new("perf")
-                .args(["record", "-q", "-t", &tid.to_string(), "-o"])
-                .arg(&data)
-                .args(["--", "sleep", "1"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .context("perf (Debian: linux-perf)")?;
-            let _ = std::fs::remove_file(&data);
-            if !s.success() {
+            let ok = pileup_bench::perf_record(&["-t", &tid.to_string()], "1", &data)?;
+            if !ok {
                 bail!("perf record -t {tid} failed");
             }
             std::thread::sleep(SETTLE);

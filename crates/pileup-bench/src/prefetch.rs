@@ -463,193 +463,129 @@ impl Bench {
         Ok(gate)
     }
 
-    /// One timed catch-up in `mode` (the backlog is already in the relay log).
-    /// With `lag_for`, `pileup lag` samples the applier for that long (such
-    /// a round perturbs what it measures and is not timed).
-    fn catch_up(&mut self, mode: &Mode, lag_for: Option<Duration>) -> Result<Sample> {
-        self.replica.restart()?;
-        let threads = if mode.parallel { self.parallel_threads } else { 0 };
-        self.replica.sql(&format!(
-            "SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"
-        ))?;
-        let mut c = self.replica.connect()?;
-        // Every catch-up starts with the previous one's purge finished (it
-        // would otherwise read and latch beside this one's applier).
-        wait_purged(&mut c, Duration::from_secs(300))?;
-        let pid = self.replica.pid();
-        let mut child: Option<Child> = None;
-        if mode.prefetch {
-            let ch = Command::new(&self.pileup)
-                .args([
-                    "prefetch",
-                    "-S",
-                    self.replica.endpoint.socket.to_str().unwrap(),
-                    "-u",
-                    "root",
-                    "--stats-every",
-                    "1",
-                    "--json",
-                ])
-                // With the IO thread down, the defaults must find the work.
-                .args(if self.io_thread_down { &[][..] } else { &["--min-lag", "0"][..] })
-                .arg(format!("--readers={}", self.readers))
-                .args(&self.prefetch_args)
-                .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
-                .args(if mode.pages { &["--warm", "pages"][..] } else { &[][..] })
-                .args(if mode.prewarm {
-                    &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..]
-                } else {
-                    &[][..]
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting pileup prefetch")?;
-            child = Some(ch);
-            // Let it connect and find the relay log before the applier starts.
-            std::thread::sleep(Duration::from_millis(500));
+    /// `pileup prefetch` for a mode that prefetches, given time to connect
+    /// and find the relay log before the applier starts.
+    fn start_prefetcher(&self, mode: &Mode) -> Result<Option<Child>> {
+        if !mode.prefetch {
+            return Ok(None);
         }
-        // --hold-purge: a session with a consistent snapshot from before the
-        // applier starts keeps purge from removing anything it changes (a
-        // diagnostic: on a real replica the history list would grow).
-        let purge_hold = if self.hold_purge || (mode.defer && !mode.prefetch) {
-            let mut h = self.replica.connect()?;
-            h.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")?;
-            Some(h)
-        } else {
-            None
-        };
-        let gate = if mode.prewarm { Some(self.prewarm(&mut c)?) } else { None };
-        let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
-        let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
-        let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
-        let datadir = self.replica.endpoint.dir.join("data").display().to_string();
-        let disk0 = device_of(pid as i32, &datadir);
-        let t0 = Instant::now();
-        match gate {
-            Some(mut g) => g.query_drop("UNLOCK TABLES")?,
-            None if self.io_thread_down => self.replica.sql("START SLAVE SQL_THREAD")?,
-            None => self.replica.sql("START SLAVE")?,
-        }
-        let tids = applier_tids(&self.replica)?;
-        let acpu0 = applier_cpu(pid, &tids);
-        let (runq0, busy0) = (applier_runq(pid, &tids), machine_busy());
-        let lag = match lag_for {
-            Some(d) => Some(
-                Command::new(&self.pileup)
-                    .args(["lag", "--pid", &pid.to_string(), "--interval-ms", "10", "--json", "-S"])
-                    .arg(&self.replica.endpoint.socket)
-                    .args(["-u", "root", &format!("--duration={}ms", d.as_millis())])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .context("starting pileup lag")?,
-            ),
-            None => None,
-        };
-        // --profile DIR: the applier threads' stacks during this catch-up
-        // (not in a lag round: pileup lag is tracing the server then, and a
-        // process has one tracer at a time).
-        let stacks_dir = self.profile.clone().filter(|_| lag_for.is_none());
-        if stacks_dir.is_some() && self.profile_after > 0.0 {
+        let ch = Command::new(&self.pileup)
+            .args([
+                "prefetch",
+                "-S",
+                self.replica.endpoint.socket.to_str().unwrap(),
+                "-u",
+                "root",
+                "--stats-every",
+                "1",
+                "--json",
+            ])
+            // With the IO thread down, the defaults must find the work.
+            .args(if self.io_thread_down { &[][..] } else { &["--min-lag", "0"][..] })
+            .arg(format!("--readers={}", self.readers))
+            .args(&self.prefetch_args)
+            .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
+            .args(if mode.pages { &["--warm", "pages"][..] } else { &[][..] })
+            .args(if mode.prewarm {
+                &["--window-events", "1000000000", "--window-keys", "1000000000", "--window-secs", "1000000"][..]
+            } else {
+                &[][..]
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting pileup prefetch")?;
+        // Let it connect and find the relay log before the applier starts.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(Some(ch))
+    }
+
+    /// `pileup lag` on the replica for `d`.
+    fn start_lag(&self, pid: u32, d: Duration) -> Result<Child> {
+        Command::new(&self.pileup)
+            .args(["lag", "--pid", &pid.to_string(), "--interval-ms", "10", "--json", "-S"])
+            .arg(&self.replica.endpoint.socket)
+            .args(["-u", "root", &format!("--duration={}ms", d.as_millis())])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting pileup lag")
+    }
+
+    /// --profile DIR: the applier threads' stacks for 3 s of this catch-up
+    /// (not in a lag round: pileup lag is tracing the server then, and a
+    /// process has one tracer at a time), and which system call they are
+    /// in, sampled from /proc meanwhile.
+    fn profile_applier(&self, mode: &Mode, pid: u32, tids: &[u64], dir: &str) -> Result<std::io::Result<Child>> {
+        if self.profile_after > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(self.profile_after));
         }
-        let prof = stacks_dir.as_ref().map(|dir| {
-            let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
-            Command::new(&self.pileup)
-                .args([
-                    "stacks",
-                    "--pid",
-                    &pid.to_string(),
-                    "--threads",
-                    "sql-thread",
-                    "--duration",
-                    "3s",
-                    "--interval-ms",
-                    "10",
-                    "-S",
-                ])
-                .arg(&self.replica.endpoint.socket)
-                .args(["-u", "root", "-o", &out])
-                .stdout(Stdio::null())
-                .spawn()
-        });
-        if let Some(dir) = &stacks_dir {
-            // Which system call the applier thread is in, sampled from /proc.
-            let mut hist: HashMap<String, u64> = HashMap::new();
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(3) {
-                for tid in &tids {
-                    let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
-                    let f: Vec<&str> = sc.split_whitespace().collect();
-                    let key = match f.first() {
-                        Some(&"running") => "running".to_string(),
-                        Some(n) => format!("{n} {} {}", f.get(1).unwrap_or(&""), f.get(2).unwrap_or(&"")),
-                        None => "?".into(),
-                    };
-                    *hist.entry(key).or_default() += 1;
-                }
-                std::thread::sleep(Duration::from_millis(5));
+        let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
+        let prof = Command::new(&self.pileup)
+            .args(["stacks", "--pid", &pid.to_string(), "--threads", "sql-thread", "--duration", "3s"])
+            .args(["--interval-ms", "10", "-S"])
+            .arg(&self.replica.endpoint.socket)
+            .args(["-u", "root", "-o", &out])
+            .stdout(Stdio::null())
+            .spawn();
+        let mut hist: HashMap<String, u64> = HashMap::new();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(3) {
+            for tid in tids {
+                let sc = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+                let f: Vec<&str> = sc.split_whitespace().collect();
+                let key = match f.first() {
+                    Some(&"running") => "running".to_string(),
+                    Some(n) => format!("{n} {} {}", f.get(1).unwrap_or(&""), f.get(2).unwrap_or(&"")),
+                    None => "?".into(),
+                };
+                *hist.entry(key).or_default() += 1;
             }
-            let mut v: Vec<_> = hist.into_iter().collect();
-            v.sort_by_key(|x| std::cmp::Reverse(x.1));
-            let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
-            pileup_bench::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
+            std::thread::sleep(Duration::from_millis(5));
         }
-        self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
-        let secs = t0.elapsed().as_secs_f64();
-        // CPU over the catch-up itself, before the profile's queries below.
-        let (runq, busy) = (applier_runq(pid, &tids) - runq0, machine_busy() - busy0);
-        let disk = device_of(pid as i32, &datadir)
-            .zip(disk0)
-            .map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
-        if let Some(Ok(mut p)) = prof {
-            let _ = p.wait();
-        }
-        if let Some(dir) = &self.profile {
-            // What the applier threads waited on, by instrument (as many as
-            // the server was started with: see --cnf performance_schema_instrument).
-            let rows: Vec<(String, u64, f64)> = c.query(format!(
-                "SELECT EVENT_NAME, SUM(COUNT_STAR), SUM(SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name \
-                 WHERE THREAD_ID IN (SELECT THREAD_ID FROM performance_schema.threads WHERE THREAD_OS_ID IN ({})) AND COUNT_STAR > 0 \
-                 GROUP BY EVENT_NAME ORDER BY 3 DESC LIMIT 25",
-                tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
-            ))?;
-            let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
-            pileup_bench::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
-            // …and what every kind of thread waited on (readers, purge,
-            // page cleaner): who else holds what the applier waits for.
-            let rows: Vec<(String, String, u64, f64)> = c.query(
-                "SELECT t.NAME, w.EVENT_NAME, SUM(w.COUNT_STAR), SUM(w.SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name w \
-                 JOIN performance_schema.threads t USING (THREAD_ID) WHERE w.COUNT_STAR > 0 AND w.EVENT_NAME NOT LIKE 'idle%' \
-                 GROUP BY t.NAME, w.EVENT_NAME ORDER BY 4 DESC LIMIT 40",
-            )?;
-            let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
-            pileup_bench::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
-            // Pages read by page type since the restart before this
-            // catch-up, when the server counts them (`--cnf
-            // innodb_monitor_enable=module_buffer_page`): index leaves, undo
-            // log pages and the rest, which SQL lookups cannot warm.
-            let rows: Vec<(String, i64)> =
-                c.query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME LIKE 'buffer_page_read%' AND COUNT > 0 ORDER BY COUNT DESC")?;
-            let text: String = rows.iter().map(|(n, k)| format!("{k:10} {n}\n")).collect();
-            pileup_bench::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
-        }
-        let mut s = Sample {
-            secs,
-            applier_cpu: applier_cpu(pid, &tids) - acpu0,
-            replica_cpu: cpu_of(&format!("/proc/{pid}/stat")) - rcpu0,
-            pool_reads: status(&mut c, "Innodb_buffer_pool_reads")? - reads0,
-            wait_free: status(&mut c, "Innodb_buffer_pool_wait_free")? - waitfree0,
-            disk,
-            prefetch_cpu: 0.0,
-            prefetch_report: String::new(),
-            lag_json: String::new(),
-            history_left: 0.0,
-            purge_after: 0.0,
-            applier_runq: runq,
-            machine_busy: busy,
-        };
+        let mut v: Vec<_> = hist.into_iter().collect();
+        v.sort_by_key(|x| std::cmp::Reverse(x.1));
+        let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
+        pileup_bench::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
+        Ok(prof)
+    }
+
+    /// --profile DIR: what the applier threads and every kind of thread
+    /// waited on, and pages read by type, into DIR.
+    fn write_waits(&self, c: &mut mysql::Conn, mode: &Mode, tids: &[u64], dir: &str) -> Result<()> {
+        // What the applier threads waited on, by instrument (as many as
+        // the server was started with: see --cnf performance_schema_instrument).
+        let rows: Vec<(String, u64, f64)> = c.query(format!(
+            "SELECT EVENT_NAME, SUM(COUNT_STAR), SUM(SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name \
+             WHERE THREAD_ID IN (SELECT THREAD_ID FROM performance_schema.threads WHERE THREAD_OS_ID IN ({})) AND COUNT_STAR > 0 \
+             GROUP BY EVENT_NAME ORDER BY 3 DESC LIMIT 25",
+            tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+        ))?;
+        let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
+        pileup_bench::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
+        // …and what every kind of thread waited on (readers, purge,
+        // page cleaner): who else holds what the applier waits for.
+        let rows: Vec<(String, String, u64, f64)> = c.query(
+            "SELECT t.NAME, w.EVENT_NAME, SUM(w.COUNT_STAR), SUM(w.SUM_TIMER_WAIT)/1e12 FROM performance_schema.events_waits_summary_by_thread_by_event_name w \
+             JOIN performance_schema.threads t USING (THREAD_ID) WHERE w.COUNT_STAR > 0 AND w.EVENT_NAME NOT LIKE 'idle%' \
+             GROUP BY t.NAME, w.EVENT_NAME ORDER BY 4 DESC LIMIT 40",
+        )?;
+        let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
+        pileup_bench::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
+        // Pages read by page type since the restart before this
+        // catch-up, when the server counts them (`--cnf
+        // innodb_monitor_enable=module_buffer_page`): index leaves, undo
+        // log pages and the rest, which SQL lookups cannot warm.
+        let rows: Vec<(String, i64)> =
+            c.query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME LIKE 'buffer_page_read%' AND COUNT > 0 ORDER BY COUNT DESC")?;
+        let text: String = rows.iter().map(|(n, k)| format!("{k:10} {n}\n")).collect();
+        pileup_bench::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
+        Ok(())
+    }
+
+    /// Collect `pileup lag`'s report and stop the prefetcher, keeping
+    /// what they said in the sample (and in --profile's directory).
+    fn finish(&self, mode: &Mode, s: &mut Sample, lag: Option<Child>, child: Option<Child>) -> Result<()> {
         if let Some(l) = lag {
             let out = l.wait_with_output()?;
             if !out.status.success() {
@@ -676,6 +612,87 @@ impl Bench {
                 eprintln!("  prefetch said: {l}");
             }
         }
+        Ok(())
+    }
+
+    /// One timed catch-up in `mode` (the backlog is already in the relay log).
+    /// With `lag_for`, `pileup lag` samples the applier for that long (such
+    /// a round perturbs what it measures and is not timed).
+    fn catch_up(&mut self, mode: &Mode, lag_for: Option<Duration>) -> Result<Sample> {
+        self.replica.restart()?;
+        let threads = if mode.parallel { self.parallel_threads } else { 0 };
+        self.replica.sql(&format!(
+            "SET GLOBAL slave_parallel_mode = 'optimistic'; SET GLOBAL slave_parallel_threads = {threads}"
+        ))?;
+        let mut c = self.replica.connect()?;
+        // Every catch-up starts with the previous one's purge finished (it
+        // would otherwise read and latch beside this one's applier).
+        wait_purged(&mut c, Duration::from_secs(300))?;
+        let pid = self.replica.pid();
+        let child = self.start_prefetcher(mode)?;
+        // --hold-purge: a session with a consistent snapshot from before the
+        // applier starts keeps purge from removing anything it changes (a
+        // diagnostic: on a real replica the history list would grow).
+        let purge_hold = if self.hold_purge || (mode.defer && !mode.prefetch) {
+            let mut h = self.replica.connect()?;
+            h.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")?;
+            Some(h)
+        } else {
+            None
+        };
+        let gate = if mode.prewarm { Some(self.prewarm(&mut c)?) } else { None };
+        let reads0 = status(&mut c, "Innodb_buffer_pool_reads")?;
+        let waitfree0 = status(&mut c, "Innodb_buffer_pool_wait_free")?;
+        let rcpu0 = cpu_of(&format!("/proc/{pid}/stat"));
+        let datadir = self.replica.endpoint.dir.join("data").display().to_string();
+        let disk0 = device_of(pid as i32, &datadir);
+        let t0 = Instant::now();
+        match gate {
+            Some(mut g) => g.query_drop("UNLOCK TABLES")?,
+            None if self.io_thread_down => self.replica.sql("START SLAVE SQL_THREAD")?,
+            None => self.replica.sql("START SLAVE")?,
+        }
+        let tids = applier_tids(&self.replica)?;
+        let acpu0 = applier_cpu(pid, &tids);
+        let (runq0, busy0) = (applier_runq(pid, &tids), machine_busy());
+        let lag = lag_for.map(|d| self.start_lag(pid, d)).transpose()?;
+        // --profile DIR: the applier threads' stacks during this catch-up
+        // (not in a lag round: pileup lag is tracing the server then, and a
+        // process has one tracer at a time).
+        let stacks_dir = self.profile.clone().filter(|_| lag_for.is_none());
+        let prof = match &stacks_dir {
+            Some(dir) => Some(self.profile_applier(mode, pid, &tids, dir)?),
+            None => None,
+        };
+        self.replica.wait_caught_up(&self.primary, Duration::from_secs(3600))?;
+        let secs = t0.elapsed().as_secs_f64();
+        // CPU over the catch-up itself, before the profile's queries below.
+        let (runq, busy) = (applier_runq(pid, &tids) - runq0, machine_busy() - busy0);
+        let disk = device_of(pid as i32, &datadir)
+            .zip(disk0)
+            .map(|((name, b), (_, a))| DeviceReport::between(&name, &a, &b, secs));
+        if let Some(Ok(mut p)) = prof {
+            let _ = p.wait();
+        }
+        if let Some(dir) = &self.profile {
+            self.write_waits(&mut c, mode, &tids, dir)?;
+        }
+        let mut s = Sample {
+            secs,
+            applier_cpu: applier_cpu(pid, &tids) - acpu0,
+            replica_cpu: cpu_of(&format!("/proc/{pid}/stat")) - rcpu0,
+            pool_reads: status(&mut c, "Innodb_buffer_pool_reads")? - reads0,
+            wait_free: status(&mut c, "Innodb_buffer_pool_wait_free")? - waitfree0,
+            disk,
+            prefetch_cpu: 0.0,
+            prefetch_report: String::new(),
+            lag_json: String::new(),
+            history_left: 0.0,
+            purge_after: 0.0,
+            applier_runq: runq,
+            machine_busy: busy,
+        };
+        self.finish(mode, &mut s, lag, child)?;
         // What the catch-up left for purge, and how long purge then took:
         // deferring purge moves that work after the catch-up, so the bench
         // times it too (on an idle replica; a live one keeps applying).
@@ -691,33 +708,84 @@ impl Bench {
     }
 }
 
-fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
-    let num = |k: &str, d: u64| -> Result<u64> {
-        Ok(arg(&args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d))
-    };
-    let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
-    let (tables, size, trx, rounds) =
-        (num("--tables", 8)?, num("--table-size", 1_250_000)?, num("--trx", 30_000)?, num("--rounds", 3)?);
-    let pool = arg(&args, "--pool").unwrap_or_else(|| "128M".into());
-    let formats: Vec<String> = arg(&args, "--formats")
-        .unwrap_or_else(|| "ROW,MIXED".into())
-        .split(',')
-        .map(|s| s.trim().to_uppercase())
-        .collect();
-    let wanted = arg(&args, "--modes").unwrap_or_else(|| "none,prefetch,parallel,both".into());
-    let modes: Vec<&Mode> = MODES.iter().filter(|m| wanted.split(',').any(|w| w.trim() == m.name)).collect();
-    if modes.is_empty() || modes[0].name != "none" {
-        bail!("--modes must include none (every ratio is to it)");
-    }
+/// The run's settings, from the command line.
+struct Config {
+    pileup: String,
+    tables: u64,
+    size: u64,
+    trx: u64,
+    rounds: u64,
+    lag_rounds: u64,
+    pool: String,
+    formats: Vec<String>,
+    modes: Vec<&'static Mode>,
+    /// Keep both servers' data in this directory and load it only once.
+    reuse: Option<std::path::PathBuf>,
+    /// The replica's options beyond the fixed ones (with --cnf's).
+    extra: Vec<(String, String)>,
+}
 
-    let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
-    // --reuse DIR: keep both servers' data there and load it only once.
-    let reuse = arg(&args, "--reuse").map(std::path::PathBuf::from);
+fn kv(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+impl Config {
+    fn parse(args: &[String]) -> Result<Config> {
+        let num = |k: &str, d: u64| -> Result<u64> {
+            Ok(arg(args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d))
+        };
+        let formats = arg(args, "--formats")
+            .unwrap_or_else(|| "ROW,MIXED".into())
+            .split(',')
+            .map(|s| s.trim().to_uppercase())
+            .collect();
+        let wanted = arg(args, "--modes").unwrap_or_else(|| "none,prefetch,parallel,both".into());
+        let modes: Vec<&Mode> = MODES.iter().filter(|m| wanted.split(',').any(|w| w.trim() == m.name)).collect();
+        if modes.is_empty() || modes[0].name != "none" {
+            bail!("--modes must include none (every ratio is to it)");
+        }
+        // What a DBA sets for an SSD: the default innodb_io_capacity (200) makes
+        // the page cleaner the bottleneck of any write-heavy small-pool server.
+        // MariaDB skips neighbour flushing on its own when the kernel says the
+        // disk is solid-state, but virtual disks (virtio here) often claim to be
+        // rotational, and flushing neighbours then writes pages that are dirtied
+        // again soon after: the plain applier caught up ~1.2x faster without it.
+        let mut extra: Vec<(String, String)> = vec![
+            kv("innodb_io_capacity", "4000"),
+            kv("innodb_io_capacity_max", "8000"),
+            kv("innodb_flush_neighbors", "0"),
+        ];
+        for (i, a) in args.iter().enumerate() {
+            if a == "--cnf" {
+                let v = args.get(i + 1).context("--cnf KEY=VALUE")?;
+                let (k, v) = v.split_once('=').context("--cnf KEY=VALUE")?;
+                extra.retain(|(x, _)| x != k);
+                extra.push(kv(k, v));
+            }
+        }
+        Ok(Config {
+            pileup: arg(args, "--pileup").context("--pileup PATH")?,
+            tables: num("--tables", 8)?,
+            size: num("--table-size", 1_250_000)?,
+            trx: num("--trx", 30_000)?,
+            rounds: num("--rounds", 3)?,
+            lag_rounds: num("--lag-rounds", 1)?,
+            pool: arg(args, "--pool").unwrap_or_else(|| "128M".into()),
+            formats,
+            modes,
+            reuse: arg(args, "--reuse").map(std::path::PathBuf::from),
+            extra,
+        })
+    }
+}
+
+/// Start the primary and the replica and load the tables (once, with
+/// --reuse). Returns the bench and the bytes of data loaded.
+fn start(cfg: &Config, args: &[String]) -> Result<(Bench, f64)> {
     let named = |n: &str| Options {
-        name: reuse.as_ref().map(|_| n.to_string()),
-        base_dir: reuse.clone(),
-        reuse: reuse.is_some(),
+        name: cfg.reuse.as_ref().map(|_| n.to_string()),
+        base_dir: cfg.reuse.clone(),
+        reuse: cfg.reuse.is_some(),
         ..Default::default()
     };
     let primary = Sandbox::start(Options {
@@ -725,26 +793,10 @@ fn main() -> Result<()> {
         cnf: vec![kv("innodb_buffer_pool_size", "4G"), kv("binlog_format", "ROW")],
         ..named("primary")
     })?;
-    // What a DBA sets for an SSD: the default innodb_io_capacity (200) makes
-    // the page cleaner the bottleneck of any write-heavy small-pool server.
-    // MariaDB skips neighbour flushing on its own when the kernel says the
-    // disk is solid-state, but virtual disks (virtio here) often claim to be
-    // rotational, and flushing neighbours then writes pages that are dirtied
-    // again soon after: the plain applier caught up ~1.2x faster without it.
-    let mut extra: Vec<(String, String)> =
-        vec![kv("innodb_io_capacity", "4000"), kv("innodb_io_capacity_max", "8000"), kv("innodb_flush_neighbors", "0")];
-    for (i, a) in args.iter().enumerate() {
-        if a == "--cnf" {
-            let v = args.get(i + 1).context("--cnf KEY=VALUE")?;
-            let (k, v) = v.split_once('=').context("--cnf KEY=VALUE")?;
-            extra.retain(|(x, _)| x != k);
-            extra.push(kv(k, v));
-        }
-    }
     let replica = Sandbox::start(Options {
         replica_of: Some(primary.endpoint.clone()),
         cnf: vec![
-            kv("innodb_buffer_pool_size", &pool),
+            kv("innodb_buffer_pool_size", &cfg.pool),
             kv("innodb_flush_method", "O_DIRECT"),
             kv("innodb_buffer_pool_load_at_startup", "OFF"),
             kv("innodb_buffer_pool_dump_at_shutdown", "OFF"),
@@ -752,7 +804,7 @@ fn main() -> Result<()> {
             kv("performance_schema", "ON"),
         ]
         .into_iter()
-        .chain(extra.clone())
+        .chain(cfg.extra.clone())
         .collect(),
         ..named("replica")
     })?;
@@ -762,8 +814,9 @@ fn main() -> Result<()> {
         // position the backlog stays for the SQL thread alone.
         replica.sql("STOP SLAVE; CHANGE MASTER TO MASTER_USE_GTID=no; START SLAVE")?;
     }
+    let (tables, size) = (cfg.tables, cfg.size);
     let t0 = Instant::now();
-    let marker = reuse.as_ref().map(|d| d.join("loaded"));
+    let marker = cfg.reuse.as_ref().map(|d| d.join("loaded"));
     let loaded = format!("{tables} {size}");
     if marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()).as_deref() != Some(loaded.as_str()) {
         eprintln!("loading {tables} tables x {size} rows");
@@ -787,18 +840,20 @@ fn main() -> Result<()> {
         .flatten()
         .unwrap_or(0.0);
     eprintln!("loaded {:.2} GB in {:.0} s", bytes / 1e9, t0.elapsed().as_secs_f64());
-
-    let mut b = Bench {
+    let num = |k: &str, d: u64| -> Result<u64> {
+        Ok(arg(args, k).map(|s| s.parse()).transpose().with_context(|| format!("{k} takes a number"))?.unwrap_or(d))
+    };
+    let b = Bench {
         primary,
         replica,
-        pileup,
+        pileup: cfg.pileup.clone(),
         tables,
         size,
-        trx,
+        trx: cfg.trx,
         parallel_threads: num("--parallel-threads", 4)?,
         readers: num("--readers", 4)?,
-        profile: arg(&args, "--profile"),
-        profile_after: arg(&args, "--profile-after")
+        profile: arg(args, "--profile"),
+        profile_after: arg(args, "--profile-after")
             .map(|v| v.parse::<f64>())
             .transpose()
             .context("--profile-after SECS")?
@@ -806,34 +861,87 @@ fn main() -> Result<()> {
         label: String::new(),
         hold_purge: args.iter().any(|a| a == "--hold-purge"),
         io_thread_down,
-        prefetch_args: arg(&args, "--prefetch-args")
+        prefetch_args: arg(args, "--prefetch-args")
             .map(|s| s.split_whitespace().map(String::from).collect())
             .unwrap_or_default(),
     };
-    // The device: one page read alone and several at once.
-    let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "ibd"))
-        .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-        .map(|e| e.path())
-        .context("no sbtest .ibd file in the replica's datadir")?;
-    let scratch = b.replica.endpoint.dir.join("tmp/device-probe");
-    let one = device_probe(&ibd, 1, 0, None, &scratch, 3.0)?;
-    let four = device_probe(&ibd, 4, 0, None, &scratch, 3.0)?;
-    let mixed = device_probe(&ibd, 4, 4, None, &scratch, 3.0)?;
-    let sustained = device_probe(&ibd, 4, 8, Some(64), &scratch, 15.0)?;
-    let (lat1, iops1, lat4, iops4) = (one.read_us, one.reads_per_s, four.read_us, four.reads_per_s);
-    eprintln!(
-        "device: 16 KiB O_DIRECT random reads: 1 at a time {lat1:.0} µs, {iops1:.0}/s; 4 at a time {lat4:.0} µs, {iops4:.0}/s; \
-         4 at a time with 4 writers {:.0} µs, {:.0} reads/s + {:.0} writes/s; sustained with 8 syncing writers {:.0} µs, {:.0} reads/s + {:.0} writes/s",
-        mixed.read_us, mixed.reads_per_s, mixed.writes_per_s, sustained.read_us, sustained.reads_per_s, sustained.writes_per_s
-    );
+    Ok((b, bytes))
+}
 
-    let mut samples: HashMap<(String, &'static str), Vec<Sample>> = HashMap::new();
-    for r in 0..rounds as usize {
-        for f in &formats {
-            for i in 0..modes.len() {
-                let m = modes[(i + r) % modes.len()];
+/// The device, measured before the rounds: one page read alone, several at
+/// once, several beside writers, and sustained beside syncing writers.
+struct Device {
+    one: Probe,
+    four: Probe,
+    mixed: Probe,
+    sustained: Probe,
+}
+
+impl Device {
+    fn probe(b: &Bench) -> Result<Device> {
+        let ibd = std::fs::read_dir(b.replica.endpoint.dir.join("data/sbtest"))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "ibd"))
+            .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+            .map(|e| e.path())
+            .context("no sbtest .ibd file in the replica's datadir")?;
+        let scratch = b.replica.endpoint.dir.join("tmp/device-probe");
+        let d = Device {
+            one: device_probe(&ibd, 1, 0, None, &scratch, 3.0)?,
+            four: device_probe(&ibd, 4, 0, None, &scratch, 3.0)?,
+            mixed: device_probe(&ibd, 4, 4, None, &scratch, 3.0)?,
+            sustained: device_probe(&ibd, 4, 8, Some(64), &scratch, 15.0)?,
+        };
+        let (one, four, mixed, sustained) = (&d.one, &d.four, &d.mixed, &d.sustained);
+        eprintln!(
+            "device: 16 KiB O_DIRECT random reads: 1 at a time {:.0} µs, {:.0}/s; 4 at a time {:.0} µs, {:.0}/s; \
+             4 at a time with 4 writers {:.0} µs, {:.0} reads/s + {:.0} writes/s; sustained with 8 syncing writers {:.0} µs, {:.0} reads/s + {:.0} writes/s",
+            one.read_us, one.reads_per_s, four.read_us, four.reads_per_s,
+            mixed.read_us, mixed.reads_per_s, mixed.writes_per_s, sustained.read_us, sustained.reads_per_s, sustained.writes_per_s
+        );
+        Ok(d)
+    }
+
+    /// The device's figures as a paragraph of the report.
+    fn describe(&self) -> String {
+        let (one, four, mixed, sustained) = (&self.one, &self.four, &self.mixed, &self.sustained);
+        format!(
+            "\nThe device (16 KiB O_DIRECT random reads of the replica's largest table file, measured before the rounds): \
+             one read at a time takes {:.0} µs ({:.0} reads/s); four at a time, {:.0} µs each ({:.0} reads/s, {:.1}× the throughput); \
+             four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s); \
+             sustained for 15 s beside eight writers that sync every 64 writes (as InnoDB syncs each doublewrite batch), {:.0} µs each \
+             ({:.0} reads/s + {:.0} writes/s, {:.0} MB/s written).\n",
+            one.read_us,
+            one.reads_per_s,
+            four.read_us,
+            four.reads_per_s,
+            four.reads_per_s / one.reads_per_s.max(1e-9),
+            mixed.read_us,
+            mixed.reads_per_s,
+            mixed.writes_per_s,
+            sustained.read_us,
+            sustained.reads_per_s,
+            sustained.writes_per_s,
+            sustained.writes_per_s * 16384.0 / 1e6
+        )
+    }
+}
+
+/// (format, mode) → the timed catch-ups' samples.
+type Samples = HashMap<(String, &'static str), Vec<Sample>>;
+/// One list of (category, share) per lag round.
+type Shares = Vec<(String, f64)>;
+/// (format, mode) → the lag rounds' shares.
+type Lagged = HashMap<(String, &'static str), Vec<Shares>>;
+
+/// The timed rounds: every format, every mode in a rotated order.
+fn timed_rounds(b: &mut Bench, cfg: &Config) -> Result<Samples> {
+    let mut samples = Samples::new();
+    let trx = cfg.trx as f64;
+    for r in 0..cfg.rounds as usize {
+        for f in &cfg.formats {
+            for i in 0..cfg.modes.len() {
+                let m = cfg.modes[(i + r) % cfg.modes.len()];
                 b.backlog(f)?;
                 b.label = format!("{}-{f}", r + 1);
                 let s = b.catch_up(m, None)?;
@@ -842,12 +950,12 @@ fn main() -> Result<()> {
                     r + 1,
                     m.name,
                     s.secs,
-                    trx as f64 / s.secs,
+                    trx / s.secs,
                     s.applier_cpu,
                     s.replica_cpu,
                     s.prefetch_cpu,
-                    s.pool_reads / trx as f64,
-                    s.wait_free / trx as f64,
+                    s.pool_reads / trx,
+                    s.wait_free / trx,
                     s.history_left,
                     s.purge_after,
                     s.applier_runq,
@@ -860,16 +968,16 @@ fn main() -> Result<()> {
             }
         }
     }
+    Ok(samples)
+}
 
-    // Untimed rounds under `pileup lag`: where the applier's time goes
-    // without help and with the prefetcher.
-    let lag_rounds = num("--lag-rounds", 1)?;
-    // (format, mode) → one list of (category, share) per lag round.
-    type Shares = Vec<(String, f64)>;
-    let mut lagged: HashMap<(String, &'static str), Vec<Shares>> = HashMap::new();
-    for _ in 0..lag_rounds {
-        for f in &formats {
-            for m in modes.iter().filter(|m| !m.parallel) {
+/// Untimed rounds under `pileup lag`: where the applier's time goes
+/// without help and with the prefetcher.
+fn lag_rounds(b: &mut Bench, cfg: &Config, samples: &Samples) -> Result<Lagged> {
+    let mut lagged = Lagged::new();
+    for _ in 0..cfg.lag_rounds {
+        for f in &cfg.formats {
+            for m in cfg.modes.iter().filter(|m| !m.parallel) {
                 let secs = median(
                     samples.get(&(f.clone(), m.name)).map(|v| v.iter().map(|s| s.secs).collect()).unwrap_or_default(),
                 );
@@ -882,187 +990,248 @@ fn main() -> Result<()> {
             }
         }
     }
+    Ok(lagged)
+}
 
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    let mut md = format!(
-        "\n{:.2} GB of data ({tables} sysbench tables × {size} rows) on a replica with a {pool} buffer pool and O_DIRECT; \
-         backlog {trx} oltp_update_index transactions (uniform keys) per round, {rounds} rounds, modes in rotated order; \
-         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}{}. Medians.\n",
-        bytes / 1e9,
-        b.parallel_threads,
-        b.readers,
-        b.prefetch_args.iter().map(|a| format!(" {a}")).collect::<String>(),
-        extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
-        if b.hold_purge { "; purge held off during each catch-up (--hold-purge: a consistent snapshot taken before the applier starts)" } else { "" }
-    );
-    if b.io_thread_down {
-        md.push_str("Catch-up with the IO thread down: replicating by file and position, restarted with skip-slave-start, `START SLAVE SQL_THREAD` on the backlog in the relay log (Seconds_Behind_Master NULL); the prefetcher with its default --min-lag.\n");
+fn main() -> Result<()> {
+    let args = pileup_bench::args(USAGE)?;
+    let cfg = Config::parse(&args)?;
+    let (mut b, bytes) = start(&cfg, &args)?;
+    let dev = Device::probe(&b)?;
+    let samples = timed_rounds(&mut b, &cfg)?;
+    let lagged = lag_rounds(&mut b, &cfg, &samples)?;
+    let mut md = header(&b, &cfg, bytes);
+    for f in &cfg.formats {
+        md.push_str(&format_section(&cfg, f, &samples, &dev));
     }
-    for f in &formats {
-        let med = |m: &str, g: &dyn Fn(&Sample) -> f64| {
-            median(samples.get(&(f.clone(), leak(m))).map(|v| v.iter().map(g).collect()).unwrap_or_default())
-        };
-        let base = med("none", &|s| s.secs);
-        md.push_str(&format!(
-            "\n#### binlog_format={f}\n\n| mode | catch-up (s) | trx/s | speed-up vs none | applier threads' CPU (% of wall) | replica CPU (cores) | prefetcher CPU (cores) | buffer-pool reads per trx |\n|---|---|---|---|---|---|---|---|\n"
-        ));
-        for m in &modes {
-            let secs = med(m.name, &|s| s.secs);
-            md.push_str(&format!(
-                "| {} | {:.2} | {:.0} | {:.2}× | {:.0}% | {:.2} | {:.2} | {:.2} |\n",
-                m.name,
-                secs,
-                trx as f64 / secs,
-                base / secs,
-                100.0 * med(m.name, &|s| s.applier_cpu / s.secs),
-                med(m.name, &|s| s.replica_cpu / s.secs),
-                med(m.name, &|s| s.prefetch_cpu / s.secs),
-                med(m.name, &|s| s.pool_reads) / trx as f64
-            ));
-        }
-        let base_total = med("none", &|s| s.secs + s.purge_after);
-        md.push_str(
-            "\nWhat each catch-up left for purge (InnoDB's history list when the applier had caught up and any hold was released) \
-             and how long purge then took to bring it under 1,000 on the idle replica; the last column counts that time too:\n\n\
-             | mode | history left | purge afterwards (s) | catch-up + purge (s) | speed-up vs none, purge included |\n|---|---|---|---|---|\n",
-        );
-        for m in &modes {
-            let total = med(m.name, &|s| s.secs + s.purge_after);
-            md.push_str(&format!(
-                "| {} | {:.0} | {:.1} | {:.2} | {:.2}× |\n",
-                m.name,
-                med(m.name, &|s| s.history_left),
-                med(m.name, &|s| s.purge_after),
-                total,
-                base_total / total
-            ));
-        }
-        md.push_str(&format!(
-            "\nCPU during the catch-up: the whole machine's busy time (/proc/stat, every state but idle and iowait) and the time the \
-             applier threads were runnable but waiting for a CPU (schedstat; with parallel replication, the mean over its threads):\n\n\
-             | mode | machine busy (cores of {cores:.0}) | an applier thread waiting for a CPU (% of wall) |\n|---|---|---|\n"
-        ));
-        for m in &modes {
-            md.push_str(&format!(
-                "| {} | {:.2} | {:.0}% |\n",
-                m.name,
-                med(m.name, &|s| s.machine_busy / s.secs),
-                100.0 * med(m.name, &|s| s.applier_runq / s.secs)
-            ));
-        }
-        if samples.values().flatten().all(|s| s.disk.is_some()) {
-            md.push_str(
-                "\nThe replica's device during the catch-up (/proc/diskstats):\n\n\
-                 | mode | reads/s | writes/s | MB written/s | mean read latency (µs) | busy | device reads per trx | device writes per trx |\n|---|---|---|---|---|---|---|---|\n",
-            );
-            for m in &modes {
-                let d = |g: &dyn Fn(&DeviceReport, f64) -> f64| {
-                    med(m.name, &|s| s.disk.as_ref().map(|d| g(d, s.secs)).unwrap_or(0.0))
-                };
-                md.push_str(&format!(
-                    "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.2} | {:.2} |\n",
-                    m.name,
-                    d(&|d, _| d.reads_per_s),
-                    d(&|d, _| d.writes_per_s),
-                    d(&|d, _| d.mb_written_per_s),
-                    d(&|d, _| d.mean_read_us),
-                    d(&|d, _| 100.0 * d.busy),
-                    d(&|d, t| d.reads_per_s * t) / trx as f64,
-                    d(&|d, t| d.writes_per_s * t) / trx as f64,
-                ));
-            }
-            let lat = med("none", &|s| s.disk.as_ref().map(|d| d.mean_read_us).unwrap_or(0.0));
-            let wpt = med("none", &|s| s.disk.as_ref().map(|d| d.writes_per_s * s.secs).unwrap_or(0.0)) / trx as f64;
-            md.push_str(&if lat > 2.0 * one.read_us {
-                format!(
-                    "\nThe plain applier's replica read a page in {lat:.0} µs on average where the idle device takes {:.0} µs: \
-                     it also writes ({wpt:.1} writes per transaction: page flushes, doublewrite, redo), and the reads queue behind those writes. \
-                     A prefetcher adds reads to that queue; it does not remove any.\n",
-                    one.read_us
-                )
-            } else {
-                format!("\nThe plain applier's replica read a page in {lat:.0} µs on average (the idle device: {:.0} µs; {wpt:.1} writes per transaction).\n", one.read_us)
-            });
-        }
-        // The device's bound. What limits a replica catching up on this
-        // kind of device is what it writes (page flushes, doublewrite:
-        // ~30 KB per write on average), not how many I/Os it makes: the
-        // sustained probe's write bandwidth against the plain catch-up's.
-        let plain_mbw = med("none", &|s| s.disk.as_ref().map(|d| d.mb_written_per_s).unwrap_or(0.0));
-        let cap_mbw = sustained.writes_per_s * 16384.0 / 1e6;
-        if plain_mbw > 0.0 {
-            md.push_str(&format!(
-                "\nThe device's bound: the plain catch-up wrote {plain_mbw:.0} MB/s ({:.0} KB per transaction); beside reads, the device sustains about \
-                 {cap_mbw:.0} MB/s of syncing writes (below), so a mode that writes as much per transaction is capped near {:.2}× here (an estimate: the probe's writes are not InnoDB's). \
-                 Prefetching moves the applier's reads earlier without making it write less; a larger pool or purge deferred \
-                 (fewer pages evicted dirty and read back) lowers the bytes per transaction and raises the cap.\n",
-                plain_mbw * 1e3 * base / trx as f64,
-                cap_mbw / plain_mbw
-            ));
-        }
-        let applier = med("none", &|s| s.applier_cpu);
-        let replica_cores = med("none", &|s| s.replica_cpu / s.secs);
-        md.push_str(&format!(
-            "\nBounds for this format: the plain applier thread was on CPU {:.0}% of the time, so removing every wait it has would make it at most {:.2}× faster; \
-             the replica used {:.2} of {cores:.0} cores while applying without help, so with the same CPU per transaction the box caps any speed-up near {:.2}×.\n",
-            100.0 * applier / base,
-            base / applier.max(1e-9),
-            replica_cores,
-            cores / replica_cores.max(1e-9)
-        ));
-    }
-    md.push_str(&format!(
-        "\nThe device (16 KiB O_DIRECT random reads of the replica's largest table file, measured before the rounds): \
-         one read at a time takes {lat1:.0} µs ({iops1:.0} reads/s); four at a time, {lat4:.0} µs each ({iops4:.0} reads/s, {:.1}× the throughput); \
-         four at a time while four threads write random 16 KiB pages to a scratch file, {:.0} µs each ({:.0} reads/s + {:.0} writes/s); \
-         sustained for 15 s beside eight writers that sync every 64 writes (as InnoDB syncs each doublewrite batch), {:.0} µs each \
-         ({:.0} reads/s + {:.0} writes/s, {:.0} MB/s written).\n",
-        iops4 / iops1.max(1e-9),
-        mixed.read_us,
-        mixed.reads_per_s,
-        mixed.writes_per_s,
-        sustained.read_us,
-        sustained.reads_per_s,
-        sustained.writes_per_s,
-        sustained.writes_per_s * 16384.0 / 1e6
-    ));
+    md.push_str(&dev.describe());
     if !lagged.is_empty() {
-        let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait", "stalled"];
-        md.push_str(&format!(
-            "\n#### Where the applier's time goes (`pileup lag` over 60% of an extra, untimed catch-up per mode; medians of {lag_rounds})\n\n\
-             | format | mode | page reads | (performance_schema: in data-file reads) | lock/latch waits | commit and fsync | CPU in row apply | other waits | waiting for relay log | stood still (stalls ≥ 200 ms) | bound for a prefetcher |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
-        ));
-        for f in &formats {
-            for m in modes.iter().filter(|m| !m.parallel) {
-                let Some(v) = lagged.get(&(f.clone(), m.name)) else { continue };
-                let share = |c: &str| {
-                    median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect())
-                };
-                let cells: Vec<String> = cats.iter().map(|c| format!("{:.0}%", 100.0 * share(c))).collect();
-                // A prefetcher can at best take the applier's own page reads away.
-                let bound = if m.prefetch {
-                    "".to_string()
-                } else {
-                    format!("≤ {:.2}×", 1.0 / (1.0 - share("page_read")).max(1e-9))
-                };
-                md.push_str(&format!("| {f} | {} | {} | {bound} |\n", m.name, cells.join(" | ")));
-            }
-        }
-        md.push_str(
-            "\nShares of the applier threads' time from stack samples (each thread is stopped for microseconds every 10 ms; \
-             a thread in a read stops as the read returns, so \"page reads\" includes the wait for a CPU after it), and, for comparison, \
-             the time performance_schema measured inside InnoDB data-file reads over the same period. \
-             The bound assumes a prefetcher removes every page read the applier itself makes and nothing else changes: \
-             1 / (1 − page-read share). Lock/latch waits (pages in flight, the index tree latch, purge) and CPU stay. \
-             \"Stood still\": the share of the period inside stretches of 200 ms or more in which the applier had work and its \
-             relay log position did not move (`pileup lag`'s stalls; the sampled position is read every 10 ms).\n",
-        );
+        md.push_str(&lag_table(&cfg, &lagged));
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
         pileup_bench::write(o, &md)?;
     }
     Ok(())
+}
+
+/// What was run: data, pool, backlog, modes and options.
+fn header(b: &Bench, cfg: &Config, bytes: f64) -> String {
+    let mut md = format!(
+        "\n{:.2} GB of data ({} sysbench tables × {} rows) on a replica with a {} buffer pool and O_DIRECT; \
+         backlog {} oltp_update_index transactions (uniform keys) per round, {} rounds, modes in rotated order; \
+         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}{}. Medians.\n",
+        bytes / 1e9,
+        cfg.tables,
+        cfg.size,
+        cfg.pool,
+        cfg.trx,
+        cfg.rounds,
+        b.parallel_threads,
+        b.readers,
+        b.prefetch_args.iter().map(|a| format!(" {a}")).collect::<String>(),
+        cfg.extra.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        if b.hold_purge { "; purge held off during each catch-up (--hold-purge: a consistent snapshot taken before the applier starts)" } else { "" }
+    );
+    if b.io_thread_down {
+        md.push_str("Catch-up with the IO thread down: replicating by file and position, restarted with skip-slave-start, `START SLAVE SQL_THREAD` on the backlog in the relay log (Seconds_Behind_Master NULL); the prefetcher with its default --min-lag.\n");
+    }
+    md
+}
+
+/// The median of one figure of one format's catch-ups in a mode.
+struct Medians<'a> {
+    samples: &'a Samples,
+    format: &'a str,
+}
+
+impl Medians<'_> {
+    fn of(&self, mode: &str, g: &dyn Fn(&Sample) -> f64) -> f64 {
+        median(
+            self.samples
+                .get(&(self.format.to_string(), leak(mode)))
+                .map(|v| v.iter().map(g).collect())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// One format's tables: speed, purge, CPU, the device, and the bounds.
+fn format_section(cfg: &Config, f: &str, samples: &Samples, dev: &Device) -> String {
+    let med = Medians { samples, format: f };
+    let trx = cfg.trx as f64;
+    let base = med.of("none", &|s| s.secs);
+    let mut md = format!(
+        "\n#### binlog_format={f}\n\n| mode | catch-up (s) | trx/s | speed-up vs none | applier threads' CPU (% of wall) | replica CPU (cores) | prefetcher CPU (cores) | buffer-pool reads per trx |\n|---|---|---|---|---|---|---|---|\n"
+    );
+    for m in &cfg.modes {
+        let secs = med.of(m.name, &|s| s.secs);
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.0} | {:.2}× | {:.0}% | {:.2} | {:.2} | {:.2} |\n",
+            m.name,
+            secs,
+            trx / secs,
+            base / secs,
+            100.0 * med.of(m.name, &|s| s.applier_cpu / s.secs),
+            med.of(m.name, &|s| s.replica_cpu / s.secs),
+            med.of(m.name, &|s| s.prefetch_cpu / s.secs),
+            med.of(m.name, &|s| s.pool_reads) / trx
+        ));
+    }
+    md.push_str(&purge_and_cpu_tables(cfg, &med));
+    if samples.values().flatten().all(|s| s.disk.is_some()) {
+        md.push_str(&disk_table(cfg, &med, dev));
+    }
+    md.push_str(&bounds(cfg, &med, dev));
+    md
+}
+
+/// What each catch-up left for purge, and the CPU during it.
+fn purge_and_cpu_tables(cfg: &Config, med: &Medians) -> String {
+    let base_total = med.of("none", &|s| s.secs + s.purge_after);
+    let mut md = String::from(
+        "\nWhat each catch-up left for purge (InnoDB's history list when the applier had caught up and any hold was released) \
+         and how long purge then took to bring it under 1,000 on the idle replica; the last column counts that time too:\n\n\
+         | mode | history left | purge afterwards (s) | catch-up + purge (s) | speed-up vs none, purge included |\n|---|---|---|---|---|\n",
+    );
+    for m in &cfg.modes {
+        let total = med.of(m.name, &|s| s.secs + s.purge_after);
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.1} | {:.2} | {:.2}× |\n",
+            m.name,
+            med.of(m.name, &|s| s.history_left),
+            med.of(m.name, &|s| s.purge_after),
+            total,
+            base_total / total
+        ));
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    md.push_str(&format!(
+        "\nCPU during the catch-up: the whole machine's busy time (/proc/stat, every state but idle and iowait) and the time the \
+         applier threads were runnable but waiting for a CPU (schedstat; with parallel replication, the mean over its threads):\n\n\
+         | mode | machine busy (cores of {cores:.0}) | an applier thread waiting for a CPU (% of wall) |\n|---|---|---|\n"
+    ));
+    for m in &cfg.modes {
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.0}% |\n",
+            m.name,
+            med.of(m.name, &|s| s.machine_busy / s.secs),
+            100.0 * med.of(m.name, &|s| s.applier_runq / s.secs)
+        ));
+    }
+    md
+}
+
+/// The replica's device during the catch-ups.
+fn disk_table(cfg: &Config, med: &Medians, dev: &Device) -> String {
+    let trx = cfg.trx as f64;
+    let mut md = String::from(
+        "\nThe replica's device during the catch-up (/proc/diskstats):\n\n\
+         | mode | reads/s | writes/s | MB written/s | mean read latency (µs) | busy | device reads per trx | device writes per trx |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for m in &cfg.modes {
+        let d = |g: &dyn Fn(&DeviceReport, f64) -> f64| {
+            med.of(m.name, &|s| s.disk.as_ref().map(|d| g(d, s.secs)).unwrap_or(0.0))
+        };
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.2} | {:.2} |\n",
+            m.name,
+            d(&|d, _| d.reads_per_s),
+            d(&|d, _| d.writes_per_s),
+            d(&|d, _| d.mb_written_per_s),
+            d(&|d, _| d.mean_read_us),
+            d(&|d, _| 100.0 * d.busy),
+            d(&|d, t| d.reads_per_s * t) / trx,
+            d(&|d, t| d.writes_per_s * t) / trx,
+        ));
+    }
+    let lat = med.of("none", &|s| s.disk.as_ref().map(|d| d.mean_read_us).unwrap_or(0.0));
+    let wpt = med.of("none", &|s| s.disk.as_ref().map(|d| d.writes_per_s * s.secs).unwrap_or(0.0)) / trx;
+    md.push_str(&if lat > 2.0 * dev.one.read_us {
+        format!(
+            "\nThe plain applier's replica read a page in {lat:.0} µs on average where the idle device takes {:.0} µs: \
+             it also writes ({wpt:.1} writes per transaction: page flushes, doublewrite, redo), and the reads queue behind those writes. \
+             A prefetcher adds reads to that queue; it does not remove any.\n",
+            dev.one.read_us
+        )
+    } else {
+        format!(
+            "\nThe plain applier's replica read a page in {lat:.0} µs on average (the idle device: {:.0} µs; {wpt:.1} writes per transaction).\n",
+            dev.one.read_us
+        )
+    });
+    md
+}
+
+/// What bounds a speed-up for this format: the device's writes, the
+/// applier's CPU, the machine's cores.
+fn bounds(cfg: &Config, med: &Medians, dev: &Device) -> String {
+    let mut md = String::new();
+    let base = med.of("none", &|s| s.secs);
+    // What limits a replica catching up on this kind of device is what it
+    // writes (page flushes, doublewrite: ~30 KB per write on average), not
+    // how many I/Os it makes: the sustained probe's write bandwidth against
+    // the plain catch-up's.
+    let plain_mbw = med.of("none", &|s| s.disk.as_ref().map(|d| d.mb_written_per_s).unwrap_or(0.0));
+    let cap_mbw = dev.sustained.writes_per_s * 16384.0 / 1e6;
+    if plain_mbw > 0.0 {
+        md.push_str(&format!(
+            "\nThe device's bound: the plain catch-up wrote {plain_mbw:.0} MB/s ({:.0} KB per transaction); beside reads, the device sustains about \
+             {cap_mbw:.0} MB/s of syncing writes (below), so a mode that writes as much per transaction is capped near {:.2}× here (an estimate: the probe's writes are not InnoDB's). \
+             Prefetching moves the applier's reads earlier without making it write less; a larger pool or purge deferred \
+             (fewer pages evicted dirty and read back) lowers the bytes per transaction and raises the cap.\n",
+            plain_mbw * 1e3 * base / cfg.trx as f64,
+            cap_mbw / plain_mbw
+        ));
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let applier = med.of("none", &|s| s.applier_cpu);
+    let replica_cores = med.of("none", &|s| s.replica_cpu / s.secs);
+    md.push_str(&format!(
+        "\nBounds for this format: the plain applier thread was on CPU {:.0}% of the time, so removing every wait it has would make it at most {:.2}× faster; \
+         the replica used {:.2} of {cores:.0} cores while applying without help, so with the same CPU per transaction the box caps any speed-up near {:.2}×.\n",
+        100.0 * applier / base,
+        base / applier.max(1e-9),
+        replica_cores,
+        cores / replica_cores.max(1e-9)
+    ));
+    md
+}
+
+/// Where the applier's time went in the lag rounds, by format and mode.
+fn lag_table(cfg: &Config, lagged: &Lagged) -> String {
+    let cats = ["page_read", "ps_data_file", "latch_wait", "commit", "cpu", "other_wait", "relay_wait", "stalled"];
+    let mut md = format!(
+        "\n#### Where the applier's time goes (`pileup lag` over 60% of an extra, untimed catch-up per mode; medians of {})\n\n\
+         | format | mode | page reads | (performance_schema: in data-file reads) | lock/latch waits | commit and fsync | CPU in row apply | other waits | waiting for relay log | stood still (stalls ≥ 200 ms) | bound for a prefetcher |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        cfg.lag_rounds
+    );
+    for f in &cfg.formats {
+        for m in cfg.modes.iter().filter(|m| !m.parallel) {
+            let Some(v) = lagged.get(&(f.clone(), m.name)) else { continue };
+            let share = |c: &str| {
+                median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect())
+            };
+            let cells: Vec<String> = cats.iter().map(|c| format!("{:.0}%", 100.0 * share(c))).collect();
+            // A prefetcher can at best take the applier's own page reads away.
+            let bound = if m.prefetch {
+                "".to_string()
+            } else {
+                format!("≤ {:.2}×", 1.0 / (1.0 - share("page_read")).max(1e-9))
+            };
+            md.push_str(&format!("| {f} | {} | {} | {bound} |\n", m.name, cells.join(" | ")));
+        }
+    }
+    md.push_str(
+        "\nShares of the applier threads' time from stack samples (each thread is stopped for microseconds every 10 ms; \
+         a thread in a read stops as the read returns, so \"page reads\" includes the wait for a CPU after it), and, for comparison, \
+         the time performance_schema measured inside InnoDB data-file reads over the same period. \
+         The bound assumes a prefetcher removes every page read the applier itself makes and nothing else changes: \
+         1 / (1 − page-read share). Lock/latch waits (pages in flight, the index tree latch, purge) and CPU stay. \
+         \"Stood still\": the share of the period inside stretches of 200 ms or more in which the applier had work and its \
+         relay log position did not move (`pileup lag`'s stalls; the sampled position is read every 10 ms).\n",
+    );
+    md
 }
 
 /// Mode names are 'static; map a borrowed one back for the lookup.

@@ -85,111 +85,11 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     );
     let probe = Probe::start(&sb)?;
     std::thread::sleep(Duration::from_secs(1));
-    let pid = sb.pid().to_string();
-    let tools: Vec<(&str, Vec<String>)> = vec![
-        (
-            "pileup consistent",
-            vec![
-                pileup.into(),
-                "stacks".into(),
-                "--pid".into(),
-                pid.clone(),
-                "-S".into(),
-                sock.clone(),
-                "-u".into(),
-                "root".into(),
-                "--mode".into(),
-                "consistent".into(),
-                "--format".into(),
-                "json".into(),
-            ],
-        ),
-        (
-            "pileup rolling",
-            vec![
-                pileup.into(),
-                "stacks".into(),
-                "--pid".into(),
-                pid.clone(),
-                "-S".into(),
-                sock.clone(),
-                "-u".into(),
-                "root".into(),
-                "--mode".into(),
-                "rolling".into(),
-                "--format".into(),
-                "json".into(),
-            ],
-        ),
-        (
-            "gdb thread apply all bt",
-            vec![
-                "gdb".into(),
-                "-p".into(),
-                pid.clone(),
-                "-batch".into(),
-                "-nx".into(),
-                "-ex".into(),
-                "set pagination 0".into(),
-                "-ex".into(),
-                "thread apply all bt".into(),
-            ],
-        ),
-        ("eu-stack", vec!["eu-stack".into(), "-p".into(), pid.clone()]),
-    ];
+    let tools = tools(pileup, &sb.pid().to_string(), &sock);
     let mut results: Vec<Vec<Run>> = vec![vec![]; tools.len()];
     for r in 0..runs {
         for (i, (name, cmd)) in tools.iter().enumerate() {
-            // Baseline: an equally long window with no tool, just before.
-            let t0 = Instant::now();
-            let o = Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::null()).stderr(Stdio::null()).output();
-            let t1 = Instant::now();
-            let wall = t1 - t0;
-            std::thread::sleep(Duration::from_millis(300));
-            let b0 = Instant::now();
-            std::thread::sleep(wall);
-            let b1 = Instant::now();
-            let mut run = Run {
-                worst_ms: probe.worst(t0, t1).as_secs_f64() * 1e3,
-                baseline_ms: probe.worst(b0, b1).as_secs_f64() * 1e3,
-                wall_ms: wall.as_secs_f64() * 1e3,
-                ..Default::default()
-            };
-            if let Ok(o) = o {
-                run.ok = o.status.success();
-                if name.starts_with("pileup") {
-                    if let Ok(j) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
-                        let s = &j["samples"][0]["stats"];
-                        run.window_ms = s["window_us"].as_f64().map(|x| x / 1e3);
-                        run.max_thread_ms = s["max_thread_stop_us"].as_f64().map(|x| x / 1e3);
-                        run.captured = s["threads_captured"].as_u64();
-                        run.missed = s["threads_missed"].as_u64();
-                        let t = &j["timing"];
-                        let ms = |k: &str| t[k].as_f64().unwrap_or(f64::NAN) / 1e3;
-                        run.split = Some([
-                            ms("load_modules_us"),
-                            ms("capture_us"),
-                            ms("unwind_us"),
-                            ms("symbolize_us"),
-                            ms("annotate_us"),
-                        ]);
-                    }
-                }
-            }
-            eprintln!(
-                "   run {r} {name:<24} worst {:7.2} ms (baseline {:6.2}) wall {:8.1} ms{}",
-                run.worst_ms,
-                run.baseline_ms,
-                run.wall_ms,
-                run.captured.map(|c| format!(" captured {c} missed {}", run.missed.unwrap_or(0))).unwrap_or_default()
-            );
-            if let Some(sp) = run.split {
-                eprintln!(
-                    "       modules {:.1} capture {:.1} unwind {:.1} symbolize {:.1} annotate {:.1} ms",
-                    sp[0], sp[1], sp[2], sp[3], sp[4]
-                );
-            }
-            results[i].push(run);
+            results[i].push(Run::measure(name, cmd, &probe, r));
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -201,7 +101,85 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
         "\n### {server_threads} server threads ({sysbench_threads} sysbench connections at 400 tx/s, {} idle connections, the rest background), {runs} runs, medians\n\n",
         server_threads.saturating_sub(background + sysbench_threads)
     );
-    md.push_str("| tool | probe worst RTT (ms) | gdb's worst ÷ this | baseline worst (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | pileup time: modules / capture / unwind / symbolize / annotate (ms) | non-zero exits |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str(&table(&tools, &results));
+    Ok(md)
+}
+
+/// The tools compared, with their command lines.
+fn tools(pileup: &str, pid: &str, sock: &str) -> Vec<(&'static str, Vec<String>)> {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    let stacks = |mode: &str| {
+        words(&[pileup, "stacks", "--pid", pid, "-S", sock, "-u", "root", "--mode", mode, "--format", "json"])
+    };
+    vec![
+        ("pileup consistent", stacks("consistent")),
+        ("pileup rolling", stacks("rolling")),
+        (
+            "gdb thread apply all bt",
+            words(&["gdb", "-p", pid, "-batch", "-nx", "-ex", "set pagination 0", "-ex", "thread apply all bt"]),
+        ),
+        ("eu-stack", words(&["eu-stack", "-p", pid])),
+    ]
+}
+
+impl Run {
+    /// Run one tool once: its wall time and the probe's worst round trip
+    /// while it ran, against an equally long window with no tool just after.
+    fn measure(name: &str, cmd: &[String], probe: &Probe, r: usize) -> Run {
+        let t0 = Instant::now();
+        let o = Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::null()).stderr(Stdio::null()).output();
+        let t1 = Instant::now();
+        let wall = t1 - t0;
+        std::thread::sleep(Duration::from_millis(300));
+        let b0 = Instant::now();
+        std::thread::sleep(wall);
+        let b1 = Instant::now();
+        let mut run = Run {
+            worst_ms: probe.worst(t0, t1).as_secs_f64() * 1e3,
+            baseline_ms: probe.worst(b0, b1).as_secs_f64() * 1e3,
+            wall_ms: wall.as_secs_f64() * 1e3,
+            ..Default::default()
+        };
+        if let Ok(o) = o {
+            run.ok = o.status.success();
+            if name.starts_with("pileup") {
+                run.read_pileup(&o.stdout);
+            }
+        }
+        eprintln!(
+            "   run {r} {name:<24} worst {:7.2} ms (baseline {:6.2}) wall {:8.1} ms{}",
+            run.worst_ms,
+            run.baseline_ms,
+            run.wall_ms,
+            run.captured.map(|c| format!(" captured {c} missed {}", run.missed.unwrap_or(0))).unwrap_or_default()
+        );
+        if let Some(sp) = run.split {
+            eprintln!(
+                "       modules {:.1} capture {:.1} unwind {:.1} symbolize {:.1} annotate {:.1} ms",
+                sp[0], sp[1], sp[2], sp[3], sp[4]
+            );
+        }
+        run
+    }
+
+    /// pileup's own figures, from its JSON: the stop and the time split.
+    fn read_pileup(&mut self, stdout: &[u8]) {
+        let Ok(j) = serde_json::from_slice::<serde_json::Value>(stdout) else { return };
+        let s = &j["samples"][0]["stats"];
+        self.window_ms = s["window_us"].as_f64().map(|x| x / 1e3);
+        self.max_thread_ms = s["max_thread_stop_us"].as_f64().map(|x| x / 1e3);
+        self.captured = s["threads_captured"].as_u64();
+        self.missed = s["threads_missed"].as_u64();
+        let t = &j["timing"];
+        let ms = |k: &str| t[k].as_f64().unwrap_or(f64::NAN) / 1e3;
+        self.split =
+            Some([ms("load_modules_us"), ms("capture_us"), ms("unwind_us"), ms("symbolize_us"), ms("annotate_us")]);
+    }
+}
+
+/// The medians of every tool's runs, as a markdown table.
+fn table(tools: &[(&str, Vec<String>)], results: &[Vec<Run>]) -> String {
+    let mut md = String::from("| tool | probe worst RTT (ms) | gdb's worst ÷ this | baseline worst (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | pileup time: modules / capture / unwind / symbolize / annotate (ms) | non-zero exits |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let gdb_worst = median(results[2].iter().map(|x| x.worst_ms).collect());
     for (i, (name, _)) in tools.iter().enumerate() {
         let r = &results[i];
@@ -216,7 +194,8 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
                 format!("{:.2}", median(v))
             }
         };
-        let cap = if name.starts_with("pileup") {
+        let pileup = name.starts_with("pileup");
+        let cap = if pileup {
             format!(
                 "{:.0} / {:.0}",
                 median(r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect()),
@@ -226,7 +205,7 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
             "–".into()
         };
         let failed = r.iter().filter(|x| !x.ok).count();
-        let split = if name.starts_with("pileup") {
+        let split = if pileup {
             (0..5).map(|k| opt(&|x| x.split.map(|s| s[k]))).collect::<Vec<_>>().join(" / ")
         } else {
             "–".into()
@@ -238,7 +217,7 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
             opt(&|x| x.max_thread_ms)
         ));
     }
-    Ok(md)
+    md
 }
 
 fn server_thread_count(pid: u32) -> usize {

@@ -183,103 +183,15 @@ fn run_window(
                 .success();
         }
         "eu-stack" | "gdb" => {
-            // As often as the tool manages, back to back, for the window.
-            let mut n = 0;
-            while t0.elapsed() < window {
-                let mut cmd = if tool == "gdb" {
-                    let mut c = Command::new("gdb");
-                    c.args(["-p", &pid, "-batch", "-nx", "-ex", "set pagination 0", "-ex", "thread apply all bt"]);
-                    c
-                } else {
-                    let mut c = Command::new("eu-stack");
-                    c.args(["-p", &pid]);
-                    c
-                };
-                let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
-                w.ok &= s.success();
-                n += 1;
-            }
-            w.captures = Some(n);
+            let (ok, n) = back_to_back(tool, &pid, t0, window)?;
+            (w.ok, w.captures) = (ok, Some(n));
         }
+        // DWARF call graphs at 99 Hz for the window.
         "perf" => {
-            let data = scratch.join("perf.data");
-            let s = Command::new("perf")
-                .args(["record", "-q", "-F", "99", "--call-graph", "dwarf", "-p", &pid, "-o"])
-                .arg(&data)
-                .args(["--", "sleep", &secs])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .context("perf (Debian: linux-perf)")?;
-            w.ok = s.success();
-            let _ = std::fs::remove_file(&data);
+            let target = ["-F", "99", "--call-graph", "dwarf", "-p", pid.as_str()];
+            w.ok = pileup_bench::perf_record(&target, &secs, &scratch.join("perf.data"))?;
         }
-        t => {
-            // pileup: [rolling-]{all,one}-{N}hz[-normal]
-            let (t, no_sql) = match t.strip_suffix("-nosql") {
-                Some(t) => (t, true),
-                None => (t, false),
-            };
-            let (t, normal) = match t.strip_suffix("-normal") {
-                Some(t) => (t, true),
-                None => (t, false),
-            };
-            let (mode, rest) = split_mode(t);
-            let (which, hz) = rest.split_once('-').with_context(|| format!("unknown tool {t}"))?;
-            let hz: u64 =
-                hz.strip_suffix("hz").and_then(|h| h.parse().ok()).with_context(|| format!("unknown tool {t}"))?;
-            let json = scratch.join("stacks.json");
-            let mut cmd = Command::new(pileup);
-            cmd.args(["stacks", "--pid", &pid, "-S", sock, "-u", "root", "--duration"]).arg(format!("{secs}s"));
-            if let Some(m) = mode {
-                cmd.args(["--mode", m]);
-            }
-            cmd.args([
-                "--interval-ms",
-                &(1000 / hz.max(1)).to_string(),
-                "--keep-samples",
-                "1",
-                "--format",
-                "json",
-                "-o",
-            ])
-            .arg(&json);
-            if normal {
-                cmd.arg("--normal-priority");
-            }
-            if no_sql {
-                cmd.arg("--no-sql");
-            }
-            match which {
-                "all" => {}
-                "one" => {
-                    cmd.args(["--threads", &busy.to_string()]);
-                }
-                "accept" => {
-                    cmd.args(["--threads", "accept"]);
-                }
-                _ => bail!("unknown tool {t}"),
-            }
-            let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
-            w.ok = s.success();
-            if let Ok(j) = std::fs::read(&json)
-                .map_err(anyhow::Error::from)
-                .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
-            {
-                let st = &j["stops"];
-                let ms = |k: &str| st[k].as_f64().unwrap_or(f64::NAN) / 1e3;
-                w.captures = st["samples"].as_u64();
-                w.sql_cores = j["timing"]["server_sql_cpu_us"].as_f64().map(|us| us / 1e6 / window.as_secs_f64());
-                w.stop = Some([
-                    ms("median_window_us"),
-                    ms("worst_window_us"),
-                    ms("longest_thread_us"),
-                    ms("longest_held_us"),
-                ]);
-            }
-            let _ = std::fs::remove_file(&json);
-        }
+        t => pileup_window(t, pileup, &pid, sock, busy, window, scratch, &mut w)?,
     }
     let t1 = Instant::now();
     w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
@@ -287,6 +199,92 @@ fn run_window(
     w.tps = load.tps(t0, t1);
     w.worst_ms = probe.worst(t0, t1).as_secs_f64() * 1e3;
     Ok(w)
+}
+
+/// `gdb` or `eu-stack` as often as the tool manages, back to back, for
+/// the window. Returns whether every run succeeded, and how many ran.
+fn back_to_back(tool: &str, pid: &str, t0: Instant, window: Duration) -> Result<(bool, u64)> {
+    let (mut ok, mut n) = (true, 0);
+    while t0.elapsed() < window {
+        let mut cmd = if tool == "gdb" {
+            let mut c = Command::new("gdb");
+            c.args(["-p", pid, "-batch", "-nx", "-ex", "set pagination 0", "-ex", "thread apply all bt"]);
+            c
+        } else {
+            let mut c = Command::new("eu-stack");
+            c.args(["-p", pid]);
+            c
+        };
+        let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+        ok &= s.success();
+        n += 1;
+    }
+    Ok((ok, n))
+}
+
+/// `pileup stacks` for the window, as the tool name says:
+/// `[rolling-]{all,one,accept}-{N}hz[-normal][-nosql]`; its own figures
+/// (samples, stops, SQL CPU) go in `w`.
+#[allow(clippy::too_many_arguments)]
+fn pileup_window(
+    t: &str,
+    pileup: &str,
+    pid: &str,
+    sock: &str,
+    busy: u64,
+    window: Duration,
+    scratch: &std::path::Path,
+    w: &mut Window,
+) -> Result<()> {
+    let (t, no_sql) = match t.strip_suffix("-nosql") {
+        Some(t) => (t, true),
+        None => (t, false),
+    };
+    let (t, normal) = match t.strip_suffix("-normal") {
+        Some(t) => (t, true),
+        None => (t, false),
+    };
+    let (mode, rest) = split_mode(t);
+    let (which, hz) = rest.split_once('-').with_context(|| format!("unknown tool {t}"))?;
+    let hz: u64 = hz.strip_suffix("hz").and_then(|h| h.parse().ok()).with_context(|| format!("unknown tool {t}"))?;
+    let json = scratch.join("stacks.json");
+    let mut cmd = Command::new(pileup);
+    cmd.args(["stacks", "--pid", pid, "-S", sock, "-u", "root", "--duration"]).arg(format!("{}s", window.as_secs()));
+    if let Some(m) = mode {
+        cmd.args(["--mode", m]);
+    }
+    cmd.args(["--interval-ms", &(1000 / hz.max(1)).to_string(), "--keep-samples", "1", "--format", "json", "-o"])
+        .arg(&json);
+    if normal {
+        cmd.arg("--normal-priority");
+    }
+    if no_sql {
+        cmd.arg("--no-sql");
+    }
+    match which {
+        "all" => {}
+        "one" => {
+            cmd.args(["--threads", &busy.to_string()]);
+        }
+        "accept" => {
+            cmd.args(["--threads", "accept"]);
+        }
+        _ => bail!("unknown tool {t}"),
+    }
+    let s = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    w.ok = s.success();
+    if let Ok(j) = std::fs::read(&json)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
+    {
+        let st = &j["stops"];
+        let ms = |k: &str| st[k].as_f64().unwrap_or(f64::NAN) / 1e3;
+        w.captures = st["samples"].as_u64();
+        w.sql_cores = j["timing"]["server_sql_cpu_us"].as_f64().map(|us| us / 1e6 / window.as_secs_f64());
+        w.stop = Some([ms("median_window_us"), ms("worst_window_us"), ms("longest_thread_us"), ms("longest_held_us")]);
+    }
+    let _ = std::fs::remove_file(&json);
+    Ok(())
 }
 
 /// Context switches since boot, all CPUs (NaN where they cannot be read).
