@@ -22,7 +22,11 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps toolchain demo test style build bench clean
+.PHONY: deps toolchain demo test style build bench clean install
+
+# Where `make install` puts pileup, its manual and its shell completions
+# (the places Debian's man, bash-completion, zsh and fish look under /usr/local).
+PREFIX ?= /usr/local
 
 deps:
 	@missing=""; \
@@ -51,6 +55,16 @@ toolchain: deps
 
 build: toolchain
 	PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) build --release --locked
+
+install: build
+	install -D -m 0755 target/release/pileup $(DESTDIR)$(PREFIX)/bin/pileup
+	target/release/pileup manpages $(DESTDIR)$(PREFIX)/share/man/man1 >/dev/null
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	target/release/pileup completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/pileup
+	target/release/pileup completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_pileup
+	target/release/pileup completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/pileup.fish
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/pileup, its manual (man pileup) and completions"
 
 demo: build
 	PATH="$$HOME/.cargo/bin:$$PATH" bash scripts/demo.sh ./pileup-demo

@@ -35,7 +35,7 @@ p --samples 20 --interval-ms 100 --stats -o "$out/report.txt" 2> "$out/capture-s
 p --samples 20 --interval-ms 100 --format svg --thread-root -o "$out/flamegraph.svg"
 p --samples 20 --interval-ms 100 --format dot -o "$out/callgraph.dot"
 dot -Tsvg "$out/callgraph.dot" -o "$out/callgraph.svg"
-p --threads accept --samples 20 --interval-ms 50 --format folded -o "$out/accept-thread.folded"
+p --focus accept --samples 20 --interval-ms 50 --format folded -o "$out/accept-thread.folded"
 echo "== lock profile: 5 s of contended waits (eBPF), and a flame graph of the time waited"
 if "$pileup" locks --pid "$pid" -S "$sock" -u root --duration 5s -o "$out/locks.txt" 2> "$out/locks-error.txt"; then
   "$pileup" locks --pid "$pid" -S "$sock" -u root --duration 3s -o "$out/locks.svg"

@@ -78,7 +78,7 @@
 //! `--profile DIR` also samples the applier threads' stacks for 3 s of each
 //! catch-up, starting `--profile-after SECS` (default 0) into it, so the
 //! steady state rather than the cold start can be looked at
-//! (`pileup stacks --threads sql-thread`), into DIR/ROUND-FORMAT-MODE.txt,
+//! (`pileup stacks --focus sql-thread`), into DIR/ROUND-FORMAT-MODE.txt,
 //! with what the applier threads and every kind of server thread waited on
 //! (performance_schema: `-waits.txt`, `-waits-all.txt`), pages read by page
 //! type when the server counts them (`-page-reads.txt`, with `--cnf
@@ -482,7 +482,7 @@ impl Bench {
             ])
             // With the IO thread down, the defaults must find the work.
             .args(if self.io_thread_down { &[][..] } else { &["--min-lag", "0"][..] })
-            .arg(format!("--readers={}", self.readers))
+            .arg(format!("--threads={}", self.readers))
             .args(&self.prefetch_args)
             .args(if mode.defer { &["--defer-purge"][..] } else { &[][..] })
             .args(if mode.pages { &["--warm", "pages"][..] } else { &[][..] })
@@ -522,7 +522,7 @@ impl Bench {
         }
         let out = format!("{dir}/{}-{}.txt", self.label, mode.name);
         let prof = Command::new(&self.pileup)
-            .args(["stacks", "--pid", &pid.to_string(), "--threads", "sql-thread", "--duration", "3s"])
+            .args(["stacks", "--pid", &pid.to_string(), "--focus", "sql-thread", "--duration", "3s"])
             .args(["--interval-ms", "10", "-S"])
             .arg(&self.replica.endpoint.socket)
             .args(["-u", "root", "-o", &out])
@@ -1020,7 +1020,7 @@ fn header(b: &Bench, cfg: &Config, bytes: f64) -> String {
     let mut md = format!(
         "\n{:.2} GB of data ({} sysbench tables × {} rows) on a replica with a {} buffer pool and O_DIRECT; \
          backlog {} oltp_update_index transactions (uniform keys) per round, {} rounds, modes in rotated order; \
-         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --readers {}{}`; replica options {}{}. Medians.\n",
+         parallel = slave_parallel_threads={} slave_parallel_mode=optimistic; prefetch = `pileup prefetch --threads {}{}`; replica options {}{}. Medians.\n",
         bytes / 1e9,
         cfg.tables,
         cfg.size,

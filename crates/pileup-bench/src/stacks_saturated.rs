@@ -264,10 +264,10 @@ fn pileup_window(
     match which {
         "all" => {}
         "one" => {
-            cmd.args(["--threads", &busy.to_string()]);
+            cmd.args(["--focus", &busy.to_string()]);
         }
         "accept" => {
-            cmd.args(["--threads", "accept"]);
+            cmd.args(["--focus", "accept"]);
         }
         _ => bail!("unknown tool {t}"),
     }
@@ -362,7 +362,7 @@ fn describe(tool: &str) -> String {
             };
             let (mode, rest) = split_mode(t);
             let (which, hz) = rest.split_once('-').unwrap_or((rest, ""));
-            // pileup's default: consistent for all threads, passive with --threads.
+            // pileup's default: consistent for all threads, passive with --focus.
             let mode = mode.unwrap_or(if which == "all" { "consistent" } else { "passive" });
             let which = match which {
                 "all" => "all threads",

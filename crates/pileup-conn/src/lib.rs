@@ -3,7 +3,9 @@
 //!
 //! * option files: `--defaults-file` (only that file), or `/etc/my.cnf`,
 //!   `/etc/mysql/my.cnf`, `~/.my.cnf` plus `--defaults-extra-file`; groups
-//!   `[client]` and `[pileup]`; `--no-defaults` reads none;
+//!   `[client]`, `[client-server]`, `[client-mariadb]` and `[pileup]`, as
+//!   MariaDB's clients read them; a default file that cannot be read is
+//!   skipped, as the clients skip it; `--no-defaults` reads none;
 //! * environment: `MYSQL_PWD`, `MYSQL_HOST`, `MYSQL_TCP_PORT`, `MYSQL_UNIX_PORT`;
 //! * flags: `-S/--socket`, `-h/--host`, `-P/--port`, `-u/--user`, `-D/--database`.
 //!
@@ -24,8 +26,12 @@ pub use mycnf::OptionFile;
 
 type Result<T, E = ConnError> = std::result::Result<T, E>;
 
-/// The option groups pileup reads from option files.
-pub const GROUPS: &[&str] = &["client", "pileup"];
+/// The option groups pileup reads from option files: the MariaDB clients'
+/// (Debian puts the server's socket in `[client-server]`) and its own.
+pub const GROUPS: &[&str] = &["client", "client-server", "client-mariadb", "pileup"];
+
+/// Where the server's socket is when nothing says (Debian's, then others').
+const DEFAULT_SOCKETS: [&str; 3] = ["/run/mysqld/mysqld.sock", "/var/run/mysqld/mysqld.sock", "/tmp/mysql.sock"];
 
 /// Connection options as a user gives them (the CLI fills them from its
 /// flags); [`ConnOptions::resolve`] merges them with option files and the
@@ -73,6 +79,8 @@ pub struct ConnSpec {
     /// by `timeout`).
     pub query_timeout: Option<Duration>,
     pub files_read: Vec<PathBuf>,
+    /// Default option files that could not be read (skipped), and why.
+    pub files_skipped: Vec<(PathBuf, String)>,
 }
 
 impl std::fmt::Debug for ConnSpec {
@@ -160,11 +168,18 @@ impl ConnOptions {
                 }
                 of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
             } else {
-                let mut read = |p: PathBuf| of.merge_file(&p, GROUPS).map_err(|e| ConnError::OptionFile(p, e));
-                read("/etc/my.cnf".into())?;
-                read("/etc/mysql/my.cnf".into())?;
+                // The default files are read where they can be; one that
+                // cannot (another user's ~/.my.cnf) is skipped, as the
+                // mysql client skips it, and listed in `files_skipped`.
+                let mut read = |p: PathBuf| {
+                    if let Err(e) = of.merge_file(&p, GROUPS) {
+                        of.files_skipped.push((p, e.to_string()));
+                    }
+                };
+                read("/etc/my.cnf".into());
+                read("/etc/mysql/my.cnf".into());
                 if let Some(h) = &home {
-                    read(h.join(".my.cnf"))?;
+                    read(h.join(".my.cnf"));
                 }
                 if let Some(f) = &self.defaults_extra_file {
                     if !f.exists() {
@@ -234,16 +249,19 @@ impl ConnOptions {
         // MySQL convention: no host or "localhost" means the Unix socket.
         let local = matches!(host.as_deref(), None | Some("localhost"));
         if local && socket.is_none() {
-            socket = ["/run/mysqld/mysqld.sock", "/var/run/mysqld/mysqld.sock", "/tmp/mysql.sock"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.exists());
+            socket = DEFAULT_SOCKETS.iter().map(PathBuf::from).find(|p| p.exists());
         }
         if !local {
             socket = socket.filter(|_| self.socket.is_some());
         }
         if local && socket.is_none() {
-            host = Some("127.0.0.1".into());
+            if host.is_some() {
+                // "localhost" asked for the socket: the default one, as the
+                // client tries it (its absence is the error to report).
+                socket = Some(PathBuf::from(DEFAULT_SOCKETS[0]));
+            } else {
+                host = Some("127.0.0.1".into());
+            }
         }
         self.check_timeout()?;
         Ok(ConnSpec {
@@ -256,6 +274,7 @@ impl ConnOptions {
             timeout: Duration::from_secs_f64(self.connect_timeout),
             query_timeout: None,
             files_read: of.files_read,
+            files_skipped: of.files_skipped,
         })
     }
 
@@ -289,6 +308,13 @@ impl std::fmt::Display for Flavor {
 }
 
 /// Ask the server what it is.
+/// Statements this connection has sent so far, this one included (its
+/// session's `Questions`): what a tool's own connection added to the
+/// server's counters.
+pub fn session_questions(conn: &mut mysql::Conn) -> Result<u64, SqlError> {
+    Ok(conn.query_first::<(String, u64), _>("SHOW SESSION STATUS LIKE 'Questions'")?.map(|r| r.1).unwrap_or(0))
+}
+
 pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String), SqlError> {
     let v: Option<String> = conn.query_first("SELECT VERSION()")?;
     let v = v.unwrap_or_default();
@@ -355,6 +381,23 @@ mod tests {
         a.password = Some("secret".into());
         let e = a.resolve_with(Some(home), &none).unwrap_err().to_string();
         assert!(e.contains("refusing a password"), "{e}");
+    }
+
+    #[test]
+    fn debians_client_server_group_is_read_and_localhost_means_the_socket() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("my.cnf");
+        std::fs::write(&f, "[client-server]\nsocket=/tmp/cs.sock\n[mysqld]\nsocket=/tmp/server-only.sock\n").unwrap();
+        let mut a = args();
+        a.defaults_file = Some(f);
+        let s = a.resolve_with(None, &|_| None).unwrap();
+        assert_eq!(s.socket.as_deref(), Some(std::path::Path::new("/tmp/cs.sock")));
+        // `-h localhost` with no socket anywhere is the default socket, not TCP.
+        let mut a = args();
+        a.no_defaults = true;
+        a.host = Some("localhost".into());
+        let s = a.resolve_with(None, &|_| None).unwrap();
+        assert!(s.socket.is_some(), "{s:?}");
     }
 
     #[test]

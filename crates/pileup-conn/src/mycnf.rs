@@ -15,6 +15,8 @@ pub struct OptionFile {
     pub values: BTreeMap<String, Option<String>>,
     /// Files that were read, in order (for `--print-defaults`-style diagnostics).
     pub files_read: Vec<PathBuf>,
+    /// Default files that exist but could not be read, and why.
+    pub files_skipped: Vec<(PathBuf, String)>,
 }
 
 impl OptionFile {

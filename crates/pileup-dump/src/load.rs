@@ -185,11 +185,25 @@ fn create_tables(
     Ok(later)
 }
 
+/// Every database a rename names must be in the dump: a misspelt name
+/// would otherwise load under its own name, beside the data it was meant
+/// to leave alone.
+fn check_renames<'a>(o: &LoadOptions, dumped: impl Iterator<Item = &'a str> + Clone) -> Result<()> {
+    for (from, to) in &o.rename {
+        if !dumped.clone().any(|d| d == from) {
+            let held: Vec<&str> = dumped.clone().collect();
+            bail!("rename {from}:{to}: the dump holds no database {from} (it holds {})", held.join(", "));
+        }
+    }
+    Ok(())
+}
+
 pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
     if !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists() {
         return load_mydumper(spec, o, on);
     }
     let m = read_manifest(&o.dir)?;
+    check_renames(o, m.databases.iter().map(|d| d.name.as_str()))?;
     let mut c = spec.connect()?;
     session(&mut c, o)?;
     c.query_drop("SET NAMES utf8mb4")?;
@@ -494,6 +508,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
         );
     }
     let s = crate::mydumper::scan(&o.dir)?;
+    check_renames(o, s.databases.iter().map(String::as_str))?;
     let mut c = spec.connect()?;
     session(&mut c, o)?;
     let mut skip_tables = vec![];
@@ -786,9 +801,11 @@ fn in_rounds<T>(mut views: Vec<T>, mut create: impl FnMut(&T) -> Result<()>) -> 
 fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mut dyn FnMut(Event)) -> Result<()> {
     in_rounds(objs.iter().filter(|x| x.kind == Kind::View).collect(), |v| create(c, o, v))?;
     for x in objs.iter().filter(|x| x.kind != Kind::View) {
-        create(c, o, x).with_ctx(|| format!("creating {:?} {}.{}", x.kind, target(o, &x.db), x.name))?;
+        create(c, o, x).with_ctx(|| format!("creating {} {}.{}", kind_word(x.kind), target(o, &x.db), x.name))?;
     }
-    on(Event::Note(format!("{} view(s), routine(s), trigger(s) and event(s) created", objs.len())));
+    if !objs.is_empty() {
+        on(Event::Note(format!("{} view(s), routine(s), trigger(s) and event(s) created", objs.len())));
+    }
     Ok(())
 }
 

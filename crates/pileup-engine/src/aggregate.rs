@@ -222,6 +222,12 @@ fn condition_wait(labels: &[&str]) -> bool {
     frames::first_class(labels.iter().take(4).copied(), |c| c == FrameClass::CondWait).is_some()
 }
 
+/// Waiting for the client's next packet: the thread's /proc state may have
+/// said running a moment before its stack was read, but it is idle.
+fn client_wait(labels: &[&str]) -> bool {
+    frames::first_class(labels.iter().take(4).copied(), |c| c == FrameClass::ClientWait).is_some()
+}
+
 fn unnamed(label: &str) -> bool {
     label == "??" || label.contains("+0x")
 }
@@ -240,6 +246,7 @@ pub fn where_time_went(stacks: &[Counted], top: usize) -> Vec<Share> {
         let labels: Vec<&str> = c.frames.iter().map(|f| f.label.as_str()).collect();
         let inner = labels.first().copied().unwrap_or(NO_STACK);
         let state = match c.state {
+            _ if client_wait(&labels) => continue,
             'R' => "on CPU",
             'D' => "disk wait",
             _ if lock_primitive(inner) && !condition_wait(&labels) => "lock wait",
@@ -334,9 +341,12 @@ mod tests {
             t.add(&labelled(&["syscall", "mariadbd+0x3000", "handler::ha_write_row"], 'S'), None);
         }
         t.add(&labelled(&["fdatasync", "mariadbd+0x4000"], 'D'), None);
-        // Idle: asleep in poll or waiting on a condition, not counted.
+        // Idle: asleep in poll or waiting on a condition, not counted; nor a
+        // connection /proc saw running a moment before it went back to
+        // waiting for its client.
         for _ in 0..50 {
             t.add(&labelled(&["__poll", "vio_io_wait"], 'S'), None);
+            t.add(&labelled(&["__poll", "vio_io_wait", "vio_socket_io_wait", "vio_read"], 'R'), None);
             t.add(
                 &labelled(&["__futex_abstimed_wait_common", "___pthread_cond_timedwait", "mariadbd+0x10"], 'S'),
                 None,

@@ -85,7 +85,7 @@ pub fn one_line(s: &str, max: usize) -> String {
     out.trim().to_string()
 }
 
-/// Thread roles users can focus on with `--threads`.
+/// Thread roles users can focus on with `--focus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {

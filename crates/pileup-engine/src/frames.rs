@@ -40,6 +40,9 @@ pub enum FrameClass {
     AsyncIoWait,
     /// Extending a data file.
     FileExtend,
+    /// A connection waiting for its client's next statement (idle, not
+    /// the server's time).
+    ClientWait,
 }
 
 impl FrameClass {
@@ -114,6 +117,10 @@ const TABLE: &[(&str, Match, FrameClass)] = &[
     ("io_uring_wait", Prefix, C::AsyncIoWait),
     ("__io_uring_get_cqe", Prefix, C::AsyncIoWait),
     ("io_getevents", Contains, C::AsyncIoWait),
+    // The network layer's wait for a client packet (under vio_read /
+    // my_net_read_packet): `poll` on the socket.
+    ("vio_io_wait", Exact, C::ClientWait),
+    ("vio_socket_io_wait", Exact, C::ClientWait),
 ];
 
 /// The class of a frame, by its label.

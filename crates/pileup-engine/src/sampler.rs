@@ -264,7 +264,7 @@ impl Sampler {
             ));
         }
         if !opts.filter.roles.is_empty() && opts.filter.roles.iter().any(|r| *r != Role::Accept) && sql.is_none() {
-            notes.push("--threads with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
+            notes.push("--focus with a role other than accept needs a SQL connection to know which thread is which; none is open".into());
         }
         let timing = Timing { load_modules_us: t.elapsed().as_micros() as u64, ..Default::default() };
         let sql_cpu_start = sql.as_ref().and_then(|s| s.server_cpu_ns(pid));
@@ -706,7 +706,7 @@ impl Sampler {
         }
         let addrs: BTreeSet<u64> = self.symbols.by_addr.keys().copied().collect();
         if self.unmatched > 0 {
-            self.notes.push(format!("{} of {} sample(s): no thread matched --threads", self.unmatched, self.taken));
+            self.notes.push(format!("{} of {} sample(s): no thread matched --focus", self.unmatched, self.taken));
         }
         if self.stops.sampled_by_thread_event > 0 {
             self.notes.push(format!(

@@ -79,7 +79,7 @@ pub struct TraceOptions {
     /// Time the probe with the kernel's BPF run-time statistics, which are
     /// on for every BPF program of the host while pileup holds them.
     pub probe_cost: bool,
-    /// Follow only the threads `watch` names (`--threads`); otherwise every
+    /// Follow only the threads `watch` names (`--focus`); otherwise every
     /// thread of the process.
     pub filter_threads: bool,
 }

@@ -58,7 +58,7 @@ pub struct Options {
     pub top: usize,
     /// Re-read the processlist at most this often.
     pub sql_refresh: Duration,
-    /// Only these threads (`--threads`: ids, roles, name patterns, as for
+    /// Only these threads (`--focus`: ids, roles, name patterns, as for
     /// `stacks`), re-chosen as threads come and go.
     pub threads: Option<String>,
     /// Time the probe itself with the kernel's BPF run-time statistics
@@ -86,10 +86,10 @@ pub struct Report {
     pub server_version: Option<String>,
     pub started_unix_ms: u64,
     pub duration_s: f64,
-    /// Threads of the process when the trace began (with `--threads`, the
+    /// Threads of the process when the trace began (with `--focus`, the
     /// most threads followed at once).
     pub threads: usize,
-    /// The `--threads` filter, as given.
+    /// The `--focus` filter, as given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_filter: Option<String>,
     pub counters: Counters,
@@ -290,7 +290,10 @@ pub fn run(
         Some(f) => {
             let chosen = known.borrow().chosen(f);
             if chosen.is_empty() {
-                notes.push("no thread matched --threads when the trace began; threads that appear later and match are followed".into());
+                notes.push(
+                    "no thread matched --focus when the trace began; threads that appear later and match are followed"
+                        .into(),
+                );
             }
             chosen.len()
         }

@@ -66,7 +66,7 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> std::io::Result<()> {
         r.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         r.duration_s,
         r.threads,
-        r.thread_filter.as_deref().map(|f| format!(" (--threads {f})")).unwrap_or_default(),
+        r.thread_filter.as_deref().map(|f| format!(" (--focus {f})")).unwrap_or_default(),
     )?;
     let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);
     writeln!(w)?;
@@ -138,17 +138,17 @@ fn table(ls: &[&LockEntry], w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
         "  {:>3} {:>9} {:>10} {:>9} {:>9} {:>6}  {:<24} lock",
-        "#", "waits", "total ms", "mean µs", "max µs", "share", "kind"
+        "#", "waits", "total ms", "mean ms", "max ms", "share", "kind"
     )?;
     for (i, l) in ls.iter().enumerate() {
         writeln!(
             w,
-            "  {:>3} {:>9} {:>10.1} {:>9.1} {:>9.1} {:>5.1}%  {:<24} {}",
+            "  {:>3} {:>9} {:>10.1} {:>9.3} {:>9.3} {:>5.1}%  {:<24} {}",
             i + 1,
             l.waits,
             l.total_ms,
-            l.mean_us,
-            l.max_us,
+            l.mean_us / 1e3,
+            l.max_us / 1e3,
             l.share_pct,
             l.kind,
             l.name
@@ -165,12 +165,12 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
     }
     writeln!(
         w,
-        "    {} waits{}, {:.1} ms in all, mean {:.1} µs, max {:.1} µs, {:.2}% of the threads' time; {} waiting thread(s) recorded",
+        "    {} waits{}, {:.1} ms in all, mean {:.3} ms, max {:.3} ms, {:.2}% of the threads' time; {} waiting thread(s) recorded",
         l.waits,
         if l.in_progress > 0 { format!(" ({} still waiting when the window ended)", l.in_progress) } else { String::new() },
         l.total_ms,
-        l.mean_us,
-        l.max_us,
+        l.mean_us / 1e3,
+        l.max_us / 1e3,
         l.share_pct,
         l.waiters
     )?;

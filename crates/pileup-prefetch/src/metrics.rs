@@ -281,7 +281,7 @@ pub fn reader_advice(busy_ms: u64, secs: f64, keys_ahead: u64, window_keys: u64,
     let share = busy_ms as f64 / (secs.max(1e-3) * 1000.0);
     (share > 0.25 && keys_ahead * 2 < window_keys).then(|| {
         format!(
-            "the {readers} readers are the bottleneck: reading the relay log waited {:.0}% of the last {secs:.0} s for a free reader, and the window holds {keys_ahead} of {window_keys} keys; try --readers {}",
+            "the {readers} readers are the bottleneck: reading the relay log waited {:.0}% of the last {secs:.0} s for a free reader, and the window holds {keys_ahead} of {window_keys} keys; try --threads {}",
             100.0 * share.min(1.0),
             readers * 2
         )
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn advice_only_when_readers_hold_the_window_back() {
         let a = reader_advice(4_000, 10.0, 100, 3_000, 4).expect("40% waiting with the window nearly empty");
-        assert!(a.contains("--readers 8") && a.contains("waited 40%") && a.contains("holds 100 of 3000 keys"), "{a}");
+        assert!(a.contains("--threads 8") && a.contains("waited 40%") && a.contains("holds 100 of 3000 keys"), "{a}");
         assert!(reader_advice(1_000, 10.0, 100, 3_000, 4).is_none(), "waiting 10% of the time is fine");
         assert!(reader_advice(9_000, 10.0, 2_000, 3_000, 4).is_none(), "a full window: the readers keep up");
         assert!(reader_advice(9_000, 0.0, 0, 3_000, 4).is_some(), "no division by zero");

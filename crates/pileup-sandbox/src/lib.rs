@@ -107,6 +107,7 @@ impl Endpoint {
             timeout: Duration::from_secs(30),
             query_timeout: None,
             files_read: vec![],
+            files_skipped: vec![],
         }
     }
 

@@ -118,6 +118,69 @@ pub fn metric_names() -> Vec<String> {
     v
 }
 
+/// What each gauge and derived value means, for `watch --list-metrics`
+/// (rates say what they count: `NAME_rate` is status counter NAME per second).
+const MEANINGS: &[(&str, &str)] = &[
+    ("threads_running", "statements executing now (not counting pileup's own poll)"),
+    ("threads_connected", "open connections"),
+    ("innodb_data_pending_reads", "read requests waiting on the storage"),
+    ("innodb_data_pending_writes", "write requests waiting on the storage"),
+    ("innodb_data_pending_fsyncs", "fsyncs waiting on the storage"),
+    ("innodb_history_list_length", "undo not yet purged"),
+    ("innodb_checkpoint_age", "redo bytes not yet checkpointed"),
+    ("innodb_buffer_pool_pages_dirty", "buffer pool pages changed and not yet written"),
+    ("innodb_buffer_pool_pages_free", "free buffer pool pages"),
+    ("replica_lag", "Seconds_Behind_Master, worst channel"),
+    ("mysqld_rss_bytes", "the server's resident memory"),
+    ("disk_in_flight", "I/Os in flight on the datadir's device"),
+    ("innodb_row_lock_current_waits", "transactions waiting for a row lock now"),
+    ("pl_threads", "connections and server threads in the processlist"),
+    ("pl_sleeping", "idle client connections"),
+    ("pl_active", "client connections running a command"),
+    ("pl_active_longest_s", "the longest-running command, seconds"),
+    ("pl_waiting_lock", "connections waiting for a metadata, table or global lock"),
+    ("pl_waiting_mdl", "connections waiting for a metadata lock"),
+    ("pl_waiting_global_lock", "connections waiting for the global read or backup lock"),
+    ("poll_ok", "1 when the poll answered, 0 when it failed"),
+    ("poll_cost_ms", "what the poll cost, ms"),
+    ("cost_status_ms", "SHOW GLOBAL STATUS's share of the poll, ms"),
+    ("cost_processlist_ms", "the processlist's share of the poll, ms"),
+    ("cost_replica_ms", "replica status's share of the poll, ms"),
+    ("cost_innodb_metrics_ms", "INNODB_METRICS' share of the poll (MySQL), ms"),
+    ("cost_os_ms", "the OS counters' share of the poll, ms"),
+    ("rows_read_rate", "rows the server read from tables per second"),
+    ("bp_read_requests_per_row", "buffer pool page requests per row touched"),
+    ("physical_reads_per_row_read", "pages read from disk per row read (as close to 0 as possible)"),
+    ("rows_read_per_query", "rows read per statement"),
+    ("rows_read_per_row_sent", "rows read per row sent to clients (close to 1 is best)"),
+    ("bp_miss_ratio", "buffer pool page requests that went to disk"),
+    ("os_cpu_busy_pct", "host CPU busy, % of all CPUs"),
+    ("os_cpu_iowait_pct", "host CPU in I/O wait, % of all CPUs"),
+    ("mysqld_cpu_cores", "CPU the server process used, in cores"),
+    ("disk_busy_pct", "time the datadir's device had I/O in flight, %"),
+    ("disk_await_ms", "mean time of an I/O on the datadir's device, queueing included, ms"),
+    ("io_pressure_pct", "time some task of the server's cgroup was stalled on I/O, %"),
+    ("checkpoint_age_pct", "checkpoint age as a share of its maximum, %"),
+    ("bytes_sent_link_share", "bytes sent as a share of the network link"),
+];
+
+/// Every metric with its meaning, in the order [`metric_names`] gives.
+pub fn metrics_described() -> Vec<(String, String)> {
+    metric_names()
+        .into_iter()
+        .map(|m| {
+            let meaning = match MEANINGS.iter().find(|(n, _)| *n == m) {
+                Some((_, d)) => d.to_string(),
+                None => match m.strip_suffix("_rate") {
+                    Some(c) => format!("status counter {c} per second"),
+                    None => String::new(),
+                },
+            };
+            (m, meaning)
+        })
+        .collect()
+}
+
 /// Is `name` a metric `derive` can produce?
 pub fn is_metric(name: &str) -> bool {
     (name.starts_with("com_") && name.ends_with("_rate")) || metric_names().iter().any(|m| m == name)
@@ -238,6 +301,15 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
             }
         }
     }
+    // pileup's own statements (its polls, top's queries) are not the
+    // server's work.
+    if let (Some(own), true) = (delta("own_statements"), dt > 0.0) {
+        for k in ["questions_rate", "queries_rate"] {
+            if let Some(v) = out.get_mut(k) {
+                *v = (*v - own / dt).max(0.0);
+            }
+        }
+    }
     for k in GAUGES {
         if let Some(v) = cur.get(k) {
             out.insert((*k).to_string(), v);
@@ -324,6 +396,28 @@ pub fn io_pressure_pct(us: f64, dt: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pileups_own_statements_are_left_out_of_the_rates() {
+        let a = snap(0.0, &[("questions", 1000.0), ("queries", 1000.0), ("own_statements", 10.0)]);
+        let b = snap(2.0, &[("questions", 1204.0), ("queries", 1204.0), ("own_statements", 14.0)]);
+        let d = derive(&a, &b, &DeriveOptions::default());
+        assert_eq!(d["questions_rate"], 100.0);
+        assert_eq!(d["queries_rate"], 100.0);
+        // An idle server: only pileup's own statements, a rate of 0.
+        let c = snap(3.0, &[("questions", 1208.0), ("queries", 1208.0), ("own_statements", 18.0)]);
+        assert_eq!(derive(&b, &c, &DeriveOptions::default())["questions_rate"], 0.0);
+    }
+
+    #[test]
+    fn every_metric_has_a_meaning() {
+        let all = metrics_described();
+        assert_eq!(all.len(), metric_names().len());
+        for (m, d) in &all {
+            assert!(!d.is_empty(), "{m} has no meaning");
+        }
+        assert!(MEANINGS.iter().all(|(n, _)| is_metric(n)), "a meaning for a metric that does not exist");
+    }
 
     fn snap(at: f64, kv: &[(&str, f64)]) -> Snapshot {
         Snapshot { at, values: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect() }

@@ -44,13 +44,27 @@ pub struct Poller {
     datadir_dev: Option<(u32, u32)>,
     is_mariadb: bool,
     identity: Option<String>,
+    /// Statements pileup sent the server, on the poll's connection and on
+    /// others the caller reports: Questions counts them too.
+    sent: u64,
+    /// The caller's other connections to the server (`top`'s).
+    others: u32,
 }
 
 impl Poller {
     /// `timeout` bounds connecting and every query of a poll.
     pub fn new(mut spec: ConnSpec, pid: Option<i32>, timeout: Duration) -> Poller {
         spec.timeout = timeout;
-        Poller { spec, conn: None, pid, datadir_dev: None, is_mariadb: true, identity: None }
+        Poller { spec, conn: None, pid, datadir_dev: None, is_mariadb: true, identity: None, sent: 0, others: 0 }
+    }
+
+    /// The caller sent `statements` more on its own connections, of which it
+    /// holds `connections` now: they are pileup's, not the server's work,
+    /// and `questions_rate`, `queries_rate` and `threads_connected` leave
+    /// them out.
+    pub fn own_work(&mut self, statements: u64, connections: u32) {
+        self.sent += statements;
+        self.others = connections;
     }
 
     pub fn pid(&self) -> Option<i32> {
@@ -68,6 +82,8 @@ impl Poller {
             let (flavor, _) = pileup_conn::flavor(&mut c)?;
             self.is_mariadb = flavor == pileup_conn::Flavor::MariaDb;
             let id: Option<(String, u32, String)> = c.query_first("SELECT @@hostname, @@port, @@datadir")?;
+            // What connecting sent (the session's settings, these queries).
+            self.sent += pileup_conn::session_questions(&mut c)?;
             if let Some((host, port, datadir)) = id {
                 if self.datadir_dev.is_none() {
                     self.datadir_dev = device_of(&datadir, self.pid);
@@ -120,6 +136,7 @@ impl Poller {
         };
         let c = self.conn.as_mut().unwrap();
         let t = Instant::now();
+        self.sent += 1;
         let rows: Vec<(String, String)> = c.query("SHOW GLOBAL STATUS")?;
         for (k, v) in rows {
             if let Ok(x) = v.parse::<f64>() {
@@ -133,6 +150,12 @@ impl Poller {
         if let Some(r) = values.get_mut("threads_running") {
             *r = (*r - 1.0).max(0.0);
         }
+        // Nor the watcher's connections and the statements it sent up to
+        // this one (derive takes them out of the rates).
+        if let Some(r) = values.get_mut("threads_connected") {
+            *r = (*r - 1.0 - f64::from(self.others)).max(0.0);
+        }
+        values.insert("own_statements".into(), self.sent as f64);
         values.insert("cost_status_ms".into(), ms(t));
 
         // The processlist, summarised on the server so a poll moves a few
@@ -148,6 +171,7 @@ impl Poller {
         } else {
             "SELECT COMMAND, IFNULL(STATE, ''), COUNT(*), MAX(TIME), NULL FROM performance_schema.processlist WHERE ID <> CONNECTION_ID() GROUP BY 1, 2"
         };
+        self.sent += 1;
         let pl: Vec<(String, String, i64, Option<f64>, Option<String>)> = c.query(q)?;
         if is_mariadb {
             *tids = Some(
@@ -158,6 +182,7 @@ impl Poller {
                     .collect(),
             );
         } else {
+            self.sent += 1;
             *tids = c
                 .query::<i32, _>("SELECT THREAD_OS_ID FROM performance_schema.threads WHERE TYPE = 'FOREGROUND' AND THREAD_OS_ID IS NOT NULL")
                 .ok();
@@ -178,6 +203,7 @@ impl Poller {
         // INNODB_METRICS has both and reading it takes no InnoDB lock.
         if !values.contains_key("innodb_history_list_length") {
             let t = Instant::now();
+            self.sent += 1;
             let rows: Vec<(String, Option<f64>)> = c
                 .query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME IN ('trx_rseg_history_len', 'log_lsn_checkpoint_age')")
                 .unwrap_or_default();
@@ -193,6 +219,7 @@ impl Poller {
 
         let t = Instant::now();
         let q = if is_mariadb { "SHOW ALL SLAVES STATUS" } else { "SHOW REPLICA STATUS" };
+        self.sent += 1;
         if let Ok(rows) = c.query::<mysql::Row, _>(q) {
             let mut lag: Option<f64> = None;
             for r in &rows {

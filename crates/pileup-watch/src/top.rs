@@ -187,6 +187,32 @@ impl TopState {
         }
     }
 
+    /// The view as JSON (`--once --json`): the stall line's triggers, every
+    /// metric's last value, the busiest statements and what the server
+    /// cannot give.
+    pub fn json(&self) -> serde_json::Value {
+        let step = |s: &Step| match s {
+            Step::Idle => "idle",
+            Step::Pending => "pending",
+            Step::Fire => "fired",
+            Step::Ongoing => "ongoing",
+        };
+        serde_json::json!({
+            "server": self.server,
+            "poll_ok": self.poll_ok,
+            "poll_error": self.error,
+            "stall": self.stall_line().starts_with("STALL"),
+            "triggers": self.stall.iter().map(|(t, s)| serde_json::json!({"trigger": t, "state": step(s)})).collect::<Vec<_>>(),
+            "metrics": self.last,
+            "busiest": self.busiest.iter().map(|r| serde_json::json!({
+                "id": r.id, "user": r.user, "seconds": r.secs, "state": r.state, "info": r.info,
+            })).collect::<Vec<_>>(),
+            "not_available": self.availability.iter().flatten().map(|a| serde_json::json!({
+                "metrics": a.metrics, "why": a.why,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
     /// The view as plain text (`--once`).
     pub fn text(&self) -> String {
         let mut out = format!("pileup top — {} — {}\n", self.server, self.stall_line());
@@ -196,9 +222,10 @@ impl TopState {
         for a in self.availability.iter().flatten() {
             out.push_str(&format!("not on this server: {}: {}\n", a.metrics, a.why));
         }
+        // No sparklines: a snapshot has two polls, not a trend.
         for (k, label) in SHOWN {
             if let Some(v) = self.last.get(*k) {
-                out.push_str(&format!("{label:<26} {:>12}  {}\n", fmt(*v), spark(&self.series[*k])));
+                out.push_str(&format!("{label:<26} {:>12}\n", fmt(*v)));
             }
         }
         out.push_str("\nbusiest statements:\n");
@@ -311,7 +338,7 @@ pub fn run(
     interval: Duration,
     triggers: Vec<Trigger>,
     once: bool,
-) -> Result<Option<String>> {
+) -> Result<Option<TopState>> {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let mut poller = Poller::new(spec.clone(), pid, timeout);
     let mut sql: Option<mysql::Conn> = None;
@@ -328,6 +355,10 @@ pub fn run(
             let mut quick = spec.clone();
             quick.timeout = timeout;
             sql = quick.connect().ok();
+            if let Some(c) = sql.as_mut() {
+                let n = pileup_conn::session_questions(c).unwrap_or(0);
+                poller.own_work(n, 1);
+            }
         }
         let b = match sql.as_mut().map(busiest) {
             Some(Ok(b)) => b,
@@ -337,13 +368,15 @@ pub fn run(
             }
             None => vec![],
         };
+        // The busiest-statements query and its connection are top's own.
+        poller.own_work(1, u32::from(sql.is_some()));
         state.update(p.unix, p.ok, p.error, d, b);
     };
     if once {
         step(&mut state);
         std::thread::sleep(interval);
         step(&mut state);
-        return Ok(Some(state.text()));
+        return Ok(Some(state));
     }
     ratatui::run(|terminal| -> Result<()> {
         let mut next = Instant::now();

@@ -8,7 +8,8 @@ use pileup_conn::ConnOptions;
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Connection (MySQL client conventions)")]
 pub struct ConnArgs {
-    /// Read options only from this file (groups [client] and [pileup]).
+    /// Read options only from this file (groups [client], [client-server],
+    /// [client-mariadb] and [pileup]).
     #[arg(long, value_name = "FILE", global = true)]
     pub defaults_file: Option<PathBuf>,
     /// Read this file after the usual option files.
@@ -31,7 +32,7 @@ pub struct ConnArgs {
     pub user: Option<String>,
     /// Ask for the password on the terminal. A value here is refused: use
     /// MYSQL_PWD or an option file so the password never shows up in `ps`.
-    #[arg(short = 'p', long = "password", num_args = 0..=1, default_missing_value = "", value_name = "ASK", hide_default_value = true, global = true)]
+    #[arg(short = 'p', long = "password", num_args = 0..=1, require_equals = true, default_missing_value = "", value_name = "ASK", hide_default_value = true, global = true)]
     pub password: Option<String>,
     /// Default database.
     #[arg(short = 'D', long, value_name = "DB", global = true)]

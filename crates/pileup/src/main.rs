@@ -9,6 +9,25 @@ mod output;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// `pileup --version`: the release, the commit and the build's target and
+/// capabilities.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PILEUP_BUILD_COMMIT"),
+    "; ",
+    env!("PILEUP_BUILD_TARGET"),
+    ", ",
+    env!("PILEUP_BUILD_PROFILE"),
+    "; stack capture by ptrace, perf events and eBPF; debuginfod)"
+);
+
+const AFTER_HELP: &str = "Exit status: 0 when the work was done; 1 when it could not be (the message says why and \
+what to do); 2 for a command line that cannot be used; 3 when the work was done but part of the input was \
+damaged (a corrupt log or binlog event, reported with its offset).
+
+`pileup help COMMAND` or `pileup COMMAND --help` explains a command.";
+
 /// Performance toolkit for MariaDB and MySQL servers.
 ///
 /// pileup sees what a busy server is doing while costing it as little as
@@ -39,12 +58,12 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "pileup",
-    version,
+    version = VERSION,
     about,
     long_about,
     verbatim_doc_comment,
     propagate_version = true,
-    disable_help_subcommand = true
+    after_long_help = AFTER_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,11 +71,15 @@ struct Cli {
     #[command(flatten)]
     conn: conn_args::ConnArgs,
     /// Print help (`-h` is the MySQL host option, as in the mysql client).
-    #[arg(long, action = clap::ArgAction::Help, global = true)]
+    #[arg(long, action = clap::ArgAction::Help, global = true, help_heading = "Output")]
     help: Option<bool>,
     /// More diagnostics on stderr (repeat for more).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "quiet", help_heading = "Output")]
     verbose: u8,
+    /// Nothing on stderr but the error that ends a failed run: no progress,
+    /// notes or warnings (the exit status still says what happened).
+    #[arg(short, long, global = true, help_heading = "Output")]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -88,6 +111,20 @@ enum Command {
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_long_help = "Examples:\n  pileup completions bash > /usr/share/bash-completion/completions/pileup\n  pileup completions zsh > /usr/share/zsh/vendor-completions/_pileup\n  pileup completions fish > /usr/share/fish/vendor_completions.d/pileup.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (pileup.1 and one per command) into a directory.
+    #[command(after_long_help = "Example:\n  pileup manpages /usr/share/man/man1 && man pileup-stacks")]
+    Manpages {
+        /// Where the pages go (created if missing).
+        dir: std::path::PathBuf,
+    },
 }
 
 /// `-h` means `--host` everywhere, as in the MySQL clients, so clap's own
@@ -96,14 +133,82 @@ fn command() -> clap::Command {
     fn no_short_help(c: clap::Command) -> clap::Command {
         c.disable_help_flag(true).mut_subcommands(no_short_help)
     }
-    no_short_help(Cli::command())
+    // Commands that never connect to a server do not list the connection
+    // options: each gets hidden local copies, which the global ones then
+    // leave alone (they are still accepted, and ignored).
+    let hidden: Vec<clap::Arg> = <conn_args::ConnArgs as clap::Args>::augment_args(clap::Command::new("conn"))
+        .get_arguments()
+        .map(|a| a.clone().global(false).hide(true))
+        .collect();
+    fn hide(c: clap::Command, hidden: &[clap::Arg]) -> clap::Command {
+        // A command's own option of the same name (sandbox start's --port) stays.
+        let own: Vec<String> = c.get_arguments().map(|a| a.get_id().to_string()).collect();
+        let copies: Vec<clap::Arg> =
+            hidden.iter().filter(|a| !own.contains(&a.get_id().to_string())).cloned().collect();
+        c.args(copies).mut_subcommands(|s| hide(s, hidden))
+    }
+    let mut c = Cli::command();
+    for name in ["binlog", "report", "captures", "sandbox", "completions", "manpages"] {
+        c = c.mut_subcommand(name, |s| hide(s, &hidden));
+    }
+    no_short_help(c)
+}
+
+/// The manual: `pileup.1` and `pileup-COMMAND.1` for each command (and
+/// `pileup-sandbox-start.1` for nested ones), written to a temporary name
+/// and renamed.
+fn manpages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, c: clap::Command| -> anyhow::Result<()> {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(c).render(&mut page)?;
+        let path = dir.join(format!("{name}.1"));
+        let tmp = dir.join(format!(".{name}.1.tmp"));
+        std::fs::write(&tmp, &page).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
+    };
+    let root = command();
+    write("pileup", root.clone())?;
+    fn each(
+        prefix: &str,
+        words: &str,
+        c: &clap::Command,
+        write: &dyn Fn(&str, clap::Command) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for s in c.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            let (name, words) = (format!("{prefix}-{}", s.get_name()), format!("{words} {}", s.get_name()));
+            write(&name, s.clone().display_name(name.clone()).bin_name(words.clone()))?;
+            each(&name, &words, s, write)?;
+        }
+        Ok(())
+    }
+    each("pileup", "pileup", &root, &write)?;
+    println!("manual pages written to {}", dir.display());
+    Ok(())
 }
 
 fn main() {
+    // A password given on the command line (`-pSECRET`, `--password=SECRET`,
+    // as the mysql client takes it) is refused before anything else: it
+    // would show in `ps`. `-p` alone asks for it; `-p lag` is `-p`, then
+    // the command.
+    let given = std::env::args()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| (a.starts_with("-p") && a.len() > 2) || a.strip_prefix("--password=").is_some_and(|v| !v.is_empty()));
+    if given {
+        eprintln!("pileup: {}", pileup_conn::ConnError::PasswordInArgs);
+        std::process::exit(1);
+    }
     let cli = match Cli::from_arg_matches(&command().get_matches()) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    // Quiet: stderr goes to /dev/null for the run; the final error line is
+    // written to the stderr the run was started with.
+    let stderr_fd = if cli.quiet { quiet_stderr() } else { 2 };
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -128,16 +233,23 @@ fn main() {
         Command::Dump(a) => cmd::dump::run_dump(a, &conn),
         Command::Load(a) => cmd::dump::run_load(a, &conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut command(), "pileup", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Manpages { dir } => manpages(&dir),
     });
     if let Err(e) = r {
         // One line: what went wrong and what to do about it, each cause
         // after a colon, a client library's error as its message alone.
         let msg = pileup_conn::error_text(e.as_ref());
         let fix = engine_fix(&e).map(|f| format!("; {f}")).unwrap_or_default();
-        eprintln!("pileup: {}{fix}", msg.lines().next().unwrap_or(""));
+        let mut text = format!("pileup: {}{fix}\n", msg.lines().next().unwrap_or(""));
         for l in msg.lines().skip(1) {
-            eprintln!("  {l}");
+            text.push_str(&format!("  {l}\n"));
         }
+        // SAFETY: writes a buffer to a file descriptor this process owns.
+        unsafe { libc::write(stderr_fd, text.as_ptr().cast(), text.len()) };
         std::process::exit(match e.downcast_ref::<cmd::ExitCode>() {
             Some(c) => c.0,
             None => 1,
@@ -166,4 +278,49 @@ fn engine_fix(e: &anyhow::Error) -> Option<&'static str> {
         Fix::StartOrGivePid => "start the server, or pass --pid PID",
         Fix::ChooseServer => "choose one with --pid PID, or name its socket or port with -S or -P",
     })
+}
+
+/// Send stderr to /dev/null; returns a descriptor of the original stderr
+/// (2 when that could not be arranged: then nothing is hidden).
+fn quiet_stderr() -> i32 {
+    // SAFETY: dup/open/dup2 on descriptors this process owns; on any
+    // failure stderr is left as it was.
+    unsafe {
+        let saved = libc::dup(2);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+        if saved < 0 || null < 0 || libc::dup2(null, 2) < 0 {
+            return 2;
+        }
+        libc::close(null);
+        saved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The command tree is sound (clap's own checks, every command).
+    #[test]
+    fn the_command_line_is_sound() {
+        super::command().debug_assert();
+    }
+
+    /// Every option of every command says what it does in `--help`.
+    #[test]
+    fn every_option_has_a_description() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments().filter(|a| !a.is_hide_set()) {
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut c = super::command();
+        c.build();
+        let mut missing = vec![];
+        walk(&c, "pileup", &mut missing);
+        assert!(missing.is_empty(), "options without a description: {missing:?}");
+    }
 }

@@ -194,6 +194,14 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
     assert!(err.contains("exists already") && err.contains("--existing"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--existing", "drop"]));
+    // A rename of a database the dump does not hold is refused before any work.
+    let typo = run(&sb, &["load", out.to_str().unwrap(), "--rename", "dl:d9"]);
+    assert!(!typo.status.success());
+    assert!(
+        String::from_utf8_lossy(&typo.stderr).contains("holds no database dl (it holds d1"),
+        "{}",
+        String::from_utf8_lossy(&typo.stderr)
+    );
     assert_eq!(checksum(&mut c, "d2", "big"), checksum(&mut c, "d1", "big"));
 
     // A chunk file damaged on disk: the load names it and fails.

@@ -160,8 +160,8 @@ fn threads_limits_the_trace_to_the_threads_chosen() {
         .unwrap();
     assert_eq!(tids.len(), 2, "{tids:?}");
     let spec = format!("{},{}", tids[0], tids[1]);
-    let two = locks_json(&sb, &["--duration", "2s", "--threads", &spec]);
-    let all = locks_json(&sb, &["--duration", "2s", "--threads", "connections"]);
+    let two = locks_json(&sb, &["--duration", "2s", "--focus", &spec]);
+    let all = locks_json(&sb, &["--duration", "2s", "--focus", "connections"]);
     stop(go, handles);
     let mutex = |r: &serde_json::Value| {
         r["locks"]
@@ -189,14 +189,14 @@ fn threads_limits_the_trace_to_the_threads_chosen() {
 
     // performance_schema's summary cannot be limited to threads: refused in one line.
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
-    let out = pileup(&["locks", "--source", "performance-schema", "-S", &sock, "-u", "root", "--threads", "1"]);
+    let out = pileup(&["locks", "--source", "performance-schema", "-S", &sock, "-u", "root", "--focus", "1"]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("--threads needs the eBPF source") && e.lines().count() == 1, "{e}");
-    let out = pileup(&["locks", "--pid", "1", "--threads", "bogus thing"]);
+    assert!(e.contains("--focus needs the eBPF source") && e.lines().count() == 1, "{e}");
+    let out = pileup(&["locks", "--pid", "1", "--focus", "bogus thing"]);
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
-    assert!(e.contains("--threads") && e.lines().count() == 1, "{e}");
+    assert!(e.contains("--focus") && e.lines().count() == 1, "{e}");
 }
 
 #[test]

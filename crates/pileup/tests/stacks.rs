@@ -90,20 +90,20 @@ fn known_frames_and_sql_annotations_match_processlist() {
 fn thread_focus_by_role_tid_and_name() {
     let sb = sandbox();
     let pid = sb.pid() as i64;
-    let j = stacks_json(&sb, &["--threads", "accept", "--samples", "3", "--interval-ms", "20"]);
+    let j = stacks_json(&sb, &["--focus", "accept", "--samples", "3", "--interval-ms", "20"]);
     let samples = j["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 3);
     for s in samples {
         let tids: Vec<i64> = s["threads"].as_array().unwrap().iter().map(|t| t["tid"].as_i64().unwrap()).collect();
         assert_eq!(tids, vec![pid]);
     }
-    let j = stacks_json(&sb, &["--threads", &pid.to_string()]);
+    let j = stacks_json(&sb, &["--focus", &pid.to_string()]);
     assert_eq!(j["samples"][0]["threads"].as_array().unwrap().len(), 1);
     // With DWARF as well (inlined frames, lines where debug files exist): same frames named.
-    let j = stacks_json(&sb, &["--threads", "accept", "--debug-info"]);
+    let j = stacks_json(&sb, &["--focus", "accept", "--debug-info"]);
     let main = &j["samples"][0]["threads"][0];
     assert!(labels(main).iter().any(|l| l == "handle_connections_sockets"), "{:?}", labels(main));
-    let out = pileup(&["stacks", "--pid", &pid.to_string(), "--threads", "bogus-role"]);
+    let out = pileup(&["stacks", "--pid", &pid.to_string(), "--focus", "bogus-role"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected a thread id, a role"));
 }
@@ -549,7 +549,7 @@ fn tens_of_thousands_of_samples_hold_flat_memory_and_a_signal_writes_the_profile
     // they would grow the heap by tens of MB; counted, it stays flat.
     let out = dir.join("accept.txt");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--threads", "accept", "--interval-ms", "1"])
+        .args(["stacks", "--pid", &pid, "-S", &sock, "-u", "root", "--focus", "accept", "--interval-ms", "1"])
         .args(["--samples", &n.to_string(), "-o", out.to_str().unwrap()])
         .spawn()
         .unwrap();
@@ -657,7 +657,7 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let pid = sb.pid();
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
 
-    // A busy connection, sampled 400 times 2 ms apart with --threads
+    // A busy connection, sampled 400 times 2 ms apart with --focus
     // (passive by default), while the test watches every server thread's
     // state: none may ever be in a tracing stop.
     // A sysbench connection (under a loaded test machine sysbench may take
@@ -677,7 +677,7 @@ fn passive_mode_never_stops_a_thread_and_unwinds_as_far_as_a_stop() {
     let dir = scratch("passive");
     let out = dir.join("busy.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-        .args(["stacks", "--pid", &pid.to_string(), "-S", &sock, "-u", "root", "--threads", &busy.to_string()])
+        .args(["stacks", "--pid", &pid.to_string(), "-S", &sock, "-u", "root", "--focus", &busy.to_string()])
         .args(["--samples", "400", "--interval-ms", "2", "--keep-samples", "1", "-f", "json", "-o"])
         .arg(&out)
         .spawn()

@@ -14,7 +14,7 @@ pub enum Mode {
     /// One thread at a time: the least stop for any single thread.
     Rolling,
     /// No thread stopped: blocked threads read as they sleep, running ones
-    /// sampled on their CPU (perf events). The default with --threads.
+    /// sampled on their CPU (perf events). The default with --focus.
     Passive,
 }
 

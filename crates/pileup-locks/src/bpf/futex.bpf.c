@@ -98,7 +98,7 @@ const volatile __u64 fresh_budget = 1000;
 // CPUs' parts (entries + the header).
 const volatile __u32 log_entries = 1;
 const volatile __u32 log_stride = 2;
-// With --threads: only the threads in `watched` are followed.
+// With --focus: only the threads in `watched` are followed.
 const volatile __u32 filter_threads = 0;
 
 // One thread's wait, in its slot. Read by user space at the end (kept in

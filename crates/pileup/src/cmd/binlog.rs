@@ -54,6 +54,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
     };
     let mut dec = Decoder::new();
     let mut problems = 0usize;
+    let mut cut_short: Vec<String> = vec![];
     let mut stats = Stats::default();
     let t0 = std::time::Instant::now();
     for (i, path) in a.files.iter().enumerate() {
@@ -108,6 +109,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                             path.display(),
                             f.position()
                         );
+                        cut_short.push(name.clone());
                     }
                     break;
                 }
@@ -140,8 +142,17 @@ pub fn run(a: BinlogArgs) -> Result<()> {
             print!("{}", stats.text());
         }
     }
+    // Exit status 3: everything readable was printed, but part of the
+    // input was not (as digest does for a damaged log).
+    let mut damage = vec![];
     if problems > 0 {
-        bail!("{problems} corrupt or undecodable event(s), reported above with their offsets");
+        damage.push(format!("{problems} corrupt or undecodable event(s), reported above with their offsets"));
+    }
+    if !cut_short.is_empty() {
+        damage.push(format!("{} end(s) inside an event (cut short, or still being written)", cut_short.join(", ")));
+    }
+    if !damage.is_empty() {
+        return Err(super::ExitCode(3, damage.join("; ")).into());
     }
     Ok(())
 }

@@ -274,7 +274,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
         );
     } else {
         println!(
-            "dumped {} table(s) ({} rows in {} chunk(s)) and {} view(s)/routine(s)/trigger(s)/event(s) to {}; binlog position {}{}; {} held {:.1} ms",
+            "dumped {} table(s) ({} rows in {} chunk(s)) and {} view(s)/routine(s)/trigger(s)/event(s) to {}; binlog position {}{}",
             m.tables.len(),
             total_rows,
             chunks,
@@ -285,8 +285,6 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                 _ => "none (binary log off)".into(),
             },
             pos.gtid_binlog_pos.as_deref().filter(|g| !g.is_empty()).map(|g| format!(", GTID {g}")).unwrap_or_default(),
-            m.lock.statement,
-            m.lock.held_ms
         );
     }
     Ok(())

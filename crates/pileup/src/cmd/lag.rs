@@ -66,7 +66,7 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
     let Some(pid) = pid else {
-        bail!("pileup lag needs the replica's process: {}", why.unwrap_or_else(|| "give --pid".into()));
+        bail!("lag needs the replica's process: {}", why.unwrap_or_else(|| "give --pid".into()));
     };
     let o = LagOptions {
         duration: a.duration,

@@ -62,7 +62,7 @@ pub struct LocksArgs {
     /// connections) and/or name:REGEX on thread names, as for `pileup stacks`. Threads that
     /// appear while tracing and match are followed too. The eBPF source only.
     #[arg(long, value_name = "SPEC")]
-    pub threads: Option<String>,
+    pub focus: Option<String>,
     /// Trace a process that is not mysqld/mariadbd.
     #[arg(long)]
     pub any_process: bool,
@@ -86,8 +86,8 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         bail!("--top must be at least 1");
     }
     let targets = targets(a.format, &a.output)?;
-    if let Some(t) = &a.threads {
-        pileup_engine::ThreadFilter::parse(t).map_err(|e| anyhow::anyhow!("--threads {e}"))?;
+    if let Some(t) = &a.focus {
+        pileup_engine::ThreadFilter::parse(t).map_err(|e| anyhow::anyhow!("--focus {e}"))?;
     }
     if a.source == "performance-schema" {
         return run_performance_schema(&a, conn, &targets, None);
@@ -105,7 +105,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
                 (Some(pid), _) => pid,
                 (None, why) if a.source == "auto" => return run_performance_schema(&a, conn, &targets, why),
                 (None, why) => {
-                    bail!("pileup locks --source ebpf needs the server's process: {}", why.unwrap_or_default())
+                    bail!("--source ebpf needs the server's process: {}", why.unwrap_or_default())
                 }
             }
         }
@@ -134,7 +134,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         top: if stacks_wanted(&targets) { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
         probe_cost: a.probe_cost,
-        threads: a.threads.clone(),
+        threads: a.focus.clone(),
     };
     let bar = progress(&a);
     // A signal ends the trace; what was recorded is still reported.
@@ -197,8 +197,8 @@ fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, targets: &[Target],
             "performance_schema keeps no stacks{without_ebpf}: use --format text or json (folded stacks, flame graphs, call graphs and pprof profiles need eBPF)"
         );
     }
-    if a.threads.is_some() {
-        bail!("--threads needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
+    if a.focus.is_some() {
+        bail!("--focus needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
     }
     let c = conn.resolve()?.connect().context("performance_schema needs a connection to the server")?;
     let bar = progress(a);

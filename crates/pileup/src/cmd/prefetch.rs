@@ -12,12 +12,12 @@ use pileup_prefetch::{run, Counters, Options, Warm};
 #[derive(clap::Args)]
 #[command(
     after_long_help = "Runs beside a replica (connect to the replica, not the primary). It reads the relay log files from disk, \
-so it must run on the replica's host with read access to its datadir.\n\nExample:\n  pileup prefetch -S /run/mysqld/mysqld.sock --readers 4 --stats-every 10"
+so it must run on the replica's host with read access to its datadir.\n\nExample:\n  pileup prefetch -S /run/mysqld/mysqld.sock --threads 4 --stats-every 10"
 )]
 pub struct PrefetchArgs {
-    /// Parallel readers (connections issuing lookups).
+    /// Connections issuing lookups at once (parallel readers).
     #[arg(long, default_value_t = 4)]
-    pub readers: usize,
+    pub threads: usize,
     /// Stay at most this many events ahead of the SQL thread.
     #[arg(long, default_value_t = 50_000)]
     pub window_events: u64,
@@ -47,6 +47,8 @@ pub struct PrefetchArgs {
     /// behind the applier is and the trend.
     #[arg(long, value_name = "SECONDS")]
     pub stats_every: Option<u64>,
+    /// Counters as JSON lines on stdout (one object every --stats-every
+    /// seconds) instead of text on stderr.
     #[arg(long)]
     pub json: bool,
     /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
@@ -90,15 +92,15 @@ pub enum WarmArg {
 }
 
 pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
-    if a.readers == 0 || a.batch == 0 {
-        bail!("--readers and --batch must be at least 1");
+    if a.threads == 0 || a.batch == 0 {
+        bail!("--threads and --batch must be at least 1");
     }
     if a.defer_purge && a.max_history < 2 {
         bail!("--max-history must be at least 2: purge is held only while the history list is below half of it");
     }
     let spec = conn.resolve()?;
     let o = Options {
-        readers: a.readers,
+        readers: a.threads,
         window_events: a.window_events,
         window_keys: a.window_keys,
         window_secs: a.window_secs,
@@ -124,7 +126,7 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     // Every counter for scripts and logs; a status line for a person.
     let human = !a.json && a.stats_every.is_none() && std::io::stderr().is_terminal();
     let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
-    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a.json, a.readers, a.min_lag);
+    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a.json, a.threads, a.min_lag);
     let status = move |now: &[(&str, u64)], before: &[(&str, u64)], secs: f64| {
         eprintln!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, min_lag));
     };

@@ -38,6 +38,7 @@ pub enum SandboxCmd {
     },
     /// List sandboxes.
     List {
+        /// The sandboxes as JSON (name, directory, socket, port, pid).
         #[arg(long)]
         json: bool,
     },

@@ -24,9 +24,9 @@ use crate::output::{emit, parse_format, targets, Format, Options};
 /// Examples:
 ///   pileup stacks                                  # the one running server, pt-pmp text
 ///   pileup stacks --samples 50 --interval-ms 100 --format svg -o flame.svg
-///   pileup stacks --threads accept --duration 60s --format dot -o accept.dot
-///   pileup stacks --threads sql-thread --samples 100 --format folded
-///   pileup stacks --threads accept --duration 1h -o accept.pb.gz   # 36,000 samples
+///   pileup stacks --focus accept --duration 60s --format dot -o accept.dot
+///   pileup stacks --focus sql-thread --samples 100 --format folded
+///   pileup stacks --focus accept --duration 1h -o accept.pb.gz   # 36,000 samples
 ///
 /// Stacks are counted as they are taken, so a run of hours holds one entry
 /// per distinct stack, not every sample; the last --keep-samples samples are
@@ -40,7 +40,7 @@ pub struct StacksArgs {
     /// Server process id, or "auto" for the one running mariadbd/mysqld.
     #[arg(long, default_value = "auto", value_name = "PID|auto")]
     pub pid: String,
-    /// How threads are read [default: consistent; passive with --threads].
+    /// How threads are read [default: consistent; passive with --focus].
     /// Passive stops nothing: a blocked thread's stack is read while it
     /// sleeps, a runnable one waiting for a CPU where it stands (eBPF), and
     /// a running one is sampled on its CPU by a perf event on that CPU's
@@ -63,7 +63,7 @@ pub struct StacksArgs {
     /// Focus: comma-separated thread ids, roles (accept, sql-thread,
     /// io-thread, connections) and/or name:REGEX on thread names.
     #[arg(long, value_name = "SPEC")]
-    pub threads: Option<String>,
+    pub focus: Option<String>,
     /// Output format: text (pt-pmp's lines, then # annotations), json, folded, svg (flame
     /// graph), dot (call graph) or pprof. Default: from the -o extension, else text.
     #[arg(long, short = 'f', value_parser = parse_format)]
@@ -142,8 +142,8 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         Some(d) => ((d.as_secs_f64() / interval.as_secs_f64()).floor() as usize).max(1),
         None => a.samples,
     };
-    let filter = match &a.threads {
-        Some(s) => ThreadFilter::parse(s).map_err(|e| anyhow::anyhow!("--threads {e}"))?,
+    let filter = match &a.focus {
+        Some(s) => ThreadFilter::parse(s).map_err(|e| anyhow::anyhow!("--focus {e}"))?,
         None => ThreadFilter::default(),
     };
     let targets = targets(a.format, &a.output)?;
@@ -158,7 +158,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     }
     let opts = SamplerOptions {
         capture: CaptureOptions {
-            mode: a.mode.unwrap_or(if a.threads.is_some() { Mode::Passive } else { Mode::Consistent }),
+            mode: a.mode.unwrap_or(if a.focus.is_some() { Mode::Passive } else { Mode::Consistent }),
             stack_bytes: a.stack_bytes,
             max_stop: Duration::from_millis(a.max_stop_ms),
             raised_priority: !a.normal_priority,

@@ -35,10 +35,15 @@ pub fn default_data_dir() -> PathBuf {
 /// Trigger syntax: METRIC [* NUM] (>|<|>=|<=) NUM|METRIC [* baseline_WINDOW] [for DURATION],
 /// or poll_failed [for DURATION]. Metrics: lower-case status variables,
 /// NAME_rate for counters, and derived values such as rows_read_per_query,
-/// rows_read_per_row_sent, bp_miss_ratio, checkpoint_age_pct, os_cpu_busy_pct.
+/// rows_read_per_row_sent, bp_miss_ratio, checkpoint_age_pct, os_cpu_busy_pct;
+/// --list-metrics lists every one with its meaning. Examples:
+///   --trigger 'physical_reads_per_row_read > 0.1 for 5s'
+///   --trigger 'questions_rate < 0.5 * baseline_10m for 3s'
+///   --trigger 'pl_waiting_global_lock > 4 for 1s'
 ///
 /// Captures go to DATA_DIR/captures/<time>-<trigger>/ (mode 0700, files
 /// 0600: they hold query text); history to DATA_DIR/pileup.db (SQLite).
+/// DATA_DIR: --data-dir, else $PILEUP_DATA_DIR, else ~/.local/state/pileup.
 #[derive(Args)]
 #[command(verbatim_doc_comment)]
 pub struct WatchArgs {
@@ -48,9 +53,13 @@ pub struct WatchArgs {
     /// Time between polls (start to start), e.g. 1s, 100ms.
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub interval: Duration,
-    /// Where history and captures are kept.
+    /// Where history and captures are kept [default: $PILEUP_DATA_DIR, else
+    /// ~/.local/state/pileup].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// List every metric a trigger may use, with its meaning, and exit.
+    #[arg(long)]
+    pub list_metrics: bool,
     /// A stall trigger (repeatable); replaces the defaults.
     #[arg(long = "trigger", value_name = "EXPR")]
     pub triggers: Vec<String>,
@@ -60,14 +69,17 @@ pub struct WatchArgs {
     /// No new capture this soon after the previous one.
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub cooldown: Duration,
+    /// At most this many captures in any hour (a stall that recurs all day
+    /// keeps its first captures, not a disk full of copies).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub max_captures_per_hour: usize,
     /// Skip captures when the data dir's disk has less free space (MiB).
     #[arg(long, default_value_t = 1024, value_name = "MIB")]
     pub min_free_mib: u64,
-    /// Stack samples per capture, and the time between them.
+    /// Stack samples per capture.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub capture_samples: usize,
+    /// Time between a capture's stack samples.
     #[arg(long, default_value = "200ms", value_parser = super::parse_duration)]
     pub capture_interval: Duration,
     /// Stop after this long (default: until interrupted).
@@ -116,6 +128,17 @@ pub struct WatchArgs {
 }
 
 pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
+    if a.list_metrics {
+        let all = pileup_watch::derive::metrics_described();
+        let w = all.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (m, d) in all {
+            out.push_str(&format!("{m:<w$}  {d}\n"));
+        }
+        out.push_str("com_*_rate  statements of each kind per second (com_select_rate, com_update_rate, ...)\n");
+        print!("{out}");
+        return Ok(());
+    }
     let spec = conn.resolve()?;
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
@@ -248,8 +271,11 @@ fn triggers(given: &[String], with_defaults: bool, cpus: usize) -> Result<Vec<Tr
 /// List captures recorded in a data directory.
 #[derive(Args)]
 pub struct CapturesArgs {
+    /// Where `pileup watch` kept its history [default: $PILEUP_DATA_DIR,
+    /// else ~/.local/state/pileup].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The list as JSON: each capture's time, directory, trigger and verdict.
     #[arg(long)]
     pub json: bool,
 }
@@ -313,9 +339,14 @@ pub struct TopArgs {
     /// Refresh interval.
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub interval: Duration,
-    /// Print one text snapshot (two polls, one interval apart) and exit.
+    /// Print one snapshot (two polls, one interval apart) and exit; it
+    /// fails when the server cannot be reached.
     #[arg(long)]
     pub once: bool,
+    /// With --once: the snapshot as JSON (metrics, triggers, busiest
+    /// statements).
+    #[arg(long, requires = "once")]
+    pub json: bool,
 }
 
 pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
@@ -326,11 +357,23 @@ pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
         bail!("--interval must be at least 100ms");
     }
     if !a.once && !std::io::stdout().is_terminal() {
-        bail!("pileup top needs a terminal; use --once for a text snapshot");
+        bail!("top needs a terminal; use --once for a text snapshot");
+    }
+    if let (Some(p), false) = (pid, a.pid == "auto") {
+        pileup_engine::process::check_target(p, false)?;
+    }
+    if a.once {
+        // A snapshot of a server that cannot be reached is an error, not
+        // a report of a stall.
+        spec.connect()?;
     }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if let Some(text) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)? {
-        print!("{text}");
+    if let Some(state) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)? {
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&state.json())?);
+        } else {
+            print!("{}", state.text());
+        }
     }
     Ok(())
 }
