@@ -30,9 +30,44 @@ pub struct SqlThread {
     pub thread_name: Option<String>,
     /// This is pileup's own connection.
     pub is_pileup: bool,
+    /// The processlist is read just before the stacks and again just
+    /// after: when this thread's row changed in between (a statement began
+    /// or ended while its stack was read), what it said after. The stack
+    /// itself says which of the two it was in.
+    pub after: Option<String>,
+}
+
+/// Keep in `before` (the rows read before the stacks) what changed by
+/// `after` (read just after them), so an annotation never claims one state
+/// for a stack read in another: a row whose command, state or statement
+/// differs gets the later one beside it; a thread gone by then is said to
+/// have ended.
+pub fn bracket(before: &mut HashMap<i32, SqlThread>, after: &HashMap<i32, SqlThread>) {
+    for (tid, b) in before.iter_mut() {
+        let what = |t: &SqlThread| (t.id, t.command.clone(), t.state.clone(), t.info.clone());
+        b.after = match after.get(tid) {
+            Some(a) if what(a) == what(b) => None,
+            Some(a) => Some(a.activity(160)),
+            None => Some("the connection ended".into()),
+        };
+    }
 }
 
 impl SqlThread {
+    /// What the thread was doing, without who it is: `Query (Updating): `UPDATE …``.
+    fn activity(&self, max_stmt: usize) -> String {
+        let mut s = self.command.clone().unwrap_or_default();
+        if let Some(st) = self.state.as_deref().filter(|x| !x.is_empty()) {
+            s.push_str(&format!(" ({st})"));
+        }
+        if let Some(i) = &self.info {
+            s.push_str(": `");
+            s.push_str(&one_line(i, max_stmt));
+            s.push('`');
+        }
+        s
+    }
+
     /// One-line summary: `conn 12 root@localhost Query 3s "Updating": UPDATE …`.
     pub fn summary(&self, max_stmt: usize) -> String {
         let mut s = format!("conn {}", self.id);
@@ -61,6 +96,9 @@ impl SqlThread {
         }
         if self.is_pileup {
             s.push_str(" [pileup itself]");
+        }
+        if let Some(a) = &self.after {
+            s.push_str(&format!(" [changed while the stacks were read; just after: {a}]"));
         }
         s
     }
@@ -272,6 +310,7 @@ fn from_row(r: &mysql::Row, own_id: u64, name_col: Option<usize>) -> Option<(i32
             info: get(r, 7),
             thread_name: name_col.and_then(|c| get(r, c)),
             is_pileup: id != 0 && id == own_id,
+            after: None,
         },
     ))
 }
@@ -283,6 +322,35 @@ fn get<T: mysql::prelude::FromValue>(r: &mysql::Row, i: usize) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_that_changed_while_the_stacks_were_read_says_so() {
+        let row = |command: &str, state: &str, info: Option<&str>| SqlThread {
+            id: 7,
+            command: Some(command.into()),
+            state: Some(state.into()),
+            info: info.map(String::from),
+            ..Default::default()
+        };
+        let mut before: HashMap<i32, SqlThread> = [
+            (1, row("Sleep", "", None)),
+            (2, row("Query", "Updating", Some("UPDATE t SET v = 1"))),
+            (3, row("Sleep", "", None)),
+        ]
+        .into();
+        let after: HashMap<i32, SqlThread> = [
+            (1, row("Query", "Updating", Some("UPDATE t SET v = 2"))),
+            (2, row("Query", "Updating", Some("UPDATE t SET v = 1"))),
+        ]
+        .into();
+        bracket(&mut before, &after);
+        assert_eq!(before[&1].after.as_deref(), Some("Query (Updating): `UPDATE t SET v = 2`"));
+        assert!(before[&1]
+            .summary(80)
+            .ends_with("[changed while the stacks were read; just after: Query (Updating): `UPDATE t SET v = 2`]"));
+        assert_eq!(before[&2].after, None, "unchanged rows say nothing more");
+        assert_eq!(before[&3].after.as_deref(), Some("the connection ended"));
+    }
 
     #[test]
     fn roles() {

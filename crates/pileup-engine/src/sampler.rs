@@ -91,6 +91,10 @@ pub struct SamplerOptions {
     /// Re-read the processlist at most this often while sampling (a long
     /// 10 Hz run must not query the server ten times a second).
     pub sql_refresh: Duration,
+    /// Read the processlist again just after each capture that read it
+    /// before, and mark the threads whose row changed in between (one more
+    /// query per such capture; off for samplers that read it at a high rate).
+    pub sql_bracket: bool,
     /// Where separate debug files are looked for (build-id and
     /// `.gnu_debuglink`), in order.
     pub debug_dirs: Vec<std::path::PathBuf>,
@@ -213,6 +217,9 @@ struct Selection {
     chosen: Vec<i32>,
     os: HashMap<i32, proc::OsThread>,
     sql: HashMap<i32, SqlThread>,
+    /// The processlist was read for this sample (not taken from the cache):
+    /// it is read again after the capture to bracket it.
+    sql_fresh: bool,
 }
 
 /// Which of `tids` the filter chooses, with the OS state read of each
@@ -427,7 +434,15 @@ impl Sampler {
         self.taken += 1;
         let late: HashSet<i32> = raw.threads.iter().filter(|t| t.late).map(|t| t.tid).collect();
         let capture::RawSample { threads: copies, missed, stats } = raw;
-        let mut threads = self.unwind(copies, sel.os, sel.sql);
+        let mut sql = sel.sql;
+        if sel.sql_fresh {
+            // The rows read before the stop, checked against a read just
+            // after it (the threads already run again).
+            if let Some(Ok(after)) = self.sql.as_mut().map(|s| s.threads()) {
+                annotate::bracket(&mut sql, &after);
+            }
+        }
+        let mut threads = self.unwind(copies, sel.os, sql);
         self.name_frames(&mut threads);
         let t_ann = Instant::now();
         let tids: HashSet<i32> = sel.tids.iter().copied().chain(threads.iter().map(|t| t.tid)).collect();
@@ -465,7 +480,9 @@ impl Sampler {
             proc::tids(pid)?
         };
         let t_ann = Instant::now();
+        let read_before = self.sql_cache.as_ref().map(|c| c.0);
         let sql = self.sql_threads();
+        let sql_fresh = self.opts.sql_bracket && self.sql_cache.as_ref().map(|c| c.0) != read_before;
         let role = |tid: i32| annotate::role_of(pid, tid, sql.get(&tid));
         let (chosen, os, io_workers) =
             choose(&self.opts.filter, &tids, role, |tid| proc::os_thread(pid, tid).unwrap_or_default());
@@ -478,7 +495,7 @@ impl Sampler {
         if chosen.is_empty() {
             self.unmatched += 1;
         }
-        Ok(Selection { tids, by_tid, chosen, os, sql })
+        Ok(Selection { tids, by_tid, chosen, os, sql, sql_fresh })
     }
 
     /// Stop (or not, in passive mode) and copy the chosen threads.

@@ -340,6 +340,7 @@ fn sampler_options(o: &LagOptions) -> SamplerOptions {
         debug_info: false,
         // The applier's state names the table it is on: read it every sample.
         sql_refresh: o.interval,
+        sql_bracket: false,
         // Each sample's threads are read against the applier's position then.
         keep_samples: usize::MAX,
         debug_dirs: pileup_engine::default_debug_dirs(),

@@ -52,6 +52,7 @@ pub fn gather(
             any_process: s.any_process,
             debug_info: false,
             sql_refresh: Duration::ZERO,
+            sql_bracket: true,
             keep_samples: pileup_engine::KEEP_SAMPLES,
             debug_dirs: pileup_engine::default_debug_dirs(),
             // Debug files already in the debuginfod cache; nothing fetched

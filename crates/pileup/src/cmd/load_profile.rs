@@ -40,6 +40,7 @@ impl Profiler {
                 any_process: false,
                 debug_info: false,
                 sql_refresh: Duration::from_secs(60),
+                sql_bracket: false,
                 debug_dirs: pileup_engine::default_debug_dirs(),
                 debuginfod: None,
                 debuginfod_wait: false,

@@ -167,6 +167,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         any_process: a.any_process,
         debug_info: a.debug_info,
         sql_refresh: Duration::from_millis(a.sql_every_ms),
+        sql_bracket: true,
         keep_samples: a.keep_samples.max(1),
         debug_dirs: a.debug_files.dirs(),
         debuginfod: Some(a.debug_files.debuginfod_with_bars(&bars)),
