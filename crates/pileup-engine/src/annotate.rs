@@ -57,6 +57,12 @@ impl SqlThread {
     /// What the thread was doing, without who it is: `Query (Updating): `UPDATE …``.
     fn activity(&self, max_stmt: usize) -> String {
         let mut s = self.command.clone().unwrap_or_default();
+        self.push_state_and_statement(&mut s, max_stmt);
+        s
+    }
+
+    /// ` (state): `statement`` where there are any.
+    fn push_state_and_statement(&self, s: &mut String, max_stmt: usize) {
         if let Some(st) = self.state.as_deref().filter(|x| !x.is_empty()) {
             s.push_str(&format!(" ({st})"));
         }
@@ -65,7 +71,6 @@ impl SqlThread {
             s.push_str(&one_line(i, max_stmt));
             s.push('`');
         }
-        s
     }
 
     /// One-line summary: `conn 12 root@localhost Query 3s "Updating": UPDATE …`.
@@ -86,14 +91,7 @@ impl SqlThread {
         if let Some(t) = self.time {
             s.push_str(&format!(" {t}s"));
         }
-        if let Some(st) = self.state.as_deref().filter(|x| !x.is_empty()) {
-            s.push_str(&format!(" ({st})"));
-        }
-        if let Some(i) = &self.info {
-            s.push_str(": `");
-            s.push_str(&one_line(i, max_stmt));
-            s.push('`');
-        }
+        self.push_state_and_statement(&mut s, max_stmt);
         if self.is_pileup {
             s.push_str(" [pileup itself]");
         }
