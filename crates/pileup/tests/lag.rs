@@ -109,8 +109,31 @@ fn lag_shows_where_the_applier_spends_its_time() {
         svg.to_str().unwrap(),
         "-o",
         json.to_str().unwrap(),
+        "-o",
+        scratch.join("lag.folded").to_str().unwrap(),
+        "-o",
+        scratch.join("lag.dot").to_str().unwrap(),
+        "-o",
+        scratch.join("lag.pb.gz").to_str().unwrap(),
+        "-o",
+        scratch.join("lag.txt").to_str().unwrap(),
     ]);
     assert!(out.status.success(), "pileup lag failed: {}", String::from_utf8_lossy(&out.stderr));
+    // Every format by its extension, each read by its consumer.
+    let folded = std::fs::read_to_string(scratch.join("lag.folded")).unwrap();
+    assert!(
+        !folded.is_empty() && folded.lines().all(|l| l.rsplit_once(' ').is_some_and(|(_, n)| n.parse::<u64>().is_ok())),
+        "{folded}"
+    );
+    let d = std::process::Command::new("dot").arg("-Tsvg").arg(scratch.join("lag.dot")).output().expect("graphviz");
+    assert!(d.status.success(), "dot rejected the call graph: {}", String::from_utf8_lossy(&d.stderr));
+    let g = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(scratch.join("lag.pb.gz"))
+        .output()
+        .expect("go (golang-go)");
+    assert!(g.status.success(), "pprof rejected: {}", String::from_utf8_lossy(&g.stderr));
+    assert!(std::fs::read_to_string(scratch.join("lag.txt")).unwrap().contains("applier"));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("lag's JSON parses");
     eprintln!("{}", serde_json::to_string_pretty(&r["tally"]).unwrap());
     assert!(r["applier_threads"].as_u64().unwrap() >= 1, "{r}");

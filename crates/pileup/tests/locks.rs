@@ -74,14 +74,20 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
     let folded_dir = scratch("locks-folded");
     let folded = folded_dir.join("waits.folded");
     let pid = sb.pid().to_string();
-    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", folded.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pb = folded_dir.join("waits.pb.gz");
-    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", pb.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let svg = folded_dir.join("waits.svg");
-    let out = pileup(&["locks", "--pid", &pid, "--no-sql", "--duration", "1s", "-o", svg.to_str().unwrap()]);
+    let (dot, txt) = (folded_dir.join("waits.dot"), folded_dir.join("waits.txt"));
+    // One run, every format by its extension.
+    let mut args = vec!["locks", "--pid", &pid, "--no-sql", "--duration", "1s"];
+    for f in [&folded, &pb, &svg, &dot, &txt] {
+        args.extend(["-o", f.to_str().unwrap()]);
+    }
+    let out = pileup(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = Command::new("dot").arg("-Tsvg").arg(&dot).output().expect("graphviz");
+    assert!(d.status.success(), "dot rejected the call graph: {}", String::from_utf8_lossy(&d.stderr));
+    let text = std::fs::read_to_string(&txt).unwrap();
+    assert!(text.starts_with("pileup locks: ") && text.contains("LOCK_global_system_variables"), "{text}");
     let queries = stop(go, handles);
     // The flame graph: an SVG document, 0600, with the mutex as a frame.
     let doc = std::fs::read_to_string(&svg).unwrap();
@@ -143,7 +149,7 @@ fn a_contended_global_mutex_is_named_with_its_waiters_stacks_and_holders() {
 }
 
 #[test]
-fn threads_limits_the_trace_to_the_threads_chosen() {
+fn focus_limits_the_trace_to_the_threads_chosen() {
     let _one = serial();
     let sb = sandbox();
     let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
