@@ -380,7 +380,7 @@ pub struct HolderEntry {
 }
 
 /// One lock's contention over the window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LockEntry {
     pub addr: String,
     pub name: String,

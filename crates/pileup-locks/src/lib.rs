@@ -76,7 +76,7 @@ pub struct Progress {
 }
 
 /// The lock profile of one window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     /// `ebpf`, or `performance_schema` where eBPF could not be used.
     pub source: &'static str,

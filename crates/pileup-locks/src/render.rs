@@ -69,6 +69,10 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> std::io::Result<()> {
         r.thread_filter.as_deref().map(|f| format!(" (--focus {f})")).unwrap_or_default(),
     )?;
     let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);
+    // A bare futex with no stack recorded says neither what kind of wait it
+    // is nor who waited: listed after the locks that are known, not first.
+    let (unknown, locks): (Vec<&LockEntry>, Vec<&LockEntry>) =
+        locks.into_iter().partition(|l| l.kind == "futex" && l.recorded == 0);
     writeln!(w)?;
     if locks.is_empty() {
         writeln!(w, "No thread waited on a mutex, rwlock or InnoDB latch.")?;
@@ -89,6 +93,14 @@ fn text(r: &Report, detail: usize, w: &mut dyn Write) -> std::io::Result<()> {
         table(&conds[..conds.len().min(ROWS / 2)], w)?;
         if conds.len() > ROWS / 2 {
             writeln!(w, "  … and {} more", conds.len() - ROWS / 2)?;
+        }
+    }
+    if !unknown.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "Futex waits whose kind is unknown (no stack was recorded for them; --format json has them):")?;
+        table(&unknown[..unknown.len().min(ROWS / 4)], w)?;
+        if unknown.len() > ROWS / 4 {
+            writeln!(w, "  … and {} more", unknown.len() - ROWS / 4)?;
         }
     }
     for (i, l) in locks.iter().take(detail).enumerate() {
@@ -224,4 +236,34 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_locks_lead_and_a_bare_futex_comes_after_them() {
+        let lock = |name: &str, kind: &'static str, total_ms: f64, recorded: u64| LockEntry {
+            name: name.into(),
+            kind,
+            total_ms,
+            waits: 4,
+            recorded,
+            ..Default::default()
+        };
+        let r = Report {
+            source: "ebpf",
+            exe: "mariadbd".into(),
+            locks: vec![lock("heap 0x7f00", "futex", 900.0, 0), lock("LOCK_open", "pthread mutex", 12.0, 4)],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        text(&r, 0, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        let (known, bare) = (t.find("LOCK_open").unwrap(), t.find("heap 0x7f00").unwrap());
+        assert!(known < bare, "{t}");
+        assert!(t.contains("Futex waits whose kind is unknown"), "{t}");
+        assert!(t.contains("mean ms") && !t.contains("µs"), "one unit in the tables: {t}");
+    }
 }
