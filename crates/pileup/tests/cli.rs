@@ -66,7 +66,7 @@ fn a_snapshot_of_an_unreachable_server_or_a_wrong_pid_fails() {
     // pileup's own connections and statements are not counted.
     let _client = sb.connect().unwrap();
     let pid = sb.pid().to_string();
-    let out = pileup(&["top", "--once", "--json", "--interval", "200ms", "--pid", &pid, "-S", sock, "-u", "root"]);
+    let out = pileup(&["top", "--once", "-f", "json", "--interval", "200ms", "--pid", &pid, "-S", sock, "-u", "root"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("top --json parses");
     assert_eq!(j["poll_ok"], true);
@@ -118,6 +118,10 @@ fn help_stands_alone_with_a_manual_completions_and_a_version() {
             assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).contains(cmd[0]), "help {}", cmd[0]);
         }
     }
+    // Text-or-JSON commands take the same -f/--format as the others.
+    let list = pileup(&["sandbox", "list", "--format", "json"]);
+    assert!(serde_json::from_slice::<serde_json::Value>(&list.stdout).is_ok_and(|v| v.is_array()), "{}", stderr(&list));
+
     let v = pileup(&["--version"]);
     let v = String::from_utf8_lossy(&v.stdout);
     assert!(v.starts_with("pileup ") && (v.contains("commit ") || v.contains("not built from a git checkout")), "{v}");

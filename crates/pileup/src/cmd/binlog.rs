@@ -18,7 +18,7 @@ pub struct BinlogArgs {
     pub files: Vec<PathBuf>,
     /// text: one line per event and per row (images as JSON objects);
     /// json: one JSON object per event.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, short = 'f', value_enum, default_value = "text")]
     pub format: OutFormat,
     /// Start at this offset in the first file (an event boundary, e.g. Relay_Log_Pos).
     #[arg(long, value_name = "OFFSET")]

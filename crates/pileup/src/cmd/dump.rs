@@ -113,6 +113,9 @@ pub struct LoadArgs {
     /// Progress and the outcome as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Output format: text, or json (the same as --json).
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+    pub format: Option<super::TextJson>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -290,7 +293,8 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
     Ok(())
 }
 
-pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
+pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
+    a.json = super::wants_json(a.json, a.format);
     let mut spec = conn.resolve()?;
     // A chunk's copy, an index build after a large table's data: statements
     // run for minutes; each is still bounded.

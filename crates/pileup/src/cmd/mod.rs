@@ -10,6 +10,19 @@ pub mod sandbox;
 pub mod stacks;
 pub mod watch;
 
+/// `--format` of the commands whose output is text or JSON (the commands
+/// with stack output have more formats: [`crate::output`]).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TextJson {
+    Text,
+    Json,
+}
+
+/// JSON when `--json` or `--format json` says so.
+pub fn wants_json(json: bool, format: Option<TextJson>) -> bool {
+    json || format == Some(TextJson::Json)
+}
+
 /// An error that asks for a specific exit code, with the line printed.
 #[derive(Debug)]
 pub struct ExitCode(pub i32, pub String);

@@ -51,6 +51,9 @@ pub struct PrefetchArgs {
     /// seconds) instead of text on stderr.
     #[arg(long)]
     pub json: bool,
+    /// Output format: text, or json (the same as --json).
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+    pub format: Option<super::TextJson>,
     /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
@@ -91,7 +94,8 @@ pub enum WarmArg {
     Pages,
 }
 
-pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
+pub fn run_prefetch(mut a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
+    a.json = super::wants_json(a.json, a.format);
     if a.threads == 0 || a.batch == 0 {
         bail!("--threads and --batch must be at least 1");
     }

@@ -27,6 +27,9 @@ pub enum SandboxCmd {
         /// Print the sandbox as JSON.
         #[arg(long)]
         json: bool,
+        /// Output format: text, or json (the same as --json).
+        #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+        format: Option<super::TextJson>,
     },
     /// Stop a sandbox and delete its files.
     Stop {
@@ -41,12 +44,16 @@ pub enum SandboxCmd {
         /// The sandboxes as JSON (name, directory, socket, port, pid).
         #[arg(long)]
         json: bool,
+        /// Output format: text, or json (the same as --json).
+        #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+        format: Option<super::TextJson>,
     },
 }
 
 pub fn run(c: SandboxCmd) -> Result<()> {
     match c {
-        SandboxCmd::Start { name, port, binlog, replica_of, set, json } => {
+        SandboxCmd::Start { name, port, binlog, replica_of, set, json, format } => {
+            let json = super::wants_json(json, format);
             let mut cnf = vec![];
             for s in set {
                 let Some((k, v)) = s.split_once('=') else {
@@ -100,7 +107,8 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             }
             Ok(())
         }
-        SandboxCmd::List { json } => {
+        SandboxCmd::List { json, format } => {
+            let json = super::wants_json(json, format);
             let l = list(None)?;
             if json {
                 let v: Vec<_> = l.iter().map(|(e, up)| serde_json::json!({"sandbox": e, "running": up})).collect();

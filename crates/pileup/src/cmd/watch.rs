@@ -88,6 +88,9 @@ pub struct WatchArgs {
     /// Print every event (polls included) as a JSON line on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Output format: text, or json (the same as --json).
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+    pub format: Option<super::TextJson>,
     /// Sample a process that is not mariadbd/mysqld.
     #[arg(long)]
     pub any_process: bool,
@@ -127,7 +130,8 @@ pub struct WatchArgs {
     pub pileup_threads: Option<u32>,
 }
 
-pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
+pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
+    a.json = super::wants_json(a.json, a.format);
     if a.list_metrics {
         let all = pileup_watch::derive::metrics_described();
         let w = all.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
@@ -278,9 +282,13 @@ pub struct CapturesArgs {
     /// The list as JSON: each capture's time, directory, trigger and verdict.
     #[arg(long)]
     pub json: bool,
+    /// Output format: text, or json (the same as --json).
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
+    pub format: Option<super::TextJson>,
 }
 
-pub fn run_captures(a: CapturesArgs) -> Result<()> {
+pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
+    a.json = super::wants_json(a.json, a.format);
     let dir = a.data_dir.unwrap_or_else(default_data_dir);
     if !dir.join("pileup.db").exists() {
         bail!("no pileup history in {}; run `pileup watch --data-dir {}` first", dir.display(), dir.display());
@@ -347,9 +355,13 @@ pub struct TopArgs {
     /// statements).
     #[arg(long, requires = "once")]
     pub json: bool,
+    /// Output format of --once: text, or json (the same as --json).
+    #[arg(long, short = 'f', value_enum, value_name = "FORMAT", requires = "once")]
+    pub format: Option<super::TextJson>,
 }
 
-pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
+pub fn run_top(mut a: TopArgs, conn: &ConnOptions) -> Result<()> {
+    a.json = super::wants_json(a.json, a.format);
     use std::io::IsTerminal;
     let spec = conn.resolve()?;
     let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
