@@ -46,6 +46,8 @@ damaged (a corrupt log or binlog event, reported with its offset).
 ///             writes will need
 ///   lag       where a replica's apply time goes (page reads, locks, commit,
 ///             CPU), per table
+///   memory    where a server's memory went: resident memory by region beside
+///             its own accounting, and what the allocator kept
 ///   digest    which statements cost the server and how well they read, from
 ///             slow logs (MariaDB, MySQL, Percona Server)
 ///   dump      parallel, consistent logical dump of schemas and data
@@ -100,6 +102,8 @@ enum Command {
     Locks(cmd::locks::LocksArgs),
     /// Where a replica's apply time goes: page reads, lock waits, commit, CPU, relay log; per table, with a flame graph.
     Lag(cmd::lag::LagArgs),
+    /// Where a running server's memory went: resident memory by region beside the server's own accounting, and what the allocator kept.
+    Memory(cmd::memory::MemoryArgs),
     /// Which statements cost the server and how well they read: slow-log statements grouped and ranked.
     Digest(cmd::digest::DigestArgs),
     /// Print the events of binlog and relay log files, row images decoded (text or JSON).
@@ -229,6 +233,7 @@ fn main() {
         Command::Digest(a) => cmd::digest::run(a, &conn),
         Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
         Command::Lag(a) => cmd::lag::run(a, &conn),
+        Command::Memory(a) => cmd::memory::run(a, &conn),
         Command::Locks(a) => cmd::locks::run(a, &conn),
         Command::Dump(a) => cmd::dump::run_dump(a, &conn),
         Command::Load(a) => cmd::dump::run_load(a, &conn),

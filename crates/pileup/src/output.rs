@@ -33,6 +33,32 @@ pub fn parse_format(s: &str) -> Result<Format, String> {
     Format::parse(s).map_err(|e| e.to_string())
 }
 
+/// `-f/--format`, `-o` and `--json`, the same for every tool that writes a
+/// report: flattened into its arguments.
+#[derive(clap::Args)]
+pub struct OutputArgs {
+    /// Output format: text, json, and where the tool has stacks folded, svg
+    /// (flame graph), dot (call graph) or pprof. Default: from the -o
+    /// extension, else text.
+    #[arg(long, short = 'f', value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// Write to this file (created 0600) instead of stdout, in the format
+    /// its extension names (.txt, .json, .folded, .svg, .dot, .pb.gz). Give
+    /// -o several times to write one run in several formats.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Vec<PathBuf>,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+}
+
+impl OutputArgs {
+    /// Where the report goes, checked before any work.
+    pub fn targets(&self) -> Result<Vec<Target>> {
+        targets(if self.json { Some(Format::Json) } else { self.format }, &self.output)
+    }
+}
+
 /// One place a result goes (a file, or stdout) and its format.
 pub type Target = (Option<PathBuf>, Format);
 

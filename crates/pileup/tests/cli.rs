@@ -86,6 +86,7 @@ const COMMANDS: &[&[&str]] = &[
     &["prefetch"],
     &["locks"],
     &["lag"],
+    &["memory"],
     &["digest"],
     &["binlog"],
     &["dump"],

@@ -1,14 +1,13 @@
 //! `pileup lag`: where a replica's apply time goes.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use pileup_conn::ConnOptions;
 use pileup_lag::{sample, LagOptions};
 
-use crate::output::{emit, parse_format, targets, Format, Options};
+use crate::output::{emit, Options};
 
 #[derive(clap::Args)]
 #[command(
@@ -41,18 +40,9 @@ pub struct LagArgs {
     /// A position held this long (milliseconds) while the applier had work counts as a stall.
     #[arg(long, default_value_t = 200)]
     pub stall_ms: u64,
-    /// Output format: text, json, folded (samples rooted at category, then table), svg (flame
-    /// graph), dot (call graph) or pprof. Default: from the -o extension, else text.
-    #[arg(long, short = 'f', value_parser = parse_format)]
-    pub format: Option<Format>,
-    /// Write to this file (created 0600) instead of stdout, in the format its extension names
-    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
-    /// several formats.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Vec<PathBuf>,
-    /// The same as --format json.
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
+    // Folded samples are rooted at their category, then table.
+    #[command(flatten)]
+    pub out: crate::output::OutputArgs,
 }
 
 pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
@@ -62,7 +52,7 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     if a.stall_ms < a.interval_ms {
         bail!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
     }
-    let targets = targets(if a.json { Some(Format::Json) } else { a.format }, &a.output)?;
+    let targets = a.out.targets()?;
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
     let Some(pid) = pid else {

@@ -5,6 +5,7 @@ pub mod dump;
 pub mod lag;
 pub mod load_profile;
 pub mod locks;
+pub mod memory;
 pub mod prefetch;
 pub mod sandbox;
 pub mod stacks;
