@@ -10,6 +10,16 @@ use std::time::Duration;
 use common::*;
 use mysql::prelude::Queryable;
 
+/// `pileup memory` on the sandbox for `secs`, points every 250 ms, as JSON.
+fn memory_json(sb: &pileup_sandbox::Sandbox, secs: &str) -> serde_json::Value {
+    let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
+    let args =
+        ["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", secs, "--interval", "250ms", "-f", "json"];
+    let out = pileup(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("memory's JSON parses")
+}
+
 #[test]
 fn growth_is_seen_in_proc_and_charged_to_its_connection() {
     let sb = sandbox();
@@ -29,24 +39,8 @@ fn growth_is_seen_in_proc_and_charged_to_its_connection() {
         c.query_drop("SELECT SLEEP(2) FROM grow LIMIT 1").unwrap();
         c.query_drop("DROP TEMPORARY TABLE grow").unwrap();
     });
-    let out = pileup(&[
-        "memory",
-        "--pid",
-        &pid,
-        "-S",
-        &sock,
-        "-u",
-        "root",
-        "--duration",
-        "6s",
-        "--interval",
-        "250ms",
-        "--format",
-        "json",
-    ]);
+    let r = memory_json(&sb, "6s");
     grow.join().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("memory's JSON parses");
     let points = r["points"].as_array().unwrap();
     assert!(points.len() >= 15, "{} points", points.len());
     let first = &points[0];
@@ -126,30 +120,12 @@ fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
         c.query_drop(format!("CREATE TABLE t{i} (id INT PRIMARY KEY, {}) ENGINE=Aria", cols.join(", "))).unwrap();
         c.query_drop(format!("SELECT * FROM t{i} LIMIT 1")).unwrap();
     }
-    let pid = sb.pid().to_string();
-    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
     let flush = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         c.query_drop("FLUSH TABLES").unwrap();
     });
-    let out = pileup(&[
-        "memory",
-        "--pid",
-        &pid,
-        "-S",
-        &sock,
-        "-u",
-        "root",
-        "--duration",
-        "4s",
-        "--interval",
-        "250ms",
-        "--format",
-        "json",
-    ]);
+    let r = memory_json(&sb, "4s");
     flush.join().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let freed = r["freed_by_server"].as_u64().unwrap();
     let kept = r["kept_by_allocator"].as_u64().unwrap();
     assert!(freed > 50 << 20, "FLUSH TABLES freed {freed} bytes of the server's own");
