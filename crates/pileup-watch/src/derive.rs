@@ -74,6 +74,7 @@ pub const GAUGES: &[&str] = &[
     "innodb_buffer_pool_pages_free",
     "replica_lag",
     "mysqld_rss_bytes",
+    "memory_limit_bytes",
     "disk_in_flight",
     "innodb_row_lock_current_waits",
     "pl_threads",
@@ -107,6 +108,8 @@ pub const COMPUTED: &[&str] = &[
     "disk_await_ms",
     "io_pressure_pct",
     "checkpoint_age_pct",
+    "mysqld_rss_growth_rate",
+    "memory_limit_pct",
     "bytes_sent_link_share",
 ];
 
@@ -132,6 +135,9 @@ const MEANINGS: &[(&str, &str)] = &[
     ("innodb_buffer_pool_pages_free", "free buffer pool pages"),
     ("replica_lag", "Seconds_Behind_Master, worst channel"),
     ("mysqld_rss_bytes", "the server's resident memory"),
+    ("memory_limit_bytes", "the memory the server may use: its cgroup's memory.max, else the host's"),
+    ("mysqld_rss_growth_rate", "how fast the server's resident memory grows, bytes per second (negative: shrinks)"),
+    ("memory_limit_pct", "the server's resident memory as a share of memory_limit_bytes, %"),
     ("disk_in_flight", "I/Os in flight on the datadir's device"),
     ("innodb_row_lock_current_waits", "transactions waiting for a row lock now"),
     ("pl_threads", "connections and server threads in the processlist"),
@@ -166,19 +172,15 @@ const MEANINGS: &[(&str, &str)] = &[
 
 /// Every metric with its meaning, in the order [`metric_names`] gives.
 pub fn metrics_described() -> Vec<(String, String)> {
-    metric_names()
-        .into_iter()
-        .map(|m| {
-            let meaning = match MEANINGS.iter().find(|(n, _)| *n == m) {
-                Some((_, d)) => d.to_string(),
-                None => match m.strip_suffix("_rate") {
-                    Some(c) => format!("status counter {c} per second"),
-                    None => String::new(),
-                },
-            };
-            (m, meaning)
-        })
-        .collect()
+    metric_names().into_iter().map(|m| (meaning(&m).unwrap_or_default(), m)).map(|(d, m)| (m, d)).collect()
+}
+
+/// What a metric means (a rate: the status counter it is of, per second).
+pub fn meaning(metric: &str) -> Option<String> {
+    match MEANINGS.iter().find(|(n, _)| *n == metric) {
+        Some((_, d)) => Some(d.to_string()),
+        None => metric.strip_suffix("_rate").map(|c| format!("status counter {c} per second")),
+    }
 }
 
 /// Is `name` a metric `derive` can produce?
@@ -379,6 +381,14 @@ pub fn derive(prev: &Snapshot, cur: &Snapshot, o: &DeriveOptions) -> BTreeMap<St
     if let Some(p) = ratio(cur.get("innodb_checkpoint_age"), cur.get("innodb_checkpoint_max_age")) {
         out.insert("checkpoint_age_pct".into(), 100.0 * p);
     }
+    // Memory: the server's growth, and how near it is to its limit.
+    if let (Some(a), Some(b), true) = (prev.get("mysqld_rss_bytes"), cur.get("mysqld_rss_bytes"), dt > 0.0) {
+        out.insert("mysqld_rss_growth_rate".into(), (b - a) / dt);
+    }
+    if let (Some(rss), Some(limit)) = (cur.get("mysqld_rss_bytes"), cur.get("memory_limit_bytes").filter(|l| *l > 0.0))
+    {
+        out.insert("memory_limit_pct".into(), 100.0 * rss / limit);
+    }
     if let Some(r) = out.get("bytes_sent_rate").copied() {
         if o.link_bps > 0.0 {
             out.insert("bytes_sent_link_share".into(), r * 8.0 / o.link_bps);
@@ -396,6 +406,17 @@ pub fn io_pressure_pct(us: f64, dt: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_growth_and_its_share_of_the_limit() {
+        let gib = (1u64 << 30) as f64;
+        let a = snap(0.0, &[("mysqld_rss_bytes", 1.0 * gib), ("memory_limit_bytes", 4.0 * gib)]);
+        let b = snap(2.0, &[("mysqld_rss_bytes", 3.0 * gib), ("memory_limit_bytes", 4.0 * gib)]);
+        let d = derive(&a, &b, &DeriveOptions::default());
+        assert_eq!(d["mysqld_rss_growth_rate"], gib);
+        assert_eq!(d["memory_limit_pct"], 75.0);
+        assert_eq!(d["memory_limit_bytes"], 4.0 * gib);
+    }
 
     #[test]
     fn pileups_own_statements_are_left_out_of_the_rates() {

@@ -34,6 +34,9 @@ pub fn render(s: &Snapshot) -> String {
             continue;
         }
         let n = format!("pileup_{}", sanitize(k));
+        if let Some(help) = crate::derive::meaning(k) {
+            let _ = writeln!(out, "# HELP {n} {help}");
+        }
         let _ = writeln!(out, "# TYPE {n} gauge\n{n} {v}");
     }
     for (n, v, help) in [
@@ -105,6 +108,7 @@ mod tests {
         assert!(body.starts_with("HTTP/1.") && body.contains(" 200 "), "{body}");
         assert!(body.contains("text/plain; version=0.0.4"));
         assert!(body.contains("\npileup_questions_rate 1234.5\n"));
+        assert!(body.contains("# HELP pileup_questions_rate status counter questions per second\n"), "{body}");
         assert!(body.contains("\npileup_bad_name 1\n"));
         assert!(!body.contains("pileup_nan"));
         assert!(body.contains("# TYPE pileup_polls_total counter\npileup_polls_total 7\n"));

@@ -366,6 +366,9 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             }
         }
     }
+    if let Some(b) = memory_limit_bytes(pid) {
+        out.insert("memory_limit_bytes".into(), b);
+    }
     if let Some(us) = io_pressure_us(pid) {
         out.insert("io_pressure_some_us".into(), us);
     }
@@ -388,21 +391,34 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
 /// Microseconds some task of the server's cgroup has spent stalled on I/O
 /// since the cgroup began ([`io_pressure_file`]).
 pub fn io_pressure_us(pid: i32) -> Option<f64> {
-    io_pressure_file(pid).and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t))
+    cgroup_file(pid, "io.pressure").and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t))
 }
 
-/// Where the kernel's pressure stall information for I/O is kept for the
-/// server: its cgroup's `io.pressure`, when it runs in one of the unified
-/// (v2) hierarchy's cgroups other than the root (a systemd service's holds
-/// the server alone). The host's `/proc/pressure/io` is not used: it mixes
-/// in every other process's waits, another server's on the same host
-/// included.
-fn io_pressure_file(pid: i32) -> Option<std::path::PathBuf> {
+/// The memory the server may use: its cgroup's `memory.max` when one is
+/// set, else the host's memory (`MemTotal`), bytes.
+pub fn memory_limit_bytes(pid: i32) -> Option<f64> {
+    let cgroup = cgroup_file(pid, "memory.max")
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|t| t.trim().parse::<f64>().ok());
+    cgroup.or_else(|| {
+        let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb: f64 =
+            m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kb * 1024.0)
+    })
+}
+
+/// A file of the server's cgroup (`io.pressure`, `memory.max`), when it
+/// runs in one of the unified (v2) hierarchy's cgroups other than the root
+/// (a systemd service's holds the server alone). The host's files (such as
+/// `/proc/pressure/io`) are not used: they mix in every other process, another
+/// server's on the same host included.
+fn cgroup_file(pid: i32, name: &str) -> Option<std::path::PathBuf> {
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let path = cg.lines().find_map(|l| l.strip_prefix("0::")).filter(|p| *p != "/")?;
     ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
         .iter()
-        .map(|root| std::path::Path::new(root).join(path.trim_start_matches('/')).join("io.pressure"))
+        .map(|root| std::path::Path::new(root).join(path.trim_start_matches('/')).join(name))
         .find(|f| f.exists())
 }
 

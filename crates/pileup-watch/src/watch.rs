@@ -66,6 +66,7 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
         format!("threads_running > {running} for 1s"),
         "questions_rate < 0.3 * baseline_5m for 2s".to_string(),
         "replica_lag > 300 for 10s".to_string(),
+        "memory_limit_pct > 90 for 5s".to_string(),
     ]
     .iter()
     .map(|t| Trigger::parse(t).expect("default triggers parse"))

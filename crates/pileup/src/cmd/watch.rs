@@ -31,6 +31,7 @@ pub fn default_data_dir() -> PathBuf {
 ///   threads_running > 4×CPUs (at least 16) for 1s a pile-up
 ///   questions_rate < 0.3 * baseline_5m for 2s     throughput collapsed
 ///   replica_lag > 300 for 10s                     replica far behind
+///   memory_limit_pct > 90 for 5s                  near its memory limit (cgroup, else host)
 ///
 /// Trigger syntax: METRIC [* NUM] (>|<|>=|<=) NUM|METRIC [* baseline_WINDOW] [for DURATION],
 /// or poll_failed [for DURATION]. Metrics: lower-case status variables,
