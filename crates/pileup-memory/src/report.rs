@@ -40,8 +40,13 @@ impl Point {
 /// Read `/proc/PID/status` and `smaps`: `None` when the process is gone.
 pub(crate) fn read_point(pid: i32, at_s: f64, pool_size: u64, server: Option<ServerMemory>) -> Option<Point> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let resident = parse_status(&status);
+    // An exiting process (a zombie) has no memory left to show.
+    if resident.rss == 0 {
+        return None;
+    }
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
-    Some(Point { at_s, resident: parse_status(&status), regions: regions(&parse_smaps(&smaps), pool_size), server })
+    Some(Point { at_s, resident, regions: regions(&parse_smaps(&smaps), pool_size), server })
 }
 
 /// What the window showed.

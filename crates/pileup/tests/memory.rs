@@ -136,3 +136,22 @@ fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
     let off = (kept as f64 - grown as f64).abs() / kept as f64;
     assert!(off <= 0.10, "kept by the allocator {kept} bytes, RSS grown {grown} bytes ({:.0}% apart)", off * 100.0);
 }
+
+#[test]
+fn a_server_that_exits_mid_run_ends_the_report_cleanly() {
+    let sb = sandbox();
+    let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
+    let run = std::thread::spawn(move || {
+        pileup(&["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "6s", "--interval", "250ms"])
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    sb.stop().unwrap();
+    let out = run.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.starts_with("pileup memory: mariadbd pid"), "{t}");
+    assert!(
+        t.contains("note: the server's accounting could not be read") || t.contains("note: the server exited"),
+        "{t}"
+    );
+}
