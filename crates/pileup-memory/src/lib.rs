@@ -50,6 +50,7 @@ pub fn run(o: &MemoryOptions, mut sql: Option<mysql::Conn>, sink: &mut dyn Sink)
         None => None,
     };
     let t0 = Instant::now();
+    let mut proc = report::ProcReader::new(o.pid);
     let mut points = vec![];
     let mut notes = vec![];
     loop {
@@ -66,7 +67,7 @@ pub fn run(o: &MemoryOptions, mut sql: Option<mysql::Conn>, sink: &mut dyn Sink)
             _ => None,
         };
         let pool_size = s.as_ref().map_or(0, |s| s.pool_size);
-        let Some(p) = report::read_point(o.pid, at, pool_size, s) else {
+        let Some(p) = proc.read(at, pool_size, s) else {
             notes.push(format!("the server exited at {at:.1} s"));
             break;
         };

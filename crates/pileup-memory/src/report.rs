@@ -16,6 +16,9 @@ pub struct Point {
     pub at_s: f64,
     pub resident: Resident,
     pub regions: Regions,
+    /// When `regions` was read (seconds into the window): the mappings are
+    /// walked only as often as their cost allows, and carried between.
+    pub regions_at_s: f64,
     pub server: Option<ServerMemory>,
 }
 
@@ -37,16 +40,42 @@ impl Point {
     }
 }
 
-/// Read `/proc/PID/status` and `smaps`: `None` when the process is gone.
-pub(crate) fn read_point(pid: i32, at_s: f64, pool_size: u64, server: Option<ServerMemory>) -> Option<Point> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let resident = parse_status(&status);
-    // An exiting process (a zombie) has no memory left to show.
-    if resident.rss == 0 {
-        return None;
+/// Reads the process's memory each interval: `/proc/PID/status` always
+/// (cheap), `smaps` (a walk of every page table, about 16 ms per resident
+/// GiB of kernel time) only as often as keeps it under 1% of a core.
+pub(crate) struct ProcReader {
+    pid: i32,
+    last: Option<(f64, Regions)>,
+    /// Seconds into the window before which smaps is not walked again.
+    next_walk_s: f64,
+}
+
+/// The share of one core the mappings' walks may take.
+const WALK_BUDGET: f64 = 0.01;
+
+impl ProcReader {
+    pub(crate) fn new(pid: i32) -> ProcReader {
+        ProcReader { pid, last: None, next_walk_s: 0.0 }
     }
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
-    Some(Point { at_s, resident, regions: regions(&parse_smaps(&smaps), pool_size), server })
+
+    /// One point: `None` when the process is gone.
+    pub(crate) fn read(&mut self, at_s: f64, pool_size: u64, server: Option<ServerMemory>) -> Option<Point> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let resident = parse_status(&status);
+        // An exiting process (a zombie) has no memory left to show.
+        if resident.rss == 0 {
+            return None;
+        }
+        if self.last.is_none() || at_s >= self.next_walk_s {
+            let t = std::time::Instant::now();
+            let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", self.pid)).ok()?;
+            let took = t.elapsed().as_secs_f64();
+            self.next_walk_s = at_s + took / WALK_BUDGET;
+            self.last = Some((at_s, regions(&parse_smaps(&smaps), pool_size)));
+        }
+        let (regions_at_s, regions) = self.last.clone()?;
+        Some(Point { at_s, resident, regions, regions_at_s, server })
+    }
 }
 
 /// What the window showed.
@@ -215,6 +244,7 @@ mod tests {
             at_s,
             resident: Resident { rss: (heap_mib + 50) * mib, anon: heap_mib * mib, ..Default::default() },
             regions: Regions { main_arena: heap_mib * mib, ..Default::default() },
+            regions_at_s: at_s,
             server: Some(ServerMemory {
                 memory_used: used_mib * mib,
                 pool_size: 128 * mib,
