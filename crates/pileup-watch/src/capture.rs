@@ -85,14 +85,14 @@ pub fn gather(
     if let Some(sp) = spec {
         let mut bounded = sp.clone();
         bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
-        if let Err(e) = gather_sql(&bounded, &mut ev) {
+        if let Err(e) = gather_sql(&bounded, s.own_connection, &mut ev) {
             ev.sql_error = Some(pileup_conn::error_text(&e));
         }
     }
     ev
 }
 
-fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
+fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result<()> {
     let mut c = spec.connect()?;
     // TIME_MS (when a connection's current state began, to the
     // millisecond) and TID are MariaDB's; MySQL has neither.
@@ -105,6 +105,10 @@ fn gather_sql(spec: &ConnSpec, ev: &mut Evidence) -> Result<()> {
         )?,
     };
     for r in rows {
+        // The watcher's poll connection is pileup's, not the server's work.
+        if own_connection != 0 && r.get::<u64, _>(0) == Some(own_connection) {
+            continue;
+        }
         let mut m = BTreeMap::new();
         for (i, col) in r.columns_ref().iter().enumerate() {
             let v: Option<mysql::Value> = r.get(i);

@@ -16,6 +16,9 @@ pub struct CaptureSettings {
     pub max_stop: Duration,
     /// Accept a non-mysqld process (tests).
     pub any_process: bool,
+    /// The watcher's own poll connection (0: none): it goes idle after
+    /// each poll and must never be taken for a lock's idle holder.
+    pub own_connection: u64,
 }
 
 impl Default for CaptureSettings {
@@ -25,6 +28,7 @@ impl Default for CaptureSettings {
             interval: Duration::from_millis(200),
             max_stop: Duration::from_millis(200),
             any_process: false,
+            own_connection: 0,
         }
     }
 }

@@ -49,13 +49,26 @@ pub struct Poller {
     sent: u64,
     /// The caller's other connections to the server (`top`'s).
     others: u32,
+    /// The poll connection's id (0: not connected), for whoever must leave
+    /// pileup's own connection out of what it reads.
+    conn_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Poller {
     /// `timeout` bounds connecting and every query of a poll.
     pub fn new(mut spec: ConnSpec, pid: Option<i32>, timeout: Duration) -> Poller {
         spec.timeout = timeout;
-        Poller { spec, conn: None, pid, datadir_dev: None, is_mariadb: true, identity: None, sent: 0, others: 0 }
+        Poller {
+            spec,
+            conn: None,
+            pid,
+            datadir_dev: None,
+            is_mariadb: true,
+            identity: None,
+            sent: 0,
+            others: 0,
+            conn_id: Default::default(),
+        }
     }
 
     /// The caller sent `statements` more on its own connections, of which it
@@ -71,6 +84,11 @@ impl Poller {
         self.pid
     }
 
+    /// The poll connection's id as it changes (0 while not connected).
+    pub fn connection_id(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.conn_id.clone()
+    }
+
     /// The server's own identity, `hostname:port datadir`, once connected.
     pub fn identity(&self) -> Option<&str> {
         self.identity.as_deref()
@@ -81,10 +99,12 @@ impl Poller {
             let mut c = self.spec.connect()?;
             let (flavor, _) = pileup_conn::flavor(&mut c)?;
             self.is_mariadb = flavor == pileup_conn::Flavor::MariaDb;
-            let id: Option<(String, u32, String)> = c.query_first("SELECT @@hostname, @@port, @@datadir")?;
+            let id: Option<(String, u32, String, u64)> =
+                c.query_first("SELECT @@hostname, @@port, @@datadir, CONNECTION_ID()")?;
             // What connecting sent (the session's settings, these queries).
             self.sent += pileup_conn::session_questions(&mut c)?;
-            if let Some((host, port, datadir)) = id {
+            if let Some((host, port, datadir, conn_id)) = id {
+                self.conn_id.store(conn_id, std::sync::atomic::Ordering::Relaxed);
                 if self.datadir_dev.is_none() {
                     self.datadir_dev = device_of(&datadir, self.pid);
                 }

@@ -194,6 +194,8 @@ struct Spawner<'a> {
     root: &'a std::path::Path,
     done: &'a mpsc::Sender<Option<Event>>,
     capturing: &'a Arc<AtomicBool>,
+    /// The poll connection's id, left out of the holders a capture infers.
+    poll_conn: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Spawner<'_> {
@@ -203,8 +205,9 @@ impl Spawner<'_> {
     /// that did; it gathers again when told to, or when the condition that
     /// confirmed it began after its evidence was taken.
     fn spawn(&self, trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row>, early: Option<EarlyRx>) {
-        let Spawner { spec, pid, o, root, done, capturing } = *self;
-        let (spec, settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
+        let Spawner { spec, pid, o, root, done, capturing, .. } = *self;
+        let (spec, mut settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
+        settings.own_connection = self.poll_conn.load(Ordering::Relaxed);
         let capturing = capturing.clone();
         std::thread::spawn(move || {
             let (mut trigger, mut unix, mut onset, mut history, mut early) = (trigger, unix, onset, history, early);
@@ -579,17 +582,27 @@ pub fn run(
     let scan = pid.filter(|_| !o.scan_interval.is_zero()).map(|p| {
         spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone(), capturing.clone())
     });
+    let poller = Poller::new(spec.clone(), pid, poll_timeout);
+    let poll_conn = poller.connection_id();
     let mut w = Watcher {
         o,
         store,
         expo,
-        poller: Poller::new(spec.clone(), pid, poll_timeout),
+        poller,
         prev: None,
         hist: History { rows: VecDeque::new(), keep_secs: 3600.0 },
         bound: false,
         decider: Decider::new(o.triggers.clone(), limits, pid.is_some()),
         early: None,
-        spawner: Spawner { spec: &spec, pid, o, root: &captures_root, done: &done_tx, capturing: &capturing },
+        spawner: Spawner {
+            spec: &spec,
+            pid,
+            o,
+            root: &captures_root,
+            done: &done_tx,
+            capturing: &capturing,
+            poll_conn,
+        },
         done_rx,
         conn_tids,
         scan,
