@@ -307,7 +307,6 @@ impl std::fmt::Display for Flavor {
     }
 }
 
-/// Ask the server what it is.
 /// Statements this connection has sent so far, this one included (its
 /// session's `Questions`): what a tool's own connection added to the
 /// server's counters.
@@ -315,6 +314,7 @@ pub fn session_questions(conn: &mut mysql::Conn) -> Result<u64, SqlError> {
     Ok(conn.query_first::<(String, u64), _>("SHOW SESSION STATUS LIKE 'Questions'")?.map(|r| r.1).unwrap_or(0))
 }
 
+/// Ask the server what it is.
 pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String), SqlError> {
     let v: Option<String> = conn.query_first("SELECT VERSION()")?;
     let v = v.unwrap_or_default();

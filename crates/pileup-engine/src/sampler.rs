@@ -396,17 +396,19 @@ impl Sampler {
         self.sql.as_ref().map(|s| s.version.as_str())
     }
 
-    fn sql_threads(&mut self) -> HashMap<i32, SqlThread> {
+    /// The processlist by OS thread, and whether it was read now (not
+    /// taken from the cache).
+    fn sql_threads(&mut self) -> (HashMap<i32, SqlThread>, bool) {
         if let Some((at, m)) = &self.sql_cache {
             if at.elapsed() < self.opts.sql_refresh {
-                return m.clone();
+                return (m.clone(), false);
             }
         }
-        let Some(s) = self.sql.as_mut() else { return HashMap::new() };
+        let Some(s) = self.sql.as_mut() else { return (HashMap::new(), false) };
         match s.threads() {
             Ok(m) => {
                 self.sql_cache = Some((Instant::now(), m.clone()));
-                m
+                (m, true)
             }
             Err(e) => {
                 // Stacks never depend on SQL: note it once and go on without.
@@ -415,7 +417,7 @@ impl Sampler {
                     self.notes.push(msg.clone());
                     self.sql_error = Some(msg);
                 }
-                HashMap::new()
+                (HashMap::new(), false)
             }
         }
     }
@@ -480,9 +482,8 @@ impl Sampler {
             proc::tids(pid)?
         };
         let t_ann = Instant::now();
-        let read_before = self.sql_cache.as_ref().map(|c| c.0);
-        let sql = self.sql_threads();
-        let sql_fresh = self.opts.sql_bracket && self.sql_cache.as_ref().map(|c| c.0) != read_before;
+        let (sql, read_now) = self.sql_threads();
+        let sql_fresh = self.opts.sql_bracket && read_now;
         let role = |tid: i32| annotate::role_of(pid, tid, sql.get(&tid));
         let (chosen, os, io_workers) =
             choose(&self.opts.filter, &tids, role, |tid| proc::os_thread(pid, tid).unwrap_or_default());

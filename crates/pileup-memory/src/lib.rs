@@ -6,11 +6,11 @@
 //! server (Memory_used, per-connection MEMORY_USED, the buffer pool) ─▶ sample ─▶ Report
 //! ```
 //!
-//! Each second the process's resident memory is read from `/proc` and split
-//! by region, beside what the server says it allocated. The report follows
-//! both over the window and names the gap: memory the server freed but the
-//! allocator kept (resident, not returned to the kernel), and memory no
-//! accounting covers.
+//! Each interval the process's resident memory is read from `/proc` and
+//! split by region, beside what the server says it allocated. The report
+//! follows both over the window and names what they disagree on: heap
+//! growth the accounting does not explain, and memory the server freed but
+//! the allocator kept (resident, not returned to the kernel).
 
 mod error;
 pub mod procmem;

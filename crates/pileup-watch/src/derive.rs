@@ -172,7 +172,13 @@ const MEANINGS: &[(&str, &str)] = &[
 
 /// Every metric with its meaning, in the order [`metric_names`] gives.
 pub fn metrics_described() -> Vec<(String, String)> {
-    metric_names().into_iter().map(|m| (meaning(&m).unwrap_or_default(), m)).map(|(d, m)| (m, d)).collect()
+    metric_names()
+        .into_iter()
+        .map(|m| {
+            let d = meaning(&m).unwrap_or_default();
+            (m, d)
+        })
+        .collect()
 }
 
 /// What a metric means (a rate: the status counter it is of, per second).

@@ -386,10 +386,12 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
             }
         }
     }
-    if let Some(b) = memory_limit_bytes(pid) {
+    // The cgroup is looked up once for both of its files.
+    let cgroup = cgroup_dir(pid);
+    if let Some(b) = memory_limit_in(cgroup.as_deref()) {
         out.insert("memory_limit_bytes".into(), b);
     }
-    if let Some(us) = io_pressure_us(pid) {
+    if let Some(us) = io_pressure_in(cgroup.as_deref()) {
         out.insert("io_pressure_some_us".into(), us);
     }
     if let (Some((maj, min)), Ok(s)) = (dev, std::fs::read_to_string("/proc/diskstats")) {
@@ -409,18 +411,22 @@ fn os_values(pid: i32, dev: Option<(u32, u32)>, out: &mut BTreeMap<String, f64>)
 }
 
 /// Microseconds some task of the server's cgroup has spent stalled on I/O
-/// since the cgroup began ([`io_pressure_file`]).
+/// since the cgroup began ([`cgroup_dir`]).
 pub fn io_pressure_us(pid: i32) -> Option<f64> {
-    cgroup_file(pid, "io.pressure").and_then(|f| std::fs::read_to_string(f).ok()).and_then(|t| io_some_us(&t))
+    io_pressure_in(cgroup_dir(pid).as_deref())
+}
+
+fn io_pressure_in(cgroup: Option<&std::path::Path>) -> Option<f64> {
+    std::fs::read_to_string(cgroup?.join("io.pressure")).ok().and_then(|t| io_some_us(&t))
 }
 
 /// The memory the server may use: its cgroup's `memory.max` when one is
 /// set, else the host's memory (`MemTotal`), bytes.
-pub fn memory_limit_bytes(pid: i32) -> Option<f64> {
-    let cgroup = cgroup_file(pid, "memory.max")
-        .and_then(|f| std::fs::read_to_string(f).ok())
+fn memory_limit_in(cgroup: Option<&std::path::Path>) -> Option<f64> {
+    let limit = cgroup
+        .and_then(|d| std::fs::read_to_string(d.join("memory.max")).ok())
         .and_then(|t| t.trim().parse::<f64>().ok());
-    cgroup.or_else(|| {
+    limit.or_else(|| {
         let m = std::fs::read_to_string("/proc/meminfo").ok()?;
         let kb: f64 =
             m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
@@ -428,18 +434,20 @@ pub fn memory_limit_bytes(pid: i32) -> Option<f64> {
     })
 }
 
-/// A file of the server's cgroup (`io.pressure`, `memory.max`), when it
+/// The server's cgroup directory (its `io.pressure`, `memory.max`), when it
 /// runs in one of the unified (v2) hierarchy's cgroups other than the root
 /// (a systemd service's holds the server alone). The host's files (such as
 /// `/proc/pressure/io`) are not used: they mix in every other process, another
 /// server's on the same host included.
-fn cgroup_file(pid: i32, name: &str) -> Option<std::path::PathBuf> {
+fn cgroup_dir(pid: i32) -> Option<std::path::PathBuf> {
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let path = cg.lines().find_map(|l| l.strip_prefix("0::")).filter(|p| *p != "/")?;
     ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
         .iter()
-        .map(|root| std::path::Path::new(root).join(path.trim_start_matches('/')).join(name))
-        .find(|f| f.exists())
+        .map(|root| std::path::Path::new(root).join(path.trim_start_matches('/')))
+        // A unified-hierarchy cgroup (hybrid mounts keep v1 controllers
+        // under the root).
+        .find(|d| d.join("cgroup.controllers").exists())
 }
 
 /// Microseconds some task spent stalled on I/O, from an `io.pressure` file

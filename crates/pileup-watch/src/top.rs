@@ -360,6 +360,7 @@ pub fn run(
                 poller.own_work(n, 1);
             }
         }
+        let asked = sql.is_some();
         let b = match sql.as_mut().map(busiest) {
             Some(Ok(b)) => b,
             Some(Err(_)) => {
@@ -368,8 +369,9 @@ pub fn run(
             }
             None => vec![],
         };
-        // The busiest-statements query and its connection are top's own.
-        poller.own_work(1, u32::from(sql.is_some()));
+        // The busiest-statements query (when one was sent) and its
+        // connection are top's own.
+        poller.own_work(u64::from(asked), u32::from(sql.is_some()));
         state.update(p.unix, p.ok, p.error, d, b);
     };
     if once {

@@ -140,7 +140,10 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         for (m, d) in all {
             out.push_str(&format!("{m:<w$}  {d}\n"));
         }
-        out.push_str("com_*_rate  statements of each kind per second (com_select_rate, com_update_rate, ...)\n");
+        let com = "com_*_rate";
+        out.push_str(&format!(
+            "{com:<w$}  statements of each kind per second (com_select_rate, com_update_rate, ...)\n"
+        ));
         print!("{out}");
         return Ok(());
     }
