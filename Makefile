@@ -12,14 +12,15 @@ CARGO ?= cargo
 # (the locks probe, passive stacks' task iterator) are built with clang and
 # libbpf is linked against libelf and zlib. The watch
 # tests put a server on an ext4 image without extents (mkfs.ext4, losetup).
-# bench/digest measures each tool's CPU and peak memory with GNU time.
+# bench/digest measures each tool's CPU and peak memory with GNU time. The
+# CLI tests render pileup's manual pages with man (man-db, which brings groff).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
-  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time
+  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps toolchain demo test style build bench clean install
