@@ -24,6 +24,7 @@ mod aggregate;
 mod annotate;
 mod capture;
 mod debuginfod;
+pub mod ebpf;
 mod error;
 pub mod frames;
 mod locks;
@@ -38,7 +39,7 @@ mod unwind;
 
 // The API: what tools build on. Everything else is crate-private.
 
-pub use annotate::{one_line, Role, SqlSource, SqlThread};
+pub use annotate::{one_line, role_of, Role, SqlSource, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
 pub use error::{Fix, StacksError};
 pub use locks::{LockGroup, LockKind, LockWait, WaitSeen};

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 use crate::error::LocksError;
 use crate::event::{Event, Record, WordStats, HIST_BUCKETS};
+use pileup_engine::ebpf::Unavailable;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/futex.skel.rs"));
@@ -58,15 +59,7 @@ pub struct Traced {
     pub probe_cost: Option<ProbeCost>,
 }
 
-/// What the probe cost in the kernel while attached, from the kernel's
-/// own run-time statistics for the program (`BPF_ENABLE_STATS`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ProbeCost {
-    /// Times the program ran (every context switch on the host).
-    pub runs: u64,
-    /// Time it ran in all, nanoseconds, on whichever thread was switching.
-    pub run_ns: u64,
-}
+pub use pileup_engine::ebpf::ProbeCost;
 
 /// Options for one trace.
 #[derive(Debug, Clone)]
@@ -89,61 +82,10 @@ pub struct TraceOptions {
 /// waiter's registers). The tracepoint is attached through BTF, so tracefs
 /// is not needed.
 pub fn preflight() -> Result<(), LocksError> {
-    missing_caps()?;
-    if let Some((major, minor)) = running_kernel() {
-        if (major, minor) < (5, 15) {
-            return Err(LocksError::NoEbpf(format!(
-                "Linux {major}.{minor} lacks what reading a waiter's registers needs (bpf_task_pt_regs, Linux 5.15+)"
-            )));
-        }
-    }
-    // The probes compare the host's process ids: from inside a PID
-    // namespace (a container) the --pid given is not the one they see.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|v| v.split_whitespace().count() > 1) {
-        return Err(LocksError::NoEbpf(
-            "pileup runs in a PID namespace (a container); run it on the host, where the server's process id is the one the kernel probes see".into(),
-        ));
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Err(LocksError::NoEbpf(
-            "the kernel has no BTF (/sys/kernel/btf/vmlinux), which reading a waiter's registers needs (Linux 5.15+ built with CONFIG_DEBUG_INFO_BTF)".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Root, or CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN covers both), and
-/// CAP_SYS_PTRACE to read the server's memory.
-fn missing_caps() -> Result<(), LocksError> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |bit: u32| eff & (1u64 << bit) != 0;
-    const SYS_ADMIN: u32 = 21;
-    const SYS_PTRACE: u32 = 19;
-    const PERFMON: u32 = 38;
-    const BPF: u32 = 39;
-    let mut missing = vec![];
-    if !has(SYS_ADMIN) {
-        if !has(BPF) {
-            missing.push("CAP_BPF");
-        }
-        if !has(PERFMON) {
-            missing.push("CAP_PERFMON");
-        }
-    }
-    if !has(SYS_PTRACE) {
-        missing.push("CAP_SYS_PTRACE");
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(LocksError::Privileges(missing.join(", ")))
-    }
+    pileup_engine::ebpf::preflight().map_err(|e| match e {
+        Unavailable::Privileges(m) => LocksError::Privileges(m),
+        Unavailable::Kernel(m) => LocksError::NoEbpf(m),
+    })
 }
 
 /// Trace `opts.pid`'s contended futex waits for `opts.duration` (or until
@@ -167,7 +109,7 @@ pub fn trace(
     let ro =
         open.maps.rodata_data.as_deref_mut().ok_or_else(|| LocksError::Ebpf("the program has no .rodata".into()))?;
     ro.target_tgid = opts.pid as u32;
-    ro.has_prev_state = running_kernel().is_some_and(|v| v >= (5, 18)) as u32;
+    ro.has_prev_state = pileup_engine::ebpf::running_kernel().is_some_and(|v| v >= (5, 18)) as u32;
     // The budget is kept per CPU (no counter shared between CPUs on the
     // lock handoff's path): each CPU gets its share.
     // SAFETY: sysconf has no preconditions.
@@ -188,7 +130,13 @@ pub fn trace(
     let mut log = WaitLog::map(&skel.maps.wait_log, possible, entries)?;
     // The statistics stay on while this descriptor is open: they end with
     // pileup, however it exits.
-    let stats = if opts.probe_cost { Some(enable_run_time_stats()?) } else { None };
+    let stats = if opts.probe_cost {
+        Some(pileup_engine::ebpf::enable_run_time_stats().map_err(|e| {
+            LocksError::Ebpf(format!("turning on the kernel's BPF run-time statistics for --probe-cost: {e}"))
+        })?)
+    } else {
+        None
+    };
     let mut watched = HashSet::new();
     if opts.filter_threads {
         update_watched(&skel.maps.watched, &mut watched, watch())?;
@@ -251,8 +199,8 @@ pub fn trace(
     skel.links = Default::default();
     std::thread::sleep(Duration::from_millis(10));
     let elapsed = started.elapsed();
-    let probe_cost = stats.and_then(|_held| run_time(skel.progs.futex_switch.as_fd()));
-    let detached_ns = monotonic_ns();
+    let probe_cost = stats.and_then(|_held| pileup_engine::ebpf::run_time(skel.progs.futex_switch.as_fd()));
+    let detached_ns = pileup_engine::ebpf::monotonic_ns();
     let _ = ring.consume();
     drop(ring);
 
@@ -356,33 +304,6 @@ fn update_watched(map: &impl MapCore, watched: &mut HashSet<i32>, now: HashSet<i
     }
     *watched = now;
     Ok(())
-}
-
-/// Turn on the kernel's run-time statistics for BPF programs; they stay on
-/// while the returned descriptor is open. libbpf-sys wraps the system call;
-/// libbpf-rs has no call for it.
-fn enable_run_time_stats() -> Result<OwnedFd, LocksError> {
-    // SAFETY: a plain system call wrapper taking an enum value.
-    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        return Err(LocksError::Ebpf(format!(
-            "turning on the kernel's BPF run-time statistics for --probe-cost: {}",
-            std::io::Error::from_raw_os_error(-fd)
-        )));
-    }
-    // SAFETY: fd is a new descriptor this process owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The program's run count and run time so far (zero unless the run-time
-/// statistics were on).
-fn run_time(prog: BorrowedFd<'_>) -> Option<ProbeCost> {
-    let mut info = libbpf_sys::bpf_prog_info::default();
-    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-    // SAFETY: info is a bpf_prog_info of the length given; no pointer
-    // fields are set, so the kernel writes only into it.
-    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
-    (r == 0).then_some(ProbeCost { runs: info.run_cnt, run_ns: info.run_time_ns })
 }
 
 /// Decode a `struct lock_stats` value.
@@ -537,36 +458,9 @@ impl Slot {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime fills the struct it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `major.minor` of the running kernel, if its release string parses.
-fn running_kernel() -> Option<(u32, u32)> {
-    kernel_version(&std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?)
-}
-
-/// `major.minor` of a kernel release string (`6.1.0-13-amd64`).
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_versions_parse_from_release_strings() {
-        assert_eq!(kernel_version("6.1.0-13-amd64\n"), Some((6, 1)));
-        assert_eq!(kernel_version("5.15.0-91-generic"), Some((5, 15)));
-        assert_eq!(kernel_version("4.18.0-513.el8.x86_64"), Some((4, 18)));
-        assert_eq!(kernel_version("garbage"), None);
-    }
 
     #[test]
     fn slots_decode_at_the_kernel_layout() {

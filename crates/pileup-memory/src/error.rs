@@ -8,6 +8,14 @@ pub enum MemoryError {
     Sql { what: &'static str, source: pileup_conn::SqlError },
     #[error("process {0} exited before its memory could be read")]
     ProcessGone(i32),
+    #[error("tracing memory growth needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (missing: {0}); run it with sudo, or with --no-trace for /proc and the server's accounting alone")]
+    Privileges(String),
+    #[error("eBPF tracing is not available here: {0}; --no-trace follows /proc and the server's accounting alone")]
+    NoEbpf(String),
+    #[error("eBPF: {0}")]
+    Ebpf(String),
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl MemoryError {

@@ -1,26 +1,41 @@
 //! `pileup memory`: where a running server's memory went over a window.
 //!
 //! ```text
-//! procmem (/proc: resident memory, mappings → glibc heaps, stacks, pool)
-//!    ─┐
-//! server (Memory_used, per-connection MEMORY_USED, the buffer pool) ─▶ sample ─▶ Report
+//! procmem (/proc: resident memory, mappings → glibc heaps, stacks, pool) ─┐
+//! server (Memory_used, per-connection MEMORY_USED, the buffer pool) ──────┼─▶ Point ─┐
+//!                                                                        ─┘          │
+//! trace (eBPF: first touches of pages, brk/mmap/mremap/mprotect/munmap/madvise)      ├─▶ Report
+//!   ─▶ record ─▶ unwind + symbolize (the engine's Resolver) ─▶ attribute ─▶ Growth ──┘
+//!                                  (by stack, by statement and connection from the
+//!                                   processlist by thread id, by thread role)
 //! ```
 //!
 //! Each interval the process's resident memory is read from `/proc` and
-//! split by region, beside what the server says it allocated. The report
-//! follows both over the window and names what they disagree on: heap
-//! growth the accounting does not explain, and memory the server freed but
-//! the allocator kept (resident, not returned to the kernel).
+//! split by region, beside what the server says it allocated. With tracing
+//! (the default), every first touch of a page and every change of the
+//! address space is counted per thread in the kernel, and sampled by bytes
+//! with the thread's stack; each sample is charged to its stack and to the
+//! connection and statement its thread ran at that instant. The report
+//! names the statements and stacks that grew the server, what they still
+//! hold, heap growth the server's accounting does not explain, and memory
+//! it freed that the allocator kept.
 
+pub mod attribute;
 mod error;
 pub mod procmem;
+pub mod record;
 mod report;
 mod server;
+pub mod trace;
 
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
+use pileup_engine::{Regs, Resolver, SqlSource};
+
+pub use attribute::Growth;
 pub use error::MemoryError;
-pub use report::{Point, Report};
+pub use report::{Point, Report, Traced};
 pub use server::{ConnectionMemory, ServerMemory};
 
 /// What to watch, and for how long.
@@ -29,57 +44,261 @@ pub struct MemoryOptions {
     pub pid: i32,
     pub duration: Duration,
     pub interval: Duration,
+    /// Trace growth with eBPF (stacks, statements); otherwise `/proc` and
+    /// the server's accounting alone.
+    pub trace: bool,
+    /// Stacks copied per second, at most.
+    pub stack_budget: u64,
+    /// Time the probes with the kernel's BPF run-time statistics.
+    pub probe_cost: bool,
+    /// Entries kept per list (stacks, statements, connections).
+    pub top: usize,
 }
 
 /// What the run reports as it goes.
 pub trait Sink {
     /// A point of the timeline was read.
     fn point(&mut self, _p: &Point) {}
+    /// Bytes first touched so far, and charged to a statement.
+    fn traced(&mut self, _grown: u64, _charged: u64) {}
     /// Whether to stop early (Ctrl-C).
     fn stop(&mut self) -> bool {
         false
     }
 }
 
-/// Follow the server's memory for the window; `sql` reads its accounting
-/// (none: `/proc` alone).
-pub fn run(o: &MemoryOptions, mut sql: Option<mysql::Conn>, sink: &mut dyn Sink) -> Result<Report, MemoryError> {
-    let exe = pileup_engine::process::check_target(o.pid, false)?;
-    let mut server = match sql.as_mut() {
-        Some(c) => Some(server::Reader::new(c)?),
-        None => None,
-    };
-    let t0 = Instant::now();
-    let mut proc = report::ProcReader::new(o.pid);
-    let mut points = vec![];
-    let mut notes = vec![];
-    loop {
-        let at = t0.elapsed().as_secs_f64();
-        let s = match (server.as_mut(), sql.as_mut()) {
-            (Some(r), Some(c)) => match r.read(c) {
+/// The timeline's state: the points read so far, and what reads them.
+struct Timeline {
+    pid: i32,
+    proc: report::ProcReader,
+    server: Option<server::Reader>,
+    points: Vec<Point>,
+    notes: Vec<String>,
+    sql_failed: bool,
+}
+
+impl Timeline {
+    /// Read one point at `at` seconds; false when the server is gone.
+    fn point(&mut self, at: f64, sql: Option<&mut mysql::Conn>, sink: &mut dyn Sink) -> bool {
+        let s = match (self.server.as_mut(), sql) {
+            (Some(r), Some(c)) if !self.sql_failed => match r.read(c) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    notes.push(format!("the server's accounting could not be read at {at:.1} s: {e}"));
-                    sql = None;
+                    self.notes.push(format!("the server's accounting could not be read at {at:.1} s: {e}"));
+                    self.sql_failed = true;
                     None
                 }
             },
             _ => None,
         };
         let pool_size = s.as_ref().map_or(0, |s| s.pool_size);
-        let Some(p) = proc.read(at, pool_size, s) else {
-            notes.push(format!("the server exited at {at:.1} s"));
-            break;
+        let Some(p) = self.proc.read(at, pool_size, s) else {
+            self.notes.push(format!("the server exited at {at:.1} s"));
+            return false;
         };
         sink.point(&p);
-        points.push(p);
-        if t0.elapsed() + o.interval > o.duration || sink.stop() {
-            break;
+        self.points.push(p);
+        true
+    }
+}
+
+/// Follow the server's memory for the window; `sql` reads its accounting
+/// and, when tracing, which statement each thread runs (none: `/proc`
+/// alone, growth charged to stacks and threads).
+pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -> Result<Report, MemoryError> {
+    let exe = pileup_engine::process::check_target(o.pid, false)?;
+    if o.trace {
+        trace::preflight()?;
+    }
+    let server = match sql.as_mut() {
+        Some(s) => Some(server::Reader::new(&mut s.conn)?),
+        None => None,
+    };
+    let mut tl = Timeline {
+        pid: o.pid,
+        proc: report::ProcReader::new(o.pid),
+        server,
+        points: vec![],
+        notes: vec![],
+        sql_failed: false,
+    };
+    let traced = if o.trace {
+        Some(traced_run(o, &mut sql, &mut tl, sink)?)
+    } else {
+        let t0 = Instant::now();
+        loop {
+            let at = t0.elapsed().as_secs_f64();
+            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), sink) {
+                break;
+            }
+            if t0.elapsed() + o.interval > o.duration || sink.stop() {
+                break;
+            }
+            std::thread::sleep(o.interval.saturating_sub(Duration::from_secs_f64(t0.elapsed().as_secs_f64() - at)));
         }
-        std::thread::sleep(o.interval.saturating_sub(Duration::from_secs_f64(t0.elapsed().as_secs_f64() - at)));
+        None
+    };
+    if tl.points.is_empty() {
+        return Err(MemoryError::ProcessGone(tl.pid));
     }
-    if points.is_empty() {
-        return Err(MemoryError::ProcessGone(o.pid));
+    Ok(Report::new(o.pid, exe, tl.points, traced, tl.notes))
+}
+
+/// How often the processlist is read while growth arrives: each event is
+/// charged to the statement its thread ran, from the reads just before and
+/// just after it.
+const SQL_EVERY: Duration = Duration::from_millis(250);
+
+/// The window with growth traced: points each interval, events charged as
+/// they arrive.
+fn traced_run(
+    o: &MemoryOptions,
+    sql: &mut Option<SqlSource>,
+    tl: &mut Timeline,
+    sink: &mut dyn Sink,
+) -> Result<Traced, MemoryError> {
+    let mut resolver = Resolver::new(o.pid, false, false, &pileup_engine::default_debug_dirs())?;
+    tl.notes.append(&mut resolver.notes);
+    let start_ns = pileup_engine::ebpf::monotonic_ns();
+    let class_of: Box<dyn Fn(&str) -> String> = Box::new(|q: &str| {
+        let mut out = Vec::with_capacity(q.len());
+        pileup_sql::fingerprint(q.as_bytes(), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let mut charger = attribute::Charger::new(start_ns, class_of);
+    let mut timeline = attribute::SqlTimeline::default();
+    let mut pending: Vec<attribute::Unwound> = vec![];
+    let mut unwind_stops = std::collections::HashMap::<String, u64>::new();
+    let arrived = RefCell::new(Vec::<record::Event>::new());
+    let (mut grown, mut charged) = (0u64, 0u64);
+    let mut sql_error: Option<String> = None;
+    let mut next_point = 0.0f64;
+    let topts = trace::TraceOptions { pid: o.pid, stack_budget: o.stack_budget, probe_cost: o.probe_cost };
+    let read_sql = |sql: &mut Option<SqlSource>, timeline: &mut attribute::SqlTimeline, err: &mut Option<String>| {
+        let Some(s) = sql.as_mut().filter(|_| err.is_none()) else { return };
+        let before = pileup_engine::ebpf::monotonic_ns();
+        match s.threads() {
+            // Stamped at the query's middle: the server read its threads
+            // some time between sending and answering.
+            Ok(rows) => timeline.push((before + pileup_engine::ebpf::monotonic_ns()) / 2, rows),
+            Err(e) => {
+                *err = Some(format!(
+                    "the processlist could not be read ({e}); growth is charged to stacks and threads only"
+                ))
+            }
+        }
+    };
+    read_sql(sql, &mut timeline, &mut sql_error);
+    let mut charge_ready = |all: bool, pending: &mut Vec<attribute::Unwound>, timeline: &mut attribute::SqlTimeline| {
+        let upto = if all { u64::MAX } else { timeline.latest().unwrap_or(0) };
+        let n = pending.iter().take_while(|e| e.time_ns <= upto).count();
+        for e in pending.drain(..n) {
+            let who = if e.release { attribute::Who::default() } else { timeline.who(e.tid, e.time_ns) };
+            if e.what.is_fault() {
+                grown += e.bytes;
+                charged += if who.statement.is_some() { e.bytes } else { 0 };
+            }
+            charger.charge(e, &who);
+        }
+        if let Some(first) = pending.first() {
+            timeline.forget_before(first.time_ns);
+        } else if let Some(l) = timeline.latest() {
+            timeline.forget_before(l);
+        }
+        (grown, charged)
+    };
+    let on_events = |b: Vec<record::Event>| arrived.borrow_mut().extend(b);
+    let mut unwind_all = |pending: &mut Vec<attribute::Unwound>| {
+        for e in arrived.borrow_mut().drain(..) {
+            pending.push(unwind(e, &mut resolver, &mut unwind_stops));
+        }
+    };
+    let mut last_sql = Instant::now();
+    let mut gone = false;
+    let on_tick = |el: Duration| {
+        unwind_all(&mut pending);
+        if !pending.is_empty() && last_sql.elapsed() >= SQL_EVERY {
+            read_sql(sql, &mut timeline, &mut sql_error);
+            last_sql = Instant::now();
+        }
+        // Without SQL every event is charged as it comes.
+        let all = sql.is_none() || sql_error.is_some();
+        let (g, c) = charge_ready(all, &mut pending, &mut timeline);
+        sink.traced(g, c);
+        let at = el.as_secs_f64();
+        if at >= next_point {
+            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), sink) {
+                gone = true;
+                return false;
+            }
+            next_point = at + o.interval.as_secs_f64();
+        }
+        el < o.duration && !sink.stop()
+    };
+    let t = trace::trace(&topts, on_events, on_tick)?;
+    unwind_all(&mut pending);
+    if !gone {
+        read_sql(sql, &mut timeline, &mut sql_error);
     }
-    Ok(Report::new(o.pid, exe, points, notes))
+    charge_ready(true, &mut pending, &mut timeline);
+    if let Some(e) = sql_error {
+        tl.notes.push(e);
+    }
+    let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
+    stops.sort_by_key(|s| std::cmp::Reverse(s.1));
+    if let Some((why, n)) = stops.first() {
+        tl.notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+    }
+    let pid = o.pid;
+    let role = |tid: i32| {
+        let row = timeline.last_seen.get(&tid);
+        if let Some(r) = pileup_engine::role_of(pid, tid, row) {
+            return r.as_str().to_string();
+        }
+        match (row, pileup_engine::process::os_thread(pid, tid)) {
+            (Some(_), _) => "background (in the processlist)".to_string(),
+            (None, Some(t)) => format!("not in the processlist ({})", t.name),
+            (None, None) => "threads that exited".to_string(),
+        }
+    };
+    let growth = charger.finish(&t.threads, role, o.top);
+    Ok(Traced {
+        growth,
+        counters: t.counters,
+        probe_cost: t.probe_cost,
+        stack_budget: o.stack_budget,
+        period: t.period,
+        elapsed_s: t.elapsed.as_secs_f64(),
+        cpu_us: pileup_engine::process::own_cpu_us(),
+    })
+}
+
+/// Unwind and name an event's stack, if it has one.
+fn unwind(
+    e: record::Event,
+    resolver: &mut Resolver,
+    stops: &mut std::collections::HashMap<String, u64>,
+) -> attribute::Unwound {
+    let (frames, truncated) = match &e.regs {
+        Some(r) if r.ip != 0 => {
+            let regs = Regs { ip: r.ip, sp: r.sp, bp: r.bp, orig_ax: -1, ax: 0, di: 0, si: 0, dx: 0 };
+            let (addrs, error) = resolver.unwind(&regs, r.sp, &r.stack);
+            if let Some(err) = &error {
+                *stops.entry(err.clone()).or_default() += 1;
+            }
+            let frames = resolver.frames(&addrs).into_iter().map(|f| f.label).collect();
+            (Some(frames), error.is_some())
+        }
+        _ => (None, false),
+    };
+    attribute::Unwound {
+        time_ns: e.time_ns,
+        tid: e.tid,
+        what: e.what,
+        bytes: e.bytes,
+        addr: e.addr,
+        release: e.release,
+        frames,
+        truncated,
+    }
 }

@@ -6,8 +6,10 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::attribute::Growth;
 use crate::procmem::{parse_smaps, parse_status, regions, Regions, Resident};
 use crate::server::ServerMemory;
+use crate::trace::Counters;
 
 /// The process and the server at one instant.
 #[derive(Debug, Clone, Serialize)]
@@ -90,19 +92,48 @@ pub struct Report {
     pub returned_to_kernel: u64,
     /// Freed by the server but still resident: kept by the allocator.
     pub kept_by_allocator: Option<u64>,
+    /// Growth traced with eBPF, charged to stacks, statements, threads.
+    pub traced: Option<Traced>,
     pub notes: Vec<String>,
 }
 
+/// What tracing found, and what it cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Traced {
+    pub growth: Growth,
+    pub counters: Counters,
+    /// With `--probe-cost`: the probes' runs and time in the kernel.
+    pub probe_cost: Option<pileup_engine::ebpf::ProbeCost>,
+    pub stack_budget: u64,
+    /// Bytes between samples at the end (kept to the budget).
+    pub period: u64,
+    pub elapsed_s: f64,
+    /// pileup's own CPU time over the run, microseconds.
+    pub cpu_us: u64,
+}
+
 impl Report {
-    pub(crate) fn new(pid: i32, exe: String, points: Vec<Point>, notes: Vec<String>) -> Report {
+    pub(crate) fn new(pid: i32, exe: String, points: Vec<Point>, traced: Option<Traced>, notes: Vec<String>) -> Report {
         let end = points.last().expect("at least one point");
         let used = |p: &Point| p.server.as_ref().map(|s| s.memory_used);
         // From the server's peak on: what it freed, and what left the heap.
         let peak = points.iter().filter(|p| p.server.is_some()).max_by_key(|p| used(p));
         let freed_by_server = peak.and_then(|p| Some(used(p)?.saturating_sub(used(end)?)));
         let returned_to_kernel = peak.map_or(0, |p| p.heap().saturating_sub(end.heap()));
-        let kept_by_allocator = freed_by_server.map(|f| f.saturating_sub(returned_to_kernel));
-        Report { pid, exe, freed_by_server, returned_to_kernel, kept_by_allocator, points, notes }
+        let kept_by_allocator = freed_by_server.map(|f| match (&traced, peak) {
+            // Traced: what the server freed, less the address space given
+            // back since (a large allocation is unmapped whole when freed,
+            // touched or not: none of it can be kept).
+            (Some(t), Some(p)) => {
+                let from = p.at_s.floor() as usize;
+                let released: u64 = t.growth.released_per_second.iter().skip(from).sum();
+                f.saturating_sub(released).min(end.heap())
+            }
+            // Untraced: freed less what resident heap fell by. A large
+            // allocation freed untouched counts as kept here.
+            _ => f.saturating_sub(returned_to_kernel).min(end.heap()),
+        });
+        Report { pid, exe, freed_by_server, returned_to_kernel, kept_by_allocator, points, traced, notes }
     }
 
     fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
@@ -163,14 +194,26 @@ impl Report {
         }
         if let (Some(freed), Some(kept)) = (self.freed_by_server, self.kept_by_allocator) {
             if freed > (1 << 20) {
-                writeln!(
-                    w,
-                    "kept by the allocator: the server freed {} after its peak, resident heap fell by {}: {} stays resident, kept by glibc's malloc for reuse",
-                    mib(freed),
-                    mib(self.returned_to_kernel),
-                    mib(kept)
-                )?;
+                if kept > (1 << 20) {
+                    writeln!(
+                        w,
+                        "kept by the allocator: the server freed {} after its peak, resident heap fell by {}: {} stays resident, kept by glibc's malloc for reuse",
+                        mib(freed),
+                        mib(self.returned_to_kernel),
+                        mib(kept)
+                    )?;
+                } else {
+                    writeln!(
+                        w,
+                        "the server freed {} after its peak, and the allocator gave it back to the kernel (resident heap fell by {})",
+                        mib(freed),
+                        mib(self.returned_to_kernel)
+                    )?;
+                }
             }
+        }
+        if let Some(t) = &self.traced {
+            t.text(w)?;
         }
         if let Some(s) = peak.server.as_ref().filter(|s| !s.connections.is_empty()) {
             writeln!(w, "\nconnections charged most at the peak ({:.1} s), their own accounting:", peak.at_s)?;
@@ -232,6 +275,193 @@ impl pileup_output::Report for Report {
     fn text(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
         Report::text(self, w)
     }
+
+    /// The sampled stacks weighted by bytes: `alloc_space` (first touched)
+    /// and `inuse_space` (still held at the end), pprof's heap profile
+    /// sample types.
+    fn stacks(&self, _o: &pileup_output::Options) -> Option<pileup_output::Stacks> {
+        let t = self.traced.as_ref()?;
+        let g = &t.growth;
+        let stacks = g
+            .by_stack
+            .iter()
+            .map(|s| pileup_output::Stack {
+                frames: s.frames.iter().rev().cloned().collect(),
+                values: vec![s.grown as i64, s.held as i64],
+                labels: s.top_statement.iter().map(|st| ("statement".to_string(), st.clone())).collect(),
+                num_labels: vec![],
+            })
+            .collect();
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+            .saturating_sub((t.elapsed_s * 1000.0) as u64);
+        Some(pileup_output::Stacks {
+            title: format!("Memory growth of {} (pid {})", self.exe, self.pid),
+            subtitle: format!(
+                "{} first touched in {:.1} s, sampled with stacks by bytes; widths are bytes",
+                human(g.totals.anon_bytes + g.totals.file_bytes),
+                t.elapsed_s
+            ),
+            sample_types: vec![("alloc_space".into(), "bytes".into()), ("inuse_space".into(), "bytes".into())],
+            count_name: "bytes".into(),
+            stacks,
+            start_unix_ms,
+            duration_ms: (t.elapsed_s * 1000.0) as u64,
+            comment: "pileup memory: pages first touched, sampled by bytes with their stacks".into(),
+        })
+    }
+}
+
+/// Bytes in the unit that reads best.
+fn human(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{:.0} KiB", b / 1024.0)
+    }
+}
+
+fn pct(part: u64, of: u64) -> String {
+    if of == 0 {
+        "–".into()
+    } else {
+        format!("{:.0}%", part as f64 * 100.0 / of as f64)
+    }
+}
+
+/// A stack in one line, leaf first: the first named frames.
+fn stack_line(frames: &[String], max: usize) -> String {
+    let mut out: Vec<&str> = frames.iter().map(String::as_str).take(max).collect();
+    if frames.len() > max {
+        out.push("…");
+    }
+    out.join(" ← ")
+}
+
+impl Traced {
+    fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let g = &self.growth;
+        let touched = g.totals.anon_bytes + g.totals.file_bytes;
+        writeln!(
+            w,
+            "\ngrowth traced ({:.1} s): {} of pages first touched ({} anonymous, {} file-backed); address space {} grown, {} given back",
+            self.elapsed_s,
+            human(touched),
+            human(g.totals.anon_bytes),
+            human(g.totals.file_bytes),
+            human(g.totals.mapped),
+            human(g.totals.released)
+        )?;
+        if touched == 0 {
+            writeln!(w, "  no page was first touched in the window: the server did not grow")?;
+            return Ok(());
+        }
+        let sampled: u64 = g.per_second.iter().sum();
+        writeln!(
+            w,
+            "  sampled: {} with a stack ({}), {} charged to a statement ({}); of the sampled growth {} was given back by the end, {} is still held",
+            human(g.with_stack),
+            pct(g.with_stack, touched),
+            human(g.with_statement),
+            pct(g.with_statement, touched),
+            human(g.given_back),
+            human(sampled.saturating_sub(g.given_back))
+        )?;
+        if !g.by_statement.is_empty() {
+            writeln!(w, "\ntop statements by growth (share of pages first touched):")?;
+            for s in &g.by_statement {
+                let conns: Vec<String> = s.connections.iter().take(5).map(|c| c.to_string()).collect();
+                writeln!(
+                    w,
+                    "  {:>4} {:>10} (held {}) conn {}: `{}`",
+                    pct(s.grown, touched),
+                    human(s.grown),
+                    human(s.held),
+                    conns.join(","),
+                    s.example
+                )?;
+                if !s.top_stack.is_empty() {
+                    writeln!(w, "         through {}", stack_line(&s.top_stack, 8))?;
+                }
+            }
+        }
+        if !g.by_stack.is_empty() {
+            writeln!(w, "\ntop stacks by growth (share of the {} sampled with a stack):", human(g.with_stack))?;
+            for s in &g.by_stack {
+                let cut = if s.truncated { " (truncated)" } else { "" };
+                writeln!(
+                    w,
+                    "  {:>4} {:>10} (held {}, {} samples){cut} {}",
+                    pct(s.grown, g.with_stack),
+                    human(s.grown),
+                    human(s.held),
+                    s.samples,
+                    stack_line(&s.frames, 10)
+                )?;
+            }
+        }
+        if !g.by_connection.is_empty() {
+            writeln!(w, "\nconnections by growth:")?;
+            for c in &g.by_connection {
+                writeln!(
+                    w,
+                    "  {:>4} {:>10} (held {}) conn {} {}@{}",
+                    pct(c.grown, touched),
+                    human(c.grown),
+                    human(c.held),
+                    c.id,
+                    c.user,
+                    c.host
+                )?;
+            }
+        }
+        writeln!(w, "\nthreads by kind (exact counts):")?;
+        for r in &g.by_role {
+            writeln!(
+                w,
+                "  {:<28} {:>4} thread(s): {} first touched, {} mapped, {} given back",
+                r.role,
+                r.threads,
+                human(r.counts.anon_bytes + r.counts.file_bytes),
+                human(r.counts.mapped),
+                human(r.counts.released)
+            )?;
+        }
+        if !g.mapped_by_stack.is_empty() {
+            writeln!(w, "\naddress space grown, by stack:")?;
+            for m in g.mapped_by_stack.iter().take(5) {
+                writeln!(w, "  {:>10} {} × {}: {}", human(m.bytes), m.calls, m.what.name(), stack_line(&m.frames, 8))?;
+            }
+        }
+        let c = &self.counters;
+        write!(
+            w,
+            "\ntrace: {} stacks (budget {}/s, a sample per {} at the end), {} over the budget sent without a stack",
+            c.stacks,
+            self.stack_budget,
+            human(self.period),
+            c.over_budget
+        )?;
+        if c.ring_full > 0 {
+            write!(w, ", {} lost (pileup fell behind)", c.ring_full)?;
+        }
+        writeln!(w, "; pileup used {:.2} CPU-s", self.cpu_us as f64 / 1e6)?;
+        if let Some(p) = self.probe_cost {
+            writeln!(
+                w,
+                "probe cost: {} runs, {:.3} CPU-s in the kernel ({:.2}% of one core)",
+                p.runs,
+                p.run_ns as f64 / 1e9,
+                p.run_ns as f64 / 1e9 * 100.0 / self.elapsed_s.max(1e-9)
+            )?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +493,7 @@ mod tests {
             1,
             "mariadbd".into(),
             vec![point(0.0, 200, 150), point(1.0, 1000, 900), point(2.0, 900, 100)],
+            None,
             vec![],
         );
         assert_eq!(r.freed_by_server, Some(800 * mib));
@@ -283,7 +514,7 @@ mod tests {
     fn without_sql_the_report_says_the_accounting_was_not_read() {
         let mut p = point(0.0, 100, 0);
         p.server = None;
-        let r = Report::new(1, "mariadbd".into(), vec![p], vec![]);
+        let r = Report::new(1, "mariadbd".into(), vec![p], None, vec![]);
         assert_eq!(r.kept_by_allocator, None);
         let mut out = vec![];
         r.text(&mut out).unwrap();

@@ -276,6 +276,10 @@ fn engine_fix(e: &anyhow::Error) -> Option<&'static str> {
                 Some(pileup_locks::LocksError::Target(s)) => Some(s),
                 _ => None,
             })
+            .or(match c.downcast_ref::<pileup_memory::MemoryError>() {
+                Some(pileup_memory::MemoryError::Target(s)) => Some(s),
+                _ => None,
+            })
     }
     Some(match e.chain().find_map(engine)?.fix()? {
         Fix::CheckPid => "check the pid, or use --pid auto to find the running server",

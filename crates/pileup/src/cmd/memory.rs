@@ -6,23 +6,39 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use pileup_conn::ConnOptions;
+use pileup_engine::SqlSource;
 use pileup_memory::{MemoryOptions, Point, Sink};
 
 use crate::output::{emit, Options, OutputArgs};
 
-/// Where a running server's memory went over a window: its resident memory
-/// by region (glibc's heaps, the buffer pool, thread stacks, file-backed),
+/// Where a running server's memory went over a window: which statements and
+/// which code paths grew it, what they still hold, its resident memory by
+/// region (glibc's heaps, the buffer pool, thread stacks, file-backed)
 /// beside what the server says it allocated (Memory_used, each
-/// connection's MEMORY_USED): the heap growth its accounting does not
-/// explain, and the memory it freed that the allocator kept.
+/// connection's MEMORY_USED), the heap growth that accounting does not
+/// explain, and the memory the server freed that the allocator kept.
 ///
-/// It reads /proc/PID/status and three queries per interval, and
+/// Growth is traced with eBPF (root, or CAP_BPF, CAP_PERFMON and
+/// CAP_SYS_PTRACE): every first touch of a page by the server
+/// (exceptions:page_fault_user) and every change of its address space
+/// (brk, mmap, mremap, mprotect, munmap, madvise) is counted per thread in
+/// the kernel, and sampled by bytes with the thread's stack, copied in the
+/// kernel within --stack-budget a second. Each sample is charged to its
+/// stack and to the connection and statement its thread ran at that
+/// instant (the processlist, read every 250 ms while the server grows).
+/// The probes never stop a thread and leave with pileup, however it exits.
+///
+/// It also reads /proc/PID/status and three queries per interval, and
 /// /proc/PID/smaps (a walk of the page tables in the kernel) only as often
 /// as keeps that under 1% of a core; nothing is changed on the server.
+///
+/// Formats: text, json; svg (a flame graph weighted by bytes), folded,
+/// pprof (alloc_space and inuse_space, as a heap profile) and dot from
+/// the traced stacks.
 #[derive(clap::Args)]
 #[command(
     verbatim_doc_comment,
-    after_long_help = "Examples:\n  pileup memory --duration 1m\n  pileup memory --pid 4242 --interval 500ms -o memory.json\n  pileup memory --no-sql --duration 10s   # /proc alone"
+    after_long_help = "Examples:\n  pileup memory --duration 1m\n  pileup memory --pid 4242 --interval 500ms -o memory.json\n  pileup memory --duration 20s -o growth.svg   # a flame graph by bytes\n  pileup memory --duration 20s -o heap.pb.gz   # pprof: go tool pprof -sample_index=alloc_space\n  pileup memory --no-trace --duration 10s      # /proc and the accounting alone"
 )]
 pub struct MemoryArgs {
     /// The server process: a pid, or "auto" (the server the connection
@@ -35,9 +51,26 @@ pub struct MemoryArgs {
     /// Time between points (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub interval: Duration,
-    /// Read /proc alone: no SQL connection, so not the server's accounting.
+    /// Read /proc alone: no SQL connection, so neither the server's
+    /// accounting nor statements (growth is charged to stacks and threads).
     #[arg(long)]
     pub no_sql: bool,
+    /// Do not trace growth with eBPF: /proc and the server's accounting
+    /// alone (no privileges needed beyond reading the server's /proc).
+    #[arg(long)]
+    pub no_trace: bool,
+    /// Stacks copied per second at most; the sampling period follows the
+    /// growth rate so that the budget is spent, and samples past it are
+    /// charged to their statement without a stack.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub stack_budget: u64,
+    /// Time the probes with the kernel's BPF run-time statistics (on for
+    /// every BPF program of the host while pileup runs) and print their cost.
+    #[arg(long)]
+    pub probe_cost: bool,
+    /// Statements, stacks and connections listed.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -56,6 +89,16 @@ impl Sink for Progress {
         }
     }
 
+    fn traced(&mut self, grown: u64, charged: u64) {
+        if let Some(b) = &self.bar {
+            b.set_message(format!(
+                "grown {:.0} MiB, {:.0} MiB charged to statements",
+                grown as f64 / 1048576.0,
+                charged as f64 / 1048576.0
+            ));
+        }
+    }
+
     fn stop(&mut self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -65,10 +108,13 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval < Duration::from_millis(100) {
         bail!("--interval must be at least 100ms");
     }
+    if a.stack_budget == 0 {
+        bail!("--stack-budget must be at least 1");
+    }
     let targets = a.out.targets()?;
     let spec = conn.resolve()?;
     let pid = super::parse_pid(&a.pid, conn)?;
-    let sql = if a.no_sql { None } else { Some(spec.connect()?) };
+    let sql = if a.no_sql { None } else { Some(SqlSource::new(spec.connect()?)?) };
     let bar = std::io::stderr().is_terminal().then(|| {
         super::progress_bar(
             a.duration.as_secs().max(1),
@@ -76,7 +122,15 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
         )
     });
     let mut sink = Progress { bar, stop: super::stop_on_signals() };
-    let o = MemoryOptions { pid, duration: a.duration, interval: a.interval };
+    let o = MemoryOptions {
+        pid,
+        duration: a.duration,
+        interval: a.interval,
+        trace: !a.no_trace,
+        stack_budget: a.stack_budget,
+        probe_cost: a.probe_cost,
+        top: a.top,
+    };
     let r = pileup_memory::run(&o, sql, &mut sink);
     if let Some(b) = &sink.bar {
         b.finish_and_clear();
