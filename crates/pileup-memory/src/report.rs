@@ -282,6 +282,9 @@ impl pileup_output::Report for Report {
     fn stacks(&self, _o: &pileup_output::Options) -> Option<pileup_output::Stacks> {
         let t = self.traced.as_ref()?;
         let g = &t.growth;
+        if g.by_stack.is_empty() {
+            return None;
+        }
         let stacks = g
             .by_stack
             .iter()

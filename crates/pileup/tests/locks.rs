@@ -265,11 +265,6 @@ fn an_innodb_latch_is_reported_with_the_server_function_that_waited() {
     assert!(l["taken_in"].as_str().unwrap().contains("(in "), "{l:#}");
 }
 
-/// eBPF programs loaded in the kernel with this name.
-fn programs_named(name: &str) -> usize {
-    libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_str() == Some(name)).count()
-}
-
 /// `pileup locks` on the sandbox with `flags`, in the background, once its
 /// probe is loaded (more `futex_switch` programs than `before`).
 fn attached(sb: &Sandbox, flags: &[&str], before: usize) -> std::process::Child {

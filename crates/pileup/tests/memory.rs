@@ -10,6 +10,13 @@ use std::time::Duration;
 use common::*;
 use mysql::prelude::Queryable;
 
+/// One trace at a time: tests count the probes loaded in the kernel.
+static ONE_TRACE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TRACE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `pileup memory` on the sandbox for `secs`, points every 250 ms, as JSON.
 fn memory_json(sb: &pileup_sandbox::Sandbox, secs: &str) -> serde_json::Value {
     let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
@@ -22,6 +29,7 @@ fn memory_json(sb: &pileup_sandbox::Sandbox, secs: &str) -> serde_json::Value {
 
 #[test]
 fn growth_is_seen_in_proc_and_charged_to_its_connection() {
+    let _one = serial();
     let sb = sandbox();
     let pid = sb.pid().to_string();
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
@@ -80,6 +88,7 @@ fn growth_is_seen_in_proc_and_charged_to_its_connection() {
 
 #[test]
 fn proc_alone_works_and_a_wrong_pid_is_one_line() {
+    let _one = serial();
     let sb = sandbox();
     let pid = sb.pid().to_string();
     let out = pileup(&["memory", "--pid", &pid, "--no-sql", "--duration", "1s", "--interval", "500ms"]);
@@ -110,6 +119,7 @@ fn rss(pid: u32) -> u64 {
 
 #[test]
 fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
+    let _one = serial();
     let sb = sandbox_with(vec![("table_open_cache", "4000"), ("table_definition_cache", "4000")]);
     let before = rss(sb.pid());
     let mut c = sb.connect().unwrap();
@@ -139,6 +149,7 @@ fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
 
 #[test]
 fn a_server_that_exits_mid_run_ends_the_report_cleanly() {
+    let _one = serial();
     let sb = sandbox();
     let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
     let run = std::thread::spawn(move || {
@@ -154,4 +165,188 @@ fn a_server_that_exits_mid_run_ends_the_report_cleanly() {
         t.contains("note: the server's accounting could not be read") || t.contains("note: the server exited"),
         "{t}"
     );
+}
+
+/// `pileup memory` on the sandbox for `secs` in the background, as JSON;
+/// returns once its probes are loaded.
+fn traced_in_background(sb: &pileup_sandbox::Sandbox, secs: &str) -> std::thread::JoinHandle<serde_json::Value> {
+    let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
+    let before = programs_named("growth_fault");
+    let secs = secs.to_string();
+    let run = std::thread::spawn(move || {
+        let args = ["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", &secs, "-f", "json"];
+        let out = pileup(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("memory's JSON parses")
+    });
+    let t = std::time::Instant::now();
+    while programs_named("growth_fault") == before {
+        assert!(t.elapsed() < Duration::from_secs(30), "pileup memory never attached");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Attached; the processlist is read at the start.
+    std::thread::sleep(Duration::from_millis(500));
+    run
+}
+
+fn frames(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_large_sort_is_charged_to_its_statement_through_filesort() {
+    let _one = serial();
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE m").unwrap();
+    c.query_drop("USE m").unwrap();
+    c.query_drop("CREATE TABLE t (a INT PRIMARY KEY, b VARCHAR(200))").unwrap();
+    c.query_drop("INSERT INTO t SELECT seq, REPEAT(MD5(seq), 6) FROM seq_1_to_300000").unwrap();
+    // Statistics current, so the sort sizes its buffer to the rows.
+    c.query_drop("ANALYZE TABLE t").unwrap();
+    let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let run = traced_in_background(&sb, "6s");
+    c.query_drop("SET SESSION sort_buffer_size = 512 * 1024 * 1024").unwrap();
+    let rows: Vec<(i32, String)> = c.query("SELECT a, b FROM t ORDER BY b DESC").unwrap();
+    assert_eq!(rows.len(), 300_000);
+    let r = run.join().unwrap();
+    let g = &r["traced"]["growth"];
+    let touched = g["totals"]["anon_bytes"].as_u64().unwrap();
+    assert!(touched > 40 << 20, "the sort touched {touched} bytes: {r:#}");
+    // The statement that grew the server most is the sort, on its
+    // connection, and its stack runs through filesort.
+    let top = &g["by_statement"][0];
+    assert!(top["class"].as_str().unwrap().to_lowercase().contains("order by"), "{g:#}");
+    assert!(top["connections"].as_array().unwrap().iter().any(|c| c.as_u64() == Some(id)), "{top:#}");
+    assert!(top["grown"].as_u64().unwrap() > touched / 2, "{top:#}");
+    assert!(frames(&top["top_stack"]).iter().any(|f| f == "filesort"), "{top:#}");
+    // The sort buffer is one mmap of its size, under filesort's allocation.
+    let mapped = g["mapped_by_stack"].as_array().unwrap();
+    assert!(
+        mapped.iter().any(|m| m["bytes"].as_u64().unwrap() >= 256 << 20
+            && frames(&m["frames"]).iter().any(|f| f.starts_with("Filesort_buffer::alloc_sort_buffer"))),
+        "{mapped:#?}"
+    );
+    // Freed with the statement: unmapped whole, so not kept by the
+    // allocator, and the sampled pages are given back.
+    assert!(g["given_back"].as_u64().unwrap() > top["grown"].as_u64().unwrap() / 2, "{g:#}");
+    assert!(r["kept_by_allocator"].as_u64().unwrap_or(0) < 16 << 20, "{r:#}");
+}
+
+#[test]
+fn prepared_statements_left_open_are_charged_to_their_connection_through_prepare() {
+    let _one = serial();
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE p").unwrap();
+    c.query_drop("USE p").unwrap();
+    let cols: Vec<String> = (0..20).map(|i| format!("c{i} INT")).collect();
+    c.query_drop(format!("CREATE TABLE t (id INT PRIMARY KEY, {})", cols.join(", "))).unwrap();
+    let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let run = traced_in_background(&sb, "8s");
+    // Ten thousand statements prepared and never closed, in batches.
+    let select: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    for batch in 0..20 {
+        let sql: Vec<String> = (0..500)
+            .map(|i| {
+                let n = batch * 500 + i;
+                format!("PREPARE s{n} FROM 'SELECT {} FROM t WHERE id = ? AND c{} > {n}'", select.join(", "), n % 20)
+            })
+            .collect();
+        c.query_drop(sql.join("; ")).unwrap();
+    }
+    let open: (String, u64) = c.query_first("SHOW SESSION STATUS LIKE 'Prepared_stmt_count'").unwrap().unwrap();
+    assert!(open.1 >= 10_000, "{open:?}");
+    let r = run.join().unwrap();
+    let g = &r["traced"]["growth"];
+    let conn = &g["by_connection"][0];
+    assert_eq!(conn["id"].as_u64(), Some(id), "{g:#}");
+    let touched = g["totals"]["anon_bytes"].as_u64().unwrap();
+    assert!(conn["grown"].as_u64().unwrap() > touched / 2, "{g:#}");
+    // Still held: nothing was closed.
+    assert!(conn["held"].as_u64().unwrap() > conn["grown"].as_u64().unwrap() / 2, "{conn:#}");
+    // While a statement is prepared the processlist shows the statement
+    // being prepared (or the PREPARE itself).
+    let top = &g["by_statement"][0];
+    let class = top["class"].as_str().unwrap().to_lowercase();
+    assert!(class.starts_with("prepare") || class.contains("from t where id = ?"), "{top:#}");
+    assert!(top["connections"].as_array().unwrap().iter().any(|c| c.as_u64() == Some(id)), "{top:#}");
+    let prepare_path = |f: &String| f.contains("Prepared_statement::prepare") || f.contains("mysql_sql_stmt_prepare");
+    assert!(g["by_stack"].as_array().unwrap().iter().any(|s| frames(&s["frames"]).iter().any(prepare_path)), "{g:#}");
+}
+
+#[test]
+fn sigkill_leaves_no_growth_probe_and_no_privileges_is_one_line() {
+    let _one = serial();
+    let sb = sandbox();
+    let pid = sb.pid().to_string();
+    let before = programs_named("growth_fault");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["memory", "--no-sql", "--pid", &pid, "--duration", "60s", "--probe-cost"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while programs_named("growth_fault") == before {
+        assert!(t.elapsed() < Duration::from_secs(20), "pileup memory never attached");
+        assert!(child.try_wait().unwrap().is_none(), "pileup memory exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let probes = ["growth_fault", "growth_mmap", "growth_munmap", "growth_brk", "growth_madvise"];
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let t = std::time::Instant::now();
+    while probes.iter().any(|p| programs_named(p) > 0) {
+        assert!(t.elapsed() < Duration::from_secs(10), "eBPF programs still loaded 10 s after SIGKILL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sb.connect().unwrap().query_drop("DO 1").unwrap();
+
+    let out = pileup_as_nobody(&["memory", "--no-sql", "--pid", &pid, "--duration", "1s"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("CAP_BPF") && e.contains("sudo") && e.contains("--no-trace"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
+#[test]
+fn growth_renders_as_a_flame_graph_and_a_heap_profile() {
+    let _one = serial();
+    let sb = sandbox();
+    let dir = scratch("memory-formats");
+    let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
+    let mut c = sb.connect().unwrap();
+    // Growth throughout both runs: a MEMORY table more every second.
+    c.query_drop("SET SESSION max_heap_table_size = 256 * 1024 * 1024").unwrap();
+    c.query_drop("CREATE DATABASE f").unwrap();
+    c.query_drop("USE f").unwrap();
+    let grow = std::thread::spawn(move || {
+        for i in 0..8 {
+            c.query_drop(format!(
+                "CREATE TABLE g{i} ENGINE=MEMORY SELECT seq, REPEAT('x', 200) AS pad FROM seq_1_to_100000"
+            ))
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(700));
+        }
+    });
+    let svg = dir.join("growth.svg");
+    let pb = dir.join("heap.pb.gz");
+    for out in [&svg, &pb] {
+        let o = out.to_str().unwrap();
+        let r = pileup(&["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "3s", "-o", o]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    grow.join().unwrap();
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<?xml") && s.contains("Memory growth of mariadbd") && s.contains("bytes"), "{}", &s[..200]);
+    // The pprof profile: gzip, with the heap profile's two sample types.
+    let raw = std::fs::read(&pb).unwrap();
+    let mut gz = flate2::read::GzDecoder::new(raw.as_slice());
+    let mut body = vec![];
+    std::io::Read::read_to_end(&mut gz, &mut body).unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("alloc_space") && text.contains("inuse_space"), "sample types missing");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&pb).unwrap().permissions().mode() & 0o777, 0o600);
 }

@@ -152,3 +152,8 @@ pub fn chromium_screenshot(page: &std::path::Path, scratch: &std::path::Path) ->
         String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
     (console, std::fs::read(&shot).unwrap())
 }
+
+/// eBPF programs loaded in the kernel with this name.
+pub fn programs_named(name: &str) -> usize {
+    libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_str() == Some(name)).count()
+}
