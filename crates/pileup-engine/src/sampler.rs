@@ -20,11 +20,23 @@ pub struct ThreadFilter {
     pub tids: Vec<i32>,
     pub name: Option<Regex>,
     pub roles: Vec<Role>,
+    /// Connections by processlist id (`conn:ID`): the threads serving them.
+    pub conns: Vec<u64>,
 }
 
 impl ThreadFilter {
     pub fn is_all(&self) -> bool {
-        self.tids.is_empty() && self.name.is_none() && self.roles.is_empty()
+        self.tids.is_empty() && self.name.is_none() && self.roles.is_empty() && self.conns.is_empty()
+    }
+
+    /// This filter with the threads now serving its connections added as
+    /// thread ids (from the processlist by thread id).
+    pub fn with_connection_threads(&self, sql: &HashMap<i32, SqlThread>) -> ThreadFilter {
+        let mut f = self.clone();
+        if !self.conns.is_empty() {
+            f.tids.extend(sql.iter().filter(|(_, s)| self.conns.contains(&s.id)).map(|(t, _)| *t));
+        }
+        f
     }
 
     /// Parse a thread selection: comma-separated tids, role names, or
@@ -35,6 +47,8 @@ impl ThreadFilter {
         for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if let Ok(t) = part.parse::<i32>() {
                 f.tids.push(t);
+            } else if let Some(c) = part.strip_prefix("conn:") {
+                f.conns.push(c.parse().map_err(|_| format!("'{part}': expected conn:ID, a processlist id"))?);
             } else if let Some(r) = Role::parse(part) {
                 f.roles.push(r);
             } else {
@@ -42,7 +56,7 @@ impl ThreadFilter {
                     part.strip_prefix("name:").or_else(|| part.strip_prefix('/').and_then(|p| p.strip_suffix('/')));
                 let Some(re) = re else {
                     return Err(format!(
-                        "'{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections) or name:REGEX"
+                        "'{part}': expected a thread id, a role (accept, sql-thread, io-thread, connections), conn:ID or name:REGEX"
                     ));
                 };
                 f.name = Some(Regex::new(re).map_err(|e| {
@@ -75,7 +89,7 @@ impl ThreadFilter {
             Some(_) => proc::os_thread(pid, tid).map(|o| o.name).unwrap_or_default(),
             None => String::new(),
         };
-        self.matches(tid, role, &name)
+        self.matches(tid, role, &name) || sql.is_some_and(|s| self.conns.contains(&s.id))
     }
 }
 
@@ -485,8 +499,9 @@ impl Sampler {
         let (sql, read_now) = self.sql_threads();
         let sql_fresh = self.opts.sql_bracket && read_now;
         let role = |tid: i32| annotate::role_of(pid, tid, sql.get(&tid));
+        let filter = self.opts.filter.with_connection_threads(&sql);
         let (chosen, os, io_workers) =
-            choose(&self.opts.filter, &tids, role, |tid| proc::os_thread(pid, tid).unwrap_or_default());
+            choose(&filter, &tids, role, |tid| proc::os_thread(pid, tid).unwrap_or_default());
         self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
         if io_workers > 0 && !self.notes.iter().any(|n| n.contains("io_uring")) {
             self.notes.push(format!(

@@ -22,6 +22,7 @@
 
 pub mod attribute;
 mod error;
+pub mod malloc;
 pub mod procmem;
 pub mod record;
 mod report;
@@ -53,6 +54,11 @@ pub struct MemoryOptions {
     pub probe_cost: bool,
     /// Entries kept per list (stacks, statements, connections).
     pub top: usize,
+    /// Also sample these threads' allocations with uprobes on the
+    /// allocator (a thread selection: ids, roles, conn:ID, name:REGEX).
+    pub malloc_focus: Option<String>,
+    /// Bytes between allocation samples of a thread.
+    pub malloc_every: u64,
 }
 
 /// What the run reports as it goes.
@@ -159,6 +165,23 @@ fn traced_run(
 ) -> Result<Traced, MemoryError> {
     let mut resolver = Resolver::new(o.pid, false, false, &pileup_engine::default_debug_dirs())?;
     tl.notes.append(&mut resolver.notes);
+    let focus = o
+        .malloc_focus
+        .as_deref()
+        .map(pileup_engine::ThreadFilter::parse)
+        .transpose()
+        .map_err(|e| MemoryError::Usage(format!("thread selection {e}")))?;
+    // Timed before attaching anything: what one probed call costs here.
+    let calibration = if focus.is_some() { Some(malloc::calibrate()?) } else { None };
+    let mut malloc_storage = std::mem::MaybeUninit::uninit();
+    let mut mprobe = match &focus {
+        Some(_) => Some(malloc::MallocProbe::attach(&mut malloc_storage, o.pid, o.malloc_every, o.stack_budget)?),
+        None => None,
+    };
+    let mut live = malloc::LiveSet::default();
+    let mut alloc_stacks: Vec<Vec<String>> = vec![];
+    let mut alloc_stack_ids: std::collections::HashMap<Vec<String>, usize> = Default::default();
+    let mut chosen_at: Option<u64> = None;
     let start_ns = pileup_engine::ebpf::monotonic_ns();
     let class_of: Box<dyn Fn(&str) -> String> = Box::new(|q: &str| {
         let mut out = Vec::with_capacity(q.len());
@@ -208,18 +231,31 @@ fn traced_run(
         (grown, charged)
     };
     let on_events = |b: Vec<record::Event>| arrived.borrow_mut().extend(b);
-    let mut unwind_all = |pending: &mut Vec<attribute::Unwound>| {
-        for e in arrived.borrow_mut().drain(..) {
-            pending.push(unwind(e, &mut resolver, &mut unwind_stops));
-        }
-    };
     let mut last_sql = Instant::now();
     let mut gone = false;
-    let on_tick = |el: Duration| {
-        unwind_all(&mut pending);
-        if !pending.is_empty() && last_sql.elapsed() >= SQL_EVERY {
+    let mut malloc_error: Option<MemoryError> = None;
+    let mut on_tick = |el: Duration| {
+        unwind_arrived(&arrived, &mut pending, &mut resolver, &mut unwind_stops);
+        let want_sql = !pending.is_empty() || mprobe.is_some();
+        if want_sql && last_sql.elapsed() >= SQL_EVERY {
             read_sql(sql, &mut timeline, &mut sql_error);
             last_sql = Instant::now();
+        }
+        if let (Some(p), Some(f)) = (mprobe.as_mut(), &focus) {
+            // The chosen threads again after each processlist read
+            // (connections come and go).
+            if chosen_at != timeline.latest() || chosen_at.is_none() {
+                chosen_at = timeline.latest();
+                let tids = pileup_engine::process::tids(o.pid).unwrap_or_default();
+                let chosen = tids.into_iter().filter(|&t| f.chooses(o.pid, t, timeline.last_seen.get(&t))).collect();
+                if let Err(e) = p.watch(chosen) {
+                    malloc_error = Some(e);
+                    return false;
+                }
+            }
+            for e in p.poll() {
+                take_malloc(e, &mut resolver, &mut live, &mut alloc_stacks, &mut alloc_stack_ids);
+            }
         }
         // Without SQL every event is charged as it comes.
         let all = sql.is_none() || sql_error.is_some();
@@ -235,8 +271,34 @@ fn traced_run(
         }
         el < o.duration && !sink.stop()
     };
-    let t = trace::trace(&topts, on_events, on_tick)?;
-    unwind_all(&mut pending);
+    let t = trace::trace(&topts, on_events, &mut on_tick)?;
+    if let Some(e) = malloc_error {
+        return Err(e);
+    }
+    let end_ns = pileup_engine::ebpf::monotonic_ns();
+    let malloc = match (mprobe, calibration) {
+        (Some(p), Some(cal)) => {
+            let allocator = p.allocator.clone();
+            let (last, counters, cost, elapsed) = p.finish(cal);
+            for e in last {
+                take_malloc(e, &mut resolver, &mut live, &mut alloc_stacks, &mut alloc_stack_ids);
+            }
+            let (alloc_sampled, held_sampled) = live.totals();
+            Some(report::MallocReport {
+                allocator,
+                focus: o.malloc_focus.clone().unwrap_or_default(),
+                every: o.malloc_every,
+                counters,
+                cost,
+                elapsed_s: elapsed.as_secs_f64(),
+                alloc_sampled,
+                held_sampled,
+                stacks: live.by_stack(&alloc_stacks, end_ns, o.top),
+            })
+        }
+        _ => None,
+    };
+    unwind_arrived(&arrived, &mut pending, &mut resolver, &mut unwind_stops);
     if !gone {
         read_sql(sql, &mut timeline, &mut sql_error);
     }
@@ -270,7 +332,46 @@ fn traced_run(
         period: t.period,
         elapsed_s: t.elapsed.as_secs_f64(),
         cpu_us: pileup_engine::process::own_cpu_us(),
+        malloc,
     })
+}
+
+/// One event of the allocation probes: a sample unwound and kept, or a
+/// free.
+fn take_malloc(
+    e: malloc::MallocEvent,
+    resolver: &mut Resolver,
+    live: &mut malloc::LiveSet,
+    stacks: &mut Vec<Vec<String>>,
+    ids: &mut std::collections::HashMap<Vec<String>, usize>,
+) {
+    match e {
+        malloc::MallocEvent::Free { addr, .. } => live.free(addr),
+        malloc::MallocEvent::Alloc { time_ns, addr, size, weight, regs, .. } => {
+            let stack = regs.map(|r| {
+                let regs = Regs { ip: r.ip, sp: r.sp, bp: r.bp, orig_ax: -1, ax: 0, di: 0, si: 0, dx: 0 };
+                let (addrs, _) = resolver.unwind(&regs, r.sp, &r.stack);
+                let frames: Vec<String> = resolver.frames(&addrs).into_iter().map(|f| f.label).collect();
+                *ids.entry(frames.clone()).or_insert_with(|| {
+                    stacks.push(frames);
+                    stacks.len() - 1
+                })
+            });
+            live.alloc(time_ns, addr, weight, size, stack);
+        }
+    }
+}
+
+/// Unwind the events that arrived into `pending`.
+fn unwind_arrived(
+    arrived: &RefCell<Vec<record::Event>>,
+    pending: &mut Vec<attribute::Unwound>,
+    resolver: &mut Resolver,
+    stops: &mut std::collections::HashMap<String, u64>,
+) {
+    for e in arrived.borrow_mut().drain(..) {
+        pending.push(unwind(e, resolver, stops));
+    }
 }
 
 /// Unwind and name an event's stack, if it has one.

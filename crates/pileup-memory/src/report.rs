@@ -110,6 +110,28 @@ pub struct Traced {
     pub elapsed_s: f64,
     /// pileup's own CPU time over the run, microseconds.
     pub cpu_us: u64,
+    /// With `--focus`: the chosen threads' allocations, sampled.
+    pub malloc: Option<MallocReport>,
+}
+
+/// The chosen threads' allocations, sampled by bytes with uprobes.
+#[derive(Debug, Clone, Serialize)]
+pub struct MallocReport {
+    /// The allocator probed (its file name).
+    pub allocator: String,
+    /// The thread selection, as given.
+    pub focus: String,
+    /// Bytes between a thread's samples.
+    pub every: u64,
+    pub counters: crate::malloc::MallocCounters,
+    /// What the probes cost the server's threads.
+    pub cost: crate::malloc::MallocCost,
+    pub elapsed_s: f64,
+    /// Sampled bytes allocated, and still held at the end.
+    pub alloc_sampled: u64,
+    pub held_sampled: u64,
+    /// By stack, most still held first.
+    pub stacks: Vec<crate::malloc::AllocStack>,
 }
 
 impl Report {
@@ -281,6 +303,9 @@ impl pileup_output::Report for Report {
     /// sample types.
     fn stacks(&self, _o: &pileup_output::Options) -> Option<pileup_output::Stacks> {
         let t = self.traced.as_ref()?;
+        if let Some(m) = t.malloc.as_ref().filter(|m| !m.stacks.is_empty()) {
+            return Some(self.malloc_stacks(m, t.elapsed_s));
+        }
         let g = &t.growth;
         if g.by_stack.is_empty() {
             return None;
@@ -317,6 +342,51 @@ impl pileup_output::Report for Report {
     }
 }
 
+impl Report {
+    /// The chosen threads' sampled allocations: pprof's heap profile
+    /// (alloc_objects, alloc_space, inuse_objects, inuse_space).
+    fn malloc_stacks(&self, m: &MallocReport, elapsed_s: f64) -> pileup_output::Stacks {
+        let stacks = m
+            .stacks
+            .iter()
+            .map(|s| pileup_output::Stack {
+                frames: s.frames.iter().rev().cloned().collect(),
+                values: vec![
+                    s.alloc_space as i64,
+                    s.inuse_space as i64,
+                    s.alloc_objects as i64,
+                    s.inuse_objects as i64,
+                ],
+                labels: vec![],
+                num_labels: vec![],
+            })
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        pileup_output::Stacks {
+            title: format!("Allocations of {} (pid {}), --focus {}", self.exe, self.pid, m.focus),
+            subtitle: format!(
+                "sampled every {} of requests, {:.1} s; widths are bytes allocated",
+                human(m.every),
+                elapsed_s
+            ),
+            sample_types: vec![
+                ("alloc_space".into(), "bytes".into()),
+                ("inuse_space".into(), "bytes".into()),
+                ("alloc_objects".into(), "count".into()),
+                ("inuse_objects".into(), "count".into()),
+            ],
+            count_name: "bytes".into(),
+            stacks,
+            start_unix_ms: now_ms.saturating_sub((elapsed_s * 1000.0) as u64),
+            duration_ms: (elapsed_s * 1000.0) as u64,
+            comment: "pileup memory --focus: allocations sampled by bytes with uprobes".into(),
+        }
+    }
+}
+
 /// Bytes in the unit that reads best.
 fn human(b: u64) -> String {
     let b = b as f64;
@@ -344,6 +414,61 @@ fn stack_line(frames: &[String], max: usize) -> String {
         out.push("…");
     }
     out.join(" ← ")
+}
+
+impl MallocReport {
+    fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let c = &self.counters;
+        writeln!(
+            w,
+            "\nallocations of the threads chosen by --focus {} ({}, a sample every {} of a thread's requests):",
+            self.focus,
+            self.allocator,
+            human(self.every)
+        )?;
+        writeln!(
+            w,
+            "  {} calls asked for {}; sampled {} ({} with a stack): {} allocated, {} still held at the end",
+            c.calls,
+            human(c.bytes),
+            c.sampled,
+            c.with_stack,
+            human(self.alloc_sampled),
+            human(self.held_sampled)
+        )?;
+        for s in &self.stacks {
+            let age = s.oldest_live_s.map(|a| format!(", the oldest live for {a:.1} s")).unwrap_or_default();
+            writeln!(
+                w,
+                "  held {:>10} of {:>10} allocated (~{} of {} objects{age}): {}",
+                human(s.inuse_space),
+                human(s.alloc_space),
+                s.inuse_objects,
+                s.alloc_objects,
+                stack_line(&s.frames, 10)
+            )?;
+        }
+        let k = &self.cost;
+        writeln!(
+            w,
+            "  probe cost: {} allocation and {} free calls probed on every thread of the server ({:.1} and {:.1} µs each, timed here): {:.2} CPU-s of the server's threads, {:.1}% of one core over {:.1} s",
+            k.alloc_calls,
+            k.free_calls,
+            k.alloc_call_ns / 1000.0,
+            k.free_call_ns / 1000.0,
+            k.server_cpu_s,
+            k.server_cpu_s * 100.0 / self.elapsed_s.max(1e-9),
+            self.elapsed_s
+        )?;
+        if c.ring_full > 0 || c.live_full > 0 {
+            writeln!(
+                w,
+                "  {} samples lost (pileup fell behind), {} past the table of live allocations",
+                c.ring_full, c.live_full
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl Traced {
@@ -440,6 +565,9 @@ impl Traced {
             for m in g.mapped_by_stack.iter().take(5) {
                 writeln!(w, "  {:>10} {} × {}: {}", human(m.bytes), m.calls, m.what.name(), stack_line(&m.frames, 8))?;
             }
+        }
+        if let Some(m) = &self.malloc {
+            m.text(w)?;
         }
         let c = &self.counters;
         write!(

@@ -169,12 +169,18 @@ fn a_server_that_exits_mid_run_ends_the_report_cleanly() {
 
 /// `pileup memory` on the sandbox for `secs` in the background, as JSON;
 /// returns once its probes are loaded.
-fn traced_in_background(sb: &pileup_sandbox::Sandbox, secs: &str) -> std::thread::JoinHandle<serde_json::Value> {
+fn traced_in_background(
+    sb: &pileup_sandbox::Sandbox,
+    secs: &str,
+    extra: &[&str],
+) -> std::thread::JoinHandle<serde_json::Value> {
     let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
     let before = programs_named("growth_fault");
     let secs = secs.to_string();
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     let run = std::thread::spawn(move || {
-        let args = ["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", &secs, "-f", "json"];
+        let mut args = vec!["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", &secs, "-f", "json"];
+        args.extend(extra.iter().map(String::as_str));
         let out = pileup(&args);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("memory's JSON parses")
@@ -205,7 +211,7 @@ fn a_large_sort_is_charged_to_its_statement_through_filesort() {
     // Statistics current, so the sort sizes its buffer to the rows.
     c.query_drop("ANALYZE TABLE t").unwrap();
     let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    let run = traced_in_background(&sb, "6s");
+    let run = traced_in_background(&sb, "6s", &[]);
     c.query_drop("SET SESSION sort_buffer_size = 512 * 1024 * 1024").unwrap();
     let rows: Vec<(i32, String)> = c.query("SELECT a, b FROM t ORDER BY b DESC").unwrap();
     assert_eq!(rows.len(), 300_000);
@@ -243,7 +249,9 @@ fn prepared_statements_left_open_are_charged_to_their_connection_through_prepare
     let cols: Vec<String> = (0..20).map(|i| format!("c{i} INT")).collect();
     c.query_drop(format!("CREATE TABLE t (id INT PRIMARY KEY, {})", cols.join(", "))).unwrap();
     let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    let run = traced_in_background(&sb, "8s");
+    // And the connection's own allocations, sampled with uprobes.
+    let conn_spec = format!("conn:{id}");
+    let run = traced_in_background(&sb, "8s", &["--focus", &conn_spec]);
     // Ten thousand statements prepared and never closed, in batches.
     let select: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     for batch in 0..20 {

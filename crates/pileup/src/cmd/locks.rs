@@ -59,7 +59,7 @@ pub struct LocksArgs {
     #[arg(long)]
     pub no_sql: bool,
     /// Only these threads: comma-separated thread ids, roles (accept, sql-thread, io-thread,
-    /// connections) and/or name:REGEX on thread names, as for `pileup stacks`. Threads that
+    /// connections), conn:ID and/or name:REGEX on thread names, as for `pileup stacks`. Threads that
     /// appear while tracing and match are followed too. The eBPF source only.
     #[arg(long, value_name = "SPEC")]
     pub focus: Option<String>,

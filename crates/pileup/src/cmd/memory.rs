@@ -71,6 +71,18 @@ pub struct MemoryArgs {
     /// Statements, stacks and connections listed.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// Also sample the allocations of these threads (malloc, calloc, realloc
+    /// and free, with uprobes on the server's allocator): comma-separated
+    /// thread ids, roles (accept, sql-thread, io-thread, connections),
+    /// conn:ID (a processlist id) and/or name:REGEX. Shows what they
+    /// allocated and still hold, by stack. Every allocator call of the
+    /// server traps while this runs; the cost is timed and printed.
+    #[arg(long, value_name = "SPEC")]
+    pub focus: Option<String>,
+    /// With --focus: bytes between a thread's allocation samples (K, M, G
+    /// suffixes).
+    #[arg(long, default_value = "512K", value_name = "BYTES", value_parser = parse_bytes)]
+    pub malloc_every: u64,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -111,6 +123,9 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     if a.stack_budget == 0 {
         bail!("--stack-budget must be at least 1");
     }
+    if a.focus.is_some() && a.no_trace {
+        bail!("--focus samples allocations with eBPF, which --no-trace turns off; drop one of them");
+    }
     let targets = a.out.targets()?;
     let spec = conn.resolve()?;
     let pid = super::parse_pid(&a.pid, conn)?;
@@ -130,6 +145,8 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
         stack_budget: a.stack_budget,
         probe_cost: a.probe_cost,
         top: a.top,
+        malloc_focus: a.focus.clone(),
+        malloc_every: a.malloc_every,
     };
     let r = pileup_memory::run(&o, sql, &mut sink);
     if let Some(b) = &sink.bar {
@@ -137,4 +154,30 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     }
     emit(&r?, &targets, &Options::default())?;
     Ok(())
+}
+
+/// A byte count: digits with an optional K, M or G (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    match num.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n * mult),
+        _ => Err(format!("'{s}': expected a byte count such as 65536, 512K or 4M")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_counts_take_suffixes() {
+        assert_eq!(super::parse_bytes("512K"), Ok(512 << 10));
+        assert_eq!(super::parse_bytes("4m"), Ok(4 << 20));
+        assert_eq!(super::parse_bytes("65536"), Ok(65536));
+        assert!(super::parse_bytes("0").is_err() && super::parse_bytes("x").is_err());
+    }
 }

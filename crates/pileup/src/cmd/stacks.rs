@@ -61,7 +61,8 @@ pub struct StacksArgs {
     #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
     pub duration: Option<Duration>,
     /// Focus: comma-separated thread ids, roles (accept, sql-thread,
-    /// io-thread, connections) and/or name:REGEX on thread names.
+    /// io-thread, connections), conn:ID (the thread serving a processlist
+    /// id) and/or name:REGEX on thread names.
     #[arg(long, value_name = "SPEC")]
     pub focus: Option<String>,
     /// Output format: text (pt-pmp's lines, then # annotations), json, folded, svg (flame
