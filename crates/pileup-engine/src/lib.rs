@@ -27,6 +27,7 @@ mod debuginfod;
 pub mod ebpf;
 mod error;
 pub mod frames;
+pub mod growth;
 mod locks;
 mod modules;
 mod proc;

@@ -24,3 +24,14 @@ impl MemoryError {
         move |e| MemoryError::Sql { what, source: e.into() }
     }
 }
+
+impl From<pileup_engine::growth::GrowthError> for MemoryError {
+    fn from(e: pileup_engine::growth::GrowthError) -> MemoryError {
+        use pileup_engine::growth::GrowthError as G;
+        match e {
+            G::Privileges(m) => MemoryError::Privileges(m),
+            G::NoEbpf(m) => MemoryError::NoEbpf(m),
+            G::Ebpf(m) => MemoryError::Ebpf(m),
+        }
+    }
+}

@@ -20,22 +20,19 @@
 //! hold, heap growth the server's accounting does not explain, and memory
 //! it freed that the allocator kept.
 
-pub mod attribute;
 mod error;
 pub mod malloc;
 pub mod procmem;
-pub mod record;
 mod report;
 mod server;
-pub mod trace;
 
-use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use pileup_engine::{Regs, Resolver, SqlSource};
+use pileup_engine::growth::{GrowthOptions, Tick};
+use pileup_engine::{Resolver, SqlSource};
 
-pub use attribute::Growth;
 pub use error::MemoryError;
+pub use pileup_engine::growth::Growth;
 pub use report::{Point, Report, Traced};
 pub use server::{ConnectionMemory, ServerMemory};
 
@@ -114,7 +111,7 @@ impl Timeline {
 pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -> Result<Report, MemoryError> {
     let exe = pileup_engine::process::check_target(o.pid, false)?;
     if o.trace {
-        trace::preflight()?;
+        pileup_engine::growth::preflight()?;
     }
     let server = match sql.as_mut() {
         Some(s) => Some(server::Reader::new(&mut s.conn)?),
@@ -150,13 +147,8 @@ pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -
     Ok(Report::new(o.pid, exe, tl.points, traced, tl.notes))
 }
 
-/// How often the processlist is read while growth arrives: each event is
-/// charged to the statement its thread ran, from the reads just before and
-/// just after it.
-const SQL_EVERY: Duration = Duration::from_millis(250);
-
 /// The window with growth traced: points each interval, events charged as
-/// they arrive.
+/// they arrive, and with `--focus` the chosen threads' allocations.
 fn traced_run(
     o: &MemoryOptions,
     sql: &mut Option<SqlSource>,
@@ -178,102 +170,51 @@ fn traced_run(
         Some(_) => Some(malloc::MallocProbe::attach(&mut malloc_storage, o.pid, o.malloc_every, o.stack_budget)?),
         None => None,
     };
-    let mut live = malloc::LiveSet::default();
-    let mut alloc_stacks: Vec<Vec<String>> = vec![];
-    let mut alloc_stack_ids: std::collections::HashMap<Vec<String>, usize> = Default::default();
+    let mut allocs = malloc::Allocations::default();
     let mut chosen_at: Option<u64> = None;
-    let start_ns = pileup_engine::ebpf::monotonic_ns();
-    let class_of: Box<dyn Fn(&str) -> String> = Box::new(|q: &str| {
-        let mut out = Vec::with_capacity(q.len());
-        pileup_sql::fingerprint(q.as_bytes(), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    });
-    let mut charger = attribute::Charger::new(start_ns, class_of);
-    let mut timeline = attribute::SqlTimeline::default();
-    let mut pending: Vec<attribute::Unwound> = vec![];
-    let mut unwind_stops = std::collections::HashMap::<String, u64>::new();
-    let arrived = RefCell::new(Vec::<record::Event>::new());
-    let (mut grown, mut charged) = (0u64, 0u64);
-    let mut sql_error: Option<String> = None;
     let mut next_point = 0.0f64;
-    let topts = trace::TraceOptions { pid: o.pid, stack_budget: o.stack_budget, probe_cost: o.probe_cost };
-    let read_sql = |sql: &mut Option<SqlSource>, timeline: &mut attribute::SqlTimeline, err: &mut Option<String>| {
-        let Some(s) = sql.as_mut().filter(|_| err.is_none()) else { return };
-        let before = pileup_engine::ebpf::monotonic_ns();
-        match s.threads() {
-            // Stamped at the query's middle: the server read its threads
-            // some time between sending and answering.
-            Ok(rows) => timeline.push((before + pileup_engine::ebpf::monotonic_ns()) / 2, rows),
-            Err(e) => {
-                *err = Some(format!(
-                    "the processlist could not be read ({e}); growth is charged to stacks and threads only"
-                ))
-            }
-        }
-    };
-    read_sql(sql, &mut timeline, &mut sql_error);
-    let mut charge_ready = |all: bool, pending: &mut Vec<attribute::Unwound>, timeline: &mut attribute::SqlTimeline| {
-        let upto = if all { u64::MAX } else { timeline.latest().unwrap_or(0) };
-        let n = pending.iter().take_while(|e| e.time_ns <= upto).count();
-        for e in pending.drain(..n) {
-            let who = if e.release { attribute::Who::default() } else { timeline.who(e.tid, e.time_ns) };
-            if e.what.is_fault() {
-                grown += e.bytes;
-                charged += if who.statement.is_some() { e.bytes } else { 0 };
-            }
-            charger.charge(e, &who);
-        }
-        if let Some(first) = pending.first() {
-            timeline.forget_before(first.time_ns);
-        } else if let Some(l) = timeline.latest() {
-            timeline.forget_before(l);
-        }
-        (grown, charged)
-    };
-    let on_events = |b: Vec<record::Event>| arrived.borrow_mut().extend(b);
-    let mut last_sql = Instant::now();
-    let mut gone = false;
     let mut malloc_error: Option<MemoryError> = None;
-    let mut on_tick = |el: Duration| {
-        unwind_arrived(&arrived, &mut pending, &mut resolver, &mut unwind_stops);
-        let want_sql = !pending.is_empty() || mprobe.is_some();
-        if want_sql && last_sql.elapsed() >= SQL_EVERY {
-            read_sql(sql, &mut timeline, &mut sql_error);
-            last_sql = Instant::now();
-        }
+    let gopts = GrowthOptions { pid: o.pid, stack_budget: o.stack_budget, probe_cost: o.probe_cost, top: o.top };
+    let on_tick = |t: Tick<'_>| {
         if let (Some(p), Some(f)) = (mprobe.as_mut(), &focus) {
             // The chosen threads again after each processlist read
             // (connections come and go).
-            if chosen_at != timeline.latest() || chosen_at.is_none() {
-                chosen_at = timeline.latest();
+            if chosen_at.is_none() || chosen_at != t.rows_at {
+                chosen_at = t.rows_at;
                 let tids = pileup_engine::process::tids(o.pid).unwrap_or_default();
-                let chosen = tids.into_iter().filter(|&t| f.chooses(o.pid, t, timeline.last_seen.get(&t))).collect();
+                let chosen = tids.into_iter().filter(|&tid| f.chooses(o.pid, tid, t.rows.get(&tid))).collect();
                 if let Err(e) = p.watch(chosen) {
                     malloc_error = Some(e);
                     return false;
                 }
             }
             for e in p.poll() {
-                take_malloc(e, &mut resolver, &mut live, &mut alloc_stacks, &mut alloc_stack_ids);
+                allocs.take(e, t.resolver);
             }
         }
-        // Without SQL every event is charged as it comes.
-        let all = sql.is_none() || sql_error.is_some();
-        let (g, c) = charge_ready(all, &mut pending, &mut timeline);
-        sink.traced(g, c);
-        let at = el.as_secs_f64();
+        sink.traced(t.grown, t.charged);
+        let at = t.elapsed.as_secs_f64();
         if at >= next_point {
-            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), sink) {
-                gone = true;
+            if !tl.point(at, t.sql.map(|s| &mut s.conn), sink) {
                 return false;
             }
             next_point = at + o.interval.as_secs_f64();
         }
-        el < o.duration && !sink.stop()
+        t.elapsed < o.duration && !sink.stop()
     };
-    let t = trace::trace(&topts, on_events, &mut on_tick)?;
+    let g = pileup_engine::growth::trace_growth(
+        &gopts,
+        sql,
+        &mut resolver,
+        Box::new(statement_class),
+        focus.is_some(),
+        on_tick,
+    )?;
     if let Some(e) = malloc_error {
         return Err(e);
+    }
+    if !std::path::Path::new(&format!("/proc/{}", o.pid)).exists() && !tl.notes.iter().any(|n| n.contains("exited")) {
+        tl.notes.push(format!("the server exited at {:.1} s", g.elapsed_s));
     }
     let end_ns = pileup_engine::ebpf::monotonic_ns();
     let malloc = match (mprobe, calibration) {
@@ -281,9 +222,9 @@ fn traced_run(
             let allocator = p.allocator.clone();
             let (last, counters, cost, elapsed) = p.finish(cal);
             for e in last {
-                take_malloc(e, &mut resolver, &mut live, &mut alloc_stacks, &mut alloc_stack_ids);
+                allocs.take(e, &mut resolver);
             }
-            let (alloc_sampled, held_sampled) = live.totals();
+            let (alloc_sampled, held_sampled) = allocs.live.totals();
             Some(report::MallocReport {
                 allocator,
                 focus: o.malloc_focus.clone().unwrap_or_default(),
@@ -293,113 +234,18 @@ fn traced_run(
                 elapsed_s: elapsed.as_secs_f64(),
                 alloc_sampled,
                 held_sampled,
-                stacks: live.by_stack(&alloc_stacks, end_ns, o.top),
+                stacks: allocs.live.by_stack(&allocs.stacks, end_ns, o.top),
             })
         }
         _ => None,
     };
-    unwind_arrived(&arrived, &mut pending, &mut resolver, &mut unwind_stops);
-    if !gone {
-        read_sql(sql, &mut timeline, &mut sql_error);
-    }
-    charge_ready(true, &mut pending, &mut timeline);
-    if let Some(e) = sql_error {
-        tl.notes.push(e);
-    }
-    let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
-    stops.sort_by_key(|s| std::cmp::Reverse(s.1));
-    if let Some((why, n)) = stops.first() {
-        tl.notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
-    }
-    let pid = o.pid;
-    let role = |tid: i32| {
-        let row = timeline.last_seen.get(&tid);
-        if let Some(r) = pileup_engine::role_of(pid, tid, row) {
-            return r.as_str().to_string();
-        }
-        match (row, pileup_engine::process::os_thread(pid, tid)) {
-            (Some(_), _) => "background (in the processlist)".to_string(),
-            (None, Some(t)) => format!("not in the processlist ({})", t.name),
-            (None, None) => "threads that exited".to_string(),
-        }
-    };
-    let growth = charger.finish(&t.threads, role, o.top);
-    Ok(Traced {
-        growth,
-        counters: t.counters,
-        probe_cost: t.probe_cost,
-        stack_budget: o.stack_budget,
-        period: t.period,
-        elapsed_s: t.elapsed.as_secs_f64(),
-        cpu_us: pileup_engine::process::own_cpu_us(),
-        malloc,
-    })
+    tl.notes.extend(g.notes.iter().cloned());
+    Ok(Traced { trace: g, cpu_us: pileup_engine::process::own_cpu_us(), malloc })
 }
 
-/// One event of the allocation probes: a sample unwound and kept, or a
-/// free.
-fn take_malloc(
-    e: malloc::MallocEvent,
-    resolver: &mut Resolver,
-    live: &mut malloc::LiveSet,
-    stacks: &mut Vec<Vec<String>>,
-    ids: &mut std::collections::HashMap<Vec<String>, usize>,
-) {
-    match e {
-        malloc::MallocEvent::Free { addr, .. } => live.free(addr),
-        malloc::MallocEvent::Alloc { time_ns, addr, size, weight, regs, .. } => {
-            let stack = regs.map(|r| {
-                let regs = Regs { ip: r.ip, sp: r.sp, bp: r.bp, orig_ax: -1, ax: 0, di: 0, si: 0, dx: 0 };
-                let (addrs, _) = resolver.unwind(&regs, r.sp, &r.stack);
-                let frames: Vec<String> = resolver.frames(&addrs).into_iter().map(|f| f.label).collect();
-                *ids.entry(frames.clone()).or_insert_with(|| {
-                    stacks.push(frames);
-                    stacks.len() - 1
-                })
-            });
-            live.alloc(time_ns, addr, weight, size, stack);
-        }
-    }
-}
-
-/// Unwind the events that arrived into `pending`.
-fn unwind_arrived(
-    arrived: &RefCell<Vec<record::Event>>,
-    pending: &mut Vec<attribute::Unwound>,
-    resolver: &mut Resolver,
-    stops: &mut std::collections::HashMap<String, u64>,
-) {
-    for e in arrived.borrow_mut().drain(..) {
-        pending.push(unwind(e, resolver, stops));
-    }
-}
-
-/// Unwind and name an event's stack, if it has one.
-fn unwind(
-    e: record::Event,
-    resolver: &mut Resolver,
-    stops: &mut std::collections::HashMap<String, u64>,
-) -> attribute::Unwound {
-    let (frames, truncated) = match &e.regs {
-        Some(r) if r.ip != 0 => {
-            let regs = Regs { ip: r.ip, sp: r.sp, bp: r.bp, orig_ax: -1, ax: 0, di: 0, si: 0, dx: 0 };
-            let (addrs, error) = resolver.unwind(&regs, r.sp, &r.stack);
-            if let Some(err) = &error {
-                *stops.entry(err.clone()).or_default() += 1;
-            }
-            let frames = resolver.frames(&addrs).into_iter().map(|f| f.label).collect();
-            (Some(frames), error.is_some())
-        }
-        _ => (None, false),
-    };
-    attribute::Unwound {
-        time_ns: e.time_ns,
-        tid: e.tid,
-        what: e.what,
-        bytes: e.bytes,
-        addr: e.addr,
-        release: e.release,
-        frames,
-        truncated,
-    }
+/// A statement's class, as `pileup digest` groups statements.
+fn statement_class(q: &str) -> String {
+    let mut out = Vec::with_capacity(q.len());
+    pileup_sql::fingerprint(q.as_bytes(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -19,7 +19,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, UprobeOpts};
 
 use crate::error::MemoryError;
-use crate::record::StackCopy;
+use pileup_engine::growth::record::StackCopy;
+use pileup_engine::{Regs, Resolver};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/malloc.skel.rs"));
@@ -335,6 +336,38 @@ fn own_function_offset(addr: usize) -> Option<(String, usize)> {
         }
     }
     None
+}
+
+/// The sampled allocations as they arrive: unwound, named, kept by stack.
+#[derive(Default)]
+pub struct Allocations {
+    pub live: LiveSet,
+    /// Each stack's frames (leaf first), by the index `live` keeps.
+    pub stacks: Vec<Vec<String>>,
+    ids: HashMap<Vec<String>, usize>,
+}
+
+impl Allocations {
+    /// One event of the allocation probes: a sample unwound and kept, or a
+    /// free.
+    pub fn take(&mut self, e: MallocEvent, resolver: &mut Resolver) {
+        match e {
+            MallocEvent::Free { addr, .. } => self.live.free(addr),
+            MallocEvent::Alloc { time_ns, addr, size, weight, regs, .. } => {
+                let stack = regs.map(|r| {
+                    let regs = Regs { ip: r.ip, sp: r.sp, bp: r.bp, orig_ax: -1, ax: 0, di: 0, si: 0, dx: 0 };
+                    let (addrs, _) = resolver.unwind(&regs, r.sp, &r.stack);
+                    let frames: Vec<String> = resolver.frames(&addrs).into_iter().map(|f| f.label).collect();
+                    let stacks = &mut self.stacks;
+                    *self.ids.entry(frames.clone()).or_insert_with(|| {
+                        stacks.push(frames);
+                        stacks.len() - 1
+                    })
+                });
+                self.live.alloc(time_ns, addr, weight, size, stack);
+            }
+        }
+    }
 }
 
 /// Sampled allocations charged by stack: what each allocated and still

@@ -6,10 +6,9 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::attribute::Growth;
 use crate::procmem::{parse_smaps, parse_status, regions, Regions, Resident};
 use crate::server::ServerMemory;
-use crate::trace::Counters;
+use pileup_engine::growth::GrowthTrace;
 
 /// The process and the server at one instant.
 #[derive(Debug, Clone, Serialize)]
@@ -100,14 +99,8 @@ pub struct Report {
 /// What tracing found, and what it cost.
 #[derive(Debug, Clone, Serialize)]
 pub struct Traced {
-    pub growth: Growth,
-    pub counters: Counters,
-    /// With `--probe-cost`: the probes' runs and time in the kernel.
-    pub probe_cost: Option<pileup_engine::ebpf::ProbeCost>,
-    pub stack_budget: u64,
-    /// Bytes between samples at the end (kept to the budget).
-    pub period: u64,
-    pub elapsed_s: f64,
+    #[serde(flatten)]
+    pub trace: GrowthTrace,
     /// pileup's own CPU time over the run, microseconds.
     pub cpu_us: u64,
     /// With `--focus`: the chosen threads' allocations, sampled.
@@ -148,7 +141,7 @@ impl Report {
             // touched or not: none of it can be kept).
             (Some(t), Some(p)) => {
                 let from = p.at_s.floor() as usize;
-                let released: u64 = t.growth.released_per_second.iter().skip(from).sum();
+                let released: u64 = t.trace.growth.released_per_second.iter().skip(from).sum();
                 f.saturating_sub(released).min(end.heap())
             }
             // Untraced: freed less what resident heap fell by. A large
@@ -304,9 +297,9 @@ impl pileup_output::Report for Report {
     fn stacks(&self, _o: &pileup_output::Options) -> Option<pileup_output::Stacks> {
         let t = self.traced.as_ref()?;
         if let Some(m) = t.malloc.as_ref().filter(|m| !m.stacks.is_empty()) {
-            return Some(self.malloc_stacks(m, t.elapsed_s));
+            return Some(self.malloc_stacks(m, t.trace.elapsed_s));
         }
-        let g = &t.growth;
+        let g = &t.trace.growth;
         if g.by_stack.is_empty() {
             return None;
         }
@@ -324,19 +317,19 @@ impl pileup_output::Report for Report {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
-            .saturating_sub((t.elapsed_s * 1000.0) as u64);
+            .saturating_sub((t.trace.elapsed_s * 1000.0) as u64);
         Some(pileup_output::Stacks {
             title: format!("Memory growth of {} (pid {})", self.exe, self.pid),
             subtitle: format!(
                 "{} first touched in {:.1} s, sampled with stacks by bytes; widths are bytes",
                 human(g.totals.anon_bytes + g.totals.file_bytes),
-                t.elapsed_s
+                t.trace.elapsed_s
             ),
             sample_types: vec![("alloc_space".into(), "bytes".into()), ("inuse_space".into(), "bytes".into())],
             count_name: "bytes".into(),
             stacks,
             start_unix_ms,
-            duration_ms: (t.elapsed_s * 1000.0) as u64,
+            duration_ms: (t.trace.elapsed_s * 1000.0) as u64,
             comment: "pileup memory: pages first touched, sampled by bytes with their stacks".into(),
         })
     }
@@ -473,12 +466,12 @@ impl MallocReport {
 
 impl Traced {
     fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        let g = &self.growth;
+        let g = &self.trace.growth;
         let touched = g.totals.anon_bytes + g.totals.file_bytes;
         writeln!(
             w,
             "\ngrowth traced ({:.1} s): {} of pages first touched ({} anonymous, {} file-backed); address space {} grown, {} given back",
-            self.elapsed_s,
+            self.trace.elapsed_s,
             human(touched),
             human(g.totals.anon_bytes),
             human(g.totals.file_bytes),
@@ -569,26 +562,26 @@ impl Traced {
         if let Some(m) = &self.malloc {
             m.text(w)?;
         }
-        let c = &self.counters;
+        let c = &self.trace.counters;
         write!(
             w,
             "\ntrace: {} stacks (budget {}/s, a sample per {} at the end), {} over the budget sent without a stack",
             c.stacks,
-            self.stack_budget,
-            human(self.period),
+            self.trace.stack_budget,
+            human(self.trace.period),
             c.over_budget
         )?;
         if c.ring_full > 0 {
             write!(w, ", {} lost (pileup fell behind)", c.ring_full)?;
         }
         writeln!(w, "; pileup used {:.2} CPU-s", self.cpu_us as f64 / 1e6)?;
-        if let Some(p) = self.probe_cost {
+        if let Some(p) = self.trace.probe_cost {
             writeln!(
                 w,
                 "probe cost: {} runs, {:.3} CPU-s in the kernel ({:.2}% of one core)",
                 p.runs,
                 p.run_ns as f64 / 1e9,
-                p.run_ns as f64 / 1e9 * 100.0 / self.elapsed_s.max(1e-9)
+                p.run_ns as f64 / 1e9 * 100.0 / self.trace.elapsed_s.max(1e-9)
             )?;
         }
         Ok(())

@@ -7,10 +7,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use pileup_engine::SqlThread;
+use crate::annotate::SqlThread;
 use serde::Serialize;
 
-use crate::record::{ThreadCounts, What};
+use super::record::{ThreadCounts, What};
 
 /// One event after unwinding: its stack's frames (leaf first, named), if
 /// copied.
@@ -267,7 +267,7 @@ impl Charger {
                 None => {
                     let i = self.statements.len();
                     self.statement_ids.insert(class.clone(), i);
-                    self.statements.push((class, pileup_engine::one_line(text, 200)));
+                    self.statements.push((class, crate::annotate::one_line(text, 200)));
                     i
                 }
             }

@@ -12,12 +12,12 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use crate::ebpf::ProbeCost;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
-use pileup_engine::ebpf::{ProbeCost, Unavailable};
 
-use crate::error::MemoryError;
-use crate::record::{Event, ThreadCounts};
+use super::record::{Event, ThreadCounts};
+use super::GrowthError;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/growth.skel.rs"));
@@ -60,16 +60,6 @@ pub struct TraceOptions {
     pub probe_cost: bool,
 }
 
-/// Check what tracing needs, with the fix in the error.
-pub fn preflight() -> Result<(), MemoryError> {
-    let map = |e: Unavailable| match e {
-        Unavailable::Privileges(m) => MemoryError::Privileges(m),
-        Unavailable::Kernel(m) => MemoryError::NoEbpf(m),
-    };
-    pileup_engine::ebpf::preflight().map_err(map)?;
-    pileup_engine::ebpf::syscall_tracepoints().map_err(map)
-}
-
 /// The smallest and largest sampling periods: a sample per 128 KiB at the
 /// least growth, per GiB at the most.
 const MIN_PERIOD: u64 = 128 << 10;
@@ -87,12 +77,12 @@ pub fn trace(
     opts: &TraceOptions,
     mut on_events: impl FnMut(Vec<Event>),
     mut on_tick: impl FnMut(Duration) -> bool,
-) -> Result<Traced, MemoryError> {
+) -> Result<Traced, GrowthError> {
     libbpf_rs::set_print(None);
     let mut storage = MaybeUninit::uninit();
     let mut open = GrowthSkelBuilder::default().open(&mut storage).map_err(|e| load_error("opening", &e))?;
     let ro =
-        open.maps.rodata_data.as_deref_mut().ok_or_else(|| MemoryError::Ebpf("the program has no .rodata".into()))?;
+        open.maps.rodata_data.as_deref_mut().ok_or_else(|| GrowthError::Ebpf("the program has no .rodata".into()))?;
     ro.target_tgid = opts.pid as u32;
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
@@ -100,8 +90,8 @@ pub fn trace(
     let mut skel: GrowthSkel = open.load().map_err(|e| load_error("loading", &e))?;
     set_period(&mut skel, FIRST_PERIOD);
     let stats = if opts.probe_cost {
-        Some(pileup_engine::ebpf::enable_run_time_stats().map_err(|e| {
-            MemoryError::Ebpf(format!("turning on the kernel's BPF run-time statistics for --probe-cost: {e}"))
+        Some(crate::ebpf::enable_run_time_stats().map_err(|e| {
+            GrowthError::Ebpf(format!("turning on the kernel's BPF run-time statistics for --probe-cost: {e}"))
         })?)
     } else {
         None
@@ -120,8 +110,8 @@ pub fn trace(
             }
             0
         })
-        .map_err(|e| MemoryError::Ebpf(format!("ring buffer: {e}")))?;
-    let ring = builder.build().map_err(|e| MemoryError::Ebpf(format!("ring buffer: {e}")))?;
+        .map_err(|e| GrowthError::Ebpf(format!("ring buffer: {e}")))?;
+    let ring = builder.build().map_err(|e| GrowthError::Ebpf(format!("ring buffer: {e}")))?;
     let mut period = FIRST_PERIOD;
     let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
     let hand_over = |on_events: &mut dyn FnMut(Vec<Event>)| -> u64 {
@@ -142,7 +132,7 @@ pub fn trace(
         match ring.consume() {
             Ok(()) => {}
             Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
-            Err(e) => return Err(MemoryError::Ebpf(format!("reading the ring buffer: {e}"))),
+            Err(e) => return Err(GrowthError::Ebpf(format!("reading the ring buffer: {e}"))),
         }
         window_bytes += hand_over(&mut on_events);
         // Keep the samples to about the budget: the period is the growth
@@ -153,7 +143,7 @@ pub fn trace(
             set_period(&mut skel, period);
             (window_start, window_bytes) = (Instant::now(), 0);
         }
-        if !on_tick(started.elapsed()) {
+        if !on_tick(started.elapsed()) || !std::path::Path::new(&format!("/proc/{}", opts.pid)).exists() {
             break;
         }
     }
@@ -174,7 +164,7 @@ pub fn trace(
             p.growth_madvise.as_fd(),
             p.growth_brk.as_fd(),
         ] {
-            total += pileup_engine::ebpf::run_time(fd)?;
+            total += crate::ebpf::run_time(fd)?;
         }
         Some(total)
     });
@@ -229,14 +219,14 @@ fn read_counters(map: &impl MapCore) -> Counters {
     Counters { stacks: c[0], over_budget: c[1], ring_full: c[2], no_stack: c[3], threads_full: c[4], no_mapping: c[5] }
 }
 
-fn load_error(what: &str, e: &libbpf_rs::Error) -> MemoryError {
+fn load_error(what: &str, e: &libbpf_rs::Error) -> GrowthError {
     let msg = e.to_string();
     if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        return MemoryError::NoEbpf(format!(
+        return GrowthError::NoEbpf(format!(
             "the kernel refused {what} the eBPF program ({msg}); kernel lockdown or a security module may forbid eBPF tracing"
         ));
     }
-    MemoryError::Ebpf(format!("{what} the eBPF program: {msg}"))
+    GrowthError::Ebpf(format!("{what} the eBPF program: {msg}"))
 }
 
 #[cfg(test)]
