@@ -101,7 +101,7 @@ fn missing_caps() -> Result<(), Unavailable> {
 
 /// What a probe cost in the kernel while attached, from the kernel's own
 /// run-time statistics for the program (`BPF_ENABLE_STATS`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeCost {
     /// Times the program ran.
     pub runs: u64,

@@ -299,39 +299,7 @@ impl pileup_output::Report for Report {
         if let Some(m) = t.malloc.as_ref().filter(|m| !m.stacks.is_empty()) {
             return Some(self.malloc_stacks(m, t.trace.elapsed_s));
         }
-        let g = &t.trace.growth;
-        if g.by_stack.is_empty() {
-            return None;
-        }
-        let stacks = g
-            .by_stack
-            .iter()
-            .map(|s| pileup_output::Stack {
-                frames: s.frames.iter().rev().cloned().collect(),
-                values: vec![s.grown as i64, s.held as i64],
-                labels: s.top_statement.iter().map(|st| ("statement".to_string(), st.clone())).collect(),
-                num_labels: vec![],
-            })
-            .collect();
-        let start_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-            .saturating_sub((t.trace.elapsed_s * 1000.0) as u64);
-        Some(pileup_output::Stacks {
-            title: format!("Memory growth of {} (pid {})", self.exe, self.pid),
-            subtitle: format!(
-                "{} first touched in {:.1} s, sampled with stacks by bytes; widths are bytes",
-                human(g.totals.anon_bytes + g.totals.file_bytes),
-                t.trace.elapsed_s
-            ),
-            sample_types: vec![("alloc_space".into(), "bytes".into()), ("inuse_space".into(), "bytes".into())],
-            count_name: "bytes".into(),
-            stacks,
-            start_unix_ms,
-            duration_ms: (t.trace.elapsed_s * 1000.0) as u64,
-            comment: "pileup memory: pages first touched, sampled by bytes with their stacks".into(),
-        })
+        pileup_output::growth_stacks(&t.trace, format!("Memory growth of {} (pid {})", self.exe, self.pid))
     }
 }
 

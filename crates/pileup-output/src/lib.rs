@@ -19,6 +19,7 @@
 
 mod dot;
 mod format;
+mod growth;
 mod profile;
 mod profile_text;
 pub mod proto;
@@ -28,6 +29,7 @@ mod stacks;
 use std::io::Write;
 
 pub use format::{Format, OutputError, FORMATS};
+pub use growth::growth_stacks;
 pub use profile::profile_stacks;
 pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};

@@ -29,6 +29,13 @@ pub fn gather(
     cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> Evidence {
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
+    // A memory trigger: what grows the server, while it grows.
+    if let (Some(pid), true) = (pid, is_memory_trigger(trigger)) {
+        match trace_growth(pid, spec, s, cancel) {
+            Ok(g) => ev.growth = Some(g),
+            Err(e) => ev.growth_error = Some(e),
+        }
+    }
     // Stacks first: they do not depend on SQL answering.
     if let Some(pid) = pid {
         // Annotation must not delay the stacks of a server that hangs: a
@@ -90,6 +97,50 @@ pub fn gather(
         }
     }
     ev
+}
+
+/// Whether a trigger watches the server's memory (its resident size or
+/// growth, or how near it is to its limit).
+pub fn is_memory_trigger(trigger: &str) -> bool {
+    ["memory_limit_pct", "mysqld_rss", "memory_limit_bytes"].iter().any(|m| trigger.contains(m))
+}
+
+/// Trace the server's memory growth for the capture's memory window,
+/// charged to the statements (the processlist by thread) and stacks that
+/// grew it. An error says why it could not be, in one line.
+fn trace_growth(
+    pid: i32,
+    spec: Option<&ConnSpec>,
+    s: &CaptureSettings,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> std::result::Result<pileup_engine::growth::GrowthTrace, String> {
+    use pileup_engine::growth::{self, GrowthError, GrowthOptions};
+    growth::preflight().map_err(|e| match e {
+        GrowthError::Privileges(m) => {
+            format!("tracing memory growth needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (missing: {m})")
+        }
+        e => format!("memory growth not traced: {e}"),
+    })?;
+    let mut resolver = pileup_engine::Resolver::new(pid, s.any_process, false, &pileup_engine::default_debug_dirs())
+        .map_err(|e| e.to_string())?;
+    let mut sql = spec
+        .and_then(|sp| {
+            let mut quick = sp.clone();
+            quick.timeout = quick.timeout.min(Duration::from_millis(500));
+            quick.connect().ok()
+        })
+        .and_then(|c| SqlSource::new(c).ok());
+    let o = GrowthOptions { pid, stack_budget: 200, probe_cost: false, top: 10 };
+    let class_of: Box<dyn Fn(&str) -> String> = Box::new(|q: &str| {
+        let mut out = Vec::with_capacity(q.len());
+        pileup_sql::fingerprint(q.as_bytes(), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let window = s.memory_trace;
+    let stop = |t: pileup_engine::growth::Tick<'_>| {
+        t.elapsed < window && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    growth::trace_growth(&o, &mut sql, &mut resolver, class_of, false, stop).map_err(|e| e.to_string())
 }
 
 fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result<()> {

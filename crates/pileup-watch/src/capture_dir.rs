@@ -8,6 +8,7 @@
 //! | `report.txt` | the text report, verdict first |
 //! | `report.html` | the self-contained report ([`crate::report`]) |
 //! | `stacks.txt`, `stacks.json`, `flamegraph.svg`, `stacks.pb.gz` | the stall's stacks (pt-pmp, JSON, flame graph, pprof) |
+//! | `memory.json`, `memory.svg`, `memory.pb.gz` | for a memory trigger: the growth traced, by statement and stack (JSON, a flame graph by bytes, pprof's heap profile) |
 //! | `processlist.txt`, `innodb_status.txt`, `metadata_locks.txt` | as read from the server |
 //!
 //! Written here ([`write`](fn@write), [`write_metrics`], [`write_report_html`]) and
@@ -97,6 +98,17 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         ] {
             let o = Options { thread_root: f == Format::Svg, ..Default::default() };
             pileup_files::write_private(&dir.join(name), |w| -> Result<()> { Ok(render(p, f, &o, w)?) })?;
+        }
+    }
+    if let Some(g) = &ev.growth {
+        pileup_files::write_private(&dir.join("memory.json"), |w| -> Result<()> {
+            Ok(serde_json::to_writer_pretty(w, g)?)
+        })?;
+        if let Some(st) = pileup_output::growth_stacks(g, "Memory growth of the server".into()) {
+            pileup_files::write_private(&dir.join("memory.svg"), |w| -> Result<()> { Ok(st.svg(None, w)?) })?;
+            pileup_files::write_private(&dir.join("memory.pb.gz"), |w| -> Result<()> {
+                Ok(pileup_output::proto::write_gz(&st.pprof(), w)?)
+            })?;
         }
     }
     pileup_files::write_private(&dir.join("processlist.txt"), |f| -> Result<()> {

@@ -19,6 +19,9 @@ pub struct CaptureSettings {
     /// The watcher's own poll connection (0: none): it goes idle after
     /// each poll and must never be taken for a lock's idle holder.
     pub own_connection: u64,
+    /// For a memory trigger: how long the server's growth is traced (eBPF,
+    /// `pileup memory`'s tracer) before its stacks are sampled.
+    pub memory_trace: Duration,
 }
 
 impl Default for CaptureSettings {
@@ -29,6 +32,7 @@ impl Default for CaptureSettings {
             max_stop: Duration::from_millis(200),
             any_process: false,
             own_connection: 0,
+            memory_trace: Duration::from_secs(3),
         }
     }
 }
@@ -107,6 +111,10 @@ pub struct Evidence {
     pub io_pressure_pct: Option<f64>,
     pub stacks_error: Option<String>,
     pub history: Vec<Row>,
+    /// For a memory trigger: the server's growth, traced and charged to
+    /// statements and stacks, or why it could not be.
+    pub growth: Option<pileup_engine::growth::GrowthTrace>,
+    pub growth_error: Option<String>,
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, from Unix seconds (civil-from-days; a date

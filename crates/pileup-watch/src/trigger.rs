@@ -354,6 +354,24 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_compares_with_a_share_of_another_metric() {
+        let t = Trigger::parse("mysqld_rss_growth_rate > 0.02 * memory_limit_bytes for 5s").unwrap();
+        let gib = 1024.0 * 1024.0 * 1024.0;
+        assert!(t.holds(&ctx(
+            &[("mysqld_rss_growth_rate", 0.5 * gib), ("memory_limit_bytes", 16.0 * gib)],
+            None,
+            false
+        )));
+        assert!(!t.holds(&ctx(
+            &[("mysqld_rss_growth_rate", 0.1 * gib), ("memory_limit_bytes", 16.0 * gib)],
+            None,
+            false
+        )));
+        assert!(!t.holds(&ctx(&[("mysqld_rss_growth_rate", 0.5 * gib)], None, false)), "no limit known: no trigger");
+        assert_eq!(t.hold, 5.0);
+    }
+
+    #[test]
     fn fires_once_after_the_hold_and_rearms() {
         let t = Trigger::parse("threads_running > 32 for 2s").unwrap();
         let hi = ctx(&[("threads_running", 40.0)], None, false);

@@ -44,6 +44,28 @@ const MINOR_CONVOY_AGE_S: i64 = 2;
 
 /// The first line of the report: the likely culprit, with its evidence.
 pub fn verdict(ev: &Evidence) -> String {
+    // 0. A memory trigger: what grew the server leads, whatever else the
+    // capture shows follows.
+    if crate::capture::is_memory_trigger(&ev.trigger) {
+        let line = match (&ev.growth, &ev.growth_error) {
+            (Some(g), _) => g.headline().unwrap_or_else(|| {
+                format!("memory: the server did not grow in the {:.1} s traced after the trigger", g.elapsed_s)
+            }),
+            (None, Some(e)) => format!("memory: {e}"),
+            (None, None) => "memory: growth not traced (no server process)".into(),
+        };
+        let rest = verdict_of_locks_and_stacks(ev);
+        return if rest.starts_with("no culprit found") || rest.starts_with("no lock culprit found") {
+            line
+        } else {
+            format!("{line}; also {rest}")
+        };
+    }
+    verdict_of_locks_and_stacks(ev)
+}
+
+/// The verdict from locks, stall classes, SQL and stacks.
+fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
     // 1. Row locks: the transaction most others wait for, unless it is
     // itself waiting for a global or metadata lock (a commit blocked by
     // BACKUP STAGE BLOCK_COMMIT or FTWRL keeps its row locks): then that

@@ -58,7 +58,9 @@ pub fn default_pileup_threads(cpus: usize) -> u32 {
 
 /// Triggers that need no tuning: a server that does not answer, a pile-up
 /// of running threads (more than 4 per CPU, at least 16), throughput collapsing to
-/// under a third of its 5-minute baseline, a replica falling far behind.
+/// under a third of its 5-minute baseline, a replica falling far behind,
+/// the server's resident memory near its limit (the cgroup's, else the
+/// host's) or growing by 2% of it a second.
 pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
     let running = (4 * cpus).max(16);
     [
@@ -67,6 +69,7 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
         "questions_rate < 0.3 * baseline_5m for 2s".to_string(),
         "replica_lag > 300 for 10s".to_string(),
         "memory_limit_pct > 90 for 5s".to_string(),
+        "mysqld_rss_growth_rate > 0.02 * memory_limit_bytes for 5s".to_string(),
     ]
     .iter()
     .map(|t| Trigger::parse(t).expect("default triggers parse"))

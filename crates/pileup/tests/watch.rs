@@ -1108,3 +1108,53 @@ fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
         assert!(!verdict.contains(class), "verdict: {verdict}");
     }
 }
+
+#[test]
+fn memory_growth_is_captured_with_the_statement_and_stack_that_grew_the_server() {
+    let sb = sandbox();
+    let data = tempfile_dir("watch-memory");
+    let mut c = sb.connect().unwrap();
+    c.query_drop("SET SESSION max_heap_table_size = 1024 * 1024 * 1024").unwrap();
+    c.query_drop("CREATE DATABASE grow").unwrap();
+    c.query_drop("USE grow").unwrap();
+    let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let (mut w, rx) = watch(&sb, &data, &["--trigger", "mysqld_rss_growth_rate > 10000000 for 1s"]);
+    let mut seen = vec![];
+    wait_for(&rx, "poll", Duration::from_secs(20), &mut seen).expect("the watcher polls");
+    std::thread::sleep(Duration::from_secs(2));
+    // The server grows for about ten seconds: a MEMORY table more every
+    // few hundred milliseconds, each of ~25 MiB.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let grower = std::thread::spawn(move || {
+        for i in 0..40 {
+            if stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            c.query_drop(format!(
+                "CREATE TABLE g{i} ENGINE=MEMORY SELECT seq, REPEAT('x', 200) AS pad FROM seq_1_to_100000"
+            ))
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    grower.join().unwrap();
+    end(&mut [&mut w]);
+    let cap = captured(cap, &seen);
+    let (verdict, _) = verdict_and_classes(&cap);
+    assert!(verdict.starts_with("memory growth: "), "{verdict}");
+    assert!(verdict.to_lowercase().contains("create table g"), "{verdict}");
+    assert!(verdict.contains(&format!("(connection {id})")), "{verdict}");
+    // The capture carries the growth profile: by statement and stack, a
+    // flame graph by bytes and pprof's heap profile.
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let g: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("memory.json")).unwrap()).unwrap();
+    assert!(g["growth"]["by_statement"][0]["connections"].as_array().unwrap().iter().any(|c| c.as_u64() == Some(id)));
+    assert!(!g["growth"]["by_stack"].as_array().unwrap().is_empty(), "{g:#}");
+    assert!(std::fs::read_to_string(dir.join("memory.svg")).unwrap().contains("<svg"));
+    assert!(dir.join("memory.pb.gz").exists());
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(report.contains("memory growth traced for"), "{report}");
+}

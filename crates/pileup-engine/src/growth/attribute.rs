@@ -96,7 +96,7 @@ impl SqlTimeline {
 }
 
 /// Growth under one stack.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StackGrowth {
     /// Frames, leaf first.
     pub frames: Vec<String>,
@@ -111,7 +111,7 @@ pub struct StackGrowth {
 }
 
 /// Growth under one statement class.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StatementGrowth {
     /// The statement class (literals replaced), and one statement of it.
     pub class: String,
@@ -124,7 +124,7 @@ pub struct StatementGrowth {
     pub top_stack: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ConnectionGrowth {
     pub id: u64,
     pub user: String,
@@ -134,7 +134,7 @@ pub struct ConnectionGrowth {
 }
 
 /// Exact counts of one kind of thread.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RoleGrowth {
     pub role: String,
     pub threads: usize,
@@ -143,7 +143,7 @@ pub struct RoleGrowth {
 }
 
 /// Address space grown (mmap, brk, mremap, mprotect) under one stack.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct MappedGrowth {
     pub what: What,
     pub frames: Vec<String>,
@@ -152,7 +152,7 @@ pub struct MappedGrowth {
 }
 
 /// Everything charged over the trace.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Growth {
     /// Exact, from the kernel's per-thread counts: pages first touched
     /// (anonymous, file-backed), address space grown and given back.

@@ -55,7 +55,7 @@ pub struct GrowthOptions {
 }
 
 /// What a trace found, and what it cost.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GrowthTrace {
     pub growth: Growth,
     pub counters: Counters,
@@ -67,6 +67,55 @@ pub struct GrowthTrace {
     /// What the reader should know (stacks cut short, SQL unreadable).
     #[serde(skip)]
     pub notes: Vec<String>,
+}
+
+impl GrowthTrace {
+    /// One line naming what grew the process: how much and how fast, the
+    /// statement (and its connections) charged most and the stack it grew
+    /// through, and how much of it is still held; `None` when less than a
+    /// MiB was first touched.
+    pub fn headline(&self) -> Option<String> {
+        let g = &self.growth;
+        let touched = g.totals.anon_bytes + g.totals.file_bytes;
+        if touched < 1 << 20 {
+            return None;
+        }
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+        let mut line = format!(
+            "memory growth: {} first touched in {:.1} s ({}/s)",
+            mib(touched),
+            self.elapsed_s,
+            mib((touched as f64 / self.elapsed_s.max(0.001)) as u64)
+        );
+        let stack = |frames: &[String]| {
+            let mut f: Vec<&str> = frames.iter().map(String::as_str).take(7).collect();
+            if frames.len() > 7 {
+                f.push("…");
+            }
+            f.join(" ← ")
+        };
+        match g.by_statement.first() {
+            Some(s) => {
+                let conns: Vec<String> = s.connections.iter().take(3).map(|c| c.to_string()).collect();
+                line += &format!(
+                    "; {:.0}% by `{}` (connection {})",
+                    s.grown as f64 * 100.0 / touched as f64,
+                    crate::annotate::one_line(&s.example, 120),
+                    conns.join(", ")
+                );
+                if !s.top_stack.is_empty() {
+                    line += &format!(" through {}", stack(&s.top_stack));
+                }
+                line += &format!("; {} of it still held", mib(s.held));
+            }
+            None => {
+                if let Some(s) = g.by_stack.first() {
+                    line += &format!("; no statement ran it; most through {}", stack(&s.frames));
+                }
+            }
+        }
+        Some(line)
+    }
 }
 
 /// What a tick hands the caller.

@@ -12,7 +12,7 @@ const REC_RELEASE: u64 = 3;
 const REC_NOSTACK: u64 = 4;
 
 /// What grew or was given back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum What {
     /// First touches of anonymous pages (heap, mmap'd chunks, stacks).
@@ -129,7 +129,7 @@ impl Event {
 }
 
 /// A thread's exact counts over the trace (`struct thread_counts`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ThreadCounts {
     /// Anonymous pages first touched, bytes.
     pub anon_bytes: u64,

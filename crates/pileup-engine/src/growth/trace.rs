@@ -25,7 +25,7 @@ mod skel {
 use skel::{GrowthSkel, GrowthSkelBuilder};
 
 /// What the kernel side counted besides the per-thread table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Samples and growth sent with their stack.
     pub stacks: u64,

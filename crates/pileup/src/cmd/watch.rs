@@ -83,6 +83,11 @@ pub struct WatchArgs {
     /// Time between a capture's stack samples.
     #[arg(long, default_value = "200ms", value_parser = super::parse_duration)]
     pub capture_interval: Duration,
+    /// For a memory trigger: how long a capture traces the server's memory
+    /// growth (as `pileup memory` does, with eBPF) to name the statements
+    /// and stacks that grow it.
+    #[arg(long, default_value = "3s", value_parser = super::parse_duration)]
+    pub capture_memory: Duration,
     /// Stop after this long (default: until interrupted).
     #[arg(long, value_parser = super::parse_duration)]
     pub duration: Option<Duration>,
@@ -177,6 +182,7 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         capture: CaptureSettings {
             samples: a.capture_samples,
             interval: a.capture_interval,
+            memory_trace: a.capture_memory,
             any_process: a.any_process,
             ..Default::default()
         },
