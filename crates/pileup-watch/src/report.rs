@@ -416,6 +416,30 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     Ok(rep)
 }
 
+/// The memory growth traced for a memory trigger: the statements and
+/// stacks that grew the server most.
+fn memory_text(rep: &mut String, t: &pileup_engine::growth::GrowthTrace) -> std::fmt::Result {
+    let g = &t.growth;
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    let touched = g.totals.anon_bytes + g.totals.file_bytes;
+    writeln!(
+        rep,
+        "\nmemory growth traced for {:.1} s: {} first touched, address space {} grown and {} given back (memory.json, memory.svg)",
+        t.elapsed_s,
+        mib(touched),
+        mib(g.totals.mapped),
+        mib(g.totals.released)
+    )?;
+    for s in g.by_statement.iter().take(5) {
+        writeln!(rep, "  {:>10} (held {}) connection {:?}: `{}`", mib(s.grown), mib(s.held), s.connections, s.example)?;
+    }
+    for s in g.by_stack.iter().take(5) {
+        let f: Vec<&str> = s.frames.iter().map(String::as_str).take(8).collect();
+        writeln!(rep, "  {:>10} sampled through {}", mib(s.grown), f.join(" ← "))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,28 +486,4 @@ mod tests {
         assert!(twice.contains("4.2 s after it began"), "{twice}");
         assert_eq!(with_stall_end("VERDICT: x\n", 1.0, 2.0), "VERDICT: x\n", "no beginning, no end");
     }
-}
-
-/// The memory growth traced for a memory trigger: the statements and
-/// stacks that grew the server most.
-fn memory_text(rep: &mut String, t: &pileup_engine::growth::GrowthTrace) -> std::fmt::Result {
-    let g = &t.growth;
-    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
-    let touched = g.totals.anon_bytes + g.totals.file_bytes;
-    writeln!(
-        rep,
-        "\nmemory growth traced for {:.1} s: {} first touched, address space {} grown and {} given back (memory.json, memory.svg)",
-        t.elapsed_s,
-        mib(touched),
-        mib(g.totals.mapped),
-        mib(g.totals.released)
-    )?;
-    for s in g.by_statement.iter().take(5) {
-        writeln!(rep, "  {:>10} (held {}) connection {:?}: `{}`", mib(s.grown), mib(s.held), s.connections, s.example)?;
-    }
-    for s in g.by_stack.iter().take(5) {
-        let f: Vec<&str> = s.frames.iter().map(String::as_str).take(8).collect();
-        writeln!(rep, "  {:>10} sampled through {}", mib(s.grown), f.join(" ← "))?;
-    }
-    Ok(())
 }
