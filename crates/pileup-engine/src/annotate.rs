@@ -24,6 +24,9 @@ pub struct SqlThread {
     pub db: Option<String>,
     pub command: Option<String>,
     pub time: Option<i64>,
+    /// How long the connection has been in its current command, in
+    /// milliseconds (MariaDB's TIME_MS): when its statement began.
+    pub time_ms: Option<u64>,
     pub state: Option<String>,
     pub info: Option<String>,
     /// performance_schema thread name (`thread/sql/one_connection`), when known.
@@ -252,10 +255,11 @@ impl SqlSource {
             Flavor::MariaDb => {
                 let rows: Vec<mysql::Row> = self
                     .conn
-                    .query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO, TID FROM information_schema.PROCESSLIST")
+                    .query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO, TID, TIME_MS FROM information_schema.PROCESSLIST")
                     .map_err(StacksError::sql("reading information_schema.PROCESSLIST"))?;
                 for r in rows {
-                    if let Some((tid, t)) = from_row(&r, self.own_id, None) {
+                    if let Some((tid, mut t)) = from_row(&r, self.own_id, None) {
+                        t.time_ms = get::<f64>(&r, 9).map(|ms| ms.max(0.0) as u64);
                         out.insert(tid, t);
                     }
                 }
@@ -304,6 +308,7 @@ fn from_row(r: &mysql::Row, own_id: u64, name_col: Option<usize>) -> Option<(i32
             db: get(r, 3),
             command: get(r, 4),
             time: get(r, 5),
+            time_ms: None,
             state: get(r, 6),
             info: get(r, 7),
             thread_name: name_col.and_then(|c| get(r, c)),

@@ -461,6 +461,13 @@ impl Traced {
             human(g.given_back),
             human(sampled.saturating_sub(g.given_back))
         )?;
+        if g.between_statements > g.with_statement / 10 {
+            writeln!(
+                w,
+                "  {} of it was charged between two reads of the processlist that named different statements: to the nearer, or to the one still running (a statement shorter than the time between reads can run unseen)",
+                human(g.between_statements)
+            )?;
+        }
         if !g.by_statement.is_empty() {
             writeln!(w, "\ntop statements by growth (share of pages first touched):")?;
             for s in &g.by_statement {

@@ -62,6 +62,11 @@ pub struct Options {
     /// one) instead of a fresh copy, and leave the directory in place when
     /// stopped: for benchmarks whose data takes minutes to load.
     pub reuse: bool,
+    /// A program the server is started through, given the server's path and
+    /// arguments (it must exec the server, which keeps its process id): a
+    /// benchmark's profiler that starts its target (heaptrack). The
+    /// datadir is made without it.
+    pub launcher: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -78,6 +83,7 @@ impl Default for Options {
             die_with_parent: true,
             ready_timeout: Duration::from_secs(60),
             reuse: false,
+            launcher: None,
         }
     }
 }
@@ -550,7 +556,14 @@ fn template_dir() -> PathBuf {
 /// The command line a sandbox's server starts with: its own datadir,
 /// socket, port and logs, small buffers, and what `opts` asks for.
 fn server_command(mariadbd: &Path, dir: &Path, socket: &Path, port: u16, server_id: u32, opts: &Options) -> Command {
-    let mut cmd = Command::new(mariadbd);
+    let mut cmd = match &opts.launcher {
+        Some(l) => {
+            let mut c = Command::new(l);
+            c.arg(mariadbd);
+            c
+        }
+        None => Command::new(mariadbd),
+    };
     cmd.arg("--no-defaults")
         .arg(format!("--datadir={}", dir.join("data").display()))
         .arg(format!("--socket={}", socket.display()))

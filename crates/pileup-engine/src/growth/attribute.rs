@@ -34,7 +34,16 @@ pub struct Who {
     pub user: Option<String>,
     pub host: Option<String>,
     pub statement: Option<String>,
+    /// The reads before and after the event named different statements:
+    /// the one chosen is the likelier, and a statement shorter than the
+    /// time between reads may have run unseen in between.
+    pub between: bool,
 }
+
+/// How far a statement's start, as the processlist tells it (to the
+/// millisecond, read in the middle of the query), may lie after an event
+/// and the statement still be the event's.
+const SLACK_NS: u64 = 5_000_000;
 
 /// The processlist by thread, read over time: which statement a thread ran
 /// at an instant.
@@ -79,19 +88,30 @@ impl SqlTimeline {
         }
         let (b, a) = (row(before, tid), row(after, tid));
         let stmt = |r: Option<(u64, &SqlThread)>| r.and_then(|(_, s)| s.info.clone().filter(|i| !i.is_empty()));
-        let statement = match (stmt(b), stmt(a)) {
-            (Some(x), Some(y)) if x == y => Some(x),
+        // Whether the statement the read after names had begun by the
+        // event (MariaDB says when it began, to the millisecond; unknown
+        // elsewhere).
+        let a_began = a.and_then(|(ta, s)| {
+            s.time_ms.map(|ms| ta.saturating_sub(ms * 1_000_000) <= time_ns.saturating_add(SLACK_NS))
+        });
+        let (statement, between) = match (stmt(b), stmt(a)) {
+            (Some(x), Some(y)) if x == y => (Some(x), false),
+            // Begun before the event and running after it: the one.
+            (_, Some(y)) if a_began == Some(true) => (Some(y), false),
+            // Begun after the event: the one before, or one unseen between.
+            (Some(x), Some(_)) if a_began == Some(false) => (Some(x), true),
+            (None, Some(_)) if a_began == Some(false) => (None, false),
             (Some(x), Some(y)) => {
                 let (tb, ta) = (b.unwrap().0, a.unwrap().0);
-                Some(if time_ns - tb <= ta - time_ns { x } else { y })
+                (Some(if time_ns - tb <= ta - time_ns { x } else { y }), true)
             }
-            (x, y) => x.or(y),
+            (x, y) => (x.or(y), false),
         };
         let Some((_, s)) = b.or(a) else { return Who::default() };
         if s.is_pileup {
             return Who::default();
         }
-        Who { conn: Some(s.id), user: s.user.clone(), host: s.host.clone(), statement }
+        Who { conn: Some(s.id), user: s.user.clone(), host: s.host.clone(), statement, between }
     }
 }
 
@@ -161,6 +181,10 @@ pub struct Growth {
     /// charged to a statement.
     pub with_stack: u64,
     pub with_statement: u64,
+    /// Of those charged to a statement, bytes whose thread's reads before
+    /// and after named different statements (see [`Who::between`]).
+    #[serde(default)]
+    pub between_statements: u64,
     /// Of the sampled bytes, those whose page was given back by the end
     /// (munmap, madvise, brk): growth that did not stay.
     pub given_back: u64,
@@ -184,6 +208,7 @@ struct Sample {
     statement: Option<usize>,
     conn: Option<u64>,
     released: bool,
+    between: bool,
 }
 
 /// Builds [`Growth`] from events as they are charged.
@@ -287,6 +312,7 @@ impl Charger {
             statement,
             conn: who.conn,
             released: false,
+            between: who.between && statement.is_some(),
         });
         self.live.entry(e.addr & !(PAGE - 1)).or_default().push(i);
     }
@@ -349,6 +375,7 @@ impl Charger {
             }
             if let Some(st) = s.statement {
                 g.with_statement += s.bytes;
+                g.between_statements += if s.between { s.bytes } else { 0 };
                 let e = &mut per_stmt[st];
                 e.0 += s.bytes;
                 e.1 += held(s);
@@ -479,6 +506,14 @@ mod tests {
         assert_eq!(tl.who(7, 90).statement.as_deref(), Some("B"));
         tl.forget_before(100);
         assert_eq!(tl.latest(), Some(100));
+        // The read after says its statement began after the event: the
+        // statement before is the event's, however near the read after is.
+        let ms = 1_000_000u64;
+        let mut tl = SqlTimeline::default();
+        tl.push(0, HashMap::from([(7, row(1, Some("CREATE TABLE g1 SELECT …")))]));
+        tl.push(250 * ms, HashMap::from([(7, SqlThread { time_ms: Some(40), ..row(1, Some("DO SLEEP(0.2)")) })]));
+        assert_eq!(tl.who(7, 200 * ms).statement.as_deref(), Some("CREATE TABLE g1 SELECT …"));
+        assert_eq!(tl.who(7, 215 * ms).statement.as_deref(), Some("DO SLEEP(0.2)"));
     }
 
     #[test]
@@ -490,12 +525,14 @@ mod tests {
             user: Some("app".into()),
             host: Some("h".into()),
             statement: Some("SELECT 1 ORDER BY 2".into()),
+            between: false,
         };
         let prep = Who {
             conn: Some(13),
             user: Some("app".into()),
             host: Some("h".into()),
             statement: Some("PREPARE 7".into()),
+            between: false,
         };
         let mib = 1u64 << 20;
         c.charge(fault(10, 7, 300 * mib, 0x1000_0000, &["memset", "filesort", "handle_one_connection"]), &sort);

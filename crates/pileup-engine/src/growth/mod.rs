@@ -134,8 +134,12 @@ pub struct Tick<'a> {
 
 /// How often the processlist is read while growth arrives: each event is
 /// charged to the statement its thread ran, from the reads just before and
-/// just after it.
+/// just after it. While the server grows fast (more than FAST bytes since
+/// the last tick), more often: a statement shorter than the time between
+/// reads can run unseen.
 const SQL_EVERY: Duration = Duration::from_millis(250);
+const SQL_EVERY_FAST: Duration = Duration::from_millis(100);
+const FAST: u64 = 4 << 20;
 
 /// Check what tracing needs, with the fix in the error.
 pub fn preflight() -> Result<(), GrowthError> {
@@ -238,7 +242,9 @@ pub fn trace_growth(
     let on_events = |b: Vec<record::Event>| arrived.borrow_mut().extend(b);
     let tick = |el: Duration| {
         c.unwind_arrived(&arrived, resolver);
-        let due = c.last_sql.is_none_or(|t| t.elapsed() >= SQL_EVERY);
+        let fast = c.pending.iter().filter(|e| e.what.is_fault()).map(|e| e.bytes).sum::<u64>() > FAST;
+        let every = if fast { SQL_EVERY_FAST } else { SQL_EVERY };
+        let due = c.last_sql.is_none_or(|t| t.elapsed() >= every);
         if due && (!c.pending.is_empty() || c.always_sql) {
             c.read_sql(sql);
         }
