@@ -19,6 +19,7 @@
 //! - `performance-schema`: a server started with performance_schema and
 //!   every memory instrument on (its cost needs a restart and is paid
 //!   always), its memory summary read each second.
+//!
 //! Reported per tool: throughput as a ratio of medians against the
 //! windows without tracing and paired against its flanking windows (with a
 //! 95% interval over rounds), and the tool's CPU.
