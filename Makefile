@@ -74,6 +74,9 @@ demo: build
 # warning an error, then every test. A test that cannot run here fails or is
 # #[ignore]d with its reason; the ignored ones are listed at the end.
 test: toolchain style
+	@# The memory tests attach syscall tracepoints, found through tracefs.
+	@mountpoint -q /sys/kernel/tracing || $(SUDO) mount -t tracefs nodev /sys/kernel/tracing || \
+	  echo "tracefs is not mounted and could not be: the memory tests will fail" >&2
 	@mkdir -p target; set -o pipefail; \
 	  PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2 2>&1 | tee target/test.log; \
 	  rc=$$?; skipped=$$(grep -E '^test .* \.\.\. ignored' target/test.log); \

@@ -7,6 +7,9 @@
 //! - `memory`: `pileup memory` (growth tracing with eBPF, the processlist
 //!   read while the server grows, /proc and the server's accounting each
 //!   second);
+//! - `memory-cost`: the same with `--probe-cost`, the probes timed by the
+//!   kernel (which costs a clock read on either side of every run: a row of
+//!   its own);
 //! - `memory-focus`: the same with one sysbench connection's allocations
 //!   sampled (uprobes on malloc, calloc, realloc and free: every allocator
 //!   call of the server traps);
@@ -31,7 +34,7 @@
 //! trigger held for 1 s and `--capture-memory 1s`, until its capture's
 //! verdict names it.
 
-const USAGE: &str = "Usage: memory-bench --pileup PATH [--connections 16] [--window 10] [--rounds 3] [--tools none,memory,memory-focus,heaptrack,performance-schema] [--answer-rounds 3] [--out FILE]";
+const USAGE: &str = "Usage: memory-bench --pileup PATH [--connections 16] [--window 12] [--rounds 5] [--tools none,memory,memory-cost,memory-focus,heaptrack,performance-schema] [--answer-rounds 3] [--out FILE]";
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -53,6 +56,9 @@ struct Window {
     traced: Option<(u64, u64)>,
     /// memory-focus: the probes' cost to the server (cores), as printed.
     probe_cores: Option<f64>,
+    /// memory-cost: the growth probes' runs a second and their time in the
+    /// kernel (cores), from the kernel's BPF statistics.
+    probe: Option<(f64, f64)>,
     ok: bool,
 }
 
@@ -64,11 +70,11 @@ fn main() -> Result<()> {
     let args = pileup_bench::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
     let conns: usize = arg(&args, "--connections").map(|s| s.parse()).transpose()?.unwrap_or(16);
-    let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(10));
-    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
+    let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(12));
+    let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(5);
     let answer_rounds: usize = arg(&args, "--answer-rounds").map(|s| s.parse()).transpose()?.unwrap_or(3);
     let tools: Vec<String> = arg(&args, "--tools")
-        .unwrap_or_else(|| "none,memory,memory-focus,heaptrack,performance-schema".into())
+        .unwrap_or_else(|| "none,memory,memory-cost,memory-focus,heaptrack,performance-schema".into())
         .split(',')
         .map(String::from)
         .collect();
@@ -143,6 +149,7 @@ fn main() -> Result<()> {
                 .map(|(b, s)| format!(", {:.1} MiB first touched, {s} stacks", b as f64 / 1048576.0))
                 .unwrap_or_default(),
             win.probe_cores.map(|c| format!(", uprobes {c:.4} cores of the server")).unwrap_or_default()
+                + &win.probe.map(|(r, c)| format!(", probes {r:.0} runs/s, {c:.4} cores in the kernel")).unwrap_or_default()
         );
         let tps = win.tps;
         results[i].push(win);
@@ -186,11 +193,14 @@ fn run_window(
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
-        "memory" | "memory-focus" => {
+        "memory" | "memory-cost" | "memory-focus" => {
             let json = scratch.join("memory.json");
             let mut cmd = Command::new(pileup);
             cmd.args(["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", &secs, "-f", "json", "-o"]);
             cmd.arg(&json);
+            if tool == "memory-cost" {
+                cmd.arg("--probe-cost");
+            }
             if tool == "memory-focus" {
                 // One sysbench connection's allocations.
                 let id: Option<u64> = sb.connect()?.query_first(
@@ -209,6 +219,11 @@ fn run_window(
                 let touched = t["growth"]["totals"]["anon_bytes"].as_u64().unwrap_or(0)
                     + t["growth"]["totals"]["file_bytes"].as_u64().unwrap_or(0);
                 w.traced = Some((touched, t["counters"]["stacks"].as_u64().unwrap_or(0)));
+                if let (Some(runs), Some(ns), Some(el)) =
+                    (t["probe_cost"]["runs"].as_f64(), t["probe_cost"]["run_ns"].as_f64(), t["elapsed_s"].as_f64())
+                {
+                    w.probe = Some((runs / el.max(1e-3), ns / 1e9 / el.max(1e-3)));
+                }
                 if let (Some(cpu), Some(el)) =
                     (t["malloc"]["cost"]["server_cpu_s"].as_f64(), t["malloc"]["elapsed_s"].as_f64())
                 {
@@ -273,7 +288,7 @@ fn heaptrack_cpu() -> f64 {
 fn table(tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>], cpus: usize) -> String {
     let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
     let mut md = format!("\n### throughput: {base:.0} tps without tracing\n\n");
-    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | allocator probes' cost to the server (cores, as pileup prints it) | first touched / stacks (pileup) | failed windows |\n|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | growth probes: runs a second / time in the kernel (cores), with --probe-cost | allocator probes' cost to the server (cores, as pileup prints it) | first touched / stacks (pileup) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let _ = cpus;
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
@@ -289,8 +304,18 @@ fn table(tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>], cpus: u
             )
         };
         let probes: Vec<f64> = r.iter().filter_map(|w| w.probe_cores).collect();
+        let kernel: Vec<(f64, f64)> = r.iter().filter_map(|w| w.probe).collect();
+        let kernel = if kernel.is_empty() {
+            "–".to_string()
+        } else {
+            format!(
+                "{:.0} / {:.4}",
+                median(kernel.iter().map(|k| k.0).collect()),
+                median(kernel.iter().map(|k| k.1).collect())
+            )
+        };
         md.push_str(&format!(
-            "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {} | {traced} | {} |\n",
+            "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {kernel} | {} | {traced} | {} |\n",
             describe(tool),
             tps / base,
             if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
@@ -307,6 +332,7 @@ fn describe(tool: &str) -> String {
     match tool {
         "none" => "no tracing".into(),
         "memory" => "pileup memory (growth traced, 200 stacks a second)".into(),
+        "memory-cost" => "pileup memory --probe-cost (the probes timed by the kernel)".into(),
         "memory-focus" => "pileup memory --focus conn:ID (one connection's allocations sampled too)".into(),
         "heaptrack" => "heaptrack (a server of its own started under it)".into(),
         "performance-schema" => "performance_schema, memory/% instruments on (a server started so)".into(),

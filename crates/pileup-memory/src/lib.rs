@@ -82,7 +82,7 @@ struct Timeline {
 
 impl Timeline {
     /// Read one point at `at` seconds; false when the server is gone.
-    fn point(&mut self, at: f64, sql: Option<&mut mysql::Conn>, sink: &mut dyn Sink) -> bool {
+    fn point(&mut self, at: f64, sql: Option<&mut mysql::Conn>, touched: Option<u64>, sink: &mut dyn Sink) -> bool {
         let s = match (self.server.as_mut(), sql) {
             (Some(r), Some(c)) if !self.sql_failed => match r.read(c) {
                 Ok(s) => Some(s),
@@ -95,10 +95,11 @@ impl Timeline {
             _ => None,
         };
         let pool_size = s.as_ref().map_or(0, |s| s.pool_size);
-        let Some(p) = self.proc.read(at, pool_size, s) else {
+        let Some(mut p) = self.proc.read(at, pool_size, s) else {
             self.notes.push(format!("the server exited at {at:.1} s"));
             return false;
         };
+        p.touched = touched;
         sink.point(&p);
         self.points.push(p);
         true
@@ -131,7 +132,7 @@ pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -
         let t0 = Instant::now();
         loop {
             let at = t0.elapsed().as_secs_f64();
-            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), sink) {
+            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), None, sink) {
                 break;
             }
             if t0.elapsed() + o.interval > o.duration || sink.stop() {
@@ -195,7 +196,7 @@ fn traced_run(
         sink.traced(t.grown, t.charged);
         let at = t.elapsed.as_secs_f64();
         if at >= next_point {
-            if !tl.point(at, t.sql.map(|s| &mut s.conn), sink) {
+            if !tl.point(at, t.sql.map(|s| &mut s.conn), Some(t.grown), sink) {
                 return false;
             }
             next_point = at + o.interval.as_secs_f64();

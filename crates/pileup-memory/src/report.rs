@@ -21,6 +21,10 @@ pub struct Point {
     /// walked only as often as their cost allows, and carried between.
     pub regions_at_s: f64,
     pub server: Option<ServerMemory>,
+    /// With tracing: bytes first touched since the window began, as charged
+    /// so far (sampled weights; the last fraction of a second may come
+    /// after the point).
+    pub touched: Option<u64>,
 }
 
 impl Point {
@@ -75,7 +79,7 @@ impl ProcReader {
             self.last = Some((at_s, regions(&parse_smaps(&smaps), pool_size)));
         }
         let (regions_at_s, regions) = self.last.clone()?;
-        Some(Point { at_s, resident, regions, regions_at_s, server })
+        Some(Point { at_s, resident, regions, regions_at_s, server, touched: None })
     }
 }
 
@@ -248,23 +252,34 @@ impl Report {
         }
         writeln!(
             w,
-            "\n{:>8} {:>10} {:>10} {:>10} {:>12} {:>12}",
-            "at (s)", "rss", "anon", "heap", "Memory_used", "unexplained"
+            "\n{:>8} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+            "at (s)", "rss", "anon", "heap", "Memory_used", "unexplained", "touched"
         )?;
+        let mut prev_touched = 0;
         for p in &self.points {
             let (used, gap) = match &p.server {
                 Some(s) => (mib(s.memory_used), signed_mib(p.unexplained_since(first).unwrap_or(0))),
                 None => ("–".into(), "–".into()),
             };
+            // Pages first touched since the previous point (traced).
+            let touched = match p.touched {
+                Some(t) => {
+                    let d = t.saturating_sub(prev_touched);
+                    prev_touched = t;
+                    format!("+{}", mib(d))
+                }
+                None => "–".into(),
+            };
             writeln!(
                 w,
-                "{:>8.1} {:>10} {:>10} {:>10} {:>12} {:>12}",
+                "{:>8.1} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
                 p.at_s,
                 mib(p.resident.rss),
                 mib(p.resident.anon),
                 mib(p.heap()),
                 used,
-                gap
+                gap,
+                touched
             )?;
         }
         for n in &self.notes {
@@ -574,6 +589,7 @@ mod tests {
             resident: Resident { rss: (heap_mib + 50) * mib, anon: heap_mib * mib, ..Default::default() },
             regions: Regions { main_arena: heap_mib * mib, ..Default::default() },
             regions_at_s: at_s,
+            touched: None,
             server: Some(ServerMemory {
                 memory_used: used_mib * mib,
                 pool_size: 128 * mib,
