@@ -149,7 +149,10 @@ fn main() -> Result<()> {
                 .map(|(b, s)| format!(", {:.1} MiB first touched, {s} stacks", b as f64 / 1048576.0))
                 .unwrap_or_default(),
             win.probe_cores.map(|c| format!(", uprobes {c:.4} cores of the server")).unwrap_or_default()
-                + &win.probe.map(|(r, c)| format!(", probes {r:.0} runs/s, {c:.4} cores in the kernel")).unwrap_or_default()
+                + &win
+                    .probe
+                    .map(|(r, c)| format!(", probes {r:.0} runs/s, {c:.4} cores in the kernel"))
+                    .unwrap_or_default()
         );
         let tps = win.tps;
         results[i].push(win);
