@@ -15,6 +15,7 @@
 //! beside: a timeline, allocation probes).
 
 pub mod attribute;
+mod error;
 pub mod record;
 pub mod trace;
 
@@ -28,20 +29,8 @@ use crate::regs::Regs;
 use crate::resolve::Resolver;
 
 pub use attribute::Growth;
+pub use error::GrowthError;
 pub use trace::Counters;
-
-/// Why growth could not be traced.
-#[derive(Debug, thiserror::Error)]
-pub enum GrowthError {
-    /// Capabilities missing (their names).
-    #[error("missing {0}")]
-    Privileges(String),
-    /// The kernel or the environment cannot trace (the reason).
-    #[error("{0}")]
-    NoEbpf(String),
-    #[error("eBPF: {0}")]
-    Ebpf(String),
-}
 
 #[derive(Debug, Clone)]
 pub struct GrowthOptions {

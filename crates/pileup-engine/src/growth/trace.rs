@@ -16,8 +16,8 @@ use crate::ebpf::ProbeCost;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
+use super::error::GrowthError;
 use super::record::{Event, ThreadCounts};
-use super::GrowthError;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/growth.skel.rs"));

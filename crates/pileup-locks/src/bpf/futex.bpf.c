@@ -268,9 +268,7 @@ struct {
 
 static __always_inline void count(__u32 which)
 {
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
-	if (c)
-		*c += 1;
+	pileup_count(&counters, which);
 }
 
 static __always_inline int is_wait(__u32 op)
@@ -416,17 +414,8 @@ static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32
 	r->ip = regs->ip;
 	r->sp = sp;
 	r->bp = regs->bp;
-	// As much of STACK_BYTES as is mapped (a thread's stack can end closer
-	// than that above its pointer).
-	if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)sp) == 0)
-		r->stack_len = STACK_BYTES;
-	else if (bpf_probe_read_user(r->stack, 8192, (void *)sp) == 0)
-		r->stack_len = 8192;
-	else if (bpf_probe_read_user(r->stack, 4096, (void *)sp) == 0)
-		r->stack_len = 4096;
-	else if (bpf_probe_read_user(r->stack, 1024, (void *)sp) == 0)
-		r->stack_len = 1024;
-	else
+	r->stack_len = pileup_copy_stack(r->stack, STACK_BYTES, sp);
+	if (!r->stack_len)
 		count(C_NOSTACK);
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 	count(C_SENT);

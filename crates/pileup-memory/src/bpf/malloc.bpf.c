@@ -130,42 +130,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-struct budget {
-	__u64 second;
-	__u64 spent;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct budget);
+	__type(value, struct pileup_budget);
 } budget SEC(".maps");
 
 static const struct thread_state zero_state = {};
 
 static __always_inline void count(__u32 which)
 {
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
-	if (c)
-		*c += 1;
-}
-
-static __always_inline int within_budget(void)
-{
-	__u32 zero = 0;
-	struct budget *bg = bpf_map_lookup_elem(&budget, &zero);
-	if (!bg)
-		return 0;
-	__u64 second = bpf_ktime_get_ns() / 1000000000ULL;
-	if (bg->second != second) {
-		bg->second = second;
-		bg->spent = 0;
-	}
-	if (bg->spent >= cpu_budget)
-		return 0;
-	bg->spent++;
-	return 1;
+	pileup_count(&counters, which);
 }
 
 static __always_inline __u64 next_threshold(void)
@@ -268,14 +244,8 @@ static __always_inline void alloc_exit(struct user_regs *regs)
 	r->ip = regs->ip;
 	r->sp = regs->sp;
 	r->bp = regs->bp;
-	if (within_budget()) {
-		__u64 sp = regs->sp;
-		if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)sp) == 0)
-			r->stack_len = STACK_BYTES;
-		else if (bpf_probe_read_user(r->stack, 8192, (void *)sp) == 0)
-			r->stack_len = 8192;
-		else if (bpf_probe_read_user(r->stack, 4096, (void *)sp) == 0)
-			r->stack_len = 4096;
+	if (pileup_spend(&budget, cpu_budget)) {
+		r->stack_len = pileup_copy_stack(r->stack, STACK_BYTES, regs->sp);
 		if (r->stack_len)
 			count(C_STACKS);
 	} else {

@@ -167,25 +167,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-struct budget {
-	__u64 second;
-	__u64 spent;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct budget);
+	__type(value, struct pileup_budget);
 } budget SEC(".maps");
 
 static const struct thread_counts zero_counts = {};
 
 static __always_inline void count(__u32 which)
 {
-	__u64 *c = bpf_map_lookup_elem(&counters, &which);
-	if (c)
-		*c += 1;
+	pileup_count(&counters, which);
 }
 
 // The thread's counts, created empty if absent.
@@ -199,23 +192,6 @@ static __always_inline struct thread_counts *counts_of(__u32 tid)
 	if (!t)
 		count(C_THREADSFULL);
 	return t;
-}
-
-static __always_inline int within_budget(void)
-{
-	__u32 zero = 0;
-	struct budget *bg = bpf_map_lookup_elem(&budget, &zero);
-	if (!bg)
-		return 0;
-	__u64 second = bpf_ktime_get_ns() / 1000000000ULL;
-	if (bg->second != second) {
-		bg->second = second;
-		bg->spent = 0;
-	}
-	if (bg->spent >= cpu_budget)
-		return 0;
-	bg->spent++;
-	return 1;
 }
 
 // A record with the thread's registers and the top of its stack; 0 if the
@@ -240,17 +216,8 @@ static __always_inline int record_stack(__u64 kind, __u32 what, __u32 tid, __u64
 	r->ip = regs->ip;
 	r->sp = sp;
 	r->bp = regs->bp;
-	// As much of STACK_BYTES as is mapped (a thread's stack can end closer
-	// than that above its pointer).
-	if (bpf_probe_read_user(r->stack, STACK_BYTES, (void *)sp) == 0)
-		r->stack_len = STACK_BYTES;
-	else if (bpf_probe_read_user(r->stack, 8192, (void *)sp) == 0)
-		r->stack_len = 8192;
-	else if (bpf_probe_read_user(r->stack, 4096, (void *)sp) == 0)
-		r->stack_len = 4096;
-	else if (bpf_probe_read_user(r->stack, 1024, (void *)sp) == 0)
-		r->stack_len = 1024;
-	else
+	r->stack_len = pileup_copy_stack(r->stack, STACK_BYTES, sp);
+	if (!r->stack_len)
 		count(C_NOSTACK);
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 	count(C_SENT);
@@ -338,7 +305,7 @@ int growth_fault(__u64 *ctx)
 	t->next = next_threshold();
 	__u32 what = vc.file ? W_FAULT_FILE : W_FAULT_ANON;
 	int sent;
-	if (within_budget()) {
+	if (pileup_spend(&budget, cpu_budget)) {
 		sent = record_stack(REC_SAMPLE, what, tid, weight, addr, (struct user_regs *)ctx[1]);
 	} else {
 		count(C_BUDGET);
@@ -356,7 +323,7 @@ static __always_inline void grew(__u32 what, __u32 tid, __u64 addr, __u64 bytes,
 	if (!t)
 		return;
 	t->mapped += bytes;
-	if (within_budget()) {
+	if (pileup_spend(&budget, cpu_budget)) {
 		record_stack(REC_GROW, what, tid, bytes, addr, (struct user_regs *)bpf_task_pt_regs(task));
 	} else {
 		count(C_BUDGET);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 //
-// What pileup's eBPF programs share (this crate's and pileup-locks'): the
-// kernel's fixed-width types and libbpf's helpers, and the x86-64 user
-// register layout. Declared by hand instead of generated from vmlinux.h:
+// What pileup's eBPF programs share (this crate's, pileup-locks' and
+// pileup-memory's): the kernel's fixed-width types and libbpf's helpers,
+// the x86-64 user register layout, and the stack copy, counters and
+// per-second budget every tracer uses. Declared by hand instead of generated from vmlinux.h:
 // the task fields a program reads are declared where it reads them and
 // relocated by libbpf (CO-RE), so no kernel headers are needed to build.
 
@@ -27,5 +28,57 @@ struct user_regs {
 	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
+
+// Copy the top of a user stack, from its pointer `sp` up, into `dst`: as
+// much of `max` bytes (a constant) as is mapped, trying shorter copies
+// where the stack ends closer than that above its pointer. Returns the
+// bytes copied, 0 if none could be.
+static __always_inline __u32 pileup_copy_stack(__u8 *dst, __u32 max, __u64 sp)
+{
+	if (bpf_probe_read_user(dst, max, (void *)sp) == 0)
+		return max;
+	if (max > 8192 && bpf_probe_read_user(dst, 8192, (void *)sp) == 0)
+		return 8192;
+	if (max > 4096 && bpf_probe_read_user(dst, 4096, (void *)sp) == 0)
+		return 4096;
+	if (max > 1024 && bpf_probe_read_user(dst, 1024, (void *)sp) == 0)
+		return 1024;
+	return 0;
+}
+
+// Add one to counter `which` of a per-CPU array of counters.
+static __always_inline void pileup_count(void *counters, __u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(counters, &which);
+	if (c)
+		*c += 1;
+}
+
+// A per-CPU budget of stacks a second: the current second and what was
+// spent in it.
+struct pileup_budget {
+	__u64 second;
+	__u64 spent;
+};
+
+// Whether this CPU's budget (the only element of the per-CPU array
+// `budgets`) has room for one more stack this second, out of `limit`; if
+// so it is spent.
+static __always_inline int pileup_spend(void *budgets, __u64 limit)
+{
+	__u32 zero = 0;
+	struct pileup_budget *bg = bpf_map_lookup_elem(budgets, &zero);
+	if (!bg)
+		return 0;
+	__u64 second = bpf_ktime_get_ns() / 1000000000ULL;
+	if (bg->second != second) {
+		bg->second = second;
+		bg->spent = 0;
+	}
+	if (bg->spent >= limit)
+		return 0;
+	bg->spent++;
+	return 1;
+}
 
 #endif
