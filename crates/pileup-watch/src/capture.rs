@@ -17,8 +17,9 @@ use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, Th
 use crate::evidence::{CaptureSettings, Evidence, MdlLock, MetadataLocks, OpenTrx, RowLockWait, VARIABLES};
 use crate::store::Row;
 
-/// Gather evidence (SQL and stacks) for a fired trigger. Once `cancel` is
-/// set, sampling stops after the current sample and SQL is skipped.
+/// Gather evidence (SQL and stacks, and for a memory trigger the server's
+/// growth) for a fired trigger. Once `cancel` is set, sampling stops after
+/// the current sample and SQL is skipped.
 pub fn gather(
     trigger: &str,
     unix: f64,
@@ -28,14 +29,34 @@ pub fn gather(
     history: Vec<Row>,
     cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> Evidence {
-    let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
-    // A memory trigger: what grows the server, while it grows.
-    if let (Some(pid), true) = (pid, is_memory_trigger(trigger)) {
-        match trace_growth(pid, spec, s, cancel) {
-            Ok(g) => ev.growth = Some(g),
-            Err(e) => ev.growth_error = Some(e),
+    let memory = pid.filter(|_| is_memory_trigger(trigger));
+    std::thread::scope(|sc| {
+        // A memory trigger: what grows the server, traced while the stacks
+        // are taken (the trace stops no thread; the stacks' stops are
+        // microseconds), so the verdict comes no later for it.
+        let growth = memory.map(|pid| sc.spawn(move || trace_growth(pid, spec, s, cancel)));
+        let mut ev = gather_stacks_and_sql(trigger, unix, spec, pid, s, history, cancel);
+        match growth.map(|h| h.join()) {
+            Some(Ok(Ok(g))) => ev.growth = Some(g),
+            Some(Ok(Err(e))) => ev.growth_error = Some(e),
+            Some(Err(_)) => ev.growth_error = Some("memory growth not traced: the tracer stopped".into()),
+            None => {}
         }
-    }
+        ev
+    })
+}
+
+/// The stacks, then SQL.
+fn gather_stacks_and_sql(
+    trigger: &str,
+    unix: f64,
+    spec: Option<&ConnSpec>,
+    pid: Option<i32>,
+    s: &CaptureSettings,
+    history: Vec<Row>,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Evidence {
+    let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
     // Stacks first: they do not depend on SQL answering.
     if let Some(pid) = pid {
         // Annotation must not delay the stacks of a server that hangs: a

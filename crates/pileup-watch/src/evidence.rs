@@ -20,7 +20,7 @@ pub struct CaptureSettings {
     /// each poll and must never be taken for a lock's idle holder.
     pub own_connection: u64,
     /// For a memory trigger: how long the server's growth is traced (eBPF,
-    /// `pileup memory`'s tracer) before its stacks are sampled.
+    /// `pileup memory`'s tracer), beside its stacks.
     pub memory_trace: Duration,
 }
 
