@@ -743,6 +743,15 @@ fn clients(
         .collect()
 }
 
+/// The datadir's device as the verdicts see it: a test that throttles it
+/// (its I/O queues in the kernel, so the whole device shows busy) and a
+/// test whose verdict reads the device's load must not run at once.
+static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn device() -> std::sync::MutexGuard<'static, ()> {
+    DEVICE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Watch `sb` with `trigger` under 5 s of steady load (two clients running
 /// `steady`), which must not be captured; then a storm of 24 clients doing
 /// `storm`: the capture's verdict.
@@ -753,6 +762,7 @@ fn storm_verdict(
     steady: &'static str,
     storm: impl Fn(&pileup_conn::ConnSpec, &mut Option<mysql::Conn>, usize, u64) + Send + Sync + 'static,
 ) -> String {
+    let _device = device();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spec = sb.conn_spec();
     let mut threads = clients(2, &stop, move |c, _, _| {
@@ -827,6 +837,7 @@ fn throttled_verdict(
     threads: u32,
     limit: Limit,
 ) -> (String, Vec<(String, String)>) {
+    let _device = device();
     let mut load = sysbench_start(test, base, threads, 60);
     let data = tempfile_dir("watch-throttled");
     let (mut child, rx) = watch(sb, &data, &[]);
@@ -938,6 +949,7 @@ fn redo_log_writes_that_hold_up_commits_are_named() {
 
 #[test]
 fn a_flushing_storm_is_named_with_the_checkpoint_age() {
+    let _device = device();
     // A redo log far too small for the write load, and a page cleaner told
     // the disk is slow: the checkpoint age runs into the log's capacity and
     // writers wait for pages to be flushed.
@@ -1030,6 +1042,7 @@ fn a_data_file_extension_is_named_with_its_file() {
     .expect("starting a sandbox");
     let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
     base.push("--rate=4000".into());
+    let _device = device();
     let throttle = Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20)).expect("throttling the datadir's device");
     let data = tempfile_dir("watch-extend");
     let (mut child, rx) = watch(&sb, &data, &[]);
@@ -1072,6 +1085,7 @@ fn a_data_file_extension_is_named_with_its_file() {
 
 #[test]
 fn a_steady_load_captured_on_purpose_shows_no_stall_class() {
+    let _device = device();
     // Reads and writes at a steady rate on a default server, captured by a
     // trigger that holds from the start: no class may be found in it. The
     // rate is one the sandbox carries on any machine: unthrottled, 8
