@@ -52,7 +52,9 @@ pub fn verdict(ev: &Evidence) -> String {
                 format!("memory: the server did not grow in the {:.1} s traced after the trigger", g.elapsed_s)
             }),
             (None, Some(e)) => format!("memory: {e}"),
-            (None, None) => "memory: growth not traced (no server process)".into(),
+            // The capture had begun for another trigger (an early capture
+            // kept for this one), or had no server process to trace.
+            (None, None) => "memory: growth not traced in this capture (it was taken for another trigger, or without the server's process)".into(),
         };
         let rest = verdict_of_locks_and_stacks(ev);
         return if rest.starts_with("no culprit found") || rest.starts_with("no lock culprit found") {

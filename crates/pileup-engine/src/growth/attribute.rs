@@ -94,20 +94,35 @@ impl SqlTimeline {
         let a_began = a.and_then(|(ta, s)| {
             s.time_ms.map(|ms| ta.saturating_sub(ms * 1_000_000) <= time_ns.saturating_add(SLACK_NS))
         });
-        let (statement, between) = match (stmt(b), stmt(a)) {
-            (Some(x), Some(y)) if x == y => (Some(x), false),
+        // Which read's row is the event's (its statement, and its
+        // connection: a thread serves other connections over time).
+        enum Pick {
+            Before,
+            After,
+        }
+        let (pick, between) = match (stmt(b), stmt(a)) {
+            (Some(x), Some(y)) if x == y => (Some(Pick::After), false),
             // Begun before the event and running after it: the one.
-            (_, Some(y)) if a_began == Some(true) => (Some(y), false),
+            (_, Some(_)) if a_began == Some(true) => (Some(Pick::After), false),
             // Begun after the event: the one before, or one unseen between.
-            (Some(x), Some(_)) if a_began == Some(false) => (Some(x), true),
+            (Some(_), Some(_)) if a_began == Some(false) => (Some(Pick::Before), true),
             (None, Some(_)) if a_began == Some(false) => (None, false),
-            (Some(x), Some(y)) => {
+            (Some(_), Some(_)) => {
                 let (tb, ta) = (b.unwrap().0, a.unwrap().0);
-                (Some(if time_ns - tb <= ta - time_ns { x } else { y }), true)
+                (Some(if time_ns - tb <= ta - time_ns { Pick::Before } else { Pick::After }), true)
             }
-            (x, y) => (x.or(y), false),
+            (Some(_), None) => (Some(Pick::Before), false),
+            (None, Some(_)) => (Some(Pick::After), false),
+            (None, None) => (None, false),
         };
-        let Some((_, s)) = b.or(a) else { return Who::default() };
+        let (row, statement) = match pick {
+            Some(Pick::Before) => (b, stmt(b)),
+            Some(Pick::After) => (a, stmt(a)),
+            // No statement: the connection the thread served, if either
+            // read agrees on one.
+            None => (b.filter(|(_, s)| a.is_none_or(|(_, t)| t.id == s.id)).or(a), None),
+        };
+        let Some((_, s)) = row else { return Who::default() };
         if s.is_pileup {
             return Who::default();
         }
@@ -506,6 +521,13 @@ mod tests {
         assert_eq!(tl.who(7, 90).statement.as_deref(), Some("B"));
         tl.forget_before(100);
         assert_eq!(tl.latest(), Some(100));
+        // A thread that served another connection by the read after: the
+        // connection is the one whose statement was chosen.
+        let mut tl = SqlTimeline::default();
+        tl.push(0, HashMap::from([(7, row(12, None))]));
+        tl.push(100, HashMap::from([(7, row(13, Some("INSERT …")))]));
+        let w = tl.who(7, 50);
+        assert_eq!((w.conn, w.statement.as_deref()), (Some(13), Some("INSERT …")));
         // The read after says its statement began after the event: the
         // statement before is the event's, however near the read after is.
         let ms = 1_000_000u64;

@@ -273,8 +273,15 @@ SEC("uprobe")
 int realloc_enter(struct user_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if ((__u32)(id >> 32) == target_tgid)
-		freed(ctx->di);
+	if ((__u32)(id >> 32) != target_tgid)
+		return 0;
+	// realloc(NULL, n) is malloc(n): the C library calls its malloc,
+	// whose own probe counts it.
+	if (!ctx->di) {
+		count(C_HITS);
+		return 0;
+	}
+	freed(ctx->di);
 	alloc_enter(ctx->si);
 	return 0;
 }
