@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pileup_engine::Regs;
 use pileup_engine::{DataName, Resolver};
 use pileup_engine::{SqlSource, SqlThread, ThreadFilter};
+use pileup_sql::statement_class;
 use serde::Serialize;
 
 pub use aggregate::LockEntry;
@@ -420,11 +421,4 @@ pub fn run_performance_schema(
         locks,
         notes,
     })
-}
-
-/// A statement's class, as `pileup digest` groups statements.
-fn statement_class(q: &str) -> String {
-    let mut out = Vec::with_capacity(q.len());
-    pileup_sql::fingerprint(q.as_bytes(), &mut out);
-    String::from_utf8_lossy(&out).into_owned()
 }

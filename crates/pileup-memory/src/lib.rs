@@ -207,7 +207,7 @@ fn traced_run(
         &gopts,
         sql,
         &mut resolver,
-        Box::new(statement_class),
+        Box::new(pileup_sql::statement_class),
         focus.is_some(),
         on_tick,
     )?;
@@ -242,11 +242,4 @@ fn traced_run(
     };
     tl.notes.extend(g.notes.iter().cloned());
     Ok(Traced { trace: g, cpu_us: pileup_engine::process::own_cpu_us(), malloc })
-}
-
-/// A statement's class, as `pileup digest` groups statements.
-fn statement_class(q: &str) -> String {
-    let mut out = Vec::with_capacity(q.len());
-    pileup_sql::fingerprint(q.as_bytes(), &mut out);
-    String::from_utf8_lossy(&out).into_owned()
 }

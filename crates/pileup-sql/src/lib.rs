@@ -377,6 +377,14 @@ fn number_end(sql: &[u8], i: usize) -> Option<usize> {
     Some(j)
 }
 
+/// A statement's class as text, as `pileup digest` groups statements: its
+/// fingerprint, for tools that name the statement a thread ran.
+pub fn statement_class(sql: &str) -> String {
+    let mut out = Vec::with_capacity(sql.len());
+    fingerprint(sql.as_bytes(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Reduce `sql` to its class's fingerprint, written to `out` (cleared
 /// first). Never fails; any bytes are accepted.
 pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {

@@ -152,11 +152,7 @@ fn trace_growth(
         })
         .and_then(|c| SqlSource::new(c).ok());
     let o = GrowthOptions { pid, stack_budget: 200, probe_cost: false, top: 10 };
-    let class_of: Box<dyn Fn(&str) -> String> = Box::new(|q: &str| {
-        let mut out = Vec::with_capacity(q.len());
-        pileup_sql::fingerprint(q.as_bytes(), &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    });
+    let class_of: Box<dyn Fn(&str) -> String> = Box::new(pileup_sql::statement_class);
     let window = s.memory_trace;
     let stop = |t: pileup_engine::growth::Tick<'_>| {
         t.elapsed < window && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
