@@ -66,13 +66,17 @@ pub enum Event {
         blocked: u32,
         baseline: u32,
     },
-    /// A pile-up ended: when it began and ended, to the scan interval.
+    /// A short stall ended: a pile-up (timed to the scan interval), or a
+    /// trigger's condition that cleared before its hold (`what`: the
+    /// trigger's name or text; timed to the polls).
     Stall {
         began_unix: f64,
         ended_unix: f64,
         ms: f64,
         peak_blocked: u32,
         baseline: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        what: Option<String>,
     },
     Skipped {
         unix: f64,
@@ -170,6 +174,12 @@ impl Decider {
         self.uncaptured.is_some()
     }
 
+    /// Some trigger's condition holds and has not fired yet: polls should
+    /// come fast until it is decided.
+    pub fn pending(&self) -> bool {
+        self.armed.iter().any(Armed::in_hold)
+    }
+
     /// A capture finished (written, failed or dropped).
     pub fn finished(&mut self) {
         self.sched.finished();
@@ -179,8 +189,16 @@ impl Decider {
     pub fn poll(&mut self, p: &PollSeen, now: f64) -> Vec<Action> {
         let mut out = vec![];
         for i in 0..self.triggers.len() {
+            let held_since = self.armed[i].since().filter(|_| self.armed[i].in_hold());
             let step = self.armed[i].step(&self.triggers[i], p.unix, p.ctx);
             let since = self.armed[i].since();
+            if let (Some(began), Step::Idle) = (held_since, step) {
+                // Cleared before its hold: a short stall of its kind (its
+                // early capture kept if such stalls repeat, else dropped below).
+                let what = Some(self.triggers[i].label().to_string());
+                let st = Stall { began_unix: began, ended_unix: p.unix, peak_blocked: 0, baseline: 0, what };
+                self.short_stall(st, p.unix, now, p.free, &mut out);
+            }
             // The scan times a pile-up's start to its interval.
             let onset = self.open_pileup.map_or(since.unwrap_or(p.unix), |b| b.min(since.unwrap_or(p.unix)));
             let text = self.triggers[i].text.clone();
@@ -320,6 +338,8 @@ impl Decider {
                 self.scan_fired(text, unix, began_unix, now, free, &mut out);
             }
             Pulse::Ended(st) => self.stall_ended(st, unix, now, free, &mut out),
+            // Polls come sooner ([`crate::pace`]); nothing is decided on it.
+            Pulse::Stir { .. } => {}
         }
         out
     }
@@ -327,13 +347,21 @@ impl Decider {
     fn stall_ended(&mut self, st: Stall, unix: f64, now: f64, free: Option<u64>, out: &mut Vec<Action>) {
         self.open_pileup = None;
         self.uncaptured = None;
-        out.push(Action::RecordStall(st));
+        self.short_stall(st, unix, now, free, out);
+    }
+
+    /// A stall ended (a pile-up, or a trigger's condition that cleared
+    /// before its hold): recorded and told; short ones that repeat are
+    /// captured.
+    fn short_stall(&mut self, st: Stall, unix: f64, now: f64, free: Option<u64>, out: &mut Vec<Action>) {
+        out.push(Action::RecordStall(st.clone()));
         out.push(Action::Tell(Event::Stall {
             began_unix: st.began_unix,
             ended_unix: st.ended_unix,
             ms: st.ms(),
             peak_blocked: st.peak_blocked,
             baseline: st.baseline,
+            what: st.what.clone(),
         }));
         if st.ms() < LASTING_SECS * 1000.0 {
             self.short_stalls.push_back(st.ended_unix);
@@ -356,7 +384,9 @@ impl Decider {
                 self.scan_fired(text, unix, st.began_unix, now, free, out);
             }
             // The scan's own: a trigger in its hold keeps it as its own.
-            (Some(early), None) if early == self.scan_idx => self.hand_over(self.in_hold(self.scan_idx), out),
+            (Some(early), None) if early == self.scan_idx && st.what.is_none() => {
+                self.hand_over(self.in_hold(self.scan_idx), out)
+            }
             _ => {}
         }
     }
@@ -402,6 +432,9 @@ mod tests {
         fn baseline(&self, _: &str, _: f64) -> Option<f64> {
             None
         }
+        fn spread(&self, _: &str, _: f64) -> Option<f64> {
+            None
+        }
         fn poll_failed(&self) -> bool {
             false
         }
@@ -436,7 +469,7 @@ mod tests {
     }
 
     fn ended(from: f64, to: f64) -> Pulse {
-        Pulse::Ended(Stall { began_unix: T0 + from, ended_unix: T0 + to, peak_blocked: 12, baseline: 1 })
+        Pulse::Ended(Stall { began_unix: T0 + from, ended_unix: T0 + to, peak_blocked: 12, baseline: 1, what: None })
     }
 
     /// Actions as short text: what, for which trigger, and the onset as
@@ -477,7 +510,7 @@ mod tests {
     fn an_early_capture_is_dropped_when_its_condition_clears_and_the_next_waits_for_it_and_the_gap() {
         let mut d = decider(&["a > 1 for 2s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], false), ["drop"]);
+        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], false), ["record", "stall", "drop"], "a short stall");
         // The dropped capture has not reported its end yet.
         assert!(poll(&mut d, 3.0, &[("a", 5.0)], false).is_empty());
         d.finished();
@@ -488,7 +521,7 @@ mod tests {
         // Dropped again: within the gap, none starts even with nothing running.
         let mut d = decider(&["a > 1 for 2s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 1.2, &[("a", 0.0)], false), ["drop"]);
+        assert_eq!(poll(&mut d, 1.2, &[("a", 0.0)], false), ["record", "stall", "drop"]);
         d.finished();
         assert!(poll(&mut d, 1.5, &[("a", 5.0)], false).is_empty());
         assert_eq!(poll(&mut d, 1.0 + EARLY_GAP.as_secs_f64(), &[("a", 5.0)], false), ["early a > 1 for 2s @1.5"]);
@@ -498,7 +531,7 @@ mod tests {
     fn a_cleared_early_capture_goes_to_another_trigger_still_in_its_hold() {
         let mut d = decider(&["a > 1 for 2s", "b > 1 for 3s"]);
         assert_eq!(poll(&mut d, 1.0, &[("a", 5.0), ("b", 5.0)], false), ["early a > 1 for 2s @1.0"]);
-        assert!(poll(&mut d, 2.0, &[("a", 0.0), ("b", 5.0)], true).is_empty(), "not dropped: b holds");
+        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0), ("b", 5.0)], true), ["record", "stall"], "not dropped: b holds");
         assert!(poll(&mut d, 3.0, &[("b", 5.0)], true).is_empty());
         assert_eq!(poll(&mut d, 4.0, &[("b", 5.0)], true), ["fired b > 1 for 3s @1.0", "keep b > 1 for 3s @1.0"]);
     }
@@ -511,9 +544,9 @@ mod tests {
         assert!(poll(&mut d, 1.5, &[("a", 5.0), ("b", 5.0)], false).is_empty());
         assert_eq!(poll(&mut d, 2.5, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true), ["retake c > 1 for 5s @2.5"]);
         // Another beginning within the gap: not taken again.
-        assert!(poll(&mut d, 3.0, &[("a", 5.0), ("b", 0.0), ("c", 5.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 3.0, &[("a", 5.0), ("b", 0.0), ("c", 5.0)], true), ["record", "stall"]);
         assert!(poll(&mut d, 3.2, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true).is_empty());
-        assert_eq!(poll(&mut d, 3.6, &[("a", 5.0), ("b", 0.0), ("c", 5.0), ("d", 1.0)], true), Vec::<String>::new());
+        assert_eq!(poll(&mut d, 3.6, &[("a", 5.0), ("b", 0.0), ("c", 5.0), ("d", 1.0)], true), ["record", "stall"]);
         assert_eq!(poll(&mut d, 3.7, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true), ["retake b > 1 for 5s @3.7"]);
         // It is still the first trigger's to keep.
         assert_eq!(
@@ -568,7 +601,7 @@ mod tests {
     fn a_pile_up_whose_capture_is_refused_at_its_start_is_tried_again_each_scan_interval() {
         let mut d = decider(&["a > 1 for 5s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 1.5, &[("a", 0.0)], false), ["drop"]);
+        assert_eq!(poll(&mut d, 1.5, &[("a", 0.0)], false), ["record", "stall", "drop"]);
         // The dropped capture is still finishing.
         assert_eq!(pulse(&mut d, 1.6, began(1.5)), ["pile-up"]);
         assert!(d.waiting_to_capture());
@@ -587,7 +620,7 @@ mod tests {
         poll(&mut d, 1.0, &[("a", 5.0)], false);
         assert_eq!(pulse(&mut d, 1.5, began(1.4)), ["pile-up"], "the running early capture is this stall's");
         assert!(!d.waiting_to_capture());
-        assert!(poll(&mut d, 2.0, &[("a", 0.0)], true).is_empty(), "not dropped: the pile-up goes on");
+        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], true), ["record", "stall"], "not dropped: the pile-up goes on");
         let lasting = Pulse::Lasting { began_unix: T0 + 1.4, blocked: 12, baseline: 1 };
         assert_eq!(
             pulse(&mut d, 3.4, lasting),
@@ -662,6 +695,35 @@ mod tests {
         let mut d = Decider::new(vec![Trigger::parse("a > 1 for 2s").unwrap()], limits(300), false);
         assert!(poll(&mut d, 1.0, &[("a", 5.0)], false).is_empty());
         assert_eq!(poll(&mut d, 3.0, &[("a", 5.0)], false), ["fired a > 1 for 2s @1.0", "capture a > 1 for 2s @1.0"]);
+    }
+
+    #[test]
+    fn a_signature_that_clears_before_its_hold_is_a_short_stall_of_its_class_and_repeats_are_captured() {
+        let mut d = decider(&["connection storm: c > 1 for 1s"]);
+        assert!(poll(&mut d, 0.0, &[("c", 0.0)], false).is_empty());
+        assert_eq!(poll(&mut d, 1.0, &[("c", 5.0)], false), ["early connection storm: c > 1 for 1s @1.0"]);
+        assert!(d.pending(), "polls come fast until it is decided");
+        let ctx = Vals(BTreeMap::from([("c".to_string(), 0.0)]));
+        let a = d.poll(&PollSeen { unix: T0 + 1.25, ctx: &ctx, free: Some(1 << 30), early_gathered: true }, 1.25);
+        assert_eq!(show(&a), ["record", "stall", "drop"]);
+        let Action::RecordStall(st) = &a[0] else { unreachable!() };
+        assert_eq!((st.began_unix, st.ended_unix, st.what.as_deref()), (T0 + 1.0, T0 + 1.25, Some("connection storm")));
+        assert!(!d.pending());
+        d.finished();
+        assert_eq!(poll(&mut d, 3.0, &[("c", 5.0)], false).len(), 1);
+        assert_eq!(poll(&mut d, 3.5, &[("c", 0.0)], true), ["record", "stall", "drop"]);
+        d.finished();
+        // The third in ten minutes: its early capture is kept for them.
+        assert_eq!(poll(&mut d, 5.0, &[("c", 5.0)], false).len(), 1);
+        assert_eq!(
+            poll(&mut d, 5.25, &[("c", 0.0)], true),
+            [
+                "record",
+                "stall",
+                "fired short stalls: 3 in 10 min, this one 250 ms @5.0",
+                "keep short stalls: 3 in 10 min, this one 250 ms @5.0"
+            ]
+        );
     }
 
     #[test]

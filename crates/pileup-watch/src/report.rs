@@ -105,7 +105,7 @@ fn fmt_num(v: f64) -> String {
 /// under way then (the onset is timed to the poll or to the scan, so up to
 /// one scan interval either side).
 fn stall_around(stalls: &[crate::scan::Stall], onset: f64) -> Option<&crate::scan::Stall> {
-    stalls.iter().find(|st| st.began_unix <= onset + 0.15 && st.ended_unix > onset)
+    stalls.iter().find(|st| st.what.is_none() && st.began_unix <= onset + 0.15 && st.ended_unix > onset)
 }
 
 /// The report's sections on what waited: row locks, stall classes, the
@@ -134,16 +134,15 @@ fn waits_html(c: &Capture) -> String {
         h.push_str("</table>");
     }
     if !c.stalls.is_empty() {
-        h.push_str("<h2>Pile-ups seen by the thread scan</h2><table><tr><th>began (UTC)</th><th>ended (UTC)</th><th>length</th><th>threads held up at peak</th><th>usually</th></tr>");
+        h.push_str("<h2>Stalls around it</h2><p>Pile-ups the thread scan saw, and stall signatures that cleared before their trigger's hold.</p><table><tr><th>began (UTC)</th><th>ended (UTC)</th><th>length</th><th>what</th></tr>");
         for st in &c.stalls {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{:.0} ms</td><td>{}</td></tr>",
                 stamp_tenths(st.began_unix),
                 stamp_tenths(st.ended_unix),
                 st.ms(),
-                st.peak_blocked,
-                st.baseline
+                esc(&st.describe())
             );
         }
         h.push_str("</table>");
@@ -464,7 +463,7 @@ mod tests {
 
     #[test]
     fn a_stall_ends_with_the_scans_pile_up_that_it_is() {
-        let st = |b, e| crate::scan::Stall { began_unix: b, ended_unix: e, peak_blocked: 30, baseline: 0 };
+        let st = |b, e| crate::scan::Stall { began_unix: b, ended_unix: e, peak_blocked: 30, baseline: 0, what: None };
         let stalls = [st(90.0, 90.4), st(100.1, 103.7), st(110.0, 111.0)];
         // Onset at the poll just before the scan saw it, or from the scan itself.
         assert_eq!(stall_around(&stalls, 100.0).unwrap().ended_unix, 103.7);

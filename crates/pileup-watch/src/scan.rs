@@ -57,12 +57,20 @@ pub struct Census {
     pub disk: u32,
     /// In a futex wait on the thread cache: idle, not held up (not in `futex`).
     pub parked: u32,
+    /// CPU time of the server's main thread, which accepts connections,
+    /// since it started (ns): it moves with the connection rate.
+    pub acceptor_ns: Option<u64>,
 }
 
 impl Census {
     /// Threads held up: in a futex wait or in D.
     pub fn blocked(&self) -> u32 {
         self.futex + self.disk
+    }
+
+    /// Client threads not idle: running or held up.
+    pub fn active(&self) -> u32 {
+        self.running + self.blocked()
     }
 }
 
@@ -94,6 +102,8 @@ pub struct ThreadScan {
     /// Whether a futex word is where idle threads park (the thread cache).
     parked_at: Box<dyn FnMut(u64) -> bool>,
     parked_cache: HashMap<u64, bool>,
+    /// The main thread's `schedstat`.
+    acceptor: Option<File>,
     buf: Vec<u8>,
 }
 
@@ -101,7 +111,8 @@ impl ThreadScan {
     /// `parked_at` tells a futex word that idle threads wait on; without
     /// one (`|_| false`), every futex wait counts.
     pub fn new(pid: i32, parked_at: Box<dyn FnMut(u64) -> bool>) -> ThreadScan {
-        ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), buf: vec![0; 1024] }
+        let acceptor = File::open(format!("/proc/{pid}/task/{pid}/schedstat")).ok();
+        ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), acceptor, buf: vec![0; 1024] }
     }
 
     /// One census of the threads `only` includes (the client connections; all
@@ -109,6 +120,10 @@ impl ThreadScan {
     pub fn census(&mut self, unix: f64, only: Option<&Clients>) -> std::io::Result<Census> {
         let dir = format!("/proc/{}/task", self.pid);
         let mut c = Census { unix, ..Default::default() };
+        c.acceptor_ns = self.acceptor.as_ref().and_then(|f| {
+            let n = f.read_at(&mut self.buf, 0).ok()?;
+            std::str::from_utf8(&self.buf[..n]).ok()?.split_whitespace().next()?.parse().ok()
+        });
         let mut seen = Vec::new();
         for e in std::fs::read_dir(&dir)? {
             let Some(tid) = e?.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
@@ -222,25 +237,39 @@ fn stat_state(stat: &[u8]) -> Option<u8> {
     stat.get(close + 2).copied()
 }
 
-/// A pile-up that began and ended between two polls or across several.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+/// A stall that began and ended between two polls or across several: a
+/// pile-up the scan saw, or a trigger's condition (a stall class's
+/// signature) that held for less than its hold.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stall {
-    /// The first scan that saw it, and the first that no longer did.
+    /// The first scan (or poll) that saw it, and the first that no longer did.
     pub began_unix: f64,
     pub ended_unix: f64,
-    /// Most threads held up at once, and the usual number.
+    /// Most threads held up at once, and the usual number (a pile-up's).
     pub peak_blocked: u32,
     pub baseline: u32,
+    /// What it was, when a trigger saw it: the trigger's name (its stall
+    /// class) or text. `None`: a pile-up the thread scan saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
 }
 
 impl Stall {
     pub fn ms(&self) -> f64 {
         (self.ended_unix - self.began_unix) * 1000.0
     }
+
+    /// What it was, in a few words.
+    pub fn describe(&self) -> String {
+        match &self.what {
+            Some(w) => w.clone(),
+            None => format!("pile-up, {} threads held up at peak (usually {})", self.peak_blocked, self.baseline),
+        }
+    }
 }
 
 /// What a scan tells the watch loop.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Pulse {
     /// Threads held up reached the threshold on two scans running.
     Began {
@@ -255,7 +284,18 @@ pub enum Pulse {
         baseline: u32,
     },
     Ended(Stall),
+    /// Client threads stirred (far more of them running or held up than
+    /// usual, short of a pile-up) or the main thread's accepting took far
+    /// more CPU than usual: something may be starting, worth a poll now.
+    Stir {
+        unix: f64,
+        /// What stirred, in a few words.
+        why: &'static str,
+    },
 }
+
+/// Least time between two [`Pulse::Stir`]s.
+pub const STIR_GAP_SECS: f64 = 0.5;
 
 /// A pile-up that lasts this long is a stall in its own right.
 pub const LASTING_SECS: f64 = 2.0;
@@ -276,6 +316,62 @@ pub struct Detector {
     hist: VecDeque<(f64, u32)>,
     first_over: Option<f64>,
     open: Option<Open>,
+    stir: Stirring,
+}
+
+/// The usual level of client threads at work and of the main thread's
+/// CPU, for [`Pulse::Stir`].
+#[derive(Debug, Default)]
+struct Stirring {
+    active: VecDeque<(f64, f64)>,
+    acceptor: VecDeque<(f64, f64)>,
+    /// The last census's time and main-thread CPU.
+    last: Option<(f64, u64)>,
+    last_stir: Option<f64>,
+}
+
+/// Is `v` far above the usual `hist` (its median plus `floor` and four
+/// spreads)? Then `v` is kept out of the history; otherwise it goes in, and
+/// the last minute is kept.
+fn far_above(hist: &mut VecDeque<(f64, f64)>, t: f64, v: f64, floor: f64) -> bool {
+    let mut vals: Vec<f64> = hist.iter().map(|h| h.1).collect();
+    let far = crate::trigger::baseline_and_spread(&mut vals).is_some_and(|(m, s)| v >= m + floor.max(4.0 * s));
+    if !far {
+        hist.push_back((t, v));
+        while hist.front().is_some_and(|h| t - h.0 > 60.0) {
+            hist.pop_front();
+        }
+    }
+    far
+}
+
+impl Stirring {
+    /// Client threads at work at least this many above usual stir.
+    const ACTIVE_FLOOR: f64 = 4.0;
+    /// The main thread busy this share of a core above usual stirs.
+    const ACCEPTOR_FLOOR: f64 = 0.02;
+
+    fn step(&mut self, c: &Census) -> Option<Pulse> {
+        let active = far_above(&mut self.active, c.unix, f64::from(c.active()), Self::ACTIVE_FLOOR);
+        let acceptor = match (self.last, c.acceptor_ns) {
+            (Some((t0, n0)), Some(n1)) if c.unix > t0 && n1 >= n0 => {
+                let share = (n1 - n0) as f64 / 1e9 / (c.unix - t0);
+                far_above(&mut self.acceptor, c.unix, share, Self::ACCEPTOR_FLOOR)
+            }
+            _ => false,
+        };
+        self.last = c.acceptor_ns.map(|n| (c.unix, n));
+        let why = match (active, acceptor) {
+            (true, _) => "client threads at work",
+            (false, true) => "connections accepted",
+            (false, false) => return None,
+        };
+        if self.last_stir.is_some_and(|t| c.unix - t < STIR_GAP_SECS) {
+            return None;
+        }
+        self.last_stir = Some(c.unix);
+        Some(Pulse::Stir { unix: c.unix, why })
+    }
 }
 
 #[derive(Debug)]
@@ -290,7 +386,13 @@ struct Open {
 
 impl Detector {
     pub fn new(threshold: u32) -> Detector {
-        Detector { threshold: threshold.max(1), hist: VecDeque::new(), first_over: None, open: None }
+        Detector {
+            threshold: threshold.max(1),
+            hist: VecDeque::new(),
+            first_over: None,
+            open: None,
+            stir: Stirring::default(),
+        }
     }
 
     fn baseline(&self) -> Option<u32> {
@@ -306,6 +408,12 @@ impl Detector {
     /// threads it stopped may show as running: such a census may find a
     /// pile-up under way but never ends one.
     pub fn step(&mut self, c: &Census, disturbed: bool) -> Option<Pulse> {
+        // A capture's own stopping and starting of threads is no stir.
+        let stir = if disturbed { None } else { self.stir.step(c) };
+        self.pile_up(c, disturbed).or(stir)
+    }
+
+    fn pile_up(&mut self, c: &Census, disturbed: bool) -> Option<Pulse> {
         let blocked = c.blocked();
         if let Some(o) = &mut self.open {
             let relearn = c.unix - o.began >= RELEARN_SECS;
@@ -323,7 +431,7 @@ impl Detector {
                 return None;
             }
             let ended_unix = o.first_under.unwrap_or(c.unix);
-            let s = Stall { began_unix: o.began, ended_unix, peak_blocked: o.peak, baseline: o.baseline };
+            let s = Stall { began_unix: o.began, ended_unix, peak_blocked: o.peak, baseline: o.baseline, what: None };
             if relearn {
                 self.hist.clear();
             }
@@ -384,7 +492,7 @@ mod tests {
         let mut t = 0.0;
         let mut pulses = vec![];
         let feed = |d: &mut Detector, futex: u32, t: &mut f64, pulses: &mut Vec<Pulse>| {
-            if let Some(p) = d.step(&census(*t, futex), false) {
+            if let Some(p) = d.step(&census(*t, futex), false).filter(|p| !matches!(p, Pulse::Stir { .. })) {
                 pulses.push(p);
             }
             *t += 0.1;
@@ -416,7 +524,7 @@ mod tests {
         feed(&mut d, 21, &mut t, &mut pulses);
         assert_eq!(pulses.len(), 2, "{pulses:?}");
         assert!(matches!(pulses[0], Pulse::Began { began_unix, blocked: 50, baseline: 21 } if began_unix == began));
-        let Pulse::Ended(s) = pulses[1] else { panic!("{pulses:?}") };
+        let Pulse::Ended(s) = &pulses[1] else { panic!("{pulses:?}") };
         assert_eq!((s.began_unix, s.ended_unix, s.peak_blocked, s.baseline), (began, ended, 50, 21));
         assert!((s.ms() - 600.0).abs() < 1e-6);
         // One that lasts is announced once, after LASTING_SECS.
@@ -444,7 +552,7 @@ mod tests {
         let t = std::cell::Cell::new(0.0);
         let step = |d: &mut Detector, futex: u32, disturbed: bool| {
             t.set(t.get() + 0.1);
-            d.step(&census(t.get(), futex), disturbed)
+            d.step(&census(t.get(), futex), disturbed).filter(|p| !matches!(p, Pulse::Stir { .. }))
         };
         for _ in 0..20 {
             assert_eq!(step(&mut d, 0, false), None);
@@ -463,6 +571,39 @@ mod tests {
         assert_eq!(step(&mut d, 0, true), None);
         let Some(Pulse::Ended(s)) = step(&mut d, 0, false) else { panic!("not ended") };
         assert!((s.ended_unix - first_under).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn threads_at_work_or_a_busy_acceptor_stir_short_of_a_pile_up() {
+        let mut d = Detector::new(16);
+        let mut t = 0.0;
+        let mut ns = 0u64;
+        // Usual: 2 to 4 threads at work, the main thread 0.1% busy.
+        let mut step = |d: &mut Detector, running: u32, acceptor_share: f64| {
+            t += 0.1;
+            ns += (acceptor_share * 0.1 * 1e9) as u64;
+            let c = Census { unix: t, threads: 60, running, acceptor_ns: Some(ns), ..Default::default() };
+            d.step(&c, false)
+        };
+        for i in 0..30 {
+            assert_eq!(step(&mut d, 2 + i % 3, 0.001), None);
+        }
+        // Three more at work than usual is ordinary; ten is a stir.
+        assert_eq!(step(&mut d, 6, 0.001), None);
+        assert!(matches!(step(&mut d, 14, 0.001), Some(Pulse::Stir { why: "client threads at work", .. })));
+        // At most one per STIR_GAP_SECS.
+        assert_eq!(step(&mut d, 14, 0.001), None);
+        for _ in 0..5 {
+            step(&mut d, 3, 0.001);
+        }
+        // The acceptor busy a quarter of a core: a connection storm starting.
+        assert!(matches!(step(&mut d, 3, 0.25), Some(Pulse::Stir { why: "connections accepted", .. })));
+        // A capture taking stacks stirs nothing.
+        for _ in 0..5 {
+            step(&mut d, 3, 0.001);
+        }
+        let c = Census { unix: 99.0, running: 30, ..Default::default() };
+        assert_eq!(d.step(&c, true), None);
     }
 
     #[test]

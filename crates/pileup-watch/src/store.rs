@@ -63,8 +63,14 @@ impl Store {
              CREATE TABLE IF NOT EXISTS rollup_1m (minute INTEGER PRIMARY KEY, polls INTEGER, failed INTEGER, derived TEXT);
              CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS stalls (began REAL PRIMARY KEY, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS stalls (began REAL PRIMARY KEY, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL, what TEXT);",
         )?;
+        // A store from before stalls said what they were.
+        let has_what: bool =
+            db.query_row("SELECT COUNT(*) FROM pragma_table_info('stalls') WHERE name = 'what'", [], |r| r.get(0))?;
+        if !has_what {
+            db.execute_batch("ALTER TABLE stalls ADD COLUMN what TEXT")?;
+        }
         Ok(Store { db, path, _lock: None })
     }
 
@@ -180,8 +186,8 @@ impl Store {
     /// A pile-up seen by the thread scan.
     pub fn add_stall(&self, s: &crate::scan::Stall) -> Result<()> {
         self.db.execute(
-            "INSERT OR REPLACE INTO stalls (began, ended, peak, baseline) VALUES (?1, ?2, ?3, ?4)",
-            params![s.began_unix, s.ended_unix, s.peak_blocked, s.baseline],
+            "INSERT OR REPLACE INTO stalls (began, ended, peak, baseline, what) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![s.began_unix, s.ended_unix, s.peak_blocked, s.baseline, s.what],
         )?;
         Ok(())
     }
@@ -189,7 +195,7 @@ impl Store {
     /// Pile-ups that overlap `from..=to`, oldest first.
     pub fn stalls(&self, from: f64, to: f64) -> Result<Vec<crate::scan::Stall>> {
         let mut st = self.db.prepare(
-            "SELECT began, ended, peak, baseline FROM stalls WHERE ended >= ?1 AND began <= ?2 ORDER BY began",
+            "SELECT began, ended, peak, baseline, what FROM stalls WHERE ended >= ?1 AND began <= ?2 ORDER BY began",
         )?;
         let v = st
             .query_map(params![from, to], |r| {
@@ -198,6 +204,7 @@ impl Store {
                     ended_unix: r.get(1)?,
                     peak_blocked: r.get(2)?,
                     baseline: r.get(3)?,
+                    what: r.get(4)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -306,7 +313,7 @@ mod tests {
         assert_eq!(ru.len(), 3);
         assert_eq!(ru[0].1["questions_rate"], 29.5, "average of 0..59");
         assert_eq!(s.count().unwrap(), 40, "raw polls older than 100 s are gone");
-        let st = crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4 };
+        let st = crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4, what: None };
         s.add_stall(&st).unwrap();
         assert_eq!(s.stalls(6100.5, 6200.0).unwrap(), vec![st], "overlapping the range");
         assert!(s.stalls(6101.0, 6200.0).unwrap().is_empty());

@@ -77,19 +77,25 @@ pub struct TopState {
 
 struct Ctx<'a>(&'a TopState, bool);
 
+impl Ctx<'_> {
+    /// The view keeps SPARK_LEN points: their median and spread, the newest
+    /// left out, stand in for the baseline's.
+    fn band(&self, m: &str) -> Option<(f64, f64)> {
+        let s = self.0.series.get(m)?;
+        let mut v: Vec<f64> = s.iter().take(s.len().saturating_sub(1)).copied().collect();
+        crate::trigger::baseline_and_spread(&mut v)
+    }
+}
+
 impl Context for Ctx<'_> {
     fn value(&self, m: &str) -> Option<f64> {
         self.0.last.get(m).copied()
     }
     fn baseline(&self, m: &str, _w: f64) -> Option<f64> {
-        // The view keeps SPARK_LEN points; its median stands in for the baseline.
-        let s = self.0.series.get(m)?;
-        if s.len() < 10 {
-            return None;
-        }
-        let mut v: Vec<f64> = s.iter().take(s.len() - 1).copied().collect();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        Some(v[v.len() / 2])
+        self.band(m).map(|b| b.0)
+    }
+    fn spread(&self, m: &str, _w: f64) -> Option<f64> {
+        self.band(m).map(|b| b.1)
     }
     fn poll_failed(&self) -> bool {
         self.1

@@ -7,11 +7,17 @@
 //! poll_failed for 2s
 //! innodb_data_pending_reads > 8
 //! replica_lag > 30s
+//! connection storm: connections_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s
 //! ```
 //!
 //! `baseline_W` (W = 30s, 5m, 1h, …) stands for the baseline of the metric
-//! on the left-hand side over the past W (the watcher supplies it, e.g. a
-//! median), so "throughput fell to a third of normal" needs no tuning.
+//! on the left-hand side over the past W (the watcher supplies its median),
+//! so "throughput fell to a third of normal" needs no tuning; `spread_W`
+//! for how far it usually strays from it (the watcher supplies a robust
+//! standard deviation), so "far outside its usual band" needs none either.
+//! Either side is a sum of products. An optional `NAME: ` before the
+//! expression names what the trigger catches (a stall class), for the
+//! history and the captures list.
 //! A missing value makes a comparison false: only `poll_failed` fires on a
 //! server that does not answer, and it does.
 //!
@@ -35,6 +41,9 @@ enum Term {
     Metric(String),
     /// Baseline of the left-hand metric over this many seconds.
     Baseline(f64),
+    /// How far the left-hand metric usually strays from its baseline over
+    /// this many seconds.
+    Spread(f64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +57,16 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq)]
 enum Cond {
     PollFailed,
-    Cmp { lhs: Vec<Term>, op: Op, rhs: Vec<Term> },
+    /// Each side a sum of products.
+    Cmp { lhs: Vec<Vec<Term>>, op: Op, rhs: Vec<Vec<Term>> },
 }
 
 /// A parsed trigger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trigger {
     pub text: String,
+    /// What it catches, when the text names it (`NAME: expression`).
+    pub name: Option<String>,
     cond: Cond,
     /// How long the condition must hold before the trigger fires (seconds).
     pub hold: f64,
@@ -64,7 +76,28 @@ pub struct Trigger {
 pub trait Context {
     fn value(&self, metric: &str) -> Option<f64>;
     fn baseline(&self, metric: &str, window_secs: f64) -> Option<f64>;
+    /// How far `metric` usually strays from its baseline (a robust standard
+    /// deviation); `None` until the history allows one.
+    fn spread(&self, metric: &str, window_secs: f64) -> Option<f64>;
     fn poll_failed(&self) -> bool;
+}
+
+/// Fewest values a baseline is judged from.
+pub const MIN_BASELINE_VALUES: usize = 10;
+
+/// The baseline and spread of a metric's recent values: their median, and
+/// 1.4826 times their median absolute deviation (a standard deviation that
+/// a few stalls in the window do not inflate). `None` with fewer than
+/// [`MIN_BASELINE_VALUES`].
+pub fn baseline_and_spread(values: &mut [f64]) -> Option<(f64, f64)> {
+    if values.len() < MIN_BASELINE_VALUES {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let median = values[values.len() / 2];
+    let mut dev: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    Some((median, 1.4826 * dev[dev.len() / 2]))
 }
 
 /// Parse `500ms`, `2s`, `5m`, `1h` into seconds.
@@ -90,6 +123,12 @@ fn term(tok: &str) -> Result<Term, String> {
             .map(Term::Baseline)
             .ok_or_else(|| format!("{tok:?}: baseline window must look like baseline_5m"));
     }
+    if let Some(w) = tok.strip_prefix("spread_") {
+        return parse_duration(w)
+            .filter(|&s| s > 0.0)
+            .map(Term::Spread)
+            .ok_or_else(|| format!("{tok:?}: spread window must look like spread_5m"));
+    }
     if let Ok(v) = tok.parse::<f64>() {
         return Ok(Term::Num(v));
     }
@@ -100,7 +139,12 @@ fn term(tok: &str) -> Result<Term, String> {
     if tok.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Ok(Term::Metric(tok.to_ascii_lowercase()));
     }
-    Err(format!("{tok:?} is not a number, metric name or baseline_WINDOW"))
+    Err(format!("{tok:?} is not a number, metric name, baseline_WINDOW or spread_WINDOW"))
+}
+
+/// A sum of products: `a * b + c`.
+fn sum(toks: &[&str]) -> Result<Vec<Vec<Term>>, String> {
+    toks.split(|t| *t == "+").map(product).collect()
 }
 
 fn product(toks: &[&str]) -> Result<Vec<Term>, String> {
@@ -127,7 +171,11 @@ impl Trigger {
     pub fn parse(text: &str) -> Result<Trigger, ParseError> {
         let err = |why: String| ParseError { expr: text.to_string(), why };
         // Tokens: split on whitespace, and make operators stand alone.
-        let spaced = text.replace(">=", " >= ").replace("<=", " <= ").replace('*', " * ");
+        let (name, expr) = match text.split_once(": ") {
+            Some((n, e)) if !n.trim().is_empty() => (Some(n.trim().to_string()), e),
+            _ => (None, text),
+        };
+        let spaced = expr.replace(">=", " >= ").replace("<=", " <= ").replace('*', " * ").replace('+', " + ");
         let spaced = spaced
             .split_whitespace()
             .flat_map(|t| {
@@ -149,7 +197,7 @@ impl Trigger {
             toks.truncate(p);
         }
         if toks == ["poll_failed"] {
-            return Ok(Trigger { text: text.to_string(), cond: Cond::PollFailed, hold });
+            return Ok(Trigger { text: text.to_string(), name, cond: Cond::PollFailed, hold });
         }
         let Some(opi) = toks.iter().position(|t| matches!(*t, ">" | "<" | ">=" | "<=")) else {
             return Err(err("expected a comparison (>, <, >=, <=) or poll_failed".into()));
@@ -160,16 +208,16 @@ impl Trigger {
             "<" => Op::Lt,
             _ => Op::Le,
         };
-        let lhs = product(&toks[..opi]).map_err(err)?;
-        let rhs = product(&toks[opi + 1..]).map_err(err)?;
-        let has_metric = |v: &[Term]| v.iter().any(|t| matches!(t, Term::Metric(_)));
+        let lhs = sum(&toks[..opi]).map_err(err)?;
+        let rhs = sum(&toks[opi + 1..]).map_err(err)?;
+        let has_metric = |v: &[Vec<Term>]| v.iter().flatten().any(|t| matches!(t, Term::Metric(_)));
         if !has_metric(&lhs) {
             return Err(err("the left-hand side must name a metric".into()));
         }
-        if lhs.iter().any(|t| matches!(t, Term::Baseline(_))) {
-            return Err(err("baseline_W belongs on the right-hand side".into()));
+        if lhs.iter().flatten().any(|t| matches!(t, Term::Baseline(_) | Term::Spread(_))) {
+            return Err(err("baseline_W and spread_W belong on the right-hand side".into()));
         }
-        Ok(Trigger { text: text.to_string(), cond: Cond::Cmp { lhs, op, rhs }, hold })
+        Ok(Trigger { text: text.to_string(), name, cond: Cond::Cmp { lhs, op, rhs }, hold })
     }
 
     /// Refuse a trigger naming a metric pileup never derives: it could never
@@ -197,6 +245,7 @@ impl Trigger {
             Cond::Cmp { lhs, rhs, .. } => lhs
                 .iter()
                 .chain(rhs)
+                .flatten()
                 .filter_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None })
                 .collect(),
         }
@@ -208,18 +257,20 @@ impl Trigger {
             Cond::PollFailed => ctx.poll_failed(),
             Cond::Cmp { lhs, op, rhs } => {
                 let left_metric =
-                    lhs.iter().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
-                let eval = |v: &[Term]| -> Option<f64> {
+                    lhs.iter().flatten().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
+                let product = |v: &[Term]| -> Option<f64> {
                     v.iter().try_fold(1.0, |acc, t| {
                         Some(
                             acc * match t {
                                 Term::Num(n) => *n,
                                 Term::Metric(m) => ctx.value(m)?,
                                 Term::Baseline(w) => ctx.baseline(left_metric?, *w)?,
+                                Term::Spread(w) => ctx.spread(left_metric?, *w)?,
                             },
                         )
                     })
                 };
+                let eval = |v: &[Vec<Term>]| -> Option<f64> { v.iter().try_fold(0.0, |acc, p| Some(acc + product(p)?)) };
                 match (eval(lhs), eval(rhs)) {
                     (Some(a), Some(b)) => match op {
                         Op::Gt => a > b,
@@ -231,6 +282,13 @@ impl Trigger {
                 }
             }
         }
+    }
+}
+
+impl Trigger {
+    /// What it catches: its name, else its text.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.text)
     }
 }
 
@@ -305,6 +363,9 @@ mod tests {
         fn baseline(&self, _m: &str, _w: f64) -> Option<f64> {
             self.base
         }
+        fn spread(&self, _m: &str, _w: f64) -> Option<f64> {
+            self.base.map(|b| b / 10.0)
+        }
         fn poll_failed(&self) -> bool {
             self.failed
         }
@@ -336,6 +397,9 @@ mod tests {
             "baseline_5m < x",
             "x >> 3",
             "a-b > 1",
+            "x > 3 +",
+            "x + spread_5m > 3",
+            "x > spread_zz",
         ] {
             assert!(Trigger::parse(bad).is_err(), "{bad} should not parse");
         }
@@ -351,6 +415,36 @@ mod tests {
         let p = Trigger::parse("poll_failed").unwrap();
         assert!(p.holds(&ctx(&[], None, true)) && !p.holds(&ctx(&[], None, false)));
         assert_eq!(Trigger::parse("a * 2 >= b").unwrap().metrics(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn baseline_and_spread_shrug_off_a_few_outliers() {
+        let mut v: Vec<f64> = (0..20).map(|i| 100.0 + (i % 5) as f64).collect();
+        v.extend([5000.0, 9000.0]);
+        let (m, s) = baseline_and_spread(&mut v).unwrap();
+        assert_eq!(m, 102.0);
+        assert!((s - 1.4826).abs() < 1e-9, "{s}");
+        assert!(baseline_and_spread(&mut [1.0; 9]).is_none());
+        assert_eq!(baseline_and_spread(&mut [0.0; 12]), Some((0.0, 0.0)));
+    }
+
+    #[test]
+    fn a_band_around_the_baseline_is_a_sum_of_products_and_a_name_labels_it() {
+        let t = Trigger::parse("table-open storm: opened_tables_rate > 2 * baseline_5m + 8 * spread_5m + 100 for 1s")
+            .unwrap();
+        assert_eq!(t.name.as_deref(), Some("table-open storm"));
+        assert_eq!(t.label(), "table-open storm");
+        assert_eq!(t.metrics(), vec!["opened_tables_rate"]);
+        assert_eq!(t.hold, 1.0);
+        // Baseline 1000, spread 100: the line is 2000 + 800 + 100.
+        assert!(t.holds(&ctx(&[("opened_tables_rate", 2950.0)], Some(1000.0), false)));
+        assert!(!t.holds(&ctx(&[("opened_tables_rate", 2850.0)], Some(1000.0), false)));
+        // A metric always at zero: the constant is the line.
+        assert!(t.holds(&ctx(&[("opened_tables_rate", 101.0)], Some(0.0), false)));
+        assert!(!t.holds(&ctx(&[("opened_tables_rate", 99.0)], Some(0.0), false)));
+        assert!(!t.holds(&ctx(&[("opened_tables_rate", 1e9)], None, false)), "no history yet: no trigger");
+        assert_eq!(Trigger::parse("a > 1").unwrap().label(), "a > 1");
+        assert!(Trigger::parse("x + y > 3").unwrap().holds(&ctx(&[("x", 2.0), ("y", 2.0)], None, false)));
     }
 
     #[test]

@@ -60,7 +60,11 @@ pub fn default_pileup_threads(cpus: usize) -> u32 {
 /// of running threads (more than 4 per CPU, at least 16), throughput collapsing to
 /// under a third of its 5-minute baseline, a replica falling far behind,
 /// the server's resident memory near its limit (the cgroup's, else the
-/// host's) or growing by 2% of it a second.
+/// host's) or growing by 2% of it a second; and the stall classes'
+/// signatures, each far outside its own band of the last five minutes
+/// (median and spread) and past a floor: table opens, connections, row-lock
+/// and metadata/global lock waits, tasks stalled on I/O, and the checkpoint
+/// age near the redo log's capacity.
 pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
     let running = (4 * cpus).max(16);
     [
@@ -70,6 +74,12 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
         "replica_lag > 300 for 10s".to_string(),
         "memory_limit_pct > 90 for 5s".to_string(),
         "mysqld_rss_growth_rate > 0.02 * memory_limit_bytes for 5s".to_string(),
+        "table-open storm: opened_tables_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s".to_string(),
+        "connection storm: connections_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s".to_string(),
+        "row-lock waits: innodb_row_lock_current_waits > 2 * baseline_5m + 6 * spread_5m + 4 for 1s".to_string(),
+        "lock waits: pl_waiting_lock > 2 * baseline_5m + 6 * spread_5m + 3 for 1s".to_string(),
+        "slow disk: io_pressure_pct > 0.5 * baseline_5m + 4 * spread_5m + 40 for 1s".to_string(),
+        "flushing storm: checkpoint_age_pct > 0.1 * baseline_5m + 88 for 1s".to_string(),
     ]
     .iter()
     .map(|t| Trigger::parse(t).expect("default triggers parse"))
@@ -94,9 +104,9 @@ impl History {
             self.rows.pop_front();
         }
     }
-    /// Median of `metric` over the last `window` seconds, excluding the
-    /// newest poll; needs at least 10 values.
-    fn median(&self, metric: &str, window: f64, now: f64) -> Option<f64> {
+    /// Median and spread of `metric` over the last `window` seconds,
+    /// excluding the newest poll ([`crate::trigger::baseline_and_spread`]).
+    fn band(&self, metric: &str, window: f64, now: f64) -> Option<(f64, f64)> {
         let n = self.rows.len();
         let mut v: Vec<f64> = self
             .rows
@@ -105,11 +115,7 @@ impl History {
             .filter(|(t, _)| now - t <= window)
             .filter_map(|(_, d)| d.get(metric).copied())
             .collect();
-        if v.len() < 10 {
-            return None;
-        }
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        Some(v[v.len() / 2])
+        crate::trigger::baseline_and_spread(&mut v)
     }
 }
 
@@ -125,7 +131,10 @@ impl Context for Ctx<'_> {
         self.derived.get(m).copied()
     }
     fn baseline(&self, m: &str, w: f64) -> Option<f64> {
-        self.hist.median(m, w, self.now)
+        self.hist.band(m, w, self.now).map(|b| b.0)
+    }
+    fn spread(&self, m: &str, w: f64) -> Option<f64> {
+        self.hist.band(m, w, self.now).map(|b| b.1)
     }
     fn poll_failed(&self) -> bool {
         self.failed
@@ -361,6 +370,7 @@ struct Watcher<'a> {
     done_rx: mpsc::Receiver<Option<Event>>,
     conn_tids: ConnTids,
     scan: Option<mpsc::Receiver<crate::scan::Pulse>>,
+    pace: crate::pace::Pace,
     t0: Instant,
     last_maintain: Instant,
     on: &'a mut dyn FnMut(&Event),
@@ -490,11 +500,13 @@ impl Watcher<'_> {
         Ok(())
     }
 
-    /// Until `until` (the next poll): the thread scan's pulses, and a
-    /// pile-up's early capture tried again at each scan interval while
-    /// it waits for one.
-    fn between_polls(&mut self, until: Duration) -> Result<()> {
-        while let Some(wait) = until.checked_sub(self.t0.elapsed()) {
+    /// Until the next poll is due (`due`, seconds on [`Watcher::now`]'s
+    /// clock): the thread scan's pulses, a pile-up's early capture tried
+    /// again at each scan interval while it waits for one, and the next
+    /// poll brought forward when the threads stir ([`crate::pace`]).
+    fn between_polls(&mut self, due: &mut f64) -> Result<()> {
+        while self.now() < *due {
+            let wait = Duration::from_secs_f64((*due - self.now()).max(0.0));
             if self.scan.is_none() {
                 std::thread::sleep(wait);
                 return Ok(());
@@ -520,7 +532,13 @@ impl Watcher<'_> {
                     continue;
                 }
             };
-            let (now, free) = (self.now(), self.free());
+            let now = self.now();
+            // Any pulse is movement: the triggers should see it soon.
+            *due = self.pace.stirred(now, *due);
+            if let crate::scan::Pulse::Stir { why, .. } = &pulse {
+                tracing::debug!("thread scan: {why} stirred; next poll in {:.0} ms", (*due - now).max(0.0) * 1e3);
+            }
+            let free = self.free();
             let actions = self.decider.pulse(pulse, crate::poll::now_unix(), now, free);
             self.apply(actions)?;
         }
@@ -609,19 +627,19 @@ pub fn run(
         done_rx,
         conn_tids,
         scan,
+        pace: crate::pace::Pace::new(o.interval),
         t0: Instant::now(),
         last_maintain: Instant::now(),
         on,
     };
-    let mut tick = 0u32;
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| w.t0.elapsed() < d) {
+        let started = w.now();
+        w.pace.started(started);
         w.poll()?;
-        tick += 1;
-        if o.interval * tick < w.t0.elapsed() {
-            // Overran: re-anchor so polls do not bunch up to catch up.
-            tick = (w.t0.elapsed().as_secs_f64() / o.interval.as_secs_f64()).ceil() as u32;
-        }
-        w.between_polls(o.interval * tick)?;
+        // Start to start; a poll that overran its interval is followed at
+        // once by the next, never by a burst catching up.
+        let mut due = w.pace.next(w.now(), w.decider.pending());
+        w.between_polls(&mut due)?;
     }
     w.finish()
 }

@@ -249,8 +249,12 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             Event::PileUp { blocked, baseline, .. } => {
                 eprintln!("pile-up: {blocked} threads held up (usually {baseline}); capturing")
             }
-            Event::Stall { began_unix, ms, peak_blocked, .. } => eprintln!(
+            Event::Stall { began_unix, ms, peak_blocked, what: None, .. } => eprintln!(
                 "stall: {ms:.0} ms from {} UTC, {peak_blocked} threads held up at peak",
+                pileup_watch::evidence::stamp_tenths(*began_unix)
+            ),
+            Event::Stall { began_unix, ms, what: Some(what), .. } => eprintln!(
+                "short stall: {what}, {ms:.0} ms from {} UTC",
                 pileup_watch::evidence::stamp_tenths(*began_unix)
             ),
             Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
