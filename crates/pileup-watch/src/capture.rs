@@ -61,6 +61,7 @@ fn gather_stacks_and_sql(
     if let Some(pid) = pid {
         // Annotation must not delay the stacks of a server that hangs: a
         // short connect budget, and none at all when the poll had failed.
+        let began = Instant::now();
         let sql = spec
             .filter(|_| trigger != "poll_failed" && !trigger.starts_with("poll_failed "))
             .and_then(|sp| {
@@ -89,7 +90,14 @@ fn gather_stacks_and_sql(
             debuginfod_wait: true,
         };
         let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));
-        match Sampler::new(pid, opts, sql) {
+        let connected = began.elapsed();
+        let sampler = Sampler::new(pid, opts, sql);
+        tracing::debug!(
+            "capture: SQL connected in {:.0} ms, sampler ready {:.0} ms later",
+            connected.as_secs_f64() * 1e3,
+            (began.elapsed() - connected).as_secs_f64() * 1e3
+        );
+        match sampler {
             Ok(mut sampler) => match sampler.run_until(s.samples.max(1), s.interval, None, cancel, |_| {}) {
                 // Dropped: its stacks are not wanted, and naming their
                 // frames would keep the next stall's capture from starting.

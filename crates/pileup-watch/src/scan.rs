@@ -112,7 +112,14 @@ impl ThreadScan {
     /// one (`|_| false`), every futex wait counts.
     pub fn new(pid: i32, parked_at: Box<dyn FnMut(u64) -> bool>) -> ThreadScan {
         let acceptor = File::open(format!("/proc/{pid}/task/{pid}/schedstat")).ok();
-        ThreadScan { pid, threads: HashMap::new(), parked_at, parked_cache: HashMap::new(), acceptor, buf: vec![0; 1024] }
+        ThreadScan {
+            pid,
+            threads: HashMap::new(),
+            parked_at,
+            parked_cache: HashMap::new(),
+            acceptor,
+            buf: vec![0; 1024],
+        }
     }
 
     /// One census of the threads `only` includes (the client connections; all

@@ -313,7 +313,8 @@ mod tests {
         assert_eq!(ru.len(), 3);
         assert_eq!(ru[0].1["questions_rate"], 29.5, "average of 0..59");
         assert_eq!(s.count().unwrap(), 40, "raw polls older than 100 s are gone");
-        let st = crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4, what: None };
+        let st =
+            crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4, what: None };
         s.add_stall(&st).unwrap();
         assert_eq!(s.stalls(6100.5, 6200.0).unwrap(), vec![st], "overlapping the range");
         assert!(s.stalls(6101.0, 6200.0).unwrap().is_empty());

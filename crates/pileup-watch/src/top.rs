@@ -73,7 +73,16 @@ pub struct TopState {
     /// What this server's counters cannot give, judged once from the first
     /// poll that derived rates.
     pub availability: Option<Vec<Availability>>,
+    /// Short stalls of the last [`SHORT_STALLS_SHOWN_SECS`]: a trigger's
+    /// condition that cleared before its hold, seen by top's own polls.
+    seen_stalls: VecDeque<crate::scan::Stall>,
+    /// …and those a `pileup watch` on the same data directory recorded
+    /// (pile-ups between its polls included), set by the caller.
+    pub watch_stalls: Vec<crate::scan::Stall>,
 }
+
+/// How far back top lists short stalls.
+pub const SHORT_STALLS_SHOWN_SECS: f64 = 600.0;
 
 struct Ctx<'a>(&'a TopState, bool);
 
@@ -165,14 +174,59 @@ impl TopState {
         self.busiest = busiest;
         let mut triggers = std::mem::take(&mut self.triggers);
         let ctx = Ctx(self, !ok);
+        let mut short = vec![];
         self.stall = triggers
             .iter_mut()
             .filter_map(|(t, a)| {
+                let held_since = a.since().filter(|_| a.in_hold());
                 let st = a.step(t, now, &ctx);
+                if let (Some(began), Step::Idle) = (held_since, st) {
+                    short.push(crate::scan::Stall {
+                        began_unix: began,
+                        ended_unix: now,
+                        peak_blocked: 0,
+                        baseline: 0,
+                        what: Some(t.label().to_string()),
+                    });
+                }
                 (st != Step::Idle).then(|| (t.text.clone(), st))
             })
             .collect();
         self.triggers = triggers;
+        self.seen_stalls.extend(short);
+        while self.seen_stalls.front().is_some_and(|s| now - s.ended_unix > SHORT_STALLS_SHOWN_SECS) {
+            self.seen_stalls.pop_front();
+        }
+    }
+
+    /// Short stalls of the last ten minutes, oldest first: top's own and
+    /// the watcher's (a stall both saw is listed once).
+    pub fn short_stalls(&self) -> Vec<crate::scan::Stall> {
+        let mut v: Vec<crate::scan::Stall> = self.watch_stalls.clone();
+        for s in &self.seen_stalls {
+            let same = |w: &crate::scan::Stall| {
+                w.what == s.what && w.began_unix <= s.ended_unix && s.began_unix <= w.ended_unix
+            };
+            if !v.iter().any(same) {
+                v.push(s.clone());
+            }
+        }
+        v.sort_by(|a, b| a.began_unix.total_cmp(&b.began_unix));
+        v
+    }
+
+    /// The line under the stall line: how many short stalls, and the last.
+    fn short_stalls_line(&self) -> Option<String> {
+        let v = self.short_stalls();
+        let last = v.last()?;
+        Some(format!(
+            "short stalls in the last {} min: {} (last: {}, {:.0} ms at {} UTC)",
+            SHORT_STALLS_SHOWN_SECS / 60.0,
+            v.len(),
+            last.describe(),
+            last.ms(),
+            crate::evidence::stamp_tenths(last.began_unix)
+        ))
     }
 
     fn stall_line(&self) -> String {
@@ -208,6 +262,7 @@ impl TopState {
             "poll_ok": self.poll_ok,
             "poll_error": self.error,
             "stall": self.stall_line().starts_with("STALL"),
+            "short_stalls": self.short_stalls(),
             "triggers": self.stall.iter().map(|(t, s)| serde_json::json!({"trigger": t, "state": step(s)})).collect::<Vec<_>>(),
             "metrics": self.last,
             "busiest": self.busiest.iter().map(|r| serde_json::json!({
@@ -222,6 +277,9 @@ impl TopState {
     /// The view as plain text (`--once`).
     pub fn text(&self) -> String {
         let mut out = format!("pileup top — {} — {}\n", self.server, self.stall_line());
+        if let Some(l) = self.short_stalls_line() {
+            out.push_str(&format!("{l}\n"));
+        }
         if let Some(e) = &self.error {
             out.push_str(&format!("poll failed: {e}\n"));
         }
@@ -252,7 +310,7 @@ impl TopState {
             .map(|a| format!("not on this server: {}: {}", a.metrics, a.why))
             .collect();
         let [head, metrics, stmts, foot] = Layout::vertical([
-            Constraint::Length(3),
+            Constraint::Length(4),
             Constraint::Length(SHOWN.len() as u16 + 2),
             Constraint::Min(4),
             Constraint::Length(1 + notes.len() as u16),
@@ -265,6 +323,9 @@ impl TopState {
             Style::default().fg(Color::Green)
         };
         let mut lines = vec![Line::styled(stall, style)];
+        if let Some(l) = self.short_stalls_line() {
+            lines.push(Line::styled(l, Style::default().fg(Color::Yellow)));
+        }
         if let Some(e) = &self.error {
             lines.push(Line::styled(format!("poll failed: {e}"), Style::default().fg(Color::Red)));
         }
@@ -344,6 +405,7 @@ pub fn run(
     interval: Duration,
     triggers: Vec<Trigger>,
     once: bool,
+    watch_store: Option<&std::path::Path>,
 ) -> Result<Option<TopState>> {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let mut poller = Poller::new(spec.clone(), pid, timeout);
@@ -378,6 +440,12 @@ pub fn run(
         // The busiest-statements query (when one was sent) and its
         // connection are top's own.
         poller.own_work(u64::from(asked), u32::from(sql.is_some()));
+        // A watcher's history on this host: its short stalls too.
+        if let Some(dir) = watch_store.filter(|d| d.join("pileup.db").exists()) {
+            let recent =
+                crate::store::Store::open(dir).and_then(|st| st.stalls(p.unix - SHORT_STALLS_SHOWN_SECS, p.unix + 1.0));
+            state.watch_stalls = recent.unwrap_or_default();
+        }
         state.update(p.unix, p.ok, p.error, d, b);
     };
     if once {
@@ -450,5 +518,36 @@ mod tests {
         assert!(txt.contains("UPDATE t SET a=1") && txt.contains("3.5s"));
         s.update(3.0, false, Some("timed out".into()), BTreeMap::new(), vec![]);
         assert!(s.text().contains("STALL: poll_failed") && s.text().contains("poll failed: timed out"));
+    }
+
+    #[test]
+    fn a_condition_that_clears_before_its_hold_is_listed_as_a_short_stall() {
+        let t = vec![Trigger::parse("connection storm: connections_rate > 100 for 1s").unwrap()];
+        let mut s = TopState::new("test".into(), t);
+        let rate = |v: f64| BTreeMap::from([("connections_rate".to_string(), v)]);
+        s.update(1.0, true, None, rate(0.0), vec![]);
+        s.update(2.0, true, None, rate(900.0), vec![]);
+        assert!(s.text().contains("watching: connection storm"), "{}", s.text());
+        s.update(2.5, true, None, rate(0.0), vec![]);
+        let txt = s.text();
+        assert!(txt.contains("short stalls in the last 10 min: 1 (last: connection storm, 500 ms at "), "{txt}");
+        // The same stall in a watcher's history is listed once; its
+        // pile-ups between polls are listed too.
+        s.watch_stalls = vec![
+            crate::scan::Stall {
+                began_unix: 1.9,
+                ended_unix: 2.3,
+                peak_blocked: 0,
+                baseline: 0,
+                what: Some("connection storm".into()),
+            },
+            crate::scan::Stall { began_unix: 2.6, ended_unix: 2.9, peak_blocked: 20, baseline: 1, what: None },
+        ];
+        assert_eq!(s.short_stalls().len(), 2);
+        assert_eq!(s.json()["short_stalls"].as_array().unwrap().len(), 2);
+        // Ten minutes on, forgotten.
+        s.watch_stalls.clear();
+        s.update(700.0, true, None, rate(0.0), vec![]);
+        assert!(s.short_stalls().is_empty());
     }
 }

@@ -58,7 +58,11 @@ pub enum Op {
 enum Cond {
     PollFailed,
     /// Each side a sum of products.
-    Cmp { lhs: Vec<Vec<Term>>, op: Op, rhs: Vec<Vec<Term>> },
+    Cmp {
+        lhs: Vec<Vec<Term>>,
+        op: Op,
+        rhs: Vec<Vec<Term>>,
+    },
 }
 
 /// A parsed trigger.
@@ -270,7 +274,8 @@ impl Trigger {
                         )
                     })
                 };
-                let eval = |v: &[Vec<Term>]| -> Option<f64> { v.iter().try_fold(0.0, |acc, p| Some(acc + product(p)?)) };
+                let eval =
+                    |v: &[Vec<Term>]| -> Option<f64> { v.iter().try_fold(0.0, |acc, p| Some(acc + product(p)?)) };
                 match (eval(lhs), eval(rhs)) {
                     (Some(a), Some(b)) => match op {
                         Op::Gt => a > b,

@@ -400,6 +400,7 @@ impl Watcher<'_> {
                     self.spawner.spawn(trigger, unix, onset, self.history(unix), None);
                 }
                 Action::CaptureEarly { trigger, unix, onset } => {
+                    tracing::debug!("early capture for {trigger}, seen since {onset:.2}");
                     let (early, rx) = Early::start();
                     self.early = Some(early);
                     self.spawner.spawn(trigger, unix, onset, self.history(unix), Some(rx));

@@ -286,14 +286,17 @@ fn triggers(given: &[String], with_defaults: bool, cpus: usize) -> Result<Vec<Tr
     Ok(triggers)
 }
 
-/// List captures recorded in a data directory.
+/// List captures recorded in a data directory, and the short stalls that
+/// were not captured.
 #[derive(Args)]
 pub struct CapturesArgs {
     /// Where `pileup watch` kept its history [default: $PILEUP_DATA_DIR,
     /// else ~/.local/state/pileup].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// The list as JSON: each capture's time, directory, trigger and verdict.
+    /// The list as JSON: each capture's time, directory, trigger and
+    /// verdict, and each short stall not captured (its start, end and what
+    /// it was), oldest first; `kind` tells them apart.
     #[arg(long)]
     pub json: bool,
     /// Output format: text, or json (the same as --json).
@@ -309,17 +312,45 @@ pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
     }
     let store = Store::open(&dir)?;
     let caps = store.captures()?;
+    // Short stalls with no capture of their own: pile-ups between polls,
+    // and stall signatures that cleared before their trigger's hold.
+    let stalls: Vec<_> = store
+        .stalls(f64::MIN, f64::MAX)?
+        .into_iter()
+        .filter(|st| !caps.iter().any(|c| c.0 >= st.began_unix - 0.5 && c.0 <= st.ended_unix + 2.0))
+        .collect();
     if a.json {
-        let v: Vec<_> = caps
+        let mut v: Vec<(f64, serde_json::Value)> = caps
             .iter()
-            .map(|(u, d, t, v)| serde_json::json!({"unix": u, "dir": d, "trigger": t, "verdict": v}))
+            .map(|(u, d, t, v)| {
+                (*u, serde_json::json!({"kind": "capture", "unix": u, "dir": d, "trigger": t, "verdict": v}))
+            })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else if caps.is_empty() {
+        v.extend(stalls.iter().map(|st| {
+            let j = serde_json::json!({
+                "kind": "short_stall", "unix": st.began_unix, "ended_unix": st.ended_unix, "ms": st.ms(),
+                "what": st.describe(),
+            });
+            (st.began_unix, j)
+        }));
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        println!("{}", serde_json::to_string_pretty(&v.into_iter().map(|e| e.1).collect::<Vec<_>>())?);
+    } else if caps.is_empty() && stalls.is_empty() {
         println!("no captures in {}", dir.display());
     } else {
         for (u, d, t, v) in caps {
             println!("{}  {t}\n  {}\n  {d}", pileup_watch::evidence::stamp(u), v.unwrap_or_default());
+        }
+        if !stalls.is_empty() {
+            println!("\nshort stalls, not captured:");
+            for st in stalls {
+                println!(
+                    "{}  {:.0} ms  {}",
+                    pileup_watch::evidence::stamp_tenths(st.began_unix),
+                    st.ms(),
+                    st.describe()
+                );
+            }
         }
     }
     Ok(())
@@ -372,6 +403,11 @@ pub struct TopArgs {
     /// Output format of --once: text, or json (the same as --json).
     #[arg(long, short = 'f', value_enum, value_name = "FORMAT", requires = "once")]
     pub format: Option<super::TextJson>,
+    /// A `pileup watch` data directory whose short stalls (those between
+    /// its polls too) top lists beside its own [default: $PILEUP_DATA_DIR,
+    /// else ~/.local/state/pileup, when a watcher has written there].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 pub fn run_top(mut a: TopArgs, conn: &ConnOptions) -> Result<()> {
@@ -394,7 +430,9 @@ pub fn run_top(mut a: TopArgs, conn: &ConnOptions) -> Result<()> {
         spec.connect()?;
     }
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if let Some(state) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once)? {
+    let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
+    if let Some(state) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once, Some(&data_dir))?
+    {
         if a.json {
             println!("{}", serde_json::to_string_pretty(&state.json())?);
         } else {
