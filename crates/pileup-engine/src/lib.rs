@@ -28,6 +28,7 @@ pub mod ebpf;
 mod error;
 pub mod frames;
 pub mod growth;
+pub mod last_statement;
 mod locks;
 mod modules;
 mod proc;

@@ -125,6 +125,16 @@ fn gather_stacks_and_sql(
             ev.sql_error = Some(pileup_conn::error_text(&e));
         }
     }
+    // Idle connections that may hold the lock others queue for: what each
+    // last ran, from its memory (each stopped only to read its thread
+    // pointer).
+    let idle = crate::holder::idle_candidates(&ev);
+    if let (Some(pid), false) = (pid, idle.is_empty()) {
+        match pileup_engine::last_statement::last_statements(pid, &idle, s.max_stop) {
+            Ok(found) => ev.last_statements = found.into_iter().collect(),
+            Err(e) => ev.last_statements_error = Some(e),
+        }
+    }
     ev
 }
 
@@ -180,6 +190,7 @@ fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result
             "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() ORDER BY TIME DESC",
         )?,
     };
+    ev.processlist_unix = Some(crate::poll::now_unix());
     for r in rows {
         // The watcher's poll connection is pileup's, not the server's work.
         if own_connection != 0 && r.get::<u64, _>(0) == Some(own_connection) {

@@ -95,6 +95,14 @@ pub struct Evidence {
     /// Processlist rows: id, user, host, db, command, time, state, info, and
     /// on MariaDB time_ms and tid; the capture's own connection left out.
     pub processlist: Vec<BTreeMap<String, String>>,
+    /// When the processlist was read (Unix seconds).
+    pub processlist_unix: Option<f64>,
+    /// What idle connections that may hold a lock others wait for last
+    /// ran, read from the server's memory
+    /// ([`pileup_engine::last_statement`]), by connection id.
+    pub last_statements: BTreeMap<u64, pileup_engine::last_statement::LastStatement>,
+    /// Why no last statement could be read at all, when none could.
+    pub last_statements_error: Option<String>,
     pub innodb_status: Option<String>,
     pub row_lock_waits: Vec<RowLockWait>,
     /// Metadata locks, when the server lists them.

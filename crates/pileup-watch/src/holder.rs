@@ -10,7 +10,40 @@
 //! result says how sure it is and why. Pure functions of the gathered
 //! [`Evidence`], tested without a server.
 
-use crate::evidence::{pl_summary, Evidence, MdlLock};
+use crate::evidence::{pl_summary, stamp_tenths, Evidence, MdlLock};
+use pileup_engine::last_statement::LastStatement;
+
+/// Most idle connections whose last statement a capture reads.
+pub const MAX_IDLE_READ: usize = 32;
+
+/// Idle client connections that may hold a lock others wait for: idle
+/// since before the oldest waiter's statement began (connection id, OS
+/// thread id), when connections wait for a global, metadata, flush or
+/// table-level lock; longest idle last, at most [`MAX_IDLE_READ`].
+pub fn idle_candidates(ev: &Evidence) -> Vec<(u64, i32)> {
+    let all = conns(ev);
+    let Some(oldest) = all.iter().filter(|c| c.class.is_some()).map(|c| c.secs).max_by(f64::total_cmp) else {
+        return vec![];
+    };
+    let mut idle: Vec<(&Conn, i32)> = all
+        .iter()
+        .filter(|c| c.command == "Sleep" && !is_server_thread(c) && c.secs + 0.05 >= oldest)
+        .filter_map(|c| {
+            Some((
+                c,
+                ev.processlist
+                    .iter()
+                    .find(|r| r.get("id").and_then(|v| v.parse().ok()) == Some(c.id))?
+                    .get("tid")?
+                    .parse()
+                    .ok()?,
+            ))
+        })
+        .collect();
+    // The holder went idle just before the first waiter: nearest first.
+    idle.sort_by(|a, b| a.0.secs.total_cmp(&b.0.secs));
+    idle.into_iter().take(MAX_IDLE_READ).map(|(c, tid)| (c.id, tid)).collect()
+}
 
 /// What a waiting connection waits for, from its processlist state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -76,6 +109,13 @@ pub struct Holder {
     pub summary: String,
     /// Why it is named: the lock mode, or the timing that points at it.
     pub reason: String,
+    /// An idle connection: when it went idle (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since_unix: Option<f64>,
+    /// An idle connection: what it last ran, read from its memory, or why
+    /// that could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_statement: Option<LastStatement>,
 }
 
 /// A pile-up of connections waiting for a lock, and its holder.
@@ -201,7 +241,22 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
     };
     // Connections that are not waiting and could hold the lock.
     let others: Vec<&Conn> = all.iter().filter(|c| c.class.is_none() && !is_server_thread(c)).collect();
-    let holder = |c: &Conn, reason: String| Holder { conn: c.id, summary: pl_summary(ev, c.id), reason };
+    let holder = |c: &Conn, reason: String| {
+        let idle = c.command == "Sleep";
+        Holder {
+            conn: c.id,
+            summary: pl_summary(ev, c.id),
+            reason,
+            idle_since_unix: ev.processlist_unix.filter(|_| idle).map(|u| u - c.secs),
+            last_statement: ev.last_statements.get(&c.id).cloned().filter(|_| idle).or_else(|| {
+                // Read for none of the idle: say why.
+                ev.last_statements_error
+                    .clone()
+                    .filter(|_| idle && ev.last_statements.is_empty())
+                    .map(LastStatement::Unknown)
+            }),
+        }
+    };
     if let Some(m) = &ev.mdl {
         let held = exact_holders(&m.locks, subject.id, class, head.is_some(), &others);
         if !held.is_empty() {
@@ -236,7 +291,12 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
                 let reason = if running(&c) {
                     format!("running since {gap:.1} s before {what} began")
                 } else {
-                    format!("idle since {gap:.1} s before {what} began")
+                    match ev.processlist_unix {
+                        Some(u) => {
+                            format!("idle since {} UTC, {gap:.1} s before {what} began", stamp_tenths(u - c.secs))
+                        }
+                        None => format!("idle since {gap:.1} s before {what} began"),
+                    }
                 };
                 // Idle connections first (a running statement that began
                 // before the lock was taken is less often its holder).
@@ -294,7 +354,7 @@ fn judge(p: &mut LockPileup, all: &[Conn], subject: &Conn, headed: bool, what: &
         0 => p.why = format!("no connection was idle, running or in a transaction since before {what}"),
         1 => {
             p.sureness = Some(Sureness::Likely);
-            p.why = "the only connection that fits".into();
+            p.why = format!("from the processlist's timing, the only connection that fits: none other was idle, running or in a transaction since before {what}");
         }
         n => {
             // One idle connection far closer to the onset than any other
@@ -309,7 +369,7 @@ fn judge(p: &mut LockPileup, all: &[Conn], subject: &Conn, headed: bool, what: &
             if idle_close {
                 p.sureness = Some(Sureness::Likely);
                 p.why = format!(
-                    "the only connection that went idle within a second before {what}; {} other(s) idle or running longer",
+                    "from the processlist's timing, the only connection that went idle within a second before {what}; {} other(s) idle or running longer",
                     n - 1
                 );
             } else {
@@ -404,14 +464,32 @@ fn exact_holders<'a>(
 pub const EXACT_HINT: &str =
     "exact with the metadata_lock_info plugin (pileup watch --install-plugins) or performance_schema";
 
+/// What a named holder last ran, for the verdict: `; last ran `…` (read
+/// from its memory)`, or why that is unknown.
+fn last_ran(h: &Holder) -> String {
+    match &h.last_statement {
+        Some(LastStatement::Found(t)) => format!("; last ran `{}` (read from its memory)", short(t)),
+        Some(LastStatement::Unknown(why)) => format!("; what it last ran is unknown ({why})"),
+        None => String::new(),
+    }
+}
+
 /// The verdict's line for a lock pile-up.
 pub fn verdict_line(p: &LockPileup) -> String {
     let exact_mode = |prefix: &str| {
         p.sureness == Some(Sureness::Exact) && p.holders.first().is_some_and(|h| h.reason.contains(prefix))
     };
+    // What the likely holder last ran names the lock, as the exact mode does.
+    let ran = |verb: &str| {
+        p.head.is_none()
+            && matches!(p.sureness, Some(Sureness::Likely))
+            && p.holders.first().is_some_and(|h| {
+                matches!(&h.last_statement, Some(LastStatement::Found(t)) if t.trim_start().to_ascii_uppercase().starts_with(verb))
+            })
+    };
     let lock = match p.class {
-        LockClass::Backup if exact_mode("FLUSH TABLES WITH READ LOCK") => "global read lock",
-        LockClass::Backup if exact_mode("BACKUP STAGE") => "backup lock",
+        LockClass::Backup if exact_mode("FLUSH TABLES WITH READ LOCK") || ran("FLUSH") => "global read lock",
+        LockClass::Backup if exact_mode("BACKUP STAGE") || ran("BACKUP") => "backup lock",
         c => c.describe(),
     };
     let mut s = format!("{lock}: {} connection(s) wait", p.waiting);
@@ -430,10 +508,11 @@ pub fn verdict_line(p: &LockPileup) -> String {
             }
         }
         (Some(Sureness::Likely), Some(h)) => {
-            s += &format!("{likely} {}: {} (inferred: {}; {EXACT_HINT})", h.summary, h.reason, p.why);
+            s += &format!("{likely} {}: {}{} (inferred: {}; {EXACT_HINT})", h.summary, h.reason, last_ran(h), p.why);
         }
         (Some(Sureness::Possible), _) => {
-            let list: Vec<String> = p.holders.iter().take(3).map(|h| format!("{}: {}", h.summary, h.reason)).collect();
+            let list: Vec<String> =
+                p.holders.iter().take(3).map(|h| format!("{}: {}{}", h.summary, h.reason, last_ran(h))).collect();
             s += &format!("; the holder is one of {} (inferred: {}; {EXACT_HINT})", list.join("; "), p.why);
         }
         _ => s += &format!("; holder not found ({}; {EXACT_HINT})", p.why),
@@ -501,6 +580,38 @@ mod tests {
             "{v}"
         );
         assert!(v.contains("--install-plugins"), "{v}");
+    }
+
+    #[test]
+    fn the_idle_holder_is_named_with_when_it_went_idle_and_what_it_last_ran() {
+        let mut ev = ftwrl_idle_holder();
+        for r in &mut ev.processlist {
+            let id = r["id"].clone();
+            r.insert("tid".into(), format!("{}00", id));
+        }
+        ev.processlist_unix = Some(1_800_000_000.0);
+        // Idle since before the oldest waiter (3.1 s), nearest first; 58
+        // went idle after it; the daemon never counts.
+        assert_eq!(idle_candidates(&ev), vec![(55, 5500), (57, 5700), (56, 5600)]);
+        ev.last_statements.insert(55, LastStatement::Found("FLUSH TABLES WITH READ LOCK".into()));
+        let p = analyse(&ev).unwrap();
+        let v = verdict_line(&p);
+        assert!(
+            v.starts_with("global read lock: 4 connection(s) wait, likely held by connection 55 (app@10.0.0.5, Sleep for 3s) (idle): idle since 20270115-075956.7 UTC, 0.1 s before the first waiter began; last ran `FLUSH TABLES WITH READ LOCK` (read from its memory) (inferred: from the processlist's timing"),
+            "{v}"
+        );
+        assert_eq!(p.holders[0].idle_since_unix, Some(1_800_000_000.0 - 3.2));
+        // Unreadable: said, with why.
+        ev.last_statements.clear();
+        ev.last_statements_error = Some("the server does not export _current_thd".into());
+        let v = verdict_line(&analyse(&ev).unwrap());
+        assert!(
+            v.starts_with("global read or backup lock: ")
+                && v.contains("what it last ran is unknown (the server does not export _current_thd)"),
+            "{v}"
+        );
+        // No waiters: nothing to read.
+        assert!(idle_candidates(&Evidence::default()).is_empty());
     }
 
     #[test]

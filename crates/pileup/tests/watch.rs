@@ -392,10 +392,14 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
         global_lock_capture(&sb, "watch-ftwrl-default", &["--interval", "1s"], &ftwrl, "UNLOCK TABLES", 1.0);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
+    // What the holder last ran is read from its memory, and names the lock.
     assert!(
-        verdict.starts_with("global read or backup lock: ")
+        verdict.starts_with("global read lock: ")
             && verdict.contains(&format!("likely held by connection {ftwrl_id} "))
-            && verdict.contains("inferred"),
+            && verdict.contains("idle since ")
+            && verdict.contains("last ran `FLUSH TABLES WITH READ LOCK` (read from its memory)")
+            && verdict.contains("inferred: from the processlist's timing")
+            && verdict.contains("--install-plugins"),
         "verdict: {verdict}"
     );
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -416,8 +420,9 @@ fn backup_stage_holder_is_named_inferred_then_exact() {
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
-        verdict.starts_with("global read or backup lock: ")
+        verdict.starts_with("backup lock: ")
             && verdict.contains(&format!("likely held by connection {id} "))
+            && verdict.contains("last ran `BACKUP STAGE BLOCK_COMMIT` (read from its memory)")
             && verdict.contains("inferred"),
         "verdict: {verdict}"
     );
@@ -528,7 +533,8 @@ fn ddl_behind_an_open_transaction_names_the_transaction() {
         verdict.starts_with("metadata lock: ")
             && verdict.contains(&format!("queued behind connection {ddl_id} (`ALTER TABLE sbtest.sbtest1"))
             && verdict.contains(&format!("which likely waits for connection {trx_id} "))
-            && verdict.contains("its transaction has been open"),
+            && verdict.contains("its transaction has been open")
+            && verdict.contains("last ran `SELECT * FROM sbtest.sbtest1 WHERE id = 1` (read from its memory)"),
         "verdict: {verdict}"
     );
     end(&mut [&mut child, &mut load]);

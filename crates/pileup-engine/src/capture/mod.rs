@@ -84,3 +84,25 @@ pub fn capture(
         .join()
         .unwrap_or(Err(StacksError::ProcessExited(pid)))
 }
+
+/// The thread pointer (`fs_base`, where the thread's thread-local
+/// variables are found) of each of `tids` of `pid`, read while each is
+/// stopped for microseconds (at most `max_stop`); `None` for a thread that
+/// has gone or did not stop in time. x86_64 only.
+pub fn thread_pointers(
+    pid: i32,
+    tids: &[i32],
+    max_stop: std::time::Duration,
+) -> Result<Vec<(i32, Option<u64>)>, StacksError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(StacksError::UnsupportedArch);
+    }
+    let tids = tids.to_vec();
+    // A fresh OS thread, as for a capture: see the module docs for why.
+    std::thread::Builder::new()
+        .name("pileup-tp".into())
+        .spawn(move || ptrace::thread_pointers(pid, &tids, max_stop))
+        .expect("spawning the capture thread")
+        .join()
+        .unwrap_or(Err(StacksError::ProcessExited(pid)))
+}

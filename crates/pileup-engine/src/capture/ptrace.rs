@@ -856,3 +856,46 @@ pub(super) fn capture_rolling(
     release_all(&lingering); // the rest are released when this thread exits
     Ok(finish(tids, threads, missed, window_us, t0, budget_exceeded, "rolling"))
 }
+
+/// The thread pointer (`fs_base`) of each of `tids`, one at a time: each
+/// thread is stopped only while its registers are read (microseconds),
+/// never longer than `max_stop`; a thread that does not stop in time, or
+/// has gone, gets `None`. Runs on the caller's thread, which must end
+/// soon after (the kernel releases whatever it still traces when it does).
+pub(super) fn thread_pointers(
+    pid: i32,
+    tids: &[i32],
+    max_stop: Duration,
+) -> Result<Vec<(i32, Option<u64>)>, StacksError> {
+    let timer = DeadlineTimer::new();
+    let mut out = Vec::with_capacity(tids.len());
+    for &tid in tids {
+        match seize(pid, tid, !out.is_empty())? {
+            Seized::Ok => {}
+            Seized::Gone => {
+                out.push((tid, None));
+                continue;
+            }
+        }
+        let at = Instant::now();
+        if ptrace::interrupt(Pid::from_raw(tid)).is_err() {
+            detach(tid, None);
+            out.push((tid, None));
+            continue;
+        }
+        let fs = match wait_stop(Some(tid), at + max_stop, &timer) {
+            Waited::Tid(_, Poll::Stopped(sig)) => {
+                let fs = ptrace::getregs(Pid::from_raw(tid)).ok().map(|r| r.fs_base);
+                detach(tid, sig);
+                fs
+            }
+            Waited::Tid(_, Poll::Exited) | Waited::None => None,
+            Waited::Deadline | Waited::Tid(_, Poll::NotYet) => {
+                release_all(&[tid]);
+                None
+            }
+        };
+        out.push((tid, fs));
+    }
+    Ok(out)
+}
