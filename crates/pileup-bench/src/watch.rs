@@ -6,16 +6,20 @@
 //!    100 ms, and pt-stalk with its defaults
 //!    (polling Threads_running every second), interleaved over `--rounds`
 //!    rounds (the order rotating each round); median transactions per second and the ratio to no watcher.
-//! 2. Onset to first stack: four stalls, each holding up 30 connections
-//!    (a hot-row lock convoy, FLUSH TABLES WITH READ LOCK, an ALTER waiting
+//! 2. Onset to first stack: seven stalls on a default server (no plugin,
+//!    performance_schema off): the four that hold up 30 connections (a
+//!    hot-row lock convoy, FLUSH TABLES WITH READ LOCK, an ALTER waiting
 //!    for an open transaction with readers queued behind it, and the
-//!    datadir's device throttled under point selects that read from disk);
-//!    time from the
-//!    stall's start to the first stack file each tool writes, both with
-//!    their default triggers (pileup: threads_running > max(16, 4×CPUs) for
-//!    1 s; pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`).
-//!    The server runs as `mysqld` here: pt-stalk only looks for that name.
-//!    Each tool's watcher CPU is measured too (% of one core).
+//!    datadir's device throttled under point selects that read from disk),
+//!    and three whose sufferers are few or not held up at all (a table-open
+//!    storm, a connection storm over TCP, and a flushing storm after the
+//!    volume's writes slow, whose onset is when a probe's one-row writes
+//!    first take ten times their usual time); for the classes, the watcher
+//!    first learns 15 s of steady load. Time from the stall's onset to the
+//!    first stack file each tool writes, both with their default triggers
+//!    (pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`). The
+//!    server runs as `mysqld` here: pt-stalk only looks for that name. Each
+//!    tool's watcher CPU over the run is measured too (% of one core).
 //!
 //! 3. Idle cost: against an idle server, the server's CPU (answering the
 //!    polls) and the watcher's own, 30 s each: the cost without the noise
@@ -28,7 +32,7 @@
 //! Usage: see [`USAGE`] (what `--help` prints).
 
 /// What `--help` prints; the flags it names are the ones accepted.
-const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset|short] [--stalls convoy,ftwrl,mdl,slow-disk] [--out FILE]";
+const USAGE: &str = "Usage: watch-bench --pileup PATH [--rounds 3] [--part all|throughput|idle|onset|short] [--stalls convoy,ftwrl,mdl,slow-disk,table-open,connection,flushing] [--out FILE]";
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,13 +164,14 @@ fn mysqld_named(root: &Path) -> Result<PathBuf> {
     Ok(link)
 }
 
-/// When the first stack was taken: pileup records each sample's time in
+/// When the first stack taken from `from` on was taken, in seconds after
+/// `onset` (negative: before it): pileup records each sample's time in
 /// stacks.json; for pt-stalk, the creation time of its gdb output file (the
 /// shell creates it just before gdb attaches: the most favourable reading).
-fn first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
-    let since = unix_secs(onset);
-    if kind.starts_with("pileup") {
-        // The earliest capture begun after the onset (one before it, on the
+fn first_stack(dir: &Path, kind: &str, from: std::time::SystemTime, onset: std::time::SystemTime) -> Option<f64> {
+    let (from, onset) = (unix_secs(from), unix_secs(onset));
+    let at = if kind.starts_with("pileup") {
+        // The earliest capture begun since `from` (one before it, on the
         // steady load, is counted apart).
         find_files(dir, "stacks.json")
             .into_iter()
@@ -174,17 +179,17 @@ fn first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f
                 let j: serde_json::Value = serde_json::from_slice(&std::fs::read(f).ok()?).ok()?;
                 Some(j["samples"][0]["at_unix_ms"].as_f64()? / 1000.0)
             })
-            .filter(|at| *at >= since)
-            .map(|at| at - since)
-            .min_by(f64::total_cmp)
+            .filter(|at| *at >= from)
+            .min_by(f64::total_cmp)?
     } else {
-        let best = find_files(dir, "stacktrace")
+        find_files(dir, "stacktrace")
             .into_iter()
             .filter_map(|p| std::fs::metadata(p).ok().and_then(|m| m.created().or_else(|_| m.modified()).ok()))
-            .filter(|t| *t >= onset)
-            .min()?;
-        best.duration_since(onset).ok().map(|d| d.as_secs_f64())
-    }
+            .map(unix_secs)
+            .filter(|t| *t >= from)
+            .min_by(f64::total_cmp)?
+    };
+    Some(at - onset)
 }
 
 fn find_files(dir: &Path, pat: &str) -> Vec<PathBuf> {
@@ -213,7 +218,150 @@ const STALLS: &[(&str, &str)] = &[
         "slow-disk",
         "slow disk: 30 connections run 5,000 point selects a second on 4 × 40,000 rows through an 8 MB buffer pool, and the volume drops to 40 reads a second",
     ),
+    (
+        "table-open",
+        "table-open storm: 400 tables and table_open_cache=64; after two clients read a cached few, 48 connections read them all in turn",
+    ),
+    ("connection", "connection storm: beside two steady clients, 96 clients connect over TCP, run SELECT 1 and disconnect, over and over"),
+    (
+        "flushing",
+        "flushing storm: a 16 MB redo log, 16 connections writing, and the volume's writes dropped to 4 MB/s; the onset is when a probe's one-row writes (one a millisecond) first take ten times their usual time",
+    ),
 ];
+
+/// Run `work(connection slot, client number, iteration)` on `n` threads until `stop`.
+fn clients(
+    n: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    work: impl Fn(&mut Option<mysql::Conn>, usize, u64) + Send + Sync + 'static,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let work = std::sync::Arc::new(work);
+    (0..n)
+        .map(|i| {
+            let (stop, work) = (stop.clone(), work.clone());
+            std::thread::spawn(move || {
+                let (mut c, mut k) = (None, 0u64);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    work(&mut c, i, k);
+                    k += 1;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Clients stopped and joined when this goes out of scope.
+struct Clients(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The storms and the flushing storm: a steady load while the watcher
+/// learns it (15 s: the default triggers judge against the server's own
+/// baseline), then the stall; seconds from its onset to the first stack.
+fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Onset> {
+    let cnf: Vec<(String, String)> = match stall {
+        "table-open" => {
+            vec![("table_open_cache".into(), "64".into()), ("table_open_cache_instances".into(), "1".into())]
+        }
+        "flushing" => vec![("innodb_log_file_size".into(), "16M".into())],
+        _ => vec![],
+    };
+    let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), cnf, ..Options::default() })?;
+    let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut steady = Clients(stop.clone(), vec![]);
+    let mut load = None;
+    let mut probe = None;
+    match stall {
+        "table-open" => {
+            let mut ddl = String::from("CREATE DATABASE t;");
+            for i in 0..400 {
+                ddl += &format!("CREATE TABLE t.t{i} (id INT PRIMARY KEY, v INT) ENGINE=InnoDB;");
+            }
+            sb.sql(&ddl)?;
+            let spec = sb.conn_spec();
+            steady.1 = clients(2, &stop, move |c, i, k| {
+                let t = (i as u64 * 3 + k) % 8;
+                let _ = c.get_or_insert_with(|| spec.connect().unwrap()).query_drop(format!("SELECT * FROM t.t{t}"));
+            });
+        }
+        "connection" => {
+            let spec = sb.conn_spec();
+            steady.1 = clients(2, &stop, move |c, _, _| {
+                let _ = c.get_or_insert_with(|| spec.connect().unwrap()).query_drop("SELECT 1");
+            });
+        }
+        _ => {
+            let sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
+            load = Some(pileup_bench::Load::start("oltp_write_only", &sbargs, 16)?);
+            sb.sql("CREATE DATABASE w; CREATE TABLE w.probe (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.probe VALUES (1, 0)")?;
+            probe = Some(pileup_bench::Probe::writer(&sb, "UPDATE w.probe SET v = v + 1 WHERE id = 1")?);
+        }
+    }
+    let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
+    let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
+    std::thread::sleep(Duration::from_secs(15));
+    let from = std::time::SystemTime::now();
+    let from_instant = Instant::now();
+    let storm_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut storm = Clients(storm_stop.clone(), vec![]);
+    let mut throttle = None;
+    match stall {
+        "table-open" => {
+            let spec = sb.conn_spec();
+            storm.1 = clients(48, &storm_stop, move |c, i, k| {
+                let t = (i as u64 * 7919 + k * 104_729) % 400;
+                let _ = c.get_or_insert_with(|| spec.connect().unwrap()).query_drop(format!("SELECT * FROM t.t{t}"));
+            });
+        }
+        "connection" => {
+            // Over TCP, as an application server's clients come.
+            let mut spec = sb.conn_spec();
+            spec.host = Some("127.0.0.1".into());
+            spec.socket = None;
+            spec.port = sb.endpoint.port;
+            storm.1 = clients(96, &storm_stop, move |_, _, _| {
+                if let Ok(mut c) = spec.connect() {
+                    let _ = c.query_drop("SELECT 1");
+                }
+            });
+        }
+        _ => throttle = Some(Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20))?),
+    }
+    // The onset: the storm's start, or when the probe's writes slowed.
+    let t0 = Instant::now();
+    let (mut onset, mut first) = (None, None);
+    while t0.elapsed() < Duration::from_secs(35) && (onset.is_none() || first.is_none()) {
+        onset = match &probe {
+            Some(p) => p.first_slow(from_instant).map(|at| from + at.duration_since(from_instant)),
+            None => Some(from),
+        };
+        first = onset.and_then(|o| first_stack(&dir, kind, from, o));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let verdict = (kind.starts_with("pileup") && first.is_some())
+        .then(|| verdict_after(&dir, from, Duration::from_secs(15)))
+        .flatten();
+    if onset.is_none() {
+        eprintln!("{stall} {kind}: the probe's writes never slowed within 35 s");
+    }
+    drop(storm);
+    drop(throttle);
+    drop(probe);
+    drop(load);
+    drop(steady);
+    let before = kept_before(&dir, from);
+    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    drop(w);
+    Ok(Onset { first_stack: first, verdict, before, cpu })
+}
 
 /// What one provoked stall gave: seconds from its start to the watcher's
 /// first stack, and pileup's verdict (its first words) once the capture
@@ -223,6 +371,8 @@ struct Onset {
     verdict: Option<String>,
     /// Captures kept before the stall began (a false alarm on the steady load).
     before: usize,
+    /// The watcher's CPU over the run, steady load and stall (% of one core).
+    cpu: f64,
 }
 
 /// The verdict of the first capture kept after `onset`, up to its first
@@ -267,7 +417,7 @@ fn unix_secs(t: std::time::SystemTime) -> f64 {
 fn wait_first_stack(dir: &Path, kind: &str, onset: std::time::SystemTime) -> Option<f64> {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(35) {
-        if let Some(t) = first_stack(dir, kind, onset) {
+        if let Some(t) = first_stack(dir, kind, onset, onset) {
             return Some(t);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -293,6 +443,7 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     let load = pileup_bench::Load::start(test, &sbargs, 30)?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
+    let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
     std::thread::sleep(Duration::from_secs(8));
     // The onset is the moment the volume slows: the stall is the server's
     // answer to it, however long its queues take to build.
@@ -305,8 +456,9 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     drop(throttle);
     drop(load);
     let before = kept_before(&dir, onset);
+    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
     drop(w);
-    Ok(Onset { first_stack, verdict, before })
+    Ok(Onset { first_stack, verdict, before, cpu })
 }
 
 /// Provoke `stall` on a fresh sandbox watched by `kind`; seconds from its
@@ -315,10 +467,14 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     if stall == "slow-disk" {
         return slow_disk_onset(pileup, kind, stall, root, round);
     }
+    if ["table-open", "connection", "flushing"].contains(&stall) {
+        return class_onset(pileup, kind, stall, root, round);
+    }
     let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), ..Options::default() })?;
     sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)")?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
+    let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
     std::thread::sleep(Duration::from_secs(3));
     let mut holder = sb.connect()?;
     let mut ddl = None;
@@ -378,8 +534,9 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         let _ = w.join();
     }
     let before = kept_before(&dir, onset);
+    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
     drop(w);
-    Ok(Onset { first_stack, verdict, before })
+    Ok(Onset { first_stack, verdict, before, cpu })
 }
 
 fn main() -> Result<()> {
@@ -509,16 +666,18 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
 
 fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result<String> {
     let mut md = String::new();
-    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\n| stall | tool | seconds from onset to the first stack taken | pileup's verdict |\n|---|---|---|---|\n");
+    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\nNegative: the first stack came before users felt the stall (a capture begun as the load that caused it built up).\n\n| stall | tool | seconds from onset to the first stack taken | watcher's CPU over the run (% of one core, median) | pileup's verdict |\n|---|---|---|---|---|\n");
     let stalls: Vec<&(&str, &str)> =
         STALLS.iter().filter(|(s, _)| only.is_none_or(|o| o.split(',').any(|x| x == *s))).collect();
     for (stall, what) in &stalls {
         eprintln!("{what}");
         for k in ["pileup 1s", "pt-stalk gdb"] {
             let mut v = vec![];
+            let mut cpu = vec![];
             let mut verdicts: Vec<String> = vec![];
             for round in 0..rounds {
                 let o = stall_onset(pileup, k, stall, root, round)?;
+                cpu.push(o.cpu);
                 match o.first_stack {
                     Some(s) => v.push(s),
                     None => eprintln!("{stall} {k}: no stack within 35 s"),
@@ -555,7 +714,7 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
             } else {
                 "—".into()
             };
-            md.push_str(&format!("| {stall} | {k} | {shown} | {said} |\n"));
+            md.push_str(&format!("| {stall} | {k} | {shown} | {:.2} | {said} |\n", median(cpu)));
         }
     }
     md.push_str(&format!(

@@ -18,7 +18,8 @@
 //! unwind and symbolize stages for stacks another tracer copied (`pileup
 //! locks`' eBPF records). Only the last `keep_samples` samples
 //! are kept whole, so a run of hours costs the memory of its distinct
-//! stacks.
+//! stacks. [`last_statement`] reads what an idle connection last ran from
+//! the server's memory, each thread stopped only to read its thread pointer.
 
 mod aggregate;
 mod annotate;
