@@ -12,10 +12,12 @@
 //!    for an open transaction with readers queued behind it, and the
 //!    datadir's device throttled under point selects that read from disk),
 //!    and three whose sufferers are few or not held up at all (a table-open
-//!    storm, a connection storm over TCP, and a flushing storm after the
-//!    volume's writes slow, whose onset is when a probe's one-row writes
+//!    storm, a connection storm over TCP, and a flushing storm when writers
+//!    outrun a small redo log, whose onset is when a probe's one-row writes
 //!    first take ten times their usual time); for the classes, the watcher
-//!    first learns 15 s of steady load. Time from the stall's onset to the
+//!    first learns 15 s of steady load, and its CPU is measured while it
+//!    watches that load and, apart, from the stall on (its capture
+//!    included). Time from the stall's onset to the
 //!    first stack file each tool writes, both with their default triggers
 //!    (pt-stalk: Threads_running > 25 for 5 cycles, `--collect-gdb`). The
 //!    server runs as `mysqld` here: pt-stalk only looks for that name. Each
@@ -225,7 +227,7 @@ const STALLS: &[(&str, &str)] = &[
     ("connection", "connection storm: beside two steady clients, 96 clients connect over TCP, run SELECT 1 and disconnect, over and over"),
     (
         "flushing",
-        "flushing storm: a 16 MB redo log, 16 connections writing, and the volume's writes dropped to 4 MB/s; the onset is when a probe's one-row writes (one a millisecond) first take ten times their usual time",
+        "flushing storm: a 4 MB redo log and a page cleaner told the disk does 100 pages a second, 4 connections writing 50 transactions a second, then 32 more writing unthrottled; the onset is when a probe's one-row writes (one a millisecond) first take ten times their usual time",
     ),
 ];
 
@@ -270,7 +272,12 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         "table-open" => {
             vec![("table_open_cache".into(), "64".into()), ("table_open_cache_instances".into(), "1".into())]
         }
-        "flushing" => vec![("innodb_log_file_size".into(), "16M".into())],
+        "flushing" => vec![
+            ("innodb_log_file_size".into(), "4M".into()),
+            ("innodb_io_capacity".into(), "100".into()),
+            ("innodb_io_capacity_max".into(), "100".into()),
+            ("innodb_flush_log_at_trx_commit".into(), "2".into()),
+        ],
         _ => vec![],
     };
     let sb = Sandbox::start(Options { mariadbd: Some(mysqld_named(root)?), cnf, ..Options::default() })?;
@@ -279,6 +286,7 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     let mut steady = Clients(stop.clone(), vec![]);
     let mut load = None;
     let mut probe = None;
+    let mut sbargs_flush = vec![];
     match stall {
         "table-open" => {
             let mut ddl = String::from("CREATE DATABASE t;");
@@ -299,8 +307,10 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
             });
         }
         _ => {
-            let sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
-            load = Some(pileup_bench::Load::start("oltp_write_only", &sbargs, 16)?);
+            let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
+            sbargs_flush = sbargs.clone();
+            sbargs.push("--rate=50".into());
+            load = Some(pileup_bench::Load::start("oltp_write_only", &sbargs, 4)?);
             sb.sql("CREATE DATABASE w; CREATE TABLE w.probe (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.probe VALUES (1, 0)")?;
             probe = Some(pileup_bench::Probe::writer(&sb, "UPDATE w.probe SET v = v + 1 WHERE id = 1")?);
         }
@@ -308,11 +318,14 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
     let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
     std::thread::sleep(Duration::from_secs(15));
+    // What watching the steady load cost, apart from any capture.
+    let watching = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let cpu1 = cpu_secs(&w.0);
     let from = std::time::SystemTime::now();
     let from_instant = Instant::now();
     let storm_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut storm = Clients(storm_stop.clone(), vec![]);
-    let mut throttle = None;
+    let mut more = None;
     match stall {
         "table-open" => {
             let spec = sb.conn_spec();
@@ -333,7 +346,9 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
                 }
             });
         }
-        _ => throttle = Some(Throttle::new(&sb, Limit::WriteBytesPerSec(4 << 20))?),
+        // Eight times the writers, unthrottled: the redo log fills faster
+        // than the page cleaner, told the disk is slow, flushes.
+        _ => more = Some(pileup_bench::Load::start("oltp_write_only", &sbargs_flush, 32)?),
     }
     // The onset: the storm's start, or when the probe's writes slowed.
     let t0 = Instant::now();
@@ -353,14 +368,14 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         eprintln!("{stall} {kind}: the probe's writes never slowed within 35 s");
     }
     drop(storm);
-    drop(throttle);
+    drop(more);
     drop(probe);
     drop(load);
     drop(steady);
     let before = kept_before(&dir, from);
-    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let stall_cpu = cpu_secs(&w.0) - cpu1;
     drop(w);
-    Ok(Onset { first_stack: first, verdict, before, cpu })
+    Ok(Onset { first_stack: first, verdict, before, cpu: watching, stall_cpu: Some(stall_cpu) })
 }
 
 /// What one provoked stall gave: seconds from its start to the watcher's
@@ -371,8 +386,13 @@ struct Onset {
     verdict: Option<String>,
     /// Captures kept before the stall began (a false alarm on the steady load).
     before: usize,
-    /// The watcher's CPU over the run, steady load and stall (% of one core).
+    /// The watcher's CPU while it watched the load before the stall (% of
+    /// one core), or over the whole run where the stall came soon after
+    /// the watcher started.
     cpu: f64,
+    /// CPU-seconds the watcher used from the stall's start to the end of
+    /// the run (its capture included).
+    stall_cpu: Option<f64>,
 }
 
 /// The verdict of the first capture kept after `onset`, up to its first
@@ -458,7 +478,7 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     let before = kept_before(&dir, onset);
     let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
     drop(w);
-    Ok(Onset { first_stack, verdict, before, cpu })
+    Ok(Onset { first_stack, verdict, before, cpu, stall_cpu: None })
 }
 
 /// Provoke `stall` on a fresh sandbox watched by `kind`; seconds from its
@@ -536,7 +556,7 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     let before = kept_before(&dir, onset);
     let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
     drop(w);
-    Ok(Onset { first_stack, verdict, before, cpu })
+    Ok(Onset { first_stack, verdict, before, cpu, stall_cpu: None })
 }
 
 fn main() -> Result<()> {
@@ -666,7 +686,7 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
 
 fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result<String> {
     let mut md = String::new();
-    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\nNegative: the first stack came before users felt the stall (a capture begun as the load that caused it built up).\n\n| stall | tool | seconds from onset to the first stack taken | watcher's CPU over the run (% of one core, median) | pileup's verdict |\n|---|---|---|---|---|\n");
+    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\nNegative: the first stack came before users felt the stall (a capture begun as the load that caused it built up).\n\n| stall | tool | seconds from onset to the first stack taken | watcher's CPU watching (% of one core, median) | watcher's CPU-seconds from the stall on, capture included (median) | pileup's verdict |\n|---|---|---|---|---|---|\n");
     let stalls: Vec<&(&str, &str)> =
         STALLS.iter().filter(|(s, _)| only.is_none_or(|o| o.split(',').any(|x| x == *s))).collect();
     for (stall, what) in &stalls {
@@ -674,10 +694,12 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
         for k in ["pileup 1s", "pt-stalk gdb"] {
             let mut v = vec![];
             let mut cpu = vec![];
+            let mut stall_cpu = vec![];
             let mut verdicts: Vec<String> = vec![];
             for round in 0..rounds {
                 let o = stall_onset(pileup, k, stall, root, round)?;
                 cpu.push(o.cpu);
+                stall_cpu.extend(o.stall_cpu);
                 match o.first_stack {
                     Some(s) => v.push(s),
                     None => eprintln!("{stall} {k}: no stack within 35 s"),
@@ -714,7 +736,8 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
             } else {
                 "—".into()
             };
-            md.push_str(&format!("| {stall} | {k} | {shown} | {:.2} | {said} |\n", median(cpu)));
+            let sc = if stall_cpu.is_empty() { "—".to_string() } else { format!("{:.2}", median(stall_cpu)) };
+            md.push_str(&format!("| {stall} | {k} | {shown} | {:.2} | {sc} | {said} |\n", median(cpu)));
         }
     }
     md.push_str(&format!(
