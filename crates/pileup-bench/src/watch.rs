@@ -62,13 +62,19 @@ fn start_watcher(kind: &str, pileup: &str, sb: &Sandbox, dir: &Path) -> Result<O
     std::fs::create_dir_all(dir)?;
     let c = match kind {
         "none" => return Ok(None),
-        "pileup 1s" | "pileup 1s, no scan" | "pileup 100ms" => Command::new(pileup)
-            .args(["watch", "-S", &sock, "-u", "root", "--pid", &pid, "--data-dir", dir.to_str().unwrap()])
-            .args(["--interval", if kind == "pileup 100ms" { "100ms" } else { "1s" }])
-            .args(if kind.ends_with("no scan") { &["--scan-interval", "0"][..] } else { &[][..] })
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
+        "pileup 1s" | "pileup 1s, no scan" | "pileup 100ms" => {
+            let mut c = Command::new(pileup);
+            c.args(["watch", "-S", &sock, "-u", "root", "--pid", &pid, "--data-dir", dir.to_str().unwrap()])
+                .args(["--interval", if kind == "pileup 100ms" { "100ms" } else { "1s" }])
+                .args(if kind.ends_with("no scan") { &["--scan-interval", "0"][..] } else { &[][..] })
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // PILEUP_BENCH_LOG keeps each watcher's debug log beside its captures.
+            if std::env::var_os("PILEUP_BENCH_LOG").is_some() {
+                c.arg("-vv").stderr(std::fs::File::create(dir.join("watch.log"))?);
+            }
+            c.spawn()?
+        }
         "pt-stalk" | "pt-stalk gdb" => {
             let mut c = Command::new("pt-stalk");
             c.args([
@@ -387,8 +393,8 @@ struct Onset {
     /// Captures kept before the stall began (a false alarm on the steady load).
     before: usize,
     /// The watcher's CPU while it watched the load before the stall (% of
-    /// one core), or over the whole run where the stall came soon after
-    /// the watcher started.
+    /// one core; the lock stalls come 3 s after it starts, its start-up
+    /// included).
     cpu: f64,
     /// CPU-seconds the watcher used from the stall's start to the end of
     /// the run (its capture included).
@@ -468,6 +474,8 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     // The onset is the moment the volume slows: the stall is the server's
     // answer to it, however long its queues take to build.
     let onset = std::time::SystemTime::now();
+    let watching = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let cpu1 = cpu_secs(&w.0);
     let throttle = Throttle::new(&sb, Limit::ReadIops(40))?;
     let first_stack = wait_first_stack(&dir, kind, onset);
     let verdict = (kind.starts_with("pileup") && first_stack.is_some())
@@ -476,9 +484,9 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
     drop(throttle);
     drop(load);
     let before = kept_before(&dir, onset);
-    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let stall_cpu = cpu_secs(&w.0) - cpu1;
     drop(w);
-    Ok(Onset { first_stack, verdict, before, cpu, stall_cpu: None })
+    Ok(Onset { first_stack, verdict, before, cpu: watching, stall_cpu: Some(stall_cpu) })
 }
 
 /// Provoke `stall` on a fresh sandbox watched by `kind`; seconds from its
@@ -533,6 +541,8 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         }
     };
     let onset = std::time::SystemTime::now();
+    let watching = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let cpu1 = cpu_secs(&w.0);
     let waiters: Vec<_> = (0..30)
         .map(|_| {
             let spec = sb.conn_spec();
@@ -554,9 +564,9 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         let _ = w.join();
     }
     let before = kept_before(&dir, onset);
-    let cpu = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
+    let stall_cpu = cpu_secs(&w.0) - cpu1;
     drop(w);
-    Ok(Onset { first_stack, verdict, before, cpu, stall_cpu: None })
+    Ok(Onset { first_stack, verdict, before, cpu: watching, stall_cpu: Some(stall_cpu) })
 }
 
 fn main() -> Result<()> {

@@ -16,14 +16,16 @@
 //!   pointer; the offset is decoded from that function's two instructions;
 //! * the thread pointer (`fs_base`) is read while the thread is stopped for
 //!   microseconds ([`crate::capture::thread_pointers`]);
-//! * the `THD` is confirmed as the connection's by its connection id and
-//!   OS thread id, both within it;
+//! * the `THD` is checked for the connection's id and OS thread id, both
+//!   within it;
 //! * the arena's block is the one a word of the `THD` points at whose
 //!   header (next, bytes left, size) is sound and whose first bytes are a
 //!   statement's text, ended by a NUL.
 //!
 //! Everything else is read with `process_vm_readv`, without a stop. What
-//! cannot be found is said, with why; nothing is guessed. Written by hand:
+//! cannot be found is said, with why. One case cannot be told: a statement
+//! too long for the arena's first block is copied to another, and the first
+//! block then still holds the statement before it. Written by hand:
 //! no crate reads a server's session state from outside.
 
 use crate::capture::read_mem;

@@ -18,6 +18,10 @@
 //! * Another condition that begins after it has gathered makes it gather
 //!   again (its evidence is of what came before), spaced like early
 //!   captures.
+//! * The threads **stirring** (the scan's pulse short of a pile-up) begin
+//!   an early capture too, at most once per [`STIR_CAPTURE_GAP_SECS`]:
+//!   kept when a trigger fires, handed to a trigger in its hold or dropped
+//!   after [`STIR_CONFIRM_SECS`].
 //! * A **pile-up** (the scan's pulse) begins an early capture too; refused
 //!   (another capture finishing, the gap between early captures), it is
 //!   tried again at each scan interval until it starts or the pile-up ends.
@@ -39,6 +43,17 @@ use crate::trigger::{Armed, Context, Step, Trigger};
 pub const SHORT_STALL_WINDOW_SECS: f64 = 600.0;
 /// …and how many of them in it make a capture.
 pub const SHORT_STALLS_TO_CAPTURE: usize = 3;
+/// A capture begun when the threads stirred waits this long for a trigger
+/// to keep it…
+pub const STIR_CONFIRM_SECS: f64 = 2.0;
+/// …and another is begun by a stir no sooner than this after it: a server
+/// whose threads stir often pays a stack sample a few times a minute.
+pub const STIR_CAPTURE_GAP_SECS: f64 = 10.0;
+/// Short stalls that overlap (or touch, within this) are one episode.
+pub const EPISODE_GAP_SECS: f64 = 0.05;
+/// A trigger's condition seen on this many polls, cleared before its hold,
+/// is a short stall; one poll's sight of it is a blip.
+pub const SHORT_STALL_POLLS: u32 = 2;
 
 /// What the loop reports, in order.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -144,8 +159,16 @@ pub struct Decider {
     open_pileup: Option<f64>,
     /// A pile-up no capture has begun for yet: (began, blocked, usual).
     uncaptured: Option<(f64, u32, u32)>,
-    /// When recent short stalls ended.
+    /// When recent short stalls ended, one per episode.
     short_stalls: VecDeque<f64>,
+    /// When the last capture begun by a stir started, and until when it
+    /// waits to be kept.
+    last_stir_capture: Option<f64>,
+    stir_capture_until: Option<f64>,
+    /// When the last short stall counted ended: those that overlap it (the
+    /// same episode seen by several triggers, or by a trigger and the scan)
+    /// count once.
+    last_counted_end: f64,
 }
 
 impl Decider {
@@ -160,6 +183,9 @@ impl Decider {
             open_pileup: None,
             uncaptured: None,
             short_stalls: VecDeque::new(),
+            last_counted_end: f64::MIN,
+            last_stir_capture: None,
+            stir_capture_until: None,
         }
     }
 
@@ -190,9 +216,10 @@ impl Decider {
         let mut out = vec![];
         for i in 0..self.triggers.len() {
             let held_since = self.armed[i].since().filter(|_| self.armed[i].in_hold());
+            let seen = self.armed[i].polls();
             let step = self.armed[i].step(&self.triggers[i], p.unix, p.ctx);
             let since = self.armed[i].since();
-            if let (Some(began), Step::Idle) = (held_since, step) {
+            if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
                 // Cleared before its hold: a short stall of its kind (its
                 // early capture kept if such stalls repeat, else dropped below).
                 let what = Some(self.triggers[i].label().to_string());
@@ -211,7 +238,20 @@ impl Decider {
                 self.capture(text, p.unix, onset, now, p.free, true, &mut out);
             }
         }
+        self.stir_unconfirmed(now, &mut out);
         out
+    }
+
+    /// A capture begun when the threads stirred and not kept within
+    /// [`STIR_CONFIRM_SECS`] goes to a trigger still in its hold, or is
+    /// dropped; a pile-up the scan sees meanwhile keeps it as its own.
+    fn stir_unconfirmed(&mut self, now: f64, out: &mut Vec<Action>) {
+        if self.stir_capture_until.is_some_and(|t| now >= t) {
+            self.stir_capture_until = None;
+            if self.sched.early_trigger() == Some(self.scan_idx) && self.open_pileup.is_none() {
+                self.hand_over(self.in_hold(self.scan_idx), out);
+            }
+        }
     }
 
     /// Trigger `i`'s own early capture is running: keep it when the trigger
@@ -306,8 +346,14 @@ impl Decider {
     }
 
     /// Between polls, at each scan interval while a pile-up waits for its
-    /// early capture: start it when the limits allow.
+    /// early capture: start it when the limits allow. A stir's capture not
+    /// kept in time is let go here too.
     pub fn between_polls(&mut self, unix: f64, now: f64, free: Option<u64>) -> Vec<Action> {
+        let mut out = vec![];
+        self.stir_unconfirmed(now, &mut out);
+        if !out.is_empty() {
+            return out;
+        }
         let Some((began, blocked, baseline)) = self.uncaptured else { return vec![] };
         if self.sched.early_trigger().is_some() || !self.sched.may_start_early(now, free) {
             return vec![];
@@ -338,8 +384,18 @@ impl Decider {
                 self.scan_fired(text, unix, began_unix, now, free, &mut out);
             }
             Pulse::Ended(st) => self.stall_ended(st, unix, now, free, &mut out),
-            // Polls come sooner ([`crate::pace`]); nothing is decided on it.
-            Pulse::Stir { .. } => {}
+            // Polls come sooner ([`crate::pace`]), and capturing begins at
+            // first sight, as for a pile-up: kept if a trigger fires, else
+            // dropped once [`STIR_CONFIRM_SECS`] pass.
+            Pulse::Stir { unix: at, why } => {
+                let spaced = self.last_stir_capture.is_none_or(|t| now - t >= STIR_CAPTURE_GAP_SECS);
+                if spaced && self.sched.early_trigger().is_none() && self.sched.may_start_early(now, free) {
+                    self.sched.started_early(self.scan_idx, now, ());
+                    self.last_stir_capture = Some(now);
+                    self.stir_capture_until = Some(now + STIR_CONFIRM_SECS);
+                    out.push(Action::CaptureEarly { trigger: format!("threads stirred: {why}"), unix, onset: at });
+                }
+            }
         }
         out
     }
@@ -363,13 +419,16 @@ impl Decider {
             baseline: st.baseline,
             what: st.what.clone(),
         }));
-        if st.ms() < LASTING_SECS * 1000.0 {
+        // One episode counts once, however many triggers saw it.
+        let same_episode = st.began_unix <= self.last_counted_end + EPISODE_GAP_SECS;
+        if st.ms() < LASTING_SECS * 1000.0 && !same_episode {
             self.short_stalls.push_back(st.ended_unix);
         }
+        self.last_counted_end = self.last_counted_end.max(st.ended_unix);
         while self.short_stalls.front().is_some_and(|t| st.ended_unix - t > SHORT_STALL_WINDOW_SECS) {
             self.short_stalls.pop_front();
         }
-        let repeated = (self.short_stalls.len() >= SHORT_STALLS_TO_CAPTURE).then(|| {
+        let repeated = (!same_episode && self.short_stalls.len() >= SHORT_STALLS_TO_CAPTURE).then(|| {
             format!(
                 "short stalls: {} in {} min, this one {:.0} ms",
                 self.short_stalls.len(),
@@ -433,6 +492,9 @@ mod tests {
             None
         }
         fn spread(&self, _: &str, _: f64) -> Option<f64> {
+            None
+        }
+        fn peak(&self, _: &str, _: f64) -> Option<f64> {
             None
         }
         fn poll_failed(&self) -> bool {
@@ -510,7 +572,7 @@ mod tests {
     fn an_early_capture_is_dropped_when_its_condition_clears_and_the_next_waits_for_it_and_the_gap() {
         let mut d = decider(&["a > 1 for 2s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], false), ["record", "stall", "drop"], "a short stall");
+        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], false), ["drop"], "seen on one poll: a blip, not a short stall");
         // The dropped capture has not reported its end yet.
         assert!(poll(&mut d, 3.0, &[("a", 5.0)], false).is_empty());
         d.finished();
@@ -521,7 +583,7 @@ mod tests {
         // Dropped again: within the gap, none starts even with nothing running.
         let mut d = decider(&["a > 1 for 2s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 1.2, &[("a", 0.0)], false), ["record", "stall", "drop"]);
+        assert_eq!(poll(&mut d, 1.2, &[("a", 0.0)], false), ["drop"]);
         d.finished();
         assert!(poll(&mut d, 1.5, &[("a", 5.0)], false).is_empty());
         assert_eq!(poll(&mut d, 1.0 + EARLY_GAP.as_secs_f64(), &[("a", 5.0)], false), ["early a > 1 for 2s @1.5"]);
@@ -531,7 +593,7 @@ mod tests {
     fn a_cleared_early_capture_goes_to_another_trigger_still_in_its_hold() {
         let mut d = decider(&["a > 1 for 2s", "b > 1 for 3s"]);
         assert_eq!(poll(&mut d, 1.0, &[("a", 5.0), ("b", 5.0)], false), ["early a > 1 for 2s @1.0"]);
-        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0), ("b", 5.0)], true), ["record", "stall"], "not dropped: b holds");
+        assert!(poll(&mut d, 2.0, &[("a", 0.0), ("b", 5.0)], true).is_empty(), "not dropped: b holds");
         assert!(poll(&mut d, 3.0, &[("b", 5.0)], true).is_empty());
         assert_eq!(poll(&mut d, 4.0, &[("b", 5.0)], true), ["fired b > 1 for 3s @1.0", "keep b > 1 for 3s @1.0"]);
     }
@@ -546,7 +608,7 @@ mod tests {
         // Another beginning within the gap: not taken again.
         assert_eq!(poll(&mut d, 3.0, &[("a", 5.0), ("b", 0.0), ("c", 5.0)], true), ["record", "stall"]);
         assert!(poll(&mut d, 3.2, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true).is_empty());
-        assert_eq!(poll(&mut d, 3.6, &[("a", 5.0), ("b", 0.0), ("c", 5.0), ("d", 1.0)], true), ["record", "stall"]);
+        assert_eq!(poll(&mut d, 3.6, &[("a", 5.0), ("b", 0.0), ("c", 5.0), ("d", 1.0)], true), Vec::<String>::new());
         assert_eq!(poll(&mut d, 3.7, &[("a", 5.0), ("b", 5.0), ("c", 5.0)], true), ["retake b > 1 for 5s @3.7"]);
         // It is still the first trigger's to keep.
         assert_eq!(
@@ -601,7 +663,7 @@ mod tests {
     fn a_pile_up_whose_capture_is_refused_at_its_start_is_tried_again_each_scan_interval() {
         let mut d = decider(&["a > 1 for 5s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
-        assert_eq!(poll(&mut d, 1.5, &[("a", 0.0)], false), ["record", "stall", "drop"]);
+        assert_eq!(poll(&mut d, 1.5, &[("a", 0.0)], false), ["drop"]);
         // The dropped capture is still finishing.
         assert_eq!(pulse(&mut d, 1.6, began(1.5)), ["pile-up"]);
         assert!(d.waiting_to_capture());
@@ -620,7 +682,7 @@ mod tests {
         poll(&mut d, 1.0, &[("a", 5.0)], false);
         assert_eq!(pulse(&mut d, 1.5, began(1.4)), ["pile-up"], "the running early capture is this stall's");
         assert!(!d.waiting_to_capture());
-        assert_eq!(poll(&mut d, 2.0, &[("a", 0.0)], true), ["record", "stall"], "not dropped: the pile-up goes on");
+        assert!(poll(&mut d, 2.0, &[("a", 0.0)], true).is_empty(), "not dropped: the pile-up goes on");
         let lasting = Pulse::Lasting { began_unix: T0 + 1.4, blocked: 12, baseline: 1 };
         assert_eq!(
             pulse(&mut d, 3.4, lasting),
@@ -703,6 +765,7 @@ mod tests {
         assert!(poll(&mut d, 0.0, &[("c", 0.0)], false).is_empty());
         assert_eq!(poll(&mut d, 1.0, &[("c", 5.0)], false), ["early connection storm: c > 1 for 1s @1.0"]);
         assert!(d.pending(), "polls come fast until it is decided");
+        assert!(poll(&mut d, 1.1, &[("c", 5.0)], true).is_empty());
         let ctx = Vals(BTreeMap::from([("c".to_string(), 0.0)]));
         let a = d.poll(&PollSeen { unix: T0 + 1.25, ctx: &ctx, free: Some(1 << 30), early_gathered: true }, 1.25);
         assert_eq!(show(&a), ["record", "stall", "drop"]);
@@ -711,10 +774,12 @@ mod tests {
         assert!(!d.pending());
         d.finished();
         assert_eq!(poll(&mut d, 3.0, &[("c", 5.0)], false).len(), 1);
+        assert!(poll(&mut d, 3.25, &[("c", 5.0)], true).is_empty());
         assert_eq!(poll(&mut d, 3.5, &[("c", 0.0)], true), ["record", "stall", "drop"]);
         d.finished();
         // The third in ten minutes: its early capture is kept for them.
         assert_eq!(poll(&mut d, 5.0, &[("c", 5.0)], false).len(), 1);
+        assert!(poll(&mut d, 5.1, &[("c", 5.0)], true).is_empty());
         assert_eq!(
             poll(&mut d, 5.25, &[("c", 0.0)], true),
             [
@@ -724,6 +789,46 @@ mod tests {
                 "keep short stalls: 3 in 10 min, this one 250 ms @5.0"
             ]
         );
+    }
+
+    #[test]
+    fn one_blip_seen_by_several_triggers_is_one_episode_of_short_stalls() {
+        let mut d = decider(&["x: a > 1 for 1s", "y: b > 1 for 1s", "z: c > 1 for 1s"]);
+        let all = [("a", 5.0), ("b", 5.0), ("c", 5.0)];
+        assert_eq!(poll(&mut d, 1.0, &all, false).len(), 1, "one early capture");
+        assert!(poll(&mut d, 1.25, &all, true).is_empty());
+        // All three clear at once: three records, one episode, no capture.
+        let a = poll(&mut d, 1.5, &[], true);
+        assert_eq!(a.iter().filter(|x| *x == "record").count(), 3, "{a:?}");
+        assert!(!a.iter().any(|x| x.starts_with("fired")), "{a:?}");
+    }
+
+    fn stir(t: f64) -> Pulse {
+        Pulse::Stir { unix: T0 + t, why: "connections accepted" }
+    }
+
+    #[test]
+    fn a_stir_captures_at_first_sight_kept_when_a_trigger_fires_else_dropped() {
+        let mut d = decider(&["connection storm: c > 1 for 1s"]);
+        assert_eq!(pulse(&mut d, 1.0, stir(1.0)), ["early threads stirred: connections accepted @1.0"]);
+        // The poll that follows sees the storm, then the hold confirms it.
+        assert!(poll(&mut d, 1.1, &[("c", 900.0)], false).is_empty());
+        assert!(poll(&mut d, 1.35, &[("c", 900.0)], false).is_empty());
+        assert_eq!(
+            poll(&mut d, 2.1, &[("c", 900.0)], true),
+            ["fired connection storm: c > 1 for 1s @1.1", "keep connection storm: c > 1 for 1s @1.1"]
+        );
+        d.finished();
+        // A stir nothing confirms: dropped after STIR_CONFIRM_SECS.
+        let mut d = decider(&["connection storm: c > 1 for 1s"]);
+        assert_eq!(pulse(&mut d, 1.0, stir(1.0)).len(), 1);
+        assert!(poll(&mut d, 1.5, &[("c", 0.0)], true).is_empty());
+        assert!(d.between_polls(T0 + 2.9, 2.9, None).is_empty());
+        assert_eq!(show(&d.between_polls(T0 + 3.0, 3.0, None)), ["drop"]);
+        d.finished();
+        // Another stir soon after begins none (at most one per STIR_CAPTURE_GAP_SECS).
+        assert!(pulse(&mut d, 5.0, stir(5.0)).is_empty());
+        assert_eq!(pulse(&mut d, 11.0, stir(11.0)).len(), 1);
     }
 
     #[test]

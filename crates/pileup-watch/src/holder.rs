@@ -474,22 +474,34 @@ fn last_ran(h: &Holder) -> String {
     }
 }
 
+/// A statement's words, upper-cased and single-spaced, past leading
+/// comments and without a trailing `;`.
+fn statement_words(text: &str) -> String {
+    let mut t = text.trim_start();
+    while let Some(rest) = t.strip_prefix("/*") {
+        t = rest.split_once("*/").map_or("", |r| r.1).trim_start();
+    }
+    t.trim_end().trim_end_matches(';').split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_uppercase()
+}
+
 /// The verdict's line for a lock pile-up.
 pub fn verdict_line(p: &LockPileup) -> String {
     let exact_mode = |prefix: &str| {
         p.sureness == Some(Sureness::Exact) && p.holders.first().is_some_and(|h| h.reason.contains(prefix))
     };
     // What the likely holder last ran names the lock, as the exact mode does.
-    let ran = |verb: &str| {
+    let ran = |what: fn(&str) -> bool| {
         p.head.is_none()
             && matches!(p.sureness, Some(Sureness::Likely))
-            && p.holders.first().is_some_and(|h| {
-                matches!(&h.last_statement, Some(LastStatement::Found(t)) if t.trim_start().to_ascii_uppercase().starts_with(verb))
-            })
+            && p.holders.first().is_some_and(
+                |h| matches!(&h.last_statement, Some(LastStatement::Found(t)) if what(&statement_words(t))),
+            )
     };
+    let ftwrl = |w: &str| w.starts_with("FLUSH TABLE") && w.ends_with("WITH READ LOCK");
+    let backup = |w: &str| w.starts_with("BACKUP STAGE");
     let lock = match p.class {
-        LockClass::Backup if exact_mode("FLUSH TABLES WITH READ LOCK") || ran("FLUSH") => "global read lock",
-        LockClass::Backup if exact_mode("BACKUP STAGE") || ran("BACKUP") => "backup lock",
+        LockClass::Backup if exact_mode("FLUSH TABLES WITH READ LOCK") || ran(ftwrl) => "global read lock",
+        LockClass::Backup if exact_mode("BACKUP STAGE") || ran(backup) => "backup lock",
         c => c.describe(),
     };
     let mut s = format!("{lock}: {} connection(s) wait", p.waiting);
@@ -502,7 +514,7 @@ pub fn verdict_line(p: &LockPileup) -> String {
     };
     match (p.sureness, p.holders.first()) {
         (Some(Sureness::Exact), Some(h)) => {
-            s += &format!("{held} {}: {} ({})", h.summary, h.reason, p.why);
+            s += &format!("{held} {}: {}{} ({})", h.summary, h.reason, last_ran(h), p.why);
             if p.holders.len() > 1 {
                 s += &format!(", and {} other connection(s)", p.holders.len() - 1);
             }
@@ -601,6 +613,11 @@ mod tests {
             "{v}"
         );
         assert_eq!(p.holders[0].idle_since_unix, Some(1_800_000_000.0 - 3.2));
+        // A FLUSH of another kind does not name the lock.
+        ev.last_statements.insert(55, LastStatement::Found("/* rotate */ flush logs".into()));
+        assert!(verdict_line(&analyse(&ev).unwrap()).starts_with("global read or backup lock: "));
+        ev.last_statements.insert(55, LastStatement::Found("/* dump */ flush  tables   with read lock;".into()));
+        assert!(verdict_line(&analyse(&ev).unwrap()).starts_with("global read lock: "));
         // Unreadable: said, with why.
         ev.last_statements.clear();
         ev.last_statements_error = Some("the server does not export _current_thd".into());

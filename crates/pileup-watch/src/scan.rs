@@ -338,16 +338,15 @@ struct Stirring {
 }
 
 /// Is `v` far above the usual `hist` (its median plus `floor` and four
-/// spreads)? Then `v` is kept out of the history; otherwise it goes in, and
-/// the last minute is kept.
+/// spreads)? Every value then goes into the history, which keeps the last
+/// minute: a level that lasts becomes the usual within half a minute, so a
+/// lasting rise stirs for that long, not for ever.
 fn far_above(hist: &mut VecDeque<(f64, f64)>, t: f64, v: f64, floor: f64) -> bool {
     let mut vals: Vec<f64> = hist.iter().map(|h| h.1).collect();
     let far = crate::trigger::baseline_and_spread(&mut vals).is_some_and(|(m, s)| v >= m + floor.max(4.0 * s));
-    if !far {
-        hist.push_back((t, v));
-        while hist.front().is_some_and(|h| t - h.0 > 60.0) {
-            hist.pop_front();
-        }
+    hist.push_back((t, v));
+    while hist.front().is_some_and(|h| t - h.0 > 60.0) {
+        hist.pop_front();
     }
     far
 }
@@ -609,8 +608,18 @@ mod tests {
         for _ in 0..5 {
             step(&mut d, 3, 0.001);
         }
-        let c = Census { unix: 99.0, running: 30, ..Default::default() };
+        let c = Census { unix: 9.0, running: 30, ..Default::default() };
         assert_eq!(d.step(&c, true), None);
+        // A level that lasts becomes the usual: it stops stirring within
+        // half a minute of the window.
+        let mut stirs = 0;
+        for _ in 0..600 {
+            if matches!(step(&mut d, 14, 0.001), Some(Pulse::Stir { .. })) {
+                stirs += 1;
+            }
+        }
+        assert!((1..=70).contains(&stirs), "{stirs} stirs in a minute at a new level");
+        assert_eq!(step(&mut d, 14, 0.001), None);
     }
 
     #[test]

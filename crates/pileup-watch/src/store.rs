@@ -63,13 +63,21 @@ impl Store {
              CREATE TABLE IF NOT EXISTS rollup_1m (minute INTEGER PRIMARY KEY, polls INTEGER, failed INTEGER, derived TEXT);
              CREATE TABLE IF NOT EXISTS captures (unix REAL PRIMARY KEY, dir TEXT NOT NULL, trigger TEXT NOT NULL, verdict TEXT);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS stalls (began REAL PRIMARY KEY, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL, what TEXT);",
+             CREATE TABLE IF NOT EXISTS stalls (began REAL NOT NULL, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL, what TEXT NOT NULL DEFAULT '', PRIMARY KEY (began, what));",
         )?;
-        // A store from before stalls said what they were.
+        // A store from before stalls said what they were (keyed by their
+        // start alone): the same rows, keyed by start and what.
         let has_what: bool =
             db.query_row("SELECT COUNT(*) FROM pragma_table_info('stalls') WHERE name = 'what'", [], |r| r.get(0))?;
         if !has_what {
-            db.execute_batch("ALTER TABLE stalls ADD COLUMN what TEXT")?;
+            db.execute_batch(
+                "BEGIN;
+                 ALTER TABLE stalls RENAME TO stalls_before_what;
+                 CREATE TABLE stalls (began REAL NOT NULL, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL, what TEXT NOT NULL DEFAULT '', PRIMARY KEY (began, what));
+                 INSERT INTO stalls (began, ended, peak, baseline) SELECT began, ended, peak, baseline FROM stalls_before_what;
+                 DROP TABLE stalls_before_what;
+                 COMMIT;",
+            )?;
         }
         Ok(Store { db, path, _lock: None })
     }
@@ -187,7 +195,7 @@ impl Store {
     pub fn add_stall(&self, s: &crate::scan::Stall) -> Result<()> {
         self.db.execute(
             "INSERT OR REPLACE INTO stalls (began, ended, peak, baseline, what) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![s.began_unix, s.ended_unix, s.peak_blocked, s.baseline, s.what],
+            params![s.began_unix, s.ended_unix, s.peak_blocked, s.baseline, s.what.as_deref().unwrap_or("")],
         )?;
         Ok(())
     }
@@ -204,7 +212,7 @@ impl Store {
                     ended_unix: r.get(1)?,
                     peak_blocked: r.get(2)?,
                     baseline: r.get(3)?,
-                    what: r.get(4)?,
+                    what: Some(r.get::<_, String>(4)?).filter(|w| !w.is_empty()),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -286,6 +294,28 @@ mod tests {
     }
 
     #[test]
+    fn a_store_from_before_stalls_said_what_they_were_keeps_its_stalls() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let db = Connection::open(d.path().join("pileup.db")).unwrap();
+            db.execute_batch(
+                "CREATE TABLE stalls (began REAL PRIMARY KEY, ended REAL NOT NULL, peak INTEGER NOT NULL, baseline INTEGER NOT NULL);
+                 INSERT INTO stalls VALUES (100.0, 100.4, 30, 2);",
+            )
+            .unwrap();
+        }
+        let s = Store::open(d.path()).unwrap();
+        let st = s.stalls(0.0, 1e9).unwrap();
+        assert_eq!(st.len(), 1);
+        assert_eq!((st[0].peak_blocked, st[0].what.as_deref()), (30, None));
+        let again = crate::scan::Stall { what: Some("lock waits".into()), ..st[0].clone() };
+        s.add_stall(&again).unwrap();
+        assert_eq!(s.stalls(0.0, 1e9).unwrap().len(), 2, "keyed by start and what now");
+        drop(s);
+        assert_eq!(Store::open(d.path()).unwrap().stalls(0.0, 1e9).unwrap().len(), 2, "migrated once");
+    }
+
+    #[test]
     fn history_survives_reopen_rolls_up_and_expires() {
         let d = tempfile::tempdir().unwrap();
         {
@@ -316,7 +346,13 @@ mod tests {
         let st =
             crate::scan::Stall { began_unix: 6100.25, ended_unix: 6100.65, peak_blocked: 30, baseline: 4, what: None };
         s.add_stall(&st).unwrap();
-        assert_eq!(s.stalls(6100.5, 6200.0).unwrap(), vec![st], "overlapping the range");
+        assert_eq!(s.stalls(6100.5, 6200.0).unwrap(), vec![st.clone()], "overlapping the range");
+        // Two triggers' short stalls that began at one poll are both kept.
+        let a = crate::scan::Stall { what: Some("lock waits".into()), peak_blocked: 0, baseline: 0, ..st.clone() };
+        let b = crate::scan::Stall { what: Some("row-lock waits".into()), ..a.clone() };
+        s.add_stall(&a).unwrap();
+        s.add_stall(&b).unwrap();
+        assert_eq!(s.stalls(6100.5, 6200.0).unwrap().len(), 3);
         assert!(s.stalls(6101.0, 6200.0).unwrap().is_empty());
         drop(s);
         let mut again = Store::open(d.path()).unwrap();

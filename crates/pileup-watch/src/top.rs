@@ -106,6 +106,10 @@ impl Context for Ctx<'_> {
     fn spread(&self, m: &str, _w: f64) -> Option<f64> {
         self.band(m).map(|b| b.1)
     }
+    fn peak(&self, m: &str, _w: f64) -> Option<f64> {
+        let s = self.0.series.get(m)?;
+        crate::trigger::peak(&mut s.iter().take(s.len().saturating_sub(1)).copied().collect::<Vec<_>>())
+    }
     fn poll_failed(&self) -> bool {
         self.1
     }
@@ -164,9 +168,14 @@ impl TopState {
         if self.availability.is_none() && ok && self.last.contains_key("questions_rate") {
             self.availability = Some(availability(|m| self.last.contains_key(m)));
         }
-        for (k, _) in SHOWN {
-            let s = self.series.entry(k.to_string()).or_default();
-            s.push_back(self.last.get(*k).copied().unwrap_or(f64::NAN));
+        // The metrics shown, and those the triggers judge against their own
+        // recent values.
+        let mut kept: std::collections::BTreeSet<String> = SHOWN.iter().map(|(k, _)| k.to_string()).collect();
+        kept.extend(self.triggers.iter().flat_map(|(t, _)| t.metrics()).map(String::from));
+        for k in kept {
+            let v = self.last.get(&k).copied().unwrap_or(f64::NAN);
+            let s = self.series.entry(k).or_default();
+            s.push_back(v);
             while s.len() > SPARK_LEN {
                 s.pop_front();
             }

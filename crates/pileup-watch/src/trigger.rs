@@ -7,14 +7,15 @@
 //! poll_failed for 2s
 //! innodb_data_pending_reads > 8
 //! replica_lag > 30s
-//! connection storm: connections_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s
+//! connection storm: connections_rate > 2 * peak_5m + 8 * spread_5m + 200 for 1s
 //! ```
 //!
 //! `baseline_W` (W = 30s, 5m, 1h, …) stands for the baseline of the metric
 //! on the left-hand side over the past W (the watcher supplies its median),
 //! so "throughput fell to a third of normal" needs no tuning; `spread_W`
 //! for how far it usually strays from it (the watcher supplies a robust
-//! standard deviation), so "far outside its usual band" needs none either.
+//! standard deviation), and `peak_W` for the highest it usually reaches
+//! (its 99th percentile), so "far above anything usual" needs none either.
 //! Either side is a sum of products. An optional `NAME: ` before the
 //! expression names what the trigger catches (a stall class), for the
 //! history and the captures list.
@@ -29,7 +30,7 @@ use std::fmt;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("trigger {expr:?}: {why}")]
+#[error("trigger `{expr}`: {why}")]
 pub struct ParseError {
     pub expr: String,
     pub why: String,
@@ -44,6 +45,9 @@ enum Term {
     /// How far the left-hand metric usually strays from its baseline over
     /// this many seconds.
     Spread(f64),
+    /// The highest the left-hand metric usually reaches over this many
+    /// seconds (its 99th percentile).
+    Peak(f64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +87,9 @@ pub trait Context {
     /// How far `metric` usually strays from its baseline (a robust standard
     /// deviation); `None` until the history allows one.
     fn spread(&self, metric: &str, window_secs: f64) -> Option<f64>;
+    /// The highest `metric` usually reaches (its 99th percentile); `None`
+    /// until the history allows one.
+    fn peak(&self, metric: &str, window_secs: f64) -> Option<f64>;
     fn poll_failed(&self) -> bool;
 }
 
@@ -102,6 +109,19 @@ pub fn baseline_and_spread(values: &mut [f64]) -> Option<(f64, f64)> {
     let mut dev: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
     dev.sort_by(f64::total_cmp);
     Some((median, 1.4826 * dev[dev.len() / 2]))
+}
+
+/// The 99th percentile of a metric's recent values: the highest it
+/// usually reaches, so bursts it makes every few minutes (a job that opens
+/// every table once a minute) are part of its usual. `None` with fewer than
+/// [`MIN_BASELINE_VALUES`].
+pub fn peak(values: &mut [f64]) -> Option<f64> {
+    if values.len() < MIN_BASELINE_VALUES {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let i = ((values.len() as f64) * 0.99).ceil() as usize;
+    Some(values[i.clamp(1, values.len()) - 1])
 }
 
 /// Parse `500ms`, `2s`, `5m`, `1h` into seconds.
@@ -125,25 +145,31 @@ fn term(tok: &str) -> Result<Term, String> {
         return parse_duration(w)
             .filter(|&s| s > 0.0)
             .map(Term::Baseline)
-            .ok_or_else(|| format!("{tok:?}: baseline window must look like baseline_5m"));
+            .ok_or_else(|| format!("`{tok}`: a baseline window looks like baseline_5m"));
     }
     if let Some(w) = tok.strip_prefix("spread_") {
         return parse_duration(w)
             .filter(|&s| s > 0.0)
             .map(Term::Spread)
-            .ok_or_else(|| format!("{tok:?}: spread window must look like spread_5m"));
+            .ok_or_else(|| format!("`{tok}`: a spread window looks like spread_5m"));
+    }
+    if let Some(w) = tok.strip_prefix("peak_") {
+        return parse_duration(w)
+            .filter(|&s| s > 0.0)
+            .map(Term::Peak)
+            .ok_or_else(|| format!("`{tok}`: a peak window looks like peak_5m"));
     }
     if let Ok(v) = tok.parse::<f64>() {
         return Ok(Term::Num(v));
     }
     if tok.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
         // a number with a time unit (replica_lag > 30s)
-        return parse_duration(tok).map(Term::Num).ok_or_else(|| format!("{tok:?} is not a number"));
+        return parse_duration(tok).map(Term::Num).ok_or_else(|| format!("`{tok}` is not a number"));
     }
     if tok.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Ok(Term::Metric(tok.to_ascii_lowercase()));
     }
-    Err(format!("{tok:?} is not a number, metric name, baseline_WINDOW or spread_WINDOW"))
+    Err(format!("`{tok}` is not a number, metric name, baseline_WINDOW, spread_WINDOW or peak_WINDOW"))
 }
 
 /// A sum of products: `a * b + c`.
@@ -159,7 +185,7 @@ fn product(toks: &[&str]) -> Result<Vec<Term>, String> {
     for (i, t) in toks.iter().enumerate() {
         if i % 2 == 1 {
             if *t != "*" {
-                return Err(format!("expected * between terms, found {t:?}"));
+                return Err(format!("expected * between terms, found `{t}`"));
             }
         } else {
             out.push(term(t)?);
@@ -197,7 +223,7 @@ impl Trigger {
                 return Err(err("`for` must be followed by one duration at the end".into()));
             }
             hold = parse_duration(toks[p + 1])
-                .ok_or_else(|| err(format!("{:?} is not a duration (500ms, 2s, 5m)", toks[p + 1])))?;
+                .ok_or_else(|| err(format!("`{}` is not a duration (500ms, 2s, 5m)", toks[p + 1])))?;
             toks.truncate(p);
         }
         if toks == ["poll_failed"] {
@@ -218,8 +244,8 @@ impl Trigger {
         if !has_metric(&lhs) {
             return Err(err("the left-hand side must name a metric".into()));
         }
-        if lhs.iter().flatten().any(|t| matches!(t, Term::Baseline(_) | Term::Spread(_))) {
-            return Err(err("baseline_W and spread_W belong on the right-hand side".into()));
+        if lhs.iter().flatten().any(|t| matches!(t, Term::Baseline(_) | Term::Spread(_) | Term::Peak(_))) {
+            return Err(err("baseline_W, spread_W and peak_W belong on the right-hand side".into()));
         }
         Ok(Trigger { text: text.to_string(), name, cond: Cond::Cmp { lhs, op, rhs }, hold })
     }
@@ -270,6 +296,7 @@ impl Trigger {
                                 Term::Metric(m) => ctx.value(m)?,
                                 Term::Baseline(w) => ctx.baseline(left_metric?, *w)?,
                                 Term::Spread(w) => ctx.spread(left_metric?, *w)?,
+                                Term::Peak(w) => ctx.peak(left_metric?, *w)?,
                             },
                         )
                     })
@@ -309,6 +336,8 @@ impl fmt::Display for Trigger {
 pub struct Armed {
     since: Option<f64>,
     fired: bool,
+    /// Polls that have seen the condition since it began to hold.
+    polls: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,12 +363,18 @@ impl Armed {
         self.since.is_some() && !self.fired
     }
 
+    /// How many polls have seen the condition since it began to hold.
+    pub fn polls(&self) -> u32 {
+        self.polls
+    }
+
     pub fn step(&mut self, t: &Trigger, now: f64, ctx: &dyn Context) -> Step {
         if !t.holds(ctx) {
             *self = Armed::default();
             return Step::Idle;
         }
         let since = *self.since.get_or_insert(now);
+        self.polls += 1;
         if self.fired {
             Step::Ongoing
         } else if now - since + 1e-9 >= t.hold {
@@ -370,6 +405,9 @@ mod tests {
         }
         fn spread(&self, _m: &str, _w: f64) -> Option<f64> {
             self.base.map(|b| b / 10.0)
+        }
+        fn peak(&self, _m: &str, _w: f64) -> Option<f64> {
+            self.base.map(|b| b * 1.5)
         }
         fn poll_failed(&self) -> bool {
             self.failed
@@ -405,6 +443,8 @@ mod tests {
             "x > 3 +",
             "x + spread_5m > 3",
             "x > spread_zz",
+            "x > peak_",
+            "peak_5m < x",
         ] {
             assert!(Trigger::parse(bad).is_err(), "{bad} should not parse");
         }
@@ -431,6 +471,23 @@ mod tests {
         assert!((s - 1.4826).abs() < 1e-9, "{s}");
         assert!(baseline_and_spread(&mut [1.0; 9]).is_none());
         assert_eq!(baseline_and_spread(&mut [0.0; 12]), Some((0.0, 0.0)));
+    }
+
+    #[test]
+    fn a_peak_takes_in_bursts_that_recur_but_not_one_in_a_hundred() {
+        // Five minutes of polls, zero but for a burst of 300 a minute: the
+        // bursts are the usual peak, and the median and spread do not see them.
+        let mut v: Vec<f64> = (0..300).map(|i| if i % 60 == 0 { 300.0 } else { 0.0 }).collect();
+        assert_eq!(peak(&mut v.clone()), Some(300.0));
+        assert_eq!(baseline_and_spread(&mut v), Some((0.0, 0.0)));
+        let mut once: Vec<f64> = (0..300).map(|i| if i == 7 { 300.0 } else { 1.0 }).collect();
+        assert_eq!(peak(&mut once), Some(1.0));
+        assert_eq!(peak(&mut [5.0; 10]), Some(5.0));
+        assert!(peak(&mut [5.0; 9]).is_none());
+        let t = Trigger::parse("lock waits: pl_waiting_lock > peak_5m + 6 * spread_5m + 3 for 1s").unwrap();
+        // Peak 15 (base 10 × 1.5), spread 1: the line is 15 + 6 + 3.
+        assert!(t.holds(&ctx(&[("pl_waiting_lock", 24.5)], Some(10.0), false)));
+        assert!(!t.holds(&ctx(&[("pl_waiting_lock", 23.5)], Some(10.0), false)));
     }
 
     #[test]

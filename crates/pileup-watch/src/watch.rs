@@ -61,9 +61,10 @@ pub fn default_pileup_threads(cpus: usize) -> u32 {
 /// under a third of its 5-minute baseline, a replica falling far behind,
 /// the server's resident memory near its limit (the cgroup's, else the
 /// host's) or growing by 2% of it a second; and the stall classes'
-/// signatures, each far outside its own band of the last five minutes
-/// (median and spread) and past a floor: table opens, connections, row-lock
-/// and metadata/global lock waits, tasks stalled on I/O, and the checkpoint
+/// signatures, each far above the highest it usually reached in the last
+/// five minutes (its 99th percentile, so bursts it makes every minute are
+/// usual) plus spreads and a floor: table opens, connections, row-lock and
+/// metadata/global lock waits, tasks stalled on I/O, and the checkpoint
 /// age near the redo log's capacity.
 pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
     let running = (4 * cpus).max(16);
@@ -74,12 +75,12 @@ pub fn default_triggers(cpus: usize) -> Vec<Trigger> {
         "replica_lag > 300 for 10s".to_string(),
         "memory_limit_pct > 90 for 5s".to_string(),
         "mysqld_rss_growth_rate > 0.02 * memory_limit_bytes for 5s".to_string(),
-        "table-open storm: opened_tables_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s".to_string(),
-        "connection storm: connections_rate > 2 * baseline_5m + 8 * spread_5m + 200 for 1s".to_string(),
-        "row-lock waits: innodb_row_lock_current_waits > 2 * baseline_5m + 6 * spread_5m + 4 for 1s".to_string(),
-        "lock waits: pl_waiting_lock > 2 * baseline_5m + 6 * spread_5m + 3 for 1s".to_string(),
-        "slow disk: io_pressure_pct > 0.5 * baseline_5m + 4 * spread_5m + 40 for 1s".to_string(),
-        "flushing storm: checkpoint_age_pct > 0.1 * baseline_5m + 88 for 1s".to_string(),
+        "table-open storm: opened_tables_rate > 2 * peak_5m + 8 * spread_5m + 200 for 1s".to_string(),
+        "connection storm: connections_rate > 2 * peak_5m + 8 * spread_5m + 200 for 1s".to_string(),
+        "row-lock waits: innodb_row_lock_current_waits > 2 * peak_5m + 6 * spread_5m + 4 for 1s".to_string(),
+        "lock waits: pl_waiting_lock > 2 * peak_5m + 6 * spread_5m + 3 for 1s".to_string(),
+        "slow disk: io_pressure_pct > 0.5 * peak_5m + 50 for 1s".to_string(),
+        "flushing storm: checkpoint_age_pct > 0.1 * peak_5m + 88 for 1s".to_string(),
     ]
     .iter()
     .map(|t| Trigger::parse(t).expect("default triggers parse"))
@@ -107,15 +108,18 @@ impl History {
     /// Median and spread of `metric` over the last `window` seconds,
     /// excluding the newest poll ([`crate::trigger::baseline_and_spread`]).
     fn band(&self, metric: &str, window: f64, now: f64) -> Option<(f64, f64)> {
+        crate::trigger::baseline_and_spread(&mut self.values(metric, window, now))
+    }
+
+    /// `metric`'s values over the last `window` seconds, the newest poll left out.
+    fn values(&self, metric: &str, window: f64, now: f64) -> Vec<f64> {
         let n = self.rows.len();
-        let mut v: Vec<f64> = self
-            .rows
+        self.rows
             .iter()
             .take(n.saturating_sub(1))
             .filter(|(t, _)| now - t <= window)
             .filter_map(|(_, d)| d.get(metric).copied())
-            .collect();
-        crate::trigger::baseline_and_spread(&mut v)
+            .collect()
     }
 }
 
@@ -135,6 +139,9 @@ impl Context for Ctx<'_> {
     }
     fn spread(&self, m: &str, w: f64) -> Option<f64> {
         self.hist.band(m, w, self.now).map(|b| b.1)
+    }
+    fn peak(&self, m: &str, w: f64) -> Option<f64> {
+        crate::trigger::peak(&mut self.hist.values(m, w, self.now))
     }
     fn poll_failed(&self) -> bool {
         self.failed

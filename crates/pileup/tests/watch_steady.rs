@@ -70,8 +70,7 @@ fn a_steady_load_of_every_stall_shape_triggers_nothing_in_ten_minutes() {
             let _ = c.query_drop("SELECT 1");
         }
     }));
-    // Metadata and global locks taken briefly: a DDL a minute on a table
-    // nobody reads, and a backup's FLUSH TABLES WITH READ LOCK every 90 s.
+    // A metadata lock taken briefly: a DDL a minute on a table nobody reads.
     let spec = sb.conn_spec();
     let flip = std::sync::atomic::AtomicBool::new(false);
     threads.push(every(&stop, Duration::from_secs(60), move || {
@@ -82,13 +81,6 @@ fn a_steady_load_of_every_stall_shape_triggers_nothing_in_ten_minutes() {
             } else {
                 "ALTER TABLE t.ddl DROP COLUMN x"
             });
-        }
-    }));
-    let spec = sb.conn_spec();
-    threads.push(every(&stop, Duration::from_secs(90), move || {
-        if let Ok(mut c) = spec.connect() {
-            let _ = c.query_drop("FLUSH TABLES WITH READ LOCK");
-            let _ = c.query_drop("UNLOCK TABLES");
         }
     }));
     // The load settles (every table opened once, the buffer pool full).

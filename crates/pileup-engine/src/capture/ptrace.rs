@@ -859,9 +859,10 @@ pub(super) fn capture_rolling(
 
 /// The thread pointer (`fs_base`) of each of `tids`, one at a time: each
 /// thread is stopped only while its registers are read (microseconds),
-/// never longer than `max_stop`; a thread that does not stop in time, or
-/// has gone, gets `None`. Runs on the caller's thread, which must end
-/// soon after (the kernel releases whatever it still traces when it does).
+/// never longer than `max_stop`; a thread that has gone gets `None`. One
+/// that does not stop in time ends the run (it and the rest get `None`), so
+/// the caller's thread, which must end at once, ends while it may still be
+/// on its way to a stop: the kernel lets go of whatever it traces then.
 pub(super) fn thread_pointers(
     pid: i32,
     tids: &[i32],
@@ -869,10 +870,16 @@ pub(super) fn thread_pointers(
 ) -> Result<Vec<(i32, Option<u64>)>, StacksError> {
     let timer = DeadlineTimer::new();
     let mut out = Vec::with_capacity(tids.len());
-    for &tid in tids {
-        match seize(pid, tid, !out.is_empty())? {
-            Seized::Ok => {}
-            Seized::Gone => {
+    for (i, &tid) in tids.iter().enumerate() {
+        match seize(pid, tid, !out.is_empty()) {
+            Ok(Seized::Ok) => {}
+            Ok(Seized::Gone) => {
+                out.push((tid, None));
+                continue;
+            }
+            Err(e) if out.is_empty() => return Err(e),
+            // Refused part-way (another tracer took it): what was read stays.
+            Err(_) => {
                 out.push((tid, None));
                 continue;
             }
@@ -891,8 +898,13 @@ pub(super) fn thread_pointers(
             }
             Waited::Tid(_, Poll::Exited) | Waited::None => None,
             Waited::Deadline | Waited::Tid(_, Poll::NotYet) => {
+                // It may stop later, and stays stopped until this thread
+                // exits and the kernel lets it go: no further thread is
+                // read, so that is now.
                 release_all(&[tid]);
-                None
+                out.push((tid, None));
+                out.extend(tids[i + 1..].iter().map(|&t| (t, None)));
+                return Ok(out);
             }
         };
         out.push((tid, fs));
