@@ -81,18 +81,26 @@ pub struct TopState {
     pub watch_stalls: Vec<crate::scan::Stall>,
 }
 
+/// The last polls left out of a trigger's baseline, spread and peak.
+const RECENT_POLLS: usize = 5;
+
 /// How far back top lists short stalls.
 pub const SHORT_STALLS_SHOWN_SECS: f64 = 600.0;
 
 struct Ctx<'a>(&'a TopState, bool);
 
 impl Ctx<'_> {
-    /// The view keeps SPARK_LEN points: their median and spread, the newest
-    /// left out, stand in for the baseline's.
+    /// The view keeps SPARK_LEN points: their median and spread, the last
+    /// [`RECENT_POLLS`] left out, stand in for the baseline's.
     fn band(&self, m: &str) -> Option<(f64, f64)> {
+        crate::trigger::baseline_and_spread(&mut self.usual(m)?)
+    }
+
+    /// A metric's kept values but the last [`RECENT_POLLS`]: a stall's own
+    /// first polls are not its usual.
+    fn usual(&self, m: &str) -> Option<Vec<f64>> {
         let s = self.0.series.get(m)?;
-        let mut v: Vec<f64> = s.iter().take(s.len().saturating_sub(1)).copied().collect();
-        crate::trigger::baseline_and_spread(&mut v)
+        Some(s.iter().take(s.len().saturating_sub(RECENT_POLLS)).copied().collect())
     }
 }
 
@@ -107,8 +115,7 @@ impl Context for Ctx<'_> {
         self.band(m).map(|b| b.1)
     }
     fn peak(&self, m: &str, _w: f64) -> Option<f64> {
-        let s = self.0.series.get(m)?;
-        crate::trigger::peak(&mut s.iter().take(s.len().saturating_sub(1)).copied().collect::<Vec<_>>())
+        crate::trigger::peak(&mut self.usual(m)?)
     }
     fn poll_failed(&self) -> bool {
         self.1

@@ -92,6 +92,10 @@ pub const BEFORE_SECS: f64 = 120.0;
 /// …and this long after it (the report is rebuilt once it has passed).
 pub const AFTER_SECS: f64 = 30.0;
 
+/// The most recent seconds of history, left out of baselines, spreads and
+/// peaks.
+pub const RECENT_SECS: f64 = 5.0;
+
 /// Recent derived values, for baselines.
 struct History {
     rows: VecDeque<(f64, BTreeMap<String, f64>)>,
@@ -105,19 +109,19 @@ impl History {
             self.rows.pop_front();
         }
     }
-    /// Median and spread of `metric` over the last `window` seconds,
-    /// excluding the newest poll ([`crate::trigger::baseline_and_spread`]).
+    /// Median and spread of `metric` over the last `window` seconds but the
+    /// most recent ([`crate::trigger::baseline_and_spread`]).
     fn band(&self, metric: &str, window: f64, now: f64) -> Option<(f64, f64)> {
         crate::trigger::baseline_and_spread(&mut self.values(metric, window, now))
     }
 
-    /// `metric`'s values over the last `window` seconds, the newest poll left out.
+    /// `metric`'s values over the last `window` seconds, the last
+    /// [`RECENT_SECS`] left out: a stall's own first seconds are not its
+    /// usual (its first polls would raise the peak it is judged against).
     fn values(&self, metric: &str, window: f64, now: f64) -> Vec<f64> {
-        let n = self.rows.len();
         self.rows
             .iter()
-            .take(n.saturating_sub(1))
-            .filter(|(t, _)| now - t <= window)
+            .filter(|(t, _)| now - t <= window && now - t > RECENT_SECS)
             .filter_map(|(_, d)| d.get(metric).copied())
             .collect()
     }
