@@ -335,6 +335,9 @@ struct Stirring {
     /// The last census's time and main-thread CPU.
     last: Option<(f64, u64)>,
     last_stir: Option<f64>,
+    /// The last census was far above the usual too (a stir needs two
+    /// running: one is a blip).
+    was_far: bool,
 }
 
 /// Is `v` far above the usual `hist` (its median plus `floor` and four
@@ -370,8 +373,14 @@ impl Stirring {
         let why = match (active, acceptor) {
             (true, _) => "client threads at work",
             (false, true) => "connections accepted",
-            (false, false) => return None,
+            (false, false) => {
+                self.was_far = false;
+                return None;
+            }
         };
+        if !std::mem::replace(&mut self.was_far, true) {
+            return None;
+        }
         if self.last_stir.is_some_and(|t| c.unix - t < STIR_GAP_SECS) {
             return None;
         }
@@ -594,8 +603,12 @@ mod tests {
         for i in 0..30 {
             assert_eq!(step(&mut d, 2 + i % 3, 0.001), None);
         }
-        // Three more at work than usual is ordinary; ten is a stir.
+        // Three more at work than usual is ordinary; ten on one scan is a
+        // blip; on two running, a stir.
         assert_eq!(step(&mut d, 6, 0.001), None);
+        assert_eq!(step(&mut d, 14, 0.001), None);
+        assert_eq!(step(&mut d, 3, 0.001), None);
+        assert_eq!(step(&mut d, 14, 0.001), None);
         assert!(matches!(step(&mut d, 14, 0.001), Some(Pulse::Stir { why: "client threads at work", .. })));
         // At most one per STIR_GAP_SECS.
         assert_eq!(step(&mut d, 14, 0.001), None);
@@ -603,6 +616,7 @@ mod tests {
             step(&mut d, 3, 0.001);
         }
         // The acceptor busy a quarter of a core: a connection storm starting.
+        assert_eq!(step(&mut d, 3, 0.25), None);
         assert!(matches!(step(&mut d, 3, 0.25), Some(Pulse::Stir { why: "connections accepted", .. })));
         // A capture taking stacks stirs nothing.
         for _ in 0..5 {
