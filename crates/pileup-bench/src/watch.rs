@@ -15,7 +15,7 @@
 //!    storm, a connection storm over TCP, and a flushing storm when writers
 //!    outrun a small redo log, whose onset is when a probe's one-row writes
 //!    first take ten times their usual time); for the classes, the watcher
-//!    first learns 15 s of steady load, and its CPU is measured while it
+//!    first learns 20 s of steady load, and its CPU is measured while it
 //!    watches that load and, apart, from the stall on (its capture
 //!    included). Time from the stall's onset to the
 //!    first stack file each tool writes, both with their default triggers
@@ -271,7 +271,7 @@ impl Drop for Clients {
 }
 
 /// The storms and the flushing storm: a steady load while the watcher
-/// learns it (15 s: the default triggers judge against the server's own
+/// learns it (20 s: the default triggers judge against the server's own
 /// baseline), then the stall; seconds from its onset to the first stack.
 fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize) -> Result<Onset> {
     let cnf: Vec<(String, String)> = match stall {
@@ -323,7 +323,8 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     }
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
     let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
-    std::thread::sleep(Duration::from_secs(15));
+    // pileup's baselines need 10 values older than 5 s.
+    std::thread::sleep(Duration::from_secs(20));
     // What watching the steady load cost, apart from any capture.
     let watching = (cpu_secs(&w.0) - cpu0) / run0.elapsed().as_secs_f64() * 100.0;
     let cpu1 = cpu_secs(&w.0);

@@ -214,10 +214,16 @@ impl Decider {
     /// Judge every trigger at a poll; `now` is monotonic seconds.
     pub fn poll(&mut self, p: &PollSeen, now: f64) -> Vec<Action> {
         let mut out = vec![];
-        for i in 0..self.triggers.len() {
-            let held_since = self.armed[i].since().filter(|_| self.armed[i].in_hold());
-            let seen = self.armed[i].polls();
-            let step = self.armed[i].step(&self.triggers[i], p.unix, p.ctx);
+        // Every trigger is judged first, so that a capture whose condition
+        // clears goes to another that begins its hold at this same poll.
+        let judged: Vec<(Option<f64>, u32, Step)> = (0..self.triggers.len())
+            .map(|i| {
+                let held_since = self.armed[i].since().filter(|_| self.armed[i].in_hold());
+                let seen = self.armed[i].polls();
+                (held_since, seen, self.armed[i].step(&self.triggers[i], p.unix, p.ctx))
+            })
+            .collect();
+        for (i, (held_since, seen, step)) in judged.into_iter().enumerate() {
             let since = self.armed[i].since();
             if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
                 // Cleared before its hold: a short stall of its kind (its
@@ -788,6 +794,20 @@ mod tests {
                 "fired short stalls: 3 in 10 min, this one 250 ms @5.0",
                 "keep short stalls: 3 in 10 min, this one 250 ms @5.0"
             ]
+        );
+    }
+
+    #[test]
+    fn a_capture_whose_condition_clears_goes_to_a_trigger_that_begins_its_hold_at_the_same_poll() {
+        // threads_running's condition starts it; at the next poll it clears
+        // as the table-open storm's begins (a later trigger in the list).
+        let mut d = decider(&["r > 16 for 1s", "storm: o > 200 for 1s"]);
+        assert_eq!(poll(&mut d, 0.2, &[("r", 26.0), ("o", 46.0)], false), ["early r > 16 for 1s @0.2"]);
+        assert!(poll(&mut d, 0.4, &[("r", 3.0), ("o", 19_000.0)], false).is_empty(), "handed over, not dropped");
+        assert!(poll(&mut d, 0.65, &[("r", 1.0), ("o", 21_000.0)], true).is_empty());
+        assert_eq!(
+            poll(&mut d, 1.4, &[("r", 1.0), ("o", 20_000.0)], true),
+            ["fired storm: o > 200 for 1s @0.4", "keep storm: o > 200 for 1s @0.4"]
         );
     }
 
