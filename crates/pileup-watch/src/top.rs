@@ -428,6 +428,7 @@ pub fn run(
     let mut sql: Option<mysql::Conn> = None;
     let mut state = TopState::new(spec.describe(), triggers);
     let mut prev: Option<Snapshot> = None;
+    let mut store: Option<crate::store::Store> = None;
     let mut step = |state: &mut TopState| {
         let p = poller.poll();
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
@@ -456,11 +457,15 @@ pub fn run(
         // The busiest-statements query (when one was sent) and its
         // connection are top's own.
         poller.own_work(u64::from(asked), u32::from(sql.is_some()));
-        // A watcher's history on this host: its short stalls too.
-        if let Some(dir) = watch_store.filter(|d| d.join("pileup.db").exists()) {
-            let recent =
-                crate::store::Store::open(dir).and_then(|st| st.stalls(p.unix - SHORT_STALLS_SHOWN_SECS, p.unix + 1.0));
-            state.watch_stalls = recent.unwrap_or_default();
+        // A watcher's history on this host: its short stalls too, when it
+        // is this server's. The store is opened once it exists, and kept.
+        if store.is_none() {
+            store =
+                watch_store.filter(|d| d.join("pileup.db").exists()).and_then(|d| crate::store::Store::open(d).ok());
+        }
+        let ours = |st: &crate::store::Store| matches!((st.server(), poller.identity()), (Some(a), Some(b)) if a == b);
+        if let Some(st) = store.as_ref().filter(|st| ours(st)) {
+            state.watch_stalls = st.stalls(p.unix - SHORT_STALLS_SHOWN_SECS, p.unix + 1.0).unwrap_or_default();
         }
         state.update(p.unix, p.ok, p.error, d, b);
     };
