@@ -494,13 +494,7 @@ mod tests {
         fn value(&self, m: &str) -> Option<f64> {
             self.0.get(m).copied()
         }
-        fn baseline(&self, _: &str, _: f64) -> Option<f64> {
-            None
-        }
-        fn spread(&self, _: &str, _: f64) -> Option<f64> {
-            None
-        }
-        fn peak(&self, _: &str, _: f64) -> Option<f64> {
+        fn usual(&self, _: &str, _: f64) -> Option<crate::trigger::Usual> {
             None
         }
         fn poll_failed(&self) -> bool {

@@ -346,7 +346,7 @@ struct Stirring {
 /// lasting rise stirs for that long, not for ever.
 fn far_above(hist: &mut VecDeque<(f64, f64)>, t: f64, v: f64, floor: f64) -> bool {
     let mut vals: Vec<f64> = hist.iter().map(|h| h.1).collect();
-    let far = crate::trigger::baseline_and_spread(&mut vals).is_some_and(|(m, s)| v >= m + floor.max(4.0 * s));
+    let far = crate::trigger::Usual::of(&mut vals).is_some_and(|u| v >= u.baseline + floor.max(4.0 * u.spread));
     hist.push_back((t, v));
     while hist.front().is_some_and(|h| t - h.0 > 60.0) {
         hist.pop_front();

@@ -89,33 +89,16 @@ pub const SHORT_STALLS_SHOWN_SECS: f64 = 600.0;
 
 struct Ctx<'a>(&'a TopState, bool);
 
-impl Ctx<'_> {
-    /// The view keeps SPARK_LEN points: their median and spread, the last
-    /// [`RECENT_POLLS`] left out, stand in for the baseline's.
-    fn band(&self, m: &str) -> Option<(f64, f64)> {
-        crate::trigger::baseline_and_spread(&mut self.usual(m)?)
-    }
-
-    /// A metric's kept values but the last [`RECENT_POLLS`]: a stall's own
-    /// first polls are not its usual.
-    fn usual(&self, m: &str) -> Option<Vec<f64>> {
-        let s = self.0.series.get(m)?;
-        Some(s.iter().take(s.len().saturating_sub(RECENT_POLLS)).copied().collect())
-    }
-}
-
 impl Context for Ctx<'_> {
     fn value(&self, m: &str) -> Option<f64> {
         self.0.last.get(m).copied()
     }
-    fn baseline(&self, m: &str, _w: f64) -> Option<f64> {
-        self.band(m).map(|b| b.0)
-    }
-    fn spread(&self, m: &str, _w: f64) -> Option<f64> {
-        self.band(m).map(|b| b.1)
-    }
-    fn peak(&self, m: &str, _w: f64) -> Option<f64> {
-        crate::trigger::peak(&mut self.usual(m)?)
+    /// The view keeps SPARK_LEN points: theirs, the last [`RECENT_POLLS`]
+    /// left out (a stall's own first polls are not its usual), stand in for
+    /// the window's.
+    fn usual(&self, m: &str, _w: f64) -> Option<crate::trigger::Usual> {
+        let s = self.0.series.get(m)?;
+        crate::trigger::Usual::of(&mut s.iter().take(s.len().saturating_sub(RECENT_POLLS)).copied().collect::<Vec<_>>())
     }
     fn poll_failed(&self) -> bool {
         self.1

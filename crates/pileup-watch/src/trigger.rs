@@ -83,45 +83,44 @@ pub struct Trigger {
 /// What the evaluator can ask about the present.
 pub trait Context {
     fn value(&self, metric: &str) -> Option<f64>;
-    fn baseline(&self, metric: &str, window_secs: f64) -> Option<f64>;
-    /// How far `metric` usually strays from its baseline (a robust standard
-    /// deviation); `None` until the history allows one.
-    fn spread(&self, metric: &str, window_secs: f64) -> Option<f64>;
-    /// The highest `metric` usually reaches (its 99th percentile); `None`
-    /// until the history allows one.
-    fn peak(&self, metric: &str, window_secs: f64) -> Option<f64>;
+    /// What is usual for `metric` over the past `window_secs`; `None` until
+    /// the history allows it.
+    fn usual(&self, metric: &str, window_secs: f64) -> Option<Usual>;
     fn poll_failed(&self) -> bool;
 }
 
 /// Fewest values a baseline is judged from.
 pub const MIN_BASELINE_VALUES: usize = 10;
 
-/// The baseline and spread of a metric's recent values: their median, and
-/// 1.4826 times their median absolute deviation (a standard deviation that
-/// a few stalls in the window do not inflate). `None` with fewer than
-/// [`MIN_BASELINE_VALUES`].
-pub fn baseline_and_spread(values: &mut [f64]) -> Option<(f64, f64)> {
-    if values.len() < MIN_BASELINE_VALUES {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let median = values[values.len() / 2];
-    let mut dev: Vec<f64> = values.iter().map(|v| (v - median).abs()).collect();
-    dev.sort_by(f64::total_cmp);
-    Some((median, 1.4826 * dev[dev.len() / 2]))
+/// What is usual for a metric over a window: the terms `baseline_W`,
+/// `spread_W` and `peak_W` stand for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Usual {
+    /// The median.
+    pub baseline: f64,
+    /// 1.4826 times the median absolute deviation: a standard deviation
+    /// that a few stalls in the window do not inflate.
+    pub spread: f64,
+    /// The 99th percentile: the highest it usually reaches, so bursts it
+    /// makes every few minutes (a job that opens every table once a
+    /// minute) are part of its usual.
+    pub peak: f64,
 }
 
-/// The 99th percentile of a metric's recent values: the highest it
-/// usually reaches, so bursts it makes every few minutes (a job that opens
-/// every table once a minute) are part of its usual. `None` with fewer than
-/// [`MIN_BASELINE_VALUES`].
-pub fn peak(values: &mut [f64]) -> Option<f64> {
-    if values.len() < MIN_BASELINE_VALUES {
-        return None;
+impl Usual {
+    /// From the window's values (sorted in place, once for all three);
+    /// `None` with fewer than [`MIN_BASELINE_VALUES`].
+    pub fn of(values: &mut [f64]) -> Option<Usual> {
+        if values.len() < MIN_BASELINE_VALUES {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let baseline = values[values.len() / 2];
+        let mut dev: Vec<f64> = values.iter().map(|v| (v - baseline).abs()).collect();
+        dev.sort_by(f64::total_cmp);
+        let p99 = ((values.len() as f64) * 0.99).ceil() as usize;
+        Some(Usual { baseline, spread: 1.4826 * dev[dev.len() / 2], peak: values[p99.clamp(1, values.len()) - 1] })
     }
-    values.sort_by(f64::total_cmp);
-    let i = ((values.len() as f64) * 0.99).ceil() as usize;
-    Some(values[i.clamp(1, values.len()) - 1])
 }
 
 /// Parse `500ms`, `2s`, `5m`, `1h` into seconds.
@@ -288,15 +287,25 @@ impl Trigger {
             Cond::Cmp { lhs, op, rhs } => {
                 let left_metric =
                     lhs.iter().flatten().find_map(|t| if let Term::Metric(m) = t { Some(m.as_str()) } else { None });
+                // The left metric's usual, asked once per window.
+                let asked = std::cell::RefCell::new(Vec::<(f64, Option<Usual>)>::new());
+                let usual = |w: f64| -> Option<Usual> {
+                    if let Some(u) = asked.borrow().iter().find(|a| a.0 == w) {
+                        return u.1;
+                    }
+                    let u = ctx.usual(left_metric?, w);
+                    asked.borrow_mut().push((w, u));
+                    u
+                };
                 let product = |v: &[Term]| -> Option<f64> {
                     v.iter().try_fold(1.0, |acc, t| {
                         Some(
                             acc * match t {
                                 Term::Num(n) => *n,
                                 Term::Metric(m) => ctx.value(m)?,
-                                Term::Baseline(w) => ctx.baseline(left_metric?, *w)?,
-                                Term::Spread(w) => ctx.spread(left_metric?, *w)?,
-                                Term::Peak(w) => ctx.peak(left_metric?, *w)?,
+                                Term::Baseline(w) => usual(*w)?.baseline,
+                                Term::Spread(w) => usual(*w)?.spread,
+                                Term::Peak(w) => usual(*w)?.peak,
                             },
                         )
                     })
@@ -400,14 +409,8 @@ mod tests {
         fn value(&self, m: &str) -> Option<f64> {
             self.v.get(m).copied()
         }
-        fn baseline(&self, _m: &str, _w: f64) -> Option<f64> {
-            self.base
-        }
-        fn spread(&self, _m: &str, _w: f64) -> Option<f64> {
-            self.base.map(|b| b / 10.0)
-        }
-        fn peak(&self, _m: &str, _w: f64) -> Option<f64> {
-            self.base.map(|b| b * 1.5)
+        fn usual(&self, _m: &str, _w: f64) -> Option<Usual> {
+            self.base.map(|b| Usual { baseline: b, spread: b / 10.0, peak: b * 1.5 })
         }
         fn poll_failed(&self) -> bool {
             self.failed
@@ -466,11 +469,11 @@ mod tests {
     fn baseline_and_spread_shrug_off_a_few_outliers() {
         let mut v: Vec<f64> = (0..20).map(|i| 100.0 + (i % 5) as f64).collect();
         v.extend([5000.0, 9000.0]);
-        let (m, s) = baseline_and_spread(&mut v).unwrap();
-        assert_eq!(m, 102.0);
-        assert!((s - 1.4826).abs() < 1e-9, "{s}");
-        assert!(baseline_and_spread(&mut [1.0; 9]).is_none());
-        assert_eq!(baseline_and_spread(&mut [0.0; 12]), Some((0.0, 0.0)));
+        let u = Usual::of(&mut v).unwrap();
+        assert_eq!(u.baseline, 102.0);
+        assert!((u.spread - 1.4826).abs() < 1e-9, "{}", u.spread);
+        assert!(Usual::of(&mut [1.0; 9]).is_none());
+        assert_eq!(Usual::of(&mut [0.0; 12]), Some(Usual { baseline: 0.0, spread: 0.0, peak: 0.0 }));
     }
 
     #[test]
@@ -478,12 +481,11 @@ mod tests {
         // Five minutes of polls, zero but for a burst of 300 a minute: the
         // bursts are the usual peak, and the median and spread do not see them.
         let mut v: Vec<f64> = (0..300).map(|i| if i % 60 == 0 { 300.0 } else { 0.0 }).collect();
-        assert_eq!(peak(&mut v.clone()), Some(300.0));
-        assert_eq!(baseline_and_spread(&mut v), Some((0.0, 0.0)));
+        assert_eq!(Usual::of(&mut v), Some(Usual { baseline: 0.0, spread: 0.0, peak: 300.0 }));
         let mut once: Vec<f64> = (0..300).map(|i| if i == 7 { 300.0 } else { 1.0 }).collect();
-        assert_eq!(peak(&mut once), Some(1.0));
-        assert_eq!(peak(&mut [5.0; 10]), Some(5.0));
-        assert!(peak(&mut [5.0; 9]).is_none());
+        assert_eq!(Usual::of(&mut once).map(|u| u.peak), Some(1.0));
+        assert_eq!(Usual::of(&mut [5.0; 10]).map(|u| u.peak), Some(5.0));
+        assert!(Usual::of(&mut [5.0; 9]).is_none());
         let t = Trigger::parse("lock waits: pl_waiting_lock > peak_5m + 6 * spread_5m + 3 for 1s").unwrap();
         // Peak 15 (base 10 × 1.5), spread 1: the line is 15 + 6 + 3.
         assert!(t.holds(&ctx(&[("pl_waiting_lock", 24.5)], Some(10.0), false)));

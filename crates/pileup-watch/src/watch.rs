@@ -109,21 +109,17 @@ impl History {
             self.rows.pop_front();
         }
     }
-    /// Median and spread of `metric` over the last `window` seconds but the
-    /// most recent ([`crate::trigger::baseline_and_spread`]).
-    fn band(&self, metric: &str, window: f64, now: f64) -> Option<(f64, f64)> {
-        crate::trigger::baseline_and_spread(&mut self.values(metric, window, now))
-    }
-
-    /// `metric`'s values over the last `window` seconds, the last
+    /// What is usual for `metric` over the last `window` seconds, the last
     /// [`RECENT_SECS`] left out: a stall's own first seconds are not its
     /// usual (its first polls would raise the peak it is judged against).
-    fn values(&self, metric: &str, window: f64, now: f64) -> Vec<f64> {
-        self.rows
+    fn usual(&self, metric: &str, window: f64, now: f64) -> Option<crate::trigger::Usual> {
+        let mut v: Vec<f64> = self
+            .rows
             .iter()
             .filter(|(t, _)| now - t <= window && now - t > RECENT_SECS)
             .filter_map(|(_, d)| d.get(metric).copied())
-            .collect()
+            .collect();
+        crate::trigger::Usual::of(&mut v)
     }
 }
 
@@ -138,14 +134,8 @@ impl Context for Ctx<'_> {
     fn value(&self, m: &str) -> Option<f64> {
         self.derived.get(m).copied()
     }
-    fn baseline(&self, m: &str, w: f64) -> Option<f64> {
-        self.hist.band(m, w, self.now).map(|b| b.0)
-    }
-    fn spread(&self, m: &str, w: f64) -> Option<f64> {
-        self.hist.band(m, w, self.now).map(|b| b.1)
-    }
-    fn peak(&self, m: &str, w: f64) -> Option<f64> {
-        crate::trigger::peak(&mut self.hist.values(m, w, self.now))
+    fn usual(&self, m: &str, w: f64) -> Option<crate::trigger::Usual> {
+        self.hist.usual(m, w, self.now)
     }
     fn poll_failed(&self) -> bool {
         self.failed
