@@ -225,7 +225,7 @@ fn a_large_sort_is_charged_to_its_statement_through_filesort() {
     assert!(top["class"].as_str().unwrap().to_lowercase().contains("order by"), "{g:#}");
     assert!(top["connections"].as_array().unwrap().iter().any(|c| c.as_u64() == Some(id)), "{top:#}");
     assert!(top["grown"].as_u64().unwrap() > touched / 2, "{top:#}");
-    assert!(frames(&top["top_stack"]).iter().any(|f| f == "filesort"), "{top:#}");
+    assert!(frames(&top["top_stack"]).iter().any(|f| f == "filesort"), "{top:#}\n{:#}", g["by_stack"]);
     // The sort buffer is one mmap of its size, under filesort's allocation.
     let mapped = g["mapped_by_stack"].as_array().unwrap();
     assert!(

@@ -1033,6 +1033,30 @@ impl Canary {
         let usual = *before.get(before.len() / 2)?;
         t.iter().find(|w| w.0 >= from && w.1 >= (10.0 * usual).max(0.05)).map(|w| w.0)
     }
+
+    /// The writes' timings around `from`, for a failure's message.
+    fn describe(&self, from: f64) -> String {
+        let t = self.timings.lock().unwrap().clone();
+        let quantiles = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).map_or(f64::NAN, |x| x * 1000.0);
+            format!(
+                "{} writes, median {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                v.len(),
+                q(0.5),
+                q(0.9),
+                q(0.99),
+                q(1.0)
+            )
+        };
+        let before = quantiles(t.iter().filter(|w| w.0 < from).map(|w| w.1).collect());
+        let after = quantiles(t.iter().filter(|w| w.0 >= from).map(|w| w.1).collect());
+        let mut slow: Vec<&(f64, f64)> = t.iter().filter(|w| w.0 >= from).collect();
+        slow.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let slow: Vec<String> =
+            slow.iter().take(8).map(|w| format!("{:+.2} s: {:.0} ms", w.0 - from, w.1 * 1000.0)).collect();
+        format!("before: {before}; after: {after}; slowest after: {}", slow.join(", "))
+    }
 }
 
 impl Drop for Canary {
@@ -1085,7 +1109,10 @@ fn a_flushing_storm_is_caught_within_a_second_of_writes_slowing_and_named_with_t
     assert!(e.starts_with("checkpoint age at ") && e.contains("innodb_log_file_size=4 MiB"), "{e}");
     // The first stack within a second of the canary's writes slowing (or
     // before: the write load's own pile-up is caught as it begins).
-    let felt = canary.felt_after(provoked).expect("the canary's writes slowed");
+    eprintln!("canary: {}", canary.describe(provoked));
+    let felt = canary
+        .felt_after(provoked)
+        .unwrap_or_else(|| panic!("the canary's writes slowed: {}", canary.describe(provoked)));
     let after = first_stack(&cap) - felt;
     eprintln!("writes slowed {:.2} s after the load began; first stack {after:.2} s after that", felt - provoked);
     assert!(after <= 1.0, "first stack {after:.2} s after the canary's writes slowed");

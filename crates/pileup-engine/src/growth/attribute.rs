@@ -155,7 +155,8 @@ pub struct StatementGrowth {
     pub held: u64,
     /// The connections that ran it.
     pub connections: Vec<u64>,
-    /// The stack that grew most under it, leaf first.
+    /// The stack it grew through, leaf first: the widest path of its flame
+    /// graph (see [`widest_path`]).
     pub top_stack: Vec<String>,
 }
 
@@ -434,7 +435,7 @@ impl Charger {
                 grown: e.0,
                 held: e.1,
                 connections: e.2,
-                top_stack: most(&e.3).map(|k| self.stacks[k].0.clone()).unwrap_or_default(),
+                top_stack: widest_path(&self.stacks, &e.3),
             })
             .collect();
         g.by_statement.sort_by(|a, b| b.grown.cmp(&a.grown).then_with(|| a.class.cmp(&b.class)));
@@ -468,6 +469,45 @@ impl Charger {
             .map(|s| (s.frames.iter().rev().cloned().collect(), s.grown, s.held, s.top_statement.clone()))
             .collect()
     }
+}
+
+/// The widest path of the flame graph of `weights` (stack index → bytes)
+/// over `stacks` (frames leaf first), leaf first: from the outermost frame
+/// down, at each call the callee under which the most bytes grew, until
+/// the stacks that end there outweigh every callee. Sampled weights vary
+/// from sample to sample, and one path's bytes often spread over several
+/// leaves (a sort's `memcpy`, `memset` and packing under one `filesort`);
+/// the single heaviest stack could then name a path with a small share,
+/// where the widest path follows the bulk of the growth to a real stack.
+fn widest_path(stacks: &[(Vec<String>, bool)], weights: &HashMap<usize, u64>) -> Vec<String> {
+    let mut paths: Vec<(&[String], u64)> =
+        weights.iter().filter(|(_, w)| **w > 0).map(|(k, w)| (stacks[*k].0.as_slice(), *w)).collect();
+    let mut path: Vec<String> = vec![];
+    loop {
+        let depth = path.len();
+        let frame_at = |frames: &[String]| frames.len().checked_sub(depth + 1).map(|i| frames[i].clone());
+        let (mut callees, mut ending) = (BTreeMap::<String, u64>::new(), 0u64);
+        for (frames, w) in &paths {
+            match frame_at(frames) {
+                Some(f) => *callees.entry(f).or_default() += w,
+                None => ending += w,
+            }
+        }
+        // The heaviest callee; of equals, the first by name.
+        let Some((next, w)) = callees.into_iter().fold(None::<(String, u64)>, |best, (f, w)| match best {
+            Some((_, bw)) if bw >= w => best,
+            _ => Some((f, w)),
+        }) else {
+            break;
+        };
+        if w < ending {
+            break;
+        }
+        paths.retain(|(frames, _)| frame_at(frames).as_deref() == Some(next.as_str()));
+        path.push(next);
+    }
+    path.reverse();
+    path
 }
 
 #[cfg(test)]
@@ -539,6 +579,29 @@ mod tests {
     }
 
     #[test]
+    fn a_statements_stack_is_the_widest_path_not_the_heaviest_single_stack() {
+        let st = |f: &[&str]| (f.iter().map(|s| s.to_string()).collect::<Vec<_>>(), false);
+        let stacks = vec![
+            st(&["memcpy", "pack", "filesort", "sub_select", "start_thread"]),
+            st(&["memcpy", "pack_sort_string", "filesort", "sub_select", "start_thread"]),
+            st(&["memset", "filesort", "sub_select", "start_thread"]),
+            st(&["memcpy", "my_net_write", "send_data", "sub_select", "start_thread"]),
+            st(&["filesort", "sub_select", "start_thread"]),
+        ];
+        // The result's one heavy sample outweighs each of the sort's
+        // stacks, not the sort.
+        let w = HashMap::from([(0, 30), (1, 30), (2, 10), (3, 40), (4, 5)]);
+        assert_eq!(widest_path(&stacks, &w), stacks[0].0);
+        // Bytes in the function itself outweigh each callee: the path ends there.
+        let w = HashMap::from([(0, 3), (1, 3), (4, 10), (3, 1)]);
+        assert_eq!(widest_path(&stacks, &w), stacks[4].0);
+        // Equal callees: the first by name; no bytes, no path.
+        let w = HashMap::from([(0, 7), (1, 7)]);
+        assert_eq!(widest_path(&stacks, &w), stacks[0].0);
+        assert!(widest_path(&stacks, &HashMap::new()).is_empty());
+    }
+
+    #[test]
     fn growth_is_charged_by_stack_statement_and_connection_and_releases_are_followed() {
         let class: Box<dyn Fn(&str) -> String> = Box::new(|s: &str| s.replace(char::is_numeric, "?"));
         let mut c = Charger::new(0, class);
@@ -586,6 +649,7 @@ mod tests {
         assert_eq!(g.by_stack[0].top_statement.as_deref(), Some("SELECT ? ORDER BY ?"));
         assert_eq!(g.by_statement[0].class, "SELECT ? ORDER BY ?");
         assert_eq!(g.by_statement[0].top_stack[1], "filesort");
+        assert_eq!(g.by_statement[1].top_stack, ["malloc", "mysqld_stmt_prepare"]);
         assert_eq!(g.by_statement[1].grown, 60 * mib);
         assert_eq!(g.by_statement[1].connections, vec![13]);
         assert_eq!((g.by_connection[0].id, g.by_connection[0].grown), (12, 400 * mib));
