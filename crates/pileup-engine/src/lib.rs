@@ -50,7 +50,7 @@ pub use modules::ModuleFile;
 pub use profile::{Counted, ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
 pub use regs::Regs;
 pub use resolve::{DataName, Resolver};
-pub use sampler::{default_debug_dirs, Progress, Sampler, SamplerOptions, ThreadFilter, KEEP_SAMPLES};
+pub use sampler::{default_debug_dirs, LoadedModules, Progress, Sampler, SamplerOptions, ThreadFilter, KEEP_SAMPLES};
 pub use symbolize::Frame;
 
 /// The server process as `/proc` shows it: finding it, its threads and

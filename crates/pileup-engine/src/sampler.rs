@@ -143,12 +143,44 @@ pub fn default_debug_dirs() -> Vec<std::path::PathBuf> {
 pub const KEEP_SAMPLES: usize = 100;
 
 /// Samples one process. Modules are loaded once, at creation.
+/// A process's modules as a sampler loaded them (their unwind and symbol
+/// tables, and the debug files found for them), kept by a caller that
+/// samples the same process again (`watch`'s captures): the next sampler
+/// starts at once instead of reading every module again, which on a busy
+/// host takes a capture's first few hundred milliseconds. Used again only
+/// while the process maps the same code (the same pid and executable
+/// mappings); otherwise the modules are loaded afresh.
+pub struct LoadedModules {
+    pid: i32,
+    exec: Vec<(u64, u64, u64, String)>,
+    mods: modules::ModuleSet,
+}
+
+impl LoadedModules {
+    /// Load `pid`'s modules now (before they are needed).
+    pub fn load(pid: i32, debug_dirs: &[std::path::PathBuf]) -> Result<LoadedModules, StacksError> {
+        let maps = proc::read_maps(pid)?;
+        Ok(LoadedModules { pid, exec: exec_mappings(&maps), mods: modules::ModuleSet::load(pid, &maps, debug_dirs) })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+}
+
+/// The executable mappings, which say whether loaded modules still fit.
+fn exec_mappings(maps: &[proc::MapEntry]) -> Vec<(u64, u64, u64, String)> {
+    maps.iter().filter(|m| m.is_exec()).map(|m| (m.start, m.end, m.offset, m.path.clone())).collect()
+}
+
 pub struct Sampler {
     pub pid: i32,
     pub exe: String,
     opts: SamplerOptions,
     maps: Vec<proc::MapEntry>,
     mods: modules::ModuleSet,
+    /// The executable mappings `mods` was loaded for.
+    exec: Vec<(u64, u64, u64, String)>,
     cache: framehop::x86_64::CacheX86_64,
     symbols: symbolize::SymbolCache,
     sql: Option<SqlSource>,
@@ -272,12 +304,28 @@ fn choose(
 
 impl Sampler {
     pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
+        Sampler::with_modules(pid, opts, sql, None)
+    }
+
+    /// [`Sampler::new`], with the modules a sampler of the same process
+    /// loaded before ([`Sampler::finish_keeping_modules`]) when they still
+    /// fit.
+    pub fn with_modules(
+        pid: i32,
+        opts: SamplerOptions,
+        sql: Option<SqlSource>,
+        kept: Option<LoadedModules>,
+    ) -> Result<Sampler, StacksError> {
         let cpu_start_us = proc::own_cpu_us();
         let switches_start = (proc::context_switches(), Instant::now());
         let exe = proc::check_target(pid, opts.any_process)?;
         let t = Instant::now();
         let maps = proc::read_maps(pid)?;
-        let mods = modules::ModuleSet::load(pid, &maps, &opts.debug_dirs);
+        let exec = exec_mappings(&maps);
+        let mods = match kept {
+            Some(k) if k.pid == pid && k.exec == exec => k.mods,
+            _ => modules::ModuleSet::load(pid, &maps, &opts.debug_dirs),
+        };
         let mut notes = vec![];
         for (p, why) in &mods.unreadable {
             notes.push(format!(
@@ -294,6 +342,7 @@ impl Sampler {
             exe,
             maps,
             mods,
+            exec,
             cache: Default::default(),
             symbols: symbolize::SymbolCache::new(opts.debug_info, &opts.debug_dirs),
             opts,
@@ -724,7 +773,23 @@ impl Sampler {
 
     /// Build the profile (waiting, within the fetch timeout, for debug
     /// files still on their way).
-    pub fn finish(mut self) -> Profile {
+    pub fn finish(self) -> Profile {
+        self.finish_with_modules().0
+    }
+
+    /// The modules, for the next sampler of the same process, without a
+    /// profile (a run not wanted).
+    pub fn into_modules(self) -> LoadedModules {
+        LoadedModules { pid: self.pid, exec: self.exec, mods: self.mods }
+    }
+
+    /// [`Sampler::finish`], keeping the modules for the next sampler of
+    /// the same process ([`Sampler::with_modules`]).
+    pub fn finish_keeping_modules(self) -> (Profile, LoadedModules) {
+        self.finish_with_modules()
+    }
+
+    fn finish_with_modules(mut self) -> (Profile, LoadedModules) {
         // Stopped by a signal: the user wants the result now, not after a
         // download.
         let wait = !self.interrupted;
@@ -800,7 +865,7 @@ impl Sampler {
             (Some(a), Some(b)) => Some(b.saturating_sub(a) / 1000),
             _ => None,
         };
-        Profile {
+        let profile = Profile {
             pid: self.pid,
             exe: self.exe,
             server_version: version,
@@ -814,7 +879,8 @@ impl Sampler {
             locks: self.locks,
             timing,
             notes: self.notes,
-        }
+        };
+        (profile, LoadedModules { pid: self.pid, exec: self.exec, mods: self.mods })
     }
 }
 

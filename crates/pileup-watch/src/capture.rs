@@ -12,14 +12,49 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, WatchError};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
-use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, LoadedModules, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
 use crate::evidence::{CaptureSettings, Evidence, MdlLock, MetadataLocks, OpenTrx, RowLockWait, VARIABLES};
 use crate::store::Row;
 
+/// The server's modules (unwind and symbol tables), loaded once and kept
+/// between captures: reading them again would delay each capture's first
+/// stack by tens of milliseconds, and by hundreds on a host whose cores
+/// the stall keeps busy. A capture takes them and gives them back; one
+/// that finds them taken (captures overlapping) loads its own.
+#[derive(Clone, Default)]
+pub struct KeptModules(std::sync::Arc<std::sync::Mutex<Option<LoadedModules>>>);
+
+impl KeptModules {
+    /// Kept modules, loaded on a thread of their own for `pid` now.
+    pub fn warmed(pid: Option<i32>) -> KeptModules {
+        let kept = KeptModules::default();
+        if let Some(pid) = pid {
+            let k = kept.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                if let Ok(m) = LoadedModules::load(pid, &pileup_engine::default_debug_dirs()) {
+                    k.put(m);
+                    tracing::debug!("the server's modules loaded in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+                }
+            });
+        }
+        kept
+    }
+
+    fn take(&self) -> Option<LoadedModules> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn put(&self, m: LoadedModules) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+    }
+}
+
 /// Gather evidence (SQL and stacks, and for a memory trigger the server's
 /// growth) for a fired trigger. Once `cancel` is set, sampling stops after
 /// the current sample and SQL is skipped.
+#[allow(clippy::too_many_arguments)]
 pub fn gather(
     trigger: &str,
     unix: f64,
@@ -28,6 +63,7 @@ pub fn gather(
     s: &CaptureSettings,
     history: Vec<Row>,
     cancel: Option<&std::sync::atomic::AtomicBool>,
+    modules: &KeptModules,
 ) -> Evidence {
     let memory = pid.filter(|_| is_memory_trigger(trigger));
     std::thread::scope(|sc| {
@@ -35,7 +71,7 @@ pub fn gather(
         // are taken (the trace stops no thread; the stacks' stops are
         // microseconds), so the verdict comes no later for it.
         let growth = memory.map(|pid| sc.spawn(move || trace_growth(pid, spec, s, cancel)));
-        let mut ev = gather_stacks_and_sql(trigger, unix, spec, pid, s, history, cancel);
+        let mut ev = gather_stacks_and_sql(trigger, unix, spec, pid, s, history, cancel, modules);
         match growth.map(|h| h.join()) {
             Some(Ok(Ok(g))) => ev.growth = Some(g),
             Some(Ok(Err(e))) => ev.growth_error = Some(e),
@@ -47,6 +83,7 @@ pub fn gather(
 }
 
 /// The stacks, then SQL.
+#[allow(clippy::too_many_arguments)]
 fn gather_stacks_and_sql(
     trigger: &str,
     unix: f64,
@@ -55,6 +92,7 @@ fn gather_stacks_and_sql(
     s: &CaptureSettings,
     history: Vec<Row>,
     cancel: Option<&std::sync::atomic::AtomicBool>,
+    modules: &KeptModules,
 ) -> Evidence {
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
     // Stacks first: they do not depend on SQL answering.
@@ -91,7 +129,7 @@ fn gather_stacks_and_sql(
         };
         let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));
         let connected = began.elapsed();
-        let sampler = Sampler::new(pid, opts, sql);
+        let sampler = Sampler::with_modules(pid, opts, sql, modules.take());
         tracing::debug!(
             "capture: SQL connected in {:.0} ms, sampler ready {:.0} ms later",
             connected.as_secs_f64() * 1e3,
@@ -101,9 +139,18 @@ fn gather_stacks_and_sql(
             Ok(mut sampler) => match sampler.run_until(s.samples.max(1), s.interval, None, cancel, |_| {}) {
                 // Dropped: its stacks are not wanted, and naming their
                 // frames would keep the next stall's capture from starting.
-                Ok(()) if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) => {}
-                Ok(()) => ev.profile = Some(sampler.finish()),
-                Err(e) => ev.stacks_error = Some(e.to_string()),
+                Ok(()) if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) => {
+                    modules.put(sampler.into_modules())
+                }
+                Ok(()) => {
+                    let (profile, kept) = sampler.finish_keeping_modules();
+                    ev.profile = Some(profile);
+                    modules.put(kept);
+                }
+                Err(e) => {
+                    ev.stacks_error = Some(e.to_string());
+                    modules.put(sampler.into_modules());
+                }
             },
             Err(e) => ev.stacks_error = Some(e.to_string()),
         }

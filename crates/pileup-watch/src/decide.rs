@@ -142,13 +142,36 @@ pub struct PollSeen<'a> {
     pub unix: f64,
     pub ctx: &'a dyn Context,
     pub free: Option<u64>,
-    pub early_gathered: bool,
+    /// When the running early capture (if any) finished gathering.
+    pub early_gathered: Option<f64>,
 }
+
+/// A condition that begins within this long of an early capture's last
+/// stack is part of what that capture saw begin (writers queueing a
+/// moment after the flushing that stalls them): the capture is its
+/// evidence, lead-up included. One that begins later gets evidence of its
+/// own.
+pub const EARLY_FRESH_SECS: f64 = 2.0;
+/// A condition seen on [`SHORT_STALL_POLLS`] polls or more that cleared
+/// less than this long after it was last seen is flickering about its
+/// threshold (a checkpoint age that synchronous flushing pulls back for a
+/// moment, again and again): its early capture waits for it to come back
+/// rather than being dropped (unless another trigger's condition holds),
+/// and a capture begun by a stir goes to it. A blip seen on one poll is
+/// not flickering.
+pub const FLICKER_SECS: f64 = 1.0;
 
 /// watch's decisions.
 pub struct Decider {
     triggers: Vec<Trigger>,
     armed: Vec<Armed>,
+    /// Until when each trigger's condition, cleared after a short stall,
+    /// counts as flickering (Unix seconds).
+    flicker_until: Vec<f64>,
+    /// When each trigger's condition last held.
+    last_held: Vec<f64>,
+    /// The latest poll's time.
+    last_poll: f64,
     sched: Scheduler<()>,
     /// Early captures may be taken (a local server's process is known).
     early_ok: bool,
@@ -177,6 +200,9 @@ impl Decider {
         Decider {
             triggers,
             armed: vec![Armed::default(); n],
+            flicker_until: vec![f64::MIN; n],
+            last_held: vec![f64::MIN; n],
+            last_poll: f64::MIN,
             sched: Scheduler::new(limits),
             early_ok,
             scan_idx: n,
@@ -203,7 +229,7 @@ impl Decider {
     /// Some trigger's condition holds and has not fired yet: polls should
     /// come fast until it is decided.
     pub fn pending(&self) -> bool {
-        self.armed.iter().any(Armed::in_hold)
+        self.armed.iter().any(Armed::in_hold) || self.flicker_until.iter().any(|t| self.last_poll <= *t)
     }
 
     /// A capture finished (written, failed or dropped).
@@ -235,7 +261,17 @@ impl Decider {
             // The scan times a pile-up's start to its interval.
             let onset = self.open_pileup.map_or(since.unwrap_or(p.unix), |b| b.min(since.unwrap_or(p.unix)));
             let text = self.triggers[i].text.clone();
-            if self.sched.early_trigger() == Some(i) {
+            if step == Step::Idle && held_since.is_some() && seen >= SHORT_STALL_POLLS {
+                self.flicker_until[i] = self.last_held[i] + FLICKER_SECS;
+            }
+            if step != Step::Idle {
+                self.last_held[i] = p.unix;
+            }
+            let flickering = step == Step::Idle && p.unix <= self.flicker_until[i];
+            if self.sched.early_trigger() == Some(i) && flickering && self.in_hold(i).is_none() {
+                // Cleared a moment ago after holding a while: wait for it
+                // to come back.
+            } else if self.sched.early_trigger() == Some(i) {
                 self.own_early(i, step, text, p.unix, onset, now, &mut out);
             } else if step == Step::Pending && self.triggers[i].hold > 0.0 && self.early_ok {
                 self.hold_began(i, since == Some(p.unix), p, onset, now, &mut out);
@@ -244,6 +280,7 @@ impl Decider {
                 self.capture(text, p.unix, onset, now, p.free, true, &mut out);
             }
         }
+        self.last_poll = p.unix;
         self.stir_unconfirmed(now, &mut out);
         out
     }
@@ -255,7 +292,7 @@ impl Decider {
         if self.stir_capture_until.is_some_and(|t| now >= t) {
             self.stir_capture_until = None;
             if self.sched.early_trigger() == Some(self.scan_idx) && self.open_pileup.is_none() {
-                self.hand_over(self.in_hold(self.scan_idx), out);
+                self.hand_over(self.in_hold_or_flickering(self.scan_idx), out);
             }
         }
     }
@@ -298,7 +335,12 @@ impl Decider {
                 self.sched.started_early(i, now, ());
                 out.push(Action::CaptureEarly { trigger, unix: p.unix, onset });
             }
-        } else if began_now && self.sched.retake_early(now, |_| p.early_gathered).is_some() {
+        } else if began_now
+            && self
+                .sched
+                .retake_early(now, |_| p.early_gathered.is_some_and(|g| onset > g + EARLY_FRESH_SECS))
+                .is_some()
+        {
             out.push(Action::Retake { trigger, unix: p.unix, onset });
         }
     }
@@ -477,6 +519,15 @@ impl Decider {
     fn in_hold(&self, but: usize) -> Option<usize> {
         (0..self.triggers.len()).find(|&j| j != but && self.triggers[j].hold > 0.0 && self.armed[j].in_hold())
     }
+
+    /// [`Decider::in_hold`], or else one whose condition is flickering
+    /// (cleared within [`FLICKER_SECS`] of the latest poll).
+    fn in_hold_or_flickering(&self, but: usize) -> Option<usize> {
+        self.in_hold(but).or_else(|| {
+            (0..self.triggers.len())
+                .find(|&j| j != but && self.triggers[j].hold > 0.0 && self.last_poll <= self.flicker_until[j])
+        })
+    }
 }
 
 #[cfg(test)]
@@ -518,7 +569,8 @@ mod tests {
     /// A poll at monotonic `t` with these values.
     fn poll(d: &mut Decider, t: f64, vals: &[(&str, f64)], gathered: bool) -> Vec<String> {
         let ctx = Vals(vals.iter().map(|(k, v)| (k.to_string(), *v)).collect());
-        let seen = PollSeen { unix: T0 + t, ctx: &ctx, free: Some(1 << 30), early_gathered: gathered };
+        // Gathered long before: any new condition is after its evidence.
+        let seen = PollSeen { unix: T0 + t, ctx: &ctx, free: Some(1 << 30), early_gathered: gathered.then_some(T0) };
         show(&d.poll(&seen, t))
     }
 
@@ -618,6 +670,63 @@ mod tests {
     }
 
     #[test]
+    fn a_condition_beginning_just_after_an_early_capture_gathered_is_part_of_what_it_saw() {
+        let mut d = decider(&["a > 1 for 5s", "b > 1 for 5s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        // Its last stack at 1.8; b begins at 2.5, within two seconds: kept.
+        let ctx = Vals(BTreeMap::from([("a".to_string(), 5.0), ("b".to_string(), 5.0)]));
+        let a =
+            d.poll(&PollSeen { unix: T0 + 2.5, ctx: &ctx, free: Some(1 << 30), early_gathered: Some(T0 + 1.8) }, 2.5);
+        assert!(show(&a).is_empty(), "{:?}", show(&a));
+        // c begins at 4.0, more than two seconds after: evidence of its own.
+        let mut d = decider(&["a > 1 for 5s", "c > 1 for 5s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        let ctx = Vals(BTreeMap::from([("a".to_string(), 5.0), ("c".to_string(), 5.0)]));
+        let a =
+            d.poll(&PollSeen { unix: T0 + 4.0, ctx: &ctx, free: Some(1 << 30), early_gathered: Some(T0 + 1.8) }, 4.0);
+        assert_eq!(show(&a), ["retake c > 1 for 5s @4.0"]);
+    }
+
+    #[test]
+    fn a_flickering_condition_keeps_its_early_capture_and_a_stirs_capture_goes_to_it() {
+        // A checkpoint age about its threshold: held a while, dips for a
+        // poll, back again; fires once it holds for its hold.
+        let mut d = decider(&["flushing storm: f > 88 for 1s"]);
+        assert_eq!(poll(&mut d, 1.0, &[("f", 93.0)], false), ["early flushing storm: f > 88 for 1s @1.0"]);
+        assert!(poll(&mut d, 1.25, &[("f", 95.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 1.5, &[("f", 87.0)], true), ["record", "stall"]);
+        assert!(poll(&mut d, 1.75, &[("f", 99.0)], true).is_empty(), "kept: it came back");
+        assert!(poll(&mut d, 2.5, &[("f", 99.0)], true).is_empty());
+        assert_eq!(
+            poll(&mut d, 2.75, &[("f", 97.0)], true),
+            ["fired flushing storm: f > 88 for 1s @1.8", "keep flushing storm: f > 88 for 1s @1.8"]
+        );
+        // A stir's capture unconfirmed after its wait, at a dip of a
+        // flickering condition: it goes to that condition's trigger.
+        let mut d = decider(&["flushing storm: f > 88 for 1s"]);
+        assert_eq!(pulse(&mut d, 1.0, stir(1.0)), ["early threads stirred: connections accepted @1.0"]);
+        for (t, f, want) in [
+            (1.5, 93.0, 0),
+            (2.0, 95.0, 0),
+            (2.3, 87.0, 2),
+            (2.6, 92.0, 0),
+            (2.7, 94.0, 0),
+            (2.8, 86.0, 2),
+            // Unconfirmed at 3.0, in a dip: handed to the trigger, not dropped.
+            (3.1, 85.0, 0),
+            (3.4, 93.0, 0),
+        ] {
+            // Still gathering (or just gathered): what it gathers is of this.
+            let a = poll(&mut d, t, &[("f", f)], false);
+            assert_eq!(a.len(), want, "at {t}: {a:?}");
+        }
+        assert_eq!(
+            poll(&mut d, 4.4, &[("f", 92.0)], true),
+            ["fired flushing storm: f > 88 for 1s @3.4", "keep flushing storm: f > 88 for 1s @3.4"]
+        );
+    }
+
+    #[test]
     fn another_trigger_firing_keeps_the_running_early_capture_as_its_own() {
         let mut d = decider(&["a > 1 for 5s", "b > 1"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
@@ -637,10 +746,10 @@ mod tests {
         poll(&mut d, 4.0, &[("b", 0.0)], false);
         assert_eq!(poll(&mut d, 5.0, &[("b", 5.0)], false), ["fired b > 1 @5.0", "skipped b > 1: cooldown (300s)"]);
         let ctx = Vals(BTreeMap::from([("b".to_string(), 0.0)]));
-        d.poll(&PollSeen { unix: T0 + 6.0, ctx: &ctx, free: Some(0), early_gathered: false }, 6.0);
+        d.poll(&PollSeen { unix: T0 + 6.0, ctx: &ctx, free: Some(0), early_gathered: None }, 6.0);
         let ctx = Vals(BTreeMap::from([("b".to_string(), 5.0)]));
         let mut d2 = decider(&["b > 1"]);
-        let a = d2.poll(&PollSeen { unix: T0 + 7.0, ctx: &ctx, free: Some(1000), early_gathered: false }, 7.0);
+        let a = d2.poll(&PollSeen { unix: T0 + 7.0, ctx: &ctx, free: Some(1000), early_gathered: None }, 7.0);
         assert_eq!(show(&a), ["fired b > 1 @7.0", "skipped b > 1: less than 1 MiB free in /data"]);
     }
 
@@ -767,15 +876,21 @@ mod tests {
         assert!(d.pending(), "polls come fast until it is decided");
         assert!(poll(&mut d, 1.1, &[("c", 5.0)], true).is_empty());
         let ctx = Vals(BTreeMap::from([("c".to_string(), 0.0)]));
-        let a = d.poll(&PollSeen { unix: T0 + 1.25, ctx: &ctx, free: Some(1 << 30), early_gathered: true }, 1.25);
-        assert_eq!(show(&a), ["record", "stall", "drop"]);
+        let a = d.poll(&PollSeen { unix: T0 + 1.25, ctx: &ctx, free: Some(1 << 30), early_gathered: Some(T0) }, 1.25);
+        assert_eq!(show(&a), ["record", "stall"]);
         let Action::RecordStall(st) = &a[0] else { unreachable!() };
         assert_eq!((st.began_unix, st.ended_unix, st.what.as_deref()), (T0 + 1.0, T0 + 1.25, Some("connection storm")));
+        // Its capture waits a second from when it was last seen, in case it
+        // is flickering, with polls still fast; then it is dropped.
+        assert!(d.pending());
+        assert!(poll(&mut d, 2.0, &[("c", 0.0)], true).is_empty());
+        assert_eq!(poll(&mut d, 2.2, &[("c", 0.0)], true), ["drop"]);
         assert!(!d.pending());
         d.finished();
         assert_eq!(poll(&mut d, 3.0, &[("c", 5.0)], false).len(), 1);
         assert!(poll(&mut d, 3.25, &[("c", 5.0)], true).is_empty());
-        assert_eq!(poll(&mut d, 3.5, &[("c", 0.0)], true), ["record", "stall", "drop"]);
+        assert_eq!(poll(&mut d, 3.5, &[("c", 0.0)], true), ["record", "stall"]);
+        assert_eq!(poll(&mut d, 4.5, &[("c", 0.0)], true), ["drop"]);
         d.finished();
         // The third in ten minutes: its early capture is kept for them.
         assert_eq!(poll(&mut d, 5.0, &[("c", 5.0)], false).len(), 1);

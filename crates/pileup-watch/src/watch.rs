@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -161,35 +161,36 @@ struct Early {
     decide: mpsc::Sender<Decision>,
     /// Set when it is dropped: its sampling ends after the current sample.
     cancel: Arc<AtomicBool>,
-    /// Its evidence is gathered (it waits to be kept, dropped or retaken).
-    gathered: Arc<AtomicBool>,
+    /// When its evidence was gathered (it waits to be kept, dropped or
+    /// retaken): Unix seconds as f64 bits, 0 while it gathers.
+    gathered: Arc<AtomicU64>,
 }
 
 /// The capture thread's side of an [`Early`].
 struct EarlyRx {
     decide: mpsc::Receiver<Decision>,
     cancel: Arc<AtomicBool>,
-    gathered: Arc<AtomicBool>,
+    gathered: Arc<AtomicU64>,
 }
 
 impl Early {
     fn start() -> (Early, EarlyRx) {
         let (tx, rx) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let gathered = Arc::new(AtomicBool::new(false));
+        let gathered = Arc::new(AtomicU64::new(0));
         (
             Early { decide: tx, cancel: cancel.clone(), gathered: gathered.clone() },
             EarlyRx { decide: rx, cancel, gathered },
         )
     }
-    fn gathered(&self) -> bool {
-        self.gathered.load(Ordering::SeqCst)
+    fn gathered(&self) -> Option<f64> {
+        Some(f64::from_bits(self.gathered.load(Ordering::SeqCst))).filter(|t| *t > 0.0)
     }
     fn keep(self, trigger: String, fired: f64, onset: f64, history: Vec<crate::store::Row>) {
         let _ = self.decide.send(Decision::Keep { trigger, fired, onset, history });
     }
     fn retake(&self, trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row>) {
-        self.gathered.store(false, Ordering::SeqCst);
+        self.gathered.store(0, Ordering::SeqCst);
         let _ = self.decide.send(Decision::Retake { trigger, unix, onset, history });
     }
     fn drop_it(self) {
@@ -209,6 +210,9 @@ struct Spawner<'a> {
     capturing: &'a Arc<AtomicBool>,
     /// The poll connection's id, left out of the holders a capture infers.
     poll_conn: Arc<std::sync::atomic::AtomicU64>,
+    /// The server's modules, loaded at start and kept between captures, so
+    /// a capture's first stack is not delayed by reading them.
+    modules: capture::KeptModules,
 }
 
 impl Spawner<'_> {
@@ -222,23 +226,28 @@ impl Spawner<'_> {
         let (spec, mut settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
         settings.own_connection = self.poll_conn.load(Ordering::Relaxed);
         let capturing = capturing.clone();
+        let modules = self.modules.clone();
         std::thread::spawn(move || {
             let (mut trigger, mut unix, mut onset, mut history, mut early) = (trigger, unix, onset, history, early);
             let ev = loop {
                 let cancel = early.as_ref().map(|e| e.cancel.clone());
                 capturing.store(true, Ordering::Relaxed);
                 let began = Instant::now();
-                let mut ev = capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref());
+                let mut ev =
+                    capture::gather(&trigger, unix, Some(&spec), pid, &settings, history, cancel.as_deref(), &modules);
                 capturing.store(false, Ordering::Relaxed);
                 tracing::debug!("capture for {trigger} gathered in {:.0} ms", began.elapsed().as_secs_f64() * 1e3);
                 ev.onset_unix = Some(onset);
                 let gathered_unix = crate::poll::now_unix();
                 let Some(e) = &early else { break ev };
-                e.gathered.store(true, Ordering::SeqCst);
+                e.gathered.store(gathered_unix.to_bits(), Ordering::SeqCst);
                 match e.decide.recv() {
-                    Ok(Decision::Keep { trigger: t, fired, onset: o, history: h }) if o > gathered_unix => {
-                        // Confirmed by a condition that began after these
-                        // stacks and tables were taken: take its own.
+                    Ok(Decision::Keep { trigger: t, fired, onset: o, history: h })
+                        if o > gathered_unix + crate::decide::EARLY_FRESH_SECS =>
+                    {
+                        // Confirmed by a condition that began well after
+                        // these stacks and tables were taken (more than
+                        // EARLY_FRESH_SECS): take its own.
                         tracing::debug!(
                             "early capture for {trigger} kept for {t}, which began after it: gathered again"
                         );
@@ -489,7 +498,7 @@ impl Watcher<'_> {
             unix: p.unix,
             ctx: &ctx,
             free: self.free(),
-            early_gathered: self.early.as_ref().is_some_and(Early::gathered),
+            early_gathered: self.early.as_ref().and_then(Early::gathered),
         };
         let now = self.now();
         let actions = self.decider.poll(&seen, now);
@@ -625,6 +634,7 @@ pub fn run(
             done: &done_tx,
             capturing: &capturing,
             poll_conn,
+            modules: capture::KeptModules::warmed(pid),
         },
         done_rx,
         conn_tids,

@@ -1,4 +1,4 @@
-//! `pileup watch` against real sandboxes: stalls are caught within 2 s of
+//! `pileup watch` against real sandboxes: stalls are caught within a second of
 //! onset with a verdict naming the cause; steady load captures nothing;
 //! history and captures survive the watcher.
 
@@ -837,7 +837,7 @@ fn a_table_open_storm_is_caught_within_a_second_and_named_with_its_counters_and_
         ddl += &format!("CREATE TABLE t.t{i} (id INT PRIMARY KEY, v INT) ENGINE=InnoDB;");
     }
     // 300 tables' files written at once load the disk a test that reads the
-    // device's latency is timing (a flushing storm's canary): not meanwhile.
+    // device's load is timing (a flushing storm's checkpoint age): not meanwhile.
     {
         let _device = device();
         sb.sql(&ddl).unwrap();
@@ -994,72 +994,49 @@ fn redo_log_writes_that_hold_up_commits_are_named() {
     );
 }
 
-/// A client that writes one small row every 10 ms on its own connection
-/// and times each write: when users first felt a stall is when its writes
-/// first took far longer than usual.
-struct Canary {
+/// The checkpoint age as a share of its maximum, read by the test itself
+/// every 50 ms on its own connection: when the server itself says the
+/// storm began, independent of the watcher's polls.
+struct CheckpointGauge {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// (start, seconds taken) of each write.
-    timings: std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>,
+    /// (Unix seconds, checkpoint age %).
+    readings: std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Canary {
-    fn start(sb: &pileup_sandbox::Sandbox) -> Canary {
-        sb.sql("CREATE DATABASE IF NOT EXISTS canary; CREATE TABLE IF NOT EXISTS canary.t (id INT AUTO_INCREMENT PRIMARY KEY, at DOUBLE) ENGINE=InnoDB").unwrap();
+impl CheckpointGauge {
+    fn start(sb: &pileup_sandbox::Sandbox) -> CheckpointGauge {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let timings = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
-        let (st, tm, spec) = (stop.clone(), timings.clone(), sb.conn_spec());
+        let readings = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        let (st, rd, spec) = (stop.clone(), readings.clone(), sb.conn_spec());
         let thread = std::thread::spawn(move || {
             let mut c = spec.connect().unwrap();
             while !st.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = now_unix();
-                if c.query_drop(format!("INSERT INTO canary.t (at) VALUES ({t})")).is_err() {
+                let Ok(rows) = c.query::<(String, f64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint%age'") else {
                     break;
+                };
+                let get = |n: &str| rows.iter().find(|r| r.0.eq_ignore_ascii_case(n)).map(|r| r.1);
+                if let (Some(age), Some(max)) = (get("Innodb_checkpoint_age"), get("Innodb_checkpoint_max_age")) {
+                    rd.lock().unwrap().push((t, 100.0 * age / max.max(1.0)));
                 }
-                tm.lock().unwrap().push((t, now_unix() - t));
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(50));
             }
         });
-        Canary { stop, timings, thread: Some(thread) }
+        CheckpointGauge { stop, readings, thread: Some(thread) }
     }
 
-    /// The start of the first write after `from` that took 10 times the
-    /// median of the writes before `from`, and at least 50 ms.
-    fn felt_after(&self, from: f64) -> Option<f64> {
-        let t = self.timings.lock().unwrap().clone();
-        let mut before: Vec<f64> = t.iter().filter(|w| w.0 < from).map(|w| w.1).collect();
-        before.sort_by(f64::total_cmp);
-        let usual = *before.get(before.len() / 2)?;
-        t.iter().find(|w| w.0 >= from && w.1 >= (10.0 * usual).max(0.05)).map(|w| w.0)
+    /// When the age first reached `pct` after `from`.
+    fn reached(&self, from: f64, pct: f64) -> Option<f64> {
+        self.readings.lock().unwrap().iter().find(|r| r.0 >= from && r.1 >= pct).map(|r| r.0)
     }
 
-    /// The writes' timings around `from`, for a failure's message.
-    fn describe(&self, from: f64) -> String {
-        let t = self.timings.lock().unwrap().clone();
-        let quantiles = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            let q = |p: f64| v.get(((v.len() as f64 - 1.0) * p) as usize).map_or(f64::NAN, |x| x * 1000.0);
-            format!(
-                "{} writes, median {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-                v.len(),
-                q(0.5),
-                q(0.9),
-                q(0.99),
-                q(1.0)
-            )
-        };
-        let before = quantiles(t.iter().filter(|w| w.0 < from).map(|w| w.1).collect());
-        let after = quantiles(t.iter().filter(|w| w.0 >= from).map(|w| w.1).collect());
-        let mut slow: Vec<&(f64, f64)> = t.iter().filter(|w| w.0 >= from).collect();
-        slow.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let slow: Vec<String> =
-            slow.iter().take(8).map(|w| format!("{:+.2} s: {:.0} ms", w.0 - from, w.1 * 1000.0)).collect();
-        format!("before: {before}; after: {after}; slowest after: {}", slow.join(", "))
+    fn peak(&self, from: f64, until: f64) -> f64 {
+        self.readings.lock().unwrap().iter().filter(|r| r.0 >= from && r.0 < until).map(|r| r.1).fold(0.0, f64::max)
     }
 }
 
-impl Drop for Canary {
+impl Drop for CheckpointGauge {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -1069,7 +1046,7 @@ impl Drop for Canary {
 }
 
 #[test]
-fn a_flushing_storm_is_caught_within_a_second_of_writes_slowing_and_named_with_the_checkpoint_age() {
+fn a_flushing_storm_is_caught_within_a_second_of_its_onset_and_named_with_the_checkpoint_age() {
     let _device = device();
     // A redo log far too small for the write load, and a page cleaner told
     // the disk is slow: the checkpoint age runs into the log's capacity and
@@ -1081,41 +1058,76 @@ fn a_flushing_storm_is_caught_within_a_second_of_writes_slowing_and_named_with_t
         ("innodb_flush_log_at_trx_commit", "2"),
     ]);
     let base = sysbench_prepare(&sb, "oltp_write_only", 4, 20000);
-    let canary = Canary::start(&sb);
+    // The load's table writes leave the age high: flushed at full speed
+    // until it falls, then the slow page cleaner again.
+    sb.sql("SET GLOBAL innodb_io_capacity_max = 20000, innodb_io_capacity = 10000, innodb_max_dirty_pages_pct = 0")
+        .unwrap();
+    let gauge = CheckpointGauge::start(&sb);
+    let t0 = Instant::now();
+    while gauge.readings.lock().unwrap().last().is_none_or(|r| r.1 > 5.0) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the checkpoint age never fell after the prepare");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sb.sql("SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT, innodb_io_capacity = 100, innodb_io_capacity_max = 100")
+        .unwrap();
     let data = tempfile_dir("watch-flush");
-    // Polls at the default interval, learning the canary's load first.
+    // Polls at the default interval, learning the idle server first (10
+    // values older than 5 s: 15 s at least).
+    let watched = now_unix();
     let (mut child, rx) = watch(&sb, &data, &["--interval", "1s"]);
-    std::thread::sleep(Duration::from_secs(12));
+    std::thread::sleep(Duration::from_secs(20));
     let provoked = now_unix();
     let mut load = sysbench_start("oltp_write_only", &base, 32, 60);
     let mut seen = vec![];
     let cap = wait_for(&rx, "captured", Duration::from_secs(40), &mut seen);
-    // The load goes on until the canary's writes slow (a capture begun as
-    // the load built up may come first).
+    // The load goes on until the age reaches its maximum (a capture begun
+    // as the load built up may come first).
     let t0 = Instant::now();
-    while canary.felt_after(provoked).is_none() && t0.elapsed() < Duration::from_secs(30) {
+    while gauge.reached(provoked, 100.0).is_none() && t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(100));
     }
     end(&mut [&mut child, &mut load]);
     seen.extend(rx.try_iter());
     let cap = captured(cap, &seen);
-    let age = seen.iter().filter_map(|v| v["derived"]["checkpoint_age_pct"].as_f64()).fold(0.0, f64::max);
-    eprintln!("checkpoint age peaked at {age:.0}%");
     let (verdict, classes) = verdict_and_classes(&cap);
     // The writers' few row-lock waits behind young transactions follow it.
     assert!(verdict.starts_with("flushing storm: checkpoint age at "), "verdict: {verdict}");
     let e = classes.iter().find(|(c, _)| c == "flush_storm").map(|(_, e)| e.as_str());
     let e = e.unwrap_or_else(|| panic!("{classes:?}"));
     assert!(e.starts_with("checkpoint age at ") && e.contains("innodb_log_file_size=4 MiB"), "{e}");
-    // The first stack within a second of the canary's writes slowing (or
-    // before: the write load's own pile-up is caught as it begins).
-    eprintln!("canary: {}", canary.describe(provoked));
-    let felt = canary
-        .felt_after(provoked)
-        .unwrap_or_else(|| panic!("the canary's writes slowed: {}", canary.describe(provoked)));
-    let after = first_stack(&cap) - felt;
-    eprintln!("writes slowed {:.2} s after the load began; first stack {after:.2} s after that", felt - provoked);
-    assert!(after <= 1.0, "first stack {after:.2} s after the canary's writes slowed");
+    // The storm's onset: InnoDB flushes at full speed once the checkpoint
+    // age passes 7/8 of its maximum, and makes writers wait at the
+    // maximum. The first stack within a second of the age first passing
+    // 7/8 (or before: the write load's own pile-up is caught as it begins).
+    let peak = gauge.peak(watched, provoked);
+    assert!(peak < 50.0, "the checkpoint age was already {peak:.0}% before the load");
+    let at = |pct: f64| gauge.reached(provoked, pct).map(|t| t - provoked);
+    let onset = gauge.reached(provoked, 87.5).expect("the checkpoint age passed 7/8 of its maximum");
+    let first = first_stack(&cap);
+    eprintln!(
+        "after the load began: age 87.5% at {:.2} s, 95% at {:?} s, 100% at {:?} s; first stack at {:.2} s",
+        onset - provoked,
+        at(95.0),
+        at(100.0),
+        first - provoked
+    );
+    let polled: Vec<String> = seen
+        .iter()
+        .filter(|v| v["event"] == "poll")
+        .filter_map(|v| Some((v["unix"].as_f64()? - provoked, v["derived"]["checkpoint_age_pct"].as_f64()?)))
+        .filter(|(t, _)| (-1.0..4.0).contains(t))
+        .map(|(t, a)| format!("{t:.2}:{a:.0}"))
+        .collect();
+    let gauged: Vec<String> = gauge
+        .readings
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| (0.0..3.0).contains(&(r.0 - provoked)))
+        .map(|r| format!("{:.2}:{:.0}", r.0 - provoked, r.1))
+        .collect();
+    eprintln!("polled: {}\ngauged: {}", polled.join(" "), gauged.join(" "));
+    assert!(first - onset <= 1.0, "first stack {:.2} s after the storm began", first - onset);
 }
 
 /// A filesystem that cannot allocate space without writing it, as ext3,
