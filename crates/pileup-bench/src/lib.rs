@@ -205,18 +205,6 @@ impl Probe {
         s.iter().filter(|(t, d)| *t + *d >= from && *t <= to).map(|(_, d)| *d).max().unwrap_or_default()
     }
 
-    /// When users first felt a stall that began after `from`: the start of
-    /// the first round trip since `from` that took ten times the median of
-    /// those before it, and at least 50 ms.
-    pub fn first_slow(&self, from: Instant) -> Option<Instant> {
-        let s = self.samples.lock().unwrap();
-        let mut before: Vec<f64> = s.iter().filter(|(t, _)| *t < from).map(|(_, d)| d.as_secs_f64()).collect();
-        before.sort_by(f64::total_cmp);
-        let usual = *before.get(before.len() / 2)?;
-        let slow = Duration::from_secs_f64((10.0 * usual).max(0.05));
-        s.iter().find(|(t, d)| *t >= from && *d >= slow).map(|(t, _)| *t)
-    }
-
     /// An error if the loop has stopped on a failed statement: its round
     /// trips since then are missing, and a worst round trip read from them
     /// would be too low.

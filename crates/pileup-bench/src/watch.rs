@@ -13,8 +13,8 @@
 //!    datadir's device throttled under point selects that read from disk),
 //!    and three whose sufferers are few or not held up at all (a table-open
 //!    storm, a connection storm over TCP, and a flushing storm when writers
-//!    outrun a small redo log, whose onset is when a probe's one-row writes
-//!    first take ten times their usual time); for the classes, the watcher
+//!    outrun a small redo log, whose onset is when the checkpoint age first
+//!    passes 7/8 of its maximum); for the classes, the watcher
 //!    first learns 20 s of steady load, and its CPU is measured while it
 //!    watches that load and, apart, from the stall on (its capture
 //!    included). Time from the stall's onset to the
@@ -233,7 +233,7 @@ const STALLS: &[(&str, &str)] = &[
     ("connection", "connection storm: beside two steady clients, 96 clients connect over TCP, run SELECT 1 and disconnect, over and over"),
     (
         "flushing",
-        "flushing storm: a 4 MB redo log and a page cleaner told the disk does 100 pages a second, 4 connections writing 50 transactions a second, then 32 more writing unthrottled; the onset is when a probe's one-row writes (one a millisecond) first take ten times their usual time",
+        "flushing storm: a 4 MB redo log and a page cleaner told the disk does 100 pages a second, 4 connections writing 50 transactions a second, then 32 more writing unthrottled; the onset is when the checkpoint age, read every 50 ms, first passes 7/8 of its maximum (where InnoDB starts flushing at full speed)",
     ),
 ];
 
@@ -291,7 +291,7 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut steady = Clients(stop.clone(), vec![]);
     let mut load = None;
-    let mut probe = None;
+    let mut gauge_spec = None;
     let mut sbargs_flush = vec![];
     match stall {
         "table-open" => {
@@ -316,9 +316,22 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
             let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
             sbargs_flush = sbargs.clone();
             sbargs.push("--rate=50".into());
+            // The prepare leaves the checkpoint age high: flushed at full
+            // speed until it falls, then the slow page cleaner again.
+            sb.sql(
+                "SET GLOBAL innodb_io_capacity_max = 20000, innodb_io_capacity = 10000, innodb_max_dirty_pages_pct = 0",
+            )?;
+            let settle = Instant::now();
+            while checkpoint_age_pct(&mut sb.connect()?)? > 5.0 {
+                anyhow::ensure!(
+                    settle.elapsed() < Duration::from_secs(60),
+                    "the checkpoint age never fell after the prepare"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            sb.sql("SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT, innodb_io_capacity = 100, innodb_io_capacity_max = 100")?;
             load = Some(pileup_bench::Load::start("oltp_write_only", &sbargs, 4)?);
-            sb.sql("CREATE DATABASE w; CREATE TABLE w.probe (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.probe VALUES (1, 0)")?;
-            probe = Some(pileup_bench::Probe::writer(&sb, "UPDATE w.probe SET v = v + 1 WHERE id = 1")?);
+            gauge_spec = Some(sb.conn_spec());
         }
     }
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
@@ -357,12 +370,13 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         // than the page cleaner, told the disk is slow, flushes.
         _ => more = Some(pileup_bench::Load::start("oltp_write_only", &sbargs_flush, 32)?),
     }
-    // The onset: the storm's start, or when the probe's writes slowed.
+    // The onset: the storm's start, or when the checkpoint age passed 7/8.
+    let gauge = gauge_spec.map(|spec| AgeGauge::start(spec, 87.5)).transpose()?;
     let t0 = Instant::now();
     let (mut onset, mut first) = (None, None);
     while t0.elapsed() < Duration::from_secs(35) && (onset.is_none() || first.is_none()) {
-        onset = match &probe {
-            Some(p) => p.first_slow(from_instant).map(|at| from + at.duration_since(from_instant)),
+        onset = match &gauge {
+            Some(g) => g.first_over().map(|at| from + at.duration_since(from_instant)),
             None => Some(from),
         };
         first = onset.and_then(|o| first_stack(&dir, kind, from, o));
@@ -372,17 +386,72 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         .then(|| verdict_after(&dir, from, Duration::from_secs(15)))
         .flatten();
     if onset.is_none() {
-        eprintln!("{stall} {kind}: the probe's writes never slowed within 35 s");
+        eprintln!("{stall} {kind}: the checkpoint age never passed 7/8 of its maximum within 35 s");
     }
     drop(storm);
     drop(more);
-    drop(probe);
+    drop(gauge);
     drop(load);
     drop(steady);
     let before = kept_before(&dir, from);
     let stall_cpu = cpu_secs(&w.0) - cpu1;
     drop(w);
     Ok(Onset { first_stack: first, verdict, before, cpu: watching, stall_cpu: Some(stall_cpu) })
+}
+
+/// The checkpoint age as a share of its maximum, %.
+fn checkpoint_age_pct(c: &mut mysql::Conn) -> Result<f64> {
+    let rows: Vec<(String, f64)> = c.query("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint%age'")?;
+    let get = |n: &str| rows.iter().find(|r| r.0.eq_ignore_ascii_case(n)).map(|r| r.1);
+    match (get("Innodb_checkpoint_age"), get("Innodb_checkpoint_max_age")) {
+        (Some(age), Some(max)) if max > 0.0 => Ok(100.0 * age / max),
+        _ => anyhow::bail!("the server reports no checkpoint age"),
+    }
+}
+
+/// When the checkpoint age first reached a share of its maximum, read
+/// every 50 ms on a connection of its own until then.
+struct AgeGauge {
+    first: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AgeGauge {
+    fn start(spec: pileup_conn::ConnSpec, pct: f64) -> Result<AgeGauge> {
+        let mut c = spec.connect()?;
+        let first = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (f, st) = (first.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                let at = Instant::now();
+                match checkpoint_age_pct(&mut c) {
+                    Ok(p) if p >= pct => {
+                        *f.lock().unwrap() = Some(at);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Ok(AgeGauge { first, stop, handle: Some(handle) })
+    }
+
+    fn first_over(&self) -> Option<Instant> {
+        *self.first.lock().unwrap()
+    }
+}
+
+impl Drop for AgeGauge {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 /// What one provoked stall gave: seconds from its start to the watcher's
@@ -697,7 +766,7 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
 
 fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result<String> {
     let mut md = String::new();
-    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\nNegative: the first stack came before users felt the stall (a capture begun as the load that caused it built up).\n\n| stall | tool | seconds from onset to the first stack taken | watcher's CPU watching (% of one core, median) | watcher's CPU-seconds from the stall on, capture included (median) | pileup's verdict |\n|---|---|---|---|---|---|\n");
+    md.push_str("\n### Stall onset to first captured stack (default triggers, server binary named mysqld so pt-stalk finds it)\n\nNegative: the first stack came before the stall's onset (a capture begun as the load that caused it built up).\n\n| stall | tool | seconds from onset to the first stack taken | watcher's CPU watching (% of one core, median) | watcher's CPU-seconds from the stall on, capture included (median) | pileup's verdict |\n|---|---|---|---|---|---|\n");
     let stalls: Vec<&(&str, &str)> =
         STALLS.iter().filter(|(s, _)| only.is_none_or(|o| o.split(',').any(|x| x == *s))).collect();
     for (stall, what) in &stalls {
