@@ -170,6 +170,9 @@ pub struct Decider {
     flicker_until: Vec<f64>,
     /// When each trigger's condition last held.
     last_held: Vec<f64>,
+    /// When each trigger's current episode began: its first hold, kept
+    /// while the condition flickers.
+    episode: Vec<Option<f64>>,
     /// The latest poll's time.
     last_poll: f64,
     sched: Scheduler<()>,
@@ -202,6 +205,7 @@ impl Decider {
             armed: vec![Armed::default(); n],
             flicker_until: vec![f64::MIN; n],
             last_held: vec![f64::MIN; n],
+            episode: vec![None; n],
             last_poll: f64::MIN,
             sched: Scheduler::new(limits),
             early_ok,
@@ -229,7 +233,7 @@ impl Decider {
     /// Some trigger's condition holds and has not fired yet: polls should
     /// come fast until it is decided.
     pub fn pending(&self) -> bool {
-        self.armed.iter().any(Armed::in_hold) || self.flicker_until.iter().any(|t| self.last_poll <= *t)
+        self.armed.iter().any(Armed::in_hold) || self.flicker_until.iter().any(|t| self.last_poll < *t)
     }
 
     /// A capture finished (written, failed or dropped).
@@ -251,6 +255,17 @@ impl Decider {
             .collect();
         for (i, (held_since, seen, step)) in judged.into_iter().enumerate() {
             let since = self.armed[i].since();
+            if step == Step::Idle && held_since.is_some() && seen >= SHORT_STALL_POLLS {
+                self.flicker_until[i] = self.last_held[i] + FLICKER_SECS;
+            }
+            let flickering = step == Step::Idle && p.unix < self.flicker_until[i];
+            if step != Step::Idle {
+                self.last_held[i] = p.unix;
+                // A hold begun while flickering continues the episode.
+                self.episode[i] = self.episode[i].or(since);
+            } else if !flickering {
+                self.episode[i] = None;
+            }
             if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
                 // Cleared before its hold: a short stall of its kind (its
                 // early capture kept if such stalls repeat, else dropped below).
@@ -258,16 +273,11 @@ impl Decider {
                 let st = Stall { began_unix: began, ended_unix: p.unix, peak_blocked: 0, baseline: 0, what };
                 self.short_stall(st, p.unix, now, p.free, &mut out);
             }
-            // The scan times a pile-up's start to its interval.
-            let onset = self.open_pileup.map_or(since.unwrap_or(p.unix), |b| b.min(since.unwrap_or(p.unix)));
+            // From the first hold of a flickering episode; the scan times a
+            // pile-up's start to its interval.
+            let began = self.episode[i].or(since).unwrap_or(p.unix);
+            let onset = self.open_pileup.map_or(began, |b| b.min(began));
             let text = self.triggers[i].text.clone();
-            if step == Step::Idle && held_since.is_some() && seen >= SHORT_STALL_POLLS {
-                self.flicker_until[i] = self.last_held[i] + FLICKER_SECS;
-            }
-            if step != Step::Idle {
-                self.last_held[i] = p.unix;
-            }
-            let flickering = step == Step::Idle && p.unix <= self.flicker_until[i];
             if self.sched.early_trigger() == Some(i) && flickering && self.in_hold(i).is_none() {
                 // Cleared a moment ago after holding a while: wait for it
                 // to come back.
@@ -318,7 +328,7 @@ impl Decider {
                 }
             }
             Step::Idle => {
-                let other = self.open_pileup.map(|_| self.scan_idx).or_else(|| self.in_hold(i));
+                let other = self.open_pileup.map(|_| self.scan_idx).or_else(|| self.in_hold_or_flickering(i));
                 self.hand_over(other, out);
             }
             Step::Pending | Step::Ongoing => {}
@@ -492,7 +502,7 @@ impl Decider {
             }
             // The scan's own: a trigger in its hold keeps it as its own.
             (Some(early), None) if early == self.scan_idx && st.what.is_none() => {
-                self.hand_over(self.in_hold(self.scan_idx), out)
+                self.hand_over(self.in_hold_or_flickering(self.scan_idx), out)
             }
             _ => {}
         }
@@ -525,7 +535,7 @@ impl Decider {
     fn in_hold_or_flickering(&self, but: usize) -> Option<usize> {
         self.in_hold(but).or_else(|| {
             (0..self.triggers.len())
-                .find(|&j| j != but && self.triggers[j].hold > 0.0 && self.last_poll <= self.flicker_until[j])
+                .find(|&j| j != but && self.triggers[j].hold > 0.0 && self.last_poll < self.flicker_until[j])
         })
     }
 }
@@ -690,8 +700,10 @@ mod tests {
     #[test]
     fn a_flickering_condition_keeps_its_early_capture_and_a_stirs_capture_goes_to_it() {
         // A checkpoint age about its threshold: held a while, dips for a
-        // poll, back again; fires once it holds for its hold.
+        // poll, back again; fires once it holds for its hold, dated from
+        // the episode's first hold.
         let mut d = decider(&["flushing storm: f > 88 for 1s"]);
+        assert!(!d.pending(), "nothing flickers before the first poll");
         assert_eq!(poll(&mut d, 1.0, &[("f", 93.0)], false), ["early flushing storm: f > 88 for 1s @1.0"]);
         assert!(poll(&mut d, 1.25, &[("f", 95.0)], true).is_empty());
         assert_eq!(poll(&mut d, 1.5, &[("f", 87.0)], true), ["record", "stall"]);
@@ -699,7 +711,7 @@ mod tests {
         assert!(poll(&mut d, 2.5, &[("f", 99.0)], true).is_empty());
         assert_eq!(
             poll(&mut d, 2.75, &[("f", 97.0)], true),
-            ["fired flushing storm: f > 88 for 1s @1.8", "keep flushing storm: f > 88 for 1s @1.8"]
+            ["fired flushing storm: f > 88 for 1s @1.0", "keep flushing storm: f > 88 for 1s @1.0"]
         );
         // A stir's capture unconfirmed after its wait, at a dip of a
         // flickering condition: it goes to that condition's trigger.
@@ -722,7 +734,7 @@ mod tests {
         }
         assert_eq!(
             poll(&mut d, 4.4, &[("f", 92.0)], true),
-            ["fired flushing storm: f > 88 for 1s @3.4", "keep flushing storm: f > 88 for 1s @3.4"]
+            ["fired flushing storm: f > 88 for 1s @1.5", "keep flushing storm: f > 88 for 1s @1.5"]
         );
     }
 

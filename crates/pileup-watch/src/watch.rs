@@ -238,7 +238,13 @@ impl Spawner<'_> {
                 capturing.store(false, Ordering::Relaxed);
                 tracing::debug!("capture for {trigger} gathered in {:.0} ms", began.elapsed().as_secs_f64() * 1e3);
                 ev.onset_unix = Some(onset);
-                let gathered_unix = crate::poll::now_unix();
+                // When its last stack was taken (SQL and a memory trace
+                // come after it).
+                let gathered_unix = ev
+                    .profile
+                    .as_ref()
+                    .and_then(|p| p.samples.last())
+                    .map_or_else(crate::poll::now_unix, |s| s.at_unix_ms as f64 / 1000.0);
                 let Some(e) = &early else { break ev };
                 e.gathered.store(gathered_unix.to_bits(), Ordering::SeqCst);
                 match e.decide.recv() {

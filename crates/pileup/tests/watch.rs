@@ -781,6 +781,13 @@ fn device() -> std::sync::MutexGuard<'static, ()> {
     DEVICE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The last stack a capture took, Unix seconds.
+fn last_stack(cap: &serde_json::Value) -> f64 {
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
+    stacks["samples"].as_array().unwrap().iter().filter_map(|s| s["at_unix_ms"].as_f64()).fold(0.0, f64::max) / 1000.0
+}
+
 /// The first stack a capture took, Unix seconds.
 fn first_stack(cap: &serde_json::Value) -> f64 {
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -1001,6 +1008,8 @@ struct CheckpointGauge {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// (Unix seconds, checkpoint age %).
     readings: std::sync::Arc<std::sync::Mutex<Vec<(f64, f64)>>>,
+    /// Why it stopped reading before it was told to.
+    failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -1008,13 +1017,18 @@ impl CheckpointGauge {
     fn start(sb: &pileup_sandbox::Sandbox) -> CheckpointGauge {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let readings = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
-        let (st, rd, spec) = (stop.clone(), readings.clone(), sb.conn_spec());
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (st, rd, fl, spec) = (stop.clone(), readings.clone(), failed.clone(), sb.conn_spec());
         let thread = std::thread::spawn(move || {
             let mut c = spec.connect().unwrap();
             while !st.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = now_unix();
-                let Ok(rows) = c.query::<(String, f64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint%age'") else {
-                    break;
+                let rows = match c.query::<(String, f64), _>("SHOW GLOBAL STATUS LIKE 'Innodb_checkpoint%age'") {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        *fl.lock().unwrap() = Some(e.to_string());
+                        break;
+                    }
                 };
                 let get = |n: &str| rows.iter().find(|r| r.0.eq_ignore_ascii_case(n)).map(|r| r.1);
                 if let (Some(age), Some(max)) = (get("Innodb_checkpoint_age"), get("Innodb_checkpoint_max_age")) {
@@ -1023,7 +1037,7 @@ impl CheckpointGauge {
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
-        CheckpointGauge { stop, readings, thread: Some(thread) }
+        CheckpointGauge { stop, readings, failed, thread: Some(thread) }
     }
 
     /// When the age first reached `pct` after `from`.
@@ -1102,8 +1116,13 @@ fn a_flushing_storm_is_caught_within_a_second_of_its_onset_and_named_with_the_ch
     let peak = gauge.peak(watched, provoked);
     assert!(peak < 50.0, "the checkpoint age was already {peak:.0}% before the load");
     let at = |pct: f64| gauge.reached(provoked, pct).map(|t| t - provoked);
-    let onset = gauge.reached(provoked, 87.5).expect("the checkpoint age passed 7/8 of its maximum");
+    let onset = gauge.reached(provoked, 87.5).unwrap_or_else(|| {
+        panic!("the checkpoint age never passed 7/8 of its maximum (gauge: {:?})", gauge.failed.lock().unwrap())
+    });
     let first = first_stack(&cap);
+    // Its stacks span the onset: some taken after the storm began.
+    let last = last_stack(&cap);
+    assert!(last >= onset, "the capture's stacks ended {:.2} s before the storm began", onset - last);
     eprintln!(
         "after the load began: age 87.5% at {:.2} s, 95% at {:?} s, 100% at {:?} s; first stack at {:.2} s",
         onset - provoked,

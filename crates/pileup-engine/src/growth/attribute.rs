@@ -480,8 +480,15 @@ impl Charger {
 /// the single heaviest stack could then name a path with a small share,
 /// where the widest path follows the bulk of the growth to a real stack.
 fn widest_path(stacks: &[(Vec<String>, bool)], weights: &HashMap<usize, u64>) -> Vec<String> {
-    let mut paths: Vec<(&[String], u64)> =
-        weights.iter().filter(|(_, w)| **w > 0).map(|(k, w)| (stacks[*k].0.as_slice(), *w)).collect();
+    // A truncated stack (its unwinding stopped short of the thread's start)
+    // has another outermost frame and would stand apart: left out while
+    // complete stacks carry weight.
+    let complete = weights.iter().any(|(k, w)| *w > 0 && !stacks[*k].1);
+    let mut paths: Vec<(&[String], u64)> = weights
+        .iter()
+        .filter(|(k, w)| **w > 0 && !(complete && stacks[**k].1))
+        .map(|(k, w)| (stacks[*k].0.as_slice(), *w))
+        .collect();
     let mut path: Vec<String> = vec![];
     loop {
         let depth = path.len();
@@ -595,6 +602,12 @@ mod tests {
         // Bytes in the function itself outweigh each callee: the path ends there.
         let w = HashMap::from([(0, 3), (1, 3), (4, 10), (3, 1)]);
         assert_eq!(widest_path(&stacks, &w), stacks[4].0);
+        // Truncated stacks stand aside while complete ones carry weight.
+        let mut cut = stacks.clone();
+        cut.push((vec!["memcpy".into(), "my_net_write".into()], true));
+        let w = HashMap::from([(0, 3), (5, 50)]);
+        assert_eq!(widest_path(&cut, &w), stacks[0].0);
+        assert_eq!(widest_path(&cut, &HashMap::from([(5, 50)])), cut[5].0);
         // Equal callees: the first by name; no bytes, no path.
         let w = HashMap::from([(0, 7), (1, 7)]);
         assert_eq!(widest_path(&stacks, &w), stacks[0].0);
