@@ -518,7 +518,10 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         w[0].threads.iter().filter(|t| on_log(t)).any(|a| w[1].threads.iter().any(|b| b.tid == a.tid && on_log(b)))
     });
     let full = around(ev, "innodb_log_waits_rate", 1.0).filter(|a| a.peak >= 1.0);
-    if log_io >= 1 && (lasting || full.is_some()) {
+    // With innodb_flush_log_at_trx_commit=0 a commit waits for no log
+    // write: only a full log buffer holds writers up.
+    let commits_wait = var(ev, "innodb_flush_log_at_trx_commit").is_none_or(|v| v.trim() != "0");
+    if log_io >= 1 && ((lasting && commits_wait) || full.is_some()) {
         let biggest = samples
             .iter()
             .flat_map(|s| &s.threads)
@@ -907,6 +910,12 @@ mod tests {
             "redo log writes: 1 thread(s) writing or syncing the redo log (pwrite64 on ib_logfile0 (1)), a client's thread wrote 16 MiB at once; innodb_log_buffer_size=16 MiB, innodb_flush_log_at_trx_commit=2"
         );
         assert_eq!(f[0].first_unix, Some(1057.1));
+        // Commits that wait for no log write (innodb_flush_log_at_trx_commit=0):
+        // the background write holds nobody up unless the buffer fills.
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "0".into());
+        assert!(findings_in(&ev, &[sample(1057.1), sample(1057.3)]).is_empty());
+        ev.history = history("innodb_log_waits_rate", 0.0, 30.0);
+        assert_eq!(findings_in(&ev, &[sample(1057.1), sample(1057.3)]).len(), 1);
     }
 
     #[test]
