@@ -781,18 +781,16 @@ fn device() -> std::sync::MutexGuard<'static, ()> {
     DEVICE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The last stack a capture took, Unix seconds.
-fn last_stack(cap: &serde_json::Value) -> f64 {
+/// When each of a capture's stacks was taken, in order, Unix seconds.
+fn stack_times(cap: &serde_json::Value) -> Vec<f64> {
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
-    stacks["samples"].as_array().unwrap().iter().filter_map(|s| s["at_unix_ms"].as_f64()).fold(0.0, f64::max) / 1000.0
+    stacks["samples"].as_array().unwrap().iter().map(|s| s["at_unix_ms"].as_f64().unwrap() / 1000.0).collect()
 }
 
 /// The first stack a capture took, Unix seconds.
 fn first_stack(cap: &serde_json::Value) -> f64 {
-    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
-    let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
-    stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0
+    stack_times(cap)[0]
 }
 
 /// Watch `sb` as a new user would (1 s polls, the default triggers) under
@@ -1121,7 +1119,7 @@ fn a_flushing_storm_is_caught_within_a_second_of_its_onset_and_named_with_the_ch
     });
     let first = first_stack(&cap);
     // Its stacks span the onset: some taken after the storm began.
-    let last = last_stack(&cap);
+    let last = stack_times(&cap).into_iter().fold(0.0, f64::max);
     assert!(last >= onset, "the capture's stacks ended {:.2} s before the storm began", onset - last);
     eprintln!(
         "after the load began: age 87.5% at {:.2} s, 95% at {:?} s, 100% at {:?} s; first stack at {:.2} s",
