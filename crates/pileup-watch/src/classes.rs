@@ -69,26 +69,53 @@ fn series<'a>(ev: &'a Evidence, metric: &'a str, from: f64) -> impl Iterator<Ite
 /// the onset and when it first passed `over`, median of the minutes before).
 struct Around {
     peak: f64,
-    /// The mean since shortly before the onset: a burst of one poll
-    /// interval (a pool opening its connections) does not make it high.
+    /// The mean since shortly before the onset, weighted by each poll's
+    /// interval: a burst of one short poll interval (a pool opening its
+    /// connections) does not make it high.
     mean: f64,
+    /// The values since shortly before the onset.
+    recent: Vec<f64>,
     first_over: Option<f64>,
     usual: Option<f64>,
 }
 
+impl Around {
+    /// Polls since shortly before the onset at `x` or more: a storm lasts
+    /// longer than one poll interval.
+    fn polls_at_least(&self, x: f64) -> usize {
+        self.recent.iter().filter(|v| **v >= x).count()
+    }
+}
+
 fn around(ev: &Evidence, metric: &str, over: f64) -> Option<Around> {
     let onset = ev.onset_unix.unwrap_or(ev.unix);
-    let recent: Vec<(f64, f64)> = series(ev, metric, onset - 3.0).collect();
+    let all: Vec<(f64, f64)> = series(ev, metric, f64::MIN).collect();
+    let from = all.partition_point(|p| p.0 < onset - 3.0);
+    let recent = &all[from..];
     let peak = recent.iter().map(|p| p.1).fold(f64::NAN, f64::max);
     if peak.is_nan() {
         return None;
     }
-    let mean = recent.iter().map(|p| p.1).sum::<f64>() / recent.len() as f64;
+    // A rate covers the interval since the poll before it (polls come
+    // every 100 ms to every few seconds); the first one here is weighed as
+    // the median interval when no poll comes before it.
+    let mut gaps: Vec<f64> = all.windows(2).map(|w| w[1].0 - w[0].0).filter(|g| *g > 0.0).collect();
+    gaps.sort_by(f64::total_cmp);
+    let typical = gaps.get(gaps.len() / 2).copied().unwrap_or(1.0);
+    let (mut sum, mut span) = (0.0, 0.0);
+    for (i, p) in recent.iter().enumerate() {
+        let gap = if from + i > 0 { p.0 - all[from + i - 1].0 } else { typical };
+        let gap = if gap > 0.0 { gap } else { typical };
+        sum += p.1 * gap;
+        span += gap;
+    }
+    let mean = sum / span;
     let first_over = recent.iter().find(|p| p.1 >= over).map(|p| p.0);
     let mut before: Vec<f64> = series(ev, metric, f64::MIN).filter(|p| p.0 < onset - 5.0).map(|p| p.1).collect();
     before.sort_by(f64::total_cmp);
     let usual = (before.len() >= 5).then(|| before[before.len() / 2]);
-    Some(Around { peak, mean, first_over, usual })
+    let recent_values = recent.iter().map(|p| p.1).collect();
+    Some(Around { peak, mean, recent: recent_values, first_over, usual })
 }
 
 /// A metric that jumped: at least `floor` and `times` its usual value.
@@ -331,7 +358,8 @@ fn table_open_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     // Judged on the mean since just before the onset: a pool opening its
     // connections, each opening its tables once, makes one poll's burst;
-    // thousands a second in one poll are a storm already.
+    // thousands a second in one poll are a storm already when threads are
+    // seen opening tables.
     let opens_of = |m| jumped_for_a_while(ev, m, 100.0, 10.0).or_else(|| jumped(ev, m, 1000.0, 10.0));
     let opens = opens_of("table_open_cache_misses_rate").or_else(|| opens_of("opened_tables_rate"));
     // Threads opening a table, not those waiting there for a metadata or
@@ -343,10 +371,14 @@ fn table_open_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         |f| f.starts_with("MDL_context::acquire_lock") || f.starts_with("MDL_wait::timed_wait"),
     );
     let opening_pl = processlist_states(ev, |s, _| s == "Opening tables" || s == "Closing tables");
-    // Thousands of opens a second are a storm by themselves: each takes the
-    // table cache's lock, and opens too quick to be caught in a stack still
-    // cost a CPU between them.
-    if let Some(a) = opens.filter(|a| opening >= 2 || opening_pl >= 4 || a.peak >= 1000.0) {
+    // Thousands of opens a second over several polls are a storm by
+    // themselves: each takes the table cache's lock, and opens too quick to
+    // be caught in a stack still cost a CPU between them. One poll's jump
+    // with no thread seen opening a table is not evidence enough: the
+    // global counter also takes in, at once, what a thread counted while
+    // it was not summed (a background thread's opens when it ends).
+    let alone = |a: &Around| a.polls_at_least(1000.0) >= 2 && a.mean >= 250.0;
+    if let Some(a) = opens.filter(|a| opening >= 2 || opening_pl >= 4 || alone(a)) {
         let cache = match (var(ev, "table_open_cache"), var(ev, "table_definition_cache")) {
             (Some(t), Some(d)) => format!("; table_open_cache={t}, table_definition_cache={d}"),
             _ => String::new(),
@@ -712,6 +744,34 @@ mod tests {
             .map(|i| row(1000.0 + i as f64, &[("opened_tables_rate", if i == 57 { 131.0 } else { 0.0 })]))
             .collect();
         assert!(findings(&ev).is_empty(), "{:?}", findings(&ev).iter().map(Finding::line).collect::<Vec<_>>());
+        // Polls every second, then every 250 ms from the onset; one 250 ms
+        // poll's jump of 7,000 opens that no thread is seen making (the
+        // counter taking in a thread's count at once) is not a storm.
+        let mut rows: Vec<_> = (0..57).map(|i| row(1000.0 + i as f64, &[("opened_tables_rate", 0.0)])).collect();
+        for i in 0..12 {
+            let v = if i == 3 {
+                29161.0
+            } else if i == 1 {
+                500.0
+            } else {
+                0.0
+            };
+            rows.push(row(1057.0 + 0.25 * i as f64, &[("opened_tables_rate", v)]));
+        }
+        ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), history: rows.clone(), ..Default::default() };
+        assert!(findings(&ev).is_empty(), "{:?}", findings(&ev).iter().map(Finding::line).collect::<Vec<_>>());
+        // The same jump with threads caught opening tables is one.
+        for _ in 0..4 {
+            ev.processlist.push(pl("Opening tables", "app"));
+        }
+        assert_eq!(findings(&ev).first().map(|f| f.class), Some(StallClass::TableOpenStorm));
+        // Thousands a second over several polls are one without them.
+        ev.processlist.clear();
+        for r in rows.iter_mut().skip(60).take(6) {
+            r.derived.insert("opened_tables_rate".into(), 3000.0);
+        }
+        ev.history = rows;
+        assert_eq!(findings(&ev).first().map(|f| f.class), Some(StallClass::TableOpenStorm));
     }
 
     #[test]

@@ -469,6 +469,18 @@ impl Watcher<'_> {
         }
         let cur = Snapshot { at: p.unix, values: p.values.clone() };
         let derived = derive(self.prev.as_ref().unwrap_or(&cur), &cur, &self.o.derive);
+        if derived.get("opened_tables_rate").is_some_and(|r| *r >= 1000.0) {
+            let raw = |s: Option<&Snapshot>, k: &str| s.and_then(|s| s.get(k)).unwrap_or(f64::NAN);
+            tracing::debug!(
+                "tables opened: {} -> {} over {:.3} s (cache misses {} -> {}), status read in {:.0} ms",
+                raw(self.prev.as_ref(), "opened_tables"),
+                raw(Some(&cur), "opened_tables"),
+                cur.at - self.prev.as_ref().map_or(cur.at, |p| p.at),
+                raw(self.prev.as_ref(), "table_open_cache_misses"),
+                raw(Some(&cur), "table_open_cache_misses"),
+                raw(Some(&cur), "cost_status_ms"),
+            );
+        }
         if p.ok {
             self.prev = Some(cur);
             if !self.bound {
