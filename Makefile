@@ -14,16 +14,19 @@ CARGO ?= cargo
 # tests put a server on an ext4 image without extents (mkfs.ext4, losetup).
 # bench/digest measures each tool's CPU and peak memory with GNU time. The
 # CLI tests render pileup's manual pages with man (man-db, which brings groff).
+# The fleet's rules are checked and unit-tested with promtool, and run on a
+# real Prometheus (both from Debian's prometheus package).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
-  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db
+  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db \
+  promtool:prometheus prometheus:prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps toolchain demo test style build bench clean install
+.PHONY: deps toolchain demo test style deploy-check build bench clean install
 
 # Where `make install` puts pileup, its manual and its shell completions
 # (the places Debian's man, bash-completion, zsh and fish look under /usr/local).
@@ -73,7 +76,7 @@ demo: build
 # The style gate runs first: formatting (rustfmt.toml) and clippy with every
 # warning an error, then every test. A test that cannot run here fails or is
 # #[ignore]d with its reason; the ignored ones are listed at the end.
-test: toolchain style
+test: toolchain style deploy-check
 	@# The memory tests attach syscall tracepoints, found through tracefs.
 	@mountpoint -q /sys/kernel/tracing || $(SUDO) mount -t tracefs nodev /sys/kernel/tracing || \
 	  echo "tracefs is not mounted and could not be: the memory tests will fail" >&2
@@ -81,6 +84,14 @@ test: toolchain style
 	  PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2 2>&1 | tee target/test.log; \
 	  rc=$$?; skipped=$$(grep -E '^test .* \.\.\. ignored' target/test.log); \
 	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; exit $$rc
+
+# The fleet's parts: Prometheus rules checked and unit-tested, the Grafana
+# dashboards regenerated from their one source and checked against the
+# dashboard schema (grafana-foundation-sdk, strict).
+deploy-check: deps
+	promtool check rules deploy/prometheus/pileup.rules.yml
+	promtool test rules deploy/prometheus/tests/pileup.rules.test.yml
+	cd deploy/grafana/gen && go run . -check ..
 
 # cargo-machete refuses dependencies no code uses; only the gate needs it.
 style: toolchain

@@ -3,6 +3,10 @@
 //! stays a per-host agent. Every metric is a gauge named `pileup_<metric>`
 //! (rates are already per second); counters pileup keeps itself
 //! (`pileup_captures_total`, `pileup_polls_failed_total`) are counters.
+//! Stalls are announced as `pileup_stalls_total{class}` and the last
+//! capture as `pileup_last_capture_timestamp_seconds` and
+//! `pileup_last_capture_info{class,verdict,url}`, for alerts and dashboard
+//! annotations.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,6 +21,43 @@ pub struct Snapshot {
     pub polls_failed_total: u64,
     pub captures_total: u64,
     pub last_poll_unix: f64,
+    /// Captures by the class their verdict leads with.
+    pub stalls: BTreeMap<String, u64>,
+    pub last_capture: Option<LastCapture>,
+}
+
+/// The newest capture, as the exposition announces it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LastCapture {
+    pub unix: f64,
+    pub class: String,
+    /// The verdict's first line.
+    pub verdict: String,
+    /// Where the capture is: its directory, or its URL once shipped.
+    pub url: String,
+}
+
+impl Snapshot {
+    /// Count a capture and make it the last one.
+    pub fn captured(&mut self, c: LastCapture) {
+        self.captures_total += 1;
+        *self.stalls.entry(c.class.clone()).or_default() += 1;
+        self.last_capture = Some(c);
+    }
+}
+
+/// A label value as the exposition format escapes it, cut to `max` chars.
+fn label_value(v: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in v.chars().take(max) {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// What the watch loop updates and the HTTP thread reads.
@@ -51,6 +92,31 @@ pub fn render(s: &Snapshot) -> String {
         "# TYPE pileup_last_poll_timestamp_seconds gauge\npileup_last_poll_timestamp_seconds {}",
         s.last_poll_unix
     );
+    if !s.stalls.is_empty() {
+        let _ = writeln!(out, "# HELP pileup_stalls_total stalls captured, by the class their verdict leads with");
+        let _ = writeln!(out, "# TYPE pileup_stalls_total counter");
+        for (class, n) in &s.stalls {
+            let _ = writeln!(out, "pileup_stalls_total{{class=\"{}\"}} {n}", label_value(class, 64));
+        }
+    }
+    if let Some(c) = &s.last_capture {
+        let _ = writeln!(
+            out,
+            "# HELP pileup_last_capture_timestamp_seconds when the last capture began (Unix time)\n\
+             # TYPE pileup_last_capture_timestamp_seconds gauge\n\
+             pileup_last_capture_timestamp_seconds {}",
+            c.unix
+        );
+        let _ = writeln!(
+            out,
+            "# HELP pileup_last_capture_info the last capture: its class, verdict and place (always 1)\n\
+             # TYPE pileup_last_capture_info gauge\n\
+             pileup_last_capture_info{{class=\"{}\",verdict=\"{}\",url=\"{}\"}} 1",
+            label_value(&c.class, 64),
+            label_value(&c.verdict, 300),
+            label_value(&c.url, 1024)
+        );
+    }
     out
 }
 
@@ -112,5 +178,31 @@ mod tests {
         assert!(body.contains("\npileup_bad_name 1\n"));
         assert!(!body.contains("pileup_nan"));
         assert!(body.contains("# TYPE pileup_polls_total counter\npileup_polls_total 7\n"));
+        assert!(!body.contains("pileup_stalls_total"), "no stall, no series");
+    }
+
+    #[test]
+    fn captures_are_announced_with_their_class_and_verdict_escaped() {
+        let mut s = Snapshot::default();
+        let c = |unix, class: &str, verdict: &str| LastCapture {
+            unix,
+            class: class.into(),
+            verdict: verdict.into(),
+            url: "/var/lib/pileup/captures/20261128-050000".into(),
+        };
+        s.captured(c(1.0, "flushing storm", "flushing storm: checkpoint age at 100%"));
+        s.captured(c(2.5, "row lock convoy", "row lock convoy: running `UPDATE t SET a=\"x\\n\" WHERE id=1`"));
+        s.captured(c(3.0, "flushing storm", "flushing storm: again"));
+        let body = render(&s);
+        assert!(body.contains("# TYPE pileup_captures_total counter\npileup_captures_total 3\n"), "{body}");
+        assert!(body.contains("\npileup_stalls_total{class=\"flushing storm\"} 2\n"), "{body}");
+        assert!(body.contains("\npileup_stalls_total{class=\"row lock convoy\"} 1\n"), "{body}");
+        assert!(body.contains("\npileup_last_capture_timestamp_seconds 3\n"), "{body}");
+        assert!(body.contains(
+            "\npileup_last_capture_info{class=\"flushing storm\",verdict=\"flushing storm: again\",url=\"/var/lib/pileup/captures/20261128-050000\"} 1\n"
+        ));
+        s.captured(c(4.0, "row lock convoy", "a \"quoted\" \\ and\na newline"));
+        let body = render(&s);
+        assert!(body.contains(r#"verdict="a \"quoted\" \\ and\na newline""#), "{body}");
     }
 }

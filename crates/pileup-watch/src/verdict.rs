@@ -66,6 +66,27 @@ pub fn verdict(ev: &Evidence) -> String {
     verdict_of_locks_and_stacks(ev)
 }
 
+/// The class a verdict leads with, for metrics and alerts: the words before
+/// its first `:` ("flushing storm", "row lock convoy", "global read lock",
+/// "memory"), "not answering" for a server that did not answer SQL, and
+/// "unclassified" when no culprit was found.
+pub fn class_of(verdict: &str) -> String {
+    let first = verdict.lines().next().unwrap_or("");
+    if first.starts_with("the server does not answer SQL") {
+        return "not answering".into();
+    }
+    match first.split_once(':') {
+        Some((lead, _))
+            if !lead.is_empty()
+                && lead.len() <= 40
+                && lead.chars().all(|c| c.is_ascii_lowercase() || matches!(c, ' ' | '-' | '/')) =>
+        {
+            lead.to_string()
+        }
+        _ => "unclassified".into(),
+    }
+}
+
 /// The verdict from locks, stall classes, SQL and stacks.
 fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
     // 1. Row locks: the transaction most others wait for, unless it is
@@ -176,6 +197,20 @@ fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_verdict_s_class_is_the_words_it_leads_with() {
+        use super::class_of;
+        assert_eq!(class_of("flushing storm: checkpoint age at 100%; also row lock convoy: 1"), "flushing storm");
+        assert_eq!(class_of("table-open storm: 2400 tables opened/s"), "table-open storm");
+        assert_eq!(class_of("global read lock: 4 connection(s) wait"), "global read lock");
+        assert_eq!(class_of("memory: statement 12 grew 121 MB"), "memory");
+        assert_eq!(class_of("the server does not answer SQL (timeout); most common stack"), "not answering");
+        assert_eq!(class_of("no lock culprit found; busiest stack with SQL (3 thread-samples): a,b"), "unclassified");
+        assert_eq!(class_of("no culprit found in locks, SQL or stacks; see the files of this capture"), "unclassified");
+        assert_eq!(class_of("Something: odd"), "unclassified");
+        assert_eq!(class_of(""), "unclassified");
+    }
+
     use super::*;
 
     #[test]

@@ -451,7 +451,12 @@ impl Watcher<'_> {
                 self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
                 self.decider.schedule().rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
                 if let Some(e) = &self.expo {
-                    e.lock().unwrap().captures_total += 1;
+                    e.lock().unwrap().captured(crate::expo::LastCapture {
+                        unix: *unix,
+                        class: crate::verdict::class_of(verdict),
+                        verdict: verdict.lines().next().unwrap_or("").to_string(),
+                        url: dir.clone(),
+                    });
                 }
             }
             (self.on)(&ev);

@@ -126,6 +126,12 @@ pub fn labels(t: &serde_json::Value) -> Vec<String> {
 /// Render a page with headless Chromium into a screenshot: the console
 /// messages it printed, and the PNG's bytes.
 pub fn chromium_screenshot(page: &std::path::Path, scratch: &std::path::Path) -> (Vec<String>, Vec<u8>) {
+    chromium_screenshot_url(&format!("file://{}", page.display()), scratch)
+}
+
+/// [`chromium_screenshot`] of a URL; the page's scripts get 5 s of virtual
+/// time to fetch and draw.
+pub fn chromium_screenshot_url(url: &str, scratch: &std::path::Path) -> (Vec<String>, Vec<u8>) {
     let shot = scratch.join("screenshot.png");
     let profile = scratch.join("chromium-profile");
     let c = Command::new("chromium")
@@ -144,7 +150,8 @@ pub fn chromium_screenshot(page: &std::path::Path, scratch: &std::path::Path) ->
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", page.display()))
+        .arg("--virtual-time-budget=5000")
+        .arg(url)
         .output()
         .expect("chromium (make deps installs it)");
     assert!(c.status.success(), "chromium failed: {}", String::from_utf8_lossy(&c.stderr));
