@@ -23,7 +23,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
   mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db \
-  promtool:prometheus prometheus:prometheus
+  promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps toolchain demo test style deploy-check build bench clean install

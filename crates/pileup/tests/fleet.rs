@@ -209,8 +209,20 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
     let prom_port = free_port();
     let prom = format!("http://127.0.0.1:{prom_port}");
     let rules = repo().join("deploy/prometheus/pileup.rules.yml");
+    // mysqld_exporter beside it, scraped as job `mysql` with the same
+    // `instance`: the two join on it.
+    let exporter_port = free_port();
+    let _exporter = Killed(
+        Command::new("prometheus-mysqld-exporter")
+            .arg(format!("--web.listen-address=127.0.0.1:{exporter_port}"))
+            .env("DATA_SOURCE_NAME", format!("root@unix({})/", sb.endpoint.socket.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus-mysqld-exporter (make deps installs it)"),
+    );
     let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: pileup\n    static_configs:\n      - targets: ['{addr}']\n        labels:\n          instance: '{instance}'\n",
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: pileup\n    static_configs:\n      - targets: ['{addr}']\n        labels:\n          instance: '{instance}'\n  - job_name: mysql\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n        labels:\n          instance: '{instance}'\n",
         rules.display()
     );
     std::fs::write(scratch.join("prometheus.yml"), config).unwrap();
@@ -293,6 +305,12 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // pileup's series join mysqld_exporter's on `instance`.
+    let joined =
+        query(&prom, "pileup_threads_running * on (instance) group_left (version) mysql_version_info{job='mysql'}").unwrap();
+    assert_eq!(joined.len(), 1, "{joined:?}");
+    assert!(joined[0]["metric"]["version"].as_str().is_some_and(|v| v.contains("MariaDB")), "{joined:?}");
 
     // The consoles: the fleet page lists the server with its stall, the
     // server's page shows the verdict.
