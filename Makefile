@@ -47,6 +47,10 @@ deps:
 	  [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; \
 	  [ $$rc = 0 ] || { echo "installing$$missing failed (apt-get exit $$rc)" >&2; exit $$rc; }; \
 	fi
+	@# VersityGW, the S3 server the shipping tests and `make demo-fleet` use.
+	@command -v versitygw >/dev/null || [ -x "$$(go env GOPATH)/bin/versitygw" ] || { \
+	  echo "installing VersityGW (go install, about 2 minutes)"; \
+	  go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; }
 	@command -v $(CARGO) >/dev/null || [ -x "$$HOME/.cargo/bin/cargo" ] || { \
 	  echo "installing Rust (rustup, stable)"; \
 	  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }

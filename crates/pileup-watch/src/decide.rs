@@ -110,6 +110,8 @@ pub enum Event {
         trigger: String,
         error: String,
     },
+    /// What the shipper did with captures (`--ship`).
+    Ship(pileup_store::ShipEvent),
 }
 
 /// What the loop is to do. Captures named here take the metric history

@@ -41,6 +41,8 @@ pub enum WatchError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Fmt(#[from] std::fmt::Error),
+    #[error(transparent)]
+    ObjectStore(#[from] pileup_store::StoreError),
 }
 
 impl From<mysql::Error> for WatchError {

@@ -24,6 +24,11 @@ pub struct Snapshot {
     /// Captures by the class their verdict leads with.
     pub stalls: BTreeMap<String, u64>,
     pub last_capture: Option<LastCapture>,
+    /// With `--ship`: captures waiting for the store, uploaded, and
+    /// uploads (or queueings) that failed.
+    pub ship_queued: Option<u64>,
+    pub ship_uploaded_total: u64,
+    pub ship_failed_total: u64,
 }
 
 /// The newest capture, as the exposition announces it.
@@ -92,6 +97,15 @@ pub fn render(s: &Snapshot) -> String {
         "# TYPE pileup_last_poll_timestamp_seconds gauge\npileup_last_poll_timestamp_seconds {}",
         s.last_poll_unix
     );
+    if let Some(q) = s.ship_queued {
+        for (n, v, kind, help) in [
+            ("pileup_ship_queued", q, "gauge", "captures waiting on local disk for the object store"),
+            ("pileup_ship_uploaded_total", s.ship_uploaded_total, "counter", "captures uploaded to the object store"),
+            ("pileup_ship_failed_total", s.ship_failed_total, "counter", "failed uploads and captures not queued"),
+        ] {
+            let _ = writeln!(out, "# HELP {n} {help}\n# TYPE {n} {kind}\n{n} {v}");
+        }
+    }
     if !s.stalls.is_empty() {
         let _ = writeln!(out, "# HELP pileup_stalls_total stalls captured, by the class their verdict leads with");
         let _ = writeln!(out, "# TYPE pileup_stalls_total counter");

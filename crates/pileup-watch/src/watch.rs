@@ -48,6 +48,8 @@ pub struct WatchOptions {
     pub scan_interval: Duration,
     /// Threads held up above their usual number that make a pile-up.
     pub pileup_threads: u32,
+    /// Ship each finished capture to an object store.
+    pub ship: Option<pileup_store::ship::ShipOptions>,
 }
 
 /// The pile-up threshold that goes with the default triggers: as many
@@ -390,6 +392,11 @@ struct Watcher<'a> {
     t0: Instant,
     last_maintain: Instant,
     on: &'a mut dyn FnMut(&Event),
+    shipper: Option<pileup_store::Shipper>,
+    ship_rx: mpsc::Receiver<pileup_store::ShipEvent>,
+    /// The last upload failure told, so a store that stays down is told
+    /// once, not at every retry.
+    ship_failure: Option<String>,
 }
 
 impl Watcher<'_> {
@@ -450,13 +457,18 @@ impl Watcher<'_> {
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
                 self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
                 self.decider.schedule().rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
+                let class = crate::verdict::class_of(verdict);
+                let first_line = verdict.lines().next().unwrap_or("").to_string();
                 if let Some(e) = &self.expo {
                     e.lock().unwrap().captured(crate::expo::LastCapture {
                         unix: *unix,
-                        class: crate::verdict::class_of(verdict),
-                        verdict: verdict.lines().next().unwrap_or("").to_string(),
+                        class: class.clone(),
+                        verdict: first_line.clone(),
                         url: dir.clone(),
                     });
+                }
+                if let Some(s) = &self.shipper {
+                    s.enqueue(PathBuf::from(dir), *unix, class, first_line);
                 }
             }
             (self.on)(&ev);
@@ -464,8 +476,44 @@ impl Watcher<'_> {
         Ok(())
     }
 
+    /// What the shipper did since the last look: counted, the last
+    /// capture's place updated once it is in the store, and told (a
+    /// failure once until an upload succeeds or the failure changes).
+    fn ship_events(&mut self) {
+        while let Ok(ev) = self.ship_rx.try_recv() {
+            if let Some(e) = &self.expo {
+                let mut e = e.lock().unwrap();
+                e.ship_queued = self.shipper.as_ref().map(|s| s.queued() as u64);
+                match &ev {
+                    pileup_store::ShipEvent::Shipped { capture_dir, url, .. } => {
+                        e.ship_uploaded_total += 1;
+                        if let Some(c) = e.last_capture.as_mut().filter(|c| &c.url == capture_dir) {
+                            c.url = url.clone();
+                        }
+                    }
+                    pileup_store::ShipEvent::Failed { .. } | pileup_store::ShipEvent::NotQueued { .. } => {
+                        e.ship_failed_total += 1
+                    }
+                    pileup_store::ShipEvent::Queued { .. } => {}
+                }
+            }
+            match &ev {
+                pileup_store::ShipEvent::Failed { error, .. } => {
+                    if self.ship_failure.as_deref() == Some(error.as_str()) {
+                        continue;
+                    }
+                    self.ship_failure = Some(error.clone());
+                }
+                pileup_store::ShipEvent::Shipped { .. } => self.ship_failure = None,
+                _ => {}
+            }
+            (self.on)(&Event::Ship(ev));
+        }
+    }
+
     /// One poll: read the server, keep its values, judge the triggers.
     fn poll(&mut self) -> Result<()> {
+        self.ship_events();
         let p = self.poller.poll();
         if let Some(t) = &p.conn_tids {
             let known = p.known_tids.iter().flatten().copied().collect();
@@ -639,6 +687,18 @@ pub fn run(
     });
     let poller = Poller::new(spec.clone(), pid, poll_timeout);
     let poll_conn = poller.connection_id();
+    // The shipper reaches the store only when it uploads: a store that is
+    // down does not hold the start up.
+    let (ship_tx, ship_rx) = mpsc::channel();
+    let shipper = match &o.ship {
+        Some(s) => Some(pileup_store::Shipper::start(s.clone(), move |ev| {
+            let _ = ship_tx.send(ev);
+        })?),
+        None => None,
+    };
+    if let (Some(e), Some(s)) = (&expo, &shipper) {
+        e.lock().unwrap().ship_queued = Some(s.queued() as u64);
+    }
     let mut w = Watcher {
         o,
         store,
@@ -666,6 +726,9 @@ pub fn run(
         t0: Instant::now(),
         last_maintain: Instant::now(),
         on,
+        shipper,
+        ship_rx,
+        ship_failure: None,
     };
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| w.t0.elapsed() < d) {
         let started = w.now();

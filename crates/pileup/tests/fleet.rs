@@ -308,7 +308,8 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
 
     // pileup's series join mysqld_exporter's on `instance`.
     let joined =
-        query(&prom, "pileup_threads_running * on (instance) group_left (version) mysql_version_info{job='mysql'}").unwrap();
+        query(&prom, "pileup_threads_running * on (instance) group_left (version) mysql_version_info{job='mysql'}")
+            .unwrap();
     assert_eq!(joined.len(), 1, "{joined:?}");
     assert!(joined[0]["metric"]["version"].as_str().is_some_and(|v| v.contains("MariaDB")), "{joined:?}");
 
@@ -338,4 +339,304 @@ fn expression_names_are_read_as_metrics_not_labels() {
         n.into_iter().collect::<Vec<_>>(),
         vec!["instance:pileup_rows_read_rate:avg5m".to_string(), "pileup_prefetch_state".to_string()]
     );
+}
+
+/// VersityGW, a real S3 server, on a directory of buckets.
+struct S3 {
+    child: Option<Killed>,
+    port: u16,
+    root: PathBuf,
+}
+
+const S3_KEY: &str = "pileupkey";
+const S3_SECRET: &str = "pileup-secret-123";
+
+fn versitygw() -> PathBuf {
+    let in_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("versitygw"))
+        .find(|p| p.exists());
+    in_path.unwrap_or_else(|| {
+        let gopath = Command::new("go").args(["env", "GOPATH"]).output().expect("go (make deps installs it)");
+        let p = PathBuf::from(String::from_utf8_lossy(&gopath.stdout).trim()).join("bin/versitygw");
+        assert!(p.exists(), "versitygw is not installed: `make deps` installs it with go install");
+        p
+    })
+}
+
+impl S3 {
+    fn start(root: &Path, port: u16) -> S3 {
+        std::fs::create_dir_all(root.join("captures")).unwrap();
+        let mut s = S3 { child: None, port, root: root.to_path_buf() };
+        s.restart();
+        s
+    }
+
+    fn restart(&mut self) {
+        let child = Command::new(versitygw())
+            .args(["--port", &format!("127.0.0.1:{}", self.port), "posix", self.root.to_str().unwrap()])
+            .env("ROOT_ACCESS_KEY", S3_KEY)
+            .env("ROOT_SECRET_KEY", S3_SECRET)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(Killed(child));
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "versitygw did not listen");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(&mut self) {
+        self.child = None;
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+/// pileup with the store's credentials in the environment, as the AWS CLI
+/// takes them.
+fn with_store(cmd: &mut Command, s3: &S3, secret: &str) {
+    cmd.env("AWS_ACCESS_KEY_ID", S3_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_ENDPOINT_URL", s3.endpoint())
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_PROFILE")
+        .env("HOME", "/nonexistent");
+}
+
+/// A watcher shipping its captures; its JSON events on a channel.
+fn shipping_watch(
+    sb: &pileup_sandbox::Sandbox,
+    data: &Path,
+    s3: &S3,
+    secret: &str,
+) -> (Killed, std::sync::mpsc::Receiver<serde_json::Value>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
+        .args(["--data-dir", data.to_str().unwrap(), "--json", "--interval", "500ms", "--cooldown", "2s"])
+        .args(["--trigger", "threads_connected > 6 for 1s", "--ship", "s3://captures/fleet", "--ship-host", "db1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    with_store(&mut cmd, s3, secret);
+    let mut child = Killed(cmd.spawn().unwrap());
+    let out = BufReader::new(child.0.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                if v["event"] != "poll" && tx.send(v).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// A capture on demand: ten idle connections make the watcher's trigger
+/// (`threads_connected > 6`) hold until the capture is written.
+fn provoke(sb: &pileup_sandbox::Sandbox, rx: &std::sync::mpsc::Receiver<serde_json::Value>) -> serde_json::Value {
+    let opts = mysql::OptsBuilder::new().socket(sb.endpoint.socket.to_str()).user(Some("root"));
+    let conns: Vec<mysql::Conn> = (0..10).map(|_| mysql::Conn::new(opts.clone()).unwrap()).collect();
+    let t0 = Instant::now();
+    let captured = loop {
+        if let Ok(v) = rx.recv_timeout(Duration::from_millis(200)) {
+            if v["event"] == "captured" {
+                break v;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no capture in 60 s");
+    };
+    drop(conns);
+    captured
+}
+
+fn next_ship(rx: &std::sync::mpsc::Receiver<serde_json::Value>, kind: &str, within: Duration) -> serde_json::Value {
+    let t0 = Instant::now();
+    let mut seen = vec![];
+    while t0.elapsed() < within {
+        if let Ok(v) = rx.recv_timeout(Duration::from_millis(200)) {
+            if v["event"] == "ship" && v["ship"] == kind {
+                return v;
+            }
+            seen.push(v);
+        }
+    }
+    panic!("no {kind} ship event in {within:?}; saw {seen:?}")
+}
+
+fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        // report.html is rebuilt where the capture is opened.
+        if p.is_file() && p.file_name().unwrap() != "report.html" {
+            out.insert(p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn captures_ship_intact_to_a_real_s3_store_and_wait_on_disk_while_it_is_down() {
+    let sb = sandbox();
+    let scratch = scratch("ship");
+    let mut s3 = S3::start(&scratch.join("s3"), free_port());
+    let data = scratch.join("watch");
+    let (_watch, rx) = shipping_watch(&sb, &data, &s3, S3_SECRET);
+
+    // The first capture arrives with its metadata.
+    provoke(&sb, &rx);
+    let shipped = next_ship(&rx, "shipped", Duration::from_secs(60));
+    let url = shipped["url"].as_str().unwrap().to_string();
+    let local = PathBuf::from(shipped["capture_dir"].as_str().unwrap());
+    let name = local.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(url, format!("s3://captures/fleet/db1/{name}.tar.zst"));
+    let mut list = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    list.args(["captures", "--from", "s3://captures/fleet", "--json"]);
+    with_store(&mut list, &s3, S3_SECRET);
+    let out = list.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = listed.as_array().unwrap().iter().find(|c| c["url"] == url.as_str()).expect("listed");
+    assert_eq!(entry["host"], "db1");
+    assert_eq!(entry["class"], "unclassified");
+    assert!(entry["verdict"].as_str().unwrap().starts_with("no culprit found"), "{entry}");
+    assert_eq!(entry["sha256"].as_str().unwrap().len(), 64);
+
+    // Intact: fetched, checked against its SHA-256, unpacked, opened; every
+    // file as watch wrote it.
+    let mut report = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    report.args(["report", &url, "--to", scratch.join("fetched").to_str().unwrap()]);
+    with_store(&mut report, &s3, S3_SECRET);
+    let out = report.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fetched = scratch.join("fetched").join(&name);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), fetched.join("report.html").display().to_string());
+    assert_eq!(files_of(&fetched), files_of(&local));
+    assert!(files_of(&local).contains_key("evidence.json"));
+
+    // The store goes down: the next capture waits on local disk, the
+    // failure is told on one line, and it arrives once the store is back.
+    s3.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    provoke(&sb, &rx);
+    let failed = next_ship(&rx, "failed", Duration::from_secs(60));
+    let error = failed["error"].as_str().unwrap();
+    assert!(!error.contains('\n') && error.contains("is the store up"), "{error}");
+    let queued: Vec<_> = std::fs::read_dir(data.join("ship"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tar.zst"))
+        .collect();
+    assert!(!queued.is_empty(), "the capture waits in DATA_DIR/ship");
+    s3.restart();
+    let t0 = Instant::now();
+    loop {
+        let v = next_ship(&rx, "shipped", Duration::from_secs(90));
+        let n = PathBuf::from(v["capture_dir"].as_str().unwrap()).file_name().unwrap().to_string_lossy().into_owned();
+        if queued.contains(&format!("{n}.tar.zst")) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90));
+    }
+    // In the store, and no longer queued.
+    assert!(s3.root.join("captures/fleet/db1").join(&queued[0]).exists());
+    assert!(!data.join("ship").join(&queued[0]).exists());
+}
+
+#[test]
+fn wrong_credentials_are_one_line_and_the_capture_is_kept() {
+    let sb = sandbox();
+    let scratch = scratch("ship-denied");
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    let data = scratch.join("watch");
+    let (_watch, rx) = shipping_watch(&sb, &data, &s3, "not-the-secret");
+    provoke(&sb, &rx);
+    let failed = next_ship(&rx, "failed", Duration::from_secs(60));
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "s3://captures/fleet: the store refused the credentials (403 Forbidden, SignatureDoesNotMatch"
+        ) && error.ends_with("check AWS_ACCESS_KEY_ID / AWS_PROFILE")
+            && !error.contains('\n'),
+        "{error}"
+    );
+    let kept = std::fs::read_dir(data.join("ship")).unwrap().filter_map(|e| e.ok()).count();
+    assert!(kept >= 2, "the archive and its state wait in DATA_DIR/ship");
+    assert!(std::fs::read_dir(data.join("captures")).unwrap().count() >= 1, "the capture itself stays");
+    // And captures --from says the same, exit status 1.
+    let mut list = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    list.args(["captures", "--from", "s3://captures/fleet"]);
+    with_store(&mut list, &s3, "not-the-secret");
+    let out = list.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("the store refused the credentials"), "{err}");
+}
+
+#[test]
+fn a_large_capture_s_upload_goes_on_where_it_stopped() {
+    use pileup_store::remote::{Remote, PART_SIZE};
+    use pileup_store::spool::Spool;
+    let scratch = scratch("ship-resume");
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    // A capture that does not compress: three parts.
+    let cap = scratch.join("20261128-060000-big");
+    std::fs::create_dir_all(&cap).unwrap();
+    std::fs::write(cap.join("evidence.json"), "{}").unwrap();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let noise: Vec<u8> = (0..(2 * PART_SIZE + (PART_SIZE / 2)))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(cap.join("stacks.json"), &noise).unwrap();
+    let aws = pileup_store::AwsSettings {
+        access_key_id: S3_KEY.into(),
+        secret_access_key: S3_SECRET.into(),
+        region: "us-east-1".into(),
+        endpoint: Some(s3.endpoint()),
+        ..Default::default()
+    };
+    let url = pileup_store::StoreUrl::parse("s3://captures/resume").unwrap();
+    let key = url.key("db1/20261128-060000-big.tar.zst");
+    let spool_dir = scratch.join("ship");
+    {
+        let spool = Spool::open(&spool_dir).unwrap();
+        let mut q = spool.enqueue(&cap, key.clone(), 1.0, Default::default(), 0).unwrap();
+        assert!(q.size > 2 * PART_SIZE, "{} bytes", q.size);
+        let remote = Remote::open(&url, &aws).unwrap();
+        // Start, and one part: then the process "stops".
+        assert_eq!(remote.upload_step(&spool, &mut q).unwrap(), None);
+        assert_eq!(remote.upload_step(&spool, &mut q).unwrap(), None);
+        assert_eq!(q.upload.as_ref().unwrap().parts.len(), 1);
+    }
+    // A new run picks the queue up from disk and goes on from part 2.
+    let spool = Spool::open(&spool_dir).unwrap();
+    let mut q = spool.pending().unwrap().pop().unwrap();
+    assert_eq!(q.upload.as_ref().unwrap().parts.len(), 1);
+    let remote = Remote::open(&url, &aws).unwrap();
+    let mut steps = 0;
+    let got = loop {
+        steps += 1;
+        if let Some(u) = remote.upload_step(&spool, &mut q).unwrap() {
+            break u;
+        }
+    };
+    assert_eq!(steps, 3, "two parts and the completion");
+    spool.done(&q).unwrap();
+    assert_eq!(got, format!("s3://captures/{key}"));
+    let back = remote.fetch(&got, &scratch.join("fetched")).unwrap();
+    assert_eq!(std::fs::read(back.join("stacks.json")).unwrap(), noise);
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
+use pileup_store::ShipEvent;
 use pileup_watch::evidence::CaptureSettings;
 use pileup_watch::store::Store;
 use pileup_watch::trigger::Trigger;
@@ -104,6 +105,22 @@ pub struct WatchArgs {
     /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Upload every finished capture to this S3-compatible store
+    /// (s3://BUCKET[/PREFIX]), as PREFIX/HOST/CAPTURE.tar.zst with its
+    /// host, class and verdict as metadata. Credentials, region and
+    /// endpoint as the AWS CLI finds them: AWS_ACCESS_KEY_ID /
+    /// AWS_SECRET_ACCESS_KEY, else AWS_PROFILE (or default) in
+    /// ~/.aws/credentials and ~/.aws/config; AWS_REGION; AWS_ENDPOINT_URL
+    /// or the profile's endpoint_url for a store that is not AWS. Captures
+    /// wait in DATA_DIR/ship while the store is down (within
+    /// --min-free-mib) and go when it is back; large ones resume where
+    /// they stopped.
+    #[arg(long, value_name = "URL")]
+    pub ship: Option<String>,
+    /// The host name under which captures are shipped [default: this
+    /// machine's name].
+    #[arg(long, value_name = "NAME", requires = "ship")]
+    pub ship_host: Option<String>,
     /// Network link speed in Mbit/s, for bytes_sent_link_share.
     #[arg(long, default_value_t = 1000.0, value_name = "MBPS")]
     pub link_mbps: f64,
@@ -172,6 +189,16 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         bail!("--pileup-threads must be at least 1");
     }
     let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
+    let ship = match &a.ship {
+        Some(u) => Some(pileup_store::ship::ShipOptions {
+            url: pileup_store::StoreUrl::parse(u).context("--ship")?,
+            aws: pileup_store::aws::from_env().context("--ship")?,
+            spool_dir: data_dir.join("ship"),
+            host: a.ship_host.clone().unwrap_or_else(this_host),
+            min_free: a.min_free_mib << 20,
+        }),
+        None => None,
+    };
     let o = WatchOptions {
         interval: a.interval,
         data_dir: data_dir.clone(),
@@ -192,6 +219,7 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         listen: a.listen,
         scan_interval: a.scan_interval,
         pileup_threads: a.pileup_threads.unwrap_or_else(|| pileup_watch::watch::default_pileup_threads(cpus)),
+        ship,
     };
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
@@ -260,6 +288,14 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
             Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),
             Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),
+            Event::Ship(ShipEvent::Queued { .. }) => {}
+            Event::Ship(ShipEvent::Shipped { url, .. }) => println!("shipped {url}"),
+            Event::Ship(ShipEvent::NotQueued { capture_dir, error }) => {
+                eprintln!("not shipping {capture_dir}: {error}")
+            }
+            Event::Ship(ShipEvent::Failed { error, queued, retry_in_s }) => {
+                eprintln!("shipping: {error}; {queued} capture(s) wait on local disk, next try in {retry_in_s} s")
+            }
         }
     };
     run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
@@ -269,6 +305,15 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         }
         e => e.into(),
     })
+}
+
+/// This machine's name, for shipped captures' keys.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// The triggers given, each parsed and its metrics checked, and the
@@ -302,10 +347,42 @@ pub struct CapturesArgs {
     /// Output format: text, or json (the same as --json).
     #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
     pub format: Option<super::TextJson>,
+    /// List the captures a fleet shipped to this store (s3://BUCKET[/PREFIX],
+    /// credentials as for `watch --ship`), newest first, instead of a data
+    /// directory's.
+    #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
+    pub from: Option<String>,
+}
+
+/// The captures in an object store.
+fn remote_captures(from: &str, json: bool) -> Result<()> {
+    let url = pileup_store::StoreUrl::parse(from)?;
+    let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
+    let caps = remote.list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&caps)?);
+    } else if caps.is_empty() {
+        println!("no captures in {url}");
+    } else {
+        for c in caps {
+            let when = c.unix.map(pileup_watch::evidence::stamp).unwrap_or_else(|| "?".into());
+            println!(
+                "{when}  {}  {}\n  {}\n  {}",
+                c.host.as_deref().unwrap_or("?"),
+                c.class.as_deref().unwrap_or("?"),
+                c.verdict.as_deref().unwrap_or(""),
+                c.url
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
     a.json = super::wants_json(a.json, a.format);
+    if let Some(from) = &a.from {
+        return remote_captures(from, a.json);
+    }
     let dir = a.data_dir.unwrap_or_else(default_data_dir);
     if !dir.join("pileup.db").exists() {
         bail!("no pileup history in {}; run `pileup watch --data-dir {}` first", dir.display(), dir.display());
@@ -360,11 +437,28 @@ pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
 /// the history store it came from is still there).
 #[derive(Args)]
 pub struct ReportArgs {
-    /// A capture directory (DATA_DIR/captures/<time>-<trigger>).
+    /// A capture directory (DATA_DIR/captures/<time>-<trigger>), or a
+    /// shipped capture's s3:// URL (as `pileup captures --from` lists
+    /// them): fetched, checked against its SHA-256 and unpacked first.
     pub dir: PathBuf,
+    /// Where a capture fetched from a store is unpacked [default:
+    /// DATA_DIR/fetched, DATA_DIR as for `pileup watch`].
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<PathBuf>,
 }
 
-pub fn run_report(a: ReportArgs) -> Result<()> {
+pub fn run_report(mut a: ReportArgs) -> Result<()> {
+    if let Some(u) = a.dir.to_str().filter(|u| u.starts_with("s3://")).map(String::from) {
+        let key = u.strip_prefix("s3://").unwrap();
+        let (bucket, key) = key.split_once('/').ok_or_else(|| anyhow::anyhow!("{u}: give the capture's s3:// URL"))?;
+        let url = pileup_store::StoreUrl::parse(&format!("s3://{bucket}"))?;
+        let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
+        let dest = a.to.take().unwrap_or_else(|| default_data_dir().join("fetched"));
+        a.dir = remote.fetch(key, &dest)?;
+        return pileup_watch::report::rebuild(&a.dir)
+            .map(|_| println!("{}", a.dir.join("report.html").display()))
+            .map_err(Into::into);
+    }
     if !a.dir.join("evidence.json").exists() {
         bail!("{} is not a pileup capture directory (no evidence.json); see `pileup captures`", a.dir.display());
     }

@@ -1,0 +1,195 @@
+//! The queue of captures to upload, on local disk: for each, its archive
+//! (`NAME.tar.zst`) and a state file (`NAME.json`: the object's key and
+//! metadata, the archive's SHA-256 and size, and a multipart upload's id
+//! and finished parts, so an upload goes on where it stopped, across
+//! restarts too). Files are 0600 in a 0700 directory, written under a
+//! temporary name and renamed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{io, Result, StoreError};
+
+/// One capture waiting to be uploaded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Queued {
+    /// The archive's file stem (the capture directory's name).
+    pub name: String,
+    /// The object's key in the bucket.
+    pub key: String,
+    /// The capture directory it was packed from.
+    pub capture_dir: String,
+    /// When the capture began (Unix time).
+    pub unix: f64,
+    pub sha256: String,
+    pub size: u64,
+    /// User metadata stored with the object (host, class, verdict, unix, sha256).
+    pub metadata: BTreeMap<String, String>,
+    /// A multipart upload under way.
+    pub upload: Option<Multipart>,
+}
+
+/// A multipart upload's id and the ETags of its parts uploaded so far.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Multipart {
+    pub id: String,
+    pub part_size: u64,
+    pub parts: Vec<String>,
+}
+
+pub struct Spool {
+    dir: PathBuf,
+}
+
+impl Spool {
+    /// The queue in `dir` (made 0700 if absent).
+    pub fn open(dir: &Path) -> Result<Spool> {
+        use std::os::unix::fs::DirBuilderExt;
+        if !dir.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
+        }
+        Ok(Spool { dir: dir.to_path_buf() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn archive(&self, q: &Queued) -> PathBuf {
+        self.dir.join(format!("{}.tar.zst", q.name))
+    }
+
+    fn state(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// Pack `capture_dir` into the queue, unless that would leave less than
+    /// `min_free` bytes free on the queue's disk.
+    pub fn enqueue(
+        &self,
+        capture_dir: &Path,
+        key: String,
+        unix: f64,
+        mut metadata: BTreeMap<String, String>,
+        min_free: u64,
+    ) -> Result<Queued> {
+        let name = capture_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| StoreError::NotACapture(capture_dir.display().to_string()))?;
+        let need = dir_size(capture_dir);
+        if let Some(free) = free_bytes(&self.dir) {
+            if free < need.saturating_add(min_free) {
+                return Err(StoreError::DiskLow { dir: self.dir.display().to_string(), free, need, min_free });
+            }
+        }
+        let archive = self.dir.join(format!("{name}.tar.zst"));
+        let (sha256, size) = crate::pack::pack(capture_dir, &archive)?;
+        metadata.insert("sha256".into(), sha256.clone());
+        metadata.insert("unix".into(), format!("{unix:.3}"));
+        let q = Queued {
+            name,
+            key,
+            capture_dir: capture_dir.display().to_string(),
+            unix,
+            sha256,
+            size,
+            metadata,
+            upload: None,
+        };
+        self.save(&q)?;
+        Ok(q)
+    }
+
+    /// Record a capture's state (after each part of a multipart upload).
+    pub fn save(&self, q: &Queued) -> Result<()> {
+        let path = self.state(&q.name);
+        let tmp = path.with_extension("json.partial");
+        let text = serde_json::to_vec_pretty(q).expect("plain data");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io(&tmp))?;
+            f.write_all(&text).and_then(|_| f.sync_all()).map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io(&path))
+    }
+
+    /// What waits, oldest capture first. A state file without its archive,
+    /// or one that does not parse, is left alone and not listed.
+    pub fn pending(&self) -> Result<Vec<Queued>> {
+        let mut out = vec![];
+        for e in std::fs::read_dir(&self.dir).map_err(io(&self.dir))? {
+            let p = e.map_err(io(&self.dir))?.path();
+            if p.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let Ok(text) = std::fs::read(&p) else { continue };
+            let Ok(q) = serde_json::from_slice::<Queued>(&text) else { continue };
+            if self.archive(&q).exists() {
+                out.push(q);
+            }
+        }
+        out.sort_by(|a, b| a.unix.total_cmp(&b.unix).then_with(|| a.name.cmp(&b.name)));
+        Ok(out)
+    }
+
+    /// The capture is in the store: drop it from the queue.
+    pub fn done(&self, q: &Queued) -> Result<()> {
+        let a = self.archive(q);
+        std::fs::remove_file(&a).map_err(io(&a))?;
+        let s = self.state(&q.name);
+        std::fs::remove_file(&s).map_err(io(&s))
+    }
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_survives_a_restart_and_keeps_its_upload_state() {
+        let t = tempfile::tempdir().unwrap();
+        let cap = t.path().join("20261128-050000-x");
+        std::fs::create_dir(&cap).unwrap();
+        std::fs::write(cap.join("evidence.json"), "{}").unwrap();
+        let spool = Spool::open(&t.path().join("ship")).unwrap();
+        let meta = BTreeMap::from([("host".to_string(), "db1".to_string())]);
+        let mut q = spool.enqueue(&cap, "p/db1/20261128-050000-x.tar.zst".into(), 1.5, meta, 0).unwrap();
+        assert_eq!(q.metadata["sha256"], q.sha256);
+        q.upload = Some(Multipart { id: "u1".into(), part_size: 5 << 20, parts: vec!["e1".into()] });
+        spool.save(&q).unwrap();
+        let again = Spool::open(&t.path().join("ship")).unwrap().pending().unwrap();
+        assert_eq!(again, vec![q.clone()]);
+        spool.done(&q).unwrap();
+        assert!(spool.pending().unwrap().is_empty());
+        let e = spool.enqueue(&cap, "k".into(), 2.0, BTreeMap::new(), u64::MAX / 2).unwrap_err().to_string();
+        assert!(e.contains("not queued for the store"), "{e}");
+    }
+}
