@@ -134,20 +134,69 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
-/// Serve `/metrics` on `addr` from a background thread.
-pub fn serve(addr: &str, shared: Shared) -> Result<std::net::SocketAddr> {
-    serve_fn(addr, move || render(&shared.lock().unwrap()))
+/// Serve `/metrics` on `addr` from a background thread, and with `pid`
+/// the server's profiles on `/debug/pprof/profile` ([`crate::profiles`]).
+pub fn serve(addr: &str, shared: Shared, pid: Option<i32>, any_process: bool) -> Result<std::net::SocketAddr> {
+    serve_with(addr, move || render(&shared.lock().unwrap()), pid.map(|p| (p, any_process)))
 }
 
 /// Serve `/metrics` on `addr` from a background thread, the body made by
 /// `body` at each scrape (other pileup agents, e.g. `pileup prefetch`, use this too).
 pub fn serve_fn(addr: &str, body: impl Fn() -> String + Send + 'static) -> Result<std::net::SocketAddr> {
+    serve_with(addr, body, None)
+}
+
+fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    tiny_http::Response::from_string(s).with_status_code(status)
+}
+
+fn serve_with(
+    addr: &str,
+    body: impl Fn() -> String + Send + 'static,
+    profiled: Option<(i32, bool)>,
+) -> Result<std::net::SocketAddr> {
     let listen = |why: String| WatchError::Listen { addr: addr.into(), why };
     let server = tiny_http::Server::http(addr).map_err(|e| listen(e.to_string()))?;
     let local = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
-            let resp = if req.url() == "/metrics" {
+            let (path, query) = req.url().split_once('?').unwrap_or((req.url(), ""));
+            if path == "/debug/pprof/profile" {
+                let Some((pid, any)) = profiled else {
+                    let _ =
+                        req.respond(text("pileup: no server process to profile (watch has no --pid)\n".into(), 404));
+                    continue;
+                };
+                let secs = match crate::profiles::seconds_of(query) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        let _ = req.respond(text(format!("pileup: {why}\n"), 400));
+                        continue;
+                    }
+                };
+                // One profile at a time, on its own thread: scrapes of
+                // /metrics go on meanwhile.
+                if busy.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let _ =
+                        req.respond(text("pileup: a profile is being taken; ask again when it is done\n".into(), 429));
+                    continue;
+                }
+                let b = busy.clone();
+                std::thread::spawn(move || {
+                    let resp = match crate::profiles::profile(pid, secs, any) {
+                        Ok(bytes) => tiny_http::Response::from_data(bytes).with_header(
+                            tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/octet-stream"[..])
+                                .unwrap(),
+                        ),
+                        Err(why) => text(format!("pileup: profiling pid {pid}: {why}\n"), 500),
+                    };
+                    b.store(false, std::sync::atomic::Ordering::SeqCst);
+                    let _ = req.respond(resp);
+                });
+                continue;
+            }
+            let resp = if path == "/metrics" {
                 let body = body();
                 tiny_http::Response::from_string(body).with_header(
                     tiny_http::Header::from_bytes(
@@ -157,7 +206,8 @@ pub fn serve_fn(addr: &str, body: impl Fn() -> String + Send + 'static) -> Resul
                     .unwrap(),
                 )
             } else {
-                tiny_http::Response::from_string("pileup: metrics are at /metrics\n").with_status_code(404)
+                let also = if profiled.is_some() { ", profiles at /debug/pprof/profile?seconds=N" } else { "" };
+                text(format!("pileup: metrics are at /metrics{also}\n"), 404)
             };
             let _ = req.respond(resp);
         }
@@ -180,7 +230,7 @@ mod tests {
             s.derived.insert("nan".into(), f64::NAN);
             s.polls_total = 7;
         }
-        let addr = serve("127.0.0.1:0", shared).unwrap();
+        let addr = serve("127.0.0.1:0", shared, None, false).unwrap();
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
         let mut body = String::new();

@@ -41,6 +41,7 @@ pub mod expo;
 pub mod holder;
 pub mod pace;
 pub mod poll;
+pub mod profiles;
 pub mod report;
 pub mod scan;
 pub mod schedule;

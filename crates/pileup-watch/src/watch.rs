@@ -662,7 +662,7 @@ pub fn run(
     let expo: Option<crate::expo::Shared> = match &o.listen {
         Some(addr) => {
             let shared = crate::expo::Shared::default();
-            let local = crate::expo::serve(addr, shared.clone())?;
+            let local = crate::expo::serve(addr, shared.clone(), pid, o.capture.any_process)?;
             on(&Event::Listening { addr: local.to_string() });
             Some(shared)
         }

@@ -640,3 +640,64 @@ fn a_large_capture_s_upload_goes_on_where_it_stopped() {
     let back = remote.fetch(&got, &scratch.join("fetched")).unwrap();
     assert_eq!(std::fs::read(back.join("stacks.json")).unwrap(), noise);
 }
+
+#[test]
+fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
+    let sb = sandbox();
+    let _load = Killed(sysbench(&sb, "oltp_read_only", 2, 60));
+    let scratch = scratch("pprof");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
+        .args(["--data-dir", scratch.join("watch").to_str().unwrap(), "--json", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut watch = Killed(cmd.spawn().unwrap());
+    let mut out = BufReader::new(watch.0.stdout.take().unwrap());
+    let addr = loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "watch ended");
+        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+        if v["event"] == "listening" {
+            break v["addr"].as_str().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in out.lines() {});
+    let base = format!("http://{addr}");
+    let pull = {
+        let url = format!("{base}/debug/pprof/profile?seconds=3");
+        std::thread::spawn(move || {
+            let mut r = agent().get(&url).call().unwrap();
+            let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+            (r.status().as_u16(), ct, r.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // One profile at a time; the metrics are served meanwhile.
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 429, "{body}");
+    let t0 = Instant::now();
+    let (status, body) = get(&format!("{base}/metrics"));
+    assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "a scrape waited for the profile");
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=600"));
+    assert_eq!(status, 400, "{body}");
+    let (status, ct, bytes) = pull.join().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(ct.as_deref(), Some("application/octet-stream"));
+    assert!(bytes.starts_with(&[0x1f, 0x8b]), "gzipped");
+    let file = scratch.join("profile.pb.gz");
+    std::fs::write(&file, &bytes).unwrap();
+    // go tool pprof reads it: the server's binary, its threads' stacks
+    // through the statement path.
+    let top = Command::new("go").args(["tool", "pprof", "-top", "-cum"]).arg(&file).output().expect("go (make deps)");
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
+    assert!(text.contains("File: mariadbd"), "{text}");
+    assert!(text.contains("do_command") || text.contains("dispatch_command"), "{text}");
+    let total: u64 = text
+        .lines()
+        .find_map(|l| l.split("Total samples = ").nth(1))
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(total >= 20, "{text}");
+}

@@ -102,7 +102,10 @@ pub struct WatchArgs {
     #[arg(long)]
     pub any_process: bool,
     /// Serve the derived metrics in Prometheus exposition format at
-    /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one).
+    /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one),
+    /// and the server's stacks over N seconds as a pprof profile at
+    /// /debug/pprof/profile?seconds=N (no thread stopped; 1-60 s, one at a
+    /// time), for go tool pprof, Parca or Pyroscope.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// Upload every finished capture to this S3-compatible store

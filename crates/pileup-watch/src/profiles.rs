@@ -1,0 +1,79 @@
+//! Profiles pulled the way continuous profilers pull a Go service's:
+//! `GET /debug/pprof/profile?seconds=N` on `watch --listen` answers with
+//! the server's thread stacks over N seconds as a gzipped pprof profile
+//! (`application/octet-stream`), which `go tool pprof`, Parca and
+//! Pyroscope read.
+//!
+//! The stacks are taken without stopping any thread (the engine's passive
+//! mode): a running thread is sampled on its CPU, a blocked one read where
+//! it sleeps, so the profile holds on-CPU and off-CPU time together, each
+//! sample labelled with its thread. The cost is bounded: 10 samples a
+//! second, at most 60 seconds, one profile at a time (a second request
+//! while one is taken gets 429).
+
+use std::time::Duration;
+
+use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, ThreadFilter};
+use pileup_output::{render, Format, Options};
+
+/// The longest profile served, and the one given without `seconds`
+/// (Go's default).
+pub const MAX_SECONDS: u64 = 60;
+pub const DEFAULT_SECONDS: u64 = 30;
+/// Time between samples.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// `seconds` from a request's query string: 1 to [`MAX_SECONDS`], else
+/// why not (the answer to a bad request).
+pub fn seconds_of(query: &str) -> Result<u64, String> {
+    let given = query.split('&').find_map(|kv| kv.strip_prefix("seconds="));
+    match given {
+        None => Ok(DEFAULT_SECONDS),
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) if (1..=MAX_SECONDS).contains(&n) => Ok(n),
+            _ => Err(format!("seconds must be a whole number from 1 to {MAX_SECONDS}, not {s:?}")),
+        },
+    }
+}
+
+/// Sample `pid`'s threads for `secs` seconds without stopping them; the
+/// gzipped pprof profile.
+pub fn profile(pid: i32, secs: u64, any_process: bool) -> Result<Vec<u8>, String> {
+    let opts = SamplerOptions {
+        capture: CaptureOptions { mode: Mode::Passive, stack_bytes: 64 * 1024, ..Default::default() },
+        filter: ThreadFilter::default(),
+        any_process,
+        debug_info: false,
+        sql_refresh: Duration::ZERO,
+        sql_bracket: false,
+        keep_samples: 1,
+        debug_dirs: pileup_engine::default_debug_dirs(),
+        // Debug files already in the debuginfod cache; nothing fetched.
+        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
+        debuginfod_wait: true,
+    };
+    let samples = (Duration::from_secs(secs).as_millis() / INTERVAL.as_millis()) as usize;
+    let mut sampler = Sampler::new(pid, opts, None).map_err(|e| format!("{e:#}"))?;
+    sampler
+        .run_until(samples, INTERVAL, Some(Duration::from_secs(secs)), None, |_| {})
+        .map_err(|e| format!("{e:#}"))?;
+    let p = sampler.finish();
+    let mut out = vec![];
+    render(&p, Format::Pprof, &Options::default(), &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_bounded() {
+        assert_eq!(seconds_of(""), Ok(30));
+        assert_eq!(seconds_of("seconds=5"), Ok(5));
+        assert_eq!(seconds_of("debug=1&seconds=60"), Ok(60));
+        for bad in ["seconds=0", "seconds=61", "seconds=x", "seconds=-1"] {
+            assert!(seconds_of(bad).unwrap_err().starts_with("seconds must be a whole number from 1 to 60"), "{bad}");
+        }
+    }
+}
