@@ -26,7 +26,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps toolchain demo test style deploy-check build bench clean install
+.PHONY: deps toolchain demo demo-fleet test style deploy-check build bench clean install
 
 # Where `make install` puts pileup, its manual and its shell completions
 # (the places Debian's man, bash-completion, zsh and fish look under /usr/local).
@@ -76,6 +76,12 @@ install: build
 
 demo: build
 	PATH="$$HOME/.cargo/bin:$$PATH" bash scripts/demo.sh ./pileup-demo
+
+# Two sandboxes with pileup watch and mysqld_exporter, Prometheus with
+# pileup's rules, an S3 store; a stall on one host ends in the alert, the
+# capture in the store and a screenshot of the console.
+demo-fleet: build
+	PATH="$$HOME/.cargo/bin:$$PATH" bash scripts/demo-fleet.sh ./pileup-demo-fleet
 
 # The style gate runs first: formatting (rustfmt.toml) and clippy with every
 # warning an error, then every test. A test that cannot run here fails or is

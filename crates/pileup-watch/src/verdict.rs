@@ -66,6 +66,30 @@ pub fn verdict(ev: &Evidence) -> String {
     verdict_of_locks_and_stacks(ev)
 }
 
+/// Every class [`class_of`] gives for the verdicts pileup writes: the
+/// exposition counts each from 0, so a first stall of a class shows as an
+/// increase.
+pub const CLASSES: &[&str] = &[
+    "table-open storm",
+    "connection storm",
+    "DROP or TRUNCATE of a table",
+    "data file extension",
+    "statistics recalculation",
+    "flushing storm",
+    "redo log writes",
+    "slow or saturated disk",
+    "row lock convoy",
+    "global read lock",
+    "backup lock",
+    "global read or backup lock",
+    "metadata lock",
+    "table flush",
+    "table-level lock",
+    "memory",
+    "not answering",
+    "unclassified",
+];
+
 /// The class a verdict leads with, for metrics and alerts: the words before
 /// its first `:` ("flushing storm", "row lock convoy", "global read lock",
 /// "memory"), "not answering" for a server that did not answer SQL, and
@@ -79,7 +103,7 @@ pub fn class_of(verdict: &str) -> String {
         Some((lead, _))
             if !lead.is_empty()
                 && lead.len() <= 40
-                && lead.chars().all(|c| c.is_ascii_lowercase() || matches!(c, ' ' | '-' | '/')) =>
+                && lead.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, ' ' | '-' | '/')) =>
         {
             lead.to_string()
         }
@@ -207,8 +231,30 @@ mod tests {
         assert_eq!(class_of("the server does not answer SQL (timeout); most common stack"), "not answering");
         assert_eq!(class_of("no lock culprit found; busiest stack with SQL (3 thread-samples): a,b"), "unclassified");
         assert_eq!(class_of("no culprit found in locks, SQL or stacks; see the files of this capture"), "unclassified");
-        assert_eq!(class_of("Something: odd"), "unclassified");
+        assert_eq!(class_of("DROP or TRUNCATE of a table: `t`"), "DROP or TRUNCATE of a table");
+        assert_eq!(class_of("a pile-up of 40 threads, 3 in x: y"), "unclassified");
         assert_eq!(class_of(""), "unclassified");
+        use crate::classes::StallClass as C;
+        for c in [
+            C::TableOpenStorm,
+            C::ConnectionStorm,
+            C::DropTable,
+            C::FileExtension,
+            C::StatsRecalc,
+            C::FlushStorm,
+            C::RedoLog,
+            C::SlowDisk,
+        ] {
+            assert!(super::CLASSES.contains(&c.name()), "{}", c.name());
+        }
+        for l in [
+            crate::holder::LockClass::Backup,
+            crate::holder::LockClass::Metadata,
+            crate::holder::LockClass::Flush,
+            crate::holder::LockClass::TableLevel,
+        ] {
+            assert!(super::CLASSES.contains(&l.describe()), "{}", l.describe());
+        }
     }
 
     use super::*;

@@ -662,6 +662,7 @@ pub fn run(
     let expo: Option<crate::expo::Shared> = match &o.listen {
         Some(addr) => {
             let shared = crate::expo::Shared::default();
+            shared.lock().unwrap().stalls = crate::verdict::CLASSES.iter().map(|c| (c.to_string(), 0)).collect();
             let local = crate::expo::serve(addr, shared.clone(), pid, o.capture.any_process)?;
             on(&Event::Listening { addr: local.to_string() });
             Some(shared)

@@ -701,3 +701,21 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
         .unwrap_or(0);
     assert!(total >= 20, "{text}");
 }
+
+#[test]
+fn the_fleet_demo_s_alert_fires_within_30_s_of_the_stall() {
+    let out = scratch("demo-fleet");
+    let run = Command::new("bash")
+        .arg(repo().join("scripts/demo-fleet.sh"))
+        .arg(out.join("demo"))
+        .env("PILEUP", env!("CARGO_BIN_EXE_pileup"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}\n{}", String::from_utf8_lossy(&run.stderr));
+    let secs: f64 = std::fs::read_to_string(out.join("demo/alert-seconds.txt")).unwrap().trim().parse().unwrap();
+    assert!(secs <= 30.0, "{secs} s");
+    let png = std::fs::read(out.join("demo/fleet-console.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);
+    assert!(text.contains("row lock convoy"), "{text}");
+}
