@@ -1191,8 +1191,9 @@ fn a_data_file_extension_is_named_with_its_file() {
     // here) at a time; without fallocate InnoDB writes those megabytes of
     // zeros while every other insert waits, here at 4 MB/s. The redo log is
     // written in the background (innodb_flush_log_at_trx_commit=0, a redo
-    // log of 1 GB) and the load is held at 4,000 inserts a second, so
-    // writers wait for nothing else on the slow device.
+    // log of 1 GB), pages are written once (no doublewrite) and the load is
+    // held at 4,000 inserts a second, so writers wait for nothing else on
+    // the slow device.
     let fs = NoFallocateFs::new(2);
     let sb = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
         base_dir: Some(fs.mount.clone()),
@@ -1201,6 +1202,7 @@ fn a_data_file_extension_is_named_with_its_file() {
             ("innodb_autoextend_increment", "8"),
             ("innodb_flush_log_at_trx_commit", "0"),
             ("innodb_log_file_size", "1G"),
+            ("innodb_doublewrite", "0"),
             ("innodb_buffer_pool_size", "512M"),
         ]
         .iter()
