@@ -75,6 +75,10 @@ scrape_configs:
     static_configs:
 $targets_pileup
   - job_name: mysql
+    # mysqld_exporter runs dozens of queries per scrape: give it time on a
+    # busy machine.
+    scrape_interval: 5s
+    scrape_timeout: 5s
     static_configs:
 $targets_mysql
 EOF
@@ -87,12 +91,14 @@ wait_port "$prom_port"
 prom=http://127.0.0.1:$prom_port
 q() { curl -sG "$prom/api/v1/query" --data-urlencode "query=$1"; }
 echo "   waiting for all four targets to be up"
-for _ in $(seq 60); do
-  up=$(q 'sum(up)' | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)')
-  [ "$up" = 4 ] && break
+count() { q "$1" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)'; }
+for _ in $(seq 90); do
+  [ "$(count 'sum(up)')" = 4 ] && break
   sleep 1
 done
-[ "$up" = 4 ] || { echo "only $up of 4 targets up" >&2; exit 1; }
+# The demo needs both watchers; an exporter slow to answer is said, not fatal.
+[ "$(count "sum(up{job='pileup'})")" = 2 ] || { echo "the watchers are not both up: $(q 'up')" >&2; exit 1; }
+[ "$(count 'sum(up)')" = 4 ] || echo "   note: not every mysqld_exporter answers its scrapes in time: $(q "up{job='mysql'} == 0")"
 echo "   the watchers learn their servers' usual (20 s)"
 sleep 20
 
