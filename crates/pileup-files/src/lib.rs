@@ -166,6 +166,13 @@ pub fn write_with<E: From<FileError>>(
     res
 }
 
+/// Bytes an unprivileged writer may still use on the filesystem holding
+/// `path` (the disk guards of captures and of the upload queue).
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
 /// Create `dir` (and its parents) for private files: 0700.
 pub fn create_private_dir(dir: &Path) -> Result<(), FileError> {
     fs::DirBuilder::new()

@@ -33,42 +33,39 @@ fn hex(d: &[u8]) -> String {
 
 /// Pack `dir` (a capture directory: regular files, one level of
 /// subdirectories at most) into `out` (0600, written under a temporary
-/// name and renamed): its SHA-256 and size.
+/// name, synced and renamed, as every private file pileup writes): its
+/// SHA-256 and size.
 pub fn pack(dir: &Path, out: &Path) -> Result<(String, u64)> {
-    let tmp = out.with_extension("partial");
-    let file = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io(&tmp))?
-    };
-    let hashing = Hashing { inner: std::io::BufWriter::new(file), hash: Sha256::new(), bytes: 0 };
-    let zst = zstd::Encoder::new(hashing, 3).map_err(io(&tmp))?;
-    let mut tar = tar::Builder::new(zst);
-    tar.follow_symlinks(false);
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capture".into());
-    // Entries in name order under the capture's own directory name.
-    let mut stack = vec![(dir.to_path_buf(), name)];
-    while let Some((d, at)) = stack.pop() {
-        let mut entries: Vec<_> =
-            std::fs::read_dir(&d).map_err(io(&d))?.collect::<std::io::Result<Vec<_>>>().map_err(io(&d))?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let p = e.path();
-            let rel = format!("{at}/{}", e.file_name().to_string_lossy());
-            let t = e.file_type().map_err(io(&p))?;
-            if t.is_dir() {
-                stack.push((p, rel));
-            } else if t.is_file() {
-                tar.append_path_with_name(&p, &rel).map_err(io(&p))?;
+    let mut digest = (String::new(), 0);
+    pileup_files::write_private(out, |w| -> Result<()> {
+        let hashing = Hashing { inner: w, hash: Sha256::new(), bytes: 0 };
+        let zst = zstd::Encoder::new(hashing, 3).map_err(io(out))?;
+        let mut tar = tar::Builder::new(zst);
+        tar.follow_symlinks(false);
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "capture".into());
+        // Entries in name order under the capture's own directory name.
+        let mut stack = vec![(dir.to_path_buf(), name)];
+        while let Some((d, at)) = stack.pop() {
+            let mut entries: Vec<_> =
+                std::fs::read_dir(&d).map_err(io(&d))?.collect::<std::io::Result<Vec<_>>>().map_err(io(&d))?;
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let p = e.path();
+                let rel = format!("{at}/{}", e.file_name().to_string_lossy());
+                let t = e.file_type().map_err(io(&p))?;
+                if t.is_dir() {
+                    stack.push((p, rel));
+                } else if t.is_file() {
+                    tar.append_path_with_name(&p, &rel).map_err(io(&p))?;
+                }
             }
         }
-    }
-    let zst = tar.into_inner().map_err(io(&tmp))?;
-    let mut hashing = zst.finish().map_err(io(&tmp))?;
-    hashing.flush().map_err(io(&tmp))?;
-    let Hashing { inner, hash, bytes } = hashing;
-    inner.into_inner().map_err(|e| io(&tmp)(e.into_error()))?.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, out).map_err(io(out))?;
-    Ok((hex(&hash.finalize()), bytes))
+        let mut hashing = tar.into_inner().and_then(|z| z.finish()).map_err(io(out))?;
+        hashing.flush().map_err(io(out))?;
+        digest = (hex(&hashing.hash.finalize()), hashing.bytes);
+        Ok(())
+    })?;
+    Ok(digest)
 }
 
 /// The SHA-256 of a file.
@@ -98,7 +95,7 @@ pub fn unpack(archive: &Path, sha256: Option<&str>, dest: &Path) -> Result<std::
     let f = File::open(archive).map_err(io(archive))?;
     let zst = zstd::Decoder::new(f).map_err(|_| not_capture())?;
     let mut tar = tar::Archive::new(zst);
-    std::fs::create_dir_all(dest).map_err(io(dest))?;
+    pileup_files::create_private_dir(dest)?;
     let mut top: Option<String> = None;
     for entry in tar.entries().map_err(|_| not_capture())? {
         let mut entry = entry.map_err(|_| not_capture())?;

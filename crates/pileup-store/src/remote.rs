@@ -108,10 +108,6 @@ impl Remote {
         Ok(Remote { url: url.clone(), s3: Arc::new(s3), rt })
     }
 
-    pub fn url(&self) -> &StoreUrl {
-        &self.url
-    }
-
     fn err(&self, e: object_store::Error) -> StoreError {
         let why = summarize(&one_line(&e));
         let denied =
@@ -138,15 +134,6 @@ impl Remote {
             a.insert(Attribute::Metadata(k.clone().into()), AttributeValue::from(encode(&v)));
         }
         a
-    }
-
-    /// Upload a queued capture to the end: the object's URL.
-    pub fn upload(&self, spool: &Spool, q: &mut Queued) -> Result<String> {
-        loop {
-            if let Some(url) = self.upload_step(spool, q)? {
-                return Ok(url);
-            }
-        }
     }
 
     /// One request of a queued capture's upload: the whole object when it
@@ -198,14 +185,6 @@ impl Remote {
             }
             Err(e) => Err(self.err(e)),
         }
-    }
-
-    /// Whether the store can be reached with these credentials (one small
-    /// listing).
-    pub fn check(&self) -> Result<()> {
-        let prefix = (!self.url.prefix.is_empty()).then(|| Key::from(self.url.prefix.as_str()));
-        self.rt.block_on(async { self.s3.list(prefix.as_ref()).next().await.transpose() }).map_err(|e| self.err(e))?;
-        Ok(())
     }
 
     /// The captures under the prefix, newest first, with their metadata.
@@ -261,10 +240,10 @@ impl Remote {
             .rt
             .block_on(async { self.s3.get(&Key::from(key.as_str())).await?.bytes().await })
             .map_err(|e| self.err(e))?;
-        std::fs::create_dir_all(dest).map_err(io(dest))?;
+        pileup_files::create_private_dir(dest)?;
         let name = key.rsplit('/').next().unwrap_or("capture.tar.zst");
         let archive = dest.join(name);
-        std::fs::write(&archive, &bytes).map_err(io(&archive))?;
+        pileup_files::write_private_bytes(&archive, &bytes)?;
         let dir = crate::pack::unpack(&archive, meta.get("sha256").map(String::as_str), dest);
         let _ = std::fs::remove_file(&archive);
         dir
@@ -300,20 +279,10 @@ fn summarize(why: &str) -> String {
     }
 }
 
-/// An object_store error on one line: its message without the chain's
-/// line breaks.
-fn one_line(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let m = x.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        src = x.source();
-    }
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+/// An object_store error and its causes on one line (the store's answer
+/// can hold line breaks).
+fn one_line(e: &object_store::Error) -> String {
+    pileup_conn::error_text(e).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

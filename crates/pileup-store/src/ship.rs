@@ -53,7 +53,6 @@ enum Msg {
 pub struct Shipper {
     tx: Sender<Msg>,
     queued: Arc<AtomicUsize>,
-    url: StoreUrl,
 }
 
 /// The next wait after a failure: 1 s, doubling, at most 60 s.
@@ -70,7 +69,6 @@ impl Shipper {
         let queued = Arc::new(AtomicUsize::new(spool.pending()?.len()));
         let (tx, rx) = channel();
         let q2 = queued.clone();
-        let url = o.url.clone();
         let spool_dir = o.spool_dir.clone();
         let self_tx = tx.clone();
         std::thread::Builder::new()
@@ -157,7 +155,7 @@ impl Shipper {
                 }
             })
             .map_err(crate::error::io(&spool_dir))?;
-        Ok(Shipper { tx, queued, url })
+        Ok(Shipper { tx, queued })
     }
 
     /// Queue a finished capture (packing happens on the shipper's thread).
@@ -168,10 +166,6 @@ impl Shipper {
     /// Captures waiting for the store.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
-    }
-
-    pub fn url(&self) -> &StoreUrl {
-        &self.url
     }
 }
 

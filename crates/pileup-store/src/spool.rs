@@ -44,15 +44,8 @@ pub struct Spool {
 impl Spool {
     /// The queue in `dir` (made 0700 if absent).
     pub fn open(dir: &Path) -> Result<Spool> {
-        use std::os::unix::fs::DirBuilderExt;
-        if !dir.exists() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
-        }
+        pileup_files::create_private_dir(dir)?;
         Ok(Spool { dir: dir.to_path_buf() })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     pub fn archive(&self, q: &Queued) -> PathBuf {
@@ -78,7 +71,7 @@ impl Spool {
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| StoreError::NotACapture(capture_dir.display().to_string()))?;
         let need = dir_size(capture_dir);
-        if let Some(free) = free_bytes(&self.dir) {
+        if let Some(free) = pileup_files::free_bytes(&self.dir) {
             if free < need.saturating_add(min_free) {
                 return Err(StoreError::DiskLow { dir: self.dir.display().to_string(), free, need, min_free });
             }
@@ -103,22 +96,8 @@ impl Spool {
 
     /// Record a capture's state (after each part of a multipart upload).
     pub fn save(&self, q: &Queued) -> Result<()> {
-        let path = self.state(&q.name);
-        let tmp = path.with_extension("json.partial");
         let text = serde_json::to_vec_pretty(q).expect("plain data");
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io(&tmp))?;
-            f.write_all(&text).and_then(|_| f.sync_all()).map_err(io(&tmp))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(io(&path))
+        Ok(pileup_files::write_private_bytes(&self.state(&q.name), &text)?)
     }
 
     /// What waits, oldest capture first. A state file without its archive,
@@ -162,11 +141,6 @@ fn dir_size(dir: &Path) -> u64 {
         }
     }
     total
-}
-
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let s = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
 #[cfg(test)]

@@ -366,11 +366,6 @@ fn spawn_scan(
     rx
 }
 
-fn free_bytes(p: &std::path::Path) -> Option<u64> {
-    let s = nix::sys::statvfs::statvfs(p).ok()?;
-    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
-}
-
 /// One watch run: the server, the store, the decisions and what carries
 /// them out.
 struct Watcher<'a> {
@@ -406,7 +401,7 @@ impl Watcher<'_> {
     }
 
     fn free(&self) -> Option<u64> {
-        free_bytes(&self.o.data_dir)
+        pileup_files::free_bytes(&self.o.data_dir)
     }
 
     fn history(&self, unix: f64) -> Vec<crate::store::Row> {

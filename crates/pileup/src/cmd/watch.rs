@@ -452,12 +452,15 @@ pub struct ReportArgs {
 
 pub fn run_report(mut a: ReportArgs) -> Result<()> {
     if let Some(u) = a.dir.to_str().filter(|u| u.starts_with("s3://")).map(String::from) {
-        let key = u.strip_prefix("s3://").unwrap();
-        let (bucket, key) = key.split_once('/').ok_or_else(|| anyhow::anyhow!("{u}: give the capture's s3:// URL"))?;
-        let url = pileup_store::StoreUrl::parse(&format!("s3://{bucket}"))?;
+        // The bucket, and the capture's key as the "prefix".
+        let mut url = pileup_store::StoreUrl::parse(&u)?;
+        let key = std::mem::take(&mut url.prefix);
+        if key.is_empty() {
+            bail!("{u}: give the capture's s3:// URL, as `pileup captures --from` lists them");
+        }
         let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
         let dest = a.to.take().unwrap_or_else(|| default_data_dir().join("fetched"));
-        a.dir = remote.fetch(key, &dest)?;
+        a.dir = remote.fetch(&key, &dest)?;
         return pileup_watch::report::rebuild(&a.dir)
             .map(|_| println!("{}", a.dir.join("report.html").display()))
             .map_err(Into::into);
