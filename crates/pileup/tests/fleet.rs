@@ -173,6 +173,46 @@ fn exposable() -> BTreeSet<String> {
     out
 }
 
+/// `pileup watch --json` on a sandbox with `args` (`env` sets its
+/// environment): the watcher, and its events other than polls on a channel.
+fn watch_events(
+    sb: &pileup_sandbox::Sandbox,
+    data: &Path,
+    args: &[&str],
+    env: impl FnOnce(&mut Command),
+) -> (Killed, std::sync::mpsc::Receiver<serde_json::Value>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
+        .args(["--data-dir", data.to_str().unwrap(), "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    env(&mut cmd);
+    let mut child = Killed(cmd.spawn().unwrap());
+    let out = BufReader::new(child.0.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                if v["event"] != "poll" && tx.send(v).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Where a watcher started with `--listen` serves.
+fn listening(rx: &std::sync::mpsc::Receiver<serde_json::Value>) -> String {
+    loop {
+        let v = rx.recv_timeout(Duration::from_secs(20)).expect("watch says where it listens");
+        if v["event"] == "listening" {
+            return v["addr"].as_str().unwrap().to_string();
+        }
+    }
+}
+
 #[test]
 fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_consoles_show_the_stall() {
     let sb = sandbox();
@@ -180,28 +220,9 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
     let scratch = scratch("fleet");
     // A watcher whose trigger holds from the start: one capture, announced
     // to Prometheus.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
-    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
-        .args(["--data-dir", scratch.join("watch").to_str().unwrap(), "--json", "--interval", "1s"])
-        .args(["--listen", "127.0.0.1:0", "--trigger", "poll_ok > 0 for 3s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut watch = Killed(cmd.spawn().unwrap());
-    let out = BufReader::new(watch.0.stdout.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
-    std::thread::spawn(move || {
-        for l in out.lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str(&l) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let addr = loop {
-        let v = rx.recv_timeout(Duration::from_secs(20)).expect("watch says where it listens");
-        if v["event"] == "listening" {
-            break v["addr"].as_str().unwrap().to_string();
-        }
-    };
+    let args = ["--interval", "1s", "--listen", "127.0.0.1:0", "--trigger", "poll_ok > 0 for 3s"];
+    let (_watch, rx) = watch_events(&sb, &scratch.join("watch"), &args, |_| {});
+    let addr = listening(&rx);
 
     // Prometheus scraping it every second, the server's name as `instance`
     // (as mysqld_exporter's scrape would give it), pileup's rules loaded.
@@ -417,26 +438,9 @@ fn shipping_watch(
     s3: &S3,
     secret: &str,
 ) -> (Killed, std::sync::mpsc::Receiver<serde_json::Value>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
-    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
-        .args(["--data-dir", data.to_str().unwrap(), "--json", "--interval", "500ms", "--cooldown", "2s"])
-        .args(["--trigger", "threads_connected > 6 for 1s", "--ship", "s3://captures/fleet", "--ship-host", "db1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    with_store(&mut cmd, s3, secret);
-    let mut child = Killed(cmd.spawn().unwrap());
-    let out = BufReader::new(child.0.stdout.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in out.lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
-                if v["event"] != "poll" && tx.send(v).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    (child, rx)
+    let args = ["--interval", "500ms", "--cooldown", "2s", "--trigger", "threads_connected > 6 for 1s"];
+    let ship = ["--ship", "s3://captures/fleet", "--ship-host", "db1"];
+    watch_events(sb, data, &[&args[..], &ship[..]].concat(), |cmd| with_store(cmd, s3, secret))
 }
 
 /// A capture on demand: ten idle connections make the watcher's trigger
@@ -646,22 +650,8 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     let sb = sandbox();
     let _load = Killed(sysbench(&sb, "oltp_read_only", 2, 60));
     let scratch = scratch("pprof");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
-    cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
-        .args(["--data-dir", scratch.join("watch").to_str().unwrap(), "--json", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut watch = Killed(cmd.spawn().unwrap());
-    let mut out = BufReader::new(watch.0.stdout.take().unwrap());
-    let addr = loop {
-        let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "watch ended");
-        let v: serde_json::Value = serde_json::from_str(&l).unwrap();
-        if v["event"] == "listening" {
-            break v["addr"].as_str().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in out.lines() {});
+    let (_watch, rx) = watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0"], |_| {});
+    let addr = listening(&rx);
     let base = format!("http://{addr}");
     let pull = {
         let url = format!("{base}/debug/pprof/profile?seconds=3");
