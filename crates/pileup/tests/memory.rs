@@ -211,11 +211,12 @@ fn a_large_sort_is_charged_to_its_statement_through_filesort() {
     // Statistics current, so the sort sizes its buffer to the rows.
     c.query_drop("ANALYZE TABLE t").unwrap();
     let id: u64 = c.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
-    // A budget the sort's samples cannot spend: at the default (200 stacks
-    // a second) a loaded machine's full run once left every sample of the
-    // statement over the budget, charged to it without a stack (103 stacks
-    // sent, 2,033 over the budget). This test is about the path.
-    let run = traced_in_background(&sb, "6s", &["--stack-budget", "10000"]);
+    // A budget ten times the default: at 200 stacks a second a loaded
+    // machine's full run once left every sample of the statement over the
+    // budget, charged to it without a stack (103 stacks sent, 2,033 over
+    // the budget); at 10,000 the samples crowded the ring and the sort
+    // buffer's mmap went unseen. This test is about the path.
+    let run = traced_in_background(&sb, "6s", &["--stack-budget", "2000"]);
     c.query_drop("SET SESSION sort_buffer_size = 512 * 1024 * 1024").unwrap();
     let rows: Vec<(i32, String)> = c.query("SELECT a, b FROM t ORDER BY b DESC").unwrap();
     assert_eq!(rows.len(), 300_000);
@@ -239,7 +240,7 @@ fn a_large_sort_is_charged_to_its_statement_through_filesort() {
     assert!(
         mapped.iter().any(|m| m["bytes"].as_u64().unwrap() >= 256 << 20
             && frames(&m["frames"]).iter().any(|f| f.starts_with("Filesort_buffer::alloc_sort_buffer"))),
-        "{mapped:#?}"
+        "{mapped:#?}\n{counters:#}"
     );
     // Freed with the statement: unmapped whole, so not kept by the
     // allocator, and the sampled pages are given back.
