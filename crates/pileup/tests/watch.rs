@@ -300,6 +300,15 @@ fn queueing_load(sb: &pileup_sandbox::Sandbox, test: &str, tables: &str) -> Chil
         .unwrap()
 }
 
+/// A connection that takes a global lock: it waits out the writers' running
+/// statements (the sandbox's connections give up after 1 s, which a busy
+/// test machine can exceed).
+fn locker(sb: &pileup_sandbox::Sandbox) -> mysql::Conn {
+    let mut f = sb.connect().unwrap();
+    f.query_drop("SET SESSION lock_wait_timeout = 30, max_statement_time = 0").unwrap();
+    f
+}
+
 /// A global lock (`lock`, released by `unlock`) taken under write load,
 /// with idle connections around (one idle since before the watcher, one
 /// since shortly before the lock): the capture, after 4 s of steady load
@@ -327,7 +336,7 @@ fn global_lock_capture(
         "steady write load must not trigger: {:?}",
         seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
     );
-    let mut f = sb.connect().unwrap();
+    let mut f = locker(sb);
     let ftwrl_id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
     for q in lock {
         f.query_drop(q).unwrap();
@@ -454,11 +463,13 @@ fn short_stalls_between_polls_are_timed_and_captured_when_they_repeat() {
         "steady load: {:?}",
         seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
     );
-    let mut f = sb.connect().unwrap();
+    let mut f = locker(&sb);
     let mut held = vec![];
     for _ in 0..3 {
-        f.query_drop("FLUSH TABLES WITH READ LOCK").unwrap();
+        // Writers queue from the moment FTWRL asks for the lock, before it
+        // has waited out the statements already running.
         let t = now_unix();
+        f.query_drop("FLUSH TABLES WITH READ LOCK").unwrap();
         std::thread::sleep(Duration::from_millis(400));
         f.query_drop("UNLOCK TABLES").unwrap();
         held.push((t, now_unix()));
