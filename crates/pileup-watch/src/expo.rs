@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, WatchError};
@@ -135,9 +136,18 @@ pub fn render(s: &Snapshot) -> String {
 }
 
 /// Serve `/metrics` on `addr` from a background thread, and with `pid`
-/// the server's profiles on `/debug/pprof/profile` ([`crate::profiles`]).
-pub fn serve(addr: &str, shared: Shared, pid: Option<i32>, any_process: bool) -> Result<std::net::SocketAddr> {
-    serve_with(addr, move || render(&shared.lock().unwrap()), pid.map(|p| (p, any_process)))
+/// the server's `profiles` ([`crate::profiles`]).
+pub fn serve(
+    addr: &str,
+    shared: Shared,
+    pid: Option<i32>,
+    profiles: Vec<crate::profiles::Endpoint>,
+) -> Result<std::net::SocketAddr> {
+    let profiles = match pid {
+        Some(_) => profiles.into_iter().map(|e| (e, Arc::new(AtomicBool::new(false)))).collect(),
+        None => vec![],
+    };
+    serve_with(addr, move || render(&shared.lock().unwrap()), pid.map(|p| (p, profiles)))
 }
 
 /// Serve `/metrics` on `addr` from a background thread, the body made by
@@ -150,66 +160,71 @@ fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>>
     tiny_http::Response::from_string(s).with_status_code(status)
 }
 
+/// A profile path with its "one at a time" flag.
+type Served = (crate::profiles::Endpoint, Arc<AtomicBool>);
+
 fn serve_with(
     addr: &str,
     body: impl Fn() -> String + Send + 'static,
-    profiled: Option<(i32, bool)>,
+    profiled: Option<(i32, Vec<Served>)>,
 ) -> Result<std::net::SocketAddr> {
     let listen = |why: String| WatchError::Listen { addr: addr.into(), why };
     let server = tiny_http::Server::http(addr).map_err(|e| listen(e.to_string()))?;
     let local = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
-    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
             let (path, query) = req.url().split_once('?').unwrap_or((req.url(), ""));
-            if path == "/debug/pprof/profile" {
-                let Some((pid, any)) = profiled else {
-                    let _ =
-                        req.respond(text("pileup: no server process to profile (watch has no --pid)\n".into(), 404));
-                    continue;
-                };
-                let secs = match crate::profiles::seconds_of(query) {
-                    Ok(s) => s,
-                    Err(why) => {
-                        let _ = req.respond(text(format!("pileup: {why}\n"), 400));
-                        continue;
-                    }
-                };
-                // One profile at a time, on its own thread: scrapes of
-                // /metrics go on meanwhile.
-                if busy.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    let _ =
-                        req.respond(text("pileup: a profile is being taken; ask again when it is done\n".into(), 429));
-                    continue;
-                }
-                let b = busy.clone();
-                std::thread::spawn(move || {
-                    let resp = match crate::profiles::profile(pid, secs, any) {
-                        Ok(bytes) => tiny_http::Response::from_data(bytes).with_header(
-                            tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/octet-stream"[..])
-                                .unwrap(),
-                        ),
-                        Err(why) => text(format!("pileup: profiling pid {pid}: {why}\n"), 500),
-                    };
-                    b.store(false, std::sync::atomic::Ordering::SeqCst);
-                    let _ = req.respond(resp);
-                });
-                continue;
-            }
-            let resp = if path == "/metrics" {
-                let body = body();
-                tiny_http::Response::from_string(body).with_header(
+            if path == "/metrics" {
+                let resp = tiny_http::Response::from_string(body()).with_header(
                     tiny_http::Header::from_bytes(
                         &b"Content-Type"[..],
                         &b"text/plain; version=0.0.4; charset=utf-8"[..],
                     )
                     .unwrap(),
-                )
-            } else {
-                let also = if profiled.is_some() { ", profiles at /debug/pprof/profile?seconds=N" } else { "" };
-                text(format!("pileup: metrics are at /metrics{also}\n"), 404)
+                );
+                let _ = req.respond(resp);
+                continue;
+            }
+            let served =
+                profiled.as_ref().and_then(|(pid, all)| Some((*pid, all.iter().find(|(e, _)| e.path == path)?)));
+            let Some((pid, (endpoint, busy))) = served else {
+                let why = if path.starts_with("/debug/pprof/") && profiled.is_none() {
+                    "pileup: no server process to profile (watch has no --pid)\n".to_string()
+                } else {
+                    let mut paths = vec!["/metrics".to_string()];
+                    paths.extend(
+                        profiled.iter().flat_map(|(_, all)| all.iter().map(|(e, _)| format!("{}?seconds=N", e.path))),
+                    );
+                    format!("pileup: served here: {}\n", paths.join(", "))
+                };
+                let _ = req.respond(text(why, 404));
+                continue;
             };
-            let _ = req.respond(resp);
+            let secs = match crate::profiles::seconds_of(query) {
+                Ok(s) => s,
+                Err(why) => {
+                    let _ = req.respond(text(format!("pileup: {why}\n"), 400));
+                    continue;
+                }
+            };
+            // One profile of a kind at a time, on its own thread: scrapes
+            // of /metrics and profiles of other kinds go on meanwhile.
+            if busy.swap(true, Ordering::SeqCst) {
+                let why = format!("pileup: a {path} profile is being taken; ask again when it is done\n");
+                let _ = req.respond(text(why, 429));
+                continue;
+            }
+            let (busy, take) = (busy.clone(), endpoint.take.clone());
+            std::thread::spawn(move || {
+                let resp = match take(pid, secs) {
+                    Ok(bytes) => tiny_http::Response::from_data(bytes).with_header(
+                        tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/octet-stream"[..]).unwrap(),
+                    ),
+                    Err(why) => text(format!("pileup: profiling pid {pid}: {why}\n"), 500),
+                };
+                busy.store(false, Ordering::SeqCst);
+                let _ = req.respond(resp);
+            });
         }
     })?;
     Ok(local)
@@ -230,7 +245,7 @@ mod tests {
             s.derived.insert("nan".into(), f64::NAN);
             s.polls_total = 7;
         }
-        let addr = serve("127.0.0.1:0", shared, None, false).unwrap();
+        let addr = serve("127.0.0.1:0", shared, None, vec![]).unwrap();
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
         let mut body = String::new();

@@ -1,16 +1,22 @@
-//! Profiles pulled the way continuous profilers pull a Go service's:
-//! `GET /debug/pprof/profile?seconds=N` on `watch --listen` answers with
-//! the server's thread stacks over N seconds as a gzipped pprof profile
-//! (`application/octet-stream`), which `go tool pprof`, Parca and
-//! Pyroscope read.
+//! Profiles pulled the way continuous profilers pull a Go service's. On
+//! `watch --listen`, with the server's pid:
 //!
-//! The stacks are taken without stopping any thread (the engine's passive
-//! mode): a running thread is sampled on its CPU, a blocked one read where
-//! it sleeps, so the profile holds on-CPU and off-CPU time together, each
-//! sample labelled with its thread. The cost is bounded: 10 samples a
-//! second, at most 60 seconds, one profile at a time (a second request
-//! while one is taken gets 429).
+//! - `GET /debug/pprof/profile?seconds=N`: the server's thread stacks over
+//!   N seconds as a gzipped pprof profile (`application/octet-stream`),
+//!   which `go tool pprof`, Parca and Pyroscope read. The stacks are taken
+//!   without stopping any thread (the engine's passive mode): a running
+//!   thread is sampled on its CPU, a blocked one read where it sleeps, so
+//!   the profile holds on-CPU and off-CPU time together, each sample
+//!   labelled with its thread, 10 samples a second.
+//! - Other profiles the caller adds as [`Endpoint`]s (the CLI adds
+//!   `/debug/pprof/locks`, the lock waits traced by `pileup locks`): this
+//!   crate only serves them.
+//!
+//! The cost is bounded: at most 60 seconds a profile, one profile of each
+//! kind at a time (a second request for the same path while one is taken
+//! gets 429), each on its own thread so `/metrics` is served meanwhile.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, ThreadFilter};
@@ -22,6 +28,29 @@ pub const MAX_SECONDS: u64 = 60;
 pub const DEFAULT_SECONDS: u64 = 30;
 /// Time between samples.
 pub const INTERVAL: Duration = Duration::from_millis(100);
+
+/// Makes one profile: given the server's pid and the seconds asked for,
+/// the gzipped pprof bytes, or why not (one line, for the HTTP answer).
+pub type Take = Arc<dyn Fn(i32, u64) -> Result<Vec<u8>, String> + Send + Sync>;
+
+/// A profile served at `path`.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// `/debug/pprof/NAME`.
+    pub path: String,
+    pub take: Take,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// The server's stacks at `/debug/pprof/profile` ([`profile`]).
+pub fn cpu(any_process: bool) -> Endpoint {
+    Endpoint { path: "/debug/pprof/profile".into(), take: Arc::new(move |pid, secs| profile(pid, secs, any_process)) }
+}
 
 /// `seconds` from a request's query string: 1 to [`MAX_SECONDS`], else
 /// why not (the answer to a bad request).

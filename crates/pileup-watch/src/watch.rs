@@ -50,6 +50,9 @@ pub struct WatchOptions {
     pub pileup_threads: u32,
     /// Ship each finished capture to an object store.
     pub ship: Option<pileup_store::ship::ShipOptions>,
+    /// Profiles served on `listen` beside the server's stacks
+    /// (`/debug/pprof/profile`), when watch has the server's pid.
+    pub profiles: Vec<crate::profiles::Endpoint>,
 }
 
 /// The pile-up threshold that goes with the default triggers: as many
@@ -658,7 +661,9 @@ pub fn run(
         Some(addr) => {
             let shared = crate::expo::Shared::default();
             shared.lock().unwrap().stalls = crate::verdict::CLASSES.iter().map(|c| (c.to_string(), 0)).collect();
-            let local = crate::expo::serve(addr, shared.clone(), pid, o.capture.any_process)?;
+            let mut profiles = vec![crate::profiles::cpu(o.capture.any_process)];
+            profiles.extend(o.profiles.iter().cloned());
+            let local = crate::expo::serve(addr, shared.clone(), pid, profiles)?;
             on(&Event::Listening { addr: local.to_string() });
             Some(shared)
         }

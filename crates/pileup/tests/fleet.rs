@@ -33,11 +33,12 @@ fn free_port() -> u16 {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(20)))
-        .build()
-        .new_agent()
+    agent_for(Duration::from_secs(20))
+}
+
+/// An HTTP client that reads error statuses as answers.
+fn agent_for(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().new_agent()
 }
 
 fn get(url: &str) -> (u16, String) {
@@ -645,6 +646,31 @@ fn a_large_capture_s_upload_goes_on_where_it_stopped() {
     assert_eq!(std::fs::read(back.join("stacks.json")).unwrap(), noise);
 }
 
+/// A profile pulled in the background: its status and body (status 0
+/// when the connection failed). A 200 must be `application/octet-stream`.
+fn pull(url: &str) -> std::thread::JoinHandle<(u16, Vec<u8>)> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let Ok(mut r) = agent_for(Duration::from_secs(90)).get(&url).call() else { return (0, vec![]) };
+        let status = r.status().as_u16();
+        if status == 200 {
+            let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(ct.as_deref(), Some("application/octet-stream"), "{url}");
+        }
+        (status, r.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap_or_default())
+    })
+}
+
+/// Wait up to 10 s for the kernel's count of eBPF programs called `name`
+/// to meet `ok`.
+fn programs_until(name: &str, what: &str, ok: impl Fn(usize) -> bool) {
+    let t = Instant::now();
+    while !ok(programs_named(name)) {
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}: {} `{name}` programs loaded", programs_named(name));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     let sb = sandbox();
@@ -653,14 +679,7 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     let (_watch, rx) = watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0"], |_| {});
     let addr = listening(&rx);
     let base = format!("http://{addr}");
-    let pull = {
-        let url = format!("{base}/debug/pprof/profile?seconds=3");
-        std::thread::spawn(move || {
-            let mut r = agent().get(&url).call().unwrap();
-            let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
-            (r.status().as_u16(), ct, r.body_mut().with_config().limit(64 << 20).read_to_vec().unwrap())
-        })
-    };
+    let pull = pull(&format!("{base}/debug/pprof/profile?seconds=3"));
     std::thread::sleep(Duration::from_millis(500));
     // One profile at a time; the metrics are served meanwhile.
     let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
@@ -671,9 +690,8 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     assert!(t0.elapsed() < Duration::from_secs(1), "a scrape waited for the profile");
     let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=600"));
     assert_eq!(status, 400, "{body}");
-    let (status, ct, bytes) = pull.join().unwrap();
+    let (status, bytes) = pull.join().unwrap();
     assert_eq!(status, 200);
-    assert_eq!(ct.as_deref(), Some("application/octet-stream"));
     assert!(bytes.starts_with(&[0x1f, 0x8b]), "gzipped");
     let file = scratch.join("profile.pb.gz");
     std::fs::write(&file, &bytes).unwrap();
@@ -690,6 +708,52 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     assert!(total >= 20, "{text}");
+}
+
+#[test]
+fn go_tool_pprof_reads_the_lock_waits_pulled_from_watch_and_no_probe_outlives_them() {
+    let sb = sandbox();
+    // SHOW GLOBAL VARIABLES holds LOCK_global_system_variables while it
+    // copies every variable: a dozen connections queue on it.
+    let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
+    let scratch = scratch("pprof-locks");
+    let before = programs_named("futex_switch");
+    let (mut watch, rx) = watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0"], |_| {});
+    let base = format!("http://{}", listening(&rx));
+    let locks = pull(&format!("{base}/debug/pprof/locks?seconds=3"));
+    programs_until("futex_switch", "the lock probe attaches", |n| n > before);
+    // One lock profile at a time; the stacks profile and the metrics are
+    // served meanwhile (a profiler scrapes each kind on its own schedule).
+    let (status, body) = get(&format!("{base}/debug/pprof/locks?seconds=1"));
+    assert_eq!(status, 429, "{body}");
+    let cpu = pull(&format!("{base}/debug/pprof/profile?seconds=1"));
+    let (status, body) = get(&format!("{base}/metrics"));
+    assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
+    assert_eq!(cpu.join().unwrap().0, 200, "the stacks profile beside the lock profile");
+    let (status, bytes) = locks.join().unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert!(bytes.starts_with(&[0x1f, 0x8b]), "gzipped");
+    // The probe is detached once the profile is made.
+    programs_until("futex_switch", "the lock probe is detached after the profile", |n| n == before);
+    let file = scratch.join("locks.pb.gz");
+    std::fs::write(&file, &bytes).unwrap();
+    // go tool pprof reads it: time waited per stack, the mutex as the
+    // leaf, under the statement's code.
+    let raw = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&file).output().expect("go (make deps)");
+    let text = String::from_utf8_lossy(&raw.stdout);
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    assert!(text.contains("wait/microseconds") && text.contains("waits/count"), "{text}");
+    assert!(text.contains("[pthread mutex: LOCK_global_system_variables]"), "{text}");
+    assert!(text.contains("fill_variables"), "{text}");
+    // A watcher killed while it traces takes the probe with it.
+    let pending = pull(&format!("{base}/debug/pprof/locks?seconds=30"));
+    programs_until("futex_switch", "the lock probe attaches again", |n| n > before);
+    let pid = nix::unistd::Pid::from_raw(watch.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    watch.0.wait().unwrap();
+    programs_until("futex_switch", "eBPF programs loaded 10 s after SIGKILL", |n| n == before);
+    assert_eq!(pending.join().unwrap().0, 0, "no answer from a killed watcher");
+    assert!(stop(go, handles) > 100, "the storm ran");
 }
 
 #[test]

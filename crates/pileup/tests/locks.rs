@@ -7,8 +7,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -31,31 +30,6 @@ fn locks_json(sb: &Sandbox, extra: &[&str]) -> serde_json::Value {
     let out = pileup(&args);
     assert!(out.status.success(), "pileup locks failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("json output parses")
-}
-
-/// `n` connections running `sql` in a loop until the flag drops.
-fn storm(sb: &Sandbox, n: usize, sql: &'static str) -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<u64>>) {
-    let go = Arc::new(AtomicBool::new(true));
-    let handles = (0..n)
-        .map(|_| {
-            let mut c = sb.connect().unwrap();
-            let go = go.clone();
-            std::thread::spawn(move || {
-                let mut done = 0;
-                while go.load(Ordering::Relaxed) {
-                    let _: Vec<mysql::Row> = c.query(sql).unwrap();
-                    done += 1;
-                }
-                done
-            })
-        })
-        .collect();
-    (go, handles)
-}
-
-fn stop(go: Arc<AtomicBool>, handles: Vec<std::thread::JoinHandle<u64>>) -> u64 {
-    go.store(false, Ordering::Relaxed);
-    handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
 
 fn frames(stack: &serde_json::Value) -> Vec<&str> {

@@ -103,9 +103,11 @@ pub struct WatchArgs {
     pub any_process: bool,
     /// Serve the derived metrics in Prometheus exposition format at
     /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one),
-    /// and the server's stacks over N seconds as a pprof profile at
-    /// /debug/pprof/profile?seconds=N (no thread stopped; 1-60 s, one at a
-    /// time), for go tool pprof, Parca or Pyroscope.
+    /// and with the server's pid two pprof profiles over N seconds (1-60;
+    /// one of each kind at a time), for go tool pprof, Parca or Pyroscope:
+    /// the server's stacks, on and off CPU, at /debug/pprof/profile?seconds=N
+    /// (no thread stopped), and its contended lock waits, as pileup locks
+    /// traces them, at /debug/pprof/locks?seconds=N (root, eBPF).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
     /// Upload every finished capture to this S3-compatible store
@@ -223,6 +225,7 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         scan_interval: a.scan_interval,
         pileup_threads: a.pileup_threads.unwrap_or_else(|| pileup_watch::watch::default_pileup_threads(cpus)),
         ship,
+        profiles: vec![locks_profile(spec.clone(), a.any_process)],
     };
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
@@ -275,6 +278,9 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         match e {
             Event::Poll { ok: false, error, .. } => eprintln!("poll failed: {}", error.as_deref().unwrap_or("")),
             Event::Poll { .. } => {}
+            Event::Listening { addr } if pid.is_some() => eprintln!(
+                "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
+            ),
             Event::Listening { addr } => eprintln!("metrics: http://{addr}/metrics"),
             Event::Fired { trigger, .. } => eprintln!("fired: {trigger}"),
             Event::PileUp { blocked, baseline, .. } => {
@@ -308,6 +314,38 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         }
         e => e.into(),
     })
+}
+
+/// `/debug/pprof/locks?seconds=N`: the server's contended lock waits
+/// traced for N seconds, as `pileup locks` traces them (eBPF, at most
+/// 200 stacks a second, every probe detached when the trace ends or
+/// pileup exits), as a pprof profile valued by time waited and waits.
+fn locks_profile(spec: pileup_conn::ConnSpec, any_process: bool) -> pileup_watch::profiles::Endpoint {
+    let take = move |pid: i32, secs: u64| -> std::result::Result<Vec<u8>, String> {
+        let opts = pileup_locks::Options {
+            pid,
+            duration: Duration::from_secs(secs),
+            stack_budget: 200,
+            any_process,
+            dwarf: false,
+            debug_dirs: pileup_engine::default_debug_dirs(),
+            // Debug files already in the debuginfod cache; nothing fetched.
+            debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
+            top: usize::MAX,
+            sql_refresh: Duration::from_secs(1),
+            threads: None,
+            probe_cost: false,
+        };
+        // The waiters' statements label their stacks where the server
+        // answers; without SQL the profile is still whole.
+        let sql = spec.connect().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
+        let report = pileup_locks::run(&opts, sql, &AtomicBool::new(false), |_| {}).map_err(|e| e.to_string())?;
+        let mut out = vec![];
+        pileup_output::render(&report, pileup_output::Format::Pprof, &Default::default(), &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    };
+    pileup_watch::profiles::Endpoint { path: "/debug/pprof/locks".into(), take: Arc::new(take) }
 }
 
 /// This machine's name, for shipped captures' keys.

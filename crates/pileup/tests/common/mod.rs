@@ -2,6 +2,10 @@
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use mysql::prelude::Queryable;
 
 use pileup_sandbox::{Options, Sandbox};
 
@@ -163,4 +167,30 @@ pub fn chromium_screenshot_url(url: &str, scratch: &std::path::Path) -> (Vec<Str
 /// eBPF programs loaded in the kernel with this name.
 pub fn programs_named(name: &str) -> usize {
     libbpf_rs::query::ProgInfoIter::default().filter(|p| p.name.to_str() == Some(name)).count()
+}
+
+/// `n` connections running `sql` in a loop until [`stop`].
+pub fn storm(sb: &Sandbox, n: usize, sql: &'static str) -> (Arc<AtomicBool>, Vec<std::thread::JoinHandle<u64>>) {
+    let go = Arc::new(AtomicBool::new(true));
+    let handles = (0..n)
+        .map(|_| {
+            let mut c = sb.connect().unwrap();
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut done = 0;
+                while go.load(Ordering::Relaxed) {
+                    let _: Vec<mysql::Row> = c.query(sql).unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    (go, handles)
+}
+
+/// Stop a [`storm`]: the statements its connections ran.
+pub fn stop(go: Arc<AtomicBool>, handles: Vec<std::thread::JoinHandle<u64>>) -> u64 {
+    go.store(false, Ordering::Relaxed);
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
