@@ -15,7 +15,8 @@ CARGO ?= cargo
 # bench/digest measures each tool's CPU and peak memory with GNU time. The
 # CLI tests render pileup's manual pages with man (man-db, which brings groff).
 # The fleet's rules are checked and unit-tested with promtool, and run on a
-# real Prometheus (both from Debian's prometheus package).
+# real Prometheus (both from Debian's prometheus package). pileup bench compares
+# MariaDB with a throwaway PostgreSQL 15 cluster it starts (Debian's postgresql-15).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils gdb:gdb eu-stack:elfutils go:golang-go \
@@ -23,7 +24,8 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
   mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db \
-  promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter
+  promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter \
+  /usr/lib/postgresql/15/bin/initdb:postgresql-15
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps toolchain demo demo-fleet test style deploy-check build bench clean install

@@ -108,6 +108,21 @@ impl ConnSpec {
 
     /// Connect with bounded connect, read and write times.
     pub fn connect(&self) -> Result<mysql::Conn> {
+        let mut conn = mysql::Conn::new(self.opts()).map_err(|e| ConnError::connect(self.describe(), e))?;
+        // Bound every statement we run server-side too, not only our socket wait.
+        let ms = self.query_timeout.unwrap_or(self.timeout).as_millis().max(1);
+        let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0));
+        let _ = conn.query_drop(format!("SET SESSION max_execution_time = {ms}"));
+        let _ = conn.query_drop("SET SESSION lock_wait_timeout = 1");
+        Ok(conn)
+    }
+
+    /// The client options [`ConnSpec::connect`] connects with, before it
+    /// bounds the session: for a load generator's connections, which run
+    /// the workload's own statements. The client asks the server nothing
+    /// when it connects: its packet limit is given, the protocol's largest
+    /// (the server enforces its own).
+    pub fn opts(&self) -> mysql::OptsBuilder {
         let mut b = mysql::OptsBuilder::new()
             .user(self.user.clone())
             .pass(self.password.clone())
@@ -118,19 +133,14 @@ impl ConnSpec {
             // Prepared statements are looked up by text in this cache; a
             // statement evicted from it is closed on the server.
             .stmt_cache_size(Some(256))
-            .prefer_socket(false);
+            .prefer_socket(false)
+            .max_allowed_packet(Some(1 << 30));
         if let Some(s) = &self.socket {
             b = b.socket(Some(s.to_string_lossy().into_owned()));
         } else {
             b = b.ip_or_hostname(self.host.clone()).tcp_port(self.port);
         }
-        let mut conn = mysql::Conn::new(b).map_err(|e| ConnError::connect(self.describe(), e))?;
-        // Bound every statement we run server-side too, not only our socket wait.
-        let ms = self.query_timeout.unwrap_or(self.timeout).as_millis().max(1);
-        let _ = conn.query_drop(format!("SET SESSION max_statement_time = {}", ms as f64 / 1000.0));
-        let _ = conn.query_drop(format!("SET SESSION max_execution_time = {ms}"));
-        let _ = conn.query_drop("SET SESSION lock_wait_timeout = 1");
-        Ok(conn)
+        b
     }
 }
 

@@ -31,6 +31,7 @@ pub use error::SandboxError;
 pub use pileup_conn::ConnSpec;
 
 mod error;
+pub mod pg;
 pub mod planted;
 pub mod throttle;
 
@@ -480,6 +481,13 @@ pub fn list(base: Option<&Path>) -> Result<Vec<(Endpoint, bool)>> {
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(out)
+}
+
+/// The sandbox whose server uses this datadir (as `SELECT @@datadir`
+/// gives it), if it is one of pileup's on this host.
+pub fn sandbox_of_datadir(datadir: &Path) -> Option<Endpoint> {
+    let dir = datadir.components().as_path().parent()?;
+    read_endpoint(dir).filter(|e| e.dir.join("data") == datadir.components().as_path())
 }
 
 fn read_endpoint(dir: &Path) -> Option<Endpoint> {

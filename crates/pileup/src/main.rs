@@ -112,6 +112,8 @@ enum Command {
     Dump(cmd::dump::DumpArgs),
     /// Load a dump in parallel (LOAD DATA, checks off, rows and checksums verified per chunk).
     Load(cmd::dump::LoadArgs),
+    /// Experiments on a sandbox: hot row, accepts, table opens, point selects, ranges, durability; curves, plots and the profile at each knee.
+    Bench(cmd::bench::BenchArgs),
     /// Start, stop and list throwaway mariadbd servers.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCmd),
@@ -237,6 +239,7 @@ fn main() {
         Command::Locks(a) => cmd::locks::run(a, &conn),
         Command::Dump(a) => cmd::dump::run_dump(a, &conn),
         Command::Load(a) => cmd::dump::run_load(a, &conn),
+        Command::Bench(a) => cmd::bench::run(a, &conn),
         Command::Sandbox(c) => cmd::sandbox::run(c),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut command(), "pileup", &mut std::io::stdout());

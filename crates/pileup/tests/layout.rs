@@ -287,8 +287,16 @@ fn the_checker_sees_circles_through_grouped_uses_parents_and_the_root() {
 /// Crates that are tools: none of them may depend on another. The others
 /// are what tools share (engine, output, conn, files, sql, binlog's
 /// decoder, replica, sandbox) or drive them (the CLI, the benches).
-const TOOLS: [&str; 7] =
-    ["pileup-watch", "pileup-locks", "pileup-lag", "pileup-digest", "pileup-dump", "pileup-prefetch", "pileup-memory"];
+const TOOLS: [&str; 8] = [
+    "pileup-watch",
+    "pileup-locks",
+    "pileup-lag",
+    "pileup-digest",
+    "pileup-dump",
+    "pileup-prefetch",
+    "pileup-memory",
+    "pileup-experiment",
+];
 
 #[test]
 fn no_tool_crate_depends_on_another_tool_crate() {

@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod binlog;
 pub mod debug_files;
 pub mod digest;

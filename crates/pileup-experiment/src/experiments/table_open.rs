@@ -1,0 +1,66 @@
+//! Table opens: many small InnoDB tables read by the clients in random
+//! order through a table cache far smaller than the tables, so almost
+//! every statement opens a table (`Opened_tables` a second is reported
+//! beside); and the same reads with a cache that holds every table.
+
+use mysql::prelude::Queryable;
+
+use super::{fresh_schema, maria_error, settings, Ctx, Guard, Rand, Variant};
+use crate::drive::{Client, OpError};
+use crate::error::Result;
+use crate::SCHEMA;
+
+struct Reader {
+    conn: mysql::Conn,
+    rand: Rand,
+    tables: u32,
+}
+
+impl Client for Reader {
+    fn op(&mut self) -> std::result::Result<(), OpError> {
+        let t = self.rand.upto(self.tables);
+        self.conn.query_drop(format!("SELECT id FROM t{t} WHERE id = 1")).map_err(maria_error)
+    }
+}
+
+/// The small cache: ten tables, far fewer than the experiment reads.
+const SMALL_CACHE: &str = "10";
+
+pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
+    let m = ctx.maria;
+    let tables = ctx.o.tables.max(1);
+    let mut c = m.admin()?;
+    fresh_schema(&mut c)?;
+    for t in 1..=tables {
+        c.query_drop(format!(
+            "CREATE TABLE {SCHEMA}.t{t} (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB; INSERT INTO {SCHEMA}.t{t} VALUES (1)"
+        ))
+        .map_err(crate::target::sql("making the tables"))?;
+    }
+    let big = (tables + 400).to_string();
+    let variant = |cache: String, label: String, profiled: bool| {
+        // 400 is the definition cache's smallest.
+        let defs = cache.parse::<u32>().unwrap_or(400).max(400).to_string();
+        let pairs = [("table_open_cache", cache.clone()), ("table_definition_cache", defs)];
+        Variant {
+            label,
+            system: "MariaDB",
+            settings: settings(&[("table_open_cache", &cache), ("tables", &tables.to_string())]),
+            apply: Box::new(move || {
+                let mut g: Vec<Guard> = vec![];
+                for (k, v) in &pairs {
+                    g.push(Box::new(m.set_global(k, v)?));
+                }
+                Ok(g)
+            }),
+            make: Box::new(move |t| Ok(Box::new(Reader { conn: m.client()?, rand: Rand::new(t), tables }))),
+            pid: m.pid,
+            counter: Some("Opened_tables"),
+            profiled,
+        }
+    };
+    Ok(vec![
+        variant(SMALL_CACHE.into(), format!("{tables} tables, table_open_cache={SMALL_CACHE}"), true),
+        variant(big.clone(), format!("{tables} tables, every table cached (table_open_cache={big})"), false),
+    ])
+}

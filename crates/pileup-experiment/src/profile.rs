@@ -1,0 +1,264 @@
+//! The profile at a curve's knee: while the load runs at that many
+//! threads, the server's threads are sampled without being stopped (the
+//! engine's passive mode) and its lock waits are traced by the caller's
+//! [`LockProfiler`]. Both are reduced to shares a report can state: where
+//! the connection threads were (innermost frame, innermost server
+//! function), which locks they waited on, and where the accept thread's
+//! time went.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use pileup_engine::{CaptureOptions, Counted, Mode, Profile, Role, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use serde::{Deserialize, Serialize};
+
+/// Traces the server's lock waits for a while (pileup's `locks` tool,
+/// wired by the caller: tools do not depend on each other).
+pub trait LockProfiler: Send {
+    fn profile(&mut self, pid: i32, duration: Duration) -> Result<LockSummary, String>;
+}
+
+/// A lock profile reduced for the report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LockSummary {
+    /// Contended waits counted, all locks.
+    pub waits: u64,
+    /// The locks most waited on, most time first.
+    pub locks: Vec<LockShare>,
+    pub notes: Vec<String>,
+}
+
+/// One lock's waits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockShare {
+    pub name: String,
+    /// `pthread mutex`, `InnoDB latch`, `condition`, …
+    pub kind: String,
+    pub waits: u64,
+    pub wait_ms: f64,
+    /// Share of the traced threads' time spent waiting on it (0–1).
+    pub share: f64,
+    /// Where it was waited on: the innermost named frames of its most
+    /// frequent stack.
+    pub waited_in: Vec<String>,
+    /// The statements its waiters were running (fingerprints, most waits
+    /// first): none for threads that waited idle (a pool's workers, a
+    /// cached thread waiting for a connection).
+    #[serde(default)]
+    pub statements: Vec<String>,
+}
+
+impl LockShare {
+    /// A lock waited on by threads at work: a mutex, rwlock or latch, or a
+    /// condition its waiters were running a statement on (a row lock).
+    pub fn busy(&self) -> bool {
+        !self.kind.contains("condition") || !self.statements.is_empty()
+    }
+}
+
+/// A share of samples.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Share {
+    pub name: String,
+    pub share: f64,
+}
+
+/// What the profile at one point found.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KneeProfile {
+    /// The curve and the point profiled.
+    pub series: String,
+    pub threads: u32,
+    /// Why this point: `knee` or `most threads`.
+    pub at: String,
+    pub seconds: f64,
+    /// Connection-thread samples, and the share of them running on a CPU.
+    pub connection_samples: usize,
+    pub running_share: f64,
+    /// Connection threads by innermost frame (a system call's wrapper, a
+    /// futex wait, a server function).
+    pub innermost: Vec<Share>,
+    /// Connection threads by innermost frame of the server's own binary.
+    pub server_function: Vec<Share>,
+    /// Share of connection samples whose innermost server frame has no
+    /// name (a stripped binary's static functions: module+offset).
+    pub unnamed_share: f64,
+    /// The accept thread's samples by innermost frame (its system calls).
+    pub accept: Vec<Share>,
+    pub accept_samples: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks: Option<LockSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks_error: Option<String>,
+    pub notes: Vec<String>,
+}
+
+/// Samples a second while profiling.
+const INTERVAL: Duration = Duration::from_millis(50);
+/// Shares listed.
+const TOP: usize = 8;
+
+/// Sample `pid` for `duration` without stopping it.
+pub fn sample(pid: i32, duration: Duration, sql: Option<SqlSource>) -> Result<Profile, String> {
+    let opts = SamplerOptions {
+        capture: CaptureOptions { mode: Mode::Passive, stack_bytes: 64 * 1024, ..Default::default() },
+        filter: ThreadFilter::default(),
+        any_process: false,
+        debug_info: false,
+        sql_refresh: Duration::from_secs(1),
+        sql_bracket: false,
+        keep_samples: 1,
+        debug_dirs: pileup_engine::default_debug_dirs(),
+        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
+        debuginfod_wait: true,
+    };
+    let n = (duration.as_millis() / INTERVAL.as_millis()).max(1) as usize;
+    let mut s = Sampler::new(pid, opts, sql).map_err(|e| pileup_conn::error_text(&e))?;
+    s.run_until(n, INTERVAL, Some(duration), None, |_| {}).map_err(|e| pileup_conn::error_text(&e))?;
+    Ok(s.finish())
+}
+
+/// Whether a frame label is the server binary's unnamed code.
+fn unnamed(label: &str) -> bool {
+    label == "??" || label.contains("+0x")
+}
+
+fn shares(counts: BTreeMap<String, usize>, total: usize) -> Vec<Share> {
+    let mut v: Vec<Share> =
+        counts.into_iter().map(|(name, n)| Share { name, share: n as f64 / total.max(1) as f64 }).collect();
+    v.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.name.cmp(&b.name)));
+    v.truncate(TOP);
+    v
+}
+
+/// Reduce a sampled profile: `exe` is the server binary's file name.
+pub fn reduce(p: &Profile, series: &str, threads: u32, at: &str, seconds: f64) -> KneeProfile {
+    let exe = std::path::Path::new(&p.exe).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let in_server = |c: &Counted, i: usize| c.frames[i].module.as_deref().is_some_and(|m| m.ends_with(exe.as_str()));
+    let (mut innermost, mut server_fn, mut accept) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    let (mut conn, mut running, mut unnamed_n, mut accept_n) = (0, 0, 0, 0);
+    for c in &p.stacks {
+        let leaf = c.frames.first().map(|f| f.label.clone()).unwrap_or_else(|| "??".into());
+        match c.role {
+            Some(Role::Connection) => {
+                conn += c.count;
+                if c.state == 'R' {
+                    running += c.count;
+                }
+                *innermost.entry(leaf).or_insert(0) += c.count;
+                if let Some(i) = (0..c.frames.len()).find(|&i| in_server(c, i)) {
+                    let label = &c.frames[i].label;
+                    if unnamed(label) {
+                        unnamed_n += c.count;
+                    }
+                    *server_fn.entry(label.clone()).or_insert(0) += c.count;
+                }
+            }
+            Some(Role::Accept) => {
+                accept_n += c.count;
+                *accept.entry(leaf).or_insert(0) += c.count;
+            }
+            _ => {}
+        }
+    }
+    let mut notes = vec![];
+    if conn == 0 {
+        notes.push("no connection thread was seen in the samples".into());
+    }
+    KneeProfile {
+        series: series.into(),
+        threads,
+        at: at.into(),
+        seconds,
+        connection_samples: conn,
+        running_share: running as f64 / conn.max(1) as f64,
+        innermost: shares(innermost, conn),
+        server_function: shares(server_fn, conn),
+        unnamed_share: unnamed_n as f64 / conn.max(1) as f64,
+        accept: shares(accept, accept_n),
+        accept_samples: accept_n,
+        locks: None,
+        locks_error: None,
+        notes,
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// The profile as text.
+pub fn text(k: &KneeProfile, w: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "Profile at {} threads ({}) of {}, {:.0} s: {} connection-thread samples, {} of them on a CPU",
+        k.threads,
+        k.at,
+        k.series,
+        k.seconds,
+        k.connection_samples,
+        pct(k.running_share)
+    )?;
+    let list = |v: &[Share]| v.iter().map(|s| format!("{} {}", s.name, pct(s.share))).collect::<Vec<_>>().join(", ");
+    if !k.innermost.is_empty() {
+        writeln!(w, "  innermost frame: {}", list(&k.innermost))?;
+    }
+    if !k.server_function.is_empty() {
+        writeln!(w, "  innermost server function: {}", list(&k.server_function))?;
+    }
+    if k.unnamed_share > 0.0 {
+        writeln!(
+            w,
+            "  {} of the samples stop in server code with no name (module+offset: the binary's static functions are stripped; InnoDB's are among them)",
+            pct(k.unnamed_share)
+        )?;
+    }
+    if k.accept_samples > 0 {
+        writeln!(w, "  accept thread ({} samples): {}", k.accept_samples, list(&k.accept))?;
+    }
+    if let Some(l) = &k.locks {
+        writeln!(w, "  lock waits: {} contended waits", l.waits)?;
+        for s in &l.locks {
+            let at = if s.waited_in.is_empty() { String::new() } else { format!(" in {}", s.waited_in.join(" ← ")) };
+            writeln!(
+                w,
+                "    {} ({}): {} waits, {:.0} ms, {} of the threads' time{at}",
+                s.name,
+                s.kind,
+                s.waits,
+                s.wait_ms,
+                pct(s.share)
+            )?;
+        }
+    }
+    if let Some(e) = &k.locks_error {
+        writeln!(w, "  lock waits not traced: {e}")?;
+    }
+    for n in &k.notes {
+        writeln!(w, "  note: {n}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_sorted_and_capped() {
+        let m: BTreeMap<String, usize> = (0..12).map(|i| (format!("f{i}"), i)).collect();
+        let s = shares(m, 66);
+        assert_eq!(s.len(), TOP);
+        assert_eq!(s[0].name, "f11");
+        assert!((s[0].share - 11.0 / 66.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unnamed_frames_are_told_apart() {
+        assert!(unnamed("mariadbd+0x8c5e10"));
+        assert!(unnamed("??"));
+        assert!(!unnamed("open_table"));
+        assert!(!unnamed("handler::ha_write_row"));
+    }
+}

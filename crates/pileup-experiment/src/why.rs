@@ -1,0 +1,488 @@
+//! What the curves and the profiles say, in sentences: where each curve
+//! bends and whether the machine or the server was the limit there, the
+//! experiment's comparison as a ratio, and what the profile names as the
+//! place the time goes (and what it cannot name). Pure functions of a
+//! report.
+
+use crate::experiments::Name;
+use crate::profile::KneeProfile;
+use crate::report::{rate, ExperimentReport, Point, Series};
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+fn best(s: &Series) -> Option<&Point> {
+    s.points.iter().filter(|p| p.median.is_finite()).max_by(|a, b| a.median.total_cmp(&b.median))
+}
+
+fn at(s: &Series, threads: u32) -> Option<&Point> {
+    s.points.iter().find(|p| p.threads == threads)
+}
+
+fn find<'a>(r: &'a ExperimentReport, label_has: &[&str]) -> Option<&'a Series> {
+    r.series.iter().find(|s| label_has.iter().all(|w| s.label.contains(w)))
+}
+
+/// Whether two points' spreads overlap (a difference within noise).
+fn overlap(a: &Point, b: &Point) -> bool {
+    a.min <= b.max && b.min <= a.max
+}
+
+/// "N× as much as", "N% more than", "N% less than": a against b, as the
+/// ratio of medians.
+fn ratio(a: f64, b: f64) -> String {
+    let r = a / b;
+    if r >= 2.0 {
+        format!("{r:.1}× as much as")
+    } else if r >= 1.0 {
+        format!("{:.0}% more than", (r - 1.0) * 100.0)
+    } else if r > 0.5 {
+        format!("{:.0}% less than", (1.0 - r) * 100.0)
+    } else {
+        format!("{:.1}× less than", 1.0 / r)
+    }
+}
+
+/// Every finding of a report.
+pub fn findings(name: Name, r: &ExperimentReport) -> Vec<String> {
+    let mut out = vec![];
+    for s in &r.series {
+        out.extend(curve(s, r.machine.cores, &r.unit));
+    }
+    out.extend(comparison(name, r));
+    out.extend(profiles(name, &r.profiles));
+    out
+}
+
+/// Where one curve bends, and what bound it there.
+fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
+    let b = best(s)?;
+    let last = s.points.last()?;
+    let knee = s.knee_threads.and_then(|k| at(s, k)).unwrap_or(b);
+    let mut t = format!(
+        "{}: best {} {unit} at {} threads; {} at {} threads",
+        s.label,
+        rate(b.median),
+        b.threads,
+        rate(last.median),
+        last.threads
+    );
+    if let Some(shape) = s.shape {
+        t.push_str(&format!(" ({})", shape.describe()));
+    }
+    t.push('.');
+    let busy = knee.server_cores.map(|c| c + knee.driver_cores);
+    if knee.cpu_bound {
+        t.push_str(&format!(
+            " At the knee ({} threads) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
+            knee.threads,
+            knee.server_cores.unwrap_or(0.0),
+            knee.driver_cores
+        ));
+    } else if let Some(busy) = busy {
+        t.push_str(&format!(
+            " At the knee ({} threads) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
+            knee.threads
+        ));
+    }
+    if knee.driver_cores > 0.5 * cores as f64 {
+        t.push_str(&format!(
+            " The driver itself used {:.2} cores there: on this machine it competes with the server for CPU.",
+            knee.driver_cores
+        ));
+    }
+    Some(t)
+}
+
+/// The experiment's own comparison.
+fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
+    let mut out = vec![];
+    let both = |a: &Series, b: &Series| -> Option<(u32, f64, f64, bool)> {
+        let t = a.points.last()?.threads;
+        let (pa, pb) = (at(a, t)?, at(b, t)?);
+        Some((t, pa.median, pb.median, overlap(pa, pb)))
+    };
+    match name {
+        Name::HotRow => {
+            if let (Some(on), Some(off)) = (find(r, &["detection on"]), find(r, &["detection off"])) {
+                if let Some((t, a, b, same)) = both(on, off) {
+                    out.push(if same {
+                        format!(
+                            "At {t} threads deadlock detection on and off are equal within noise ({} and {} {}).",
+                            rate(a),
+                            rate(b),
+                            r.unit
+                        )
+                    } else {
+                        format!(
+                            "At {t} threads deadlock detection on does {} off ({} against {}).",
+                            ratio(a, b),
+                            rate(a),
+                            rate(b)
+                        )
+                    });
+                }
+            }
+        }
+        Name::Accept => {
+            let maria = find(r, &["MariaDB"]).and_then(best);
+            for pg in r.series.iter().filter(|s| s.system == "PostgreSQL") {
+                if let (Some(m), Some(p)) = (maria, best(pg)) {
+                    out.push(format!(
+                        "MariaDB accepts {} connections/s at best, {} {} ({}).",
+                        rate(m.median),
+                        ratio(m.median, p.median),
+                        pg.label,
+                        rate(p.median)
+                    ));
+                }
+            }
+        }
+        Name::TableOpen => {
+            if let Some(small) = r.series.first().and_then(|s| best(s).map(|p| (s, p))) {
+                if let Some(opens) = small.1.counter_per_s {
+                    out.push(format!(
+                        "Through the small cache the server opened {} tables/s at best ({} threads).",
+                        rate(opens),
+                        small.1.threads
+                    ));
+                }
+                if let Some(cached) = r.series.get(1).and_then(best) {
+                    out.push(format!(
+                        "With every table cached the same reads run at {} {}: {} uncached.",
+                        rate(cached.median),
+                        r.unit,
+                        ratio(cached.median, small.1.median)
+                    ));
+                }
+            }
+        }
+        Name::PointSelect => {
+            for sys in ["MariaDB, prepared", "PostgreSQL, plain", "PostgreSQL, prepared"] {
+                if let (Some(auto), Some(trx)) = (find(r, &[sys, "autocommit"]), find(r, &[sys, "per transaction"])) {
+                    if let Some((t, a, b, same)) = both(auto, trx) {
+                        let cost = b / a - 1.0;
+                        out.push(if same {
+                            format!("{sys}: at {t} threads autocommit (a snapshot per statement) and ten statements per transaction are equal within noise.")
+                        } else if cost > 0.0 {
+                            format!(
+                                "{sys}: at {t} threads ten statements per transaction do {} autocommit: a snapshot per statement costs {} of the throughput.",
+                                ratio(b, a),
+                                pct(cost / (1.0 + cost))
+                            )
+                        } else {
+                            format!(
+                                "{sys}: at {t} threads ten statements per transaction do {} autocommit: the BEGIN and COMMIT round trips cost more than the snapshots they save.",
+                                ratio(b, a)
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        Name::Range => {
+            let free = r
+                .series
+                .iter()
+                .find(|s| s.label.starts_with("MariaDB, rows returned") && !s.label.contains(&format!("={}", 8)));
+            if let (Some(data), Some(sum)) = (free, find(r, &["MariaDB, summed"])) {
+                if let (Some(a), Some(b)) = (best(data), best(sum)) {
+                    out.push(format!(
+                        "MariaDB: summing on the server does {} returning the rows ({} against {} ranges/s at best).",
+                        ratio(b.median, a.median),
+                        rate(b.median),
+                        rate(a.median)
+                    ));
+                }
+            }
+            if let (Some(free), Some(limited)) = (free, find(r, &["MariaDB, rows returned", "concurrency=8"])) {
+                if let Some((t, a, b, same)) = both(limited, free) {
+                    out.push(if same {
+                        format!("At {t} threads innodb_thread_concurrency=8 and 0 are equal within noise.")
+                    } else {
+                        format!("At {t} threads innodb_thread_concurrency=8 does {} 0.", ratio(a, b))
+                    });
+                }
+            }
+            if let (Some(m), Some(p)) = (free.and_then(best), find(r, &["PostgreSQL, rows returned"]).and_then(best)) {
+                out.push(format!(
+                    "Returning the rows, MariaDB does {} PostgreSQL at best ({} against {}).",
+                    ratio(m.median, p.median),
+                    rate(m.median),
+                    rate(p.median)
+                ));
+            }
+        }
+        Name::Durability => {
+            let pairs = [
+                ("flushed at every commit", "synchronous_commit=on", "flushed at every commit"),
+                ("written at commit, flushed each second", "synchronous_commit=off", "flushed in the background"),
+            ];
+            for (maria, pg, what) in pairs {
+                if let (Some(m), Some(p)) =
+                    (find(r, &["MariaDB", maria]).and_then(best), find(r, &["PostgreSQL", pg]).and_then(best))
+                {
+                    out.push(format!(
+                        "At the same durability (log {what}), MariaDB does {} PostgreSQL at best ({} against {} commits/s).",
+                        ratio(m.median, p.median),
+                        rate(m.median),
+                        rate(p.median)
+                    ));
+                }
+            }
+            if let (Some(a), Some(b)) =
+                (find(r, &["MariaDB", "=1)"]).and_then(best), find(r, &["MariaDB", "=2)"]).and_then(best))
+            {
+                out.push(format!(
+                    "Flushing the redo log at every commit costs MariaDB {} of its commits/s against flushing once a second.",
+                    pct(1.0 - a.median / b.median)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What the profiles name.
+fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
+    let mut out = vec![];
+    for k in ps {
+        let mut t = format!("At {} threads ({}), ", k.threads, k.at);
+        t.push_str(&format!("{} of the connection threads' samples were on a CPU", pct(k.running_share)));
+        if let Some(top) = k.innermost.first() {
+            t.push_str(&format!("; the commonest innermost frame was {} ({})", top.name, pct(top.share)));
+        }
+        if let Some(f) = k.server_function.iter().find(|f| !f.name.contains("+0x")) {
+            t.push_str(&format!("; the commonest named server function, {} ({})", f.name, pct(f.share)));
+        }
+        t.push('.');
+        if k.unnamed_share >= 0.2 {
+            t.push_str(&format!(
+                " {} of the samples stop in server code this binary leaves unnamed (a stripped build's static functions, InnoDB's among them): pileup names them where debug info is found, and does not guess here.",
+                pct(k.unnamed_share)
+            ));
+        }
+        out.push(t);
+        if let Some(l) = &k.locks {
+            let busy: Vec<_> = l.locks.iter().filter(|l| l.busy()).take(2).collect();
+            for top in &busy {
+                let by = match top.statements.first() {
+                    Some(s) => format!(" by threads running `{s}`"),
+                    None => String::new(),
+                };
+                out.push(format!(
+                    "Waited on{by}: {} ({}), {} of the traced threads' time, {} waits{}.",
+                    top.name,
+                    top.kind,
+                    pct(top.share),
+                    top.waits,
+                    if top.waited_in.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", in {}", top.waited_in.join(" ← "))
+                    }
+                ));
+            }
+            if busy.is_empty() {
+                out.push("No thread at work waited on a contended lock (the condition waits traced were idle threads: pool workers, cached threads).".into());
+            }
+        }
+        if k.innermost.first().is_some_and(|f| f.name.contains("poll") || f.name.contains("recv"))
+            && k.server_function.first().is_some_and(|f| f.name.starts_with("vio_"))
+        {
+            out.push(format!(
+                "Most connection threads were waiting for their client's next statement ({} in {}): each client's round trip, not the server's work, spaced its statements.",
+                pct(k.server_function[0].share),
+                k.server_function[0].name
+            ));
+        }
+        if name == Name::Accept && k.accept_samples > 0 {
+            let list: Vec<String> = k.accept.iter().take(5).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
+            out.push(format!("The accept thread's time: {}.", list.join(", ")));
+        }
+    }
+    // Scaling: the same lock at the knee and at the most threads.
+    if let (Some(a), Some(b)) = (ps.iter().find(|k| k.at == "knee"), ps.iter().find(|k| k.at == "most threads")) {
+        if let (Some(la), Some(lb)) = (&a.locks, &b.locks) {
+            if let Some(top) = lb.locks.iter().find(|l| l.busy()) {
+                let before = la.locks.iter().find(|l| l.name == top.name).map(|l| l.share).unwrap_or(0.0);
+                if top.share > before * 1.5 && top.share >= 0.05 {
+                    out.push(format!(
+                        "Time waiting on {} grows with threads: {} at {} threads, {} at {}. On a machine with more cores this is where the curve will bend: --threads up to 1000 on a larger machine shows it.",
+                        top.name,
+                        pct(before),
+                        a.threads,
+                        pct(top.share),
+                        b.threads
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{LockShare, LockSummary, Share};
+    use crate::target::Machine;
+
+    fn point(threads: u32, median: f64, spread: f64, cpu_bound: bool) -> Point {
+        Point {
+            threads,
+            rounds: vec![median],
+            median,
+            min: median - spread,
+            max: median + spread,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+            errors: 0,
+            driver_cores: 0.4,
+            server_cores: Some(1.5),
+            cpu_bound,
+            counter_per_s: None,
+        }
+    }
+
+    fn series(label: &str, system: &str, pts: Vec<Point>) -> Series {
+        let m: Vec<(u32, f64)> = pts.iter().map(|p| (p.threads, p.median)).collect();
+        Series {
+            label: label.into(),
+            system: system.into(),
+            settings: Default::default(),
+            knee_threads: crate::knee::knee(&m).map(|i| m[i].0),
+            shape: crate::knee::shape(&m),
+            points: pts,
+        }
+    }
+
+    fn report(name: Name, series: Vec<Series>, profiles: Vec<KneeProfile>) -> ExperimentReport {
+        ExperimentReport {
+            experiment: name.as_str().into(),
+            question: String::new(),
+            unit: "updates/s".into(),
+            started_unix: 0.0,
+            machine: Machine { cores: 2, memory_gib: 24.0, kernel: "6.1".into(), cpu: "x".into() },
+            driver: String::new(),
+            systems: vec![],
+            series,
+            profiles,
+            findings: vec![],
+            stopped: None,
+            window_s: 10.0,
+            warmup_s: 2.0,
+            rounds: 3,
+        }
+    }
+
+    fn knee_profile(at: &str, threads: u32, lock_share: f64) -> KneeProfile {
+        KneeProfile {
+            series: "deadlock detection on".into(),
+            threads,
+            at: at.into(),
+            seconds: 10.0,
+            connection_samples: 1000,
+            running_share: 0.2,
+            innermost: vec![Share { name: "__futex_abstimed_wait_common".into(), share: 0.7 }],
+            server_function: vec![
+                Share { name: "mariadbd+0x8c5e10".into(), share: 0.6 },
+                Share { name: "mysql_update".into(), share: 0.1 },
+            ],
+            unnamed_share: 0.6,
+            accept: vec![],
+            accept_samples: 0,
+            locks: Some(LockSummary {
+                waits: 5000,
+                locks: vec![LockShare {
+                    name: "lock_sys".into(),
+                    kind: "InnoDB latch".into(),
+                    waits: 5000,
+                    wait_ms: 900.0,
+                    share: lock_share,
+                    waited_in: vec![],
+                    statements: vec!["update hot set n = n + ? where id = ?".into()],
+                }],
+                notes: vec![],
+            }),
+            locks_error: None,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn hot_row_detection_within_noise_is_said_so() {
+        let on = series(
+            "deadlock detection on",
+            "MariaDB",
+            vec![point(1, 10000.0, 500.0, false), point(100, 15000.0, 900.0, false)],
+        );
+        let off = series(
+            "deadlock detection off",
+            "MariaDB",
+            vec![point(1, 10000.0, 500.0, false), point(100, 15500.0, 900.0, false)],
+        );
+        let f = findings(Name::HotRow, &report(Name::HotRow, vec![on, off], vec![]));
+        assert!(
+            f.iter().any(|l| l.starts_with("At 100 threads deadlock detection on and off are equal within noise")),
+            "{f:#?}"
+        );
+    }
+
+    #[test]
+    fn a_collapse_with_detection_is_a_ratio() {
+        let on = series(
+            "deadlock detection on",
+            "MariaDB",
+            vec![point(1, 20000.0, 100.0, false), point(100, 639.0, 50.0, false)],
+        );
+        let off = series(
+            "deadlock detection off",
+            "MariaDB",
+            vec![point(1, 20000.0, 100.0, false), point(100, 10000.0, 100.0, false)],
+        );
+        let f = findings(Name::HotRow, &report(Name::HotRow, vec![on, off], vec![]));
+        assert!(f.iter().any(|l| l.contains("deadlock detection on does 15.6× less than off")), "{f:#?}");
+        assert!(f.iter().any(|l| l.contains("collapsing past its knee")), "{f:#?}");
+    }
+
+    #[test]
+    fn the_machine_or_the_server_is_named_as_the_limit() {
+        let cpu = series("a", "MariaDB", vec![point(1, 100.0, 1.0, false), point(10, 500.0, 1.0, true)]);
+        let lock = series("b", "MariaDB", vec![point(1, 100.0, 1.0, false), point(10, 101.0, 1.0, false)]);
+        let f = findings(Name::HotRow, &report(Name::HotRow, vec![cpu, lock], vec![]));
+        assert!(f[0].contains("the machine's 2 cores were the limit"), "{}", f[0]);
+        assert!(f[1].contains("1.90 of 2 cores were busy: the limit is inside the server"), "{}", f[1]);
+    }
+
+    #[test]
+    fn a_lock_that_grows_with_threads_is_the_projection() {
+        let on =
+            series("deadlock detection on", "MariaDB", vec![point(1, 100.0, 1.0, false), point(200, 90.0, 1.0, false)]);
+        let ps = vec![knee_profile("knee", 1, 0.05), knee_profile("most threads", 200, 0.45)];
+        let f = findings(Name::HotRow, &report(Name::HotRow, vec![on], ps));
+        assert!(
+            f.iter().any(|l| l.starts_with("Time waiting on lock_sys grows with threads: 5% at 1 threads, 45% at 200")),
+            "{f:#?}"
+        );
+        assert!(
+            f.iter().any(|l| l.contains("60% of the samples stop in server code this binary leaves unnamed")),
+            "{f:#?}"
+        );
+        assert!(f.iter().any(|l| l.contains("the commonest named server function, mysql_update (10%)")), "{f:#?}");
+    }
+
+    #[test]
+    fn autocommit_cost_is_read_from_the_pair() {
+        let a = series("PostgreSQL, plain, autocommit", "PostgreSQL", vec![point(10, 10000.0, 100.0, true)]);
+        let b = series("PostgreSQL, plain, 10 per transaction", "PostgreSQL", vec![point(10, 15000.0, 100.0, true)]);
+        let f = findings(Name::PointSelect, &report(Name::PointSelect, vec![a, b], vec![]));
+        assert!(
+            f.iter().any(|l| l.contains(
+                "ten statements per transaction do 50% more than autocommit: a snapshot per statement costs 33%"
+            )),
+            "{f:#?}"
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! `pileup bench`: wiring for pileup_experiment (the lock profile at the
+//! knee comes from pileup_locks).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use pileup_conn::ConnOptions;
+use pileup_experiment::{experiments, ExperimentReport, LockProfiler, LockSummary, Name};
+
+#[derive(clap::Args)]
+#[command(after_long_help = "Runs small, sharp experiments and reports each as a curve of throughput against \
+client threads: the median of several rounds per point with its spread, the server's and the load generator's \
+CPU beside it (so a saturated client is never taken for a server limit), the durability settings, the server \
+versions and the machine. At the knee of each curve (and at the most threads) pileup profiles the server while \
+the load runs: its stacks without stopping a thread, and its lock waits (eBPF, as pileup locks); the report says \
+where the time goes and what it cannot name.\n\n\
+Experiments:\n  \
+hot-row       one row UPDATEd by every client, deadlock detection on and off\n  \
+accept        connect and disconnect over TCP as fast as possible; MariaDB beside PostgreSQL (trust, SCRAM)\n  \
+table-open    thousands of tables read through a table cache of 10, and with every table cached\n  \
+point-select  primary-key lookups, autocommit against 10 per transaction; PostgreSQL plain and prepared\n  \
+range         100-row ranges returned or summed, innodb_thread_concurrency 0 and 8; PostgreSQL\n  \
+durability    one-row commits at each durability level, MariaDB beside PostgreSQL at the same one\n  \
+all           every experiment in turn\n\n\
+The experiments create a schema (pileup_bench), write and churn connections, and set global variables for a \
+curve (put back afterwards). They run only on a pileup sandbox: --sandbox starts one (and a throwaway PostgreSQL \
+cluster for the comparisons), or point pileup at a sandbox with -S/-P; any other server is refused unless \
+--i-know is given.\n\n\
+compare A.json B.json prints the second result against the first, point by point, as ratios of medians, marked \
+where the spreads overlap.\n\nExamples:\n  \
+pileup bench hot-row --sandbox\n  \
+pileup bench accept --sandbox --threads 1,8,32,128 -o accept.json -o accept.svg\n  \
+pileup bench all --sandbox --duration 5s --rounds 3 -o results/\n  \
+pileup bench compare before.json after.json")]
+pub struct BenchArgs {
+    /// The experiment (hot-row, accept, table-open, point-select, range,
+    /// durability, all), or compare.
+    #[arg(value_name = "EXPERIMENT")]
+    pub what: String,
+    /// For compare: the two JSON results.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Client threads of the curve's points, comma-separated (up to 1000).
+    #[arg(long, default_value = "1,10,50,100,200", value_delimiter = ',')]
+    pub threads: Vec<u32>,
+    /// Each round's counted window.
+    #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
+    pub duration: Duration,
+    /// Connected and running before each window, not counted.
+    #[arg(long, default_value = "2s", value_parser = super::parse_duration)]
+    pub warmup: Duration,
+    /// Rounds per point (the point is their median).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Start a MariaDB sandbox (and a PostgreSQL cluster for the comparisons)
+    /// for the run, and remove them after.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// Run on a server that is not a pileup sandbox (it is written to and
+    /// its global variables are changed for a while).
+    #[arg(long)]
+    pub i_know: bool,
+    /// Do not profile the server at the knee.
+    #[arg(long)]
+    pub no_profile: bool,
+    /// Tables of the table-open experiment.
+    #[arg(long, default_value_t = 2000)]
+    pub tables: u32,
+    /// Rows of the point-select, range and durability table.
+    #[arg(long, default_value_t = 100_000)]
+    pub rows: u32,
+    /// The server's process id on this host (for its CPU and the profile),
+    /// "auto" for the one serving the connection, or "none".
+    #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
+    pub pid: String,
+    /// Output format on stdout: text or json.
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<super::TextJson>,
+    /// Write to this file (0600) in the format its extension names: .json,
+    /// .svg (the plot), .txt. A directory (ending in /) gets every format
+    /// of every experiment, named after it. Repeatable.
+    #[arg(short = 'o', long, value_name = "FILE|DIR/")]
+    pub output: Vec<PathBuf>,
+}
+
+/// The lock profile at the knee, from pileup's locks tool; the waiters'
+/// statements read over this connection.
+struct Locks(pileup_conn::ConnSpec);
+
+impl LockProfiler for Locks {
+    fn profile(&mut self, pid: i32, duration: Duration) -> std::result::Result<LockSummary, String> {
+        let opts = pileup_locks::Options {
+            pid,
+            duration,
+            stack_budget: 200,
+            any_process: false,
+            dwarf: false,
+            debug_dirs: pileup_engine::default_debug_dirs(),
+            debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
+            top: 8,
+            sql_refresh: Duration::from_secs(1),
+            threads: None,
+            probe_cost: false,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let sql = self.0.connect().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
+        let r = pileup_locks::run(&opts, sql, &stop, |_| {}).map_err(|e| e.to_string())?;
+        Ok(LockSummary {
+            waits: r.counters.waits,
+            locks: r
+                .locks
+                .iter()
+                .take(8)
+                .map(|l| pileup_experiment::profile::LockShare {
+                    name: l.name.clone(),
+                    kind: l.kind.to_string(),
+                    waits: l.waits,
+                    wait_ms: l.total_ms,
+                    share: l.share_pct / 100.0,
+                    waited_in: l.stacks.first().map(|s| waited_in(&s.frames)).unwrap_or_default(),
+                    statements: l.statements.iter().take(3).map(|s| s.fingerprint.clone()).collect(),
+                })
+                .collect(),
+            notes: r.notes,
+        })
+    }
+}
+
+/// The innermost frames of a waiting stack that say where it waited: past
+/// the C library's and the futex wait's own frames.
+fn waited_in(frames: &[String]) -> Vec<String> {
+    let plumbing = |f: &str| {
+        f.starts_with("__")
+            || f.contains("futex")
+            || f.starts_with("pthread_")
+            || f.starts_with("lll_")
+            || f == "syscall"
+    };
+    frames.iter().filter(|f| !plumbing(f)).take(3).cloned().collect()
+}
+
+pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
+    if a.what == "compare" {
+        return compare(&a);
+    }
+    if !a.files.is_empty() {
+        bail!("unexpected argument {}: only compare takes files", a.files[0].display());
+    }
+    let names: Vec<Name> = match a.what.as_str() {
+        "all" => Name::ALL.to_vec(),
+        w => vec![Name::parse(w).with_context(|| {
+            format!("no experiment {w:?}: choose hot-row, accept, table-open, point-select, range, durability, all or compare")
+        })?],
+    };
+    if a.threads.is_empty() || a.threads.iter().any(|&t| t == 0 || t > 1000) {
+        bail!("--threads takes counts from 1 to 1000, comma-separated");
+    }
+    if a.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    if a.duration.is_zero() {
+        bail!("--duration must be more than 0");
+    }
+    let outputs = outputs(&a.output, names.len())?;
+    let json = a.format == Some(super::TextJson::Json);
+    let o = pileup_experiment::Options {
+        threads: a.threads.clone(),
+        duration: a.duration,
+        warmup: a.warmup,
+        rounds: a.rounds,
+        profile: !a.no_profile,
+        tables: a.tables.max(1),
+        rows: a.rows.max(200),
+    };
+    let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
+    let mut locks = Locks(servers.maria.spec.clone());
+    let terminal = std::io::stderr().is_terminal();
+    let mut reports = vec![];
+    let mut failed = None;
+    for name in names {
+        let bar = terminal.then(|| super::progress_bar(0, "{spinner} {msg}"));
+        let mut sink = |e: &pileup_experiment::Event| {
+            if let Some(b) = &bar {
+                use pileup_experiment::Event::*;
+                match e {
+                    Series { experiment, label, index, of } => {
+                        b.set_message(format!("{experiment}: {label} ({index} of {of})"))
+                    }
+                    Window { label, threads, round, rounds } => b.set_message(format!(
+                        "{}: {label}, {threads} threads, round {round} of {rounds}",
+                        name.as_str()
+                    )),
+                    Profiling { threads, seconds } => b.set_message(format!(
+                        "{}: profiling the server at {threads} threads for {seconds:.0} s",
+                        name.as_str()
+                    )),
+                    Point { .. } => {}
+                }
+                b.tick();
+            }
+            // Partial results are kept as they come: a run that stops
+            // still leaves every point measured.
+            if let pileup_experiment::Event::Point { report } = e {
+                let _ = write_outputs(report, &outputs, false);
+            }
+        };
+        let r = experiments::run(name, &servers.maria, servers.pg.as_ref(), &o, Some(&mut locks), &mut sink);
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        let r = r.with_context(|| format!("pileup bench {}", name.as_str()))?;
+        write_outputs(&r, &outputs, true)?;
+        if let Some(why) = &r.stopped {
+            failed = Some(format!(
+                "pileup bench {} stopped: {why}; the points measured before are in the results",
+                name.as_str()
+            ));
+        }
+        reports.push(r);
+        if failed.is_some() {
+            break;
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v = if reports.len() == 1 { serde_json::to_value(&reports[0])? } else { serde_json::to_value(&reports)? };
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+    } else {
+        for (i, r) in reports.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            pileup_experiment::report::text(r, &mut out)?;
+        }
+    }
+    drop(servers);
+    match failed {
+        Some(why) => Err(super::ExitCode(1, why).into()),
+        None => Ok(()),
+    }
+}
+
+/// The servers of a run: given, or sandboxes started for it.
+struct Servers {
+    maria: pileup_experiment::target::Maria,
+    pg: Option<pileup_experiment::target::Pg>,
+    // Dropped last: the sandboxes stop when the run is done.
+    _sandbox: Option<pileup_sandbox::Sandbox>,
+    _pg_sandbox: Option<pileup_sandbox::pg::PgSandbox>,
+}
+
+impl Servers {
+    fn open(a: &BenchArgs, conn: &ConnOptions, want_pg: bool) -> Result<Servers> {
+        if !a.sandbox {
+            let spec = conn.resolve()?;
+            let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
+            let maria = pileup_experiment::target::Maria::open(spec, pid, a.i_know)?;
+            return Ok(Servers { maria, pg: None, _sandbox: None, _pg_sandbox: None });
+        }
+        let base = pileup_sandbox::base_dir();
+        let name = format!("bench-{}", std::process::id());
+        let sb = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
+            name: Some(name.clone()),
+            base_dir: Some(base.clone()),
+            ..Default::default()
+        })
+        .context("starting the MariaDB sandbox")?;
+        let maria = pileup_experiment::target::Maria::open(sb.conn_spec(), Some(sb.pid() as i32), false)?;
+        let (pg, pg_sb) = if want_pg {
+            // A password known only to this run, for the SCRAM curve.
+            let password =
+                format!("pileup-{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos());
+            let mut o = pileup_sandbox::pg::PgOptions::new(base.join(format!("{name}-pg")));
+            o.scram_password = Some(password.clone());
+            let p = pileup_sandbox::pg::PgSandbox::start(o).context("starting the PostgreSQL cluster")?;
+            // Trusted over the socket; SCRAM over TCP.
+            let pg = pileup_experiment::target::Pg::open(
+                p.socket_config(),
+                Some(p.config(Some(&password))),
+                Some(p.pid as i32),
+            )?;
+            (Some(pg), Some(p))
+        } else {
+            (None, None)
+        };
+        Ok(Servers { maria, pg, _sandbox: Some(sb), _pg_sandbox: pg_sb })
+    }
+}
+
+/// Where results go: files by extension, or a directory for every format.
+enum Out {
+    File(PathBuf, &'static str),
+    Dir(PathBuf),
+}
+
+fn outputs(paths: &[PathBuf], experiments: usize) -> Result<Vec<Out>> {
+    let mut out = vec![];
+    for p in paths {
+        let s = p.to_string_lossy();
+        if s.ends_with('/') || p.is_dir() {
+            pileup_files::create_private_dir(p).with_context(|| format!("-o {}", p.display()))?;
+            out.push(Out::Dir(p.clone()));
+            continue;
+        }
+        if experiments > 1 {
+            bail!("-o {}: several experiments write several files; give a directory (ending in /)", p.display());
+        }
+        let kind = match p.extension().and_then(|e| e.to_str()) {
+            Some("json") => "json",
+            Some("svg") => "svg",
+            Some("txt") => "txt",
+            _ => bail!(
+                "-o {}: the extension names the format: .json, .svg or .txt (or give a directory ending in /)",
+                p.display()
+            ),
+        };
+        out.push(Out::File(p.clone(), kind));
+    }
+    Ok(out)
+}
+
+/// Write a report to every output (the plot only once the run is done).
+fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
+    let write = |path: &Path, kind: &str| -> Result<()> {
+        let bytes = match kind {
+            "json" => serde_json::to_vec_pretty(r)?,
+            "svg" if done => {
+                pileup_experiment::plot::svg(r).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?.into_bytes()
+            }
+            "txt" if done => {
+                let mut v = vec![];
+                pileup_experiment::report::text(r, &mut v)?;
+                v
+            }
+            _ => return Ok(()),
+        };
+        pileup_files::write_private_bytes(path, &bytes).with_context(|| format!("writing {}", path.display()))
+    };
+    for o in outs {
+        match o {
+            Out::File(p, kind) => write(p, kind)?,
+            Out::Dir(d) => {
+                for kind in ["json", "svg", "txt"] {
+                    write(&d.join(format!("{}.{kind}", r.experiment)), kind)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn compare(a: &BenchArgs) -> Result<()> {
+    let [x, y] = a.files.as_slice() else {
+        bail!("compare takes two JSON results: pileup bench compare A.json B.json");
+    };
+    let read = |p: &Path| -> Result<ExperimentReport> {
+        let b = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_slice(&b).map_err(|e| anyhow::anyhow!("{} is not a pileup bench result: {e}", p.display()))
+    };
+    let c = pileup_experiment::compare::compare(&read(x)?, &read(y)?).map_err(|e| anyhow::anyhow!(e))?;
+    let mut out = std::io::stdout().lock();
+    if a.format == Some(super::TextJson::Json) {
+        serde_json::to_writer_pretty(&mut out, &c)?;
+        writeln!(out)?;
+    } else {
+        pileup_experiment::compare::text(&c, &mut out)?;
+    }
+    Ok(())
+}

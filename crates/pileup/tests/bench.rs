@@ -1,0 +1,295 @@
+//! `pileup bench` end to end at small scale: every experiment against a
+//! real MariaDB sandbox and a real PostgreSQL cluster started by pileup,
+//! the plots checked by xmllint and rendered by Chromium, the knee's
+//! profile naming what the binary lets it name; the refusal of a server
+//! that is not a sandbox, and a server that dies mid-run.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// One small run of every experiment: its scratch directory (results in
+/// `results/`) and the reports.
+fn run_all() -> (Scratch, PathBuf, Vec<serde_json::Value>) {
+    let dir = scratch("bench-all");
+    let out = dir.join("results/");
+    let o = out.to_str().unwrap().to_string();
+    let r = pileup(&[
+        "bench",
+        "all",
+        "--sandbox",
+        "--threads",
+        "1,6",
+        "--duration",
+        "1.5s",
+        "--warmup",
+        "0.5s",
+        "--rounds",
+        "2",
+        "--tables",
+        "60",
+        "--rows",
+        "3000",
+        "--format",
+        "json",
+        "-o",
+        &o,
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    (dir, out, v.as_array().unwrap().clone())
+}
+
+#[test]
+fn every_experiment_runs_end_to_end_beside_postgresql_with_plots_profiles_and_compare() {
+    let (_scratch, dir, reports) = run_all();
+    curves(&reports);
+    knee_profiles(&dir, &reports);
+    plots(&dir);
+    compare(&dir);
+}
+
+fn experiment<'a>(reports: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    reports.iter().find(|r| r["experiment"] == name).unwrap_or_else(|| panic!("{name} ran"))
+}
+
+fn series<'a>(r: &'a serde_json::Value, label_has: &str) -> &'a serde_json::Value {
+    r["series"].as_array().unwrap().iter().find(|s| s["label"].as_str().unwrap().contains(label_has)).unwrap_or_else(
+        || {
+            panic!(
+                "a series {label_has:?} in {}",
+                r["series"].as_array().unwrap().iter().map(|s| s["label"].to_string()).collect::<Vec<_>>().join(", ")
+            )
+        },
+    )
+}
+
+/// Every curve measured, with its settings and the machine's.
+fn curves(reports: &[serde_json::Value]) {
+    let names: Vec<&str> = reports.iter().map(|r| r["experiment"].as_str().unwrap()).collect();
+    assert_eq!(names, ["hot-row", "accept", "table-open", "point-select", "range", "durability"]);
+    for r in reports {
+        let name = r["experiment"].as_str().unwrap();
+        assert!(r["stopped"].is_null(), "{name}: {}", r["stopped"]);
+        assert!(r["machine"]["cores"].as_u64().unwrap() >= 1 && !r["machine"]["kernel"].as_str().unwrap().is_empty());
+        let maria = &r["systems"][0];
+        assert_eq!(maria["name"], "MariaDB");
+        assert!(maria["version"].as_str().unwrap().contains("MariaDB"), "{maria}");
+        assert!(maria["settings"]["innodb_flush_log_at_trx_commit"].is_string(), "{name}: durability stated");
+        for s in r["series"].as_array().unwrap() {
+            let points = s["points"].as_array().unwrap();
+            assert_eq!(
+                points.iter().map(|p| p["threads"].as_u64().unwrap()).collect::<Vec<_>>(),
+                [1, 6],
+                "{name}: {}",
+                s["label"]
+            );
+            for p in points {
+                assert_eq!(p["rounds"].as_array().unwrap().len(), 2);
+                let (min, med, max) =
+                    (p["min"].as_f64().unwrap(), p["median"].as_f64().unwrap(), p["max"].as_f64().unwrap());
+                assert!(med > 0.0 && min <= med && med <= max, "{name}: {} {p}", s["label"]);
+                assert!(p["driver_cores"].as_f64().unwrap() > 0.0, "the driver's own CPU: {p}");
+                assert!(p["server_cores"].as_f64().unwrap() > 0.0, "the server's CPU: {p}");
+            }
+        }
+        assert!(!r["findings"].as_array().unwrap().is_empty(), "{name} says what it shows");
+    }
+    // The comparisons with PostgreSQL ran on the cluster pileup started.
+    for name in ["accept", "point-select", "range", "durability"] {
+        let r = experiment(reports, name);
+        let pg = &r["systems"][1];
+        assert_eq!(pg["name"], "PostgreSQL", "{name}");
+        assert!(pg["version"].as_str().unwrap().starts_with("15"), "{pg}");
+        assert_eq!(pg["settings"]["fsync"], "on");
+    }
+    assert_eq!(
+        experiment(reports, "accept")["series"].as_array().unwrap().len(),
+        3,
+        "MariaDB, PostgreSQL trust and SCRAM"
+    );
+    // Durability is stated per curve, and compared at equal durability.
+    let d = experiment(reports, "durability");
+    assert_eq!(series(d, "=1)")["settings"]["innodb_flush_log_at_trx_commit"], "1");
+    assert_eq!(series(d, "synchronous_commit=on")["settings"]["synchronous_commit"], "on");
+    let f = d["findings"].to_string();
+    assert!(f.contains("At the same durability (log flushed at every commit)"), "{f}");
+    // Table opens are counted from the server's Opened_tables.
+    let t = experiment(reports, "table-open");
+    let opens = series(t, "table_open_cache=10")["points"][1]["counter_per_s"].as_f64().unwrap();
+    let cached = series(t, "every table cached")["points"][1]["counter_per_s"].as_f64().unwrap();
+    assert!(opens > 100.0 && cached < opens / 10.0, "uncached {opens}/s, cached {cached}/s");
+}
+
+/// The knee's profile names what the binary lets it name.
+fn knee_profiles(dir: &std::path::Path, reports: &[serde_json::Value]) {
+    // hot-row: the profile at the knee and at the most threads, with the
+    // waits of the queued updates traced.
+    let h = experiment(reports, "hot-row");
+    let profiles = h["profiles"].as_array().unwrap();
+    assert!(!profiles.is_empty(), "{h:#}");
+    for p in profiles {
+        assert!(p["connection_samples"].as_u64().unwrap() > 0, "{p:#}");
+        assert!(p["locks_error"].is_null(), "the lock profile ran: {p:#}");
+        assert!(p["locks"]["waits"].as_u64().unwrap() > 0, "{p:#}");
+        // A stripped server: what is unnamed is counted, not guessed.
+        let named: Vec<&str> =
+            p["server_function"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert!(!named.is_empty(), "{p:#}");
+    }
+    let text = std::fs::read_to_string(dir.join("hot-row.txt")).unwrap();
+    assert!(text.contains("Profile at ") && text.contains("lock waits: "), "{text}");
+    // accept: the accept thread's time by the system call it was in.
+    let a = experiment(reports, "accept");
+    let p = &a["profiles"][0];
+    assert!(p["accept_samples"].as_u64().unwrap() > 0, "{p:#}");
+    let calls: Vec<&str> = p["accept"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert!(calls.iter().any(|c| c.contains("poll") || c.contains("accept")), "{calls:?}");
+    assert!(a["findings"].to_string().contains("The accept thread's time: "), "{:#}", a["findings"]);
+}
+
+/// The plots are SVG that xmllint parses and Chromium renders.
+fn plots(dir: &std::path::Path) {
+    for name in ["hot-row", "accept", "table-open", "point-select", "range", "durability"] {
+        let svg = dir.join(format!("{name}.svg"));
+        assert_eq!(std::fs::metadata(&svg).unwrap().permissions().mode() & 0o777, 0o600);
+        let x = Command::new("xmllint").arg("--noout").arg(&svg).output().expect("xmllint");
+        assert!(x.status.success(), "{name}: {}", String::from_utf8_lossy(&x.stderr));
+        let doc = std::fs::read_to_string(&svg).unwrap();
+        assert!(doc.contains("client threads") && doc.contains("pileup bench"), "{name}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+        for s in json["series"].as_array().unwrap() {
+            assert!(
+                doc.contains(s["label"].as_str().unwrap().split(',').next().unwrap()),
+                "{name}: legend has {}",
+                s["label"]
+            );
+        }
+    }
+    let shots = scratch("bench-shot");
+    let (console, png) = chromium_screenshot(&dir.join("accept.svg"), &shots);
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "{console:?}");
+}
+
+/// compare pairs two results point by point.
+fn compare(dir: &std::path::Path) {
+    let a = dir.join("range.json");
+    let r = pileup(&["bench", "compare", a.to_str().unwrap(), a.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(text.starts_with("pileup bench compare: range (ranges/s)"), "{text}");
+    assert!(text.contains("same versions, settings and machine"), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+    let points = json["series"].as_array().unwrap().len() * 2;
+    assert_eq!(text.matches("1.00×  (within noise)").count(), points, "every curve's two points: {text}");
+    let other = dir.join("accept.json");
+    let r = pileup(&["bench", "compare", a.to_str().unwrap(), other.to_str().unwrap()]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("different experiments (range and accept)"), "{err}");
+}
+
+#[test]
+fn a_server_that_is_not_a_sandbox_is_refused_without_i_know() {
+    let sb = sandbox();
+    // The same server, no longer recorded as a sandbox.
+    std::fs::remove_file(sb.endpoint.dir.join("sandbox.json")).unwrap();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let r =
+        pileup(&["bench", "hot-row", "-S", &sock, "-u", "root", "--threads", "1", "--duration", "1s", "--rounds", "1"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is not a pileup sandbox") && err.contains("--i-know"), "{err}");
+    let r = pileup(&[
+        "bench",
+        "hot-row",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        "--threads",
+        "1",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--no-profile",
+        "--i-know",
+        "--format",
+        "json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(v["series"][0]["points"][0]["median"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_one_line_and_the_points_are_kept() {
+    let sb = sandbox();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let dir = scratch("bench-dies");
+    let json = dir.join("hot-row.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args([
+            "bench",
+            "hot-row",
+            "-S",
+            &sock,
+            "-u",
+            "root",
+            "--threads",
+            "1,2,4",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+        ])
+        .args(["--rounds", "1", "--no-profile", "-o", json.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first point is measured by then; the server dies in the second.
+    std::thread::sleep(Duration::from_millis(3000));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sb.pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("pileup bench hot-row stopped: ") && err.contains("points measured before"), "{err}");
+    let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(kept["stopped"].is_string(), "{kept:#}");
+    let points = kept["series"][0]["points"].as_array().unwrap();
+    assert!(!points.is_empty() && points[0]["median"].as_f64().unwrap() > 0.0, "{kept:#}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("STOPPED EARLY"), "{text}");
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    for (args, says) in [
+        (vec!["bench", "hot_row", "--sandbox"], "no experiment \"hot_row\""),
+        (vec!["bench", "hot-row", "--sandbox", "--threads", "0"], "--threads takes counts from 1 to 1000"),
+        (vec!["bench", "hot-row", "--sandbox", "--threads", "2000"], "--threads takes counts from 1 to 1000"),
+        (vec!["bench", "all", "--sandbox", "-o", "x.json"], "several experiments write several files"),
+        (vec!["bench", "hot-row", "--sandbox", "-o", "x.csv"], "the extension names the format"),
+        (vec!["bench", "compare", "a.json"], "compare takes two JSON results"),
+        (vec!["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], "reading /nonexistent/a.json"),
+    ] {
+        let r = pileup(&args);
+        assert!(!r.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
