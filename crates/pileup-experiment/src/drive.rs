@@ -46,6 +46,10 @@ pub struct Measured {
     pub driver_cpu_s: f64,
     /// The server process's CPU over the window, when it is on this host.
     pub server_cpu_s: Option<f64>,
+    /// The time `server_cpu_s` was read over: the window and the reads
+    /// themselves (which take a while under load: the server's processes
+    /// are many and the CPUs busy).
+    pub server_seconds: f64,
     /// A sample of operation latencies: median and 99th percentile, ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -150,6 +154,7 @@ where
     sh.started.store(true, Ordering::Relaxed);
     sleep_unless(&sh.stop, window.warmup);
     let cpu0 = own_cpu_s();
+    let read0 = Instant::now();
     let srv0 = server_pid.and_then(process_cpu_s);
     let t0 = Instant::now();
     sh.counting.store(true, Ordering::Relaxed);
@@ -159,6 +164,7 @@ where
     let done = sh.ops.load(Ordering::Relaxed);
     let cpu1 = own_cpu_s();
     let srv1 = server_pid.and_then(process_cpu_s);
+    let server_seconds = read0.elapsed().as_secs_f64();
     sh.stop.store(true, Ordering::Relaxed);
     let mut lat: Vec<f32> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
     lat.sort_by(f32::total_cmp);
@@ -171,6 +177,7 @@ where
         ops_per_s: done as f64 / seconds.max(1e-9),
         driver_cpu_s: cpu1 - cpu0,
         server_cpu_s: srv0.zip(srv1).map(|(a, b)| b - a),
+        server_seconds,
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
     };

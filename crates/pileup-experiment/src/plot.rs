@@ -54,6 +54,7 @@ fn draw<DB: DrawingBackend>(
             let mut chart = $chart;
             chart
                 .configure_mesh()
+                .y_max_light_lines(1)
                 .x_desc("client threads")
                 .y_desc(r.unit.as_str())
                 .y_label_formatter(&|v| rate(*v))

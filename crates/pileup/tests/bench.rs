@@ -144,6 +144,24 @@ fn knee_profiles(dir: &std::path::Path, reports: &[serde_json::Value]) {
     }
     let text = std::fs::read_to_string(dir.join("hot-row.txt")).unwrap();
     assert!(text.contains("Profile at ") && text.contains("lock waits: "), "{text}");
+    // table-open: the open path, named where the binary names it (the
+    // table cache's functions, the handler's open), in the threads'
+    // innermost server functions or where they waited on a lock.
+    let t = experiment(reports, "table-open");
+    let open_path = ["open_table", "tc_", "tdc_", "ha_open", "::open"];
+    let named: Vec<String> = t["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            let fns = p["server_function"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string());
+            let waits = p["locks"]["locks"].as_array().into_iter().flatten().flat_map(|l| {
+                l["waited_in"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect::<Vec<_>>()
+            });
+            fns.chain(waits).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(named.iter().any(|n| open_path.iter().any(|p| n.contains(p))), "{named:?}");
     // accept: the accept thread's time by the system call it was in.
     let a = experiment(reports, "accept");
     let p = &a["profiles"][0];

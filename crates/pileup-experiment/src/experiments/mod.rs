@@ -302,8 +302,14 @@ fn counter(m: &Maria, name: Option<&str>) -> Option<u64> {
 fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize) -> Point {
     let v = |f: &dyn Fn(&drive::Measured) -> f64| median(runs.iter().map(|(m, _)| f(m)).collect());
     let rates: Vec<f64> = runs.iter().map(|(m, _)| m.ops_per_s).collect();
-    let bound = runs.iter().filter(|(m, _)| knee::cpu_bound(m.server_cpu_s, m.driver_cpu_s, m.seconds, cores)).count();
-    let server: Vec<f64> = runs.iter().filter_map(|(m, _)| Some(m.server_cpu_s? / m.seconds)).collect();
+    let server: Vec<f64> = runs.iter().filter_map(|(m, _)| Some(m.server_cpu_s? / m.server_seconds)).collect();
+    let bound = runs
+        .iter()
+        .filter(|(m, _)| {
+            let server = m.server_cpu_s.map(|s| s / m.server_seconds * m.seconds);
+            knee::cpu_bound(server, m.driver_cpu_s, m.seconds, cores)
+        })
+        .count();
     let counted: Vec<f64> = runs.iter().filter_map(|(_, r)| *r).collect();
     Point {
         threads,
@@ -466,6 +472,7 @@ mod tests {
             ops_per_s,
             driver_cpu_s: 5.0,
             server_cpu_s: Some(server),
+            server_seconds: 10.0,
             p50_ms: 1.0,
             p99_ms: 2.0,
         };

@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// for the run, and remove them after.
     #[arg(long)]
     pub sandbox: bool,
+    /// With --sandbox: the MariaDB sandbox writes a binary log (durability
+    /// then flushes it too, sync_binlog=1, beside the redo log).
+    #[arg(long, requires = "sandbox")]
+    pub binlog: bool,
     /// Run on a server that is not a pileup sandbox (it is written to and
     /// its global variables are changed for a while).
     #[arg(long)]
@@ -265,6 +269,7 @@ impl Servers {
         let sb = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
             name: Some(name.clone()),
             base_dir: Some(base.clone()),
+            binlog: a.binlog,
             ..Default::default()
         })
         .context("starting the MariaDB sandbox")?;
