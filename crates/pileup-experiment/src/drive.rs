@@ -50,6 +50,8 @@ pub struct Measured {
     /// themselves (which take a while under load: the server's processes
     /// are many and the CPUs busy).
     pub server_seconds: f64,
+    /// How much the server counter of [`Probes`] moved over the window.
+    pub counted: Option<u64>,
     /// A sample of operation latencies: median and 99th percentile, ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -89,9 +91,19 @@ struct Shared {
 /// Latencies kept per thread (every 16th operation, at most this many).
 const LATENCY_SAMPLES: usize = 4096;
 
-/// Run `threads` clients made by `make` for one window. `server_pid` is
-/// the server's process on this host, for its CPU.
-pub fn drive<F>(threads: u32, window: Window, server_pid: Option<i32>, make: F) -> Result<Measured, DriveError>
+/// What a window reads besides the clients' operations, and what can end it.
+#[derive(Default, Clone, Copy)]
+pub struct Probes<'a> {
+    /// The server's process on this host, for its CPU.
+    pub server_pid: Option<i32>,
+    /// A server counter, read at the counted window's edges.
+    pub counter: Option<&'a (dyn Fn() -> Option<u64> + Sync)>,
+    /// Set by a signal: the window ends as if the server had gone.
+    pub stop: Option<&'a AtomicBool>,
+}
+
+/// Run `threads` clients made by `make` for one window.
+pub fn drive<F>(threads: u32, window: Window, probes: Probes, make: F) -> Result<Measured, DriveError>
 where
     F: Fn(u32) -> Result<Box<dyn Client>, String> + Sync,
 {
@@ -119,10 +131,11 @@ where
                     match r {
                         Ok(()) if on => {
                             t.ops.fetch_add(1, Ordering::Relaxed);
-                            n += 1;
+                            // The first operation and every 16th after it.
                             if n.is_multiple_of(16) && lat.len() < LATENCY_SAMPLES {
                                 lat.push(at.elapsed().as_secs_f32() * 1e3);
                             }
+                            n += 1;
                         }
                         Ok(()) => {}
                         Err(OpError::Retry(_)) => {
@@ -152,18 +165,20 @@ where
         handles.push(h);
     }
     sh.started.store(true, Ordering::Relaxed);
-    sleep_unless(&sh.stop, window.warmup);
+    sleep_unless(&sh, probes.stop, window.warmup);
     let cpu0 = own_cpu_s();
     let read0 = Instant::now();
-    let srv0 = server_pid.and_then(process_cpu_s);
+    let srv0 = probes.server_pid.and_then(process_cpu_s);
+    let count0 = probes.counter.and_then(|c| c());
     let t0 = Instant::now();
     sh.counting.store(true, Ordering::Relaxed);
-    sleep_unless(&sh.stop, window.measure);
+    sleep_unless(&sh, probes.stop, window.measure);
     sh.counting.store(false, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let done = sh.ops.load(Ordering::Relaxed);
+    let count1 = probes.counter.and_then(|c| c());
     let cpu1 = own_cpu_s();
-    let srv1 = server_pid.and_then(process_cpu_s);
+    let srv1 = probes.server_pid.and_then(process_cpu_s);
     let server_seconds = read0.elapsed().as_secs_f64();
     sh.stop.store(true, Ordering::Relaxed);
     let mut lat: Vec<f32> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
@@ -178,6 +193,7 @@ where
         driver_cpu_s: cpu1 - cpu0,
         server_cpu_s: srv0.zip(srv1).map(|(a, b)| b - a),
         server_seconds,
+        counted: count0.zip(count1).map(|(a, b)| b.saturating_sub(a)),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
     };
@@ -188,9 +204,16 @@ where
     }
 }
 
-fn sleep_unless(stop: &AtomicBool, d: Duration) {
+/// Sleep `d`, or less when the clients stop or a signal says so (then
+/// the clients are stopped and the window reads as ended by it).
+fn sleep_unless(sh: &Shared, signal: Option<&AtomicBool>, d: Duration) {
     let end = Instant::now() + d;
-    while !stop.load(Ordering::Relaxed) {
+    while !sh.stop.load(Ordering::Relaxed) {
+        if signal.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            sh.gone.lock().unwrap().get_or_insert_with(|| "stopped by a signal".into());
+            sh.stop.store(true, Ordering::Relaxed);
+            return;
+        }
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return;
@@ -260,7 +283,7 @@ mod tests {
     #[test]
     fn a_window_counts_only_after_the_warmup() {
         let w = Window { warmup: Duration::from_millis(200), measure: Duration::from_millis(500) };
-        let m = drive(4, w, None, |_| Ok(Box::new(Sleeper(Duration::from_millis(5), 0, 0)))).unwrap();
+        let m = drive(4, w, Probes::default(), |_| Ok(Box::new(Sleeper(Duration::from_millis(5), 0, 0)))).unwrap();
         assert_eq!(m.threads, 4);
         // 4 threads × ~100 ops/s × 0.5 s; far fewer than with the warm-up counted.
         assert!(m.ops > 100 && m.ops <= 420, "{m:?}");
@@ -269,10 +292,39 @@ mod tests {
     }
 
     #[test]
+    fn the_counter_is_read_once_at_each_edge_of_the_counted_window() {
+        let reads = AtomicU64::new(0);
+        // Each read finds the counter 7 higher: two reads, 7 counted.
+        let counter = || Some(reads.fetch_add(1, Ordering::Relaxed) * 7 + 100);
+        let w = Window { warmup: Duration::from_millis(50), measure: Duration::from_millis(100) };
+        let probes = Probes { counter: Some(&counter), ..Default::default() };
+        let m = drive(1, w, probes, |_| Ok(Box::new(Sleeper(Duration::from_millis(1), 0, 0)))).unwrap();
+        assert_eq!(m.counted, Some(7));
+        assert_eq!(reads.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_signal_ends_the_window_as_stopped() {
+        let stop = AtomicBool::new(false);
+        let w = Window { warmup: Duration::ZERO, measure: Duration::from_secs(30) };
+        let t = Instant::now();
+        let e = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                stop.store(true, Ordering::Relaxed);
+            });
+            let probes = Probes { stop: Some(&stop), ..Default::default() };
+            drive(2, w, probes, |_| Ok(Box::new(Sleeper(Duration::from_millis(2), 0, 0)))).unwrap_err()
+        });
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(matches!(e, DriveError::Gone { ref why, .. } if why == "stopped by a signal"), "{e}");
+    }
+
+    #[test]
     fn a_server_that_goes_away_ends_the_window_with_what_was_counted() {
         let w = Window { warmup: Duration::ZERO, measure: Duration::from_secs(30) };
         let t = Instant::now();
-        let e = drive(2, w, None, |_| Ok(Box::new(Sleeper(Duration::from_millis(2), 0, 50)))).unwrap_err();
+        let e = drive(2, w, Probes::default(), |_| Ok(Box::new(Sleeper(Duration::from_millis(2), 0, 50)))).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5), "the window ended early");
         match e {
             DriveError::Gone { why, partial } => {
@@ -286,14 +338,14 @@ mod tests {
     #[test]
     fn a_client_that_cannot_connect_is_named() {
         let w = Window { warmup: Duration::ZERO, measure: Duration::from_millis(10) };
-        let e =
-            drive(
-                3,
-                w,
-                None,
-                |t| if t == 2 { Err("refused".into()) } else { Ok(Box::new(Sleeper(Duration::ZERO, 0, 0))) },
-            )
-            .unwrap_err();
+        let e = drive(3, w, Probes::default(), |t| {
+            if t == 2 {
+                Err("refused".into())
+            } else {
+                Ok(Box::new(Sleeper(Duration::ZERO, 0, 0)))
+            }
+        })
+        .unwrap_err();
         assert_eq!(e.to_string(), "connecting client 3 of 3: refused");
     }
 

@@ -56,6 +56,9 @@ pub struct Options {
     pub tables: u32,
     /// Rows of the point-select and range tables.
     pub rows: u32,
+    /// Set by a signal: the window running ends, the settings changed are
+    /// put back, and the run returns what it measured.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             profile: true,
             tables: 2000,
             rows: 100_000,
+            stop: None,
         }
     }
 }

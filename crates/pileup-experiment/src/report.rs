@@ -70,9 +70,9 @@ pub struct Point {
     pub median: f64,
     pub min: f64,
     pub max: f64,
-    /// Medians over rounds.
-    pub p50_ms: f64,
-    pub p99_ms: f64,
+    /// Medians over rounds (none when no operation completed).
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
     pub errors: u64,
     /// CPU-seconds a second (cores busy): the driver's and the server's.
     pub driver_cores: f64,
@@ -155,11 +155,11 @@ pub fn text(r: &ExperimentReport, w: &mut dyn Write) -> std::io::Result<()> {
             let cpu = if p.cpu_bound { " CPU-bound" } else { "" };
             write!(
                 w,
-                "  {:>7}  {:>10}  {:>19}  {:>6.2}  {:>12.2}  {:>12}",
+                "  {:>7}  {:>10}  {:>19}  {:>6}  {:>12.2}  {:>12}",
                 p.threads,
                 rate(p.median),
                 format!("{}–{}", rate(p.min), rate(p.max)),
-                p.p99_ms,
+                p.p99_ms.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                 p.driver_cores,
                 p.server_cores.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into()),
             )?;

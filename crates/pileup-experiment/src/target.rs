@@ -52,9 +52,14 @@ impl Maria {
         spec.connect().map_err(|e| ExperimentError::Server(pileup_conn::error_text(&e)))
     }
 
-    /// A load generator's connection: the workload's statements only.
+    /// A load generator's connection: the workload's statements only. Its
+    /// reads wait longer than any lock wait an experiment sets (a hot row's
+    /// queue at many threads), so a long wait is never taken for a server
+    /// that went away.
     pub fn client(&self) -> std::result::Result<mysql::Conn, String> {
-        mysql::Conn::new(self.spec.opts().db_name(Some(crate::SCHEMA))).map_err(|e| pileup_conn::error_text(&e))
+        let mut spec = self.spec.clone();
+        spec.query_timeout = Some(std::time::Duration::from_secs(700));
+        mysql::Conn::new(spec.opts().db_name(Some(crate::SCHEMA))).map_err(|e| pileup_conn::error_text(&e))
     }
 
     /// A connection over TCP made the way an application makes one.
@@ -134,8 +139,10 @@ pub(crate) fn sql(what: &str) -> impl Fn(mysql::Error) -> ExperimentError + '_ {
 
 /// The PostgreSQL server compared with.
 pub struct Pg {
-    /// Trusted clients over TCP.
+    /// Trusted clients (the workloads' connections).
     pub trust: postgres::Config,
+    /// Trusted clients over TCP (the accept experiment's first curve).
+    pub tcp_trust: Option<postgres::Config>,
     /// Clients that authenticate with SCRAM-SHA-256 over TCP, when the
     /// server has such an account (the accept experiment's second curve).
     pub scram: Option<postgres::Config>,
@@ -147,7 +154,12 @@ pub struct Pg {
 
 impl Pg {
     /// Connect and read its version and settings.
-    pub fn open(trust: postgres::Config, scram: Option<postgres::Config>, pid: Option<i32>) -> Result<Pg> {
+    pub fn open(
+        trust: postgres::Config,
+        tcp_trust: Option<postgres::Config>,
+        scram: Option<postgres::Config>,
+        pid: Option<i32>,
+    ) -> Result<Pg> {
         let mut c =
             trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(crate::experiments::pg_text(&e)))?;
         let version = c
@@ -160,7 +172,7 @@ impl Pg {
                 settings.insert(n.to_string(), row.get::<_, String>(0));
             }
         }
-        Ok(Pg { trust, scram, pid, version, settings })
+        Ok(Pg { trust, tcp_trust, scram, pid, version, settings })
     }
 
     pub fn admin(&self) -> Result<postgres::Client> {

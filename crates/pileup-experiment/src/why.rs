@@ -4,7 +4,8 @@
 //! place the time goes (and what it cannot name). Pure functions of a
 //! report.
 
-use crate::experiments::Name;
+use crate::experiments::{Name, THREAD_CONCURRENCY_LIMIT};
+use crate::knee::Shape;
 use crate::profile::KneeProfile;
 use crate::report::{rate, ExperimentReport, Point, Series};
 
@@ -73,6 +74,9 @@ fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
     }
     t.push('.');
     let busy = knee.server_cores.map(|c| c + knee.driver_cores);
+    // A curve still rising, or bent at its first point, says nothing of
+    // a limit inside the server.
+    let bent = s.shape != Some(Shape::Rising) && s.points.first().is_some_and(|p| p.threads != knee.threads);
     if knee.cpu_bound {
         t.push_str(&format!(
             " At the knee ({} threads) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
@@ -80,7 +84,7 @@ fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
             knee.server_cores.unwrap_or(0.0),
             knee.driver_cores
         ));
-    } else if let Some(busy) = busy {
+    } else if let (Some(busy), true) = (busy, bent) {
         t.push_str(&format!(
             " At the knee ({} threads) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
             knee.threads
@@ -164,16 +168,16 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                     if let Some((t, a, b, same)) = both(auto, trx) {
                         let cost = b / a - 1.0;
                         out.push(if same {
-                            format!("{sys}: at {t} threads autocommit (a snapshot per statement) and ten statements per transaction are equal within noise.")
+                            format!("{sys}: at {t} threads autocommit (a snapshot per statement) and ten statements in a REPEATABLE READ transaction (one snapshot) are equal within noise.")
                         } else if cost > 0.0 {
                             format!(
-                                "{sys}: at {t} threads ten statements per transaction do {} autocommit: a snapshot per statement costs {} of the throughput.",
+                                "{sys}: at {t} threads ten statements in a REPEATABLE READ transaction (one snapshot, and a BEGIN and COMMIT) do {} autocommit (a snapshot per statement): up to {} of autocommit's time goes to its snapshots.",
                                 ratio(b, a),
                                 pct(cost / (1.0 + cost))
                             )
                         } else {
                             format!(
-                                "{sys}: at {t} threads ten statements per transaction do {} autocommit: the BEGIN and COMMIT round trips cost more than the snapshots they save.",
+                                "{sys}: at {t} threads ten statements in a REPEATABLE READ transaction (one snapshot) do {} autocommit (a snapshot per statement): the BEGIN and COMMIT round trips cost more than the snapshots they save.",
                                 ratio(b, a)
                             )
                         });
@@ -182,10 +186,10 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
             }
         }
         Name::Range => {
-            let free = r
-                .series
-                .iter()
-                .find(|s| s.label.starts_with("MariaDB, rows returned") && !s.label.contains(&format!("={}", 8)));
+            let free = r.series.iter().find(|s| {
+                s.label.starts_with("MariaDB, rows returned")
+                    && !s.label.ends_with(&format!("={THREAD_CONCURRENCY_LIMIT}"))
+            });
             if let (Some(data), Some(sum)) = (free, find(r, &["MariaDB, summed"])) {
                 if let (Some(a), Some(b)) = (best(data), best(sum)) {
                     out.push(format!(
@@ -196,12 +200,13 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                     ));
                 }
             }
-            if let (Some(free), Some(limited)) = (free, find(r, &["MariaDB, rows returned", "concurrency=8"])) {
+            let limited = format!("concurrency={THREAD_CONCURRENCY_LIMIT}");
+            if let (Some(free), Some(limited)) = (free, find(r, &["MariaDB, rows returned", &limited])) {
                 if let Some((t, a, b, same)) = both(limited, free) {
                     out.push(if same {
-                        format!("At {t} threads innodb_thread_concurrency=8 and 0 are equal within noise.")
+                        format!("At {t} threads innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} and 0 are equal within noise.")
                     } else {
-                        format!("At {t} threads innodb_thread_concurrency=8 does {} 0.", ratio(a, b))
+                        format!("At {t} threads innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} does {} 0.", ratio(a, b))
                     });
                 }
             }
@@ -215,9 +220,16 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
             }
         }
         Name::Durability => {
+            // Equal durability: flushed at every commit; or neither written
+            // nor flushed at commit (a crash of the server loses the last
+            // second's commits on both).
             let pairs = [
                 ("flushed at every commit", "synchronous_commit=on", "flushed at every commit"),
-                ("written at commit, flushed each second", "synchronous_commit=off", "flushed in the background"),
+                (
+                    "written and flushed each second",
+                    "synchronous_commit=off",
+                    "not written at commit, flushed in the background",
+                ),
             ];
             for (maria, pg, what) in pairs {
                 if let (Some(m), Some(p)) =
@@ -235,7 +247,7 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                 (find(r, &["MariaDB", "=1)"]).and_then(best), find(r, &["MariaDB", "=2)"]).and_then(best))
             {
                 out.push(format!(
-                    "Flushing the redo log at every commit costs MariaDB {} of its commits/s against flushing once a second.",
+                    "Flushing the redo log (and the binary log, where it is on) at every commit costs MariaDB {} of its commits/s against flushing once a second.",
                     pct(1.0 - a.median / b.median)
                 ));
             }
@@ -289,7 +301,7 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
             }
         }
         if k.innermost.first().is_some_and(|f| f.name.contains("poll") || f.name.contains("recv"))
-            && k.server_function.first().is_some_and(|f| f.name.starts_with("vio_"))
+            && k.server_function.first().is_some_and(|f| f.name.starts_with("vio_") && f.share >= 0.5)
         {
             out.push(format!(
                 "Most connection threads were waiting for their client's next statement ({} in {}): each client's round trip, not the server's work, spaced its statements.",
@@ -309,7 +321,7 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
                 let before = la.locks.iter().find(|l| l.name == top.name).map(|l| l.share).unwrap_or(0.0);
                 if top.share > before * 1.5 && top.share >= 0.05 {
                     out.push(format!(
-                        "Time waiting on {} grows with threads: {} at {} threads, {} at {}. On a machine with more cores this is where the curve will bend: --threads up to 1000 on a larger machine shows it.",
+                        "Time waiting on {} grows with threads: {} at {} threads, {} at {}. On a machine with more cores this is where the curve may bend: --threads up to 1000 on a larger machine shows it.",
                         top.name,
                         pct(before),
                         a.threads,
@@ -336,8 +348,8 @@ mod tests {
             median,
             min: median - spread,
             max: median + spread,
-            p50_ms: 1.0,
-            p99_ms: 2.0,
+            p50_ms: Some(1.0),
+            p99_ms: Some(2.0),
             errors: 0,
             driver_cores: 0.4,
             server_cores: Some(1.5),
@@ -450,7 +462,11 @@ mod tests {
     #[test]
     fn the_machine_or_the_server_is_named_as_the_limit() {
         let cpu = series("a", "MariaDB", vec![point(1, 100.0, 1.0, false), point(10, 500.0, 1.0, true)]);
-        let lock = series("b", "MariaDB", vec![point(1, 100.0, 1.0, false), point(10, 101.0, 1.0, false)]);
+        let lock = series(
+            "b",
+            "MariaDB",
+            vec![point(1, 50.0, 1.0, false), point(10, 101.0, 1.0, false), point(50, 100.0, 1.0, false)],
+        );
         let f = findings(Name::HotRow, &report(Name::HotRow, vec![cpu, lock], vec![]));
         assert!(f[0].contains("the machine's 2 cores were the limit"), "{}", f[0]);
         assert!(f[1].contains("1.90 of 2 cores were busy: the limit is inside the server"), "{}", f[1]);
@@ -480,7 +496,7 @@ mod tests {
         let f = findings(Name::PointSelect, &report(Name::PointSelect, vec![a, b], vec![]));
         assert!(
             f.iter().any(|l| l.contains(
-                "ten statements per transaction do 50% more than autocommit: a snapshot per statement costs 33%"
+                "do 50% more than autocommit (a snapshot per statement): up to 33% of autocommit's time goes to its snapshots"
             )),
             "{f:#?}"
         );

@@ -77,8 +77,25 @@ pub struct PgSandbox {
     pub pid: u32,
     /// `SELECT version()`.
     pub version: String,
+    /// The role trusted over TCP (SCRAM is asked of every other).
+    trusted_role: &'static str,
     child: Option<Child>,
 }
+
+/// Removes a directory when dropped, unless disarmed (a start that fails
+/// leaves nothing behind).
+struct DirGuard(Option<PathBuf>);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The role a SCRAM cluster trusts over TCP from 127.0.0.1.
+const TRUSTED_ROLE: &str = "pileup_trusted";
 
 /// The account the server runs as when we are root: (uid, gid).
 fn run_as() -> Result<Option<(u32, u32)>> {
@@ -90,6 +107,18 @@ fn run_as() -> Result<Option<(u32, u32)>> {
         _ => bail!(
             "PostgreSQL will not run as root and there is no `postgres` account to run it as; install the postgresql package (which creates it) or run as another user"
         ),
+    }
+}
+
+/// A PostgreSQL error's own message (the client shows a server's error
+/// as "db error" alone).
+fn text(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => d.message().to_string(),
+        None => match std::error::Error::source(e) {
+            Some(c) => format!("{e}: {c}"),
+            None => e.to_string(),
+        },
     }
 }
 
@@ -118,6 +147,7 @@ impl PgSandbox {
             fs::remove_dir_all(&o.dir).with_ctx(|| format!("removing stale {}", o.dir.display()))?;
         }
         fs::create_dir_all(&o.dir).with_ctx(|| format!("creating {}", o.dir.display()))?;
+        let mut guard = DirGuard(Some(o.dir.clone()));
         fs::set_permissions(&o.dir, fs::Permissions::from_mode(0o700))?;
         chown_tree(&o.dir, ids)?;
         let data = o.dir.join("data");
@@ -126,8 +156,10 @@ impl PgSandbox {
         let pwfile = o.dir.join("pw");
         match &o.scram_password {
             Some(pw) => {
-                fs::write(&pwfile, pw)?;
-                fs::set_permissions(&pwfile, fs::Permissions::from_mode(0o600))?;
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&pwfile)?;
+                f.write_all(pw.as_bytes())?;
                 chown_tree(&pwfile, ids)?;
                 init.arg(format!("--pwfile={}", pwfile.display()));
                 init.args(["--auth-local=trust", "--auth-host=scram-sha-256"]);
@@ -142,6 +174,14 @@ impl PgSandbox {
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             bail!("initdb failed: {}", err.lines().last().unwrap_or("").trim());
+        }
+        if o.scram_password.is_some() {
+            // First match wins: this role is trusted over TCP, every other
+            // asked for its password.
+            let hba = data.join("pg_hba.conf");
+            let rest = fs::read_to_string(&hba).with_ctx(|| format!("reading {}", hba.display()))?;
+            fs::write(&hba, format!("host all {TRUSTED_ROLE} 127.0.0.1/32 trust\n{rest}"))
+                .with_ctx(|| format!("writing {}", hba.display()))?;
         }
         let mut last = None;
         for _ in 0..5 {
@@ -163,13 +203,26 @@ impl PgSandbox {
                 port,
                 pid: child.id(),
                 version: String::new(),
+                trusted_role: if o.scram_password.is_some() { TRUSTED_ROLE } else { "postgres" },
                 child: Some(child),
             };
             match sb.wait_ready(o.ready_timeout) {
-                Ok(()) => return Ok(sb),
+                Ok(()) => {
+                    if o.scram_password.is_some() {
+                        let mut c = sb.connect()?;
+                        c.batch_execute(&format!("CREATE ROLE {TRUSTED_ROLE} LOGIN SUPERUSER"))
+                            .map_err(|e| setup!("making the role trusted over TCP: {}", text(&e)))?;
+                    }
+                    // The sandbox removes its directory from now on.
+                    guard.0 = None;
+                    return Ok(sb);
+                }
                 Err(e) => {
                     let log = fs::read_to_string(o.dir.join("server.log")).unwrap_or_default();
                     sb.stop();
+                    // The directory stays for the next port; the guard
+                    // removes it if no port works.
+                    sb.dir = PathBuf::new();
                     if log.contains("could not bind") || log.contains("Address already in use") {
                         last = Some(e);
                         continue;
@@ -194,6 +247,14 @@ impl PgSandbox {
         c
     }
 
+    /// A client over TCP that the cluster trusts (no password asked).
+    pub fn trusted_tcp_config(&self) -> postgres::Config {
+        let mut c = postgres::Config::new();
+        c.host("127.0.0.1").port(self.port).user(self.trusted_role).dbname("postgres");
+        c.connect_timeout(Duration::from_secs(10));
+        c
+    }
+
     /// A client over the Unix socket (trusted).
     pub fn socket_config(&self) -> postgres::Config {
         let mut c = postgres::Config::new();
@@ -202,7 +263,7 @@ impl PgSandbox {
     }
 
     pub fn connect(&self) -> Result<postgres::Client> {
-        self.socket_config().connect(postgres::NoTls).map_err(|e| setup!("connecting to PostgreSQL: {e}"))
+        self.socket_config().connect(postgres::NoTls).map_err(|e| setup!("connecting to PostgreSQL: {}", text(&e)))
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
@@ -220,7 +281,7 @@ impl PgSandbox {
                 }
             }
             if t0.elapsed() > timeout {
-                bail!("not accepting connections after {timeout:?}");
+                bail!("not accepting connections after {} s", timeout.as_secs());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -246,6 +307,8 @@ impl PgSandbox {
 impl Drop for PgSandbox {
     fn drop(&mut self) {
         self.stop();
-        let _ = fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }

@@ -41,9 +41,12 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         profiled: true,
     }];
     if let Some(pg) = ctx.pg {
-        let trust = pg.trust.clone();
+        let (trust, over) = match &pg.tcp_trust {
+            Some(c) => (c.clone(), "TCP"),
+            None => (pg.trust.clone(), "its given connection"),
+        };
         v.push(Variant {
-            label: "PostgreSQL, TCP, trust".into(),
+            label: format!("PostgreSQL, {over}, trust"),
             system: "PostgreSQL",
             settings: settings(&[("authentication", "trust")]),
             apply: Box::new(|| Ok(vec![])),

@@ -86,6 +86,9 @@ impl Name {
 /// Something put back when dropped (a global setting).
 pub(crate) type Guard = Box<dyn Any>;
 
+/// innodb_thread_concurrency in the range experiment's limited curve.
+pub(crate) const THREAD_CONCURRENCY_LIMIT: &str = "8";
+
 /// Makes the client of thread N, or says why it cannot.
 pub(crate) type MakeClient<'a> = dyn Fn(u32) -> std::result::Result<Box<dyn Client>, String> + Sync + 'a;
 
@@ -224,7 +227,15 @@ pub fn run(
     let of = variants.len();
     'variants: for (i, v) in variants.iter().enumerate() {
         sink.event(&Event::Series { experiment: name.as_str(), label: &v.label, index: i + 1, of });
-        let _guards = (v.apply)()?;
+        let _guards = match (v.apply)() {
+            Ok(g) => g,
+            // Curves already measured are kept: the server may be gone.
+            Err(e) if !report.series.is_empty() => {
+                report.stopped = Some(format!("{}: {e}", v.label));
+                break 'variants;
+            }
+            Err(e) => return Err(e),
+        };
         report.series.push(Series {
             label: v.label.clone(),
             system: v.system.into(),
@@ -237,11 +248,16 @@ pub fn run(
             let mut runs = vec![];
             for round in 1..=o.rounds {
                 sink.event(&Event::Window { label: &v.label, threads: t, round, rounds: o.rounds });
-                let before = counter(maria, v.counter);
-                match drive::drive(t, window, v.pid, &v.make) {
+                let name = v.counter;
+                let read = move || counter(maria, name);
+                let probes = drive::Probes {
+                    server_pid: v.pid,
+                    counter: v.counter.is_some().then_some(&read as &(dyn Fn() -> Option<u64> + Sync)),
+                    stop: o.stop.as_deref(),
+                };
+                match drive::drive(t, window, probes, &v.make) {
                     Ok(m) => {
-                        let after = counter(maria, v.counter);
-                        let rate = before.zip(after).map(|(a, b)| b.saturating_sub(a) as f64 / m.seconds.max(1e-9));
+                        let rate = m.counted.map(|n| n as f64 / m.seconds.max(1e-9));
                         runs.push((m, rate));
                     }
                     Err(DriveError::Gone { why, .. }) => {
@@ -272,9 +288,13 @@ pub fn run(
                 for (t, why) in at {
                     match profile_point(&ctx, v, t, why, locks.as_deref_mut(), sink) {
                         Ok(p) => report.profiles.push(p),
-                        Err(e) => {
+                        Err(ExperimentError::Stopped { why: e }) => {
                             report.stopped = Some(format!("profiling {} at {t} threads: {e}", v.label));
                             break 'variants;
+                        }
+                        // The curves stand without it; the report says why.
+                        Err(e) => {
+                            ctx.notes.borrow_mut().push(format!("{} was not profiled at {t} threads: {e}", v.label))
                         }
                     }
                 }
@@ -283,9 +303,14 @@ pub fn run(
     }
     report.findings = crate::why::findings(name, &report);
     report.findings.extend(ctx.notes.take());
+    // The experiments' tables go; a run that stopped keeps them, for a
+    // look at what the server was left with.
     if report.stopped.is_none() {
         if let Ok(mut c) = maria.admin() {
             let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {SCHEMA}"));
+        }
+        if let Some(mut c) = pg.and_then(|p| p.admin().ok()) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"));
         }
     }
     Ok(report)
@@ -317,8 +342,8 @@ fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize)
         min: rates.iter().copied().fold(f64::NAN, f64::min),
         max: rates.iter().copied().fold(f64::NAN, f64::max),
         rounds: rates,
-        p50_ms: v(&|m| m.p50_ms),
-        p99_ms: v(&|m| m.p99_ms),
+        p50_ms: Some(v(&|m| m.p50_ms)).filter(|x| x.is_finite()),
+        p99_ms: Some(v(&|m| m.p99_ms)).filter(|x| x.is_finite()),
         errors: runs.iter().map(|(m, _)| m.errors).sum(),
         driver_cores: v(&|m| m.driver_cpu_s / m.seconds),
         server_cores: (!server.is_empty()).then(|| median(server)),
@@ -344,17 +369,20 @@ fn profile_point<'l>(
     sink.event(&Event::Profiling { threads, seconds: secs.as_secs_f64() });
     // The load runs a little longer than the profile on both sides.
     let window = Window { warmup: Duration::from_secs(1), measure: secs + Duration::from_secs(1) };
+    let probes = drive::Probes { server_pid: v.pid, counter: None, stop: ctx.o.stop.as_deref() };
     let sql = ctx.maria.admin().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
     std::thread::scope(|s| {
-        let (make, server) = (&v.make, v.pid);
-        let load = s.spawn(move || drive::drive(threads, window, server, make));
+        let make = &v.make;
+        let load = s.spawn(move || drive::drive(threads, window, probes, make));
         std::thread::sleep(Duration::from_secs(1));
         let traced = locks.map(|l| s.spawn(move || l.profile(pid, secs)));
         let sampled = profile::sample(pid, secs, sql);
         let traced = traced.map(|h| h.join().unwrap_or_else(|_| Err("the lock tracer failed".into())));
         let loaded = load.join().map_err(|_| ExperimentError::Stopped { why: "the load generator failed".into() })?;
-        if let Err(DriveError::Gone { why, .. }) = loaded {
-            return Err(ExperimentError::Stopped { why });
+        match loaded {
+            Err(DriveError::Gone { why, .. }) => return Err(ExperimentError::Stopped { why }),
+            Err(e @ DriveError::Connect { .. }) => return Err(ExperimentError::Server(e.to_string())),
+            Ok(_) => {}
         }
         let p = sampled.map_err(ExperimentError::Server)?;
         let mut k = profile::reduce(&p, &v.label, threads, at, secs.as_secs_f64());
@@ -473,6 +501,7 @@ mod tests {
             driver_cpu_s: 5.0,
             server_cpu_s: Some(server),
             server_seconds: 10.0,
+            counted: None,
             p50_ms: 1.0,
             p99_ms: 2.0,
         };

@@ -10,8 +10,6 @@ use crate::error::Result;
 
 /// Rows a range reads.
 const RANGE: u32 = 100;
-/// innodb_thread_concurrency when limited.
-const LIMITED: &str = "8";
 
 struct MariaRange {
     conn: mysql::Conn,
@@ -61,7 +59,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
     let mut cases: Vec<(&str, &'static str, Option<&'static str>, bool)> =
         vec![("rows returned", DATA, Some("0"), true), ("summed", SUM, Some("0"), false)];
     if limits {
-        cases.push(("rows returned", DATA, Some(LIMITED), false));
+        cases.push(("rows returned", DATA, Some(super::THREAD_CONCURRENCY_LIMIT), false));
     } else {
         cases.iter_mut().for_each(|c| c.2 = None);
     }
@@ -69,7 +67,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         let pairs: &'static [(&'static str, &'static str)] = match icc {
             None => &[],
             Some("0") => &[("innodb_thread_concurrency", "0")],
-            Some(_) => &[("innodb_thread_concurrency", LIMITED)],
+            Some(_) => &[("innodb_thread_concurrency", super::THREAD_CONCURRENCY_LIMIT)],
         };
         let mut set = settings(&[("rows per range", "100")]);
         let mut label = format!("MariaDB, {what}");

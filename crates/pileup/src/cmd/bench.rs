@@ -155,7 +155,7 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     let names: Vec<Name> = match a.what.as_str() {
         "all" => Name::ALL.to_vec(),
         w => vec![Name::parse(w).with_context(|| {
-            format!("no experiment {w:?}: choose hot-row, accept, table-open, point-select, range, durability, all or compare")
+            format!("no experiment \"{w}\": choose hot-row, accept, table-open, point-select, range, durability, all or compare")
         })?],
     };
     if a.threads.is_empty() || a.threads.iter().any(|&t| t == 0 || t > 1000) {
@@ -177,6 +177,9 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
         profile: !a.no_profile,
         tables: a.tables.max(1),
         rows: a.rows.max(200),
+        // Ctrl-C ends the window running; the settings changed are put
+        // back and the points measured are reported.
+        stop: Some(super::stop_on_signals()),
     };
     let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
     let mut locks = Locks(servers.maria.spec.clone());
@@ -281,9 +284,11 @@ impl Servers {
             let mut o = pileup_sandbox::pg::PgOptions::new(base.join(format!("{name}-pg")));
             o.scram_password = Some(password.clone());
             let p = pileup_sandbox::pg::PgSandbox::start(o).context("starting the PostgreSQL cluster")?;
-            // Trusted over the socket; SCRAM over TCP.
+            // The workloads trusted over the socket (as MariaDB's over its
+            // own); connections over TCP trusted, and with SCRAM.
             let pg = pileup_experiment::target::Pg::open(
                 p.socket_config(),
+                Some(p.trusted_tcp_config()),
                 Some(p.config(Some(&password))),
                 Some(p.pid as i32),
             )?;
