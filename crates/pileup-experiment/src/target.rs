@@ -13,6 +13,26 @@ use serde::Serialize;
 
 use crate::error::{ExperimentError, Result};
 
+/// The schema the experiments make their tables in (dropped when done).
+pub const SCHEMA: &str = "pileup_bench";
+
+/// A PostgreSQL error's own message (the client's display of a server
+/// error is only "db error").
+pub fn pg_text(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} ({})", d.message(), d.code().code()),
+        None => {
+            let mut t = e.to_string();
+            let mut cur = std::error::Error::source(e);
+            while let Some(c) = cur {
+                t.push_str(&format!(": {c}"));
+                cur = c.source();
+            }
+            t
+        }
+    }
+}
+
 /// The MariaDB or MySQL server under test.
 pub struct Maria {
     pub spec: ConnSpec,
@@ -59,7 +79,7 @@ impl Maria {
     pub fn client(&self) -> std::result::Result<mysql::Conn, String> {
         let mut spec = self.spec.clone();
         spec.query_timeout = Some(std::time::Duration::from_secs(700));
-        mysql::Conn::new(spec.opts().db_name(Some(crate::SCHEMA))).map_err(|e| pileup_conn::error_text(&e))
+        mysql::Conn::new(spec.opts().db_name(Some(SCHEMA))).map_err(|e| pileup_conn::error_text(&e))
     }
 
     /// A connection over TCP made the way an application makes one.
@@ -160,12 +180,11 @@ impl Pg {
         scram: Option<postgres::Config>,
         pid: Option<i32>,
     ) -> Result<Pg> {
-        let mut c =
-            trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(crate::experiments::pg_text(&e)))?;
+        let mut c = trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(pg_text(&e)))?;
         let version = c
             .query_one("SHOW server_version", &[])
             .map(|r| r.get::<_, String>(0))
-            .map_err(|e| ExperimentError::Postgres(crate::experiments::pg_text(&e)))?;
+            .map_err(|e| ExperimentError::Postgres(pg_text(&e)))?;
         let mut settings = BTreeMap::new();
         for n in ["fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers"] {
             if let Ok(row) = c.query_one(&format!("SHOW {n}"), &[]) {
@@ -176,14 +195,13 @@ impl Pg {
     }
 
     pub fn admin(&self) -> Result<postgres::Client> {
-        self.trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(crate::experiments::pg_text(&e)))
+        self.trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(pg_text(&e)))
     }
 
     /// A load generator's connection, its search path on the experiments' schema.
     pub fn client(&self) -> std::result::Result<postgres::Client, String> {
-        let mut c = self.trust.connect(postgres::NoTls).map_err(|e| crate::experiments::pg_text(&e))?;
-        c.batch_execute(&format!("SET search_path = {}", crate::SCHEMA))
-            .map_err(|e| crate::experiments::pg_text(&e))?;
+        let mut c = self.trust.connect(postgres::NoTls).map_err(|e| pg_text(&e))?;
+        c.batch_execute(&format!("SET search_path = {}", SCHEMA)).map_err(|e| pg_text(&e))?;
         Ok(c)
     }
 }

@@ -4,8 +4,8 @@
 //! place the time goes (and what it cannot name). Pure functions of a
 //! report.
 
-use crate::experiments::{Name, THREAD_CONCURRENCY_LIMIT};
 use crate::knee::Shape;
+use crate::name::{Name, THREAD_CONCURRENCY_LIMIT};
 use crate::profile::KneeProfile;
 use crate::report::{rate, ExperimentReport, Point, Series};
 

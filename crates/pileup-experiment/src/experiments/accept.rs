@@ -3,7 +3,7 @@
 //! takes each connection and hands it to a connection thread; PostgreSQL
 //! forks a backend for each, trusted or authenticated with SCRAM.
 
-use super::{pg_error, settings, Ctx, Variant};
+use super::common::{pg_error, settings, Ctx, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 

@@ -9,7 +9,7 @@
 
 use mysql::prelude::Queryable;
 
-use super::{globals, maria_error, pg_error, rows_table, settings, Ctx, Globals, Rand, Variant};
+use super::common::{globals, maria_error, pg_error, rows_table, settings, Ctx, Globals, Rand, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 
@@ -96,8 +96,11 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
                 make: Box::new(move |t| {
                     let mut conn = pg.client()?;
                     // A session setting: nothing global changes.
-                    conn.batch_execute(&format!("SET synchronous_commit = {sync}")).map_err(|e| super::pg_text(&e))?;
-                    let stmt = conn.prepare("UPDATE sb SET k = k + 1 WHERE id = $1").map_err(|e| super::pg_text(&e))?;
+                    conn.batch_execute(&format!("SET synchronous_commit = {sync}"))
+                        .map_err(|e| crate::target::pg_text(&e))?;
+                    let stmt = conn
+                        .prepare("UPDATE sb SET k = k + 1 WHERE id = $1")
+                        .map_err(|e| crate::target::pg_text(&e))?;
                     Ok(Box::new(PgUpdate { conn, stmt, rand: Rand::new(t), rows }))
                 }),
                 pid: pg.pid,

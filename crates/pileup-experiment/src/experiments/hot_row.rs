@@ -5,9 +5,9 @@
 
 use mysql::prelude::Queryable;
 
-use super::{fresh_schema, globals, settings, Ctx, MariaStatement, Variant};
+use super::common::{fresh_schema, globals, settings, Ctx, MariaStatement, Variant};
 use crate::error::Result;
-use crate::SCHEMA;
+use crate::target::SCHEMA;
 
 pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
     let m = ctx.maria;

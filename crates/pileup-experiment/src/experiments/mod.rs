@@ -4,174 +4,26 @@
 //! every variant is measured at every thread count, `rounds` times.
 
 mod accept;
+mod common;
 mod durability;
 mod hot_row;
 mod point_select;
 mod range;
 mod table_open;
 
-use std::any::Any;
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mysql::prelude::Queryable;
 
-use crate::drive::{self, Client, DriveError, OpError, Window};
+use crate::drive::{self, DriveError, Window};
 use crate::error::{ExperimentError, Result};
 use crate::knee;
+use crate::name::Name;
+use crate::options::{Event, Options, Sink};
 use crate::profile::{self, KneeProfile, LockProfiler};
 use crate::report::{median, ExperimentReport, Point, Series, System};
-use crate::target::{Machine, Maria, Pg};
-use crate::{Event, Options, Sink, SCHEMA};
-
-/// The experiments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Name {
-    HotRow,
-    Accept,
-    TableOpen,
-    PointSelect,
-    Range,
-    Durability,
-}
-
-impl Name {
-    pub const ALL: [Name; 6] =
-        [Name::HotRow, Name::Accept, Name::TableOpen, Name::PointSelect, Name::Range, Name::Durability];
-
-    pub fn parse(s: &str) -> Option<Name> {
-        Name::ALL.into_iter().find(|n| n.as_str() == s)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Name::HotRow => "hot-row",
-            Name::Accept => "accept",
-            Name::TableOpen => "table-open",
-            Name::PointSelect => "point-select",
-            Name::Range => "range",
-            Name::Durability => "durability",
-        }
-    }
-
-    /// What the experiment asks.
-    pub fn question(self) -> &'static str {
-        match self {
-            Name::HotRow => "one row updated by N threads: does throughput collapse, and does deadlock detection cost it?",
-            Name::Accept => "a connection avalanche: how many connections a second does the server accept, beside PostgreSQL?",
-            Name::TableOpen => "thousands of tables opened by N connections through a small table cache: how fast can tables be opened?",
-            Name::PointSelect => "primary-key lookups: how does a snapshot per statement (autocommit) cost, beside PostgreSQL plain and prepared?",
-            Name::Range => "100-row primary-key ranges, returning the rows or aggregating them, with and without innodb_thread_concurrency, beside PostgreSQL",
-            Name::Durability => "one-row updates committed at each durability setting, MariaDB beside PostgreSQL at the same durability",
-        }
-    }
-
-    fn unit(self) -> &'static str {
-        match self {
-            Name::HotRow => "updates/s",
-            Name::Accept => "connects/s",
-            Name::TableOpen => "selects/s",
-            Name::PointSelect => "selects/s",
-            Name::Range => "ranges/s",
-            Name::Durability => "commits/s",
-        }
-    }
-
-    /// Whether it compares with PostgreSQL.
-    pub fn uses_postgres(self) -> bool {
-        matches!(self, Name::Accept | Name::PointSelect | Name::Range | Name::Durability)
-    }
-}
-
-/// Something put back when dropped (a global setting).
-pub(crate) type Guard = Box<dyn Any>;
-
-/// innodb_thread_concurrency in the range experiment's limited curve.
-pub(crate) const THREAD_CONCURRENCY_LIMIT: &str = "8";
-
-/// Makes the client of thread N, or says why it cannot.
-pub(crate) type MakeClient<'a> = dyn Fn(u32) -> std::result::Result<Box<dyn Client>, String> + Sync + 'a;
-
-/// Global settings of a variant: name, value.
-pub(crate) type Globals = &'static [(&'static str, &'static str)];
-
-/// One curve to measure.
-pub(crate) struct Variant<'a> {
-    pub label: String,
-    /// `MariaDB` or `PostgreSQL`.
-    pub system: &'static str,
-    /// The settings this curve runs with, for the report.
-    pub settings: BTreeMap<String, String>,
-    /// Put the settings in place; dropping what it returns puts them back.
-    pub apply: Box<dyn Fn() -> Result<Vec<Guard>> + 'a>,
-    /// A client for thread N.
-    pub make: Box<MakeClient<'a>>,
-    /// The server's process, for its CPU.
-    pub pid: Option<i32>,
-    /// A MariaDB status counter whose rate is reported beside.
-    pub counter: Option<&'static str>,
-    /// The curve profiled at its knee.
-    pub profiled: bool,
-}
-
-/// What an experiment needs from its servers, made once.
-pub(crate) struct Ctx<'a> {
-    pub maria: &'a Maria,
-    pub pg: Option<&'a Pg>,
-    pub o: &'a Options,
-    /// What an experiment could not measure on these servers, and why.
-    pub notes: std::cell::RefCell<Vec<String>>,
-}
-
-/// A MariaDB error that a client repeats past (a deadlock, a lock wait
-/// timeout), or one that ends the run.
-pub(crate) fn maria_error(e: mysql::Error) -> OpError {
-    match &e {
-        mysql::Error::MySqlError(m) if matches!(m.code, 1205 | 1213) => OpError::Retry(m.message.clone()),
-        mysql::Error::MySqlError(m) if !matches!(m.code, 1927 | 2006 | 2013 | 1053) => {
-            OpError::Retry(m.message.clone())
-        }
-        _ => OpError::Gone(pileup_conn::error_text(&e)),
-    }
-}
-
-/// A PostgreSQL error that a client repeats past, or one that ends the run.
-pub(crate) fn pg_error(e: postgres::Error) -> OpError {
-    if e.is_closed() || e.as_db_error().is_none() {
-        OpError::Gone(pg_text(&e))
-    } else {
-        OpError::Retry(pg_text(&e))
-    }
-}
-
-/// A PostgreSQL error's own message (the client's display of a server
-/// error is only "db error").
-pub fn pg_text(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(d) => format!("{} ({})", d.message(), d.code().code()),
-        None => {
-            let mut t = e.to_string();
-            let mut cur = std::error::Error::source(e);
-            while let Some(c) = cur {
-                t.push_str(&format!(": {c}"));
-                cur = c.source();
-            }
-            t
-        }
-    }
-}
-
-/// Run one MariaDB statement (no result) as a client's operation.
-pub(crate) struct MariaStatement {
-    pub conn: mysql::Conn,
-    pub sql: String,
-}
-
-impl Client for MariaStatement {
-    fn op(&mut self) -> std::result::Result<(), OpError> {
-        self.conn.query_drop(&self.sql).map_err(maria_error)
-    }
-}
+use crate::target::{Machine, Maria, Pg, SCHEMA};
+use common::{Ctx, Variant};
 
 /// Run an experiment: make its tables, measure every variant's curve,
 /// profile the knee, and say what it shows. A server that goes away
@@ -395,100 +247,9 @@ fn profile_point<'l>(
     })
 }
 
-/// Make the experiments' schema afresh.
-pub(crate) fn fresh_schema(c: &mut mysql::Conn) -> Result<()> {
-    c.query_drop(format!("DROP DATABASE IF EXISTS {SCHEMA}"))
-        .and_then(|_| c.query_drop(format!("CREATE DATABASE {SCHEMA}")))
-        .map_err(crate::target::sql("making the experiments' schema"))
-}
-
-/// Make `rows` rows of the point-select/range table (`id` 1..=rows), in
-/// MariaDB and, given one, PostgreSQL.
-pub(crate) fn rows_table(ctx: &Ctx) -> Result<()> {
-    let mut c = ctx.maria.admin()?;
-    fresh_schema(&mut c)?;
-    c.query_drop(format!(
-        "CREATE TABLE {SCHEMA}.sb (id INT NOT NULL PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, KEY (k)) ENGINE=InnoDB"
-    ))
-    .map_err(crate::target::sql("making the table"))?;
-    let mut id = 0;
-    while id < ctx.o.rows {
-        let n = (ctx.o.rows - id).min(5000);
-        let values: Vec<String> = (id + 1..=id + n)
-            .map(|i| format!("({i},{},'{:0>119}','{:0>59}')", i.wrapping_mul(2654435761) % ctx.o.rows.max(1), i, i))
-            .collect();
-        c.query_drop(format!("INSERT INTO {SCHEMA}.sb VALUES {}", values.join(",")))
-            .map_err(crate::target::sql("filling the table"))?;
-        id += n;
-    }
-    if let Some(pg) = ctx.pg {
-        let mut p = pg.admin()?;
-        p.batch_execute(&format!(
-            "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE; CREATE SCHEMA {SCHEMA};
-             CREATE TABLE {SCHEMA}.sb (id INT NOT NULL PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL);
-             INSERT INTO {SCHEMA}.sb SELECT i, (i::bigint * 2654435761 % {rows})::int, lpad(i::text, 119, '0'), lpad(i::text, 59, '0') FROM generate_series(1, {rows}) i;
-             CREATE INDEX ON {SCHEMA}.sb (k)",
-            rows = ctx.o.rows.max(1)
-        ))
-        .and_then(|_| p.batch_execute(&format!("VACUUM ANALYZE {SCHEMA}.sb")))
-        .map_err(|e| ExperimentError::Postgres(format!("making the table: {}", pg_text(&e))))?;
-    }
-    Ok(())
-}
-
-/// A small, fast random number source for the clients (xorshift): which
-/// row or table an operation touches is not worth a dependency.
-pub(crate) struct Rand(u64);
-
-impl Rand {
-    pub fn new(seed: u32) -> Rand {
-        Rand(0x9E37_79B9_7F4A_7C15 ^ (seed as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9))
-    }
-
-    /// 1..=n.
-    pub fn upto(&mut self, n: u32) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as u32 + 1
-    }
-}
-
-/// `name=value` pairs for a report.
-pub(crate) fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
-/// Set MariaDB globals for a variant; they are put back when the guards drop.
-pub(crate) fn globals<'a>(m: &'a Maria, pairs: &'a [(&'a str, &'a str)]) -> Box<dyn Fn() -> Result<Vec<Guard>> + 'a> {
-    Box::new(move || {
-        let mut g: Vec<Guard> = vec![];
-        for (k, v) in pairs {
-            g.push(Box::new(m.set_global(k, v)?));
-        }
-        Ok(g)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_round_trip() {
-        for n in Name::ALL {
-            assert_eq!(Name::parse(n.as_str()), Some(n));
-        }
-        assert_eq!(Name::parse("hot_row"), None);
-    }
-
-    #[test]
-    fn random_rows_stay_in_range() {
-        let mut r = Rand::new(3);
-        let v: Vec<u32> = (0..10_000).map(|_| r.upto(100)).collect();
-        assert!(v.iter().all(|&x| (1..=100).contains(&x)));
-        assert!(v.contains(&1) && v.contains(&100));
-    }
 
     #[test]
     fn a_point_is_the_median_of_its_rounds() {

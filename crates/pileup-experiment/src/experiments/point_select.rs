@@ -7,7 +7,7 @@
 
 use mysql::prelude::Queryable;
 
-use super::{maria_error, pg_error, rows_table, settings, Ctx, Rand, Variant};
+use super::common::{maria_error, pg_error, rows_table, settings, Ctx, Rand, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 
@@ -121,12 +121,13 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
                             conn.batch_execute(
                                 "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
                             )
-                            .map_err(|e| super::pg_text(&e))?;
+                            .map_err(|e| crate::target::pg_text(&e))?;
                         }
                         let prepared = match prepared {
-                            true => {
-                                Some(conn.prepare("SELECT c FROM sb WHERE id = $1").map_err(|e| super::pg_text(&e))?)
-                            }
+                            true => Some(
+                                conn.prepare("SELECT c FROM sb WHERE id = $1")
+                                    .map_err(|e| crate::target::pg_text(&e))?,
+                            ),
                             false => None,
                         };
                         Ok(Box::new(PgPoint { conn, prepared, rand: Rand::new(t), rows, in_trx: trx.then_some(0) }))

@@ -4,7 +4,7 @@
 
 use mysql::prelude::Queryable;
 
-use super::{globals, maria_error, pg_error, rows_table, settings, Ctx, Rand, Variant};
+use super::common::{globals, maria_error, pg_error, rows_table, settings, Ctx, Rand, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 
@@ -59,7 +59,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
     let mut cases: Vec<(&str, &'static str, Option<&'static str>, bool)> =
         vec![("rows returned", DATA, Some("0"), true), ("summed", SUM, Some("0"), false)];
     if limits {
-        cases.push(("rows returned", DATA, Some(super::THREAD_CONCURRENCY_LIMIT), false));
+        cases.push(("rows returned", DATA, Some(crate::name::THREAD_CONCURRENCY_LIMIT), false));
     } else {
         cases.iter_mut().for_each(|c| c.2 = None);
     }
@@ -67,7 +67,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         let pairs: &'static [(&'static str, &'static str)] = match icc {
             None => &[],
             Some("0") => &[("innodb_thread_concurrency", "0")],
-            Some(_) => &[("innodb_thread_concurrency", super::THREAD_CONCURRENCY_LIMIT)],
+            Some(_) => &[("innodb_thread_concurrency", crate::name::THREAD_CONCURRENCY_LIMIT)],
         };
         let mut set = settings(&[("rows per range", "100")]);
         let mut label = format!("MariaDB, {what}");
@@ -100,7 +100,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
                 apply: Box::new(|| Ok(vec![])),
                 make: Box::new(move |t| {
                     let mut conn = pg.client()?;
-                    let stmt = conn.prepare(&sql).map_err(|e| super::pg_text(&e))?;
+                    let stmt = conn.prepare(&sql).map_err(|e| crate::target::pg_text(&e))?;
                     Ok(Box::new(PgRange { conn, stmt, rand: Rand::new(t), rows }))
                 }),
                 pid: pg.pid,

@@ -5,10 +5,10 @@
 
 use mysql::prelude::Queryable;
 
-use super::{fresh_schema, maria_error, settings, Ctx, Guard, Rand, Variant};
+use super::common::{fresh_schema, maria_error, settings, Ctx, Guard, Rand, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
-use crate::SCHEMA;
+use crate::target::SCHEMA;
 
 struct Reader {
     conn: mysql::Conn,
