@@ -125,6 +125,28 @@ pub struct SamplerOptions {
     pub keep_samples: usize,
 }
 
+impl SamplerOptions {
+    /// A profile taken while the server works, for as long as it is asked
+    /// for: no thread stopped (passive), 64 KiB of each stack, no DWARF,
+    /// debug files only from debuginfod's cache (nothing fetched), the last
+    /// sample kept whole; the processlist re-read at most every
+    /// `sql_refresh`, never bracketing a capture.
+    pub fn passive_profile(any_process: bool, sql_refresh: Duration) -> SamplerOptions {
+        SamplerOptions {
+            capture: CaptureOptions { mode: Mode::Passive, stack_bytes: 64 * 1024, ..Default::default() },
+            filter: ThreadFilter::default(),
+            any_process,
+            debug_info: false,
+            sql_refresh,
+            sql_bracket: false,
+            keep_samples: 1,
+            debug_dirs: default_debug_dirs(),
+            debuginfod: Some(debuginfod::DebuginfodOptions::cache_only()),
+            debuginfod_wait: true,
+        }
+    }
+}
+
 /// How far a run is, for a progress line.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use pileup_engine::{CaptureOptions, Counted, Mode, Profile, Role, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{Counted, Profile, Role, Sampler, SamplerOptions, SqlSource};
 use serde::{Deserialize, Serialize};
 
 /// Traces the server's lock waits for a while (pileup's `locks` tool,
@@ -101,18 +101,7 @@ const TOP: usize = 8;
 
 /// Sample `pid` for `duration` without stopping it.
 pub fn sample(pid: i32, duration: Duration, sql: Option<SqlSource>) -> Result<Profile, String> {
-    let opts = SamplerOptions {
-        capture: CaptureOptions { mode: Mode::Passive, stack_bytes: 64 * 1024, ..Default::default() },
-        filter: ThreadFilter::default(),
-        any_process: false,
-        debug_info: false,
-        sql_refresh: Duration::from_secs(1),
-        sql_bracket: false,
-        keep_samples: 1,
-        debug_dirs: pileup_engine::default_debug_dirs(),
-        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
-        debuginfod_wait: true,
-    };
+    let opts = SamplerOptions::passive_profile(false, Duration::from_secs(1));
     let n = (duration.as_millis() / INTERVAL.as_millis()).max(1) as usize;
     let mut s = Sampler::new(pid, opts, sql).map_err(|e| pileup_conn::error_text(&e))?;
     s.run_until(n, INTERVAL, Some(duration), None, |_| {}).map_err(|e| pileup_conn::error_text(&e))?;

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, ThreadFilter};
+use pileup_engine::{Sampler, SamplerOptions};
 use pileup_output::{render, Format, Options};
 
 /// The longest profile served, and the one given without `seconds`
@@ -68,19 +68,7 @@ pub fn seconds_of(query: &str) -> Result<u64, String> {
 /// Sample `pid`'s threads for `secs` seconds without stopping them; the
 /// gzipped pprof profile.
 pub fn profile(pid: i32, secs: u64, any_process: bool) -> Result<Vec<u8>, String> {
-    let opts = SamplerOptions {
-        capture: CaptureOptions { mode: Mode::Passive, stack_bytes: 64 * 1024, ..Default::default() },
-        filter: ThreadFilter::default(),
-        any_process,
-        debug_info: false,
-        sql_refresh: Duration::ZERO,
-        sql_bracket: false,
-        keep_samples: 1,
-        debug_dirs: pileup_engine::default_debug_dirs(),
-        // Debug files already in the debuginfod cache; nothing fetched.
-        debuginfod: Some(pileup_engine::debug_files::DebuginfodOptions::cache_only()),
-        debuginfod_wait: true,
-    };
+    let opts = SamplerOptions::passive_profile(any_process, Duration::ZERO);
     let samples = (Duration::from_secs(secs).as_millis() / INTERVAL.as_millis()) as usize;
     let mut sampler = Sampler::new(pid, opts, None).map_err(|e| format!("{e:#}"))?;
     sampler
