@@ -141,6 +141,17 @@ pub fn run_time(prog: BorrowedFd<'_>) -> Option<ProbeCost> {
     (r == 0).then_some(ProbeCost { runs: info.run_cnt, run_ns: info.run_time_ns })
 }
 
+/// The size of a ring buffer that holds the stack records of a budget of
+/// `per_second` stacks, each `record_bytes`, between two reads of it. A
+/// per-second budget resets on the second, so a burst at its end and one
+/// at the next second's start can fall between the same two reads: the
+/// ring holds two seconds' worth, in a power of two (the kernel's rule),
+/// 16 MiB at the least and 512 MiB at the most.
+pub fn ring_bytes(per_second: u64, record_bytes: u64) -> u32 {
+    let want = per_second.saturating_mul(record_bytes).saturating_mul(2);
+    want.clamp(16 << 20, 512 << 20).next_power_of_two() as u32
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -163,6 +174,23 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_buffers_hold_two_seconds_of_the_budget_in_a_power_of_two() {
+        let rec = 72 + 16384 + 8;
+        // The default budget fits the smallest ring.
+        assert_eq!(ring_bytes(200, rec), 16 << 20);
+        // 2,000 stacks a second: 65.9 MB for two seconds, in 64 MiB; 2,100
+        // need the next power of two.
+        assert_eq!(ring_bytes(2000, rec), 64 << 20);
+        assert_eq!(ring_bytes(2100, rec), 128 << 20);
+        assert_eq!(ring_bytes(1 << 40, rec), 512 << 20);
+        assert_eq!(ring_bytes(0, rec), 16 << 20);
+        for b in [1, 500, 999, 5000] {
+            let r = ring_bytes(b, rec);
+            assert!(r.is_power_of_two() && u64::from(r) >= (2 * b * rec).min(512 << 20), "{b}: {r}");
+        }
+    }
 
     #[test]
     fn kernel_versions_parse_from_release_strings() {

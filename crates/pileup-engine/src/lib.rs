@@ -20,6 +20,7 @@
 //! are kept whole, so a run of hours costs the memory of its distinct
 //! stacks. [`last_statement`] reads what an idle connection last ran from
 //! the server's memory, each thread stopped only to read its thread pointer.
+//! [`syscalls`] counts and times one thread's system calls exactly (eBPF).
 
 mod aggregate;
 mod annotate;
@@ -38,6 +39,7 @@ mod regs;
 mod resolve;
 mod sampler;
 mod symbolize;
+pub mod syscalls;
 mod unwind;
 
 // The API: what tools build on. Everything else is crate-private.

@@ -452,55 +452,6 @@ pub fn schedstat(pid: i32, tid: i32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()
 }
 
-/// Name of a Linux x86_64 system call, for the ones a database thread blocks in.
-pub fn syscall_name(nr: u64) -> String {
-    let n = match nr {
-        0 => "read",
-        1 => "write",
-        3 => "close",
-        7 => "poll",
-        8 => "lseek",
-        17 => "pread64",
-        18 => "pwrite64",
-        19 => "readv",
-        20 => "writev",
-        23 => "select",
-        24 => "sched_yield",
-        34 => "pause",
-        35 => "nanosleep",
-        43 => "accept",
-        44 => "sendto",
-        45 => "recvfrom",
-        46 => "sendmsg",
-        47 => "recvmsg",
-        61 => "wait4",
-        74 => "fsync",
-        75 => "fdatasync",
-        128 => "rt_sigtimedwait",
-        130 => "rt_sigsuspend",
-        202 => "futex",
-        208 => "io_getevents",
-        209 => "io_submit",
-        230 => "clock_nanosleep",
-        232 => "epoll_wait",
-        257 => "openat",
-        270 => "pselect6",
-        271 => "ppoll",
-        277 => "sync_file_range",
-        281 => "epoll_pwait",
-        288 => "accept4",
-        295 => "preadv",
-        296 => "pwritev",
-        327 => "preadv2",
-        328 => "pwritev2",
-        426 => "io_uring_enter",
-        441 => "epoll_pwait2",
-        449 => "futex_waitv",
-        _ => return format!("syscall_{nr}"),
-    };
-    n.to_string()
-}
-
 pub const SYS_FUTEX: u64 = 202;
 
 /// Context switches on the whole machine since boot (`ctxt` in

@@ -637,7 +637,7 @@ impl Sampler {
                 state: o.state,
                 state_label: proc::state_label(o.state),
                 wchan: o.wchan,
-                syscall: rt.regs.blocked_syscall().map(proc::syscall_name),
+                syscall: rt.regs.blocked_syscall().map(crate::syscalls::syscall_name),
                 file: proc::file_io(pid, &rt.regs),
                 role: annotate::role_of(pid, rt.tid, s.as_ref()),
                 sql: s,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use pileup_engine::syscalls::SyscallTally;
 use pileup_engine::{Counted, Profile, Role, Sampler, SamplerOptions, SqlSource};
 use serde::{Deserialize, Serialize};
 
@@ -87,11 +88,51 @@ pub struct KneeProfile {
     /// The accept thread's samples by innermost frame (its system calls).
     pub accept: Vec<Share>,
     pub accept_samples: usize,
+    /// The accept thread's system calls, counted and timed exactly (the
+    /// `accept` experiment on MariaDB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_syscalls: Option<AcceptSyscalls>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_syscalls_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locks: Option<LockSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locks_error: Option<String>,
     pub notes: Vec<String>,
+}
+
+/// The accept thread's system calls over the profile's window.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AcceptSyscalls {
+    pub tally: SyscallTally,
+    /// Connections made in the window (the load's rate times its length).
+    pub connections: f64,
+}
+
+impl AcceptSyscalls {
+    /// Calls of each system call per connection accepted.
+    pub fn per_connection(&self, name: &str) -> f64 {
+        self.tally.calls_of(name) as f64 / self.connections.max(1.0)
+    }
+
+    /// The system calls, most time first: `name share (calls per
+    /// connection)`, at most `n`.
+    pub fn list(&self, n: usize) -> String {
+        self.tally
+            .calls
+            .iter()
+            .take(n)
+            .map(|c| {
+                format!(
+                    "{} {} ({:.1}/connection)",
+                    c.name,
+                    pct(c.seconds / self.tally.seconds.max(1e-9)),
+                    c.calls as f64 / self.connections.max(1.0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Samples a second while profiling.
@@ -167,6 +208,8 @@ pub fn reduce(p: &Profile, series: &str, threads: u32, at: &str, seconds: f64) -
         unnamed_share: unnamed_n as f64 / conn.max(1) as f64,
         accept: shares(accept, accept_n),
         accept_samples: accept_n,
+        accept_syscalls: None,
+        accept_syscalls_error: None,
         locks: None,
         locks_error: None,
         notes,
@@ -205,6 +248,21 @@ pub fn text(k: &KneeProfile, w: &mut dyn Write) -> std::io::Result<()> {
     }
     if k.accept_samples > 0 {
         writeln!(w, "  accept thread ({} samples): {}", k.accept_samples, list(&k.accept))?;
+    }
+    if let Some(a) = &k.accept_syscalls {
+        writeln!(
+            w,
+            "  accept thread's system calls (counted, {:.0} s, {:.0} connections): {} of its time in them; {}; on a CPU {}, waiting for one {}",
+            a.tally.seconds,
+            a.connections,
+            pct(a.tally.in_syscalls()),
+            a.list(TOP),
+            pct(a.tally.on_cpu / a.tally.seconds.max(1e-9)),
+            pct(a.tally.waiting_for_cpu / a.tally.seconds.max(1e-9))
+        )?;
+    }
+    if let Some(e) = &k.accept_syscalls_error {
+        writeln!(w, "  accept thread's system calls not counted: {e}")?;
     }
     if let Some(l) = &k.locks {
         writeln!(w, "  lock waits: {} contended waits", l.waits)?;

@@ -309,9 +309,23 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
                 k.server_function[0].name
             ));
         }
-        if name == Name::Accept && k.accept_samples > 0 {
-            let list: Vec<String> = k.accept.iter().take(5).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
-            out.push(format!("The accept thread's time: {}.", list.join(", ")));
+        if name == Name::Accept {
+            if let Some(a) = &k.accept_syscalls {
+                let w = a.tally.seconds.max(1e-9);
+                out.push(format!(
+                    "The accept thread at {} threads, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and waited for one {}.",
+                    k.threads,
+                    pct(a.tally.in_syscalls()),
+                    a.list(6),
+                    a.tally.calls.iter().map(|c| c.calls).sum::<u64>() as f64 / a.connections.max(1.0),
+                    pct(a.tally.on_cpu / w),
+                    pct(a.tally.waiting_for_cpu / w)
+                ));
+            } else if k.accept_samples > 0 {
+                let list: Vec<String> =
+                    k.accept.iter().take(5).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
+                out.push(format!("The accept thread's samples: {}.", list.join(", ")));
+            }
         }
     }
     // Scaling: the same lock at the knee and at the most threads.
@@ -405,6 +419,8 @@ mod tests {
             unnamed_share: 0.6,
             accept: vec![],
             accept_samples: 0,
+            accept_syscalls: None,
+            accept_syscalls_error: None,
             locks: Some(LockSummary {
                 waits: 5000,
                 locks: vec![LockShare {
@@ -487,6 +503,31 @@ mod tests {
             "{f:#?}"
         );
         assert!(f.iter().any(|l| l.contains("the commonest named server function, mysql_update (10%)")), "{f:#?}");
+    }
+
+    #[test]
+    fn the_accept_threads_counted_calls_are_per_connection() {
+        use pileup_engine::syscalls::{SyscallTally, SyscallTime};
+        let m = series("MariaDB, TCP", "MariaDB", vec![point(1, 5000.0, 100.0, true), point(10, 10000.0, 100.0, true)]);
+        let mut k = knee_profile("knee", 10, 0.0);
+        let call = |name: &str, calls: u64, seconds: f64| SyscallTime { name: name.into(), calls, seconds };
+        k.accept_syscalls = Some(crate::profile::AcceptSyscalls {
+            tally: SyscallTally {
+                tid: 1,
+                seconds: 10.0,
+                calls: vec![call("poll", 100_000, 4.0), call("accept4", 100_000, 1.5), call("fcntl", 200_000, 0.5)],
+                on_cpu: 3.0,
+                waiting_for_cpu: 2.5,
+            },
+            connections: 100_000.0,
+        });
+        let f = findings(Name::Accept, &report(Name::Accept, vec![m], vec![k]));
+        assert!(
+            f.iter().any(|l| l.contains(
+                "counted exactly: 60% of its time in system calls; poll 40% (1.0/connection), accept4 15% (1.0/connection), fcntl 5% (2.0/connection). It made 4.0 system calls per connection. It ran on a CPU 30% of the time and waited for one 25%."
+            )),
+            "{f:#?}"
+        );
     }
 
     #[test]

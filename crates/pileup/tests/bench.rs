@@ -168,7 +168,24 @@ fn knee_profiles(dir: &std::path::Path, reports: &[serde_json::Value]) {
     assert!(p["accept_samples"].as_u64().unwrap() > 0, "{p:#}");
     let calls: Vec<&str> = p["accept"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert!(calls.iter().any(|c| c.contains("poll") || c.contains("accept")), "{calls:?}");
-    assert!(a["findings"].to_string().contains("The accept thread's time: "), "{:#}", a["findings"]);
+    // And its system calls counted exactly: about one accept4 per
+    // connection (the load's rate gives the connections; a non-blocking
+    // accept4 that finds none waiting adds a few), and the thread's CPU
+    // time beside them.
+    let sc = &p["accept_syscalls"];
+    let per = |name: &str| {
+        let n: u64 = sc["tally"]["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"] == name)
+            .map(|c| c["calls"].as_u64().unwrap())
+            .sum();
+        n as f64 / sc["connections"].as_f64().unwrap()
+    };
+    assert!((0.8..1.5).contains(&per("accept4")), "{sc:#}");
+    assert!(sc["tally"]["on_cpu"].as_f64().unwrap() > 0.0, "{sc:#}");
+    assert!(a["findings"].to_string().contains("The accept thread at "), "{:#}", a["findings"]);
 }
 
 /// The plots are SVG that xmllint parses and Chromium renders.

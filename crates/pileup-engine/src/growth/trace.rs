@@ -67,6 +67,10 @@ const MAX_PERIOD: u64 = 1 << 30;
 /// The period at attach, before any rate is known.
 const FIRST_PERIOD: u64 = 256 << 10;
 
+/// A record with a stack in the ring buffer: its 72-byte header, the
+/// 16 KiB copy of the stack's top and the ring's own 8-byte header.
+const STACK_RECORD_BYTES: u64 = 72 + 16384 + 8;
+
 /// How often the ring buffer is read.
 const READ_EVERY: Duration = Duration::from_millis(100);
 
@@ -87,6 +91,10 @@ pub fn trace(
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
     ro.cpu_budget = opts.stack_budget.div_ceil(cpus).max(1);
+    open.maps
+        .events
+        .set_max_entries(crate::ebpf::ring_bytes(opts.stack_budget, STACK_RECORD_BYTES))
+        .map_err(|e| load_error("sizing the ring buffer of", &e))?;
     let mut skel: GrowthSkel = open.load().map_err(|e| load_error("loading", &e))?;
     set_period(&mut skel, FIRST_PERIOD);
     let stats = if opts.probe_cost {
@@ -139,7 +147,7 @@ pub fn trace(
         // rate of the last second over the stacks a second allowed.
         if window_start.elapsed() >= Duration::from_secs(1) {
             let rate = window_bytes as f64 / window_start.elapsed().as_secs_f64();
-            period = next_period(rate, opts.stack_budget);
+            period = next_period(rate, fault_share(opts.stack_budget));
             set_period(&mut skel, period);
             (window_start, window_bytes) = (Instant::now(), 0);
         }
@@ -181,6 +189,12 @@ pub fn trace(
         probe_cost,
         period,
     })
+}
+
+/// The stacks a second that fault samples may spend: the probe keeps the
+/// last quarter of the budget for large address-space growth.
+fn fault_share(budget: u64) -> u64 {
+    (budget - budget / 4).max(1)
 }
 
 /// The sampling period for a growth `rate` (bytes a second) and a budget
@@ -240,5 +254,13 @@ mod tests {
         // A quiet server: the smallest period.
         assert_eq!(next_period(0.0, 200), MIN_PERIOD);
         assert_eq!(next_period(1e15, 1), MAX_PERIOD);
+    }
+
+    #[test]
+    fn faults_leave_a_quarter_of_the_budget_to_large_growth() {
+        assert_eq!(fault_share(800), 600);
+        assert_eq!(fault_share(200), 150);
+        assert_eq!(fault_share(1), 1);
+        assert_eq!(fault_share(0), 1);
     }
 }

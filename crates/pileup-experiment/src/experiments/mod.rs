@@ -14,6 +14,7 @@ mod table_open;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mysql::prelude::Queryable;
+use pileup_engine::syscalls::SyscallError;
 
 use crate::drive::{self, DriveError, Window};
 use crate::error::{ExperimentError, Result};
@@ -138,7 +139,7 @@ pub fn run(
                     at.push((most, "most threads"));
                 }
                 for (t, why) in at {
-                    match profile_point(&ctx, v, t, why, locks.as_deref_mut(), sink) {
+                    match profile_point(&ctx, v, t, why, name == Name::Accept, locks.as_deref_mut(), sink) {
                         Ok(p) => report.profiles.push(p),
                         Err(ExperimentError::Stopped { why: e }) => {
                             report.stopped = Some(format!("profiling {} at {t} threads: {e}", v.label));
@@ -205,12 +206,14 @@ fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize)
 }
 
 /// Run the variant's load at `threads` while the server is sampled and
-/// its lock waits traced.
+/// its lock waits traced, and with `accept_calls` the accept thread's
+/// system calls counted.
 fn profile_point<'l>(
     ctx: &Ctx,
     v: &Variant,
     threads: u32,
     at: &str,
+    accept_calls: bool,
     locks: Option<&mut (dyn LockProfiler + 'l)>,
     sink: &mut dyn Sink,
 ) -> Result<KneeProfile> {
@@ -228,16 +231,35 @@ fn profile_point<'l>(
         let load = s.spawn(move || drive::drive(threads, window, probes, make));
         std::thread::sleep(Duration::from_secs(1));
         let traced = locks.map(|l| s.spawn(move || l.profile(pid, secs)));
+        // MariaDB (and MySQL) accept connections in the main thread.
+        let stop = ctx.o.stop.as_deref();
+        let counted = accept_calls.then(|| {
+            s.spawn(move || {
+                pileup_engine::syscalls::tally_thread(pid, secs, || {
+                    stop.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+                })
+            })
+        });
         let sampled = profile::sample(pid, secs, sql);
         let traced = traced.map(|h| h.join().unwrap_or_else(|_| Err("the lock tracer failed".into())));
+        let counted =
+            counted.map(|h| h.join().unwrap_or_else(|_| Err(SyscallError::Ebpf("the counter failed".into()))));
         let loaded = load.join().map_err(|_| ExperimentError::Stopped { why: "the load generator failed".into() })?;
-        match loaded {
+        let rate = match loaded {
             Err(DriveError::Gone { why, .. }) => return Err(ExperimentError::Stopped { why }),
             Err(e @ DriveError::Connect { .. }) => return Err(ExperimentError::Server(e.to_string())),
-            Ok(_) => {}
-        }
+            Ok(m) => m.ops_per_s,
+        };
         let p = sampled.map_err(ExperimentError::Server)?;
         let mut k = profile::reduce(&p, &v.label, threads, at, secs.as_secs_f64());
+        match counted {
+            Some(Ok(tally)) => {
+                let connections = rate * tally.seconds;
+                k.accept_syscalls = Some(profile::AcceptSyscalls { tally, connections });
+            }
+            Some(Err(e)) => k.accept_syscalls_error = Some(e.to_string()),
+            None => {}
+        }
         match traced {
             Some(Ok(l)) => k.locks = Some(l),
             Some(Err(e)) => k.locks_error = Some(e),

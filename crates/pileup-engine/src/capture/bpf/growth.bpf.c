@@ -26,7 +26,11 @@
 // Stacks are unwound in user space (the server has no frame pointers).
 // Stack copies are limited per CPU per second (`cpu_budget`); past it a
 // sample goes to user space without its stack (its thread and time still
-// name the statement). Only the
+// name the statement). Fault samples may spend three quarters of a
+// second's budget; the last quarter is kept for address-space growth at
+// least as large as a sample's period (a sort buffer's mmap, an arena's
+// heap made writable), so a burst of faults cannot leave the mapping that
+// explains them without its stack. Only the
 // process in target_tgid is looked at: for every other task each probe is
 // a comparison.
 
@@ -243,6 +247,14 @@ static __always_inline int record_small(__u64 kind, __u32 what, __u32 tid, __u64
 	return 1;
 }
 
+// The share of a second's stack budget that fault samples and small
+// growth may spend: all but the quarter kept for large growth.
+static __always_inline __u64 fault_budget(void)
+{
+	__u64 b = cpu_budget - cpu_budget / 4;
+	return b ? b : 1;
+}
+
 // The next threshold: the period, jittered by ±50% (a uniform draw).
 static __always_inline __u64 next_threshold(void)
 {
@@ -305,7 +317,7 @@ int growth_fault(__u64 *ctx)
 	t->next = next_threshold();
 	__u32 what = vc.file ? W_FAULT_FILE : W_FAULT_ANON;
 	int sent;
-	if (pileup_spend(&budget, cpu_budget)) {
+	if (pileup_spend(&budget, fault_budget())) {
 		sent = record_stack(REC_SAMPLE, what, tid, weight, addr, (struct user_regs *)ctx[1]);
 	} else {
 		count(C_BUDGET);
@@ -323,7 +335,7 @@ static __always_inline void grew(__u32 what, __u32 tid, __u64 addr, __u64 bytes,
 	if (!t)
 		return;
 	t->mapped += bytes;
-	if (pileup_spend(&budget, cpu_budget)) {
+	if (pileup_spend(&budget, bytes >= sample_period ? cpu_budget : fault_budget())) {
 		record_stack(REC_GROW, what, tid, bytes, addr, (struct user_regs *)bpf_task_pt_regs(task));
 	} else {
 		count(C_BUDGET);
