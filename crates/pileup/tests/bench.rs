@@ -124,6 +124,10 @@ fn curves(reports: &[serde_json::Value]) {
     let opens = series(t, "table_open_cache=10")["points"][1]["counter_per_s"].as_f64().unwrap();
     let cached = series(t, "every table cached")["points"][1]["counter_per_s"].as_f64().unwrap();
     assert!(opens > 100.0 && cached < opens / 10.0, "uncached {opens}/s, cached {cached}/s");
+    // And once more with the statistics tables out of the open path, the
+    // server's default put back afterwards (the sandbox's is not NEVER).
+    assert_eq!(series(t, "use_stat_tables=NEVER")["settings"]["use_stat_tables"], "NEVER");
+    assert_ne!(series(t, "table_open_cache=10")["settings"]["use_stat_tables"], "NEVER");
 }
 
 /// The knee's profile names what the binary lets it name.
@@ -266,6 +270,52 @@ fn a_server_that_is_not_a_sandbox_is_refused_without_i_know() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(v["series"][0]["points"][0]["median"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_globals_a_curve_sets_are_put_back_and_the_schema_dropped() {
+    use mysql::prelude::Queryable;
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    let read = |c: &mut mysql::Conn| -> (String, String, String) {
+        c.query_first("SELECT @@GLOBAL.table_open_cache, @@GLOBAL.table_definition_cache, @@GLOBAL.use_stat_tables")
+            .unwrap()
+            .unwrap()
+    };
+    let before = read(&mut c);
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let r = pileup(&[
+        "bench",
+        "table-open",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        "--threads",
+        "1",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--tables",
+        "20",
+        "--no-profile",
+        "--format",
+        "json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    // Every curve ran with its own settings…
+    let labels: Vec<&str> = v["series"].as_array().unwrap().iter().map(|s| s["label"].as_str().unwrap()).collect();
+    assert_eq!(labels.len(), 3, "{labels:?}");
+    assert_eq!(series(&v, "use_stat_tables=NEVER")["settings"]["table_open_cache"], "10");
+    // …and the server is left as it was found.
+    assert_eq!(read(&mut c), before);
+    let schema: Option<String> =
+        c.query_first("SELECT schema_name FROM information_schema.schemata WHERE schema_name = 'pileup_bench'").unwrap();
+    assert_eq!(schema, None);
 }
 
 #[test]

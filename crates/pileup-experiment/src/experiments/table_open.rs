@@ -1,7 +1,9 @@
 //! Table opens: many small InnoDB tables read by the clients in random
 //! order through a table cache far smaller than the tables, so almost
 //! every statement opens a table (`Opened_tables` a second is reported
-//! beside); and the same reads with a cache that holds every table.
+//! beside); the same with the engine-independent statistics left out of
+//! the open path (`use_stat_tables=NEVER`: their tables are not read when
+//! a table's share is loaded); and with a cache that holds every table.
 
 use mysql::prelude::Queryable;
 
@@ -38,14 +40,22 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         .map_err(crate::target::sql("making the tables"))?;
     }
     let big = (tables + 400).to_string();
-    let variant = |cache: String, label: String, profiled: bool| {
+    let variant = |cache: String, stats: &str, label: String, profiled: bool| {
         // 400 is the definition cache's smallest.
         let defs = cache.parse::<u32>().unwrap_or(400).max(400).to_string();
-        let pairs = [("table_open_cache", cache.clone()), ("table_definition_cache", defs)];
+        let pairs = [
+            ("table_open_cache", cache.clone()),
+            ("table_definition_cache", defs),
+            ("use_stat_tables", stats.to_string()),
+        ];
         Variant {
             label,
             system: "MariaDB",
-            settings: settings(&[("table_open_cache", &cache), ("tables", &tables.to_string())]),
+            settings: settings(&[
+                ("table_open_cache", &cache),
+                ("use_stat_tables", stats),
+                ("tables", &tables.to_string()),
+            ]),
             apply: Box::new(move || {
                 let mut g: Vec<Guard> = vec![];
                 for (k, v) in &pairs {
@@ -59,8 +69,24 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
             profiled,
         }
     };
+    // The server's own default, read back so the curve states it.
+    let default_stats: String = c
+        .query_first("SELECT @@GLOBAL.use_stat_tables")
+        .map_err(crate::target::sql("reading use_stat_tables"))?
+        .unwrap_or_else(|| "PREFERABLY_FOR_QUERIES".into());
     Ok(vec![
-        variant(SMALL_CACHE.into(), format!("{tables} tables, table_open_cache={SMALL_CACHE}"), true),
-        variant(big.clone(), format!("{tables} tables, every table cached (table_open_cache={big})"), false),
+        variant(SMALL_CACHE.into(), &default_stats, format!("{tables} tables, table_open_cache={SMALL_CACHE}"), true),
+        variant(
+            SMALL_CACHE.into(),
+            "NEVER",
+            format!("{tables} tables, table_open_cache={SMALL_CACHE}, statistics not read (use_stat_tables=NEVER)"),
+            true,
+        ),
+        variant(
+            big.clone(),
+            &default_stats,
+            format!("{tables} tables, every table cached (table_open_cache={big})"),
+            false,
+        ),
     ])
 }
