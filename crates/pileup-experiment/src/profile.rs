@@ -118,9 +118,14 @@ impl AcceptSyscalls {
     /// The system calls, most time first: `name share (calls per
     /// connection)`, at most `n`.
     pub fn list(&self, n: usize) -> String {
+        // Calls under half a percent of the time and a twentieth of a call
+        // per connection say nothing here (a thread started, a mapping).
+        let w = self.tally.seconds.max(1e-9);
+        let per = |c: &pileup_engine::syscalls::SyscallTime| c.calls as f64 / self.connections.max(1.0);
         self.tally
             .calls
             .iter()
+            .filter(|c| c.seconds / w >= 0.005 || per(c) >= 0.05)
             .take(n)
             .map(|c| {
                 format!(

@@ -194,6 +194,37 @@ impl Pg {
         Ok(Pg { trust, tcp_trust, scram, pid, version, settings })
     }
 
+    /// A server the user names (libpq key=value pairs or a postgres://
+    /// URL): refused without `i_know` (pileup did not start it, and the
+    /// experiments write to it), and with a password in it (the command
+    /// line is visible to every user of the host: PGPASSWORD is read
+    /// instead). PGUSER (else the login name) and the local socket
+    /// directory are the defaults, as for psql.
+    pub fn given(info: &str, i_know: bool) -> Result<Pg> {
+        let usage = |m: String| ExperimentError::Usage(m);
+        let mut cfg: postgres::Config =
+            info.parse().map_err(|e| usage(format!("--pg is not a PostgreSQL connection string ({e})")))?;
+        if cfg.get_password().is_some() {
+            return Err(usage("--pg carries a password, which other users of this host can read in the process list: give it in PGPASSWORD instead".into()));
+        }
+        if !i_know {
+            return Err(usage("--pg names a PostgreSQL server pileup did not start; the experiments write to it (schema pileup_bench, dropped after) and open many connections: add --i-know to go on".into()));
+        }
+        if let Ok(p) = std::env::var("PGPASSWORD") {
+            cfg.password(p);
+        }
+        if cfg.get_user().is_none() {
+            let user = std::env::var("PGUSER").or_else(|_| std::env::var("USER")).unwrap_or_else(|_| "postgres".into());
+            cfg.user(&user);
+        }
+        if cfg.get_hosts().is_empty() {
+            // libpq's default on Debian: the local socket directory.
+            cfg.host_path("/var/run/postgresql");
+        }
+        let pid = postmaster_of(&cfg);
+        Pg::open(cfg, None, None, pid)
+    }
+
     pub fn admin(&self) -> Result<postgres::Client> {
         self.trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(pg_text(&e)))
     }
@@ -204,6 +235,22 @@ impl Pg {
         c.batch_execute(&format!("SET search_path = {}", SCHEMA)).map_err(|e| pg_text(&e))?;
         Ok(c)
     }
+}
+
+/// The postmaster of a PostgreSQL server on this host: the parent of the
+/// backend serving a connection, when both are `postgres` processes here
+/// (a remote server has none: its CPU is then not reported).
+fn postmaster_of(cfg: &postgres::Config) -> Option<i32> {
+    let mut c = cfg.connect(postgres::NoTls).ok()?;
+    let backend: i32 = c.query_one("SELECT pg_backend_pid()", &[]).ok()?.get(0);
+    let is_postgres =
+        |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|n| n.trim().starts_with("postgres"));
+    if !is_postgres(backend) {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{backend}/status")).ok()?;
+    let ppid: i32 = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()?;
+    is_postgres(ppid).then_some(ppid)
 }
 
 /// The machine the experiment ran on.

@@ -25,6 +25,22 @@ fn find<'a>(r: &'a ExperimentReport, label_has: &[&str]) -> Option<&'a Series> {
     r.series.iter().find(|s| label_has.iter().all(|w| s.label.contains(w)))
 }
 
+/// Whether two lock names are the same lock: a class of locks is named
+/// with how many addresses it had (`condition variable class: 20
+/// addresses, …`), which grows with threads; the rest names the class.
+fn same_lock(a: &str, b: &str) -> bool {
+    fn key(n: &str) -> String {
+        match n.find(" address") {
+            Some(end) => {
+                let start = n[..end].rfind(|c: char| !c.is_ascii_digit()).map(|i| i + 1).unwrap_or(0);
+                format!("{}N{}", &n[..start], &n[end..].replacen(" addresses", " address", 1))
+            }
+            None => n.to_string(),
+        }
+    }
+    key(a) == key(b)
+}
+
 /// Whether two points' spreads overlap (a difference within noise).
 fn overlap(a: &Point, b: &Point) -> bool {
     a.min <= b.max && b.min <= a.max
@@ -350,7 +366,7 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
             if let Some(a) = &k.accept_syscalls {
                 let w = a.tally.seconds.max(1e-9);
                 out.push(format!(
-                    "The accept thread at {} threads, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and waited for one {}.",
+                    "The accept thread at {} threads, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and was runnable but waiting for one {} (a call that has woken waits for a CPU before it returns, so the two overlap).",
                     k.threads,
                     pct(a.tally.in_syscalls()),
                     a.list(6),
@@ -358,6 +374,12 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
                     pct(a.tally.on_cpu / w),
                     pct(a.tally.waiting_for_cpu / w)
                 ));
+                if a.tally.waiting_for_cpu / w >= 0.5 {
+                    out.push(format!(
+                        "At {} threads the accept thread waited for a CPU more than it did anything else: the cores, shared with the connection threads and the load generator, bound the accepts; more cores would carry the curve further.",
+                        k.threads
+                    ));
+                }
             } else if k.accept_samples > 0 {
                 let list: Vec<String> =
                     k.accept.iter().take(5).map(|s| format!("{} {}", s.name, pct(s.share))).collect();
@@ -369,7 +391,7 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
     if let (Some(a), Some(b)) = (ps.iter().find(|k| k.at == "knee"), ps.iter().find(|k| k.at == "most threads")) {
         if let (Some(la), Some(lb)) = (&a.locks, &b.locks) {
             if let Some(top) = lb.locks.iter().find(|l| l.busy()) {
-                let before = la.locks.iter().find(|l| l.name == top.name).map(|l| l.share).unwrap_or(0.0);
+                let before = la.locks.iter().find(|l| same_lock(&l.name, &top.name)).map(|l| l.share).unwrap_or(0.0);
                 if top.share > before * 1.5 && top.share >= 0.05 {
                     out.push(format!(
                         "Time waiting on {} grows with threads: {} at {} threads, {} at {}. On a machine with more cores this is where the curve may bend: --threads up to 1000 on a larger machine shows it.",
@@ -543,6 +565,16 @@ mod tests {
     }
 
     #[test]
+    fn a_class_of_locks_is_the_same_lock_whatever_its_address_count() {
+        let a = "condition variable class: 20 addresses, one waiter each, taken in mariadbd+0xd5ad50";
+        let b = "condition variable class: 400 addresses, one waiter each, taken in mariadbd+0xd5ad50";
+        let one = "condition variable class: 1 address, one waiter each, taken in mariadbd+0xd5ad50";
+        assert!(same_lock(a, b) && same_lock(a, one));
+        assert!(!same_lock(a, "condition variable class: 20 addresses, one waiter each, taken in open_table"));
+        assert!(same_lock("LOCK_open", "LOCK_open") && !same_lock("LOCK_open", "LOCK_thd_data"));
+    }
+
+    #[test]
     fn the_accept_threads_counted_calls_are_per_connection() {
         use pileup_engine::syscalls::{SyscallTally, SyscallTime};
         let m = series("MariaDB, TCP", "MariaDB", vec![point(1, 5000.0, 100.0, true), point(10, 10000.0, 100.0, true)]);
@@ -552,17 +584,33 @@ mod tests {
             tally: SyscallTally {
                 tid: 1,
                 seconds: 10.0,
-                calls: vec![call("poll", 100_000, 4.0), call("accept4", 100_000, 1.5), call("fcntl", 200_000, 0.5)],
+                calls: vec![
+                    call("poll", 100_000, 4.0),
+                    call("accept4", 100_000, 1.5),
+                    call("fcntl", 200_000, 0.5),
+                    // A thread started once: too small to list.
+                    call("clone3", 1, 0.0001),
+                ],
                 on_cpu: 3.0,
                 waiting_for_cpu: 2.5,
             },
             connections: 100_000.0,
         });
-        let f = findings(Name::Accept, &report(Name::Accept, vec![m], vec![k]));
+        let f = findings(Name::Accept, &report(Name::Accept, vec![m.clone()], vec![k.clone()]));
         assert!(
             f.iter().any(|l| l.contains(
-                "counted exactly: 60% of its time in system calls; poll 40% (1.0/connection), accept4 15% (1.0/connection), fcntl 5% (2.0/connection). It made 4.0 system calls per connection. It ran on a CPU 30% of the time and waited for one 25%."
+                "counted exactly: 60% of its time in system calls; poll 40% (1.0/connection), accept4 15% (1.0/connection), fcntl 5% (2.0/connection). It made 4.0 system calls per connection. It ran on a CPU 30% of the time and was runnable but waiting for one 25%"
             )),
+            "{f:#?}"
+        );
+        assert!(!f.iter().any(|l| l.contains("waited for a CPU more than")), "{f:#?}");
+        // Starved of CPU: the cores are named as the bound.
+        k.accept_syscalls.as_mut().unwrap().tally.waiting_for_cpu = 8.6;
+        let f = findings(Name::Accept, &report(Name::Accept, vec![m], vec![k]));
+        assert!(
+            f.iter()
+                .any(|l| l
+                    .starts_with("At 10 threads the accept thread waited for a CPU more than it did anything else")),
             "{f:#?}"
         );
     }

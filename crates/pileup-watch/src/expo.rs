@@ -163,6 +163,17 @@ fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>>
 /// A profile path with its "one at a time" flag.
 type Served = (crate::profiles::Endpoint, Arc<AtomicBool>);
 
+/// Frees a profile kind for the next request when its thread is done with
+/// it, a profiler that panicked included (the request then gets no body
+/// and the next one is served).
+struct Done(Arc<AtomicBool>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 fn serve_with(
     addr: &str,
     body: impl Fn() -> String + Send + 'static,
@@ -214,7 +225,7 @@ fn serve_with(
                 let _ = req.respond(text(why, 429));
                 continue;
             }
-            let (busy, take) = (busy.clone(), endpoint.take.clone());
+            let (done, take) = (Done(busy.clone()), endpoint.take.clone());
             std::thread::spawn(move || {
                 let resp = match take(pid, secs) {
                     Ok(bytes) => tiny_http::Response::from_data(bytes).with_header(
@@ -222,7 +233,7 @@ fn serve_with(
                     ),
                     Err(why) => text(format!("pileup: profiling pid {pid}: {why}\n"), 500),
                 };
-                busy.store(false, Ordering::SeqCst);
+                drop(done);
                 let _ = req.respond(resp);
             });
         }
@@ -258,6 +269,33 @@ mod tests {
         assert!(!body.contains("pileup_nan"));
         assert!(body.contains("# TYPE pileup_polls_total counter\npileup_polls_total 7\n"));
         assert!(!body.contains("pileup_stalls_total"), "no stall, no series");
+    }
+
+    #[test]
+    fn a_profiler_that_panics_frees_its_kind_for_the_next_request() {
+        let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let seen = calls.clone();
+        let take: crate::profiles::Take = Arc::new(move |_pid, _secs| {
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("a profiler's bug");
+            }
+            Ok(b"profile".to_vec())
+        });
+        let ep = crate::profiles::Endpoint { path: "/debug/pprof/test".into(), take };
+        let addr = serve("127.0.0.1:0", Shared::default(), Some(1), vec![ep]).unwrap();
+        let get = || {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET /debug/pprof/test?seconds=1 HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut body = String::new();
+            let _ = c.read_to_string(&mut body);
+            body
+        };
+        // The first request's profiler panics: no profile for it…
+        assert!(!get().contains("profile"));
+        // …and the kind is free again, not answered 429 for ever.
+        let second = get();
+        assert!(second.contains(" 200 ") && second.ends_with("profile"), "{second}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -235,6 +235,32 @@ fn compare(dir: &std::path::Path) {
     assert!(err.contains("different experiments (range and accept)"), "{err}");
 }
 
+/// `pileup bench EXPERIMENT` on the server at socket `sock`: one thread,
+/// one round of a second, no profile, JSON on stdout; then `extra`.
+fn one_point(experiment: &str, sock: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "bench",
+        experiment,
+        "-S",
+        sock,
+        "-u",
+        "root",
+        "--threads",
+        "1",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--rounds",
+        "1",
+        "--no-profile",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    pileup(&args)
+}
+
 #[test]
 fn a_server_that_is_not_a_sandbox_is_refused_without_i_know() {
     let sb = sandbox();
@@ -247,26 +273,7 @@ fn a_server_that_is_not_a_sandbox_is_refused_without_i_know() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("is not a pileup sandbox") && err.contains("--i-know"), "{err}");
-    let r = pileup(&[
-        "bench",
-        "hot-row",
-        "-S",
-        &sock,
-        "-u",
-        "root",
-        "--threads",
-        "1",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--no-profile",
-        "--i-know",
-        "--format",
-        "json",
-    ]);
+    let r = one_point("hot-row", &sock, &["--i-know"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(v["series"][0]["points"][0]["median"].as_f64().unwrap() > 0.0);
@@ -284,27 +291,7 @@ fn the_globals_a_curve_sets_are_put_back_and_the_schema_dropped() {
     };
     let before = read(&mut c);
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
-    let r = pileup(&[
-        "bench",
-        "table-open",
-        "-S",
-        &sock,
-        "-u",
-        "root",
-        "--threads",
-        "1",
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--rounds",
-        "1",
-        "--tables",
-        "20",
-        "--no-profile",
-        "--format",
-        "json",
-    ]);
+    let r = one_point("table-open", &sock, &["--tables", "20"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     // Every curve ran with its own settings…
@@ -313,9 +300,52 @@ fn the_globals_a_curve_sets_are_put_back_and_the_schema_dropped() {
     assert_eq!(series(&v, "use_stat_tables=NEVER")["settings"]["table_open_cache"], "10");
     // …and the server is left as it was found.
     assert_eq!(read(&mut c), before);
-    let schema: Option<String> =
-        c.query_first("SELECT schema_name FROM information_schema.schemata WHERE schema_name = 'pileup_bench'").unwrap();
+    let schema: Option<String> = c
+        .query_first("SELECT schema_name FROM information_schema.schemata WHERE schema_name = 'pileup_bench'")
+        .unwrap();
     assert_eq!(schema, None);
+}
+
+#[test]
+fn a_postgresql_server_of_the_users_is_compared_with_i_know_and_no_password_in_argv() {
+    let sb = sandbox();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    // A PostgreSQL cluster pileup's run did not start: the user's.
+    // (Under the sandboxes' directory, which the postgres account can
+    // reach; the cluster removes its own directory when dropped.)
+    let at = pileup_sandbox::base_dir().join(format!("test-bench-pg-{}", std::process::id()));
+    let pg = pileup_sandbox::pg::PgSandbox::start(pileup_sandbox::pg::PgOptions::new(at)).unwrap();
+    let info = format!("host={} port={} user=postgres dbname=postgres", pg.socket_dir.display(), pg.port);
+    let run = |extra: &[&str]| one_point("range", &sock, &[&["--rows", "1000"], extra].concat());
+    // Without --i-know: refused, in one line, before anything is written.
+    let r = run(&["--pg", &info]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--pg names a PostgreSQL server pileup did not start") && err.contains("--i-know"), "{err}");
+    // A password on the command line: refused, pointing at PGPASSWORD.
+    let with_password = format!("{info} password=secret");
+    let r = run(&["--pg", &with_password, "--i-know"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("give it in PGPASSWORD instead") && !err.contains("secret"), "{err}");
+    // With --i-know: both servers' curves, PostgreSQL's CPU read from its
+    // postmaster on this host, and its schema dropped after.
+    let r = run(&["--pg", &info, "--i-know"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["systems"][1]["name"], "PostgreSQL", "{v:#}");
+    let p = &series(&v, "PostgreSQL, rows returned")["points"][0];
+    assert!(p["median"].as_f64().unwrap() > 0.0 && p["server_cores"].as_f64().unwrap() > 0.0, "{p}");
+    let mut c = pg.connect().unwrap();
+    let left = c.query("SELECT 1 FROM pg_namespace WHERE nspname = 'pileup_bench'", &[]).unwrap();
+    assert!(left.is_empty(), "the schema was dropped");
+    // Without either, the comparison is skipped and the report says how
+    // to get it.
+    let r = run(&[]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(v["findings"].to_string().contains("PostgreSQL was not compared: --sandbox starts"), "{v:#}");
 }
 
 #[test]

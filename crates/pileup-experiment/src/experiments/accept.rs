@@ -41,14 +41,17 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         profiled: true,
     }];
     if let Some(pg) = ctx.pg {
-        let (trust, over) = match &pg.tcp_trust {
-            Some(c) => (c.clone(), "TCP"),
-            None => (pg.trust.clone(), "its given connection"),
+        // The cluster pileup started trusts a role over TCP; a server of
+        // the user's is connected to as given, with whatever its pg_hba.conf
+        // asks of that connection.
+        let (trust, label, auth) = match &pg.tcp_trust {
+            Some(c) => (c.clone(), "PostgreSQL, TCP, trust", "trust"),
+            None => (pg.trust.clone(), "PostgreSQL, the given connection", "as the server's pg_hba.conf decides"),
         };
         v.push(Variant {
-            label: format!("PostgreSQL, {over}, trust"),
+            label: label.into(),
             system: "PostgreSQL",
-            settings: settings(&[("authentication", "trust")]),
+            settings: settings(&[("authentication", auth)]),
             apply: Box::new(|| Ok(vec![])),
             make: Box::new(move |_| Ok(Box::new(PgConnect(trust.clone())))),
             pid: pg.pid,

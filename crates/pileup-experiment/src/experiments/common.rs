@@ -50,23 +50,38 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// A MariaDB error that a client repeats past (a deadlock, a lock wait
-/// timeout), or one that ends the run.
+/// timeout, too many connections), or one that ends the run: the server or
+/// the connection gone, or a statement the server refuses (a privilege, a
+/// read-only server), which would fail the same way every time.
 pub(crate) fn maria_error(e: mysql::Error) -> OpError {
     match &e {
-        mysql::Error::MySqlError(m) if matches!(m.code, 1205 | 1213) => OpError::Retry(m.message.clone()),
-        mysql::Error::MySqlError(m) if !matches!(m.code, 1927 | 2006 | 2013 | 1053) => {
-            OpError::Retry(m.message.clone())
+        mysql::Error::MySqlError(m) if matches!(m.code, 1205 | 1213 | 1040) => OpError::Retry(m.message.clone()),
+        mysql::Error::MySqlError(m) if !matches!(m.code, 1927 | 2006 | 2013 | 1053 | 4031) => {
+            OpError::Gone(format!("the server refused the experiment's statement (error {}): {}", m.code, m.message))
         }
         _ => OpError::Gone(pileup_conn::error_text(&e)),
     }
 }
 
-/// A PostgreSQL error that a client repeats past, or one that ends the run.
+/// A PostgreSQL error that a client repeats past (a serialization failure,
+/// a deadlock, a lock not available, too many connections), or one that
+/// ends the run.
 pub(crate) fn pg_error(e: postgres::Error) -> OpError {
-    if e.is_closed() || e.as_db_error().is_none() {
-        OpError::Gone(pg_text(&e))
-    } else {
-        OpError::Retry(pg_text(&e))
+    use postgres::error::SqlState;
+    let transient = [
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::TOO_MANY_CONNECTIONS,
+    ];
+    match e.as_db_error() {
+        Some(d) if !e.is_closed() && transient.contains(d.code()) => OpError::Retry(pg_text(&e)),
+        Some(d) if !e.is_closed() => OpError::Gone(format!(
+            "the server refused the experiment's statement ({}): {}",
+            d.code().code(),
+            d.message()
+        )),
+        _ => OpError::Gone(pg_text(&e)),
     }
 }
 
@@ -167,5 +182,28 @@ mod tests {
         let v: Vec<u32> = (0..10_000).map(|_| r.upto(100)).collect();
         assert!(v.iter().all(|&x| (1..=100).contains(&x)));
         assert!(v.contains(&1) && v.contains(&100));
+    }
+
+    #[test]
+    fn only_transient_errors_are_repeated() {
+        let e = |code: u16, message: &str| {
+            maria_error(mysql::Error::MySqlError(mysql::MySqlError {
+                state: "HY000".into(),
+                message: message.into(),
+                code,
+            }))
+        };
+        assert!(matches!(e(1213, "Deadlock found"), OpError::Retry(_)));
+        assert!(matches!(e(1205, "Lock wait timeout exceeded"), OpError::Retry(_)));
+        assert!(matches!(e(2013, "Lost connection"), OpError::Gone(_)));
+        // A statement the server refuses fails the same way every time:
+        // the run stops and says why, rather than counting errors.
+        match e(1142, "UPDATE command denied to user 'bench'") {
+            OpError::Gone(why) => assert_eq!(
+                why,
+                "the server refused the experiment's statement (error 1142): UPDATE command denied to user 'bench'"
+            ),
+            OpError::Retry(_) => panic!("a refused statement was repeated"),
+        }
     }
 }

@@ -44,6 +44,9 @@ pub fn run(
         return Err(ExperimentError::Usage("--rounds must be at least 1".into()));
     }
     let ctx = Ctx { maria, pg, o, notes: Default::default() };
+    if name.uses_postgres() && pg.is_none() {
+        ctx.notes.borrow_mut().push("PostgreSQL was not compared: --sandbox starts a throwaway cluster for it, or --pg CONNINFO (with --i-know) names a server of yours.".into());
+    }
     let mut systems =
         vec![System { name: "MariaDB".into(), version: maria.version.clone(), settings: maria.durability()? }];
     if let (Some(pg), true) = (pg, name.uses_postgres()) {

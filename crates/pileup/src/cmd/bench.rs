@@ -19,7 +19,7 @@ where the time goes and what it cannot name.\n\n\
 Experiments:\n  \
 hot-row       one row UPDATEd by every client, deadlock detection on and off\n  \
 accept        connect and disconnect over TCP as fast as possible; MariaDB beside PostgreSQL (trust, SCRAM)\n  \
-table-open    thousands of tables read through a table cache of 10, and with every table cached\n  \
+table-open    thousands of tables read through a table cache of 10, without statistics (use_stat_tables=NEVER), and all cached\n  \
 point-select  primary-key lookups, autocommit against 10 per transaction; PostgreSQL plain and prepared\n  \
 range         100-row ranges returned or summed, innodb_thread_concurrency 0 and 8; PostgreSQL\n  \
 durability    one-row commits at each durability level, MariaDB beside PostgreSQL at the same one\n  \
@@ -27,7 +27,8 @@ all           every experiment in turn\n\n\
 The experiments create a schema (pileup_bench), write and churn connections, and set global variables for a \
 curve (put back afterwards). They run only on a pileup sandbox: --sandbox starts one (and a throwaway PostgreSQL \
 cluster for the comparisons), or point pileup at a sandbox with -S/-P; any other server is refused unless \
---i-know is given.\n\n\
+--i-know is given. --pg CONNINFO (with --i-know) compares with a PostgreSQL server of yours instead of a \
+throwaway cluster.\n\n\
 compare A.json B.json prints the second result against the first, point by point, as ratios of medians, marked \
 where the spreads overlap.\n\nExamples:\n  \
 pileup bench hot-row --sandbox\n  \
@@ -66,6 +67,13 @@ pub struct BenchArgs {
     /// its global variables are changed for a while).
     #[arg(long)]
     pub i_know: bool,
+    /// Compare with this PostgreSQL server rather than a throwaway cluster:
+    /// libpq key=value pairs or a postgres:// URL, without a password
+    /// (PGPASSWORD is read; PGUSER and the local socket are the defaults).
+    /// It is written to (schema pileup_bench, dropped after), so it takes
+    /// --i-know.
+    #[arg(long, value_name = "CONNINFO", conflicts_with = "sandbox")]
+    pub pg: Option<String>,
     /// Do not profile the server at the knee.
     #[arg(long)]
     pub no_profile: bool,
@@ -265,7 +273,11 @@ impl Servers {
             let spec = conn.resolve()?;
             let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
             let maria = pileup_experiment::target::Maria::open(spec, pid, a.i_know)?;
-            return Ok(Servers { maria, pg: None, _sandbox: None, _pg_sandbox: None });
+            let pg = match &a.pg {
+                Some(info) if want_pg => Some(pileup_experiment::target::Pg::given(info, a.i_know)?),
+                _ => None,
+            };
+            return Ok(Servers { maria, pg, _sandbox: None, _pg_sandbox: None });
         }
         let base = pileup_sandbox::base_dir();
         let name = format!("bench-{}", std::process::id());
