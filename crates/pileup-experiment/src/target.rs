@@ -198,8 +198,8 @@ impl Pg {
     /// URL): refused without `i_know` (pileup did not start it, and the
     /// experiments write to it), and with a password in it (the command
     /// line is visible to every user of the host: PGPASSWORD is read
-    /// instead). PGUSER (else the login name) and the local socket
-    /// directory are the defaults, as for psql.
+    /// instead). What it leaves out comes from PGHOST, PGPORT, PGUSER and
+    /// PGDATABASE, else the login name and Debian's socket directory.
     pub fn given(info: &str, i_know: bool) -> Result<Pg> {
         let usage = |m: String| ExperimentError::Usage(m);
         let mut cfg: postgres::Config =
@@ -213,13 +213,35 @@ impl Pg {
         if let Ok(p) = std::env::var("PGPASSWORD") {
             cfg.password(p);
         }
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if cfg.get_user().is_none() {
-            let user = std::env::var("PGUSER").or_else(|_| std::env::var("USER")).unwrap_or_else(|_| "postgres".into());
+            let user = env("PGUSER").or_else(|| env("USER")).unwrap_or_else(|| "postgres".into());
             cfg.user(&user);
         }
-        if cfg.get_hosts().is_empty() {
-            // libpq's default on Debian: the local socket directory.
-            cfg.host_path("/var/run/postgresql");
+        if cfg.get_dbname().is_none() {
+            if let Some(d) = env("PGDATABASE") {
+                cfg.dbname(&d);
+            }
+        }
+        if cfg.get_ports().is_empty() {
+            if let Some(p) = env("PGPORT") {
+                let port = p.parse().map_err(|_| usage(format!("PGPORT={p} is not a port number")))?;
+                cfg.port(port);
+            }
+        }
+        if cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty() {
+            match env("PGHOST") {
+                Some(h) if h.starts_with('/') => {
+                    cfg.host_path(h);
+                }
+                Some(h) => {
+                    cfg.host(&h);
+                }
+                // libpq's default on Debian: the local socket directory.
+                None => {
+                    cfg.host_path("/var/run/postgresql");
+                }
+            }
         }
         let pid = postmaster_of(&cfg);
         Pg::open(cfg, None, None, pid)
@@ -241,6 +263,17 @@ impl Pg {
 /// backend serving a connection, when both are `postgres` processes here
 /// (a remote server has none: its CPU is then not reported).
 fn postmaster_of(cfg: &postgres::Config) -> Option<i32> {
+    // Only a server reached over a Unix socket or the loopback runs here: a
+    // remote backend's pid may be some local process's.
+    let local = |h: &postgres::config::Host| match h {
+        postgres::config::Host::Unix(_) => true,
+        postgres::config::Host::Tcp(name) => matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1"),
+    };
+    let loopback = |a: &std::net::IpAddr| a.is_loopback();
+    let all_local = cfg.get_hosts().iter().all(local) && cfg.get_hostaddrs().iter().all(loopback);
+    if !all_local || (cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty()) {
+        return None;
+    }
     let mut c = cfg.connect(postgres::NoTls).ok()?;
     let backend: i32 = c.query_one("SELECT pg_backend_pid()", &[]).ok()?.get(0);
     let is_postgres =

@@ -164,8 +164,8 @@ fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>>
 type Served = (crate::profiles::Endpoint, Arc<AtomicBool>);
 
 /// Frees a profile kind for the next request when its thread is done with
-/// it, a profiler that panicked included (the request then gets no body
-/// and the next one is served).
+/// it, whatever happens on that thread (a profiler that panics is caught
+/// and answered 500 first).
 struct Done(Arc<AtomicBool>);
 
 impl Drop for Done {
@@ -227,7 +227,9 @@ fn serve_with(
             }
             let (done, take) = (Done(busy.clone()), endpoint.take.clone());
             std::thread::spawn(move || {
-                let resp = match take(pid, secs) {
+                let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| take(pid, secs)))
+                    .unwrap_or_else(|_| Err("the profiler failed".into()));
+                let resp = match taken {
                     Ok(bytes) => tiny_http::Response::from_data(bytes).with_header(
                         tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"application/octet-stream"[..]).unwrap(),
                     ),
@@ -290,8 +292,9 @@ mod tests {
             let _ = c.read_to_string(&mut body);
             body
         };
-        // The first request's profiler panics: no profile for it…
-        assert!(!get().contains("profile"));
+        // The first request's profiler panics: a 500 for it…
+        let first = get();
+        assert!(first.contains(" 500 ") && first.contains("the profiler failed"), "{first}");
         // …and the kind is free again, not answered 429 for ever.
         let second = get();
         assert!(second.contains(" 200 ") && second.ends_with("profile"), "{second}");

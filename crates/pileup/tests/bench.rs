@@ -187,7 +187,9 @@ fn knee_profiles(dir: &std::path::Path, reports: &[serde_json::Value]) {
             .sum();
         n as f64 / sc["connections"].as_f64().unwrap()
     };
-    assert!((0.8..1.5).contains(&per("accept4")), "{sc:#}");
+    // Each wakeup from poll may find no connection waiting (one accept4
+    // that returns nothing), so at most one more per poll.
+    assert!(per("accept4") >= 0.8 && per("accept4") <= 1.2 + per("poll"), "{sc:#}");
     assert!(sc["tally"]["on_cpu"].as_f64().unwrap() > 0.0, "{sc:#}");
     assert!(a["findings"].to_string().contains("The accept thread at "), "{:#}", a["findings"]);
 }

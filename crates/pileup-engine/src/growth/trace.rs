@@ -90,10 +90,12 @@ pub fn trace(
     ro.target_tgid = opts.pid as u32;
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
-    ro.cpu_budget = opts.stack_budget.div_ceil(cpus).max(1);
+    let cpu_budget = opts.stack_budget.div_ceil(cpus).max(1);
+    ro.cpu_budget = cpu_budget;
+    // What the CPUs together may copy in a second (each rounded up).
     open.maps
         .events
-        .set_max_entries(crate::ebpf::ring_bytes(opts.stack_budget, STACK_RECORD_BYTES))
+        .set_max_entries(crate::ebpf::ring_bytes(cpu_budget * cpus, STACK_RECORD_BYTES))
         .map_err(|e| load_error("sizing the ring buffer of", &e))?;
     let mut skel: GrowthSkel = open.load().map_err(|e| load_error("loading", &e))?;
     set_period(&mut skel, FIRST_PERIOD);
@@ -194,7 +196,7 @@ pub fn trace(
 /// The stacks a second that fault samples may spend: the probe keeps the
 /// last quarter of the budget for large address-space growth.
 fn fault_share(budget: u64) -> u64 {
-    (budget - budget / 4).max(1)
+    (budget - (budget / 4).max(u64::from(budget >= 2))).max(1)
 }
 
 /// The sampling period for a growth `rate` (bytes a second) and a budget
@@ -260,6 +262,9 @@ mod tests {
     fn faults_leave_a_quarter_of_the_budget_to_large_growth() {
         assert_eq!(fault_share(800), 600);
         assert_eq!(fault_share(200), 150);
+        // At least one stack kept from two a second up.
+        assert_eq!(fault_share(3), 2);
+        assert_eq!(fault_share(2), 1);
         assert_eq!(fault_share(1), 1);
         assert_eq!(fault_share(0), 1);
     }

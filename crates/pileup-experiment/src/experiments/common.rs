@@ -50,12 +50,13 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// A MariaDB error that a client repeats past (a deadlock, a lock wait
-/// timeout, too many connections), or one that ends the run: the server or
+/// timeout, too many connections, a snapshot conflict under
+/// `innodb_snapshot_isolation`), or one that ends the run: the server or
 /// the connection gone, or a statement the server refuses (a privilege, a
 /// read-only server), which would fail the same way every time.
 pub(crate) fn maria_error(e: mysql::Error) -> OpError {
     match &e {
-        mysql::Error::MySqlError(m) if matches!(m.code, 1205 | 1213 | 1040) => OpError::Retry(m.message.clone()),
+        mysql::Error::MySqlError(m) if matches!(m.code, 1205 | 1213 | 1040 | 1020) => OpError::Retry(m.message.clone()),
         mysql::Error::MySqlError(m) if !matches!(m.code, 1927 | 2006 | 2013 | 1053 | 4031) => {
             OpError::Gone(format!("the server refused the experiment's statement (error {}): {}", m.code, m.message))
         }

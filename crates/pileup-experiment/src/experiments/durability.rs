@@ -84,6 +84,8 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         });
     }
     if let Some(pg) = ctx.pg {
+        // As the server runs: a server of the user's may have fsync off.
+        let fsync = pg.settings.get("fsync").map(String::as_str).unwrap_or("unknown");
         for sync in ["on", "off"] {
             v.push(Variant {
                 label: format!(
@@ -91,7 +93,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
                     if sync == "on" { "flushed at every commit" } else { "flushed by the WAL writer" }
                 ),
                 system: "PostgreSQL",
-                settings: settings(&[("synchronous_commit", sync), ("fsync", "on")]),
+                settings: settings(&[("synchronous_commit", sync), ("fsync", fsync)]),
                 apply: Box::new(|| Ok(vec![])),
                 make: Box::new(move |t| {
                     let mut conn = pg.client()?;

@@ -248,11 +248,14 @@ static __always_inline int record_small(__u64 kind, __u32 what, __u32 tid, __u64
 }
 
 // The share of a second's stack budget that fault samples and small
-// growth may spend: all but the quarter kept for large growth.
+// growth may spend: all but the quarter kept for large growth (at least
+// one stack kept, unless the budget is one stack a second).
 static __always_inline __u64 fault_budget(void)
 {
-	__u64 b = cpu_budget - cpu_budget / 4;
-	return b ? b : 1;
+	__u64 keep = cpu_budget / 4;
+	if (keep == 0 && cpu_budget >= 2)
+		keep = 1;
+	return cpu_budget - keep;
 }
 
 // The next threshold: the period, jittered by ±50% (a uniform draw).

@@ -6,7 +6,8 @@
 // is in one call at a time); at exit the call is counted and its time
 // added, by number. A call under way when tracing began has no entry and
 // is not counted; one under way when it ends is read by user space from
-// `inflight`. For every other task each probe is one comparison.
+// `inflight`. Every system call on the host runs the probes while they
+// are attached; for every other task they compare its id and return.
 
 #include "pileup_bpf.h"
 
