@@ -678,6 +678,27 @@ mod tests {
     }
 
     #[test]
+    fn postgresql_without_fsync_is_not_compared_at_equal_durability() {
+        let m = series(
+            "MariaDB, redo log flushed at every commit (innodb_flush_log_at_trx_commit=1)",
+            "MariaDB",
+            vec![point(10, 15000.0, 100.0, true)],
+        );
+        let mut p = series(
+            "PostgreSQL, WAL flushed at every commit (synchronous_commit=on)",
+            "PostgreSQL",
+            vec![point(10, 40000.0, 100.0, true)],
+        );
+        p.settings.insert("fsync".into(), "on".into());
+        let f = findings(Name::Durability, &report(Name::Durability, vec![m.clone(), p.clone()], vec![]));
+        assert!(f.iter().any(|l| l.starts_with("At the same durability (log flushed at every commit)")), "{f:#?}");
+        p.settings.insert("fsync".into(), "off".into());
+        let f = findings(Name::Durability, &report(Name::Durability, vec![m, p], vec![]));
+        assert!(!f.iter().any(|l| l.starts_with("At the same durability")), "{f:#?}");
+        assert!(f.iter().any(|l| l.starts_with("PostgreSQL runs with fsync off")), "{f:#?}");
+    }
+
+    #[test]
     fn autocommit_cost_is_read_from_the_pair() {
         let a = series("PostgreSQL, plain, autocommit", "PostgreSQL", vec![point(10, 10000.0, 100.0, true)]);
         let b = series("PostgreSQL, plain, 10 per transaction", "PostgreSQL", vec![point(10, 15000.0, 100.0, true)]);
