@@ -140,8 +140,8 @@ fn applier_cpu(pid: u32, tids: &[u64]) -> f64 {
 fn applier_runq(pid: u32, tids: &[u64]) -> f64 {
     let waits: Vec<f64> = tids
         .iter()
-        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .filter_map(|&t| pileup_engine::process::sched_times(pid as i32, t as i32))
+        .map(|s| s.waiting_ns as f64)
         .collect();
     waits.iter().sum::<f64>() / waits.len().max(1) as f64 / 1e9
 }

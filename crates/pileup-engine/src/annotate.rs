@@ -245,7 +245,7 @@ impl SqlSource {
     /// CPU time the server thread serving this connection has used so far
     /// (nanoseconds), when that thread is one of `pid`'s.
     pub fn server_cpu_ns(&self, pid: i32) -> Option<u64> {
-        crate::proc::schedstat(pid, self.server_tid?)?.split_whitespace().next()?.parse().ok()
+        crate::proc::sched_times(pid, self.server_tid?).map(|t| t.on_cpu_ns)
     }
 
     /// Map OS thread id → SQL thread, from the non-blocking sources.

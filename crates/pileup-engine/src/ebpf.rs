@@ -141,6 +141,17 @@ pub fn run_time(prog: BorrowedFd<'_>) -> Option<ProbeCost> {
     (r == 0).then_some(ProbeCost { runs: info.run_cnt, run_ns: info.run_time_ns })
 }
 
+/// When loading or attaching an eBPF program failed because the kernel
+/// refused it to a privileged user (kernel lockdown, a security module):
+/// that, in words. Any other failure is the caller's to word.
+pub fn refused(what: &str, e: &libbpf_rs::Error) -> Option<Unavailable> {
+    (e.kind() == libbpf_rs::ErrorKind::PermissionDenied).then(|| {
+        Unavailable::Kernel(format!(
+            "the kernel refused {what} the eBPF program ({e}); kernel lockdown or a security module may forbid eBPF tracing"
+        ))
+    })
+}
+
 /// The size of a ring buffer that holds the stack records of a budget of
 /// `per_second` stacks, each `record_bytes`, between two reads of it. A
 /// per-second budget resets on the second, so a burst at its end and one

@@ -59,8 +59,8 @@ pub use symbolize::Frame;
 /// their state, and the files their system calls work on.
 pub mod process {
     pub use crate::proc::{
-        auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us, server_for,
-        server_pid_file, server_socket, tids, FileIo, OsThread,
+        auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us, sched_times,
+        server_for, server_pid_file, server_socket, tids, FileIo, OsThread, SchedTimes,
     };
 }
 

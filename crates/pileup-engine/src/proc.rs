@@ -452,6 +452,23 @@ pub fn schedstat(pid: i32, tid: i32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()
 }
 
+/// A thread's time on a CPU and runnable waiting for one, so far (ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedTimes {
+    pub on_cpu_ns: u64,
+    pub waiting_ns: u64,
+}
+
+/// The thread's [`SchedTimes`], from its schedstat.
+pub fn sched_times(pid: i32, tid: i32) -> Option<SchedTimes> {
+    parse_sched_times(&schedstat(pid, tid)?)
+}
+
+fn parse_sched_times(s: &str) -> Option<SchedTimes> {
+    let mut it = s.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some(SchedTimes { on_cpu_ns: it.next()??, waiting_ns: it.next()?? })
+}
+
 pub const SYS_FUTEX: u64 = 202;
 
 /// Context switches on the whole machine since boot (`ctxt` in
@@ -475,6 +492,12 @@ pub fn own_cpu_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedstat_gives_cpu_and_run_queue_time() {
+        assert_eq!(parse_sched_times("1234 567 89\n"), Some(SchedTimes { on_cpu_ns: 1234, waiting_ns: 567 }));
+        assert_eq!(parse_sched_times("x"), None);
+    }
 
     #[test]
     fn cpu_seconds_read_a_stat_file_whose_name_has_spaces_and_parentheses() {

@@ -75,9 +75,19 @@ pub struct SyscallTally {
 }
 
 impl SyscallTally {
+    /// The share of the window that `seconds` are (0–1).
+    pub fn share(&self, seconds: f64) -> f64 {
+        seconds / self.seconds.max(1e-9)
+    }
+
     /// The share of the window the thread spent in system calls (0–1).
     pub fn in_syscalls(&self) -> f64 {
-        self.calls.iter().map(|c| c.seconds).sum::<f64>() / self.seconds.max(1e-9)
+        self.share(self.calls.iter().map(|c| c.seconds).sum())
+    }
+
+    /// Calls made in the window, all system calls.
+    pub fn total_calls(&self) -> u64 {
+        self.calls.iter().map(|c| c.calls).sum()
     }
 
     /// Calls of `name` made in the window.
@@ -108,7 +118,7 @@ pub fn tally_thread(tid: i32, duration: Duration, stop: impl Fn() -> bool) -> Re
     let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| SyscallError::Ebpf("no .rodata".into()))?;
     ro.target_tid = tid as u32;
     let mut skel: SyscallsSkel = open.load().map_err(|e| ebpf("loading", &e))?;
-    let sched = || crate::proc::schedstat(tid, tid).and_then(|s| parse_schedstat(&s));
+    let sched = || crate::proc::sched_times(tid, tid);
     skel.attach().map_err(|e| ebpf("attaching", &e))?;
     let started = Instant::now();
     let sched_before = sched();
@@ -137,16 +147,10 @@ pub fn tally_thread(tid: i32, duration: Duration, stop: impl Fn() -> bool) -> Re
     }
     let mut t = tally_of(tid, seconds, &by_nr);
     if let (Some(a), Some(b)) = (sched_before, sched_after) {
-        t.on_cpu = b.0.saturating_sub(a.0) as f64 / 1e9;
-        t.waiting_for_cpu = b.1.saturating_sub(a.1) as f64 / 1e9;
+        t.on_cpu = b.on_cpu_ns.saturating_sub(a.on_cpu_ns) as f64 / 1e9;
+        t.waiting_for_cpu = b.waiting_ns.saturating_sub(a.waiting_ns) as f64 / 1e9;
     }
     Ok(t)
-}
-
-/// CPU time and run-queue wait (ns) from a thread's schedstat line.
-fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
-    let mut it = s.split_whitespace().map(|f| f.parse::<u64>().ok());
-    Some((it.next()??, it.next()??))
 }
 
 /// The tally from per-number (calls, ns), by time spent.
@@ -170,23 +174,15 @@ fn u64_at(v: &[u8], at: usize) -> u64 {
 }
 
 fn ebpf(what: &str, e: &libbpf_rs::Error) -> SyscallError {
-    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        return SyscallError::Unavailable(Unavailable::Kernel(format!(
-            "the kernel refused {what} the eBPF program ({e}); kernel lockdown or a security module may forbid eBPF tracing"
-        )));
+    match crate::ebpf::refused(what, e) {
+        Some(refused) => SyscallError::Unavailable(refused),
+        None => SyscallError::Ebpf(format!("{what} the eBPF program: {e}")),
     }
-    SyscallError::Ebpf(format!("{what} the eBPF program: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schedstat_gives_cpu_and_run_queue_time() {
-        assert_eq!(parse_schedstat("1234 567 89\n"), Some((1234, 567)));
-        assert_eq!(parse_schedstat("x"), None);
-    }
 
     #[test]
     fn numbers_are_named_for_x86_64() {

@@ -110,9 +110,9 @@ pub struct AcceptSyscalls {
 }
 
 impl AcceptSyscalls {
-    /// Calls of each system call per connection accepted.
-    pub fn per_connection(&self, name: &str) -> f64 {
-        self.tally.calls_of(name) as f64 / self.connections.max(1.0)
+    /// `calls` per connection accepted.
+    pub fn per_connection(&self, calls: u64) -> f64 {
+        calls as f64 / self.connections.max(1.0)
     }
 
     /// The system calls, most time first: `name share (calls per
@@ -120,21 +120,13 @@ impl AcceptSyscalls {
     pub fn list(&self, n: usize) -> String {
         // Calls under half a percent of the time and a twentieth of a call
         // per connection say nothing here (a thread started, a mapping).
-        let w = self.tally.seconds.max(1e-9);
-        let per = |c: &pileup_engine::syscalls::SyscallTime| c.calls as f64 / self.connections.max(1.0);
         self.tally
             .calls
             .iter()
-            .filter(|c| c.seconds / w >= 0.005 || per(c) >= 0.05)
+            .map(|c| (c, self.tally.share(c.seconds), self.per_connection(c.calls)))
+            .filter(|&(_, share, per)| share >= 0.005 || per >= 0.05)
             .take(n)
-            .map(|c| {
-                format!(
-                    "{} {} ({:.1}/connection)",
-                    c.name,
-                    pct(c.seconds / self.tally.seconds.max(1e-9)),
-                    c.calls as f64 / self.connections.max(1.0)
-                )
-            })
+            .map(|(c, share, per)| format!("{} {} ({per:.1}/connection)", c.name, pct(share)))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -262,8 +254,8 @@ pub fn text(k: &KneeProfile, w: &mut dyn Write) -> std::io::Result<()> {
             a.connections,
             pct(a.tally.in_syscalls()),
             a.list(TOP),
-            pct(a.tally.on_cpu / a.tally.seconds.max(1e-9)),
-            pct(a.tally.waiting_for_cpu / a.tally.seconds.max(1e-9))
+            pct(a.tally.share(a.tally.on_cpu)),
+            pct(a.tally.share(a.tally.waiting_for_cpu))
         )?;
     }
     if let Some(e) = &k.accept_syscalls_error {

@@ -173,7 +173,8 @@ pub struct Pg {
 }
 
 impl Pg {
-    /// Connect and read its version and settings.
+    /// Connect and read its version and settings; without `pid`, its
+    /// postmaster's when the server is on this host ([`postmaster_of`]).
     pub fn open(
         trust: postgres::Config,
         tcp_trust: Option<postgres::Config>,
@@ -181,6 +182,7 @@ impl Pg {
         pid: Option<i32>,
     ) -> Result<Pg> {
         let mut c = trust.connect(postgres::NoTls).map_err(|e| ExperimentError::Postgres(pg_text(&e)))?;
+        let pid = pid.or_else(|| postmaster_of(&trust, &mut c));
         let version = c
             .query_one("SHOW server_version", &[])
             .map(|r| r.get::<_, String>(0))
@@ -243,8 +245,7 @@ impl Pg {
                 }
             }
         }
-        let pid = postmaster_of(&cfg);
-        Pg::open(cfg, None, None, pid)
+        Pg::open(cfg, None, None, None)
     }
 
     pub fn admin(&self) -> Result<postgres::Client> {
@@ -260,9 +261,10 @@ impl Pg {
 }
 
 /// The postmaster of a PostgreSQL server on this host: the parent of the
-/// backend serving a connection, when both are `postgres` processes here
-/// (a remote server has none: its CPU is then not reported).
-fn postmaster_of(cfg: &postgres::Config) -> Option<i32> {
+/// backend serving connection `c` (made with `cfg`), when both are
+/// `postgres` processes here (a remote server has none: its CPU is then
+/// not reported).
+fn postmaster_of(cfg: &postgres::Config, c: &mut postgres::Client) -> Option<i32> {
     // Only a server reached over a Unix socket or the loopback runs here: a
     // remote backend's pid may be some local process's.
     let local = |h: &postgres::config::Host| match h {
@@ -274,7 +276,6 @@ fn postmaster_of(cfg: &postgres::Config) -> Option<i32> {
     if !all_local || (cfg.get_hosts().is_empty() && cfg.get_hostaddrs().is_empty()) {
         return None;
     }
-    let mut c = cfg.connect(postgres::NoTls).ok()?;
     let backend: i32 = c.query_one("SELECT pg_backend_pid()", &[]).ok()?.get(0);
     let is_postgres =
         |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|n| n.trim().starts_with("postgres"));

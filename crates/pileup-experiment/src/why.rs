@@ -173,7 +173,8 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                         small.1.threads
                     ));
                 }
-                if let Some((never, p)) = find(r, &["use_stat_tables=NEVER"]).and_then(|s| best(s).map(|p| (s, p))) {
+                let never = find(r, &["use_stat_tables=NEVER"]);
+                if let Some((never, p)) = never.and_then(|s| best(s).map(|p| (s, p))) {
                     let same = at(small.0, p.threads).is_some_and(|q| overlap(p, q));
                     let opens = p.counter_per_s.map(|o| format!(", opening {} tables/s", rate(o))).unwrap_or_default();
                     out.push(if same {
@@ -205,7 +206,7 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                         })
                     })
                 };
-                if let Some(never) = find(r, &["use_stat_tables=NEVER"]) {
+                if let Some(never) = never {
                     let profiled = |label: &str| r.profiles.iter().any(|k| k.series == label && k.locks.is_some());
                     if profiled(&never.label) && aria(&small.0.label) && !aria(&never.label) {
                         out.push("The Aria mutex waited on in ha_maria::open under the default is gone with the statistics not read: the Aria tables opened inside each InnoDB table's open are the engine-independent statistics tables (mysql.table_stats, column_stats, index_stats).".into());
@@ -291,13 +292,11 @@ fn comparison(name: Name, r: &ExperimentReport) -> Vec<String> {
                 ),
             ];
             let pg_fsync = find(r, &["PostgreSQL"]).and_then(|s| s.settings.get("fsync")).map(String::as_str);
-            if pg_fsync.is_some_and(|f| f != "on") {
+            let pg_durable = pg_fsync.is_none_or(|f| f == "on");
+            if !pg_durable {
                 out.push("PostgreSQL runs with fsync off: none of its commits are durable, so it is not compared with MariaDB at equal durability.".into());
             }
-            for (maria, pg, what) in pairs {
-                if pg_fsync.is_some_and(|f| f != "on") {
-                    break;
-                }
+            for (maria, pg, what) in pairs.iter().filter(|_| pg_durable) {
                 if let (Some(m), Some(p)) =
                     (find(r, &["MariaDB", maria]).and_then(best), find(r, &["PostgreSQL", pg]).and_then(best))
                 {
@@ -377,17 +376,16 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
         }
         if name == Name::Accept {
             if let Some(a) = &k.accept_syscalls {
-                let w = a.tally.seconds.max(1e-9);
                 out.push(format!(
                     "The accept thread at {} threads, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and was runnable but waiting for one {} (a call that has woken waits for a CPU before it returns, so the two overlap).",
                     k.threads,
                     pct(a.tally.in_syscalls()),
                     a.list(6),
-                    a.tally.calls.iter().map(|c| c.calls).sum::<u64>() as f64 / a.connections.max(1.0),
-                    pct(a.tally.on_cpu / w),
-                    pct(a.tally.waiting_for_cpu / w)
+                    a.per_connection(a.tally.total_calls()),
+                    pct(a.tally.share(a.tally.on_cpu)),
+                    pct(a.tally.share(a.tally.waiting_for_cpu))
                 ));
-                if a.tally.waiting_for_cpu / w >= 0.5 {
+                if a.tally.share(a.tally.waiting_for_cpu) >= 0.5 {
                     out.push(format!(
                         "At {} threads the accept thread waited for a CPU more than it did anything else: the cores, shared with the connection threads and the load generator, bound the accepts; more cores would carry the curve further.",
                         k.threads

@@ -324,14 +324,10 @@ fn word_stats(v: &[u8]) -> Option<WordStats> {
 }
 
 fn load_error(what: &str, e: &libbpf_rs::Error) -> LocksError {
-    let msg = e.to_string();
-    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        // Root refused: kernel lockdown or a security module forbids eBPF.
-        return LocksError::NoEbpf(format!(
-            "the kernel refused {what} the eBPF program ({msg}); kernel lockdown or a security module may forbid eBPF tracing"
-        ));
+    match pileup_engine::ebpf::refused(what, e) {
+        Some(refused) => LocksError::NoEbpf(refused.to_string()),
+        None => LocksError::Ebpf(format!("{what} the eBPF program: {e}")),
     }
-    LocksError::Ebpf(format!("{what} the eBPF program: {msg}"))
 }
 
 /// First waits on words not seen before recorded with their stack per

@@ -236,13 +236,10 @@ fn read_counters(map: &impl MapCore) -> Counters {
 }
 
 fn load_error(what: &str, e: &libbpf_rs::Error) -> GrowthError {
-    let msg = e.to_string();
-    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        return GrowthError::NoEbpf(format!(
-            "the kernel refused {what} the eBPF program ({msg}); kernel lockdown or a security module may forbid eBPF tracing"
-        ));
+    match crate::ebpf::refused(what, e) {
+        Some(refused) => GrowthError::NoEbpf(refused.to_string()),
+        None => GrowthError::Ebpf(format!("{what} the eBPF program: {e}")),
     }
-    GrowthError::Ebpf(format!("{what} the eBPF program: {msg}"))
 }
 
 #[cfg(test)]

@@ -163,10 +163,11 @@ pub(crate) fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// Set MariaDB globals for a variant; they are put back when the guards drop.
-pub(crate) fn globals<'a>(m: &'a Maria, pairs: &'a [(&'a str, &'a str)]) -> Box<dyn Fn() -> Result<Vec<Guard>> + 'a> {
+pub(crate) fn globals<'a>(m: &'a Maria, pairs: &[(&str, &str)]) -> Box<dyn Fn() -> Result<Vec<Guard>> + 'a> {
+    let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Box::new(move || {
         let mut g: Vec<Guard> = vec![];
-        for (k, v) in pairs {
+        for (k, v) in &pairs {
             g.push(Box::new(m.set_global(k, v)?));
         }
         Ok(g)

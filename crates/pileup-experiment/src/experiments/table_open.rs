@@ -7,7 +7,7 @@
 
 use mysql::prelude::Queryable;
 
-use super::common::{fresh_schema, maria_error, settings, Ctx, Guard, Rand, Variant};
+use super::common::{fresh_schema, globals, maria_error, settings, Ctx, Rand, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 use crate::target::SCHEMA;
@@ -43,11 +43,6 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
     let variant = |cache: String, stats: &str, label: String, profiled: bool| {
         // 400 is the definition cache's smallest.
         let defs = cache.parse::<u32>().unwrap_or(400).max(400).to_string();
-        let pairs = [
-            ("table_open_cache", cache.clone()),
-            ("table_definition_cache", defs),
-            ("use_stat_tables", stats.to_string()),
-        ];
         Variant {
             label,
             system: "MariaDB",
@@ -56,13 +51,10 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
                 ("use_stat_tables", stats),
                 ("tables", &tables.to_string()),
             ]),
-            apply: Box::new(move || {
-                let mut g: Vec<Guard> = vec![];
-                for (k, v) in &pairs {
-                    g.push(Box::new(m.set_global(k, v)?));
-                }
-                Ok(g)
-            }),
+            apply: globals(
+                m,
+                &[("table_open_cache", &cache), ("table_definition_cache", &defs), ("use_stat_tables", stats)],
+            ),
             make: Box::new(move |t| Ok(Box::new(Reader { conn: m.client()?, rand: Rand::new(t), tables }))),
             pid: m.pid,
             counter: Some("Opened_tables"),

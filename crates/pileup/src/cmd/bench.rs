@@ -69,9 +69,10 @@ pub struct BenchArgs {
     pub i_know: bool,
     /// Compare with this PostgreSQL server rather than a throwaway cluster:
     /// libpq key=value pairs or a postgres:// URL, without a password
-    /// (PGPASSWORD is read; PGUSER and the local socket are the defaults).
-    /// It is written to (schema pileup_bench, dropped after), so it takes
-    /// --i-know.
+    /// (PGPASSWORD is read; what it leaves out comes from PGHOST, PGPORT,
+    /// PGUSER and PGDATABASE, else the login name and the local socket).
+    /// It is written to (schema pileup_bench, dropped after a run that
+    /// finishes), so it takes --i-know.
     #[arg(long, value_name = "CONNINFO", conflicts_with = "sandbox")]
     pub pg: Option<String>,
     /// Do not profile the server at the knee.
