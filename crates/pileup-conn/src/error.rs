@@ -53,7 +53,7 @@ pub struct SqlError(#[from] pub mysql::Error);
 /// is the message alone, taken from the variant.
 pub fn plain(e: &mysql::Error) -> String {
     use mysql::Error as E;
-    match e {
+    readable(&match e {
         E::IoError(e) => e.to_string(),
         E::CodecError(e) => e.to_string(),
         E::MySqlError(e) => e.to_string(),
@@ -61,7 +61,32 @@ pub fn plain(e: &mysql::Error) -> String {
         E::UrlError(e) => e.to_string(),
         E::FromValueError(v) => format!("a value of an unexpected type: {v:?}"),
         E::FromRowError(r) => format!("a row of an unexpected shape ({} columns)", r.len()),
+    })
+}
+
+/// A message as a person reads it: without the C library's error number
+/// (`No such file or directory (os error 2)`), a library's `IO error: `
+/// prefix, or the `quoted'` quoting some client libraries use (written
+/// here: a rewrite of a message's few fixed forms, not a parsing job).
+pub fn readable(msg: &str) -> String {
+    let mut s = msg.replace("IO error: ", "");
+    while let Some(at) = s.find(" (os error ") {
+        match s[at..].find(')') {
+            Some(end) => s.replace_range(at..at + end + 1, ""),
+            None => break,
+        }
     }
+    // `X' → X (only a backquote closed by an apostrophe).
+    while let Some(open) = s.find('`') {
+        match s[open + 1..].find('\'') {
+            Some(close) => {
+                s.replace_range(open + 1 + close..open + 2 + close, "");
+                s.replace_range(open..open + 1, "");
+            }
+            None => break,
+        }
+    }
+    s
 }
 
 /// An error and its causes as one message, each cause after a colon, a
@@ -73,7 +98,7 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     while let Some(c) = cur {
         let text = match c.downcast_ref::<mysql::Error>() {
             Some(m) => plain(m),
-            None => c.to_string(),
+            None => readable(&c.to_string()),
         };
         // A cause whose text its parent already gave (a wrapper that
         // displays its source) is said once.
@@ -88,6 +113,16 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_numbers_and_odd_quoting_are_left_out() {
+        assert_eq!(
+            readable("Could not connect to address `/x.sock': No such file or directory (os error 2)"),
+            "Could not connect to address /x.sock: No such file or directory"
+        );
+        assert_eq!(readable("IO error: `Broken pipe (os error 32)'"), "Broken pipe");
+        assert_eq!(readable("it would show in `ps`; fine"), "it would show in `ps`; fine");
+    }
 
     #[test]
     fn client_errors_read_as_their_message() {

@@ -114,7 +114,7 @@ fn prepare_dir(o: &DumpOptions) -> Result<()> {
         bail!("{} already holds a complete dump; choose an empty directory", o.dir.display());
     }
     if o.format == Format::Mydumper && matches!(o.compress, Compress::Zstd(_)) {
-        bail!("myloader 0.10.1 reads plain or gzip files only: with --format mydumper use --compress gzip or none");
+        bail!("myloader 0.10.1 reads plain or gzip files only: with --layout mydumper use --compress gzip or none");
     }
     pileup_files::create_private_dir(&o.dir)?;
     if o.format == Format::Pileup {

@@ -1,4 +1,4 @@
-//! mydumper 0.10.1's directory layout, written (`dump --format mydumper`,
+//! mydumper 0.10.1's directory layout, written (`dump --layout mydumper`,
 //! which myloader 0.10.1 loads as it is) and read (`load` of a directory
 //! mydumper wrote), so a user can switch either way.
 //!

@@ -17,10 +17,13 @@ pub enum Format {
     Dot,
     /// A gzipped pprof profile (go tool pprof, Pyroscope, Parca).
     Pprof,
+    /// A self-contained HTML page.
+    Html,
 }
 
 /// Every format, in the order help lists them.
-pub const FORMATS: [Format; 6] = [Format::Text, Format::Json, Format::Folded, Format::Svg, Format::Dot, Format::Pprof];
+pub const FORMATS: [Format; 7] =
+    [Format::Text, Format::Json, Format::Folded, Format::Svg, Format::Dot, Format::Pprof, Format::Html];
 
 impl Format {
     /// The format's name as `--format` takes it.
@@ -32,6 +35,33 @@ impl Format {
             Format::Svg => "svg",
             Format::Dot => "dot",
             Format::Pprof => "pprof",
+            Format::Html => "html",
+        }
+    }
+
+    /// What the format is, in a few words (for help and errors).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Format::Text => "the tool's own text",
+            Format::Json => "everything it found",
+            Format::Folded => "folded stacks",
+            Format::Svg => "a picture: flame graph or plot",
+            Format::Dot => "Graphviz call graph",
+            Format::Pprof => "gzipped pprof profile",
+            Format::Html => "a self-contained page",
+        }
+    }
+
+    /// The file extension that names the format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Text => "txt",
+            Format::Json => "json",
+            Format::Folded => "folded",
+            Format::Svg => "svg",
+            Format::Dot => "dot",
+            Format::Pprof => "pb.gz",
+            Format::Html => "html",
         }
     }
 
@@ -45,6 +75,7 @@ impl Format {
             "svg" | "flamegraph" => Format::Svg,
             "dot" | "graphviz" => Format::Dot,
             "pprof" => Format::Pprof,
+            "html" => Format::Html,
             _ => return Err(OutputError::UnknownFormat(s.to_string())),
         })
     }
@@ -63,6 +94,7 @@ impl Format {
             "svg" => Format::Svg,
             "dot" | "gv" => Format::Dot,
             "pb" | "pprof" | "gz" => Format::Pprof,
+            "html" | "htm" => Format::Html,
             _ => return Err(OutputError::UnknownExtension(p.display().to_string())),
         })
     }
@@ -91,13 +123,13 @@ impl std::fmt::Display for Format {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("unknown format '{0}': choose text, json, folded, svg, dot or pprof")]
+    #[error("unknown format '{0}': choose text, json, folded, svg, dot, pprof or html")]
     UnknownFormat(String),
     #[error(
-        "{0}: unknown extension; name the file .txt, .json, .folded, .svg, .dot or .pb.gz, or choose with --format"
+        "{0}: unknown extension; name the file .txt, .json, .html, .folded, .svg, .dot or .pb.gz, or choose with --format"
     )]
     UnknownExtension(String),
-    #[error("{tool} has no stacks to write as {format}; choose text or json")]
+    #[error("{tool} has nothing to write as {format}; choose text or json")]
     Unsupported { tool: &'static str, format: Format },
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -11,6 +11,7 @@
 //!                  ─▶ svg    (flame graph, inferno)
 //!                  ─▶ dot    (Graphviz call graph)
 //!                  ─▶ pprof  (gzipped profile.proto, its sample types from the tool)
+//!        ─▶ html, svg (documents the tool draws itself: a report page, a plot)
 //! ```
 //!
 //! The same `-o` extensions mean the same format for every tool
@@ -47,7 +48,11 @@ pub fn render<R: Report + ?Sized>(r: &R, f: Format, o: &Options, w: &mut dyn Wri
             None => proto::write_gz(&stacks_of(r, f, o)?.pprof(), w)?,
         },
         Format::Folded => stacks_of(r, f, o)?.folded(w)?,
-        Format::Svg => stacks_of(r, f, o)?.svg(o.title.as_deref(), w)?,
+        Format::Svg => match r.svg(o, w) {
+            Some(done) => done?,
+            None => stacks_of(r, f, o)?.svg(o.title.as_deref(), w)?,
+        },
+        Format::Html => r.html(o, w).ok_or(OutputError::Unsupported { tool: r.tool(), format: f })??,
         Format::Dot => dot::dot(&stacks_of(r, f, o)?, o, w)?,
     }
     Ok(())

@@ -38,4 +38,13 @@ pub trait Report: Serialize {
     fn pprof(&self, _o: &Options) -> Option<PProfile> {
         None
     }
+    /// The tool's own picture (a plot), in place of a flame graph of its
+    /// stacks; `None` when it draws none.
+    fn svg(&self, _o: &Options, _w: &mut dyn Write) -> Option<std::io::Result<()>> {
+        None
+    }
+    /// The tool's self-contained HTML page, when it writes one.
+    fn html(&self, _o: &Options, _w: &mut dyn Write) -> Option<std::io::Result<()>> {
+        None
+    }
 }

@@ -260,7 +260,7 @@ impl Trigger {
                 };
                 return Err(ParseError {
                     expr: self.text.clone(),
-                    why: format!("unknown metric {m} ({hint}the metrics are listed in docs/METRICS.md)"),
+                    why: format!("unknown metric {m} ({hint}pileup watch --list-metrics lists them)"),
                 });
             }
         }

@@ -3,6 +3,21 @@
 //! pileup-prefetch, pileup-lag, pileup-replica, pileup-sandbox, pileup-conn,
 //! pileup-files).
 
+/// A line of the result on stdout (`println!`'s arguments). A closed pipe
+/// ends the run (with `?`): `main` then exits quietly.
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::output::out_line(format_args!($($t)*))?
+    };
+}
+
+/// A diagnostic line on stderr (`eprintln!`'s arguments); never fails.
+macro_rules! note {
+    ($($t:tt)*) => {
+        $crate::output::note_line(format_args!($($t)*))
+    };
+}
+
 mod cmd;
 mod conn_args;
 mod output;
@@ -22,11 +37,20 @@ const VERSION: &str = concat!(
     "; stack capture by ptrace, perf events and eBPF; debuginfod)"
 );
 
-const AFTER_HELP: &str = "Exit status: 0 when the work was done; 1 when it could not be (the message says why and \
-what to do); 2 for a command line that cannot be used; 3 when the work was done but part of the input was \
-damaged (a corrupt log or binlog event, reported with its offset).
+const EXIT_STATUS: &str = "Exit status: 0 when the work was done (and when the reader of the output stopped \
+reading, as with head); 1 when it could not be (the message says why and what to do); 2 for a command line that \
+cannot be used; 3 when the work was done but part of the input was damaged. With --json or -f json, the error \
+that ends a run is one JSON object on stderr (schema_version, error, kind, exit).";
 
-`pileup help COMMAND` or `pileup COMMAND --help` explains a command.";
+const AFTER_HELP: &str = concat!(
+    "Exit status: 0 when the work was done (and when the reader of the output stopped reading, as with head); \
+1 when it could not be (the message says why and what to do); 2 for a command line that cannot be used; 3 when \
+the work was done but part of the input was damaged (a corrupt log or binlog event, reported with its offset). \
+With --json or -f json, the error that ends a run is one JSON object on stderr (schema_version, error, kind, exit).
+
+",
+    "`pileup help COMMAND` or `pileup COMMAND --help` explains a command."
+);
 
 /// Performance toolkit for MariaDB and MySQL servers.
 ///
@@ -153,11 +177,30 @@ fn command() -> clap::Command {
             hidden.iter().filter(|a| !own.contains(&a.get_id().to_string())).cloned().collect();
         c.args(copies).mut_subcommands(|s| hide(s, hidden))
     }
+    // Every command's --format offers exactly the formats it writes, and
+    // every page of the manual ends with the exit statuses.
+    fn formats(c: clap::Command, path: &str) -> clap::Command {
+        let c = if c.get_arguments().any(|a| a.get_id() == "format") {
+            let top = path.split(' ').next().unwrap_or(path).to_string();
+            c.mut_arg("format", |a| output::format_arg(&top, a))
+        } else {
+            c
+        };
+        let c = match (path.is_empty(), c.get_after_long_help().map(|h| h.to_string())) {
+            (true, _) => c,
+            (false, None) => c.after_long_help(EXIT_STATUS),
+            (false, Some(h)) => c.after_long_help(format!("{h}\n\n{EXIT_STATUS}")),
+        };
+        c.mut_subcommands(|s| {
+            let p = if path.is_empty() { s.get_name().to_string() } else { format!("{path} {}", s.get_name()) };
+            formats(s, &p)
+        })
+    }
     let mut c = Cli::command();
     for name in ["binlog", "report", "captures", "sandbox", "completions", "manpages"] {
         c = c.mut_subcommand(name, |s| hide(s, &hidden));
     }
-    no_short_help(c)
+    no_short_help(formats(c, ""))
 }
 
 /// The manual: `pileup.1` and `pileup-COMMAND.1` for each command (and
@@ -175,7 +218,10 @@ fn manpages(dir: &std::path::Path) -> anyhow::Result<()> {
         std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
         Ok(())
     };
-    let root = command();
+    // Built first, so that the global options (connection, output) are in
+    // every command's page too.
+    let mut root = command();
+    root.build();
     write("pileup", root.clone())?;
     fn each(
         prefix: &str,
@@ -191,24 +237,119 @@ fn manpages(dir: &std::path::Path) -> anyhow::Result<()> {
         Ok(())
     }
     each("pileup", "pileup", &root, &write)?;
-    println!("manual pages written to {}", dir.display());
+    note!("manual pages written to {}", dir.display());
     Ok(())
 }
 
+/// Whether the command line asks for JSON (`--json`, `-f json`,
+/// `--format json`, `--format=json`, `-fjson`): then an error that ends the
+/// run is a JSON object too. Read from the words themselves, so a command
+/// line that does not parse is answered in JSON as well.
+fn json_asked(args: &[String]) -> bool {
+    let words: Vec<&str> = args.iter().skip(1).map(String::as_str).take_while(|a| *a != "--").collect();
+    words.iter().enumerate().any(|(i, w)| {
+        *w == "--json"
+            || *w == "--format=json"
+            || *w == "-fjson"
+            || ((*w == "-f" || *w == "--format") && words.get(i + 1) == Some(&"json"))
+    })
+}
+
+/// How a run ended, as its exit status says: 0 done, 1 failed, 2 a command
+/// line that cannot be used, 3 done on damaged input.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Exit {
+    Failed = 1,
+    Usage = 2,
+    Damaged = 3,
+}
+
+impl Exit {
+    fn of(e: &anyhow::Error) -> Exit {
+        if e.chain().any(|c| c.is::<cmd::Usage>() || c.is::<pileup_conn::ConnError>() && is_usage_conn(c)) {
+            Exit::Usage
+        } else if e.chain().any(|c| c.is::<cmd::Damaged>()) {
+            Exit::Damaged
+        } else {
+            Exit::Failed
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Exit::Failed => "failed",
+            Exit::Usage => "usage",
+            Exit::Damaged => "damaged",
+        }
+    }
+}
+
+/// The connection options' own refusals (a password in argv, options that
+/// contradict each other) are usage errors; a server that cannot be reached
+/// is not.
+fn is_usage_conn(c: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(c.downcast_ref::<pileup_conn::ConnError>(), Some(pileup_conn::ConnError::PasswordInArgs))
+}
+
+/// Write the error that ends the run, in one line (causes after colons,
+/// more lines indented), or as one JSON object when JSON was asked for,
+/// to the stderr the run started with; then exit with its status.
+fn fail(fd: i32, json: bool, exit: Exit, msg: &str, command: Option<&str>) -> ! {
+    let help = match (exit, command) {
+        (Exit::Usage, Some(c)) => format!(" (see pileup {c} --help)"),
+        (Exit::Usage, None) => " (see pileup --help)".to_string(),
+        _ => String::new(),
+    };
+    let text = if json {
+        let j = serde_json::json!({
+            "schema_version": output::SCHEMA_VERSION,
+            "error": format!("{msg}{help}"),
+            "kind": exit.kind(),
+            "exit": exit as i32,
+        });
+        format!("{j}\n")
+    } else {
+        let mut lines = msg.lines();
+        let mut text = format!("pileup: {}{help}\n", lines.next().unwrap_or(""));
+        for l in lines {
+            text.push_str(&format!("  {l}\n"));
+        }
+        text
+    };
+    // SAFETY: writes a buffer to a file descriptor this process owns.
+    unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+    std::process::exit(exit as i32);
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let json = json_asked(&args);
     // A password given on the command line (`-pSECRET`, `--password=SECRET`,
     // as the mysql client takes it) is refused before anything else: it
     // would show in `ps`. `-p` alone asks for it; `-p lag` is `-p`, then
     // the command.
-    let given = std::env::args()
-        .skip(1)
-        .take_while(|a| a != "--")
-        .any(|a| (a.starts_with("-p") && a.len() > 2) || a.strip_prefix("--password=").is_some_and(|v| !v.is_empty()));
+    let given =
+        args.iter().skip(1).take_while(|a| *a != "--").any(|a| {
+            (a.starts_with("-p") && a.len() > 2) || a.strip_prefix("--password=").is_some_and(|v| !v.is_empty())
+        });
     if given {
-        eprintln!("pileup: {}", pileup_conn::ConnError::PasswordInArgs);
-        std::process::exit(1);
+        fail(2, json, Exit::Usage, &pileup_conn::ConnError::PasswordInArgs.to_string(), None);
     }
-    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+    let matches = match command().try_get_matches_from(&args) {
+        Ok(m) => m,
+        Err(e) if json && e.use_stderr() => {
+            let msg = e.kind().as_str().map(String::from).unwrap_or_else(|| "the command line cannot be used".into());
+            let detail = e.to_string();
+            let first = detail.lines().next().unwrap_or(&msg).trim_start_matches("error: ").to_string();
+            fail(2, true, Exit::Usage, &first, None)
+        }
+        Err(e) => e.exit(),
+    };
+    let name: Option<String> = matches.subcommand_name().map(|n| match matches.subcommand() {
+        Some((_, sub)) => sub.subcommand_name().map(|s| format!("{n} {s}")).unwrap_or_else(|| n.to_string()),
+        None => n.to_string(),
+    });
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
@@ -225,49 +366,53 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let conn = cli.conn.options();
-    let r = conn.validate().map_err(anyhow::Error::from).and_then(|()| match cli.command {
-        Command::Stacks(a) => cmd::stacks::run(a, &conn),
-        Command::Watch(a) => cmd::watch::run_watch(a, &conn),
-        Command::Captures(a) => cmd::watch::run_captures(a),
-        Command::Top(a) => cmd::watch::run_top(a, &conn),
-        Command::Report(a) => cmd::watch::run_report(a),
-        Command::Binlog(a) => cmd::binlog::run(a),
-        Command::Digest(a) => cmd::digest::run(a, &conn),
-        Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
-        Command::Lag(a) => cmd::lag::run(a, &conn),
-        Command::Memory(a) => cmd::memory::run(a, &conn),
-        Command::Locks(a) => cmd::locks::run(a, &conn),
-        Command::Dump(a) => cmd::dump::run_dump(a, &conn),
-        Command::Load(a) => cmd::dump::run_load(a, &conn),
-        Command::Bench(a) => cmd::bench::run(a, &conn),
-        Command::Sandbox(c) => cmd::sandbox::run(c),
-        Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut command(), "pileup", &mut std::io::stdout());
-            Ok(())
-        }
-        Command::Manpages { dir } => manpages(&dir),
-    });
+    let r =
+        conn.validate().map_err(|e| anyhow::Error::from(cmd::Usage(e.to_string()))).and_then(|()| match cli.command {
+            Command::Stacks(a) => cmd::stacks::run(a, &conn),
+            Command::Watch(a) => cmd::watch::run_watch(a, &conn),
+            Command::Captures(a) => cmd::watch::run_captures(a),
+            Command::Top(a) => cmd::watch::run_top(a, &conn),
+            Command::Report(a) => cmd::watch::run_report(a),
+            Command::Binlog(a) => cmd::binlog::run(a),
+            Command::Digest(a) => cmd::digest::run(a, &conn),
+            Command::Prefetch(a) => cmd::prefetch::run_prefetch(a, &conn),
+            Command::Lag(a) => cmd::lag::run(a, &conn),
+            Command::Memory(a) => cmd::memory::run(a, &conn),
+            Command::Locks(a) => cmd::locks::run(a, &conn),
+            Command::Dump(a) => cmd::dump::run_dump(a, &conn),
+            Command::Load(a) => cmd::dump::run_load(a, &conn),
+            Command::Bench(a) => cmd::bench::run(a, &conn),
+            Command::Sandbox(c) => cmd::sandbox::run(c),
+            Command::Completions { shell } => {
+                // Made whole first: clap_complete panics on a failed write.
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut command(), "pileup", &mut script);
+                output::write_output(None, false, |w| Ok(w.write_all(&script)?))
+            }
+            Command::Manpages { dir } => manpages(&dir),
+        });
+    // A reader that stopped reading ends the run quietly, as grep and cat
+    // end.
+    if output::reader_gone() {
+        std::process::exit(0);
+    }
     if let Err(e) = r {
         // One line: what went wrong and what to do about it, each cause
         // after a colon, a client library's error as its message alone.
         let msg = pileup_conn::error_text(e.as_ref());
-        let fix = engine_fix(&e).map(|f| format!("; {f}")).unwrap_or_default();
-        let mut text = format!("pileup: {}{fix}\n", msg.lines().next().unwrap_or(""));
-        for l in msg.lines().skip(1) {
-            text.push_str(&format!("  {l}\n"));
+        let fix = engine_fix(&e, name.as_deref()).map(|f| format!("; {f}")).unwrap_or_default();
+        let mut lines = msg.lines();
+        let mut text = format!("{}{fix}", lines.next().unwrap_or(""));
+        for l in lines {
+            text.push_str(&format!("\n{l}"));
         }
-        // SAFETY: writes a buffer to a file descriptor this process owns.
-        unsafe { libc::write(stderr_fd, text.as_ptr().cast(), text.len()) };
-        std::process::exit(match e.downcast_ref::<cmd::ExitCode>() {
-            Some(c) => c.0,
-            None => 1,
-        });
+        fail(stderr_fd, json, Exit::of(&e), &text, name.as_deref());
     }
 }
 
 /// The engine names a problem of choosing the process; the fix is said
 /// here, with the flags that make it.
-fn engine_fix(e: &anyhow::Error) -> Option<&'static str> {
+fn engine_fix(e: &anyhow::Error, command: Option<&str>) -> Option<&'static str> {
     use pileup_engine::Fix;
     fn engine<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a pileup_engine::StacksError> {
         c.downcast_ref::<pileup_engine::StacksError>()
@@ -286,6 +431,8 @@ fn engine_fix(e: &anyhow::Error) -> Option<&'static str> {
     }
     Some(match e.chain().find_map(engine)?.fix()? {
         Fix::CheckPid => "check the pid, or use --pid auto to find the running server",
+        // top and lag look at a server only.
+        Fix::ServerOrAnyProcess if matches!(command, Some("top" | "lag")) => "pass the server's pid",
         Fix::ServerOrAnyProcess => "pass the server's pid, or --any-process to take it anyway",
         Fix::StartOrGivePid => "start the server, or pass --pid PID",
         Fix::ChooseServer => "choose one with --pid PID, or name its socket or port with -S or -P",

@@ -1,23 +1,124 @@
-//! Writing results: to stdout, or to a file created 0600 (results hold query
-//! text) through a temporary file renamed into place, so a full disk or a
-//! crash never leaves a truncated file under the requested name. Paths that
-//! are not regular files (`/dev/null`, FIFOs, symlinks) are written through.
+//! The one way out of the CLI. Results go to stdout, or to a file created
+//! 0600 (results hold query text) through a temporary file renamed into
+//! place, so a full disk or a crash never leaves a truncated file under
+//! the requested name; paths that are not regular files (`/dev/null`,
+//! FIFOs, symlinks) are written through. Diagnostics go to stderr.
+//!
+//! A reader that goes away (a closed pipe: `pileup digest | head`) ends the
+//! run quietly, as `grep` and `cat` end: the write that finds it closed
+//! marks the reader gone and asks the run to stop (the same flag SIGINT
+//! sets, so a capture being written is finished, not cut), and `main`
+//! exits 0 without a message. Nothing here panics on a failed write.
 
+use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+
+use crate::cmd::Usage;
+
+/// The version of the JSON every command writes (its results, events and
+/// errors), in each object as `schema_version`: raised when a field changes
+/// meaning or goes away, not when one is added.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Set when a write to stdout or stderr found its reader gone.
+static READER_GONE: AtomicBool = AtomicBool::new(false);
+
+/// The run's stop flag: SIGINT, SIGTERM and a reader gone set it.
+fn stop_flag() -> &'static Arc<AtomicBool> {
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    STOP.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
+/// The flag a long run polls to stop early: set by SIGINT, SIGTERM, or a
+/// reader of its output gone. The signal handlers are installed on the
+/// first call.
+pub fn stop_requested() -> Arc<AtomicBool> {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+            extern "C" fn handler(_: i32) {
+                stop_flag().store(true, Ordering::SeqCst);
+            }
+            let sa = nix::sys::signal::SigAction::new(
+                nix::sys::signal::SigHandler::Handler(handler),
+                nix::sys::signal::SaFlags::SA_RESTART,
+                nix::sys::signal::SigSet::empty(),
+            );
+            // SAFETY: the handler only stores to an atomic that exists
+            // before it is installed (get_or_init above it in this call).
+            let _ = unsafe { nix::sys::signal::sigaction(sig, &sa) };
+        }
+    });
+    stop_flag().clone()
+}
+
+/// Whether a reader of stdout or stderr went away during the run.
+pub fn reader_gone() -> bool {
+    READER_GONE.load(Ordering::SeqCst)
+}
+
+/// Note a write's error: a closed pipe marks the reader gone and asks the
+/// run to stop.
+fn seen(e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        READER_GONE.store(true, Ordering::SeqCst);
+        stop_flag().store(true, Ordering::SeqCst);
+    }
+}
+
+/// stdout as the one writer of results: buffered (stdout alone flushes at
+/// every newline, a system call per line of a long report), and a closed
+/// pipe noted ([`reader_gone`]).
+pub struct Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>);
+
+impl Stdout {
+    pub fn new() -> Stdout {
+        Stdout(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()))
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.write(b).inspect_err(seen)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().inspect_err(seen)
+    }
+}
+
+/// One line of a result on stdout, flushed (a line is news when it is
+/// written: events, progress lines of JSON). A closed pipe is an error the
+/// caller ends on; `main` then exits quietly.
+pub fn out_line(args: fmt::Arguments) -> std::io::Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).inspect_err(seen)
+}
+
+/// One diagnostic line on stderr. Never fails: a closed stderr marks the
+/// reader gone and asks the run to stop.
+pub fn note_line(args: fmt::Arguments) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n")).inspect_err(seen);
+}
+
+/// Text on stderr without a newline (a prompt, a line redrawn in place).
+pub fn note_raw(args: fmt::Arguments) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_fmt(args).and_then(|()| e.flush()).inspect_err(seen);
+}
 
 pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
     match path {
         None => {
-            let stdout = std::io::stdout();
-            if binary && stdout.is_terminal() {
-                bail!("this format is binary; write it to a file with -o FILE");
+            if binary && std::io::stdout().is_terminal() {
+                return Err(Usage::new("this format is binary; write it to a file with -o FILE").into());
             }
-            // Buffered: stdout alone flushes at every newline, a system call
-            // per line of a long report.
-            let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+            let mut w = Stdout::new();
             f(&mut w)?;
             w.flush()?;
             Ok(())
@@ -28,23 +129,46 @@ pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn W
 
 pub use pileup_output::{Format, Options};
 
-/// `--format`'s value parser: every tool takes the same names.
-pub fn parse_format(s: &str) -> Result<Format, String> {
-    Format::parse(s).map_err(|e| e.to_string())
+/// The formats each command writes, the first being its default: `--format`
+/// offers exactly these (in `--help`, the manual and completions) and an
+/// `-o` name whose extension asks for another is refused before any work.
+pub fn formats_of(command: &str) -> &'static [Format] {
+    use Format::*;
+    match command {
+        "stacks" | "locks" => &[Text, Json, Folded, Svg, Dot, Pprof],
+        "lag" | "memory" => &[Text, Json, Folded, Svg, Pprof],
+        "digest" => &[Text, Json, Html],
+        "bench" => &[Text, Json, Svg],
+        _ => &[Text, Json],
+    }
+}
+
+/// `--format` for a command: its formats as clap's possible values, so an
+/// unknown or unsupported one is a usage error, and help, manual pages and
+/// completions list them.
+pub fn format_arg(command: &str, a: clap::Arg) -> clap::Arg {
+    let fs = formats_of(command);
+    let names: Vec<&'static str> = fs.iter().map(|f| f.name()).collect();
+    let described: Vec<String> = fs.iter().map(|f| format!("{} ({})", f.name(), f.describe())).collect();
+    use clap::builder::TypedValueParser;
+    let help = format!("Output format: {}. Default: from the -o extension, else text", described.join(", "));
+    a.value_parser(clap::builder::PossibleValuesParser::new(names).map(|s| Format::parse(&s).unwrap_or(Format::Text)))
+        .help(help.clone())
+        .long_help(help)
 }
 
 /// `-f/--format`, `-o` and `--json`, the same for every tool that writes a
-/// report: flattened into its arguments.
+/// report: flattened into its arguments. `--format`'s values are set per
+/// command by [`format_arg`].
 #[derive(clap::Args)]
 pub struct OutputArgs {
-    /// Output format: text, json, and where the tool has stacks folded, svg
-    /// (flame graph), dot (call graph) or pprof. Default: from the -o
-    /// extension, else text.
+    /// Output format. Default: from the -o extension, else text.
     #[arg(long, short = 'f', value_parser = parse_format)]
     pub format: Option<Format>,
     /// Write to this file (created 0600) instead of stdout, in the format
-    /// its extension names (.txt, .json, .folded, .svg, .dot, .pb.gz). Give
-    /// -o several times to write one run in several formats.
+    /// its extension names (.txt, .json, and where the command writes them
+    /// .html, .folded, .svg, .dot, .pb.gz). Give -o several times to write
+    /// one run in several formats.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Vec<PathBuf>,
     /// The same as --format json.
@@ -52,10 +176,43 @@ pub struct OutputArgs {
     pub json: bool,
 }
 
+/// `-f/--format` and `--json` for a command whose results go to stdout
+/// only (events, a listing, a status).
+#[derive(clap::Args)]
+pub struct FormatArgs {
+    /// Output format. Default: text.
+    #[arg(long, short = 'f', value_parser = parse_format)]
+    pub format: Option<Format>,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+}
+
+impl FormatArgs {
+    /// Whether JSON was asked for.
+    pub fn json(&self) -> bool {
+        self.json || self.format == Some(Format::Json)
+    }
+}
+
+/// A `--format` value (before [`format_arg`] narrows it per command).
+pub fn parse_format(s: &str) -> Result<Format, String> {
+    Format::parse(s).map_err(|e| e.to_string())
+}
+
 impl OutputArgs {
-    /// Where the report goes, checked before any work.
-    pub fn targets(&self) -> Result<Vec<Target>> {
-        targets(if self.json { Some(Format::Json) } else { self.format }, &self.output)
+    /// The format asked for: `--json`, else `--format`.
+    pub fn format(&self) -> Option<Format> {
+        if self.json {
+            Some(Format::Json)
+        } else {
+            self.format
+        }
+    }
+
+    /// Where `command`'s report goes, checked before any work.
+    pub fn targets(&self, command: &str) -> Result<Vec<Target>> {
+        targets(self.format(), &self.output, command)
     }
 }
 
@@ -66,14 +223,39 @@ pub type Target = (Option<PathBuf>, Format);
 /// its extension names (or `--format`'s, when there is one file), or
 /// stdout in `--format`'s (text by default). Decided before any work
 /// starts, so a bad name costs nothing; one run can write several files.
-pub fn targets(format: Option<Format>, outputs: &[PathBuf]) -> Result<Vec<Target>> {
-    match (format, outputs) {
-        (f, []) => Ok(vec![(None, f.unwrap_or(Format::Text))]),
-        (Some(f), [one]) => Ok(vec![(Some(one.clone()), f)]),
-        (Some(_), _) => {
-            bail!("--format applies to one output; with several -o files each file's extension names its format")
+/// An extension that contradicts `--format`, or names a format `command`
+/// does not write, is a usage error.
+pub fn targets(format: Option<Format>, outputs: &[PathBuf], command: &str) -> Result<Vec<Target>> {
+    let supported = formats_of(command);
+    let check = |f: Format, p: Option<&Path>| -> Result<Format> {
+        if supported.contains(&f) {
+            return Ok(f);
         }
-        (None, many) => many.iter().map(|p| Ok((Some(p.clone()), Format::from_path(p)?))).collect(),
+        let names: Vec<&str> = supported.iter().map(|f| f.name()).collect();
+        let what = p.map(|p| format!("-o {}: ", p.display())).unwrap_or_default();
+        Err(Usage::new(format!("{what}pileup {command} does not write {f}; it writes {}", names.join(", "))).into())
+    };
+    let of_path = |p: &Path| Format::from_path(p).map_err(|e| anyhow::Error::from(Usage::new(e.to_string())));
+    match (format, outputs) {
+        (f, []) => Ok(vec![(None, check(f.unwrap_or(Format::Text), None)?)]),
+        (Some(f), [one]) => {
+            let f = check(f, None)?;
+            // A name without a recognised extension takes --format's.
+            match Format::from_path(one) {
+                Ok(named) if named != f && one.extension().is_some() => Err(Usage::new(format!(
+                    "-o {} names {named} but --format says {f}; name the file .{} or drop --format",
+                    one.display(),
+                    f.extension()
+                ))
+                .into()),
+                _ => Ok(vec![(Some(one.clone()), f)]),
+            }
+        }
+        (Some(_), _) => Err(Usage::new(
+            "--format applies to one output; with several -o files each file's extension names its format",
+        )
+        .into()),
+        (None, many) => many.iter().map(|p| Ok((Some(p.clone()), check(of_path(p)?, Some(p))?))).collect(),
     }
 }
 

@@ -97,6 +97,7 @@ const COMMANDS: &[&[&str]] = &[
     &["sandbox", "list"],
     &["completions"],
     &["manpages"],
+    &["bench"],
 ];
 
 #[test]
@@ -183,10 +184,191 @@ fn quiet_keeps_only_the_error_that_ends_the_run() {
 fn a_password_in_argv_is_refused_and_p_alone_takes_no_value() {
     for args in [&["-psecret", "sandbox", "list"][..], &["--password=secret", "sandbox", "list"]] {
         let out = pileup(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).starts_with("pileup: refusing a password on the command line"), "{}", stderr(&out));
     }
     // `-p` asks (on a terminal); the word after it is the command, not a password.
     let out = pileup(&["-p", "sandbox", "list"]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Every command line that cannot be used exits 2, before anything is
+/// looked at: each case names a server that does not exist, so a check
+/// made after connecting would fail with 1 instead. The message is one line
+/// that names what is wrong and where the command's help is.
+#[test]
+fn every_usage_error_exits_2_before_any_work() {
+    let dir = scratch("cli-usage");
+    let log = dir.join("slow.log");
+    std::fs::write(&log, "# Query_time: 0.1  Lock_time: 0  Rows_sent: 1  Rows_examined: 1\nselect 1;\n").unwrap();
+    let log = log.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let dump_dir = dir.join("d");
+    let dump_dir = dump_dir.to_str().unwrap();
+    let no = ["-S", "/nonexistent/pileup-test.sock", "-u", "nobody"];
+    // (words, what the message must say)
+    let cases: &[(&[&str], &str)] = &[
+        (&["stacks", "--pid", "999999", "--samples", "0"], "--samples"),
+        (&["stacks", "--pid", "999999", "-o", "r.csv"], "unknown extension"),
+        (&["stacks", "--pid", "999999", "-f", "json", "-o", "x.svg"], "x.svg names svg but --format says json"),
+        (&["stacks", "--pid", "999999", "-f", "html"], "html"),
+        (&["stacks", "--pid", "999999", "--focus", "conn:"], "--focus"),
+        (&["watch", "--pid", "none", "--interval", "10ms"], "--interval"),
+        (&["watch", "--pid", "none", "--trigger", "no_such_metric > 1"], "--list-metrics"),
+        (&["watch", "--pid", "none", "--pileup-threads", "0"], "--pileup-threads"),
+        (&["watch", "--pid", "none", "--duration", "0s"], "--duration"),
+        (&["watch", "--pid", "none", "-f", "pprof"], "pprof"),
+        (&["top", "--pid", "none", "--interval", "10ms"], "--interval"),
+        (&["top", "--pid", "none", "--json"], "--once"),
+        (&["captures", "--data-dir", d, "-f", "svg"], "svg"),
+        (&["report", d, "--no-such-flag"], "--no-such-flag"),
+        (&["prefetch", "--threads", "0"], "--threads"),
+        (&["locks", "--pid", "999999", "--duration", "0s"], "--duration"),
+        (&["locks", "--pid", "999999", "--source", "nope"], "nope"),
+        (&["locks", "--source", "performance-schema", "-o", "l.svg"], "no stacks"),
+        (&["lag", "--pid", "999999", "--duration", "0s"], "--duration"),
+        (&["lag", "--pid", "999999", "--interval-ms", "0"], "--interval-ms"),
+        (&["memory", "--pid", "999999", "--no-trace", "-o", "m.pb.gz"], "--no-trace"),
+        (&["memory", "--pid", "999999", "--interval", "10ms"], "--interval"),
+        (&["memory", "--pid", "999999", "-o", "m.html"], "does not write html"),
+        (&["digest", log, "--max-classes", "0"], "--max-classes"),
+        (&["digest", log, "--jobs", "0"], "--jobs"),
+        (&["digest", log, "--rank", "bogus"], "bogus"),
+        (&["digest", log, "-f", "html", "-o", "x.json"], "x.json names json but --format says html"),
+        (&["digest", log, "-o", "r.csv"], "unknown extension"),
+        (&["digest", log, "-f", "svg"], "svg"),
+        (&["digest", "-", "-"], "standard input"),
+        (&["binlog", log, "-f", "svg"], "svg"),
+        (&["dump", "-o", dump_dir, "--threads", "0"], "--threads"),
+        (&["dump", "-o", dump_dir, "--layout", "mydumper", "--compress", "zstd"], "--compress gzip"),
+        (&["load", d, "--threads", "0"], "--threads"),
+        (&["bench", "point-selects"], "no experiment"),
+        (&["bench", "hot-row", "--threads", "0"], "--threads"),
+        (&["bench", "hot-row", "--rounds", "0"], "--rounds"),
+        (&["bench", "hot-row", "-o", "r.csv"], "r.csv"),
+        (&["bench", "hot-row", "-f", "svg"], "-o"),
+        (&["bench", "compare", "one.json"], "two JSON results"),
+        (&["bench", "hot-row", "x.json"], "only compare"),
+        (&["sandbox", "start", "--set", "nokv"], "KEY=VALUE"),
+        (&["sandbox", "stop"], "--all"),
+        (&["completions", "nosuchshell"], "nosuchshell"),
+        (&["--password=x", "sandbox", "list"], "password"),
+        (&["--connect-timeout", "0", "sandbox", "list"], "timeout"),
+    ];
+    let mut wrong = vec![];
+    for (words, says) in cases {
+        let mut args: Vec<&str> = words.to_vec();
+        args.extend(no);
+        let out = pileup(&args);
+        let e = stderr(&out);
+        let first = e.lines().next().unwrap_or("");
+        let ours = first.starts_with("pileup: ");
+        let ok = out.status.code() == Some(2)
+            && out.stdout.is_empty()
+            && e.contains(says)
+            && (!ours || e.lines().count() == 1 && first.contains("--help"));
+        if !ok {
+            wrong.push(format!("{words:?}: exit {:?}, stderr {e:?}", out.status.code()));
+        }
+    }
+    assert!(wrong.is_empty(), "not a usage error as it should be:\n{}", wrong.join("\n"));
+
+    // Under --json the error is one JSON object, of its kind.
+    let out = pileup(&["digest", log, "--max-classes", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let j: serde_json::Value = serde_json::from_slice(&out.stderr).expect("the error is JSON");
+    assert_eq!(j["kind"], "usage", "{j}");
+    assert_eq!(j["exit"], 2);
+    assert_eq!(j["schema_version"], 1);
+    assert!(j["error"].as_str().unwrap().contains("--max-classes"), "{j}");
+    // A command line clap refuses is answered in JSON too.
+    let out = pileup(&["digest", log, "--rank", "bogus", "-f", "json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let j: serde_json::Value = serde_json::from_slice(&out.stderr).expect("the error is JSON");
+    assert_eq!(j["kind"], "usage", "{j}");
+    // And a failure is a failure: exit 1, kind failed.
+    let out = pileup(&["captures", "--data-dir", "/nonexistent/data", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&out.stderr).expect("the error is JSON");
+    assert_eq!(j["kind"], "failed", "{j}");
+    assert!(j["error"].as_str().unwrap().contains("no such directory"), "{j}");
+}
+
+/// A reader that stops reading ends the run quietly, as `cat` and `grep`
+/// end: no message, exit 0, no panic; a capture under way is finished and
+/// listed.
+#[test]
+fn a_closed_pipe_ends_the_run_quietly() {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+    // A result larger than a pipe's buffer, its reader gone after 10 bytes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    let full = pileup(&["completions", "bash"]);
+    assert!(full.stdout.len() > 1 << 16, "the script outgrows a pipe's buffer: {} bytes", full.stdout.len());
+
+    // watch with its stdout and stderr one pipe, closed after two lines
+    // (`pileup watch 2>&1 | head -2`): the server cannot be reached, so
+    // it captures, and the capture is finished and listed.
+    let data = scratch("cli-pipe");
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["watch", "-S", "/nonexistent/pileup-test.sock", "-u", "nobody", "--pid", "none"])
+        .args(["--interval", "200ms", "--duration", "5s", "--cooldown", "1s", "--data-dir", data.to_str().unwrap()])
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(reader);
+    let mut two = String::new();
+    for _ in 0..2 {
+        lines.read_line(&mut two).unwrap();
+    }
+    drop(lines);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "after {two:?}");
+    let caps = pileup(&["captures", "--data-dir", data.to_str().unwrap(), "--json"]);
+    let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
+    assert!(caps.as_array().unwrap().iter().any(|c| c["kind"] == "capture"), "{caps}");
+
+    // An empty data directory has no captures: an empty list, not an error.
+    let empty = scratch("cli-empty");
+    let out = pileup(&["captures", "--data-dir", empty.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!([]));
+}
+
+/// Every page of the manual has the connection options where the command
+/// connects, and the exit statuses; completions offer `--rank`'s and
+/// `--format`'s values, not file names.
+#[test]
+fn manual_pages_and_completions_come_from_the_same_definitions() {
+    let dir = scratch("cli-pages");
+    assert!(pileup(&["manpages", dir.to_str().unwrap()]).status.success());
+    for cmd in COMMANDS.iter().filter(|c| !c.is_empty()) {
+        let page = dir.join(format!("pileup-{}.1", cmd.join("-")));
+        if cmd == &["sandbox"] {
+            continue; // a group: its pages are its commands'
+        }
+        let text = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        assert!(text.contains("Exit status"), "{} has no exit status", page.display());
+        let connects = !matches!(cmd[0], "binlog" | "report" | "captures" | "sandbox" | "completions" | "manpages");
+        assert_eq!(text.contains("defaults\\-file"), connects, "{}: connection options", page.display());
+    }
+    let bash = pileup(&["completions", "bash"]);
+    let bash = String::from_utf8_lossy(&bash.stdout);
+    let rank = bash.find("--rank)").map(|i| &bash[i..i + 200]).unwrap_or("");
+    assert!(rank.contains("optimizer") && !rank.contains("compgen -f"), "--rank completes: {rank}");
+    let digest_format =
+        bash.split("pileup__subcmd__digest)").nth(1).and_then(|s| s.split("--format)").nth(1)).unwrap_or("");
+    assert!(digest_format[..200.min(digest_format.len())].contains("html"), "{digest_format:.200}");
 }

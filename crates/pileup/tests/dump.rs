@@ -111,7 +111,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
         &sb,
         &["dump", "-o", out.to_str().unwrap(), "--databases", "d1", "--chunk-rows", "10000", "--threads", "3"],
     ));
-    assert!(text.contains("dumped 10 table(s)"), "{text}");
+    assert!(text.contains("dumped 10 tables"), "{text}");
     // Files hold data: 0600 files in 0700 directories.
     for d in [out.clone(), out.join("data")] {
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
@@ -478,17 +478,17 @@ fn myloader_loads_pileups_mydumper_format_and_pileup_loads_mydumpers() {
     let ours = dir.join("ours");
     let bad = run(
         &sb,
-        &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper", "--compress", "zstd"],
+        &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--layout", "mydumper", "--compress", "zstd"],
     );
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--compress gzip or none"), "zstd is refused for myloader");
     // mydumper's format has no place for a sequence: refused, named.
-    let seq = run(&sb, &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper"]);
+    let seq = run(&sb, &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--layout", "mydumper"]);
     assert!(!seq.status.success() && String::from_utf8_lossy(&seq.stderr).contains("sequence"));
     c.query_drop("DROP SEQUENCE d1.s1").unwrap();
     let _ = std::fs::remove_dir_all(&ours);
     ok(&run(
         &sb,
-        &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--format", "mydumper", "--chunk-rows", "10000"],
+        &["dump", "-o", ours.to_str().unwrap(), "--databases", "d1", "--layout", "mydumper", "--chunk-rows", "10000"],
     ));
     // myloader's format alone gives files myloader reads: gzip.
     assert!(ours.join("metadata").exists() && ours.join("d1.big.00001.sql.gz").exists());

@@ -295,7 +295,7 @@ const TOOLS: [&str; 8] = [
     "pileup-dump",
     "pileup-prefetch",
     "pileup-memory",
-    "pileup-experiment",
+    "pileup-bench",
 ];
 
 #[test]

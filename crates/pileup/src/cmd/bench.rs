@@ -1,13 +1,13 @@
-//! `pileup bench`: wiring for pileup_experiment (the lock profile at the
+//! `pileup bench`: wiring for pileup_bench (the lock profile at the
 //! knee comes from pileup_locks).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use pileup_bench::{experiments, ExperimentReport, LockProfiler, LockSummary, Name};
 use pileup_conn::ConnOptions;
-use pileup_experiment::{experiments, ExperimentReport, LockProfiler, LockSummary, Name};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Runs small, sharp experiments and reports each as a curve of throughput against \
@@ -88,9 +88,9 @@ pub struct BenchArgs {
     /// "auto" for the one serving the connection, or "none".
     #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
     pub pid: String,
-    /// Output format on stdout: text or json.
-    #[arg(long, short = 'f', value_enum)]
-    pub format: Option<super::TextJson>,
+    /// The format on stdout (svg is written with -o).
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// Write to this file (0600) in the format its extension names: .json,
     /// .svg (the plot), .txt. A directory (ending in /) gets every format
     /// of every experiment, named after it. Repeatable.
@@ -126,7 +126,7 @@ impl LockProfiler for Locks {
                 .locks
                 .iter()
                 .take(8)
-                .map(|l| pileup_experiment::profile::LockShare {
+                .map(|l| pileup_bench::profile::LockShare {
                     name: l.name.clone(),
                     kind: l.kind.to_string(),
                     waits: l.waits,
@@ -159,26 +159,32 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
         return compare(&a);
     }
     if !a.files.is_empty() {
-        bail!("unexpected argument {}: only compare takes files", a.files[0].display());
+        super::usage!("unexpected argument {}: only compare takes files", a.files[0].display());
     }
     let names: Vec<Name> = match a.what.as_str() {
         "all" => Name::ALL.to_vec(),
-        w => vec![Name::parse(w).with_context(|| {
-            format!("no experiment \"{w}\": choose hot-row, accept, table-open, point-select, range, durability, all or compare")
-        })?],
+        w => match Name::parse(w) {
+            Some(n) => vec![n],
+            None => super::usage!(
+                "no experiment \"{w}\": choose hot-row, accept, table-open, point-select, range, durability, all or compare"
+            ),
+        },
     };
     if a.threads.is_empty() || a.threads.iter().any(|&t| t == 0 || t > 1000) {
-        bail!("--threads takes counts from 1 to 1000, comma-separated");
+        super::usage!("--threads takes counts from 1 to 1000, comma-separated");
     }
     if a.rounds == 0 {
-        bail!("--rounds must be at least 1");
+        super::usage!("--rounds must be at least 1");
     }
     if a.duration.is_zero() {
-        bail!("--duration must be more than 0");
+        super::usage!("--duration must be more than 0");
     }
     let outputs = outputs(&a.output, names.len())?;
-    let json = a.format == Some(super::TextJson::Json);
-    let o = pileup_experiment::Options {
+    let json = a.out.json();
+    if a.out.format == Some(crate::output::Format::Svg) {
+        super::usage!("the plot is written to a file: -o plot.svg");
+    }
+    let o = pileup_bench::Options {
         threads: a.threads.clone(),
         duration: a.duration,
         warmup: a.warmup,
@@ -197,9 +203,9 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     let mut failed = None;
     for name in names {
         let bar = terminal.then(|| super::progress_bar(0, "{spinner} {msg}"));
-        let mut sink = |e: &pileup_experiment::Event| {
+        let mut sink = |e: &pileup_bench::Event| {
             if let Some(b) = &bar {
-                use pileup_experiment::Event::*;
+                use pileup_bench::Event::*;
                 match e {
                     Series { experiment, label, index, of } => {
                         b.set_message(format!("{experiment}: {label} ({index} of {of})"))
@@ -218,7 +224,7 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
             }
             // Partial results are kept as they come: a run that stops
             // still leaves every point measured.
-            if let pileup_experiment::Event::Point { report } = e {
+            if let pileup_bench::Event::Point { report } = e {
                 let _ = write_outputs(report, &outputs, false);
             }
         };
@@ -239,7 +245,7 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
             break;
         }
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::Stdout::new();
     if json {
         let v = if reports.len() == 1 { serde_json::to_value(&reports[0])? } else { serde_json::to_value(&reports)? };
         serde_json::to_writer_pretty(&mut out, &v)?;
@@ -249,20 +255,21 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
             if i > 0 {
                 writeln!(out)?;
             }
-            pileup_experiment::report::text(r, &mut out)?;
+            pileup_bench::report::text(r, &mut out)?;
         }
     }
+    out.flush()?;
     drop(servers);
     match failed {
-        Some(why) => Err(super::ExitCode(1, why).into()),
+        Some(why) => Err(anyhow::anyhow!(why)),
         None => Ok(()),
     }
 }
 
 /// The servers of a run: given, or sandboxes started for it.
 struct Servers {
-    maria: pileup_experiment::target::Maria,
-    pg: Option<pileup_experiment::target::Pg>,
+    maria: pileup_bench::target::Maria,
+    pg: Option<pileup_bench::target::Pg>,
     // Dropped last: the sandboxes stop when the run is done.
     _sandbox: Option<pileup_sandbox::Sandbox>,
     _pg_sandbox: Option<pileup_sandbox::pg::PgSandbox>,
@@ -273,9 +280,9 @@ impl Servers {
         if !a.sandbox {
             let spec = conn.resolve()?;
             let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
-            let maria = pileup_experiment::target::Maria::open(spec, pid, a.i_know)?;
+            let maria = pileup_bench::target::Maria::open(spec, pid, a.i_know)?;
             let pg = match &a.pg {
-                Some(info) if want_pg => Some(pileup_experiment::target::Pg::given(info, a.i_know)?),
+                Some(info) if want_pg => Some(pileup_bench::target::Pg::given(info, a.i_know)?),
                 _ => None,
             };
             return Ok(Servers { maria, pg, _sandbox: None, _pg_sandbox: None });
@@ -289,7 +296,7 @@ impl Servers {
             ..Default::default()
         })
         .context("starting the MariaDB sandbox")?;
-        let maria = pileup_experiment::target::Maria::open(sb.conn_spec(), Some(sb.pid() as i32), false)?;
+        let maria = pileup_bench::target::Maria::open(sb.conn_spec(), Some(sb.pid() as i32), false)?;
         let (pg, pg_sb) = if want_pg {
             // A password known only to this run, for the SCRAM curve.
             let password =
@@ -299,7 +306,7 @@ impl Servers {
             let p = pileup_sandbox::pg::PgSandbox::start(o).context("starting the PostgreSQL cluster")?;
             // The workloads trusted over the socket (as MariaDB's over its
             // own); connections over TCP trusted, and with SCRAM.
-            let pg = pileup_experiment::target::Pg::open(
+            let pg = pileup_bench::target::Pg::open(
                 p.socket_config(),
                 Some(p.trusted_tcp_config()),
                 Some(p.config(Some(&password))),
@@ -329,13 +336,16 @@ fn outputs(paths: &[PathBuf], experiments: usize) -> Result<Vec<Out>> {
             continue;
         }
         if experiments > 1 {
-            bail!("-o {}: several experiments write several files; give a directory (ending in /)", p.display());
+            super::usage!(
+                "-o {}: several experiments write several files; give a directory (ending in /)",
+                p.display()
+            );
         }
         let kind = match p.extension().and_then(|e| e.to_str()) {
             Some("json") => "json",
             Some("svg") => "svg",
             Some("txt") => "txt",
-            _ => bail!(
+            _ => super::usage!(
                 "-o {}: the extension names the format: .json, .svg or .txt (or give a directory ending in /)",
                 p.display()
             ),
@@ -351,11 +361,11 @@ fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
         let bytes = match kind {
             "json" => serde_json::to_vec_pretty(r)?,
             "svg" if done => {
-                pileup_experiment::plot::svg(r).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?.into_bytes()
+                pileup_bench::plot::svg(r).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?.into_bytes()
             }
             "txt" if done => {
                 let mut v = vec![];
-                pileup_experiment::report::text(r, &mut v)?;
+                pileup_bench::report::text(r, &mut v)?;
                 v
             }
             _ => return Ok(()),
@@ -377,19 +387,20 @@ fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
 
 fn compare(a: &BenchArgs) -> Result<()> {
     let [x, y] = a.files.as_slice() else {
-        bail!("compare takes two JSON results: pileup bench compare A.json B.json");
+        super::usage!("compare takes two JSON results: pileup bench compare A.json B.json");
     };
     let read = |p: &Path| -> Result<ExperimentReport> {
         let b = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
         serde_json::from_slice(&b).map_err(|e| anyhow::anyhow!("{} is not a pileup bench result: {e}", p.display()))
     };
-    let c = pileup_experiment::compare::compare(&read(x)?, &read(y)?).map_err(|e| anyhow::anyhow!(e))?;
-    let mut out = std::io::stdout().lock();
-    if a.format == Some(super::TextJson::Json) {
+    let c = pileup_bench::compare::compare(&read(x)?, &read(y)?).map_err(|e| anyhow::anyhow!(e))?;
+    let mut out = crate::output::Stdout::new();
+    if a.out.json() {
         serde_json::to_writer_pretty(&mut out, &c)?;
         writeln!(out)?;
     } else {
-        pileup_experiment::compare::text(&c, &mut out)?;
+        pileup_bench::compare::text(&c, &mut out)?;
     }
+    out.flush()?;
     Ok(())
 }

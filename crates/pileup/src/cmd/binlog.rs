@@ -17,9 +17,9 @@ pub struct BinlogArgs {
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// text: one line per event and per row (images as JSON objects);
-    /// json: one JSON object per event.
-    #[arg(long, short = 'f', value_enum, default_value = "text")]
-    pub format: OutFormat,
+    /// json: JSON Lines, one object per event.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// Start at this offset in the first file (an event boundary, e.g. Relay_Log_Pos).
     #[arg(long, value_name = "OFFSET")]
     pub start_position: Option<u64>,
@@ -35,23 +35,14 @@ pub struct BinlogArgs {
     pub stats: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutFormat {
-    Text,
-    Json,
-}
-
 fn file_name(p: &std::path::Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 pub fn run(a: BinlogArgs) -> Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let format = match a.format {
-        OutFormat::Text => PrintFormat::Text,
-        OutFormat::Json => PrintFormat::Json,
-    };
+    let json = a.out.json();
+    let mut out = crate::output::Stdout::new();
+    let format = if json { PrintFormat::Json } else { PrintFormat::Text };
     let mut dec = Decoder::new();
     let mut problems = 0usize;
     let mut cut_short: Vec<String> = vec![];
@@ -79,7 +70,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 Step::Event(ev, fmt) if a.stats => {
                     if let Err(e) = dec.decode(fmt, ev.bytes).and_then(|e| stats.add(&ev, &e)) {
                         problems += 1;
-                        eprintln!("pileup: {}", pileup_binlog::reader::at(&ev, &path, e));
+                        note!("pileup: {}", pileup_binlog::reader::at(&ev, &path, e));
                     }
                 }
                 Step::Event(ev, fmt) => {
@@ -88,7 +79,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                         Ok(None) => {}
                         Ok(Some(problem)) => {
                             problems += 1;
-                            eprintln!("pileup: {problem}");
+                            note!("pileup: {problem}");
                         }
                         Err(_) => return Ok(()), // the reader went away (| head)
                     }
@@ -104,7 +95,7 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 Step::End => {
                     let rest = f.trailing_bytes();
                     if rest > 0 {
-                        eprintln!(
+                        note!(
                             "pileup: {} ends inside an event at offset {} ({rest} bytes follow; still being written? --follow waits for the rest)",
                             path.display(),
                             f.position()
@@ -115,11 +106,11 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 }
                 Step::Corrupt { error, resumed_at: Some(next) } => {
                     problems += 1;
-                    eprintln!("pileup: {error}; resynchronised at offset {next}");
+                    note!("pileup: {error}; resynchronised at offset {next}");
                 }
                 Step::Corrupt { error, resumed_at: None } => {
                     problems += 1;
-                    eprintln!(
+                    note!(
                         "pileup: {error}; cannot find the next event (checksums are off or the file ends): skipping the rest of {}",
                         path.display()
                     );
@@ -136,23 +127,26 @@ pub fn run(a: BinlogArgs) -> Result<()> {
     out.flush()?;
     if a.stats {
         stats.finish(t0.elapsed().as_secs_f64());
-        if a.format == OutFormat::Json {
-            println!("{}", serde_json::to_string(&stats)?);
+        if json {
+            out!("{}", serde_json::to_string(&stats)?);
         } else {
-            print!("{}", stats.text());
+            out!("{}", stats.text().trim_end_matches('\n'));
         }
     }
     // Exit status 3: everything readable was printed, but part of the
     // input was not (as digest does for a damaged log).
     let mut damage = vec![];
     if problems > 0 {
-        damage.push(format!("{problems} corrupt or undecodable event(s), reported above with their offsets"));
+        damage.push(format!(
+            "{} reported above with their offsets",
+            super::plural(problems as u64, "corrupt or undecodable event", "corrupt or undecodable events")
+        ));
     }
     if !cut_short.is_empty() {
         damage.push(format!("{} end(s) inside an event (cut short, or still being written)", cut_short.join(", ")));
     }
     if !damage.is_empty() {
-        return Err(super::ExitCode(3, damage.join("; ")).into());
+        return Err(super::Damaged(damage.join("; ")).into());
     }
     Ok(())
 }

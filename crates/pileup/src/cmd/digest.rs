@@ -1,13 +1,13 @@
 //! `pileup digest`: which statements cost the server and how well they read.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use pileup_digest::report::{json, text, View};
 use pileup_digest::{digest, Input, Options, Rank};
 
-use crate::output::write_output;
+use crate::output::{write_output, Format};
 
 /// Group a slow log's statements into classes and rank them by cost or by
 /// read efficiency.
@@ -99,17 +99,15 @@ pub struct DigestArgs {
     #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
     pub duration: std::time::Duration,
     /// Order classes by: time, count, examined, pages, optimizer, spill, lock.
-    #[arg(long, default_value = "time", value_parser = parse_rank)]
+    #[arg(long, default_value = "time", value_parser = rank_values())]
     pub rank: Rank,
     /// Classes in the profile and in detail (the JSON has them all).
     #[arg(long, default_value_t = 10)]
     pub limit: usize,
-    /// Output format (default: from the -o extension, else text).
-    #[arg(long, short = 'f', value_enum)]
-    pub format: Option<Format>,
-    /// Write the report to FILE (created 0600: it holds query text) instead of stdout.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    /// html: a self-contained report.html, the profile, and per class a
+    /// histogram of its times and when it ran. Files hold query text.
+    #[command(flatten)]
+    pub out: crate::output::OutputArgs,
     /// Distinct classes kept apart; statements of further fingerprints go to one "other" class.
     #[arg(long, default_value_t = 10_000)]
     pub max_classes: usize,
@@ -128,32 +126,13 @@ pub struct DigestArgs {
     pub advise_runs: usize,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-    /// A self-contained report.html: the profile, and per class a histogram of its times and when it ran.
-    Html,
-}
-
-impl Format {
-    fn from_path(p: &Path) -> Result<Format> {
-        match p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-            Some("json") => Ok(Format::Json),
-            Some("html") | Some("htm") => Ok(Format::Html),
-            Some("txt") | Some("text") | None => Ok(Format::Text),
-            Some(e) => bail!(
-                "-o {}: pileup digest writes text (.txt), JSON (.json) or HTML (.html), not .{e}; or give --format",
-                p.display()
-            ),
-        }
-    }
-}
-
-fn parse_rank(s: &str) -> Result<Rank, String> {
-    Rank::parse(s).ok_or_else(|| {
-        format!("{s:?} is not a ranking; use one of: {}", Rank::ALL.iter().map(|r| r.0).collect::<Vec<_>>().join(", "))
-    })
+/// `--rank`'s names, as the possible values help, the manual and
+/// completions list.
+fn rank_values() -> impl clap::builder::TypedValueParser<Value = Rank> {
+    use clap::builder::TypedValueParser;
+    // Every listed name parses; the default is never reached.
+    clap::builder::PossibleValuesParser::new(Rank::ALL.iter().map(|r| clap::builder::PossibleValue::new(r.0).help(r.2)))
+        .map(|s| Rank::parse(&s).unwrap_or(Rank::ALL[0].1))
 }
 
 struct Progress(Option<indicatif::ProgressBar>);
@@ -170,18 +149,15 @@ impl pileup_digest::Sink for Progress {
 }
 
 pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
-    let format = match a.format {
-        Some(f) => f,
-        None => a.output.as_deref().map(Format::from_path).transpose()?.unwrap_or(Format::Text),
-    };
+    let targets = a.out.targets("digest")?;
     if a.max_classes == 0 {
-        bail!("--max-classes must be at least 1");
+        super::usage!("--max-classes must be at least 1");
     }
     if a.jobs == Some(0) {
-        bail!("--jobs must be at least 1");
+        super::usage!("--jobs must be at least 1");
     }
     if a.follow && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
-        bail!("--follow reads one slow-log file (standard input is read to its end anyway)");
+        super::usage!("--follow reads one slow-log file (standard input is read to its end anyway)");
     }
     let stop = a.follow.then(super::stop_on_signals);
     let mut inputs: Vec<Input> = a
@@ -200,11 +176,11 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
         let stop = stop.clone().unwrap_or_else(super::stop_on_signals);
         inputs.insert(0, Input::Digests(Box::new(conn.resolve()?), a.duration, stop));
         if std::io::stderr().is_terminal() {
-            eprintln!("reading statement digests for {:.0} s (Ctrl-C ends the window early)", a.duration.as_secs_f64());
+            note!("reading statement digests for {:.0} s (Ctrl-C ends the window early)", a.duration.as_secs_f64());
         }
     }
     if inputs.iter().filter(|i| matches!(i, Input::Stdin)).count() > 1 {
-        bail!("\"-\" (standard input) can be given once");
+        super::usage!("\"-\" (standard input) can be given once");
     }
     for i in &inputs {
         if let Input::File(p) | Input::Follow(p, _) = i {
@@ -239,25 +215,29 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let d = d?;
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
-    write_output(a.output.as_deref(), false, |w| {
-        match format {
-            Format::Text => {
-                w.write_all(text::render(&d, &view).as_bytes())?;
-                if let Some(adv) = &advice {
-                    w.write_all(text::render_advice(adv).as_bytes())?;
+    for (path, format) in &targets {
+        write_output(path.as_deref(), false, |w| {
+            match format {
+                Format::Text => {
+                    w.write_all(text::render(&d, &view).as_bytes())?;
+                    if let Some(adv) = &advice {
+                        w.write_all(text::render_advice(adv).as_bytes())?;
+                    }
                 }
+                Format::Html => {
+                    w.write_all(pileup_digest::report::html::render(&d, &view, advice.as_deref()).as_bytes())?
+                }
+                Format::Json => {
+                    let adv = advice.as_ref().map(serde_json::to_value).transpose()?;
+                    json::write(&d, &view, adv.as_ref(), &mut *w)?;
+                    w.write_all(b"\n")?;
+                }
+                // targets() refused the rest.
+                other => bail!("digest does not write {other}"),
             }
-            Format::Html => {
-                w.write_all(pileup_digest::report::html::render(&d, &view, advice.as_deref()).as_bytes())?
-            }
-            Format::Json => {
-                let adv = advice.as_ref().map(serde_json::to_value).transpose()?;
-                json::write(&d, &view, adv.as_ref(), &mut *w)?;
-                w.write_all(b"\n")?;
-            }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
+    }
     let problems = (d.problem_count, d.problems.first().cloned());
     // The classes' memory goes back with the process: freeing tens of
     // thousands of them one by one would only delay the exit.
@@ -268,7 +248,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             "{} problems in the input, the first at {}:{}: {} (the report lists them)",
             d_problem_count, first.file, first.line, first.what
         );
-        return Err(super::ExitCode(3, msg).into());
+        return Err(super::Damaged(msg).into());
     }
     Ok(())
 }
@@ -293,11 +273,11 @@ fn advise(
     let interactive = std::io::stderr().is_terminal();
     let advice = pileup_digest::advise::advise(&spec, &top, &o, &mut |what| {
         if interactive {
-            eprint!("\r\x1b[Kadvising: {what}");
+            crate::output::note_raw(format_args!("\r\x1b[Kadvising: {what}"));
         }
     })?;
     if interactive {
-        eprint!("\r\x1b[K");
+        crate::output::note_raw(format_args!("\r\x1b[K"));
     }
     Ok(advice)
 }

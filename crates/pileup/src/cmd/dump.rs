@@ -49,8 +49,8 @@ pub struct DumpArgs {
     /// Layout: pileup's own (LOAD DATA text, a manifest with row counts and checksums for --resume and --verify),
     /// or mydumper 0.10.1's, which myloader loads as it is.
     #[arg(long, value_enum, default_value_t = FormatArg::Pileup)]
-    pub format: FormatArg,
-    /// Compression of the data files [default: zstd; gzip with --format mydumper, as myloader 0.10.1
+    pub layout: FormatArg,
+    /// Compression of the data files [default: zstd; gzip with --layout mydumper, as myloader 0.10.1
     /// reads gzip and none only].
     #[arg(long, value_enum)]
     pub compress: Option<CompressArg>,
@@ -67,9 +67,9 @@ pub struct DumpArgs {
     /// Also dump accounts (SHOW CREATE USER, with password hashes) and their grants; loaded with the data.
     #[arg(long)]
     pub users: bool,
-    /// Progress and the outcome as JSON lines on stdout.
-    #[arg(long)]
-    pub json: bool,
+    /// JSON: progress and the outcome as JSON lines on stdout.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
 }
 
 #[derive(clap::Args)]
@@ -110,12 +110,9 @@ pub struct LoadArgs {
     /// folded stacks (for flame graphs). The server must run on this machine.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Progress and the outcome as JSON lines on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Output format: text, or json (the same as --json).
-    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-    pub format: Option<super::TextJson>,
+    /// JSON: progress and the outcome as JSON lines on stdout.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -171,16 +168,32 @@ fn bar(json: bool) -> Option<indicatif::ProgressBar> {
     })
 }
 
+/// An event as a JSON line on stdout. A reader gone does not stop the
+/// work: the dump or load is finished (nothing half-written is left), and
+/// the run then ends quietly.
+fn event(v: serde_json::Value) {
+    let _ = crate::output::out_line(format_args!("{v}"));
+}
+
 /// A note from the library: a JSON line with `--json`, else on stderr.
 fn note(json: bool, s: &str) {
     if json {
-        println!("{}", serde_json::json!({"event": "note", "text": s}));
+        event(serde_json::json!({"event": "note", "text": s}));
     } else {
-        eprintln!("note: {s}");
+        note!("note: {s}");
     }
 }
 
 pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
+    if a.threads == 0 {
+        super::usage!("--threads must be at least 1");
+    }
+    if matches!(a.layout, FormatArg::Mydumper) && matches!(a.compress, Some(CompressArg::Zstd)) {
+        super::usage!(
+            "myloader 0.10.1 reads plain or gzip files only: with --layout mydumper use --compress gzip or none"
+        );
+    }
+    let json = a.out.json();
     let mut spec = conn.resolve()?;
     // A chunk's copy, an index build after a large table's data: statements
     // run for minutes; each is still bounded.
@@ -195,7 +208,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
         },
         where_: a.where_.clone(),
         chunk_rows: a.chunk_rows.max(1),
-        compress: match a.compress.unwrap_or(match a.format {
+        compress: match a.compress.unwrap_or(match a.layout {
             FormatArg::Pileup => CompressArg::Zstd,
             FormatArg::Mydumper => CompressArg::Gzip,
         }) {
@@ -203,14 +216,14 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             CompressArg::Gzip => pileup_dump::files::Compress::Gzip,
             CompressArg::None => pileup_dump::files::Compress::None,
         },
-        format: match a.format {
+        format: match a.layout {
             FormatArg::Pileup => pileup_dump::dump::Format::Pileup,
             FormatArg::Mydumper => pileup_dump::dump::Format::Mydumper,
         },
         lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries },
         users: a.users,
     };
-    let b = bar(a.json);
+    let b = bar(json);
     let (mut rows, mut tables) = (0u64, std::collections::BTreeSet::new());
     let m = dump(&spec, &o, &mut |e| {
         use pileup_dump::dump::Event::*;
@@ -219,10 +232,9 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                 if let Some(b) = &b {
                     b.set_length(*bytes);
                 }
-                if a.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "planned", "tables": tables, "rows_estimate": rows, "bytes_estimate": bytes})
+                if json {
+                    event(
+                        serde_json::json!({"event": "planned", "tables": tables, "rows_estimate": rows, "bytes_estimate": bytes}),
                     );
                 }
             }
@@ -232,20 +244,19 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                     if copied.is_empty() {
                         String::new()
                     } else {
-                        format!(", while copying {} non-transactional table(s): {}", copied.len(), copied.join(", "))
+                        format!(", while copying {}: {}", super::plural(copied.len() as u64, "non-transactional table", "non-transactional tables"), copied.join(", "))
                     }
                 );
-                if a.json {
-                    println!(
-                        "{}",
+                if json {
+                    event(
                         serde_json::json!({"event": "unlocked", "statement": statement, "held_ms": held_ms, "waited_ms": waited_ms,
                             "stages_ms": stages_ms.iter().map(|(s, ms)| serde_json::json!({"stage": s, "ms": ms})).collect::<Vec<_>>(),
-                            "copied_under_lock": copied})
+                            "copied_under_lock": copied}),
                     );
                 } else if let Some(b) = &b {
                     b.println(line);
                 } else {
-                    eprintln!("{line}");
+                    note!("{line}");
                 }
             }
             Chunk { table, rows: r, bytes } => {
@@ -255,11 +266,11 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                     b.inc(*bytes);
                     b.set_message(format!("{} rows, {} tables", rows, tables.len()));
                 }
-                if a.json {
-                    println!("{}", serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes}));
+                if json {
+                    event(serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes}));
                 }
             }
-            Note(s) => note(a.json, s),
+            Note(s) => note(json, s),
         }
     })?;
     if let Some(b) = &b {
@@ -268,20 +279,23 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
     let total_rows: u64 = m.tables.iter().flat_map(|t| &t.chunks).map(|c| c.rows).sum();
     let chunks: usize = m.tables.iter().map(|t| t.chunks.len()).sum();
     let pos = &m.position;
-    if a.json {
-        println!(
-            "{}",
+    if json {
+        event(
             serde_json::json!({"event": "done", "dir": a.output, "tables": m.tables.len(), "objects": m.objects.len(),
                 "chunks": chunks, "rows": total_rows, "binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos,
-                "gtid_binlog_pos": pos.gtid_binlog_pos, "lock_held_ms": m.lock.held_ms})
+                "gtid_binlog_pos": pos.gtid_binlog_pos, "lock_held_ms": m.lock.held_ms}),
         );
     } else {
-        println!(
-            "dumped {} table(s) ({} rows in {} chunk(s)) and {} view(s)/routine(s)/trigger(s)/event(s) to {}; binlog position {}{}",
-            m.tables.len(),
-            total_rows,
-            chunks,
-            m.objects.len(),
+        out!(
+            "dumped {} ({} in {}) and {} to {}; binlog position {}{}",
+            super::plural(m.tables.len() as u64, "table", "tables"),
+            super::plural(total_rows, "row", "rows"),
+            super::plural(chunks as u64, "chunk", "chunks"),
+            super::plural(
+                m.objects.len() as u64,
+                "view, routine, trigger or event",
+                "views, routines, triggers and events"
+            ),
             a.output.display(),
             match (&pos.binlog_file, pos.binlog_pos) {
                 (Some(f), Some(p)) => format!("{f}:{p}"),
@@ -293,8 +307,11 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
     Ok(())
 }
 
-pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
-    a.json = super::wants_json(a.json, a.format);
+pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
+    if a.threads == 0 {
+        super::usage!("--threads must be at least 1");
+    }
+    let json = a.out.json();
     let mut spec = conn.resolve()?;
     // A chunk's copy, an index build after a large table's data: statements
     // run for minutes; each is still bounded.
@@ -314,7 +331,7 @@ pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         indexes_after_data: a.indexes == IndexesArg::AfterData,
     };
     let profiler = a.profile.as_ref().map(|_| profile::Profiler::start(&spec)).transpose()?;
-    let b = bar(a.json);
+    let b = bar(json);
     let t0 = std::time::Instant::now();
     let (mut rows, mut kept) = (0u64, 0usize);
     let loaded = load(&spec, &o, &mut |e| {
@@ -324,11 +341,8 @@ pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
                 if let Some(b) = &b {
                     b.set_length(*bytes);
                 }
-                if a.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "planned", "tables": tables, "rows": rows, "bytes": bytes})
-                    );
+                if json {
+                    event(serde_json::json!({"event": "planned", "tables": tables, "rows": rows, "bytes": bytes}));
                 }
             }
             Chunk { table, rows: r, bytes, already } => {
@@ -341,14 +355,13 @@ pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
                     b.inc(*bytes);
                     b.set_message(format!("{rows} rows"));
                 }
-                if a.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes, "already_loaded": already})
+                if json {
+                    event(
+                        serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes, "already_loaded": already}),
                     );
                 }
             }
-            Note(s) => note(a.json, s),
+            Note(s) => note(json, s),
         }
     });
     if let Some(b) = &b {
@@ -358,24 +371,25 @@ pub fn run_load(mut a: LoadArgs, conn: &ConnOptions) -> Result<()> {
     // load's profile tells as much. A failed load's error is the one the
     // exit reports.
     if let (Some(p), Some(path)) = (profiler, &a.profile) {
-        match (p.finish(path, a.json), &loaded) {
+        match (p.finish(path, json), &loaded) {
             (Err(e), Ok(())) => return Err(e),
-            (Err(e), Err(_)) => note(a.json, &format!("the load profile was not written: {e:#}")),
+            (Err(e), Err(_)) => note(json, &format!("the load profile was not written: {e:#}")),
             (Ok(()), _) => {}
         }
     }
     loaded?;
     let secs = t0.elapsed().as_secs_f64();
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "done", "rows": rows, "chunks_already_loaded": kept, "seconds": secs})
-        );
+    if json {
+        event(serde_json::json!({"event": "done", "rows": rows, "chunks_already_loaded": kept, "seconds": secs}));
     } else {
-        println!(
+        out!(
             "loaded {rows} rows from {} in {secs:.1} s{}",
             a.dir.display(),
-            if kept > 0 { format!(" ({kept} chunk(s) were loaded already)") } else { String::new() }
+            match kept {
+                0 => String::new(),
+                1 => " (1 chunk was loaded already)".into(),
+                n => format!(" ({n} chunks were loaded already)"),
+            }
         );
     }
     Ok(())

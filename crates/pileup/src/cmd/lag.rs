@@ -47,12 +47,15 @@ pub struct LagArgs {
 
 pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval_ms == 0 || a.max_stop_ms == 0 {
-        bail!("--interval-ms and --max-stop-ms must be at least 1");
+        super::usage!("--interval-ms and --max-stop-ms must be at least 1");
     }
     if a.stall_ms < a.interval_ms {
-        bail!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
+        super::usage!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
     }
-    let targets = a.out.targets()?;
+    if a.duration.is_zero() {
+        super::usage!("--duration must be more than 0");
+    }
+    let targets = a.out.targets("lag")?;
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;
     let Some(pid) = pid else {

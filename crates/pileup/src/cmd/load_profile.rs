@@ -26,8 +26,7 @@ impl Profiler {
         let mut c = spec.connect()?;
         let pid = match pileup_engine::process::server_pid_file(&mut c)? {
             Ok(p) => p,
-            Err(file) => bail!(
-                "--profile samples the server's threads, so the server must run on this machine (its pid file {file} cannot be read here)"
+            Err(file) => super::usage!("--profile samples the server's threads, so the server must run on this machine (its pid file {file} cannot be read here)"
             ),
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -75,22 +74,22 @@ impl Profiler {
         let shares = pileup_engine::analysis::where_time_went(&p.stacks, 12);
         let samples = p.stops.samples;
         if json {
-            println!(
+            out!(
                 "{}",
                 serde_json::json!({"event": "profile", "samples": samples, "file": path.display().to_string(),
                     "shares": shares, "named_pct": p.named_pct})
             );
             return Ok(());
         }
-        println!(
+        out!(
             "where the server's working threads spent the load ({samples} samples at 10 Hz, no thread stopped; stacks in {}):",
             path.display()
         );
         if shares.is_empty() {
-            println!("  no thread was seen on a CPU, waiting on the disk or on a lock");
+            out!("  no thread was seen on a CPU, waiting on the disk or on a lock");
         }
         for s in &shares {
-            println!(
+            out!(
                 "  {:5.1}%  {:<9}  {}{}",
                 s.pct,
                 s.state,
@@ -99,7 +98,7 @@ impl Profiler {
             );
         }
         if p.named_pct < 100.0 {
-            println!(
+            out!(
                 "  frames shown as module+0xOFFSET have no name in the binary (a stripped build: install its debug symbols to name them)"
             );
         }

@@ -1,14 +1,13 @@
 //! `pileup locks`: a lock-contention profile over a time window.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pileup_conn::ConnOptions;
 use pileup_locks::Options;
 
-use crate::output::{emit, parse_format, targets, Format, Target};
+use crate::output::{emit, Format, Target};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Traces the server's contended lock waits for a time window with eBPF and reports, \
@@ -35,15 +34,8 @@ pub struct LocksArgs {
     /// How long to trace (e.g. 10s, 2m, 1h). Ctrl-C ends it early and still reports.
     #[arg(long, default_value = "10s", value_parser = super::parse_duration)]
     pub duration: Duration,
-    /// Output format: text, json, folded (wait time in µs per stack), svg (flame graph), dot (call
-    /// graph weighted by wait time) or pprof (wait time and waits as the values).
-    #[arg(long, short = 'f', value_parser = parse_format)]
-    pub format: Option<Format>,
-    /// Write to this file (created 0600) instead of stdout, in the format its extension names
-    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
-    /// several formats.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Vec<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::output::OutputArgs,
     /// Waits recorded with their stack per second, at most (every wait is counted regardless).
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub stack_budget: u64,
@@ -53,7 +45,7 @@ pub struct LocksArgs {
     /// Where the waits come from: ebpf (this host's server, root), performance-schema (its
     /// wait/synch instruments, enabled at server start), or auto: eBPF where it can be used,
     /// else performance_schema.
-    #[arg(long, default_value = "auto", value_name = "auto|ebpf|performance-schema")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ebpf", "performance-schema"])]
     pub source: String,
     /// Do not connect for SQL (no statements or connections for waiters and holders).
     #[arg(long)]
@@ -80,20 +72,23 @@ pub struct LocksArgs {
 
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if a.duration.is_zero() {
-        bail!("--duration must be more than 0");
+        super::usage!("--duration must be more than 0");
     }
     if a.top == 0 {
-        bail!("--top must be at least 1");
+        super::usage!("--top must be at least 1");
     }
-    let targets = targets(a.format, &a.output)?;
+    let targets = a.out.targets("locks")?;
     if let Some(t) = &a.focus {
-        pileup_engine::ThreadFilter::parse(t).map_err(|e| anyhow::anyhow!("--focus {e}"))?;
+        pileup_engine::ThreadFilter::parse(t).map_err(|e| super::Usage(format!("--focus {e}")))?;
+    }
+    if a.source == "performance-schema" && stacks_wanted(&targets) {
+        super::usage!("performance_schema keeps no stacks: use --format text or json with --source performance-schema");
+    }
+    if a.source == "performance-schema" && a.focus.is_some() {
+        super::usage!("--focus needs the eBPF source: performance_schema's summary is of every thread");
     }
     if a.source == "performance-schema" {
         return run_performance_schema(&a, conn, &targets, None);
-    }
-    if a.source != "auto" && a.source != "ebpf" {
-        bail!("--source {:?}: expected auto, ebpf or performance-schema", a.source);
     }
     // eBPF needs the server's process on this host and the privileges to
     // trace it; with --source auto, a server elsewhere or a kernel without
@@ -105,7 +100,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
                 (Some(pid), _) => pid,
                 (None, why) if a.source == "auto" => return run_performance_schema(&a, conn, &targets, why),
                 (None, why) => {
-                    bail!("--source ebpf needs the server's process: {}", why.unwrap_or_default())
+                    super::usage!("--source ebpf needs the server's process: {}", why.unwrap_or_default())
                 }
             }
         }
@@ -198,7 +193,7 @@ fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, targets: &[Target],
         );
     }
     if a.focus.is_some() {
-        bail!("--focus needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
+        super::usage!("--focus needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
     }
     let c = conn.resolve()?.connect().context("performance_schema needs a connection to the server")?;
     let bar = progress(a);

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use pileup_conn::ConnOptions;
 use pileup_engine::SqlSource;
 use pileup_memory::{MemoryOptions, Point, Sink};
@@ -118,15 +118,22 @@ impl Sink for Progress {
 
 pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval < Duration::from_millis(100) {
-        bail!("--interval must be at least 100ms");
+        super::usage!("--interval must be at least 100ms");
     }
     if a.stack_budget == 0 {
-        bail!("--stack-budget must be at least 1");
+        super::usage!("--stack-budget must be at least 1");
     }
     if a.focus.is_some() && a.no_trace {
-        bail!("--focus samples allocations with eBPF, which --no-trace turns off; drop one of them");
+        super::usage!("--focus samples allocations with eBPF, which --no-trace turns off; drop one of them");
     }
-    let targets = a.out.targets()?;
+    let targets = a.out.targets("memory")?;
+    if a.no_trace {
+        if let Some((_, f)) =
+            targets.iter().find(|(_, f)| !matches!(f, crate::output::Format::Text | crate::output::Format::Json))
+        {
+            super::usage!("{f} is written from the traced stacks, which --no-trace turns off; drop one of them");
+        }
+    }
     let spec = conn.resolve()?;
     let pid = super::parse_pid(&a.pid, conn)?;
     let sql = if a.no_sql { None } else { Some(SqlSource::new(spec.connect()?)?) };

@@ -12,29 +12,50 @@ pub mod sandbox;
 pub mod stacks;
 pub mod watch;
 
-/// `--format` of the commands whose output is text or JSON (the commands
-/// with stack output have more formats: [`crate::output`]).
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TextJson {
-    Text,
-    Json,
+/// `n` and the noun for it: "1 thread", "2 threads".
+pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// JSON when `--json` or `--format json` says so.
-pub fn wants_json(json: bool, format: Option<TextJson>) -> bool {
-    json || format == Some(TextJson::Json)
-}
-
-/// An error that asks for a specific exit code, with the line printed.
+/// A command line that cannot be used: a flag's value out of range, flags
+/// that contradict each other, an unknown name. Exit status 2, the message
+/// followed by where the command's help is.
 #[derive(Debug)]
-pub struct ExitCode(pub i32, pub String);
+pub struct Usage(pub String);
 
-impl std::fmt::Display for ExitCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.1)
+impl Usage {
+    pub fn new(s: impl Into<String>) -> Usage {
+        Usage(s.into())
     }
 }
-impl std::error::Error for ExitCode {}
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Usage {}
+
+/// Refuse the command line: return a [`Usage`] error (exit status 2).
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err($crate::cmd::Usage(format!($($t)*)).into())
+    };
+}
+pub(crate) use usage;
+
+/// The work was done but part of the input was damaged (a corrupt log
+/// entry or binlog event, named with its offset): exit status 3.
+#[derive(Debug)]
+pub struct Damaged(pub String);
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Damaged {}
 
 /// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds), with the
 /// same rules as durations inside trigger expressions.
@@ -69,7 +90,7 @@ fn number(p: &str, or: &str) -> anyhow::Result<i32> {
     p.parse::<i32>()
         .ok()
         .filter(|&p| p > 0)
-        .ok_or_else(|| anyhow::anyhow!("--pid {p:?}: expected a process id or {or}"))
+        .ok_or_else(|| Usage(format!("--pid {p:?}: expected a process id or {or}")).into())
 }
 
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`
@@ -87,36 +108,10 @@ pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Re
     }
 }
 
-/// A flag SIGINT and SIGTERM set: the command stops its work and still
-/// writes what it has.
+/// A flag SIGINT, SIGTERM and a closed output set: the command stops its
+/// work and still writes what it has.
 pub fn stop_on_signals() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installs a handler that only stores to the flag.
-        unsafe { signal_flag(sig, stop.clone()) };
-    }
-    stop
-}
-
-/// Set `flag` when `sig` arrives (signal-hook's job, done with one
-/// sigaction: a crate for it would be out of proportion).
-pub(crate) unsafe fn signal_flag(sig: i32, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    use std::sync::OnceLock;
-    static FLAG: OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> = OnceLock::new();
-    let _ = FLAG.set(flag);
-    extern "C" fn handler(_: i32) {
-        if let Some(f) = FLAG.get() {
-            f.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    let sa = nix::sys::signal::SigAction::new(
-        nix::sys::signal::SigHandler::Handler(handler),
-        nix::sys::signal::SaFlags::SA_RESTART,
-        nix::sys::signal::SigSet::empty(),
-    );
-    if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
-        let _ = nix::sys::signal::sigaction(s, &sa);
-    }
+    crate::output::stop_requested()
 }
 
 /// A progress bar of `len` steps in pileup's style, drawn with `template`

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use pileup_conn::ConnOptions;
 use pileup_prefetch::{run, Counters, Options, Warm};
 
@@ -47,13 +47,10 @@ pub struct PrefetchArgs {
     /// behind the applier is and the trend.
     #[arg(long, value_name = "SECONDS")]
     pub stats_every: Option<u64>,
-    /// Counters as JSON lines on stdout (one object every --stats-every
-    /// seconds) instead of text on stderr.
-    #[arg(long)]
-    pub json: bool,
-    /// Output format: text, or json (the same as --json).
-    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-    pub format: Option<super::TextJson>,
+    /// JSON: the counters as JSON lines on stdout (one object every
+    /// --stats-every seconds) instead of text on stderr.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
@@ -94,13 +91,15 @@ pub enum WarmArg {
     Pages,
 }
 
-pub fn run_prefetch(mut a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
-    a.json = super::wants_json(a.json, a.format);
+pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
+    let a_json = a.out.json();
     if a.threads == 0 || a.batch == 0 {
-        bail!("--threads and --batch must be at least 1");
+        super::usage!("--threads and --batch must be at least 1");
     }
     if a.defer_purge && a.max_history < 2 {
-        bail!("--max-history must be at least 2: purge is held only while the history list is below half of it");
+        super::usage!(
+            "--max-history must be at least 2: purge is held only while the history list is below half of it"
+        );
     }
     let spec = conn.resolve()?;
     let o = Options {
@@ -124,24 +123,24 @@ pub fn run_prefetch(mut a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     if let Some(addr) = &a.listen {
         let c = counters.clone();
         let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
-        eprintln!("pileup prefetch: counters at http://{at}/metrics");
+        note!("pileup prefetch: counters at http://{at}/metrics");
     }
     let stop = super::stop_on_signals();
     // Every counter for scripts and logs; a status line for a person.
-    let human = !a.json && a.stats_every.is_none() && std::io::stderr().is_terminal();
+    let human = !a_json && a.stats_every.is_none() && std::io::stderr().is_terminal();
     let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
-    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a.json, a.threads, a.min_lag);
+    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a_json, a.threads, a.min_lag);
     let status = move |now: &[(&str, u64)], before: &[(&str, u64)], secs: f64| {
-        eprintln!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, min_lag));
+        note!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, min_lag));
     };
     let print = move |c: &Counters| {
         let snap = c.snapshot();
         if json {
             let m: serde_json::Map<String, serde_json::Value> =
                 snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
-            println!("{}", serde_json::Value::Object(m));
+            let _ = crate::output::out_line(format_args!("{}", serde_json::Value::Object(m)));
         } else {
-            eprintln!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+            note!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
         }
     };
     let printer = std::thread::spawn(move || {
@@ -169,14 +168,14 @@ pub fn run_prefetch(mut a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
                 );
                 busy0 = busy;
                 if let Some(a) = advice.filter(|_| advised.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))) {
-                    eprintln!("pileup prefetch: {a}");
+                    note!("pileup prefetch: {a}");
                     advised = Some(std::time::Instant::now());
                 }
                 t = std::time::Instant::now();
             }
         }
     });
-    let say: pileup_prefetch::Say = Arc::new(|m| eprintln!("pileup prefetch: {m}"));
+    let say: pileup_prefetch::Say = Arc::new(|m| note!("pileup prefetch: {m}"));
     let counters_final = counters.clone();
     let r = run(&spec, &o, counters, stop.clone(), say);
     stop.store(true, Ordering::Relaxed);
@@ -191,11 +190,11 @@ pub fn run_prefetch(mut a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             print(&counters_final);
         }
         if let Some(line) = pileup_prefetch::metrics::run_share_line(&snap) {
-            eprintln!("pileup prefetch: {line}");
+            note!("pileup prefetch: {line}");
         }
         if counters_final.events_read.load(Ordering::Relaxed) == 0 {
             let state = pileup_prefetch::metrics::state_of(&snap, min_lag);
-            eprintln!("pileup prefetch: read nothing from the relay log: {}", state.describe());
+            note!("pileup prefetch: read nothing from the relay log: {}", state.describe());
         }
     }
     Ok(r?)

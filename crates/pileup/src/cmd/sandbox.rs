@@ -1,6 +1,6 @@
 //! `pileup sandbox`: throwaway mariadbd servers for experiments.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use pileup_sandbox::{list, stop_by_name, Options, Sandbox};
 
@@ -24,12 +24,8 @@ pub enum SandboxCmd {
         /// Extra server option, repeatable: --set innodb_buffer_pool_size=1G
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
-        /// Print the sandbox as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Output format: text, or json (the same as --json).
-        #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-        format: Option<super::TextJson>,
+        #[command(flatten)]
+        out: crate::output::FormatArgs,
     },
     /// Stop a sandbox and delete its files.
     Stop {
@@ -41,35 +37,32 @@ pub enum SandboxCmd {
     },
     /// List sandboxes.
     List {
-        /// The sandboxes as JSON (name, directory, socket, port, pid).
-        #[arg(long)]
-        json: bool,
-        /// Output format: text, or json (the same as --json).
-        #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-        format: Option<super::TextJson>,
+        #[command(flatten)]
+        out: crate::output::FormatArgs,
     },
 }
 
 pub fn run(c: SandboxCmd) -> Result<()> {
     match c {
-        SandboxCmd::Start { name, port, binlog, replica_of, set, json, format } => {
-            let json = super::wants_json(json, format);
+        SandboxCmd::Start { name, port, binlog, replica_of, set, out } => {
+            let json = out.json();
             let mut cnf = vec![];
             for s in set {
                 let Some((k, v)) = s.split_once('=') else {
-                    bail!("--set {s:?}: expected KEY=VALUE");
+                    super::usage!("--set {s:?}: expected KEY=VALUE");
                 };
                 cnf.push((k.trim().to_string(), v.trim().to_string()));
             }
-            let replica_of =
-                match replica_of {
-                    Some(n) => {
-                        Some(list(None)?.into_iter().find(|(e, up)| e.name == n && *up).map(|(e, _)| e).ok_or_else(
-                            || anyhow::anyhow!("no running sandbox named {n} (see `pileup sandbox list`)"),
-                        )?)
-                    }
-                    None => None,
-                };
+            let replica_of = match replica_of {
+                Some(n) => Some(
+                    list(None)?
+                        .into_iter()
+                        .find(|(e, up)| e.name == n && *up)
+                        .map(|(e, _)| e)
+                        .ok_or_else(|| anyhow::anyhow!("no running sandbox named {n} (see pileup sandbox list)"))?,
+                ),
+                None => None,
+            };
             let sb = Sandbox::start(Options {
                 name: Some(name),
                 port,
@@ -81,44 +74,38 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             })?;
             let ep = sb.keep();
             if json {
-                println!("{}", serde_json::to_string_pretty(&ep)?);
+                out!("{}", serde_json::to_string_pretty(&ep)?);
             } else {
-                println!(
-                    "sandbox {} running: pid {}, port {}, socket {}",
-                    ep.name,
-                    ep.pid,
-                    ep.port,
-                    ep.socket.display()
-                );
-                println!("  connect: mariadb -S {} -u root", ep.socket.display());
-                println!("  stacks:  pileup stacks --pid {}", ep.pid);
-                println!("  stop:    pileup sandbox stop {}", ep.name);
+                out!("sandbox {} running: pid {}, port {}, socket {}", ep.name, ep.pid, ep.port, ep.socket.display());
+                out!("  connect: mariadb -S {} -u root", ep.socket.display());
+                out!("  stacks:  pileup stacks --pid {}", ep.pid);
+                out!("  stop:    pileup sandbox stop {}", ep.name);
             }
             Ok(())
         }
         SandboxCmd::Stop { names, all } => {
             let names: Vec<String> = if all { list(None)?.into_iter().map(|(e, _)| e.name).collect() } else { names };
             if names.is_empty() {
-                bail!("name the sandbox to stop, or --all (see `pileup sandbox list`)");
+                super::usage!("name the sandbox to stop, or --all (see pileup sandbox list)");
             }
             for n in names {
                 stop_by_name(&n, None)?;
-                println!("stopped {n}");
+                out!("stopped {n}");
             }
             Ok(())
         }
-        SandboxCmd::List { json, format } => {
-            let json = super::wants_json(json, format);
+        SandboxCmd::List { out } => {
+            let json = out.json();
             let l = list(None)?;
             if json {
                 let v: Vec<_> = l.iter().map(|(e, up)| serde_json::json!({"sandbox": e, "running": up})).collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                out!("{}", serde_json::to_string_pretty(&v)?);
             } else if l.is_empty() {
-                println!("no sandboxes");
+                out!("no sandboxes");
             } else {
-                println!("{:<16} {:>8} {:>6} {:<8} SOCKET", "NAME", "PID", "PORT", "STATE");
+                out!("{:<16} {:>8} {:>6} {:<8} SOCKET", "NAME", "PID", "PORT", "STATE");
                 for (e, up) in l {
-                    println!(
+                    out!(
                         "{:<16} {:>8} {:>6} {:<8} {}",
                         e.name,
                         e.pid,

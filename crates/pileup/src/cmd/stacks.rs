@@ -1,15 +1,14 @@
 //! `pileup stacks`: argument parsing and wiring for pileup_engine.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use pileup_conn::ConnOptions;
 use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
 
-use crate::output::{emit, parse_format, targets, Format, Options};
+use crate::output::{emit, Options};
 
 /// Capture the stacks of a live mysqld with a stop of microseconds per thread.
 ///
@@ -65,15 +64,8 @@ pub struct StacksArgs {
     /// id) and/or name:REGEX on thread names.
     #[arg(long, value_name = "SPEC")]
     pub focus: Option<String>,
-    /// Output format: text (pt-pmp's lines, then # annotations), json, folded, svg (flame
-    /// graph), dot (call graph) or pprof. Default: from the -o extension, else text.
-    #[arg(long, short = 'f', value_parser = parse_format)]
-    pub format: Option<Format>,
-    /// Write to this file (created 0600) instead of stdout, in the format its extension names
-    /// (.txt, .json, .folded, .svg, .dot, .pb.gz). Give -o several times to write one run in
-    /// several formats.
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Vec<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::output::OutputArgs,
     /// Most stack bytes copied per thread.
     #[arg(long, default_value_t = 256 * 1024, value_name = "BYTES")]
     pub stack_bytes: usize,
@@ -125,18 +117,17 @@ pub struct StacksArgs {
 }
 
 pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
-    let pid = super::parse_pid(&a.pid, conn)?;
     if a.samples == 0 {
-        bail!("--samples must be at least 1");
+        super::usage!("--samples must be at least 1");
     }
     if a.interval_ms == 0 && a.samples > 1 {
-        bail!("--interval-ms must be at least 1");
+        super::usage!("--interval-ms must be at least 1");
     }
     if a.max_stop_ms == 0 {
-        bail!("--max-stop-ms must be at least 1");
+        super::usage!("--max-stop-ms must be at least 1");
     }
     if a.stack_bytes < 512 {
-        bail!("--stack-bytes {} is too small to unwind anything; use at least 512", a.stack_bytes);
+        super::usage!("--stack-bytes {} is too small to unwind anything; use at least 512", a.stack_bytes);
     }
     let interval = Duration::from_millis(a.interval_ms.max(1));
     let samples = match a.duration {
@@ -144,10 +135,11 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         None => a.samples,
     };
     let filter = match &a.focus {
-        Some(s) => ThreadFilter::parse(s).map_err(|e| anyhow::anyhow!("--focus {e}"))?,
+        Some(s) => ThreadFilter::parse(s).map_err(|e| super::Usage(format!("--focus {e}")))?,
         None => ThreadFilter::default(),
     };
-    let targets = targets(a.format, &a.output)?;
+    let targets = a.out.targets("stacks")?;
+    let pid = super::parse_pid(&a.pid, conn)?;
     // Check the target before connecting anywhere.
     pileup_engine::process::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
@@ -211,7 +203,7 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
     let mut spec = match conn.resolve() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("pileup: SQL annotation off: {e:#}");
+            note!("pileup: SQL annotation off: {e:#}");
             return None;
         }
     };
@@ -225,7 +217,7 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
         Ok(s) => Some(s),
         Err(e) => {
             if explicit || std::env::var_os("MYSQL_PWD").is_some() {
-                eprintln!("pileup: SQL annotation off: {e:#}");
+                note!("pileup: SQL annotation off: {e:#}");
             } else {
                 tracing::info!("SQL annotation off: {e:#}");
             }
@@ -237,7 +229,7 @@ pub(crate) fn open_sql(pid: i32, conn: &ConnOptions) -> Option<SqlSource> {
 fn print_stats(p: &pileup_engine::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
     let st = &p.stops;
-    eprintln!(
+    note!(
         "pileup stats: pid {} ({}), {} sample(s), {} mode; {} thread stacks, {} distinct",
         p.pid,
         p.exe,
@@ -247,11 +239,11 @@ fn print_stats(p: &pileup_engine::Profile) {
         p.stacks.len()
     );
     if p.samples.len() < st.samples {
-        eprintln!("  the last {} of {} samples:", p.samples.len(), st.samples);
+        note!("  the last {} of {} samples:", p.samples.len(), st.samples);
     }
     for s in &p.samples {
         let st = &s.stats;
-        eprintln!(
+        note!(
             "  sample {}: threads listed {} captured {} missed {} appeared {}; stopped window {:.2} ms{}, longest thread {:.3} ms (held {:.3} ms once stopped), median thread {:.3} ms (held {:.3} ms); capture {:.2} ms; {} KiB of stack copied{}",
             s.index,
             st.threads_listed,
@@ -274,12 +266,12 @@ fn print_stats(p: &pileup_engine::Profile) {
         );
     }
     if p.mode == Mode::Passive {
-        eprintln!(
+        note!(
             "  passive: no thread stopped; {} thread stack(s) read while blocked, {} while waiting for a CPU, {} sampled on a CPU",
             st.read_blocked, st.read_queued, st.sampled_on_cpu
         );
     } else {
-        eprintln!(
+        note!(
         "  stopped windows: median {:.2} ms, 99th percentile {:.2} ms, worst {:.2} ms (sample {}); longest single thread {:.3} ms, held {:.3} ms once stopped",
         ms(st.median_window_us),
         ms(st.p99_window_us),
@@ -289,14 +281,14 @@ fn print_stats(p: &pileup_engine::Profile) {
         ms(st.longest_held_us)
     );
         if p.mode == Mode::Consistent {
-            eprintln!(
+            note!(
                 "  blocked threads read where they slept, not stopped: {}; read asleep but found to have run when checked while the others were held, and interrupted then: {}; still queued for a CPU when the others were let go, copied as each stopped: {}",
                 st.read_blocked, st.woke_after_read, st.stopped_late
             );
         }
     }
     let t = &p.timing;
-    eprintln!(
+    note!(
         "  totals: load modules {:.1} ms, capture {:.2} ms, unwind {:.1} ms, symbolize {:.1} ms, annotate {:.1} ms; {:.0}% of frames named",
         ms(t.load_modules_us),
         ms(t.capture_us),

@@ -1,6 +1,5 @@
 //! `pileup watch` and `pileup captures`: wiring for pileup_watch.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -92,12 +91,9 @@ pub struct WatchArgs {
     /// Stop after this long (default: until interrupted).
     #[arg(long, value_parser = super::parse_duration)]
     pub duration: Option<Duration>,
-    /// Print every event (polls included) as a JSON line on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Output format: text, or json (the same as --json).
-    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-    pub format: Option<super::TextJson>,
+    /// JSON: every event (polls included) as a JSON line on stdout.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// Sample a process that is not mariadbd/mysqld.
     #[arg(long)]
     pub any_process: bool,
@@ -158,40 +154,45 @@ pub struct WatchArgs {
     pub pileup_threads: Option<u32>,
 }
 
-pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
-    a.json = super::wants_json(a.json, a.format);
-    if a.list_metrics {
-        let all = pileup_watch::derive::metrics_described();
-        let w = all.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
-        let mut out = String::new();
-        for (m, d) in all {
-            out.push_str(&format!("{m:<w$}  {d}\n"));
-        }
-        let com = "com_*_rate";
-        out.push_str(&format!(
-            "{com:<w$}  statements of each kind per second (com_select_rate, com_update_rate, ...)\n"
-        ));
-        print!("{out}");
-        return Ok(());
+/// The metrics a trigger may use, with their meanings (`--list-metrics`).
+fn list_metrics() -> Result<()> {
+    let all = pileup_watch::derive::metrics_described();
+    let w = all.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
+    for (m, d) in all {
+        out!("{m:<w$}  {d}");
     }
+    let com = "com_*_rate";
+    out!("{com:<w$}  statements of each kind per second (com_select_rate, com_update_rate, ...)");
+    Ok(())
+}
+
+pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
+    if a.list_metrics {
+        return list_metrics();
+    }
+    // The command line first, before any process or server is looked at.
+    if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
+        super::usage!("--link-mbps must be a positive number");
+    }
+    if a.interval < Duration::from_millis(50) {
+        super::usage!("--interval must be at least 50ms");
+    }
+    if !a.scan_interval.is_zero() && a.scan_interval < Duration::from_millis(10) {
+        super::usage!("--scan-interval must be at least 10ms (or 0 to turn the scan off)");
+    }
+    if a.pileup_threads == Some(0) {
+        super::usage!("--pileup-threads must be at least 1");
+    }
+    if a.duration.is_some_and(|d| d.is_zero()) {
+        super::usage!("--duration must be more than 0");
+    }
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
+    let json = a.out.json();
     let spec = conn.resolve()?;
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
         pileup_engine::process::check_target(p, a.any_process)?;
-    }
-    if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
-        bail!("--link-mbps must be a positive number");
-    }
-    if a.interval < Duration::from_millis(50) {
-        bail!("--interval must be at least 50ms");
-    }
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
-    if !a.scan_interval.is_zero() && a.scan_interval < Duration::from_millis(10) {
-        bail!("--scan-interval must be at least 10ms (or 0 to turn the scan off)");
-    }
-    if a.pileup_threads == Some(0) {
-        bail!("--pileup-threads must be at least 1");
     }
     let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
     let ship = match &a.ship {
@@ -237,27 +238,24 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             DebuginfodOptions::for_servers(&a.debuginfod)
         };
         if let Some(o) = o {
-            let quiet = a.json;
+            let quiet = json;
             std::thread::spawn(move || {
                 for n in d::fill_cache(p, &pileup_engine::default_debug_dirs(), &o) {
                     if !quiet {
-                        eprintln!("{n}");
+                        note!("{n}");
                     }
                 }
             });
         }
     }
     if a.install_plugins {
-        eprintln!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec).context("--install-plugins")?);
+        note!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec).context("--install-plugins")?);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let s = stop.clone();
-        // Finish the current poll and any running capture, then exit.
-        unsafe { super::signal_flag(sig, s) };
-    }
-    if !a.json {
-        eprintln!(
+    // SIGINT, SIGTERM or a reader gone: finish the current poll and any
+    // running capture, then exit.
+    let stop = super::stop_on_signals();
+    if !json {
+        note!(
             "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
             spec.describe(),
             a.interval,
@@ -266,44 +264,62 @@ pub fn run_watch(mut a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
         );
     }
-    let json = a.json;
-    let mut out = std::io::stdout();
+    let mut failing: Option<(String, u64)> = None;
     let mut on = |e: &Event| {
         if json {
-            let _ = serde_json::to_writer(&mut out, e);
-            let _ = writeln!(out);
-            let _ = out.flush();
+            if let Ok(line) = serde_json::to_string(e) {
+                let _ = crate::output::out_line(format_args!("{line}"));
+            }
             return;
         }
         match e {
-            Event::Poll { ok: false, error, .. } => eprintln!("poll failed: {}", error.as_deref().unwrap_or("")),
-            Event::Poll { .. } => {}
-            Event::Listening { addr } if pid.is_some() => eprintln!(
+            // A change of state is news; a repeat is counted and said
+            // when the state changes again.
+            Event::Poll { ok: false, error, .. } => {
+                let why = error.as_deref().unwrap_or("");
+                if failing.as_ref().is_none_or(|(w, _)| w != why) {
+                    note!("poll failed: {why} (said once; polls go on)");
+                    failing = Some((why.to_string(), 0));
+                }
+                if let Some((_, n)) = &mut failing {
+                    *n += 1;
+                }
+            }
+            Event::Poll { .. } => {
+                if let Some((_, n)) = failing.take() {
+                    note!("polls answer again, after {}", super::plural(n, "failed poll", "failed polls"));
+                }
+            }
+            Event::Listening { addr } if pid.is_some() => note!(
                 "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
             ),
-            Event::Listening { addr } => eprintln!("metrics: http://{addr}/metrics"),
-            Event::Fired { trigger, .. } => eprintln!("fired: {trigger}"),
+            Event::Listening { addr } => note!("metrics: http://{addr}/metrics"),
+            Event::Fired { trigger, .. } => note!("fired: {trigger}"),
             Event::PileUp { blocked, baseline, .. } => {
-                eprintln!("pile-up: {blocked} threads held up (usually {baseline}); capturing")
+                note!("pile-up: {} held up (usually {baseline}); capturing", super::plural(*blocked as u64, "thread", "threads"))
             }
-            Event::Stall { began_unix, ms, peak_blocked, what: None, .. } => eprintln!(
-                "stall: {ms:.0} ms from {} UTC, {peak_blocked} threads held up at peak",
-                pileup_watch::evidence::stamp_tenths(*began_unix)
+            Event::Stall { began_unix, ms, peak_blocked, what: None, .. } => note!(
+                "stall: {ms:.0} ms from {} UTC, {} held up at peak",
+                pileup_watch::evidence::stamp_tenths(*began_unix),
+                super::plural(*peak_blocked as u64, "thread", "threads")
             ),
-            Event::Stall { began_unix, ms, what: Some(what), .. } => eprintln!(
+            Event::Stall { began_unix, ms, what: Some(what), .. } => note!(
                 "short stall: {what}, {ms:.0} ms from {} UTC",
                 pileup_watch::evidence::stamp_tenths(*began_unix)
             ),
-            Event::Skipped { trigger, why, .. } => eprintln!("not capturing for {trigger}: {why}"),
-            Event::Captured { dir, verdict, .. } => println!("captured {dir}\n  {verdict}"),
-            Event::CaptureFailed { error, .. } => eprintln!("capture failed: {error}"),
+            Event::Skipped { trigger, why, .. } => note!("not capturing for {trigger}: {why}"),
+            Event::Captured { dir, verdict, .. } => note!("captured {dir}\n  {verdict}"),
+            Event::CaptureFailed { error, .. } => note!("capture failed: {error}"),
             Event::Ship(ShipEvent::Queued { .. }) => {}
-            Event::Ship(ShipEvent::Shipped { url, .. }) => println!("shipped {url}"),
+            Event::Ship(ShipEvent::Shipped { url, .. }) => note!("shipped {url}"),
             Event::Ship(ShipEvent::NotQueued { capture_dir, error }) => {
-                eprintln!("not shipping {capture_dir}: {error}")
+                note!("not shipping {capture_dir}: {error}")
             }
             Event::Ship(ShipEvent::Failed { error, queued, retry_in_s }) => {
-                eprintln!("shipping: {error}; {queued} capture(s) wait on local disk, next try in {retry_in_s} s")
+                note!(
+                    "shipping: {error}; {} on local disk, next try in {retry_in_s} s",
+                    super::plural(*queued as u64, "capture waits", "captures wait")
+                )
             }
         }
     };
@@ -362,8 +378,8 @@ fn this_host() -> String {
 fn triggers(given: &[String], with_defaults: bool, cpus: usize) -> Result<Vec<Trigger>> {
     let mut triggers = vec![];
     for t in given {
-        let t = Trigger::parse(t)?;
-        t.check_metrics()?;
+        let t = Trigger::parse(t).map_err(|e| super::Usage(format!("--trigger {e}")))?;
+        t.check_metrics().map_err(|e| super::Usage(format!("--trigger {e}")))?;
         triggers.push(t);
     }
     if triggers.is_empty() || with_defaults {
@@ -380,14 +396,11 @@ pub struct CapturesArgs {
     /// else ~/.local/state/pileup].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// The list as JSON: each capture's time, directory, trigger and
-    /// verdict, and each short stall not captured (its start, end and what
-    /// it was), oldest first; `kind` tells them apart.
-    #[arg(long)]
-    pub json: bool,
-    /// Output format: text, or json (the same as --json).
-    #[arg(long, short = 'f', value_enum, value_name = "FORMAT")]
-    pub format: Option<super::TextJson>,
+    /// JSON: each capture's time, directory, trigger and verdict, and each
+    /// short stall not captured (its start, end and what it was), oldest
+    /// first; `kind` tells them apart.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// List the captures a fleet shipped to this store (s3://BUCKET[/PREFIX],
     /// credentials as for `watch --ship`), newest first, instead of a data
     /// directory's.
@@ -401,13 +414,13 @@ fn remote_captures(from: &str, json: bool) -> Result<()> {
     let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
     let caps = remote.list()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&caps)?);
+        out!("{}", serde_json::to_string_pretty(&caps)?);
     } else if caps.is_empty() {
-        println!("no captures in {url}");
+        out!("no captures in {url}");
     } else {
         for c in caps {
             let when = c.unix.map(pileup_watch::evidence::stamp).unwrap_or_else(|| "?".into());
-            println!(
+            out!(
                 "{when}  {}  {}\n  {}\n  {}",
                 c.host.as_deref().unwrap_or("?"),
                 c.class.as_deref().unwrap_or("?"),
@@ -419,14 +432,23 @@ fn remote_captures(from: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
-    a.json = super::wants_json(a.json, a.format);
+pub fn run_captures(a: CapturesArgs) -> Result<()> {
+    let json = a.out.json();
     if let Some(from) = &a.from {
-        return remote_captures(from, a.json);
+        return remote_captures(from, json);
     }
     let dir = a.data_dir.unwrap_or_else(default_data_dir);
+    if !dir.exists() {
+        bail!("{}: no such directory; give the --data-dir pileup watch used", dir.display());
+    }
     if !dir.join("pileup.db").exists() {
-        bail!("no pileup history in {}; run `pileup watch --data-dir {}` first", dir.display(), dir.display());
+        // No watcher has recorded here: no captures, which is an answer.
+        if json {
+            out!("[]");
+        } else {
+            out!("no captures in {} (pileup watch --data-dir {} records them)", dir.display(), dir.display());
+        }
+        return Ok(());
     }
     let store = Store::open(&dir)?;
     let caps = store.captures()?;
@@ -437,7 +459,7 @@ pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
         .into_iter()
         .filter(|st| !caps.iter().any(|c| c.0 >= st.began_unix - 0.5 && c.0 <= st.ended_unix + 2.0))
         .collect();
-    if a.json {
+    if json {
         let mut v: Vec<(f64, serde_json::Value)> = caps
             .iter()
             .map(|(u, d, t, v)| {
@@ -452,22 +474,17 @@ pub fn run_captures(mut a: CapturesArgs) -> Result<()> {
             (st.began_unix, j)
         }));
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        println!("{}", serde_json::to_string_pretty(&v.into_iter().map(|e| e.1).collect::<Vec<_>>())?);
+        out!("{}", serde_json::to_string_pretty(&v.into_iter().map(|e| e.1).collect::<Vec<_>>())?);
     } else if caps.is_empty() && stalls.is_empty() {
-        println!("no captures in {}", dir.display());
+        out!("no captures in {}", dir.display());
     } else {
         for (u, d, t, v) in caps {
-            println!("{}  {t}\n  {}\n  {d}", pileup_watch::evidence::stamp(u), v.unwrap_or_default());
+            out!("{}  {t}\n  {}\n  {d}", pileup_watch::evidence::stamp(u), v.unwrap_or_default());
         }
         if !stalls.is_empty() {
-            println!("\nshort stalls, not captured:");
+            out!("\nshort stalls, not captured:");
             for st in stalls {
-                println!(
-                    "{}  {:.0} ms  {}",
-                    pileup_watch::evidence::stamp_tenths(st.began_unix),
-                    st.ms(),
-                    st.describe()
-                );
+                out!("{}  {:.0} ms  {}", pileup_watch::evidence::stamp_tenths(st.began_unix), st.ms(), st.describe());
             }
         }
     }
@@ -494,17 +511,23 @@ pub fn run_report(mut a: ReportArgs) -> Result<()> {
         let mut url = pileup_store::StoreUrl::parse(&u)?;
         let key = std::mem::take(&mut url.prefix);
         if key.is_empty() {
-            bail!("{u}: give the capture's s3:// URL, as `pileup captures --from` lists them");
+            super::usage!("{u}: give the capture's s3:// URL, as pileup captures --from lists them");
         }
         let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
         let dest = a.to.take().unwrap_or_else(|| default_data_dir().join("fetched"));
         a.dir = remote.fetch(&key, &dest)?;
-        return pileup_watch::report::rebuild(&a.dir)
-            .map(|_| println!("{}", a.dir.join("report.html").display()))
-            .map_err(Into::into);
+        pileup_watch::report::rebuild(&a.dir)?;
+        out!("{}", a.dir.join("report.html").display());
+        return Ok(());
+    }
+    if !a.dir.exists() {
+        bail!("{}: no such directory; pileup captures lists the captures", a.dir.display());
     }
     if !a.dir.join("evidence.json").exists() {
-        bail!("{} is not a pileup capture directory (no evidence.json); see `pileup captures`", a.dir.display());
+        bail!(
+            "{} is not a pileup capture directory (it has no evidence.json); pileup captures lists the captures",
+            a.dir.display()
+        );
     }
     let data_dir = a.dir.parent().and_then(|p| p.parent()).filter(|d| d.join("pileup.db").exists());
     match data_dir {
@@ -516,7 +539,7 @@ pub fn run_report(mut a: ReportArgs) -> Result<()> {
         )?,
         None => pileup_watch::report::rebuild(&a.dir)?,
     }
-    println!("{}", a.dir.join("report.html").display());
+    out!("{}", a.dir.join("report.html").display());
     Ok(())
 }
 
@@ -534,13 +557,10 @@ pub struct TopArgs {
     /// fails when the server cannot be reached.
     #[arg(long)]
     pub once: bool,
-    /// With --once: the snapshot as JSON (metrics, triggers, busiest
-    /// statements).
-    #[arg(long, requires = "once")]
-    pub json: bool,
-    /// Output format of --once: text, or json (the same as --json).
-    #[arg(long, short = 'f', value_enum, value_name = "FORMAT", requires = "once")]
-    pub format: Option<super::TextJson>,
+    /// JSON (with --once): the snapshot's metrics, triggers and busiest
+    /// statements.
+    #[command(flatten)]
+    pub out: crate::output::FormatArgs,
     /// A `pileup watch` data directory whose short stalls (those between
     /// its polls too) top lists beside its own [default: $PILEUP_DATA_DIR,
     /// else ~/.local/state/pileup, when a watcher has written there].
@@ -548,17 +568,20 @@ pub struct TopArgs {
     pub data_dir: Option<PathBuf>,
 }
 
-pub fn run_top(mut a: TopArgs, conn: &ConnOptions) -> Result<()> {
-    a.json = super::wants_json(a.json, a.format);
+pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
     use std::io::IsTerminal;
-    let spec = conn.resolve()?;
-    let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
+    let json = a.out.json();
     if a.interval < Duration::from_millis(100) {
-        bail!("--interval must be at least 100ms");
+        super::usage!("--interval must be at least 100ms");
+    }
+    if json && !a.once {
+        super::usage!("JSON is a snapshot's: add --once");
     }
     if !a.once && !std::io::stdout().is_terminal() {
-        bail!("top needs a terminal; use --once for a text snapshot");
+        super::usage!("top needs a terminal; use --once for a text snapshot");
     }
+    let spec = conn.resolve()?;
+    let (pid, _) = super::resolve_server_pid(&a.pid, &spec)?;
     if let (Some(p), false) = (pid, a.pid == "auto") {
         pileup_engine::process::check_target(p, false)?;
     }
@@ -571,10 +594,10 @@ pub fn run_top(mut a: TopArgs, conn: &ConnOptions) -> Result<()> {
     let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
     if let Some(state) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once, Some(&data_dir))?
     {
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&state.json())?);
+        if json {
+            out!("{}", serde_json::to_string_pretty(&state.json())?);
         } else {
-            print!("{}", state.text());
+            out!("{}", state.text().trim_end_matches('\n'));
         }
     }
     Ok(())

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median};
+use pileup_bench_drivers::{arg, median};
 use pileup_sandbox::{Options, Sandbox};
 
 fn sysbench(sock: &str, rows: u64, cmd: &[&str]) -> Result<()> {
@@ -76,7 +76,7 @@ fn timed(cmd: &[String]) -> Result<(f64, f64)> {
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
     let rows: u64 = arg(&args, "--rows").map(|s| s.parse()).transpose()?.unwrap_or(300_000);
     let seconds: u64 = arg(&args, "--seconds").map(|s| s.parse()).transpose()?.unwrap_or(40);
@@ -173,7 +173,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        pileup_bench::write(o, &md)?;
+        pileup_bench_drivers::write(o, &md)?;
     }
     Ok(())
 }

@@ -98,7 +98,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median};
+use pileup_bench_drivers::{arg, median};
 use pileup_replica::device::{device_of, DeviceReport};
 use pileup_sandbox::{Options, Sandbox};
 
@@ -118,7 +118,7 @@ fn sysbench(sock: &str, tables: u64, size: u64, extra: &[String]) -> Result<()> 
 
 /// utime + stime of a process or one of its threads, in seconds.
 fn cpu_of(stat_path: &str) -> f64 {
-    pileup_bench::stat_cpu(stat_path, 2)
+    pileup_bench_drivers::stat_cpu(stat_path, 2)
 }
 
 /// OS thread ids of the replication applier threads (SQL driver and workers).
@@ -546,7 +546,7 @@ impl Bench {
         let mut v: Vec<_> = hist.into_iter().collect();
         v.sort_by_key(|x| std::cmp::Reverse(x.1));
         let text: String = v.iter().take(30).map(|(k, n)| format!("{n:6} {k}\n")).collect();
-        pileup_bench::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
+        pileup_bench_drivers::write(format!("{dir}/{}-{}-syscalls.txt", self.label, mode.name), text)?;
         Ok(prof)
     }
 
@@ -562,7 +562,7 @@ impl Bench {
             tids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
         ))?;
         let text: String = rows.iter().map(|(n, k, t)| format!("{t:10.3} s {k:10} {n}\n")).collect();
-        pileup_bench::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
+        pileup_bench_drivers::write(format!("{dir}/{}-{}-waits.txt", self.label, mode.name), text)?;
         // …and what every kind of thread waited on (readers, purge,
         // page cleaner): who else holds what the applier waits for.
         let rows: Vec<(String, String, u64, f64)> = c.query(
@@ -571,7 +571,7 @@ impl Bench {
              GROUP BY t.NAME, w.EVENT_NAME ORDER BY 4 DESC LIMIT 40",
         )?;
         let text: String = rows.iter().map(|(t, n, k, s)| format!("{s:10.3} s {k:10} {t} {n}\n")).collect();
-        pileup_bench::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
+        pileup_bench_drivers::write(format!("{dir}/{}-{}-waits-all.txt", self.label, mode.name), text)?;
         // Pages read by page type since the restart before this
         // catch-up, when the server counts them (`--cnf
         // innodb_monitor_enable=module_buffer_page`): index leaves, undo
@@ -579,7 +579,7 @@ impl Bench {
         let rows: Vec<(String, i64)> =
             c.query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME LIKE 'buffer_page_read%' AND COUNT > 0 ORDER BY COUNT DESC")?;
         let text: String = rows.iter().map(|(n, k)| format!("{k:10} {n}\n")).collect();
-        pileup_bench::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
+        pileup_bench_drivers::write(format!("{dir}/{}-{}-page-reads.txt", self.label, mode.name), text)?;
         Ok(())
     }
 
@@ -593,7 +593,7 @@ impl Bench {
             }
             s.lag_json = String::from_utf8_lossy(&out.stdout).into_owned();
             if let Some(dir) = &self.profile {
-                pileup_bench::write(format!("{dir}/{}-{}-lag.json", self.label, mode.name), &s.lag_json)?;
+                pileup_bench_drivers::write(format!("{dir}/{}-{}-lag.json", self.label, mode.name), &s.lag_json)?;
             }
         }
         if let Some(ch) = child {
@@ -605,8 +605,8 @@ impl Bench {
             }
             s.prefetch_report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
             if let Some(dir) = &self.profile {
-                pileup_bench::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
-                pileup_bench::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;
+                pileup_bench_drivers::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
+                pileup_bench_drivers::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;
             }
             for l in String::from_utf8_lossy(&out.stderr).lines().take(5) {
                 eprintln!("  prefetch said: {l}");
@@ -830,7 +830,7 @@ fn start(cfg: &Config, args: &[String]) -> Result<(Bench, f64)> {
     }
     replica.wait_caught_up(&primary, Duration::from_secs(7200))?;
     if let Some(m) = &marker {
-        pileup_bench::write(m, &loaded)?;
+        pileup_bench_drivers::write(m, &loaded)?;
     }
     let bytes: f64 = replica
         .connect()?
@@ -994,7 +994,7 @@ fn lag_rounds(b: &mut Bench, cfg: &Config, samples: &Samples) -> Result<Lagged> 
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let cfg = Config::parse(&args)?;
     let (mut b, bytes) = start(&cfg, &args)?;
     let dev = Device::probe(&b)?;
@@ -1010,7 +1010,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        pileup_bench::write(o, &md)?;
+        pileup_bench_drivers::write(o, &md)?;
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pileup_bench::{arg, median};
+use pileup_bench_drivers::{arg, median};
 use pileup_engine::parts::PerfEvent as Event;
 
 const MODES: [&str; 9] = [
@@ -51,7 +51,7 @@ const MODES: [&str; 9] = [
 ];
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(2));
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse()).transpose()?.unwrap_or(5);
     let cpu: usize = arg(&args, "--cpu").map(|s| s.parse()).transpose()?.unwrap_or(1);
@@ -109,7 +109,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = out {
-        pileup_bench::write(o, &md)?;
+        pileup_bench_drivers::write(o, &md)?;
     }
     Ok(())
 }
@@ -187,7 +187,7 @@ fn window_of(mode: &str, window: Duration, cpu: usize) -> Result<f64> {
         }
         "perf-record" => {
             let data = std::env::temp_dir().join(format!("perf-context-{}.data", std::process::id()));
-            let ok = pileup_bench::perf_record(&["-t", &tid.to_string()], "1", &data)?;
+            let ok = pileup_bench_drivers::perf_record(&["-t", &tid.to_string()], "1", &data)?;
             if !ok {
                 bail!("perf record -t {tid} failed");
             }

@@ -3,7 +3,7 @@
 //! mariadb`, on one data set (one large table and several smaller ones),
 //! rounds interleaved, medians. Per dump: wall time, rows/s, and the worst
 //! round trip of a writer committing a one-row update every millisecond (at
-//! nice -10, see [`pileup_bench::Probe::writer`]) during the
+//! nice -10, see [`pileup_bench_drivers::Probe::writer`]) during the
 //! dump's first seconds (where a global read lock hurts). Per load: wall
 //! time and rows/s. Every load is checked against the source with
 //! CHECKSUM TABLE.
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median, Probe};
+use pileup_bench_drivers::{arg, median, Probe};
 use pileup_sandbox::{Options, Sandbox};
 
 fn num(args: &[String], k: &str, d: u64) -> Result<u64> {
@@ -334,7 +334,7 @@ impl Run<'_> {
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let cfg = Config::parse(&args)?;
     for tool in ["mydumper", "myloader", "mariadb-dump", "mariadb"] {
         if Command::new(tool).arg("--version").output().is_err() {
@@ -374,7 +374,7 @@ fn main() -> Result<()> {
     let md = report(&cfg, &res, run.tables.len(), size, writer.prioritized);
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        pileup_bench::write(o, &md)?;
+        pileup_bench_drivers::write(o, &md)?;
     }
     Ok(())
 }
@@ -387,7 +387,8 @@ fn rounds(run: &Run, sb: &Sandbox, c: &mut mysql::Conn, writer: &Probe) -> Resul
     let server_stat = format!("/proc/{}/stat", sb.pid());
     let writer_stat = writer.server_tid.map(|t| format!("/proc/{}/task/{t}/stat", sb.pid()));
     let server_cpu = || {
-        pileup_bench::stat_cpu(&server_stat, 2) - writer_stat.as_deref().map_or(0.0, |w| pileup_bench::stat_cpu(w, 2))
+        pileup_bench_drivers::stat_cpu(&server_stat, 2)
+            - writer_stat.as_deref().map_or(0.0, |w| pileup_bench_drivers::stat_cpu(w, 2))
     };
     for r in 0..run.cfg.rounds {
         for (i, tool) in TOOLS.iter().enumerate() {
@@ -405,10 +406,10 @@ fn rounds(run: &Run, sb: &Sandbox, c: &mut mysql::Conn, writer: &Probe) -> Resul
             std::thread::sleep(Duration::from_secs(3));
             res.base_stall.push(writer.worst(t, Instant::now()).as_secs_f64() * 1e3);
             let t0 = Instant::now();
-            let (own0, server0) = (pileup_bench::children_cpu(), server_cpu());
+            let (own0, server0) = (pileup_bench_drivers::children_cpu(), server_cpu());
             let unlocked = run.dump(tool, r, &dir, &file, &mut res)?;
             let dumped = t0.elapsed();
-            res.dump_cpu[i].push((pileup_bench::children_cpu() - own0, server_cpu() - server0));
+            res.dump_cpu[i].push((pileup_bench_drivers::children_cpu() - own0, server_cpu() - server0));
             writer.check()?;
             let stall = writer.worst(t0, t0 + Duration::from_secs(3).min(dumped)).as_secs_f64() * 1e3;
             if let Some(u) = unlocked {
@@ -426,10 +427,10 @@ fn rounds(run: &Run, sb: &Sandbox, c: &mut mysql::Conn, writer: &Probe) -> Resul
             }
             c.query_drop("DROP DATABASE IF EXISTS bench_l")?;
             let t1 = Instant::now();
-            let (own0, server0) = (pileup_bench::children_cpu(), server_cpu());
+            let (own0, server0) = (pileup_bench_drivers::children_cpu(), server_cpu());
             run.load(c, tool, &dir, &file)?;
             let loaded = t1.elapsed();
-            res.load_cpu[i].push((pileup_bench::children_cpu() - own0, server_cpu() - server0));
+            res.load_cpu[i].push((pileup_bench_drivers::children_cpu() - own0, server_cpu() - server0));
             if checksums(c, "bench_l", &run.tables)? != run.source {
                 bail!("{tool}: the loaded tables differ from the source (CHECKSUM TABLE)");
             }

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median};
+use pileup_bench_drivers::{arg, median};
 use pileup_sandbox::{Options, Sandbox};
 
 /// One run of a tool: wall seconds, CPU seconds, peak RSS in MiB.
@@ -85,7 +85,7 @@ fn base_log(dir: &Path, seconds: u32) -> Result<PathBuf> {
         ],
         ..Default::default()
     })?;
-    let sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_read_write", 4, 20_000)?;
+    let sbargs = pileup_bench_drivers::sysbench_prepared_sized(&sb, "oltp_read_write", 4, 20_000)?;
     let mut c = sb.connect()?;
     pileup_sandbox::planted::make(&mut c)?;
     c.query_drop("SET GLOBAL slow_query_log = ON")?;
@@ -191,7 +191,7 @@ fn grow(base: &[u8], out: &Path, target: u64, distinct: Option<usize>) -> Result
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
     let num = |k: &str, d: u64| -> Result<u64> {
         arg(&args, k).map(|v| v.parse().with_context(|| format!("{k} {v:?}"))).transpose().map(|v| v.unwrap_or(d))
@@ -285,7 +285,7 @@ fn main() -> Result<()> {
         let _ = std::fs::remove_dir_all(&tmp);
     }
     match arg(&args, "--out") {
-        Some(o) => pileup_bench::write(o, md)?,
+        Some(o) => pileup_bench_drivers::write(o, md)?,
         None => print!("{md}"),
     }
     Ok(())

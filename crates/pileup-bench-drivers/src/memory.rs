@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, children_cpu, lost, median, Load};
+use pileup_bench_drivers::{arg, children_cpu, lost, median, Load};
 use pileup_sandbox::{Options, Sandbox};
 
 /// Seconds of each window's sysbench run before measuring.
@@ -63,11 +63,11 @@ struct Window {
 }
 
 fn prepare(sb: &Sandbox) -> Result<Vec<String>> {
-    pileup_bench::sysbench_prepared_sized(sb, "oltp_read_write", 1, 10000)
+    pileup_bench_drivers::sysbench_prepared_sized(sb, "oltp_read_write", 1, 10000)
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
     let conns: usize = arg(&args, "--connections").map(|s| s.parse()).transpose()?.unwrap_or(16);
     let window = Duration::from_secs(arg(&args, "--window").map(|s| s.parse()).transpose()?.unwrap_or(12));
@@ -109,7 +109,7 @@ fn main() -> Result<()> {
     );
     let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
     let mut running: Option<Load> = None;
-    let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
+    let paired = pileup_bench_drivers::interleaved(rounds, tools.len(), |i, r| {
         let tool = tools[i].as_str();
         let win = match tool {
             "performance-schema" => {
@@ -164,7 +164,7 @@ fn main() -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     print!("{report}");
     if let Some(o) = out {
-        pileup_bench::write(o, &report)?;
+        pileup_bench_drivers::write(o, &report)?;
     }
     Ok(())
 }
@@ -282,7 +282,7 @@ fn heaptrack_cpu() -> f64 {
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
         if comm.trim().starts_with("heaptrack_inter") {
-            total += pileup_bench::stat_cpu(&e.path().join("stat").to_string_lossy(), 2);
+            total += pileup_bench_drivers::stat_cpu(&e.path().join("stat").to_string_lossy(), 2);
         }
     }
     total

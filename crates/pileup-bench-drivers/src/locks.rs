@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pileup_bench::{arg, children_cpu, lost, median, Load};
+use pileup_bench_drivers::{arg, children_cpu, lost, median, Load};
 use pileup_sandbox::{Options, Sandbox};
 
 /// Seconds of each window's sysbench run before measuring.
@@ -69,7 +69,7 @@ fn prepare(sb: &Sandbox, workload: &str) -> Result<Vec<String>> {
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
     let connections: Vec<usize> = arg(&args, "--connections")
         .unwrap_or_else(|| "64,300".into())
@@ -127,7 +127,7 @@ fn main() -> Result<()> {
         let mut results: Vec<Vec<Window>> = vec![vec![]; tools.len()];
         // The first server's load, running while its windows follow one another.
         let mut running: Option<Load> = None;
-        let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
+        let paired = pileup_bench_drivers::interleaved(rounds, tools.len(), |i, r| {
             let tool = tools[i].as_str();
             let win = match (tool, &ps) {
                 ("performance-schema", Some((sb, a))) => {
@@ -162,7 +162,7 @@ fn main() -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     print!("{report}");
     if let Some(o) = out {
-        pileup_bench::write(o, &report)?;
+        pileup_bench_drivers::write(o, &report)?;
     }
     Ok(())
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, median};
+use pileup_bench_drivers::{arg, median};
 use pileup_sandbox::throttle::{Limit, Throttle};
 use pileup_sandbox::{Options, Sandbox};
 
@@ -110,7 +110,7 @@ fn cpu_secs(c: &Option<Child>) -> f64 {
 }
 
 fn stat_cpu_secs(pid: u32, fields: usize) -> f64 {
-    pileup_bench::stat_cpu(&format!("/proc/{pid}/stat"), fields)
+    pileup_bench_drivers::stat_cpu(&format!("/proc/{pid}/stat"), fields)
 }
 
 /// A watcher stopped when this goes out of scope, an error's early
@@ -313,7 +313,7 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
             });
         }
         _ => {
-            let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
+            let mut sbargs = pileup_bench_drivers::sysbench_prepared_sized(&sb, "oltp_write_only", 4, 20_000)?;
             sbargs_flush = sbargs.clone();
             // Few enough that the checkpoint age stays low while the
             // watcher learns: the storm's onset is then a change.
@@ -332,7 +332,7 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
                 std::thread::sleep(Duration::from_millis(200));
             }
             sb.sql("SET GLOBAL innodb_max_dirty_pages_pct = DEFAULT, innodb_io_capacity = 100, innodb_io_capacity_max = 100")?;
-            load = Some(pileup_bench::Load::start("oltp_write_only", &sbargs, 4)?);
+            load = Some(pileup_bench_drivers::Load::start("oltp_write_only", &sbargs, 4)?);
             gauge_spec = Some(sb.conn_spec());
         }
     }
@@ -382,7 +382,7 @@ fn class_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
         }
         // Eight times the writers, unthrottled: the redo log fills faster
         // than the page cleaner, told the disk is slow, flushes.
-        _ => more = Some(pileup_bench::Load::start("oltp_write_only", &sbargs_flush, 32)?),
+        _ => more = Some(pileup_bench_drivers::Load::start("oltp_write_only", &sbargs_flush, 32)?),
     }
     // The onset: the storm's start, or when the checkpoint age passed 7/8.
     let gauge = gauge_spec.map(|spec| AgeGauge::start(spec, 87.5)).transpose()?;
@@ -546,11 +546,11 @@ fn slow_disk_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: us
         ..Options::default()
     })?;
     let test = "oltp_point_select";
-    let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, test, 4, 40_000)?;
+    let mut sbargs = pileup_bench_drivers::sysbench_prepared_sized(&sb, test, 4, 40_000)?;
     // Held below what the machine's cores serve, so the steady load is not
     // itself a pile-up of running threads that a default trigger captures.
     sbargs.push("--rate=5000".into());
-    let load = pileup_bench::Load::start(test, &sbargs, 30)?;
+    let load = pileup_bench_drivers::Load::start(test, &sbargs, 30)?;
     let dir = root.join(format!("{stall}-{}-{round}", kind.replace([' ', ','], "-")));
     let w = Running(start_watcher(kind, pileup, &sb, &dir)?);
     let (cpu0, run0) = (cpu_secs(&w.0), Instant::now());
@@ -654,7 +654,7 @@ fn stall_onset(pileup: &str, kind: &str, stall: &str, root: &Path, round: usize)
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").expect("--pileup PATH");
     let rounds: usize = arg(&args, "--rounds").map(|s| s.parse().unwrap()).unwrap_or(3);
     let part = arg(&args, "--part").unwrap_or_else(|| "all".into());
@@ -687,7 +687,7 @@ fn main() -> Result<()> {
     }
     print!("{md}");
     if let Some(o) = arg(&args, "--out") {
-        pileup_bench::write(o, &md)?;
+        pileup_bench_drivers::write(o, &md)?;
     }
     let _ = std::fs::remove_dir_all(&root);
     Ok(())
@@ -851,9 +851,9 @@ const SHORT_HOLDS: &[u64] = &[50, 100, 150, 200, 300, 500];
 /// unlock (the writers queue behind the lock within milliseconds).
 fn short_stalls(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
     let sb = Sandbox::start(Options::default())?;
-    let mut sbargs = pileup_bench::sysbench_prepared_sized(&sb, "oltp_insert", 1, 1000)?;
+    let mut sbargs = pileup_bench_drivers::sysbench_prepared_sized(&sb, "oltp_insert", 1, 1000)?;
     sbargs.push("--rate=1000".into());
-    let load = pileup_bench::Load::start("oltp_insert", &sbargs, 30)?;
+    let load = pileup_bench_drivers::Load::start("oltp_insert", &sbargs, 30)?;
     let dir = root.join("short");
     std::fs::create_dir_all(&dir)?;
     let mut child = Command::new(pileup)

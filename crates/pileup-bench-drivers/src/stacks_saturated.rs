@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
-use pileup_bench::{arg, children_cpu, lost, median, Load, Probe};
+use pileup_bench_drivers::{arg, children_cpu, lost, median, Load, Probe};
 use pileup_sandbox::{Options, Sandbox};
 
 /// One window of one tool.
@@ -49,7 +49,7 @@ struct Window {
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
     let workloads: Vec<String> = arg(&args, "--workloads")
         .unwrap_or_else(|| "oltp_point_select,oltp_read_write".into())
@@ -73,7 +73,7 @@ fn main() -> Result<()> {
 
     let sb = Sandbox::start(Options::default())?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
-    let sbargs = pileup_bench::sysbench_prepared(&sb, "oltp_read_write")?;
+    let sbargs = pileup_bench_drivers::sysbench_prepared(&sb, "oltp_read_write")?;
     let scratch = std::env::temp_dir().join(format!("pileup-saturated-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let mut report = format!(
@@ -107,7 +107,7 @@ fn main() -> Result<()> {
         // Every tool window sits between two windows without sampling: its
         // paired ratio is against their mean, which cancels the drift that
         // a ratio against the run's median leaves in.
-        let paired = pileup_bench::interleaved(rounds, tools.len(), |i, r| {
+        let paired = pileup_bench_drivers::interleaved(rounds, tools.len(), |i, r| {
             let tool = &tools[i];
             let win = run_window(tool, &pileup, &sb, &sock, busy, window, &scratch, &load, &probe)?;
             eprintln!(
@@ -136,7 +136,7 @@ fn main() -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     print!("{report}");
     if let Some(o) = out {
-        pileup_bench::write(o, &report)?;
+        pileup_bench_drivers::write(o, &report)?;
     }
     Ok(())
 }
@@ -189,7 +189,7 @@ fn run_window(
         // DWARF call graphs at 99 Hz for the window.
         "perf" => {
             let target = ["-F", "99", "--call-graph", "dwarf", "-p", pid.as_str()];
-            w.ok = pileup_bench::perf_record(&target, &secs, &scratch.join("perf.data"))?;
+            w.ok = pileup_bench_drivers::perf_record(&target, &secs, &scratch.join("perf.data"))?;
         }
         t => pileup_window(t, pileup, &pid, sock, busy, window, scratch, &mut w)?,
     }

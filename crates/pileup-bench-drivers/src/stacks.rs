@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use pileup_bench::{arg, median, Probe};
+use pileup_bench_drivers::{arg, median, Probe};
 use pileup_sandbox::{Options, Sandbox};
 
 #[derive(Default, Clone)]
@@ -35,7 +35,7 @@ struct Run {
 }
 
 fn main() -> Result<()> {
-    let args = pileup_bench::args(USAGE)?;
+    let args = pileup_bench_drivers::args(USAGE)?;
     let pileup = arg(&args, "--pileup").context("--pileup PATH is required")?;
     let counts: Vec<usize> = arg(&args, "--threads")
         .unwrap_or_else(|| "50,300,1000".into())
@@ -50,7 +50,7 @@ fn main() -> Result<()> {
     }
     print!("{report}");
     if let Some(o) = out {
-        pileup_bench::write(o, &report)?;
+        pileup_bench_drivers::write(o, &report)?;
     }
     Ok(())
 }
@@ -59,7 +59,7 @@ fn bench_one(pileup: &str, target_threads: usize, runs: usize) -> Result<String>
     eprintln!("== {target_threads} server threads");
     let sb = Sandbox::start(Options { cnf: vec![("thread_cache_size".into(), "2000".into())], ..Default::default() })?;
     let sock = sb.endpoint.socket.to_string_lossy().into_owned();
-    let sbargs = pileup_bench::sysbench_prepared(&sb, "oltp_read_only")?;
+    let sbargs = pileup_bench_drivers::sysbench_prepared(&sb, "oltp_read_only")?;
     let background = server_thread_count(sb.pid());
     // Load: sysbench connections (rate-limited so the box is busy, not saturated) plus idle connections.
     let sysbench_threads = (target_threads / 4).clamp(8, 64);
