@@ -118,7 +118,7 @@ echo "== waiting for MySQLStallCaptured to fire on host a for the convoy"
 # too, each with its own class: the demo waits for the one it provoked.)
 fired=""
 for _ in $(seq 120); do
-  r=$(q "ALERTS{alertname='MySQLStallCaptured', alertstate='firing', instance='host-a:$port_a', class='row lock convoy'}")
+  r=$(q "ALERTS{alertname='MySQLStallCaptured', alertstate='firing', instance='host-a:$port_a', class='row_lock_convoy'}")
   if echo "$r" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else 1)'; then
     fired=$(date +%s.%N); break
   fi
@@ -132,7 +132,7 @@ done
 secs=$(python3 -c "print(f'{$fired - $began:.1f}')")
 echo "$r" | python3 -c 'import json,sys
 for a in json.load(sys.stdin)["data"]["result"]:
-    m = a["metric"]; print("   firing on %s: %s: %s" % (m["instance"], m["class"], m["verdict"]))'
+    m = a["metric"]; print("   firing on %s: %s, capture %s" % (m["instance"], m["class"], m["url"]))'
 echo "   fired ${secs} s after the stall began"
 echo "$secs" > "$out/alert-seconds.txt"
 

@@ -117,17 +117,81 @@ const GAUGES: &[&str] = &[
     "reads_attributed",
 ];
 
+/// What each counter and gauge means, for the exposition's HELP.
+const HELP: &[(&str, &str)] = &[
+    ("events_read", "relay log events read"),
+    ("rows_planned", "row images turned into reads"),
+    ("keys_issued", "keys looked up ahead of the applier"),
+    ("keys_deduplicated", "keys not looked up again (already in the window)"),
+    ("lookups", "lookup statements run by the readers"),
+    ("lookup_errors", "lookup statements that failed"),
+    ("skipped_not_in_image", "rows skipped: the key is not in the row image"),
+    ("skipped_float_key", "rows skipped: a floating-point key cannot be looked up exactly"),
+    ("skipped_schema_mismatch", "rows skipped: the table's columns differ from the event's"),
+    ("skipped_no_table", "rows skipped: the table is not on the replica"),
+    ("statements_planned", "statement events turned into reads"),
+    ("statements_skipped_not_indexed", "statement events skipped: predicted to scan"),
+    ("statements_skipped_unsupported", "statement events skipped: not expressible as reads"),
+    ("statement_rows_read", "rows the statement reads returned"),
+    ("templates_parsed", "statement shapes parsed (the rest were cache hits)"),
+    ("ddl_pauses", "DDL statements the reader waited at until the applier passed them"),
+    ("jumps", "times the applier had passed the reader and it jumped ahead"),
+    ("jobs_stale", "jobs dropped because the applier had passed them"),
+    ("follow_errors", "times the next relay log file could not be opened"),
+    ("files_followed", "relay log files the reader went on into"),
+    ("corrupt_events", "corrupt events met"),
+    ("jobs_dropped", "work dropped while a reader's connection was down"),
+    ("reconnects", "times the control connection was re-established"),
+    ("in_flight_trx", "transactions parallel workers may be running beyond the reported position"),
+    ("skipped_in_flight", "events skipped for being in flight in a parallel worker"),
+    ("distance_events", "events between the applier and the reader"),
+    ("warmed_ahead_events", "events between the applier and the newest event whose lookups completed"),
+    ("late_polls", "polls at which the completed lookups were behind the applier"),
+    ("readers_busy", "time the relay log reader waited for a free reader, in seconds"),
+    ("lag_seconds", "the replica's lag as the server reports it"),
+    ("backlog_bytes", "relay log beyond the applier"),
+    ("backlog_seconds", "how far behind the applier is"),
+    (
+        "state",
+        "what the prefetcher is doing: 0 warming, 1 ahead of a stopped applier, 2 idle with nothing ahead, \
+         3 idle under --min-lag, 4 idle with the SQL thread stopped, 5 idle with no lag reported",
+    ),
+    ("keys_ahead", "keys issued for events the applier has not reached"),
+    ("window_keys", "keys in the window ahead of the applier"),
+    ("idle_polls", "polls with the replica not lagging"),
+    ("purge_held", "1 while purge is held off (--defer-purge)"),
+    ("purge_holds", "times purge was held off"),
+    ("purge_released_at_cap", "holds of purge ended at the history cap"),
+    ("purge_held_ms", "time purge was held off, in seconds"),
+    ("history_length", "InnoDB's history list length at the last look"),
+    ("keys_mapped", "keys mapped to leaf pages (--warm pages)"),
+    ("pages_listed", "pages asked for (--warm pages)"),
+    ("page_loads", "buffer pool loads asked for (--warm pages)"),
+    ("keys_unmapped", "keys that could not be mapped to a page"),
+    ("keys_dropped_mapper_busy", "keys dropped because the page mapper was behind"),
+    ("index_pages_read", "indexes' upper-level pages read from their files"),
+    ("loads_waited", "times a page list waited for the server's last load"),
+    ("applier_read_bytes", "bytes the applier's threads read from storage themselves"),
+    ("prefetch_read_bytes", "bytes the readers read for the applier"),
+    ("reads_attributed", "1 when the prefetcher's reads can be told from the applier's"),
+];
+
 impl Counters {
     /// Prometheus exposition text: `pileup_prefetch_<name>_total` counters
-    /// and `pileup_prefetch_<name>` gauges.
+    /// and `pileup_prefetch_<name>` gauges, each with HELP, times in
+    /// seconds (the `_ms` counters are exposed as `_seconds_total`).
     pub fn exposition(&self) -> String {
         let mut out = String::new();
         for (k, v) in self.snapshot() {
-            if GAUGES.contains(&k) {
-                out.push_str(&format!("# TYPE pileup_prefetch_{k} gauge\npileup_prefetch_{k} {v}\n"));
-            } else {
-                out.push_str(&format!("# TYPE pileup_prefetch_{k}_total counter\npileup_prefetch_{k}_total {v}\n"));
-            }
+            let (name, value) = match k.strip_suffix("_ms") {
+                Some(b) => (format!("{b}_seconds"), v as f64 / 1000.0),
+                None => (k.to_string(), v as f64),
+            };
+            let gauge = GAUGES.contains(&k);
+            let full = if gauge { format!("pileup_prefetch_{name}") } else { format!("pileup_prefetch_{name}_total") };
+            let help = HELP.iter().find(|(n, _)| *n == k || Some(*n) == k.strip_suffix("_ms")).map_or(k, |(_, h)| *h);
+            let kind = if gauge { "gauge" } else { "counter" };
+            out.push_str(&format!("# HELP {full} {help}\n# TYPE {full} {kind}\n{full} {value}\n"));
         }
         out
     }
@@ -297,6 +361,32 @@ pub fn share_taken(prefetch_bytes: u64, applier_bytes: u64) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    /// Every counter and gauge has HELP and a base unit, as `promtool
+    /// check metrics` wants.
+    #[test]
+    fn the_exposition_passes_promtool() {
+        use std::io::Write;
+        let c = Counters::default();
+        c.readers_busy_ms.store(1500, Ordering::Relaxed);
+        let body = c.exposition();
+        assert!(body.contains("\npileup_prefetch_readers_busy_seconds_total 1.5\n"), "{body}");
+        let mut p = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool (Debian's prometheus package; make deps installs it)");
+        p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        let out = p.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics:\n{said}");
+        for (k, _) in c.snapshot() {
+            let key = k.strip_suffix("_ms").unwrap_or(k);
+            assert!(HELP.iter().any(|(n, _)| *n == k || *n == key), "{k} has no HELP");
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -380,6 +470,6 @@ mod tests {
         );
         assert!(e.contains("# TYPE pileup_prefetch_lag_seconds gauge\npileup_prefetch_lag_seconds 42\n"), "{e}");
         // Every line is a comment or `name value`.
-        assert!(e.lines().all(|l| l.starts_with("# TYPE ") || l.split(' ').count() == 2));
+        assert!(e.lines().all(|l| l.starts_with("# ") || l.split(' ').count() == 2));
     }
 }

@@ -154,7 +154,7 @@ fn dashboard_exprs() -> Vec<(String, String)> {
 /// its own counters, and prefetch's.
 fn exposable() -> BTreeSet<String> {
     let mut out: BTreeSet<String> =
-        pileup_watch::derive::metric_names().into_iter().map(|n| format!("pileup_{n}")).collect();
+        pileup_watch::derive::metric_names().into_iter().map(|n| pileup_watch::expo::exposed(&n).0).collect();
     for n in [
         "pileup_polls_total",
         "pileup_polls_failed_total",
@@ -690,6 +690,20 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     let (status, body) = get(&format!("{base}/metrics"));
     assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
     assert!(t0.elapsed() < Duration::from_secs(1), "a scrape waited for the profile");
+    // A live exposition, every metric of a running server's, passes
+    // Prometheus's own lint.
+    let mut p = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    std::io::Write::write_all(&mut p.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let lint = p.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&lint.stdout), String::from_utf8_lossy(&lint.stderr));
+    assert!(lint.status.success() && said.trim().is_empty(), "promtool check metrics on /metrics:\n{said}\n{body}");
+    assert!(body.contains("\npileup_poll_cost_seconds "), "{body}");
     let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=600"));
     assert_eq!(status, 400, "{body}");
     let (status, bytes) = pull.join().unwrap();

@@ -65,9 +65,9 @@ func variables(b *dashboard.DashboardBuilder, instance bool) *dashboard.Dashboar
 func stallAnnotations(b *dashboard.DashboardBuilder, sel string) *dashboard.DashboardBuilder {
 	return b.Annotation(dashboard.NewAnnotationQueryBuilder().Name("Stalls captured by pileup watch").
 		Datasource(ds).Enable(true).IconColor("red").
-		Expr(`pileup_last_capture_timestamp_seconds{` + sel + `} * 1000 * on (job, instance) group_left (class, verdict, url) pileup_last_capture_info{` + sel + `}`).
+		Expr(`pileup_last_capture_timestamp_seconds{` + sel + `} * 1000 * on (job, instance) group_left (class, url) pileup_last_capture_info{` + sel + `}`).
 		UseValueForTime(true).Step("15s").
-		TitleFormat("{{instance}}: {{class}}").TextFormat("{{verdict}} — {{url}}").TagKeys("instance,class"))
+		TitleFormat("{{instance}}: {{class}}").TextFormat("{{class}} — {{url}} (pileup report shows the verdict)").TagKeys("instance,class"))
 }
 
 func base(uid, title, desc string) *dashboard.DashboardBuilder {
@@ -109,7 +109,7 @@ func fleet() *dashboard.DashboardBuilder {
 		WithPanel(graph("Stalls by class, last hour", "Captures per class over the last hour.", "none", 12,
 			query(`job:pileup_stalls:increase1h{`+sel+`}`, "{{class}}"))).
 		WithPanel(graph("Replica lag", "Seconds_Behind_Master of each replica (worst channel).", "s", 12,
-			query(`pileup_replica_lag{`+sel+`}`, "{{instance}}")))
+			query(`pileup_replica_lag_seconds{`+sel+`}`, "{{instance}}")))
 }
 
 func server() *dashboard.DashboardBuilder {
@@ -135,15 +135,15 @@ func server() *dashboard.DashboardBuilder {
 			query(`pileup_pl_active{`+sel+`}`, "active commands"),
 			query(`pileup_pl_waiting_lock{`+sel+`}`, "waiting for a lock"),
 			query(`pileup_innodb_row_lock_current_waits{`+sel+`}`, "waiting for a row lock"))).
-		WithPanel(graph("Checkpoint age and I/O pressure", "Redo not yet checkpointed as a share of its maximum; share of time tasks stalled on I/O.", "percent", 12,
-			query(`pileup_checkpoint_age_pct{`+sel+`}`, "checkpoint age"),
-			query(`pileup_io_pressure_pct{`+sel+`}`, "I/O pressure"))).
+		WithPanel(graph("Checkpoint age and I/O pressure", "Redo not yet checkpointed as a share of its maximum; share of time tasks stalled on I/O.", "percentunit", 12,
+			query(`pileup_checkpoint_age_ratio{`+sel+`}`, "checkpoint age"),
+			query(`pileup_io_pressure_ratio{`+sel+`}`, "I/O pressure"))).
 		WithPanel(graph("Tables opened and connections", "Tables opened because the cache did not hold them; connections and threads started.", "ops", 12,
 			query(`pileup_opened_tables_rate{`+sel+`}`, "tables opened"),
 			query(`pileup_connections_rate{`+sel+`}`, "connections"),
 			query(`pileup_threads_created_rate{`+sel+`}`, "threads created"))).
-		WithPanel(graph("Poll cost", "What pileup's poll of the server cost: a rising cost is the server slowing down.", "ms", 12,
-			query(`pileup_poll_cost_ms{`+sel+`}`, "poll"))).
+		WithPanel(graph("Poll cost", "What pileup's poll of the server cost: a rising cost is the server slowing down.", "s", 12,
+			query(`pileup_poll_cost_seconds{`+sel+`}`, "poll"))).
 		WithRow(dashboard.NewRowBuilder("Memory")).
 		WithPanel(graph("Resident memory", "The server's resident memory and the limit it may use.", "bytes", 12,
 			query(`pileup_mysqld_rss_bytes{`+sel+`}`, "resident"),
@@ -163,7 +163,7 @@ func replication() *dashboard.DashboardBuilder {
 	return b.
 		WithRow(dashboard.NewRowBuilder("Lag composition")).
 		WithPanel(graph("Lag", "How far the applier is behind: the server's Seconds_Behind_Master and prefetch's own measure of the relay log not yet applied.", "s", 12,
-			query(`pileup_replica_lag{`+sel+`}`, "Seconds_Behind_Master"),
+			query(`pileup_replica_lag_seconds{`+sel+`}`, "Seconds_Behind_Master"),
 			query(`pileup_prefetch_backlog_seconds{`+psel+`}`, "relay log not applied"))).
 		WithPanel(graph("Backlog", "Relay log bytes beyond the applier.", "bytes", 12,
 			query(`pileup_prefetch_backlog_bytes{`+psel+`}`, "backlog"))).
