@@ -1,17 +1,5 @@
-//! Compiles the eBPF program (src/bpf/futex.bpf.c) with clang and generates
-//! its Rust skeleton. libbpf's headers come from libbpf-sys, so only clang
-//! is needed from the system (Debian: clang).
-
-use std::path::PathBuf;
+//! Compiles the lock-wait probes (src/bpf/futex.bpf.c) and their skeleton.
 
 fn main() {
-    let src = "src/bpf/futex.bpf.c";
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("futex.skel.rs");
-    libbpf_cargo::SkeletonBuilder::new()
-        .source(src)
-        .clang_args(["-Wall", "-Wno-unused-function", "-I../pileup-engine/src/capture/bpf"])
-        .build_and_generate(&out)
-        .unwrap_or_else(|e| panic!("building {src} (needs clang: apt-get install clang): {e:#}"));
-    println!("cargo:rerun-if-changed={src}");
-    println!("cargo:rerun-if-changed=../pileup-engine/src/capture/bpf/pileup_bpf.h");
+    pileup_bpf_build::skeleton("src/bpf/futex.bpf.c", "futex");
 }

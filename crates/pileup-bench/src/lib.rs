@@ -29,6 +29,7 @@ mod options;
 pub mod plot;
 pub mod profile;
 pub mod report;
+pub mod syscalls;
 pub mod target;
 pub mod why;
 

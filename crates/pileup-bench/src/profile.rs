@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use pileup_engine::syscalls::SyscallTally;
-use pileup_engine::{Counted, Profile, Role, Sampler, SamplerOptions, SqlSource};
+use crate::syscalls::SyscallTally;
+use pileup_annotate::SqlSource;
+use pileup_engine::{Counted, Profile, Role, Sampler, SamplerOptions};
 use serde::{Deserialize, Serialize};
 
 /// Traces the server's lock waits for a while (pileup's `locks` tool,
@@ -141,7 +142,8 @@ const TOP: usize = 8;
 pub fn sample(pid: i32, duration: Duration, sql: Option<SqlSource>) -> Result<Profile, String> {
     let opts = SamplerOptions::passive_profile(false, Duration::from_secs(1));
     let n = (duration.as_millis() / INTERVAL.as_millis()).max(1) as usize;
-    let mut s = Sampler::new(pid, opts, sql).map_err(|e| pileup_conn::error_text(&e))?;
+    let mut s =
+        Sampler::new(pid, opts, sql.map(pileup_annotate::SqlSource::boxed)).map_err(|e| pileup_conn::error_text(&e))?;
     s.run_until(n, INTERVAL, Some(duration), None, |_| {}).map_err(|e| pileup_conn::error_text(&e))?;
     Ok(s.finish())
 }

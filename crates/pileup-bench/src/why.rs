@@ -594,7 +594,7 @@ mod tests {
 
     #[test]
     fn the_accept_threads_counted_calls_are_per_connection() {
-        use pileup_engine::syscalls::{SyscallTally, SyscallTime};
+        use crate::syscalls::{SyscallTally, SyscallTime};
         let m = series("MariaDB, TCP", "MariaDB", vec![point(1, 5000.0, 100.0, true), point(10, 10000.0, 100.0, true)]);
         let mut k = knee_profile("knee", 10, 0.0);
         let call = |name: &str, calls: u64, seconds: f64| SyscallTime { name: name.into(), calls, seconds };

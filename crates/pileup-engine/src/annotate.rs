@@ -1,19 +1,11 @@
 //! Annotation: what each OS thread is in SQL terms — connection id, user,
 //! command, state, time and statement — and its role (accept thread,
-//! replication SQL/IO thread, client connection).
-//!
-//! Sources that do not block the server: MariaDB's
-//! `information_schema.PROCESSLIST` (column `TID`), MySQL 8's
-//! `performance_schema.threads` (`THREAD_OS_ID`). Classic `SHOW PROCESSLIST`
-//! is avoided: it holds a global mutex.
+//! replication SQL/IO thread, client connection). Where the SQL side comes
+//! from is an [`Annotator`]'s business.
 
 use std::collections::HashMap;
 
-use mysql::prelude::Queryable;
-use pileup_conn::Flavor;
 use serde::Serialize;
-
-use crate::error::StacksError;
 
 /// The SQL side of one OS thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -203,123 +195,20 @@ pub fn role_of(pid: i32, tid: i32, sql: Option<&SqlThread>) -> Option<Role> {
     }
 }
 
-/// An open SQL connection used for annotation.
-pub struct SqlSource {
-    pub conn: mysql::Conn,
-    pub flavor: Flavor,
-    pub version: String,
-    pub own_id: u64,
-    /// MariaDB with performance_schema on: thread names available too.
-    pub pfs_threads: bool,
-    /// The server thread that serves this connection (one thread per
-    /// connection only: a pool's worker serves others too), whose CPU time
-    /// is what pileup's queries cost the server.
-    pub server_tid: Option<i32>,
-}
-
-impl SqlSource {
-    pub fn new(mut conn: mysql::Conn) -> Result<SqlSource, StacksError> {
-        let (flavor, version) = pileup_conn::flavor(&mut conn)
-            .map_err(|e| StacksError::Sql { what: "asking the server its version", source: e })?;
-        let own_id: u64 = conn
-            .query_first("SELECT CONNECTION_ID()")
-            .map_err(StacksError::sql("SELECT CONNECTION_ID()"))?
-            .unwrap_or(0);
-        let pfs: Option<String> = conn.query_first("SELECT @@performance_schema").unwrap_or(None);
-        let pfs_threads = matches!(pfs.as_deref(), Some("1") | Some("ON"));
-        let handling: Option<String> = conn.query_first("SELECT @@thread_handling").unwrap_or(None);
-        let server_tid = if handling.as_deref() == Some("one-thread-per-connection") {
-            let q = match flavor {
-                Flavor::MariaDb => "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
-                Flavor::MySql => {
-                    "SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID()"
-                }
-            };
-            conn.query_first::<Option<i64>, _>(q).ok().flatten().flatten().map(|t| t as i32)
-        } else {
-            None
-        };
-        Ok(SqlSource { conn, flavor, version, own_id, pfs_threads, server_tid })
-    }
-
-    /// CPU time the server thread serving this connection has used so far
-    /// (nanoseconds), when that thread is one of `pid`'s.
-    pub fn server_cpu_ns(&self, pid: i32) -> Option<u64> {
-        crate::proc::sched_times(pid, self.server_tid?).map(|t| t.on_cpu_ns)
-    }
-
-    /// Map OS thread id → SQL thread, from the non-blocking sources.
-    pub fn threads(&mut self) -> Result<HashMap<i32, SqlThread>, StacksError> {
-        let mut out = HashMap::new();
-        match self.flavor {
-            Flavor::MariaDb => {
-                let rows: Vec<mysql::Row> = self
-                    .conn
-                    .query("SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, INFO, TID, TIME_MS FROM information_schema.PROCESSLIST")
-                    .map_err(StacksError::sql("reading information_schema.PROCESSLIST"))?;
-                for r in rows {
-                    if let Some((tid, mut t)) = from_row(&r, self.own_id, None) {
-                        t.time_ms = get::<f64>(&r, 9).map(|ms| ms.max(0.0) as u64);
-                        out.insert(tid, t);
-                    }
-                }
-                if self.pfs_threads {
-                    if let Ok(rows) = self.conn.query::<mysql::Row, _>(
-                        "SELECT THREAD_OS_ID, NAME FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL",
-                    ) {
-                        for r in rows {
-                            let (Some(tid), Some(name)) = (get::<i64>(&r, 0), get::<String>(&r, 1)) else { continue };
-                            out.entry(tid as i32).or_default().thread_name = Some(name);
-                        }
-                    }
-                }
-            }
-            Flavor::MySql => {
-                let rows: Vec<mysql::Row> = self
-                    .conn
-                    .query(
-                        "SELECT PROCESSLIST_ID, PROCESSLIST_USER, PROCESSLIST_HOST, PROCESSLIST_DB, PROCESSLIST_COMMAND, \
-                         PROCESSLIST_TIME, PROCESSLIST_STATE, PROCESSLIST_INFO, THREAD_OS_ID, NAME \
-                         FROM performance_schema.threads WHERE THREAD_OS_ID IS NOT NULL",
-                    )
-                    .map_err(StacksError::sql("reading performance_schema.threads"))?;
-                for r in rows {
-                    if let Some((tid, t)) = from_row(&r, self.own_id, Some(9)) {
-                        out.insert(tid, t);
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Both queries select id, user, host, db, command, time, state, info, OS
-/// thread id in that order (MySQL adds the thread name).
-fn from_row(r: &mysql::Row, own_id: u64, name_col: Option<usize>) -> Option<(i32, SqlThread)> {
-    let tid = get::<i64>(r, 8)?;
-    let id: u64 = get(r, 0).unwrap_or(0);
-    Some((
-        tid as i32,
-        SqlThread {
-            id,
-            user: get(r, 1),
-            host: get(r, 2),
-            db: get(r, 3),
-            command: get(r, 4),
-            time: get(r, 5),
-            time_ms: None,
-            state: get(r, 6),
-            info: get(r, 7),
-            thread_name: name_col.and_then(|c| get(r, c)),
-            is_pileup: id != 0 && id == own_id,
-            after: None,
-        },
-    ))
-}
-
-fn get<T: mysql::prelude::FromValue>(r: &mysql::Row, i: usize) -> Option<T> {
-    r.get_opt::<Option<T>, usize>(i).and_then(|x| x.ok()).flatten()
+/// What knows which SQL connection each of the server's threads serves,
+/// and what it runs: a connection to the server (`pileup-annotate`'s
+/// `SqlSource`), or a recording. The engine asks it, never the server: the
+/// core knows processes, not SQL.
+pub trait Annotator: Send {
+    /// The server's version, as it reports itself.
+    fn version(&self) -> &str;
+    /// OS thread id → what the thread is in SQL terms, read without
+    /// blocking the server; `Err` says why it could not be read.
+    fn threads(&mut self) -> Result<HashMap<i32, SqlThread>, String>;
+    /// CPU time (ns) the server thread serving the annotator's own queries
+    /// has used so far, when that thread is one of `pid`'s: what reading
+    /// the threads cost the server.
+    fn server_cpu_ns(&self, pid: i32) -> Option<u64>;
 }
 
 #[cfg(test)]

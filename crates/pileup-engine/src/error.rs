@@ -22,8 +22,6 @@ pub enum StacksError {
     ProcessExited(i32),
     #[error("this build of pileup captures x86_64 stacks only")]
     UnsupportedArch,
-    #[error("{what}: {source}")]
-    Sql { what: &'static str, source: pileup_conn::SqlError },
 }
 
 /// What the user can do about a [`StacksError`] whose fix is a choice of
@@ -50,11 +48,6 @@ impl StacksError {
             StacksError::SeveralServers(_) => Some(Fix::ChooseServer),
             _ => None,
         }
-    }
-
-    /// A query of `what` failed.
-    pub(crate) fn sql(what: &'static str) -> impl FnOnce(mysql::Error) -> StacksError {
-        move |e| StacksError::Sql { what, source: e.into() }
     }
 }
 

@@ -18,9 +18,13 @@
 //! unwind and symbolize stages for stacks another tracer copied (`pileup
 //! locks`' eBPF records). Only the last `keep_samples` samples
 //! are kept whole, so a run of hours costs the memory of its distinct
-//! stacks. [`last_statement`] reads what an idle connection last ran from
-//! the server's memory, each thread stopped only to read its thread pointer.
-//! [`syscalls`] counts and times one thread's system calls exactly (eBPF).
+//! stacks.
+//!
+//! The engine knows processes, not servers: which SQL connection a thread
+//! serves comes from an [`Annotator`] (`pileup-annotate` reads it over a
+//! connection), and debug files from debuginfod through
+//! [`debug_files`]. Tracers that serve one tool live with it or above the
+//! engine (`pileup-growth`; `pileup bench`'s system call counter).
 
 mod aggregate;
 mod annotate;
@@ -29,8 +33,6 @@ mod debuginfod;
 pub mod ebpf;
 mod error;
 pub mod frames;
-pub mod growth;
-pub mod last_statement;
 mod locks;
 mod modules;
 mod proc;
@@ -39,12 +41,11 @@ mod regs;
 mod resolve;
 mod sampler;
 mod symbolize;
-pub mod syscalls;
 mod unwind;
 
 // The API: what tools build on. Everything else is crate-private.
 
-pub use annotate::{one_line, role_of, Role, SqlSource, SqlThread};
+pub use annotate::{one_line, role_of, Annotator, Role, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
 pub use error::{Fix, StacksError};
 pub use locks::{LockGroup, LockKind, LockWait, WaitSeen};
@@ -60,8 +61,9 @@ pub use symbolize::Frame;
 pub mod process {
     pub use crate::proc::{
         auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us, sched_times,
-        server_for, server_pid_file, server_socket, tids, FileIo, OsThread, SchedTimes,
+        server_listening_on, server_socket, tids, FileIo, Listener, OsThread, SchedTimes,
     };
+    pub use crate::regs::syscall_name;
 }
 
 /// What stacks mean: grouping them as pt-pmp does, where the threads'
@@ -80,9 +82,10 @@ pub mod debug_files {
 /// Capture's building blocks, for benchmarks that measure them alone and
 /// for recording fixtures (a live server's threads, replayed offline).
 pub mod parts {
-    pub use crate::capture::capture;
+    pub use crate::capture::memory::read_mem;
     pub use crate::capture::passive::Passive;
     pub use crate::capture::perf::Event as PerfEvent;
+    pub use crate::capture::{capture, thread_pointers};
     pub use crate::capture::{RawSample, RawThread};
-    pub use crate::proc::{read_maps, schedstat, MapEntry};
+    pub use crate::proc::{find_map, read_maps, schedstat, MapEntry};
 }

@@ -54,25 +54,6 @@ pub fn auto_pid() -> Result<i32, StacksError> {
     }
 }
 
-/// The server process pileup's connection `spec` reaches, on this host:
-/// the one listening on its socket or local TCP port; when the servers'
-/// sockets cannot be seen (not root), the one server running. `Err` says
-/// why there is none (the server is remote, none listens there, several
-/// run and none could be told).
-pub fn server_for(spec: &pileup_conn::ConnSpec) -> Result<i32, String> {
-    let local = spec.socket.is_some()
-        || matches!(spec.host.as_deref(), None | Some("localhost" | "127.0.0.1" | "::1" | "localhost6"));
-    if !local {
-        return Err(format!("the server is on {}: run pileup on that host for OS data and stacks", spec.describe()));
-    }
-    let port = if spec.socket.is_none() { Some(spec.port) } else { None };
-    match server_listening_on(spec.socket.as_deref(), port) {
-        Listener::Server(pid) => Ok(pid),
-        Listener::None => Err(format!("no local server process listens on {}", spec.describe())),
-        Listener::Unknown => auto_pid().map_err(|e| e.to_string()),
-    }
-}
-
 /// The socket a server was started with (`--socket=` on its command line),
 /// as this process sees it (through the server's root, so a server in a
 /// container is reached too).
@@ -85,20 +66,6 @@ pub fn server_socket(pid: i32) -> Option<std::path::PathBuf> {
         let p = std::path::PathBuf::from(format!("{root}{s}"));
         p.exists().then_some(p)
     })
-}
-
-/// The server's process on this host as the server itself names it (its
-/// pid file): the file's path when it cannot be read here or names no
-/// running process.
-pub fn server_pid_file(conn: &mut mysql::Conn) -> Result<Result<i32, String>, pileup_conn::SqlError> {
-    use mysql::prelude::Queryable;
-    let file: Option<String> = conn.query_first("SELECT @@pid_file")?;
-    let file = file.unwrap_or_default();
-    let pid = fs::read_to_string(&file)
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .filter(|p| std::path::Path::new(&format!("/proc/{p}/task")).exists());
-    Ok(pid.ok_or(file))
 }
 
 /// Which running server listens on this endpoint (a Unix socket path, or a

@@ -32,3 +32,12 @@ impl Regs {
 /// the lock (offset 8 or 12), not at its start.
 pub const FUTEX_BEFORE: u64 = 16;
 pub const FUTEX_WINDOW: usize = 48;
+
+/// The name of x86-64 system call `nr` (`syscall_N` for a number with no
+/// name).
+pub fn syscall_name(nr: u64) -> String {
+    match syscalls::Sysno::new(nr as usize) {
+        Some(s) => s.name().to_string(),
+        None => format!("syscall_{nr}"),
+    }
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use regex::Regex;
 
-use crate::annotate::{self, Role, SqlSource, SqlThread};
+use crate::annotate::{self, Annotator, Role, SqlThread};
 use crate::capture::{self, CaptureOptions, Mode};
 use crate::error::StacksError;
 use crate::locks::{self, LockGroup};
@@ -205,7 +205,7 @@ pub struct Sampler {
     exec: Vec<(u64, u64, u64, String)>,
     cache: framehop::x86_64::CacheX86_64,
     symbols: symbolize::SymbolCache,
-    sql: Option<SqlSource>,
+    sql: Option<Box<dyn Annotator>>,
     sql_error: Option<String>,
     sql_cache: Option<(Instant, HashMap<i32, SqlThread>)>,
     /// CPU time of the server thread serving pileup's connection when the
@@ -325,7 +325,7 @@ fn choose(
 }
 
 impl Sampler {
-    pub fn new(pid: i32, opts: SamplerOptions, sql: Option<SqlSource>) -> Result<Sampler, StacksError> {
+    pub fn new(pid: i32, opts: SamplerOptions, sql: Option<Box<dyn Annotator>>) -> Result<Sampler, StacksError> {
         Sampler::with_modules(pid, opts, sql, None)
     }
 
@@ -335,7 +335,7 @@ impl Sampler {
     pub fn with_modules(
         pid: i32,
         opts: SamplerOptions,
-        sql: Option<SqlSource>,
+        sql: Option<Box<dyn Annotator>>,
         kept: Option<LoadedModules>,
     ) -> Result<Sampler, StacksError> {
         let cpu_start_us = proc::own_cpu_us();
@@ -478,7 +478,7 @@ impl Sampler {
     }
 
     pub fn server_version(&self) -> Option<&str> {
-        self.sql.as_ref().map(|s| s.version.as_str())
+        self.sql.as_ref().map(|s| s.version())
     }
 
     /// The processlist by OS thread, and whether it was read now (not
@@ -637,7 +637,7 @@ impl Sampler {
                 state: o.state,
                 state_label: proc::state_label(o.state),
                 wchan: o.wchan,
-                syscall: rt.regs.blocked_syscall().map(crate::syscalls::syscall_name),
+                syscall: rt.regs.blocked_syscall().map(crate::regs::syscall_name),
                 file: proc::file_io(pid, &rt.regs),
                 role: annotate::role_of(pid, rt.tid, s.as_ref()),
                 sql: s,

@@ -11,6 +11,8 @@ pub enum LagError {
     Connect(#[from] pileup_conn::ConnError),
     #[error(transparent)]
     Stacks(#[from] pileup_engine::StacksError),
+    #[error(transparent)]
+    Annotate(#[from] pileup_annotate::AnnotateError),
 }
 
 impl LagError {

@@ -30,7 +30,8 @@ use serde::Serialize;
 
 pub use classify::{classify, table_of, Category};
 pub use error::LagError;
-use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_annotate::SqlSource;
+use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, ThreadFilter};
 
 /// How to sample.
 #[derive(Debug, Clone)]
@@ -202,7 +203,7 @@ pub fn sample(
     let (reads0, history0) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let sql = SqlSource::new(spec.connect()?)?;
     let opts = sampler_options(o);
-    let mut s = Sampler::new(pid, opts, Some(sql))?;
+    let mut s = Sampler::new(pid, opts, Some(Box::new(sql)))?;
     let n = (o.duration.as_secs_f64() / o.interval.as_secs_f64().max(1e-3)).ceil().max(1.0) as usize;
     let t0 = Instant::now();
     // Where the applier is after each sample: its relay log position names

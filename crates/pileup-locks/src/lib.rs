@@ -30,9 +30,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pileup_annotate::SqlSource;
 use pileup_engine::Regs;
 use pileup_engine::{DataName, Resolver};
-use pileup_engine::{SqlSource, SqlThread, ThreadFilter};
+use pileup_engine::{SqlThread, ThreadFilter};
 use pileup_sql::statement_class;
 use serde::Serialize;
 

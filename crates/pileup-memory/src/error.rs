@@ -25,9 +25,9 @@ impl MemoryError {
     }
 }
 
-impl From<pileup_engine::growth::GrowthError> for MemoryError {
-    fn from(e: pileup_engine::growth::GrowthError) -> MemoryError {
-        use pileup_engine::growth::GrowthError as G;
+impl From<pileup_growth::GrowthError> for MemoryError {
+    fn from(e: pileup_growth::GrowthError) -> MemoryError {
+        use pileup_growth::GrowthError as G;
         match e {
             G::Privileges(m) => MemoryError::Privileges(m),
             G::NoEbpf(m) => MemoryError::NoEbpf(m),

@@ -28,11 +28,12 @@ mod server;
 
 use std::time::{Duration, Instant};
 
-use pileup_engine::growth::{GrowthOptions, Tick};
-use pileup_engine::{Resolver, SqlSource};
+use pileup_annotate::SqlSource;
+use pileup_engine::Resolver;
+use pileup_growth::{GrowthOptions, Tick};
 
 pub use error::MemoryError;
-pub use pileup_engine::growth::Growth;
+pub use pileup_growth::Growth;
 pub use report::{Point, Report, Traced};
 pub use server::{ConnectionMemory, ServerMemory};
 
@@ -112,7 +113,7 @@ impl Timeline {
 pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -> Result<Report, MemoryError> {
     let exe = pileup_engine::process::check_target(o.pid, false)?;
     if o.trace {
-        pileup_engine::growth::preflight()?;
+        pileup_growth::preflight()?;
     }
     let server = match sql.as_mut() {
         Some(s) => Some(server::Reader::new(&mut s.conn)?),
@@ -176,7 +177,7 @@ fn traced_run(
     let mut next_point = 0.0f64;
     let mut malloc_error: Option<MemoryError> = None;
     let gopts = GrowthOptions { pid: o.pid, stack_budget: o.stack_budget, probe_cost: o.probe_cost, top: o.top };
-    let on_tick = |t: Tick<'_>| {
+    let on_tick = |t: Tick<'_, SqlSource>| {
         if let (Some(p), Some(f)) = (mprobe.as_mut(), &focus) {
             // The chosen threads again after each processlist read
             // (connections come and go).
@@ -203,7 +204,7 @@ fn traced_run(
         }
         t.elapsed < o.duration && !sink.stop()
     };
-    let g = pileup_engine::growth::trace_growth(
+    let g = pileup_growth::trace_growth(
         &gopts,
         sql,
         &mut resolver,

@@ -19,8 +19,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, UprobeOpts};
 
 use crate::error::MemoryError;
-use pileup_engine::growth::record::StackCopy;
 use pileup_engine::{Regs, Resolver};
+use pileup_growth::record::StackCopy;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/malloc.skel.rs"));

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::procmem::{parse_smaps, parse_status, regions, Regions, Resident};
 use crate::server::ServerMemory;
-use pileup_engine::growth::GrowthTrace;
+use pileup_growth::GrowthTrace;
 
 /// The process and the server at one instant.
 #[derive(Debug, Clone, Serialize)]
@@ -314,7 +314,7 @@ impl pileup_output::Report for Report {
         if let Some(m) = t.malloc.as_ref().filter(|m| !m.stacks.is_empty()) {
             return Some(self.malloc_stacks(m, t.trace.elapsed_s));
         }
-        pileup_output::growth_stacks(&t.trace, format!("Memory growth of {} (pid {})", self.exe, self.pid))
+        pileup_growth::growth_stacks(&t.trace, format!("Memory growth of {} (pid {})", self.exe, self.pid))
     }
 }
 

@@ -20,7 +20,6 @@
 
 mod dot;
 mod format;
-mod growth;
 mod profile;
 mod profile_text;
 pub mod proto;
@@ -30,7 +29,6 @@ mod stacks;
 use std::io::Write;
 
 pub use format::{Format, OutputError, FORMATS};
-pub use growth::growth_stacks;
 pub use profile::profile_stacks;
 pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};

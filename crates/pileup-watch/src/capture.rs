@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, WatchError};
 use mysql::prelude::Queryable;
+use pileup_annotate::SqlSource;
 use pileup_conn::ConnSpec;
-use pileup_engine::{CaptureOptions, LoadedModules, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, LoadedModules, Mode, Sampler, SamplerOptions, ThreadFilter};
 
 use crate::evidence::{CaptureSettings, Evidence, MdlLock, MetadataLocks, OpenTrx, RowLockWait, VARIABLES};
 use crate::store::Row;
@@ -129,7 +130,7 @@ fn gather_stacks_and_sql(
         };
         let psi_from = crate::poll::io_pressure_us(pid).map(|us| (Instant::now(), us));
         let connected = began.elapsed();
-        let sampler = Sampler::with_modules(pid, opts, sql, modules.take());
+        let sampler = Sampler::with_modules(pid, opts, sql.map(SqlSource::boxed), modules.take());
         tracing::debug!(
             "capture: SQL connected in {:.0} ms, sampler ready {:.0} ms later",
             connected.as_secs_f64() * 1e3,
@@ -177,7 +178,7 @@ fn gather_stacks_and_sql(
     // pointer).
     let idle = crate::holder::idle_candidates(&ev);
     if let (Some(pid), false) = (pid, idle.is_empty()) {
-        match pileup_engine::last_statement::last_statements(pid, &idle, s.max_stop) {
+        match crate::last_statement::last_statements(pid, &idle, s.max_stop) {
             Ok(found) => ev.last_statements = found.into_iter().collect(),
             Err(e) => ev.last_statements_error = Some(e),
         }
@@ -199,9 +200,9 @@ fn trace_growth(
     spec: Option<&ConnSpec>,
     s: &CaptureSettings,
     cancel: Option<&std::sync::atomic::AtomicBool>,
-) -> std::result::Result<pileup_engine::growth::GrowthTrace, String> {
-    use pileup_engine::growth::{self, GrowthError, GrowthOptions};
-    growth::preflight().map_err(|e| match e {
+) -> std::result::Result<pileup_growth::GrowthTrace, String> {
+    use pileup_growth::{GrowthError, GrowthOptions};
+    pileup_growth::preflight().map_err(|e| match e {
         GrowthError::Privileges(m) => {
             format!("tracing memory growth needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (missing: {m})")
         }
@@ -219,10 +220,10 @@ fn trace_growth(
     let o = GrowthOptions { pid, stack_budget: 200, probe_cost: false, top: 10 };
     let class_of: Box<dyn Fn(&str) -> String> = Box::new(pileup_sql::statement_class);
     let window = s.memory_trace;
-    let stop = |t: pileup_engine::growth::Tick<'_>| {
+    let stop = |t: pileup_growth::Tick<'_, SqlSource>| {
         t.elapsed < window && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
     };
-    growth::trace_growth(&o, &mut sql, &mut resolver, class_of, false, stop).map_err(|e| e.to_string())
+    pileup_growth::trace_growth(&o, &mut sql, &mut resolver, class_of, false, stop).map_err(|e| e.to_string())
 }
 
 fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result<()> {

@@ -104,7 +104,7 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         pileup_files::write_private(&dir.join("memory.json"), |w| -> Result<()> {
             Ok(serde_json::to_writer_pretty(w, g)?)
         })?;
-        if let Some(st) = pileup_output::growth_stacks(g, "Memory growth of the server".into()) {
+        if let Some(st) = pileup_growth::growth_stacks(g, "Memory growth of the server".into()) {
             pileup_files::write_private(&dir.join("memory.svg"), |w| -> Result<()> { Ok(st.svg(None, w)?) })?;
             pileup_files::write_private(&dir.join("memory.pb.gz"), |w| -> Result<()> {
                 Ok(pileup_output::proto::write_gz(&st.pprof(), w)?)

@@ -99,8 +99,8 @@ pub struct Evidence {
     pub processlist_unix: Option<f64>,
     /// What idle connections that may hold a lock others wait for last
     /// ran, read from the server's memory
-    /// ([`pileup_engine::last_statement`]), by connection id.
-    pub last_statements: BTreeMap<u64, pileup_engine::last_statement::LastStatement>,
+    /// ([`crate::last_statement`]), by connection id.
+    pub last_statements: BTreeMap<u64, crate::last_statement::LastStatement>,
     /// Why no last statement could be read at all, when none could.
     pub last_statements_error: Option<String>,
     pub innodb_status: Option<String>,
@@ -121,7 +121,7 @@ pub struct Evidence {
     pub history: Vec<Row>,
     /// For a memory trigger: the server's growth, traced and charged to
     /// statements and stacks, or why it could not be.
-    pub growth: Option<pileup_engine::growth::GrowthTrace>,
+    pub growth: Option<pileup_growth::GrowthTrace>,
     pub growth_error: Option<String>,
 }
 

@@ -11,7 +11,7 @@
 //! [`Evidence`], tested without a server.
 
 use crate::evidence::{pl_summary, stamp_tenths, Evidence, MdlLock};
-use pileup_engine::last_statement::LastStatement;
+use crate::last_statement::LastStatement;
 
 /// Most idle connections whose last statement a capture reads.
 pub const MAX_IDLE_READ: usize = 32;

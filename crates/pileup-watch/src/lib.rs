@@ -39,6 +39,7 @@ mod error;
 pub mod evidence;
 pub mod expo;
 pub mod holder;
+pub mod last_statement;
 pub mod pace;
 pub mod poll;
 pub mod profiles;

@@ -417,7 +417,7 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
 
 /// The memory growth traced for a memory trigger: the statements and
 /// stacks that grew the server most.
-fn memory_text(rep: &mut String, t: &pileup_engine::growth::GrowthTrace) -> std::fmt::Result {
+fn memory_text(rep: &mut String, t: &pileup_growth::GrowthTrace) -> std::fmt::Result {
     let g = &t.growth;
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
     let touched = g.totals.anon_bytes + g.totals.file_bytes;

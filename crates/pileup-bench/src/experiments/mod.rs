@@ -13,8 +13,8 @@ mod table_open;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::syscalls::SyscallError;
 use mysql::prelude::Queryable;
-use pileup_engine::syscalls::SyscallError;
 
 use crate::drive::{self, DriveError, Window};
 use crate::error::{ExperimentError, Result};
@@ -228,7 +228,7 @@ fn profile_point<'l>(
     // The load runs a little longer than the profile on both sides.
     let window = Window { warmup: Duration::from_secs(1), measure: secs + Duration::from_secs(1) };
     let probes = drive::Probes { server_pid: v.pid, counter: None, stop: ctx.o.stop.as_deref() };
-    let sql = ctx.maria.admin().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
+    let sql = ctx.maria.admin().ok().and_then(|c| pileup_annotate::SqlSource::new(c).ok());
     std::thread::scope(|s| {
         let make = &v.make;
         let load = s.spawn(move || drive::drive(threads, window, probes, make));
@@ -238,7 +238,7 @@ fn profile_point<'l>(
         let stop = ctx.o.stop.as_deref();
         let counted = accept_calls.then(|| {
             s.spawn(move || {
-                pileup_engine::syscalls::tally_thread(pid, secs, || {
+                crate::syscalls::tally_thread(pid, secs, || {
                     stop.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
                 })
             })

@@ -20,7 +20,7 @@ pub(crate) fn copy_stack(pid: i32, sp: u64, maps: &[MapEntry], stack_bytes: usiz
 }
 
 /// Copy remote memory; returns how many bytes were read (partial at a fault).
-pub(crate) fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
+pub fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
     if buf.is_empty() {
         return 0;
     }

@@ -32,7 +32,7 @@
 //!   are read as they sleep, running ones sampled on their CPU by a perf
 //!   event. For one or a few threads sampled for a long time.
 
-mod memory;
+pub(crate) mod memory;
 pub(crate) mod passive;
 pub(crate) mod perf;
 mod ptrace;

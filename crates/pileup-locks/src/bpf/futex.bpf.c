@@ -45,15 +45,6 @@
 
 #include "pileup_bpf.h"
 
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_PERCPU_HASH 5
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_RINGBUF 27
-#define BPF_NOEXIST 1
-#define BPF_RB_NO_WAKEUP 1
-#define BPF_F_NO_PREALLOC 1
-#define BPF_F_MMAPABLE 1024
 
 #define STACK_BYTES 16384
 #define WINDOW_BEFORE 16

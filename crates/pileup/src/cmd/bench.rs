@@ -118,7 +118,7 @@ impl LockProfiler for Locks {
             probe_cost: false,
         };
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let sql = self.0.connect().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
+        let sql = self.0.connect().ok().and_then(|c| pileup_annotate::SqlSource::new(c).ok());
         let r = pileup_locks::run(&opts, sql, &stop, |_| {}).map_err(|e| e.to_string())?;
         Ok(LockSummary {
             waits: r.counters.waits,

@@ -24,7 +24,7 @@ impl Profiler {
     /// come back before the load starts.
     pub fn start(spec: &ConnSpec) -> Result<Profiler> {
         let mut c = spec.connect()?;
-        let pid = match pileup_engine::process::server_pid_file(&mut c)? {
+        let pid = match pileup_annotate::server_pid_file(&mut c)? {
             Ok(p) => p,
             Err(file) => super::usage!("--profile samples the server's threads, so the server must run on this machine (its pid file {file} cannot be read here)"
             ),

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
+use pileup_annotate::SqlSource;
 use pileup_conn::ConnOptions;
-use pileup_engine::SqlSource;
 use pileup_memory::{MemoryOptions, Point, Sink};
 
 use crate::output::{emit, Options, OutputArgs};

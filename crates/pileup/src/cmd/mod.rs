@@ -78,7 +78,7 @@ pub fn parse_pid(arg: &str, conn: &pileup_conn::ConnOptions) -> anyhow::Result<i
     match arg {
         "auto" if conn.any_given() => {
             let spec = conn.resolve()?;
-            pileup_engine::process::server_for(&spec).map_err(|why| anyhow::anyhow!("{why}; give --pid"))
+            pileup_annotate::server_for(&spec).map_err(|why| anyhow::anyhow!("{why}; give --pid"))
         }
         "auto" => Ok(pileup_engine::process::auto_pid()?),
         p => number(p, "\"auto\""),
@@ -100,7 +100,7 @@ fn number(p: &str, or: &str) -> anyhow::Result<i32> {
 pub fn resolve_server_pid(arg: &str, spec: &pileup_conn::ConnSpec) -> anyhow::Result<(Option<i32>, Option<String>)> {
     match arg {
         "none" => Ok((None, Some("--pid none".into()))),
-        "auto" => Ok(match pileup_engine::process::server_for(spec) {
+        "auto" => Ok(match pileup_annotate::server_for(spec) {
             Ok(pid) => (Some(pid), None),
             Err(why) => (None, Some(format!("{why}; give --pid for OS data and stacks"))),
         }),

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use pileup_annotate::SqlSource;
 use pileup_conn::ConnOptions;
-use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, SqlSource, ThreadFilter};
+use pileup_engine::{CaptureOptions, Mode, Sampler, SamplerOptions, ThreadFilter};
 
 use crate::output::{emit, Options};
 
@@ -168,7 +169,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         // names what it sampled as debug files arrive.
         debuginfod_wait: samples == 1,
     };
-    let mut sampler = Sampler::new(pid, opts, sql)?;
+    let mut sampler = Sampler::new(pid, opts, sql.map(SqlSource::boxed))?;
     let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
         bars.add(super::progress_bar(
             samples as u64,

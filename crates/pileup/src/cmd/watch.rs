@@ -354,7 +354,7 @@ fn locks_profile(spec: pileup_conn::ConnSpec, any_process: bool) -> pileup_watch
         };
         // The waiters' statements label their stacks where the server
         // answers; without SQL the profile is still whole.
-        let sql = spec.connect().ok().and_then(|c| pileup_engine::SqlSource::new(c).ok());
+        let sql = spec.connect().ok().and_then(|c| pileup_annotate::SqlSource::new(c).ok());
         let report = pileup_locks::run(&opts, sql, &AtomicBool::new(false), |_| {}).map_err(|e| e.to_string())?;
         let mut out = vec![];
         pileup_output::render(&report, pileup_output::Format::Pprof, &Default::default(), &mut out)

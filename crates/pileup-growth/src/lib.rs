@@ -1,5 +1,6 @@
-//! Memory growth of a server process, traced with eBPF and charged to what
-//! caused it.
+//! `pileup-growth`: memory growth of a server process, traced with eBPF and
+//! charged to what caused it (`pileup memory`, and `pileup watch`'s
+//! memory captures).
 //!
 //! ```text
 //! trace (eBPF: first touches of pages, brk/mmap/mremap/mprotect/munmap/madvise)
@@ -17,16 +18,19 @@
 pub mod attribute;
 mod error;
 pub mod record;
+mod stacks;
 pub mod trace;
+
+pub use stacks::growth_stacks;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::annotate::{SqlSource, SqlThread};
-use crate::ebpf::ProbeCost;
-use crate::regs::Regs;
-use crate::resolve::Resolver;
+use pileup_engine::ebpf::ProbeCost;
+use pileup_engine::Regs;
+use pileup_engine::Resolver;
+use pileup_engine::{Annotator, SqlThread};
 
 pub use attribute::Growth;
 pub use error::GrowthError;
@@ -89,7 +93,7 @@ impl GrowthTrace {
                 line += &format!(
                     "; {:.0}% by `{}` (connection {})",
                     s.grown as f64 * 100.0 / touched as f64,
-                    crate::annotate::one_line(&s.example, 120),
+                    pileup_engine::one_line(&s.example, 120),
                     conns.join(", ")
                 );
                 if !s.top_stack.is_empty() {
@@ -108,10 +112,10 @@ impl GrowthTrace {
 }
 
 /// What a tick hands the caller.
-pub struct Tick<'a> {
+pub struct Tick<'a, S> {
     /// Since the probes were attached.
     pub elapsed: Duration,
-    pub sql: Option<&'a mut SqlSource>,
+    pub sql: Option<&'a mut S>,
     pub resolver: &'a mut Resolver,
     /// The processlist by thread id as last read, and when (monotonic ns).
     pub rows: &'a HashMap<i32, SqlThread>,
@@ -132,12 +136,12 @@ const FAST: u64 = 4 << 20;
 
 /// Check what tracing needs, with the fix in the error.
 pub fn preflight() -> Result<(), GrowthError> {
-    let map = |e: crate::ebpf::Unavailable| match e {
-        crate::ebpf::Unavailable::Privileges(m) => GrowthError::Privileges(m),
-        crate::ebpf::Unavailable::Kernel(m) => GrowthError::NoEbpf(m),
+    let map = |e: pileup_engine::ebpf::Unavailable| match e {
+        pileup_engine::ebpf::Unavailable::Privileges(m) => GrowthError::Privileges(m),
+        pileup_engine::ebpf::Unavailable::Kernel(m) => GrowthError::NoEbpf(m),
     };
-    crate::ebpf::preflight().map_err(map)?;
-    crate::ebpf::syscall_tracepoints().map_err(map)
+    pileup_engine::ebpf::preflight().map_err(map)?;
+    pileup_engine::ebpf::syscall_tracepoints().map_err(map)
 }
 
 /// The processlist, read around events to charge them, and what stops.
@@ -155,14 +159,14 @@ struct Charging {
 }
 
 impl Charging {
-    fn read_sql(&mut self, sql: &mut Option<SqlSource>) {
+    fn read_sql<S: Annotator>(&mut self, sql: &mut Option<S>) {
         let Some(s) = sql.as_mut().filter(|_| self.sql_error.is_none()) else { return };
-        let before = crate::ebpf::monotonic_ns();
+        let before = pileup_engine::ebpf::monotonic_ns();
         self.last_sql = Some(Instant::now());
         match s.threads() {
             // Stamped at the query's middle: the server read its threads
             // some time between sending and answering.
-            Ok(rows) => self.timeline.push((before + crate::ebpf::monotonic_ns()) / 2, rows),
+            Ok(rows) => self.timeline.push((before + pileup_engine::ebpf::monotonic_ns()) / 2, rows),
             Err(e) => {
                 self.sql_error = Some(format!(
                     "the processlist could not be read ({e}); growth is charged to stacks and threads only"
@@ -206,16 +210,16 @@ impl Charging {
 /// stacks and threads only); `class_of` turns a statement into its class;
 /// `always_sql` reads the processlist every 250 ms even while nothing
 /// grows (for a caller that follows threads by connection).
-pub fn trace_growth(
+pub fn trace_growth<S: Annotator>(
     o: &GrowthOptions,
-    sql: &mut Option<SqlSource>,
+    sql: &mut Option<S>,
     resolver: &mut Resolver,
     class_of: Box<dyn Fn(&str) -> String>,
     always_sql: bool,
-    mut on_tick: impl FnMut(Tick<'_>) -> bool,
+    mut on_tick: impl FnMut(Tick<'_, S>) -> bool,
 ) -> Result<GrowthTrace, GrowthError> {
     let mut c = Charging {
-        charger: attribute::Charger::new(crate::ebpf::monotonic_ns(), class_of),
+        charger: attribute::Charger::new(pileup_engine::ebpf::monotonic_ns(), class_of),
         timeline: attribute::SqlTimeline::default(),
         pending: vec![],
         stops: HashMap::new(),
@@ -252,7 +256,7 @@ pub fn trace_growth(
     };
     let t = trace::trace(&topts, on_events, tick)?;
     c.unwind_arrived(&arrived, resolver);
-    if crate::proc::check_target(o.pid, true).is_ok() {
+    if pileup_engine::process::check_target(o.pid, true).is_ok() {
         c.read_sql(sql);
     }
     c.charge_ready(true);
@@ -267,10 +271,10 @@ pub fn trace_growth(
     let last_seen = &c.timeline.last_seen;
     let role = |tid: i32| {
         let row = last_seen.get(&tid);
-        if let Some(r) = crate::annotate::role_of(pid, tid, row) {
+        if let Some(r) = pileup_engine::role_of(pid, tid, row) {
             return r.as_str().to_string();
         }
-        match (row, crate::proc::os_thread(pid, tid)) {
+        match (row, pileup_engine::process::os_thread(pid, tid)) {
             (Some(_), _) => "background (in the processlist)".to_string(),
             (None, Some(t)) => format!("not in the processlist ({})", t.name),
             (None, None) => "threads that exited".to_string(),

@@ -1,9 +1,9 @@
 //! Memory growth's sampled stacks as weighted stacks: pprof's heap
 //! profile sample types, and flame graphs whose widths are bytes.
 
-use pileup_engine::growth::GrowthTrace;
+use pileup_output::{Stack, Stacks};
 
-use crate::stacks::{Stack, Stacks};
+use crate::GrowthTrace;
 
 /// The stacks that grew a process (`title` names it), weighted by bytes
 /// first touched (`alloc_space`) and still held at the end

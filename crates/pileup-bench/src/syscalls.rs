@@ -22,7 +22,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::ebpf::{monotonic_ns, Unavailable};
+use pileup_engine::ebpf::{monotonic_ns, Unavailable};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/syscalls.skel.rs"));
@@ -96,19 +96,12 @@ impl SyscallTally {
     }
 }
 
-/// The name of x86-64 system call `nr` (`syscall_N` for a number with no
-/// name).
-pub fn syscall_name(nr: u64) -> String {
-    match syscalls::Sysno::new(nr as usize) {
-        Some(s) => s.name().to_string(),
-        None => format!("syscall_{nr}"),
-    }
-}
+pub use pileup_engine::process::syscall_name;
 
 /// Count and time thread `tid`'s system calls for `duration`, or until
 /// `stop` says so (asked every 100 ms).
 pub fn tally_thread(tid: i32, duration: Duration, stop: impl Fn() -> bool) -> Result<SyscallTally, SyscallError> {
-    crate::ebpf::preflight()?;
+    pileup_engine::ebpf::preflight()?;
     if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
         return Err(SyscallError::NoThread(tid));
     }
@@ -118,7 +111,7 @@ pub fn tally_thread(tid: i32, duration: Duration, stop: impl Fn() -> bool) -> Re
     let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| SyscallError::Ebpf("no .rodata".into()))?;
     ro.target_tid = tid as u32;
     let mut skel: SyscallsSkel = open.load().map_err(|e| ebpf("loading", &e))?;
-    let sched = || crate::proc::sched_times(tid, tid);
+    let sched = || pileup_engine::process::sched_times(tid, tid);
     skel.attach().map_err(|e| ebpf("attaching", &e))?;
     let started = Instant::now();
     let sched_before = sched();
@@ -174,7 +167,7 @@ fn u64_at(v: &[u8], at: usize) -> u64 {
 }
 
 fn ebpf(what: &str, e: &libbpf_rs::Error) -> SyscallError {
-    match crate::ebpf::refused(what, e) {
+    match pileup_engine::ebpf::refused(what, e) {
         Some(refused) => SyscallError::Unavailable(refused),
         None => SyscallError::Ebpf(format!("{what} the eBPF program: {e}")),
     }
@@ -212,7 +205,7 @@ mod tests {
     /// made to do are counted exactly.
     #[test]
     fn a_threads_own_calls_are_counted_exactly() {
-        if crate::ebpf::preflight().is_err() {
+        if pileup_engine::ebpf::preflight().is_err() {
             eprintln!("skipped: eBPF is not available to this test");
             return;
         }

@@ -11,7 +11,6 @@
 
 #include "pileup_bpf.h"
 
-#define BPF_MAP_TYPE_ARRAY 2
 // x86-64 has about 460 system calls; larger numbers are counted as one.
 #define MAX_NR 512
 

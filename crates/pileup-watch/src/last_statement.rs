@@ -15,7 +15,7 @@
 //!   exported `_current_thd()` reads at a fixed offset from the thread
 //!   pointer; the offset is decoded from that function's two instructions;
 //! * the thread pointer (`fs_base`) is read while the thread is stopped for
-//!   microseconds ([`crate::capture::thread_pointers`]);
+//!   microseconds ([`pileup_engine::parts::thread_pointers`]);
 //! * the `THD` is checked for the connection's id and OS thread id, both
 //!   within it;
 //! * the arena's block is the one a word of the `THD` points at whose
@@ -28,8 +28,7 @@
 //! block then still holds the statement before it. Written by hand:
 //! no crate reads a server's session state from outside.
 
-use crate::capture::read_mem;
-use crate::proc::MapEntry;
+use pileup_engine::parts::{read_mem, MapEntry};
 
 /// What was found for one connection.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -182,7 +181,7 @@ fn has_word(thd: &[u8], v: u64, width: usize) -> bool {
 
 /// Whether `addr` is in a writable anonymous mapping (the heap, an arena).
 fn in_heap(maps: &[MapEntry], addr: u64) -> bool {
-    crate::proc::find_map(maps, addr).is_some_and(|m| m.perms.starts_with("rw") && !m.path.starts_with('/'))
+    pileup_engine::parts::find_map(maps, addr).is_some_and(|m| m.perms.starts_with("rw") && !m.path.starts_with('/'))
 }
 
 /// The last statement of each connection (connection id, OS thread id) of
@@ -195,9 +194,9 @@ pub fn last_statements(
     max_stop: std::time::Duration,
 ) -> Result<Vec<(u64, LastStatement)>, String> {
     let offset = thd_offset(&format!("/proc/{pid}/exe"))?;
-    let maps = crate::proc::read_maps(pid).map_err(|e| e.to_string())?;
+    let maps = pileup_engine::parts::read_maps(pid).map_err(|e| e.to_string())?;
     let tids: Vec<i32> = conns.iter().map(|c| c.1).collect();
-    let tps = crate::capture::thread_pointers(pid, &tids, max_stop).map_err(|e| e.to_string())?;
+    let tps = pileup_engine::parts::thread_pointers(pid, &tids, max_stop).map_err(|e| e.to_string())?;
     Ok(conns
         .iter()
         .map(|&(id, tid)| {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::annotate::SqlThread;
+use pileup_engine::SqlThread;
 use serde::Serialize;
 
 use super::record::{ThreadCounts, What};
@@ -308,7 +308,7 @@ impl Charger {
                 None => {
                     let i = self.statements.len();
                     self.statement_ids.insert(class.clone(), i);
-                    self.statements.push((class, crate::annotate::one_line(text, 200)));
+                    self.statements.push((class, pileup_engine::one_line(text, 200)));
                     i
                 }
             }

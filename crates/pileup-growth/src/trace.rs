@@ -12,9 +12,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use crate::ebpf::ProbeCost;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use pileup_engine::ebpf::ProbeCost;
 
 use super::error::GrowthError;
 use super::record::{Event, ThreadCounts};
@@ -95,12 +95,12 @@ pub fn trace(
     // What the CPUs together may copy in a second (each rounded up).
     open.maps
         .events
-        .set_max_entries(crate::ebpf::ring_bytes(cpu_budget * cpus, STACK_RECORD_BYTES))
+        .set_max_entries(pileup_engine::ebpf::ring_bytes(cpu_budget * cpus, STACK_RECORD_BYTES))
         .map_err(|e| load_error("sizing the ring buffer of", &e))?;
     let mut skel: GrowthSkel = open.load().map_err(|e| load_error("loading", &e))?;
     set_period(&mut skel, FIRST_PERIOD);
     let stats = if opts.probe_cost {
-        Some(crate::ebpf::enable_run_time_stats().map_err(|e| {
+        Some(pileup_engine::ebpf::enable_run_time_stats().map_err(|e| {
             GrowthError::Ebpf(format!("turning on the kernel's BPF run-time statistics for --probe-cost: {e}"))
         })?)
     } else {
@@ -174,7 +174,7 @@ pub fn trace(
             p.growth_madvise.as_fd(),
             p.growth_brk.as_fd(),
         ] {
-            total += crate::ebpf::run_time(fd)?;
+            total += pileup_engine::ebpf::run_time(fd)?;
         }
         Some(total)
     });
@@ -236,7 +236,7 @@ fn read_counters(map: &impl MapCore) -> Counters {
 }
 
 fn load_error(what: &str, e: &libbpf_rs::Error) -> GrowthError {
-    match crate::ebpf::refused(what, e) {
+    match pileup_engine::ebpf::refused(what, e) {
         Some(refused) => GrowthError::NoEbpf(refused.to_string()),
         None => GrowthError::Ebpf(format!("{what} the eBPF program: {e}")),
     }

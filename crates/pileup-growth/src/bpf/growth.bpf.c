@@ -37,12 +37,6 @@
 #include "pileup_bpf.h"
 #include <bpf/bpf_core_read.h>
 
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_RINGBUF 27
-#define BPF_NOEXIST 1
-#define BPF_RB_NO_WAKEUP 1
-#define BPF_F_NO_PREALLOC 1
 
 #define STACK_BYTES 16384
 #define MAX_THREADS 65536
@@ -159,31 +153,9 @@ struct {
 	__type(value, struct thread_counts);
 } threads SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NCOUNTERS);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct pileup_budget);
-} budget SEC(".maps");
+PILEUP_TRACER_MAPS(NCOUNTERS, 16 << 20)
 
 static const struct thread_counts zero_counts = {};
-
-static __always_inline void count(__u32 which)
-{
-	pileup_count(&counters, which);
-}
 
 // The thread's counts, created empty if absent.
 static __always_inline struct thread_counts *counts_of(__u32 tid)
