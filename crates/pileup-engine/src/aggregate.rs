@@ -125,6 +125,8 @@ impl Tally {
     }
 }
 
+/// One group of [`group`]: every counted stack with the same frame labels,
+/// whatever the thread or state behind it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StackGroup {
     /// Frame labels, innermost first.
@@ -205,6 +207,7 @@ pub struct Share {
     /// The most frequent innermost frame under it, when it is another one
     /// (an unnamed frame of a stripped binary, or the wait primitive).
     pub innermost: Option<String>,
+    /// Thread-samples in this state under this function.
     pub count: usize,
     /// Share of the working thread-samples (every line's count summed).
     pub pct: f64,

@@ -10,16 +10,24 @@ use serde::Serialize;
 /// The SQL side of one OS thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SqlThread {
+    /// The connection's processlist id.
     pub id: u64,
+    /// The connection's user name.
     pub user: Option<String>,
+    /// The client's host (`host:port` for a TCP client), as the processlist shows it.
     pub host: Option<String>,
+    /// The connection's default database.
     pub db: Option<String>,
+    /// The processlist command (`Query`, `Sleep`, `Binlog Dump`, …).
     pub command: Option<String>,
+    /// The processlist's TIME: seconds the thread has been in its current state.
     pub time: Option<i64>,
     /// How long the connection has been in its current command, in
     /// milliseconds (MariaDB's TIME_MS): when its statement began.
     pub time_ms: Option<u64>,
+    /// The processlist state (`Updating`, `Sending data`, …).
     pub state: Option<String>,
+    /// The statement running (the processlist's INFO).
     pub info: Option<String>,
     /// performance_schema thread name (`thread/sql/one_connection`), when known.
     pub thread_name: Option<String>,
@@ -131,6 +139,8 @@ pub enum Role {
 }
 
 impl Role {
+    /// A role by the name `--focus` takes (`accept`, `sql-thread`, `io-thread`,
+    /// `connection`, or an alias such as `sql`, `io`, `connections`).
     pub fn parse(s: &str) -> Option<Role> {
         Some(match s {
             "accept" => Role::Accept,
@@ -140,6 +150,7 @@ impl Role {
             _ => return None,
         })
     }
+    /// The role's name (kebab-case, as serialized).
     pub fn as_str(&self) -> &'static str {
         match self {
             Role::Accept => "accept",

@@ -1,30 +1,56 @@
 //! Errors a user can act on: each names the problem in the engine's terms
 //! (which process, which permission). A front end adds how its user names
-//! the fix (its flags): [`StacksError::fix`] says what that fix is.
+//! the fix (its flags): [`EngineError::fix`] says what that fix is.
 
 use thiserror::Error;
 
+/// An error about the target process: finding it, permission to trace it, or it going away.
 #[derive(Debug, Error)]
-pub enum StacksError {
+pub enum EngineError {
+    /// No process has the pid given.
     #[error("no process with pid {0}")]
     NoSuchProcess(i32),
+    /// The process is not a MariaDB or MySQL server, and any process was not allowed.
     #[error("pid {pid} is {name:?}, not mariadbd/mysqld")]
-    NotAServer { pid: i32, name: String },
+    NotAServer {
+        /// The process's id.
+        pid: i32,
+        /// Its executable's name.
+        name: String,
+    },
+    /// No running server was found to pick automatically.
     #[error("no running mariadbd or mysqld found")]
     NoServer,
+    /// More than one server runs, so none is picked automatically; the message
+    /// lists each (pid and name).
     #[error("several servers are running: {0}")]
     SeveralServers(String),
+    /// Tracing the process (`PTRACE_SEIZE`) or reading its memory map was refused.
     #[error("not permitted to trace pid {pid} ({detail}); run pileup as the server's user or as root (CAP_SYS_PTRACE){scope}", scope = ptrace_scope_hint())]
-    Permission { pid: i32, detail: String },
+    Permission {
+        /// The process's id.
+        pid: i32,
+        /// What was refused, and the system's reason.
+        detail: String,
+    },
+    /// Another process (a debugger, say) already traces one of its threads.
     #[error("pid {pid} is already being traced by pid {tracer} (a debugger?); detach it first")]
-    AlreadyTraced { pid: i32, tracer: i32 },
+    AlreadyTraced {
+        /// The traced process's id.
+        pid: i32,
+        /// The tracer's pid.
+        tracer: i32,
+    },
+    /// The process exited while it was being sampled.
     #[error("process {0} exited during the capture")]
     ProcessExited(i32),
+    /// This build is for an architecture other than x86_64, whose stacks are
+    /// the only ones captured.
     #[error("this build of pileup captures x86_64 stacks only")]
     UnsupportedArch,
 }
 
-/// What the user can do about a [`StacksError`] whose fix is a choice of
+/// What the user can do about a [`EngineError`] whose fix is a choice of
 /// process (the front end names it with its own flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fix {
@@ -38,14 +64,14 @@ pub enum Fix {
     ChooseServer,
 }
 
-impl StacksError {
+impl EngineError {
     /// The fix to add to the message, where it is a choice of process.
     pub fn fix(&self) -> Option<Fix> {
         match self {
-            StacksError::NoSuchProcess(_) => Some(Fix::CheckPid),
-            StacksError::NotAServer { .. } => Some(Fix::ServerOrAnyProcess),
-            StacksError::NoServer => Some(Fix::StartOrGivePid),
-            StacksError::SeveralServers(_) => Some(Fix::ChooseServer),
+            EngineError::NoSuchProcess(_) => Some(Fix::CheckPid),
+            EngineError::NotAServer { .. } => Some(Fix::ServerOrAnyProcess),
+            EngineError::NoServer => Some(Fix::StartOrGivePid),
+            EngineError::SeveralServers(_) => Some(Fix::ChooseServer),
             _ => None,
         }
     }

@@ -26,6 +26,8 @@
 //! [`debug_files`]. Tracers that serve one tool live with it or above the
 //! engine (`pileup-growth`; `pileup bench`'s system call counter).
 
+#![warn(missing_docs)]
+
 mod aggregate;
 mod annotate;
 mod capture;
@@ -47,7 +49,7 @@ mod unwind;
 
 pub use annotate::{one_line, role_of, Annotator, Role, SqlThread};
 pub use capture::{CaptureOptions, CaptureStats, Missed, Mode};
-pub use error::{Fix, StacksError};
+pub use error::{EngineError, Fix};
 pub use locks::{LockGroup, LockKind, LockWait, WaitSeen};
 pub use modules::ModuleFile;
 pub use profile::{Counted, ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
@@ -76,7 +78,7 @@ pub mod analysis {
 /// Separate debug files looked up by build id on debuginfod servers (and
 /// their cache), so a stripped server's frames get names.
 pub mod debug_files {
-    pub use crate::debuginfod::{fill_cache, DebuginfodOptions, FetchProgress, OnProgress};
+    pub use crate::debuginfod::{cache_dir, fill_cache, DebugFetcher, DebuginfodOptions, FetchProgress, OnProgress};
 }
 
 /// Capture's building blocks, for benchmarks that measure them alone and

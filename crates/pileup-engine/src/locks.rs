@@ -24,20 +24,29 @@ use serde::Serialize;
 use crate::frames::{self, FrameClass};
 use crate::regs::FUTEX_BEFORE;
 
+/// What kind of lock a futex waiter waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockKind {
+    /// A pthread mutex (`mysql_mutex_t`): the lock records its owner's tid.
     PthreadMutex,
+    /// A pthread rwlock (`mysql_rwlock_t`, `mysql_prlock_t`): a writer is
+    /// recorded, readers are not.
     PthreadRwlock,
+    /// A condition variable wait (MDL, table and row locks, thread pools): no owner is recorded.
     Condition,
+    /// One of InnoDB's own futex locks (`srw_mutex`, `ssux_lock`, `srw_lock`):
+    /// no owner in release builds.
     InnodbSrwLock,
     /// InnoDB's group commit waiter (log0sync.cc): a per-thread semaphore
     /// a committing thread sleeps on until the redo log it needs is written.
     InnodbLogWait,
+    /// A futex wait pileup does not recognise as a lock.
     Futex,
 }
 
 impl LockKind {
+    /// The kind's name in words (`pthread mutex`, `InnoDB srw lock`, …).
     pub fn describe(&self) -> &'static str {
         match self {
             LockKind::PthreadMutex => "pthread mutex",
@@ -52,6 +61,7 @@ impl LockKind {
     pub fn resolvable(&self) -> bool {
         matches!(self, LockKind::PthreadMutex | LockKind::PthreadRwlock)
     }
+    /// Why a wait of this kind names no owner, in words.
     pub fn why_unresolved(&self) -> &'static str {
         match self {
             LockKind::PthreadMutex => "held, but its owner field names no thread of this process",
@@ -69,9 +79,11 @@ impl LockKind {
 /// What one thread waits on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LockWait {
+    /// The kind of lock, from the thread's innermost frames.
     pub kind: LockKind,
     /// Address of the lock (the futex word's lock, not always the futex itself).
     pub addr: u64,
+    /// The thread holding the lock, when the lock records one that is a thread of the process.
     pub owner_tid: Option<i32>,
     /// For a pthread mutex: the lock word was 0 at the capture instant.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -123,7 +135,9 @@ pub fn classify(labels: &[&str], futex_addr: u64, window: &[u8], tids: &HashSet<
 /// All threads waiting on one lock.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockGroup {
+    /// The kind of lock.
     pub kind: LockKind,
+    /// Address of the lock.
     pub addr: u64,
     /// Distinct threads seen waiting on it (over all samples).
     pub waiters: Vec<i32>,
@@ -137,6 +151,7 @@ pub struct LockGroup {
     pub waiting_in_addrs: Vec<u64>,
     /// The most threads waiting on it in one sample.
     pub most_at_once: usize,
+    /// The thread holding the lock, when the lock records it.
     pub owner_tid: Option<i32>,
     /// The sample the owner was read in.
     pub owner_sample: Option<usize>,
@@ -144,8 +159,11 @@ pub struct LockGroup {
     /// first) and its SQL connection's statement or its thread name; `None`
     /// when the owner was not among the sampled threads.
     pub holder_stack: Option<Vec<String>>,
+    /// The owner's lookup addresses, innermost first (to name its frames again
+    /// when debug info arrives late).
     #[serde(skip)]
     pub holder_addrs: Vec<u64>,
+    /// The owner's SQL connection summary, or its thread name without one.
     pub holder: Option<String>,
     /// The mutex was free at the capture instant while threads still slept
     /// on it: a convoy (released, next waiter not yet running).
@@ -161,6 +179,7 @@ pub struct LockGroup {
 pub struct WaitSeen {
     /// [`crate::Sample::index`].
     pub sample: usize,
+    /// The waiting thread.
     pub tid: i32,
 }
 

@@ -182,7 +182,9 @@ pub struct ModuleFile {
     pub path: String,
     /// Its executable mapping: start and end address, file offset.
     pub start: u64,
+    /// End address of the mapping (exclusive).
     pub end: u64,
+    /// File offset the mapping starts at.
     pub offset: u64,
     /// The file holding its bytes.
     pub file: PathBuf,

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use crate::error::StacksError;
+use crate::error::EngineError;
 
 /// Names of server binaries we accept without `--any-process`.
 pub const SERVER_NAMES: &[&str] = &["mariadbd", "mysqld", "mysqld-debug", "mariadbd-debug"];
@@ -19,6 +19,7 @@ pub fn exe_name(pid: i32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
 }
 
+/// Whether `name` is one of the server binary names accepted without `--any-process`.
 pub fn is_server_name(name: &str) -> bool {
     SERVER_NAMES.contains(&name)
 }
@@ -43,13 +44,13 @@ pub fn find_servers() -> Vec<(i32, String)> {
 }
 
 /// Resolve `--pid auto` to the single running server.
-pub fn auto_pid() -> Result<i32, StacksError> {
+pub fn auto_pid() -> Result<i32, EngineError> {
     let s = find_servers();
     match s.len() {
-        0 => Err(StacksError::NoServer),
+        0 => Err(EngineError::NoServer),
         1 => Ok(s[0].0),
         _ => {
-            Err(StacksError::SeveralServers(s.iter().map(|(p, n)| format!("{p} ({n})")).collect::<Vec<_>>().join(", ")))
+            Err(EngineError::SeveralServers(s.iter().map(|(p, n)| format!("{p} ({n})")).collect::<Vec<_>>().join(", ")))
         }
     }
 }
@@ -128,6 +129,7 @@ pub fn server_listening_on(socket: Option<&std::path::Path>, port: Option<u16>) 
 /// Who listens on an endpoint, as far as pileup can see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
+    /// The server with this pid has the socket open.
     Server(i32),
     /// No server process has that socket open.
     None,
@@ -166,20 +168,20 @@ pub fn tcp_listeners(text: &str) -> Vec<(u64, u16)> {
 }
 
 /// Check that `pid` exists and is a server (unless `any` is set).
-pub fn check_target(pid: i32, any: bool) -> Result<String, StacksError> {
+pub fn check_target(pid: i32, any: bool) -> Result<String, EngineError> {
     if !PathBuf::from(format!("/proc/{pid}")).exists() {
-        return Err(StacksError::NoSuchProcess(pid));
+        return Err(EngineError::NoSuchProcess(pid));
     }
     let name = exe_name(pid).unwrap_or_else(|| "?".into());
     if !any && !is_server_name(&name) {
-        return Err(StacksError::NotAServer { pid, name });
+        return Err(EngineError::NotAServer { pid, name });
     }
     Ok(name)
 }
 
 /// Thread ids of a process, sorted.
-pub fn tids(pid: i32) -> Result<Vec<i32>, StacksError> {
-    let rd = fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| StacksError::NoSuchProcess(pid))?;
+pub fn tids(pid: i32) -> Result<Vec<i32>, EngineError> {
+    let rd = fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| EngineError::NoSuchProcess(pid))?;
     let mut v: Vec<i32> = rd.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
     v.sort_unstable();
     Ok(v)
@@ -188,15 +190,23 @@ pub fn tids(pid: i32) -> Result<Vec<i32>, StacksError> {
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapEntry {
+    /// Start address of the mapping.
     pub start: u64,
+    /// End address of the mapping (exclusive).
     pub end: u64,
+    /// Permissions as the file shows them (`r-xp`).
     pub perms: String,
+    /// Offset of the mapping in its file.
     pub offset: u64,
+    /// Inode of the mapped file (0 for an anonymous mapping).
     pub inode: u64,
+    /// The mapped file's path or a pseudo-path (`[stack]`, `[vdso]`); empty for
+    /// an anonymous mapping.
     pub path: String,
 }
 
 impl MapEntry {
+    /// Whether the mapping is executable.
     pub fn is_exec(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
@@ -224,12 +234,14 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     out
 }
 
-pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>, StacksError> {
+/// Read and parse `/proc/PID/maps`; unreadable maps are a permission error, a
+/// missing file a process that is gone.
+pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>, EngineError> {
     let t = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| match e.kind() {
         std::io::ErrorKind::PermissionDenied => {
-            StacksError::Permission { pid, detail: "cannot read /proc/PID/maps".into() }
+            EngineError::Permission { pid, detail: "cannot read /proc/PID/maps".into() }
         }
-        _ => StacksError::NoSuchProcess(pid),
+        _ => EngineError::NoSuchProcess(pid),
     })?;
     Ok(parse_maps(&t))
 }
@@ -251,6 +263,7 @@ pub struct OsThread {
     pub wchan: Option<String>,
     /// User and system CPU time so far, in clock ticks.
     pub utime: u64,
+    /// System CPU time so far, in clock ticks.
     pub stime: u64,
     /// A kernel io_uring worker (PF_IO_WORKER): it has no user-space stack.
     pub io_worker: bool,
@@ -322,6 +335,7 @@ pub fn exiting(pid: i32, tid: i32) -> bool {
     }
 }
 
+/// A thread's [`OsThread`] from its `stat` and `wchan` files (`None` when it is gone).
 pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let (name, state, utime, stime, flags) = parse_stat(&stat)?;
@@ -340,8 +354,11 @@ pub fn os_thread(pid: i32, tid: i32) -> Option<OsThread> {
 /// takes a count.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FileIo {
+    /// The system call (`pread64`, `fsync`, …).
     pub syscall: &'static str,
+    /// The file the descriptor names.
     pub path: String,
+    /// Bytes asked for, by a call that takes a count (`read`, `write`, `pread64`, `pwrite64`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
 }
@@ -422,7 +439,9 @@ pub fn schedstat(pid: i32, tid: i32) -> Option<String> {
 /// A thread's time on a CPU and runnable waiting for one, so far (ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedTimes {
+    /// Time on a CPU so far (ns).
     pub on_cpu_ns: u64,
+    /// Time runnable, waiting for a CPU, so far (ns).
     pub waiting_ns: u64,
 }
 

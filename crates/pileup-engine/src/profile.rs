@@ -18,11 +18,15 @@ pub const NO_STACK: &str = "<no stack>";
 /// One thread in one sample.
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadStack {
+    /// The thread's OS id.
     pub tid: i32,
+    /// The thread's name (`comm`).
     pub name: String,
     /// OS state letter before the stop (R, S, D, …) and its meaning.
     pub state: char,
+    /// The meaning of `state` (`running`, `sleeping`, `disk wait`, …).
     pub state_label: &'static str,
+    /// Kernel function the thread slept in, if any.
     pub wchan: Option<String>,
     /// The system call the thread was blocked in, if any.
     pub syscall: Option<String>,
@@ -30,12 +34,16 @@ pub struct ThreadStack {
     /// on, named from its descriptor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<proc::FileIo>,
+    /// The thread's role, when it has one.
     pub role: Option<Role>,
+    /// The SQL connection the thread serves, when the annotator knows it.
     pub sql: Option<SqlThread>,
+    /// The lock the thread waits on, when it was blocked in a futex.
     pub lock_wait: Option<LockWait>,
     /// Microseconds this thread was stopped, and the part of it after it
     /// had stopped (held; the rest it was getting a CPU to enter the stop).
     pub stopped_us: u64,
+    /// Microseconds the thread was held once stopped.
     pub held_us: u64,
     /// Frames, innermost first (inlined frames expanded).
     pub frames: Vec<Frame>,
@@ -48,6 +56,7 @@ pub struct ThreadStack {
 }
 
 impl ThreadStack {
+    /// The frames' labels, innermost first.
     pub fn labels(&self) -> impl Iterator<Item = &str> {
         self.frames.iter().map(|f| f.label.as_str())
     }
@@ -75,35 +84,53 @@ impl ThreadStack {
     }
 }
 
+/// One sample: the threads one capture read, with their stacks and annotations.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
+    /// The sample's number in the run, from 0.
     pub index: usize,
     /// Unix time of the capture, milliseconds.
     pub at_unix_ms: u64,
+    /// The capture's timing and counts.
     pub stats: CaptureStats,
+    /// The threads read, with their stacks and annotations.
     pub threads: Vec<ThreadStack>,
+    /// The threads that could not be read, and why.
     pub missed: Vec<Missed>,
 }
 
 /// Per-module symbol coverage, for the "how complete are the symbols" line.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModuleReport {
+    /// Short module name (`mariadbd`, `libc.so.6`).
     pub name: String,
+    /// The module's path as the process sees it.
     pub path: String,
+    /// The module's build id (hex), when it has one.
     pub build_id: Option<String>,
+    /// What symbol information the module has, in words: `stripped, no symbols`,
+    /// `full symbol table (N symbols), no debug info`, …
     pub symbols: String,
+    /// The separate debug file used, when one was found.
     pub debug_file: Option<String>,
     /// Distinct frame addresses in this module, and how many got a name.
     pub frames: usize,
+    /// How many of those addresses got a function name.
     pub named: usize,
 }
 
+/// Where a run's time went, stage by stage (µs, summed over the samples), and what the run cost.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Timing {
+    /// Loading the target's modules (µs).
     pub load_modules_us: u64,
+    /// Capturing the threads (µs).
     pub capture_us: u64,
+    /// Unwinding the copied stacks (µs).
     pub unwind_us: u64,
+    /// Naming frames (µs).
     pub symbolize_us: u64,
+    /// Reading the threads' SQL and OS state, their lock waits, and counting stacks (µs).
     pub annotate_us: u64,
     /// pileup's own CPU time over the run, user and system, start-up included.
     pub cpu_us: u64,
@@ -126,20 +153,24 @@ pub struct StopSummary {
     pub samples: usize,
     /// The longest stopped window of any sample, and that sample's index.
     pub worst_window_us: u64,
+    /// The index of the sample with the longest window.
     pub worst_window_sample: usize,
     /// Median and 99th percentile of the samples' stopped windows.
     pub median_window_us: u64,
+    /// 99th percentile of the samples' stopped windows (µs).
     pub p99_window_us: u64,
     /// The longest any single thread was stopped, and the longest any was
     /// held once stopped (the rest of a stop is the wait for a CPU to enter
     /// it, which a saturated server's run queue imposes anyway).
     pub longest_thread_us: u64,
+    /// The longest any single thread was held once stopped (µs).
     pub longest_held_us: u64,
     /// Samples whose `--max-stop-ms` ran out.
     pub budget_exceeded: usize,
     /// Thread stacks read while the thread was blocked, without a stop
     /// (both modes), and sampled on its CPU (passive mode).
     pub read_blocked: usize,
+    /// Passive mode: running threads sampled on their CPU.
     pub sampled_on_cpu: usize,
     /// Of those, sampled with a perf event attached to the thread, used
     /// when CPU events or the eBPF iterator cannot be had (see the cost
@@ -157,6 +188,7 @@ pub struct StopSummary {
     pub missed: BTreeMap<String, usize>,
     /// Unix time of the first and the last sample, milliseconds.
     pub first_unix_ms: u64,
+    /// Unix time of the last sample, milliseconds.
     pub last_unix_ms: u64,
 }
 
@@ -189,9 +221,13 @@ impl StopSummary {
 /// Everything one `pileup stacks` run learned.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
+    /// The process sampled.
     pub pid: i32,
+    /// Its executable's name.
     pub exe: String,
+    /// The server's version, when an annotator reported it.
     pub server_version: Option<String>,
+    /// The capture mode used.
     pub mode: Mode,
     /// Every sample's stacks, counted: distinct stack, thread kind and state
     /// with how many thread-samples had it, most frequent first.
@@ -203,10 +239,13 @@ pub struct Profile {
     /// The last samples taken, whole (every thread's frames and annotations):
     /// all of them unless the run took more than `keep_samples`.
     pub samples: Vec<Sample>,
+    /// Symbol coverage of each module with frames in the run, most frames first.
     pub modules: Vec<ModuleReport>,
     /// Share of distinct frame addresses that have a function name (0–100).
     pub named_pct: f64,
+    /// Locks threads waited on, with their owners where known, the most contended first.
     pub locks: Vec<LockGroup>,
+    /// Where the run's time went, and what it cost.
     pub timing: Timing,
     /// Things the user must know to read the result honestly.
     pub notes: Vec<String>,
@@ -244,10 +283,15 @@ pub struct Counted {
     pub addrs: Vec<u64>,
     /// Thread name, role and OS state letter of the threads counted here.
     pub thread: String,
+    /// Their role, when they have one.
     pub role: Option<Role>,
+    /// Their OS state letter.
     pub state: char,
+    /// The meaning of `state`.
     pub state_label: &'static str,
+    /// Their SQL command (`Query`, `Sleep`, …), when annotated.
     pub sql_command: Option<String>,
+    /// Their SQL user, when annotated.
     pub sql_user: Option<String>,
     /// Thread-samples with this stack.
     pub count: usize,
@@ -260,12 +304,14 @@ pub struct Counted {
     /// Statements (normalised whitespace) with counts; statements beyond the
     /// kept ones are counted in `other_statements`.
     pub statements: BTreeMap<String, usize>,
+    /// Statements seen beyond the kept ones.
     pub other_statements: usize,
     /// Thread-samples whose unwinding stopped early.
     pub partial: usize,
 }
 
 impl Counted {
+    /// The frames' labels, innermost first, or `<no stack>` alone for a stack with no frames.
     pub fn labels(&self) -> Vec<String> {
         if self.frames.is_empty() {
             vec![NO_STACK.to_string()]

@@ -6,14 +6,19 @@ use serde::{Deserialize, Serialize};
 /// The registers unwinding and annotation need (x86_64).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Regs {
+    /// Instruction pointer (`rip`).
     pub ip: u64,
+    /// Stack pointer (`rsp`).
     pub sp: u64,
+    /// Frame pointer (`rbp`).
     pub bp: u64,
     /// Syscall number if the thread was stopped inside one (`orig_rax`), else -1.
     pub orig_ax: i64,
+    /// `rax`: a system call's return value (an -ERESTART* code while the stop interrupts it).
     pub ax: i64,
     /// First syscall argument (the futex address for futex waits).
     pub di: u64,
+    /// Second syscall argument (`rsi`).
     pub si: u64,
     /// Third syscall argument (the byte count of a read or write).
     pub dx: u64,

@@ -14,7 +14,7 @@ use std::ops::Range;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use serde::Serialize;
 
-use crate::error::StacksError;
+use crate::error::EngineError;
 use crate::modules::{self, call_into};
 use crate::proc;
 use crate::regs::Regs;
@@ -26,15 +26,30 @@ use crate::unwind::{self, Unwound};
 #[serde(tag = "where", rename_all = "kebab-case")]
 pub enum DataName {
     /// Inside an exported global object: `LOCK_open`, `LOCK_status+0x8`.
-    Symbol { module: String, symbol: String, offset: u64 },
+    Symbol {
+        /// The module's short name (`mariadbd`).
+        module: String,
+        /// The exported object's name.
+        symbol: String,
+        /// Offset of the address into the object (bytes).
+        offset: u64,
+    },
     /// Inside a module's section, with no exported object there (the
     /// binary is stripped of it): `mariadbd .bss+0x1a2b40`.
-    Section { module: String, section: String, offset: u64 },
+    Section {
+        /// The module's short name (`mariadbd`).
+        module: String,
+        /// The section's name (`.bss`, `.data`).
+        section: String,
+        /// Offset of the address into the section (bytes).
+        offset: u64,
+    },
     /// Not in any module: heap or a thread's stack.
     Heap,
 }
 
 impl DataName {
+    /// The name as printed: `symbol`, `symbol+0xOFF`, `module section+0xOFF`, or `heap`.
     pub fn label(&self) -> String {
         match self {
             DataName::Symbol { symbol, offset: 0, .. } => symbol.clone(),
@@ -117,7 +132,9 @@ impl DataTable {
 
 /// One process's modules, unwinder and names, for stacks copied by others.
 pub struct Resolver {
+    /// The process the modules were loaded from (0 for modules opened from files).
     pub pid: i32,
+    /// The process's executable name.
     pub exe: String,
     mods: modules::ModuleSet,
     cache: framehop::x86_64::CacheX86_64,
@@ -125,6 +142,7 @@ pub struct Resolver {
     data: HashMap<usize, DataTable>,
     /// Whether a return address can return from a call into a function.
     calls: HashMap<(u64, u64), bool>,
+    /// Modules that could not be read, a line each for the user.
     pub notes: Vec<String>,
 }
 
@@ -136,7 +154,7 @@ impl Resolver {
         any_process: bool,
         dwarf: bool,
         debug_dirs: &[std::path::PathBuf],
-    ) -> Result<Resolver, StacksError> {
+    ) -> Result<Resolver, EngineError> {
         let exe = proc::check_target(pid, any_process)?;
         let maps = proc::read_maps(pid)?;
         let mods = modules::ModuleSet::load(pid, &maps, debug_dirs);

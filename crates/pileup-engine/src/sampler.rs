@@ -9,7 +9,7 @@ use regex::Regex;
 
 use crate::annotate::{self, Annotator, Role, SqlThread};
 use crate::capture::{self, CaptureOptions, Mode};
-use crate::error::StacksError;
+use crate::error::EngineError;
 use crate::locks::{self, LockGroup};
 use crate::profile::{ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
 use crate::{aggregate, debuginfod, modules, proc, symbolize, unwind};
@@ -17,14 +17,18 @@ use crate::{aggregate, debuginfod, modules, proc, symbolize, unwind};
 /// Which threads to sample.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadFilter {
+    /// Threads chosen by id.
     pub tids: Vec<i32>,
+    /// Threads chosen by name (`name:REGEX` or `/REGEX/`).
     pub name: Option<Regex>,
+    /// Threads chosen by role.
     pub roles: Vec<Role>,
     /// Connections by processlist id (`conn:ID`): the threads serving them.
     pub conns: Vec<u64>,
 }
 
 impl ThreadFilter {
+    /// Whether the filter chooses every thread (it asks for nothing).
     pub fn is_all(&self) -> bool {
         self.tids.is_empty() && self.name.is_none() && self.roles.is_empty() && self.conns.is_empty()
     }
@@ -96,7 +100,9 @@ impl ThreadFilter {
 /// Options for a run.
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
+    /// How each sample is captured.
     pub capture: CaptureOptions,
+    /// Which threads are sampled.
     pub filter: ThreadFilter,
     /// Accept a process that is not mariadbd/mysqld.
     pub any_process: bool,
@@ -150,7 +156,9 @@ impl SamplerOptions {
 /// How far a run is, for a progress line.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
+    /// Samples taken so far.
     pub taken: usize,
+    /// Samples the run was asked for.
     pub of: usize,
     /// Distinct stacks counted so far (what the run's memory grows with).
     pub distinct_stacks: usize,
@@ -164,7 +172,6 @@ pub fn default_debug_dirs() -> Vec<std::path::PathBuf> {
 /// Samples kept whole unless told otherwise.
 pub const KEEP_SAMPLES: usize = 100;
 
-/// Samples one process. Modules are loaded once, at creation.
 /// A process's modules as a sampler loaded them (their unwind and symbol
 /// tables, and the debug files found for them), kept by a caller that
 /// samples the same process again (`watch`'s captures): the next sampler
@@ -180,11 +187,12 @@ pub struct LoadedModules {
 
 impl LoadedModules {
     /// Load `pid`'s modules now (before they are needed).
-    pub fn load(pid: i32, debug_dirs: &[std::path::PathBuf]) -> Result<LoadedModules, StacksError> {
+    pub fn load(pid: i32, debug_dirs: &[std::path::PathBuf]) -> Result<LoadedModules, EngineError> {
         let maps = proc::read_maps(pid)?;
         Ok(LoadedModules { pid, exec: exec_mappings(&maps), mods: modules::ModuleSet::load(pid, &maps, debug_dirs) })
     }
 
+    /// The process the modules were loaded from.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -195,8 +203,13 @@ fn exec_mappings(maps: &[proc::MapEntry]) -> Vec<(u64, u64, u64, String)> {
     maps.iter().filter(|m| m.is_exec()).map(|m| (m.start, m.end, m.offset, m.path.clone())).collect()
 }
 
+/// Samples one process: loads its modules once, takes samples
+/// ([`Sampler::sample`], [`Sampler::run`]) and builds the [`Profile`]
+/// ([`Sampler::finish`]).
 pub struct Sampler {
+    /// The process sampled.
     pub pid: i32,
+    /// Its executable's name.
     pub exe: String,
     opts: SamplerOptions,
     maps: Vec<proc::MapEntry>,
@@ -325,7 +338,10 @@ fn choose(
 }
 
 impl Sampler {
-    pub fn new(pid: i32, opts: SamplerOptions, sql: Option<Box<dyn Annotator>>) -> Result<Sampler, StacksError> {
+    /// A sampler of `pid`, its modules loaded now; `sql`, when given, names the
+    /// SQL side of its threads. Fails when the process is not there, or is not
+    /// a server and `opts.any_process` is off.
+    pub fn new(pid: i32, opts: SamplerOptions, sql: Option<Box<dyn Annotator>>) -> Result<Sampler, EngineError> {
         Sampler::with_modules(pid, opts, sql, None)
     }
 
@@ -337,7 +353,7 @@ impl Sampler {
         opts: SamplerOptions,
         sql: Option<Box<dyn Annotator>>,
         kept: Option<LoadedModules>,
-    ) -> Result<Sampler, StacksError> {
+    ) -> Result<Sampler, EngineError> {
         let cpu_start_us = proc::own_cpu_us();
         let switches_start = (proc::context_switches(), Instant::now());
         let exe = proc::check_target(pid, opts.any_process)?;
@@ -477,6 +493,7 @@ impl Sampler {
         }
     }
 
+    /// The server's version as the annotator reports it (`None` without one).
     pub fn server_version(&self) -> Option<&str> {
         self.sql.as_ref().map(|s| s.version())
     }
@@ -509,13 +526,13 @@ impl Sampler {
 
     /// Take one sample: select threads, stop/copy/resume, unwind the copies,
     /// name their frames, read their lock waits, count them.
-    pub fn sample(&mut self) -> Result<&Sample, StacksError> {
+    pub fn sample(&mut self) -> Result<&Sample, EngineError> {
         let pid = self.pid;
         let sel = self.select()?;
         let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let raw = self.capture(&sel)?;
         if raw.threads.is_empty() && !sel.chosen.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(StacksError::ProcessExited(pid));
+            return Err(EngineError::ProcessExited(pid));
         }
         let idx = self.taken;
         self.taken += 1;
@@ -547,7 +564,7 @@ impl Sampler {
 
     /// The threads this sample takes, and what is known of them before any
     /// stop: SQL and OS state are read before the stop, never during it.
-    fn select(&mut self) -> Result<Selection, StacksError> {
+    fn select(&mut self) -> Result<Selection, EngineError> {
         let pid = self.pid;
         // Threads named by id alone are looked up, not listed: one thread at
         // 10 Hz for hours must not read a directory of hundreds each time.
@@ -586,10 +603,10 @@ impl Sampler {
     }
 
     /// Stop (or not, in passive mode) and copy the chosen threads.
-    fn capture(&mut self, sel: &Selection) -> Result<capture::RawSample, StacksError> {
+    fn capture(&mut self, sel: &Selection) -> Result<capture::RawSample, EngineError> {
         let pid = self.pid;
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(StacksError::ProcessExited(pid));
+            return Err(EngineError::ProcessExited(pid));
         }
         let mut raw = match self.opts.capture.mode {
             // Its perf events live as long as the sampler.
@@ -725,7 +742,7 @@ impl Sampler {
         n: usize,
         interval: Duration,
         mut progress: impl FnMut(usize, usize),
-    ) -> Result<(), StacksError> {
+    ) -> Result<(), EngineError> {
         self.run_until(n, interval, None, None, |p| progress(p.taken, p.of))
     }
 
@@ -744,7 +761,7 @@ impl Sampler {
         for_at_most: Option<Duration>,
         stop: Option<&AtomicBool>,
         mut progress: impl FnMut(Progress),
-    ) -> Result<(), StacksError> {
+    ) -> Result<(), EngineError> {
         let t0 = Instant::now();
         let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
         let mut ticks = Ticks { interval, tick: 0, skipped: 0 };
@@ -756,7 +773,7 @@ impl Sampler {
             }
             match self.sample().map(|_| ()) {
                 Ok(()) => {}
-                Err(StacksError::ProcessExited(p) | StacksError::NoSuchProcess(p)) if self.taken > 0 => {
+                Err(EngineError::ProcessExited(p) | EngineError::NoSuchProcess(p)) if self.taken > 0 => {
                     self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.taken));
                     break;
                 }

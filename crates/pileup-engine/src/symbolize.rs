@@ -22,11 +22,15 @@ pub struct Frame {
     /// The label used in stacks: the name without parameters
     /// (as pt-pmp prints it), or `module+0xFUNCSTART`, or `??`.
     pub label: String,
+    /// Short name of the module the address lies in (`mariadbd`, `libc.so.6`).
     pub module: Option<String>,
     /// Address in the module's own address space.
     pub svma: Option<u64>,
+    /// Source file, from DWARF.
     pub file: Option<String>,
+    /// Source line, from DWARF.
     pub line: Option<u32>,
+    /// A call inlined into the next frame out.
     pub inlined: bool,
 }
 

@@ -10,7 +10,7 @@ pub enum LagError {
     #[error(transparent)]
     Connect(#[from] pileup_conn::ConnError),
     #[error(transparent)]
-    Stacks(#[from] pileup_engine::StacksError),
+    Stacks(#[from] pileup_engine::EngineError),
     #[error(transparent)]
     Annotate(#[from] pileup_annotate::AnnotateError),
 }

@@ -11,7 +11,7 @@ pub enum LocksError {
     #[error("eBPF: {0}")]
     Ebpf(String),
     #[error(transparent)]
-    Target(#[from] pileup_engine::StacksError),
+    Target(#[from] pileup_engine::EngineError),
     #[error("{0}")]
     Usage(String),
 }

@@ -3,7 +3,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
     #[error(transparent)]
-    Target(#[from] pileup_engine::StacksError),
+    Target(#[from] pileup_engine::EngineError),
     #[error("{what}: {source}")]
     Sql { what: &'static str, source: pileup_conn::SqlError },
     #[error("process {0} exited before its memory could be read")]

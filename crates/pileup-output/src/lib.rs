@@ -20,8 +20,6 @@
 
 mod dot;
 mod format;
-mod profile;
-mod profile_text;
 pub mod proto;
 mod report;
 mod stacks;
@@ -29,7 +27,6 @@ mod stacks;
 use std::io::Write;
 
 pub use format::{Format, OutputError, FORMATS};
-pub use profile::profile_stacks;
 pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};
 

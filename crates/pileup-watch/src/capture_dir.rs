@@ -97,7 +97,9 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
             ("stacks.pb.gz", Format::Pprof),
         ] {
             let o = Options { thread_root: f == Format::Svg, ..Default::default() };
-            pileup_files::write_private(&dir.join(name), |w| -> Result<()> { Ok(render(p, f, &o, w)?) })?;
+            pileup_files::write_private(&dir.join(name), |w| -> Result<()> {
+                Ok(render(&pileup_profile::ProfileReport(p), f, &o, w)?)
+            })?;
         }
     }
     if let Some(g) = &ev.growth {

@@ -76,7 +76,8 @@ pub fn profile(pid: i32, secs: u64, any_process: bool) -> Result<Vec<u8>, String
         .map_err(|e| format!("{e:#}"))?;
     let p = sampler.finish();
     let mut out = vec![];
-    render(&p, Format::Pprof, &Options::default(), &mut out).map_err(|e| e.to_string())?;
+    render(&pileup_profile::ProfileReport(&p), Format::Pprof, &Options::default(), &mut out)
+        .map_err(|e| e.to_string())?;
     Ok(out)
 }
 

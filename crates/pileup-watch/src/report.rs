@@ -409,7 +409,7 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     }
     if let Some(p) = &ev.profile {
         let mut text = Vec::new();
-        render(p, Format::Text, &Options::default(), &mut text)?;
+        render(&pileup_profile::ProfileReport(p), Format::Text, &Options::default(), &mut text)?;
         writeln!(rep, "\nstacks ({} samples, pt-pmp format):\n{}", p.samples.len(), String::from_utf8_lossy(&text))?;
     }
     Ok(rep)

@@ -414,8 +414,8 @@ fn main() {
 /// here, with the flags that make it.
 fn engine_fix(e: &anyhow::Error, command: Option<&str>) -> Option<&'static str> {
     use pileup_engine::Fix;
-    fn engine<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a pileup_engine::StacksError> {
-        c.downcast_ref::<pileup_engine::StacksError>()
+    fn engine<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a pileup_engine::EngineError> {
+        c.downcast_ref::<pileup_engine::EngineError>()
             .or(match c.downcast_ref::<pileup_lag::LagError>() {
                 Some(pileup_lag::LagError::Stacks(s)) => Some(s),
                 _ => None,

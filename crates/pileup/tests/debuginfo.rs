@@ -317,10 +317,9 @@ fn debuginfod_fetches_once_into_the_shared_cache_and_a_silent_server_holds_nothi
     // What `pileup watch` does at start: fill the cache for the captures.
     let filled = dir.join("cache-watch");
     let o = pileup_engine::debug_files::DebuginfodOptions {
-        urls: vec![url.clone()],
         cache_dir: filled.clone(),
         timeout: Duration::from_secs(30),
-        on_progress: None,
+        ..pileup_debuginfod::for_servers(std::slice::from_ref(&url)).unwrap()
     };
     let notes = pileup_engine::debug_files::fill_cache(p.0.id() as i32, std::slice::from_ref(&none), &o);
     assert!(notes.iter().any(|n| n.contains("debug info for prog fetched")), "{notes:?}");

@@ -48,7 +48,7 @@ pub(crate) use memory::read_mem;
 pub use types::{CaptureOptions, CaptureStats, Missed, Mode};
 pub use types::{RawSample, RawThread};
 
-use crate::error::StacksError;
+use crate::error::EngineError;
 use crate::proc::MapEntry;
 
 /// Stop `tids` of `pid` and copy their registers and stacks. `maps` (read
@@ -61,9 +61,9 @@ pub fn capture(
     asleep: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
-) -> Result<RawSample, StacksError> {
+) -> Result<RawSample, EngineError> {
     if !cfg!(target_arch = "x86_64") {
-        return Err(StacksError::UnsupportedArch);
+        return Err(EngineError::UnsupportedArch);
     }
     if opts.mode == Mode::Passive {
         return Ok(passive::Passive::default().capture(pid, tids, maps, opts));
@@ -82,7 +82,7 @@ pub fn capture(
         })
         .expect("spawning the capture thread")
         .join()
-        .unwrap_or(Err(StacksError::ProcessExited(pid)))
+        .unwrap_or(Err(EngineError::ProcessExited(pid)))
 }
 
 /// The thread pointer (`fs_base`, where the thread's thread-local
@@ -93,9 +93,9 @@ pub fn thread_pointers(
     pid: i32,
     tids: &[i32],
     max_stop: std::time::Duration,
-) -> Result<Vec<(i32, Option<u64>)>, StacksError> {
+) -> Result<Vec<(i32, Option<u64>)>, EngineError> {
     if !cfg!(target_arch = "x86_64") {
-        return Err(StacksError::UnsupportedArch);
+        return Err(EngineError::UnsupportedArch);
     }
     let tids = tids.to_vec();
     // A fresh OS thread, as for a capture: see the module docs for why.
@@ -104,5 +104,5 @@ pub fn thread_pointers(
         .spawn(move || ptrace::thread_pointers(pid, &tids, max_stop))
         .expect("spawning the capture thread")
         .join()
-        .unwrap_or(Err(StacksError::ProcessExited(pid)))
+        .unwrap_or(Err(EngineError::ProcessExited(pid)))
 }

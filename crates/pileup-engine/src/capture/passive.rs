@@ -95,6 +95,9 @@ enum OnCpu {
 }
 
 impl Passive {
+    /// Read `tids` of `pid` without stopping any: blocked threads as they
+    /// sleep, runnable ones where they wait for a CPU or sampled on it; a
+    /// thread not read within `opts.max_stop` is missed.
     pub fn capture(&mut self, pid: i32, tids: &[i32], maps: &[MapEntry], opts: &CaptureOptions) -> RawSample {
         let t0 = Instant::now();
         let mut threads = Vec::with_capacity(tids.len());

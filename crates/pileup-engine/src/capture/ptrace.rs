@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use super::memory::{copy_stack, read_mem};
 use super::passive;
 use super::types::{finish, CaptureOptions, Missed, RawSample, RawThread};
-use crate::error::{tracer_of, StacksError};
+use crate::error::{tracer_of, EngineError};
 use crate::proc::{MapEntry, SYS_FUTEX};
 use crate::regs::{Regs, FUTEX_BEFORE, FUTEX_WINDOW};
 
@@ -59,16 +59,16 @@ enum Seized {
 /// `held_any`: some thread of this capture was seized already, so an EPERM
 /// now means this thread is exiting (the kernel refuses to trace those), not
 /// that we lack permission.
-fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, StacksError> {
+fn seize(pid: i32, tid: i32, held_any: bool) -> Result<Seized, EngineError> {
     match ptrace::seize(Pid::from_raw(tid), ptrace::Options::empty()) {
         Ok(()) => Ok(Seized::Ok),
         Err(Errno::ESRCH) => Ok(Seized::Gone),
         Err(Errno::EPERM) => match tracer_of(pid, tid) {
-            Some(t) => Err(StacksError::AlreadyTraced { pid, tracer: t }),
+            Some(t) => Err(EngineError::AlreadyTraced { pid, tracer: t }),
             None if held_any || exiting(pid, tid) => Ok(Seized::Gone),
-            None => Err(StacksError::Permission { pid, detail: "PTRACE_SEIZE: operation not permitted".into() }),
+            None => Err(EngineError::Permission { pid, detail: "PTRACE_SEIZE: operation not permitted".into() }),
         },
-        Err(e) => Err(StacksError::Permission { pid, detail: format!("PTRACE_SEIZE: {e}") }),
+        Err(e) => Err(EngineError::Permission { pid, detail: format!("PTRACE_SEIZE: {e}") }),
     }
 }
 
@@ -286,7 +286,7 @@ fn interrupt_all(
     opts: &CaptureOptions,
     pending: &mut Vec<(i32, Instant)>,
     missed: &mut Vec<Missed>,
-) -> Result<bool, StacksError> {
+) -> Result<bool, EngineError> {
     for (i, &tid) in tids.iter().enumerate() {
         // The budget counts from the first interrupt: on a big server seizing
         // and interrupting alone can outlast it, so stop interrupting more.
@@ -444,7 +444,7 @@ impl Stops<'_> {
     }
 
     /// Interrupt `tids` (see [`interrupt_all`]).
-    fn interrupt(&mut self, tids: &[i32], first: &mut Option<Instant>) -> Result<bool, StacksError> {
+    fn interrupt(&mut self, tids: &[i32], first: &mut Option<Instant>) -> Result<bool, EngineError> {
         let held_any = first.is_some();
         interrupt_all(self.pid, tids, first, held_any, self.opts, &mut self.pending, &mut self.missed)
     }
@@ -464,7 +464,7 @@ pub(super) fn capture_consistent(
     asleep: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
-) -> Result<RawSample, StacksError> {
+) -> Result<RawSample, EngineError> {
     let started = Instant::now();
     let (sleepers, runnable) = read_sleepers(pid, all_tids, asleep, maps, opts);
     let priority = RaisedPriority::raise(opts.raised_priority);
@@ -613,7 +613,7 @@ impl Stops<'_> {
         first: &mut Option<Instant>,
         check_until: Instant,
         mut budget_exceeded: bool,
-    ) -> Result<Checked, StacksError> {
+    ) -> Result<Checked, EngineError> {
         let pid = self.pid;
         sleepers.sort_by_key(|(rt, _)| rt.futex.is_none());
         let mut slept = sleepers;
@@ -781,7 +781,7 @@ pub(super) fn capture_rolling(
     tids: &[i32],
     maps: &[MapEntry],
     opts: &CaptureOptions,
-) -> Result<RawSample, StacksError> {
+) -> Result<RawSample, EngineError> {
     let priority = RaisedPriority::raise(opts.raised_priority);
     let t0 = Instant::now();
     let mut missed = vec![];
@@ -867,7 +867,7 @@ pub(super) fn thread_pointers(
     pid: i32,
     tids: &[i32],
     max_stop: Duration,
-) -> Result<Vec<(i32, Option<u64>)>, StacksError> {
+) -> Result<Vec<(i32, Option<u64>)>, EngineError> {
     let timer = DeadlineTimer::new();
     let mut out = Vec::with_capacity(tids.len());
     for (i, &tid) in tids.iter().enumerate() {

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::regs::{Regs, FUTEX_WINDOW};
 
+/// How a capture treats the threads it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -27,6 +28,7 @@ impl Mode {
         Mode::ALL.into_iter().find(|m| m.name() == s)
     }
 
+    /// The mode's name, as the command line takes it and JSON writes it.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Consistent => "consistent",
@@ -36,8 +38,10 @@ impl Mode {
     }
 }
 
+/// What a capture is asked for.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
+    /// How the threads are captured.
     pub mode: Mode,
     /// Upper bound on the stack bytes copied per thread.
     pub stack_bytes: usize,
@@ -61,10 +65,13 @@ impl Default for CaptureOptions {
 /// What was copied from one stopped thread.
 #[derive(Debug, Clone, Default)]
 pub struct RawThread {
+    /// The thread's id.
     pub tid: i32,
+    /// Its registers where it was read.
     pub regs: Regs,
     /// Address of `stack[0]` (the stack pointer at the stop).
     pub stack_addr: u64,
+    /// The bytes copied from the stack pointer up (at most the capture's `stack_bytes`).
     pub stack: Vec<u8>,
     /// When blocked in futex: the futex address and the [`FUTEX_WINDOW`]
     /// bytes starting [`FUTEX_BEFORE`] bytes before it (lock owner lookup).
@@ -87,17 +94,25 @@ pub struct RawThread {
 /// A thread we could not capture, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Missed {
+    /// The thread's id.
     pub tid: i32,
+    /// Why it was not captured.
     pub reason: String,
 }
 
 /// Timing and counts of one capture.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CaptureStats {
+    /// The capture mode's name.
     pub mode: String,
+    /// Threads the capture was asked to read.
     pub threads_listed: usize,
+    /// Threads whose registers and stack were copied.
     pub threads_captured: usize,
+    /// Threads not captured (see [`Missed`]).
     pub threads_missed: usize,
+    /// Threads of the process that were not there when the sample listed them,
+    /// counted just after the capture.
     pub threads_appeared: usize,
     /// From the first interrupt until the held threads are let go (µs);
     /// threads stopped late are not held in it (see `stopped_late`).
@@ -112,14 +127,17 @@ pub struct CaptureStats {
     /// the stop is time waiting for a CPU to enter the stop, which on a
     /// saturated server is the run queue's wait, not the capture's cost.
     pub max_thread_held_us: u64,
+    /// The median time a thread was held once stopped (µs).
     pub median_thread_held_us: u64,
     /// Wall time of the capture call, including listing threads (µs).
     pub capture_us: u64,
+    /// Stack bytes copied, over all threads.
     pub stack_bytes_copied: u64,
     /// True when `--max-stop-ms` ran out and the capture was cut short.
     pub budget_exceeded: bool,
     /// Passive mode: threads read while blocked, and sampled on their CPU.
     pub threads_read_blocked: usize,
+    /// Passive mode: running threads sampled on their CPU.
     pub threads_sampled_on_cpu: usize,
     /// Of those, sampled with an event attached to the thread (CPU events
     /// or the task iterator could not be had): see [`perf`].
@@ -138,9 +156,13 @@ pub struct CaptureStats {
     pub stopped_late: usize,
 }
 
+/// What one capture copied: the threads read, those missed, and its statistics.
 pub struct RawSample {
+    /// The threads copied, sorted by tid.
     pub threads: Vec<RawThread>,
+    /// The threads that could not be copied, and why.
     pub missed: Vec<Missed>,
+    /// Timing and counts of the capture.
     pub stats: CaptureStats,
 }
 

@@ -42,9 +42,9 @@ impl DebugFileArgs {
         let mut o = if self.no_debuginfod {
             DebuginfodOptions::cache_only()
         } else if !self.debuginfod.is_empty() {
-            DebuginfodOptions::for_servers(&self.debuginfod).unwrap_or_else(DebuginfodOptions::cache_only)
+            pileup_debuginfod::for_servers(&self.debuginfod).unwrap_or_else(DebuginfodOptions::cache_only)
         } else {
-            DebuginfodOptions::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
+            pileup_debuginfod::from_env().unwrap_or_else(DebuginfodOptions::cache_only)
         };
         if let Some(t) = self.debuginfod_timeout {
             o.timeout = t;

@@ -68,7 +68,7 @@ impl Profiler {
         self.stop.store(true, Ordering::SeqCst);
         let p = self.handle.join().map_err(|_| anyhow::anyhow!("the profiler thread panicked"))??;
         let mut folded = vec![];
-        pileup_output::profile_stacks(&p, true).folded(&mut folded)?;
+        pileup_profile::profile_stacks(&p, true).folded(&mut folded)?;
         pileup_files::write_private_bytes(path, &folded)
             .with_context(|| format!("writing the load profile to {}", path.display()))?;
         let shares = pileup_engine::analysis::where_time_went(&p.stacks, 12);

@@ -189,7 +189,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     }
     let profile = sampler.finish();
     let o = Options { plain: a.plain, thread_root: a.thread_root, dot_min_pct: a.dot_min_pct, ..Default::default() };
-    emit(&profile, &targets, &o)?;
+    emit(&pileup_profile::ProfileReport(&profile), &targets, &o)?;
     if a.stats {
         print_stats(&profile);
     }

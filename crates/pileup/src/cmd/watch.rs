@@ -231,11 +231,11 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     // The server's missing debug files, fetched into the debuginfod cache
     // while watching starts; captures read the cache.
     if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
-        use pileup_engine::debug_files::{self as d, DebuginfodOptions};
+        use pileup_engine::debug_files as d;
         let o = if a.debuginfod.is_empty() {
-            DebuginfodOptions::from_env()
+            pileup_debuginfod::from_env()
         } else {
-            DebuginfodOptions::for_servers(&a.debuginfod)
+            pileup_debuginfod::for_servers(&a.debuginfod)
         };
         if let Some(o) = o {
             let quiet = json;

@@ -1,30 +1,38 @@
-//! A `pileup stacks` profile in every format: its text is pt-pmp's with
-//! annotations, its pprof keeps addresses and mappings.
+//! `pileup-profile`: the engine's [`Profile`] (what `pileup stacks`, a
+//! watch capture or a profile endpoint sampled) as a report in every
+//! format: its text is pt-pmp's with annotations, its stacks go to folded,
+//! flame graph and call graph, its pprof keeps addresses and mappings.
+
+mod text;
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use pileup_engine::Profile;
+use pileup_output::proto::{Function, Label, Line, Location, Mapping, PProfile, PSample, Strings, ValueType};
+use pileup_output::{Options, Report, Stack, Stacks};
 
-use crate::proto::{Function, Label, Line, Location, Mapping, PProfile, PSample, Strings, ValueType};
-use crate::report::{Options, Report};
-use crate::stacks::{Stack, Stacks};
+/// A profile as a report (`pileup_output::render` writes it in any
+/// format); its JSON is the profile's own.
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+pub struct ProfileReport<'a>(pub &'a Profile);
 
-impl Report for Profile {
+impl Report for ProfileReport<'_> {
     fn tool(&self) -> &'static str {
         "stacks"
     }
 
     fn text(&self, o: &Options, w: &mut dyn Write) -> std::io::Result<()> {
-        crate::profile_text::pmp(self, o, w)
+        text::pmp(self.0, o, w)
     }
 
     fn stacks(&self, o: &Options) -> Option<Stacks> {
-        Some(profile_stacks(self, o.thread_root))
+        Some(profile_stacks(self.0, o.thread_root))
     }
 
     fn pprof(&self, _o: &Options) -> Option<PProfile> {
-        Some(pprof_message(self))
+        Some(pprof_message(self.0))
     }
 }
 
@@ -54,11 +62,11 @@ pub fn profile_stacks(p: &Profile, thread_root: bool) -> Stacks {
     }
 }
 
-pub(crate) fn default_title(p: &Profile) -> String {
+fn default_title(p: &Profile) -> String {
     format!("pileup stacks: {} pid {}", p.exe, p.pid)
 }
 
-pub(crate) fn subtitle(p: &Profile) -> String {
+fn subtitle(p: &Profile) -> String {
     format!(
         "{} sample(s), {} thread stacks, {} mode; {:.0}% of frames named",
         p.stops.samples,

@@ -3,9 +3,9 @@
 
 use std::io::Write;
 
-use crate::report::Options;
 use pileup_engine::analysis::group;
 use pileup_engine::Profile;
+use pileup_output::Options;
 
 pub fn pmp(p: &Profile, o: &Options, w: &mut dyn Write) -> std::io::Result<()> {
     let groups = group(p);
