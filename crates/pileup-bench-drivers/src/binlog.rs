@@ -157,8 +157,8 @@ fn main() -> Result<()> {
                 w.push(wall);
                 c.push(cpu);
             }
-            eprintln!("{label}: {name}: {:.3} s", median(w.clone()));
-            res.push((median(w), median(c)));
+            eprintln!("{label}: {name}: {:.3} s", median(&w.clone()));
+            res.push((median(&w), median(&c)));
         }
         let base = res[2].0;
         md.push_str(&format!("\n#### {label}: {} file(s), {:.1} MB, {events:.0} events, {nrows:.0} rows\n\n| tool | wall (s) | CPU (s) | events/s | rows/s | mariadb-binlog's time ÷ this |\n|---|---|---|---|---|---|\n", files.len(), bytes as f64 / 1e6));

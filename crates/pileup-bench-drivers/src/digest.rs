@@ -260,7 +260,7 @@ fn main() -> Result<()> {
                 runs[t].push(run);
             }
         }
-        let med = |t: usize, f: fn(&Run) -> f64| median(runs[t].iter().map(f).collect());
+        let med = |t: usize, f: fn(&Run) -> f64| median(&runs[t].iter().map(f).collect::<Vec<f64>>());
         let pt = tools.len() - 1;
         md.push_str(&format!(
             "\n### {name}: {mb:.0} MB, {} statements, {} classes\n\n\

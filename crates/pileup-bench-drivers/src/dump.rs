@@ -455,7 +455,7 @@ fn rounds(run: &Run, sb: &Sandbox, c: &mut mysql::Conn, writer: &Probe) -> Resul
 fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: bool) -> String {
     let (big, small, threads, rounds) = (cfg.big, cfg.small, &cfg.threads, cfg.rounds);
     let rows = big + cfg.ntables * small;
-    let (pd, pl) = (median(res.dump_s[0].clone()), median(res.load_s[0].clone()));
+    let (pd, pl) = (median(&res.dump_s[0].clone()), median(&res.load_s[0].clone()));
     let mut md = format!(
         "\n{} rows in {} tables ({:.0} MB in InnoDB: one of {big} rows, {} of {small}), {threads} threads, {rounds} rounds interleaved, medians; every load checked with CHECKSUM TABLE; {}; writer's worst round trip with no dump running: {:.1} ms\n\n",
         rows,
@@ -467,7 +467,7 @@ fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: b
         } else {
             "no load writes the binary log (`pileup load --no-binlog`, myloader's default, the mariadb client with `sql_log_bin = 0`)"
         },
-        median(res.base_stall.clone())
+        median(&res.base_stall.clone())
     );
     if !prioritized {
         md.push_str("The writer ran at normal priority (nice -10 needs root or CAP_SYS_NICE): its round trips include waits for a core.\n\n");
@@ -483,9 +483,13 @@ fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: b
         "mariadb-dump --single-transaction / mariadb",
     ];
     for (i, name) in names.iter().enumerate() {
-        let (d, l) = (median(res.dump_s[i].clone()), median(res.load_s[i].clone()));
+        let (d, l) = (median(&res.dump_s[i].clone()), median(&res.load_s[i].clone()));
         let cpu = |v: &[(f64, f64)]| {
-            format!("{:.1} + {:.1}", median(v.iter().map(|x| x.0).collect()), median(v.iter().map(|x| x.1).collect()))
+            format!(
+                "{:.1} + {:.1}",
+                median(&v.iter().map(|x| x.0).collect::<Vec<f64>>()),
+                median(&v.iter().map(|x| x.1).collect::<Vec<f64>>())
+            )
         };
         md.push_str(&format!(
             "| {} | {d:.1} | {:.0} | {:.2}× | {} | {l:.1} | {:.0} | {:.2}× | {} | {:.1} |\n",
@@ -496,10 +500,10 @@ fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: b
             rows as f64 / l,
             l / pl,
             cpu(&res.load_cpu[i]),
-            median(res.stall_ms[i].clone())
+            median(&res.stall_ms[i].clone())
         ));
     }
-    let w = median(res.with_data_s.clone());
+    let w = median(&res.with_data_s.clone());
     md.push_str(&format!(
         "| pileup load --indexes with-data (secondary indexes built row by row) | – | – | – | – | {w:.1} | {:.0} | {:.2}× | – | – |\n",
         rows as f64 / w,
@@ -507,12 +511,12 @@ fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: b
     ));
     md.push_str(&format!(
         "\nEach dump began on a settled server (InnoDB under 10% dirty pages, the kernel under 64 MiB of dirty file data; {:.0} s waited for it, median{}).\n\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
-        median(res.settle_s.clone()),
+        median(&res.settle_s.clone()),
         if res.unsettled > 0 { format!("; {} dump(s) began unsettled after 2 minutes", res.unsettled) } else { String::new() },
-        median(res.waited.clone()),
-        median(res.held.clone()),
-        median(res.lock_phase.clone()),
-        median(res.copy_phase.clone())
+        median(&res.waited.clone()),
+        median(&res.held.clone()),
+        median(&res.lock_phase.clone()),
+        median(&res.copy_phase.clone())
     ));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     md.push_str(&format!(

@@ -1,21 +1,6 @@
 //! Helpers shared by the benchmark drivers.
 
-/// Median of a sample, leaving out values that are not numbers (a window
-/// whose figure could not be read; NaN when none is left): this machine is
-/// noisy, so every figure the benchmarks report is a median.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| !x.is_nan());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+pub use pileup_stats::{median, median_ci_rank};
 
 /// The command line, checked against a driver's usage text. `-h`/`--help`
 /// prints the usage and exits; a flag the usage does not name is an error,
@@ -343,9 +328,8 @@ pub fn interleaved(
 /// median lies with 95% probability under the binomial), so a small loss is
 /// shown or ruled out rather than read from one round's noise.
 pub fn lost(ratios: &[f64]) -> String {
-    let m = median(ratios.to_vec());
-    let mut v: Vec<f64> = ratios.iter().copied().filter(|x| !x.is_nan()).collect();
-    v.sort_by(f64::total_cmp);
+    let m = median(ratios);
+    let v = pileup_stats::sorted(ratios);
     let n = v.len();
     let k = median_ci_rank(n);
     match k {
@@ -354,24 +338,6 @@ pub fn lost(ratios: &[f64]) -> String {
         }
         None => format!("{:.1}% (too few rounds for an interval)", 100.0 * (1.0 - m)),
     }
-}
-
-/// The 0-based rank k such that [v[k], v[n-1-k]] covers the median with at
-/// least 95% probability: the largest k with P(Binomial(n, 1/2) <= k) <= 2.5%.
-pub fn median_ci_rank(n: usize) -> Option<usize> {
-    // Cumulative binomial probabilities, computed in f64: n stays small.
-    let mut p = 0.5f64.powi(n as i32);
-    let mut cum = 0.0;
-    let mut best = None;
-    for k in 0..n {
-        cum += p;
-        if cum > 0.025 {
-            break;
-        }
-        best = Some(k);
-        p *= (n - k) as f64 / (k + 1) as f64;
-    }
-    best
 }
 
 /// `perf record -q TARGET... -o DATA -- sleep SECS`, quiet, the data file
@@ -440,8 +406,6 @@ mod tests {
 
     #[test]
     fn a_window_without_a_figure_is_left_out_not_a_crash() {
-        assert_eq!(median(vec![3.0, f64::NAN, 1.0, 2.0]), 2.0);
-        assert!(median(vec![f64::NAN]).is_nan());
         let mut r = vec![0.99; 10];
         r.push(f64::NAN);
         assert_eq!(lost(&r), "1.0% [1.0, 1.0]");
@@ -449,11 +413,6 @@ mod tests {
 
     #[test]
     fn the_median_interval_uses_binomial_ranks() {
-        // P(B(10, 1/2) <= 1) = 11/1024 <= 2.5% < P(<= 2) = 56/1024.
-        assert_eq!(median_ci_rank(10), Some(1));
-        // Five rounds cannot give a 95% interval: P(<= 0) = 1/32.
-        assert_eq!(median_ci_rank(5), None);
-        assert_eq!(median_ci_rank(6), Some(0));
         let r: Vec<f64> = (0..11).map(|i| 0.99 + i as f64 / 1000.0).collect();
         assert_eq!(lost(&r), "0.5% [0.1, 0.9]");
     }

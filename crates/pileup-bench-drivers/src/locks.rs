@@ -239,7 +239,7 @@ fn run_window(
                     .flat_map(|l| l["stacks"].as_array().into_iter().flatten())
                     .filter_map(|s| s["frames"].as_array().map(|f| f.len() as f64))
                     .collect();
-                w.depth = (!depths.is_empty()).then(|| median(depths));
+                w.depth = (!depths.is_empty()).then(|| median(&depths));
                 let p = &j["probe_cost"];
                 if let (Some(runs), Some(ns)) = (p["runs"].as_f64(), p["run_ns"].as_f64()) {
                     let secs = j["duration_s"].as_f64().unwrap_or(window.as_secs_f64()).max(1e-3);
@@ -277,7 +277,7 @@ fn run_window(
             let text = std::fs::read_to_string(&outf).unwrap_or_default();
             let depths = offcpu_user_depths(&text);
             w.events = Some((depths.len() as u64, 0));
-            w.depth = (!depths.is_empty()).then(|| median(depths));
+            w.depth = (!depths.is_empty()).then(|| median(&depths));
             let _ = std::fs::remove_file(&outf);
         }
         t => bail!("unknown tool {t}"),
@@ -317,51 +317,52 @@ fn offcpu_user_depths(text: &str) -> Vec<f64> {
 }
 
 fn table(workload: &str, conns: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
-    let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+    let base = median(&results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
     let mut md = format!("\n### {workload}, {conns} connections: {base:.0} tps without tracing\n\n");
     md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | probe runs a second / time in the kernel (cores), with --probe-cost | CPU taken: tool + probe (% of the machine) | waits counted / recorded with a stack (pileup), lines written (perf trace), stacks written (offcputime) | server frames per stack written (median) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
-        let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+        let tps = median(&r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
         let ev: Vec<(u64, u64)> = r.iter().filter_map(|w| w.events).collect();
         let events = if ev.is_empty() {
             "–".to_string()
         } else if tool == "perf-trace" || tool == "offcputime" {
-            format!("{:.0}", median(ev.iter().map(|e| e.0 as f64).collect()))
+            format!("{:.0}", median(&ev.iter().map(|e| e.0 as f64).collect::<Vec<f64>>()))
         } else {
             format!(
                 "{:.0} / {:.0}",
-                median(ev.iter().map(|e| e.0 as f64).collect()),
-                median(ev.iter().map(|e| e.1 as f64).collect())
+                median(&ev.iter().map(|e| e.0 as f64).collect::<Vec<f64>>()),
+                median(&ev.iter().map(|e| e.1 as f64).collect::<Vec<f64>>())
             )
         };
         let probe: Vec<(f64, f64)> = r.iter().filter_map(|w| w.probe).collect();
         let (probe_col, taken) = if probe.is_empty() {
-            ("–".to_string(), 100.0 * median(r.iter().map(|w| w.cpu_cores).collect()) / cpus)
+            ("–".to_string(), 100.0 * median(&r.iter().map(|w| w.cpu_cores).collect::<Vec<f64>>()) / cpus)
         } else {
             (
                 format!(
                     "{:.0} / {:.4}",
-                    median(probe.iter().map(|p| p.0).collect()),
-                    median(probe.iter().map(|p| p.1).collect())
+                    median(&probe.iter().map(|p| p.0).collect::<Vec<f64>>()),
+                    median(&probe.iter().map(|p| p.1).collect::<Vec<f64>>())
                 ),
-                100.0 * median(r.iter().map(|w| w.cpu_cores + w.probe.map_or(0.0, |p| p.1)).collect()) / cpus,
+                100.0 * median(&r.iter().map(|w| w.cpu_cores + w.probe.map_or(0.0, |p| p.1)).collect::<Vec<f64>>())
+                    / cpus,
             )
         };
         md.push_str(&format!(
             "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {probe_col} | {taken:.2} | {events} | {} | {} |\n",
             describe(tool),
             tps / base,
-            if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
+            if i == 0 { "1.000".into() } else { format!("{:.3}", median(&paired[i].clone())) },
             if i == 0 { "–".into() } else { lost(&paired[i]) },
-            median(r.iter().map(|w| w.cpu_cores).collect()),
+            median(&r.iter().map(|w| w.cpu_cores).collect::<Vec<f64>>()),
             {
                 let d: Vec<f64> = r.iter().filter_map(|w| w.depth).collect();
                 if d.is_empty() {
                     "–".to_string()
                 } else {
-                    format!("{:.0}", median(d))
+                    format!("{:.0}", median(&d))
                 }
             },
             r.iter().filter(|w| !w.ok).count()

@@ -289,21 +289,21 @@ fn heaptrack_cpu() -> f64 {
 }
 
 fn table(tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>], cpus: usize) -> String {
-    let base = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+    let base = median(&results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
     let mut md = format!("\n### throughput: {base:.0} tps without tracing\n\n");
     md.push_str("| tool | throughput (tps) | ÷ no tracing | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | tool CPU (cores) | growth probes: runs a second / time in the kernel (cores), with --probe-cost | allocator probes' cost to the server (cores, as pileup prints it) | first touched / stacks (pileup) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|\n");
     let _ = cpus;
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
-        let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
+        let tps = median(&r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
         let traced: Vec<(u64, u64)> = r.iter().filter_map(|w| w.traced).collect();
         let traced = if traced.is_empty() {
             "–".to_string()
         } else {
             format!(
                 "{:.1} MiB / {:.0}",
-                median(traced.iter().map(|t| t.0 as f64 / 1048576.0).collect()),
-                median(traced.iter().map(|t| t.1 as f64).collect())
+                median(&traced.iter().map(|t| t.0 as f64 / 1048576.0).collect::<Vec<f64>>()),
+                median(&traced.iter().map(|t| t.1 as f64).collect::<Vec<f64>>())
             )
         };
         let probes: Vec<f64> = r.iter().filter_map(|w| w.probe_cores).collect();
@@ -313,18 +313,18 @@ fn table(tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>], cpus: u
         } else {
             format!(
                 "{:.0} / {:.4}",
-                median(kernel.iter().map(|k| k.0).collect()),
-                median(kernel.iter().map(|k| k.1).collect())
+                median(&kernel.iter().map(|k| k.0).collect::<Vec<f64>>()),
+                median(&kernel.iter().map(|k| k.1).collect::<Vec<f64>>())
             )
         };
         md.push_str(&format!(
             "| {} | {tps:.0} | {:.3} | {} | {} | {:.3} | {kernel} | {} | {traced} | {} |\n",
             describe(tool),
             tps / base,
-            if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
+            if i == 0 { "1.000".into() } else { format!("{:.3}", median(&paired[i].clone())) },
             if i == 0 { "–".into() } else { lost(&paired[i]) },
-            median(r.iter().map(|w| w.cpu_cores).collect()),
-            if probes.is_empty() { "–".into() } else { format!("{:.4}", median(probes)) },
+            median(&r.iter().map(|w| w.cpu_cores).collect::<Vec<f64>>()),
+            if probes.is_empty() { "–".into() } else { format!("{:.4}", median(&probes)) },
             r.iter().filter(|w| !w.ok).count()
         ));
     }
@@ -438,7 +438,7 @@ fn time_to_answer(pileup: &str, rounds: usize, scratch: &std::path::Path) -> Res
         let spread = |f: fn(f64, f64) -> f64| ok.iter().copied().fold(ok.first().copied().unwrap_or(f64::NAN), f);
         format!(
             "{:.2} s (range {:.2}–{:.2}; named in {} of {})",
-            median(ok.clone()),
+            median(&ok.clone()),
             spread(f64::min),
             spread(f64::max),
             ok.len(),

@@ -92,14 +92,14 @@ fn main() -> Result<()> {
             rates[i].push(rate);
         }
     }
-    let base = median(rates[0].clone());
+    let base = median(&rates[0].clone());
     let mut md = format!(
         "\nTwo threads passing a byte through pipes on CPU {cpu} (two context switches per round trip, one in or out of thread B); windows of {} s, {rounds} rounds interleaved, each window in a fresh process; medians\n\n",
         window.as_secs()
     );
     md.push_str("| thread B | round trips/s | ÷ no event | added per switch of B (µs) |\n|---|---|---|---|\n");
     for (i, mode) in MODES.iter().enumerate() {
-        let m = median(rates[i].clone());
+        let m = median(&rates[i].clone());
         md.push_str(&format!(
             "| {} | {m:.0} | {:.3} | {:+.2} |\n",
             describe(mode),

@@ -331,7 +331,7 @@ fn device_probe(
         let _ = std::fs::remove_file(scratch);
     }
     let n = lat.len() as f64;
-    Ok(Probe { read_us: median(lat), reads_per_s: n / secs, writes_per_s: written as f64 / secs })
+    Ok(Probe { read_us: median(&lat), reads_per_s: n / secs, writes_per_s: written as f64 / secs })
 }
 
 /// Where the applier threads' time went, from `pileup lag --json`: share
@@ -979,7 +979,10 @@ fn lag_rounds(b: &mut Bench, cfg: &Config, samples: &Samples) -> Result<Lagged> 
         for f in &cfg.formats {
             for m in cfg.modes.iter().filter(|m| !m.parallel) {
                 let secs = median(
-                    samples.get(&(f.clone(), m.name)).map(|v| v.iter().map(|s| s.secs).collect()).unwrap_or_default(),
+                    &samples
+                        .get(&(f.clone(), m.name))
+                        .map(|v| v.iter().map(|s| s.secs).collect::<Vec<f64>>())
+                        .unwrap_or_default(),
                 );
                 b.backlog(f)?;
                 b.label = format!("lag-{f}");
@@ -1048,9 +1051,10 @@ struct Medians<'a> {
 impl Medians<'_> {
     fn of(&self, mode: &str, g: &dyn Fn(&Sample) -> f64) -> f64 {
         median(
-            self.samples
+            &self
+                .samples
                 .get(&(self.format.to_string(), leak(mode)))
-                .map(|v| v.iter().map(g).collect())
+                .map(|v| v.iter().map(g).collect::<Vec<f64>>())
                 .unwrap_or_default(),
         )
     }
@@ -1210,7 +1214,11 @@ fn lag_table(cfg: &Config, lagged: &Lagged) -> String {
         for m in cfg.modes.iter().filter(|m| !m.parallel) {
             let Some(v) = lagged.get(&(f.clone(), m.name)) else { continue };
             let share = |c: &str| {
-                median(v.iter().map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0)).collect())
+                median(
+                    &v.iter()
+                        .map(|sh| sh.iter().find(|(k, _)| k == c).map(|x| x.1).unwrap_or(0.0))
+                        .collect::<Vec<f64>>(),
+                )
             };
             let cells: Vec<String> = cats.iter().map(|c| format!("{:.0}%", 100.0 * share(c))).collect();
             // A prefetcher can at best take the applier's own page reads away.

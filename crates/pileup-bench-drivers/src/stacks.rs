@@ -180,26 +180,26 @@ impl Run {
 /// The medians of every tool's runs, as a markdown table.
 fn table(tools: &[(&str, Vec<String>)], results: &[Vec<Run>]) -> String {
     let mut md = String::from("| tool | probe worst RTT (ms) | gdb's worst ÷ this | baseline worst (ms) | wall (ms) | pileup stop window (ms) | longest thread stop (ms) | threads captured / missed | pileup time: modules / capture / unwind / symbolize / annotate (ms) | non-zero exits |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    let gdb_worst = median(results[2].iter().map(|x| x.worst_ms).collect());
+    let gdb_worst = median(&results[2].iter().map(|x| x.worst_ms).collect::<Vec<f64>>());
     for (i, (name, _)) in tools.iter().enumerate() {
         let r = &results[i];
-        let worst = median(r.iter().map(|x| x.worst_ms).collect());
-        let base = median(r.iter().map(|x| x.baseline_ms).collect());
-        let wall = median(r.iter().map(|x| x.wall_ms).collect());
+        let worst = median(&r.iter().map(|x| x.worst_ms).collect::<Vec<f64>>());
+        let base = median(&r.iter().map(|x| x.baseline_ms).collect::<Vec<f64>>());
+        let wall = median(&r.iter().map(|x| x.wall_ms).collect::<Vec<f64>>());
         let opt = |f: &dyn Fn(&Run) -> Option<f64>| {
             let v: Vec<f64> = r.iter().filter_map(f).collect();
             if v.is_empty() {
                 "–".to_string()
             } else {
-                format!("{:.2}", median(v))
+                format!("{:.2}", median(&v))
             }
         };
         let pileup = name.starts_with("pileup");
         let cap = if pileup {
             format!(
                 "{:.0} / {:.0}",
-                median(r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect()),
-                median(r.iter().filter_map(|x| x.missed.map(|c| c as f64)).collect())
+                median(&r.iter().filter_map(|x| x.captured.map(|c| c as f64)).collect::<Vec<f64>>()),
+                median(&r.iter().filter_map(|x| x.missed.map(|c| c as f64)).collect::<Vec<f64>>())
             )
         } else {
             "–".into()

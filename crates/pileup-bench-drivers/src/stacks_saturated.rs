@@ -293,8 +293,8 @@ fn context_switches() -> f64 {
 }
 
 fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window>], paired: &[Vec<f64>]) -> String {
-    let base_tps = median(results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
-    let base_worst = median(results[0].iter().map(|w| w.worst_ms).collect());
+    let base_tps = median(&results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
+    let base_worst = median(&results[0].iter().map(|w| w.worst_ms).collect::<Vec<f64>>());
     let spread = {
         let v: Vec<f64> = results[0].iter().map(|w| w.tps).filter(|x| x.is_finite()).collect();
         let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
@@ -311,28 +311,28 @@ fn table(workload: &str, threads: usize, tools: &[String], results: &[Vec<Window
     md.push_str("| tool | throughput (tps) | ÷ no sampling | ÷ flanking windows (paired) | throughput lost (paired), 95% interval | probe worst RTT (ms) | − no sampling (ms) | tool CPU (cores) | CPU taken: tool + server's SQL (% of the machine) | context switches/s (machine) | captures per window | pileup stopped window median / worst (ms) | longest thread stop / held once stopped (ms) | failed windows |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (i, tool) in tools.iter().enumerate() {
         let r = &results[i];
-        let tps = median(r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect());
-        let worst = median(r.iter().map(|w| w.worst_ms).collect());
+        let tps = median(&r.iter().map(|w| w.tps).filter(|x| x.is_finite()).collect::<Vec<f64>>());
+        let worst = median(&r.iter().map(|w| w.worst_ms).collect::<Vec<f64>>());
         let caps: Vec<f64> = r.iter().filter_map(|w| w.captures.map(|c| c as f64)).collect();
         let stop = |k: usize| {
             let v: Vec<f64> = r.iter().filter_map(|w| w.stop.map(|s| s[k])).collect();
             if v.is_empty() {
                 "–".to_string()
             } else {
-                format!("{:.2}", median(v))
+                format!("{:.2}", median(&v))
             }
         };
         md.push_str(&format!(
             "| {} | {tps:.0} | {:.3} | {} | {} | {worst:.2} | {:+.2} | {:.3} | {:.2} | {:.0} | {} | {} / {} | {} / {} | {} |\n",
             describe(tool),
             tps / base_tps,
-            if i == 0 { "1.000".into() } else { format!("{:.3}", median(paired[i].clone())) },
+            if i == 0 { "1.000".into() } else { format!("{:.3}", median(&paired[i].clone())) },
             if i == 0 { "–".into() } else { lost(&paired[i]) },
             worst - base_worst,
-            median(r.iter().map(|w| w.cpu_cores).collect()),
-            100.0 * median(r.iter().map(|w| w.cpu_cores + w.sql_cores.unwrap_or(0.0)).collect()) / cores,
-            median(r.iter().map(|w| w.switches).filter(|x| x.is_finite()).collect()),
-            if caps.is_empty() { "–".into() } else { format!("{:.0}", median(caps)) },
+            median(&r.iter().map(|w| w.cpu_cores).collect::<Vec<f64>>()),
+            100.0 * median(&r.iter().map(|w| w.cpu_cores + w.sql_cores.unwrap_or(0.0)).collect::<Vec<f64>>()) / cores,
+            median(&r.iter().map(|w| w.switches).filter(|x| x.is_finite()).collect::<Vec<f64>>()),
+            if caps.is_empty() { "–".into() } else { format!("{:.0}", median(&caps)) },
             stop(0),
             stop(1),
             stop(2),

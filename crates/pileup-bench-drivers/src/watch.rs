@@ -724,11 +724,15 @@ fn throughput(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
         }
     }
     drop(sb);
-    let base = median(res[0].clone());
+    let base = median(&res[0].clone());
     let mut md = format!("\n### Throughput while watching (sysbench oltp_read_only, 8 threads, 20 s runs, {rounds} interleaved rounds, medians)\n\n| watcher | tx/s | vs no watcher | watcher's own CPU (% of one core) |\n|---|---|---|---|\n");
     for (i, k) in kinds.iter().enumerate() {
-        let m = median(res[i].clone());
-        md.push_str(&format!("| {k} | {m:.1} | {:+.2}% | {:.2} |\n", (m / base - 1.0) * 100.0, median(cpu[i].clone())));
+        let m = median(&res[i].clone());
+        md.push_str(&format!(
+            "| {k} | {m:.1} | {:+.2}% | {:.2} |\n",
+            (m / base - 1.0) * 100.0,
+            median(&cpu[i].clone())
+        ));
     }
     md.push_str(&format!(
         "\nRuns: {}\n",
@@ -769,10 +773,10 @@ fn idle_cost(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
             own[i].push(ow);
         }
     }
-    let base = median(server[0].clone());
+    let base = median(&server[0].clone());
     let mut md = format!("\n### Cost on an idle server (30 s each, {rounds} rounds, medians, % of one core)\n\n| watcher | server CPU | server CPU above no watcher | watcher's own CPU | total cost |\n|---|---|---|---|---|\n");
     for (i, k) in kinds.iter().enumerate() {
-        let (sv, ow) = (median(server[i].clone()), median(own[i].clone()));
+        let (sv, ow) = (median(&server[i].clone()), median(&own[i].clone()));
         md.push_str(&format!("| {k} | {sv:.2} | {:.2} | {ow:.2} | {:.2} |\n", sv - base, (sv - base).max(0.0) + ow));
     }
     Ok(md)
@@ -813,7 +817,7 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
             } else {
                 format!(
                     "{:.2} (runs: {})",
-                    median(v.clone()),
+                    median(&v.clone()),
                     v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
                 )
             };
@@ -830,8 +834,8 @@ fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>) -> Result
             } else {
                 "—".into()
             };
-            let sc = if stall_cpu.is_empty() { "—".to_string() } else { format!("{:.2}", median(stall_cpu)) };
-            md.push_str(&format!("| {stall} | {k} | {shown} | {:.2} | {sc} | {said} |\n", median(cpu)));
+            let sc = if stall_cpu.is_empty() { "—".to_string() } else { format!("{:.2}", median(&stall_cpu)) };
+            md.push_str(&format!("| {stall} | {k} | {shown} | {:.2} | {sc} | {said} |\n", median(&cpu)));
         }
     }
     md.push_str(&format!(
@@ -909,7 +913,7 @@ fn short_stalls(pileup: &str, root: &Path, rounds: usize) -> Result<String> {
                 lens.push((e - b) * 1000.0);
             }
         }
-        let shown = if lens.is_empty() { "–".to_string() } else { format!("{:.0} ms", median(lens.clone())) };
+        let shown = if lens.is_empty() { "–".to_string() } else { format!("{:.0} ms", median(&lens.clone())) };
         md.push_str(&format!("| {ms} ms | {} of {tries} | {shown} |\n", lens.len()));
     }
     md.push_str(&format!("\nStalls recorded in all: {} (locks taken: {}).\n", stalls.len(), held.len()));

@@ -93,18 +93,8 @@ impl Series {
 }
 
 /// The median of a sample (NaN when empty).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+pub fn median(v: Vec<f64>) -> f64 {
+    pileup_stats::median(&v)
 }
 
 /// A rate for a table: 3 significant figures, thousands as k.

@@ -42,20 +42,7 @@ use attr::N_ATTRS;
 use class::Class;
 use input::slowlog::{self, BlockCtx};
 
-/// Median of timings (NaN when there are none).
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+pub(crate) use pileup_stats::median;
 
 /// How to digest.
 #[derive(Clone, Debug)]

@@ -285,8 +285,10 @@ fn the_checker_sees_circles_through_grouped_uses_parents_and_the_root() {
 }
 
 /// Crates that are tools: none of them may depend on another. The others
-/// are what tools share (engine, output, conn, files, sql, binlog's
-/// decoder, replica, sandbox) or drive them (the CLI, the benches).
+/// are what tools share (engine, output, profile, growth, annotate,
+/// debuginfod, stats, conn, files, sql, binlog's decoder, replica,
+/// sandbox, the BPF build helper) or drive them (the CLI, the benches'
+/// drivers).
 const TOOLS: [&str; 8] = [
     "pileup-watch",
     "pileup-locks",
@@ -315,4 +317,53 @@ fn no_tool_crate_depends_on_another_tool_crate() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The names in a manifest's `[dependencies]` table.
+fn dependencies(krate: &str) -> Vec<String> {
+    let manifest = std::fs::read_to_string(workspace().join("crates").join(krate).join("Cargo.toml")).unwrap();
+    let deps = manifest.split("\n[dependencies]\n").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
+    deps.lines()
+        .filter_map(|l| l.split(['=', ' ', '.']).next())
+        .filter(|n| !n.is_empty() && !n.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// The engine knows processes, not servers: no SQL client, no HTTP client,
+/// no SQL parser. Its front door is documented (`missing_docs`).
+#[test]
+fn the_engine_core_has_no_sql_or_http_dependency() {
+    let deps = dependencies("pileup-engine");
+    assert!(deps.iter().any(|d| d == "framehop"), "the manifest is read: {deps:?}");
+    let sql_or_http = [
+        "mysql",
+        "mysql_async",
+        "postgres",
+        "rusqlite",
+        "sqlparser",
+        "pileup-conn",
+        "pileup-sql",
+        "pileup-annotate",
+        "ureq",
+        "reqwest",
+        "hyper",
+        "tiny_http",
+        "debuginfod",
+        "pileup-debuginfod",
+    ];
+    let found: Vec<&String> = deps.iter().filter(|d| sql_or_http.contains(&d.as_str())).collect();
+    assert!(found.is_empty(), "pileup-engine depends on {found:?}");
+    let lib = std::fs::read_to_string(workspace().join("crates/pileup-engine/src/lib.rs")).unwrap();
+    assert!(lib.contains("#![warn(missing_docs)]"), "the engine's pub items are all documented");
+}
+
+/// The output layer writes formats and knows no tool: it depends on no
+/// pileup crate (tools depend on it).
+#[test]
+fn the_output_layer_depends_on_no_pileup_crate() {
+    let deps = dependencies("pileup-output");
+    assert!(deps.iter().any(|d| d == "inferno"), "the manifest is read: {deps:?}");
+    let pileup: Vec<&String> = deps.iter().filter(|d| d.starts_with("pileup")).collect();
+    assert!(pileup.is_empty(), "pileup-output depends on {pileup:?}");
 }
