@@ -21,8 +21,6 @@ pub mod record;
 mod stacks;
 pub mod trace;
 
-pub use stacks::growth_stacks;
-
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -45,6 +43,14 @@ pub struct GrowthOptions {
     pub probe_cost: bool,
     /// Entries kept per list.
     pub top: usize,
+}
+
+/// The stacks that grew a process (`title` names it) as weighted stacks:
+/// pprof's heap sample types (`alloc_space`, bytes first touched;
+/// `inuse_space`, still held at the end) and flame graphs whose widths are
+/// bytes; `None` when no growth was sampled with a stack.
+pub fn growth_stacks(t: &GrowthTrace, title: String) -> Option<pileup_output::Stacks> {
+    stacks::of(&t.growth, t.elapsed_s, title)
 }
 
 /// What a trace found, and what it cost.

@@ -3,13 +3,12 @@
 
 use pileup_output::{Stack, Stacks};
 
-use crate::GrowthTrace;
+use crate::attribute::Growth;
 
 /// The stacks that grew a process (`title` names it), weighted by bytes
 /// first touched (`alloc_space`) and still held at the end
 /// (`inuse_space`); `None` when no growth was sampled with a stack.
-pub fn growth_stacks(t: &GrowthTrace, title: String) -> Option<Stacks> {
-    let g = &t.growth;
+pub(crate) fn of(g: &Growth, elapsed_s: f64, title: String) -> Option<Stacks> {
     if g.by_stack.is_empty() {
         return None;
     }
@@ -31,13 +30,13 @@ pub fn growth_stacks(t: &GrowthTrace, title: String) -> Option<Stacks> {
         subtitle: format!(
             "{:.1} MiB first touched in {:.1} s, sampled with stacks by bytes; widths are bytes",
             touched as f64 / (1u64 << 20) as f64,
-            t.elapsed_s
+            elapsed_s
         ),
         sample_types: vec![("alloc_space".into(), "bytes".into()), ("inuse_space".into(), "bytes".into())],
         count_name: "bytes".into(),
         stacks,
-        start_unix_ms: now_ms.saturating_sub((t.elapsed_s * 1000.0) as u64),
-        duration_ms: (t.elapsed_s * 1000.0) as u64,
+        start_unix_ms: now_ms.saturating_sub((elapsed_s * 1000.0) as u64),
+        duration_ms: (elapsed_s * 1000.0) as u64,
         comment: "pileup: pages first touched, sampled by bytes with their stacks".into(),
     })
 }

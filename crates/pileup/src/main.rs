@@ -20,6 +20,7 @@ macro_rules! note {
 
 mod cmd;
 mod conn_args;
+mod exit;
 mod output;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

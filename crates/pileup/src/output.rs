@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
 
-use crate::cmd::Usage;
+use crate::exit::Usage;
 
 /// The version of the JSON every command writes (its results, events and
 /// errors), in each object as `schema_version`: raised when a field changes
