@@ -185,107 +185,136 @@ fn run_window(
     match tool {
         "none" | "performance-schema" => std::thread::sleep(window),
         t if t == "locks" || t.starts_with("locks-") || t.starts_with("locks@") => {
-            let json = scratch.join("locks.json");
-            // locks@PATH: another pileup build, to compare two builds' probes
-            // side by side.
-            let (t, bin) = t.split_once('@').unwrap_or((t, pileup));
-            let mut cmd = Command::new(bin);
-            cmd.arg("locks");
-            // locks-budget-N: another stack budget; locks-elsewhere: the
-            // probe attached but tracing an idle process, which leaves the
-            // cost of the probe being on at all.
-            let mut idle = None;
-            let target = if t == "locks-elsewhere" {
-                let c = Command::new("sleep").arg("3600").spawn()?;
-                let p = c.id().to_string();
-                idle = Some(c);
-                cmd.arg("--any-process");
-                p
-            } else {
-                pid.clone()
-            };
-            if let Some(n) = t.strip_prefix("locks-budget-") {
-                cmd.args(["--stack-budget", n]);
-            }
-            // locks-cost: the probe timed by the kernel (which costs a clock
-            // read on either side of every run: a row of its own).
-            if t == "locks-cost" {
-                cmd.arg("--probe-cost");
-            }
-            let s = cmd
-                .args(["--pid", &target, "--no-sql", "--duration"])
-                .arg(format!("{secs}s"))
-                .args(["--format", "json", "-o"])
-                .arg(&json)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()?;
-            if let Some(mut c) = idle {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            w.ok = s.success();
-            if let Ok(j) = std::fs::read(&json)
-                .map_err(anyhow::Error::from)
-                .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
-            {
-                let c = &j["counters"];
-                w.events = Some((c["waits"].as_u64().unwrap_or(0), c["recorded"].as_u64().unwrap_or(0)));
-                let depths: Vec<f64> = j["locks"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|l| l["stacks"].as_array().into_iter().flatten())
-                    .filter_map(|s| s["frames"].as_array().map(|f| f.len() as f64))
-                    .collect();
-                w.depth = (!depths.is_empty()).then(|| median(&depths));
-                let p = &j["probe_cost"];
-                if let (Some(runs), Some(ns)) = (p["runs"].as_f64(), p["run_ns"].as_f64()) {
-                    let secs = j["duration_s"].as_f64().unwrap_or(window.as_secs_f64()).max(1e-3);
-                    w.probe = Some((runs / secs, ns / 1e9 / secs));
-                }
-            }
-            let _ = std::fs::remove_file(&json);
+            run_locks(t, pileup, &pid, &secs, scratch, window, &mut w)?
         }
-        "perf-trace" => {
-            let outf = scratch.join("perf-trace.txt");
-            let s = Command::new("timeout")
-                .args(["-s", "INT", &secs, "perf", "trace", "-e", "futex", "-p", &pid, "-o"])
-                .arg(&outf)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .context("perf (Debian: linux-perf)")?;
-            // timeout's own exit when it had to stop perf: 124.
-            w.ok = s.success() || s.code() == Some(124);
-            let lines = std::fs::read_to_string(&outf).map(|t| t.lines().count() as u64).unwrap_or(0);
-            w.events = Some((lines, 0));
-            let _ = std::fs::remove_file(&outf);
-        }
-        "offcputime" => {
-            let outf = scratch.join("offcputime.txt");
-            let s = Command::new("offcputime")
-                .args(["-p", &pid, &secs])
-                .stdin(Stdio::null())
-                .stdout(std::fs::File::create(&outf)?)
-                .stderr(Stdio::null())
-                .status()
-                .context("offcputime (Debian: libbpf-tools)")?;
-            w.ok = s.success();
-            let text = std::fs::read_to_string(&outf).unwrap_or_default();
-            let depths = offcpu_user_depths(&text);
-            w.events = Some((depths.len() as u64, 0));
-            w.depth = (!depths.is_empty()).then(|| median(&depths));
-            let _ = std::fs::remove_file(&outf);
-        }
+        "perf-trace" => run_perf_trace(&pid, &secs, scratch, &mut w)?,
+        "offcputime" => run_offcputime(&pid, &secs, scratch, &mut w)?,
         t => bail!("unknown tool {t}"),
     }
     let t1 = Instant::now();
     w.cpu_cores = (children_cpu() - cpu0) / (t1 - t0).as_secs_f64();
     w.tps = load.tps(t0, t1);
     Ok(w)
+}
+
+/// A window under `pileup locks` (or a variant of it: `t` names which),
+/// its counters, stack depths and probe cost read from its JSON report.
+fn run_locks(
+    t: &str,
+    pileup: &str,
+    pid: &str,
+    secs: &str,
+    scratch: &std::path::Path,
+    window: Duration,
+    w: &mut Window,
+) -> Result<()> {
+    let json = scratch.join("locks.json");
+    // locks@PATH: another pileup build, to compare two builds' probes
+    // side by side.
+    let (t, bin) = t.split_once('@').unwrap_or((t, pileup));
+    let mut cmd = Command::new(bin);
+    cmd.arg("locks");
+    // locks-budget-N: another stack budget; locks-elsewhere: the
+    // probe attached but tracing an idle process, which leaves the
+    // cost of the probe being on at all.
+    let mut idle = None;
+    let target = if t == "locks-elsewhere" {
+        let c = Command::new("sleep").arg("3600").spawn()?;
+        let p = c.id().to_string();
+        idle = Some(c);
+        cmd.arg("--any-process");
+        p
+    } else {
+        pid.to_string()
+    };
+    if let Some(n) = t.strip_prefix("locks-budget-") {
+        cmd.args(["--stack-budget", n]);
+    }
+    // locks-cost: the probe timed by the kernel (which costs a clock
+    // read on either side of every run: a row of its own).
+    if t == "locks-cost" {
+        cmd.arg("--probe-cost");
+    }
+    let s = cmd
+        .args(["--pid", &target, "--no-sql", "--duration"])
+        .arg(format!("{secs}s"))
+        .args(["--format", "json", "-o"])
+        .arg(&json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if let Some(mut c) = idle {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    w.ok = s.success();
+    read_locks_report(&json, window, w);
+    let _ = std::fs::remove_file(&json);
+    Ok(())
+}
+
+/// What `pileup locks --format json` said: waits seen and recorded, the
+/// median stack depth, and the probe's runs and CPU per second.
+fn read_locks_report(json: &std::path::Path, window: Duration, w: &mut Window) {
+    if let Ok(j) = std::fs::read(json)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(serde_json::from_slice::<serde_json::Value>(&b)?))
+    {
+        let c = &j["counters"];
+        w.events = Some((c["waits"].as_u64().unwrap_or(0), c["recorded"].as_u64().unwrap_or(0)));
+        let depths: Vec<f64> = j["locks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|l| l["stacks"].as_array().into_iter().flatten())
+            .filter_map(|s| s["frames"].as_array().map(|f| f.len() as f64))
+            .collect();
+        w.depth = (!depths.is_empty()).then(|| median(&depths));
+        let p = &j["probe_cost"];
+        if let (Some(runs), Some(ns)) = (p["runs"].as_f64(), p["run_ns"].as_f64()) {
+            let secs = j["duration_s"].as_f64().unwrap_or(window.as_secs_f64()).max(1e-3);
+            w.probe = Some((runs / secs, ns / 1e9 / secs));
+        }
+    }
+}
+
+/// A window under `perf trace -e futex`: its lines are the events.
+fn run_perf_trace(pid: &str, secs: &str, scratch: &std::path::Path, w: &mut Window) -> Result<()> {
+    let outf = scratch.join("perf-trace.txt");
+    let s = Command::new("timeout")
+        .args(["-s", "INT", secs, "perf", "trace", "-e", "futex", "-p", pid, "-o"])
+        .arg(&outf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("perf (Debian: linux-perf)")?;
+    // timeout's own exit when it had to stop perf: 124.
+    w.ok = s.success() || s.code() == Some(124);
+    let lines = std::fs::read_to_string(&outf).map(|t| t.lines().count() as u64).unwrap_or(0);
+    w.events = Some((lines, 0));
+    let _ = std::fs::remove_file(&outf);
+    Ok(())
+}
+
+/// A window under bcc's `offcputime`: its stacks, and their user-space depth.
+fn run_offcputime(pid: &str, secs: &str, scratch: &std::path::Path, w: &mut Window) -> Result<()> {
+    let outf = scratch.join("offcputime.txt");
+    let s = Command::new("offcputime")
+        .args(["-p", pid, secs])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&outf)?)
+        .stderr(Stdio::null())
+        .status()
+        .context("offcputime (Debian: libbpf-tools)")?;
+    w.ok = s.success();
+    let text = std::fs::read_to_string(&outf).unwrap_or_default();
+    let depths = offcpu_user_depths(&text);
+    w.events = Some((depths.len() as u64, 0));
+    w.depth = (!depths.is_empty()).then(|| median(&depths));
+    let _ = std::fs::remove_file(&outf);
+    Ok(())
 }
 
 /// The user-space frames of each stack `offcputime` printed: its records

@@ -170,35 +170,7 @@ impl ConnOptions {
 
     /// [`resolve`](Self::resolve) with the environment passed in (for tests).
     pub fn resolve_with(&self, home: Option<PathBuf>, env: &dyn Fn(&str) -> Option<String>) -> Result<ConnSpec> {
-        let mut of = OptionFile::default();
-        if !self.no_defaults {
-            if let Some(f) = &self.defaults_file {
-                if !f.exists() {
-                    return Err(ConnError::NoOptionFile(f.clone()));
-                }
-                of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
-            } else {
-                // The default files are read where they can be; one that
-                // cannot (another user's ~/.my.cnf) is skipped, as the
-                // mysql client skips it, and listed in `files_skipped`.
-                let mut read = |p: PathBuf| {
-                    if let Err(e) = of.merge_file(&p, GROUPS) {
-                        of.files_skipped.push((p, e.to_string()));
-                    }
-                };
-                read("/etc/my.cnf".into());
-                read("/etc/mysql/my.cnf".into());
-                if let Some(h) = &home {
-                    read(h.join(".my.cnf"));
-                }
-                if let Some(f) = &self.defaults_extra_file {
-                    if !f.exists() {
-                        return Err(ConnError::NoOptionFile(f.clone()));
-                    }
-                    of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
-                }
-            }
-        }
+        let of = self.option_files(home.as_deref())?;
         let mut host = of.get("host").map(String::from);
         let mut port = match of.get("port") {
             Some(p) => {
@@ -286,6 +258,42 @@ impl ConnOptions {
             files_read: of.files_read,
             files_skipped: of.files_skipped,
         })
+    }
+
+    /// The option files read, in the mysql client's order: `--defaults-file`
+    /// alone, or the system's and the user's (those that cannot be read
+    /// are skipped) then `--defaults-extra-file`; none with `--no-defaults`.
+    fn option_files(&self, home: Option<&std::path::Path>) -> Result<OptionFile> {
+        let mut of = OptionFile::default();
+        if !self.no_defaults {
+            if let Some(f) = &self.defaults_file {
+                if !f.exists() {
+                    return Err(ConnError::NoOptionFile(f.clone()));
+                }
+                of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
+            } else {
+                // The default files are read where they can be; one that
+                // cannot (another user's ~/.my.cnf) is skipped, as the
+                // mysql client skips it, and listed in `files_skipped`.
+                let mut read = |p: PathBuf| {
+                    if let Err(e) = of.merge_file(&p, GROUPS) {
+                        of.files_skipped.push((p, e.to_string()));
+                    }
+                };
+                read("/etc/my.cnf".into());
+                read("/etc/mysql/my.cnf".into());
+                if let Some(h) = home {
+                    read(h.join(".my.cnf"));
+                }
+                if let Some(f) = &self.defaults_extra_file {
+                    if !f.exists() {
+                        return Err(ConnError::NoOptionFile(f.clone()));
+                    }
+                    of.merge_file(f, GROUPS).map_err(|e| ConnError::OptionFile(f.clone(), e))?;
+                }
+            }
+        }
+        Ok(of)
     }
 
     /// True when the user gave any connection hint at all; subcommands that

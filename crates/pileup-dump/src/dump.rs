@@ -132,36 +132,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     m.started_at = server_now(&mut c);
     c.query_drop("SET SESSION max_statement_time = 0")?;
     c.query_drop("SET NAMES utf8mb4")?;
-
-    // Definitions first: reading them takes no global lock, but a table
-    // being created or altered keeps them waiting (named, as for the lock).
-    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
-    let (listed, dbs, tables, objects, sequences) =
-        snapshot::guarded(&mut c, &o.lock, "reading the definitions", &mut |s| on(Event::Note(s)), |c| {
-            definitions(c, &o.filter)
-        })?;
-    m.databases = dbs;
-    m.tables = tables;
-    m.objects = objects;
-    m.sequences = sequences;
-    if o.format == Format::Mydumper && !m.sequences.is_empty() {
-        bail!(
-            "{} sequence(s) selected, which mydumper 0.10.1's format has no place for; dump them in pileup's format or --exclude them",
-            m.sequences.len()
-        );
-    }
-    if o.users {
-        if o.format == Format::Mydumper {
-            bail!("--users is written in pileup's format only (mydumper 0.10.1 has no place for accounts)");
-        }
-        m.users = schema::users(&mut c).ctx("reading accounts (--users needs SELECT on mysql.user)")?;
-    }
-    let mut view_columns = std::collections::BTreeMap::new();
-    if o.format == Format::Mydumper {
-        for x in m.objects.iter().filter(|x| x.kind == crate::manifest::Kind::View) {
-            view_columns.insert((x.db.clone(), x.name.clone()), schema::columns(&mut c, &x.db, &x.name)?);
-        }
-    }
+    let (listed, view_columns) = read_definitions(&mut c, o, &mut m, on)?;
     on(Event::Planned {
         tables: listed.len(),
         rows: listed.iter().map(|t| t.rows).sum(),
@@ -177,40 +148,8 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         session(&mut w)?;
         conns.push(w);
     }
-    session(&mut c)?;
-    let held = snapshot::lock(&mut c, flavor == pileup_conn::Flavor::MariaDb, &o.lock, &mut |s| on(Event::Note(s)))?;
-    let opened: Result<()> = conns.iter_mut().try_for_each(snapshot::open);
-    m.position = snapshot::position(&mut c);
-    // Tables that are not transactional are copied now, while nothing commits.
-    let mut copied = vec![];
-    let mut early: Vec<Done> = vec![];
-    if opened.is_ok() {
-        for (i, t) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
-            match copy_chunk(&mut c, &o.dir, &m.tables[i], i, 0, Range::ALL, o) {
-                Ok(d) => {
-                    copied.push(format!("{}.{} ({})", t.db, t.name, t.engine));
-                    early.push(d);
-                }
-                Err(e) => {
-                    held.release(&mut c);
-                    return Err(e);
-                }
-            }
-        }
-    }
-    let statement = held.statement.to_string();
-    let waited_ms = held.waited.as_secs_f64() * 1e3;
-    let stages_ms: Vec<(String, f64)> =
-        held.stages.iter().map(|(s, d)| (s.to_string(), d.as_secs_f64() * 1e3)).collect();
-    let held_for = held.release(&mut c);
-    opened.ctx("opening the threads' snapshots")?;
-    m.lock = LockHeld {
-        statement: statement.clone(),
-        held_ms: held_for.as_secs_f64() * 1e3,
-        waited_ms,
-        copied_under_lock: copied.clone(),
-    };
-    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, waited_ms, stages_ms, copied });
+    let mariadb = flavor == pileup_conn::Flavor::MariaDb;
+    let mut early = snapshot_window(&mut c, &mut conns, mariadb, &listed, &mut m, o, on)?;
     for d in &early {
         on(Event::Chunk { table: table_name(&m.tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
     }
@@ -231,17 +170,118 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     }
     m.finished = now_unix();
     m.finished_at = spec.connect().map(|mut c| server_now(&mut c)).unwrap_or_default();
+    write_manifest(o, &m, &view_columns)?;
+    Ok(m)
+}
+
+/// The columns of each view, for mydumper's layout.
+type ViewColumns = std::collections::BTreeMap<(String, String), Vec<String>>;
+
+/// Read the definitions into `m`, refusing what the format has no place
+/// for; with `--users`, the accounts too. Returns the tables to copy and,
+/// for mydumper's layout, each view's columns.
+fn read_definitions(
+    c: &mut mysql::Conn,
+    o: &DumpOptions,
+    m: &mut Manifest,
+    on: &mut dyn FnMut(Event),
+) -> Result<(Vec<Listed>, ViewColumns)> {
+    // Definitions first: reading them takes no global lock, but a table
+    // being created or altered keeps them waiting (named, as for the lock).
+    c.query_drop("SET SESSION lock_wait_timeout = 1")?;
+    let (listed, dbs, tables, objects, sequences) =
+        snapshot::guarded(c, &o.lock, "reading the definitions", &mut |s| on(Event::Note(s)), |c| {
+            definitions(c, &o.filter)
+        })?;
+    m.databases = dbs;
+    m.tables = tables;
+    m.objects = objects;
+    m.sequences = sequences;
+    if o.format == Format::Mydumper && !m.sequences.is_empty() {
+        bail!(
+            "{} sequence(s) selected, which mydumper 0.10.1's format has no place for; dump them in pileup's format or --exclude them",
+            m.sequences.len()
+        );
+    }
+    if o.users {
+        if o.format == Format::Mydumper {
+            bail!("--users is written in pileup's format only (mydumper 0.10.1 has no place for accounts)");
+        }
+        m.users = schema::users(c).ctx("reading accounts (--users needs SELECT on mysql.user)")?;
+    }
+    let mut view_columns = ViewColumns::new();
+    if o.format == Format::Mydumper {
+        for x in m.objects.iter().filter(|x| x.kind == crate::manifest::Kind::View) {
+            view_columns.insert((x.db.clone(), x.name.clone()), schema::columns(c, &x.db, &x.name)?);
+        }
+    }
+    Ok((listed, view_columns))
+}
+
+/// The snapshot window: the lock taken, every worker's snapshot opened and
+/// the position read under it, and the tables that are not transactional
+/// copied while nothing commits; the lock is released before this returns
+/// (an error included). Returns the chunks copied under the lock.
+fn snapshot_window(
+    c: &mut mysql::Conn,
+    conns: &mut [mysql::Conn],
+    mariadb: bool,
+    listed: &[Listed],
+    m: &mut Manifest,
+    o: &DumpOptions,
+    on: &mut dyn FnMut(Event),
+) -> Result<Vec<Done>> {
+    session(c)?;
+    let held = snapshot::lock(c, mariadb, &o.lock, &mut |s| on(Event::Note(s)))?;
+    let opened: Result<()> = conns.iter_mut().try_for_each(snapshot::open);
+    m.position = snapshot::position(c);
+    // Tables that are not transactional are copied now, while nothing commits.
+    let mut copied = vec![];
+    let mut early: Vec<Done> = vec![];
+    if opened.is_ok() {
+        for (i, t) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
+            match copy_chunk(c, &o.dir, &m.tables[i], i, 0, Range::ALL, o) {
+                Ok(d) => {
+                    copied.push(format!("{}.{} ({})", t.db, t.name, t.engine));
+                    early.push(d);
+                }
+                Err(e) => {
+                    held.release(c);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let statement = held.statement.to_string();
+    let waited_ms = held.waited.as_secs_f64() * 1e3;
+    let stages_ms: Vec<(String, f64)> =
+        held.stages.iter().map(|(s, d)| (s.to_string(), d.as_secs_f64() * 1e3)).collect();
+    let held_for = held.release(c);
+    opened.ctx("opening the threads' snapshots")?;
+    m.lock = LockHeld {
+        statement: statement.clone(),
+        held_ms: held_for.as_secs_f64() * 1e3,
+        waited_ms,
+        copied_under_lock: copied.clone(),
+    };
+    on(Event::Unlocked { statement, held_ms: m.lock.held_ms, waited_ms, stages_ms, copied });
+    Ok(early)
+}
+
+/// The dump's manifest (pileup's layout), or mydumper's schema files and
+/// `metadata`.
+fn write_manifest(o: &DumpOptions, m: &Manifest, view_columns: &ViewColumns) -> Result<()> {
     match o.format {
         Format::Pileup => {
-            let json = serde_json::to_vec_pretty(&m)?;
+            let json = serde_json::to_vec_pretty(m)?;
             pileup_files::write_private_bytes(&o.dir.join(MANIFEST), &json)?;
         }
         Format::Mydumper => {
-            crate::mydumper::write_schema(&o.dir, &m, &view_columns, o.compress)?;
-            crate::mydumper::write_metadata(&o.dir, &m)?;
+            crate::mydumper::write_schema(&o.dir, m, view_columns, o.compress)?;
+            crate::mydumper::write_metadata(&o.dir, m)?;
         }
     }
-    Ok(m)
+    Ok(())
 }
 
 /// Copy the transactional tables on the workers' connections (each in its

@@ -209,42 +209,8 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     c.query_drop("SET NAMES utf8mb4")?;
 
     let AlreadyThere { skip, exists_t, skip_obj, keep_seq } = already_there(&mut c, o, &m, &mut *on)?;
-    for d in &m.databases {
-        c.query_drop(format!(
-            "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET {} COLLATE {}",
-            quote(target(o, &d.name)),
-            d.charset,
-            d.collation
-        ))?;
-    }
-    // Sequences before the tables: a column's default may read one.
-    for (q, keep) in m.sequences.iter().zip(&keep_seq) {
-        let db = target(o, &q.db);
-        if !keep {
-            c.query_drop(format!("USE {}", quote(db)))?;
-            c.query_drop(&q.create).with_ctx(|| format!("creating sequence {db}.{}", q.name))?;
-        }
-        if !keep || o.resume {
-            c.query_drop(format!("SELECT SETVAL({}.{}, {}, 0)", quote(db), quote(&q.name), q.next))?;
-        }
-    }
-    // Secondary indexes that wait for the data, and of those, the ones a
-    // resumed load still has to add (an existing table tells by its
-    // indexes).
-    let creates: Vec<&str> = m.tables.iter().map(|t| t.create.as_str()).collect();
-    let deferred: Vec<Option<Deferred>> = m
-        .tables
-        .iter()
-        .map(|t| {
-            (o.indexes_after_data && !t.chunks.is_empty())
-                .then(|| crate::indexes::split(&t.create, crate::indexes::referenced(&t.name, &creates)))
-                .flatten()
-        })
-        .collect();
-    // InnoDB tables with data: their own STATS_AUTO_RECALC, given back
-    // after the data (a resumed load's tables have it off still).
-    let recalc: Vec<Option<String>> =
-        m.tables.iter().map(|t| (!t.chunks.is_empty()).then(|| stats_auto_recalc(&t.create)).flatten()).collect();
+    create_databases(&mut c, o, &m, &keep_seq)?;
+    let (deferred, recalc) = deferred_work(o, &m);
     let later = create_tables(&mut c, o, &m, &skip, &exists_t, &deferred, &recalc)?;
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
     on(Event::Planned {
@@ -313,6 +279,55 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         verify(spec, o, &m, jobs.into_iter().filter(|j| !bad.contains(&j.0)).collect(), on)?;
     }
     Ok(())
+}
+
+/// The databases, then the sequences (a column's default may read one):
+/// created unless kept, and set to their dumped next value.
+fn create_databases(c: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, keep_seq: &[bool]) -> Result<()> {
+    for d in &m.databases {
+        c.query_drop(format!(
+            "CREATE DATABASE IF NOT EXISTS {} CHARACTER SET {} COLLATE {}",
+            quote(target(o, &d.name)),
+            d.charset,
+            d.collation
+        ))?;
+    }
+    // Sequences before the tables: a column's default may read one.
+    for (q, keep) in m.sequences.iter().zip(keep_seq) {
+        let db = target(o, &q.db);
+        if !keep {
+            c.query_drop(format!("USE {}", quote(db)))?;
+            c.query_drop(&q.create).with_ctx(|| format!("creating sequence {db}.{}", q.name))?;
+        }
+        if !keep || o.resume {
+            c.query_drop(format!("SELECT SETVAL({}.{}, {}, 0)", quote(db), quote(&q.name), q.next))?;
+        }
+    }
+    Ok(())
+}
+
+/// What waits for each table's data: the secondary indexes added after it
+/// (with `indexes_after_data`), and an InnoDB table's own
+/// STATS_AUTO_RECALC, given back after it.
+fn deferred_work(o: &LoadOptions, m: &Manifest) -> (Vec<Option<Deferred>>, Vec<Option<String>>) {
+    // Secondary indexes that wait for the data, and of those, the ones a
+    // resumed load still has to add (an existing table tells by its
+    // indexes).
+    let creates: Vec<&str> = m.tables.iter().map(|t| t.create.as_str()).collect();
+    let deferred: Vec<Option<Deferred>> = m
+        .tables
+        .iter()
+        .map(|t| {
+            (o.indexes_after_data && !t.chunks.is_empty())
+                .then(|| crate::indexes::split(&t.create, crate::indexes::referenced(&t.name, &creates)))
+                .flatten()
+        })
+        .collect();
+    // InnoDB tables with data: their own STATS_AUTO_RECALC, given back
+    // after the data (a resumed load's tables have it off still).
+    let recalc: Vec<Option<String>> =
+        m.tables.iter().map(|t| (!t.chunks.is_empty()).then(|| stats_auto_recalc(&t.create)).flatten()).collect();
+    (deferred, recalc)
 }
 
 /// Jobs that failed, with their errors: their tables (the job's first

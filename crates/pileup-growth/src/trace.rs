@@ -162,22 +162,7 @@ pub fn trace(
     skel.links = Default::default();
     std::thread::sleep(Duration::from_millis(10));
     let elapsed = started.elapsed();
-    let probe_cost = stats.and_then(|_held| {
-        let p = &skel.progs;
-        let mut total = ProbeCost::default();
-        for fd in [
-            p.growth_fault.as_fd(),
-            p.growth_mmap.as_fd(),
-            p.growth_munmap.as_fd(),
-            p.growth_mremap.as_fd(),
-            p.growth_mprotect.as_fd(),
-            p.growth_madvise.as_fd(),
-            p.growth_brk.as_fd(),
-        ] {
-            total += pileup_engine::ebpf::run_time(fd)?;
-        }
-        Some(total)
-    });
+    let probe_cost = stats.and_then(|_held| cost_of_probes(&skel));
     let _ = ring.consume();
     drop(ring);
     hand_over(&mut on_events);
@@ -191,6 +176,25 @@ pub fn trace(
         probe_cost,
         period,
     })
+}
+
+/// What the probes cost the kernel so far, summed over every program
+/// (None when a program's statistics cannot be read).
+fn cost_of_probes(skel: &GrowthSkel) -> Option<ProbeCost> {
+    let p = &skel.progs;
+    let mut total = ProbeCost::default();
+    for fd in [
+        p.growth_fault.as_fd(),
+        p.growth_mmap.as_fd(),
+        p.growth_munmap.as_fd(),
+        p.growth_mremap.as_fd(),
+        p.growth_mprotect.as_fd(),
+        p.growth_madvise.as_fd(),
+        p.growth_brk.as_fd(),
+    ] {
+        total += pileup_engine::ebpf::run_time(fd)?;
+    }
+    Some(total)
 }
 
 /// The stacks a second that fault samples may spend: the probe keeps the

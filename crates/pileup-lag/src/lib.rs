@@ -183,11 +183,6 @@ pub fn sample(
     let mut c = spec.connect()?;
     let st0 = replica_status(&mut c)?.ok_or_else(|| LagError::NotAReplica(spec.describe()))?;
     let lag_start_s: Option<u64> = st0.get::<Option<u64>, _>("Seconds_Behind_Master").flatten();
-    let gtid_pos = |c: &mut mysql::Conn| -> Result<String, LagError> {
-        Ok(c.query_first("SELECT @@gtid_slave_pos")
-            .map_err(LagError::sql("reading @@gtid_slave_pos"))?
-            .unwrap_or_default())
-    };
     let pos0 = gtid_pos(&mut c)?;
     let mut notes: Vec<String> = Vec::new();
     // performance_schema's view of the same period, where it is on.
@@ -238,16 +233,7 @@ pub fn sample(
     let (reads1, history1) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
     let st1 = replica_status(&mut c)?;
     let pos1 = gtid_pos(&mut c)?;
-    let waits = match &ps0 {
-        Some((ids, before)) => match ps::snapshot(&mut c, ids) {
-            Ok(after) => ps::between(before, &after),
-            Err(e) => {
-                notes.push(format!("performance_schema waits not read: {e}"));
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
+    let waits = ps_waits(&mut c, ps0.as_ref(), &mut notes);
     let profile = s.finish();
     let (tally, tids, cats) = tally_samples(&profile, &positions, &worker_gtids, &gtid_tables);
     let idle: Vec<bool> = cats.iter().map(|c| c.iter().all(|x| *x == Category::RelayWait)).collect();
@@ -256,16 +242,7 @@ pub fn sample(
     // The stacks engine's notes that matter here (not the io_uring workers:
     // they are not applier threads).
     notes.extend(profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned());
-    let device = match (&disk0, &disk1) {
-        (Some((name, a)), Some((_, b))) => Some(io::DeviceReport::between(name, a, b, seconds)),
-        _ => {
-            notes.push(format!(
-                "no block device statistics for the datadir ({}): on a filesystem without one (tmpfs) or a server on another host",
-                datadir.as_deref().unwrap_or("unknown")
-            ));
-            None
-        }
-    };
+    let device = device_between(&disk0, &disk1, datadir.as_deref(), seconds, &mut notes);
     let applier_io = (!io0.is_empty() && !tids.is_empty()).then(|| io::io_between(&io0, &io1, tids.iter().copied()));
     let (applier_read_bytes, applier_write_bytes) = (applier_io.map(|x| x.read), applier_io.map(|x| x.write));
     notes.extend(sampling_notes(tids.is_empty(), profile.named_pct));
@@ -287,6 +264,47 @@ pub fn sample(
         history: history0.zip(history1),
         notes,
     })
+}
+
+/// The replica's @@gtid_slave_pos.
+fn gtid_pos(c: &mut mysql::Conn) -> Result<String, LagError> {
+    Ok(c.query_first("SELECT @@gtid_slave_pos").map_err(LagError::sql("reading @@gtid_slave_pos"))?.unwrap_or_default())
+}
+
+/// The applier threads' performance_schema waits since `ps0` (none when
+/// performance_schema was not read; a note when the second read fails).
+fn ps_waits(c: &mut mysql::Conn, ps0: Option<&(Vec<u64>, ps::Snapshot)>, notes: &mut Vec<String>) -> Vec<ps::PsWait> {
+    match ps0 {
+        Some((ids, before)) => match ps::snapshot(c, ids) {
+            Ok(after) => ps::between(before, &after),
+            Err(e) => {
+                notes.push(format!("performance_schema waits not read: {e}"));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    }
+}
+
+/// What the datadir's device did between two reads of its counters, or a
+/// note saying why there is none.
+fn device_between(
+    disk0: &Option<(String, io::DiskCounters)>,
+    disk1: &Option<(String, io::DiskCounters)>,
+    datadir: Option<&str>,
+    seconds: f64,
+    notes: &mut Vec<String>,
+) -> Option<io::DeviceReport> {
+    match (disk0, disk1) {
+        (Some((name, a)), Some((_, b))) => Some(io::DeviceReport::between(name, a, b, seconds)),
+        _ => {
+            notes.push(format!(
+                "no block device statistics for the datadir ({}): on a filesystem without one (tmpfs) or a server on another host",
+                datadir.unwrap_or("unknown")
+            ));
+            None
+        }
+    }
 }
 
 /// What the samples leave the user to know: no applier thread found,
@@ -529,6 +547,44 @@ pub fn render_text(r: &LagReport) -> String {
         }
     }
     s.push_str(&stalls_line(r));
+    s.push_str(&by_table_text(r));
+    s.push_str(&operations_text(r));
+    if !r.tally.states.is_empty() {
+        s.push_str("\napplier states seen (processlist)\n");
+        let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
+        st.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (name, n) in st.iter().take(8) {
+            s.push_str(&format!(
+                "  {:5.1}%  {}\n",
+                100.0 * **n as f64 / r.tally.samples.max(1) as f64,
+                if name.is_empty() { "(empty)" } else { name }
+            ));
+        }
+    }
+    if !r.waits.is_empty() {
+        s.push_str("\ninstrumented waits of the applier threads (performance_schema)\n");
+        let wall = r.seconds.max(1e-9) * r.applier_threads.max(1) as f64;
+        for w in r.waits.iter().take(10) {
+            s.push_str(&format!(
+                "  {:8.2} s {:5.1}% {:>10}  {}\n",
+                w.seconds,
+                100.0 * w.seconds / wall,
+                w.count,
+                w.event
+            ));
+        }
+    }
+    s.push_str(&storage_text(r));
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s
+}
+
+/// The categories' shares by table (the 20 tables sampled most), and where
+/// the table names came from.
+fn by_table_text(r: &LagReport) -> String {
+    let mut s = String::new();
     let used: Vec<Category> = Category::ALL.into_iter().filter(|c| r.tally.share(*c) > 0.0).collect();
     if r.tally.by_table.len() > 1 || r.tally.by_table.keys().any(|t| t != "(no table)") {
         s.push_str("\nby table (% of all samples)\n");
@@ -559,6 +615,13 @@ pub fn render_text(r: &LagReport) -> String {
             .collect();
         s.push_str(&format!("  (table from: {})\n", parts.join(", ")));
     }
+    s
+}
+
+/// Inside which row operation each of the page-read, latch-wait and CPU
+/// categories' samples fell (operations of 2% of the category or more).
+fn operations_text(r: &LagReport) -> String {
+    let mut s = String::new();
     let ops: Vec<String> = [Category::PageRead, Category::LatchWait, Category::Cpu]
         .iter()
         .filter_map(|c| {
@@ -584,35 +647,6 @@ pub fn render_text(r: &LagReport) -> String {
     if !ops.is_empty() {
         s.push_str("\ninside which row operation (% of the category's samples; the rest were outside one)\n");
         s.extend(ops);
-    }
-    if !r.tally.states.is_empty() {
-        s.push_str("\napplier states seen (processlist)\n");
-        let mut st: Vec<(&String, &u64)> = r.tally.states.iter().collect();
-        st.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (name, n) in st.iter().take(8) {
-            s.push_str(&format!(
-                "  {:5.1}%  {}\n",
-                100.0 * **n as f64 / r.tally.samples.max(1) as f64,
-                if name.is_empty() { "(empty)" } else { name }
-            ));
-        }
-    }
-    if !r.waits.is_empty() {
-        s.push_str("\ninstrumented waits of the applier threads (performance_schema)\n");
-        let wall = r.seconds.max(1e-9) * r.applier_threads.max(1) as f64;
-        for w in r.waits.iter().take(10) {
-            s.push_str(&format!(
-                "  {:8.2} s {:5.1}% {:>10}  {}\n",
-                w.seconds,
-                100.0 * w.seconds / wall,
-                w.count,
-                w.event
-            ));
-        }
-    }
-    s.push_str(&storage_text(r));
-    for n in &r.notes {
-        s.push_str(&format!("note: {n}\n"));
     }
     s
 }
@@ -852,7 +886,8 @@ mod tests {
             "{text}"
         );
         assert!(!r.tally.folded.is_empty());
-        for f in pileup_output::FORMATS {
+        // Every format but the page, which lag does not write.
+        for f in pileup_output::FORMATS.into_iter().filter(|f| *f != pileup_output::Format::Html) {
             let mut out = vec![];
             pileup_output::render(&r, f, &Default::default(), &mut out).unwrap();
             assert!(!out.is_empty(), "{f}");

@@ -272,15 +272,7 @@ pub fn run(
     stop: &AtomicBool,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Report, LocksError> {
-    capture::preflight()?;
-    let mut resolver = Resolver::new(opts.pid, opts.any_process, opts.dwarf, &opts.debug_dirs)?;
-    let mut notes = std::mem::take(&mut resolver.notes);
-    if let Some(o) = &opts.debuginfod {
-        notes.extend(resolver.use_debuginfod(o));
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(LocksError::Usage("stopped while debug files were being fetched; nothing was traced".into()));
-        }
-    }
+    let (mut resolver, mut notes) = open_resolver(opts, stop)?;
     let filter = opts
         .threads
         .as_deref()
@@ -288,19 +280,7 @@ pub fn run(
         .transpose()
         .map_err(|e| LocksError::Usage(format!("thread selection {e}")))?;
     let known = std::cell::RefCell::new(Threads::new(opts.pid, sql)?);
-    let mut threads = match &filter {
-        Some(f) => {
-            let chosen = known.borrow().chosen(f);
-            if chosen.is_empty() {
-                notes.push(
-                    "no thread matched --focus when the trace began; threads that appear later and match are followed"
-                        .into(),
-                );
-            }
-            chosen.len()
-        }
-        None => known.borrow().tids.len(),
-    };
+    let mut threads = threads_at_start(&known.borrow(), filter.as_ref(), &mut notes);
     let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut agg = aggregate::Aggregator::default();
     let mut unwind_stops: HashMap<String, u64> = HashMap::new();
@@ -351,14 +331,7 @@ pub fn run(
         notes.push(e);
     }
     let thread_ns = (elapsed.as_nanos() as u64).saturating_mul(threads.max(1) as u64);
-    let locks = agg.finish(words, thread_ns, opts.top, |addr, taken_in| match resolver.data_name(addr) {
-        DataName::Heap => match taken_in {
-            Some(t) => (format!("heap lock {addr:#x} taken in {t}"), "heap".into()),
-            None => (format!("futex {addr:#x}"), "heap".into()),
-        },
-        n @ DataName::Symbol { .. } => (n.label(), "symbol".into()),
-        n @ DataName::Section { .. } => (format!("{} (not exported)", n.label()), "section".into()),
-    });
+    let locks = agg.finish(words, thread_ns, opts.top, |addr, taken_in| lock_name(&resolver, addr, taken_in));
     notes.extend(trace_notes(&counters, opts.stack_budget, unwind_stops, &locks, &resolver.exe));
     Ok(Report {
         source: "ebpf",
@@ -376,6 +349,52 @@ pub fn run(
         locks,
         notes,
     })
+}
+
+/// The server's symbols and debug files (fetched from debuginfod when
+/// asked), once the system can trace, and the notes they left.
+fn open_resolver(opts: &Options, stop: &AtomicBool) -> Result<(Resolver, Vec<String>), LocksError> {
+    capture::preflight()?;
+    let mut resolver = Resolver::new(opts.pid, opts.any_process, opts.dwarf, &opts.debug_dirs)?;
+    let mut notes = std::mem::take(&mut resolver.notes);
+    if let Some(o) = &opts.debuginfod {
+        notes.extend(resolver.use_debuginfod(o));
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(LocksError::Usage("stopped while debug files were being fetched; nothing was traced".into()));
+        }
+    }
+    Ok((resolver, notes))
+}
+
+/// How many threads are followed when the trace begins: those `filter`
+/// chooses (a note when none does yet), or all.
+fn threads_at_start(known: &Threads, filter: Option<&ThreadFilter>, notes: &mut Vec<String>) -> usize {
+    match filter {
+        Some(f) => {
+            let chosen = known.chosen(f);
+            if chosen.is_empty() {
+                notes.push(
+                    "no thread matched --focus when the trace began; threads that appear later and match are followed"
+                        .into(),
+                );
+            }
+            chosen.len()
+        }
+        None => known.tids.len(),
+    }
+}
+
+/// A lock's name and what named it: a heap address (with where it was
+/// taken), an exported symbol, or a section.
+fn lock_name(resolver: &Resolver, addr: u64, taken_in: Option<&str>) -> (String, String) {
+    match resolver.data_name(addr) {
+        DataName::Heap => match taken_in {
+            Some(t) => (format!("heap lock {addr:#x} taken in {t}"), "heap".into()),
+            None => (format!("futex {addr:#x}"), "heap".into()),
+        },
+        n @ DataName::Symbol { .. } => (n.label(), "symbol".into()),
+        n @ DataName::Section { .. } => (format!("{} (not exported)", n.label()), "section".into()),
+    }
 }
 
 /// Time the server's instrumented synchronisation waits with

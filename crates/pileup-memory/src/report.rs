@@ -158,6 +158,23 @@ impl Report {
     fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
         let (first, last) = (&self.points[0], self.points.last().unwrap());
         let peak = self.points.iter().max_by_key(|p| p.resident.rss).unwrap();
+        self.text_resident(w, first, last, peak)?;
+        self.text_accounting(w, first, last)?;
+        self.text_freed(w)?;
+        if let Some(t) = &self.traced {
+            t.text(w)?;
+        }
+        text_peak_connections(w, peak)?;
+        self.text_points(w, first)?;
+        for n in &self.notes {
+            writeln!(w, "note: {n}")?;
+        }
+        Ok(())
+    }
+
+    /// The window, resident memory from first to last point and at the
+    /// peak, and the heap's parts at the end.
+    fn text_resident(&self, w: &mut dyn Write, first: &Point, last: &Point, peak: &Point) -> std::io::Result<()> {
         writeln!(w, "pileup memory: {} pid {}, {:.1} s, {} points", self.exe, self.pid, last.at_s, self.points.len())?;
         writeln!(
             w,
@@ -181,6 +198,13 @@ impl Report {
             mib(r.named),
             mib(r.stacks)
         )?;
+        Ok(())
+    }
+
+    /// The server's own accounting (`Memory_used`), and the growth it does
+    /// not explain.
+    fn text_accounting(&self, w: &mut dyn Write, first: &Point, last: &Point) -> std::io::Result<()> {
+        let r = &last.regions;
         match (&first.server, &last.server) {
             (Some(a), Some(b)) => {
                 let max =
@@ -211,6 +235,12 @@ impl Report {
             }
             _ => writeln!(w, "the server's accounting: not read (no SQL connection)")?,
         }
+        Ok(())
+    }
+
+    /// What the server freed after its peak, and whether the allocator
+    /// kept it or gave it back.
+    fn text_freed(&self, w: &mut dyn Write) -> std::io::Result<()> {
         if let (Some(freed), Some(kept)) = (self.freed_by_server, self.kept_by_allocator) {
             if freed > (1 << 20) {
                 if kept > (1 << 20) {
@@ -231,25 +261,12 @@ impl Report {
                 }
             }
         }
-        if let Some(t) = &self.traced {
-            t.text(w)?;
-        }
-        if let Some(s) = peak.server.as_ref().filter(|s| !s.connections.is_empty()) {
-            writeln!(w, "\nconnections charged most at the peak ({:.1} s), their own accounting:", peak.at_s)?;
-            for c in &s.connections {
-                let stmt =
-                    c.info.as_deref().map(|i| format!(": `{}`", pileup_engine::one_line(i, 100))).unwrap_or_default();
-                writeln!(
-                    w,
-                    "  conn {} {} {} {} (max {}){stmt}",
-                    c.id,
-                    c.user,
-                    c.command,
-                    mib(c.bytes),
-                    mib(c.max_bytes)
-                )?;
-            }
-        }
+        Ok(())
+    }
+
+    /// The table of points: resident, heap, `Memory_used`, the unexplained
+    /// growth and the pages first touched since the previous point.
+    fn text_points(&self, w: &mut dyn Write, first: &Point) -> std::io::Result<()> {
         writeln!(
             w,
             "\n{:>8} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
@@ -282,11 +299,21 @@ impl Report {
                 touched
             )?;
         }
-        for n in &self.notes {
-            writeln!(w, "note: {n}")?;
-        }
         Ok(())
     }
+}
+
+/// The connections charged most at the peak, by their own accounting.
+fn text_peak_connections(w: &mut dyn Write, peak: &Point) -> std::io::Result<()> {
+    if let Some(s) = peak.server.as_ref().filter(|s| !s.connections.is_empty()) {
+        writeln!(w, "\nconnections charged most at the peak ({:.1} s), their own accounting:", peak.at_s)?;
+        for c in &s.connections {
+            let stmt =
+                c.info.as_deref().map(|i| format!(": `{}`", pileup_engine::one_line(i, 100))).unwrap_or_default();
+            writeln!(w, "  conn {} {} {} {} (max {}){stmt}", c.id, c.user, c.command, mib(c.bytes), mib(c.max_bytes))?;
+        }
+    }
+    Ok(())
 }
 
 fn mib(b: u64) -> String {
@@ -483,6 +510,35 @@ impl Traced {
                 human(g.between_statements)
             )?;
         }
+        self.text_tops(w, touched)?;
+        writeln!(w, "\nthreads by kind (exact counts):")?;
+        for r in &g.by_role {
+            writeln!(
+                w,
+                "  {:<28} {:>4} thread(s): {} first touched, {} mapped, {} given back",
+                r.role,
+                r.threads,
+                human(r.counts.anon_bytes + r.counts.file_bytes),
+                human(r.counts.mapped),
+                human(r.counts.released)
+            )?;
+        }
+        if !g.mapped_by_stack.is_empty() {
+            writeln!(w, "\naddress space grown, by stack:")?;
+            for m in g.mapped_by_stack.iter().take(5) {
+                writeln!(w, "  {:>10} {} × {}: {}", human(m.bytes), m.calls, m.what.name(), stack_line(&m.frames, 8))?;
+            }
+        }
+        if let Some(m) = &self.malloc {
+            m.text(w)?;
+        }
+        self.text_cost(w)?;
+        Ok(())
+    }
+
+    /// The top statements, stacks and connections by growth.
+    fn text_tops(&self, w: &mut dyn Write, touched: u64) -> std::io::Result<()> {
+        let g = &self.trace.growth;
         if !g.by_statement.is_empty() {
             writeln!(w, "\ntop statements by growth (share of pages first touched):")?;
             for s in &g.by_statement {
@@ -531,27 +587,11 @@ impl Traced {
                 )?;
             }
         }
-        writeln!(w, "\nthreads by kind (exact counts):")?;
-        for r in &g.by_role {
-            writeln!(
-                w,
-                "  {:<28} {:>4} thread(s): {} first touched, {} mapped, {} given back",
-                r.role,
-                r.threads,
-                human(r.counts.anon_bytes + r.counts.file_bytes),
-                human(r.counts.mapped),
-                human(r.counts.released)
-            )?;
-        }
-        if !g.mapped_by_stack.is_empty() {
-            writeln!(w, "\naddress space grown, by stack:")?;
-            for m in g.mapped_by_stack.iter().take(5) {
-                writeln!(w, "  {:>10} {} × {}: {}", human(m.bytes), m.calls, m.what.name(), stack_line(&m.frames, 8))?;
-            }
-        }
-        if let Some(m) = &self.malloc {
-            m.text(w)?;
-        }
+        Ok(())
+    }
+
+    /// What the trace kept and lost, and what it cost pileup and the server.
+    fn text_cost(&self, w: &mut dyn Write) -> std::io::Result<()> {
         let c = &self.trace.counters;
         write!(
             w,

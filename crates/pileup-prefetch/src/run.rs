@@ -40,49 +40,7 @@ pub fn run(
 ) -> Result<()> {
     let reads = Arc::new(crate::reads::ReadTally::new(o.warm == Warm::Sql));
     let sh = Shared { counters, progress: Arc::new(Progress::default()), stop, say, reads };
-    let mut ctl = spec.connect()?;
-    let mut meta = spec.connect()?;
-    let (window_keys, in_flight_trx) = sizes(&mut meta, o)?;
-    sh.counters.window_keys.store(window_keys, Relaxed);
-    sh.counters.in_flight_trx.store(in_flight_trx, Relaxed);
-
-    let warmer = match o.warm {
-        Warm::Sql => None,
-        Warm::Pages => Some(crate::page_warmer::start(spec, &sh)?),
-    };
-    let ro = ReaderOptions { readers: o.readers, batch: o.batch, query_timeout: o.query_timeout };
-    let (tx, mut handles) = crate::readers::start(spec, &ro, &sh, warmer.as_ref().map(|w| &w.0))?;
-    let pages = warmer.map(|(ptx, h)| {
-        handles.push(h);
-        PageSender::new(ptx)
-    });
-    let batcher = Batcher::new(tx, &sh, window_keys, o.batch, o.primary_only, pages);
-    let deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
-    let mut probe = ApplierProbe::default();
-    let ap = probe.read(&mut ctl)?;
-    let relay_dir = pileup_replica::applier::relay_dir(&mut meta).ok();
-    let limits = Limits { events: o.window_events, keys: window_keys, secs: o.window_secs };
-    let mut l = Loop {
-        sh: sh.clone(),
-        ctl,
-        meta,
-        probe,
-        ap,
-        relay_dir,
-        backlog: BacklogProbe::default(),
-        state: State::Idle(crate::gate::Idle::NothingAhead),
-        behind: None,
-        min_lag: o.min_lag,
-        window: Window::new(limits),
-        relay: Relay::default(),
-        planner: Planner::default(),
-        tables: HashMap::new(),
-        batcher,
-        deferral,
-        in_flight_trx,
-        seq: 0,
-        reads_measured: None,
-    };
+    let (mut l, handles) = start_loop(spec, o, &sh)?;
 
     let t0 = Instant::now();
     let running = || !sh.stop.load(Relaxed) && o.duration.is_none_or(|d| t0.elapsed() < d);
@@ -140,6 +98,60 @@ pub fn run(
         let _ = h.join();
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// Connect, size the window, start the readers (and the page warmer with
+/// `--warm pages`) and the purge deferral, and read where the applier
+/// stands: the loop ready to run, and the threads to join after it.
+fn start_loop(
+    spec: &pileup_conn::ConnSpec,
+    o: &Options,
+    sh: &Shared,
+) -> Result<(Loop, Vec<std::thread::JoinHandle<()>>)> {
+    let mut ctl = spec.connect()?;
+    let mut meta = spec.connect()?;
+    let (window_keys, in_flight_trx) = sizes(&mut meta, o)?;
+    sh.counters.window_keys.store(window_keys, Relaxed);
+    sh.counters.in_flight_trx.store(in_flight_trx, Relaxed);
+
+    let warmer = match o.warm {
+        Warm::Sql => None,
+        Warm::Pages => Some(crate::page_warmer::start(spec, sh)?),
+    };
+    let ro = ReaderOptions { readers: o.readers, batch: o.batch, query_timeout: o.query_timeout };
+    let (tx, mut handles) = crate::readers::start(spec, &ro, sh, warmer.as_ref().map(|w| &w.0))?;
+    let pages = warmer.map(|(ptx, h)| {
+        handles.push(h);
+        PageSender::new(ptx)
+    });
+    let batcher = Batcher::new(tx, sh, window_keys, o.batch, o.primary_only, pages);
+    let deferral = o.defer_purge.map(|cap| crate::purge::Deferral::new(spec, cap)).transpose()?;
+    let mut probe = ApplierProbe::default();
+    let ap = probe.read(&mut ctl)?;
+    let relay_dir = pileup_replica::applier::relay_dir(&mut meta).ok();
+    let limits = Limits { events: o.window_events, keys: window_keys, secs: o.window_secs };
+    let l = Loop {
+        sh: sh.clone(),
+        ctl,
+        meta,
+        probe,
+        ap,
+        relay_dir,
+        backlog: BacklogProbe::default(),
+        state: State::Idle(crate::gate::Idle::NothingAhead),
+        behind: None,
+        min_lag: o.min_lag,
+        window: Window::new(limits),
+        relay: Relay::default(),
+        planner: Planner::default(),
+        tables: HashMap::new(),
+        batcher,
+        deferral,
+        in_flight_trx,
+        seq: 0,
+        reads_measured: None,
+    };
+    Ok((l, handles))
 }
 
 /// The window's size in keys (given, or what the buffer pool holds), and

@@ -241,37 +241,19 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
     };
     // Connections that are not waiting and could hold the lock.
     let others: Vec<&Conn> = all.iter().filter(|c| c.class.is_none() && !is_server_thread(c)).collect();
-    let holder = |c: &Conn, reason: String| {
-        let idle = c.command == "Sleep";
-        Holder {
-            conn: c.id,
-            summary: pl_summary(ev, c.id),
-            reason,
-            idle_since_unix: ev.processlist_unix.filter(|_| idle).map(|u| u - c.secs),
-            last_statement: ev.last_statements.get(&c.id).cloned().filter(|_| idle).or_else(|| {
-                // Read for none of the idle: say why.
-                ev.last_statements_error
-                    .clone()
-                    .filter(|_| idle && ev.last_statements.is_empty())
-                    .map(LastStatement::Unknown)
-            }),
-        }
-    };
     if let Some(m) = &ev.mdl {
         let held = exact_holders(&m.locks, subject.id, class, head.is_some(), &others);
         if !held.is_empty() {
             p.holders = held
                 .into_iter()
-                .filter_map(|l| others.iter().find(|c| c.id == l.conn).map(|c| holder(c, describe_lock(l))))
+                .filter_map(|l| others.iter().find(|c| c.id == l.conn).map(|c| holder(ev, c, describe_lock(l))))
                 .collect();
             p.sureness = Some(Sureness::Exact);
             p.why = format!("from {}", m.source);
             return Some(p);
         }
     }
-    // Inference. A statement's wait began no earlier than the statement, so
-    // the lock was taken before that (give or take 50 ms of clock).
-    let before = |c: &Conn| c.secs + 0.05 >= subject.secs && c.id != subject.id;
+    // Inference, from when each connection began.
     let what = match head {
         Some(h) => {
             let verb = h.info.unwrap_or_default().split_whitespace().next().unwrap_or("").to_ascii_uppercase();
@@ -279,9 +261,51 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
         }
         None => "the first waiter".to_string(),
     };
+    let mut cands = candidates(ev, class, head.is_some(), subject, &others, &what);
+    cands.sort_by(|a, b| a.1.total_cmp(&b.1));
+    p.holders = cands.into_iter().map(|(h, _)| h).collect();
+    judge(&mut p, &all, subject, head.is_some(), &what);
+    Some(p)
+}
+
+/// A connection named as a holder, for `reason`: its summary, and when
+/// idle, since when and what it last ran.
+fn holder(ev: &Evidence, c: &Conn, reason: String) -> Holder {
+    let idle = c.command == "Sleep";
+    Holder {
+        conn: c.id,
+        summary: pl_summary(ev, c.id),
+        reason,
+        idle_since_unix: ev.processlist_unix.filter(|_| idle).map(|u| u - c.secs),
+        last_statement: ev.last_statements.get(&c.id).cloned().filter(|_| idle).or_else(|| {
+            // Read for none of the idle: say why.
+            ev.last_statements_error
+                .clone()
+                .filter(|_| idle && ev.last_statements.is_empty())
+                .map(LastStatement::Unknown)
+        }),
+    }
+}
+
+/// The connections that may hold the lock `subject` waits for, inferred
+/// from when each began, with a rank (lowest first): for a queue of
+/// writers (no `headed` queue), connections idle or running since before
+/// it; for a metadata lock, statements and transactions older than it; for
+/// a queue's head or a flush, statements running since before it.
+fn candidates(
+    ev: &Evidence,
+    class: LockClass,
+    headed: bool,
+    subject: &Conn,
+    others: &[&Conn],
+    what: &str,
+) -> Vec<(Holder, f64)> {
+    // A statement's wait began no earlier than the statement, so the lock
+    // was taken before that (give or take 50 ms of clock).
+    let before = |c: &Conn| c.secs + 0.05 >= subject.secs && c.id != subject.id;
     let running = |c: &&&Conn| c.command == "Query" || c.command == "Execute";
     let mut cands: Vec<(Holder, f64)> = Vec::new();
-    match (class, head.is_some()) {
+    match (class, headed) {
         // Writers queue behind a held global read or backup lock: its holder
         // is usually idle (FTWRL or BACKUP STAGE done, the client copying),
         // its idle time beginning just before the first writer queued.
@@ -301,7 +325,7 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
                 // Idle connections first (a running statement that began
                 // before the lock was taken is less often its holder).
                 let rank = if running(&c) { gap + 1e6 } else { gap };
-                cands.push((holder(c, reason), rank));
+                cands.push((holder(ev, c, reason), rank));
             }
         }
         // A metadata-lock waiter waits for transactions or statements that
@@ -309,7 +333,7 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
         (LockClass::Metadata, _) | (LockClass::TableLevel, true) => {
             for c in others.iter().filter(|c| before(c) && running(c)) {
                 cands.push((
-                    holder(c, format!("its statement began {:.1} s before {what}", c.secs - subject.secs)),
+                    holder(ev, c, format!("its statement began {:.1} s before {what}", c.secs - subject.secs)),
                     -c.secs,
                 ));
             }
@@ -328,7 +352,7 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
                             String::new()
                         }
                     );
-                    cands.push((holder(c, reason), -(t.age_s as f64)));
+                    cands.push((holder(ev, c, reason), -(t.age_s as f64)));
                 }
             }
         }
@@ -336,14 +360,14 @@ pub fn analyse(ev: &Evidence) -> Option<LockPileup> {
         // running since before it; FLUSH for those using the flushed tables.
         (LockClass::Backup, true) | (LockClass::Flush, _) => {
             for c in others.iter().filter(|c| before(c) && running(c)) {
-                cands.push((holder(c, format!("running since {:.1} s before {what}", c.secs - subject.secs)), -c.secs));
+                cands.push((
+                    holder(ev, c, format!("running since {:.1} s before {what}", c.secs - subject.secs)),
+                    -c.secs,
+                ));
             }
         }
     }
-    cands.sort_by(|a, b| a.1.total_cmp(&b.1));
-    p.holders = cands.into_iter().map(|(h, _)| h).collect();
-    judge(&mut p, &all, subject, head.is_some(), &what);
-    Some(p)
+    cands
 }
 
 /// How sure the inferred holders are: the only one that fits, one idle

@@ -227,13 +227,7 @@ impl Poller {
             let rows: Vec<(String, Option<f64>)> = c
                 .query("SELECT NAME, COUNT FROM information_schema.INNODB_METRICS WHERE NAME IN ('trx_rseg_history_len', 'log_lsn_checkpoint_age')")
                 .unwrap_or_default();
-            for (name, v) in rows {
-                let k =
-                    if name == "trx_rseg_history_len" { "innodb_history_list_length" } else { "innodb_checkpoint_age" };
-                if let Some(v) = v {
-                    values.insert(k.into(), v);
-                }
-            }
+            innodb_metrics(rows, values);
             values.insert("cost_innodb_metrics_ms".into(), ms(t));
         }
 
@@ -241,26 +235,43 @@ impl Poller {
         let q = if is_mariadb { "SHOW ALL SLAVES STATUS" } else { "SHOW REPLICA STATUS" };
         self.sent += 1;
         if let Ok(rows) = c.query::<mysql::Row, _>(q) {
-            let mut lag: Option<f64> = None;
-            for r in &rows {
-                let cols = r.columns_ref();
-                let idx = cols
-                    .iter()
-                    .position(|c| c.name_str() == "Seconds_Behind_Master" || c.name_str() == "Seconds_Behind_Source");
-                if let Some(i) = idx {
-                    let v: Option<Option<i64>> = r.get_opt(i).and_then(|x| x.ok());
-                    if let Some(Some(s)) = v {
-                        lag = Some(lag.unwrap_or(0.0).max(s as f64));
-                    }
-                }
-            }
-            if let Some(l) = lag {
+            if let Some(l) = replica_lag(&rows) {
                 values.insert("replica_lag".into(), l);
             }
             values.insert("replica_channels".into(), rows.len() as f64);
         }
         values.insert("cost_replica_ms".into(), ms(t));
         Ok(())
+    }
+}
+
+/// The most any replication channel lags (Seconds_Behind_Master or
+/// _Source), of those that say.
+fn replica_lag(rows: &[mysql::Row]) -> Option<f64> {
+    let mut lag: Option<f64> = None;
+    for r in rows {
+        let cols = r.columns_ref();
+        let idx = cols
+            .iter()
+            .position(|c| c.name_str() == "Seconds_Behind_Master" || c.name_str() == "Seconds_Behind_Source");
+        if let Some(i) = idx {
+            let v: Option<Option<i64>> = r.get_opt(i).and_then(|x| x.ok());
+            if let Some(Some(s)) = v {
+                lag = Some(lag.unwrap_or(0.0).max(s as f64));
+            }
+        }
+    }
+    lag
+}
+
+/// INNODB_METRICS' history length and checkpoint age, under the names of
+/// MariaDB's status variables.
+fn innodb_metrics(rows: Vec<(String, Option<f64>)>, values: &mut BTreeMap<String, f64>) {
+    for (name, v) in rows {
+        let k = if name == "trx_rseg_history_len" { "innodb_history_list_length" } else { "innodb_checkpoint_age" };
+        if let Some(v) = v {
+            values.insert(k.into(), v);
+        }
     }
 }
 

@@ -1,11 +1,17 @@
 //! The workspace's shape, checked: no circle of imports between the modules
-//! of any crate, and no tool crate depending on another tool crate.
+//! of any crate, no tool crate depending on another tool crate, and rooms a
+//! reader can hold (no function over 100 lines, no file over 800).
 //!
 //! A module is one source file. It depends on another when it names it
 //! (`crate::a::b`, `super::x`, `use crate::{a, b::c}`, or a child module
 //! by name); naming an item of the crate root (`crate::Error`) depends on
 //! the root. Test modules (`#[cfg(test)] mod tests`) and comments do not
 //! count.
+//!
+//! Lengths are of the same code (every `.rs` file under a crate's `src/`):
+//! a file's lines before its test module, comment lines left out and blank
+//! lines counted; a function's non-blank lines from its `fn` line to the
+//! first `}` at the `fn`'s indentation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -366,4 +372,128 @@ fn the_output_layer_depends_on_no_pileup_crate() {
     assert!(deps.iter().any(|d| d == "inferno"), "the manifest is read: {deps:?}");
     let pileup: Vec<&String> = deps.iter().filter(|d| d.starts_with("pileup")).collect();
     assert!(pileup.is_empty(), "pileup-output depends on {pileup:?}");
+}
+
+/// The longest a function may be, in non-blank code lines.
+const MAX_FN_LINES: usize = 100;
+/// The longest a source file may be, in code lines before its test module.
+const MAX_FILE_LINES: usize = 800;
+
+/// Every `.rs` file under each crate's `src/`, sorted.
+fn source_files() -> Vec<PathBuf> {
+    let mut out = vec![];
+    for c in crates() {
+        let mut stack = vec![c.join("src")];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The path of `p` from the workspace root, for messages.
+fn shown(p: &Path) -> String {
+    p.strip_prefix(workspace()).unwrap_or(p).display().to_string()
+}
+
+/// If `line` starts a function, its indentation and the function's name:
+/// `^(\s*)(pub(\(\w+\))? )?(async )?(unsafe )?(const )?fn \w+`.
+fn fn_start(line: &str) -> Option<(&str, &str)> {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let rest = line.trim_start();
+    let indent = &line[..line.len() - rest.len()];
+    let mut r = rest;
+    if let Some(after) = r.strip_prefix("pub") {
+        let after = match after.strip_prefix('(') {
+            Some(inner) => {
+                let close = inner.find(')')?;
+                if close == 0 || !inner[..close].chars().all(word) {
+                    return None;
+                }
+                &inner[close + 1..]
+            }
+            None => after,
+        };
+        r = after.strip_prefix(' ')?;
+    }
+    for q in ["async ", "unsafe ", "const "] {
+        r = r.strip_prefix(q).unwrap_or(r);
+    }
+    let r = r.strip_prefix("fn ")?;
+    let name_len = r.find(|c: char| !word(c)).unwrap_or(r.len());
+    (name_len > 0).then(|| (indent, &r[..name_len]))
+}
+
+/// Each function of `code` (already through `code_of`) with its length:
+/// from the line that starts it to the first later line that is its
+/// indentation followed by `}`, both included, blank lines not counted.
+fn functions(code: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = vec![];
+    for (i, l) in lines.iter().enumerate() {
+        let Some((indent, name)) = fn_start(l) else { continue };
+        let close = format!("{indent}}}");
+        let Some(end) = lines[i + 1..].iter().position(|n| *n == close) else { continue };
+        let body = &lines[i..=i + 1 + end];
+        out.push((name.to_string(), body.iter().filter(|n| !n.trim().is_empty()).count()));
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let mut found = vec![];
+    for p in source_files() {
+        let code = code_of(&std::fs::read_to_string(&p).unwrap());
+        for (name, n) in functions(&code) {
+            if n > MAX_FN_LINES {
+                found.push((n, format!("{n} {} {name}", shown(&p))));
+            }
+        }
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let found: Vec<String> = found.into_iter().map(|(_, s)| s).collect();
+    assert!(found.is_empty(), "functions over {MAX_FN_LINES} lines:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_file_is_over_800_lines() {
+    let mut found = vec![];
+    for p in source_files() {
+        let n = code_of(&std::fs::read_to_string(&p).unwrap()).lines().count();
+        if n > MAX_FILE_LINES {
+            found.push(format!("{n} {}", shown(&p)));
+        }
+    }
+    assert!(found.is_empty(), "files over {MAX_FILE_LINES} lines:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_length_checker_counts_code_lines_of_each_function() {
+    let mut text = String::from("//! A module.\n\n/// Short.\npub(crate) const fn short() -> u32 {\n\n    1\n}\n\n");
+    // Three lines of signature, 97 statements and the closing brace: 101
+    // lines once the comment and the blank line are left out.
+    text.push_str("pub async fn long(\n    x: u32,\n) -> u32 {\n    // a comment\n\n");
+    for i in 0..97 {
+        text.push_str(&format!("    let _v{i} = x;\n"));
+    }
+    text.push_str("}\n\nimpl S {\n    pub unsafe fn inner() {\n        1;\n    }\n}\n");
+    text.push_str("#[cfg(test)]\nmod tests {\n    fn in_tests() {\n    }\n}\n");
+    let code = code_of(&text);
+    let found = functions(&code);
+    assert_eq!(found, vec![("short".to_string(), 3), ("long".to_string(), 101), ("inner".to_string(), 3)]);
+    assert!(found.iter().any(|(_, n)| *n > MAX_FN_LINES), "the long one is caught");
+    assert_eq!(code.lines().count(), 6 + 4 + 97 + 2 + 5, "comment lines out, blanks in, tests cut");
+    assert_eq!(fn_start("    pub(crate) fn f() {"), Some(("    ", "f")));
+    assert_eq!(fn_start("pub(in crate) fn f() {"), None);
+    assert_eq!(fn_start("let fn_x = 1;"), None);
 }

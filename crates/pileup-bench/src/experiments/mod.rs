@@ -37,21 +37,12 @@ pub fn run(
     mut locks: Option<&mut dyn LockProfiler>,
     sink: &mut dyn Sink,
 ) -> Result<ExperimentReport> {
-    if o.threads.is_empty() || o.threads.contains(&0) {
-        return Err(ExperimentError::Usage("--threads needs one or more counts of at least 1".into()));
-    }
-    if o.rounds == 0 {
-        return Err(ExperimentError::Usage("--rounds must be at least 1".into()));
-    }
+    check(o)?;
     let ctx = Ctx { maria, pg, o, notes: Default::default() };
     if name.uses_postgres() && pg.is_none() {
         ctx.notes.borrow_mut().push("PostgreSQL was not compared: --sandbox starts a throwaway cluster for it, or --pg CONNINFO (with --i-know) names a server of yours.".into());
     }
-    let mut systems =
-        vec![System { name: "MariaDB".into(), version: maria.version.clone(), settings: maria.durability()? }];
-    if let (Some(pg), true) = (pg, name.uses_postgres()) {
-        systems.push(System { name: "PostgreSQL".into(), version: pg.version.clone(), settings: pg.settings.clone() });
-    }
+    let systems = systems(name, maria, pg)?;
     let variants = match name {
         Name::HotRow => hot_row::setup(&ctx)?,
         Name::Accept => accept::setup(&ctx)?,
@@ -60,7 +51,83 @@ pub fn run(
         Name::Range => range::setup(&ctx)?,
         Name::Durability => durability::setup(&ctx)?,
     };
-    let mut report = ExperimentReport {
+    let mut report = new_report(name, o, systems);
+    let mut threads = o.threads.clone();
+    threads.sort_unstable();
+    threads.dedup();
+    let window = Window { warmup: o.warmup, measure: o.duration };
+    let of = variants.len();
+    for (i, v) in variants.iter().enumerate() {
+        sink.event(&Event::Series { experiment: name.as_str(), label: &v.label, index: i + 1, of });
+        let _guards = match (v.apply)() {
+            Ok(g) => g,
+            // Curves already measured are kept: the server may be gone.
+            Err(e) if !report.series.is_empty() => {
+                report.stopped = Some(format!("{}: {e}", v.label));
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        report.series.push(Series {
+            label: v.label.clone(),
+            system: v.system.into(),
+            settings: v.settings.clone(),
+            points: vec![],
+            knee_threads: None,
+            shape: None,
+        });
+        if let Err(why) = measure_curve(maria, o, v, &threads, window, &mut report, sink) {
+            report.stopped = Some(why);
+            break;
+        }
+        let s = report.series.last_mut().unwrap();
+        let m = s.medians();
+        s.knee_threads = knee::knee(&m).map(|i| m[i].0);
+        s.shape = knee::shape(&m);
+        if let (true, Some(k)) = (o.profile && v.profiled, s.knee_threads) {
+            let most = *threads.last().unwrap();
+            let accept = name == Name::Accept;
+            if let Err(why) = profile_knee(&ctx, v, (k, most), accept, locks.as_deref_mut(), &mut report, sink) {
+                report.stopped = Some(why);
+                break;
+            }
+        }
+    }
+    report.findings = crate::why::findings(name, &report);
+    report.findings.extend(ctx.notes.take());
+    // The experiments' tables go; a run that stopped keeps them, for a
+    // look at what the server was left with.
+    if report.stopped.is_none() {
+        drop_tables(maria, pg);
+    }
+    Ok(report)
+}
+
+/// The checks of the options that their types do not make.
+fn check(o: &Options) -> Result<()> {
+    if o.threads.is_empty() || o.threads.contains(&0) {
+        return Err(ExperimentError::Usage("--threads needs one or more counts of at least 1".into()));
+    }
+    if o.rounds == 0 {
+        return Err(ExperimentError::Usage("--rounds must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// The systems compared: MariaDB, and PostgreSQL when the experiment uses
+/// it and one is given.
+fn systems(name: Name, maria: &Maria, pg: Option<&Pg>) -> Result<Vec<System>> {
+    let mut systems =
+        vec![System { name: "MariaDB".into(), version: maria.version.clone(), settings: maria.durability()? }];
+    if let (Some(pg), true) = (pg, name.uses_postgres()) {
+        systems.push(System { name: "PostgreSQL".into(), version: pg.version.clone(), settings: pg.settings.clone() });
+    }
+    Ok(systems)
+}
+
+/// The report of a run starting now, with no curve measured yet.
+fn new_report(name: Name, o: &Options, systems: Vec<System>) -> ExperimentReport {
+    ExperimentReport {
         experiment: name.as_str().into(),
         question: name.question().into(),
         unit: name.unit().into(),
@@ -75,101 +142,87 @@ pub fn run(
         window_s: o.duration.as_secs_f64(),
         warmup_s: o.warmup.as_secs_f64(),
         rounds: o.rounds,
-    };
-    let mut threads = o.threads.clone();
-    threads.sort_unstable();
-    threads.dedup();
-    let window = Window { warmup: o.warmup, measure: o.duration };
-    let of = variants.len();
-    'variants: for (i, v) in variants.iter().enumerate() {
-        sink.event(&Event::Series { experiment: name.as_str(), label: &v.label, index: i + 1, of });
-        let _guards = match (v.apply)() {
-            Ok(g) => g,
-            // Curves already measured are kept: the server may be gone.
-            Err(e) if !report.series.is_empty() => {
-                report.stopped = Some(format!("{}: {e}", v.label));
-                break 'variants;
-            }
-            Err(e) => return Err(e),
-        };
-        report.series.push(Series {
-            label: v.label.clone(),
-            system: v.system.into(),
-            settings: v.settings.clone(),
-            points: vec![],
-            knee_threads: None,
-            shape: None,
-        });
-        for &t in &threads {
-            let mut runs = vec![];
-            for round in 1..=o.rounds {
-                sink.event(&Event::Window { label: &v.label, threads: t, round, rounds: o.rounds });
-                let name = v.counter;
-                let read = move || counter(maria, name);
-                let probes = drive::Probes {
-                    server_pid: v.pid,
-                    counter: v.counter.is_some().then_some(&read as &(dyn Fn() -> Option<u64> + Sync)),
-                    stop: o.stop.as_deref(),
-                };
-                match drive::drive(t, window, probes, &v.make) {
-                    Ok(m) => {
-                        let rate = m.counted.map(|n| n as f64 / m.seconds.max(1e-9));
-                        runs.push((m, rate));
-                    }
-                    Err(DriveError::Gone { why, .. }) => {
-                        report.stopped = Some(format!("{} at {t} threads, round {round}: {why}", v.label));
-                        break 'variants;
-                    }
-                    Err(e @ DriveError::Connect { .. }) => {
-                        report.stopped = Some(format!("{} at {t} threads: {e}", v.label));
-                        break 'variants;
-                    }
+    }
+}
+
+/// Measure variant `v` at every thread count, `o.rounds` times each, into
+/// the report's last series. A server gone or refusing connections ends
+/// the curve: the reason is returned.
+fn measure_curve(
+    maria: &Maria,
+    o: &Options,
+    v: &Variant,
+    threads: &[u32],
+    window: Window,
+    report: &mut ExperimentReport,
+    sink: &mut dyn Sink,
+) -> std::result::Result<(), String> {
+    for &t in threads {
+        let mut runs = vec![];
+        for round in 1..=o.rounds {
+            sink.event(&Event::Window { label: &v.label, threads: t, round, rounds: o.rounds });
+            let name = v.counter;
+            let read = move || counter(maria, name);
+            let probes = drive::Probes {
+                server_pid: v.pid,
+                counter: v.counter.is_some().then_some(&read as &(dyn Fn() -> Option<u64> + Sync)),
+                stop: o.stop.as_deref(),
+            };
+            match drive::drive(t, window, probes, &v.make) {
+                Ok(m) => {
+                    let rate = m.counted.map(|n| n as f64 / m.seconds.max(1e-9));
+                    runs.push((m, rate));
                 }
+                Err(DriveError::Gone { why, .. }) => {
+                    return Err(format!("{} at {t} threads, round {round}: {why}", v.label));
+                }
+                Err(e @ DriveError::Connect { .. }) => return Err(format!("{} at {t} threads: {e}", v.label)),
             }
-            let point = point_of(t, &runs, report.machine.cores);
-            report.series.last_mut().unwrap().points.push(point);
-            sink.event(&Event::Point { report: &report });
         }
-        let s = report.series.last_mut().unwrap();
-        let m = s.medians();
-        s.knee_threads = knee::knee(&m).map(|i| m[i].0);
-        s.shape = knee::shape(&m);
-        if o.profile && v.profiled {
-            if let Some(k) = s.knee_threads {
-                let most = *threads.last().unwrap();
-                let mut at = vec![(k, "knee")];
-                if most != k {
-                    at.push((most, "most threads"));
-                }
-                for (t, why) in at {
-                    match profile_point(&ctx, v, t, why, name == Name::Accept, locks.as_deref_mut(), sink) {
-                        Ok(p) => report.profiles.push(p),
-                        Err(ExperimentError::Stopped { why: e }) => {
-                            report.stopped = Some(format!("profiling {} at {t} threads: {e}", v.label));
-                            break 'variants;
-                        }
-                        // The curves stand without it; the report says why.
-                        Err(e) => {
-                            ctx.notes.borrow_mut().push(format!("{} was not profiled at {t} threads: {e}", v.label))
-                        }
-                    }
-                }
+        let point = point_of(t, &runs, report.machine.cores);
+        report.series.last_mut().unwrap().points.push(point);
+        sink.event(&Event::Point { report });
+    }
+    Ok(())
+}
+
+/// Profile variant `v` at its knee and, when that is not the most threads,
+/// at the most threads (`(knee, most)`). A server gone ends the run (the
+/// reason is returned); another failure is noted and the curves stand.
+fn profile_knee<'l>(
+    ctx: &Ctx,
+    v: &Variant,
+    (knee, most): (u32, u32),
+    accept_calls: bool,
+    mut locks: Option<&mut (dyn LockProfiler + 'l)>,
+    report: &mut ExperimentReport,
+    sink: &mut dyn Sink,
+) -> std::result::Result<(), String> {
+    let mut at = vec![(knee, "knee")];
+    if most != knee {
+        at.push((most, "most threads"));
+    }
+    for (t, why) in at {
+        match profile_point(ctx, v, t, why, accept_calls, locks.as_deref_mut(), sink) {
+            Ok(p) => report.profiles.push(p),
+            Err(ExperimentError::Stopped { why: e }) => {
+                return Err(format!("profiling {} at {t} threads: {e}", v.label));
             }
+            // The curves stand without it; the report says why.
+            Err(e) => ctx.notes.borrow_mut().push(format!("{} was not profiled at {t} threads: {e}", v.label)),
         }
     }
-    report.findings = crate::why::findings(name, &report);
-    report.findings.extend(ctx.notes.take());
-    // The experiments' tables go; a run that stopped keeps them, for a
-    // look at what the server was left with.
-    if report.stopped.is_none() {
-        if let Ok(mut c) = maria.admin() {
-            let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {SCHEMA}"));
-        }
-        if let Some(mut c) = pg.and_then(|p| p.admin().ok()) {
-            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"));
-        }
+    Ok(())
+}
+
+/// Drop the experiments' tables on both servers, as far as they answer.
+fn drop_tables(maria: &Maria, pg: Option<&Pg>) {
+    if let Ok(mut c) = maria.admin() {
+        let _ = c.query_drop(format!("DROP DATABASE IF EXISTS {SCHEMA}"));
     }
-    Ok(report)
+    if let Some(mut c) = pg.and_then(|p| p.admin().ok()) {
+        let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"));
+    }
 }
 
 /// A MariaDB global status counter's value.

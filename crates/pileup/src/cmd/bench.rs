@@ -158,6 +158,49 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     if a.what == "compare" {
         return compare(&a);
     }
+    let names = check_bench_args(&a)?;
+    let outputs = outputs(&a.output, names.len())?;
+    let json = a.out.json();
+    if a.out.format == Some(crate::output::Format::Svg) {
+        super::usage!("the plot is written to a file: -o plot.svg");
+    }
+    let o = bench_options(&a);
+    let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
+    let mut locks = Locks(servers.maria.spec.clone());
+    let terminal = std::io::stderr().is_terminal();
+    let mut reports = vec![];
+    let mut failed = None;
+    for name in names {
+        let bar = terminal.then(|| super::progress_bar(0, "{spinner} {msg}"));
+        let mut sink = progress_sink(bar.as_ref(), name, &outputs);
+        let r = experiments::run(name, &servers.maria, servers.pg.as_ref(), &o, Some(&mut locks), &mut sink);
+        drop(sink);
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        let r = r.with_context(|| format!("pileup bench {}", name.as_str()))?;
+        write_outputs(&r, &outputs, true)?;
+        if let Some(why) = &r.stopped {
+            failed = Some(format!(
+                "pileup bench {} stopped: {why}; the points measured before are in the results",
+                name.as_str()
+            ));
+        }
+        reports.push(r);
+        if failed.is_some() {
+            break;
+        }
+    }
+    write_reports(&reports, json)?;
+    drop(servers);
+    match failed {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
+}
+
+/// The experiments asked for, once the flags clap does not check are.
+fn check_bench_args(a: &BenchArgs) -> Result<Vec<Name>> {
     if !a.files.is_empty() {
         super::usage!("unexpected argument {}: only compare takes files", a.files[0].display());
     }
@@ -179,12 +222,13 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     if a.duration.is_zero() {
         super::usage!("--duration must be more than 0");
     }
-    let outputs = outputs(&a.output, names.len())?;
-    let json = a.out.json();
-    if a.out.format == Some(crate::output::Format::Svg) {
-        super::usage!("the plot is written to a file: -o plot.svg");
-    }
-    let o = pileup_bench::Options {
+    Ok(names)
+}
+
+/// The experiments' options from the command line (Ctrl-C from here on
+/// ends the window running).
+fn bench_options(a: &BenchArgs) -> pileup_bench::Options {
+    pileup_bench::Options {
         threads: a.threads.clone(),
         duration: a.duration,
         warmup: a.warmup,
@@ -195,59 +239,48 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
         // Ctrl-C ends the window running; the settings changed are put
         // back and the points measured are reported.
         stop: Some(super::stop_on_signals()),
-    };
-    let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
-    let mut locks = Locks(servers.maria.spec.clone());
-    let terminal = std::io::stderr().is_terminal();
-    let mut reports = vec![];
-    let mut failed = None;
-    for name in names {
-        let bar = terminal.then(|| super::progress_bar(0, "{spinner} {msg}"));
-        let mut sink = |e: &pileup_bench::Event| {
-            if let Some(b) = &bar {
-                use pileup_bench::Event::*;
-                match e {
-                    Series { experiment, label, index, of } => {
-                        b.set_message(format!("{experiment}: {label} ({index} of {of})"))
-                    }
-                    Window { label, threads, round, rounds } => b.set_message(format!(
-                        "{}: {label}, {threads} threads, round {round} of {rounds}",
-                        name.as_str()
-                    )),
-                    Profiling { threads, seconds } => b.set_message(format!(
-                        "{}: profiling the server at {threads} threads for {seconds:.0} s",
-                        name.as_str()
-                    )),
-                    Point { .. } => {}
-                }
-                b.tick();
-            }
-            // Partial results are kept as they come: a run that stops
-            // still leaves every point measured.
-            if let pileup_bench::Event::Point { report } = e {
-                let _ = write_outputs(report, &outputs, false);
-            }
-        };
-        let r = experiments::run(name, &servers.maria, servers.pg.as_ref(), &o, Some(&mut locks), &mut sink);
+    }
+}
+
+/// What an experiment says as it runs: its step on the progress bar, and
+/// each point written to the outputs as it comes.
+fn progress_sink<'a>(
+    bar: Option<&'a indicatif::ProgressBar>,
+    name: Name,
+    outputs: &'a [Out],
+) -> impl FnMut(&pileup_bench::Event) + 'a {
+    move |e: &pileup_bench::Event| {
         if let Some(b) = bar {
-            b.finish_and_clear();
+            use pileup_bench::Event::*;
+            match e {
+                Series { experiment, label, index, of } => {
+                    b.set_message(format!("{experiment}: {label} ({index} of {of})"))
+                }
+                Window { label, threads, round, rounds } => {
+                    b.set_message(format!("{}: {label}, {threads} threads, round {round} of {rounds}", name.as_str()))
+                }
+                Profiling { threads, seconds } => b.set_message(format!(
+                    "{}: profiling the server at {threads} threads for {seconds:.0} s",
+                    name.as_str()
+                )),
+                Point { .. } => {}
+            }
+            b.tick();
         }
-        let r = r.with_context(|| format!("pileup bench {}", name.as_str()))?;
-        write_outputs(&r, &outputs, true)?;
-        if let Some(why) = &r.stopped {
-            failed = Some(format!(
-                "pileup bench {} stopped: {why}; the points measured before are in the results",
-                name.as_str()
-            ));
-        }
-        reports.push(r);
-        if failed.is_some() {
-            break;
+        // Partial results are kept as they come: a run that stops
+        // still leaves every point measured.
+        if let pileup_bench::Event::Point { report } = e {
+            let _ = write_outputs(report, outputs, false);
         }
     }
+}
+
+/// The reports on standard output: as JSON (one report, or a list), or as
+/// text one after another.
+fn write_reports(reports: &[ExperimentReport], json: bool) -> Result<()> {
     let mut out = crate::output::Stdout::new();
     if json {
-        let v = if reports.len() == 1 { serde_json::to_value(&reports[0])? } else { serde_json::to_value(&reports)? };
+        let v = if reports.len() == 1 { serde_json::to_value(&reports[0])? } else { serde_json::to_value(reports)? };
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
@@ -259,11 +292,7 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
         }
     }
     out.flush()?;
-    drop(servers);
-    match failed {
-        Some(why) => Err(anyhow::anyhow!(why)),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// The servers of a run: given, or sandboxes started for it.

@@ -41,12 +41,15 @@ fn file_name(p: &std::path::Path) -> String {
 
 pub fn run(a: BinlogArgs) -> Result<()> {
     let json = a.out.json();
-    let mut out = crate::output::Stdout::new();
-    let format = if json { PrintFormat::Json } else { PrintFormat::Text };
-    let mut dec = Decoder::new();
-    let mut problems = 0usize;
-    let mut cut_short: Vec<String> = vec![];
-    let mut stats = Stats::default();
+    let mut r = Reader {
+        out: crate::output::Stdout::new(),
+        format: if json { PrintFormat::Json } else { PrintFormat::Text },
+        stats_only: a.stats,
+        dec: Decoder::new(),
+        problems: 0,
+        cut_short: vec![],
+        stats: Stats::default(),
+    };
     let t0 = std::time::Instant::now();
     for (i, path) in a.files.iter().enumerate() {
         let start = if i == 0 { a.start_position.unwrap_or(4) } else { 4 };
@@ -56,8 +59,44 @@ pub fn run(a: BinlogArgs) -> Result<()> {
         // Without --follow each file named is read to its end; with it, the
         // last one is followed on into the files the server writes next.
         let follow = a.follow && i + 1 == a.files.len();
-        let mut f = if follow { f } else { f.one_file() };
-        stats.files += 1;
+        let f = if follow { f } else { f.one_file() };
+        if !r.read(f, follow)? {
+            return Ok(()); // the reader went away (| head)
+        }
+    }
+    r.out.flush()?;
+    if a.stats {
+        r.stats.finish(t0.elapsed().as_secs_f64());
+        if json {
+            out!("{}", serde_json::to_string(&r.stats)?);
+        } else {
+            out!("{}", r.stats.text().trim_end_matches('\n'));
+        }
+    }
+    damaged(r.problems, &r.cut_short)
+}
+
+/// The files' events printed (or counted, with `--stats`) as they are
+/// read, and what could not be read.
+struct Reader {
+    out: crate::output::Stdout,
+    format: PrintFormat,
+    /// `--stats`: events counted, not printed.
+    stats_only: bool,
+    dec: Decoder,
+    /// Corrupt or undecodable events, each reported as it was met.
+    problems: usize,
+    /// Files that end inside an event.
+    cut_short: Vec<String>,
+    stats: Stats,
+}
+
+impl Reader {
+    /// Read `f` to its end (with `follow`, on into the files the server
+    /// writes next, for ever). False when the reader of the output went
+    /// away.
+    fn read(&mut self, mut f: Follower, follow: bool) -> Result<bool> {
+        self.stats.files += 1;
         let (mut path, mut rotated) = (f.path().to_path_buf(), false);
         let mut name = file_name(&path);
         loop {
@@ -67,74 +106,69 @@ pub fn run(a: BinlogArgs) -> Result<()> {
                 rotated = false;
             }
             match f.step() {
-                Step::Event(ev, fmt) if a.stats => {
-                    if let Err(e) = dec.decode(fmt, ev.bytes).and_then(|e| stats.add(&ev, &e)) {
-                        problems += 1;
-                        note!("pileup: {}", pileup_binlog::reader::at(&ev, &path, e));
-                    }
+            Step::Event(ev, fmt) if self.stats_only => {
+                if let Err(e) = self.dec.decode(fmt, ev.bytes).and_then(|e| self.stats.add(&ev, &e)) {
+                    self.problems += 1;
+                    note!("pileup: {}", pileup_binlog::reader::at(&ev, &path, e));
                 }
-                Step::Event(ev, fmt) => {
-                    let decoded = dec.decode(fmt, ev.bytes);
-                    match print_event(&mut out, format, &path, &name, &ev, &decoded) {
-                        Ok(None) => {}
-                        Ok(Some(problem)) => {
-                            problems += 1;
-                            note!("pileup: {problem}");
-                        }
-                        Err(_) => return Ok(()), // the reader went away (| head)
-                    }
-                }
-                Step::Rotated => {
-                    stats.files += 1;
-                    rotated = true;
-                }
-                Step::End if follow => {
-                    let _ = out.flush();
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Step::End => {
-                    let rest = f.trailing_bytes();
-                    if rest > 0 {
-                        note!(
-                            "pileup: {} ends inside an event at offset {} ({rest} bytes follow; still being written? --follow waits for the rest)",
-                            path.display(),
-                            f.position()
-                        );
-                        cut_short.push(name.clone());
-                    }
-                    break;
-                }
-                Step::Corrupt { error, resumed_at: Some(next) } => {
-                    problems += 1;
-                    note!("pileup: {error}; resynchronised at offset {next}");
-                }
-                Step::Corrupt { error, resumed_at: None } => {
-                    problems += 1;
-                    note!(
-                        "pileup: {error}; cannot find the next event (checksums are off or the file ends): skipping the rest of {}",
-                        path.display()
-                    );
-                    break;
-                }
-                Step::CannotFollow { next, error } => bail!(
-                    "cannot read on into {}: {error}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)",
-                    next.display()
-                ),
-                Step::Failed(e) => return Err(e).context("reading"),
             }
+            Step::Event(ev, fmt) => {
+                let decoded = self.dec.decode(fmt, ev.bytes);
+                match print_event(&mut self.out, self.format, &path, &name, &ev, &decoded) {
+                    Ok(None) => {}
+                    Ok(Some(problem)) => {
+                        self.problems += 1;
+                        note!("pileup: {problem}");
+                    }
+                    Err(_) => return Ok(false), // the reader went away (| head)
+                }
+            }
+            Step::Rotated => {
+                self.stats.files += 1;
+                rotated = true;
+            }
+            Step::End if follow => {
+                let _ = self.out.flush();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Step::End => {
+                let rest = f.trailing_bytes();
+                if rest > 0 {
+                    note!(
+                        "pileup: {} ends inside an event at offset {} ({rest} bytes follow; still being written? --follow waits for the rest)",
+                        path.display(),
+                        f.position()
+                    );
+                    self.cut_short.push(name.clone());
+                }
+                break;
+            }
+            Step::Corrupt { error, resumed_at: Some(next) } => {
+                self.problems += 1;
+                note!("pileup: {error}; resynchronised at offset {next}");
+            }
+            Step::Corrupt { error, resumed_at: None } => {
+                self.problems += 1;
+                note!(
+                    "pileup: {error}; cannot find the next event (checksums are off or the file ends): skipping the rest of {}",
+                    path.display()
+                );
+                break;
+            }
+            Step::CannotFollow { next, error } => bail!(
+                "cannot read on into {}: {error}; give a binlog or relay log file (e.g. mariadb-bin.000001, relay-bin.000002)",
+                next.display()
+            ),
+            Step::Failed(e) => return Err(e).context("reading"),
         }
-    }
-    out.flush()?;
-    if a.stats {
-        stats.finish(t0.elapsed().as_secs_f64());
-        if json {
-            out!("{}", serde_json::to_string(&stats)?);
-        } else {
-            out!("{}", stats.text().trim_end_matches('\n'));
         }
+        Ok(true)
     }
-    // Exit status 3: everything readable was printed, but part of the
-    // input was not (as digest does for a damaged log).
+}
+
+/// Exit status 3 when part of the input could not be read: everything
+/// readable was printed (as digest does for a damaged log).
+fn damaged(problems: usize, cut_short: &[String]) -> Result<()> {
     let mut damage = vec![];
     if problems > 0 {
         damage.push(format!(

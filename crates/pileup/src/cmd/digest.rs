@@ -150,6 +150,40 @@ impl pileup_digest::Sink for Progress {
 
 pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let targets = a.out.targets("digest")?;
+    check_digest_args(&a)?;
+    let inputs = inputs(&a, conn)?;
+    let mut o = Options { max_classes: a.max_classes, ..Options::default() };
+    if let Some(j) = a.jobs {
+        o.jobs = j;
+    }
+    let mut sink = Progress(progress_bar(inputs.iter().map(Input::size).sum()));
+    let d = digest(&inputs, &o, &mut sink);
+    if let Some(b) = &sink.0 {
+        b.finish_and_clear();
+    }
+    let d = d?;
+    let view = View { rank: a.rank, limit: a.limit.max(1) };
+    let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
+    for (path, format) in &targets {
+        write_output(path.as_deref(), false, |w| write_digest(w, *format, &d, &view, advice.as_deref()))?;
+    }
+    let problems = (d.problem_count, d.problems.first().cloned());
+    // The classes' memory goes back with the process: freeing tens of
+    // thousands of them one by one would only delay the exit.
+    std::mem::forget(d);
+    if let (n, Some(first)) = problems {
+        let d_problem_count = n;
+        let msg = format!(
+            "{} problems in the input, the first at {}:{}: {} (the report lists them)",
+            d_problem_count, first.file, first.line, first.what
+        );
+        return Err(super::Damaged(msg).into());
+    }
+    Ok(())
+}
+
+/// The checks of `pileup digest`'s flags that clap does not make.
+fn check_digest_args(a: &DigestArgs) -> Result<()> {
     if a.max_classes == 0 {
         super::usage!("--max-classes must be at least 1");
     }
@@ -159,6 +193,12 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     if a.follow && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
         super::usage!("--follow reads one slow-log file (standard input is read to its end anyway)");
     }
+    Ok(())
+}
+
+/// What is read: the server's digests and slow-log table when asked for,
+/// then the files named (standard input for `-`), each file checked.
+fn inputs(a: &DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<Vec<Input>> {
     let stop = a.follow.then(super::stop_on_signals);
     let mut inputs: Vec<Input> = a
         .files
@@ -189,12 +229,13 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             }
         }
     }
-    let mut o = Options { max_classes: a.max_classes, ..Options::default() };
-    if let Some(j) = a.jobs {
-        o.jobs = j;
-    }
-    let total: Option<u64> = inputs.iter().map(Input::size).sum();
-    let bar = std::io::stderr().is_terminal().then(|| {
+    Ok(inputs)
+}
+
+/// A progress bar on a terminal: of `total` bytes, or a byte count when
+/// the total is not known.
+fn progress_bar(total: Option<u64>) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
         let b = super::progress_bar(
             total.unwrap_or(0),
             "{spinner} reading [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
@@ -206,49 +247,32 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             );
         }
         b
-    });
-    let mut sink = Progress(bar);
-    let d = digest(&inputs, &o, &mut sink);
-    if let Some(b) = &sink.0 {
-        b.finish_and_clear();
-    }
-    let d = d?;
-    let view = View { rank: a.rank, limit: a.limit.max(1) };
-    let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
-    for (path, format) in &targets {
-        write_output(path.as_deref(), false, |w| {
-            match format {
-                Format::Text => {
-                    w.write_all(text::render(&d, &view).as_bytes())?;
-                    if let Some(adv) = &advice {
-                        w.write_all(text::render_advice(adv).as_bytes())?;
-                    }
-                }
-                Format::Html => {
-                    w.write_all(pileup_digest::report::html::render(&d, &view, advice.as_deref()).as_bytes())?
-                }
-                Format::Json => {
-                    let adv = advice.as_ref().map(serde_json::to_value).transpose()?;
-                    json::write(&d, &view, adv.as_ref(), &mut *w)?;
-                    w.write_all(b"\n")?;
-                }
-                // targets() refused the rest.
-                other => bail!("digest does not write {other}"),
+    })
+}
+
+/// The digest (and any advice) in one format.
+fn write_digest(
+    w: &mut dyn std::io::Write,
+    format: Format,
+    d: &pileup_digest::Digest,
+    view: &View,
+    advice: Option<&[pileup_digest::advise::Advice]>,
+) -> Result<()> {
+    match format {
+        Format::Text => {
+            w.write_all(text::render(d, view).as_bytes())?;
+            if let Some(adv) = advice {
+                w.write_all(text::render_advice(adv).as_bytes())?;
             }
-            Ok(())
-        })?;
-    }
-    let problems = (d.problem_count, d.problems.first().cloned());
-    // The classes' memory goes back with the process: freeing tens of
-    // thousands of them one by one would only delay the exit.
-    std::mem::forget(d);
-    if let (n, Some(first)) = problems {
-        let d_problem_count = n;
-        let msg = format!(
-            "{} problems in the input, the first at {}:{}: {} (the report lists them)",
-            d_problem_count, first.file, first.line, first.what
-        );
-        return Err(super::Damaged(msg).into());
+        }
+        Format::Html => w.write_all(pileup_digest::report::html::render(d, view, advice).as_bytes())?,
+        Format::Json => {
+            let adv = advice.map(serde_json::to_value).transpose()?;
+            json::write(d, view, adv.as_ref(), &mut *w)?;
+            w.write_all(b"\n")?;
+        }
+        // targets() refused the rest.
+        other => bail!("digest does not write {other}"),
     }
     Ok(())
 }

@@ -185,6 +185,23 @@ fn note(json: bool, s: &str) {
 }
 
 pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
+    check_dump_args(&a)?;
+    let json = a.out.json();
+    let mut spec = conn.resolve()?;
+    // A chunk's copy, an index build after a large table's data: statements
+    // run for minutes; each is still bounded.
+    spec.query_timeout = Some(LONG_STATEMENTS);
+    let o = dump_options(&a)?;
+    let b = bar(json);
+    let m = dump(&spec, &o, &mut dump_progress(json, b.as_ref()))?;
+    if let Some(b) = &b {
+        b.finish_and_clear();
+    }
+    write_dumped(&m, &a.output, json)
+}
+
+/// The checks of `pileup dump`'s flags that clap does not make.
+fn check_dump_args(a: &DumpArgs) -> Result<()> {
     if a.threads == 0 {
         super::usage!("--threads must be at least 1");
     }
@@ -193,12 +210,12 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             "myloader 0.10.1 reads plain or gzip files only: with --layout mydumper use --compress gzip or none"
         );
     }
-    let json = a.out.json();
-    let mut spec = conn.resolve()?;
-    // A chunk's copy, an index build after a large table's data: statements
-    // run for minutes; each is still bounded.
-    spec.query_timeout = Some(LONG_STATEMENTS);
-    let o = DumpOptions {
+    Ok(())
+}
+
+/// The dump's options from the command line.
+fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
+    Ok(DumpOptions {
         dir: a.output.clone(),
         threads: a.threads,
         filter: pileup_dump::schema::Filter {
@@ -222,10 +239,14 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
         },
         lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries },
         users: a.users,
-    };
-    let b = bar(json);
+    })
+}
+
+/// What the dump says as it goes: the progress bar, the snapshot's lock,
+/// and with `json` each event as a line.
+fn dump_progress(json: bool, b: Option<&indicatif::ProgressBar>) -> impl FnMut(pileup_dump::dump::Event) + '_ {
     let (mut rows, mut tables) = (0u64, std::collections::BTreeSet::new());
-    let m = dump(&spec, &o, &mut |e| {
+    move |e| {
         use pileup_dump::dump::Event::*;
         match &e {
             Planned { tables, rows, bytes } => {
@@ -240,18 +261,18 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             }
             Unlocked { statement, held_ms, waited_ms, stages_ms, copied } => {
                 let line = format!(
-                    "snapshot taken: {statement} held {held_ms:.1} ms (asked for {waited_ms:.1} ms before it was granted){}",
-                    if copied.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", while copying {}: {}", super::plural(copied.len() as u64, "non-transactional table", "non-transactional tables"), copied.join(", "))
-                    }
-                );
+                        "snapshot taken: {statement} held {held_ms:.1} ms (asked for {waited_ms:.1} ms before it was granted){}",
+                        if copied.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", while copying {}: {}", super::plural(copied.len() as u64, "non-transactional table", "non-transactional tables"), copied.join(", "))
+                        }
+                    );
                 if json {
                     event(
                         serde_json::json!({"event": "unlocked", "statement": statement, "held_ms": held_ms, "waited_ms": waited_ms,
-                            "stages_ms": stages_ms.iter().map(|(s, ms)| serde_json::json!({"stage": s, "ms": ms})).collect::<Vec<_>>(),
-                            "copied_under_lock": copied}),
+                                "stages_ms": stages_ms.iter().map(|(s, ms)| serde_json::json!({"stage": s, "ms": ms})).collect::<Vec<_>>(),
+                                "copied_under_lock": copied}),
                     );
                 } else if let Some(b) = &b {
                     b.println(line);
@@ -272,19 +293,19 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
             }
             Note(s) => note(json, s),
         }
-    })?;
-    if let Some(b) = &b {
-        b.finish_and_clear();
     }
+}
+
+/// What was dumped, and where the binary log stood: a line, or with
+/// `json` the `done` event.
+fn write_dumped(m: &pileup_dump::manifest::Manifest, output: &std::path::Path, json: bool) -> Result<()> {
     let total_rows: u64 = m.tables.iter().flat_map(|t| &t.chunks).map(|c| c.rows).sum();
     let chunks: usize = m.tables.iter().map(|t| t.chunks.len()).sum();
     let pos = &m.position;
     if json {
-        event(
-            serde_json::json!({"event": "done", "dir": a.output, "tables": m.tables.len(), "objects": m.objects.len(),
+        event(serde_json::json!({"event": "done", "dir": output, "tables": m.tables.len(), "objects": m.objects.len(),
                 "chunks": chunks, "rows": total_rows, "binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos,
-                "gtid_binlog_pos": pos.gtid_binlog_pos, "lock_held_ms": m.lock.held_ms}),
-        );
+                "gtid_binlog_pos": pos.gtid_binlog_pos, "lock_held_ms": m.lock.held_ms}));
     } else {
         out!(
             "dumped {} ({} in {}) and {} to {}; binlog position {}{}",
@@ -296,7 +317,7 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
                 "view, routine, trigger or event",
                 "views, routines, triggers and events"
             ),
-            a.output.display(),
+            output.display(),
             match (&pos.binlog_file, pos.binlog_pos) {
                 (Some(f), Some(p)) => format!("{f}:{p}"),
                 _ => "none (binary log off)".into(),

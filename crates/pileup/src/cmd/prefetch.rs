@@ -93,6 +93,36 @@ pub enum WarmArg {
 
 pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     let a_json = a.out.json();
+    check_prefetch_args(&a)?;
+    let spec = conn.resolve()?;
+    let o = prefetch_options(&a);
+    let counters = Arc::new(Counters::default());
+    if let Some(addr) = &a.listen {
+        let c = counters.clone();
+        let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
+        note!("pileup prefetch: counters at http://{at}/metrics");
+    }
+    let stop = super::stop_on_signals();
+    // Every counter for scripts and logs; a status line for a person.
+    let human = !a_json && a.stats_every.is_none() && std::io::stderr().is_terminal();
+    let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
+    let says = Says { human, json: a_json, min_lag: a.min_lag };
+    let printer = spawn_printer(counters.clone(), stop.clone(), says, every, a.threads);
+    let say: pileup_prefetch::Say = Arc::new(|m| note!("pileup prefetch: {m}"));
+    let counters_final = counters.clone();
+    let r = run(&spec, &o, counters, stop.clone(), say);
+    stop.store(true, Ordering::Relaxed);
+    let _ = printer.join();
+    // The last counters, for a run that ran (a run that could not start
+    // says only why); and a run that read nothing says why not.
+    if r.is_ok() {
+        says.last(&counters_final);
+    }
+    Ok(r?)
+}
+
+/// The checks of `pileup prefetch`'s flags that clap does not make.
+fn check_prefetch_args(a: &PrefetchArgs) -> Result<()> {
     if a.threads == 0 || a.batch == 0 {
         super::usage!("--threads and --batch must be at least 1");
     }
@@ -101,8 +131,12 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             "--max-history must be at least 2: purge is held only while the history list is below half of it"
         );
     }
-    let spec = conn.resolve()?;
-    let o = Options {
+    Ok(())
+}
+
+/// The prefetcher's options from the command line.
+fn prefetch_options(a: &PrefetchArgs) -> Options {
+    Options {
         readers: a.threads,
         window_events: a.window_events,
         window_keys: a.window_keys,
@@ -118,52 +152,60 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
             WarmArg::Sql => Warm::Sql,
             WarmArg::Pages => Warm::Pages,
         },
-    };
-    let counters = Arc::new(Counters::default());
-    if let Some(addr) = &a.listen {
-        let c = counters.clone();
-        let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
-        note!("pileup prefetch: counters at http://{at}/metrics");
     }
-    let stop = super::stop_on_signals();
-    // Every counter for scripts and logs; a status line for a person.
-    let human = !a_json && a.stats_every.is_none() && std::io::stderr().is_terminal();
-    let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
-    let (c2, s2, json, readers, min_lag) = (counters.clone(), stop.clone(), a_json, a.threads, a.min_lag);
-    let status = move |now: &[(&str, u64)], before: &[(&str, u64)], secs: f64| {
-        note!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, min_lag));
-    };
-    let print = move |c: &Counters| {
+}
+
+/// How the counters are said: a status line for a person, or every
+/// counter (a JSON line with `json`) for scripts and logs.
+#[derive(Clone, Copy)]
+struct Says {
+    human: bool,
+    json: bool,
+    min_lag: u64,
+}
+
+impl Says {
+    /// A person's status line: the rates between `before` and `now`.
+    fn status(self, now: &[(&str, u64)], before: &[(&str, u64)], secs: f64) {
+        note!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, self.min_lag));
+    }
+
+    /// Every counter, as `key=value` words or a JSON line.
+    fn print(self, c: &Counters) {
         let snap = c.snapshot();
-        if json {
+        if self.json {
             let m: serde_json::Map<String, serde_json::Value> =
                 snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
             let _ = crate::output::out_line(format_args!("{}", serde_json::Value::Object(m)));
         } else {
             note!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
         }
-    };
-    let printer = std::thread::spawn(move || {
+    }
+
+    /// The counters every `every` seconds until `stop`, as a status line
+    /// or all of them, and (at most once a minute) when the readers are
+    /// the bottleneck.
+    fn report(self, c: &Counters, stop: &std::sync::atomic::AtomicBool, every: u64, readers: usize) {
         let mut t = std::time::Instant::now();
-        let mut before = c2.snapshot();
+        let mut before = c.snapshot();
         // Say so (on stderr, at most once a minute) when the readers are the bottleneck.
         let (mut busy0, mut advised) = (0u64, None::<std::time::Instant>);
-        while !s2.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
             if t.elapsed() >= Duration::from_secs(every) {
-                if human {
-                    let now = c2.snapshot();
-                    status(&now, &before, t.elapsed().as_secs_f64());
+                if self.human {
+                    let now = c.snapshot();
+                    self.status(&now, &before, t.elapsed().as_secs_f64());
                     before = now;
                 } else {
-                    print(&c2);
+                    self.print(c);
                 }
-                let busy = c2.readers_busy_ms.load(Ordering::Relaxed);
+                let busy = c.readers_busy_ms.load(Ordering::Relaxed);
                 let advice = pileup_prefetch::reader_advice(
                     busy - busy0,
                     t.elapsed().as_secs_f64(),
-                    c2.keys_ahead.load(Ordering::Relaxed),
-                    c2.window_keys.load(Ordering::Relaxed),
+                    c.keys_ahead.load(Ordering::Relaxed),
+                    c.window_keys.load(Ordering::Relaxed),
                     readers,
                 );
                 busy0 = busy;
@@ -174,28 +216,35 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
                 t = std::time::Instant::now();
             }
         }
-    });
-    let say: pileup_prefetch::Say = Arc::new(|m| note!("pileup prefetch: {m}"));
-    let counters_final = counters.clone();
-    let r = run(&spec, &o, counters, stop.clone(), say);
-    stop.store(true, Ordering::Relaxed);
-    let _ = printer.join();
-    // The last counters, for a run that ran (a run that could not start
-    // says only why); and a run that read nothing says why not.
-    if r.is_ok() {
-        let snap = counters_final.snapshot();
-        if human {
-            status(&snap, &snap, 1.0);
+    }
+
+    /// The last counters of a run that ran, its share line, and why it
+    /// read nothing if it did not.
+    fn last(self, c: &Counters) {
+        let snap = c.snapshot();
+        if self.human {
+            self.status(&snap, &snap, 1.0);
         } else {
-            print(&counters_final);
+            self.print(c);
         }
         if let Some(line) = pileup_prefetch::metrics::run_share_line(&snap) {
             note!("pileup prefetch: {line}");
         }
-        if counters_final.events_read.load(Ordering::Relaxed) == 0 {
-            let state = pileup_prefetch::metrics::state_of(&snap, min_lag);
+        if c.events_read.load(Ordering::Relaxed) == 0 {
+            let state = pileup_prefetch::metrics::state_of(&snap, self.min_lag);
             note!("pileup prefetch: read nothing from the relay log: {}", state.describe());
         }
     }
-    Ok(r?)
+}
+
+/// The thread that says the counters while the prefetcher runs, until
+/// `stop`.
+fn spawn_printer(
+    c: Arc<Counters>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    says: Says,
+    every: u64,
+    readers: usize,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || says.report(&c, &stop, every, readers))
 }

@@ -171,6 +171,51 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         return list_metrics();
     }
     // The command line first, before any process or server is looked at.
+    check_watch_args(&a)?;
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
+    let json = a.out.json();
+    let spec = conn.resolve()?;
+    let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
+    if let Some(p) = pid {
+        pileup_engine::process::check_target(p, a.any_process)?;
+    }
+    let data_dir = a.data_dir.clone().unwrap_or_else(default_data_dir);
+    let ship = ship_options(&a, &data_dir)?;
+    let o = watch_options(&a, data_dir, triggers, cpus, ship, &spec);
+    // The server's missing debug files, fetched into the debuginfod cache
+    // while watching starts; captures read the cache.
+    if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
+        fill_debug_cache(p, &a.debuginfod, json);
+    }
+    if a.install_plugins {
+        note!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec).context("--install-plugins")?);
+    }
+    // SIGINT, SIGTERM or a reader gone: finish the current poll and any
+    // running capture, then exit.
+    let stop = super::stop_on_signals();
+    if !json {
+        note!(
+            "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
+            spec.describe(),
+            a.interval,
+            pid.map(|p| p.to_string()).unwrap_or_else(|| format!("none ({})", no_pid_why.as_deref().unwrap_or("?"))),
+            o.data_dir.display(),
+            o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
+        );
+    }
+    let mut on = event_printer(json, pid.is_some());
+    run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
+        // The store's refusals say which flag chooses another.
+        pileup_watch::WatchError::InUse { .. } | pileup_watch::WatchError::OtherServer { .. } => {
+            anyhow::anyhow!("{e} (--data-dir)")
+        }
+        e => e.into(),
+    })
+}
+
+/// The checks of `pileup watch`'s flags that clap does not make.
+fn check_watch_args(a: &WatchArgs) -> Result<()> {
     if a.link_mbps.is_nan() || a.link_mbps <= 0.0 {
         super::usage!("--link-mbps must be a positive number");
     }
@@ -186,16 +231,12 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     if a.duration.is_some_and(|d| d.is_zero()) {
         super::usage!("--duration must be more than 0");
     }
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
-    let json = a.out.json();
-    let spec = conn.resolve()?;
-    let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
-    if let Some(p) = pid {
-        pileup_engine::process::check_target(p, a.any_process)?;
-    }
-    let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
-    let ship = match &a.ship {
+    Ok(())
+}
+
+/// Where and how captures are shipped (`--ship`), spooled under `data_dir`.
+fn ship_options(a: &WatchArgs, data_dir: &std::path::Path) -> Result<Option<pileup_store::ship::ShipOptions>> {
+    Ok(match &a.ship {
         Some(u) => Some(pileup_store::ship::ShipOptions {
             url: pileup_store::StoreUrl::parse(u).context("--ship")?,
             aws: pileup_store::aws::from_env().context("--ship")?,
@@ -204,10 +245,21 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
             min_free: a.min_free_mib << 20,
         }),
         None => None,
-    };
-    let o = WatchOptions {
+    })
+}
+
+/// The watcher's options from the command line.
+fn watch_options(
+    a: &WatchArgs,
+    data_dir: PathBuf,
+    triggers: Vec<Trigger>,
+    cpus: usize,
+    ship: Option<pileup_store::ship::ShipOptions>,
+    spec: &pileup_conn::ConnSpec,
+) -> WatchOptions {
+    WatchOptions {
         interval: a.interval,
-        data_dir: data_dir.clone(),
+        data_dir,
         triggers,
         cooldown: a.cooldown,
         max_captures_per_hour: a.max_captures_per_hour,
@@ -222,50 +274,36 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
         derive: pileup_watch::derive::DeriveOptions { link_bps: a.link_mbps * 1e6 },
         retention: Default::default(),
         duration: a.duration,
-        listen: a.listen,
+        listen: a.listen.clone(),
         scan_interval: a.scan_interval,
         pileup_threads: a.pileup_threads.unwrap_or_else(|| pileup_watch::watch::default_pileup_threads(cpus)),
         ship,
         profiles: vec![locks_profile(spec.clone(), a.any_process)],
-    };
-    // The server's missing debug files, fetched into the debuginfod cache
-    // while watching starts; captures read the cache.
-    if let Some(p) = pid.filter(|_| !a.no_debuginfod) {
-        use pileup_engine::debug_files as d;
-        let o = if a.debuginfod.is_empty() {
-            pileup_debuginfod::from_env()
-        } else {
-            pileup_debuginfod::for_servers(&a.debuginfod)
-        };
-        if let Some(o) = o {
-            let quiet = json;
-            std::thread::spawn(move || {
-                for n in d::fill_cache(p, &pileup_engine::default_debug_dirs(), &o) {
-                    if !quiet {
-                        note!("{n}");
-                    }
+    }
+}
+
+/// Fetch the server's missing debug files into the debuginfod cache on a
+/// thread of their own (from `servers`, else the environment's), saying
+/// what was fetched unless `quiet`.
+fn fill_debug_cache(pid: i32, servers: &[String], quiet: bool) {
+    use pileup_engine::debug_files as d;
+    let o = if servers.is_empty() { pileup_debuginfod::from_env() } else { pileup_debuginfod::for_servers(servers) };
+    if let Some(o) = o {
+        std::thread::spawn(move || {
+            for n in d::fill_cache(pid, &pileup_engine::default_debug_dirs(), &o) {
+                if !quiet {
+                    note!("{n}");
                 }
-            });
-        }
+            }
+        });
     }
-    if a.install_plugins {
-        note!("pileup watch: {}", pileup_watch::capture::install_plugins(&spec).context("--install-plugins")?);
-    }
-    // SIGINT, SIGTERM or a reader gone: finish the current poll and any
-    // running capture, then exit.
-    let stop = super::stop_on_signals();
-    if !json {
-        note!(
-            "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
-            spec.describe(),
-            a.interval,
-            pid.map(|p| p.to_string()).unwrap_or_else(|| format!("none ({})", no_pid_why.as_deref().unwrap_or("?"))),
-            data_dir.display(),
-            o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
-        );
-    }
+}
+
+/// What the watcher says as it goes: each event as a JSON line, or as a
+/// note (a failing poll said once until the state changes).
+fn event_printer(json: bool, has_pid: bool) -> impl FnMut(&Event) {
     let mut failing: Option<(String, u64)> = None;
-    let mut on = |e: &Event| {
+    move |e: &Event| {
         if json {
             if let Ok(line) = serde_json::to_string(e) {
                 let _ = crate::output::out_line(format_args!("{line}"));
@@ -290,7 +328,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
                     note!("polls answer again, after {}", super::plural(n, "failed poll", "failed polls"));
                 }
             }
-            Event::Listening { addr } if pid.is_some() => note!(
+            Event::Listening { addr } if has_pid => note!(
                 "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
             ),
             Event::Listening { addr } => note!("metrics: http://{addr}/metrics"),
@@ -322,14 +360,7 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
                 )
             }
         }
-    };
-    run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
-        // The store's refusals say which flag chooses another.
-        pileup_watch::WatchError::InUse { .. } | pileup_watch::WatchError::OtherServer { .. } => {
-            anyhow::anyhow!("{e} (--data-dir)")
-        }
-        e => e.into(),
-    })
+    }
 }
 
 /// `/debug/pprof/locks?seconds=N`: the server's contended lock waits
