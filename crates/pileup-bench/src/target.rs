@@ -196,15 +196,11 @@ impl Pg {
         Ok(Pg { trust, tcp_trust, scram, pid, version, settings })
     }
 
-    /// A server the user names (libpq key=value pairs or a postgres://
-    /// URL): refused without `i_know` (pileup did not start it, and the
-    /// experiments write to it), and with a password in it (the command
-    /// line is visible to every user of the host: PGPASSWORD is read
-    /// instead). What it leaves out comes from PGHOST, PGPORT, PGUSER and
-    /// PGDATABASE, else the login name and Debian's socket directory.
-    pub fn given(info: &str, i_know: bool) -> Result<Pg> {
+    /// What `--pg` says, checked before anything is opened: a connection
+    /// string that parses, no password in it, and `i_know`.
+    pub fn check(info: &str, i_know: bool) -> Result<postgres::Config> {
         let usage = |m: String| ExperimentError::Usage(m);
-        let mut cfg: postgres::Config =
+        let cfg: postgres::Config =
             info.parse().map_err(|e| usage(format!("--pg is not a PostgreSQL connection string ({e})")))?;
         if cfg.get_password().is_some() {
             return Err(usage("--pg carries a password, which other users of this host can read in the process list: give it in PGPASSWORD instead".into()));
@@ -212,6 +208,17 @@ impl Pg {
         if !i_know {
             return Err(usage("--pg names a PostgreSQL server pileup did not start; the experiments write to it (schema pileup_bench, dropped after) and open many connections: add --i-know to go on".into()));
         }
+        Ok(cfg)
+    }
+
+    /// A server the user names (libpq key=value pairs or a postgres://
+    /// URL): refused without `i_know` (pileup did not start it, and the
+    /// experiments write to it), and with a password in it (the command
+    /// line is visible to every user of the host: PGPASSWORD is read
+    /// instead). What it leaves out comes from PGHOST, PGPORT, PGUSER and
+    /// PGDATABASE, else the login name and Debian's socket directory.
+    pub fn given(info: &str, i_know: bool) -> Result<Pg> {
+        let mut cfg = Pg::check(info, i_know)?;
         if let Ok(p) = std::env::var("PGPASSWORD") {
             cfg.password(p);
         }
@@ -227,7 +234,7 @@ impl Pg {
         }
         if cfg.get_ports().is_empty() {
             if let Some(p) = env("PGPORT") {
-                let port = p.parse().map_err(|_| usage(format!("PGPORT={p} is not a port number")))?;
+                let port = p.parse().map_err(|_| ExperimentError::Usage(format!("PGPORT={p} is not a port number")))?;
                 cfg.port(port);
             }
         }

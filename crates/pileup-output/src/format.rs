@@ -39,6 +39,17 @@ impl Format {
         }
     }
 
+    /// The format's other names, as `--format` takes them too.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Format::Text => &["txt", "pmp"],
+            Format::Folded => &["collapsed"],
+            Format::Svg => &["flamegraph"],
+            Format::Dot => &["graphviz"],
+            Format::Json | Format::Pprof | Format::Html => &[],
+        }
+    }
+
     /// What the format is, in a few words (for help and errors).
     pub fn describe(self) -> &'static str {
         match self {

@@ -124,12 +124,17 @@ pub fn render(s: &Snapshot) -> String {
         }
         let (n, scale) = exposed(k);
         let help = crate::derive::meaning(k).unwrap_or_else(|| format!("the derived metric {k}"));
-        let unit = match scale {
-            0.01 => " (as a ratio, 0 to 1)",
-            0.001 => " (in seconds)",
-            _ => "",
+        // The meaning names the unit pileup keeps (", ms", ", %",
+        // ", seconds"); the exposition says its own.
+        let bare = help.trim_end_matches(", ms").trim_end_matches(", %").trim_end_matches(", seconds");
+        let unit = if n.ends_with("_ratio") {
+            ", as a ratio from 0 to 1"
+        } else if n.ends_with("_seconds") && !bare.contains("seconds") {
+            ", in seconds"
+        } else {
+            ""
         };
-        let _ = writeln!(out, "# HELP {n} {help}{unit}");
+        let _ = writeln!(out, "# HELP {n} {bare}{unit}");
         let _ = writeln!(out, "# TYPE {n} gauge\n{n} {}", v * scale);
     }
     for (n, v, help) in [

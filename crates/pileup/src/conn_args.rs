@@ -64,15 +64,14 @@ impl ConnArgs {
 /// asks for, as the mysql client does).
 fn prompt_password() -> std::io::Result<String> {
     use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
-    use std::io::{BufRead, IsTerminal, Write};
+    use std::io::{BufRead, IsTerminal};
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         return Err(std::io::Error::other(
             "-p asks for the password on a terminal, but standard input is not one; use MYSQL_PWD or an option file",
         ));
     }
-    eprint!("Enter password: ");
-    std::io::stderr().flush().ok();
+    crate::output::note_raw(format_args!("Enter password: "));
     let old = tcgetattr(&stdin).ok();
     if let Some(t) = &old {
         let mut quiet = t.clone();
@@ -84,7 +83,7 @@ fn prompt_password() -> std::io::Result<String> {
     if let Some(t) = &old {
         let _ = tcsetattr(&stdin, SetArg::TCSANOW, t);
     }
-    eprintln!();
+    crate::output::note_raw(format_args!("\n"));
     r?;
     Ok(line.trim_end_matches(['\n', '\r']).to_string())
 }

@@ -183,7 +183,9 @@ fn command() -> clap::Command {
     fn formats(c: clap::Command, path: &str) -> clap::Command {
         let c = if c.get_arguments().any(|a| a.get_id() == "format") {
             let top = path.split(' ').next().unwrap_or(path).to_string();
-            c.mut_arg("format", |a| output::format_arg(&top, a))
+            // bench's -o also takes a directory; dump's is the dump.
+            let files = c.get_arguments().any(|a| a.get_id() == "output") && !matches!(top.as_str(), "dump" | "bench");
+            c.mut_arg("format", |a| output::format_arg(&top, files, a))
         } else {
             c
         };
@@ -248,11 +250,12 @@ fn manpages(dir: &std::path::Path) -> anyhow::Result<()> {
 /// line that does not parse is answered in JSON as well.
 fn json_asked(args: &[String]) -> bool {
     let words: Vec<&str> = args.iter().skip(1).map(String::as_str).take_while(|a| *a != "--").collect();
+    let json = |w: &str| w.eq_ignore_ascii_case("json");
     words.iter().enumerate().any(|(i, w)| {
         *w == "--json"
-            || *w == "--format=json"
-            || *w == "-fjson"
-            || ((*w == "-f" || *w == "--format") && words.get(i + 1) == Some(&"json"))
+            || w.strip_prefix("--format=").is_some_and(json)
+            || w.strip_prefix("-f").is_some_and(|v| !v.is_empty() && json(v))
+            || ((*w == "-f" || *w == "--format") && words.get(i + 1).is_some_and(|v| json(v)))
     })
 }
 
@@ -267,7 +270,15 @@ enum Exit {
 
 impl Exit {
     fn of(e: &anyhow::Error) -> Exit {
-        if e.chain().any(|c| c.is::<cmd::Usage>() || c.is::<pileup_conn::ConnError>() && is_usage_conn(c)) {
+        let experiment_usage = |c: &(dyn std::error::Error + 'static)| {
+            matches!(c.downcast_ref(), Some(pileup_bench::ExperimentError::Usage(_)))
+        };
+        // An s3:// URL that is not one is a flag's value (--ship, --from,
+        // report's capture) that cannot be used.
+        let bad_url = |c: &(dyn std::error::Error + 'static)| {
+            matches!(c.downcast_ref(), Some(pileup_store::StoreError::BadUrl(_)))
+        };
+        if e.chain().any(|c| c.is::<cmd::Usage>() || is_usage_conn(c) || experiment_usage(c) || bad_url(c)) {
             Exit::Usage
         } else if e.chain().any(|c| c.is::<cmd::Damaged>()) {
             Exit::Damaged
@@ -285,9 +296,9 @@ impl Exit {
     }
 }
 
-/// The connection options' own refusals (a password in argv, options that
-/// contradict each other) are usage errors; a server that cannot be reached
-/// is not.
+/// The connection options' own refusal of a password in argv is a usage
+/// error; a server that cannot be reached, or an option file that cannot
+/// be read, is not (as for the mysql client).
 fn is_usage_conn(c: &(dyn std::error::Error + 'static)) -> bool {
     matches!(c.downcast_ref::<pileup_conn::ConnError>(), Some(pileup_conn::ConnError::PasswordInArgs))
 }
@@ -392,22 +403,19 @@ fn main() {
             }
             Command::Manpages { dir } => manpages(&dir),
         });
-    // A reader that stopped reading ends the run quietly, as grep and cat
-    // end.
-    if output::reader_gone() {
-        std::process::exit(0);
-    }
-    if let Err(e) = r {
+    // A reader of stdout that stopped reading ends the run quietly, as grep
+    // and cat end; any other failure is said.
+    if let Some(e) = r.as_ref().err().filter(|e| !output::ended_by_closed_stdout(e)) {
         // One line: what went wrong and what to do about it, each cause
         // after a colon, a client library's error as its message alone.
         let msg = pileup_conn::error_text(e.as_ref());
-        let fix = engine_fix(&e, name.as_deref()).map(|f| format!("; {f}")).unwrap_or_default();
+        let fix = engine_fix(e, name.as_deref()).map(|f| format!("; {f}")).unwrap_or_default();
         let mut lines = msg.lines();
         let mut text = format!("{}{fix}", lines.next().unwrap_or(""));
         for l in lines {
             text.push_str(&format!("\n{l}"));
         }
-        fail(stderr_fd, json, Exit::of(&e), &text, name.as_deref());
+        fail(stderr_fd, json, Exit::of(e), &text, name.as_deref());
     }
 }
 

@@ -6,9 +6,10 @@
 //!
 //! A reader that goes away (a closed pipe: `pileup digest | head`) ends the
 //! run quietly, as `grep` and `cat` end: the write that finds it closed
-//! marks the reader gone and asks the run to stop (the same flag SIGINT
-//! sets, so a capture being written is finished, not cut), and `main`
-//! exits 0 without a message. Nothing here panics on a failed write.
+//! asks the run to stop (the same flag SIGINT sets, so a capture being
+//! written is finished, not cut). A run that then ends well, or ends on
+//! that closed stdout, exits 0 without a message; any other failure is
+//! reported as always. Nothing here panics on a failed write.
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
@@ -25,8 +26,8 @@ use crate::exit::Usage;
 /// meaning or goes away, not when one is added.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Set when a write to stdout or stderr found its reader gone.
-static READER_GONE: AtomicBool = AtomicBool::new(false);
+/// Set when a write to stdout found its reader gone.
+static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
 
 /// The run's stop flag: SIGINT, SIGTERM and a reader gone set it.
 fn stop_flag() -> &'static Arc<AtomicBool> {
@@ -57,18 +58,34 @@ pub fn stop_requested() -> Arc<AtomicBool> {
     stop_flag().clone()
 }
 
-/// Whether a reader of stdout or stderr went away during the run.
-pub fn reader_gone() -> bool {
-    READER_GONE.load(Ordering::SeqCst)
+/// Whether the reader of stdout went away during the run.
+pub fn stdout_gone() -> bool {
+    STDOUT_GONE.load(Ordering::SeqCst)
 }
 
-/// Note a write's error: a closed pipe marks the reader gone and asks the
-/// run to stop.
+/// Note a write's error on stdout: a closed pipe marks its reader gone
+/// and asks the run to stop.
 fn seen(e: &std::io::Error) {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        READER_GONE.store(true, Ordering::SeqCst);
+        STDOUT_GONE.store(true, Ordering::SeqCst);
         stop_flag().store(true, Ordering::SeqCst);
     }
+}
+
+/// Note a write's error on stderr: a closed pipe asks the run to stop (as
+/// SIGPIPE would end it), but decides nothing about how it ended.
+fn seen_on_stderr(e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        stop_flag().store(true, Ordering::SeqCst);
+    }
+}
+
+/// Whether `e` is a write to stdout that found its reader gone: the run
+/// then ends quietly, with status 0, as `grep` and `cat` end.
+pub fn ended_by_closed_stdout(e: &anyhow::Error) -> bool {
+    stdout_gone()
+        && e.chain()
+            .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// stdout as the one writer of results: buffered (stdout alone flushes at
@@ -103,13 +120,13 @@ pub fn out_line(args: fmt::Arguments) -> std::io::Result<()> {
 /// reader gone and asks the run to stop.
 pub fn note_line(args: fmt::Arguments) {
     let mut e = std::io::stderr().lock();
-    let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n")).inspect_err(seen);
+    let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n")).inspect_err(seen_on_stderr);
 }
 
 /// Text on stderr without a newline (a prompt, a line redrawn in place).
 pub fn note_raw(args: fmt::Arguments) {
     let mut e = std::io::stderr().lock();
-    let _ = e.write_fmt(args).and_then(|()| e.flush()).inspect_err(seen);
+    let _ = e.write_fmt(args).and_then(|()| e.flush()).inspect_err(seen_on_stderr);
 }
 
 pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
@@ -136,9 +153,8 @@ pub fn formats_of(command: &str) -> &'static [Format] {
     use Format::*;
     match command {
         "stacks" | "locks" => &[Text, Json, Folded, Svg, Dot, Pprof],
-        "lag" | "memory" => &[Text, Json, Folded, Svg, Pprof],
+        "lag" | "memory" => &[Text, Json, Folded, Svg, Dot, Pprof],
         "digest" => &[Text, Json, Html],
-        "bench" => &[Text, Json, Svg],
         _ => &[Text, Json],
     }
 }
@@ -146,13 +162,21 @@ pub fn formats_of(command: &str) -> &'static [Format] {
 /// `--format` for a command: its formats as clap's possible values, so an
 /// unknown or unsupported one is a usage error, and help, manual pages and
 /// completions list them.
-pub fn format_arg(command: &str, a: clap::Arg) -> clap::Arg {
+/// `files`: whether the command's `-o` names a file of the result (its
+/// extension then chooses the format). Each format's other names
+/// (`pmp`, `collapsed`, `flamegraph`, `graphviz`, `txt`) and any case are
+/// taken too.
+pub fn format_arg(command: &str, files: bool, a: clap::Arg) -> clap::Arg {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
     let fs = formats_of(command);
-    let names: Vec<&'static str> = fs.iter().map(|f| f.name()).collect();
+    let values: Vec<PossibleValue> =
+        fs.iter().map(|f| PossibleValue::new(f.name()).help(f.describe()).aliases(f.aliases())).collect();
     let described: Vec<String> = fs.iter().map(|f| format!("{} ({})", f.name(), f.describe())).collect();
-    use clap::builder::TypedValueParser;
-    let help = format!("Output format: {}. Default: from the -o extension, else text", described.join(", "));
-    a.value_parser(clap::builder::PossibleValuesParser::new(names).map(|s| Format::parse(&s).unwrap_or(Format::Text)))
+    let default = if files { "Default: from the -o extension, else text" } else { "Default: text" };
+    let help = format!("Output format: {}. {default}", described.join(", "));
+    // Every listed name parses; the default is never reached.
+    a.value_parser(PossibleValuesParser::new(values).map(|s| Format::parse(&s).unwrap_or(Format::Text)))
+        .ignore_case(true)
         .help(help.clone())
         .long_help(help)
 }
@@ -236,8 +260,14 @@ pub fn targets(format: Option<Format>, outputs: &[PathBuf], command: &str) -> Re
         Err(Usage::new(format!("{what}pileup {command} does not write {f}; it writes {}", names.join(", "))).into())
     };
     let of_path = |p: &Path| Format::from_path(p).map_err(|e| anyhow::Error::from(Usage::new(e.to_string())));
+    let to_terminal = |f: Format| -> Result<Format> {
+        if f.is_binary() && std::io::stdout().is_terminal() {
+            return Err(Usage::new(format!("{f} is binary; write it to a file with -o FILE")).into());
+        }
+        Ok(f)
+    };
     match (format, outputs) {
-        (f, []) => Ok(vec![(None, check(f.unwrap_or(Format::Text), None)?)]),
+        (f, []) => Ok(vec![(None, to_terminal(check(f.unwrap_or(Format::Text), None)?)?)]),
         (Some(f), [one]) => {
             let f = check(f, None)?;
             // A name without a recognised extension takes --format's.

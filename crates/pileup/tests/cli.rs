@@ -241,12 +241,22 @@ fn every_usage_error_exits_2_before_any_work() {
         (&["binlog", log, "-f", "svg"], "svg"),
         (&["dump", "-o", dump_dir, "--threads", "0"], "--threads"),
         (&["dump", "-o", dump_dir, "--layout", "mydumper", "--compress", "zstd"], "--compress gzip"),
+        (&["dump", "-o", dump_dir, "--layout", "mydumper", "--users"], "--users"),
+        (&["dump", "-o", dump_dir, "--include", "("], "--include"),
+        (&["watch", "--pid", "none", "--ship", "ftp://x"], "--ship"),
+        (&["watch", "--pid", "none", "--listen", "no-port"], "--listen"),
+        (&["prefetch", "--listen", "no-port"], "--listen"),
+        (&["memory", "--pid", "999999", "--focus", "conn:"], "--focus"),
+        (&["bench", "hot-row", "--pg", "host=/tmp password=x", "--i-know"], "PGPASSWORD"),
+        (&["bench", "hot-row", "--pg", "host=/tmp"], "--i-know"),
+        (&["captures", "--from", "not-a-url"], "not-a-url"),
+        (&["stacks", "--pid", "999999", "-f", "nope"], "nope"),
         (&["load", d, "--threads", "0"], "--threads"),
         (&["bench", "point-selects"], "no experiment"),
         (&["bench", "hot-row", "--threads", "0"], "--threads"),
         (&["bench", "hot-row", "--rounds", "0"], "--rounds"),
         (&["bench", "hot-row", "-o", "r.csv"], "r.csv"),
-        (&["bench", "hot-row", "-f", "svg"], "-o"),
+        (&["bench", "hot-row", "-f", "svg"], "svg"),
         (&["bench", "compare", "one.json"], "two JSON results"),
         (&["bench", "hot-row", "x.json"], "only compare"),
         (&["sandbox", "start", "--set", "nokv"], "KEY=VALUE"),
@@ -281,6 +291,11 @@ fn every_usage_error_exits_2_before_any_work() {
     assert_eq!(j["exit"], 2);
     assert_eq!(j["schema_version"], 1);
     assert!(j["error"].as_str().unwrap().contains("--max-classes"), "{j}");
+    // Formats by their other names, in any case.
+    for f in ["PMP", "collapsed", "FlameGraph", "graphviz", "Json"] {
+        let out = pileup(&["stacks", "--pid", "999999", "-f", f]);
+        assert_eq!(out.status.code(), Some(1), "-f {f} is taken (the pid is what fails): {}", stderr(&out));
+    }
     // A command line clap refuses is answered in JSON too.
     let out = pileup(&["digest", log, "--rank", "bogus", "-f", "json"]);
     assert_eq!(out.status.code(), Some(2));
@@ -339,6 +354,15 @@ fn a_closed_pipe_ends_the_run_quietly() {
     let caps = pileup(&["captures", "--data-dir", data.to_str().unwrap(), "--json"]);
     let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
     assert!(caps.as_array().unwrap().iter().any(|c| c["kind"] == "capture"), "{caps}");
+
+    // Stopping every sandbox where there is none is not an error.
+    let none = scratch("cli-no-sandboxes");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["sandbox", "stop", "--all"])
+        .env("PILEUP_SANDBOX_DIR", none.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("no sandboxes"), "{}", stderr(&out));
 
     // An empty data directory has no captures: an empty list, not an error.
     let empty = scratch("cli-empty");

@@ -61,7 +61,7 @@ func variables(b *dashboard.DashboardBuilder, instance bool) *dashboard.Dashboar
 }
 
 // Stalls as annotations: one mark per capture at its time, titled with its
-// class and carrying its verdict and where the capture is.
+// class and carrying where the capture is (its verdict is in the capture).
 func stallAnnotations(b *dashboard.DashboardBuilder, sel string) *dashboard.DashboardBuilder {
 	return b.Annotation(dashboard.NewAnnotationQueryBuilder().Name("Stalls captured by pileup watch").
 		Datasource(ds).Enable(true).IconColor("red").
@@ -101,7 +101,7 @@ func fleet() *dashboard.DashboardBuilder {
 			query(`instance:pileup_physical_reads_per_row_read:ratio5m{`+sel+`}`, "{{instance}}"))).
 		WithRow(dashboard.NewRowBuilder("Stalls and lag")).
 		WithPanel(table.NewPanelBuilder().Title("Last capture per server").
-			Description("The newest capture of each server: its class, verdict and where it is (pileup report opens it).").
+			Description("The newest capture of each server: its class and where it is (pileup report opens it, with its verdict).").
 			Span(24).Height(8).Datasource(ds).
 			Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{"lastNotNull"})).
 			WithTarget(query(`pileup_last_capture_info{`+sel+`} * on (job, instance) group_left () (time() - pileup_last_capture_timestamp_seconds{`+sel+`})`, "").

@@ -161,9 +161,6 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     let names = check_bench_args(&a)?;
     let outputs = outputs(&a.output, names.len())?;
     let json = a.out.json();
-    if a.out.format == Some(crate::output::Format::Svg) {
-        super::usage!("the plot is written to a file: -o plot.svg");
-    }
     let o = bench_options(&a);
     let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
     let mut locks = Locks(servers.maria.spec.clone());
@@ -221,6 +218,9 @@ fn check_bench_args(a: &BenchArgs) -> Result<Vec<Name>> {
     }
     if a.duration.is_zero() {
         super::usage!("--duration must be more than 0");
+    }
+    if let Some(info) = &a.pg {
+        pileup_bench::target::Pg::check(info, a.i_know).map_err(|e| super::Usage(e.to_string()))?;
     }
     Ok(names)
 }

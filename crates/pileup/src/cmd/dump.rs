@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use pileup_conn::ConnOptions;
 use pileup_dump::{dump, load, DumpOptions, Existing, LoadOptions};
 
@@ -150,7 +150,16 @@ fn parse_rename(s: &str) -> Result<(String, String), String> {
 
 fn regexes(v: &[String], flag: &str) -> Result<Vec<regex::Regex>> {
     v.iter()
-        .map(|r| regex::Regex::new(r).with_context(|| format!("{flag} {r:?} is not a valid regular expression")))
+        .map(|r| {
+            regex::Regex::new(r).map_err(|e| {
+                // The regex crate's message draws the pattern over
+                // several lines; its last line says what is wrong.
+                let text = e.to_string();
+                let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+                let why = why.strip_prefix("error: ").unwrap_or(why);
+                super::Usage(format!("{flag} {r:?} is not a valid regular expression: {why}")).into()
+            })
+        })
         .collect()
 }
 
@@ -210,6 +219,11 @@ fn check_dump_args(a: &DumpArgs) -> Result<()> {
             "myloader 0.10.1 reads plain or gzip files only: with --layout mydumper use --compress gzip or none"
         );
     }
+    if matches!(a.layout, FormatArg::Mydumper) && a.users {
+        super::usage!("mydumper 0.10.1's layout has no place for accounts: --users needs --layout pileup");
+    }
+    regexes(&a.include, "--include")?;
+    regexes(&a.exclude, "--exclude")?;
     Ok(())
 }
 

@@ -26,7 +26,7 @@ impl Profiler {
         let mut c = spec.connect()?;
         let pid = match pileup_annotate::server_pid_file(&mut c)? {
             Ok(p) => p,
-            Err(file) => super::usage!("--profile samples the server's threads, so the server must run on this machine (its pid file {file} cannot be read here)"
+            Err(file) => anyhow::bail!("--profile samples the server's threads, so the server must run on this machine (its pid file {file} cannot be read here)"
             ),
         };
         let stop = Arc::new(AtomicBool::new(false));

@@ -179,9 +179,8 @@ fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
 
 /// performance_schema where eBPF cannot be used (`why`), or one error naming both reasons.
 fn instead_of_ebpf(a: &LocksArgs, conn: &ConnOptions, targets: &[Target], why: String) -> Result<()> {
-    run_performance_schema(a, conn, targets, Some(why.clone())).map_err(|e| {
-        anyhow::anyhow!("eBPF tracing is not available here ({why}), and performance_schema cannot stand in: {e:#}")
-    })
+    run_performance_schema(a, conn, targets, Some(why.clone()))
+        .with_context(|| format!("eBPF tracing is not available here ({why}), and performance_schema cannot stand in"))
 }
 
 /// Time the instrumented waits with performance_schema over the window.

@@ -126,6 +126,9 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     if a.focus.is_some() && a.no_trace {
         super::usage!("--focus samples allocations with eBPF, which --no-trace turns off; drop one of them");
     }
+    if let Some(f) = &a.focus {
+        pileup_engine::ThreadFilter::parse(f).map_err(|e| super::Usage(format!("--focus {e}")))?;
+    }
     let targets = a.out.targets("memory")?;
     if a.no_trace {
         if let Some((_, f)) =

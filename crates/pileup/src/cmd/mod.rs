@@ -21,6 +21,18 @@ pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
 pub(crate) use crate::exit::usage;
 pub use crate::exit::{Damaged, Usage};
 
+/// `--listen HOST:PORT`, checked before anything starts: an address the
+/// metrics can be served on (a name is resolved).
+pub fn check_listen(addr: Option<&str>) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    if let Some(a) = addr {
+        if a.to_socket_addrs().map(|mut i| i.next().is_none()).unwrap_or(true) {
+            usage!("--listen {a:?}: expected HOST:PORT, e.g. 127.0.0.1:9104 (port 0 picks a free one)");
+        }
+    }
+    Ok(())
+}
+
 /// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds), with the
 /// same rules as durations inside trigger expressions.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {

@@ -131,7 +131,7 @@ fn check_prefetch_args(a: &PrefetchArgs) -> Result<()> {
             "--max-history must be at least 2: purge is held only while the history list is below half of it"
         );
     }
-    Ok(())
+    super::check_listen(a.listen.as_deref())
 }
 
 /// The prefetcher's options from the command line.

@@ -84,9 +84,12 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             Ok(())
         }
         SandboxCmd::Stop { names, all } => {
+            if !all && names.is_empty() {
+                super::usage!("name the sandbox to stop, or --all (see pileup sandbox list)");
+            }
             let names: Vec<String> = if all { list(None)?.into_iter().map(|(e, _)| e.name).collect() } else { names };
             if names.is_empty() {
-                super::usage!("name the sandbox to stop, or --all (see pileup sandbox list)");
+                out!("no sandboxes");
             }
             for n in names {
                 stop_by_name(&n, None)?;

@@ -231,7 +231,10 @@ fn check_watch_args(a: &WatchArgs) -> Result<()> {
     if a.duration.is_some_and(|d| d.is_zero()) {
         super::usage!("--duration must be more than 0");
     }
-    Ok(())
+    if let Some(u) = &a.ship {
+        pileup_store::StoreUrl::parse(u).map_err(|e| super::Usage(format!("--ship {e}")))?;
+    }
+    super::check_listen(a.listen.as_deref())
 }
 
 /// Where and how captures are shipped (`--ship`), spooled under `data_dir`.
