@@ -83,14 +83,20 @@ fn seen_on_stderr(e: &std::io::Error) {
 /// Whether `e` is a write to stdout that found its reader gone: the run
 /// then ends quietly, with status 0, as `grep` and `cat` end.
 pub fn ended_by_closed_stdout(e: &anyhow::Error) -> bool {
-    stdout_gone()
-        && e.chain()
-            .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    use std::io::ErrorKind::BrokenPipe;
+    // The write's io error, where a wrapper keeps it out of the chain of
+    // sources (the output layer's and serde_json's errors do).
+    let broken = |c: &(dyn std::error::Error + 'static)| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
+            || matches!(c.downcast_ref(), Some(pileup_output::OutputError::Io(io)) if io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+    };
+    stdout_gone() && e.chain().any(broken)
 }
 
 /// stdout as the one writer of results: buffered (stdout alone flushes at
 /// every newline, a system call per line of a long report), and a closed
-/// pipe noted ([`reader_gone`]).
+/// pipe noted ([`stdout_gone`]).
 pub struct Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>);
 
 impl Stdout {

@@ -331,6 +331,33 @@ fn a_closed_pipe_ends_the_run_quietly() {
     let full = pileup(&["completions", "bash"]);
     assert!(full.stdout.len() > 1 << 16, "the script outgrows a pipe's buffer: {} bytes", full.stdout.len());
 
+    // A report written through the output layer and serde (digest's JSON
+    // of 3,000 classes), its reader gone after 100 bytes.
+    let dir = scratch("cli-pipe-digest");
+    let log = dir.join("slow.log");
+    let mut text = String::new();
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "# Query_time: 0.{i:03}  Lock_time: 0  Rows_sent: 1  Rows_examined: {i}\nSELECT c{i} FROM t{i} WHERE id = {i};\n"
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    for format in ["json", "text"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(["digest", log.to_str().unwrap(), "-f", format, "--limit", "3000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut head = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "digest -f {format}: {}", stderr(&out));
+        assert!(out.stderr.is_empty(), "digest -f {format}: {}", stderr(&out));
+    }
+    let whole = pileup(&["digest", log.to_str().unwrap(), "-f", "json"]);
+    assert!(whole.stdout.len() > 1 << 16, "the report outgrows a pipe's buffer: {} bytes", whole.stdout.len());
+
     // watch with its stdout and stderr one pipe, closed after two lines
     // (`pileup watch 2>&1 | head -2`): the server cannot be reached, so
     // it captures, and the capture is finished and listed.

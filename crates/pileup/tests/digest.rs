@@ -211,8 +211,8 @@ fn bad_input_is_named_and_exits_non_zero() {
     for (args, want) in [
         (vec!["digest", "/nonexistent/slow.log"], "cannot read /nonexistent/slow.log"),
         (vec!["digest", dir.to_str().unwrap()], "is a directory"),
-        (vec!["digest", "-o", "x.png", "/dev/null"], "not .png"),
-        (vec!["digest", "--rank", "speed", "/dev/null"], "not a ranking"),
+        (vec!["digest", "-o", "x.png", "/dev/null"], "x.png: unknown extension"),
+        (vec!["digest", "--rank", "speed", "/dev/null"], "invalid value 'speed' for '--rank"),
     ] {
         let out = pileup(&args);
         let err = String::from_utf8_lossy(&out.stderr);
