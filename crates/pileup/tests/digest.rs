@@ -232,8 +232,10 @@ fn bad_input_is_named_and_exits_non_zero() {
     .unwrap();
     let out = pileup(&["digest", "--format", "json", log.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cut.log:6: Query_time \"zz\" is not a number"), "{err}");
+    // Under --format json the error is one JSON object on stderr.
+    let err: J = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["kind"], "damaged", "{err}");
+    assert!(err["error"].as_str().unwrap().contains("cut.log:6: Query_time \"zz\" is not a number"), "{err}");
     let d: J = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(d["events"], 2);
     assert_eq!(d["problems"]["count"], 2);

@@ -81,8 +81,12 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if let Some(t) = &a.focus {
         pileup_engine::ThreadFilter::parse(t).map_err(|e| super::Usage(format!("--focus {e}")))?;
     }
-    if a.source == "performance-schema" && stacks_wanted(&targets) {
-        super::usage!("performance_schema keeps no stacks: use --format text or json with --source performance-schema");
+    if let Some((_, f)) = targets.iter().find(|(_, f)| !matches!(f, Format::Text | Format::Json)) {
+        if a.source == "performance-schema" {
+            super::usage!(
+                "performance_schema keeps no stacks to write as {f}: use --format text or json with --source performance-schema"
+            );
+        }
     }
     if a.source == "performance-schema" && a.focus.is_some() {
         super::usage!("--focus needs the eBPF source: performance_schema's summary is of every thread");
