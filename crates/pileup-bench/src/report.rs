@@ -92,11 +92,6 @@ impl Series {
     }
 }
 
-/// The median of a sample (NaN when empty).
-pub fn median(v: Vec<f64>) -> f64 {
-    pileup_stats::median(&v)
-}
-
 /// A rate for a table: 3 significant figures, thousands as k.
 pub fn rate(v: f64) -> String {
     if !v.is_finite() {
@@ -186,12 +181,5 @@ mod tests {
         assert_eq!(rate(639.4), "639");
         assert_eq!(rate(13.46), "13.5");
         assert_eq!(rate(f64::NAN), "-");
-    }
-
-    #[test]
-    fn median_of_rounds() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
     }
 }

@@ -399,7 +399,7 @@ fn main() {
                 // Made whole first: clap_complete panics on a failed write.
                 let mut script = Vec::new();
                 clap_complete::generate(shell, &mut command(), "pileup", &mut script);
-                output::write_output(None, false, |w| Ok(w.write_all(&script)?))
+                output::write_output(None, |w| Ok(w.write_all(&script)?))
             }
             Command::Manpages { dir } => manpages(&dir),
         });

@@ -135,12 +135,11 @@ pub fn note_raw(args: fmt::Arguments) {
     let _ = e.write_fmt(args).and_then(|()| e.flush()).inspect_err(seen_on_stderr);
 }
 
-pub fn write_output(path: Option<&Path>, binary: bool, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+/// Write a result to `path`, or to stdout when there is none (a binary
+/// format was refused for a terminal by [`targets`], before any work).
+pub fn write_output(path: Option<&Path>, f: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
     match path {
         None => {
-            if binary && std::io::stdout().is_terminal() {
-                return Err(Usage::new("this format is binary; write it to a file with -o FILE").into());
-            }
             let mut w = Stdout::new();
             f(&mut w)?;
             w.flush()?;
@@ -249,6 +248,12 @@ impl OutputArgs {
 /// One place a result goes (a file, or stdout) and its format.
 pub type Target = (Option<PathBuf>, Format);
 
+/// The first target whose format is drawn from stacks (anything but text
+/// and JSON), for a run that may have none.
+pub fn stack_format(targets: &[Target]) -> Option<Format> {
+    targets.iter().map(|(_, f)| *f).find(|f| !matches!(f, Format::Text | Format::Json))
+}
+
 /// Where a result goes and in which format: each `-o` file in the format
 /// its extension names (or `--format`'s, when there is one file), or
 /// stdout in `--format`'s (text by default). Decided before any work
@@ -298,7 +303,7 @@ pub fn targets(format: Option<Format>, outputs: &[PathBuf], command: &str) -> Re
 /// Write a tool's result to every target.
 pub fn emit<R: pileup_output::Report>(r: &R, targets: &[Target], o: &Options) -> Result<()> {
     for (path, format) in targets {
-        write_output(path.as_deref(), format.is_binary(), |w| Ok(pileup_output::render(r, *format, o, w)?))?;
+        write_output(path.as_deref(), |w| Ok(pileup_output::render(r, *format, o, w)?))?;
     }
     Ok(())
 }

@@ -22,9 +22,10 @@ use crate::knee;
 use crate::name::Name;
 use crate::options::{Event, Options, Sink};
 use crate::profile::{self, KneeProfile, LockProfiler};
-use crate::report::{median, ExperimentReport, Point, Series, System};
+use crate::report::{ExperimentReport, Point, Series, System};
 use crate::target::{Machine, Maria, Pg, SCHEMA};
 use common::{Ctx, Variant};
+use pileup_stats::median;
 
 /// Run an experiment: make its tables, measure every variant's curve,
 /// profile the knee, and say what it shows. A server that goes away
@@ -234,7 +235,7 @@ fn counter(m: &Maria, name: Option<&str>) -> Option<u64> {
 
 /// The rounds of one thread count as a point.
 fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize) -> Point {
-    let v = |f: &dyn Fn(&drive::Measured) -> f64| median(runs.iter().map(|(m, _)| f(m)).collect());
+    let v = |f: &dyn Fn(&drive::Measured) -> f64| median(&runs.iter().map(|(m, _)| f(m)).collect::<Vec<f64>>());
     let rates: Vec<f64> = runs.iter().map(|(m, _)| m.ops_per_s).collect();
     let server: Vec<f64> = runs.iter().filter_map(|(m, _)| Some(m.server_cpu_s? / m.server_seconds)).collect();
     let bound = runs
@@ -247,7 +248,7 @@ fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize)
     let counted: Vec<f64> = runs.iter().filter_map(|(_, r)| *r).collect();
     Point {
         threads,
-        median: median(rates.clone()),
+        median: median(&rates),
         min: rates.iter().copied().fold(f64::NAN, f64::min),
         max: rates.iter().copied().fold(f64::NAN, f64::max),
         rounds: rates,
@@ -255,9 +256,9 @@ fn point_of(threads: u32, runs: &[(drive::Measured, Option<f64>)], cores: usize)
         p99_ms: Some(v(&|m| m.p99_ms)).filter(|x| x.is_finite()),
         errors: runs.iter().map(|(m, _)| m.errors).sum(),
         driver_cores: v(&|m| m.driver_cpu_s / m.seconds),
-        server_cores: (!server.is_empty()).then(|| median(server)),
+        server_cores: (!server.is_empty()).then(|| median(&server)),
         cpu_bound: bound * 2 > runs.len(),
-        counter_per_s: (!counted.is_empty()).then(|| median(counted)),
+        counter_per_s: (!counted.is_empty()).then(|| median(&counted)),
     }
 }
 

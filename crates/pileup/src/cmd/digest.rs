@@ -165,7 +165,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
     for (path, format) in &targets {
-        write_output(path.as_deref(), false, |w| write_digest(w, *format, &d, &view, advice.as_deref()))?;
+        write_output(path.as_deref(), |w| write_digest(w, *format, &d, &view, advice.as_deref()))?;
     }
     let problems = (d.problem_count, d.problems.first().cloned());
     // The classes' memory goes back with the process: freeing tens of

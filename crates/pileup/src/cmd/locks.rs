@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use pileup_conn::ConnOptions;
 use pileup_locks::Options;
 
-use crate::output::{emit, Format, Target};
+use crate::output::{emit, stack_format, Target};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Traces the server's contended lock waits for a time window with eBPF and reports, \
@@ -81,7 +81,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     if let Some(t) = &a.focus {
         pileup_engine::ThreadFilter::parse(t).map_err(|e| super::Usage(format!("--focus {e}")))?;
     }
-    if let Some((_, f)) = targets.iter().find(|(_, f)| !matches!(f, Format::Text | Format::Json)) {
+    if let Some(f) = stack_format(&targets) {
         if a.source == "performance-schema" {
             super::usage!(
                 "performance_schema keeps no stacks to write as {f}: use --format text or json with --source performance-schema"
@@ -130,7 +130,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         debug_dirs: a.debug_files.dirs(),
         debuginfod: Some(a.debug_files.debuginfod_with_bars(&fetch_bars())),
         // A flame graph or folded stacks carry every recorded stack.
-        top: if stacks_wanted(&targets) { usize::MAX } else { a.top },
+        top: if stack_format(&targets).is_some() { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
         probe_cost: a.probe_cost,
         threads: a.focus.clone(),
@@ -156,11 +156,6 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         r => r?,
     };
     emit(&report, &targets, &crate::output::Options { detail: a.top, ..Default::default() })
-}
-
-/// Whether an output needs the stacks of every lock, not only the top ones.
-fn stacks_wanted(targets: &[Target]) -> bool {
-    targets.iter().any(|(_, f)| !matches!(f, Format::Text | Format::Json))
 }
 
 /// Where debuginfod fetches draw their bars: stderr on a terminal, else nowhere.
@@ -190,7 +185,7 @@ fn instead_of_ebpf(a: &LocksArgs, conn: &ConnOptions, targets: &[Target], why: S
 /// Time the instrumented waits with performance_schema over the window.
 fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, targets: &[Target], why: Option<String>) -> Result<()> {
     let without_ebpf = why.as_deref().map(|w| format!(" (eBPF cannot be used here: {w})")).unwrap_or_default();
-    if stacks_wanted(targets) {
+    if stack_format(targets).is_some() {
         bail!(
             "performance_schema keeps no stacks{without_ebpf}: use --format text or json (folded stacks, flame graphs, call graphs and pprof profiles need eBPF)"
         );

@@ -131,9 +131,7 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     }
     let targets = a.out.targets("memory")?;
     if a.no_trace {
-        if let Some((_, f)) =
-            targets.iter().find(|(_, f)| !matches!(f, crate::output::Format::Text | crate::output::Format::Json))
-        {
+        if let Some(f) = crate::output::stack_format(&targets) {
             super::usage!("{f} is written from the traced stacks, which --no-trace turns off; drop one of them");
         }
     }
