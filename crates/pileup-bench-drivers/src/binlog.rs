@@ -161,7 +161,7 @@ fn main() -> Result<()> {
             res.push((median(&w), median(&c)));
         }
         let base = res[2].0;
-        md.push_str(&format!("\n#### {label}: {} file(s), {:.1} MB, {events:.0} events, {nrows:.0} rows\n\n| tool | wall (s) | CPU (s) | events/s | rows/s | mariadb-binlog's time ÷ this |\n|---|---|---|---|---|---|\n", files.len(), bytes as f64 / 1e6));
+        md.push_str(&format!("\n#### {label}: {} file{}, {:.1} MB, {events:.0} events, {nrows:.0} rows\n\n| tool | wall (s) | CPU (s) | events/s | rows/s | mariadb-binlog's time ÷ this |\n|---|---|---|---|---|---|\n", files.len(), if files.len() == 1 { "" } else { "s" }, bytes as f64 / 1e6));
         for ((name, _), (w, c)) in tools.iter().zip(&res) {
             md.push_str(&format!(
                 "| {name} | {w:.3} | {c:.3} | {:.0} | {:.0} | {:.1}× |\n",

@@ -512,7 +512,7 @@ fn report(cfg: &Config, res: &Results, ntables: usize, size: u64, prioritized: b
     md.push_str(&format!(
         "\nEach dump began on a settled server (InnoDB under 10% dirty pages, the kernel under 64 MiB of dirty file data; {:.0} s waited for it, median{}).\n\npileup's snapshot lock's requests waited {:.1} ms to be granted and it was held {:.1} ms (medians); the writer's worst round trip was {:.1} ms from the dump's start until the lock was released, and {:.1} ms while the threads copied.\n",
         median(&res.settle_s.clone()),
-        if res.unsettled > 0 { format!("; {} dump(s) began unsettled after 2 minutes", res.unsettled) } else { String::new() },
+        if res.unsettled > 0 { format!("; {} began unsettled after 2 minutes", if res.unsettled == 1 { "1 dump".to_string() } else { format!("{} dumps", res.unsettled) }) } else { String::new() },
         median(&res.waited.clone()),
         median(&res.held.clone()),
         median(&res.lock_phase.clone()),

@@ -117,8 +117,10 @@ pub fn text(r: &ExperimentReport, w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(w, "driver: {}", r.driver)?;
     writeln!(
         w,
-        "each point: median of {} round(s) of {:.0} s after {:.0} s of warm-up; spread is min-max",
-        r.rounds, r.window_s, r.warmup_s
+        "each point: median of {} of {:.0} s after {:.0} s of warm-up; spread is min-max",
+        pileup_output::plural(r.rounds, "round", "rounds"),
+        r.window_s,
+        r.warmup_s
     )?;
     for s in &r.systems {
         let set: Vec<String> = s.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -264,6 +264,7 @@ impl Printed<'_, '_> {
         use serde::ser::{SerializeMap, Serializer};
         let mut ser = serde_json::Serializer::new(&mut *out);
         let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("schema_version", &pileup_output::SCHEMA_VERSION)?;
         for (k, v) in &self.fields {
             m.serialize_entry(k, v)?;
         }

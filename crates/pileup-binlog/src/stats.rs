@@ -3,6 +3,7 @@
 
 use crate::decoder::Event;
 use crate::error::DecodeError;
+use pileup_output::plural;
 
 /// What a run of events held: counts by type, rows changed per table,
 /// decode speed (`pileup binlog --stats`).
@@ -74,18 +75,19 @@ impl Stats {
         self.rows_per_second = self.rows as f64 / elapsed.max(1e-9);
     }
 
-    /// The summary as text (after [`Stats::finish`]).
+    /// The summary as text (after [`Stats::finish`]); [`Stats`] is also
+    /// the output layer's report of `--stats`.
     pub fn text(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} file(s), {:.1} MB, {} events ({} row events, {} rows) decoded in {:.3} s: {:.0} events/s, {:.0} rows/s",
-            self.files,
+            "{}, {:.1} MB, {} ({}, {}) decoded in {:.3} s: {:.0} events/s, {:.0} rows/s",
+            plural(self.files as u64, "file", "files"),
             self.bytes as f64 / 1e6,
-            self.events,
-            self.row_events,
-            self.rows,
+            plural(self.events, "event", "events"),
+            plural(self.row_events, "row event", "row events"),
+            plural(self.rows, "row", "rows"),
             self.seconds,
             self.events_per_second,
             self.rows_per_second
@@ -103,5 +105,14 @@ impl Stats {
             }
         }
         s
+    }
+}
+
+impl pileup_output::Report for Stats {
+    fn tool(&self) -> &'static str {
+        "binlog"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(self.text().as_bytes())
     }
 }

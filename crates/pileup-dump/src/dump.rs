@@ -199,8 +199,8 @@ fn read_definitions(
     m.sequences = sequences;
     if o.format == Format::Mydumper && !m.sequences.is_empty() {
         bail!(
-            "{} sequence(s) selected, which mydumper 0.10.1's format has no place for; dump them in pileup's format or --exclude them",
-            m.sequences.len()
+            "{} selected, which mydumper 0.10.1's format has no place for; dump them in pileup's format or --exclude them",
+            pileup_output::plural(m.sequences.len(), "sequence", "sequences")
         );
     }
     if o.users {

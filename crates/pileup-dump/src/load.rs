@@ -17,6 +17,8 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+
+use pileup_output::plural;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
@@ -272,7 +274,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     create_objects(&mut c, o, &objs, &mut *on)?;
     create_users(&mut c, o, &m.users, &mut *on)?;
     let bad: Vec<usize> = failed.iter().map(|((i, _), _)| *i).collect();
-    failures("table(s) not loaded (run again with --resume once fixed)", failed, |i| {
+    failures(("table", "tables"), "not loaded (run again with --resume once fixed)", failed, |i| {
         format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
     })?;
     if o.verify {
@@ -455,12 +457,13 @@ impl Plan {
 }
 
 /// One line naming every table that failed and why.
-fn failures(what: &str, failed: Failed, name: impl Fn(usize) -> String) -> Result<()> {
+/// `noun`: what failed, singular and plural; `what`: what befell them.
+fn failures(noun: (&str, &str), what: &str, failed: Failed, name: impl Fn(usize) -> String) -> Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
     let list: Vec<String> = failed.iter().map(|((i, _), e)| format!("{}: {e:#}", name(*i))).collect();
-    bail!("{} {what}; the others are done: {}", list.len(), list.join("; "))
+    bail!("{} {what}; the others are done: {}", plural(list.len(), noun.0, noun.1), list.join("; "))
 }
 
 /// Read every loaded chunk back as the dump read it, and compare its row
@@ -474,7 +477,7 @@ fn verify(
 ) -> Result<()> {
     let (mm, oo) = (m.clone(), o.clone());
     let mut differ = vec![];
-    let mut checked = 0;
+    let mut checked = 0u64;
     let failed = pool(
         spec,
         o,
@@ -502,13 +505,20 @@ fn verify(
             }
         },
     )?;
-    failures("table(s) could not be read back", failed, |i| {
+    failures(("table", "tables"), "could not be read back", failed, |i| {
         format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
     })?;
     if !differ.is_empty() {
-        bail!("{} of {checked} chunk(s) differ from the dump: {}", differ.len(), differ.join("; "));
+        let differs = if differ.len() == 1 { "differs" } else { "differ" };
+        bail!(
+            "{} of {} {differs} from the dump: {}",
+            differ.len(),
+            plural(checked, "chunk", "chunks"),
+            differ.join("; ")
+        );
     }
-    on(Event::Note(format!("verified: {checked} chunk(s) match the dump's row counts and hashes")));
+    let (chunks, match_) = if checked == 1 { ("chunk", "matches") } else { ("chunks", "match") };
+    on(Event::Note(format!("verified: {checked} {chunks} {match_} the dump's row counts and hashes")));
     Ok(())
 }
 
@@ -606,7 +616,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     for (db, p) in &s.triggers {
         crate::mydumper::run_file_from(&mut c, Some(db), target(o, db), p)?;
     }
-    failures("data file(s) not loaded", failed, |i| data[i].2.display().to_string())
+    failures(("data file", "data files"), "not loaded", failed, |i| data[i].2.display().to_string())
 }
 
 /// Accounts that do not exist yet, and every account's grants (on renamed
@@ -636,7 +646,7 @@ fn create_users(
         }
     }
     if !users.is_empty() {
-        on(Event::Note(format!("{} account(s) and their grants created", users.len())));
+        on(Event::Note(format!("{} and their grants created", plural(users.len(), "account", "accounts"))));
     }
     Ok(())
 }
@@ -819,7 +829,10 @@ fn create_objects(c: &mut mysql::Conn, o: &LoadOptions, objs: &[Object], on: &mu
         create(c, o, x).with_ctx(|| format!("creating {} {}.{}", kind_word(x.kind), target(o, &x.db), x.name))?;
     }
     if !objs.is_empty() {
-        on(Event::Note(format!("{} view(s), routine(s), trigger(s) and event(s) created", objs.len())));
+        on(Event::Note(format!(
+            "{} created (views, routines, triggers and events)",
+            plural(objs.len(), "object", "objects")
+        )));
     }
     Ok(())
 }

@@ -469,8 +469,8 @@ impl Sampler {
             self.noted_early_locks = true;
             let names: Vec<&str> = modules.iter().map(|&i| self.mods.modules[i].name.as_str()).collect();
             self.notes.push(format!(
-                "the lock waits of the first {} sample(s) were read before the debug info of {} arrived (by exported names only); their stacks are named",
-                self.taken,
+                "the lock waits of the first {} read before the debug info of {} arrived (by exported names only); their stacks are named",
+                if self.taken == 1 { "sample were".to_string() } else { format!("{} samples were", self.taken) },
                 names.join(", ")
             ));
         }
@@ -593,7 +593,9 @@ impl Sampler {
         self.timing.annotate_us += t_ann.elapsed().as_micros() as u64;
         if io_workers > 0 && !self.notes.iter().any(|n| n.contains("io_uring")) {
             self.notes.push(format!(
-                "{io_workers} io_uring kernel worker thread(s) have no user-space stack and are not sampled"
+                "{io_workers} io_uring kernel worker {} no user-space stack and {} not sampled",
+                if io_workers == 1 { "thread has" } else { "threads have" },
+                if io_workers == 1 { "is" } else { "are" }
             ));
         }
         if chosen.is_empty() {
@@ -767,7 +769,11 @@ impl Sampler {
         let mut ticks = Ticks { interval, tick: 0, skipped: 0 };
         for i in 0..n {
             if stopped() {
-                self.notes.push(format!("stopped by a signal after {} of {n} sample(s)", self.taken));
+                self.notes.push(format!(
+                    "stopped by a signal after {} of {n} {}",
+                    self.taken,
+                    if n == 1 { "sample" } else { "samples" }
+                ));
                 self.interrupted = true;
                 break;
             }

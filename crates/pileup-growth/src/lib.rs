@@ -271,7 +271,11 @@ pub fn trace_growth<S: Annotator>(
     let mut stops: Vec<(String, u64)> = c.stops.into_iter().collect();
     stops.sort_by_key(|s| std::cmp::Reverse(s.1));
     if let Some((why, n)) = stops.first() {
-        notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+        let (ends, they) = if *n == 1 { ("ends", "it is") } else { ("end", "they are") };
+        notes.push(format!(
+            "{} {ends} early ({why}); {they} marked truncated",
+            pileup_output::plural(*n, "stack", "stacks")
+        ));
     }
     let pid = o.pid;
     let last_seen = &c.timeline.last_seen;

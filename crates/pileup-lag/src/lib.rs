@@ -530,8 +530,12 @@ fn bar(pct: f64) -> String {
 
 /// The report as text: overall shares, then per table.
 pub fn render_text(r: &LagReport) -> String {
-    let mut s =
-        format!("pileup lag: {:.1} s, {} samples of {} applier thread(s)\n", r.seconds, r.samples, r.applier_threads);
+    let mut s = format!(
+        "pileup lag: {:.1} s, {} of {}\n",
+        r.seconds,
+        pileup_output::plural(r.samples as u64, "sample", "samples"),
+        pileup_output::plural(r.applier_threads as u64, "applier thread", "applier threads")
+    );
     if let Some(t) = r.transactions {
         s.push_str(&format!("applied {t} transactions ({:.0}/s)", t as f64 / r.seconds.max(1e-9)));
         if let (Some(a), Some(b)) = (r.lag_start_s, r.lag_end_s) {
@@ -665,8 +669,8 @@ fn stalls_line(r: &LagReport) -> String {
     parts.sort_by(|a, b| b.0.total_cmp(&a.0));
     let what: Vec<String> = parts.iter().map(|(p, l)| format!("{l} {p:.0}%")).collect();
     format!(
-        "  stalls: the applier stood still {} time(s) for {} ms or more while it had work (longest {} ms; {:.1} s in all, {:.0}% of the period); meanwhile: {}\n",
-        st.count,
+        "  stalls: the applier stood still {} for {} ms or more while it had work (longest {} ms; {:.1} s in all, {:.0}% of the period); meanwhile: {}\n",
+        if st.count == 1 { "once".to_string() } else { format!("{} times", st.count) },
         st.threshold_ms,
         st.longest_ms,
         st.seconds,
@@ -841,7 +845,7 @@ mod tests {
         };
         let text = render_text(&stalled);
         assert!(
-            text.contains("stood still 3 time(s) for 200 ms or more")
+            text.contains("stood still 3 times for 200 ms or more")
                 && text.contains("longest 450 ms; 0.9 s in all, 45% of the period")
                 && text.contains("meanwhile: lock/latch waits 75%, page reads 25%"),
             "{text}"

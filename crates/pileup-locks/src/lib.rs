@@ -34,6 +34,7 @@ use pileup_annotate::SqlSource;
 use pileup_engine::Regs;
 use pileup_engine::{DataName, Resolver};
 use pileup_engine::{SqlThread, ThreadFilter};
+use pileup_output::plural;
 use pileup_sql::statement_class;
 use serde::Serialize;
 
@@ -219,35 +220,42 @@ fn trace_notes(
     locks: &[aggregate::LockEntry],
     exe: &str,
 ) -> Vec<String> {
+    let were = |n: u64| if n == 1 { "was" } else { "were" };
     let mut notes = vec![];
     if counters.over_budget > 0 {
         notes.push(format!(
-            "{} wait(s) over the budget of {} stacks a second were counted without their stack",
-            counters.over_budget, stack_budget
+            "{} over the budget of {} stacks a second {} counted without their stack",
+            plural(counters.over_budget, "wait", "waits"),
+            stack_budget,
+            were(counters.over_budget)
         ));
     }
     if counters.ring_full > 0 {
         notes.push(format!(
-            "{} wait(s) were counted without their stack: pileup fell behind the ring buffer",
-            counters.ring_full
+            "{} {} counted without their stack: pileup fell behind the ring buffer",
+            plural(counters.ring_full, "wait", "waits"),
+            were(counters.ring_full)
         ));
     }
     if counters.slot_shared > 0 {
         notes.push(format!(
-            "{} wait(s) were not followed: another thread whose id shares its low 16 bits was waiting at the same time",
-            counters.slot_shared
+            "{} {} not followed: another thread whose id shares its low 16 bits was waiting at the same time",
+            plural(counters.slot_shared, "wait", "waits"),
+            were(counters.slot_shared)
         ));
     }
     if counters.table_full > 0 {
         notes.push(format!(
-            "{} wait(s) on futex words past the table of 65,536 were not counted per lock",
-            counters.table_full
+            "{} on futex words past the table of 65,536 {} not counted per lock",
+            plural(counters.table_full, "wait", "waits"),
+            were(counters.table_full)
         ));
     }
     let mut stops: Vec<(String, u64)> = unwind_stops.into_iter().collect();
     stops.sort_by_key(|s| std::cmp::Reverse(s.1));
     if let Some((why, n)) = stops.first() {
-        notes.push(format!("{n} stack(s) end early ({why}); they are marked truncated"));
+        let (ends, they) = if *n == 1 { ("ends", "it is") } else { ("end", "they are") };
+        notes.push(format!("{} {ends} early ({why}); {they} marked truncated", plural(*n, "stack", "stacks")));
     }
     if locks.iter().any(|l| l.kind.starts_with("InnoDB") && l.taken_in.as_deref().is_some_and(|t| t.contains("+0x"))) {
         notes.push(format!(

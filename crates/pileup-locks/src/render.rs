@@ -1,6 +1,7 @@
 //! Render: the report as lockstat-style text, JSON, folded stacks or a
 //! flame graph weighted by wait time.
 
+use pileup_output::plural;
 use std::io::Write;
 
 use pileup_output::{Stack, Stacks};
@@ -177,14 +178,18 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
     }
     writeln!(
         w,
-        "    {} waits{}, {:.1} ms in all, mean {:.3} ms, max {:.3} ms, {:.2}% of the threads' time; {} waiting thread(s) recorded",
-        l.waits,
-        if l.in_progress > 0 { format!(" ({} still waiting when the window ended)", l.in_progress) } else { String::new() },
+        "    {}{}, {:.1} ms in all, mean {:.3} ms, max {:.3} ms, {:.2}% of the threads' time; {} recorded",
+        plural(l.waits, "wait", "waits"),
+        if l.in_progress > 0 {
+            format!(" ({} still waiting when the window ended)", l.in_progress)
+        } else {
+            String::new()
+        },
         l.total_ms,
         l.mean_us / 1e3,
         l.max_us / 1e3,
         l.share_pct,
-        l.waiters
+        plural(l.waiters, "waiting thread", "waiting threads")
     )?;
     if let Some(t) = &l.taken_in {
         writeln!(w, "    taken in: {t}")?;
@@ -205,7 +210,7 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
         (None, false) => {
             writeln!(w, "    holders seen when waits began:")?;
             for h in &l.holders {
-                writeln!(w, "      {} wait(s): {}", h.events, h.who)?;
+                writeln!(w, "      {}: {}", plural(h.events, "wait", "waits"), h.who)?;
             }
         }
     }
@@ -214,9 +219,9 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
         for s in &l.statements {
             writeln!(
                 w,
-                "      {:.1} ms, {} wait(s): {}",
+                "      {:.1} ms, {}: {}",
                 s.wait_ms,
-                s.events,
+                plural(s.events, "wait", "waits"),
                 pileup_engine::one_line(&s.fingerprint, 160)
             )?;
         }
@@ -227,9 +232,9 @@ fn details(n: usize, l: &LockEntry, w: &mut dyn Write) -> std::io::Result<()> {
             let frames: Vec<&str> = s.frames.iter().map(String::as_str).take(16).collect();
             writeln!(
                 w,
-                "      {:.1} ms, {} wait(s): {}{}",
+                "      {:.1} ms, {}: {}{}",
                 s.wait_ms,
-                s.events,
+                plural(s.events, "wait", "waits"),
                 frames.join(" < "),
                 if s.truncated || s.frames.len() > 16 { " < …" } else { "" }
             )?;

@@ -68,8 +68,8 @@ fn default_title(p: &Profile) -> String {
 
 fn subtitle(p: &Profile) -> String {
     format!(
-        "{} sample(s), {} thread stacks, {} mode; {:.0}% of frames named",
-        p.stops.samples,
+        "{}, {} thread stacks, {} mode; {:.0}% of frames named",
+        pileup_output::plural(p.stops.samples, "sample", "samples"),
         p.thread_stacks,
         p.mode.name(),
         p.named_pct

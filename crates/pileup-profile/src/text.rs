@@ -1,6 +1,7 @@
 //! pt-pmp compatible text, then annotations as `#` comment lines
 //! (`grep -v '^#'` leaves exactly what pt-pmp would print).
 
+use pileup_output::plural;
 use std::io::Write;
 
 use pileup_engine::analysis::group;
@@ -31,11 +32,11 @@ fn ms(us: u64) -> String {
 pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackGroup]) -> Vec<String> {
     let mut out = vec![];
     out.push(format!(
-        "pileup stacks: pid {} {}{}, {} sample(s), {} thread stacks, {} mode",
+        "pileup stacks: pid {} {}{}, {}, {} thread stacks, {} mode",
         p.pid,
         p.exe,
         p.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
-        p.stops.samples,
+        plural(p.stops.samples, "sample", "samples"),
         p.thread_stacks,
         p.mode.name()
     ));
@@ -62,8 +63,8 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackG
     }
     if p.stops.sampled_by_thread_event > 0 {
         cost.push_str(&format!(
-            "; {} runnable thread(s) sampled by perf events attached to them (CPU events and the eBPF iterator could not be had): while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
-            p.stops.sampled_by_thread_event,
+            "; {} sampled by perf events attached to them (CPU events and the eBPF iterator could not be had): while one is open, and for about a second after, the kernel runs its perf hooks on every context switch of the machine{}",
+            plural(p.stops.sampled_by_thread_event, "runnable thread", "runnable threads"),
             p.timing.machine_context_switches_per_s.map_or(String::new(), |n| format!(" ({n} a second over this run)"))
         ));
     }
@@ -94,11 +95,14 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackG
     let missed: usize = p.stops.missed.values().sum();
     if missed > 0 {
         let r: Vec<String> = p.stops.missed.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        out.push(format!("missed: {missed} thread(s): {}", r.join("; ")));
+        out.push(format!("missed: {}: {}", plural(missed, "thread", "threads"), r.join("; ")));
     }
     let truncated = p.partial_stacks();
     if truncated > 0 {
-        out.push(format!("partial: {truncated} stack(s) ended early (unwind error); see --format json for details"));
+        out.push(format!(
+            "partial: {} ended early (unwind error); see --format json for details",
+            plural(truncated, "stack", "stacks")
+        ));
     }
     for n in &p.notes {
         out.push(format!("note: {n}"));
@@ -111,10 +115,16 @@ pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackG
 fn lock_lines(p: &Profile, l: &pileup_engine::LockGroup) -> Vec<String> {
     let mut out = vec![];
     let mut s = if l.most_at_once == l.waiters.len() {
-        format!("lock: {} thread(s) wait on {} 0x{:x}", l.waiters.len(), l.kind.describe(), l.addr)
+        let waits = if l.waiters.len() == 1 { "waits" } else { "wait" };
+        format!(
+            "lock: {} {waits} on {} 0x{:x}",
+            plural(l.waiters.len(), "thread", "threads"),
+            l.kind.describe(),
+            l.addr
+        )
     } else {
         format!(
-            "lock: up to {} thread(s) at once ({} in all) wait on {} 0x{:x}",
+            "lock: up to {} threads at once ({} in all) wait on {} 0x{:x}",
             l.most_at_once,
             l.waiters.len(),
             l.kind.describe(),
@@ -158,11 +168,12 @@ fn lock_lines(p: &Profile, l: &pileup_engine::LockGroup) -> Vec<String> {
 fn group_line(i: usize, g: &pileup_engine::analysis::StackGroup) -> String {
     let states: Vec<String> = g.states.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut s = format!(
-        "stack {}: {} ({}{} thread(s): {})",
+        "stack {}: {} ({}{} {}: {})",
         i + 1,
         g.count,
         g.tids.len(),
         if g.tids_capped { "+" } else { "" },
+        if g.tids.len() == 1 && !g.tids_capped { "thread" } else { "threads" },
         states.join(", ")
     );
     if !g.statements.is_empty() {
@@ -219,7 +230,7 @@ mod tests {
     fn the_cost_line_names_the_kernels_perf_hooks_only_when_threads_own_events_sampled() {
         let with = cost_line(&profile(3, 7));
         assert!(
-            with.starts_with("cost: pileup's CPU 1.5 ms; 7 runnable thread(s) sampled by perf events attached to them"),
+            with.starts_with("cost: pileup's CPU 1.5 ms; 7 runnable threads sampled by perf events attached to them"),
             "{with}"
         );
         assert!(with.ends_with("every context switch of the machine (215000 a second over this run)"), "{with}");

@@ -21,10 +21,7 @@ use anyhow::Result;
 
 use crate::exit::Usage;
 
-/// The version of the JSON every command writes (its results, events and
-/// errors), in each object as `schema_version`: raised when a field changes
-/// meaning or goes away, not when one is added.
-pub const SCHEMA_VERSION: u32 = 1;
+pub use pileup_output::SCHEMA_VERSION;
 
 /// Set when a write to stdout found its reader gone.
 static STDOUT_GONE: AtomicBool = AtomicBool::new(false);

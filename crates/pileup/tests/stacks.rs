@@ -586,7 +586,7 @@ fn tens_of_thousands_of_samples_hold_flat_memory_and_a_signal_writes_the_profile
         .map(|l| re.captures(l).unwrap_or_else(|| panic!("not a pt-pmp line: {l}"))[1].parse::<u64>().unwrap())
         .sum();
     assert_eq!(total, n, "every sample of the one thread is counted\n{text}");
-    assert!(text.contains(&format!("{n} sample(s), {n} thread stacks")), "{text}");
+    assert!(text.contains(&format!("{n} samples, {n} thread stacks")), "{text}");
     assert!(text.contains("handle_connections_sockets"), "{text}");
 
     // All threads for an hour, ended by SIGINT after a few seconds: the

@@ -110,7 +110,7 @@ fn names_the_holder_of_a_mutex_and_of_a_write_locked_rwlock() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("# lock: 5 thread(s) wait on pthread mutex")
+        text.contains("# lock: 5 threads wait on pthread mutex")
             && text.contains(&format!("held by tid {mutex_holder}")),
         "{text}"
     );

@@ -175,7 +175,10 @@ pub(crate) fn onset(pileup: &str, root: &Path, rounds: usize, only: Option<&str>
                     None => eprintln!("{stall} {k}: no stack within 35 s"),
                 }
                 if o.before > 0 {
-                    verdicts.push(format!("{} capture(s) before the onset", o.before));
+                    verdicts.push(format!(
+                        "{} before the onset",
+                        if o.before == 1 { "1 capture".to_string() } else { format!("{} captures", o.before) }
+                    ));
                 }
                 verdicts.extend(o.verdict);
             }

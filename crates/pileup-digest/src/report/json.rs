@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{id, unavailable, utc, View};
+use super::{id, unavailable, utc};
 use crate::attr::{Unit, ATTRS, FLAGS};
 use crate::class::{Class, Few};
 use crate::rank;
@@ -84,21 +84,6 @@ pub fn class(c: &Class, rank_no: usize, d: &Digest, total: f64) -> Value {
     })
 }
 
-/// The whole digest as one JSON object, classes in the view's order (all
-/// of them; the view's limit applies to the text report only), and
-/// `advice` when given. Written as it is made, one class's value at a
-/// time: a log of a hundred thousand classes needs no second copy of them
-/// as JSON values in memory.
-pub fn write(d: &Digest, v: &View, advice: Option<&Value>, w: &mut dyn std::io::Write) -> serde_json::Result<()> {
-    serde_json::to_writer_pretty(w, &Report { d, v, advice })
-}
-
-struct Report<'a> {
-    d: &'a Digest,
-    v: &'a View,
-    advice: Option<&'a Value>,
-}
-
 struct Classes<'a> {
     order: Vec<&'a Class>,
     d: &'a Digest,
@@ -116,10 +101,15 @@ impl serde::Serialize for Classes<'_> {
     }
 }
 
-impl serde::Serialize for Report<'_> {
+/// The whole digest as one JSON object, classes in the view's order (all
+/// of them; the view's limit applies to the text report only), and the
+/// advice when there is some. Written as it is made, one class's value at
+/// a time: a log of a hundred thousand classes needs no second copy of
+/// them as JSON values in memory.
+impl serde::Serialize for super::DigestReport<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let (d, v) = (self.d, self.v);
+        let (d, v) = (self.digest, &self.view);
         let order: Vec<&Class> = if v.rank == crate::rank::Rank::Time {
             d.classes.iter().collect()
         } else {

@@ -67,11 +67,8 @@ pub fn run(a: BinlogArgs) -> Result<()> {
     r.out.flush()?;
     if a.stats {
         r.stats.finish(t0.elapsed().as_secs_f64());
-        if json {
-            out!("{}", serde_json::to_string(&r.stats)?);
-        } else {
-            out!("{}", r.stats.text().trim_end_matches('\n'));
-        }
+        let format = if json { crate::output::Format::Json } else { crate::output::Format::Text };
+        crate::output::emit(&r.stats, &[(None, format)], &Default::default())?;
     }
     damaged(r.problems, &r.cut_short)
 }
@@ -177,7 +174,8 @@ fn damaged(problems: usize, cut_short: &[String]) -> Result<()> {
         ));
     }
     if !cut_short.is_empty() {
-        damage.push(format!("{} end(s) inside an event (cut short, or still being written)", cut_short.join(", ")));
+        let ends = if cut_short.len() == 1 { "ends" } else { "end" };
+        damage.push(format!("{} {ends} inside an event (cut short, or still being written)", cut_short.join(", ")));
     }
     if !damage.is_empty() {
         return Err(super::Damaged(damage.join("; ")).into());

@@ -4,10 +4,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use pileup_digest::report::{json, text, View};
+use pileup_digest::report::{DigestReport, View};
 use pileup_digest::{digest, Input, Options, Rank};
 
-use crate::output::{write_output, Format};
+use crate::output::emit;
 
 /// Group a slow log's statements into classes and rank them by cost or by
 /// read efficiency.
@@ -164,9 +164,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let d = d?;
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
-    for (path, format) in &targets {
-        write_output(path.as_deref(), |w| write_digest(w, *format, &d, &view, advice.as_deref()))?;
-    }
+    emit(&DigestReport { digest: &d, view, advice: advice.as_deref() }, &targets, &Default::default())?;
     let problems = (d.problem_count, d.problems.first().cloned());
     // The classes' memory goes back with the process: freeing tens of
     // thousands of them one by one would only delay the exit.
@@ -248,33 +246,6 @@ fn progress_bar(total: Option<u64>) -> Option<indicatif::ProgressBar> {
         }
         b
     })
-}
-
-/// The digest (and any advice) in one format.
-fn write_digest(
-    w: &mut dyn std::io::Write,
-    format: Format,
-    d: &pileup_digest::Digest,
-    view: &View,
-    advice: Option<&[pileup_digest::advise::Advice]>,
-) -> Result<()> {
-    match format {
-        Format::Text => {
-            w.write_all(text::render(d, view).as_bytes())?;
-            if let Some(adv) = advice {
-                w.write_all(text::render_advice(adv).as_bytes())?;
-            }
-        }
-        Format::Html => w.write_all(pileup_digest::report::html::render(d, view, advice).as_bytes())?,
-        Format::Json => {
-            let adv = advice.map(serde_json::to_value).transpose()?;
-            json::write(d, view, adv.as_ref(), &mut *w)?;
-            w.write_all(b"\n")?;
-        }
-        // targets() refused the rest.
-        other => bail!("digest does not write {other}"),
-    }
-    Ok(())
 }
 
 /// `--advise`: the plans of the top classes tried on the server, and what

@@ -12,11 +12,7 @@ pub mod sandbox;
 pub mod stacks;
 pub mod watch;
 
-/// `n` and the noun for it: "1 thread", "2 threads".
-pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
-    let n = n.into();
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+pub use pileup_output::plural;
 
 pub(crate) use crate::exit::usage;
 pub use crate::exit::{Damaged, Usage};

@@ -231,10 +231,10 @@ fn print_stats(p: &pileup_engine::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
     let st = &p.stops;
     note!(
-        "pileup stats: pid {} ({}), {} sample(s), {} mode; {} thread stacks, {} distinct",
+        "pileup stats: pid {} ({}), {}, {} mode; {} thread stacks, {} distinct",
         p.pid,
         p.exe,
-        st.samples,
+        super::plural(st.samples, "sample", "samples"),
         p.mode.name(),
         p.thread_stacks,
         p.stacks.len()
@@ -268,8 +268,10 @@ fn print_stats(p: &pileup_engine::Profile) {
     }
     if p.mode == Mode::Passive {
         note!(
-            "  passive: no thread stopped; {} thread stack(s) read while blocked, {} while waiting for a CPU, {} sampled on a CPU",
-            st.read_blocked, st.read_queued, st.sampled_on_cpu
+            "  passive: no thread stopped; {} read while blocked, {} while waiting for a CPU, {} sampled on a CPU",
+            super::plural(st.read_blocked, "thread stack", "thread stacks"),
+            st.read_queued,
+            st.sampled_on_cpu
         );
     } else {
         note!(
