@@ -122,6 +122,16 @@ pub fn text(c: &Comparison, w: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `pileup bench compare`'s result: its text and its JSON.
+impl pileup_output::Report for Comparison {
+    fn tool(&self) -> &'static str {
+        "bench compare"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
+        text(self, w)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

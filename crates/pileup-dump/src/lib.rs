@@ -19,6 +19,7 @@ pub mod infile;
 pub mod load;
 pub mod manifest;
 pub mod mydumper;
+pub mod news;
 pub mod schema;
 pub mod snapshot;
 pub mod sql;

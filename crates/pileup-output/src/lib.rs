@@ -24,6 +24,7 @@
 
 mod dot;
 mod format;
+mod news;
 pub mod proto;
 mod report;
 mod stacks;
@@ -31,6 +32,7 @@ mod stacks;
 use std::io::Write;
 
 pub use format::{Format, OutputError, FORMATS};
+pub use news::{News, Progress};
 pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};
 

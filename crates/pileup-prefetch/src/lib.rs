@@ -23,6 +23,7 @@ mod error;
 pub mod gate;
 pub mod load;
 pub mod metrics;
+pub mod news;
 pub mod page_warmer;
 pub mod pages;
 pub mod plan;

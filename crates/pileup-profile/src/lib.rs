@@ -3,6 +3,7 @@
 //! format: its text is pt-pmp's with annotations, its stacks go to folded,
 //! flame graph and call graph, its pprof keeps addresses and mappings.
 
+pub mod background;
 mod text;
 
 use std::collections::HashMap;

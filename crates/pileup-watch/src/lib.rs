@@ -40,6 +40,7 @@ pub mod evidence;
 pub mod expo;
 pub mod holder;
 pub mod last_statement;
+pub mod listing;
 pub mod pace;
 pub mod poll;
 pub mod profiles;

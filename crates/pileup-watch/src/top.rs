@@ -396,6 +396,23 @@ fn busiest(conn: &mut mysql::Conn) -> Result<Vec<Running>> {
         .collect())
 }
 
+/// `top --once`'s snapshot as the output layer writes it: its text and
+/// its JSON ([`TopState::json`]).
+impl serde::Serialize for TopState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.json().serialize(s)
+    }
+}
+
+impl pileup_output::Report for TopState {
+    fn tool(&self) -> &'static str {
+        "top"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(self.text().as_bytes())
+    }
+}
+
 /// Run the dashboard; with `once`, return one text snapshot after two
 /// polls instead.
 pub fn run(

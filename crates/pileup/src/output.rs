@@ -119,6 +119,13 @@ pub fn out_line(args: fmt::Arguments) -> std::io::Result<()> {
     o.write_fmt(args).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).inspect_err(seen)
 }
 
+/// One object of a stream on stdout as a line of JSON Lines, with its
+/// `schema_version`, flushed.
+pub fn json_line<T: serde::Serialize + ?Sized>(t: &T) -> std::io::Result<()> {
+    let line = serde_json::to_string(&pileup_output::versioned(t)).map_err(std::io::Error::from)?;
+    out_line(format_args!("{line}"))
+}
+
 /// One diagnostic line on stderr. Never fails: a closed stderr marks the
 /// reader gone and asks the run to stop.
 pub fn note_line(args: fmt::Arguments) {
@@ -157,6 +164,7 @@ pub fn formats_of(command: &str) -> &'static [Format] {
         "stacks" | "locks" => &[Text, Json, Folded, Svg, Dot, Pprof],
         "lag" | "memory" => &[Text, Json, Folded, Svg, Dot, Pprof],
         "digest" => &[Text, Json, Html],
+        "bench" => &[Text, Json, Svg],
         _ => &[Text, Json],
     }
 }
@@ -218,6 +226,15 @@ impl FormatArgs {
     /// Whether JSON was asked for.
     pub fn json(&self) -> bool {
         self.json || self.format == Some(Format::Json)
+    }
+
+    /// The format asked for: `--json`, else `--format`, else text.
+    pub fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else {
+            self.format.unwrap_or(Format::Text)
+        }
     }
 }
 
@@ -303,4 +320,93 @@ pub fn emit<R: pileup_output::Report>(r: &R, targets: &[Target], o: &Options) ->
         write_output(path.as_deref(), |w| Ok(pileup_output::render(r, *format, o, w)?))?;
     }
     Ok(())
+}
+
+/// The one sink of a long run's events: under `--json` each is a line of
+/// JSON Lines on stdout; otherwise its text is a line on stderr and its
+/// progress moves a bar (on a terminal only).
+pub struct Sink {
+    json: bool,
+    bar: Option<indicatif::ProgressBar>,
+    rows: u64,
+}
+
+impl Sink {
+    /// A sink for `json` or text; `bar`: the progress bar's indicatif
+    /// template, drawn when stderr is a terminal and JSON was not asked for.
+    pub fn new(json: bool, bar: Option<&str>) -> Sink {
+        let bar = bar.filter(|_| !json && std::io::stderr().is_terminal()).map(|t| {
+            let b = indicatif::ProgressBar::new(0);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(t)
+                    .expect("progress templates are literals")
+                    .progress_chars("=> "),
+            );
+            b
+        });
+        Sink { json, bar, rows: 0 }
+    }
+
+    /// One event. A reader of stdout gone does not stop the work here: the
+    /// run finishes what it writes (nothing half-written is left) and then
+    /// ends quietly.
+    pub fn event<N: pileup_output::News + ?Sized>(&mut self, n: &N) {
+        use pileup_output::Progress;
+        if self.json {
+            let _ = json_line(n);
+        }
+        if let Some(b) = &self.bar {
+            match n.progress() {
+                Progress::None => {}
+                Progress::Total(t) => b.set_length(t),
+                Progress::Advance { by, rows } => {
+                    self.rows += rows;
+                    b.inc(by);
+                    if self.rows > 0 {
+                        b.set_message(plural_rows(self.rows));
+                    }
+                }
+                Progress::At(at) => b.set_position(at),
+                Progress::Doing(what) => b.set_message(what),
+            }
+        }
+        if self.json {
+            return;
+        }
+        if let Some(line) = n.text() {
+            match &self.bar {
+                Some(b) => b.println(line),
+                None => note_line(format_args!("{line}")),
+            }
+        }
+    }
+
+    /// The run's result, once the work is done: its JSON line, or its text
+    /// on stdout.
+    pub fn result<N: pileup_output::News + ?Sized>(&mut self, n: &N) -> Result<()> {
+        self.finish();
+        if self.json {
+            json_line(n)?;
+        } else if let Some(line) = n.text() {
+            out_line(format_args!("{line}"))?;
+        }
+        Ok(())
+    }
+
+    /// Clear the bar (the work is done, or failed).
+    pub fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn plural_rows(n: u64) -> String {
+    pileup_output::plural(n, "row", "rows")
 }

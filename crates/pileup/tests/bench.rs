@@ -42,7 +42,8 @@ fn run_all() -> (Scratch, PathBuf, Vec<serde_json::Value>) {
     ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
-    (dir, out, v.as_array().unwrap().clone())
+    assert_eq!(v["schema_version"], 1, "several experiments are one versioned object");
+    (dir, out, v["experiments"].as_array().unwrap().clone())
 }
 
 #[test]

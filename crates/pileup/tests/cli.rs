@@ -380,7 +380,7 @@ fn a_closed_pipe_ends_the_run_quietly() {
     assert_eq!(status.code(), Some(0), "after {two:?}");
     let caps = pileup(&["captures", "--data-dir", data.to_str().unwrap(), "--json"]);
     let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
-    assert!(caps.as_array().unwrap().iter().any(|c| c["kind"] == "capture"), "{caps}");
+    assert!(caps["captures"].as_array().unwrap().iter().any(|c| c["kind"] == "capture"), "{caps}");
 
     // Stopping every sandbox where there is none is not an error.
     let none = scratch("cli-no-sandboxes");
@@ -395,7 +395,8 @@ fn a_closed_pipe_ends_the_run_quietly() {
     let empty = scratch("cli-empty");
     let out = pileup(&["captures", "--data-dir", empty.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), serde_json::json!([]));
+    let listed = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+    assert_eq!((&listed["schema_version"], &listed["captures"]), (&serde_json::json!(1), &serde_json::json!([])));
 }
 
 /// Every page of the manual has the connection options where the command

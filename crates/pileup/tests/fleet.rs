@@ -541,7 +541,7 @@ fn captures_ship_intact_to_a_real_s3_store_and_wait_on_disk_while_it_is_down() {
     let out = list.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let entry = listed.as_array().unwrap().iter().find(|c| c["url"] == url.as_str()).expect("listed");
+    let entry = listed["captures"].as_array().unwrap().iter().find(|c| c["url"] == url.as_str()).expect("listed");
     assert_eq!(entry["host"], "db1");
     assert_eq!(entry["class"], "unclassified");
     // The verdict as watch gave it (what the threads were doing varies).

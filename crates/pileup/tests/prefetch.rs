@@ -179,7 +179,12 @@ fn round_with(
         let out = c.wait_with_output().unwrap();
         stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "prefetch failed: {stderr}");
-        report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+        report = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.contains("\"event\":\"counters\""))
+            .unwrap_or("")
+            .to_string();
     }
     Round { io, took, report, stderr, history_after, rows }
 }
@@ -491,7 +496,9 @@ fn a_backlog_reported_as_zero_seconds_behind_is_warmed() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(zero_with_backlog, "the replica never reported 0 seconds behind while applying");
-    let r: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(stdout.lines().rev().find(|l| l.contains("\"event\":\"counters\"")).unwrap_or(""))
+            .unwrap();
     eprintln!("Seconds_Behind_Master 0 during the catch-up; prefetch: {r}");
     assert!(r["events_read"].as_u64().unwrap() > 1000 && r["keys_issued"].as_u64().unwrap() > 10_000, "{r}");
     assert!(r["lookups"].as_u64().unwrap() > 100, "{r}");
@@ -606,7 +613,12 @@ fn prefetch_follows_statements_ddl_and_rotation_and_changes_nothing() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
-    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"event\":\"counters\""))
+        .unwrap_or("")
+        .to_string();
     eprintln!("prefetch: {last}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&last).expect("counters as JSON");
     let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no counter {k}: {r}"));
@@ -855,7 +867,14 @@ fn warm_pages_survives_a_replica_restart_and_keeps_the_newest_dump() {
         })
     };
     let counters = |lines: &std::sync::Mutex<Vec<String>>| -> serde_json::Value {
-        lines.lock().unwrap().last().map(|l| serde_json::from_str(l).unwrap()).unwrap_or_default()
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|l| l.contains("\"event\":\"counters\""))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .unwrap_or_default()
     };
     std::thread::sleep(Duration::from_millis(500));
     // Both threads: with the I/O thread stopped the replica reports no lag.

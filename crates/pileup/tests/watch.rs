@@ -240,7 +240,11 @@ fn hot_row_convoy_is_caught_within_a_second_and_the_holder_named() {
     let out = pileup(&["captures", "--data-dir", data.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let caps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(caps.as_array().unwrap().iter().any(|c| c["verdict"].as_str().unwrap_or("").contains("row lock convoy")));
+    assert!(caps["captures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["verdict"].as_str().unwrap_or("").contains("row lock convoy")));
     let store = pileup_watch::store::Store::open(&data).unwrap();
     assert!(store.count().unwrap() >= 8, "a poll a second, and faster while the convoy was decided");
 }
@@ -690,7 +694,7 @@ fn capture_starts_when_the_condition_starts_and_a_blip_leaves_nothing() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
-        listed.as_array().unwrap().iter().any(|e| e["kind"] == "short_stall"
+        listed["captures"].as_array().unwrap().iter().any(|e| e["kind"] == "short_stall"
             && e["what"] == "threads_connected > 30 for 2s"
             && e["ms"].as_f64().unwrap() <= 1000.0),
         "{listed}"

@@ -219,7 +219,12 @@ impl Bench {
             if !out.status.success() {
                 bail!("pileup prefetch failed: {}", String::from_utf8_lossy(&out.stderr));
             }
-            s.prefetch_report = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_string();
+            s.prefetch_report = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .rev()
+                .find(|l| l.contains("\"event\":\"counters\""))
+                .unwrap_or("")
+                .to_string();
             if let Some(dir) = &self.profile {
                 pileup_bench_drivers::write(format!("{dir}/{}-{}-counters.jsonl", self.label, mode.name), &out.stdout)?;
                 pileup_bench_drivers::write(format!("{dir}/{}-{}-stderr.txt", self.label, mode.name), &out.stderr)?;

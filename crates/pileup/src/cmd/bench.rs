@@ -1,13 +1,15 @@
 //! `pileup bench`: wiring for pileup_bench (the lock profile at the
 //! knee comes from pileup_locks).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use pileup_bench::{experiments, ExperimentReport, LockProfiler, LockSummary, Name};
 use pileup_conn::ConnOptions;
+
+use crate::output::Format;
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Runs small, sharp experiments and reports each as a curve of throughput against \
@@ -88,7 +90,7 @@ pub struct BenchArgs {
     /// "auto" for the one serving the connection, or "none".
     #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
     pub pid: String,
-    /// The format on stdout (svg is written with -o).
+    /// The format on stdout (svg: the plot of one experiment).
     #[command(flatten)]
     pub out: crate::output::FormatArgs,
     /// Write to this file (0600) in the format its extension names: .json,
@@ -160,7 +162,10 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     }
     let names = check_bench_args(&a)?;
     let outputs = outputs(&a.output, names.len())?;
-    let json = a.out.json();
+    let format = a.out.format();
+    if format == Format::Svg && names.len() > 1 {
+        super::usage!("--format svg draws one experiment's plot; give one experiment, or -o DIR/ for every plot");
+    }
     let o = bench_options(&a);
     let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
     let mut locks = Locks(servers.maria.spec.clone());
@@ -188,7 +193,7 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
             break;
         }
     }
-    write_reports(&reports, json)?;
+    write_reports(&reports, format)?;
     drop(servers);
     match failed {
         Some(why) => Err(anyhow::anyhow!(why)),
@@ -275,24 +280,13 @@ fn progress_sink<'a>(
     }
 }
 
-/// The reports on standard output: as JSON (one report, or a list), or as
-/// text one after another.
-fn write_reports(reports: &[ExperimentReport], json: bool) -> Result<()> {
-    let mut out = crate::output::Stdout::new();
-    if json {
-        let v = if reports.len() == 1 { serde_json::to_value(&reports[0])? } else { serde_json::to_value(reports)? };
-        serde_json::to_writer_pretty(&mut out, &v)?;
-        writeln!(out)?;
-    } else {
-        for (i, r) in reports.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            pileup_bench::report::text(r, &mut out)?;
-        }
+/// The reports on standard output: one experiment's as itself, several
+/// in one result.
+fn write_reports(reports: &[ExperimentReport], format: Format) -> Result<()> {
+    match reports {
+        [one] => crate::output::emit(one, &[(None, format)], &Default::default()),
+        many => crate::output::emit(&pileup_bench::report::Experiments(many), &[(None, format)], &Default::default()),
     }
-    out.flush()?;
-    Ok(())
 }
 
 /// The servers of a run: given, or sandboxes started for it.
@@ -351,7 +345,7 @@ impl Servers {
 
 /// Where results go: files by extension, or a directory for every format.
 enum Out {
-    File(PathBuf, &'static str),
+    File(PathBuf, Format),
     Dir(PathBuf),
 }
 
@@ -370,43 +364,34 @@ fn outputs(paths: &[PathBuf], experiments: usize) -> Result<Vec<Out>> {
                 p.display()
             );
         }
-        let kind = match p.extension().and_then(|e| e.to_str()) {
-            Some("json") => "json",
-            Some("svg") => "svg",
-            Some("txt") => "txt",
+        let format = match Format::from_path(p) {
+            Ok(f) if crate::output::formats_of("bench").contains(&f) => f,
             _ => super::usage!(
                 "-o {}: the extension names the format: .json, .svg or .txt (or give a directory ending in /)",
                 p.display()
             ),
         };
-        out.push(Out::File(p.clone(), kind));
+        out.push(Out::File(p.clone(), format));
     }
     Ok(out)
 }
 
-/// Write a report to every output (the plot only once the run is done).
+/// Write a report to every output: the JSON as each point comes, the text
+/// and the plot once the run is done.
 fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
-    let write = |path: &Path, kind: &str| -> Result<()> {
-        let bytes = match kind {
-            "json" => serde_json::to_vec_pretty(r)?,
-            "svg" if done => {
-                pileup_bench::plot::svg(r).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?.into_bytes()
-            }
-            "txt" if done => {
-                let mut v = vec![];
-                pileup_bench::report::text(r, &mut v)?;
-                v
-            }
-            _ => return Ok(()),
-        };
-        pileup_files::write_private_bytes(path, &bytes).with_context(|| format!("writing {}", path.display()))
+    let write = |path: &Path, format: Format| -> Result<()> {
+        if format != Format::Json && !done {
+            return Ok(());
+        }
+        crate::output::write_output(Some(path), |w| Ok(pileup_output::render(r, format, &Default::default(), w)?))
+            .with_context(|| format!("writing {}", path.display()))
     };
     for o in outs {
         match o {
-            Out::File(p, kind) => write(p, kind)?,
+            Out::File(p, format) => write(p, *format)?,
             Out::Dir(d) => {
-                for kind in ["json", "svg", "txt"] {
-                    write(&d.join(format!("{}.{kind}", r.experiment)), kind)?;
+                for format in [Format::Json, Format::Svg, Format::Text] {
+                    write(&d.join(format!("{}.{}", r.experiment, format.extension())), format)?;
                 }
             }
         }
@@ -423,13 +408,6 @@ fn compare(a: &BenchArgs) -> Result<()> {
         serde_json::from_slice(&b).map_err(|e| anyhow::anyhow!("{} is not a pileup bench result: {e}", p.display()))
     };
     let c = pileup_bench::compare::compare(&read(x)?, &read(y)?).map_err(|e| anyhow::anyhow!(e))?;
-    let mut out = crate::output::Stdout::new();
-    if a.out.json() {
-        serde_json::to_writer_pretty(&mut out, &c)?;
-        writeln!(out)?;
-    } else {
-        pileup_bench::compare::text(&c, &mut out)?;
-    }
-    out.flush()?;
-    Ok(())
+    let format = if a.out.json() { Format::Json } else { Format::Text };
+    crate::output::emit(&c, &[(None, format)], &Default::default())
 }

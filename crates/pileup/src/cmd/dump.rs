@@ -1,13 +1,15 @@
 //! `pileup dump` and `pileup load`: parse, wire the library to a progress
 //! bar (terminal) or JSON lines (`--json`), and print the outcome.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use pileup_conn::ConnOptions;
+use pileup_dump::news::{Dumped, Loaded};
 use pileup_dump::{dump, load, DumpOptions, Existing, LoadOptions};
+
+use crate::output::Sink;
 
 use super::load_profile as profile;
 
@@ -163,50 +165,19 @@ fn regexes(v: &[String], flag: &str) -> Result<Vec<regex::Regex>> {
         .collect()
 }
 
-/// A bar on a terminal (bytes, rate, ETA), nothing otherwise.
-fn bar(json: bool) -> Option<indicatif::ProgressBar> {
-    (!json && std::io::stderr().is_terminal()).then(|| {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
-            )
-            .unwrap(),
-        );
-        b
-    })
-}
-
-/// An event as a JSON line on stdout. A reader gone does not stop the
-/// work: the dump or load is finished (nothing half-written is left), and
-/// the run then ends quietly.
-fn event(v: serde_json::Value) {
-    let _ = crate::output::out_line(format_args!("{v}"));
-}
-
-/// A note from the library: a JSON line with `--json`, else on stderr.
-fn note(json: bool, s: &str) {
-    if json {
-        event(serde_json::json!({"event": "note", "text": s}));
-    } else {
-        note!("note: {s}");
-    }
-}
+/// The progress bar of a dump or load: bytes, rate, ETA and rows.
+const BAR: &str = "{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}";
 
 pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
     check_dump_args(&a)?;
-    let json = a.out.json();
     let mut spec = conn.resolve()?;
     // A chunk's copy, an index build after a large table's data: statements
     // run for minutes; each is still bounded.
     spec.query_timeout = Some(LONG_STATEMENTS);
     let o = dump_options(&a)?;
-    let b = bar(json);
-    let m = dump(&spec, &o, &mut dump_progress(json, b.as_ref()))?;
-    if let Some(b) = &b {
-        b.finish_and_clear();
-    }
-    write_dumped(&m, &a.output, json)
+    let mut sink = Sink::new(a.out.json(), Some(BAR));
+    let m = dump(&spec, &o, &mut |e| sink.event(&e))?;
+    sink.result(&Dumped { dir: &a.output, manifest: &m })
 }
 
 /// The checks of `pileup dump`'s flags that clap does not make.
@@ -256,92 +227,6 @@ fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
     })
 }
 
-/// What the dump says as it goes: the progress bar, the snapshot's lock,
-/// and with `json` each event as a line.
-fn dump_progress(json: bool, b: Option<&indicatif::ProgressBar>) -> impl FnMut(pileup_dump::dump::Event) + '_ {
-    let (mut rows, mut tables) = (0u64, std::collections::BTreeSet::new());
-    move |e| {
-        use pileup_dump::dump::Event::*;
-        match &e {
-            Planned { tables, rows, bytes } => {
-                if let Some(b) = &b {
-                    b.set_length(*bytes);
-                }
-                if json {
-                    event(
-                        serde_json::json!({"event": "planned", "tables": tables, "rows_estimate": rows, "bytes_estimate": bytes}),
-                    );
-                }
-            }
-            Unlocked { statement, held_ms, waited_ms, stages_ms, copied } => {
-                let line = format!(
-                        "snapshot taken: {statement} held {held_ms:.1} ms (asked for {waited_ms:.1} ms before it was granted){}",
-                        if copied.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", while copying {}: {}", super::plural(copied.len() as u64, "non-transactional table", "non-transactional tables"), copied.join(", "))
-                        }
-                    );
-                if json {
-                    event(
-                        serde_json::json!({"event": "unlocked", "statement": statement, "held_ms": held_ms, "waited_ms": waited_ms,
-                                "stages_ms": stages_ms.iter().map(|(s, ms)| serde_json::json!({"stage": s, "ms": ms})).collect::<Vec<_>>(),
-                                "copied_under_lock": copied}),
-                    );
-                } else if let Some(b) = &b {
-                    b.println(line);
-                } else {
-                    note!("{line}");
-                }
-            }
-            Chunk { table, rows: r, bytes } => {
-                rows += r;
-                tables.insert(table.clone());
-                if let Some(b) = &b {
-                    b.inc(*bytes);
-                    b.set_message(format!("{} rows, {} tables", rows, tables.len()));
-                }
-                if json {
-                    event(serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes}));
-                }
-            }
-            Note(s) => note(json, s),
-        }
-    }
-}
-
-/// What was dumped, and where the binary log stood: a line, or with
-/// `json` the `done` event.
-fn write_dumped(m: &pileup_dump::manifest::Manifest, output: &std::path::Path, json: bool) -> Result<()> {
-    let total_rows: u64 = m.tables.iter().flat_map(|t| &t.chunks).map(|c| c.rows).sum();
-    let chunks: usize = m.tables.iter().map(|t| t.chunks.len()).sum();
-    let pos = &m.position;
-    if json {
-        event(serde_json::json!({"event": "done", "dir": output, "tables": m.tables.len(), "objects": m.objects.len(),
-                "chunks": chunks, "rows": total_rows, "binlog_file": pos.binlog_file, "binlog_pos": pos.binlog_pos,
-                "gtid_binlog_pos": pos.gtid_binlog_pos, "lock_held_ms": m.lock.held_ms}));
-    } else {
-        out!(
-            "dumped {} ({} in {}) and {} to {}; binlog position {}{}",
-            super::plural(m.tables.len() as u64, "table", "tables"),
-            super::plural(total_rows, "row", "rows"),
-            super::plural(chunks as u64, "chunk", "chunks"),
-            super::plural(
-                m.objects.len() as u64,
-                "view, routine, trigger or event",
-                "views, routines, triggers and events"
-            ),
-            output.display(),
-            match (&pos.binlog_file, pos.binlog_pos) {
-                (Some(f), Some(p)) => format!("{f}:{p}"),
-                _ => "none (binary log off)".into(),
-            },
-            pos.gtid_binlog_pos.as_deref().filter(|g| !g.is_empty()).map(|g| format!(", GTID {g}")).unwrap_or_default(),
-        );
-    }
-    Ok(())
-}
-
 pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
     if a.threads == 0 {
         super::usage!("--threads must be at least 1");
@@ -366,66 +251,32 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         indexes_after_data: a.indexes == IndexesArg::AfterData,
     };
     let profiler = a.profile.as_ref().map(|_| profile::Profiler::start(&spec)).transpose()?;
-    let b = bar(json);
+    let mut sink = Sink::new(json, Some(BAR));
     let t0 = std::time::Instant::now();
-    let (mut rows, mut kept) = (0u64, 0usize);
+    let (mut rows, mut kept) = (0u64, 0u64);
     let loaded = load(&spec, &o, &mut |e| {
-        use pileup_dump::load::Event::*;
-        match &e {
-            Planned { tables, rows, bytes } => {
-                if let Some(b) = &b {
-                    b.set_length(*bytes);
-                }
-                if json {
-                    event(serde_json::json!({"event": "planned", "tables": tables, "rows": rows, "bytes": bytes}));
-                }
+        if let pileup_dump::load::Event::Chunk { rows: r, already, .. } = &e {
+            match already {
+                true => kept += 1,
+                false => rows += r,
             }
-            Chunk { table, rows: r, bytes, already } => {
-                if *already {
-                    kept += 1;
-                } else {
-                    rows += r;
-                }
-                if let Some(b) = &b {
-                    b.inc(*bytes);
-                    b.set_message(format!("{rows} rows"));
-                }
-                if json {
-                    event(
-                        serde_json::json!({"event": "chunk", "table": table, "rows": r, "bytes": bytes, "already_loaded": already}),
-                    );
-                }
-            }
-            Note(s) => note(json, s),
         }
+        sink.event(&e)
     });
-    if let Some(b) = &b {
-        b.finish_and_clear();
-    }
+    sink.finish();
     // The profile is written whether the load worked or not: a failed
     // load's profile tells as much. A failed load's error is the one the
     // exit reports.
     if let (Some(p), Some(path)) = (profiler, &a.profile) {
-        match (p.finish(path, json), &loaded) {
+        match (p.finish(path, &mut sink), &loaded) {
             (Err(e), Ok(())) => return Err(e),
-            (Err(e), Err(_)) => note(json, &format!("the load profile was not written: {e:#}")),
+            (Err(e), Err(_)) => {
+                sink.event(&pileup_dump::load::Event::Note(format!("the load profile was not written: {e:#}")))
+            }
             (Ok(()), _) => {}
         }
     }
     loaded?;
-    let secs = t0.elapsed().as_secs_f64();
-    if json {
-        event(serde_json::json!({"event": "done", "rows": rows, "chunks_already_loaded": kept, "seconds": secs}));
-    } else {
-        out!(
-            "loaded {rows} rows from {} in {secs:.1} s{}",
-            a.dir.display(),
-            match kept {
-                0 => String::new(),
-                1 => " (1 chunk was loaded already)".into(),
-                n => format!(" ({n} chunks were loaded already)"),
-            }
-        );
-    }
-    Ok(())
+    let seconds = t0.elapsed().as_secs_f64();
+    sink.result(&Loaded { dir: &a.dir, rows, chunks_already_loaded: kept, seconds })
 }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use pileup_conn::ConnOptions;
+use pileup_prefetch::news::{Said, Saying};
 use pileup_prefetch::{run, Counters, Options, Warm};
+
+use crate::output::Sink;
 
 #[derive(clap::Args)]
 #[command(
@@ -104,11 +107,17 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     }
     let stop = super::stop_on_signals();
     // Every counter for scripts and logs; a status line for a person.
-    let human = !a_json && a.stats_every.is_none() && std::io::stderr().is_terminal();
-    let every = if human { 5 } else { a.stats_every.unwrap_or(10).max(1) };
-    let says = Says { human, json: a_json, min_lag: a.min_lag };
-    let printer = spawn_printer(counters.clone(), stop.clone(), says, every, a.threads);
-    let say: pileup_prefetch::Say = Arc::new(|m| note!("pileup prefetch: {m}"));
+    let status = !a_json && a.stats_every.is_none() && std::io::stderr().is_terminal();
+    let every = if status { 5 } else { a.stats_every.unwrap_or(10).max(1) };
+    let saying = Saying { status, every, min_lag: a.min_lag, readers: a.threads };
+    let printer = {
+        let (c, stop) = (counters.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut sink = Sink::new(a_json, None);
+            saying.run(&c, &stop, &mut |s| sink.event(s))
+        })
+    };
+    let say: pileup_prefetch::Say = Arc::new(move |m| Sink::new(a_json, None).event(&Said::Note(m)));
     let counters_final = counters.clone();
     let r = run(&spec, &o, counters, stop.clone(), say);
     stop.store(true, Ordering::Relaxed);
@@ -116,7 +125,8 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     // The last counters, for a run that ran (a run that could not start
     // says only why); and a run that read nothing says why not.
     if r.is_ok() {
-        says.last(&counters_final);
+        let mut sink = Sink::new(a_json, None);
+        saying.last(&counters_final, &mut |s| sink.event(s));
     }
     Ok(r?)
 }
@@ -153,98 +163,4 @@ fn prefetch_options(a: &PrefetchArgs) -> Options {
             WarmArg::Pages => Warm::Pages,
         },
     }
-}
-
-/// How the counters are said: a status line for a person, or every
-/// counter (a JSON line with `json`) for scripts and logs.
-#[derive(Clone, Copy)]
-struct Says {
-    human: bool,
-    json: bool,
-    min_lag: u64,
-}
-
-impl Says {
-    /// A person's status line: the rates between `before` and `now`.
-    fn status(self, now: &[(&str, u64)], before: &[(&str, u64)], secs: f64) {
-        note!("prefetch: {}", pileup_prefetch::metrics::status_line(now, before, secs, self.min_lag));
-    }
-
-    /// Every counter, as `key=value` words or a JSON line.
-    fn print(self, c: &Counters) {
-        let snap = c.snapshot();
-        if self.json {
-            let m: serde_json::Map<String, serde_json::Value> =
-                snap.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
-            let _ = crate::output::out_line(format_args!("{}", serde_json::Value::Object(m)));
-        } else {
-            note!("prefetch: {}", snap.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
-        }
-    }
-
-    /// The counters every `every` seconds until `stop`, as a status line
-    /// or all of them, and (at most once a minute) when the readers are
-    /// the bottleneck.
-    fn report(self, c: &Counters, stop: &std::sync::atomic::AtomicBool, every: u64, readers: usize) {
-        let mut t = std::time::Instant::now();
-        let mut before = c.snapshot();
-        // Say so (on stderr, at most once a minute) when the readers are the bottleneck.
-        let (mut busy0, mut advised) = (0u64, None::<std::time::Instant>);
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            if t.elapsed() >= Duration::from_secs(every) {
-                if self.human {
-                    let now = c.snapshot();
-                    self.status(&now, &before, t.elapsed().as_secs_f64());
-                    before = now;
-                } else {
-                    self.print(c);
-                }
-                let busy = c.readers_busy_ms.load(Ordering::Relaxed);
-                let advice = pileup_prefetch::reader_advice(
-                    busy - busy0,
-                    t.elapsed().as_secs_f64(),
-                    c.keys_ahead.load(Ordering::Relaxed),
-                    c.window_keys.load(Ordering::Relaxed),
-                    readers,
-                );
-                busy0 = busy;
-                if let Some(a) = advice.filter(|_| advised.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))) {
-                    note!("pileup prefetch: {a}");
-                    advised = Some(std::time::Instant::now());
-                }
-                t = std::time::Instant::now();
-            }
-        }
-    }
-
-    /// The last counters of a run that ran, its share line, and why it
-    /// read nothing if it did not.
-    fn last(self, c: &Counters) {
-        let snap = c.snapshot();
-        if self.human {
-            self.status(&snap, &snap, 1.0);
-        } else {
-            self.print(c);
-        }
-        if let Some(line) = pileup_prefetch::metrics::run_share_line(&snap) {
-            note!("pileup prefetch: {line}");
-        }
-        if c.events_read.load(Ordering::Relaxed) == 0 {
-            let state = pileup_prefetch::metrics::state_of(&snap, self.min_lag);
-            note!("pileup prefetch: read nothing from the relay log: {}", state.describe());
-        }
-    }
-}
-
-/// The thread that says the counters while the prefetcher runs, until
-/// `stop`.
-fn spawn_printer(
-    c: Arc<Counters>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    says: Says,
-    every: u64,
-    readers: usize,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || says.report(&c, &stop, every, readers))
 }

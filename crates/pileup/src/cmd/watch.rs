@@ -308,9 +308,7 @@ fn event_printer(json: bool, has_pid: bool) -> impl FnMut(&Event) {
     let mut failing: Option<(String, u64)> = None;
     move |e: &Event| {
         if json {
-            if let Ok(line) = serde_json::to_string(e) {
-                let _ = crate::output::out_line(format_args!("{line}"));
-            }
+            let _ = crate::output::json_line(e);
             return;
         }
         match e {
@@ -442,87 +440,20 @@ pub struct CapturesArgs {
     pub from: Option<String>,
 }
 
-/// The captures in an object store.
-fn remote_captures(from: &str, json: bool) -> Result<()> {
-    let url = pileup_store::StoreUrl::parse(from)?;
-    let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
-    let caps = remote.list()?;
-    if json {
-        out!("{}", serde_json::to_string_pretty(&caps)?);
-    } else if caps.is_empty() {
-        out!("no captures in {url}");
-    } else {
-        for c in caps {
-            let when = c.unix.map(pileup_watch::evidence::stamp).unwrap_or_else(|| "?".into());
-            out!(
-                "{when}  {}  {}\n  {}\n  {}",
-                c.host.as_deref().unwrap_or("?"),
-                c.class.as_deref().unwrap_or("?"),
-                c.verdict.as_deref().unwrap_or(""),
-                c.url
-            );
-        }
-    }
-    Ok(())
-}
-
 pub fn run_captures(a: CapturesArgs) -> Result<()> {
-    let json = a.out.json();
+    let format = a.out.format();
     if let Some(from) = &a.from {
-        return remote_captures(from, json);
+        let url = pileup_store::StoreUrl::parse(from)?;
+        let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env()?)?;
+        let listing = pileup_watch::listing::RemoteListing { store: url.to_string(), captures: remote.list()? };
+        return crate::output::emit(&listing, &[(None, format)], &Default::default());
     }
     let dir = a.data_dir.unwrap_or_else(default_data_dir);
     if !dir.exists() {
         bail!("{}: no such directory; give the --data-dir pileup watch used", dir.display());
     }
-    if !dir.join("pileup.db").exists() {
-        // No watcher has recorded here: no captures, which is an answer.
-        if json {
-            out!("[]");
-        } else {
-            out!("no captures in {} (pileup watch --data-dir {} records them)", dir.display(), dir.display());
-        }
-        return Ok(());
-    }
-    let store = Store::open(&dir)?;
-    let caps = store.captures()?;
-    // Short stalls with no capture of their own: pile-ups between polls,
-    // and stall signatures that cleared before their trigger's hold.
-    let stalls: Vec<_> = store
-        .stalls(f64::MIN, f64::MAX)?
-        .into_iter()
-        .filter(|st| !caps.iter().any(|c| c.0 >= st.began_unix - 0.5 && c.0 <= st.ended_unix + 2.0))
-        .collect();
-    if json {
-        let mut v: Vec<(f64, serde_json::Value)> = caps
-            .iter()
-            .map(|(u, d, t, v)| {
-                (*u, serde_json::json!({"kind": "capture", "unix": u, "dir": d, "trigger": t, "verdict": v}))
-            })
-            .collect();
-        v.extend(stalls.iter().map(|st| {
-            let j = serde_json::json!({
-                "kind": "short_stall", "unix": st.began_unix, "ended_unix": st.ended_unix, "ms": st.ms(),
-                "what": st.describe(),
-            });
-            (st.began_unix, j)
-        }));
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        out!("{}", serde_json::to_string_pretty(&v.into_iter().map(|e| e.1).collect::<Vec<_>>())?);
-    } else if caps.is_empty() && stalls.is_empty() {
-        out!("no captures in {}", dir.display());
-    } else {
-        for (u, d, t, v) in caps {
-            out!("{}  {t}\n  {}\n  {d}", pileup_watch::evidence::stamp(u), v.unwrap_or_default());
-        }
-        if !stalls.is_empty() {
-            out!("\nshort stalls, not captured:");
-            for st in stalls {
-                out!("{}  {:.0} ms  {}", pileup_watch::evidence::stamp_tenths(st.began_unix), st.ms(), st.describe());
-            }
-        }
-    }
-    Ok(())
+    let listing = pileup_watch::listing::Listing::read(&dir)?;
+    crate::output::emit(&listing, &[(None, format)], &Default::default())
 }
 
 /// Rebuild a capture's report.html (with the metrics after the trigger, when
@@ -628,11 +559,7 @@ pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
     let data_dir = a.data_dir.unwrap_or_else(default_data_dir);
     if let Some(state) = pileup_watch::top::run(spec, pid, a.interval, default_triggers(cpus), a.once, Some(&data_dir))?
     {
-        if json {
-            out!("{}", serde_json::to_string_pretty(&state.json())?);
-        } else {
-            out!("{}", state.text().trim_end_matches('\n'));
-        }
+        crate::output::emit(&state, &[(None, a.out.format())], &Default::default())?;
     }
     Ok(())
 }
