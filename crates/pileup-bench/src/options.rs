@@ -41,6 +41,8 @@ impl Default for Options {
 }
 
 /// What a run reports as it goes.
+#[derive(serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event<'a> {
     /// A series (one curve) begins.
     Series { experiment: &'a str, label: &'a str, index: usize, of: usize },
@@ -50,6 +52,25 @@ pub enum Event<'a> {
     Point { report: &'a ExperimentReport },
     /// The server is being profiled.
     Profiling { threads: u32, seconds: f64 },
+}
+
+/// How a run's progress line reads; the points are for the program to
+/// keep (partial results), not to say.
+impl pileup_output::News for Event<'_> {
+    fn progress(&self) -> pileup_output::Progress {
+        use pileup_output::Progress;
+        let doing = |s: String| Progress::doing(s);
+        match self {
+            Event::Series { experiment, label, index, of } => doing(format!("{experiment}: {label} ({index} of {of})")),
+            Event::Window { label, threads, round, rounds } => {
+                doing(format!("{label}: {threads} threads, round {round} of {rounds}"))
+            }
+            Event::Profiling { threads, seconds } => {
+                doing(format!("profiling the server at {threads} threads for {seconds:.0} s"))
+            }
+            Event::Point { .. } => Progress::none(),
+        }
+    }
 }
 
 /// Where a run reports (ripgrep's `Sink`).

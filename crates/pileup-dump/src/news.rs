@@ -70,9 +70,9 @@ impl News for dump::Event {
     }
     fn progress(&self) -> Progress {
         match self {
-            dump::Event::Planned { bytes, .. } => Progress::Total(*bytes),
-            dump::Event::Chunk { rows, bytes, .. } => Progress::Advance { by: *bytes, rows: *rows },
-            dump::Event::Unlocked { .. } | dump::Event::Note(_) => Progress::None,
+            dump::Event::Planned { bytes, .. } => Progress::total(*bytes),
+            dump::Event::Chunk { rows, bytes, .. } => Progress::advance(*bytes, *rows),
+            dump::Event::Unlocked { .. } | dump::Event::Note(_) => Progress::none(),
         }
     }
 }
@@ -112,13 +112,13 @@ impl News for load::Event {
     }
     fn progress(&self) -> Progress {
         match self {
-            load::Event::Planned { bytes, .. } => Progress::Total(*bytes),
+            load::Event::Planned { bytes, .. } => Progress::total(*bytes),
             // A chunk loaded before (resume) is counted in the bar's bytes,
             // not in the rows this run loaded.
             load::Event::Chunk { bytes, rows, already, .. } => {
-                Progress::Advance { by: *bytes, rows: if *already { 0 } else { *rows } }
+                Progress::advance(*bytes, if *already { 0 } else { *rows })
             }
-            load::Event::Note(_) => Progress::None,
+            load::Event::Note(_) => Progress::none(),
         }
     }
 }
@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(j["copied_under_lock"], serde_json::json!(["db.m"]));
         assert!(e.text().unwrap().ends_with("while copying 1 non-transactional table: db.m"), "{:?}", e.text());
         let c = load::Event::Chunk { table: "db.t".into(), rows: 10, bytes: 400, already: true };
-        assert_eq!(c.progress(), Progress::Advance { by: 400, rows: 0 });
+        assert_eq!(c.progress(), Progress::advance(400, 0));
         assert_eq!(serde_json::to_value(&c).unwrap()["already_loaded"], true);
         let done = Loaded { dir: Path::new("/d"), rows: 1, chunks_already_loaded: 0, seconds: 0.5 };
         assert_eq!(

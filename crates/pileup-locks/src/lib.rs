@@ -78,6 +78,31 @@ pub struct Progress {
     pub locks: usize,
 }
 
+impl Serialize for Progress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("event", "progress")?;
+        m.serialize_entry("elapsed_ms", &(self.elapsed.as_millis() as u64))?;
+        m.serialize_entry("of_ms", &(self.of.as_millis() as u64))?;
+        m.serialize_entry("recorded", &self.recorded)?;
+        m.serialize_entry("locks", &self.locks)?;
+        m.end()
+    }
+}
+
+/// The bar moves in milliseconds of the window; what was recorded beside it.
+impl pileup_output::News for Progress {
+    fn progress(&self) -> pileup_output::Progress {
+        let counted = self.recorded > 0 || self.locks > 0;
+        pileup_output::Progress::at(self.elapsed.as_millis() as u64, Some(self.of.as_millis() as u64)).and_doing(
+            counted.then(|| {
+                format!("{} recorded, {}", plural(self.recorded, "wait", "waits"), plural(self.locks, "lock", "locks"))
+            }),
+        )
+    }
+}
+
 /// The lock profile of one window.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {

@@ -34,7 +34,7 @@ use pileup_growth::{GrowthOptions, Tick};
 
 pub use error::MemoryError;
 pub use pileup_growth::Growth;
-pub use report::{Point, Report, Traced};
+pub use report::{Point, Report, Traced, TracedSoFar};
 pub use server::{ConnectionMemory, ServerMemory};
 
 /// What to watch, and for how long.

@@ -83,6 +83,34 @@ impl ProcReader {
     }
 }
 
+/// A point moves the bar to its second of the window, with the RSS beside it.
+impl pileup_output::News for Point {
+    fn progress(&self) -> pileup_output::Progress {
+        pileup_output::Progress::at(self.at_s as u64, None)
+            .and_doing(Some(format!("rss {:.0} MiB", self.resident.rss as f64 / 1048576.0)))
+    }
+}
+
+/// Bytes first touched so far, and how many of them are charged to a
+/// statement (a progress line while growth is traced).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(tag = "event", rename = "traced")]
+pub struct TracedSoFar {
+    pub grown: u64,
+    pub charged: u64,
+}
+
+impl pileup_output::News for TracedSoFar {
+    fn progress(&self) -> pileup_output::Progress {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        pileup_output::Progress::doing(format!(
+            "grown {:.0} MiB, {:.0} MiB charged to statements",
+            mib(self.grown),
+            mib(self.charged)
+        ))
+    }
+}
+
 /// What the window showed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {

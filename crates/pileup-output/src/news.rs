@@ -15,26 +15,66 @@ pub trait News: Serialize {
     }
     /// How it moves the progress bar.
     fn progress(&self) -> Progress {
-        Progress::None
+        Progress::none()
     }
 }
 
-/// How an event moves a progress bar.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Progress {
-    /// Not at all.
-    None,
-    /// The size of the work is known now (in the bar's unit: bytes or steps).
-    Total(u64),
-    /// This much more is done, holding `rows` rows (shown beside the bar).
-    Advance {
-        /// In the bar's unit.
-        by: u64,
-        /// Rows in it; 0 when the work is not rows.
-        rows: u64,
-    },
-    /// This much is done in all.
-    At(u64),
+/// How an event moves a progress bar: each part it says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// The size of the work, once known (in the bar's unit: bytes, steps,
+    /// milliseconds).
+    pub total: Option<u64>,
+    /// Done in all, when the event says.
+    pub done: Option<u64>,
+    /// Done since the last event.
+    pub advance: u64,
+    /// Rows in `advance`, counted beside the bar; 0 when the work is not rows.
+    pub rows: u64,
     /// What is under way now, shown beside the bar.
-    Doing(String),
+    pub doing: Option<String>,
+}
+
+impl Progress {
+    /// No move.
+    pub fn none() -> Progress {
+        Progress::default()
+    }
+    /// The work's size is known now.
+    pub fn total(total: u64) -> Progress {
+        Progress { total: Some(total), ..Default::default() }
+    }
+    /// `by` more done, holding `rows` rows.
+    pub fn advance(by: u64, rows: u64) -> Progress {
+        Progress { advance: by, rows, ..Default::default() }
+    }
+    /// `done` in all, of `total` when known.
+    pub fn at(done: u64, total: Option<u64>) -> Progress {
+        Progress { done: Some(done), total, ..Default::default() }
+    }
+    /// What is under way now.
+    pub fn doing(what: String) -> Progress {
+        Progress { doing: Some(what), ..Default::default() }
+    }
+    /// This, with what is under way.
+    pub fn and_doing(self, what: Option<String>) -> Progress {
+        Progress { doing: what, ..self }
+    }
+}
+
+/// Progress counted in steps or bytes, and nothing else to say: `done` of
+/// `total` when it is known.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "event", rename = "progress")]
+pub struct Step {
+    /// Done so far.
+    pub done: u64,
+    /// The whole, when known.
+    pub total: Option<u64>,
+}
+
+impl News for Step {
+    fn progress(&self) -> Progress {
+        Progress::at(self.done, self.total)
+    }
 }

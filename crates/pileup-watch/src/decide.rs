@@ -59,6 +59,17 @@ pub const SHORT_STALL_POLLS: u32 = 2;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
+    /// The watcher has its history store and begins polling.
+    Started {
+        /// The server, as the connection names it.
+        server: String,
+        /// Its process, when it is on this machine.
+        pid: Option<i32>,
+        interval_ms: u64,
+        data_dir: String,
+        /// Every trigger, as written.
+        triggers: Vec<String>,
+    },
     Listening {
         addr: String,
     },

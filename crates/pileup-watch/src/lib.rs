@@ -41,6 +41,7 @@ pub mod expo;
 pub mod holder;
 pub mod last_statement;
 pub mod listing;
+pub mod narrate;
 pub mod pace;
 pub mod poll;
 pub mod profiles;

@@ -657,6 +657,13 @@ pub fn run(
 ) -> Result<()> {
     let mut store = Store::open(&o.data_dir)?;
     store.claim()?;
+    on(&Event::Started {
+        server: spec.describe(),
+        pid,
+        interval_ms: o.interval.as_millis() as u64,
+        data_dir: o.data_dir.display().to_string(),
+        triggers: o.triggers.iter().map(|t| t.text.clone()).collect(),
+    });
     let expo: Option<crate::expo::Shared> = match &o.listen {
         Some(addr) => {
             let shared = crate::expo::Shared::default();

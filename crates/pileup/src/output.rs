@@ -351,23 +351,25 @@ impl Sink {
     /// run finishes what it writes (nothing half-written is left) and then
     /// ends quietly.
     pub fn event<N: pileup_output::News + ?Sized>(&mut self, n: &N) {
-        use pileup_output::Progress;
         if self.json {
             let _ = json_line(n);
         }
         if let Some(b) = &self.bar {
-            match n.progress() {
-                Progress::None => {}
-                Progress::Total(t) => b.set_length(t),
-                Progress::Advance { by, rows } => {
-                    self.rows += rows;
-                    b.inc(by);
-                    if self.rows > 0 {
-                        b.set_message(plural_rows(self.rows));
-                    }
-                }
-                Progress::At(at) => b.set_position(at),
-                Progress::Doing(what) => b.set_message(what),
+            let p = n.progress();
+            if let Some(t) = p.total {
+                b.set_length(t);
+            }
+            if let Some(d) = p.done {
+                b.set_position(d);
+            }
+            if p.advance > 0 {
+                b.inc(p.advance);
+            }
+            self.rows += p.rows;
+            match p.doing {
+                Some(what) => b.set_message(what),
+                None if p.rows > 0 => b.set_message(plural_rows(self.rows)),
+                None => {}
             }
         }
         if self.json {

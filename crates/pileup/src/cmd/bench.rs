@@ -1,7 +1,6 @@
 //! `pileup bench`: wiring for pileup_bench (the lock profile at the
 //! knee comes from pileup_locks).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -169,17 +168,27 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     let o = bench_options(&a);
     let servers = Servers::open(&a, conn, names.iter().any(|n| n.uses_postgres()))?;
     let mut locks = Locks(servers.maria.spec.clone());
-    let terminal = std::io::stderr().is_terminal();
     let mut reports = vec![];
     let mut failed = None;
     for name in names {
-        let bar = terminal.then(|| super::progress_bar(0, "{spinner} {msg}"));
-        let mut sink = progress_sink(bar.as_ref(), name, &outputs);
-        let r = experiments::run(name, &servers.maria, servers.pg.as_ref(), &o, Some(&mut locks), &mut sink);
-        drop(sink);
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
+        // The result is a document: the sink only moves the bar.
+        let mut sink = crate::output::Sink::new(false, Some("{spinner} {msg}"));
+        let r = experiments::run(
+            name,
+            &servers.maria,
+            servers.pg.as_ref(),
+            &o,
+            Some(&mut locks),
+            &mut |e: &pileup_bench::Event| {
+                sink.event(e);
+                // Partial results are kept as they come: a run that stops
+                // still leaves every point measured.
+                if let pileup_bench::Event::Point { report } = e {
+                    let _ = write_outputs(report, &outputs, false);
+                }
+            },
+        );
+        sink.finish();
         let r = r.with_context(|| format!("pileup bench {}", name.as_str()))?;
         write_outputs(&r, &outputs, true)?;
         if let Some(why) = &r.stopped {
@@ -248,38 +257,6 @@ fn bench_options(a: &BenchArgs) -> pileup_bench::Options {
 }
 
 /// What an experiment says as it runs: its step on the progress bar, and
-/// each point written to the outputs as it comes.
-fn progress_sink<'a>(
-    bar: Option<&'a indicatif::ProgressBar>,
-    name: Name,
-    outputs: &'a [Out],
-) -> impl FnMut(&pileup_bench::Event) + 'a {
-    move |e: &pileup_bench::Event| {
-        if let Some(b) = bar {
-            use pileup_bench::Event::*;
-            match e {
-                Series { experiment, label, index, of } => {
-                    b.set_message(format!("{experiment}: {label} ({index} of {of})"))
-                }
-                Window { label, threads, round, rounds } => {
-                    b.set_message(format!("{}: {label}, {threads} threads, round {round} of {rounds}", name.as_str()))
-                }
-                Profiling { threads, seconds } => b.set_message(format!(
-                    "{}: profiling the server at {threads} threads for {seconds:.0} s",
-                    name.as_str()
-                )),
-                Point { .. } => {}
-            }
-            b.tick();
-        }
-        // Partial results are kept as they come: a run that stops
-        // still leaves every point measured.
-        if let pileup_bench::Event::Point { report } = e {
-            let _ = write_outputs(report, outputs, false);
-        }
-    }
-}
-
 /// The reports on standard output: one experiment's as itself, several
 /// in one result.
 fn write_reports(reports: &[ExperimentReport], format: Format) -> Result<()> {

@@ -135,16 +135,10 @@ fn rank_values() -> impl clap::builder::TypedValueParser<Value = Rank> {
         .map(|s| Rank::parse(&s).unwrap_or(Rank::ALL[0].1))
 }
 
-struct Progress(Option<indicatif::ProgressBar>);
-
-impl pileup_digest::Sink for Progress {
+/// The digest's progress moves the one sink's bar.
+impl pileup_digest::Sink for crate::output::Sink {
     fn progress(&mut self, done: u64, total: Option<u64>) {
-        if let Some(b) = &self.0 {
-            if let Some(t) = total {
-                b.set_length(t);
-            }
-            b.set_position(done);
-        }
+        self.event(&pileup_output::Step { done, total })
     }
 }
 
@@ -156,11 +150,18 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
-    let mut sink = Progress(progress_bar(inputs.iter().map(Input::size).sum()));
+    // The result is a document: the sink only moves the bar, of bytes read
+    // (of the inputs' size when it is known).
+    let total: Option<u64> = inputs.iter().map(Input::size).sum();
+    let mut sink = crate::output::Sink::new(
+        false,
+        Some(match total {
+            Some(_) => "{spinner} reading [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+            None => "{spinner} reading {bytes} {bytes_per_sec}",
+        }),
+    );
     let d = digest(&inputs, &o, &mut sink);
-    if let Some(b) = &sink.0 {
-        b.finish_and_clear();
-    }
+    sink.finish();
     let d = d?;
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
@@ -228,24 +229,6 @@ fn inputs(a: &DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<Vec<Input>>
         }
     }
     Ok(inputs)
-}
-
-/// A progress bar on a terminal: of `total` bytes, or a byte count when
-/// the total is not known.
-fn progress_bar(total: Option<u64>) -> Option<indicatif::ProgressBar> {
-    std::io::stderr().is_terminal().then(|| {
-        let b = super::progress_bar(
-            total.unwrap_or(0),
-            "{spinner} reading [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
-        );
-        if total.is_none() {
-            b.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} reading {bytes} {bytes_per_sec}")
-                    .expect("literal template"),
-            );
-        }
-        b
-    })
 }
 
 /// `--advise`: the plans of the top classes tried on the server, and what

@@ -1,6 +1,5 @@
 //! `pileup lag`: where a replica's apply time goes.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -67,18 +66,13 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
         max_stop: Duration::from_millis(a.max_stop_ms),
         stall: Duration::from_millis(a.stall_ms),
     };
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let n = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
-        super::progress_bar(n, "{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}")
-    });
-    let r = sample(pid, &spec, &o, |i, _| {
-        if let Some(b) = &bar {
-            b.set_position(i as u64);
-        }
-    });
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    let total = (a.duration.as_millis() as u64 / a.interval_ms).max(1);
+    let mut sink = crate::output::Sink::new(
+        false,
+        Some("{spinner} sampling the applier [{bar:30}] {pos}/{len} {elapsed}/{duration}"),
+    );
+    let r = sample(pid, &spec, &o, |i, _| sink.event(&pileup_output::Step { done: i as u64, total: Some(total) }));
+    sink.finish();
     let r = r?;
     emit(&r, &targets, &Options::default())?;
     Ok(())

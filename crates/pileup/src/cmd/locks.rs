@@ -135,18 +135,11 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         probe_cost: a.probe_cost,
         threads: a.focus.clone(),
     };
-    let bar = progress(&a);
+    let mut sink = progress();
     // A signal ends the trace; what was recorded is still reported.
     let stop = super::stop_on_signals();
-    let report = pileup_locks::run(&opts, sql, &stop, |p| {
-        if let Some(b) = &bar {
-            b.set_position(p.elapsed.as_millis() as u64);
-            b.set_message(format!("{} waits recorded, {} locks", p.recorded, p.locks));
-        }
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let report = pileup_locks::run(&opts, sql, &stop, |p| sink.event(p));
+    sink.finish();
     let report = match report {
         // The kernel refused the program when it was loaded (lockdown, a
         // security module): as when eBPF is missing outright.
@@ -167,13 +160,12 @@ fn fetch_bars() -> indicatif::MultiProgress {
     bars
 }
 
-fn progress(a: &LocksArgs) -> Option<indicatif::ProgressBar> {
-    std::io::stderr().is_terminal().then(|| {
-        super::progress_bar(
-            a.duration.as_millis() as u64,
-            "{spinner} tracing lock waits [{bar:30}] {elapsed}/{duration} {msg} (Ctrl-C: stop and report)",
-        )
-    })
+/// The trace's bar (the result is a document: the sink only moves it).
+fn progress() -> crate::output::Sink {
+    crate::output::Sink::new(
+        false,
+        Some("{spinner} tracing lock waits [{bar:30}] {elapsed}/{duration} {msg} (Ctrl-C: stop and report)"),
+    )
 }
 
 /// performance_schema where eBPF cannot be used (`why`), or one error naming both reasons.
@@ -194,16 +186,10 @@ fn run_performance_schema(a: &LocksArgs, conn: &ConnOptions, targets: &[Target],
         super::usage!("--focus needs the eBPF source{without_ebpf}: performance_schema's summary is of every thread");
     }
     let c = conn.resolve()?.connect().context("performance_schema needs a connection to the server")?;
-    let bar = progress(a);
+    let mut sink = progress();
     let stop = super::stop_on_signals();
-    let report = pileup_locks::run_performance_schema(c, a.duration, why, &stop, |p| {
-        if let Some(b) = &bar {
-            b.set_position(p.elapsed.as_millis() as u64);
-        }
-    });
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let report = pileup_locks::run_performance_schema(c, a.duration, why, &stop, |p| sink.event(p));
+    sink.finish();
     let report = report?;
     emit(&report, targets, &crate::output::Options { detail: a.top, ..Default::default() })
 }

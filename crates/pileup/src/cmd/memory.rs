@@ -1,6 +1,5 @@
 //! `pileup memory`: wiring for pileup_memory.
 
-use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -89,26 +88,17 @@ pub struct MemoryArgs {
 
 /// A progress line on a terminal, and Ctrl-C to stop early.
 struct Progress {
-    bar: Option<indicatif::ProgressBar>,
+    sink: crate::output::Sink,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Sink for Progress {
     fn point(&mut self, p: &Point) {
-        if let Some(b) = &self.bar {
-            b.set_position(p.at_s as u64);
-            b.set_message(format!("rss {:.0} MiB", p.resident.rss as f64 / 1048576.0));
-        }
+        self.sink.event(p)
     }
 
     fn traced(&mut self, grown: u64, charged: u64) {
-        if let Some(b) = &self.bar {
-            b.set_message(format!(
-                "grown {:.0} MiB, {:.0} MiB charged to statements",
-                grown as f64 / 1048576.0,
-                charged as f64 / 1048576.0
-            ));
-        }
+        self.sink.event(&pileup_memory::TracedSoFar { grown, charged })
     }
 
     fn stop(&mut self) -> bool {
@@ -138,13 +128,11 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let pid = super::parse_pid(&a.pid, conn)?;
     let sql = if a.no_sql { None } else { Some(SqlSource::new(spec.connect()?)?) };
-    let bar = std::io::stderr().is_terminal().then(|| {
-        super::progress_bar(
-            a.duration.as_secs().max(1),
-            "{spinner} following the server's memory [{bar:30}] {pos}/{len} s {msg}",
-        )
-    });
-    let mut sink = Progress { bar, stop: super::stop_on_signals() };
+    // The result is a document: the sink only moves the bar.
+    let mut bar =
+        crate::output::Sink::new(false, Some("{spinner} following the server's memory [{bar:30}] {pos}/{len} s {msg}"));
+    bar.event(&pileup_output::Step { done: 0, total: Some(a.duration.as_secs().max(1)) });
+    let mut sink = Progress { sink: bar, stop: super::stop_on_signals() };
     let o = MemoryOptions {
         pid,
         duration: a.duration,
@@ -157,9 +145,7 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
         malloc_every: a.malloc_every,
     };
     let r = pileup_memory::run(&o, sql, &mut sink);
-    if let Some(b) = &sink.bar {
-        b.finish_and_clear();
-    }
+    sink.sink.finish();
     emit(&r?, &targets, &Options::default())?;
     Ok(())
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use pileup_conn::ConnOptions;
-use pileup_store::ShipEvent;
 use pileup_watch::evidence::CaptureSettings;
 use pileup_watch::store::Store;
 use pileup_watch::trigger::Trigger;
@@ -194,17 +193,9 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     // SIGINT, SIGTERM or a reader gone: finish the current poll and any
     // running capture, then exit.
     let stop = super::stop_on_signals();
-    if !json {
-        note!(
-            "pileup watch: {} every {:?}, pid {}, history in {}; triggers: {}",
-            spec.describe(),
-            a.interval,
-            pid.map(|p| p.to_string()).unwrap_or_else(|| format!("none ({})", no_pid_why.as_deref().unwrap_or("?"))),
-            o.data_dir.display(),
-            o.triggers.iter().map(|t| t.text.as_str()).collect::<Vec<_>>().join("; ")
-        );
-    }
-    let mut on = event_printer(json, pid.is_some());
+    let mut narrator = pileup_watch::narrate::Narrator::new(pid.is_none().then(|| no_pid_why.unwrap_or_default()));
+    let mut sink = crate::output::Sink::new(json, None);
+    let mut on = |e: &Event| sink.event(&narrator.tell(e));
     run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
         // The store's refusals say which flag chooses another.
         pileup_watch::WatchError::InUse { .. } | pileup_watch::WatchError::OtherServer { .. } => {
@@ -299,68 +290,6 @@ fn fill_debug_cache(pid: i32, servers: &[String], quiet: bool) {
                 }
             }
         });
-    }
-}
-
-/// What the watcher says as it goes: each event as a JSON line, or as a
-/// note (a failing poll said once until the state changes).
-fn event_printer(json: bool, has_pid: bool) -> impl FnMut(&Event) {
-    let mut failing: Option<(String, u64)> = None;
-    move |e: &Event| {
-        if json {
-            let _ = crate::output::json_line(e);
-            return;
-        }
-        match e {
-            // A change of state is news; a repeat is counted and said
-            // when the state changes again.
-            Event::Poll { ok: false, error, .. } => {
-                let why = error.as_deref().unwrap_or("");
-                if failing.as_ref().is_none_or(|(w, _)| w != why) {
-                    note!("poll failed: {why} (said once; polls go on)");
-                    failing = Some((why.to_string(), 0));
-                }
-                if let Some((_, n)) = &mut failing {
-                    *n += 1;
-                }
-            }
-            Event::Poll { .. } => {
-                if let Some((_, n)) = failing.take() {
-                    note!("polls answer again, after {}", super::plural(n, "failed poll", "failed polls"));
-                }
-            }
-            Event::Listening { addr } if has_pid => note!(
-                "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
-            ),
-            Event::Listening { addr } => note!("metrics: http://{addr}/metrics"),
-            Event::Fired { trigger, .. } => note!("fired: {trigger}"),
-            Event::PileUp { blocked, baseline, .. } => {
-                note!("pile-up: {} held up (usually {baseline}); capturing", super::plural(*blocked as u64, "thread", "threads"))
-            }
-            Event::Stall { began_unix, ms, peak_blocked, what: None, .. } => note!(
-                "stall: {ms:.0} ms from {} UTC, {} held up at peak",
-                pileup_watch::evidence::stamp_tenths(*began_unix),
-                super::plural(*peak_blocked as u64, "thread", "threads")
-            ),
-            Event::Stall { began_unix, ms, what: Some(what), .. } => note!(
-                "short stall: {what}, {ms:.0} ms from {} UTC",
-                pileup_watch::evidence::stamp_tenths(*began_unix)
-            ),
-            Event::Skipped { trigger, why, .. } => note!("not capturing for {trigger}: {why}"),
-            Event::Captured { dir, verdict, .. } => note!("captured {dir}\n  {verdict}"),
-            Event::CaptureFailed { error, .. } => note!("capture failed: {error}"),
-            Event::Ship(ShipEvent::Queued { .. }) => {}
-            Event::Ship(ShipEvent::Shipped { url, .. }) => note!("shipped {url}"),
-            Event::Ship(ShipEvent::NotQueued { capture_dir, error }) => {
-                note!("not shipping {capture_dir}: {error}")
-            }
-            Event::Ship(ShipEvent::Failed { error, queued, retry_in_s }) => {
-                note!(
-                    "shipping: {error}; {} on local disk, next try in {retry_in_s} s",
-                    super::plural(*queued as u64, "capture waits", "captures wait")
-                )
-            }
-        }
     }
 }
 
