@@ -1,7 +1,7 @@
 //! What a dump and a load say as they go, and what they did, as the
 //! program's sink writes them (`pileup_output::News`): a line of JSON Lines
-//! each (`event`: planned, unlocked, chunk, note, done), a line for a
-//! person, and the progress bar's moves.
+//! each (`event`: planned, unlocked, chunk, done), a line for a person, and
+//! the progress bar's moves; notes are diagnostics, on stderr.
 
 use std::path::Path;
 
@@ -75,6 +75,9 @@ impl News for dump::Event {
             dump::Event::Unlocked { .. } | dump::Event::Note(_) => Progress::none(),
         }
     }
+    fn diagnostic(&self) -> bool {
+        matches!(self, dump::Event::Note(_))
+    }
 }
 
 impl Serialize for load::Event {
@@ -120,6 +123,9 @@ impl News for load::Event {
             }
             load::Event::Note(_) => Progress::none(),
         }
+    }
+    fn diagnostic(&self) -> bool {
+        matches!(self, load::Event::Note(_))
     }
 }
 

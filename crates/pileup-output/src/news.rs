@@ -17,6 +17,11 @@ pub trait News: Serialize {
     fn progress(&self) -> Progress {
         Progress::none()
     }
+    /// A diagnostic (a note, a warning, advice): its text goes to stderr
+    /// whatever the format, and it is no event of a JSON stream.
+    fn diagnostic(&self) -> bool {
+        false
+    }
 }
 
 /// How an event moves a progress bar: each part it says.

@@ -57,6 +57,9 @@ impl News for Said {
             Said::Note(s) => format!("pileup prefetch: {s}"),
         })
     }
+    fn diagnostic(&self) -> bool {
+        matches!(self, Said::Note(_))
+    }
 }
 
 /// How the counters are said.

@@ -33,6 +33,7 @@ pub use pileup_conn::ConnSpec;
 mod error;
 pub mod pg;
 pub mod planted;
+pub mod report;
 pub mod throttle;
 
 /// How to start a sandbox.

@@ -324,7 +324,8 @@ pub fn emit<R: pileup_output::Report>(r: &R, targets: &[Target], o: &Options) ->
 
 /// The one sink of a long run's events: under `--json` each is a line of
 /// JSON Lines on stdout; otherwise its text is a line on stderr and its
-/// progress moves a bar (on a terminal only).
+/// progress moves a bar (on a terminal only). Diagnostics (notes,
+/// warnings) are lines on stderr either way.
 pub struct Sink {
     json: bool,
     bar: Option<indicatif::ProgressBar>,
@@ -351,7 +352,8 @@ impl Sink {
     /// run finishes what it writes (nothing half-written is left) and then
     /// ends quietly.
     pub fn event<N: pileup_output::News + ?Sized>(&mut self, n: &N) {
-        if self.json {
+        let diagnostic = n.diagnostic();
+        if self.json && !diagnostic {
             let _ = json_line(n);
         }
         if let Some(b) = &self.bar {
@@ -372,7 +374,7 @@ impl Sink {
                 None => {}
             }
         }
-        if self.json {
+        if self.json && !diagnostic {
             return;
         }
         if let Some(line) = n.text() {

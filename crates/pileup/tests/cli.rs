@@ -122,7 +122,11 @@ fn help_stands_alone_with_a_manual_completions_and_a_version() {
     }
     // Text-or-JSON commands take the same -f/--format as the others.
     let list = pileup(&["sandbox", "list", "--format", "json"]);
-    assert!(serde_json::from_slice::<serde_json::Value>(&list.stdout).is_ok_and(|v| v.is_array()), "{}", stderr(&list));
+    assert!(
+        serde_json::from_slice::<serde_json::Value>(&list.stdout).is_ok_and(|v| v["sandboxes"].is_array()),
+        "{}",
+        stderr(&list)
+    );
 
     let v = pileup(&["--version"]);
     let v = String::from_utf8_lossy(&v.stdout);

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
+use pileup_sandbox::report::{Listed, Listing};
 use pileup_sandbox::{list, stop_by_name, Options, Sandbox};
 
 #[derive(Subcommand)]
@@ -45,7 +46,7 @@ pub enum SandboxCmd {
 pub fn run(c: SandboxCmd) -> Result<()> {
     match c {
         SandboxCmd::Start { name, port, binlog, replica_of, set, out } => {
-            let json = out.json();
+            let format = out.format();
             let mut cnf = vec![];
             for s in set {
                 let Some((k, v)) = s.split_once('=') else {
@@ -72,16 +73,8 @@ pub fn run(c: SandboxCmd) -> Result<()> {
                 die_with_parent: false,
                 ..Default::default()
             })?;
-            let ep = sb.keep();
-            if json {
-                out!("{}", serde_json::to_string_pretty(&ep)?);
-            } else {
-                out!("sandbox {} running: pid {}, port {}, socket {}", ep.name, ep.pid, ep.port, ep.socket.display());
-                out!("  connect: mariadb -S {} -u root", ep.socket.display());
-                out!("  stacks:  pileup stacks --pid {}", ep.pid);
-                out!("  stop:    pileup sandbox stop {}", ep.name);
-            }
-            Ok(())
+            let started = pileup_sandbox::report::Started(sb.keep());
+            crate::output::emit(&started, &[(None, format)], &Default::default())
         }
         SandboxCmd::Stop { names, all } => {
             if !all && names.is_empty() {
@@ -98,27 +91,8 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             Ok(())
         }
         SandboxCmd::List { out } => {
-            let json = out.json();
-            let l = list(None)?;
-            if json {
-                let v: Vec<_> = l.iter().map(|(e, up)| serde_json::json!({"sandbox": e, "running": up})).collect();
-                out!("{}", serde_json::to_string_pretty(&v)?);
-            } else if l.is_empty() {
-                out!("no sandboxes");
-            } else {
-                out!("{:<16} {:>8} {:>6} {:<8} SOCKET", "NAME", "PID", "PORT", "STATE");
-                for (e, up) in l {
-                    out!(
-                        "{:<16} {:>8} {:>6} {:<8} {}",
-                        e.name,
-                        e.pid,
-                        e.port,
-                        if up { "running" } else { "dead" },
-                        e.socket.display()
-                    );
-                }
-            }
-            Ok(())
+            let sandboxes = list(None)?.into_iter().map(|(sandbox, running)| Listed { sandbox, running }).collect();
+            crate::output::emit(&Listing { sandboxes }, &[(None, out.format())], &Default::default())
         }
     }
 }

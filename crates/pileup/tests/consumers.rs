@@ -1,0 +1,213 @@
+//! Every command's results read by the programs that consume them: each
+//! `-f json`/`--json` result and JSON Lines stream by jq (every object with
+//! its `schema_version`), each `-o` file by the reader of its extension
+//! (xmllint for SVG and HTML, `go tool pprof -raw`, Graphviz's dot, the
+//! folded format's own shape), against one real sandbox under load. The
+//! Prometheus expositions are read by promtool in the fleet tests, lag's
+//! pprof in its own (it needs a replica).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{scratch, sysbench_prepare, sysbench_start};
+use mysql::prelude::Queryable;
+use pileup_sandbox::{Options, Sandbox};
+
+/// The program that reads a format, and what it must find.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Reader {
+    /// One JSON document whose top level carries `schema_version` 1.
+    Json,
+    /// JSON Lines, every line an object with `schema_version` 1.
+    JsonLines,
+    Svg,
+    Html,
+    Pprof,
+    Dot,
+    Folded,
+    Text,
+}
+
+impl Reader {
+    fn of(path: &Path) -> Reader {
+        let name = path.to_string_lossy();
+        match name.rsplit_once('.').map(|(_, e)| e) {
+            Some("json") => Reader::Json,
+            Some("svg") => Reader::Svg,
+            Some("html") => Reader::Html,
+            Some("gz") => Reader::Pprof,
+            Some("dot") => Reader::Dot,
+            Some("folded") => Reader::Folded,
+            _ => Reader::Text,
+        }
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program} (make deps): {e}"))
+}
+
+/// What is wrong with `path` read as `r` says, if anything.
+fn read(r: Reader, path: &Path) -> Result<(), String> {
+    let p = path.to_str().unwrap();
+    let failed = |o: &std::process::Output| {
+        (!o.status.success())
+            .then(|| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let bytes = std::fs::read(path).map_err(|e| format!("reading it: {e}"))?;
+    if bytes.is_empty() {
+        return Err("empty".into());
+    }
+    let problem = match r {
+        Reader::Json => failed(&run("jq", &["-e", ".schema_version == 1", p])),
+        Reader::JsonLines => failed(&run("jq", &["-e", "-s", "length > 0 and all(.schema_version == 1)", p])),
+        Reader::Svg => failed(&run("xmllint", &["--noout", p])),
+        // libxml2's HTML parser is HTML 4's: it knows no figure or inline
+        // svg and says so; anything else it says is a malformed page.
+        Reader::Html => {
+            let o = run("xmllint", &["--html", "--noout", p]);
+            let said = String::from_utf8_lossy(&o.stderr).into_owned();
+            let errors: Vec<&str> = said
+                .lines()
+                .filter(|l| l.contains("parser error") && !(l.contains(": Tag ") && l.ends_with(" invalid")))
+                .collect();
+            (!errors.is_empty()).then(|| errors.join("\n"))
+        }
+        Reader::Pprof => {
+            let o = run("go", &["tool", "pprof", "-raw", p]);
+            failed(&o).or_else(|| {
+                (!String::from_utf8_lossy(&o.stdout).contains("Samples:")).then(|| "no samples in the profile".into())
+            })
+        }
+        Reader::Dot => failed(&run("dot", &["-Tsvg", "-o", "/dev/null", p])),
+        Reader::Folded => {
+            let text = String::from_utf8_lossy(&bytes);
+            text.lines()
+                .find(|l| l.rsplit_once(' ').is_none_or(|(stack, n)| stack.is_empty() || n.parse::<u64>().is_err()))
+                .map(|l| format!("not a folded line: {l:?}"))
+        }
+        Reader::Text => std::str::from_utf8(&bytes).err().map(|e| e.to_string()),
+    };
+    problem.map_or(Ok(()), Err)
+}
+
+/// One command: its arguments (`{}` in one is the scratch directory), the
+/// files it writes, and how its stdout is read.
+struct Case {
+    args: Vec<String>,
+    files: Vec<&'static str>,
+    stdout: Reader,
+}
+
+fn case(args: &str, files: &[&'static str], stdout: Reader) -> Case {
+    Case { args: args.split_whitespace().map(String::from).collect(), files: files.to_vec(), stdout }
+}
+
+#[test]
+fn every_result_is_read_by_its_consumer() {
+    let dir = scratch("consumers");
+    let sb = Sandbox::start(Options {
+        base_dir: Some(common::it_base()),
+        binlog: true,
+        cnf: vec![("slow_query_log".into(), "1".into()), ("long_query_time".into(), "0".into())],
+        ..Default::default()
+    })
+    .expect("starting a sandbox");
+    let sock = sb.endpoint.socket.display().to_string();
+    let pid = sb.pid().to_string();
+    sb.sql("CREATE DATABASE shop").unwrap();
+    sb.sql("CREATE TABLE shop.orders (id INT PRIMARY KEY, what VARCHAR(20))").unwrap();
+    sb.sql("INSERT INTO shop.orders VALUES (1, 'tea'), (2, 'cake'), (3, 'jam')").unwrap();
+    let base = sysbench_prepare(&sb, "oltp_read_write", 1, 2000);
+    let data = sb.endpoint.dir.join("data");
+    let mut c = sb.connect().unwrap();
+    let slow_log: String = c.query_first("SELECT @@slow_query_log_file").unwrap().unwrap();
+    let slow_log = data.join(slow_log).display().to_string();
+    // The first binary log: the statements above, and sysbench's tables.
+    let binlog = data.join("binlog.000001").display().to_string();
+
+    let conn = format!("-S {sock} -u root");
+    let cases = [
+        case(
+            &format!("stacks --pid {pid} {conn} -o s.txt -o s.json -o s.folded -o s.svg -o s.dot -o s.pb.gz"),
+            &["s.txt", "s.json", "s.folded", "s.svg", "s.dot", "s.pb.gz"],
+            Reader::Text,
+        ),
+        case(&format!("stacks --pid {pid} {conn} --json"), &[], Reader::Json),
+        case(
+            &format!(
+                "locks --pid {pid} {conn} --duration 2s -o l.txt -o l.json -o l.folded -o l.svg -o l.dot -o l.pb.gz"
+            ),
+            &["l.txt", "l.json", "l.folded", "l.svg", "l.dot", "l.pb.gz"],
+            Reader::Text,
+        ),
+        case(&format!("locks --pid {pid} {conn} --duration 1s -f json"), &[], Reader::Json),
+        case(
+            &format!(
+                "memory --pid {pid} {conn} --duration 3s -o m.txt -o m.json -o m.folded -o m.svg -o m.dot -o m.pb.gz"
+            ),
+            &["m.txt", "m.json", "m.folded", "m.svg", "m.dot", "m.pb.gz"],
+            Reader::Text,
+        ),
+        case(&format!("digest {slow_log} -o d.txt -o d.json -o d.html"), &["d.txt", "d.json", "d.html"], Reader::Text),
+        case(&format!("digest {slow_log} --json"), &[], Reader::Json),
+        case(&format!("binlog {binlog} --json"), &[], Reader::JsonLines),
+        case(&format!("binlog {binlog} --stats -f json"), &[], Reader::Json),
+        case(&format!("top --once {conn} --pid {pid} --json"), &[], Reader::Json),
+        case(&format!("watch --pid {pid} {conn} --duration 3s --data-dir {{}}/watch --json"), &[], Reader::JsonLines),
+        case("captures --data-dir {}/watch --json", &[], Reader::Json),
+        case(&format!("dump {conn} --databases shop -o {{}}/dump --json"), &[], Reader::JsonLines),
+        case(&format!("load {{}}/dump {conn} --rename shop:shop_copy --json"), &[], Reader::JsonLines),
+        case("sandbox list --json", &[], Reader::Json),
+    ];
+
+    // Lock waits while the cases run.
+    let mut load = sysbench_start("oltp_read_write", &base, 8, 60);
+    let mut wrong = vec![];
+    for (i, c) in cases.iter().enumerate() {
+        let args: Vec<String> = c.args.iter().map(|a| a.replace("{}", dir.to_str().unwrap())).collect();
+        // memory's stacks are of pages first touched: a GROUP BY into an
+        // in-memory temporary table larger than any before grows the heap.
+        let hungry = (args[0] == "memory").then(|| {
+            let spec = sb.conn_spec();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let mut c = spec.connect().unwrap();
+                c.query_drop("SET SESSION tmp_table_size = 1 << 29, max_heap_table_size = 1 << 29").unwrap();
+                c.query_drop("SELECT seq % 300000 AS k, COUNT(*) FROM shop.seq_1_to_2000000 GROUP BY k ORDER BY 2 DESC LIMIT 1")
+                    .unwrap();
+            })
+        });
+        let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(&args)
+            .current_dir(&*dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running pileup");
+        if let Some(h) = hungry {
+            h.join().unwrap();
+        }
+        if !out.status.success() {
+            wrong.push(format!("{args:?}: exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+            continue;
+        }
+        let stdout = dir.join(format!("stdout-{i}"));
+        std::fs::write(&stdout, &out.stdout).unwrap();
+        // With -o the result goes to the files, and stdout is empty.
+        let to_files = !c.files.is_empty() && out.stdout.is_empty();
+        if let Err(e) = read(c.stdout, &stdout).or_else(|e| if to_files { Ok(()) } else { Err(e) }) {
+            wrong.push(format!("{args:?}: stdout read as {:?}: {e}", c.stdout));
+        }
+        for f in &c.files {
+            let p = dir.join(f);
+            if let Err(e) = read(Reader::of(&p), &p) {
+                wrong.push(format!("{args:?}: {f} read as {:?}: {e}", Reader::of(&p)));
+            }
+        }
+    }
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(wrong.is_empty(), "results their readers refused:\n{}", wrong.join("\n"));
+}
