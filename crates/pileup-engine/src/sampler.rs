@@ -14,6 +14,11 @@ use crate::locks::{self, LockGroup};
 use crate::profile::{ModuleReport, Profile, Sample, StopSummary, ThreadStack, Timing};
 use crate::{aggregate, debuginfod, modules, proc, symbolize, unwind};
 
+/// `n` samples, said right: "1 sample", "3 samples".
+fn samples(n: usize) -> String {
+    format!("{n} sample{}", if n == 1 { "" } else { "s" })
+}
+
 /// Which threads to sample.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadFilter {
@@ -780,11 +785,11 @@ impl Sampler {
             match self.sample().map(|_| ()) {
                 Ok(()) => {}
                 Err(EngineError::ProcessExited(p) | EngineError::NoSuchProcess(p)) if self.taken > 0 => {
-                    self.notes.push(format!("process {p} exited after {} sample(s); showing those", self.taken));
+                    self.notes.push(format!("process {p} exited after {}; showing those", samples(self.taken)));
                     break;
                 }
                 Err(e) if self.taken > 0 => {
-                    self.notes.push(format!("sampling ended after {} sample(s): {e}; showing those", self.taken));
+                    self.notes.push(format!("sampling ended after {}: {e}; showing those", samples(self.taken)));
                     break;
                 }
                 Err(e) => return Err(e),
@@ -809,7 +814,9 @@ impl Sampler {
         let skipped = ticks.skipped;
         if skipped > 0 {
             self.notes.push(format!(
-                "{skipped} sample(s) fell due while the previous one was still being taken and were skipped (--interval-ms {} is shorter than a sample takes)",
+                "{} due while the previous one was still being taken and {} skipped (--interval-ms {} is shorter than a sample takes)",
+                if skipped == 1 { "1 sample fell".to_string() } else { format!("{skipped} samples fell") },
+                if skipped == 1 { "was" } else { "were" },
                 interval.as_millis()
             ));
         }
@@ -849,7 +856,7 @@ impl Sampler {
         }
         let addrs: BTreeSet<u64> = self.symbols.by_addr.keys().copied().collect();
         if self.unmatched > 0 {
-            self.notes.push(format!("{} of {} sample(s): no thread matched --focus", self.unmatched, self.taken));
+            self.notes.push(format!("{} of {}: no thread matched --focus", self.unmatched, samples(self.taken)));
         }
         if self.stops.sampled_by_thread_event > 0 {
             self.notes.push(format!(
@@ -867,7 +874,10 @@ impl Sampler {
             let what = if released == 0 {
                 "no thread was released uncopied (sleeping threads not checked again in time keep the copy read just before the window)".to_string()
             } else {
-                format!("{released} thread(s) were released uncaptured")
+                match released {
+                    1 => "1 thread was released uncaptured".to_string(),
+                    n => format!("{n} threads were released uncaptured"),
+                }
             };
             self.notes.push(format!(
                 "--max-stop-ms {} ran out in {} sample(s); {what}",

@@ -167,14 +167,22 @@ pub fn write_report_html(dir: &Path, html: &str) -> Result<()> {
     Ok(pileup_files::write_private_bytes(&dir.join("report.html"), html.as_bytes())?)
 }
 
-/// A capture directory read back, for the report.
+/// A capture directory read back, for the report: as JSON, its evidence,
+/// the metrics around it and the stalls.
+#[derive(Serialize)]
 pub struct Capture {
     pub evidence: EvidenceFile,
     pub metrics: Vec<MetricRow>,
+    #[serde(skip)]
     pub flamegraph_svg: Option<Vec<u8>>,
+    #[serde(skip)]
     pub stacks_txt: Option<String>,
+    #[serde(skip)]
     pub innodb_status: Option<String>,
     pub stalls: Vec<crate::scan::Stall>,
+    /// `report.txt`, as the capture wrote it.
+    #[serde(skip)]
+    pub report_txt: Option<String>,
 }
 
 /// Read a capture directory back.
@@ -191,6 +199,7 @@ pub fn read(dir: &Path) -> Result<Capture> {
         metrics,
         flamegraph_svg: std::fs::read(dir.join("flamegraph.svg")).ok(),
         stacks_txt: text("stacks.txt"),
+        report_txt: text("report.txt"),
         innodb_status: text("innodb_status.txt"),
         stalls: std::fs::read(dir.join("stalls.json"))
             .ok()

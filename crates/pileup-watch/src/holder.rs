@@ -528,7 +528,8 @@ pub fn verdict_line(p: &LockPileup) -> String {
         LockClass::Backup if exact_mode("BACKUP STAGE") || ran(backup) => "backup lock",
         c => c.describe(),
     };
-    let mut s = format!("{lock}: {} connection(s) wait", p.waiting);
+    let waits = if p.waiting == 1 { "connection waits" } else { "connections wait" };
+    let mut s = format!("{lock}: {} {waits}", p.waiting);
     let (held, likely) = match &p.head {
         Some((h, stmt)) => {
             s += &format!(", queued behind connection {h} (`{}`)", short(stmt));
@@ -612,7 +613,7 @@ mod tests {
         assert!(p.holders.iter().all(|h| h.conn != 58 && h.conn != 1));
         let v = verdict_line(&p);
         assert!(
-            v.starts_with("global read or backup lock: 4 connection(s) wait, likely held by connection 55 (app@10.0.0.5, Sleep for 3s) (idle): idle since 0.1 s before the first waiter began"),
+            v.starts_with("global read or backup lock: 4 connections wait, likely held by connection 55 (app@10.0.0.5, Sleep for 3s) (idle): idle since 0.1 s before the first waiter began"),
             "{v}"
         );
         assert!(v.contains("--install-plugins"), "{v}");
@@ -633,7 +634,7 @@ mod tests {
         let p = analyse(&ev).unwrap();
         let v = verdict_line(&p);
         assert!(
-            v.starts_with("global read lock: 4 connection(s) wait, likely held by connection 55 (app@10.0.0.5, Sleep for 3s) (idle): idle since 20270115-075956.7 UTC, 0.1 s before the first waiter began; last ran `FLUSH TABLES WITH READ LOCK` (read from its memory) (inferred: from the processlist's timing"),
+            v.starts_with("global read lock: 4 connections wait, likely held by connection 55 (app@10.0.0.5, Sleep for 3s) (idle): idle since 20270115-075956.7 UTC, 0.1 s before the first waiter began; last ran `FLUSH TABLES WITH READ LOCK` (read from its memory) (inferred: from the processlist's timing"),
             "{v}"
         );
         assert_eq!(p.holders[0].idle_since_unix, Some(1_800_000_000.0 - 3.2));
@@ -690,7 +691,7 @@ mod tests {
         let p = analyse(&ev).unwrap();
         assert_eq!((p.sureness, p.holders[0].conn), (Some(Sureness::Exact), 56));
         let v = verdict_line(&p);
-        assert!(v.starts_with("global read lock: 4 connection(s) wait, held by connection 56 "), "{v}");
+        assert!(v.starts_with("global read lock: 4 connections wait, held by connection 56 "), "{v}");
         assert!(
             v.ends_with("(idle): holds BACKUP_FTWRL2: FLUSH TABLES WITH READ LOCK (from metadata_lock_info)"),
             "{v}"
@@ -713,7 +714,7 @@ mod tests {
         assert_eq!(p.sureness, Some(Sureness::Likely));
         assert_eq!(p.holders.iter().map(|h| h.conn).collect::<Vec<_>>(), vec![16]);
         let v = verdict_line(&p);
-        assert!(v.starts_with("metadata lock: 3 connection(s) wait, queued behind connection 17 (`ALTER TABLE w.t ADD COLUMN c INT`), which likely waits for connection 16 "), "{v}");
+        assert!(v.starts_with("metadata lock: 3 connections wait, queued behind connection 17 (`ALTER TABLE w.t ADD COLUMN c INT`), which likely waits for connection 16 "), "{v}");
         assert!(v.contains("its transaction has been open 3 s"), "{v}");
         // With performance_schema: the ALTER's pending lock names the table.
         ev.mdl = Some(MetadataLocks {
@@ -767,7 +768,7 @@ mod tests {
         let v = verdict_line(&p);
         assert!(
             v.starts_with(
-                "table flush: 2 connection(s) wait, queued behind connection 40 (`FLUSH TABLES WITH READ LOCK`)"
+                "table flush: 2 connections wait, queued behind connection 40 (`FLUSH TABLES WITH READ LOCK`)"
             ),
             "{v}"
         );

@@ -280,8 +280,13 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
 /// A lock pile-up in words: what waits, behind whom, and how the holder
 /// was found.
 fn pileup_text(p: &LockPileup) -> String {
-    let mut s =
-        format!("{} connection(s) wait for a {}, the oldest for {:.1} s", p.waiting, p.class.describe(), p.oldest_s);
+    let waits = if p.waiting == 1 { "waits" } else { "wait" };
+    let mut s = format!(
+        "{} {waits} for a {}, the oldest for {:.1} s",
+        pileup_output::plural(p.waiting, "connection", "connections"),
+        p.class.describe(),
+        p.oldest_s
+    );
     if let Some((c, stmt)) = &p.head {
         let _ = write!(s, "; first in the queue: connection {c}, `{}`", pileup_engine::one_line(stmt, 120));
     }
@@ -291,6 +296,23 @@ fn pileup_text(p: &LockPileup) -> String {
         None => write!(s, "; holder not found: {}; {EXACT_HINT}", p.why),
     };
     s
+}
+
+/// A capture as the output layer writes it: `report.txt`, the page, or
+/// its evidence, metrics and stalls as JSON (`pileup report DIR -f ...`).
+impl pileup_output::Report for Capture {
+    fn tool(&self) -> &'static str {
+        "report"
+    }
+    fn text(&self, _o: &Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        match &self.report_txt {
+            Some(t) => w.write_all(t.as_bytes()),
+            None => writeln!(w, "{}", self.evidence.verdict),
+        }
+    }
+    fn html(&self, _o: &Options, w: &mut dyn std::io::Write) -> Option<std::io::Result<()>> {
+        Some(w.write_all(render_html(self).as_bytes()))
+    }
 }
 
 /// Rebuild a capture's `report.html` from its files (`pileup report DIR`).

@@ -226,7 +226,7 @@ mod tests {
         use super::class_of;
         assert_eq!(class_of("flushing storm: checkpoint age at 100%; also row lock convoy: 1"), "flushing storm");
         assert_eq!(class_of("table-open storm: 2400 tables opened/s"), "table-open storm");
-        assert_eq!(class_of("global read lock: 4 connection(s) wait"), "global read lock");
+        assert_eq!(class_of("global read lock: 4 connections wait"), "global read lock");
         assert_eq!(class_of("memory: statement 12 grew 121 MB"), "memory");
         assert_eq!(class_of("the server does not answer SQL (timeout); most common stack"), "not answering");
         assert_eq!(class_of("no lock culprit found; busiest stack with SQL (3 thread-samples): a,b"), "unclassified");
@@ -366,10 +366,7 @@ mod tests {
         ev.processlist.push(row("66", "Sleep", "1550", ""));
         ev.row_lock_waits.push(RowLockWait { waiting_conn: 9, blocking_conn: 7, ..Default::default() });
         let v = verdict(&ev);
-        assert!(
-            v.starts_with("global read or backup lock: 2 connection(s) wait, likely held by connection 66 "),
-            "{v}"
-        );
+        assert!(v.starts_with("global read or backup lock: 2 connections wait, likely held by connection 66 "), "{v}");
         assert!(
             v.ends_with("; 1 transaction(s) also wait for row locks held by connection 7, which waits in this queue"),
             "{v}"

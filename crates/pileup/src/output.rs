@@ -163,7 +163,7 @@ pub fn formats_of(command: &str) -> &'static [Format] {
     match command {
         "stacks" | "locks" => &[Text, Json, Folded, Svg, Dot, Pprof],
         "lag" | "memory" => &[Text, Json, Folded, Svg, Dot, Pprof],
-        "digest" => &[Text, Json, Html],
+        "digest" | "report" => &[Text, Json, Html],
         "bench" => &[Text, Json, Svg],
         _ => &[Text, Json],
     }

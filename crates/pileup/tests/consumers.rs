@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{scratch, sysbench_prepare, sysbench_start};
+use common::{pileup, scratch, sysbench_prepare, sysbench_start};
 use mysql::prelude::Queryable;
 use pileup_sandbox::{Options, Sandbox};
 
@@ -93,8 +93,8 @@ fn read(r: Reader, path: &Path) -> Result<(), String> {
     problem.map_or(Ok(()), Err)
 }
 
-/// One command: its arguments (`{}` in one is the scratch directory), the
-/// files it writes, and how its stdout is read.
+/// One command: its arguments (`{}` in one is the scratch directory, `~`
+/// a space within one), the files it writes, and how its stdout is read.
 struct Case {
     args: Vec<String>,
     files: Vec<&'static str>,
@@ -156,7 +156,12 @@ fn every_result_is_read_by_its_consumer() {
         case(&format!("binlog {binlog} --json"), &[], Reader::JsonLines),
         case(&format!("binlog {binlog} --stats -f json"), &[], Reader::Json),
         case(&format!("top --once {conn} --pid {pid} --json"), &[], Reader::Json),
-        case(&format!("watch --pid {pid} {conn} --duration 3s --data-dir {{}}/watch --json"), &[], Reader::JsonLines),
+        // sysbench keeps 8 connections open: a capture to report on.
+        case(
+            &format!("watch --pid {pid} {conn} --duration 4s --data-dir {{}}/watch --json --trigger threads_connected~>~5~for~1s"),
+            &[],
+            Reader::JsonLines,
+        ),
         case("captures --data-dir {}/watch --json", &[], Reader::Json),
         case(&format!("dump {conn} --databases shop -o {{}}/dump --json"), &[], Reader::JsonLines),
         case(&format!("load {{}}/dump {conn} --rename shop:shop_copy --json"), &[], Reader::JsonLines),
@@ -167,7 +172,8 @@ fn every_result_is_read_by_its_consumer() {
     let mut load = sysbench_start("oltp_read_write", &base, 8, 60);
     let mut wrong = vec![];
     for (i, c) in cases.iter().enumerate() {
-        let args: Vec<String> = c.args.iter().map(|a| a.replace("{}", dir.to_str().unwrap())).collect();
+        let args: Vec<String> =
+            c.args.iter().map(|a| a.replace("{}", dir.to_str().unwrap()).replace('~', " ")).collect();
         // memory's stacks are of pages first touched: a GROUP BY into an
         // in-memory temporary table larger than any before grows the heap.
         let hungry = (args[0] == "memory").then(|| {
@@ -176,8 +182,10 @@ fn every_result_is_read_by_its_consumer() {
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 let mut c = spec.connect().unwrap();
                 c.query_drop("SET SESSION tmp_table_size = 1 << 29, max_heap_table_size = 1 << 29").unwrap();
-                c.query_drop("SELECT seq % 300000 AS k, COUNT(*) FROM shop.seq_1_to_2000000 GROUP BY k ORDER BY 2 DESC LIMIT 1")
-                    .unwrap();
+                c.query_drop(
+                    "SELECT seq % 300000 AS k, COUNT(*) FROM shop.seq_1_to_2000000 GROUP BY k ORDER BY 2 DESC LIMIT 1",
+                )
+                .unwrap();
             })
         });
         let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
@@ -204,6 +212,29 @@ fn every_result_is_read_by_its_consumer() {
             let p = dir.join(f);
             if let Err(e) = read(Reader::of(&p), &p) {
                 wrong.push(format!("{args:?}: {f} read as {:?}: {e}", Reader::of(&p)));
+            }
+        }
+    }
+    // The capture the watcher made, reported in every format report writes.
+    let at = cases.iter().position(|c| c.args[0] == "captures").unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("stdout-{at}"))).unwrap_or_default())
+            .unwrap_or_default();
+    let capture = listed["captures"].as_array().and_then(|c| c.iter().find_map(|c| c["dir"].as_str()));
+    match capture {
+        None => wrong.push(format!("the watcher made no capture to report on: {listed}")),
+        Some(capture) => {
+            let [txt, json, html] = ["r.txt", "r.json", "r.html"].map(|f| dir.join(f).display().to_string());
+            let out = pileup(&["report", capture, "-o", &txt, "-o", &json, "-o", &html]);
+            for f in [txt, json, html] {
+                let p = std::path::PathBuf::from(&f);
+                if let Err(e) = read(Reader::of(&p), &p) {
+                    wrong.push(format!(
+                        "report {capture}: {f} read as {:?}: {e} ({})",
+                        Reader::of(&p),
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
             }
         }
     }

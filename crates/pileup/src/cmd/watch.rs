@@ -397,9 +397,16 @@ pub struct ReportArgs {
     /// DATA_DIR/fetched, DATA_DIR as for `pileup watch`].
     #[arg(long, value_name = "DIR")]
     pub to: Option<PathBuf>,
+    /// Without these, report.html is rebuilt and its path printed; with
+    /// them the capture's report is written too: text (report.txt), json
+    /// (its evidence, the metrics around it and the stalls) or html.
+    #[command(flatten)]
+    pub out: crate::output::OutputArgs,
 }
 
 pub fn run_report(mut a: ReportArgs) -> Result<()> {
+    let asked = a.out.format().is_some() || !a.out.output.is_empty();
+    let targets = a.out.targets("report")?;
     if let Some(u) = a.dir.to_str().filter(|u| u.starts_with("s3://")).map(String::from) {
         // The bucket, and the capture's key as the "prefix".
         let mut url = pileup_store::StoreUrl::parse(&u)?;
@@ -411,8 +418,7 @@ pub fn run_report(mut a: ReportArgs) -> Result<()> {
         let dest = a.to.take().unwrap_or_else(|| default_data_dir().join("fetched"));
         a.dir = remote.fetch(&key, &dest)?;
         pileup_watch::report::rebuild(&a.dir)?;
-        out!("{}", a.dir.join("report.html").display());
-        return Ok(());
+        return written(&a.dir, asked.then_some(&targets[..]));
     }
     if !a.dir.exists() {
         bail!("{}: no such directory; pileup captures lists the captures", a.dir.display());
@@ -433,7 +439,16 @@ pub fn run_report(mut a: ReportArgs) -> Result<()> {
         )?,
         None => pileup_watch::report::rebuild(&a.dir)?,
     }
-    out!("{}", a.dir.join("report.html").display());
+    written(&a.dir, asked.then_some(&targets[..]))
+}
+
+/// The rebuilt report: its path, or the capture's report in the formats
+/// asked for.
+fn written(dir: &std::path::Path, targets: Option<&[crate::output::Target]>) -> Result<()> {
+    match targets {
+        None => out!("{}", dir.join("report.html").display()),
+        Some(t) => crate::output::emit(&pileup_watch::capture_dir::read(dir)?, t, &Default::default())?,
+    }
     Ok(())
 }
 
