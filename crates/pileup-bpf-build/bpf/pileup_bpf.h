@@ -121,4 +121,32 @@ static __always_inline int pileup_spend(void *budgets, __u64 limit)
 		pileup_count(&counters, which);                                \
 	}
 
+// Give ring record `r` the user registers `regs` point at and the top of
+// that thread's stack (its `stack` array, `stack_len` set), submit it, and
+// count it: `count(nostack)` when no stack could be copied, then
+// `count(sent)`. A macro: each tracer's record has its own type.
+#define PILEUP_SUBMIT_WITH_STACK(r, regs, nostack, sent)                       \
+	do {                                                                   \
+		__u64 sp__ = (regs)->sp;                                       \
+		(r)->ip = (regs)->ip;                                          \
+		(r)->sp = sp__;                                                \
+		(r)->bp = (regs)->bp;                                          \
+		(r)->stack_len = pileup_copy_stack((r)->stack, sizeof((r)->stack), sp__); \
+		if (!(r)->stack_len)                                           \
+			count(nostack);                                        \
+		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);                       \
+		count(sent);                                                   \
+	} while (0)
+
+// `watched`: the threads a tracer follows (user space keeps the set
+// current as threads come and go), by thread id.
+#define PILEUP_WATCHED_THREADS_MAP                                             \
+	struct {                                                               \
+		__uint(type, BPF_MAP_TYPE_HASH);                               \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                          \
+		__uint(max_entries, 65536);                                    \
+		__type(key, __u32);                                            \
+		__type(value, __u8);                                           \
+	} watched SEC(".maps")
+
 #endif

@@ -186,17 +186,8 @@ static __always_inline int record_stack(__u64 kind, __u32 what, __u32 tid, __u64
 	r->addr = addr;
 	r->tid = tid;
 	r->what = what;
-	r->stack_len = 0;
 	r->pad = 0;
-	__u64 sp = regs->sp;
-	r->ip = regs->ip;
-	r->sp = sp;
-	r->bp = regs->bp;
-	r->stack_len = pileup_copy_stack(r->stack, STACK_BYTES, sp);
-	if (!r->stack_len)
-		count(C_NOSTACK);
-	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
-	count(C_SENT);
+	PILEUP_SUBMIT_WITH_STACK(r, regs, C_NOSTACK, C_SENT);
 	return 1;
 }
 

@@ -223,13 +223,7 @@ struct {
 // The threads followed when filter_threads is set (user space keeps the
 // set current as threads come and go); looked up only for a thread going
 // to sleep in a futex wait.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} watched SEC(".maps");
+PILEUP_WATCHED_THREADS_MAP;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -395,21 +389,9 @@ static __always_inline int record_start(__u64 now, __u64 uaddr, __u32 tid, __u32
 	r->tid = tid;
 	r->op = op;
 	r->val = val;
-	r->stack_len = 0;
-	r->ip = 0;
-	r->sp = 0;
-	r->bp = 0;
 	if (bpf_probe_read_user(r->window, WINDOW_BYTES, (void *)(uaddr - WINDOW_BEFORE)) != 0)
 		__builtin_memset(r->window, 0, WINDOW_BYTES);
-	__u64 sp = regs->sp;
-	r->ip = regs->ip;
-	r->sp = sp;
-	r->bp = regs->bp;
-	r->stack_len = pileup_copy_stack(r->stack, STACK_BYTES, sp);
-	if (!r->stack_len)
-		count(C_NOSTACK);
-	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
-	count(C_SENT);
+	PILEUP_SUBMIT_WITH_STACK(r, regs, C_NOSTACK, C_SENT);
 	return 1;
 }
 

@@ -88,13 +88,7 @@ _Static_assert(sizeof(struct thread_state) == 56, "thread_state is 56 bytes");
 #define C_FREE_HITS 7
 #define NCOUNTERS 8
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} watched SEC(".maps");
+PILEUP_WATCHED_THREADS_MAP;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
