@@ -52,20 +52,7 @@ struct Window {
 
 /// Create sbtest with one table on a sandbox; the arguments that reach it.
 fn prepare(sb: &Sandbox, workload: &str) -> Result<Vec<String>> {
-    sb.sql("CREATE DATABASE sbtest")?;
-    let sbargs = vec![
-        "--db-driver=mysql".to_string(),
-        format!("--mysql-socket={}", sb.endpoint.socket.display()),
-        "--mysql-user=root".into(),
-        "--tables=1".into(),
-        "--table-size=10000".into(),
-        "--auto_inc=on".into(),
-    ];
-    let st = Command::new("sysbench").arg(workload).args(&sbargs).arg("prepare").stdout(Stdio::null()).status()?;
-    if !st.success() {
-        bail!("sysbench prepare failed");
-    }
-    Ok(sbargs)
+    pileup_bench_drivers::sysbench_prepared_sized(sb, workload, 1, 10_000)
 }
 
 fn main() -> Result<()> {

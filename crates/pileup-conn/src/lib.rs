@@ -13,6 +13,7 @@
 //! required on the command line: use `MYSQL_PWD`, an option file, or `-p` with
 //! no value to be asked on the terminal.
 
+mod context;
 mod error;
 pub mod mycnf;
 

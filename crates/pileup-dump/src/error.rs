@@ -49,34 +49,12 @@ impl DumpError {
 
 pub type Result<T, E = DumpError> = std::result::Result<T, E>;
 
-/// What a failed step was doing, said before its error.
-pub(crate) trait Ctx<T> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T>;
-    fn ctx(self, what: &str) -> Result<T>
-    where
-        Self: Sized,
-    {
-        self.with_ctx(|| what.to_string())
-    }
-}
-
-impl<T> Ctx<T> for std::result::Result<T, std::io::Error> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| DumpError::Io { what: what(), source })
-    }
-}
-
-impl<T> Ctx<T> for std::result::Result<T, mysql::Error> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| DumpError::Sql { what: what(), source: e.into() })
-    }
-}
-
-impl<T> Ctx<T> for Result<T> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| DumpError::In { what: what(), source: Box::new(e) })
-    }
-}
+pileup_conn::context_trait!(
+    DumpError,
+    io: |what, source| DumpError::Io { what, source },
+    sql: |what, e: mysql::Error| DumpError::Sql { what, source: e.into() },
+    within: |what, e| DumpError::In { what, source: Box::new(e) }
+);
 
 impl<T> Ctx<T> for std::result::Result<T, pileup_files::FileError> {
     fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {

@@ -30,34 +30,12 @@ impl From<std::sync::mpsc::RecvError> for SandboxError {
 
 pub type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
-/// What a failed step was doing, said before its error.
-pub(crate) trait Ctx<T> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T>;
-    fn ctx(self, what: &str) -> Result<T>
-    where
-        Self: Sized,
-    {
-        self.with_ctx(|| what.to_string())
-    }
-}
-
-impl<T> Ctx<T> for std::result::Result<T, std::io::Error> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| SandboxError::Io { what: what(), source })
-    }
-}
-
-impl<T> Ctx<T> for std::result::Result<T, mysql::Error> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| SandboxError::Sql { what: what(), source: e.into() })
-    }
-}
-
-impl<T> Ctx<T> for Result<T> {
-    fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| SandboxError::Setup(format!("{}: {e}", what())))
-    }
-}
+pileup_conn::context_trait!(
+    SandboxError,
+    io: |what, source| SandboxError::Io { what, source },
+    sql: |what, e: mysql::Error| SandboxError::Sql { what, source: e.into() },
+    within: |what, e| SandboxError::Setup(format!("{what}: {e}"))
+);
 
 impl<T> Ctx<T> for Option<T> {
     fn with_ctx(self, what: impl FnOnce() -> String) -> Result<T> {
