@@ -14,7 +14,8 @@ CARGO ?= cargo
 # tests put a server on an ext4 image without extents (mkfs.ext4, losetup).
 # bench/digest measures each tool's CPU and peak memory with GNU time. The
 # CLI tests render pileup's manual pages with man (man-db, which brings groff).
-# The fleet's rules are checked and unit-tested with promtool, and run on a
+# The consumers test reads every JSON result with jq. The fleet's rules are
+# checked and unit-tested with promtool, and run on a
 # real Prometheus (both from Debian's prometheus package). pileup bench compares
 # MariaDB with a throwaway PostgreSQL 15 cluster it starts (Debian's postgresql-15).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
