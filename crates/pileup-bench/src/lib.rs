@@ -26,6 +26,7 @@ pub mod experiments;
 pub mod knee;
 mod name;
 mod options;
+pub mod output;
 pub mod plot;
 pub mod profile;
 pub mod report;

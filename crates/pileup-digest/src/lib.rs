@@ -25,6 +25,7 @@ pub mod attr;
 pub mod class;
 mod error;
 pub mod input;
+pub mod output;
 pub mod rank;
 pub mod report;
 

@@ -106,7 +106,7 @@ impl serde::Serialize for Classes<'_> {
 /// advice when there is some. Written as it is made, one class's value at
 /// a time: a log of a hundred thousand classes needs no second copy of
 /// them as JSON values in memory.
-impl serde::Serialize for super::DigestReport<'_> {
+impl serde::Serialize for crate::output::DigestReport<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let (d, v) = (self.digest, &self.view);

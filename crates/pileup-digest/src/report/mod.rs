@@ -9,33 +9,6 @@ pub mod text;
 use crate::attr::{A, ATTRS};
 use crate::Digest;
 
-/// A digest as the output layer writes it: text (the profile and the top
-/// classes in detail, then the advice), JSON, or a self-contained HTML page.
-pub struct DigestReport<'a> {
-    /// The classes read.
-    pub digest: &'a Digest,
-    /// Their order and how many the text and page show.
-    pub view: View,
-    /// What `--advise` measured, when it ran.
-    pub advice: Option<&'a [crate::advise::Advice]>,
-}
-
-impl pileup_output::Report for DigestReport<'_> {
-    fn tool(&self) -> &'static str {
-        "digest"
-    }
-    fn text(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        w.write_all(text::render(self.digest, &self.view).as_bytes())?;
-        if let Some(adv) = self.advice {
-            w.write_all(text::render_advice(adv).as_bytes())?;
-        }
-        Ok(())
-    }
-    fn html(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> Option<std::io::Result<()>> {
-        Some(w.write_all(html::render(self.digest, &self.view, self.advice).as_bytes()))
-    }
-}
-
 /// What to show.
 #[derive(Clone, Debug)]
 pub struct View {

@@ -262,7 +262,7 @@ fn bench_options(a: &BenchArgs) -> pileup_bench::Options {
 fn write_reports(reports: &[ExperimentReport], format: Format) -> Result<()> {
     match reports {
         [one] => crate::output::emit(one, &[(None, format)], &Default::default()),
-        many => crate::output::emit(&pileup_bench::report::Experiments(many), &[(None, format)], &Default::default()),
+        many => crate::output::emit(&pileup_bench::output::Experiments(many), &[(None, format)], &Default::default()),
     }
 }
 

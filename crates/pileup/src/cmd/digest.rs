@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use pileup_digest::report::{DigestReport, View};
+use pileup_digest::output::DigestReport;
+use pileup_digest::report::View;
 use pileup_digest::{digest, Input, Options, Rank};
 
 use crate::output::emit;
