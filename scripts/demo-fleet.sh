@@ -139,7 +139,7 @@ echo "$secs" > "$out/alert-seconds.txt"
 echo "== the capture in the store"
 for _ in $(seq 60); do
   "$pileup" captures --from s3://captures/demo --json > "$out/store.json" 2>/dev/null || true
-  [ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$out/store.json" 2>/dev/null || echo 0)" -gt 0 ] && break
+  [ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["captures"]))' "$out/store.json" 2>/dev/null || echo 0)" -gt 0 ] && break
   sleep 1
 done
 "$pileup" captures --from s3://captures/demo | tee "$out/store.txt"

@@ -33,6 +33,7 @@ pub mod report;
 pub mod syscalls;
 pub mod target;
 pub mod why;
+mod words;
 
 pub use error::{ExperimentError, Result};
 pub use name::Name;

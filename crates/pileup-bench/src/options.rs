@@ -47,7 +47,7 @@ pub enum Event<'a> {
     /// A series (one curve) begins.
     Series { experiment: &'a str, label: &'a str, index: usize, of: usize },
     /// A window is about to run (for a progress line).
-    Window { label: &'a str, threads: u32, round: u32, rounds: u32 },
+    Window { experiment: &'a str, label: &'a str, threads: u32, round: u32, rounds: u32 },
     /// A point is measured; the report so far (for keeping partial results).
     Point { report: &'a ExperimentReport },
     /// The server is being profiled.
@@ -62,11 +62,11 @@ impl pileup_output::News for Event<'_> {
         let doing = |s: String| Progress::doing(s);
         match self {
             Event::Series { experiment, label, index, of } => doing(format!("{experiment}: {label} ({index} of {of})")),
-            Event::Window { label, threads, round, rounds } => {
-                doing(format!("{label}: {threads} threads, round {round} of {rounds}"))
+            Event::Window { experiment, label, threads, round, rounds } => {
+                doing(format!("{experiment}: {label}, {}, round {round} of {rounds}", crate::words::threads(*threads)))
             }
             Event::Profiling { threads, seconds } => {
-                doing(format!("profiling the server at {threads} threads for {seconds:.0} s"))
+                doing(format!("profiling the server at {} for {seconds:.0} s", crate::words::threads(*threads)))
             }
             Event::Point { .. } => Progress::none(),
         }

@@ -223,8 +223,8 @@ fn pct(x: f64) -> String {
 pub fn text(k: &KneeProfile, w: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         w,
-        "Profile at {} threads ({}) of {}, {:.0} s: {} connection-thread samples, {} of them on a CPU",
-        k.threads,
+        "Profile at {} ({}) of {}, {:.0} s: {} connection-thread samples, {} of them on a CPU",
+        crate::words::threads(k.threads),
         k.at,
         k.series,
         k.seconds,

@@ -8,6 +8,7 @@ use crate::knee::Shape;
 use crate::name::{Name, THREAD_CONCURRENCY_LIMIT};
 use crate::profile::KneeProfile;
 use crate::report::{rate, ExperimentReport, Point, Series};
+use crate::words::threads;
 
 fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
@@ -83,12 +84,12 @@ fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
     let last = s.points.last()?;
     let knee = s.knee_threads.and_then(|k| at(s, k)).unwrap_or(b);
     let mut t = format!(
-        "{}: best {} {unit} at {} threads; {} at {} threads",
+        "{}: best {} {unit} at {}; {} at {}",
         s.label,
         rate(b.median),
-        b.threads,
+        threads(b.threads),
         rate(last.median),
-        last.threads
+        threads(last.threads)
     );
     if let Some(shape) = s.shape {
         t.push_str(&format!(" ({})", shape.describe()));
@@ -100,15 +101,15 @@ fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
     let bent = s.shape != Some(Shape::Rising) && s.points.first().is_some_and(|p| p.threads != knee.threads);
     if knee.cpu_bound {
         t.push_str(&format!(
-            " At the knee ({} threads) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
-            knee.threads,
+            " At the knee ({}) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
+            threads(knee.threads),
             knee.server_cores.unwrap_or(0.0),
             knee.driver_cores
         ));
     } else if let (Some(busy), true) = (busy, bent) {
         t.push_str(&format!(
-            " At the knee ({} threads) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
-            knee.threads
+            " At the knee ({}) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
+            threads(knee.threads)
         ));
     }
     if knee.driver_cores > 0.5 * cores as f64 {
@@ -189,9 +190,9 @@ fn table_open(r: &ExperimentReport) -> Vec<String> {
     if let Some(small) = r.series.first().and_then(|s| best(s).map(|p| (s, p))) {
         if let Some(opens) = small.1.counter_per_s {
             out.push(format!(
-                "Through the small cache the server opened {} tables/s at best ({} threads).",
+                "Through the small cache the server opened {} tables/s at best ({}).",
                 rate(opens),
-                small.1.threads
+                threads(small.1.threads)
             ));
         }
         let never = find(r, &["use_stat_tables=NEVER"]);
@@ -200,11 +201,11 @@ fn table_open(r: &ExperimentReport) -> Vec<String> {
             let opens = p.counter_per_s.map(|o| format!(", opening {} tables/s", rate(o))).unwrap_or_default();
             out.push(if same {
                 format!(
-                    "With the statistics tables left out of the open path ({}) the reads run at {} {} at {} threads{opens}: equal within noise, so reading statistics is not what opening a table costs here.",
+                    "With the statistics tables left out of the open path ({}) the reads run at {} {} at {}{opens}: equal within noise, so reading statistics is not what opening a table costs here.",
                     never.label.rsplit(", ").next().unwrap_or_default(),
                     rate(p.median),
                     r.unit,
-                    p.threads
+                    threads(p.threads)
                 )
             } else {
                 format!(
@@ -355,7 +356,7 @@ fn durability(r: &ExperimentReport) -> Vec<String> {
 fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
     let mut out = vec![];
     for k in ps {
-        let mut t = format!("At {} threads ({}), ", k.threads, k.at);
+        let mut t = format!("At {} ({}), ", threads(k.threads), k.at);
         t.push_str(&format!("{} of the connection threads' samples were on a CPU", pct(k.running_share)));
         if let Some(top) = k.innermost.first() {
             t.push_str(&format!("; the commonest innermost frame was {} ({})", top.name, pct(top.share)));
@@ -407,8 +408,8 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
         if name == Name::Accept {
             if let Some(a) = &k.accept_syscalls {
                 out.push(format!(
-                    "The accept thread at {} threads, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and was runnable but waiting for one {} (a call that has woken waits for a CPU before it returns, so the two overlap).",
-                    k.threads,
+                    "The accept thread at {}, counted exactly: {} of its time in system calls; {}. It made {:.1} system calls per connection. It ran on a CPU {} of the time and was runnable but waiting for one {} (a call that has woken waits for a CPU before it returns, so the two overlap).",
+                    threads(k.threads),
                     pct(a.tally.in_syscalls()),
                     a.list(6),
                     a.per_connection(a.tally.total_calls()),

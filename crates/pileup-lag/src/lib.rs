@@ -537,7 +537,8 @@ pub fn render_text(r: &LagReport) -> String {
         pileup_output::plural(r.applier_threads as u64, "applier thread", "applier threads")
     );
     if let Some(t) = r.transactions {
-        s.push_str(&format!("applied {t} transactions ({:.0}/s)", t as f64 / r.seconds.max(1e-9)));
+        let applied = pileup_output::plural(t, "transaction", "transactions");
+        s.push_str(&format!("applied {applied} ({:.0}/s)", t as f64 / r.seconds.max(1e-9)));
         if let (Some(a), Some(b)) = (r.lag_start_s, r.lag_end_s) {
             s.push_str(&format!("; lag {a} s → {b} s"));
         }

@@ -543,9 +543,9 @@ impl Traced {
         for r in &g.by_role {
             writeln!(
                 w,
-                "  {:<28} {:>4} thread(s): {} first touched, {} mapped, {} given back",
+                "  {:<28} {:>12}: {} first touched, {} mapped, {} given back",
                 r.role,
-                r.threads,
+                pileup_output::plural(r.threads, "thread", "threads"),
                 human(r.counts.anon_bytes + r.counts.file_bytes),
                 human(r.counts.mapped),
                 human(r.counts.released)

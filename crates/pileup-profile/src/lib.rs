@@ -69,9 +69,9 @@ fn default_title(p: &Profile) -> String {
 
 fn subtitle(p: &Profile) -> String {
     format!(
-        "{}, {} thread stacks, {} mode; {:.0}% of frames named",
+        "{}, {}, {} mode; {:.0}% of frames named",
         pileup_output::plural(p.stops.samples, "sample", "samples"),
-        p.thread_stacks,
+        pileup_output::plural(p.thread_stacks, "thread stack", "thread stacks"),
         p.mode.name(),
         p.named_pct
     )

@@ -32,12 +32,12 @@ fn ms(us: u64) -> String {
 pub(crate) fn annotations(p: &Profile, groups: &[pileup_engine::analysis::StackGroup]) -> Vec<String> {
     let mut out = vec![];
     out.push(format!(
-        "pileup stacks: pid {} {}{}, {}, {} thread stacks, {} mode",
+        "pileup stacks: pid {} {}{}, {}, {}, {} mode",
         p.pid,
         p.exe,
         p.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         plural(p.stops.samples, "sample", "samples"),
-        p.thread_stacks,
+        plural(p.thread_stacks, "thread stack", "thread stacks"),
         p.mode.name()
     ));
     if p.stops.samples > 0 {

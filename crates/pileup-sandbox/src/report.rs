@@ -57,3 +57,25 @@ impl pileup_output::Report for Listing {
         Ok(())
     }
 }
+
+/// The sandboxes `pileup sandbox stop` stopped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stopped {
+    /// Their names.
+    pub stopped: Vec<String>,
+}
+
+impl pileup_output::Report for Stopped {
+    fn tool(&self) -> &'static str {
+        "sandbox stop"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
+        if self.stopped.is_empty() {
+            return writeln!(w, "no sandboxes");
+        }
+        for n in &self.stopped {
+            writeln!(w, "stopped {n}")?;
+        }
+        Ok(())
+    }
+}

@@ -299,12 +299,17 @@ fn usual(a: &Around) -> String {
     }
 }
 
-/// ", N thread(s) doing…", or nothing for none.
+/// ", N threads doing…", or nothing for none.
 fn threads_doing(n: usize, what: &str) -> String {
     match n {
         0 => String::new(),
-        n => format!(", {n} thread(s) {what}"),
+        n => format!(", {} {what}", threads(n)),
     }
+}
+
+/// "1 thread", "3 threads".
+fn threads(n: usize) -> String {
+    pileup_output::plural(n, "thread", "threads")
 }
 
 fn var<'a>(ev: &'a Evidence, name: &str) -> Option<&'a str> {
@@ -457,7 +462,7 @@ fn drop_table(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     if dropping >= 1 || drop_pl.is_some() {
         let who = drop_pl
             .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
-            .unwrap_or_else(|| format!("{dropping} thread(s) in mysql_rm_table / ha_delete_table"));
+            .unwrap_or_else(|| format!("{} in mysql_rm_table / ha_delete_table", threads(dropping)));
         return add(
             StallClass::DropTable,
             drop_at,
@@ -483,7 +488,8 @@ fn file_extension(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
             StallClass::FileExtension,
             extend_at,
             format!(
-                "{extenders} thread(s) extending a data file{}{}{}",
+                "{} extending a data file{}{}{}",
+                threads(extenders),
                 if files.is_empty() { String::new() } else { format!(" ({files})") },
                 if zeros { ", writing zeros: the filesystem does not allocate space without them" } else { "" },
                 var(ev, "innodb_autoextend_increment")
@@ -506,7 +512,7 @@ fn stats_recalc(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     if stats >= 1 || analyze.is_some() {
         let who = analyze
             .map(|r| pl_summary(ev, r.get("id").and_then(|i| i.parse().ok()).unwrap_or(0)))
-            .unwrap_or_else(|| format!("{stats} thread(s) in dict_stats_*"));
+            .unwrap_or_else(|| format!("{} in dict_stats_*", threads(stats)));
         return add(StallClass::StatsRecalc, stats_at, format!("{who} recalculating index statistics"));
     }
     None
@@ -560,7 +566,8 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
             .filter(|t| on_log(t))
             .filter_map(|t| t.file.as_ref().and_then(|io| io.bytes.map(|b| (b, t.connection))))
             .max();
-        let mut e = vec![format!("{log_io} thread(s) writing or syncing the redo log ({})", files_of(samples, on_log))];
+        let mut e =
+            vec![format!("{} writing or syncing the redo log ({})", threads(log_io), files_of(samples, on_log))];
         if let Some((b, client)) = biggest.filter(|b| b.0 >= 1 << 20) {
             e.push(format!(
                 "{} wrote {:.0} MiB at once",
@@ -569,7 +576,7 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
             ));
         }
         if let Some(f) = &full {
-            e.push(format!("the log buffer was full {:.0} time(s)/s", f.peak));
+            e.push(format!("the log buffer was full {:.0} times a second", f.peak));
         }
         let vars: Vec<String> = ["innodb_log_buffer_size", "innodb_flush_log_at_trx_commit"]
             .iter()
@@ -652,8 +659,8 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         }
         let files = files_of(samples, |t| t.state == 'D');
         e.push(format!(
-            "{} thread(s) waiting for the disk{}",
-            d.max(io),
+            "{} waiting for the disk{}",
+            threads(d.max(io)),
             if files.is_empty() { String::new() } else { format!(" ({files})") }
         ));
         let first = [
@@ -733,7 +740,7 @@ mod tests {
         assert_eq!(f[0].first_unix, Some(1057.0));
         assert_eq!(
             f[0].line(),
-            "table-open storm: 2400 tables opened/s (usually 3), 6 thread(s) opening tables (open_table); table_open_cache=10, table_definition_cache=400"
+            "table-open storm: 2400 tables opened/s (usually 3), 6 threads opening tables (open_table); table_open_cache=10, table_definition_cache=400"
         );
         // A steady high rate is the workload, not a stall.
         ev.history = history("table_open_cache_misses_rate", 2000.0, 2400.0);
@@ -815,13 +822,13 @@ mod tests {
         );
         let d = describe(&f).unwrap();
         assert!(
-            d.starts_with("connection storm: 452 connections/s (usually 5), 440 threads created/s (thread_cache_size=0), 5 thread(s) logging in (it came first, at "),
+            d.starts_with("connection storm: 452 connections/s (usually 5), 440 threads created/s (thread_cache_size=0), 5 threads logging in (it came first, at "),
             "{d}"
         );
         assert!(d.ends_with("; then slow or saturated disk"), "{d}");
         assert_eq!(
             f[1].evidence,
-            "the datadir's device 100% busy, 80 ms per I/O (usually 0.5), 3 thread(s) waiting for the disk (pread64 on db/t1.ibd (3))"
+            "the datadir's device 100% busy, 80 ms per I/O (usually 0.5), 3 threads waiting for the disk (pread64 on db/t1.ibd (3))"
         );
     }
 
@@ -845,7 +852,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(
             f[0].line(),
-            "data file extension: 1 thread(s) extending a data file (pwrite64 on ibdata1 (1)), writing zeros: the filesystem does not allocate space without them; innodb_autoextend_increment=64 MB"
+            "data file extension: 1 thread extending a data file (pwrite64 on ibdata1 (1)), writing zeros: the filesystem does not allocate space without them; innodb_autoextend_increment=64 MB"
         );
         // fallocate on a table's file, named by its frame.
         let samples = [SampleView {
@@ -864,7 +871,7 @@ mod tests {
         }];
         assert_eq!(
             findings_in(&ev, &samples)[0].evidence,
-            "1 thread(s) extending a data file (fallocate on db/t.ibd (1))"
+            "1 thread extending a data file (fallocate on db/t.ibd (1))"
         );
         // The disk, busy since before, follows the extension that keeps it busy.
         ev.history =
@@ -904,7 +911,7 @@ mod tests {
         assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::SlowDisk]);
         assert_eq!(
             f[0].evidence,
-            "tasks stalled on I/O 95% of the time (usually 0%), 2 thread(s) waiting for the disk (fdatasync on ib_logfile0 (1), fdatasync on sbtest/sbtest1.ibd (1))"
+            "tasks stalled on I/O 95% of the time (usually 0%), 2 threads waiting for the disk (fdatasync on ib_logfile0 (1), fdatasync on sbtest/sbtest1.ibd (1))"
         );
         // Always this stalled: the usual state of this host, not a stall.
         for r in &mut ev.history {
@@ -967,7 +974,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(
             f[0].line(),
-            "redo log writes: 1 thread(s) writing or syncing the redo log (pwrite64 on ib_logfile0 (1)), a client's thread wrote 16 MiB at once; innodb_log_buffer_size=16 MiB, innodb_flush_log_at_trx_commit=2"
+            "redo log writes: 1 thread writing or syncing the redo log (pwrite64 on ib_logfile0 (1)), a client's thread wrote 16 MiB at once; innodb_log_buffer_size=16 MiB, innodb_flush_log_at_trx_commit=2"
         );
         assert_eq!(f[0].first_unix, Some(1057.1));
         // Commits that wait for no log write (innodb_flush_log_at_trx_commit=0):

@@ -347,7 +347,7 @@ fn candidates(
                         "its transaction has been open {} s, since before {what}{}",
                         t.age_s,
                         if t.tables_locked > 0 {
-                            format!(", {} table(s) locked", t.tables_locked)
+                            format!(", {} locked", pileup_output::plural(t.tables_locked, "table", "tables"))
                         } else {
                             String::new()
                         }
@@ -393,8 +393,8 @@ fn judge(p: &mut LockPileup, all: &[Conn], subject: &Conn, headed: bool, what: &
             if idle_close {
                 p.sureness = Some(Sureness::Likely);
                 p.why = format!(
-                    "from the processlist's timing, the only connection that went idle within a second before {what}; {} other(s) idle or running longer",
-                    n - 1
+                    "from the processlist's timing, the only connection that went idle within a second before {what}; {} idle or running longer",
+                    pileup_output::plural(n - 1, "other", "others")
                 );
             } else {
                 p.sureness = Some(Sureness::Possible);
@@ -541,7 +541,10 @@ pub fn verdict_line(p: &LockPileup) -> String {
         (Some(Sureness::Exact), Some(h)) => {
             s += &format!("{held} {}: {}{} ({})", h.summary, h.reason, last_ran(h), p.why);
             if p.holders.len() > 1 {
-                s += &format!(", and {} other connection(s)", p.holders.len() - 1);
+                s += &format!(
+                    ", and {}",
+                    pileup_output::plural(p.holders.len() - 1, "other connection", "other connections")
+                );
             }
         }
         (Some(Sureness::Likely), Some(h)) => {

@@ -129,6 +129,47 @@ impl pileup_output::Report for RemoteListing {
     }
 }
 
+/// The metrics a trigger may use, with their meanings (`pileup watch
+/// --list-metrics`).
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricList {
+    /// Each metric, in the order the derivation gives them.
+    pub metrics: Vec<Metric>,
+}
+
+/// One metric a trigger may use.
+#[derive(Debug, Clone, Serialize)]
+pub struct Metric {
+    pub name: String,
+    pub meaning: String,
+}
+
+impl MetricList {
+    /// Every metric, and the per-statement-kind rates as one pattern.
+    pub fn all() -> MetricList {
+        let mut metrics: Vec<Metric> =
+            crate::derive::metrics_described().into_iter().map(|(name, meaning)| Metric { name, meaning }).collect();
+        metrics.push(Metric {
+            name: "com_*_rate".into(),
+            meaning: "statements of each kind per second (com_select_rate, com_update_rate, ...)".into(),
+        });
+        MetricList { metrics }
+    }
+}
+
+impl pileup_output::Report for MetricList {
+    fn tool(&self) -> &'static str {
+        "watch --list-metrics"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
+        let width = self.metrics.iter().map(|m| m.name.len()).max().unwrap_or(0);
+        for m in &self.metrics {
+            writeln!(w, "{:<width$}  {}", m.name, m.meaning)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

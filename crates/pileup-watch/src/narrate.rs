@@ -55,7 +55,7 @@ impl Narrator {
                 "pileup watch: {server} every {}, pid {}, history in {data_dir}; triggers: {}",
                 every(*interval_ms),
                 pid.map(|p| p.to_string())
-                    .unwrap_or_else(|| format!("none ({})", self.no_pid_why.as_deref().unwrap_or("not on this machine"))),
+                    .unwrap_or_else(|| format!("none ({})", self.no_pid_why.as_deref().unwrap_or("not watched"))),
                 triggers.join("; ")
             ),
             // A change of state is news; a repeat is counted and said when

@@ -35,7 +35,9 @@ fn mutex_holder(ev: &Evidence) -> Option<String> {
     let l = ev.profile.as_ref()?.locks.iter().find(|l| l.owner_tid.is_some() && l.most_at_once >= 2)?;
     let o = l.owner_tid?;
     let who = l.holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
-    Some(format!("{} thread(s) wait on {} 0x{:x} held by tid {o}{who}", l.most_at_once, l.kind.describe(), l.addr))
+    let waits = if l.most_at_once == 1 { "waits" } else { "wait" };
+    let threads = pileup_output::plural(l.most_at_once, "thread", "threads");
+    Some(format!("{threads} {waits} on {} 0x{:x} held by tid {o}{who}", l.kind.describe(), l.addr))
 }
 
 /// A row-lock convoy behind a transaction at work and younger than this
@@ -135,7 +137,8 @@ fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
         if !waiting_itself || pileup.is_none() {
             let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
             let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
-            let convoy = format!("row lock convoy: {n} waiting transaction(s) blocked by {}{age}", pl_summary(ev, b));
+            let waiting = pileup_output::plural(n, "waiting transaction", "waiting transactions");
+            let convoy = format!("row lock convoy: {waiting} blocked by {}{age}", pl_summary(ev, b));
             // Waits behind a young transaction that is itself at work are
             // what a busy write load shows, and when a stall class is there
             // too, the class is why that transaction is slow: the class
@@ -164,7 +167,9 @@ fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
         let mut v = crate::holder::verdict_line(&p);
         if let Some(&(b, n)) = roots.first() {
             v += &format!(
-                "; {n} transaction(s) also wait for row locks held by connection {b}, which waits in this queue"
+                "; {} also {} for row locks held by connection {b}, which waits in this queue",
+                pileup_output::plural(n, "transaction", "transactions"),
+                if n == 1 { "waits" } else { "wait" }
             );
         }
         return also(v);
@@ -283,7 +288,7 @@ mod tests {
         let v = verdict(&ev);
         assert!(
             v.starts_with(
-                "row lock convoy: 3 waiting transaction(s) blocked by connection 7 (app@, Sleep for 12s) (idle)"
+                "row lock convoy: 3 waiting transactions blocked by connection 7 (app@, Sleep for 12s) (idle)"
             ),
             "{v}"
         );
@@ -327,9 +332,7 @@ mod tests {
         let v = verdict(&ev);
         assert!(v.starts_with("flushing storm: checkpoint age at 99%"), "{v}");
         assert!(
-            v.contains(
-                "; also row lock convoy: 4 waiting transaction(s) blocked by connection 7 (app@, Execute for 0s)"
-            ),
+            v.contains("; also row lock convoy: 4 waiting transactions blocked by connection 7 (app@, Execute for 0s)"),
             "{v}"
         );
         // A client between its transaction's statements is at work.
@@ -341,13 +344,13 @@ mod tests {
         for w in &mut ev.row_lock_waits {
             w.blocking_trx_age_s = Some(1);
         }
-        assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transaction(s)"));
+        assert!(verdict(&ev).starts_with("row lock convoy: 4 waiting transactions"));
         ev.processlist[0] = conn("Execute");
         ev.row_lock_waits.truncate(1);
         // An old transaction holding rows is a culprit of its own.
         ev.row_lock_waits[0].blocking_trx_age_s = Some(30);
         let v = verdict(&ev);
-        assert!(v.starts_with("row lock convoy: 1 waiting transaction(s) blocked by connection 7"), "{v}");
+        assert!(v.starts_with("row lock convoy: 1 waiting transaction blocked by connection 7"), "{v}");
         assert!(v.ends_with("; stall classes seen: flushing storm"), "{v}");
     }
 
@@ -368,7 +371,7 @@ mod tests {
         let v = verdict(&ev);
         assert!(v.starts_with("global read or backup lock: 2 connections wait, likely held by connection 66 "), "{v}");
         assert!(
-            v.ends_with("; 1 transaction(s) also wait for row locks held by connection 7, which waits in this queue"),
+            v.ends_with("; 1 transaction also waits for row locks held by connection 7, which waits in this queue"),
             "{v}"
         );
     }

@@ -4,7 +4,9 @@
 //! (xmllint for SVG and HTML, `go tool pprof -raw`, Graphviz's dot, the
 //! folded format's own shape), against one real sandbox under load. The
 //! Prometheus expositions are read by promtool in the fleet tests, lag's
-//! pprof in its own (it needs a replica).
+//! pprof in its own (it needs a replica), bench's JSON and plot in its
+//! own (a run takes minutes), prefetch's stream in its own (it needs a
+//! replica).
 
 mod common;
 
@@ -18,9 +20,10 @@ use pileup_sandbox::{Options, Sandbox};
 /// The program that reads a format, and what it must find.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Reader {
-    /// One JSON document whose top level carries `schema_version` 1.
+    /// One JSON document (not several) whose top level carries
+    /// `schema_version` 1.
     Json,
-    /// JSON Lines, every line an object with `schema_version` 1.
+    /// JSON Lines: every line one object with `schema_version` 1.
     JsonLines,
     Svg,
     Html,
@@ -61,8 +64,17 @@ fn read(r: Reader, path: &Path) -> Result<(), String> {
         return Err("empty".into());
     }
     let problem = match r {
-        Reader::Json => failed(&run("jq", &["-e", ".schema_version == 1", p])),
-        Reader::JsonLines => failed(&run("jq", &["-e", "-s", "length > 0 and all(.schema_version == 1)", p])),
+        Reader::Json => failed(&run("jq", &["-e", "-s", "length == 1 and .[0].schema_version == 1", p])),
+        // jq reads a stream of values however they are laid out: each line
+        // must also be one whole object.
+        Reader::JsonLines => {
+            failed(&run("jq", &["-e", "-s", "length > 0 and all(.schema_version == 1)", p])).or_else(|| {
+                String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .find(|l| serde_json::from_str::<serde_json::Value>(l).map_or(true, |v| !v.is_object()))
+                    .map(|l| format!("not one JSON object on its line: {l:?}"))
+            })
+        }
         Reader::Svg => failed(&run("xmllint", &["--noout", p])),
         // libxml2's HTML parser is HTML 4's: it knows no figure or inline
         // svg and says so; anything else it says is a malformed page.
@@ -94,15 +106,24 @@ fn read(r: Reader, path: &Path) -> Result<(), String> {
 }
 
 /// One command: its arguments (`{}` in one is the scratch directory, `~`
-/// a space within one), the files it writes, and how its stdout is read.
+/// a space within one), and either the files it writes (stdout then
+/// empty; its text file must hold `says`) or how its stdout is read.
 struct Case {
     args: Vec<String>,
     files: Vec<&'static str>,
-    stdout: Reader,
+    says: &'static str,
+    stdout: Option<Reader>,
 }
 
-fn case(args: &str, files: &[&'static str], stdout: Reader) -> Case {
-    Case { args: args.split_whitespace().map(String::from).collect(), files: files.to_vec(), stdout }
+/// A command whose result is on stdout.
+fn case(args: &str, stdout: Reader) -> Case {
+    Case { args: args.split_whitespace().map(String::from).collect(), files: vec![], says: "", stdout: Some(stdout) }
+}
+
+/// A command that writes files (the text one saying `says`), and nothing
+/// on stdout.
+fn files(args: &str, files: &[&'static str], says: &'static str) -> Case {
+    Case { args: args.split_whitespace().map(String::from).collect(), files: files.to_vec(), says, stdout: None }
 }
 
 #[test]
@@ -130,62 +151,67 @@ fn every_result_is_read_by_its_consumer() {
 
     let conn = format!("-S {sock} -u root");
     let cases = [
-        case(
+        files(
             &format!("stacks --pid {pid} {conn} -o s.txt -o s.json -o s.folded -o s.svg -o s.dot -o s.pb.gz"),
             &["s.txt", "s.json", "s.folded", "s.svg", "s.dot", "s.pb.gz"],
-            Reader::Text,
+            "# pileup stacks: pid",
         ),
-        case(&format!("stacks --pid {pid} {conn} --json"), &[], Reader::Json),
-        case(
+        case(&format!("stacks --pid {pid} {conn} --json"), Reader::Json),
+        files(
             &format!(
                 "locks --pid {pid} {conn} --duration 2s -o l.txt -o l.json -o l.folded -o l.svg -o l.dot -o l.pb.gz"
             ),
             &["l.txt", "l.json", "l.folded", "l.svg", "l.dot", "l.pb.gz"],
-            Reader::Text,
+            "pileup locks",
         ),
-        case(&format!("locks --pid {pid} {conn} --duration 1s -f json"), &[], Reader::Json),
-        case(
+        case(&format!("locks --pid {pid} {conn} --duration 1s -f json"), Reader::Json),
+        files(
             &format!(
                 "memory --pid {pid} {conn} --duration 3s -o m.txt -o m.json -o m.folded -o m.svg -o m.dot -o m.pb.gz"
             ),
             &["m.txt", "m.json", "m.folded", "m.svg", "m.dot", "m.pb.gz"],
-            Reader::Text,
+            "pileup memory",
         ),
-        case(&format!("digest {slow_log} -o d.txt -o d.json -o d.html"), &["d.txt", "d.json", "d.html"], Reader::Text),
-        case(&format!("digest {slow_log} --json"), &[], Reader::Json),
-        case(&format!("binlog {binlog} --json"), &[], Reader::JsonLines),
-        case(&format!("binlog {binlog} --stats -f json"), &[], Reader::Json),
-        case(&format!("top --once {conn} --pid {pid} --json"), &[], Reader::Json),
+        files(&format!("digest {slow_log} -o d.txt -o d.json -o d.html"), &["d.txt", "d.json", "d.html"], "# Profile, ranked by"),
+        case(&format!("digest {slow_log} --json"), Reader::Json),
+        case(&format!("binlog {binlog} --json"), Reader::JsonLines),
+        case(&format!("binlog {binlog} --stats -f json"), Reader::Json),
+        case(&format!("top --once {conn} --pid {pid} --json"), Reader::Json),
         // sysbench keeps 8 connections open: a capture to report on.
         case(
-            &format!("watch --pid {pid} {conn} --duration 4s --data-dir {{}}/watch --json --trigger threads_connected~>~5~for~1s"),
-            &[],
+            &format!("watch --pid {pid} {conn} --duration 6s --data-dir {{}}/watch --json --trigger threads_connected~>~5~for~1s"),
             Reader::JsonLines,
         ),
-        case("captures --data-dir {}/watch --json", &[], Reader::Json),
-        case(&format!("dump {conn} --databases shop -o {{}}/dump --json"), &[], Reader::JsonLines),
-        case(&format!("load {{}}/dump {conn} --rename shop:shop_copy --json"), &[], Reader::JsonLines),
-        case("sandbox list --json", &[], Reader::Json),
+        case("captures --data-dir {}/watch --json", Reader::Json),
+        case(&format!("dump {conn} --databases shop -o {{}}/dump --json"), Reader::JsonLines),
+        case(&format!("load {{}}/dump {conn} --rename shop:shop_copy --json"), Reader::JsonLines),
+        case("sandbox list --json", Reader::Json),
+        case("watch --list-metrics --json", Reader::Json),
     ];
 
     // Lock waits while the cases run.
-    let mut load = sysbench_start("oltp_read_write", &base, 8, 60);
+    let mut load = sysbench_start("oltp_read_write", &base, 8, 300);
     let mut wrong = vec![];
     for (i, c) in cases.iter().enumerate() {
         let args: Vec<String> =
             c.args.iter().map(|a| a.replace("{}", dir.to_str().unwrap()).replace('~', " ")).collect();
-        // memory's stacks are of pages first touched: a GROUP BY into an
-        // in-memory temporary table larger than any before grows the heap.
+        // memory's stacks are of pages first touched: GROUP BYs into
+        // in-memory temporary tables, each larger than the one before, grow
+        // the heap for as long as memory watches.
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let hungry = (args[0] == "memory").then(|| {
-            let spec = sb.conn_spec();
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(500));
-                let mut c = spec.connect().unwrap();
-                c.query_drop("SET SESSION tmp_table_size = 1 << 29, max_heap_table_size = 1 << 29").unwrap();
-                c.query_drop(
-                    "SELECT seq % 300000 AS k, COUNT(*) FROM shop.seq_1_to_2000000 GROUP BY k ORDER BY 2 DESC LIMIT 1",
-                )
-                .unwrap();
+            let (spec, done) = (sb.conn_spec(), done.clone());
+            std::thread::spawn(move || -> Result<(), mysql::Error> {
+                let mut c = spec.connect().expect("a connection for the GROUP BYs");
+                c.query_drop("SET SESSION tmp_table_size = 1 << 30, max_heap_table_size = 1 << 30")?;
+                let mut groups = 100_000;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.query_drop(format!(
+                        "SELECT seq % {groups} AS k, COUNT(*) FROM shop.seq_1_to_3000000 GROUP BY k ORDER BY 2 DESC LIMIT 1"
+                    ))?;
+                    groups += 100_000;
+                }
+                Ok(())
             })
         });
         let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
@@ -194,8 +220,9 @@ fn every_result_is_read_by_its_consumer() {
             .stdin(Stdio::null())
             .output()
             .expect("running pileup");
-        if let Some(h) = hungry {
-            h.join().unwrap();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(Ok(Err(e))) = hungry.map(|h| h.join()) {
+            wrong.push(format!("the GROUP BYs beside memory failed: {e}"));
         }
         if !out.status.success() {
             wrong.push(format!("{args:?}: exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
@@ -203,15 +230,26 @@ fn every_result_is_read_by_its_consumer() {
         }
         let stdout = dir.join(format!("stdout-{i}"));
         std::fs::write(&stdout, &out.stdout).unwrap();
-        // With -o the result goes to the files, and stdout is empty.
-        let to_files = !c.files.is_empty() && out.stdout.is_empty();
-        if let Err(e) = read(c.stdout, &stdout).or_else(|e| if to_files { Ok(()) } else { Err(e) }) {
-            wrong.push(format!("{args:?}: stdout read as {:?}: {e}", c.stdout));
+        match c.stdout {
+            Some(r) => {
+                if let Err(e) = read(r, &stdout) {
+                    wrong.push(format!("{args:?}: stdout read as {r:?}: {e}"));
+                }
+            }
+            // With -o the result goes to the files, and nothing to stdout.
+            None if !out.stdout.is_empty() => {
+                wrong.push(format!("{args:?}: wrote to stdout: {}", String::from_utf8_lossy(&out.stdout)))
+            }
+            None => {}
         }
         for f in &c.files {
             let p = dir.join(f);
             if let Err(e) = read(Reader::of(&p), &p) {
                 wrong.push(format!("{args:?}: {f} read as {:?}: {e}", Reader::of(&p)));
+            }
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            if Reader::of(&p) == Reader::Text && !text.contains(c.says) {
+                wrong.push(format!("{args:?}: {f} does not say {:?}: {text}", c.says));
             }
         }
     }

@@ -161,7 +161,8 @@ fn measure_curve(
     for &t in threads {
         let mut runs = vec![];
         for round in 1..=o.rounds {
-            sink.event(&Event::Window { label: &v.label, threads: t, round, rounds: o.rounds });
+            let experiment = report.experiment.as_str();
+            sink.event(&Event::Window { experiment, label: &v.label, threads: t, round, rounds: o.rounds });
             let name = v.counter;
             let read = move || counter(maria, name);
             let probes = drive::Probes {

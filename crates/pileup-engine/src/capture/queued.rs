@@ -90,8 +90,11 @@ impl TaskRegs {
         match got {
             Ok(buf) if buf.len() == OUT_BYTES && parse(&buf, tid).is_some() => Ok(()),
             Ok(buf) => Err(format!(
-                "the kernel's task iterator gave {} record(s) for one thread (it filters by thread from Linux 6.1, and pileup must see the host's thread ids, not a container's)",
-                buf.len() / OUT_BYTES
+                "the kernel's task iterator gave {} for one thread (it filters by thread from Linux 6.1, and pileup must see the host's thread ids, not a container's)",
+                match buf.len() / OUT_BYTES {
+                    1 => "1 record".to_string(),
+                    n => format!("{n} records"),
+                }
             )),
             Err(e) => Err(format!("the kernel's task iterator by thread is not available ({e})")),
         }

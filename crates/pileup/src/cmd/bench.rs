@@ -342,7 +342,7 @@ fn outputs(paths: &[PathBuf], experiments: usize) -> Result<Vec<Out>> {
             );
         }
         let format = match Format::from_path(p) {
-            Ok(f) if crate::output::formats_of("bench").contains(&f) => f,
+            Ok(f) if p.extension().is_some() && crate::output::formats_of("bench").contains(&f) => f,
             _ => super::usage!(
                 "-o {}: the extension names the format: .json, .svg or .txt (or give a directory ending in /)",
                 p.display()
@@ -380,6 +380,9 @@ fn compare(a: &BenchArgs) -> Result<()> {
     let [x, y] = a.files.as_slice() else {
         super::usage!("compare takes two JSON results: pileup bench compare A.json B.json");
     };
+    if a.out.format() == Format::Svg {
+        super::usage!("compare writes text or json; the plots are each result's own (pileup bench NAME -o DIR/)");
+    }
     let read = |p: &Path| -> Result<ExperimentReport> {
         let b = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
         serde_json::from_slice(&b).map_err(|e| anyhow::anyhow!("{} is not a pileup bench result: {e}", p.display()))

@@ -169,8 +169,9 @@ fn damaged(problems: usize, cut_short: &[String]) -> Result<()> {
     let mut damage = vec![];
     if problems > 0 {
         damage.push(format!(
-            "{} reported above with their offsets",
-            super::plural(problems as u64, "corrupt or undecodable event", "corrupt or undecodable events")
+            "{} reported above with {} offset",
+            super::plural(problems, "corrupt or undecodable event", "corrupt or undecodable events"),
+            if problems == 1 { "its" } else { "their" }
         ));
     }
     if !cut_short.is_empty() {

@@ -35,6 +35,8 @@ pub enum SandboxCmd {
         /// Stop every sandbox.
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        out: crate::output::FormatArgs,
     },
     /// List sandboxes.
     List {
@@ -76,19 +78,16 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             let started = pileup_sandbox::report::Started(sb.keep());
             crate::output::emit(&started, &[(None, format)], &Default::default())
         }
-        SandboxCmd::Stop { names, all } => {
+        SandboxCmd::Stop { names, all, out } => {
             if !all && names.is_empty() {
                 super::usage!("name the sandbox to stop, or --all (see pileup sandbox list)");
             }
             let names: Vec<String> = if all { list(None)?.into_iter().map(|(e, _)| e.name).collect() } else { names };
-            if names.is_empty() {
-                out!("no sandboxes");
+            for n in &names {
+                stop_by_name(n, None)?;
             }
-            for n in names {
-                stop_by_name(&n, None)?;
-                out!("stopped {n}");
-            }
-            Ok(())
+            let stopped = pileup_sandbox::report::Stopped { stopped: names };
+            crate::output::emit(&stopped, &[(None, out.format())], &Default::default())
         }
         SandboxCmd::List { out } => {
             let sandboxes = list(None)?.into_iter().map(|(sandbox, running)| Listed { sandbox, running }).collect();

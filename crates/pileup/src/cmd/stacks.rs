@@ -181,7 +181,7 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     sampler.run_until(samples, interval, a.duration, Some(&stop), |p| {
         if let Some(b) = &bar {
             b.set_position(p.taken as u64);
-            b.set_message(format!("{} distinct stacks", p.distinct_stacks));
+            b.set_message(super::plural(p.distinct_stacks, "distinct stack", "distinct stacks"));
         }
     })?;
     if let Some(b) = bar {
@@ -231,12 +231,12 @@ fn print_stats(p: &pileup_engine::Profile) {
     let ms = |us: u64| us as f64 / 1000.0;
     let st = &p.stops;
     note!(
-        "pileup stats: pid {} ({}), {}, {} mode; {} thread stacks, {} distinct",
+        "pileup stats: pid {} ({}), {}, {} mode; {}, {} distinct",
         p.pid,
         p.exe,
         super::plural(st.samples, "sample", "samples"),
         p.mode.name(),
-        p.thread_stacks,
+        super::plural(p.thread_stacks, "thread stack", "thread stacks"),
         p.stacks.len()
     );
     if p.samples.len() < st.samples {

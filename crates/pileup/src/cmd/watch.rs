@@ -153,21 +153,10 @@ pub struct WatchArgs {
     pub pileup_threads: Option<u32>,
 }
 
-/// The metrics a trigger may use, with their meanings (`--list-metrics`).
-fn list_metrics() -> Result<()> {
-    let all = pileup_watch::derive::metrics_described();
-    let w = all.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
-    for (m, d) in all {
-        out!("{m:<w$}  {d}");
-    }
-    let com = "com_*_rate";
-    out!("{com:<w$}  statements of each kind per second (com_select_rate, com_update_rate, ...)");
-    Ok(())
-}
-
 pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     if a.list_metrics {
-        return list_metrics();
+        let metrics = pileup_watch::listing::MetricList::all();
+        return crate::output::emit(&metrics, &[(None, a.out.format())], &Default::default());
     }
     // The command line first, before any process or server is looked at.
     check_watch_args(&a)?;
@@ -193,7 +182,9 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     // SIGINT, SIGTERM or a reader gone: finish the current poll and any
     // running capture, then exit.
     let stop = super::stop_on_signals();
-    let mut narrator = pileup_watch::narrate::Narrator::new(pid.is_none().then(|| no_pid_why.unwrap_or_default()));
+    let mut narrator = pileup_watch::narrate::Narrator::new(
+        pid.is_none().then(|| no_pid_why.unwrap_or_else(|| "not on this machine".into())),
+    );
     let mut sink = crate::output::Sink::new(json, None);
     let mut on = |e: &Event| sink.event(&narrator.tell(e));
     run(spec, pid, &o, &stop, &mut on).map_err(|e| match e {
