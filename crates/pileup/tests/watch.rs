@@ -61,6 +61,11 @@ fn watch(
     std::thread::spawn(move || {
         for l in BufReader::new(out).lines().map_while(Result::ok) {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                // The first line says what is watched; the tests follow
+                // what happens after it.
+                if v["event"] == "started" {
+                    continue;
+                }
                 if tx.send(v).is_err() {
                     break;
                 }
@@ -584,7 +589,11 @@ fn watch_for(sock: &str, data: &std::path::Path, secs: &str) -> Vec<serde_json::
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    // The first line says what is watched; the rest is what happened.
+    assert_eq!(events.first().map(|e| e["event"].clone()), Some(serde_json::json!("started")), "{events:?}");
+    events.into_iter().skip(1).collect()
 }
 
 #[test]
