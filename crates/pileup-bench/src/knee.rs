@@ -31,10 +31,12 @@ impl Shape {
 
 /// The index of the knee among `points` (threads, median), sorted by
 /// threads: the fewest threads whose median reaches 95% of the best.
-/// Past it, threads buy less than 5% more.
+/// Past it, threads buy less than 5% more. A curve has a knee only where
+/// it bends: none while it still rises at the most threads measured, and
+/// none on fewer than two points.
 pub fn knee(points: &[(u32, f64)]) -> Option<usize> {
     let best = points.iter().map(|p| p.1).filter(|v| v.is_finite()).fold(f64::NAN, f64::max);
-    if !best.is_finite() || best <= 0.0 {
+    if !best.is_finite() || best <= 0.0 || points.len() < 2 || shape(points) == Some(Shape::Rising) {
         return None;
     }
     points.iter().position(|p| p.1 >= 0.95 * best)
@@ -90,10 +92,11 @@ mod tests {
     }
 
     #[test]
-    fn a_rising_curve_s_knee_is_its_last_point() {
+    fn a_rising_curve_has_no_knee() {
         let p = [(1, 1000.0), (2, 1900.0), (4, 3700.0)];
-        assert_eq!(knee(&p), Some(2));
+        assert_eq!(knee(&p), None);
         assert_eq!(shape(&p), Some(Shape::Rising));
+        assert_eq!(knee(&[(8, 5000.0)]), None, "one point cannot bend");
     }
 
     #[test]

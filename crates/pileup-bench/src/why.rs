@@ -53,8 +53,16 @@ fn overlap(a: &Point, b: &Point) -> bool {
 }
 
 /// "N× as much as", "N% more than", "N% less than": a against b, as the
-/// ratio of medians.
+/// ratio of medians; only "more than" or "less than" where one of them is
+/// nothing (a ratio to nothing is no figure).
 fn ratio(a: f64, b: f64) -> String {
+    if !(a.is_finite() && b.is_finite()) || a <= 0.0 || b <= 0.0 {
+        return match a.partial_cmp(&b) {
+            Some(std::cmp::Ordering::Greater) => "more than".into(),
+            Some(std::cmp::Ordering::Less) => "less than".into(),
+            _ => "as much as".into(),
+        };
+    }
     let r = a / b;
     if r >= 2.0 {
         format!("{r:.1}× as much as")
@@ -82,7 +90,11 @@ pub fn findings(name: Name, r: &ExperimentReport) -> Vec<String> {
 fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
     let b = best(s)?;
     let last = s.points.last()?;
-    let knee = s.knee_threads.and_then(|k| at(s, k)).unwrap_or(b);
+    // Where the curve bends; one that does not bend is read at its end.
+    let (knee, there) = match s.knee_threads.and_then(|k| at(s, k)) {
+        Some(k) => (k, "At the knee"),
+        None => (last, "At the most threads"),
+    };
     let mut t = format!(
         "{}: best {} {unit} at {}; {} at {}",
         s.label,
@@ -101,14 +113,14 @@ fn curve(s: &Series, cores: usize, unit: &str) -> Option<String> {
     let bent = s.shape != Some(Shape::Rising) && s.points.first().is_some_and(|p| p.threads != knee.threads);
     if knee.cpu_bound {
         t.push_str(&format!(
-            " At the knee ({}) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
+            " {there} ({}) the machine's {cores} cores were the limit (server {:.2}, driver {:.2} cores): on more cores the curve would go on rising until something inside the server stops it.",
             threads(knee.threads),
             knee.server_cores.unwrap_or(0.0),
             knee.driver_cores
         ));
     } else if let (Some(busy), true) = (busy, bent) {
         t.push_str(&format!(
-            " At the knee ({}) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
+            " {there} ({}) {busy:.2} of {cores} cores were busy: the limit is inside the server (a lock, a queue or the disk), not the CPUs.",
             threads(knee.threads)
         ));
     }
@@ -562,6 +574,14 @@ mod tests {
             f.iter().any(|l| l.starts_with("At 100 threads deadlock detection on and off are equal within noise")),
             "{f:#?}"
         );
+    }
+
+    #[test]
+    fn a_ratio_to_nothing_is_no_figure() {
+        assert_eq!(ratio(3670.0, 0.0), "more than");
+        assert_eq!(ratio(0.0, 3670.0), "less than");
+        assert_eq!(ratio(f64::NAN, 1.0), "as much as");
+        assert_eq!(ratio(30.0, 10.0), "3.0× as much as");
     }
 
     #[test]

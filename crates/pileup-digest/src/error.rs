@@ -11,4 +11,8 @@ pub enum Error {
     Read(String, #[source] std::io::Error),
     #[error("{0}")]
     Server(String),
+    /// The input holds bytes no slow log has (a NUL): a binary file, or a
+    /// compressed one that decompresses to one.
+    #[error("{0} is not a slow log (it holds binary data); give the server's slow-log file (@@slow_query_log_file)")]
+    NotSlowLog(String),
 }

@@ -96,6 +96,9 @@ pub struct Digest {
     pub problem_count: u64,
     /// Which attributes some statement logged.
     pub seen: [bool; N_ATTRS],
+    /// What an input did not show (performance_schema's digests missing
+    /// prepared statements), one line each.
+    pub notes: Vec<String>,
 }
 
 impl Digest {
@@ -118,6 +121,7 @@ fn read_sql_inputs(
     inputs: &[Input],
     agg: &mut Aggregate,
     lines: &Mutex<HashMap<(usize, u64), u64>>,
+    notes: &mut Vec<String>,
 ) -> Result<(), Error> {
     for (i, input) in inputs.iter().enumerate() {
         match input {
@@ -128,9 +132,11 @@ fn read_sql_inputs(
             }
             Input::Digests(spec, duration, stop) => {
                 let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
-                for d in input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)? {
+                let (deltas, note) = input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)?;
+                for d in deltas {
                     agg.add_digest(&d, i);
                 }
+                notes.extend(note);
                 lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
             }
             _ => {}
@@ -190,7 +196,8 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     };
     let mut agg = Aggregate::new(o.max_classes);
     // A table is read over SQL on this thread, before the files.
-    read_sql_inputs(inputs, &mut agg, &lines)?;
+    let mut notes = vec![];
+    read_sql_inputs(inputs, &mut agg, &lines, &mut notes)?;
     let read_all = |send: &mut dyn FnMut(Job), sink: &mut dyn Sink| -> Result<(), Error> {
         for (i, input) in inputs.iter().enumerate() {
             if matches!(input, Input::Table(_) | Input::Digests(..)) {
@@ -269,5 +276,6 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         problems: agg.problems,
         problem_count: agg.problem_count,
         seen,
+        notes,
     })
 }

@@ -225,10 +225,19 @@ fn condition_wait(labels: &[&str]) -> bool {
     frames::first_class(labels.iter().take(4).copied(), |c| c == FrameClass::CondWait).is_some()
 }
 
-/// Waiting for the client's next packet: the thread's /proc state may have
-/// said running a moment before its stack was read, but it is idle.
-fn client_wait(labels: &[&str]) -> bool {
-    frames::first_class(labels.iter().take(4).copied(), |c| c == FrameClass::ClientWait).is_some()
+/// Waiting for the client's next packet, or asleep for an event or a time
+/// (a listener's `poll`, a timer's `nanosleep`): idle, whatever the
+/// thread's /proc state said a moment before its stack was read.
+fn idle_wait(labels: &[&str]) -> bool {
+    frames::first_class(labels.iter().take(4).copied(), |c| matches!(c, FrameClass::ClientWait | FrameClass::EventWait))
+        .is_some()
+}
+
+/// Asleep in a wait of any kind (a lock, a condition, a semaphore, an
+/// event): a stack read at a wait is no time on a CPU, whatever /proc's
+/// state said before it was read.
+fn in_wait(labels: &[&str]) -> bool {
+    frames::first_class(labels.iter().take(4).copied(), |c| c.is_wait() || c == FrameClass::EventWait).is_some()
 }
 
 fn unnamed(label: &str) -> bool {
@@ -249,8 +258,8 @@ pub fn where_time_went(stacks: &[Counted], top: usize) -> Vec<Share> {
         let labels: Vec<&str> = c.frames.iter().map(|f| f.label.as_str()).collect();
         let inner = labels.first().copied().unwrap_or(NO_STACK);
         let state = match c.state {
-            _ if client_wait(&labels) => continue,
-            'R' => "on CPU",
+            _ if idle_wait(&labels) => continue,
+            'R' if !in_wait(&labels) => "on CPU",
             'D' => "disk wait",
             _ if lock_primitive(inner) && !condition_wait(&labels) => "lock wait",
             _ => continue,
@@ -356,15 +365,24 @@ mod tests {
             );
         }
         t.add(&labelled(&["__GI___lll_lock_wait", "___pthread_mutex_lock", "THD::awake"], 'S'), None);
+        // Seen running by /proc, read asleep: a thread cache's condition
+        // wait, the listener's poll, a mutex wait; none is on a CPU.
+        for _ in 0..20 {
+            t.add(&labelled(&["___pthread_cond_timedwait", "mariadbd+0x20", "do_handle_one_connection"], 'R'), None);
+            t.add(&labelled(&["__poll", "mariadbd+0x30", "handle_connections_sockets"], 'R'), None);
+        }
+        t.add(&labelled(&["__GI___lll_lock_wait", "___pthread_mutex_lock", "THD::awake"], 'R'), None);
         let w = where_time_went(&t.into_counted(), 10);
         let line = |s: &str, f: &str| w.iter().find(|x| x.state == s && x.function == f).cloned();
         let cpu = line("on CPU", "handler::ha_write_row").unwrap();
         assert_eq!((cpu.count, cpu.innermost.as_deref()), (6, Some("mariadbd+0x1000")));
-        assert!((cpu.pct - 600.0 / 11.0).abs() < 1e-9);
+        assert!((cpu.pct - 600.0 / 12.0).abs() < 1e-9);
         let lock = line("lock wait", "handler::ha_write_row").unwrap();
         assert_eq!((lock.count, lock.innermost.as_deref()), (3, Some("syscall")));
         assert_eq!(line("disk wait", "fdatasync").unwrap().innermost, None);
-        assert_eq!(line("lock wait", "THD::awake").unwrap().innermost.as_deref(), Some("__GI___lll_lock_wait"));
+        let awake = line("lock wait", "THD::awake").unwrap();
+        assert_eq!((awake.count, awake.innermost.as_deref()), (2, Some("__GI___lll_lock_wait")));
+        assert!(w.iter().all(|x| x.state != "on CPU" || x.function == "handler::ha_write_row"), "{w:?}");
         assert_eq!(w.len(), 4);
     }
 

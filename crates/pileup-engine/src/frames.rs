@@ -43,6 +43,10 @@ pub enum FrameClass {
     /// A connection waiting for its client's next statement (idle, not
     /// the server's time).
     ClientWait,
+    /// Asleep in the kernel for an event or a time: `poll`, `epoll_wait`,
+    /// `select`, `accept`, `nanosleep` (a listener, a timer, a thread
+    /// with nothing to do).
+    EventWait,
 }
 
 impl FrameClass {
@@ -123,8 +127,41 @@ const TABLE: &[(&str, Match, FrameClass)] = &[
     ("vio_socket_io_wait", Exact, C::ClientWait),
 ];
 
+/// The C library's calls that sleep for an event or a time, by the name
+/// its wrappers end in (`__poll`, `__GI___poll`, `__clock_nanosleep`).
+const EVENT_WAITS: &[&str] = &[
+    "poll",
+    "ppoll",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "select",
+    "pselect",
+    "pselect6",
+    "accept",
+    "accept4",
+    "nanosleep",
+    "clock_nanosleep",
+    "sigtimedwait",
+    "sigwaitinfo",
+    "pause",
+];
+
+/// Whether `label` is one of [`EVENT_WAITS`], under the C library's
+/// prefixes (`__`, `__GI_`, `__libc_`).
+fn event_wait(label: &str) -> bool {
+    let mut l = label.trim_start_matches('_');
+    for p in ["GI_", "libc_"] {
+        l = l.strip_prefix(p).map_or(l, |r| r.trim_start_matches('_'));
+    }
+    EVENT_WAITS.contains(&l)
+}
+
 /// The class of a frame, by its label.
 pub fn class_of(label: &str) -> Option<FrameClass> {
+    if event_wait(label) {
+        return Some(FrameClass::EventWait);
+    }
     TABLE
         .iter()
         .find(|(name, how, _)| match how {
@@ -177,6 +214,10 @@ mod tests {
     fn a_condition_wait_is_no_lock_wait_though_it_takes_its_mutex() {
         let stack = ["futex_wait", "__pthread_cond_wait_common", "pthread_cond_timedwait", "MDL_wait::timed_wait"];
         assert_eq!(first_class(stack, |c| c == C::CondWait || c == C::MutexWait), Some(C::CondWait));
+        for l in ["__poll", "__GI___poll", "epoll_wait", "__clock_nanosleep", "accept4", "__libc_accept"] {
+            assert_eq!(class_of(l), Some(C::EventWait), "{l}");
+        }
+        assert_eq!(class_of("buf_pool_poll_stats"), None, "only the C library's calls");
         assert!(C::CondWait.is_wait() && !C::CondWait.is_lock_wait());
         assert!(C::Latch.is_lock_wait() && !C::DiskRead.is_wait() && C::FileExtend.is_disk());
     }

@@ -53,6 +53,15 @@ mod tests {
     }
 
     #[test]
+    fn performance_schema_s_spelling_is_the_slow_log_s_class() {
+        // DIGEST_TEXT prints DISTINCT by its last alias, with backticks.
+        assert_eq!(
+            fp("SELECT DISTINCTROW `c` FROM `sbtest1` WHERE `id` BETWEEN ? AND ? ORDER BY `c`"),
+            fp("SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN 5 AND 104 ORDER BY c")
+        );
+    }
+
+    #[test]
     fn literals_case_and_spacing_fold() {
         assert_eq!(fp("SELECT c FROM sbtest1 WHERE id=5001"), "select c from sbtest1 where id = ?");
         assert_eq!(fp("select  c\nfrom sbtest1 where id = 17;"), "select c from sbtest1 where id = ?");

@@ -24,6 +24,8 @@ pub enum StoreError {
     Checksum(String),
     #[error("{0}: not a pileup capture archive")]
     NotACapture(String),
+    #[error("{0}: the capture was cut short (it has no complete.json): not queued for the store")]
+    Incomplete(String),
     #[error(transparent)]
     File(#[from] pileup_files::FileError),
     #[error("{dir}: {free} bytes free, and packing needs {need} while keeping {min_free} free: not queued for the store (the capture stays on local disk; free space or lower --min-free-mib)")]

@@ -70,6 +70,9 @@ impl Spool {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| StoreError::NotACapture(capture_dir.display().to_string()))?;
+        if !capture_dir.join(crate::COMPLETE).exists() {
+            return Err(StoreError::Incomplete(capture_dir.display().to_string()));
+        }
         let need = dir_size(capture_dir);
         if let Some(free) = pileup_files::free_bytes(&self.dir) {
             if free < need.saturating_add(min_free) {
@@ -155,6 +158,10 @@ mod tests {
         std::fs::write(cap.join("evidence.json"), "{}").unwrap();
         let spool = Spool::open(&t.path().join("ship")).unwrap();
         let meta = BTreeMap::from([("host".to_string(), "db1".to_string())]);
+        // A capture cut short (no completion marker) is not queued.
+        let cut = spool.enqueue(&cap, "p/x.tar.zst".into(), 1.5, meta.clone(), 0);
+        assert!(matches!(cut, Err(StoreError::Incomplete(_))), "{cut:?}");
+        std::fs::write(cap.join(crate::COMPLETE), r#"{"files":["evidence.json"]}"#).unwrap();
         let mut q = spool.enqueue(&cap, "p/db1/20261128-050000-x.tar.zst".into(), 1.5, meta, 0).unwrap();
         assert_eq!(q.metadata["sha256"], q.sha256);
         q.upload = Some(Multipart { id: "u1".into(), part_size: 5 << 20, parts: vec!["e1".into()] });

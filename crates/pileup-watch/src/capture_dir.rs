@@ -154,7 +154,43 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         Ok(serde_json::to_writer_pretty(w, &saved)?)
     })?;
     pileup_files::write_private_bytes(&dir.join("report.txt"), report_txt.as_bytes())?;
+    write_complete(&dir)?;
     Ok(dir)
+}
+
+/// What `complete.json` says: the files the capture wrote before it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Complete {
+    pub files: Vec<String>,
+}
+
+/// The completion marker, written last: every file in `dir` so far.
+fn write_complete(dir: &Path) -> Result<()> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|source| WatchError::Create { path: dir.into(), source })?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    files.sort();
+    pileup_files::write_private(&dir.join(pileup_store::COMPLETE), |w| -> Result<()> {
+        Ok(serde_json::to_writer_pretty(w, &Complete { files })?)
+    })
+}
+
+/// The files a capture lacks: its marker when it was cut short, each file
+/// the marker names that is gone, and `metrics.json` when it cannot be
+/// read; none for a whole capture.
+fn missing_files(dir: &Path, metrics_read: bool) -> Vec<String> {
+    let marker: Option<Complete> =
+        std::fs::read(dir.join(pileup_store::COMPLETE)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let mut missing: Vec<String> = match marker {
+        None => vec![format!("{} (the capture was cut short)", pileup_store::COMPLETE)],
+        Some(m) => m.files.into_iter().filter(|f| !dir.join(f).exists()).collect(),
+    };
+    if !metrics_read && !missing.iter().any(|m| m == "metrics.json") {
+        missing.push("metrics.json".into());
+    }
+    missing
 }
 
 /// `stalls.json`: the pile-ups the thread scan saw around the trigger.
@@ -183,6 +219,8 @@ pub struct Capture {
     /// `report.txt`, as the capture wrote it.
     #[serde(skip)]
     pub report_txt: Option<String>,
+    /// What the capture lacks (see [`missing_files`]); empty when whole.
+    pub missing: Vec<String>,
 }
 
 /// Read a capture directory back.
@@ -191,12 +229,14 @@ pub fn read(dir: &Path) -> Result<Capture> {
         &std::fs::read(dir.join("evidence.json")).map_err(|_| WatchError::NotACapture(dir.into()))?,
     )
     .map_err(|source| WatchError::Damaged { path: dir.into(), source })?;
-    let metrics =
-        std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let metrics: Option<Vec<MetricRow>> =
+        std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let missing = missing_files(dir, metrics.is_some());
     let text = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
     Ok(Capture {
         evidence,
-        metrics,
+        metrics: metrics.unwrap_or_default(),
+        missing,
         flamegraph_svg: std::fs::read(dir.join("flamegraph.svg")).ok(),
         stacks_txt: text("stacks.txt"),
         report_txt: text("report.txt"),

@@ -148,6 +148,18 @@ pub enum Action {
     Drop,
 }
 
+/// A stall that ended, as the loop tells it.
+fn stall_event(st: &Stall) -> Event {
+    Event::Stall {
+        began_unix: st.began_unix,
+        ended_unix: st.ended_unix,
+        ms: st.ms(),
+        peak_blocked: st.peak_blocked,
+        baseline: st.baseline,
+        what: st.what.clone(),
+    }
+}
+
 /// What a poll showed the decisions: its time, how to judge the triggers,
 /// the data directory's free bytes, and whether the running early capture
 /// (if any) has gathered its evidence.
@@ -186,6 +198,10 @@ pub struct Decider {
     /// When each trigger's current episode began: its first hold, kept
     /// while the condition flickers.
     episode: Vec<Option<f64>>,
+    /// For a trigger that fired in its current episode, when that episode
+    /// began: its stall is recorded, start to end, when the condition
+    /// clears.
+    fired_episode: Vec<Option<f64>>,
     /// The latest poll's time.
     last_poll: f64,
     sched: Scheduler<()>,
@@ -219,6 +235,7 @@ impl Decider {
             flicker_until: vec![f64::MIN; n],
             last_held: vec![f64::MIN; n],
             episode: vec![None; n],
+            fired_episode: vec![None; n],
             last_poll: f64::MIN,
             sched: Scheduler::new(limits),
             early_ok,
@@ -277,6 +294,14 @@ impl Decider {
                 // A hold begun while flickering continues the episode.
                 self.episode[i] = self.episode[i].or(since);
             } else if !flickering {
+                if let Some(began) = self.fired_episode[i].take() {
+                    // The stall it fired for is over: from its first hold
+                    // to the poll that saw it clear.
+                    let what = Some(self.triggers[i].label().to_string());
+                    let st = Stall { began_unix: began, ended_unix: p.unix, peak_blocked: 0, baseline: 0, what };
+                    out.push(Action::RecordStall(st.clone()));
+                    out.push(Action::Tell(stall_event(&st)));
+                }
                 self.episode[i] = None;
             }
             if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
@@ -289,6 +314,9 @@ impl Decider {
             // From the first hold of a flickering episode; the scan times a
             // pile-up's start to its interval.
             let began = self.episode[i].or(since).unwrap_or(p.unix);
+            if step == Step::Fire {
+                self.fired_episode[i] = Some(began);
+            }
             let onset = self.open_pileup.map_or(began, |b| b.min(began));
             let text = self.triggers[i].text.clone();
             if self.sched.early_trigger() == Some(i) && flickering && self.in_hold(i).is_none() {
@@ -482,14 +510,7 @@ impl Decider {
     /// captured.
     fn short_stall(&mut self, st: Stall, unix: f64, now: f64, free: Option<u64>, out: &mut Vec<Action>) {
         out.push(Action::RecordStall(st.clone()));
-        out.push(Action::Tell(Event::Stall {
-            began_unix: st.began_unix,
-            ended_unix: st.ended_unix,
-            ms: st.ms(),
-            peak_blocked: st.peak_blocked,
-            baseline: st.baseline,
-            what: st.what.clone(),
-        }));
+        out.push(Action::Tell(stall_event(&st)));
         // One episode counts once, however many triggers saw it.
         let same_episode = st.began_unix <= self.last_counted_end + EPISODE_GAP_SECS;
         if st.ms() < LASTING_SECS * 1000.0 && !same_episode {
@@ -644,6 +665,25 @@ mod tests {
     }
 
     #[test]
+    fn a_fired_stall_is_recorded_from_its_first_hold_to_its_end() {
+        let mut d = decider(&["a > 1 for 2s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        poll(&mut d, 2.0, &[("a", 5.0)], true);
+        assert_eq!(poll(&mut d, 3.0, &[("a", 5.0)], true), ["fired a > 1 for 2s @1.0", "keep a > 1 for 2s @1.0"]);
+        d.finished();
+        for t in 4..11 {
+            assert!(poll(&mut d, t as f64, &[("a", 5.0)], false).is_empty(), "still stalled at {t}");
+        }
+        let ctx = Vals([("a".to_string(), 0.0)].into());
+        let seen = PollSeen { unix: T0 + 11.0, ctx: &ctx, free: Some(1 << 30), early_gathered: None };
+        let acts = d.poll(&seen, 11.0);
+        let Some(Action::RecordStall(st)) = acts.first() else { panic!("{:?}", show(&acts)) };
+        assert_eq!((st.began_unix - T0, st.ended_unix - T0, st.what.as_deref()), (1.0, 11.0, Some("a > 1 for 2s")));
+        assert!(matches!(acts.get(1), Some(Action::Tell(Event::Stall { ms, .. })) if (*ms - 10_000.0).abs() < 1e-6));
+        assert!(poll(&mut d, 12.0, &[("a", 0.0)], false).is_empty(), "recorded once");
+    }
+
+    #[test]
     fn an_early_capture_is_dropped_when_its_condition_clears_and_the_next_waits_for_it_and_the_gap() {
         let mut d = decider(&["a > 1 for 2s"]);
         poll(&mut d, 1.0, &[("a", 5.0)], false);
@@ -762,7 +802,7 @@ mod tests {
     fn a_trigger_refused_by_the_limits_is_reported_with_the_limit() {
         let mut d = decider(&["b > 1"]);
         assert_eq!(poll(&mut d, 1.0, &[("b", 5.0)], false), ["fired b > 1 @1.0", "capture b > 1 @1.0"]);
-        assert_eq!(poll(&mut d, 2.0, &[("b", 0.0)], false), Vec::<String>::new());
+        assert_eq!(poll(&mut d, 2.0, &[("b", 0.0)], false), ["record", "stall"], "the stall it fired for ended");
         assert_eq!(
             poll(&mut d, 3.0, &[("b", 5.0)], false),
             ["fired b > 1 @3.0", "skipped b > 1: a capture is already running"]

@@ -275,6 +275,17 @@ pub fn availability(has: impl Fn(&str) -> bool) -> Vec<Availability> {
     v
 }
 
+/// The metrics a server cannot give, judged from the names of its status
+/// counters (`counter("innodb_rows_read")`: does SHOW GLOBAL STATUS list
+/// it, in lower case?), before any metric is derived.
+pub fn unavailable(counter: &dyn Fn(&str) -> bool) -> Vec<Availability> {
+    availability(|m| match m {
+        "innodb_rows_read_rate" => counter("innodb_rows_read"),
+        "rows_read_rate" => rows_read_delta(&|k| counter(k).then_some(0.0)).is_some(),
+        _ => true,
+    })
+}
+
 /// Kernel clock ticks per second (USER_HZ; 100 on every Linux ABI pileup runs on).
 const TICKS: f64 = 100.0;
 

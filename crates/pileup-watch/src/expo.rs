@@ -7,10 +7,12 @@
 //! (`pileup_poll_cost_seconds`), a percentage (`checkpoint_age_pct`) as a
 //! ratio (`pileup_checkpoint_age_ratio`, 0 to 1). Counters pileup keeps
 //! itself (`pileup_captures_total`, `pileup_polls_failed_total`) are
-//! counters. Stalls are announced as `pileup_stalls_total{class}` and the
-//! last capture as `pileup_last_capture_timestamp_seconds` and
-//! `pileup_last_capture_info{class,url}`, for alerts and dashboard
-//! annotations. Label values come from closed sets (a class is a word
+//! counters. Stalls are announced as `pileup_stalls_total{class}`, each
+//! capture of the last hour as `pileup_capture_timestamp_seconds{class,url}`
+//! (an alert per capture, lasting as long as its rule says, whatever
+//! captures follow), and the last capture as
+//! `pileup_last_capture_timestamp_seconds` and
+//! `pileup_last_capture_info{class,url}`, for dashboard annotations. Label values come from closed sets (a class is a word
 //! such as `flushing_storm`); the verdict's text is in the capture, not in
 //! a label. Every metric has HELP; `promtool check metrics` passes.
 
@@ -31,6 +33,8 @@ pub struct Snapshot {
     /// Captures by the class their verdict leads with.
     pub stalls: BTreeMap<String, u64>,
     pub last_capture: Option<LastCapture>,
+    /// The captures of the last hour, oldest first.
+    pub recent: Vec<LastCapture>,
     /// With `--ship`: captures waiting for the store, uploaded, and
     /// uploads (or queueings) that failed.
     pub ship_queued: Option<u64>,
@@ -54,9 +58,23 @@ impl Snapshot {
     pub fn captured(&mut self, c: LastCapture) {
         self.captures_total += 1;
         *self.stalls.entry(c.class.clone()).or_default() += 1;
+        self.recent.retain(|r| r.unix >= c.unix - RECENT_SECS);
+        self.recent.push(c.clone());
         self.last_capture = Some(c);
     }
+
+    /// A capture now at `url` (shipped to the store) that was at `dir`.
+    pub fn moved(&mut self, dir: &str, url: &str) {
+        for c in self.recent.iter_mut().chain(self.last_capture.as_mut()) {
+            if c.url == dir {
+                c.url = url.to_string();
+            }
+        }
+    }
 }
+
+/// How long a capture stays in `pileup_capture_timestamp_seconds`.
+const RECENT_SECS: f64 = 3600.0;
 
 /// A label value as the exposition format escapes it, cut to `max` chars.
 fn label_value(v: &str, max: usize) -> String {
@@ -164,6 +182,22 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "# TYPE pileup_stalls_total counter");
         for (class, n) in &s.stalls {
             let _ = writeln!(out, "pileup_stalls_total{{class=\"{}\"}} {n}", class_label(class));
+        }
+    }
+    if !s.recent.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP pileup_capture_timestamp_seconds when each capture of the last hour began (Unix time), by its class and place\n\
+             # TYPE pileup_capture_timestamp_seconds gauge"
+        );
+        for c in &s.recent {
+            let _ = writeln!(
+                out,
+                "pileup_capture_timestamp_seconds{{class=\"{}\",url=\"{}\"}} {}",
+                class_label(&c.class),
+                label_value(&c.url, 1024),
+                c.unix
+            );
         }
     }
     if let Some(c) = &s.last_capture {
@@ -392,7 +426,12 @@ mod tests {
             "\npileup_last_capture_info{class=\"flushing_storm\",url=\"/var/lib/pileup/captures/20261128-050000\"} 1\n"
         ));
         assert!(!body.contains("verdict="), "the verdict's text is no label: {body}");
-        s.captured(LastCapture { url: "/d/a \"quoted\" \\ dir".into(), ..c(4.0, "row lock convoy", "v") });
+        // Each capture of the last hour is its own series, for an alert each.
+        assert_eq!(body.matches("\npileup_capture_timestamp_seconds{").count(), 3, "{body}");
+        assert!(body.contains("\npileup_capture_timestamp_seconds{class=\"row_lock_convoy\",url=\"/var/lib/pileup/captures/20261128-050000\"} 2.5\n"), "{body}");
+        s.captured(c(3700.0, "flushing storm", "an hour later"));
+        assert_eq!(render(&s).matches("\npileup_capture_timestamp_seconds{").count(), 1, "older than an hour: gone");
+        s.captured(LastCapture { url: "/d/a \"quoted\" \\ dir".into(), ..c(3701.0, "row lock convoy", "v") });
         let body = render(&s);
         assert!(body.contains(r#"url="/d/a \"quoted\" \\ dir""#), "{body}");
     }

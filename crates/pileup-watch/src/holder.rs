@@ -189,9 +189,15 @@ fn takes_lock(info: &str) -> bool {
 }
 
 /// Server threads that are not clients (they hold no lock a client waits
-/// for in these classes).
+/// for in these classes): the server's own, and replication's (a replica's
+/// Binlog Dump on its source, the applier and I/O threads on a replica).
 fn is_server_thread(c: &Conn) -> bool {
-    c.command == "Daemon" || c.user == "system user" || c.user == "event_scheduler"
+    c.command == "Daemon"
+        || c.user == "system user"
+        || c.user == "event_scheduler"
+        || c.command.starts_with("Binlog Dump")
+        || c.command.starts_with("Slave_")
+        || c.command.starts_with("Replica_")
 }
 
 fn short(s: &str) -> String {
@@ -602,6 +608,19 @@ mod tests {
         conn(&mut ev, 58, "Sleep", 0.2, "", None);
         conn(&mut ev, 1, "Daemon", 3.15, "InnoDB purge worker", None);
         ev
+    }
+
+    #[test]
+    fn a_replication_thread_is_never_offered_as_a_holder() {
+        let mut ev = ftwrl_idle_holder();
+        // A replica's Binlog Dump, connected before the stall, counts as a
+        // client nowhere.
+        conn(&mut ev, 81, "Binlog Dump", 3.15, "Master has sent all binlog to slave; waiting for more updates", None);
+        conn(&mut ev, 82, "Slave_SQL", 3.15, "Slave has read all relay log", None);
+        let p = analyse(&ev).unwrap();
+        assert_eq!(p.holders[0].conn, 55);
+        assert!(p.holders.iter().all(|h| h.conn != 81 && h.conn != 82), "{:?}", p.holders);
+        assert!(!verdict_line(&p).contains("connection 81"), "{}", verdict_line(&p));
     }
 
     #[test]

@@ -14,8 +14,9 @@ use crate::store::Store;
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Entry {
-    /// A capture: when it began, its directory, trigger and verdict.
-    Capture { unix: f64, dir: String, trigger: String, verdict: Option<String> },
+    /// A capture: when it began, its directory, trigger and verdict, and
+    /// whether it was written whole (its completion marker is there).
+    Capture { unix: f64, dir: String, trigger: String, verdict: Option<String>, complete: bool },
     /// A stall too short for a capture of its own: a pile-up between
     /// polls, or a stall signature that cleared before its trigger's hold.
     ShortStall { unix: f64, ended_unix: f64, ms: f64, what: String },
@@ -56,7 +57,13 @@ impl Listing {
         let captured = |began: f64, ended: f64| caps.iter().any(|c| c.0 >= began - 0.5 && c.0 <= ended + 2.0);
         l.captures = caps
             .iter()
-            .map(|(u, d, t, v)| Entry::Capture { unix: *u, dir: d.clone(), trigger: t.clone(), verdict: v.clone() })
+            .map(|(u, d, t, v)| Entry::Capture {
+                unix: *u,
+                dir: d.clone(),
+                trigger: t.clone(),
+                verdict: v.clone(),
+                complete: Path::new(d).join(pileup_store::COMPLETE).exists(),
+            })
             .collect();
         l.captures.extend(stalls.iter().filter(|st| !captured(st.began_unix, st.ended_unix)).map(|st| {
             Entry::ShortStall { unix: st.began_unix, ended_unix: st.ended_unix, ms: st.ms(), what: st.describe() }
@@ -79,8 +86,9 @@ impl pileup_output::Report for Listing {
             };
         }
         for e in &self.captures {
-            if let Entry::Capture { unix, dir, trigger, verdict } = e {
-                writeln!(w, "{}  {trigger}\n  {}\n  {dir}", stamp(*unix), verdict.as_deref().unwrap_or_default())?;
+            if let Entry::Capture { unix, dir, trigger, verdict, complete } = e {
+                let cut = if *complete { "" } else { " (cut short: pileup report DIR names what is missing)" };
+                writeln!(w, "{}  {trigger}{cut}\n  {}\n  {dir}", stamp(*unix), verdict.as_deref().unwrap_or_default())?;
             }
         }
         let mut short = self.captures.iter().filter(|e| matches!(e, Entry::ShortStall { .. })).peekable();

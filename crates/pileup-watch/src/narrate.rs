@@ -83,14 +83,20 @@ impl Narrator {
             Event::PileUp { blocked, baseline, .. } => {
                 format!("pile-up: {} held up (usually {baseline}); capturing", plural(*blocked, "thread", "threads"))
             }
-            Event::Stall { began_unix, ms, peak_blocked, what: None, .. } => format!(
-                "stall: {ms:.0} ms from {} UTC, {} held up at peak",
+            Event::Stall { began_unix, ended_unix, ms, peak_blocked, what: None, .. } => format!(
+                "stall: {} from {} to {} UTC, {} held up at peak",
+                lasted(*ms),
                 stamp_tenths(*began_unix),
+                stamp_tenths(*ended_unix),
                 plural(*peak_blocked, "thread", "threads")
             ),
-            Event::Stall { began_unix, ms, what: Some(what), .. } => {
-                format!("short stall: {what}, {ms:.0} ms from {} UTC", stamp_tenths(*began_unix))
-            }
+            Event::Stall { began_unix, ended_unix, ms, what: Some(what), .. } => format!(
+                "{}: {what}, {} from {} to {} UTC",
+                if *ms < crate::scan::LASTING_SECS * 1000.0 { "short stall" } else { "stall" },
+                lasted(*ms),
+                stamp_tenths(*began_unix),
+                stamp_tenths(*ended_unix)
+            ),
             Event::Skipped { trigger, why, .. } => format!("not capturing for {trigger}: {why}"),
             Event::Captured { dir, verdict, .. } => format!("captured {dir}\n  {verdict}"),
             Event::CaptureFailed { error, .. } => format!("capture failed: {error}"),
@@ -102,6 +108,14 @@ impl Narrator {
                 plural(*queued, "capture waits", "captures wait")
             ),
         })
+    }
+}
+
+/// How long a stall lasted: `400 ms`, `10.2 s`.
+fn lasted(ms: f64) -> String {
+    match ms < 1000.0 {
+        true => format!("{ms:.0} ms"),
+        false => format!("{:.1} s", ms / 1000.0),
     }
 }
 

@@ -16,6 +16,16 @@ use std::time::{Duration, Instant};
 use mysql::prelude::Queryable;
 use pileup_conn::ConnSpec;
 
+/// The metrics the server `spec` names cannot give (from the names of its
+/// status counters); `None` when it cannot be asked now (a watcher polls
+/// a server that is down until it answers).
+pub fn unavailable_metrics(spec: &ConnSpec) -> Option<Vec<crate::derive::Availability>> {
+    let mut c = spec.connect().ok()?;
+    let rows: Vec<(String, String)> = c.query("SHOW GLOBAL STATUS").ok()?;
+    let names: std::collections::HashSet<String> = rows.into_iter().map(|(k, _)| k.to_ascii_lowercase()).collect();
+    Some(crate::derive::unavailable(&|k| names.contains(k)))
+}
+
 /// One poll's outcome.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Poll {

@@ -105,7 +105,12 @@ fn fmt_num(v: f64) -> String {
 /// under way then (the onset is timed to the poll or to the scan, so up to
 /// one scan interval either side).
 fn stall_around(stalls: &[crate::scan::Stall], onset: f64) -> Option<&crate::scan::Stall> {
-    stalls.iter().find(|st| st.what.is_none() && st.began_unix <= onset + 0.15 && st.ended_unix > onset)
+    // A pile-up the scan timed, or the episode of the trigger that fired:
+    // the longest that was under way at the onset.
+    stalls
+        .iter()
+        .filter(|st| st.began_unix <= onset + 0.15 && st.ended_unix > onset)
+        .max_by(|a, b| a.ms().total_cmp(&b.ms()))
 }
 
 /// The report's sections on what waited: row locks, stall classes, the
@@ -245,7 +250,11 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     h.push_str("<h2>Metrics around the trigger</h2><div class=\"charts\">");
     let charts: Vec<String> = CHARTS.iter().filter_map(|(m, t)| chart(rows, m, t, ev.unix)).collect();
     if charts.is_empty() {
-        h.push_str("<p>No metric history was recorded before this capture.</p>");
+        h.push_str(if c.missing.iter().any(|m| m == "metrics.json") {
+            "<p>The capture's metric history (metrics.json) is missing or cannot be read.</p>"
+        } else {
+            "<p>No metric history was recorded before this capture.</p>"
+        });
     }
     for c in charts {
         h.push_str(&c);

@@ -177,7 +177,9 @@ impl TopState {
         self.stall = triggers
             .iter_mut()
             .filter_map(|(t, a)| {
-                let held_since = a.since().filter(|_| a.in_hold());
+                // A condition that held and cleared, before its hold or
+                // after firing: a stall, from its first hold to now.
+                let held_since = a.since();
                 let st = a.step(t, now, &ctx);
                 if let (Some(began), Step::Idle) = (held_since, st) {
                     short.push(crate::scan::Stall {
@@ -218,13 +220,17 @@ impl TopState {
     fn short_stalls_line(&self) -> Option<String> {
         let v = self.short_stalls();
         let last = v.last()?;
+        let lasted = match last.ms() {
+            ms if ms < 1000.0 => format!("{ms:.0} ms"),
+            ms => format!("{:.1} s", ms / 1000.0),
+        };
         Some(format!(
-            "short stalls in the last {} min: {} (last: {}, {:.0} ms at {} UTC)",
+            "stalls ended in the last {} min: {} (last: {}, {lasted} from {} to {} UTC)",
             SHORT_STALLS_SHOWN_SECS / 60.0,
             v.len(),
             last.describe(),
-            last.ms(),
-            crate::evidence::stamp_tenths(last.began_unix)
+            crate::evidence::stamp_tenths(last.began_unix),
+            crate::evidence::stamp_tenths(last.ended_unix)
         ))
     }
 
@@ -551,7 +557,7 @@ mod tests {
         assert!(s.text().contains("watching: connection storm"), "{}", s.text());
         s.update(2.5, true, None, rate(0.0), vec![]);
         let txt = s.text();
-        assert!(txt.contains("short stalls in the last 10 min: 1 (last: connection storm, 500 ms at "), "{txt}");
+        assert!(txt.contains("stalls ended in the last 10 min: 1 (last: connection storm, 500 ms from "), "{txt}");
         // The same stall in a watcher's history is listed once; its
         // pile-ups between polls are listed too.
         s.watch_stalls = vec![

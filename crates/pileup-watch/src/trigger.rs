@@ -267,6 +267,20 @@ impl Trigger {
         Ok(())
     }
 
+    /// Refuse a trigger naming a metric this server cannot have (`cannot`:
+    /// what [`crate::derive::unavailable`] found): it could never fire.
+    pub fn check_available(&self, cannot: &[crate::derive::Availability]) -> Result<(), ParseError> {
+        for m in self.metrics() {
+            if let Some(a) = cannot.iter().find(|a| a.metrics.split(", ").any(|x| x == m)) {
+                return Err(ParseError {
+                    expr: self.text.clone(),
+                    why: format!("{m} cannot exist on this server: {}", a.why),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The metrics this trigger reads (for the collector to keep).
     pub fn metrics(&self) -> Vec<&str> {
         match &self.cond {
@@ -397,6 +411,17 @@ impl Armed {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_trigger_on_a_metric_the_server_cannot_have_is_refused() {
+        // MariaDB 10.11: Rows_read, no Innodb_rows_* (MDEV-28539).
+        let cannot = crate::derive::unavailable(&|k| k != "innodb_rows_read");
+        let t = Trigger::parse("innodb_rows_read_rate > 5 for 1s").unwrap();
+        let e = t.check_available(&cannot).unwrap_err();
+        assert!(e.why.starts_with("innodb_rows_read_rate cannot exist on this server") && e.why.contains("MDEV-28539"));
+        assert!(Trigger::parse("rows_read_rate > 5 for 1s").unwrap().check_available(&cannot).is_ok());
+        assert!(t.check_available(&crate::derive::unavailable(&|_| true)).is_ok(), "MySQL has them");
+    }
+
     use super::*;
     use std::collections::HashMap;
 

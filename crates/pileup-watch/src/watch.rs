@@ -485,9 +485,7 @@ impl Watcher<'_> {
                 match &ev {
                     pileup_store::ShipEvent::Shipped { capture_dir, url, .. } => {
                         e.ship_uploaded_total += 1;
-                        if let Some(c) = e.last_capture.as_mut().filter(|c| &c.url == capture_dir) {
-                            c.url = url.clone();
-                        }
+                        e.moved(capture_dir, url);
                     }
                     pileup_store::ShipEvent::Failed { .. } | pileup_store::ShipEvent::NotQueued { .. } => {
                         e.ship_failed_total += 1

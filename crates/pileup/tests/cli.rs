@@ -259,6 +259,7 @@ fn every_usage_error_exits_2_before_any_work() {
         (&["bench", "point-selects"], "no experiment"),
         (&["bench", "hot-row", "--threads", "0"], "--threads"),
         (&["bench", "hot-row", "--rounds", "0"], "--rounds"),
+        (&["bench", "hot-row", "--warmup", "0s", "--duration", "1ms"], "at least 1s"),
         (&["bench", "hot-row", "-o", "r.csv"], "r.csv"),
         (&["bench", "all", "-f", "svg"], "one experiment"),
         (&["bench", "hot-row", "-f", "pprof"], "pprof"),

@@ -276,6 +276,25 @@ fn every_result_is_read_by_its_consumer() {
             }
         }
     }
+    // The capture is whole (its marker is there); a copy that lost its
+    // metrics, or its marker, is reported as damaged (exit 3), naming
+    // what is missing.
+    if let Some(c) = listed["captures"].as_array().and_then(|c| c.iter().find(|c| c["kind"] == "capture")) {
+        if c["complete"] != true {
+            wrong.push(format!("a capture the watcher finished is not complete: {c}"));
+        }
+        let copy = dir.join("damaged");
+        let cp = Command::new("cp").args(["-r", c["dir"].as_str().unwrap(), copy.to_str().unwrap()]).status().unwrap();
+        assert!(cp.success());
+        for (gone, says) in [("metrics.json", "missing metrics.json"), ("complete.json", "cut short")] {
+            std::fs::remove_file(copy.join(gone)).unwrap();
+            let out = pileup(&["report", copy.to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            if out.status.code() != Some(3) || !err.contains(says) {
+                wrong.push(format!("report on a capture without {gone}: exit {:?}: {err}", out.status.code()));
+            }
+        }
+    }
     let _ = load.kill();
     let _ = load.wait();
     assert!(wrong.is_empty(), "results their readers refused:\n{}", wrong.join("\n"));

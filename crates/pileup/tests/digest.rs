@@ -220,6 +220,31 @@ fn bad_input_is_named_and_exits_non_zero() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("Os {") && !err.contains("panicked"), "{err}");
     }
+    // Inputs that are not what they seem: a program and its gzip are no
+    // slow log (exit 1, one line); an empty file is an empty report and
+    // a note (exit 0).
+    let ls = std::fs::read("/bin/ls").unwrap();
+    let gz = dir.join("ls.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut e, &ls).unwrap();
+    std::fs::write(&gz, e.finish().unwrap()).unwrap();
+    for f in ["/bin/ls", gz.to_str().unwrap()] {
+        let out = pileup(&["digest", f]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{f}: {err}");
+        assert_eq!(err.lines().count(), 1, "{f}: {err}");
+        assert!(err.contains("is not a slow log"), "{f}: {err}");
+    }
+    let empty = dir.join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    let out = pileup(&["digest", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("empty, no statements"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // A log cut mid-entry, with a garbled value: what can be read counts,
     // the rest is named by file and line, exit status 3.
     let log = dir.join("cut.log");
@@ -316,6 +341,14 @@ fn the_slow_log_table_is_read_as_a_log() {
     assert!(class["attributes"]["query_time"]["sum"].as_f64().unwrap() > 0.0, "{class:#}");
     assert_eq!(class["attributes"]["rows_sent"]["sum"], 25);
     assert!(d["inputs"][0].as_str().unwrap().starts_with("mysql.slow_log on"), "{}", d["inputs"]);
+
+    // A server that logs to a file does not write the table: one line
+    // naming log_output, not an empty report.
+    c.query_drop("SET GLOBAL log_output = 'FILE'").unwrap();
+    let out = pileup(&["digest", "--slow-log-table", "-S", &sock, "-u", "root"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("log_output=FILE"), "{err}");
 }
 
 #[test]
@@ -338,6 +371,14 @@ fn performance_schema_digests_are_read_over_a_window() {
     for i in 0..50 {
         let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS ps_marker")).unwrap();
     }
+    // DISTINCT, which the digest prints as DISTINCTROW; and executions of
+    // a prepared statement, which the digests leave out.
+    for _ in 0..5 {
+        let _: Vec<(i32,)> = c.query("SELECT DISTINCT a FROM (SELECT 1 AS a) AS t_distinct").unwrap();
+    }
+    for i in 0..100 {
+        let _: Vec<(i32,)> = c.exec("SELECT ? + 1 AS prepared_marker", (i,)).unwrap();
+    }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let d: J = serde_json::from_slice(&out.stdout).unwrap();
@@ -348,6 +389,18 @@ fn performance_schema_digests_are_read_over_a_window() {
     assert!(class["attributes"]["query_time"]["sum"].as_f64().unwrap() > 0.0);
     // Sums only: no percentile is made up.
     assert!(class["attributes"]["query_time"]["p95"].is_null(), "{class:#}");
+    // The slow log's spelling is the class, whatever the source.
+    let distinct: Vec<&str> = d["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["fingerprint"].as_str())
+        .filter(|f| f.contains("t_distinct"))
+        .collect();
+    assert!(distinct.len() == 1 && distinct[0].starts_with("select distinct a"), "{distinct:?}");
+    // What performance_schema did not see is said, with where to look.
+    let notes = d["notes"].to_string();
+    assert!(notes.contains("COM_STMT_EXECUTE") && notes.contains("slow log"), "{notes}");
     // A server with performance_schema off says so, in one line.
     let off = sandbox();
     let out =

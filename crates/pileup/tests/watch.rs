@@ -356,6 +356,17 @@ fn global_lock_capture(
     std::thread::sleep(Duration::from_secs(1));
     seen.extend(rx.try_iter());
     f.query_drop(unlock).unwrap();
+    let held = now_unix() - onset;
+    // The stall the trigger fired for is recorded when it clears, from
+    // its start to its end, not as the length of its hold.
+    std::thread::sleep(Duration::from_secs(3));
+    seen.extend(rx.try_iter());
+    let lasted: Vec<f64> = seen
+        .iter()
+        .filter(|v| v["event"] == "stall" && v["what"].is_string())
+        .filter_map(|v| Some(v["ended_unix"].as_f64()? - v["began_unix"].as_f64()?))
+        .collect();
+    assert!(lasted.iter().any(|l| (held - 1.5..=held + 2.0).contains(l)), "a stall of about {held:.1} s: {lasted:?}");
     let cap = captured(cap, &seen);
     let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
     assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global lock ({global_waits})");
@@ -1366,4 +1377,40 @@ fn memory_growth_is_captured_with_the_statement_and_stack_that_grew_the_server()
     assert!(dir.join("memory.pb.gz").exists());
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(report.contains("memory growth traced for"), "{report}");
+}
+
+#[test]
+fn a_trigger_on_a_metric_this_server_cannot_have_is_refused() {
+    let sb = sandbox();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let mut c = sb.connect().unwrap();
+    let has: Option<(String, String)> = c.query_first("SHOW GLOBAL STATUS LIKE 'Innodb_rows_read'").unwrap();
+    let data = tempfile_dir("watch-unavailable");
+    let out = pileup(&[
+        "watch",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        "--pid",
+        "none",
+        "--duration",
+        "1s",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--trigger",
+        "innodb_rows_read_rate > 5 for 1s",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    match has {
+        // MariaDB 10.11 and later: the metric can never exist.
+        None => {
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(
+                err.contains("innodb_rows_read_rate cannot exist on this server") && err.contains("MDEV-28539"),
+                "{err}"
+            );
+        }
+        Some(_) => assert!(out.status.success(), "{err}"),
+    }
 }

@@ -85,8 +85,11 @@ pub fn run(
         let m = s.medians();
         s.knee_threads = knee::knee(&m).map(|i| m[i].0);
         s.shape = knee::shape(&m);
-        if let (true, Some(k)) = (o.profile && v.profiled, s.knee_threads) {
-            let most = *threads.last().unwrap();
+        // The profile is taken at the knee, or at the most threads on a
+        // curve that does not bend.
+        let most = *threads.last().unwrap();
+        if o.profile && v.profiled {
+            let k = s.knee_threads.unwrap_or(most);
             let accept = name == Name::Accept;
             if let Err(why) = profile_knee(&ctx, v, (k, most), accept, locks.as_deref_mut(), &mut report, sink) {
                 report.stopped = Some(why);

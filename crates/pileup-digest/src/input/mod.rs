@@ -156,7 +156,7 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
     };
     let mut r = BufReader::with_capacity(256 << 10, Counted { inner: raw, n: counter });
     let head = io::BufRead::fill_buf(&mut r).map_err(|e| Error::Read(input.name(), e))?;
-    Ok(if head.starts_with(&[0x1f, 0x8b]) {
+    let decoded: Box<dyn Read + Send> = if head.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::MultiGzDecoder::new(r))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         Box::new(zstd::stream::read::Decoder::with_buffer(r).map_err(|e| Error::Read(input.name(), e))?)
@@ -164,8 +164,24 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
         // Plain text is read straight into the blocks, not copied through
         // the buffer that sniffed its first bytes.
         let head = head.to_vec();
-        Box::new(io::Cursor::new(head).chain(r.into_inner()))
-    })
+        if is_binary(&head) {
+            return Err(Error::NotSlowLog(input.name()));
+        }
+        return Ok(Box::new(io::Cursor::new(head).chain(r.into_inner())));
+    };
+    // A compressed input's first decompressed bytes are looked at too.
+    let mut d = BufReader::with_capacity(64 << 10, decoded);
+    let head = io::BufRead::fill_buf(&mut d).map_err(|e| Error::Read(input.name(), e))?;
+    if is_binary(head) {
+        return Err(Error::NotSlowLog(input.name()));
+    }
+    Ok(Box::new(d))
+}
+
+/// Whether the first bytes of an input are no text: a slow log never holds
+/// a NUL byte (statements with binary literals are logged escaped).
+fn is_binary(head: &[u8]) -> bool {
+    memchr::memchr(0, &head[..head.len().min(64 << 10)]).is_some()
 }
 
 /// Blocks of about `size` bytes, each ending where an entry begins.

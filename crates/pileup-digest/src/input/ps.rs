@@ -112,9 +112,45 @@ fn read(conn: &mut mysql::Conn, sample_col: bool) -> Result<HashMap<Key, Row>, S
     Ok(out)
 }
 
+/// The server's own count of client statements, and of executions of
+/// prepared statements, so far.
+fn statements(conn: &mut mysql::Conn) -> Result<(u64, u64), String> {
+    let rows: Vec<(String, String)> = conn
+        .query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_execute')")
+        .map_err(|e| pileup_conn::plain(&e))?;
+    let get = |k: &str| rows.iter().find(|r| r.0.eq_ignore_ascii_case(k)).and_then(|r| r.1.parse().ok()).unwrap_or(0);
+    Ok((get("Questions"), get("Com_stmt_execute")))
+}
+
+/// What performance_schema did not see of a window: `seen` statements in
+/// its digests, against the server's `questions` (less `own`, pileup's own
+/// statements) of which `executes` ran prepared statements. `None` when it
+/// saw (nearly) all.
+pub fn unseen(seen: u64, questions: u64, executes: u64, own: u64) -> Option<String> {
+    let asked = questions.saturating_sub(own);
+    let missed = asked.saturating_sub(seen);
+    if missed <= 10 || missed * 10 <= asked {
+        return None;
+    }
+    Some(if executes * 2 >= missed {
+        format!(
+            "performance_schema's digests saw {seen} of the {asked} statements the server ran; {executes} were executions of prepared statements (COM_STMT_EXECUTE), which its digests leave out: digest the slow log for them (slow_query_log=ON, long_query_time=0)"
+        )
+    } else {
+        format!(
+            "performance_schema's digests saw {seen} of the {asked} statements the server ran: the digest table may be full (raise performance_schema_digests_size) or statement instruments off (performance_schema.setup_consumers, setup_instruments)"
+        )
+    })
+}
+
 /// Read the digests, wait `duration` (or until `stop`), read them again:
-/// what each did in between, digests with no statement left out.
-pub fn window(conn: &mut mysql::Conn, duration: Duration, stop: &AtomicBool) -> Result<Vec<Delta>, String> {
+/// what each did in between, digests with no statement left out, and what
+/// performance_schema did not see of the window ([`unseen`]).
+pub fn window(
+    conn: &mut mysql::Conn,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<(Vec<Delta>, Option<String>), String> {
     let on: Option<String> =
         conn.query_first("SELECT @@performance_schema").map_err(|e| pileup_conn::plain(&e))?.map(|v: String| v);
     if on.as_deref() != Some("1") && on.as_deref() != Some("ON") {
@@ -130,12 +166,14 @@ pub fn window(conn: &mut mysql::Conn, duration: Duration, stop: &AtomicBool) -> 
         .map_err(|e| pileup_conn::plain(&e))?
         .unwrap_or(0)
         > 0;
+    let (q0, e0) = statements(conn)?;
     let before = read(conn, sample_col)?;
     let t0 = Instant::now();
     while t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(t0.elapsed())));
     }
     let after = read(conn, sample_col)?;
+    let (q1, e1) = statements(conn)?;
     let mut out: Vec<Delta> = after
         .into_iter()
         .map(|(k, r)| {
@@ -145,12 +183,23 @@ pub fn window(conn: &mut mysql::Conn, duration: Duration, stop: &AtomicBool) -> 
         .filter(|d| d.sums.count > 0)
         .collect();
     out.sort_by_key(|d| std::cmp::Reverse(d.sums.timer_wait));
-    Ok(out)
+    let seen: u64 = out.iter().map(|d| d.sums.count).sum();
+    // pileup's own: the second status read and the two digest reads.
+    let note = unseen(seen, q1.saturating_sub(q0), e1.saturating_sub(e0), 3);
+    Ok((out, note))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_performance_schema_did_not_see_is_said() {
+        assert_eq!(unseen(94_470, 94_480, 0, 3), None, "all but a few");
+        let n = unseen(4, 94_483, 94_470, 3).unwrap();
+        assert!(n.contains("saw 4 of the 94480") && n.contains("COM_STMT_EXECUTE"), "{n}");
+        assert!(unseen(100, 10_000, 0, 3).unwrap().contains("performance_schema_digests_size"));
+    }
 
     #[test]
     fn a_window_is_the_difference_and_a_reset_counts_from_zero() {

@@ -13,6 +13,15 @@ use crate::input::slowlog::user_host;
 /// Read every row of `mysql.slow_log` into `agg` as input `input`; the
 /// number of rows read.
 pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result<u64, String> {
+    // A server that logs to a file leaves the table empty, or holding only
+    // what it logged before: say so rather than report an empty log.
+    let output: Option<String> = conn.query_first("SELECT @@log_output").map_err(|e| pileup_conn::plain(&e))?;
+    let output = output.unwrap_or_default();
+    if !output.to_ascii_uppercase().split(',').any(|o| o == "TABLE") {
+        return Err(format!(
+            "this server does not write mysql.slow_log (log_output={output}): read its slow-log file instead (@@slow_query_log_file), or SET GLOBAL log_output='TABLE'"
+        ));
+    }
     let cols: Vec<String> = conn
         .query(
             "SELECT LOWER(COLUMN_NAME) FROM information_schema.COLUMNS \

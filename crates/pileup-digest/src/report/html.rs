@@ -164,6 +164,9 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
     for u in unavailable(d) {
         let _ = write!(h, r#"<p class="note">No {}: {}</p>"#, esc(u.attr), esc(u.why));
     }
+    for n in &d.notes {
+        let _ = write!(h, r#"<p class="note">{}</p>"#, esc(n));
+    }
     let _ = write!(
         h,
         "<h2>Profile, ranked by {}</h2><table id=\"profile\"><tr><th>rank</th><th>class</th><th>time</th><th>share</th><th>calls</th><th>mean</th><th>p95</th><th>rows examined per row</th><th>pages per row</th><th>outside the engine</th><th>spills</th><th>statement</th></tr>",

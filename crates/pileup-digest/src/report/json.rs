@@ -127,6 +127,7 @@ impl serde::Serialize for crate::output::DigestReport<'_> {
         let unavailable: Vec<Value> =
             unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
         m.serialize_entry("unavailable", &unavailable)?;
+        m.serialize_entry("notes", &d.notes)?;
         m.serialize_entry("classes", &Classes { order, d, total })?;
         m.serialize_entry("other", &d.other.as_ref().map(|c| class(c, 0, d, total)))?;
         if let Some(a) = self.advice {

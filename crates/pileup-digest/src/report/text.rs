@@ -124,6 +124,9 @@ pub fn render(d: &Digest, v: &View) -> String {
     for u in unavailable(d) {
         let _ = writeln!(o, "# no {}: {}", u.attr, u.why);
     }
+    for n in &d.notes {
+        let _ = writeln!(o, "# note: {n}");
+    }
     let classes: Vec<&Class> =
         if v.rank == Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
     let ranked: Vec<&Class> = classes.into_iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();

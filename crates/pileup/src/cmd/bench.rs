@@ -10,6 +10,10 @@ use pileup_conn::ConnOptions;
 
 use crate::output::Format;
 
+/// The shortest window measured: the server's CPU is read from /proc in
+/// 10 ms ticks, so a window of 1 s counts it to 1% of a core.
+const MIN_WINDOW: Duration = Duration::from_secs(1);
+
 #[derive(clap::Args)]
 #[command(after_long_help = "Runs small, sharp experiments and reports each as a curve of throughput against \
 client threads: the median of several rounds per point with its spread, the server's and the load generator's \
@@ -230,8 +234,10 @@ fn check_bench_args(a: &BenchArgs) -> Result<Vec<Name>> {
     if a.rounds == 0 {
         super::usage!("--rounds must be at least 1");
     }
-    if a.duration.is_zero() {
-        super::usage!("--duration must be more than 0");
+    if a.duration < MIN_WINDOW {
+        super::usage!(
+            "--duration must be at least 1s: the server's CPU is counted in 10 ms ticks, 1% of a core over 1 s; a shorter window measures noise"
+        );
     }
     if let Some(info) = &a.pg {
         pileup_bench::target::Pg::check(info, a.i_know).map_err(|e| super::Usage(e.to_string()))?;

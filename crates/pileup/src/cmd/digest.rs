@@ -164,6 +164,13 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let d = digest(&inputs, &o, &mut sink);
     sink.finish();
     let d = d?;
+    if d.events == 0 && d.problem_count == 0 {
+        let names = d.inputs.join(", ");
+        match d.bytes {
+            0 => note!("note: {names}: empty, no statements to digest"),
+            n => note!("note: {names}: no slow-log entries in {}", super::plural(n, "byte", "bytes")),
+        }
+    }
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
     emit(&DigestReport { digest: &d, view, advice: advice.as_deref() }, &targets, &Default::default())?;

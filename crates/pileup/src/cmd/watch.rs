@@ -164,6 +164,12 @@ pub fn run_watch(a: WatchArgs, conn: &ConnOptions) -> Result<()> {
     let triggers = triggers(&a.triggers, a.with_default_triggers, cpus)?;
     let json = a.out.json();
     let spec = conn.resolve()?;
+    // A trigger on a metric this server cannot have could never fire.
+    if let Some(cannot) = pileup_watch::poll::unavailable_metrics(&spec) {
+        for t in triggers.iter().take(a.triggers.len()) {
+            t.check_available(&cannot).map_err(|e| super::Usage(format!("--trigger {e}")))?;
+        }
+    }
     let (pid, no_pid_why) = super::resolve_server_pid(&a.pid, &spec)?;
     if let Some(p) = pid {
         pileup_engine::process::check_target(p, a.any_process)?;
@@ -434,11 +440,16 @@ pub fn run_report(mut a: ReportArgs) -> Result<()> {
 }
 
 /// The rebuilt report: its path, or the capture's report in the formats
-/// asked for.
+/// asked for; a capture that lacks files is damaged (exit 3, naming them).
 fn written(dir: &std::path::Path, targets: Option<&[crate::output::Target]>) -> Result<()> {
+    let capture = pileup_watch::capture_dir::read(dir)?;
     match targets {
         None => out!("{}", dir.join("report.html").display()),
-        Some(t) => crate::output::emit(&pileup_watch::capture_dir::read(dir)?, t, &Default::default())?,
+        Some(t) => crate::output::emit(&capture, t, &Default::default())?,
+    }
+    if !capture.missing.is_empty() {
+        let what = capture.missing.join(", ");
+        return Err(super::Damaged(format!("{}: missing {what}; the report shows the rest", dir.display())).into());
     }
     Ok(())
 }
