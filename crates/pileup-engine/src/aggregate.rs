@@ -233,11 +233,14 @@ fn idle_wait(labels: &[&str]) -> bool {
         .is_some()
 }
 
-/// Asleep in a wait of any kind (a lock, a condition, a semaphore, an
-/// event): a stack read at a wait is no time on a CPU, whatever /proc's
-/// state said before it was read.
+/// Asleep in a wait that enters the kernel (a futex for a mutex, rwlock,
+/// condition or semaphore, or an event): a stack read there is no time on
+/// a CPU, whatever /proc's state said before it was read. Only the
+/// innermost frame decides: a latch's own code may be spinning on a CPU.
 fn in_wait(labels: &[&str]) -> bool {
-    frames::first_class(labels.iter().take(4).copied(), |c| c.is_wait() || c == FrameClass::EventWait).is_some()
+    labels
+        .first()
+        .is_some_and(|l| frames::is(l, |c| (c.is_wait() && c != FrameClass::Latch) || c == FrameClass::EventWait))
 }
 
 fn unnamed(label: &str) -> bool {

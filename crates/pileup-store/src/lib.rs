@@ -26,8 +26,4 @@ pub use spool::{Queued, Spool};
 pub use url::StoreUrl;
 
 pub use error::{Result, StoreError};
-
-/// The file a capture directory gets last, listing the files written
-/// before it: a capture without it was cut short. `pileup report`,
-/// `pileup captures` and the shipper read it.
-pub const COMPLETE: &str = "complete.json";
+pub use spool::COMPLETE;

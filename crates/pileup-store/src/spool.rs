@@ -8,6 +8,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// The file a capture directory gets last, listing the files written
+/// before it: a capture without it was cut short. `pileup report`,
+/// `pileup captures` and the shipper read it.
+pub const COMPLETE: &str = "complete.json";
+
 use crate::error::{io, Result, StoreError};
 
 /// One capture waiting to be uploaded.
@@ -70,7 +75,7 @@ impl Spool {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| StoreError::NotACapture(capture_dir.display().to_string()))?;
-        if !capture_dir.join(crate::COMPLETE).exists() {
+        if !capture_dir.join(COMPLETE).exists() {
             return Err(StoreError::Incomplete(capture_dir.display().to_string()));
         }
         let need = dir_size(capture_dir);
@@ -161,7 +166,7 @@ mod tests {
         // A capture cut short (no completion marker) is not queued.
         let cut = spool.enqueue(&cap, "p/x.tar.zst".into(), 1.5, meta.clone(), 0);
         assert!(matches!(cut, Err(StoreError::Incomplete(_))), "{cut:?}");
-        std::fs::write(cap.join(crate::COMPLETE), r#"{"files":["evidence.json"]}"#).unwrap();
+        std::fs::write(cap.join(COMPLETE), r#"{"files":["evidence.json"]}"#).unwrap();
         let mut q = spool.enqueue(&cap, "p/db1/20261128-050000-x.tar.zst".into(), 1.5, meta, 0).unwrap();
         assert_eq!(q.metadata["sha256"], q.sha256);
         q.upload = Some(Multipart { id: "u1".into(), part_size: 5 << 20, parts: vec!["e1".into()] });

@@ -96,7 +96,74 @@ fn gather_stacks_and_sql(
     modules: &KeptModules,
 ) -> Evidence {
     let mut ev = Evidence { trigger: trigger.to_string(), unix, history, ..Default::default() };
-    // Stacks first: they do not depend on SQL answering.
+    std::thread::scope(|sc| {
+        // The SQL side is read on its own thread while the stacks are taken:
+        // at once, while the stall lasts, and again a moment later in a
+        // long capture (a stall may end before sampling does).
+        let span = s.interval * s.samples.max(1) as u32;
+        let reads = spec.map(|sp| sc.spawn(move || read_sql_during(sp, s.own_connection, span, cancel)));
+        take_stacks(&mut ev, trigger, spec, pid, s, cancel, modules);
+        if let Some(Ok(reads)) = reads.map(|h| h.join()) {
+            use_sql_read(&mut ev, reads);
+        }
+    });
+    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+        return ev; // dropped: the rest is not needed
+    }
+    // Idle connections that may hold the lock others queue for: what each
+    // last ran, from its memory (each stopped only to read its thread
+    // pointer).
+    let idle = crate::holder::idle_candidates(&ev);
+    if let (Some(pid), false) = (pid, idle.is_empty()) {
+        match crate::last_statement::last_statements(pid, &idle, s.max_stop) {
+            Ok(found) => ev.last_statements = found.into_iter().collect(),
+            Err(e) => ev.last_statements_error = Some(e),
+        }
+        if let Some(sp) = spec {
+            moved_on(sp, &mut ev);
+        }
+    }
+    ev
+}
+
+/// An idle row-lock holder whose memory was read after it ran another
+/// statement (its transaction ended once the stall's evidence was read)
+/// no longer holds the statement the evidence is about: say so rather
+/// than name the later one.
+fn moved_on(spec: &ConnSpec, ev: &mut Evidence) {
+    // The idle holders of row locks: a holder of a global or metadata lock
+    // is told from its peers by what each last ran, whenever it ran it.
+    let holders: Vec<u64> = crate::evidence::root_blockers(&ev.row_lock_waits).into_iter().map(|r| r.0).collect();
+    let ids: Vec<String> = ev.last_statements.keys().filter(|id| holders.contains(id)).map(u64::to_string).collect();
+    let (Some(read_at), false) = (ev.processlist_unix, ids.is_empty()) else { return };
+    let mut bounded = spec.clone();
+    bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
+    let Ok(mut c) = bounded.connect() else { return };
+    let sql = format!("SELECT ID, TIME_MS FROM information_schema.PROCESSLIST WHERE ID IN ({})", ids.join(", "));
+    let Ok(rows) = c.query::<(u64, f64), _>(sql) else { return };
+    let now = crate::poll::now_unix();
+    for (id, ms) in rows {
+        if now - ms / 1000.0 > read_at + 0.05 {
+            ev.last_statements.insert(
+                id,
+                crate::last_statement::LastStatement::Unknown(
+                    "it ran another statement after the evidence was read, which its memory now holds".into(),
+                ),
+            );
+        }
+    }
+}
+
+/// The server's stacks, sampled as the capture's settings say.
+fn take_stacks(
+    ev: &mut Evidence,
+    trigger: &str,
+    spec: Option<&ConnSpec>,
+    pid: Option<i32>,
+    s: &CaptureSettings,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+    modules: &KeptModules,
+) {
     if let Some(pid) = pid {
         // Annotation must not delay the stacks of a server that hangs: a
         // short connect budget, and none at all when the poll had failed.
@@ -163,27 +230,95 @@ fn gather_stacks_and_sql(
             }
         }
     }
-    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-        return ev; // dropped: the rest is not needed
+}
+
+/// One read of the SQL side, `at` seconds into the capture.
+struct SqlRead {
+    at: f64,
+    ev: Evidence,
+    error: Option<String>,
+}
+
+impl SqlRead {
+    /// Whether it shows connections waiting: for a row lock, a metadata,
+    /// table or global lock, or anything else the processlist names.
+    fn shows_waits(&self) -> bool {
+        // Replication and the server's own threads wait for their work
+        // ("Waiting for master to send event"): not a stall.
+        let client = |r: &BTreeMap<String, String>| {
+            let command = r.get("command").map(String::as_str).unwrap_or("");
+            let user = r.get("user").map(String::as_str).unwrap_or("");
+            !(matches!(command, "Daemon" | "Binlog Dump" | "Binlog Dump GTID")
+                || command.starts_with("Slave_")
+                || command.starts_with("Replica_")
+                || matches!(user, "system user" | "event_scheduler"))
+        };
+        !self.ev.row_lock_waits.is_empty()
+            || self
+                .ev
+                .processlist
+                .iter()
+                .any(|r| client(r) && r.get("state").is_some_and(|st| st.starts_with("Waiting for")))
     }
-    if let Some(sp) = spec {
-        let mut bounded = sp.clone();
-        bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
-        if let Err(e) = gather_sql(&bounded, s.own_connection, &mut ev) {
-            ev.sql_error = Some(pileup_conn::error_text(&e));
+}
+
+/// The SQL side read at once, and, in a capture longer than two seconds,
+/// again a second later (or halfway, if sooner), unless the capture is
+/// dropped meanwhile. Each query of a read is bounded to 2 s.
+fn read_sql_during(
+    spec: &ConnSpec,
+    own_connection: u64,
+    span: Duration,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Vec<SqlRead> {
+    let t0 = Instant::now();
+    let mut bounded = spec.clone();
+    bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
+    let read = || {
+        let at = t0.elapsed().as_secs_f64();
+        let mut ev = Evidence::default();
+        let error = gather_sql(&bounded, own_connection, &mut ev).err().map(|e| pileup_conn::error_text(&e));
+        SqlRead { at, ev, error }
+    };
+    let mut reads = vec![read()];
+    if span > Duration::from_secs(2) {
+        let again = Duration::from_secs(1).min(span / 2);
+        while t0.elapsed() < again && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+            reads.push(read());
         }
     }
-    // Idle connections that may hold the lock others queue for: what each
-    // last ran, from its memory (each stopped only to read its thread
-    // pointer).
-    let idle = crate::holder::idle_candidates(&ev);
-    if let (Some(pid), false) = (pid, idle.is_empty()) {
-        match crate::last_statement::last_statements(pid, &idle, s.max_stop) {
-            Ok(found) => ev.last_statements = found.into_iter().collect(),
-            Err(e) => ev.last_statements_error = Some(e),
-        }
-    }
-    ev
+    reads
+}
+
+/// The read the evidence is: the first that shows connections waiting
+/// (the stall as it was), else the last that answered; and which it was.
+fn use_sql_read(ev: &mut Evidence, reads: Vec<SqlRead>) {
+    let n = reads.len();
+    let pick = reads
+        .iter()
+        .position(|r| r.error.is_none() && r.shows_waits())
+        .map(|i| (i, "the first that showed connections waiting"))
+        .or_else(|| reads.iter().rposition(|r| r.error.is_none()).map(|i| (i, "none showed connections waiting")));
+    let Some((i, why)) = pick else {
+        ev.sql_error = reads.into_iter().rev().find_map(|r| r.error);
+        return;
+    };
+    let r = reads.into_iter().nth(i).expect("picked from these reads");
+    ev.sql_read = Some(match n {
+        1 => format!("SQL read {:.1} s into the capture", r.at),
+        _ => format!("SQL read {:.1} s into the capture (read {} of {n}: {why})", r.at, i + 1),
+    });
+    let sql = r.ev;
+    ev.processlist = sql.processlist;
+    ev.processlist_unix = sql.processlist_unix;
+    ev.innodb_status = sql.innodb_status;
+    ev.row_lock_waits = sql.row_lock_waits;
+    ev.trx = sql.trx;
+    ev.mdl = sql.mdl;
+    ev.variables = sql.variables;
 }
 
 /// Whether a trigger watches the server's memory (its resident size or

@@ -35,6 +35,14 @@ pub struct EvidenceFile {
     pub onset_unix: Option<f64>,
     pub verdict: String,
     pub sql_error: Option<String>,
+    /// Which read of the SQL side the evidence is.
+    #[serde(default)]
+    pub sql_read: Option<String>,
+    /// Written by a watcher that ends a capture with its completion
+    /// marker (captures of older versions have none, and are not called
+    /// cut short for it).
+    #[serde(default)]
+    pub marked: bool,
     pub stacks_error: Option<String>,
     pub processlist: Vec<BTreeMap<String, String>>,
     pub row_lock_waits: Vec<RowLockWait>,
@@ -139,6 +147,8 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         onset_unix: ev.onset_unix,
         verdict: verdict.to_string(),
         sql_error: ev.sql_error.clone(),
+        sql_read: ev.sql_read.clone(),
+        marked: true,
         stacks_error: ev.stacks_error.clone(),
         processlist: ev.processlist.clone(),
         row_lock_waits: ev.row_lock_waits.clone(),
@@ -164,6 +174,21 @@ pub struct Complete {
     pub files: Vec<String>,
 }
 
+/// Whether the capture in `dir` was written whole: its marker is there,
+/// or it comes from a watcher that wrote none.
+pub fn is_complete(dir: &Path) -> bool {
+    if dir.join(pileup_store::COMPLETE).exists() {
+        return true;
+    }
+    #[derive(Deserialize)]
+    struct Marked {
+        #[serde(default)]
+        marked: bool,
+    }
+    let m: Option<Marked> = std::fs::read(dir.join("evidence.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    m.is_some_and(|m| !m.marked)
+}
+
 /// The completion marker, written last: every file in `dir` so far.
 fn write_complete(dir: &Path) -> Result<()> {
     let mut files: Vec<String> = std::fs::read_dir(dir)
@@ -180,11 +205,12 @@ fn write_complete(dir: &Path) -> Result<()> {
 /// The files a capture lacks: its marker when it was cut short, each file
 /// the marker names that is gone, and `metrics.json` when it cannot be
 /// read; none for a whole capture.
-fn missing_files(dir: &Path, metrics_read: bool) -> Vec<String> {
+fn missing_files(dir: &Path, metrics_read: bool, marked: bool) -> Vec<String> {
     let marker: Option<Complete> =
         std::fs::read(dir.join(pileup_store::COMPLETE)).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let mut missing: Vec<String> = match marker {
-        None => vec![format!("{} (the capture was cut short)", pileup_store::COMPLETE)],
+        None if marked => vec![format!("{} (the capture was cut short)", pileup_store::COMPLETE)],
+        None => vec![],
         Some(m) => m.files.into_iter().filter(|f| !dir.join(f).exists()).collect(),
     };
     if !metrics_read && !missing.iter().any(|m| m == "metrics.json") {
@@ -231,7 +257,7 @@ pub fn read(dir: &Path) -> Result<Capture> {
     .map_err(|source| WatchError::Damaged { path: dir.into(), source })?;
     let metrics: Option<Vec<MetricRow>> =
         std::fs::read(dir.join("metrics.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    let missing = missing_files(dir, metrics.is_some());
+    let missing = missing_files(dir, metrics.is_some(), evidence.marked);
     let text = |n: &str| std::fs::read_to_string(dir.join(n)).ok();
     Ok(Capture {
         evidence,

@@ -92,6 +92,9 @@ pub struct Evidence {
     /// thread scan first saw the pile-up (to its 100 ms).
     pub onset_unix: Option<f64>,
     pub sql_error: Option<String>,
+    /// Which read of the SQL side the evidence is (a capture reads it at
+    /// its start, while the stall lasts, and again during a long capture).
+    pub sql_read: Option<String>,
     /// Processlist rows: id, user, host, db, command, time, state, info, and
     /// on MariaDB time_ms and tid; the capture's own connection left out.
     pub processlist: Vec<BTreeMap<String, String>>,
@@ -190,6 +193,30 @@ pub fn pl_summary(ev: &Evidence, id: u64) -> String {
         }
         None => format!("connection {id}"),
     }
+}
+
+/// Blocking transactions that are not themselves waiting (InnoDB also lists
+/// waiters queued behind other waiters), with how many distinct transactions
+/// wait on each, most first.
+pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let waiting: BTreeSet<u64> = waits.iter().map(|w| w.waiting_conn).collect();
+    let mut by: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for w in waits {
+        by.entry(w.blocking_conn).or_default().insert(w.waiting_conn);
+    }
+    // All waiters ultimately queue behind a root; count them all for it.
+    let mut roots: Vec<(u64, usize)> =
+        by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
+    if roots.len() > 1 {
+        roots = roots.into_iter().map(|(b, _)| (b, by[&b].len())).collect();
+    }
+    if roots.is_empty() {
+        // A cycle (deadlock about to be resolved): fall back to the most blocking.
+        roots = by.iter().map(|(b, w)| (*b, w.len())).collect();
+    }
+    roots.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    roots
 }
 
 #[cfg(test)]

@@ -184,13 +184,16 @@ pub fn render(s: &Snapshot) -> String {
             let _ = writeln!(out, "pileup_stalls_total{{class=\"{}\"}} {n}", class_label(class));
         }
     }
-    if !s.recent.is_empty() {
+    // The last hour's, as of the last poll (a watcher with no capture since
+    // stops announcing the old ones).
+    let recent: Vec<&LastCapture> = s.recent.iter().filter(|c| c.unix >= s.last_poll_unix - RECENT_SECS).collect();
+    if !recent.is_empty() {
         let _ = writeln!(
             out,
             "# HELP pileup_capture_timestamp_seconds when each capture of the last hour began (Unix time), by its class and place\n\
              # TYPE pileup_capture_timestamp_seconds gauge"
         );
-        for c in &s.recent {
+        for c in recent {
             let _ = writeln!(
                 out,
                 "pileup_capture_timestamp_seconds{{class=\"{}\",url=\"{}\"}} {}",

@@ -16,14 +16,23 @@ use crate::last_statement::LastStatement;
 /// Most idle connections whose last statement a capture reads.
 pub const MAX_IDLE_READ: usize = 32;
 
-/// Idle client connections that may hold a lock others wait for: idle
-/// since before the oldest waiter's statement began (connection id, OS
-/// thread id), when connections wait for a global, metadata, flush or
-/// table-level lock; longest idle last, at most [`MAX_IDLE_READ`].
+/// Idle client connections that may hold a lock others wait for
+/// (connection id, OS thread id): the idle holders of the row locks others
+/// wait for, first; then, when connections wait for a global, metadata,
+/// flush or table-level lock, those idle since before the oldest waiter's
+/// statement began, longest idle last; at most [`MAX_IDLE_READ`].
 pub fn idle_candidates(ev: &Evidence) -> Vec<(u64, i32)> {
     let all = conns(ev);
+    let tid = |id: u64| -> Option<i32> {
+        ev.processlist.iter().find(|r| r.get("id").and_then(|v| v.parse().ok()) == Some(id))?.get("tid")?.parse().ok()
+    };
+    let mut out: Vec<(u64, i32)> = crate::evidence::root_blockers(&ev.row_lock_waits)
+        .into_iter()
+        .filter_map(|(b, _)| all.iter().find(|c| c.id == b && c.command == "Sleep" && !is_server_thread(c)))
+        .filter_map(|c| Some((c.id, tid(c.id)?)))
+        .collect();
     let Some(oldest) = all.iter().filter(|c| c.class.is_some()).map(|c| c.secs).max_by(f64::total_cmp) else {
-        return vec![];
+        return out;
     };
     let mut idle: Vec<(&Conn, i32)> = all
         .iter()
@@ -42,7 +51,14 @@ pub fn idle_candidates(ev: &Evidence) -> Vec<(u64, i32)> {
         .collect();
     // The holder went idle just before the first waiter: nearest first.
     idle.sort_by(|a, b| a.0.secs.total_cmp(&b.0.secs));
-    idle.into_iter().take(MAX_IDLE_READ).map(|(c, tid)| (c.id, tid)).collect()
+    out.extend(
+        idle.into_iter()
+            .map(|(c, tid)| (c.id, tid))
+            .filter(|(id, _)| !out.iter().any(|o| o.0 == *id))
+            .collect::<Vec<_>>(),
+    );
+    out.truncate(MAX_IDLE_READ);
+    out
 }
 
 /// What a waiting connection waits for, from its processlist state.

@@ -62,7 +62,7 @@ impl Listing {
                 dir: d.clone(),
                 trigger: t.clone(),
                 verdict: v.clone(),
-                complete: Path::new(d).join(pileup_store::COMPLETE).exists(),
+                complete: crate::capture_dir::is_complete(Path::new(d)),
             })
             .collect();
         l.captures.extend(stalls.iter().filter(|st| !captured(st.began_unix, st.ended_unix)).map(|st| {

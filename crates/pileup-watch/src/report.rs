@@ -104,12 +104,22 @@ fn fmt_num(v: f64) -> String {
 /// The thread scan's pile-up that a stall beginning at `onset` is: one
 /// under way then (the onset is timed to the poll or to the scan, so up to
 /// one scan interval either side).
-fn stall_around(stalls: &[crate::scan::Stall], onset: f64) -> Option<&crate::scan::Stall> {
-    // A pile-up the scan timed, or the episode of the trigger that fired:
-    // the longest that was under way at the onset.
+fn stall_around<'a>(
+    stalls: &'a [crate::scan::Stall],
+    onset: f64,
+    (trigger, unix): (&str, f64),
+) -> Option<&'a crate::scan::Stall> {
+    // A pile-up the scan timed under way at the onset, or the episode of
+    // the trigger that fired (which may begin after a pile-up the scan saw
+    // first): the longest.
+    let fired = |st: &crate::scan::Stall| {
+        st.what.as_deref().is_some_and(|w| trigger == w || trigger.starts_with(&format!("{w}:")))
+            && st.began_unix <= unix
+            && st.ended_unix >= unix
+    };
     stalls
         .iter()
-        .filter(|st| st.began_unix <= onset + 0.15 && st.ended_unix > onset)
+        .filter(|st| (st.began_unix <= onset + 0.15 && st.ended_unix > onset) || fired(st))
         .max_by(|a, b| a.ms().total_cmp(&b.ms()))
 }
 
@@ -228,7 +238,7 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     let _ = write!(h, "<p>Trigger <code>{}</code> fired at {} UTC.", esc(&ev.trigger), stamp(ev.unix));
     if let Some(o) = ev.onset_unix {
         let _ = write!(h, " The stall began at {} UTC", stamp_tenths(o));
-        match stall_around(&c.stalls, o) {
+        match stall_around(&c.stalls, o, (&ev.trigger, ev.unix)) {
             Some(st) => {
                 let _ = write!(
                     h,
@@ -242,6 +252,9 @@ img.flame{{max-width:100%;border:1px solid #ddd}}
     }
     if let Some(e) = &ev.sql_error {
         let _ = write!(h, " SQL did not answer: {}.", esc(e));
+    }
+    if let Some(r) = &ev.sql_read {
+        let _ = write!(h, " The SQL evidence: {}.", esc(r));
     }
     if let Some(e) = &ev.stacks_error {
         let _ = write!(h, " Stacks were not captured: {}.", esc(e));
@@ -338,7 +351,9 @@ pub fn refresh(dir: &Path, store: &crate::store::Store, before: f64, after: f64)
     let stalls = store.stalls(c.evidence.unix - before, c.evidence.unix + after)?;
     crate::capture_dir::write_stalls(dir, &stalls)?;
     // report.txt was written at the capture, before the stall ended.
-    if let Some((o, st)) = c.evidence.onset_unix.and_then(|o| Some((o, stall_around(&stalls, o)?))) {
+    if let Some((o, st)) =
+        c.evidence.onset_unix.and_then(|o| Some((o, stall_around(&stalls, o, (&c.evidence.trigger, c.evidence.unix))?)))
+    {
         let path = dir.join("report.txt");
         if let Ok(txt) = std::fs::read_to_string(&path) {
             pileup_files::write_private_bytes(&path, with_stall_end(&txt, o, st.ended_unix).as_bytes())?;
@@ -377,6 +392,9 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     }
     if let Some(e) = &ev.sql_error {
         writeln!(rep, "SQL: did not answer ({e})")?;
+    }
+    if let Some(r) = &ev.sql_read {
+        writeln!(rep, "SQL evidence: {r}")?;
     }
     if let Some(e) = &ev.stacks_error {
         writeln!(rep, "stacks: not captured ({e})")?;
@@ -497,10 +515,17 @@ mod tests {
         let st = |b, e| crate::scan::Stall { began_unix: b, ended_unix: e, peak_blocked: 30, baseline: 0, what: None };
         let stalls = [st(90.0, 90.4), st(100.1, 103.7), st(110.0, 111.0)];
         // Onset at the poll just before the scan saw it, or from the scan itself.
-        assert_eq!(stall_around(&stalls, 100.0).unwrap().ended_unix, 103.7);
-        assert_eq!(stall_around(&stalls, 100.1).unwrap().ended_unix, 103.7);
-        assert!(stall_around(&stalls, 104.0).is_none());
-        assert!(stall_around(&stalls, 99.5).is_none());
+        let none = ("", 0.0);
+        assert_eq!(stall_around(&stalls, 100.0, none).unwrap().ended_unix, 103.7);
+        assert_eq!(stall_around(&stalls, 100.1, none).unwrap().ended_unix, 103.7);
+        assert!(stall_around(&stalls, 104.0, none).is_none());
+        assert!(stall_around(&stalls, 99.5, none).is_none());
+        // The fired trigger's stall, begun after the scan's pile-up, is the
+        // longer: it is the one the capture is about.
+        let fired = crate::scan::Stall { what: Some("lock waits".into()), ..st(100.6, 110.2) };
+        let stalls = [st(100.1, 100.5), fired];
+        let around = stall_around(&stalls, 100.1, ("lock waits: pl_waiting_lock > 3 for 1s", 101.8)).unwrap();
+        assert_eq!(around.ended_unix, 110.2);
     }
 
     #[test]

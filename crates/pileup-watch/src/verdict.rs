@@ -2,33 +2,9 @@
 //! culprit with its evidence. Pure functions of the gathered
 //! [`Evidence`], tested without a server.
 
-use std::collections::BTreeMap;
+use crate::evidence::{pl_summary, Evidence};
 
-use crate::evidence::{pl_summary, Evidence, RowLockWait};
-
-/// Blocking transactions that are not themselves waiting (InnoDB also lists
-/// waiters queued behind other waiters), with how many distinct transactions
-/// wait on each, most first.
-pub fn root_blockers(waits: &[RowLockWait]) -> Vec<(u64, usize)> {
-    use std::collections::BTreeSet;
-    let waiting: BTreeSet<u64> = waits.iter().map(|w| w.waiting_conn).collect();
-    let mut by: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
-    for w in waits {
-        by.entry(w.blocking_conn).or_default().insert(w.waiting_conn);
-    }
-    // All waiters ultimately queue behind a root; count them all for it.
-    let mut roots: Vec<(u64, usize)> =
-        by.keys().filter(|b| !waiting.contains(b)).map(|&b| (b, waiting.len())).collect();
-    if roots.len() > 1 {
-        roots = roots.into_iter().map(|(b, _)| (b, by[&b].len())).collect();
-    }
-    if roots.is_empty() {
-        // A cycle (deadlock about to be resolved): fall back to the most blocking.
-        roots = by.iter().map(|(b, w)| (*b, w.len())).collect();
-    }
-    roots.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    roots
-}
+pub use crate::evidence::root_blockers;
 
 /// A pthread mutex that two or more threads wait on, with its holder.
 fn mutex_holder(ev: &Evidence) -> Option<String> {
@@ -138,7 +114,15 @@ fn verdict_of_locks_and_stacks(ev: &Evidence) -> String {
             let w = ev.row_lock_waits.iter().find(|w| w.blocking_conn == b).unwrap();
             let age = w.blocking_trx_age_s.map(|a| format!(", its transaction open {a}s")).unwrap_or_default();
             let waiting = pileup_output::plural(n, "waiting transaction", "waiting transactions");
-            let convoy = format!("row lock convoy: {waiting} blocked by {}{age}", pl_summary(ev, b));
+            // An idle holder's last statement, from its memory: the one
+            // that took the row.
+            let last = match ev.last_statements.get(&b) {
+                Some(crate::last_statement::LastStatement::Found(t)) => {
+                    format!("; it last ran `{}` (read from its memory)", pileup_engine::one_line(t, 120))
+                }
+                _ => String::new(),
+            };
+            let convoy = format!("row lock convoy: {waiting} blocked by {}{age}{last}", pl_summary(ev, b));
             // Waits behind a young transaction that is itself at work are
             // what a busy write load shows, and when a stall class is there
             // too, the class is why that transaction is slow: the class
@@ -263,6 +247,8 @@ mod tests {
     }
 
     use super::*;
+    use crate::evidence::RowLockWait;
+    use std::collections::BTreeMap;
 
     #[test]
     fn verdict_prefers_row_lock_blocker() {

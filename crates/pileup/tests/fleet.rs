@@ -163,6 +163,7 @@ fn exposable() -> BTreeSet<String> {
         "pileup_stalls_total",
         "pileup_last_capture_timestamp_seconds",
         "pileup_last_capture_info",
+        "pileup_capture_timestamp_seconds",
     ] {
         out.insert(n.into());
     }
@@ -367,16 +368,23 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
     assert_eq!(joined.len(), 1, "{joined:?}");
     assert!(joined[0]["metric"]["version"].as_str().is_some_and(|v| v.contains("MariaDB")), "{joined:?}");
 
-    // The consoles: the fleet page lists the server with its stall, the
-    // server's page shows the verdict.
+    // The consoles: the fleet page lists the server with its last
+    // capture's class (an alert fires per capture: the first may be of an
+    // earlier one), the server's page shows it.
+    let last = query(&prom, &format!("pileup_last_capture_info{{instance='{instance}'}}")).unwrap();
+    let class = last[0]["metric"]["class"].as_str().unwrap().to_string();
     let (status, page) = get(&format!("{prom}/consoles/pileup-fleet.html"));
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains(&instance) && page.contains(&class), "{page}");
+    let shown = |page: &str| page.contains(&class) || page.contains(&class.replace('_', " "));
+    assert!(page.contains(&instance) && shown(&page), "{class}: {page}");
     assert!(page.contains("MySQLStallCaptured"), "the firing alert is listed: {page}");
     let server_page = format!("{prom}/consoles/pileup-server.html?instance={instance}");
     let (status, page) = get(&server_page);
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains(&format!("<b>{class}</b>")), "{page}");
+    assert!(
+        page.contains(&format!("<b>{class}</b>")) || page.contains(&format!("<b>{}</b>", class.replace('_', " "))),
+        "{class}: {page}"
+    );
     // And in a real browser: it renders, its scripts raise no error.
     let (console, png) = chromium_screenshot_url(&server_page, &scratch);
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a screenshot of {} bytes", png.len());
@@ -631,6 +639,8 @@ fn a_large_capture_s_upload_goes_on_where_it_stopped() {
     let cap = scratch.join("20261128-060000-big");
     std::fs::create_dir_all(&cap).unwrap();
     std::fs::write(cap.join("evidence.json"), "{}").unwrap();
+    // Written whole: its completion marker last.
+    std::fs::write(cap.join(pileup_store::COMPLETE), r#"{"files":["evidence.json","stacks.json"]}"#).unwrap();
     let mut x: u64 = 0x9e3779b97f4a7c15;
     let noise: Vec<u8> = (0..(2 * PART_SIZE + (PART_SIZE / 2)))
         .map(|_| {

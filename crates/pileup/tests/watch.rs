@@ -205,6 +205,9 @@ fn hot_row_convoy_is_caught_within_a_second_and_the_holder_named() {
         "verdict: {verdict}; convoy began at {onset:.2}; events: {:?}",
         seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
     );
+    // The idle holder's last statement, read from its memory: the UPDATE
+    // that took the row.
+    assert!(verdict.contains("it last ran `UPDATE w.hot SET v = v + 1 WHERE id = 1`"), "verdict: {verdict}");
     let waits = |k: &str| seen.iter().filter_map(|v| v["derived"][k].as_f64()).fold(0.0, f64::max);
     assert!(waits("innodb_row_lock_current_waits") >= 10.0 && waits("pl_active") >= 20.0, "the polls saw the queue");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
@@ -1413,4 +1416,51 @@ fn a_trigger_on_a_metric_this_server_cannot_have_is_refused() {
         }
         Some(_) => assert!(out.status.success(), "{err}"),
     }
+}
+
+#[test]
+fn a_long_capture_reads_the_sql_side_while_the_stall_lasts() {
+    // 20 samples 500 ms apart: sampling outlasts the 4 s convoy, and the
+    // verdict still names the holder, from the SQL read at its start.
+    let sb = sandbox();
+    sb.sql("CREATE DATABASE w; CREATE TABLE w.hot (id INT PRIMARY KEY, v INT) ENGINE=InnoDB; INSERT INTO w.hot VALUES (1, 0)").unwrap();
+    let data = tempfile_dir("watch-long-capture");
+    let (mut child, rx) = watch(
+        &sb,
+        &data,
+        &[
+            "--trigger",
+            "innodb_row_lock_current_waits > 5 for 1s",
+            "--capture-samples",
+            "20",
+            "--capture-interval",
+            "500ms",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let Convoy { mut holder, holder_id, waiters, .. } = convoy(&sb, 8);
+    std::thread::sleep(Duration::from_secs(4));
+    holder.query_drop("ROLLBACK").unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let mut seen = vec![];
+    let cap = wait_for(&rx, "captured", Duration::from_secs(30), &mut seen);
+    let cap = captured(cap, &seen);
+    let verdict = cap["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("row lock convoy") && verdict.contains(&format!("connection {holder_id} ")),
+        "verdict: {verdict}"
+    );
+    // Its memory was read after it rolled back: the verdict does not call
+    // the ROLLBACK its last statement.
+    assert!(!verdict.contains("last ran `ROLLBACK"), "verdict: {verdict}");
+    let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(
+        report.contains("SQL evidence: SQL read ") && report.contains("the first that showed connections waiting"),
+        "{report}"
+    );
+    assert!(std::fs::read_to_string(dir.join("processlist.txt")).unwrap().contains("UPDATE w.hot"));
+    end(&mut [&mut child]);
 }

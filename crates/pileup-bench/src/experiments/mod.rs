@@ -89,7 +89,7 @@ pub fn run(
         // curve that does not bend.
         let most = *threads.last().unwrap();
         if o.profile && v.profiled {
-            let k = s.knee_threads.unwrap_or(most);
+            let k = s.knee_threads;
             let accept = name == Name::Accept;
             if let Err(why) = profile_knee(&ctx, v, (k, most), accept, locks.as_deref_mut(), &mut report, sink) {
                 report.stopped = Some(why);
@@ -197,14 +197,16 @@ fn measure_curve(
 fn profile_knee<'l>(
     ctx: &Ctx,
     v: &Variant,
-    (knee, most): (u32, u32),
+    (knee, most): (Option<u32>, u32),
     accept_calls: bool,
     mut locks: Option<&mut (dyn LockProfiler + 'l)>,
     report: &mut ExperimentReport,
     sink: &mut dyn Sink,
 ) -> std::result::Result<(), String> {
-    let mut at = vec![(knee, "knee")];
-    if most != knee {
+    // At the knee, and at the most threads when that is another point (a
+    // curve that does not bend is profiled there alone).
+    let mut at: Vec<(u32, &str)> = knee.map(|k| (k, "knee")).into_iter().collect();
+    if knee != Some(most) {
         at.push((most, "most threads"));
     }
     for (t, why) in at {

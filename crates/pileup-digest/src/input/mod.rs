@@ -178,10 +178,12 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
     Ok(Box::new(d))
 }
 
-/// Whether the first bytes of an input are no text: a slow log never holds
-/// a NUL byte (statements with binary literals are logged escaped).
+/// Whether the first bytes of an input are no text: a slow log never
+/// starts with a NUL byte in its first 4 KiB (its header and first entry;
+/// statements with binary literals are logged escaped). Only the start
+/// counts: a log whose tail a crash left zero-filled is still a log.
 fn is_binary(head: &[u8]) -> bool {
-    memchr::memchr(0, &head[..head.len().min(64 << 10)]).is_some()
+    memchr::memchr(0, &head[..head.len().min(4 << 10)]).is_some()
 }
 
 /// Blocks of about `size` bytes, each ending where an entry begins.
