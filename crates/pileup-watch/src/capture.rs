@@ -262,9 +262,12 @@ impl SqlRead {
     }
 }
 
-/// The SQL side read at once, and, in a capture longer than two seconds,
-/// again a second later (or halfway, if sooner), unless the capture is
-/// dropped meanwhile. Each query of a read is bounded to 2 s.
+/// The SQL side read a second into the capture (or when its sampling
+/// ends, if sooner: by then the stall has settled, and a client between
+/// two statements at its very start is not taken for idle), and, in a
+/// capture longer than two seconds, again at three seconds (or at its
+/// end), unless the capture is dropped meanwhile. Each query of a read is
+/// bounded to 2 s.
 fn read_sql_during(
     spec: &ConnSpec,
     own_connection: u64,
@@ -272,6 +275,12 @@ fn read_sql_during(
     cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> Vec<SqlRead> {
     let t0 = Instant::now();
+    let dropped = || cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst));
+    let until = |at: Duration| {
+        while t0.elapsed() < at && !dropped() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     let mut bounded = spec.clone();
     bounded.timeout = bounded.timeout.min(Duration::from_secs(2));
     let read = || {
@@ -280,15 +289,16 @@ fn read_sql_during(
         let error = gather_sql(&bounded, own_connection, &mut ev).err().map(|e| pileup_conn::error_text(&e));
         SqlRead { at, ev, error }
     };
-    let mut reads = vec![read()];
-    if span > Duration::from_secs(2) {
-        let again = Duration::from_secs(1).min(span / 2);
-        while t0.elapsed() < again && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-            std::thread::sleep(Duration::from_millis(20));
+    let mut reads = vec![];
+    for at in [span.min(Duration::from_secs(1)), span.min(Duration::from_secs(3))] {
+        if reads.len() == 1 && span <= Duration::from_secs(2) {
+            break;
         }
-        if !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
-            reads.push(read());
+        until(at);
+        if dropped() {
+            break;
         }
+        reads.push(read());
     }
     reads
 }
