@@ -20,7 +20,11 @@ use pileup_conn::ConnSpec;
 /// status counters); `None` when it cannot be asked now (a watcher polls
 /// a server that is down until it answers).
 pub fn unavailable_metrics(spec: &ConnSpec) -> Option<Vec<crate::derive::Availability>> {
-    let mut c = spec.connect().ok()?;
+    // A look at start: a server that is down must not hold the watcher up
+    // for the whole connect timeout before its polls begin.
+    let mut quick = spec.clone();
+    quick.timeout = quick.timeout.min(Duration::from_secs(2));
+    let mut c = quick.connect().ok()?;
     let rows: Vec<(String, String)> = c.query("SHOW GLOBAL STATUS").ok()?;
     let names: std::collections::HashSet<String> = rows.into_iter().map(|(k, _)| k.to_ascii_lowercase()).collect();
     Some(crate::derive::unavailable(&|k| names.contains(k)))
