@@ -17,6 +17,7 @@
 
 pub mod attribute;
 mod error;
+pub mod procmem;
 pub mod record;
 mod stacks;
 pub mod trace;

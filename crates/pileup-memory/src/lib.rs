@@ -22,7 +22,6 @@
 
 mod error;
 pub mod malloc;
-pub mod procmem;
 mod report;
 mod server;
 
@@ -33,6 +32,7 @@ use pileup_engine::Resolver;
 use pileup_growth::{GrowthOptions, Tick};
 
 pub use error::MemoryError;
+pub use pileup_growth::procmem;
 pub use pileup_growth::Growth;
 pub use report::{Point, Report, Traced, TracedSoFar};
 pub use server::{ConnectionMemory, ServerMemory};
@@ -74,16 +74,26 @@ pub trait Sink {
 /// The timeline's state: the points read so far, and what reads them.
 struct Timeline {
     pid: i32,
-    proc: report::ProcReader,
+    proc: procmem::ProcReader,
     server: Option<server::Reader>,
     points: Vec<Point>,
     notes: Vec<String>,
     sql_failed: bool,
+    /// The last point's time, and when it was read.
+    last: Option<(f64, Instant)>,
 }
 
 impl Timeline {
-    /// Read one point at `at` seconds; false when the server is gone.
-    fn point(&mut self, at: f64, sql: Option<&mut mysql::Conn>, touched: Option<u64>, sink: &mut dyn Sink) -> bool {
+    /// Read one point at `at` seconds (the mappings walked when `force`);
+    /// false when the server is gone.
+    fn point(
+        &mut self,
+        at: f64,
+        sql: Option<&mut mysql::Conn>,
+        touched: Option<u64>,
+        force: bool,
+        sink: &mut dyn Sink,
+    ) -> bool {
         let s = match (self.server.as_mut(), sql) {
             (Some(r), Some(c)) if !self.sql_failed => match r.read(c) {
                 Ok(s) => Some(s),
@@ -96,14 +106,26 @@ impl Timeline {
             _ => None,
         };
         let pool_size = s.as_ref().map_or(0, |s| s.pool_size);
-        let Some(mut p) = self.proc.read(at, pool_size, s) else {
+        let Some(r) = self.proc.read(at, pool_size, s.as_ref().map(|s| s.memory_used), force) else {
             self.notes.push(format!("the server exited at {at:.1} s"));
             return false;
         };
-        p.touched = touched;
+        let p = Point { at_s: at, resident: r.resident, regions: r.regions, server: s, touched };
         sink.point(&p);
         self.points.push(p);
+        self.last = Some((at, Instant::now()));
         true
+    }
+
+    /// End the window on a point whose mappings were walked: the heap's
+    /// figures are read at its end, never carried from an earlier walk.
+    fn close(&mut self, sql: Option<&mut mysql::Conn>, sink: &mut dyn Sink) {
+        if let (Some((at, when)), Some(p)) = (self.last, self.points.last()) {
+            if p.regions.is_none() && !self.notes.iter().any(|n| n.contains("exited")) {
+                let at = at + when.elapsed().as_secs_f64();
+                self.point(at, sql, p.touched, true, sink);
+            }
+        }
     }
 }
 
@@ -121,11 +143,12 @@ pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -
     };
     let mut tl = Timeline {
         pid: o.pid,
-        proc: report::ProcReader::new(o.pid),
+        proc: procmem::ProcReader::new(o.pid),
         server,
         points: vec![],
         notes: vec![],
         sql_failed: false,
+        last: None,
     };
     let traced = if o.trace {
         Some(traced_run(o, &mut sql, &mut tl, sink)?)
@@ -133,10 +156,8 @@ pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -
         let t0 = Instant::now();
         loop {
             let at = t0.elapsed().as_secs_f64();
-            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), None, sink) {
-                break;
-            }
-            if t0.elapsed() + o.interval > o.duration || sink.stop() {
+            let last = t0.elapsed() + o.interval > o.duration;
+            if !tl.point(at, sql.as_mut().map(|s| &mut s.conn), None, last, sink) || last || sink.stop() {
                 break;
             }
             std::thread::sleep(o.interval.saturating_sub(Duration::from_secs_f64(t0.elapsed().as_secs_f64() - at)));
@@ -146,6 +167,7 @@ pub fn run(o: &MemoryOptions, mut sql: Option<SqlSource>, sink: &mut dyn Sink) -
     if tl.points.is_empty() {
         return Err(MemoryError::ProcessGone(tl.pid));
     }
+    tl.close(sql.as_mut().map(|s| &mut s.conn), sink);
     Ok(Report::new(o.pid, exe, tl.points, traced, tl.notes))
 }
 
@@ -197,7 +219,7 @@ fn traced_run(
         sink.traced(t.grown, t.charged);
         let at = t.elapsed.as_secs_f64();
         if at >= next_point {
-            if !tl.point(at, t.sql.map(|s| &mut s.conn), Some(t.grown), sink) {
+            if !tl.point(at, t.sql.map(|s| &mut s.conn), Some(t.grown), false, sink) {
                 return false;
             }
             next_point = at + o.interval.as_secs_f64();

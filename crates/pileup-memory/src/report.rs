@@ -6,8 +6,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::procmem::{parse_smaps, parse_status, regions, Regions, Resident};
 use crate::server::ServerMemory;
+use pileup_growth::procmem::{HeapIdentity, Regions, Resident, MOVED};
 use pileup_growth::GrowthTrace;
 
 /// The process and the server at one instant.
@@ -16,10 +16,10 @@ pub struct Point {
     /// Seconds into the window.
     pub at_s: f64,
     pub resident: Resident,
-    pub regions: Regions,
-    /// When `regions` was read (seconds into the window): the mappings are
-    /// walked only as often as their cost allows, and carried between.
-    pub regions_at_s: f64,
+    /// The mappings by what holds them, when they were walked at this point
+    /// (as often as their cost allows, when memory moves, and at the
+    /// window's ends); never carried from an earlier point.
+    pub regions: Option<Regions>,
     pub server: Option<ServerMemory>,
     /// With tracing: bytes first touched since the window began, as charged
     /// so far (sampled weights; the last fraction of a second may come
@@ -28,10 +28,10 @@ pub struct Point {
 }
 
 impl Point {
-    /// Heap memory: glibc's arenas and the anonymous mappings that are not
-    /// the buffer pool or a thread's stack (where malloc'd memory lives).
-    pub fn heap(&self) -> u64 {
-        self.regions.main_arena + self.regions.arenas + self.regions.other_anon
+    /// Resident heap memory (glibc's arenas and the anonymous mappings that
+    /// are not the buffer pool or a thread's stack), when walked here.
+    pub fn heap(&self) -> Option<u64> {
+        self.regions.as_ref().map(pileup_growth::procmem::heap)
     }
 
     /// Growth of resident heap since `from` that `Memory_used`'s growth
@@ -41,45 +41,7 @@ impl Point {
     /// not, and large caches count in full from the start.)
     pub fn unexplained_since(&self, from: &Point) -> Option<i64> {
         let (a, b) = (from.server.as_ref()?, self.server.as_ref()?);
-        Some((self.heap() as i64 - from.heap() as i64) - (b.memory_used as i64 - a.memory_used as i64))
-    }
-}
-
-/// Reads the process's memory each interval: `/proc/PID/status` always
-/// (cheap), `smaps` (a walk of every page table, about 16 ms per resident
-/// GiB of kernel time) only as often as keeps it under 1% of a core.
-pub(crate) struct ProcReader {
-    pid: i32,
-    last: Option<(f64, Regions)>,
-    /// Seconds into the window before which smaps is not walked again.
-    next_walk_s: f64,
-}
-
-/// The share of one core the mappings' walks may take.
-const WALK_BUDGET: f64 = 0.01;
-
-impl ProcReader {
-    pub(crate) fn new(pid: i32) -> ProcReader {
-        ProcReader { pid, last: None, next_walk_s: 0.0 }
-    }
-
-    /// One point: `None` when the process is gone.
-    pub(crate) fn read(&mut self, at_s: f64, pool_size: u64, server: Option<ServerMemory>) -> Option<Point> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let resident = parse_status(&status);
-        // An exiting process (a zombie) has no memory left to show.
-        if resident.rss == 0 {
-            return None;
-        }
-        if self.last.is_none() || at_s >= self.next_walk_s {
-            let t = std::time::Instant::now();
-            let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", self.pid)).ok()?;
-            let took = t.elapsed().as_secs_f64();
-            self.next_walk_s = at_s + took / WALK_BUDGET;
-            self.last = Some((at_s, regions(&parse_smaps(&smaps), pool_size)));
-        }
-        let (regions_at_s, regions) = self.last.clone()?;
-        Some(Point { at_s, resident, regions, regions_at_s, server, touched: None })
+        Some((self.heap()? as i64 - from.heap()? as i64) - (b.memory_used as i64 - a.memory_used as i64))
     }
 }
 
@@ -117,10 +79,18 @@ pub struct Report {
     pub pid: i32,
     pub exe: String,
     pub points: Vec<Point>,
+    /// What the resident heap did: start + grown − given back = end, from
+    /// the walks of the mappings at the window's first and last points and
+    /// where the heap peaked. `None` when the mappings could not be read.
+    pub heap: Option<HeapIdentity>,
+    /// The heap's change over the window less `Memory_used`'s: the part of
+    /// `heap.end − heap.start` the server's accounting does not explain.
+    pub unexplained: Option<i64>,
     /// Bytes the server freed after its peak (`Memory_used`, peak − end).
     pub freed_by_server: Option<u64>,
-    /// Bytes resident heap memory fell by over the same span.
-    pub returned_to_kernel: u64,
+    /// Bytes the resident heap gave back from its peak to the end
+    /// (`heap.given_back`).
+    pub returned_to_kernel: Option<u64>,
     /// Freed by the server but still resident: kept by the allocator.
     pub kept_by_allocator: Option<u64>,
     /// Growth traced with eBPF, charged to stacks, statements, threads.
@@ -162,25 +132,99 @@ pub struct MallocReport {
 impl Report {
     pub(crate) fn new(pid: i32, exe: String, points: Vec<Point>, traced: Option<Traced>, notes: Vec<String>) -> Report {
         let end = points.last().expect("at least one point");
+        let heap = HeapIdentity::of(points.iter().map(|p| (p.at_s, p.heap())));
+        let at = |s: f64| points.iter().find(|p| p.at_s == s);
+        let unexplained = heap.and_then(|h| at(h.end_s)?.unexplained_since(at(h.start_s)?));
         let used = |p: &Point| p.server.as_ref().map(|s| s.memory_used);
-        // From the server's peak on: what it freed, and what left the heap.
-        let peak = points.iter().filter(|p| p.server.is_some()).max_by_key(|p| used(p));
-        let freed_by_server = peak.and_then(|p| Some(used(p)?.saturating_sub(used(end)?)));
-        let returned_to_kernel = peak.map_or(0, |p| p.heap().saturating_sub(end.heap()));
-        let kept_by_allocator = freed_by_server.map(|f| match (&traced, peak) {
-            // Traced: what the server freed, less the address space given
-            // back since (a large allocation is unmapped whole when freed,
-            // touched or not: none of it can be kept).
-            (Some(t), Some(p)) => {
-                let from = p.at_s.floor() as usize;
-                let released: u64 = t.trace.growth.released_per_second.iter().skip(from).sum();
-                f.saturating_sub(released).min(end.heap())
+        // From the server's peak on: what it freed.
+        let peak_at = points.iter().enumerate().filter(|(_, p)| p.server.is_some()).max_by_key(|(_, p)| used(p));
+        let freed_by_server = peak_at.and_then(|(_, p)| Some(used(p)?.saturating_sub(used(end)?)));
+        let kept_by_allocator = match (freed_by_server, heap, peak_at) {
+            (Some(freed), Some(h), Some((i, peak))) => {
+                // What the server freed could be resident only as far as
+                // the heap grew while the server allocated it: from the
+                // walked point where Memory_used was lowest before its
+                // peak. With no such point in the window, the heap's peak.
+                let base = points[..i]
+                    .iter()
+                    .filter(|p| p.heap().is_some() && used(p).is_some_and(|u| u + MOVED <= used(peak).unwrap_or(0)))
+                    .min_by_key(|p| used(p));
+                let could_be_resident = h.peak.saturating_sub(base.and_then(Point::heap).unwrap_or(0));
+                let kept = match &traced {
+                    // Traced: less the address space given back since the
+                    // peak (a large allocation is unmapped whole when freed,
+                    // touched or not: none of it can be kept).
+                    Some(t) => {
+                        let from = peak.at_s.floor() as usize;
+                        let released: u64 = t.trace.growth.released_per_second.iter().skip(from).sum();
+                        freed.saturating_sub(released).min(could_be_resident.saturating_sub(h.given_back))
+                    }
+                    // Untraced: less what the resident heap gave back.
+                    None => freed.min(could_be_resident).saturating_sub(h.given_back),
+                };
+                Some(kept.min(h.end))
             }
-            // Untraced: freed less what resident heap fell by. A large
-            // allocation freed untouched counts as kept here.
-            _ => f.saturating_sub(returned_to_kernel).min(end.heap()),
-        });
-        Report { pid, exe, freed_by_server, returned_to_kernel, kept_by_allocator, points, traced, notes }
+            _ => None,
+        };
+        Report {
+            pid,
+            exe,
+            heap,
+            unexplained,
+            freed_by_server,
+            returned_to_kernel: heap.map(|h| h.given_back),
+            kept_by_allocator,
+            points,
+            traced,
+            notes,
+        }
+    }
+
+    /// Whether the report's figures agree with each other and with its
+    /// points: RSS is its parts at every point, the heap identity is read
+    /// from the points it names, the unexplained growth is the heap's
+    /// change less `Memory_used`'s, and nothing is kept that was not freed
+    /// or is not resident. The first disagreement, when there is one.
+    pub fn check_identity(&self) -> Result<(), String> {
+        for p in &self.points {
+            let r = &p.resident;
+            if r.rss != r.anon + r.file + r.shmem {
+                return Err(format!("at {:.1} s RSS {} is not anon + file + shmem {:?}", p.at_s, r.rss, r));
+            }
+        }
+        let Some(h) = self.heap else {
+            return match self.points.iter().any(|p| p.regions.is_some()) {
+                true => Err("the mappings were walked but the report has no heap identity".into()),
+                false => Ok(()),
+            };
+        };
+        let heap_at = |s: f64| self.points.iter().find(|p| p.at_s == s).and_then(Point::heap);
+        if heap_at(h.start_s) != Some(h.start) || heap_at(h.peak_s) != Some(h.peak) || heap_at(h.end_s) != Some(h.end) {
+            return Err(format!("the heap identity {h:?} is not read from the points it names"));
+        }
+        if self.points.iter().filter_map(Point::heap).any(|x| x > h.peak) || h.start + h.grown - h.given_back != h.end {
+            return Err(format!("the heap identity {h:?} does not hold"));
+        }
+        if self.returned_to_kernel != Some(h.given_back) {
+            return Err(format!(
+                "returned to the kernel {:?}, the heap gave back {}",
+                self.returned_to_kernel, h.given_back
+            ));
+        }
+        let used = |s: f64| self.points.iter().find(|p| p.at_s == s)?.server.as_ref().map(|x| x.memory_used as i64);
+        let expect = used(h.start_s).zip(used(h.end_s)).map(|(a, b)| (h.end as i64 - h.start as i64) - (b - a));
+        if self.unexplained != expect {
+            return Err(format!(
+                "not explained {:?}, the heap's change less Memory_used's is {expect:?}",
+                self.unexplained
+            ));
+        }
+        if let Some(k) = self.kept_by_allocator {
+            if Some(k) > self.freed_by_server || k > h.end {
+                return Err(format!("kept {k} of {:?} freed, with {} resident heap", self.freed_by_server, h.end));
+            }
+        }
+        Ok(())
     }
 
     fn text(&self, w: &mut dyn Write) -> std::io::Result<()> {
@@ -215,24 +259,33 @@ impl Report {
             mib(last.resident.file),
             mib(last.resident.shmem)
         )?;
-        let r = &last.regions;
-        writeln!(
-            w,
-            "  heap: main arena {}, {} more arena heap(s) {}, other anonymous mappings {}; buffer pool {}; thread stacks {}",
-            mib(r.main_arena),
-            r.arena_heaps,
-            mib(r.arenas),
-            mib(r.other_anon),
-            mib(r.named),
-            mib(r.stacks)
-        )?;
-        Ok(())
+        match self.points.iter().rev().find(|p| p.regions.is_some()) {
+            Some(p) => {
+                let r = p.regions.as_ref().expect("walked");
+                writeln!(
+                    w,
+                    "  at {:.1} s: heap {} (main arena {}, {} {}, other anonymous mappings {}); buffer pool {}; thread stacks {}",
+                    p.at_s,
+                    mib(pileup_growth::procmem::heap(r)),
+                    mib(r.main_arena),
+                    pileup_output::plural(r.arena_heaps, "more arena heap", "more arena heaps"),
+                    mib(r.arenas),
+                    mib(r.other_anon),
+                    mib(r.named),
+                    mib(r.stacks)
+                )
+            }
+            None => writeln!(w, "  the process's mappings could not be read: its heap is unknown"),
+        }
     }
 
     /// The server's own accounting (`Memory_used`), and the growth it does
     /// not explain.
     fn text_accounting(&self, w: &mut dyn Write, first: &Point, last: &Point) -> std::io::Result<()> {
-        let r = &last.regions;
+        let pool = match self.points.iter().rev().find_map(|p| p.regions.as_ref()) {
+            Some(r) => mib(r.named),
+            None => "unknown".into(),
+        };
         match (&first.server, &last.server) {
             (Some(a), Some(b)) => {
                 let max =
@@ -243,7 +296,7 @@ impl Report {
                     mib(a.memory_used),
                     mib(b.memory_used),
                     mib(max),
-                    mib(r.named),
+                    pool,
                     mib(b.pool_size)
                 )?;
                 if let Some(i) = b.instrumented {
@@ -253,38 +306,64 @@ impl Report {
                     w,
                     "  (Memory_used counts bytes allocated, resident or not: large caches count in full while untouched)"
                 )?;
-                writeln!(
-                    w,
-                    "growth the accounting does not explain: {} (resident heap {}, Memory_used {} over the window)",
-                    signed_mib(last.unexplained_since(first).unwrap_or(0)),
-                    signed_mib(last.heap() as i64 - first.heap() as i64),
-                    signed_mib(b.memory_used as i64 - a.memory_used as i64)
-                )?;
             }
             _ => writeln!(w, "the server's accounting: not read (no SQL connection)")?,
         }
-        Ok(())
+        self.text_identity(w, first, last)
+    }
+
+    /// The identity: the heap from its first walk through its peak to its
+    /// last, its change split into `Memory_used`'s and the rest, and RSS
+    /// into its parts.
+    fn text_identity(&self, w: &mut dyn Write, first: &Point, last: &Point) -> std::io::Result<()> {
+        let Some(h) = self.heap else {
+            return writeln!(w, "resident heap: unknown (the process's mappings could not be read)");
+        };
+        writeln!(w, "{}", h.line())?;
+        let change = h.end as i64 - h.start as i64;
+        match (self.unexplained, &first.server, &last.server) {
+            (Some(u), Some(a), Some(b)) => writeln!(
+                w,
+                "  its change {} = Memory_used {} + not explained by the accounting {}",
+                signed_mib(change),
+                signed_mib(b.memory_used as i64 - a.memory_used as i64),
+                signed_mib(u)
+            )?,
+            _ => writeln!(w, "  its change {}; not explained by the accounting: unknown", signed_mib(change))?,
+        }
+        let r = &last.resident;
+        writeln!(
+            w,
+            "  resident at the end {} = {} anonymous + {} file-backed + {} shared",
+            mib(r.rss),
+            mib(r.anon),
+            mib(r.file),
+            mib(r.shmem)
+        )
     }
 
     /// What the server freed after its peak, and whether the allocator
     /// kept it or gave it back.
     fn text_freed(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        if let (Some(freed), Some(kept)) = (self.freed_by_server, self.kept_by_allocator) {
+        if let (Some(freed), Some(kept), Some(back)) =
+            (self.freed_by_server, self.kept_by_allocator, self.returned_to_kernel)
+        {
             if freed > (1 << 20) {
                 if kept > (1 << 20) {
                     writeln!(
                         w,
-                        "kept by the allocator: the server freed {} after its peak, resident heap fell by {}: {} stays resident, kept by glibc's malloc for reuse",
+                        "kept by the allocator: the server freed {} after its peak, the resident heap gave back {}: {} stays resident, kept by glibc's malloc for reuse",
                         mib(freed),
-                        mib(self.returned_to_kernel),
+                        mib(back),
                         mib(kept)
                     )?;
                 } else {
                     writeln!(
                         w,
-                        "the server freed {} after its peak, and the allocator gave it back to the kernel (resident heap fell by {})",
+                        "the server freed {} after its peak, and the allocator kept {} of it resident (the resident heap gave back {})",
                         mib(freed),
-                        mib(self.returned_to_kernel)
+                        mib(kept),
+                        mib(back)
                     )?;
                 }
             }
@@ -302,10 +381,8 @@ impl Report {
         )?;
         let mut prev_touched = 0;
         for p in &self.points {
-            let (used, gap) = match &p.server {
-                Some(s) => (mib(s.memory_used), signed_mib(p.unexplained_since(first).unwrap_or(0))),
-                None => ("–".into(), "–".into()),
-            };
+            let used = p.server.as_ref().map_or("–".into(), |s| mib(s.memory_used));
+            let gap = p.unexplained_since(first).map_or("–".into(), signed_mib);
             // Pages first touched since the previous point (traced).
             let touched = match p.touched {
                 Some(t) => {
@@ -321,7 +398,7 @@ impl Report {
                 p.at_s,
                 mib(p.resident.rss),
                 mib(p.resident.anon),
-                mib(p.heap()),
+                p.heap().map_or("–".into(), mib),
                 used,
                 gap,
                 touched
@@ -654,9 +731,13 @@ mod tests {
         let mib = 1u64 << 20;
         Point {
             at_s,
-            resident: Resident { rss: (heap_mib + 50) * mib, anon: heap_mib * mib, ..Default::default() },
-            regions: Regions { main_arena: heap_mib * mib, ..Default::default() },
-            regions_at_s: at_s,
+            resident: Resident {
+                rss: (heap_mib + 50) * mib,
+                anon: heap_mib * mib,
+                file: 50 * mib,
+                ..Default::default()
+            },
+            regions: Some(Regions { main_arena: heap_mib * mib, ..Default::default() }),
             touched: None,
             server: Some(ServerMemory {
                 memory_used: used_mib * mib,
@@ -680,10 +761,12 @@ mod tests {
             vec![],
         );
         assert_eq!(r.freed_by_server, Some(800 * mib));
-        assert_eq!(r.returned_to_kernel, 100 * mib);
+        assert_eq!(r.returned_to_kernel, Some(100 * mib));
         assert_eq!(r.kept_by_allocator, Some(700 * mib));
         // The heap grew 700 MiB while Memory_used fell 50: 750 unexplained.
         assert_eq!(r.points[2].unexplained_since(&r.points[0]), Some(750 * mib as i64));
+        assert_eq!(r.unexplained, Some(750 * mib as i64));
+        r.check_identity().unwrap();
         let mut out = vec![];
         r.text(&mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
@@ -691,6 +774,57 @@ mod tests {
             t.contains("kept by the allocator: the server freed 800.0 MiB") && t.contains("700.0 MiB stays resident"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn what_was_resident_before_the_statement_is_never_called_kept() {
+        let mib = 1u64 << 20;
+        // A statement allocates 640 MiB by the server's accounting but the
+        // heap grows only 32 MiB (large allocations mapped and unmapped
+        // whole); after it the heap is 19 MiB above where it began.
+        let mut between = point(1.0, 170, 500);
+        between.regions = None;
+        let r = Report::new(
+            1,
+            "mariadbd".into(),
+            vec![point(0.0, 148, 100), between, point(2.0, 180, 740), point(3.0, 167, 100)],
+            None,
+            vec![],
+        );
+        assert_eq!(r.freed_by_server, Some(640 * mib));
+        let h = r.heap.unwrap();
+        assert_eq!(
+            (h.start, h.peak, h.end, h.grown, h.given_back),
+            (148 * mib, 180 * mib, 167 * mib, 32 * mib, 13 * mib)
+        );
+        assert_eq!(r.kept_by_allocator, Some(19 * mib), "at most what the heap grew while the server allocated");
+        assert_eq!(r.unexplained, Some(19 * mib as i64));
+        r.check_identity().unwrap();
+        let mut out = vec![];
+        r.text(&mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(
+            t.contains("resident heap 148.0 MiB at 0.0 s + 32.0 MiB grown to 180.0 MiB at 2.0 s − 13.0 MiB given back = 167.0 MiB at 3.0 s"),
+            "{t}"
+        );
+        assert!(
+            t.contains("its change 19.0 MiB = Memory_used 0.0 MiB + not explained by the accounting 19.0 MiB"),
+            "{t}"
+        );
+        assert!(t.contains("19.0 MiB stays resident"), "{t}");
+        // The point whose mappings were not walked shows no heap.
+        let row = t.lines().find(|l| l.trim_start().starts_with("1.0 ")).unwrap();
+        assert_eq!(row.split_whitespace().filter(|w| *w == "–").count(), 3, "heap, unexplained, touched: {row}");
+        // The checker catches a figure that disagrees.
+        let mut bad = r.clone();
+        bad.returned_to_kernel = Some(0);
+        assert!(bad.check_identity().is_err());
+        let mut bad = r.clone();
+        bad.points[3].resident.file += 4096;
+        assert!(bad.check_identity().unwrap_err().contains("RSS"));
+        let mut bad = r;
+        bad.unexplained = Some(0);
+        assert!(bad.check_identity().is_err());
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn gather(
         let growth = memory.map(|pid| sc.spawn(move || trace_growth(pid, spec, s, cancel)));
         let mut ev = gather_stacks_and_sql(trigger, unix, spec, pid, s, history, cancel, modules);
         match growth.map(|h| h.join()) {
-            Some(Ok(Ok(g))) => ev.growth = Some(g),
+            Some(Ok(Ok((g, heap)))) => (ev.growth, ev.growth_heap) = (Some(g), heap),
             Some(Ok(Err(e))) => ev.growth_error = Some(e),
             Some(Err(_)) => ev.growth_error = Some("memory growth not traced: the tracer stopped".into()),
             None => {}
@@ -339,13 +339,15 @@ pub fn is_memory_trigger(trigger: &str) -> bool {
 
 /// Trace the server's memory growth for the capture's memory window,
 /// charged to the statements (the processlist by thread) and stacks that
-/// grew it. An error says why it could not be, in one line.
+/// grew it, with what the resident heap did meanwhile. An error says why
+/// it could not be, in one line.
 fn trace_growth(
     pid: i32,
     spec: Option<&ConnSpec>,
     s: &CaptureSettings,
     cancel: Option<&std::sync::atomic::AtomicBool>,
-) -> std::result::Result<pileup_growth::GrowthTrace, String> {
+) -> std::result::Result<(pileup_growth::GrowthTrace, Option<pileup_growth::procmem::HeapIdentity>), String> {
+    use pileup_growth::procmem::{heap, HeapIdentity, ProcReader};
     use pileup_growth::{GrowthError, GrowthOptions};
     pileup_growth::preflight().map_err(|e| match e {
         GrowthError::Privileges(m) => {
@@ -365,10 +367,25 @@ fn trace_growth(
     let o = GrowthOptions { pid, stack_budget: 200, probe_cost: false, top: 10 };
     let class_of: Box<dyn Fn(&str) -> String> = Box::new(pileup_sql::statement_class);
     let window = s.memory_trace;
+    // The buffer pool's region is told apart from the heap by its size.
+    let pool: u64 =
+        sql.as_mut().and_then(|q| q.conn.query_first("SELECT @@innodb_buffer_pool_size").ok().flatten()).unwrap_or(0);
+    let mut proc = ProcReader::new(pid);
+    let mut reads: Vec<(f64, Option<u64>)> = vec![];
+    let mut read = |at: f64, force: bool| {
+        if let Some(r) = proc.read(at, pool, None, force) {
+            reads.push((at, r.regions.as_ref().map(heap)));
+        }
+    };
+    let started = Instant::now();
     let stop = |t: pileup_growth::Tick<'_, SqlSource>| {
+        read(t.elapsed.as_secs_f64(), false);
         t.elapsed < window && !cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
     };
-    pileup_growth::trace_growth(&o, &mut sql, &mut resolver, class_of, false, stop).map_err(|e| e.to_string())
+    let g =
+        pileup_growth::trace_growth(&o, &mut sql, &mut resolver, class_of, false, stop).map_err(|e| e.to_string())?;
+    read(started.elapsed().as_secs_f64(), true);
+    Ok((g, HeapIdentity::of(reads)))
 }
 
 fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result<()> {

@@ -111,8 +111,15 @@ pub fn write(root: &Path, ev: &Evidence, verdict: &str, report_txt: &str) -> Res
         }
     }
     if let Some(g) = &ev.growth {
+        // The trace's fields, and what the resident heap did beside it.
+        #[derive(serde::Serialize)]
+        struct Memory<'a> {
+            #[serde(flatten)]
+            growth: &'a pileup_growth::GrowthTrace,
+            heap: Option<&'a pileup_growth::procmem::HeapIdentity>,
+        }
         pileup_files::write_private(&dir.join("memory.json"), |w| -> Result<()> {
-            Ok(serde_json::to_writer_pretty(w, g)?)
+            Ok(serde_json::to_writer_pretty(w, &Memory { growth: g, heap: ev.growth_heap.as_ref() })?)
         })?;
         if let Some(st) = pileup_growth::growth_stacks(g, "Memory growth of the server".into()) {
             pileup_files::write_private(&dir.join("memory.svg"), |w| -> Result<()> { Ok(st.svg(None, w)?) })?;

@@ -126,6 +126,10 @@ pub struct Evidence {
     /// statements and stacks, or why it could not be.
     pub growth: Option<pileup_growth::GrowthTrace>,
     pub growth_error: Option<String>,
+    /// What the resident heap did over the trace (start + grown − given
+    /// back = end), from walks of the server's mappings at its start, where
+    /// the heap peaked and at its end.
+    pub growth_heap: Option<pileup_growth::procmem::HeapIdentity>,
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, from Unix seconds (civil-from-days; a date

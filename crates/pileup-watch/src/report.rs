@@ -401,6 +401,10 @@ pub fn render_text(ev: &Evidence, v: &str) -> Result<String> {
     }
     if let Some(g) = &ev.growth {
         memory_text(&mut rep, g)?;
+        match &ev.growth_heap {
+            Some(h) => writeln!(rep, "  {}", h.line())?,
+            None => writeln!(rep, "  resident heap: unknown (the server's mappings could not be read)")?,
+        }
     }
     if !ev.row_lock_waits.is_empty() {
         writeln!(

@@ -17,14 +17,71 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_TRACE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `pileup memory` on the sandbox for `secs`, points every 250 ms, as JSON.
-fn memory_json(sb: &pileup_sandbox::Sandbox, secs: &str) -> serde_json::Value {
+/// `pileup memory` on the sandbox for `secs`, points every 250 ms, as JSON,
+/// its figures checked against each other.
+fn memory_json(sb: &pileup_sandbox::Sandbox, secs: &str, extra: &[&str]) -> serde_json::Value {
     let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
-    let args =
-        ["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", secs, "--interval", "250ms", "-f", "json"];
+    let mut args = vec![
+        "memory",
+        "--pid",
+        &pid,
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        "--duration",
+        secs,
+        "--interval",
+        "250ms",
+        "-f",
+        "json",
+    ];
+    args.extend(extra);
     let out = pileup(&args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("memory's JSON parses")
+    let r = serde_json::from_slice(&out.stdout).expect("memory's JSON parses");
+    check_identity(&r);
+    r
+}
+
+/// The report's figures agree with each other and with its points, worked
+/// out here from the points: RSS is its parts at each point; the heap
+/// identity (start + grown − given back = end) is read from the first and
+/// last points, which walked the mappings, and from the largest heap of
+/// any point that did; the growth the accounting does not explain is the
+/// heap's change less Memory_used's; nothing is kept that was not freed or
+/// is not resident.
+fn check_identity(r: &serde_json::Value) {
+    let points = r["points"].as_array().unwrap();
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("a number: {v}"));
+    for p in points {
+        let res = &p["resident"];
+        assert_eq!(u(&res["rss"]), u(&res["anon"]) + u(&res["file"]) + u(&res["shmem"]), "{p}");
+    }
+    let heap = |p: &serde_json::Value| {
+        let g = &p["regions"];
+        (!g.is_null()).then(|| ["main_arena", "arenas", "other_anon"].iter().map(|k| u(&g[k])).sum::<u64>())
+    };
+    let walked: Vec<(f64, u64)> = points.iter().filter_map(|p| Some((p["at_s"].as_f64().unwrap(), heap(p)?))).collect();
+    let exited = r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("exited"));
+    assert!(heap(&points[0]).is_some(), "the first point walks the mappings");
+    assert!(exited || heap(points.last().unwrap()).is_some(), "the last point walks the mappings");
+    let h = &r["heap"];
+    let (first, last) = (walked[0], *walked.last().unwrap());
+    let peak = walked.iter().map(|w| w.1).max().unwrap();
+    assert_eq!((h["start_s"].as_f64().unwrap(), u(&h["start"])), first, "{h}");
+    assert_eq!((h["end_s"].as_f64().unwrap(), u(&h["end"])), last, "{h}");
+    assert_eq!(u(&h["peak"]), peak, "{h}");
+    assert_eq!((u(&h["grown"]), u(&h["given_back"])), (peak - first.1, peak - last.1), "{h}");
+    assert_eq!(u(&r["returned_to_kernel"]), peak - last.1);
+    let at = |s: f64| points.iter().find(|p| p["at_s"].as_f64() == Some(s)).unwrap();
+    let used = |p: &serde_json::Value| p["server"]["memory_used"].as_i64();
+    if let (Some(a), Some(b)) = (used(at(first.0)), used(at(last.0))) {
+        assert_eq!(r["unexplained"].as_i64().unwrap(), (last.1 as i64 - first.1 as i64) - (b - a), "{r:#}");
+    }
+    if let Some(kept) = r["kept_by_allocator"].as_u64() {
+        assert!(kept <= u(&r["freed_by_server"]) && kept <= last.1, "kept {kept}: {r:#}");
+    }
 }
 
 #[test]
@@ -47,7 +104,7 @@ fn growth_is_seen_in_proc_and_charged_to_its_connection() {
         c.query_drop("SELECT SLEEP(2) FROM grow LIMIT 1").unwrap();
         c.query_drop("DROP TEMPORARY TABLE grow").unwrap();
     });
-    let r = memory_json(&sb, "6s");
+    let r = memory_json(&sb, "6s", &[]);
     grow.join().unwrap();
     let points = r["points"].as_array().unwrap();
     assert!(points.len() >= 15, "{} points", points.len());
@@ -75,11 +132,9 @@ fn growth_is_seen_in_proc_and_charged_to_its_connection() {
         .unwrap_or_else(|| panic!("connection {id} at the peak: {peak}"));
     assert!(ours["info"].as_str().unwrap_or("").contains("grow"), "{ours}");
     assert!(ours["bytes"].as_u64().unwrap() < 30 << 20, "a MEMORY table is not charged to the connection: {ours}");
-    // Resident heap grew with it.
-    let heap = |p: &serde_json::Value| {
-        ["main_arena", "arenas", "other_anon"].iter().map(|k| p["regions"][k].as_u64().unwrap()).sum::<u64>()
-    };
-    assert!(heap(peak) > heap(first) + (20 << 20), "heap {} → {}", heap(first), heap(peak));
+    // Resident heap grew with it (the walks as memory moved saw it).
+    let h = &r["heap"];
+    assert!(h["peak"].as_u64().unwrap() > h["start"].as_u64().unwrap() + (20 << 20), "{h}");
     // The text report names the connection.
     let text = pileup(&["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "1s", "--interval", "500ms"]);
     let t = String::from_utf8_lossy(&text.stdout);
@@ -134,7 +189,7 @@ fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
         std::thread::sleep(Duration::from_millis(1500));
         c.query_drop("FLUSH TABLES").unwrap();
     });
-    let r = memory_json(&sb, "4s");
+    let r = memory_json(&sb, "4s", &[]);
     flush.join().unwrap();
     let freed = r["freed_by_server"].as_u64().unwrap();
     let kept = r["kept_by_allocator"].as_u64().unwrap();
@@ -145,6 +200,38 @@ fn tables_opened_then_flushed_leave_their_memory_kept_by_the_allocator() {
     let grown = end.saturating_sub(before);
     let off = (kept as f64 - grown as f64).abs() / kept as f64;
     assert!(off <= 0.10, "kept by the allocator {kept} bytes, RSS grown {grown} bytes ({:.0}% apart)", off * 100.0);
+}
+
+#[test]
+fn a_large_group_by_adds_up_traced_and_not() {
+    let _one = serial();
+    let sb = sandbox();
+    for extra in [&[][..], &["--no-trace"][..]] {
+        let mut c = sb.connect().unwrap();
+        // A million groups in an in-memory temporary table, then gone.
+        let run = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1000));
+            c.query_drop("CREATE DATABASE IF NOT EXISTS mem; USE mem").unwrap();
+            c.query_drop("SET SESSION max_heap_table_size = 1024 * 1024 * 1024, tmp_table_size = 1024 * 1024 * 1024")
+                .unwrap();
+            c.query_drop("SELECT seq % 1000000 AS g, COUNT(*) FROM seq_1_to_2000000 GROUP BY g").unwrap();
+        });
+        let r = memory_json(&sb, "5s", extra);
+        run.join().unwrap();
+        // The statement allocated and freed; whatever stays resident of it
+        // is at most what the heap grew over the window.
+        let h = &r["heap"];
+        let (start, end) = (h["start"].as_u64().unwrap(), h["end"].as_u64().unwrap());
+        assert!(r["freed_by_server"].as_u64().unwrap() > 32 << 20, "{extra:?} {r:#}");
+        assert!(h["grown"].as_u64().unwrap() > 16 << 20, "{extra:?}: the heap grew with the statement: {h}");
+        let kept = r["kept_by_allocator"].as_u64().unwrap();
+        assert!(kept <= end.saturating_sub(start) + (1 << 20), "{extra:?}: kept {kept}, heap {start} → {end}");
+    }
+    // The text prints the identity with the same figures.
+    let (pid, sock) = (sb.pid().to_string(), sb.endpoint.socket.to_str().unwrap().to_string());
+    let out = pileup(&["memory", "--pid", &pid, "-S", &sock, "-u", "root", "--duration", "1s", "--no-trace"]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("given back =") && t.contains("not explained by the accounting"), "{t}");
 }
 
 #[test]
@@ -183,7 +270,9 @@ fn traced_in_background(
         args.extend(extra.iter().map(String::as_str));
         let out = pileup(&args);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("memory's JSON parses")
+        let r = serde_json::from_slice(&out.stdout).expect("memory's JSON parses");
+        check_identity(&r);
+        r
     });
     let t = std::time::Instant::now();
     while programs_named("growth_fault") == before {

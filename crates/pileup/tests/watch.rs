@@ -1380,6 +1380,13 @@ fn memory_growth_is_captured_with_the_statement_and_stack_that_grew_the_server()
     assert!(dir.join("memory.pb.gz").exists());
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(report.contains("memory growth traced for"), "{report}");
+    // What the resident heap did while traced: an identity from walks of
+    // the mappings, grown with the tables.
+    let h = &g["heap"];
+    let n = |k: &str| h[k].as_u64().unwrap_or_else(|| panic!("{k}: {h}"));
+    assert_eq!(n("start") + n("grown") - n("given_back"), n("end"), "{h}");
+    assert!(n("peak") >= n("start").max(n("end")) && n("grown") > 20 << 20, "{h}");
+    assert!(report.contains(" given back = "), "{report}");
 }
 
 #[test]
