@@ -20,7 +20,12 @@
 //!   within it;
 //! * the arena's block is the one a word of the `THD` points at whose
 //!   header (next, bytes left, size) is sound and whose first bytes are a
-//!   statement's text, ended by a NUL.
+//!   statement's text, ended by a NUL. A connection's first statement is
+//!   not first in its block: what the login left in the arena comes before
+//!   it (the arena is reset after each statement, not after the login), so
+//!   when no block starts with a statement, the sound blocks are searched
+//!   at each 8-byte boundary (where the arena's allocations begin) for the
+//!   first text that is one.
 //!
 //! Everything else is read with `process_vm_readv`, without a stop. What
 //! cannot be found is said, with why. One case cannot be told: a statement
@@ -152,16 +157,48 @@ const VERBS: &[&str] = &[
     "XA",
 ];
 
+/// How much of a block is read and searched.
+const BLOCK_READ: usize = 32 * 1024;
+
+/// A `MEM_ROOT` block's size from its header (`block` read from the header
+/// on), if the header is sound.
+fn block_size(block: &[u8]) -> Option<usize> {
+    let word = |i: usize| block.get(i..i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    let (left, size) = (word(8)?, word(16)?);
+    ((256..=(1 << 24)).contains(&size) && left <= size).then_some(size as usize)
+}
+
 /// The statement at the start of a `MEM_ROOT` block (`block` read from its
 /// header on), if the header is sound and the text is a statement.
 pub fn statement_in_block(block: &[u8]) -> Option<String> {
-    let word = |i: usize| block.get(i..i + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
-    let (left, size) = (word(8)?, word(16)?);
-    if !(256..=(1 << 24)).contains(&size) || left > size {
+    let size = block_size(block)?;
+    statement_at(&block[BLOCK_HEADER.min(block.len())..block.len().min(size)])
+}
+
+/// The first statement at an 8-byte boundary of a sound block, anywhere in
+/// it: a connection's first statement, after what its login allocated.
+/// Held to more than a text at the block's start, since arbitrary bytes
+/// come before it: at least two words, the verb followed by a space, and
+/// printable throughout.
+pub fn statement_anywhere_in_block(block: &[u8]) -> Option<String> {
+    let size = block_size(block)?;
+    let data = &block[BLOCK_HEADER.min(block.len())..block.len().min(size)];
+    (0..data.len()).step_by(8).find_map(|at| {
+        let text = statement_at(&data[at..])?;
+        let verb = first_word(&text).len();
+        let printable = text.chars().all(|c| !c.is_control() || c == '\n' || c == ' ');
+        let spaced = text.trim_start().as_bytes().get(verb).is_some_and(|c| *c == b' ' || *c == b'\n');
+        (text.len() >= 8 && printable && spaced).then_some(text)
+    })
+}
+
+/// A statement's text at the start of `data`, ended by a NUL.
+fn statement_at(data: &[u8]) -> Option<String> {
+    // Cheap first: the text begins with a letter, a blank or a comment.
+    if !data.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'/' || c.is_ascii_whitespace()) {
         return None;
     }
-    let data = &block[BLOCK_HEADER..block.len().min(size as usize)];
-    let end = memchr_nul(data)?;
+    let end = memchr_nul(&data[..data.len().min(MAX_TEXT + 1)])?;
     let text = std::str::from_utf8(&data[..end]).ok()?;
     let sound = text.len() >= 2 && text.chars().all(|c| !c.is_control() || c.is_whitespace());
     (sound && VERBS.contains(&first_word(text).as_str())).then(|| text.to_string())
@@ -226,19 +263,30 @@ fn read_one(pid: i32, maps: &[MapEntry], tp: u64, offset: i64, id: u64, tid: i32
     if !(has_word(&thd, id, 8) && has_word(&thd, tid as u64, 4)) {
         return unknown("the THD found does not hold this connection's id and thread id");
     }
-    let mut block = vec![0u8; BLOCK_HEADER + MAX_TEXT];
     let mut tried = std::collections::HashSet::new();
+    // The sound blocks the THD points at, read whole (up to BLOCK_READ).
+    let mut blocks = vec![];
     for c in thd.chunks_exact(8) {
         let p = u64::from_le_bytes(c.try_into().unwrap());
         if p % 8 != 0 || !in_heap(maps, p) || !tried.insert(p) {
             continue;
         }
+        let mut header = [0u8; BLOCK_HEADER];
+        let Some(size) = (read_mem(pid, p, &mut header) == BLOCK_HEADER).then(|| block_size(&header)).flatten() else {
+            continue;
+        };
+        let mut block = vec![0u8; size.min(BLOCK_READ)];
         let got = read_mem(pid, p, &mut block);
-        if let Some(text) = statement_in_block(&block[..got]) {
+        block.truncate(got);
+        if let Some(text) = statement_in_block(&block) {
             return LastStatement::Found(text);
         }
+        blocks.push(block);
     }
-    unknown("no statement text was left in its statement arena (a statement longer than the arena's first block is kept elsewhere)")
+    if let Some(text) = blocks.iter().find_map(|b| statement_anywhere_in_block(b)) {
+        return LastStatement::Found(text);
+    }
+    unknown("no statement text was left in its statement arena (the text of a connection's first statement, and of one longer than the arena's first block, is often kept in a block freed when the statement ends)")
 }
 
 #[cfg(test)]
@@ -282,6 +330,29 @@ mod tests {
         assert_eq!(statement_in_block(&block(10, 64, b"SELECT 1\0")), None);
         assert_eq!(statement_in_block(&block(100, 4096, b"SELECT \x01\x02\0")), None);
         assert_eq!(statement_in_block(&[0u8; 10]), None);
+    }
+
+    #[test]
+    fn a_first_statement_is_found_after_what_the_login_left() {
+        // The login's allocations first (a user, a host, binary words),
+        // then the statement at an 8-byte boundary.
+        let mut text = b"root\0\0\0\0localhost\0\0\0\0\0\0\0".to_vec();
+        text.extend([0x10, 0x22, 0x7f, 0, 0, 0, 0, 0]);
+        assert_eq!(text.len() % 8, 0);
+        text.extend(b"FLUSH TABLES WITH READ LOCK\0db\0");
+        let b = block(0x7fc8, 0x7fe0, &text);
+        assert_eq!(statement_in_block(&b), None, "not at the start");
+        assert_eq!(statement_anywhere_in_block(&b).as_deref(), Some("FLUSH TABLES WITH READ LOCK"));
+        // Only at the arena's boundaries: a verb inside other text is not one.
+        let b = block(0x7fc8, 0x7fe0, b"xxSELECT 1\0");
+        assert_eq!(statement_anywhere_in_block(&b), None);
+        // Bytes that only begin like a statement are not one.
+        let b = block(0x7fc8, 0x7fe0, b"\x01\x02\x03\x04\x05\x06\x07\x08Xa\t$!w\0");
+        assert_eq!(statement_anywhere_in_block(&b), None);
+        let b = block(0x7fc8, 0x7fe0, b"\x01\x02\x03\x04\x05\x06\x07\x08SET\0");
+        assert_eq!(statement_anywhere_in_block(&b), None);
+        // An unsound header is never searched.
+        assert_eq!(statement_anywhere_in_block(&block(5000, 4096, &text)), None);
     }
 
     #[test]

@@ -324,7 +324,9 @@ fn locker(sb: &pileup_sandbox::Sandbox) -> mysql::Conn {
 /// A global lock (`lock`, released by `unlock`) taken under write load,
 /// with idle connections around (one idle since before the watcher, one
 /// since shortly before the lock): the capture, after 4 s of steady load
-/// that must not trigger, and the locking connection.
+/// that must not trigger, and the locking connection. A `fresh` locking
+/// connection runs nothing before the lock, not even the driver's own
+/// queries, so that its lock is its first statement.
 fn global_lock_capture(
     sb: &pileup_sandbox::Sandbox,
     name: &str,
@@ -332,6 +334,7 @@ fn global_lock_capture(
     lock: &[&str],
     unlock: &str,
     first_stack_within: f64,
+    fresh: bool,
 ) -> (u64, serde_json::Value, Scratch) {
     let mut load = queueing_load(sb, "oltp_write_only", "2");
     let mut idle_long = sb.connect().unwrap();
@@ -348,8 +351,15 @@ fn global_lock_capture(
         "steady write load must not trigger: {:?}",
         seen.iter().filter(|v| v["event"] != "poll").collect::<Vec<_>>()
     );
-    let mut f = locker(sb);
-    let ftwrl_id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+    let (mut f, ftwrl_id) = if fresh {
+        let f = mysql::Conn::new(sb.conn_spec().opts().read_timeout(None).write_timeout(None)).unwrap();
+        let id = f.connection_id() as u64;
+        (f, id)
+    } else {
+        let mut f = locker(sb);
+        let id: u64 = f.query_first("SELECT CONNECTION_ID()").unwrap().unwrap();
+        (f, id)
+    };
     for q in lock {
         f.query_drop(q).unwrap();
     }
@@ -393,12 +403,21 @@ fn ftwrl_during_write_load_is_caught_and_its_connection_named() {
     // the holder is read from it.
     let sb = sandbox();
     let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
+    // The lock is its connection's first statement (the driver asks the
+    // server nothing first): its text is read from the arena when the
+    // login left room for it there, and otherwise the verdict says why it
+    // cannot be.
     let (ftwrl_id, cap, _data) =
-        global_lock_capture(&sb, "watch-ftwrl", &["--install-plugins"], &ftwrl, "UNLOCK TABLES", 1.0);
+        global_lock_capture(&sb, "watch-ftwrl", &["--install-plugins"], &ftwrl, "UNLOCK TABLES", 1.0, true);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
         verdict.starts_with("global read lock") && verdict.contains(&format!("held by connection {ftwrl_id} ")),
+        "verdict: {verdict}"
+    );
+    assert!(
+        verdict.contains("last ran `FLUSH TABLES WITH READ LOCK` (read from its memory)")
+            || verdict.contains("unknown (no statement text was left in its statement arena (the text of a connection's first statement"),
         "verdict: {verdict}"
     );
     assert!(verdict.contains("from metadata_lock_info"), "verdict: {verdict}");
@@ -421,7 +440,7 @@ fn ftwrl_on_a_default_server_names_its_holder_by_timing_and_says_so() {
     let ftwrl = ["FLUSH TABLES WITH READ LOCK"];
     // Polls at the default interval: the first stack still comes within a second.
     let (ftwrl_id, cap, _data) =
-        global_lock_capture(&sb, "watch-ftwrl-default", &["--interval", "1s"], &ftwrl, "UNLOCK TABLES", 1.0);
+        global_lock_capture(&sb, "watch-ftwrl-default", &["--interval", "1s"], &ftwrl, "UNLOCK TABLES", 1.0, false);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     // What the holder last ran is read from its memory, and names the lock.
@@ -448,7 +467,7 @@ fn backup_stage_holder_is_named_inferred_then_exact() {
     let stages = ["BACKUP STAGE START", "BACKUP STAGE BLOCK_COMMIT"];
     // Only committing writers wait at first (the rest queue behind their
     // row locks): the pile-up takes longer to build than under FTWRL.
-    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup", &[], &stages, "BACKUP STAGE END", 2.0);
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup", &[], &stages, "BACKUP STAGE END", 2.0, false);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
@@ -460,7 +479,7 @@ fn backup_stage_holder_is_named_inferred_then_exact() {
     );
     // The same with the plugin: exact, and named as a backup.
     sb.sql("DROP DATABASE sbtest; INSTALL SONAME 'metadata_lock_info'").unwrap();
-    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup-exact", &[], &stages, "BACKUP STAGE END", 2.0);
+    let (id, cap, _data) = global_lock_capture(&sb, "watch-backup-exact", &[], &stages, "BACKUP STAGE END", 2.0, false);
     let verdict = cap["verdict"].as_str().unwrap();
     eprintln!("verdict: {verdict}");
     assert!(
