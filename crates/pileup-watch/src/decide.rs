@@ -103,6 +103,10 @@ pub enum Event {
         baseline: u32,
         #[serde(skip_serializing_if = "Option::is_none")]
         what: Option<String>,
+        /// Still on when watch stopped: it ended no earlier than
+        /// `ended_unix`, the last poll that saw it.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        ongoing: bool,
     },
     Skipped {
         unix: f64,
@@ -157,6 +161,7 @@ fn stall_event(st: &Stall) -> Event {
         peak_blocked: st.peak_blocked,
         baseline: st.baseline,
         what: st.what.clone(),
+        ongoing: false,
     }
 }
 
@@ -202,6 +207,9 @@ pub struct Decider {
     /// began: its stall is recorded, start to end, when the condition
     /// clears.
     fired_episode: Vec<Option<f64>>,
+    /// The first poll that saw each trigger's condition clear since it last
+    /// held: a fired stall's end, once it stays clear past the flicker.
+    cleared_at: Vec<Option<f64>>,
     /// The latest poll's time.
     last_poll: f64,
     sched: Scheduler<()>,
@@ -236,6 +244,7 @@ impl Decider {
             last_held: vec![f64::MIN; n],
             episode: vec![None; n],
             fired_episode: vec![None; n],
+            cleared_at: vec![None; n],
             last_poll: f64::MIN,
             sched: Scheduler::new(limits),
             early_ok,
@@ -285,24 +294,35 @@ impl Decider {
             .collect();
         for (i, (held_since, seen, step)) in judged.into_iter().enumerate() {
             let since = self.armed[i].since();
+            let first_clear = step == Step::Idle && self.last_held[i] == self.last_poll;
             if step == Step::Idle && held_since.is_some() && seen >= SHORT_STALL_POLLS {
+                self.flicker_until[i] = self.last_held[i] + FLICKER_SECS;
+            }
+            // A fired stall that clears may come back at once: one stall,
+            // not two, unless it stays clear past the flicker.
+            if first_clear && self.fired_episode[i].is_some() {
                 self.flicker_until[i] = self.last_held[i] + FLICKER_SECS;
             }
             let flickering = step == Step::Idle && p.unix < self.flicker_until[i];
             if step != Step::Idle {
                 self.last_held[i] = p.unix;
+                self.cleared_at[i] = None;
                 // A hold begun while flickering continues the episode.
                 self.episode[i] = self.episode[i].or(since);
-            } else if !flickering {
-                if let Some(began) = self.fired_episode[i].take() {
-                    // The stall it fired for is over: from its first hold
-                    // to the poll that saw it clear.
-                    let what = Some(self.triggers[i].label().to_string());
-                    let st = Stall { began_unix: began, ended_unix: p.unix, peak_blocked: 0, baseline: 0, what };
-                    out.push(Action::RecordStall(st.clone()));
-                    out.push(Action::Tell(stall_event(&st)));
+            } else {
+                self.cleared_at[i] = self.cleared_at[i].or(Some(p.unix));
+                if !flickering {
+                    if let Some(began) = self.fired_episode[i].take() {
+                        // The stall it fired for is over: from its first
+                        // hold to the poll that saw it clear.
+                        let ended_unix = self.cleared_at[i].unwrap_or(p.unix);
+                        let what = Some(self.triggers[i].label().to_string());
+                        let st = Stall { began_unix: began, ended_unix, peak_blocked: 0, baseline: 0, what };
+                        out.push(Action::RecordStall(st.clone()));
+                        out.push(Action::Tell(stall_event(&st)));
+                    }
+                    self.episode[i] = None;
                 }
-                self.episode[i] = None;
             }
             if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
                 // Cleared before its hold: a short stall of its kind (its
@@ -314,6 +334,10 @@ impl Decider {
             // From the first hold of a flickering episode; the scan times a
             // pile-up's start to its interval.
             let began = self.episode[i].or(since).unwrap_or(p.unix);
+            // Back after a dip of a stall it already fired for: the same
+            // stall, captured already (no early capture, no second firing).
+            let again = matches!(step, Step::Pending | Step::Fire) && self.fired_episode[i].is_some();
+            let step = if again { Step::Ongoing } else { step };
             if step == Step::Fire {
                 self.fired_episode[i] = Some(began);
             }
@@ -550,12 +574,29 @@ impl Decider {
         }
     }
 
-    /// watch is stopping: an unconfirmed early capture is dropped.
+    /// watch is stopping: an unconfirmed early capture is dropped, and a
+    /// stall a trigger fired for that is still on is recorded up to the
+    /// last poll that saw it, and told as still on.
     pub fn stop(&mut self) -> Vec<Action> {
-        match self.sched.drop_early() {
-            Some(()) => vec![Action::Drop],
-            None => vec![],
+        let mut out = vec![];
+        if let Some(()) = self.sched.drop_early() {
+            out.push(Action::Drop);
         }
+        for i in 0..self.triggers.len() {
+            if let Some(began) = self.fired_episode[i].take() {
+                let ongoing = self.cleared_at[i].is_none();
+                let ended_unix = self.cleared_at[i].unwrap_or(self.last_held[i]);
+                let what = Some(self.triggers[i].label().to_string());
+                let st = Stall { began_unix: began, ended_unix, peak_blocked: 0, baseline: 0, what };
+                out.push(Action::RecordStall(st.clone()));
+                let mut told = stall_event(&st);
+                if let Event::Stall { ongoing: o, .. } = &mut told {
+                    *o = ongoing;
+                }
+                out.push(Action::Tell(told));
+            }
+        }
+        out
     }
 
     /// A trigger other than `but` whose condition holds and has not yet
@@ -681,6 +722,42 @@ mod tests {
         assert_eq!((st.began_unix - T0, st.ended_unix - T0, st.what.as_deref()), (1.0, 11.0, Some("a > 1 for 2s")));
         assert!(matches!(acts.get(1), Some(Action::Tell(Event::Stall { ms, .. })) if (*ms - 10_000.0).abs() < 1e-6));
         assert!(poll(&mut d, 12.0, &[("a", 0.0)], false).is_empty(), "recorded once");
+    }
+
+    #[test]
+    fn a_fired_stall_that_dips_for_a_poll_is_one_stall_and_one_still_on_at_stop_is_recorded() {
+        let mut d = decider(&["a > 1 for 2s"]);
+        poll(&mut d, 1.0, &[("a", 5.0)], false);
+        poll(&mut d, 2.0, &[("a", 5.0)], true);
+        assert_eq!(poll(&mut d, 3.0, &[("a", 5.0)], true), ["fired a > 1 for 2s @1.0", "keep a > 1 for 2s @1.0"]);
+        d.finished();
+        poll(&mut d, 4.0, &[("a", 5.0)], false);
+        // Clear for one poll half a second long, then back: not over, and
+        // not fired again.
+        assert!(poll(&mut d, 4.5, &[("a", 0.0)], false).is_empty());
+        for t in [5.0, 6.0, 7.0, 8.0] {
+            assert!(poll(&mut d, t, &[("a", 5.0)], false).is_empty(), "the same stall at {t}");
+        }
+        // Clear past the flicker: one stall, from its first hold to the
+        // first poll that saw it clear.
+        assert!(poll(&mut d, 8.5, &[("a", 0.0)], false).is_empty(), "flickering");
+        let ctx = Vals([("a".to_string(), 0.0)].into());
+        let seen = PollSeen { unix: T0 + 9.5, ctx: &ctx, free: Some(1 << 30), early_gathered: None };
+        let acts = d.poll(&seen, 9.5);
+        let Some(Action::RecordStall(st)) = acts.first() else { panic!("{:?}", show(&acts)) };
+        assert_eq!((st.began_unix - T0, st.ended_unix - T0), (1.0, 8.5));
+        // Another stall still on when watch stops: recorded to its last
+        // poll and told as still on.
+        poll(&mut d, 20.0, &[("a", 5.0)], false);
+        poll(&mut d, 21.0, &[("a", 5.0)], true);
+        poll(&mut d, 22.0, &[("a", 5.0)], true);
+        d.finished();
+        poll(&mut d, 23.0, &[("a", 5.0)], false);
+        let acts = d.stop();
+        let Some(Action::RecordStall(st)) = acts.first() else { panic!("{:?}", show(&acts)) };
+        assert_eq!((st.began_unix - T0, st.ended_unix - T0), (20.0, 23.0));
+        assert!(matches!(acts.get(1), Some(Action::Tell(Event::Stall { ongoing: true, .. }))), "{:?}", show(&acts));
+        assert!(d.stop().is_empty(), "recorded once");
     }
 
     #[test]

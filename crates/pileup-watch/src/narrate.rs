@@ -90,6 +90,12 @@ impl Narrator {
                 stamp_tenths(*ended_unix),
                 plural(*peak_blocked, "thread", "threads")
             ),
+            Event::Stall { began_unix, ended_unix, ms, what: Some(what), ongoing: true, .. } => format!(
+                "stall: {what}, still on when watch stopped: at least {} from {} to {} UTC",
+                lasted(*ms),
+                stamp_tenths(*began_unix),
+                stamp_tenths(*ended_unix)
+            ),
             Event::Stall { began_unix, ended_unix, ms, what: Some(what), .. } => format!(
                 "{}: {what}, {} from {} to {} UTC",
                 if *ms < crate::scan::LASTING_SECS * 1000.0 { "short stall" } else { "stall" },
@@ -187,6 +193,26 @@ mod tests {
         assert_eq!(serde_json::to_value(&told).unwrap()["event"], "started");
         let l = Event::Listening { addr: "127.0.0.1:9105".into() };
         assert_eq!(told_line(&l), "metrics: http://127.0.0.1:9105/metrics");
+    }
+
+    #[test]
+    fn a_stall_still_on_at_stop_says_so() {
+        let st = |ongoing| Event::Stall {
+            began_unix: 1_800_000_000.0,
+            ended_unix: 1_800_000_012.5,
+            ms: 12_500.0,
+            peak_blocked: 0,
+            baseline: 0,
+            what: Some("lock waits".into()),
+            ongoing,
+        };
+        assert_eq!(
+            told_line(&st(true)),
+            "stall: lock waits, still on when watch stopped: at least 12.5 s from 20270115-080000.0 to 20270115-080012.5 UTC"
+        );
+        assert!(told_line(&st(false)).starts_with("stall: lock waits, 12.5 s from"));
+        assert_eq!(serde_json::to_value(st(true)).unwrap()["ongoing"], true);
+        assert!(serde_json::to_value(st(false)).unwrap().get("ongoing").is_none());
     }
 
     fn told_line(e: &Event) -> String {
