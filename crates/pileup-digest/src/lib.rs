@@ -127,7 +127,8 @@ fn read_sql_inputs(
         match input {
             Input::Table(spec) => {
                 let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
-                let rows = input::table::read(&mut conn, i, agg).map_err(Error::Server)?;
+                let (rows, note) = input::table::read(&mut conn, i, agg).map_err(Error::Server)?;
+                notes.extend(note);
                 lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), rows);
             }
             Input::Digests(spec, duration, stop) => {

@@ -342,9 +342,19 @@ fn the_slow_log_table_is_read_as_a_log() {
     assert_eq!(class["attributes"]["rows_sent"]["sum"], 25);
     assert!(d["inputs"][0].as_str().unwrap().starts_with("mysql.slow_log on"), "{}", d["inputs"]);
 
-    // A server that logs to a file does not write the table: one line
-    // naming log_output, not an empty report.
+    // A server that logs to a file now: the rows it wrote before are
+    // read, with a note that they are not all.
     c.query_drop("SET GLOBAL log_output = 'FILE'").unwrap();
+    let out = pileup(&["digest", "--slow-log-table", "-S", &sock, "-u", "root", "-f", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes = d["notes"].to_string();
+    assert!(notes.contains("does not write mysql.slow_log now (log_output=FILE)"), "{notes}");
+    assert!(d["classes"].as_array().unwrap().iter().any(|c| c["fingerprint"] == "select ? + ? as from_table"));
+    // With no rows: one line naming log_output, not an empty report.
+    c.query_drop("SET GLOBAL slow_query_log = OFF").unwrap();
+    c.query_drop("TRUNCATE TABLE mysql.slow_log").unwrap();
     let out = pileup(&["digest", "--slow-log-table", "-S", &sock, "-u", "root"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -11,15 +11,27 @@ use crate::class::Event;
 use crate::input::slowlog::user_host;
 
 /// Read every row of `mysql.slow_log` into `agg` as input `input`; the
-/// number of rows read.
-pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result<u64, String> {
+/// number of rows read, and a note when the server no longer writes the
+/// table.
+pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result<(u64, Option<String>), String> {
     // A server that logs to a file leaves the table empty, or holding only
-    // what it logged before: say so rather than report an empty log.
+    // what it logged before: say so rather than report an empty log, or
+    // the old rows as if they were all.
     let output: Option<String> = conn.query_first("SELECT @@log_output").map_err(|e| pileup_conn::plain(&e))?;
     let output = output.unwrap_or_default();
+    let mut note = None;
     if !output.to_ascii_uppercase().split(',').any(|o| o == "TABLE") {
-        return Err(format!(
-            "this server does not write mysql.slow_log (log_output={output}): read its slow-log file instead (@@slow_query_log_file), or SET GLOBAL log_output='TABLE'"
+        let file: Option<String> = conn.query_first("SELECT @@slow_query_log_file").ok().flatten();
+        let file = file.unwrap_or_else(|| "@@slow_query_log_file".into());
+        let held: Option<u64> =
+            conn.query_first("SELECT COUNT(*) FROM mysql.slow_log").map_err(|e| pileup_conn::plain(&e))?;
+        if held.unwrap_or(0) == 0 {
+            return Err(format!(
+                "this server does not write mysql.slow_log (log_output={output}): read its slow-log file instead ({file}), or SET GLOBAL log_output='TABLE'"
+            ));
+        }
+        note = Some(format!(
+            "this server does not write mysql.slow_log now (log_output={output}): its rows are from when it did; what it logs now is in {file}"
         ));
     }
     let cols: Vec<String> = conn
@@ -79,5 +91,5 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
             at: (input, n),
         });
     }
-    Ok(n)
+    Ok((n, note))
 }
