@@ -104,6 +104,9 @@ fn gather_stacks_and_sql(
         let reads = spec.map(|sp| sc.spawn(move || read_sql_during(sp, s.own_connection, span, cancel)));
         take_stacks(&mut ev, trigger, spec, pid, s, cancel, modules);
         if let Some(Ok(reads)) = reads.map(|h| h.join()) {
+            let mut ours: Vec<u64> = reads.iter().filter_map(|r| r.conn_id).collect();
+            ours.push(s.own_connection);
+            mark_pileups_own(&mut ev, &ours);
             use_sql_read(&mut ev, reads);
         }
     });
@@ -232,11 +235,26 @@ fn take_stacks(
     }
 }
 
-/// One read of the SQL side, `at` seconds into the capture.
+/// One read of the SQL side, `at` seconds into the capture, and the
+/// connection it read through.
 struct SqlRead {
     at: f64,
     ev: Evidence,
     error: Option<String>,
+    conn_id: Option<u64>,
+}
+
+/// The server threads that served pileup's own connections while the
+/// stacks were taken (the watcher's polls, the evidence's reads) are
+/// pileup's work, not the server's: marked so in the stacks, and left out
+/// of what the classes count.
+fn mark_pileups_own(ev: &mut Evidence, ours: &[u64]) {
+    let Some(p) = ev.profile.as_mut() else { return };
+    for t in p.samples.iter_mut().flat_map(|s| s.threads.iter_mut()) {
+        if let Some(sql) = t.sql.as_mut().filter(|q| q.id != 0 && ours.contains(&q.id)) {
+            sql.is_pileup = true;
+        }
+    }
 }
 
 impl SqlRead {
@@ -286,8 +304,11 @@ fn read_sql_during(
     let read = || {
         let at = t0.elapsed().as_secs_f64();
         let mut ev = Evidence::default();
-        let error = gather_sql(&bounded, own_connection, &mut ev).err().map(|e| pileup_conn::error_text(&e));
-        SqlRead { at, ev, error }
+        let mut conn_id = None;
+        let error = gather_sql(&bounded, own_connection, &mut ev, &mut conn_id, &dropped)
+            .err()
+            .map(|e| pileup_conn::error_text(&e));
+        SqlRead { at, ev, error, conn_id }
     };
     let mut reads = vec![];
     for at in [span.min(Duration::from_secs(1)), span.min(Duration::from_secs(3))] {
@@ -388,8 +409,18 @@ fn trace_growth(
     Ok((g, HeapIdentity::of(reads)))
 }
 
-fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result<()> {
+/// The SQL side's evidence, read through a connection of its own (its id
+/// in `conn_id`), stopping between queries once `dropped` says the
+/// capture is.
+fn gather_sql(
+    spec: &ConnSpec,
+    own_connection: u64,
+    ev: &mut Evidence,
+    conn_id: &mut Option<u64>,
+    dropped: &dyn Fn() -> bool,
+) -> Result<()> {
     let mut c = spec.connect()?;
+    *conn_id = Some(u64::from(c.connection_id()));
     // TIME_MS (when a connection's current state began, to the
     // millisecond) and TID are MariaDB's; MySQL has neither.
     let rows: Vec<mysql::Row> = match c.query(
@@ -418,6 +449,9 @@ fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result
         }
         ev.processlist.push(m);
     }
+    if dropped() {
+        return Ok(());
+    }
     ev.innodb_status =
         c.query_first::<mysql::Row, _>("SHOW ENGINE INNODB STATUS").ok().flatten().and_then(|r| r.get::<String, _>(2));
     let waits: Vec<(u64, Option<String>, u64, Option<String>, Option<i64>)> = c
@@ -438,6 +472,9 @@ fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result
             blocking_trx_age_s: age,
         })
         .collect();
+    if dropped() {
+        return Ok(());
+    }
     let trx: Vec<(u64, Option<i64>, String, Option<String>, Option<u64>, Option<u64>)> = c
         .query(
             "SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW()), trx_state, trx_query, trx_tables_locked, trx_rows_locked \
@@ -456,6 +493,9 @@ fn gather_sql(spec: &ConnSpec, own_connection: u64, ev: &mut Evidence) -> Result
             rows_locked: rl.unwrap_or(0),
         })
         .collect();
+    if dropped() {
+        return Ok(());
+    }
     ev.mdl = metadata_locks(&mut c);
     let names = VARIABLES.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ");
     let vars: Vec<(String, String)> = c

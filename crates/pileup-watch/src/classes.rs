@@ -168,6 +168,8 @@ pub fn sample_views(ev: &Evidence) -> Vec<SampleView> {
                 threads: s
                     .threads
                     .iter()
+                    // pileup's own connections' threads are not the server's work.
+                    .filter(|t| !t.sql.as_ref().is_some_and(|q| q.is_pileup))
                     .map(|t| ThreadView {
                         state: t.state,
                         frames: t.frames.iter().map(|f| f.label.clone()).collect(),

@@ -213,6 +213,11 @@ fn hot_row_convoy_is_caught_within_a_second_and_the_holder_named() {
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
+    // The server threads serving pileup's own connections (the sampler's
+    // and the watcher's polls, at least) are marked as pileup's.
+    let ours =
+        stacks["samples"][0]["threads"].as_array().unwrap().iter().filter(|t| t["sql"]["is_pileup"] == true).count();
+    assert!(ours >= 2, "pileup's own connections' threads marked: {ours}");
     assert!(first_stack - onset <= 1.0, "first stack {:.2} s after onset", first_stack - onset);
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(report.starts_with("VERDICT: row lock convoy"), "{report}");
