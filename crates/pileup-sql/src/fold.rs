@@ -59,6 +59,9 @@ struct Writer<'a> {
     list: Option<List>,
     /// A `,` or `OFFSET` after `LIMIT ?`: the next literal is dropped.
     limit_tail: bool,
+    /// Where the `,` just written after a literal stands: a literal next
+    /// folds the run (`?, ?` is `?+`).
+    lit_comma: Option<usize>,
 }
 
 const SPACE_BEFORE_PAREN: &[&[u8]] = &[
@@ -204,6 +207,23 @@ impl Writer<'_> {
     }
 
     fn put(&mut self, k: Kind, text: &[u8]) {
+        // A run of literals separated by commas, anywhere (a select list,
+        // a function's arguments, ORDER BY 1, 2), is one `?+`, as
+        // performance_schema's digest folds it (`?, ...`): the same class
+        // from both, whatever the number of literals.
+        let after_lit = self.prev == Kind::Lit;
+        if let (Kind::Lit, Some(comma)) = (k, self.lit_comma.take()) {
+            // (Any other token after the comma ends the run: taken above.)
+            self.out.truncate(comma);
+            if !self.out.ends_with(b"+") {
+                self.out.push(b'+');
+            }
+            self.prev = Kind::Lit;
+            return;
+        }
+        if k == Kind::Comma && after_lit {
+            self.lit_comma = Some(self.out.len());
+        }
         if self.space_before(k) {
             self.out.push(b' ');
         }
@@ -295,6 +315,7 @@ pub fn fingerprint(sql: &[u8], out: &mut Vec<u8>) {
         word2_len: 0,
         list: None,
         limit_tail: false,
+        lit_comma: None,
     };
     let mut word = WordBuf::new();
     let mut i = 0;
@@ -348,6 +369,9 @@ fn step(sql: &[u8], i: usize, w: &mut Writer, word: &mut WordBuf) -> usize {
             }
             i + 1
         }
+        // performance_schema's digest writes a folded list's rest as
+        // `...`: one more literal of the run.
+        b'.' if sql[i..].starts_with(b"...") => lit(w, i + 3),
         b'.' => {
             w.token(Kind::Dot, b".");
             i + 1

@@ -5,7 +5,10 @@
 //! literals (strings, numbers, hex and bit values, `NULL`, `TRUE`/`FALSE`,
 //! `?` placeholders) become `?`; `IN (...)` lists of literals and the rows
 //! of `VALUES (...), (...)` become `(?+)` (rows holding more than literals:
-//! those of the first row's shape after it are dropped); `LIMIT n, m` and `LIMIT n OFFSET
+//! those of the first row's shape after it are dropped); any other run of
+//! literals separated by commas (a select list, a function's arguments)
+//! becomes `?+`, as performance_schema's digest folds it (`?, ...`), so
+//! that both name one class; `LIMIT n, m` and `LIMIT n OFFSET
 //! m` become `limit ?`; comments, `ASC` and case are dropped; tokens are
 //! spaced one way whatever the source's whitespace. Identifiers keep their
 //! digits (`sbtest1` and `sbtest2` are different tables, so different
@@ -53,6 +56,26 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_literals_fold_as_performance_schema_folds_them() {
+        for (ps, log) in [
+            (
+                "SELECT ?, ... , TRUE FROM `t` WHERE NAME IS NOT NULL LIMIT ?",
+                "SELECT NULL, -1, 0x1F, TRUE FROM t WHERE name IS NOT NULL LIMIT 3",
+            ),
+            ("SELECT ?, ... FROM `t` LIMIT ?, ...", "SELECT 1, 2 FROM t LIMIT 10, 20"),
+            ("SELECT COALESCE ( NAME , ?, ... ) FROM `t`", "SELECT COALESCE(name, 'a', 'b', 'c') FROM t"),
+            ("SELECT ID FROM `t` ORDER BY ?, ...", "SELECT id FROM t ORDER BY 1, 2"),
+            ("INSERT INTO `t` VALUES (...) /* , ... */", "INSERT INTO t VALUES (1, 'a'), (2, 'b')"),
+        ] {
+            assert_eq!(fp(ps), fp(log), "{ps}");
+        }
+        assert_eq!(fp("select 1, 2, 3 from t"), "select ?+ from t");
+        // A run ends at anything but a literal.
+        assert_eq!(fp("update t set a = 1, b = 2 where c = 3"), "update t set a = ?, b = ? where c = ?");
+        assert_eq!(fp("select 1, a, 2, 3"), "select ?, a, ?+");
+    }
+
+    #[test]
     fn performance_schema_s_spelling_is_the_slow_log_s_class() {
         // DIGEST_TEXT prints DISTINCT by its last alias, with backticks.
         assert_eq!(
@@ -97,7 +120,7 @@ mod tests {
         // different shapes are kept.
         assert_eq!(fp("insert into t values (1, now()), (2, now()),(3,NOW())"), "insert into t values (?, now())");
         assert_eq!(fp("insert into t values (1, now())"), "insert into t values (?, now())");
-        assert_eq!(fp("insert into t values (1, now()), (2, 3)"), "insert into t values (?, now()), (?, ?)");
+        assert_eq!(fp("insert into t values (1, now()), (2, 3)"), "insert into t values (?, now()), (?+)");
         assert_eq!(
             fp("insert into t values (1, now()), (2, now()) on duplicate key update a = values(a)"),
             "insert into t values (?, now()) on duplicate key update a = values (a)"
@@ -121,7 +144,7 @@ mod tests {
         }
         assert_eq!(fp("select a in (b, 1) from t"), "select a in (b, ?) from t");
         assert_eq!(fp("select * from t where a in ()"), "select * from t where a in (?+)");
-        assert_eq!(fp("select * from t where a in (1, 2"), "select * from t where a in (?, ?");
+        assert_eq!(fp("select * from t where a in (1, 2"), "select * from t where a in (?+");
         assert_eq!(fp("insert into t values (1), (now())"), "insert into t values (?), (now())");
         assert_eq!(fp("insert into t values (now()), (now()), (1)"), "insert into t values (now()), (?)");
     }
@@ -141,8 +164,8 @@ mod tests {
 
     #[test]
     fn strings_end_where_mysql_ends_them() {
-        assert_eq!(fp(r#"select 'a\'b', 'c''d', "e\\\"f", `g``h` from t"#), "select ?, ?, ?, `g``h` from t");
-        assert_eq!(fp(r"select 'a\\' , 1"), "select ?, ?");
+        assert_eq!(fp(r#"select 'a\'b', 'c''d', "e\\\"f", `g``h` from t"#), "select ?+, `g``h` from t");
+        assert_eq!(fp(r"select 'a\\' , 1"), "select ?+");
         assert_eq!(fp("select 'trailing backslash\\"), "select ?");
     }
 
@@ -151,7 +174,7 @@ mod tests {
         assert_eq!(fp("administrator command: Quit;"), "administrator command: Quit");
         assert_eq!(fp("use `sbtest`"), "use ?");
         assert_eq!(fp("set @x := 5, @@session.sql_mode = 'a'"), "set @x := ?, @@session.sql_mode = ?");
-        assert_eq!(fp("call p(1, 'a')"), "call p(?, ?)");
+        assert_eq!(fp("call p(1, 'a')"), "call p(?+)");
         assert_eq!(fp(""), "");
         // Unterminated strings and comments end the text; binary bytes pass.
         assert_eq!(fp("select 'abc"), "select ?");

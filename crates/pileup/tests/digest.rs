@@ -419,3 +419,69 @@ fn performance_schema_digests_are_read_over_a_window() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("performance_schema is off") && err.lines().count() == 1, "{err}");
 }
+
+#[test]
+fn the_same_statements_make_the_same_classes_from_the_slow_log_its_table_and_performance_schema() {
+    let dir = scratch("digest-three");
+    let log = dir.join("slow.log");
+    let sb = sandbox_with(vec![
+        ("performance_schema", "ON"),
+        ("slow_query_log", "ON"),
+        ("long_query_time", "0"),
+        ("log_output", "FILE,TABLE"),
+        ("slow_query_log_file", log.to_str().unwrap()),
+    ]);
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE three").unwrap();
+    c.query_drop("USE three").unwrap();
+    c.query_drop("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), v DOUBLE)").unwrap();
+    c.query_drop("CREATE TABLE u (id INT PRIMARY KEY, t_id INT)").unwrap();
+    c.query_drop("TRUNCATE TABLE mysql.slow_log").unwrap();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let server = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["digest", "--server", "--duration", "8s", "--format", "json", "-S", &sock, "-u", "root"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    // Literals of every kind, lists, DISTINCT, joins, comments, case.
+    let statements = |i: i32| {
+        vec![
+            format!("INSERT INTO t (id, name, v) VALUES ({i}, 'n{i}', {i}.5)"),
+            format!("SELECT name FROM t WHERE id = {i}"),
+            format!("SELECT * FROM t WHERE id IN ({i}, {}, {})", i + 1, i + 2),
+            format!("select distinct name from t where v > {i}.25"),
+            format!("UPDATE t SET name = 'x{i}', v = v + 1 WHERE id = {i}"),
+            format!("SELECT t.name, COUNT(*) FROM t JOIN u ON u.t_id = t.id WHERE t.id < {i} GROUP BY t.name ORDER BY 2 DESC LIMIT 5"),
+            format!("/* app */ SELECT id FROM t WHERE name LIKE 'n{i}%' AND v BETWEEN {i} AND {}", i + 10),
+            format!("DELETE FROM t WHERE id = {i} AND name = \"n{i}\""),
+            format!("SELECT NULL, -{i}, 0x1F, TRUE FROM t WHERE name IS NOT NULL LIMIT {i}"),
+        ]
+    };
+    for i in 0..6 {
+        for q in statements(i) {
+            c.query_drop(q).unwrap();
+        }
+    }
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let from_ps: J = serde_json::from_slice(&out.stdout).unwrap();
+    let from_file = digest_json(&[log.to_str().unwrap()]);
+    let from_table = digest_json(&["--slow-log-table", "-S", &sock, "-u", "root"]);
+    // Each source's classes of these statements, by id (6 runs each).
+    let ids = |d: &J| -> std::collections::BTreeMap<String, String> {
+        d["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["count"] == 6)
+            .filter(|c| c["fingerprint"].as_str().is_some_and(|f| f.contains(" t") || f.contains("into t")))
+            .map(|c| (c["id"].as_str().unwrap().to_string(), c["fingerprint"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let (file, table, ps) = (ids(&from_file), ids(&from_table), ids(&from_ps));
+    assert_eq!(file.len(), statements(0).len(), "one class per statement in the slow log: {file:#?}");
+    assert_eq!(table, file, "the slow-log table's classes are the slow log's");
+    assert_eq!(ps, file, "performance_schema's classes are the slow log's");
+}
