@@ -43,8 +43,6 @@ use attr::N_ATTRS;
 use class::Class;
 use input::slowlog::{self, BlockCtx};
 
-pub(crate) use pileup_stats::median;
-
 /// How to digest.
 #[derive(Clone, Debug)]
 pub struct Options {

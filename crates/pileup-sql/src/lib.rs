@@ -37,13 +37,15 @@ pub fn class_id(fingerprint: &[u8]) -> u64 {
 }
 
 mod fold;
+mod hints;
 mod lex;
 mod skel;
 mod table;
 
 pub use fold::{fingerprint, statement_class};
+pub use hints::{hints, without_hints, Hint};
 pub use skel::skeleton;
-pub use table::{single_table, SingleTable};
+pub use table::{single_table, table_refs, SingleTable, TableRef};
 
 #[cfg(test)]
 mod tests {

@@ -147,3 +147,153 @@ pub fn single_table(sql: &[u8]) -> Option<SingleTable> {
     }
     Some(SingleTable { name: name_start..name_end, hint_at })
 }
+
+/// A table named at the top level of a `SELECT`'s FROM clause, joined or
+/// listed: where its name and alias are, and where an index hint goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRef {
+    /// The table as written (`t`, `` `t` ``, `db.t`).
+    pub name: std::ops::Range<usize>,
+    /// Its alias, when it has one.
+    pub alias: Option<std::ops::Range<usize>>,
+    /// Where ` FORCE INDEX (k)` is inserted.
+    pub hint_at: usize,
+}
+
+impl TableRef {
+    /// The name a plan gives it: its alias, else its table's name without
+    /// the database or quotes.
+    pub fn plan_name(&self, sql: &str) -> String {
+        let raw = match &self.alias {
+            Some(a) => &sql[a.clone()],
+            None => sql[self.name.clone()].rsplit('.').next().unwrap_or(""),
+        };
+        raw.trim_matches('`').replace("``", "`")
+    }
+}
+
+/// Words that end a FROM clause at its level.
+const END_FROM: &[&[u8]] =
+    &[b"where", b"group", b"order", b"limit", b"having", b"union", b"window", b"for", b"lock", b"into", b"procedure"];
+
+/// Every table named at the top level of a `SELECT`'s FROM clause, in
+/// order (tables in subqueries and derived tables are not).
+pub fn table_refs(sql: &str) -> Vec<TableRef> {
+    #[derive(PartialEq)]
+    enum At {
+        Outside,
+        Table,
+        Alias,
+        Joined,
+    }
+    let b = sql.as_bytes();
+    let (n, mut i, mut depth) = (b.len(), 0, 0u32);
+    let mut at = At::Outside;
+    let mut out: Vec<TableRef> = vec![];
+    let reserved = |x: &[u8]| AFTER_TABLE.iter().chain(END_FROM).any(|r| x.eq_ignore_ascii_case(r));
+    while i < n {
+        let c = b[i];
+        match c {
+            b'\'' | b'"' => {
+                i = quoted_end(b, i);
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = find(b, i + 2, b"*/").map_or(n, |e| e + 2);
+                continue;
+            }
+            b'#' => {
+                i = memchr_nl(b, i);
+                continue;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                i = memchr_nl(b, i);
+                continue;
+            }
+            b'(' => {
+                depth += 1;
+                // A derived table or a subquery where a table was expected.
+                if depth == 1 && at == At::Table {
+                    at = At::Joined;
+                }
+            }
+            b')' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 && at != At::Outside => at = At::Table,
+            c if depth == 0 && (is_word_byte(c) || c == b'`') => {
+                let s = i;
+                if c == b'`' {
+                    i = quoted_end(b, i);
+                } else {
+                    while i < n && is_word_byte(b[i]) {
+                        i += 1;
+                    }
+                }
+                // A qualified name: db.t, `db`.`t`.
+                while at == At::Table && b.get(i) == Some(&b'.') {
+                    i += 1;
+                    if b.get(i) == Some(&b'`') {
+                        i = quoted_end(b, i);
+                    } else {
+                        while i < n && is_word_byte(b[i]) {
+                            i += 1;
+                        }
+                    }
+                }
+                let w = &b[s..i];
+                let lower = w.to_ascii_lowercase();
+                if lower == b"from" {
+                    at = At::Table;
+                } else if END_FROM.contains(&lower.as_slice()) {
+                    at = At::Outside;
+                } else if lower.ends_with(b"join") {
+                    at = At::Table;
+                } else {
+                    match at {
+                        At::Table if !reserved(w) => {
+                            out.push(TableRef { name: s..i, alias: None, hint_at: i });
+                            at = At::Alias;
+                        }
+                        At::Alias if lower == b"as" => {}
+                        At::Alias if !reserved(w) => {
+                            if let Some(t) = out.last_mut() {
+                                t.alias = Some(s..i);
+                                t.hint_at = i;
+                            }
+                            at = At::Joined;
+                        }
+                        At::Alias => at = At::Joined,
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tables_of_a_join_are_found_with_their_aliases() {
+        let sql = "SELECT a.x FROM db1.orders AS o JOIN `items` i ON i.o = o.id LEFT JOIN users ON users.id = o.u, extra WHERE o.x IN (SELECT y FROM hidden) ORDER BY 1";
+        let refs = table_refs(sql);
+        let names: Vec<String> = refs.iter().map(|r| r.plan_name(sql)).collect();
+        assert_eq!(names, ["o", "i", "users", "extra"]);
+        assert_eq!(&sql[refs[0].name.clone()], "db1.orders");
+        assert_eq!(&sql[..refs[1].hint_at], "SELECT a.x FROM db1.orders AS o JOIN `items` i");
+        assert_eq!(
+            &sql[..refs[2].hint_at],
+            "SELECT a.x FROM db1.orders AS o JOIN `items` i ON i.o = o.id LEFT JOIN users"
+        );
+        // A derived table has no hint; the table after it does.
+        let sql = "SELECT * FROM (SELECT 1 AS k) AS d STRAIGHT_JOIN t ON t.k = d.k";
+        let names: Vec<String> = table_refs(sql).iter().map(|r| r.plan_name(sql)).collect();
+        assert_eq!(names, ["t"]);
+        assert!(table_refs("SELECT 1").is_empty());
+    }
+}

@@ -261,47 +261,94 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
 
 /// The advisor's findings as text.
 pub fn render_advice(advice: &[crate::advise::Advice]) -> String {
+    use crate::advise::experiment::Standing;
     let ms = |v: Option<f64>| v.filter(|v| v.is_finite()).map_or_else(|| "-".to_string(), |v| format!("{v:.2} ms"));
-    let mut o = String::from("\n# Plan advice (measured on the server named; medians)\n");
+    let mut o = String::from(
+        "\n# Plan advice (measured on the server named: interleaved rounds, medians, 95% intervals of the speed-up)\n",
+    );
     for a in advice {
         let _ = writeln!(o, "\n# {} {}", a.id, one_line(a.fingerprint.as_bytes(), 100));
         if a.optimization_ms.is_some() || a.execution_ms.is_some() {
-            let plan: Vec<String> =
-                a.plan.iter().map(|(t, k)| format!("{t} by {}", k.as_deref().unwrap_or("no index"))).collect();
-            let _ = writeln!(
-                o,
-                "#   ANALYZE: optimization {}, execution {}; reads {}",
-                ms(a.optimization_ms),
-                ms(a.execution_ms),
-                if plan.is_empty() { "no table".into() } else { plan.join(", ") }
-            );
+            let _ =
+                writeln!(o, "#   ANALYZE: optimization {}, execution {}", ms(a.optimization_ms), ms(a.execution_ms));
+        }
+        if let Some(p) = &a.plan {
+            let _ = writeln!(o, "#   plan: {p}");
         }
         if let Some(s) = &a.skipped {
             let _ = writeln!(o, "#   {s}");
             continue;
         }
-        let _ = writeln!(o, "#   as logged: {} a run, {} rows", ms(a.median_ms), a.rows.unwrap_or(0));
+        if a.rounds > 0 {
+            let spent = if a.budget_spent { " (the budget ended them)" } else { "" };
+            let _ = writeln!(o, "#   as logged: {} rows; {} rounds{spent}", a.rows.unwrap_or(0), a.rounds);
+        }
         for (i, v) in a.variants.iter().enumerate() {
-            let what = match (&v.error, v.same_rows) {
-                (Some(e), _) => format!("failed: {}", one_line(e.as_bytes(), 100)),
-                (None, false) => "different rows: not a rewrite".into(),
-                (None, true) => format!(
-                    "{:.2}x{}",
-                    v.gain,
-                    v.optimization_ms.map(|o| format!(", optimization {o:.2} ms")).unwrap_or_default()
-                ),
+            let what = match (&v.error, v.same_rows, v.same_plan, v.standing) {
+                (Some(e), _, _, _) => format!("failed: {}", one_line(e.as_bytes(), 100)),
+                (None, _, true, None) => "same plan: not timed, never advised".into(),
+                (None, Some(false), _, _) => "other rows: never advised".into(),
+                (None, _, _, Some(st)) => {
+                    let word = match st {
+                        Standing::Faster => "faster",
+                        Standing::Slower => "slower",
+                        Standing::WithinNoise | Standing::Open => "within noise",
+                    };
+                    format!(
+                        "{} {}, {word}; saves {} a run",
+                        ms(v.median_ms),
+                        speed_up(v.ratio, v.ratio_interval),
+                        ms(v.saving_ms)
+                    )
+                }
+                _ => "not timed".into(),
             };
             let mark = if a.best == Some(i) { "=>" } else { "  " };
-            let _ = writeln!(o, "# {mark} {:<60} {:>10}  {what}", v.change, ms(Some(v.median_ms)));
+            let plan = match (v.same_plan, v.standing) {
+                (true, None) => String::new(),
+                (true, Some(_)) => " [same plan, less to choose]".into(),
+                (false, _) => format!(" [{}]", v.plan.as_deref().unwrap_or("-")),
+            };
+            let _ = writeln!(o, "# {mark} {}{plan}: {what}", v.change);
         }
-        match a.best.map(|i| &a.variants[i]) {
-            Some(v) => {
-                let _ = writeln!(o, "#   advice: {} ({:.2}x faster, the same rows)", v.change, v.gain);
-            }
-            None => {
-                let _ = writeln!(o, "#   advice: none of the variants was 10% faster with the same rows");
-            }
-        }
+        let _ = writeln!(o, "#   advice: {}", advice_line(a));
     }
     o
+}
+
+/// A speed-up with its interval: `5.82x [5.10x, 6.31x]`.
+fn speed_up(r: Option<f64>, interval: Option<(f64, f64)>) -> String {
+    let r = r.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
+    match interval {
+        Some((lo, hi)) => format!("{r} [{lo:.2}x, {hi:.2}x]"),
+        None => format!("{r} [too few rounds for an interval]"),
+    }
+}
+
+/// The advice in a line: the variant settled faster, or why none is.
+fn advice_line(a: &crate::advise::Advice) -> String {
+    use crate::advise::experiment::Standing;
+    if let Some(v) = a.best.map(|i| &a.variants[i]) {
+        let hourly = v.saving_s_per_hour.map(|s| format!(", {s:.1} s per hour of the log")).unwrap_or_default();
+        return format!(
+            "{}: {} faster with the same rows, {:.2} ms a run saved{hourly}",
+            v.change,
+            speed_up(v.ratio, v.ratio_interval),
+            v.saving_ms.unwrap_or(0.0)
+        );
+    }
+    let timed: Vec<&crate::advise::Variant> = a.variants.iter().filter(|v| v.standing.is_some()).collect();
+    if timed.is_empty() {
+        return "none: no variant changes the plan".into();
+    }
+    let best = timed.iter().max_by(|x, y| x.ratio.unwrap_or(0.0).total_cmp(&y.ratio.unwrap_or(0.0)));
+    match best {
+        Some(v) if v.standing == Some(Standing::WithinNoise) || v.standing == Some(Standing::Open) => format!(
+            "none: within noise (the closest, {}: {}, saving {} a run)",
+            v.change,
+            speed_up(v.ratio, v.ratio_interval),
+            v.saving_ms.filter(|x| x.is_finite()).map_or("-".into(), |x| format!("{x:.2} ms"))
+        ),
+        _ => "none: every variant with another plan was slower".into(),
+    }
 }

@@ -53,17 +53,23 @@ use crate::output::emit;
 /// one "other" class, and the report says so.
 ///
 /// The advisor (--advise) runs, on the server pileup connects to (a replica
-/// or a copy), each top class's slowest statement with ANALYZE FORMAT=JSON,
-/// which splits its time into optimization and execution. Where
-/// optimization is at least half the time, or the class reads at least 100
-/// rows per row it returns, it times variants against the statement as
-/// logged, alternating, over --advise-runs runs: FORCE INDEX on the index
-/// chosen, IGNORE INDEX on each other candidate, a session
-/// eq_range_index_dive_limit, optimizer_switch flags. A variant counts only
-/// when it returns the same rows (checksum); the fastest is printed as the
-/// one-line change with its measured gain. It runs only SELECTs that
-/// neither lock nor write, in read-only transactions, each bounded by the
-/// statement time limit, and changes nothing but its own session.
+/// or a copy), each top class's slowest statement and variants of it: each
+/// index hint or STRAIGHT_JOIN it carries removed, FORCE INDEX on the index
+/// chosen and on each other candidate, IGNORE INDEX on each other
+/// candidate, a session eq_range_index_dive_limit, optimizer_switch flags.
+/// A statement without hints is tried only where optimization is at least
+/// half its time (ANALYZE FORMAT=JSON) or it reads at least 100 rows per
+/// row it returns. A variant whose plan (EXPLAIN FORMAT=JSON: access type,
+/// index, key parts, join order, rowid filter) is the statement's is never
+/// timed. The others are timed against the statement in interleaved
+/// rounds until each is settled or --advise-budget is spent; the speed-up
+/// is the median of the per-round ratios with its 95% interval. A variant
+/// is advised only when it returns the same rows (checksum), the interval's
+/// lower bound reaches --advise-min-gain and it saves at least
+/// --advise-min-ms a run; otherwise the report says "within noise" with
+/// the figures. It runs only SELECTs that neither lock nor write, in
+/// read-only transactions, each bounded by the statement time limit, and
+/// changes nothing but its own session.
 ///
 /// Exit status: 0 when every entry was read; 3 when the report is written
 /// but some entries or values were skipped (the report names them); 1 on
@@ -122,9 +128,33 @@ pub struct DigestArgs {
     /// Classes from the top of the ranking whose samples --advise examines.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub advise_classes: usize,
-    /// Timed runs of each statement and variant (medians are compared).
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub advise_runs: usize,
+    /// Rounds before a variant is settled (a 95% interval needs at least 6).
+    #[arg(long, default_value_t = 6, value_name = "N", value_parser = clap::value_parser!(u32).range(6..=1000))]
+    pub advise_runs: u32,
+    /// Time spent timing one class's variants, at most (1s to 10m).
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_budget)]
+    pub advise_budget: std::time::Duration,
+    /// Speed-up a variant must be sure of, percent: the lower bound of its 95% interval.
+    #[arg(long, default_value_t = 10, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub advise_min_gain: u32,
+    /// Milliseconds a variant must save per execution (medians).
+    #[arg(long, default_value_t = 0.5, value_name = "MS", value_parser = parse_min_ms)]
+    pub advise_min_ms: f64,
+}
+
+fn parse_budget(s: &str) -> Result<std::time::Duration, String> {
+    let d = super::parse_duration(s)?;
+    if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(600) {
+        return Err(format!("{s} is outside 1s to 10m"));
+    }
+    Ok(d)
+}
+
+fn parse_min_ms(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of milliseconds (0 or more)")),
+    }
 }
 
 /// `--rank`'s names, as the possible values help, the manual and
@@ -251,9 +281,17 @@ fn advise(
         .into_iter()
         .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
         .collect();
+    // The log's span, for a saving per hour of it.
+    let first = d.classes.iter().filter_map(|c| c.first).min();
+    let last = d.classes.iter().filter_map(|c| c.last).max();
+    let log_hours = first.zip(last).map(|(f, l)| (l - f) as f64 / 3600.0).filter(|h| *h > 0.0);
     let o = pileup_digest::advise::AdviseOptions {
         classes: a.advise_classes.max(1),
-        runs: a.advise_runs.max(1),
+        min_rounds: a.advise_runs as usize,
+        budget: a.advise_budget,
+        min_gain: f64::from(a.advise_min_gain) / 100.0,
+        min_ms: a.advise_min_ms,
+        log_hours,
         ..Default::default()
     };
     let interactive = std::io::stderr().is_terminal();
