@@ -46,9 +46,10 @@ const AFTER_TABLE: &[&[u8]] = &[
 /// The table of a `SELECT` that reads exactly one table at its top level
 /// (no join, no comma list, no index hint already, no subquery in FROM);
 /// None otherwise.
-pub fn single_table(sql: &[u8]) -> Option<SingleTable> {
-    // Top-level words with their positions; strings, comments and
-    // parenthesized parts skipped.
+/// A statement's top-level words with their positions (names in
+/// backquotes, `,` and `.` among them), and the index of the first `FROM`:
+/// strings, comments and parenthesized parts skipped.
+fn top_level_words(sql: &[u8]) -> (Vec<(usize, usize)>, Option<usize>) {
     let n = sql.len();
     let mut i = 0;
     let mut depth = 0u32;
@@ -91,6 +92,11 @@ pub fn single_table(sql: &[u8]) -> Option<SingleTable> {
             _ => i += 1,
         }
     }
+    (words, from_at)
+}
+
+pub fn single_table(sql: &[u8]) -> Option<SingleTable> {
+    let (words, from_at) = top_level_words(sql);
     let first = words.first()?;
     if !sql[first.0..first.1].eq_ignore_ascii_case(b"select") {
         return None;
@@ -187,89 +193,60 @@ pub fn table_refs(sql: &str) -> Vec<TableRef> {
         Joined,
     }
     let b = sql.as_bytes();
-    let (n, mut i, mut depth) = (b.len(), 0, 0u32);
+    let (words, _) = top_level_words(b);
     let mut at = At::Outside;
     let mut out: Vec<TableRef> = vec![];
     let reserved = |x: &[u8]| AFTER_TABLE.iter().chain(END_FROM).any(|r| x.eq_ignore_ascii_case(r));
-    while i < n {
-        let c = b[i];
-        match c {
-            b'\'' | b'"' => {
-                i = quoted_end(b, i);
-                continue;
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i = find(b, i + 2, b"*/").map_or(n, |e| e + 2);
-                continue;
-            }
-            b'#' => {
-                i = memchr_nl(b, i);
-                continue;
-            }
-            b'-' if b.get(i + 1) == Some(&b'-') => {
-                i = memchr_nl(b, i);
-                continue;
-            }
-            b'(' => {
-                depth += 1;
-                // A derived table or a subquery where a table was expected.
-                if depth == 1 && at == At::Table {
-                    at = At::Joined;
-                }
-            }
-            b')' => depth = depth.saturating_sub(1),
-            b',' if depth == 0 && at != At::Outside => at = At::Table,
-            c if depth == 0 && (is_word_byte(c) || c == b'`') => {
-                let s = i;
-                if c == b'`' {
-                    i = quoted_end(b, i);
-                } else {
-                    while i < n && is_word_byte(b[i]) {
-                        i += 1;
-                    }
-                }
-                // A qualified name: db.t, `db`.`t`.
-                while at == At::Table && b.get(i) == Some(&b'.') {
-                    i += 1;
-                    if b.get(i) == Some(&b'`') {
-                        i = quoted_end(b, i);
-                    } else {
-                        while i < n && is_word_byte(b[i]) {
-                            i += 1;
-                        }
-                    }
-                }
-                let w = &b[s..i];
-                let lower = w.to_ascii_lowercase();
-                if lower == b"from" {
-                    at = At::Table;
-                } else if END_FROM.contains(&lower.as_slice()) {
-                    at = At::Outside;
-                } else if lower.ends_with(b"join") {
-                    at = At::Table;
-                } else {
-                    match at {
-                        At::Table if !reserved(w) => {
-                            out.push(TableRef { name: s..i, alias: None, hint_at: i });
-                            at = At::Alias;
-                        }
-                        At::Alias if lower == b"as" => {}
-                        At::Alias if !reserved(w) => {
-                            if let Some(t) = out.last_mut() {
-                                t.alias = Some(s..i);
-                                t.hint_at = i;
-                            }
-                            at = At::Joined;
-                        }
-                        At::Alias => at = At::Joined,
-                        _ => {}
-                    }
-                }
-                continue;
-            }
-            _ => {}
+    let mut k = 0;
+    let mut prev_end = 0;
+    while k < words.len() {
+        let (s, mut e) = words[k];
+        // A derived table or a subquery where a table was expected.
+        if at == At::Table && b[prev_end..s].contains(&b'(') {
+            at = At::Joined;
         }
-        i += 1;
+        k += 1;
+        let w = &b[s..e];
+        if w == b"," {
+            if at != At::Outside {
+                at = At::Table;
+            }
+        } else if w != b"." {
+            // A qualified name: db.t, `db`.`t`.
+            while at == At::Table && words.get(k).is_some_and(|&(a, _)| a == e && b[a] == b'.') {
+                match words.get(k + 1) {
+                    Some(&(a, z)) if a == e + 1 => (e, k) = (z, k + 2),
+                    _ => break,
+                }
+            }
+            let w = &b[s..e];
+            let lower = w.to_ascii_lowercase();
+            if lower == b"from" {
+                at = At::Table;
+            } else if END_FROM.contains(&lower.as_slice()) {
+                at = At::Outside;
+            } else if lower.ends_with(b"join") {
+                at = At::Table;
+            } else {
+                match at {
+                    At::Table if !reserved(w) => {
+                        out.push(TableRef { name: s..e, alias: None, hint_at: e });
+                        at = At::Alias;
+                    }
+                    At::Alias if lower == b"as" => {}
+                    At::Alias if !reserved(w) => {
+                        if let Some(t) = out.last_mut() {
+                            t.alias = Some(s..e);
+                            t.hint_at = e;
+                        }
+                        at = At::Joined;
+                    }
+                    At::Alias => at = At::Joined,
+                    _ => {}
+                }
+            }
+        }
+        prev_end = e;
     }
     out
 }

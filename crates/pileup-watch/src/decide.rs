@@ -152,8 +152,9 @@ pub enum Action {
     Drop,
 }
 
-/// A stall that ended, as the loop tells it.
-fn stall_event(st: &Stall) -> Event {
+/// A stall that ended (or, `ongoing`, was still on when watch stopped),
+/// as the loop tells it.
+fn stall_event(st: &Stall, ongoing: bool) -> Event {
     Event::Stall {
         began_unix: st.began_unix,
         ended_unix: st.ended_unix,
@@ -161,7 +162,7 @@ fn stall_event(st: &Stall) -> Event {
         peak_blocked: st.peak_blocked,
         baseline: st.baseline,
         what: st.what.clone(),
-        ongoing: false,
+        ongoing,
     }
 }
 
@@ -315,11 +316,9 @@ impl Decider {
                     if let Some(began) = self.fired_episode[i].take() {
                         // The stall it fired for is over: from its first
                         // hold to the poll that saw it clear.
-                        let ended_unix = self.cleared_at[i].unwrap_or(p.unix);
-                        let what = Some(self.triggers[i].label().to_string());
-                        let st = Stall { began_unix: began, ended_unix, peak_blocked: 0, baseline: 0, what };
+                        let st = self.trigger_stall(i, began, self.cleared_at[i].unwrap_or(p.unix));
                         out.push(Action::RecordStall(st.clone()));
-                        out.push(Action::Tell(stall_event(&st)));
+                        out.push(Action::Tell(stall_event(&st, false)));
                     }
                     self.episode[i] = None;
                 }
@@ -327,8 +326,7 @@ impl Decider {
             if let (Some(began), Step::Idle, true) = (held_since, step, seen >= SHORT_STALL_POLLS) {
                 // Cleared before its hold: a short stall of its kind (its
                 // early capture kept if such stalls repeat, else dropped below).
-                let what = Some(self.triggers[i].label().to_string());
-                let st = Stall { began_unix: began, ended_unix: p.unix, peak_blocked: 0, baseline: 0, what };
+                let st = self.trigger_stall(i, began, p.unix);
                 self.short_stall(st, p.unix, now, p.free, &mut out);
             }
             // From the first hold of a flickering episode; the scan times a
@@ -534,7 +532,7 @@ impl Decider {
     /// captured.
     fn short_stall(&mut self, st: Stall, unix: f64, now: f64, free: Option<u64>, out: &mut Vec<Action>) {
         out.push(Action::RecordStall(st.clone()));
-        out.push(Action::Tell(stall_event(&st)));
+        out.push(Action::Tell(stall_event(&st, false)));
         // One episode counts once, however many triggers saw it.
         let same_episode = st.began_unix <= self.last_counted_end + EPISODE_GAP_SECS;
         if st.ms() < LASTING_SECS * 1000.0 && !same_episode {
@@ -574,6 +572,12 @@ impl Decider {
         }
     }
 
+    /// A stall trigger `i` saw, from `began` to `ended`.
+    fn trigger_stall(&self, i: usize, began: f64, ended: f64) -> Stall {
+        let what = Some(self.triggers[i].label().to_string());
+        Stall { began_unix: began, ended_unix: ended, peak_blocked: 0, baseline: 0, what }
+    }
+
     /// watch is stopping: an unconfirmed early capture is dropped, and a
     /// stall a trigger fired for that is still on is recorded up to the
     /// last poll that saw it, and told as still on.
@@ -584,16 +588,9 @@ impl Decider {
         }
         for i in 0..self.triggers.len() {
             if let Some(began) = self.fired_episode[i].take() {
-                let ongoing = self.cleared_at[i].is_none();
-                let ended_unix = self.cleared_at[i].unwrap_or(self.last_held[i]);
-                let what = Some(self.triggers[i].label().to_string());
-                let st = Stall { began_unix: began, ended_unix, peak_blocked: 0, baseline: 0, what };
+                let st = self.trigger_stall(i, began, self.cleared_at[i].unwrap_or(self.last_held[i]));
                 out.push(Action::RecordStall(st.clone()));
-                let mut told = stall_event(&st);
-                if let Event::Stall { ongoing: o, .. } = &mut told {
-                    *o = ongoing;
-                }
-                out.push(Action::Tell(told));
+                out.push(Action::Tell(stall_event(&st, self.cleared_at[i].is_none())));
             }
         }
         out

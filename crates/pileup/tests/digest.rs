@@ -512,21 +512,15 @@ fn the_advisor_removes_a_hint_that_hurts_and_leaves_a_primary_key_lookup_alone()
         std::thread::sleep(std::time::Duration::from_millis(700));
     }
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
-    let advise = |log: &Path| {
-        digest_json(&[
-            "--advise",
-            "--advise-classes",
-            "1",
-            "--advise-budget",
-            "5s",
-            "-S",
-            &sock,
-            "-u",
-            "root",
-            log.to_str().unwrap(),
-        ])
+    // The advisor on one class of `log`, within `budget`.
+    let advise = |log: &Path, budget: &str| -> Vec<String> {
+        ["--advise", "--advise-classes", "1", "--advise-budget", budget, "-S", &sock, "-u", "root"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([log.to_str().unwrap().to_string()])
+            .collect()
     };
-    let d = advise(&log);
+    let d = digest_json(&advise(&log, "5s").iter().map(String::as_str).collect::<Vec<_>>());
     let a = &d["advice"][0];
     assert!(a["fingerprint"].as_str().unwrap().contains("force index(b)"), "{a:#}");
     let best = &a["variants"][a["best"].as_u64().unwrap_or_else(|| panic!("no advice: {a:#}")) as usize];
@@ -544,36 +538,14 @@ fn the_advisor_removes_a_hint_that_hurts_and_leaves_a_primary_key_lookup_alone()
     }
     c.query_drop("SET GLOBAL slow_query_log = OFF").unwrap();
     for run in 0..10 {
-        let d = digest_json(&[
-            "--advise",
-            "--advise-classes",
-            "1",
-            "--advise-budget",
-            "2s",
-            "-S",
-            &sock,
-            "-u",
-            "root",
-            pk.to_str().unwrap(),
-        ]);
+        let d = digest_json(&advise(&pk, "2s").iter().map(String::as_str).collect::<Vec<_>>());
         let a = &d["advice"][0];
         assert!(a["fingerprint"].as_str().unwrap().starts_with("select pad from h where id = ?"), "{a:#}");
         assert!(a["best"].is_null(), "run {run}: advice on a primary-key lookup: {a:#}");
     }
     // The text says why: nothing tried, no other plan, or within noise.
-    let out = pileup(&[
-        "digest",
-        "--advise",
-        "--advise-classes",
-        "1",
-        "--advise-budget",
-        "2s",
-        "-S",
-        &sock,
-        "-u",
-        "root",
-        pk.to_str().unwrap(),
-    ]);
+    let args = advise(&pk, "2s");
+    let out = pileup(&[&["digest"][..], &args.iter().map(String::as_str).collect::<Vec<_>>()].concat());
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("advice: none") || t.contains("no variant tried"), "{t}");
 }

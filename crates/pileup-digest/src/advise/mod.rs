@@ -33,6 +33,7 @@ use crate::rank;
 use experiment::{Bar, Experiment, Standing};
 use plan::Plan;
 use session::Session;
+use variants::ident;
 
 pub use plan::{split, TableRead};
 
@@ -192,10 +193,6 @@ pub fn advise(
         out.push(advise_one(&mut s, flavor, c, o, progress));
     }
     Ok(out)
-}
-
-fn ident(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
 }
 
 /// What one class's statement does, and which variant of it (if any) is

@@ -16,7 +16,8 @@ pub struct Variant {
     pub sql: String,
 }
 
-fn ident(name: &str) -> String {
+/// A name in backquotes.
+pub(super) fn ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
