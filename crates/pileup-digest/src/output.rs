@@ -11,6 +11,8 @@ pub struct DigestReport<'a> {
     pub view: crate::report::View,
     /// What `--advise` measured, when it ran.
     pub advice: Option<&'a [crate::advise::Advice]>,
+    /// What `--advise-indexes` measured, when it ran.
+    pub indexes: Option<&'a crate::advise::index::IndexAdvice>,
 }
 
 impl pileup_output::Report for DigestReport<'_> {
@@ -22,9 +24,12 @@ impl pileup_output::Report for DigestReport<'_> {
         if let Some(adv) = self.advice {
             w.write_all(crate::report::text::render_advice(adv).as_bytes())?;
         }
+        if let Some(ix) = self.indexes {
+            w.write_all(crate::report::indexes::render_index_advice(ix).as_bytes())?;
+        }
         Ok(())
     }
     fn html(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> Option<std::io::Result<()>> {
-        Some(w.write_all(crate::report::html::render(self.digest, &self.view, self.advice).as_bytes()))
+        Some(w.write_all(crate::report::html::render(self.digest, &self.view, self.advice, self.indexes).as_bytes()))
     }
 }

@@ -48,6 +48,10 @@ pub struct DumpOptions {
     pub lock: LockOptions,
     /// Also dump accounts and their grants (pileup format).
     pub users: bool,
+    /// Keep the dump's own statements out of the server's slow log (a
+    /// session `long_query_time`): for copies whose reads would otherwise
+    /// be taken for the application's by the next digest of that log.
+    pub unlogged: bool,
 }
 
 /// What the dump reports as it goes.
@@ -127,6 +131,9 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     prepare_dir(o)?;
     let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
+    let unlogged =
+        |c: &mut mysql::Conn| if o.unlogged { c.query_drop("SET SESSION long_query_time = 31536000") } else { Ok(()) };
+    unlogged(&mut c)?;
     let (flavor, version) = pileup_conn::flavor(&mut c)?;
     m.server_version = version;
     m.started_at = server_now(&mut c);
@@ -146,6 +153,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for _ in 0..n {
         let mut w = spec.connect()?;
         session(&mut w)?;
+        unlogged(&mut w)?;
         conns.push(w);
     }
     let mariadb = flavor == pileup_conn::Flavor::MariaDb;
@@ -232,6 +240,14 @@ fn snapshot_window(
     on: &mut dyn FnMut(Event),
 ) -> Result<Vec<Done>> {
     session(c)?;
+    if o.lock.unlocked {
+        conns.iter_mut().try_for_each(snapshot::open).ctx("opening the threads' snapshots")?;
+        let mut early = vec![];
+        for (i, _) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
+            early.push(copy_chunk(c, &o.dir, &m.tables[i], i, 0, Range::ALL, o)?);
+        }
+        return Ok(early);
+    }
     let held = snapshot::lock(c, mariadb, &o.lock, &mut |s| on(Event::Note(s)))?;
     let opened: Result<()> = conns.iter_mut().try_for_each(snapshot::open);
     m.position = snapshot::position(c);
@@ -393,7 +409,7 @@ fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
             size_estimate: t.size,
         });
     }
-    let objects = schema::objects(c, &names, &views)?;
+    let objects = schema::objects(c, &names, &views, &|db, t| listed.iter().any(|l| l.db == db && l.name == t))?;
     let sequences = seqs.iter().map(|(db, s)| schema::sequence(c, db, s)).collect::<Result<Vec<_>>>()?;
     Ok((listed, dbs, tables, objects, sequences))
 }

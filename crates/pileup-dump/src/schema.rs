@@ -140,9 +140,15 @@ pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Option<String
     Ok(k)
 }
 
-/// Views, routines, triggers and events of `dbs` (views also only those
-/// chosen), in the order they are created on load.
-pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Result<Vec<Object>> {
+/// The views chosen, and the routines, triggers and events of `dbs`, in
+/// the order they are created on load; a trigger only when its table is
+/// copied (`copied(db, table)`): it could not be created without it.
+pub fn objects(
+    c: &mut mysql::Conn,
+    dbs: &[String],
+    views: &[ViewName],
+    copied: &dyn Fn(&str, &str) -> bool,
+) -> Result<Vec<Object>> {
     let mut out = vec![];
     for (db, v) in views {
         // From inside its database, the definition names that database's
@@ -192,6 +198,9 @@ pub fn objects(c: &mut mysql::Conn, dbs: &[String], views: &[ViewName]) -> Resul
         for r in triggers {
             let f = |i| text(&r, i);
             let (name, timing, event, table, body, definer) = (f(0)?, f(1)?, f(2)?, f(3)?, f(4)?, f(5)?);
+            if !copied(db, &table) {
+                continue;
+            }
             let definer = match definer.rsplit_once('@') {
                 Some((u, h)) => format!("{}@{}", quote(u), quote(h)),
                 None => quote(&definer),

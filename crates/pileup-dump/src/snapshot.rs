@@ -44,6 +44,11 @@ pub struct LockOptions {
     pub wait: Duration,
     /// Kill the queries that keep the lock from being granted.
     pub kill: bool,
+    /// Take no lock at all: each thread opens its own snapshot, so tables
+    /// are each consistent but not with each other, and no binlog position
+    /// is recorded. For copies that need no single point in time (the plan
+    /// advisor's), where blocking the server's commits for one is not worth it.
+    pub unlocked: bool,
 }
 
 pub struct Held {

@@ -549,3 +549,132 @@ fn the_advisor_removes_a_hint_that_hurts_and_leaves_a_primary_key_lookup_alone()
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("advice: none") || t.contains("no variant tried"), "{t}");
 }
+
+/// The index advisor on a planted missing composite index: the index is
+/// proposed, built on a sampled copy in a sandbox of pileup's own, settled
+/// faster there with the copy planning like the server, and advised with
+/// its ALTER TABLE; the redundant and the unused index are listed; the
+/// server keeps its indexes and its slow log holds none of pileup's reads,
+/// and the copy's server is gone when pileup exits.
+#[test]
+fn the_index_advisor_settles_a_missing_composite_index_on_a_copy_and_leaves_the_server_alone() {
+    let dir = scratch("digest-index");
+    let (sb, log) = logging_sandbox(&dir);
+    let mut c = sb.connect().unwrap();
+    c.query_drop("SET SESSION max_statement_time = 0, long_query_time = 100").unwrap();
+    c.query_drop("CREATE DATABASE ixa").unwrap();
+    c.query_drop("USE ixa").unwrap();
+    c.query_drop(
+        "CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT, c INT, pad CHAR(60), KEY a (a), KEY a_again (a), KEY c (c))",
+    )
+    .unwrap();
+    c.query_drop(
+        "INSERT INTO t SELECT seq, seq % 50, (seq * 7919) % 10000, seq % 3, REPEAT('p', 60) FROM seq_1_to_100000",
+    )
+    .unwrap();
+    c.query_drop("ANALYZE TABLE t").unwrap();
+    c.query_drop("SET SESSION long_query_time = 0").unwrap();
+    // The statement reads 2,000 rows through `a` for the ten that (a, b) would.
+    for i in 0..30 {
+        let sql = format!("SELECT id, pad FROM t WHERE a = {} AND b BETWEEN {} AND {}", i % 50, i * 100, i * 100 + 50);
+        let _: Vec<(i64, String)> = c.query(sql).unwrap();
+        c.query_drop(format!("UPDATE t SET pad = 'q' WHERE id = {}", i + 1)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let d = digest_json(&[
+        "--advise-indexes",
+        "--sample",
+        "50",
+        "--advise-classes",
+        "2",
+        "--advise-budget",
+        "10s",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        log.to_str().unwrap(),
+    ]);
+    let ix = &d["index_advice"];
+    let copy = &ix["copy"];
+    assert_eq!(copy["sample"], 0.5, "{ix:#}");
+    let rows = copy["rows"].as_u64().unwrap();
+    assert!((40_000..60_000).contains(&rows), "a 50% sample of 100,000 rows: {rows}");
+    let class = ix["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["fingerprint"].as_str().unwrap().starts_with("select id, pad from t where a = ?"))
+        .unwrap_or_else(|| panic!("the statement's class: {ix:#}"));
+    assert_eq!(class["server_plan"], class["copy_plan"], "{class:#}");
+    let advised: Vec<&J> = class["trials"].as_array().unwrap().iter().filter(|t| t["advised"] == true).collect();
+    assert_eq!(advised.len(), 1, "one index advised: {class:#}");
+    let t = advised[0];
+    assert_eq!(t["columns"], serde_json::json!(["a", "b"]), "{class:#}");
+    assert_eq!(t["alter"], "ALTER TABLE `ixa`.`t` ADD INDEX `ix_a_b` (`a`, `b`), ALGORITHM=INPLACE, LOCK=NONE");
+    assert!(t["plan"].as_str().unwrap().contains("ix_a_b"), "{t:#}");
+    let timing = &t["timing"];
+    assert_eq!(timing["same_rows"], true, "{t:#}");
+    assert!(timing["ratio_interval"][0].as_f64().unwrap() >= 1.1, "{t:#}");
+    assert!(timing["saving_ms"].as_f64().unwrap() >= 0.5, "{t:#}");
+    // The figures agree: the saving is before less after, the examined
+    // rows fall, the scaled build is the copy's build times the table's
+    // share copied.
+    let (before, after) = (timing["base_median_ms"].as_f64().unwrap(), timing["median_ms"].as_f64().unwrap());
+    assert!((timing["saving_ms"].as_f64().unwrap() - (before - after)).abs() < 1e-9, "{t:#}");
+    assert!(t["examined_after"].as_f64().unwrap() * 10.0 < t["examined_before"].as_f64().unwrap(), "{t:#}");
+    assert!(t["size_bytes"].as_u64().unwrap() > 0, "{t:#}");
+    let (build, full) = (t["build_s"].as_f64().unwrap(), t["build_s_full"].as_f64().unwrap());
+    assert!(full >= build && full <= build * 3.0, "a 50% copy's build scaled: {build} → {full}");
+    // The update class was replayed, rolled back, before and after.
+    let w = &t["writes"][0];
+    assert!(w["error"].is_null() && w["runs"].as_u64().unwrap() > 0, "{t:#}");
+    let named = |list: &str| -> Vec<String> {
+        ix[list].as_array().unwrap().iter().map(|n| n["index"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(named("redundant").contains(&"a_again".to_string()), "{ix:#}");
+    assert!(named("unused").contains(&"c".to_string()), "{ix:#}");
+    assert!(!named("unused").contains(&"a".to_string()) || !named("unused").contains(&"a_again".to_string()), "{ix:#}");
+    // The server is as it was: its indexes, a slow log without pileup's
+    // reads, no copy's server left running.
+    c.query_drop("SET SESSION long_query_time = 100").unwrap();
+    let keys: Vec<String> = c
+        .query("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'ixa' ORDER BY 1")
+        .unwrap();
+    assert_eq!(keys, ["a", "a_again", "c", "PRIMARY"]);
+    c.query_drop("SET GLOBAL slow_query_log = OFF").unwrap();
+    let after_log = std::fs::read_to_string(&log).unwrap();
+    let added = &after_log[logged.len()..];
+    assert!(
+        !added.contains("information_schema") && !added.contains("FROM `ixa`.`t`"),
+        "pileup's reads in the slow log: {added}"
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .filter(|cmd| cmd.contains("mariadbd") && cmd.contains("/advise-"))
+        .collect();
+    assert!(left.is_empty(), "the copy's server is still running: {left:?}");
+    // The text gives the statement to run.
+    let out = pileup(&[
+        "digest",
+        "--advise-indexes",
+        "--advise-classes",
+        "1",
+        "--advise-budget",
+        "5s",
+        "-S",
+        &sock,
+        "-u",
+        "root",
+        log.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("=> ALTER TABLE `ixa`.`t` ADD INDEX `ix_a_b` (`a`, `b`), ALGORITHM=INPLACE, LOCK=NONE"),
+        "{text}"
+    );
+}

@@ -17,8 +17,10 @@ use sqlparser::parser::Parser;
 /// An index to try.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Candidate {
-    /// The table (as named in the statement, without its database).
+    /// The table (as named in the statement, without its database), and
+    /// the database when the statement names one.
     pub table: String,
+    pub db: Option<String>,
     /// Its columns, in order.
     pub columns: Vec<String>,
     /// Why these columns: `equality on a, b; range on c`.
@@ -47,14 +49,25 @@ fn push(v: &mut Vec<String>, c: &str) {
     }
 }
 
-/// The tables a SELECT reads: (alias or name, table name), lowercase.
-fn tables_of(s: &Select) -> Vec<(String, String)> {
+/// A table a statement reads: what it is known by there (alias or name),
+/// its name and its database when named, lowercase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub known: String,
+    pub table: String,
+    pub db: Option<String>,
+}
+
+/// The tables a SELECT reads.
+fn tables_of(s: &Select) -> Vec<Read> {
     let mut out = vec![];
     let mut add = |f: &TableFactor| {
         if let TableFactor::Table { name, alias, .. } = f {
-            let table = name.0.last().map(|p| p.to_string().trim_matches('`').to_lowercase()).unwrap_or_default();
+            let part = |p: &sqlparser::ast::ObjectNamePart| p.to_string().trim_matches('`').to_lowercase();
+            let table = name.0.last().map(part).unwrap_or_default();
+            let db = (name.0.len() >= 2).then(|| part(&name.0[name.0.len() - 2]));
             let known = alias.as_ref().map(|a| a.name.value.to_lowercase()).unwrap_or_else(|| table.clone());
-            out.push((known, table));
+            out.push(Read { known, table, db });
         }
     };
     for t in &s.from {
@@ -131,9 +144,9 @@ fn conjuncts<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 }
 
 /// The table a column belongs to: its qualifier's, or the only table.
-fn owner(q: &Option<String>, tables: &[(String, String)]) -> Option<usize> {
+fn owner(q: &Option<String>, tables: &[Read]) -> Option<usize> {
     match q {
-        Some(q) => tables.iter().position(|(k, _)| k == q),
+        Some(q) => tables.iter().position(|r| &r.known == q),
         None if tables.len() == 1 => Some(0),
         None => None,
     }
@@ -141,7 +154,7 @@ fn owner(q: &Option<String>, tables: &[(String, String)]) -> Option<usize> {
 
 /// What each conjunct pins: an equality, a range, or (a join's `a.x = b.y`)
 /// an equality on either side.
-fn read_predicate(e: &Expr, tables: &[(String, String)], uses: &mut [Uses]) {
+fn read_predicate(e: &Expr, tables: &[Read], uses: &mut [Uses]) {
     // Which list a column goes to: 0 equality, 1 range, 2 join.
     let mut put = |c: &(Option<String>, String), list: u8| {
         if let Some(t) = owner(&c.0, tables) {
@@ -197,7 +210,7 @@ fn read_predicate(e: &Expr, tables: &[(String, String)], uses: &mut [Uses]) {
 }
 
 /// The columns the query orders or groups by, when all are one table's.
-fn sort_columns(q: &Query, s: &Select, tables: &[(String, String)], uses: &mut [Uses]) {
+fn sort_columns(q: &Query, s: &Select, tables: &[Read], uses: &mut [Uses]) {
     let mut exprs: Vec<&Expr> = vec![];
     if let GroupByExpr::Expressions(g, _) = &s.group_by {
         exprs.extend(g.iter());
@@ -219,7 +232,7 @@ fn sort_columns(q: &Query, s: &Select, tables: &[(String, String)], uses: &mut [
 }
 
 /// The columns the statement selects, per table.
-fn selected(s: &Select, tables: &[(String, String)], uses: &mut [Uses]) {
+fn selected(s: &Select, tables: &[Read], uses: &mut [Uses]) {
     for item in &s.projection {
         match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
@@ -264,6 +277,14 @@ fn walk_columns(e: &Expr, out: &mut Vec<(Option<String>, String)>) {
     }
 }
 
+/// The tables a single SELECT reads (a join's included).
+pub fn tables_read(sql: &str) -> Result<Vec<Read>, String> {
+    let stmts = Parser::parse_sql(&MySqlDialect {}, sql).map_err(|e| format!("the parser does not read it: {e}"))?;
+    let [Statement::Query(q)] = stmts.as_slice() else { return Err("not a single SELECT".into()) };
+    let SetExpr::Select(s) = q.body.as_ref() else { return Err("not a plain SELECT (a UNION or a VALUES)".into()) };
+    Ok(tables_of(s))
+}
+
 /// The candidates for `sql`; `existing(table)` gives the table's indexes'
 /// columns (lowercase), so that those already there are left out.
 pub fn candidates(sql: &str, existing: &dyn Fn(&str) -> Vec<Vec<String>>) -> Result<Vec<Candidate>, String> {
@@ -285,13 +306,13 @@ pub fn candidates(sql: &str, existing: &dyn Fn(&str) -> Vec<Vec<String>>) -> Res
     sort_columns(q, s, &tables, &mut uses);
     selected(s, &tables, &mut uses);
     let mut out: Vec<Candidate> = vec![];
-    for ((_, table), u) in tables.iter().zip(&uses) {
+    for (Read { table, db, .. }, u) in tables.iter().zip(&uses) {
         let have = existing(table);
         let mut add = |columns: Vec<String>, why: String| {
             let exists = have.iter().any(|ix| ix.len() >= columns.len() && ix[..columns.len()] == columns[..]);
             let dup = out.iter().any(|c| c.table == *table && c.columns == columns);
             if !columns.is_empty() && !exists && !dup {
-                out.push(Candidate { table: table.clone(), columns, why });
+                out.push(Candidate { table: table.clone(), db: db.clone(), columns, why });
             }
         };
         let why = |what: &str, cols: &[String]| format!("{what} on {}", cols.join(", "));

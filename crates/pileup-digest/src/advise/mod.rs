@@ -19,6 +19,8 @@
 
 pub mod candidates;
 pub mod experiment;
+pub mod index;
+pub mod kept;
 pub mod plan;
 mod session;
 pub mod variants;

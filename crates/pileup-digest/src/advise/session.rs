@@ -86,6 +86,18 @@ impl Session {
         }
     }
 
+    /// `EXPLAIN FORMAT=JSON` of a write, which EXPLAIN does not run, in a
+    /// transaction rolled back all the same.
+    pub fn explain_write(&mut self, sql: &str) -> Result<serde_json::Value, String> {
+        let r = self.conn.query_drop("START TRANSACTION").map_err(|e| pileup_conn::plain(&e)).and_then(|()| {
+            let r: Option<String> =
+                self.conn.query_first(format!("EXPLAIN FORMAT=JSON {sql}")).map_err(|e| pileup_conn::plain(&e))?;
+            r.ok_or_else(|| "EXPLAIN returned nothing".to_string())
+        });
+        let _ = self.conn.query_drop("ROLLBACK");
+        serde_json::from_str(&r?).map_err(|e| format!("EXPLAIN FORMAT=JSON: {e}"))
+    }
+
     /// `EXPLAIN FORMAT=JSON` (`analyze`: `ANALYZE FORMAT=JSON`, which runs
     /// the statement) under `setup`.
     pub fn explain(&mut self, setup: &[String], sql: &str, analyze: bool) -> Result<serde_json::Value, String> {

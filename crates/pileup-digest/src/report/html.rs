@@ -119,7 +119,12 @@ fn timeline(c: &Class) -> Option<String> {
 }
 
 /// The report; `advice`, the advisor's findings when it ran.
-pub fn render(d: &Digest, v: &View, advice: Option<&[crate::advise::Advice]>) -> String {
+pub fn render(
+    d: &Digest,
+    v: &View,
+    advice: Option<&[crate::advise::Advice]>,
+    indexes: Option<&crate::advise::index::IndexAdvice>,
+) -> String {
     let total = d.total_time();
     let ranked: Vec<&Class> = rank::order(&d.classes, v.rank)
         .into_iter()
@@ -198,6 +203,13 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
     }
     if let Some(adv) = advice {
         let _ = write!(h, "<h2 id=\"advice\">Plan advice</h2><pre>{}</pre>", esc(&super::text::render_advice(adv)));
+    }
+    if let Some(ix) = indexes {
+        let _ = write!(
+            h,
+            "<h2 id=\"index-advice\">Index advice</h2><pre>{}</pre>",
+            esc(&super::indexes::render_index_advice(ix))
+        );
     }
     h.push_str("</body></html>\n");
     h

@@ -133,6 +133,9 @@ impl serde::Serialize for crate::output::DigestReport<'_> {
         if let Some(a) = self.advice {
             m.serialize_entry("advice", a)?;
         }
+        if let Some(ix) = self.indexes {
+            m.serialize_entry("index_advice", ix)?;
+        }
         m.end()
     }
 }

@@ -3,6 +3,7 @@
 //! (documented in docs/digest.md) and a self-contained report.html.
 
 pub mod html;
+pub mod indexes;
 pub mod json;
 pub mod text;
 

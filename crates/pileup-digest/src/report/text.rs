@@ -69,7 +69,7 @@ fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), count)
 }
 
-fn one_line(s: &[u8], max: usize) -> String {
+pub(super) fn one_line(s: &[u8], max: usize) -> String {
     let s = String::from_utf8_lossy(s);
     let mut out: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if out.chars().count() > max {
@@ -317,7 +317,7 @@ pub fn render_advice(advice: &[crate::advise::Advice]) -> String {
 }
 
 /// A speed-up with its interval: `5.82x [5.10x, 6.31x]`.
-fn speed_up(r: Option<f64>, interval: Option<(f64, f64)>) -> String {
+pub(super) fn speed_up(r: Option<f64>, interval: Option<(f64, f64)>) -> String {
     let r = r.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
     match interval {
         Some((lo, hi)) => format!("{r} [{lo:.2}x, {hi:.2}x]"),

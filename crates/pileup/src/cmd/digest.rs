@@ -71,6 +71,24 @@ use crate::output::emit;
 /// read-only transactions, each bounded by the statement time limit, and
 /// changes nothing but its own session.
 ///
+/// The index advisor (--advise-indexes) takes the top classes of the time
+/// and examined rankings and proposes indexes from each statement's
+/// structure (equality columns, then a range, or the order; join columns;
+/// covering when it adds few), leaving out those that exist. MariaDB cannot
+/// plan with a hypothetical index, so they are built for real on a copy:
+/// the tables the classes read, dumped from the server named (each table
+/// in its own snapshot, no lock; --sample PCT of the rows) and loaded into
+/// a sandbox server pileup starts and removes. A candidate is advised only
+/// when the copy plans the statement as the server does, the optimizer
+/// chooses the index, and the statement with it is settled faster than
+/// with it ignored (the same rounds, intervals and floors as --advise).
+/// The report gives each candidate's plan, time and rows examined before
+/// and after, size, build time scaled to the server's table, the other top
+/// classes whose plan it changes, the top write classes on the table
+/// replayed and rolled back before and after, and the ALTER TABLE to run;
+/// then the indexes no explained statement of the log uses and those
+/// another index makes redundant.
+///
 /// Exit status: 0 when every entry was read; 3 when the report is written
 /// but some entries or values were skipped (the report names them); 1 on
 /// an error (nothing written).
@@ -85,6 +103,7 @@ use crate::output::emit;
 ///   pileup digest --slow-log-table -S /run/mysqld/mysqld.sock
 ///   pileup digest --server --duration 5m -S /run/mysqld/mysqld.sock
 ///   pileup digest slow.log --rank optimizer --advise -S /run/mysqld/replica.sock
+///   pileup digest slow.log --advise-indexes --sample 20 -S /run/mysqld/replica.sock
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DigestArgs {
@@ -140,6 +159,13 @@ pub struct DigestArgs {
     /// Milliseconds a variant must save per execution (medians).
     #[arg(long, default_value_t = 0.5, value_name = "MS", value_parser = parse_min_ms)]
     pub advise_min_ms: f64,
+    /// Propose indexes for the top classes of the time and examined rankings, each built and
+    /// timed on a copy of the tables in a sandbox of pileup's own (never on the server).
+    #[arg(long)]
+    pub advise_indexes: bool,
+    /// The copy holds this share of each table's rows, percent (default: all of them).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100), requires = "advise_indexes")]
+    pub sample: Option<u32>,
 }
 
 fn parse_budget(s: &str) -> Result<std::time::Duration, String> {
@@ -203,7 +229,12 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     }
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
-    emit(&DigestReport { digest: &d, view, advice: advice.as_deref() }, &targets, &Default::default())?;
+    let indexes = if a.advise_indexes { Some(advise_indexes(&a, conn, &d)?) } else { None };
+    emit(
+        &DigestReport { digest: &d, view, advice: advice.as_deref(), indexes: indexes.as_ref() },
+        &targets,
+        &Default::default(),
+    )?;
     let problems = (d.problem_count, d.problems.first().cloned());
     // The classes' memory goes back with the process: freeing tens of
     // thousands of them one by one would only delay the exit.
@@ -269,6 +300,63 @@ fn inputs(a: &DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<Vec<Input>>
     Ok(inputs)
 }
 
+/// The advisor's options from the flags.
+fn advise_options(a: &DigestArgs, d: &pileup_digest::Digest) -> pileup_digest::advise::AdviseOptions {
+    // The log's span, for a saving per hour of it.
+    let first = d.classes.iter().filter_map(|c| c.first).min();
+    let last = d.classes.iter().filter_map(|c| c.last).max();
+    let log_hours = first.zip(last).map(|(f, l)| (l - f) as f64 / 3600.0).filter(|h| *h > 0.0);
+    pileup_digest::advise::AdviseOptions {
+        classes: a.advise_classes.max(1),
+        min_rounds: a.advise_runs as usize,
+        budget: a.advise_budget,
+        min_gain: f64::from(a.advise_min_gain) / 100.0,
+        min_ms: a.advise_min_ms,
+        log_hours,
+        ..Default::default()
+    }
+}
+
+/// A line of progress on a terminal, cleared by the returned closure's
+/// last call with an empty text.
+fn progress_line() -> impl FnMut(&str) {
+    let interactive = std::io::stderr().is_terminal();
+    move |what: &str| {
+        if interactive && what.is_empty() {
+            crate::output::note_raw(format_args!("\r\x1b[K"));
+        } else if interactive {
+            crate::output::note_raw(format_args!("\r\x1b[Kadvising: {what}"));
+        }
+    }
+}
+
+/// `--advise-indexes`: candidates of the top classes of the time and
+/// examined rankings, built and timed on a copy in a sandbox.
+fn advise_indexes(
+    a: &DigestArgs,
+    conn: &pileup_conn::ConnOptions,
+    d: &pileup_digest::Digest,
+) -> Result<pileup_digest::advise::index::IndexAdvice> {
+    use pileup_digest::rank::{order, score, Rank};
+    let spec = conn.resolve()?;
+    let o = advise_options(a, d);
+    let mut top: Vec<&pileup_digest::class::Class> = vec![];
+    for r in [Rank::Time, Rank::Examined] {
+        let ranked = order(&d.classes, r).into_iter().filter(|c| score(c, r).is_some()).take(o.classes);
+        for c in ranked {
+            if !top.iter().any(|t| std::ptr::eq(*t, c)) {
+                top.push(c);
+            }
+        }
+    }
+    let o = pileup_digest::advise::AdviseOptions { classes: top.len(), ..o };
+    let mut copier = super::advise_copy::SandboxCopy::new(spec.clone(), a.sample.map(|p| f64::from(p) / 100.0));
+    let mut line = progress_line();
+    let r = pileup_digest::advise::index::advise_indexes(&spec, &top, &d.classes, &o, &mut copier, &mut line);
+    line("");
+    Ok(r?)
+}
+
 /// `--advise`: the plans of the top classes tried on the server, and what
 /// wins; a line of progress on a terminal.
 fn advise(
@@ -281,27 +369,9 @@ fn advise(
         .into_iter()
         .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
         .collect();
-    // The log's span, for a saving per hour of it.
-    let first = d.classes.iter().filter_map(|c| c.first).min();
-    let last = d.classes.iter().filter_map(|c| c.last).max();
-    let log_hours = first.zip(last).map(|(f, l)| (l - f) as f64 / 3600.0).filter(|h| *h > 0.0);
-    let o = pileup_digest::advise::AdviseOptions {
-        classes: a.advise_classes.max(1),
-        min_rounds: a.advise_runs as usize,
-        budget: a.advise_budget,
-        min_gain: f64::from(a.advise_min_gain) / 100.0,
-        min_ms: a.advise_min_ms,
-        log_hours,
-        ..Default::default()
-    };
-    let interactive = std::io::stderr().is_terminal();
-    let advice = pileup_digest::advise::advise(&spec, &top, &o, &mut |what| {
-        if interactive {
-            crate::output::note_raw(format_args!("\r\x1b[Kadvising: {what}"));
-        }
-    })?;
-    if interactive {
-        crate::output::note_raw(format_args!("\r\x1b[K"));
-    }
-    Ok(advice)
+    let o = advise_options(a, d);
+    let mut line = progress_line();
+    let advice = pileup_digest::advise::advise(&spec, &top, &o, &mut line);
+    line("");
+    Ok(advice?)
 }

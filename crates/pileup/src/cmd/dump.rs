@@ -222,8 +222,9 @@ fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
             FormatArg::Pileup => pileup_dump::dump::Format::Pileup,
             FormatArg::Mydumper => pileup_dump::dump::Format::Mydumper,
         },
-        lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries },
+        lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries, unlocked: false },
         users: a.users,
+        unlogged: false,
     })
 }
 

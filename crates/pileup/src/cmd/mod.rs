@@ -1,3 +1,4 @@
+mod advise_copy;
 pub mod bench;
 pub mod binlog;
 pub mod debug_files;
