@@ -10,7 +10,14 @@
 //!   INDEX` on the index it picks anyway (`b`);
 //! - `pk`: primary-key lookups of 0.05 ms: nothing to gain;
 //! - `range`: a range on the primary key, already the best plan: nothing
-//!   to gain.
+//!   to gain;
+//! - `index`: `SELECT id, pad FROM ix WHERE a = ? AND b BETWEEN ? AND ?`
+//!   on 100,000 rows with an index on (a) alone, run through
+//!   `--advise-indexes --sample 50` (a copy of half the rows in a sandbox):
+//!   the answer is the index (a, b);
+//! - `indexed`: the same statement on a table that has (a, b): the only
+//!   candidate left is a covering one, which saves a few lookups of a
+//!   primary key, below the floor: nothing to gain.
 //!
 //! Reported per log: runs that gave the right answer (advice where there
 //! is one, none where there is none), wrong advice, the advised speed-up
@@ -33,13 +40,17 @@ use pileup_sandbox::{Options, Sandbox};
 struct Shape {
     name: &'static str,
     expect: Option<&'static str>,
+    /// Run through `--advise-indexes` rather than `--advise`.
+    index: bool,
 }
 
-const SHAPES: [Shape; 4] = [
-    Shape { name: "hint", expect: Some("without FORCE INDEX") },
-    Shape { name: "dive", expect: Some("FROM dive FORCE INDEX (`b`)") },
-    Shape { name: "pk", expect: None },
-    Shape { name: "range", expect: None },
+const SHAPES: [Shape; 6] = [
+    Shape { name: "hint", expect: Some("without FORCE INDEX"), index: false },
+    Shape { name: "dive", expect: Some("FROM dive FORCE INDEX (`b`)"), index: false },
+    Shape { name: "pk", expect: None, index: false },
+    Shape { name: "range", expect: None, index: false },
+    Shape { name: "index", expect: Some("ALTER TABLE `adv`.`ix` ADD INDEX `ix_a_b` (`a`, `b`)"), index: true },
+    Shape { name: "indexed", expect: None, index: true },
 ];
 
 /// The tables the shapes read.
@@ -52,7 +63,11 @@ fn plant(c: &mut mysql::Conn) -> Result<()> {
         "INSERT INTO h SELECT seq, seq % 200, REPEAT('x', 100) FROM seq_1_to_100000",
         "CREATE TABLE dive (id INT PRIMARY KEY AUTO_INCREMENT, a INT, b INT, c CHAR(20), KEY (a), KEY (b), KEY ab (a, b))",
         "INSERT INTO dive (a, b, c) SELECT seq % 1000, seq % 10007, 'x' FROM seq_1_to_200000",
-        "ANALYZE TABLE h, dive",
+        "CREATE TABLE ix (id INT PRIMARY KEY, a INT, b INT, pad CHAR(60), KEY (a))",
+        "INSERT INTO ix SELECT seq, seq % 50, (seq * 7919) % 10000, REPEAT('p', 60) FROM seq_1_to_100000",
+        "CREATE TABLE ixed (id INT PRIMARY KEY, a INT, b INT, pad CHAR(60), KEY ab (a, b))",
+        "INSERT INTO ixed SELECT * FROM ix",
+        "ANALYZE TABLE h, dive, ix, ixed",
     ] {
         c.query_drop(q).with_context(|| q.to_string())?;
     }
@@ -68,6 +83,13 @@ fn fill(c: &mut mysql::Conn, shape: &str, log: &Path) -> Result<()> {
             "hint" => "SELECT COUNT(pad) FROM h FORCE INDEX (b) WHERE b > 101".to_string(),
             "dive" => format!("SELECT id FROM dive WHERE a IN ({}) AND b > {}", in_list.join(","), 10_000 + i % 3),
             "pk" => format!("SELECT pad FROM h WHERE id = {}", i * 2477 % 100_000 + 1),
+            "index" | "indexed" => format!(
+                "SELECT id, pad FROM {} WHERE a = {} AND b BETWEEN {} AND {}",
+                if shape == "index" { "ix" } else { "ixed" },
+                i % 50,
+                i * 200,
+                i * 200 + 50
+            ),
             _ => format!("SELECT pad FROM h WHERE id BETWEEN {} AND {}", i * 1000 + 1, i * 1000 + 100),
         };
         c.query_drop(&q)?;
@@ -87,23 +109,45 @@ struct Run {
     wall_s: f64,
 }
 
-fn advise(pileup: &str, sb: &Sandbox, log: &Path, budget: &str) -> Result<Run> {
+fn advise(pileup: &str, sb: &Sandbox, log: &Path, budget: &str, index: bool) -> Result<Run> {
     let t0 = Instant::now();
+    let how: &[&str] = if index { &["--advise-indexes", "--sample", "50"] } else { &["--advise"] };
     let out = Command::new(pileup)
-        .args(["digest", "--advise", "--advise-classes", "1", "--advise-budget", budget, "-f", "json", "-S"])
+        .arg("digest")
+        .args(how)
+        .args(["--advise-classes", "1", "--advise-budget", budget, "-f", "json", "-S"])
         .arg(&sb.endpoint.socket)
         .args(["-u", "root"])
         .arg(log)
         .output()?;
     let wall_s = t0.elapsed().as_secs_f64();
-    anyhow::ensure!(out.status.success(), "pileup digest --advise: {}", String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(out.status.success(), "pileup digest: {}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let interval = |v: &serde_json::Value| Some((v["ratio_interval"][0].as_f64()?, v["ratio_interval"][1].as_f64()?));
+    if index {
+        // Every advised index of the run (one per class at most).
+        let trials: Vec<&serde_json::Value> = j["index_advice"]["classes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["trials"].as_array().into_iter().flatten())
+            .collect();
+        let best = trials.iter().find(|t| t["advised"] == true);
+        let rounds = trials.iter().filter_map(|t| t["timing"]["rounds"].as_u64()).max().unwrap_or(0);
+        return Ok(Run {
+            change: best.and_then(|b| b["alter"].as_str().map(String::from)),
+            ratio: best.and_then(|b| b["timing"]["ratio"].as_f64()),
+            interval: best.and_then(|b| interval(&b["timing"])),
+            rounds,
+            wall_s,
+        });
+    }
     let a = &j["advice"][0];
     let best = a["best"].as_u64().map(|i| &a["variants"][i as usize]);
     Ok(Run {
         change: best.and_then(|b| b["change"].as_str().map(String::from)),
         ratio: best.and_then(|b| b["ratio"].as_f64()),
-        interval: best.and_then(|b| Some((b["ratio_interval"][0].as_f64()?, b["ratio_interval"][1].as_f64()?))),
+        interval: best.and_then(interval),
         rounds: a["rounds"].as_u64().unwrap_or(0),
         wall_s,
     })
@@ -124,7 +168,7 @@ fn main() -> Result<()> {
     let mut c = sb.connect()?;
     plant(&mut c)?;
     let mut md = String::from(
-        "\n| log | right | wrong advice | advised speed-up (median) | its 95% interval (median bounds) | rounds (median) | wall per run (median) |\n|---|---|---|---|---|---|---|\n",
+        "\n| log | right | wrong advice | advised speed-up (median) | its 95% interval (median bounds) | rounds (median) | wall per run (median, max) |\n|---|---|---|---|---|---|---|\n",
     );
     for shape in &SHAPES {
         let log = dir.join(format!("{}.log", shape.name));
@@ -133,7 +177,7 @@ fn main() -> Result<()> {
         c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", dir.join("after.log").display()))?;
         let mut results = vec![];
         for r in 0..runs {
-            let run = advise(&pileup, &sb, &log, &budget)?;
+            let run = advise(&pileup, &sb, &log, &budget, shape.index)?;
             eprintln!(
                 "{} run {}: {} in {:.1} s",
                 shape.name,
@@ -164,14 +208,15 @@ fn main() -> Result<()> {
         let walls: Vec<f64> = results.iter().map(|r| r.wall_s).collect();
         let x = |v: &[f64]| if v.is_empty() { "–".to_string() } else { format!("{:.2}x", median(v)) };
         md += &format!(
-            "| {} ({}) | {right} of {runs} | {wrong} | {} | {} – {} | {:.0} | {:.1} s |\n",
+            "| {} ({}) | {right} of {runs} | {wrong} | {} | {} – {} | {:.0} | {:.1} s, {:.1} s |\n",
             shape.name,
             shape.expect.unwrap_or("no advice"),
             x(&ratios),
             x(&lows),
             x(&highs),
             median(&rounds),
-            median(&walls)
+            median(&walls),
+            walls.iter().copied().fold(0.0, f64::max)
         );
     }
     c.query_drop("SET GLOBAL slow_query_log = OFF")?;

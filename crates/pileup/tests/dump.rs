@@ -573,3 +573,29 @@ fn accounts_and_grants_go_with_users_to_another_server() {
     let n: u64 = app.query_first("SELECT COUNT(*) FROM u2.t").unwrap().unwrap();
     assert_eq!(n, 2);
 }
+
+/// A dump of some tables takes the triggers of those tables and not the
+/// others': a trigger on a table left out could not be created on load.
+#[test]
+fn a_dump_of_some_tables_takes_their_triggers_only_and_loads() {
+    let sb = sandbox();
+    let mut c = sb.connect().unwrap();
+    fill(&mut c);
+    let dir = scratch("dump-some");
+    let triggers = |out: &std::path::Path| -> usize {
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("pileup-dump.json")).unwrap()).unwrap();
+        m["objects"].as_array().unwrap().iter().filter(|o| o["kind"] == "trigger").count()
+    };
+    let with = dir.join("with");
+    ok(&run(&sb, &["dump", "-o", with.to_str().unwrap(), "--include", r"^d1\.(t|nokey)$"]));
+    assert_eq!(triggers(&with), 1, "nokey's trigger goes with nokey");
+    let without = dir.join("without");
+    ok(&run(&sb, &["dump", "-o", without.to_str().unwrap(), "--include", r"^d1\.t$"]));
+    assert_eq!(triggers(&without), 0, "no trigger of a table left out");
+    ok(&run(&sb, &["load", without.to_str().unwrap(), "--rename", "d1:d3"]));
+    ok(&run(&sb, &["load", with.to_str().unwrap(), "--rename", "d1:d4"]));
+    let n: u64 =
+        c.query_first("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'd4'").unwrap().unwrap();
+    assert_eq!(n, 1);
+}

@@ -29,9 +29,10 @@ use crate::class::Class;
 
 /// Makes the copy the candidates are built on.
 pub trait Copier {
-    /// Copy `tables` (database, table) into a server of its own and give
-    /// its endpoint, with what reading them cost the user's server.
-    fn copy(&mut self, tables: &[TableName], progress: &mut dyn FnMut(&str)) -> Result<Copied, String>;
+    /// Copy `tables` (database, table; `size` bytes of data and indexes on
+    /// the server) into a server of its own and give its endpoint, with
+    /// what reading them cost the user's server.
+    fn copy(&mut self, tables: &[TableName], size: u64, progress: &mut dyn FnMut(&str)) -> Result<Copied, String>;
 }
 
 /// A copy made.
@@ -171,7 +172,7 @@ pub fn advise_indexes(
     let mut out = IndexAdvice::default();
     let (flavor, _) = pileup_conn::flavor(&mut srv.conn).map_err(|e| server_err(format!("{e:#}")))?;
     if flavor != pileup_conn::Flavor::MariaDb {
-        out.skipped = Some("the index advisor is MariaDB's: it reads plans with ANALYZE FORMAT=JSON".into());
+        out.skipped = Some(super::MARIADB_ONLY.into());
         return Ok(out);
     }
     let _ = srv.conn.query_drop("SET SESSION long_query_time = 31536000");
@@ -185,7 +186,8 @@ pub fn advise_indexes(
     let mut tables: Vec<TableName> = indexes.keys().cloned().collect();
     tables.dedup();
     progress(&format!("copying {} tables", tables.len()));
-    let copied = copier.copy(&tables, progress).map_err(server_err)?;
+    let size = tables.iter().map(|t| table_size(&mut srv, t).unwrap_or(0)).sum();
+    let copied = copier.copy(&tables, size, progress).map_err(server_err)?;
     out.copy = Some(copied.cost.clone());
     let mut cp = Session { conn: copied.spec.connect().map_err(|e| server_err(format!("the copy: {e:#}")))? };
     like_the_server(&mut srv, &mut cp, &tables).map_err(server_err)?;
@@ -237,7 +239,7 @@ fn plan_classes<'a>(
             let key = (r.db.clone().unwrap_or_else(|| db.clone()), r.table.clone());
             if let std::collections::btree_map::Entry::Vacant(v) = indexes.entry(key.clone()) {
                 match kept::indexes(&mut srv.conn, &key.0, &key.1) {
-                    Ok(ix) if !ix.is_empty() || table_exists(srv, &key) => {
+                    Ok(ix) if !ix.is_empty() || table_size(srv, &key).is_some() => {
                         v.insert(ix);
                     }
                     Ok(_) => {}
@@ -267,15 +269,16 @@ fn plan_classes<'a>(
     planned
 }
 
-fn table_exists(srv: &mut Session, t: &TableName) -> bool {
+/// A table's data and indexes on the server, bytes; none when the server
+/// has no such table.
+fn table_size(srv: &mut Session, t: &TableName) -> Option<u64> {
     srv.conn
-        .exec_first::<u8, _, _>(
-            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        .exec_first::<u64, _, _>(
+            "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&t.0, &t.1),
         )
         .ok()
         .flatten()
-        .is_some()
 }
 
 /// The copy plans with the server's optimizer settings and fresh

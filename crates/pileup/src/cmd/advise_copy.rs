@@ -31,8 +31,19 @@ impl Drop for SandboxCopy {
     }
 }
 
+/// What a copy may read from the server at most (data and indexes, times
+/// the sample): more is refused, naming --sample.
+const MAX_BYTES: f64 = 4.0 * (1u64 << 30) as f64;
+
 impl Copier for SandboxCopy {
-    fn copy(&mut self, tables: &[TableName], progress: &mut dyn FnMut(&str)) -> Result<Copied, String> {
+    fn copy(&mut self, tables: &[TableName], size: u64, progress: &mut dyn FnMut(&str)) -> Result<Copied, String> {
+        let bytes = size as f64 * self.sample.unwrap_or(1.0);
+        if bytes > MAX_BYTES {
+            return Err(format!(
+                "the copy would read {:.1} GiB from the server (at most 4 GiB); copy a share of the rows with --sample PCT",
+                bytes / (1u64 << 30) as f64
+            ));
+        }
         progress("starting the copy's server");
         let sandbox = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
             name: Some(format!("advise-{}", std::process::id())),
