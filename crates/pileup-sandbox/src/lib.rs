@@ -119,17 +119,36 @@ impl Endpoint {
         }
     }
 
-    /// Is the recorded server process still alive and ours?
-    pub fn is_running(&self) -> bool {
-        fs::read_link(format!("/proc/{}/exe", self.pid))
-            .map(|p| {
+    /// The server processes that use this sandbox's directory: the one
+    /// its record names, and any other `mariadbd`/`mysqld` whose command
+    /// line names a path inside the directory (a server restarted by hand,
+    /// whose pid the record does not know).
+    pub fn server_pids(&self) -> Vec<u32> {
+        let inside = format!("{}/", self.dir.to_string_lossy().trim_end_matches('/'));
+        let mut out = vec![];
+        let Ok(rd) = fs::read_dir("/proc") else { return out };
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let server = fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| {
                 let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 n.starts_with("mariadbd") || n.starts_with("mysqld")
-            })
-            .unwrap_or(false)
-            && fs::read(format!("/proc/{}/cmdline", self.pid))
-                .map(|c| String::from_utf8_lossy(&c).contains(&*self.dir.to_string_lossy()))
-                .unwrap_or(false)
+            });
+            // Arguments are NUL-separated: each path argument ends there.
+            let ours = server
+                && fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| String::from_utf8_lossy(a).contains(&inside)));
+            if ours && proc_state(pid) != Some('Z') {
+                out.push(pid);
+            }
+        }
+        // The recorded one first.
+        out.sort_by_key(|p| (*p != self.pid, *p));
+        out
+    }
+
+    /// Is a server using this sandbox's directory?
+    pub fn is_running(&self) -> bool {
+        !self.server_pids().is_empty()
     }
 }
 
@@ -458,8 +477,20 @@ pub fn stop_by_name(name: &str, base: Option<&Path>) -> Result<()> {
     let dir = base.join(name);
     let ep = read_endpoint(&dir)
         .ok_or_else(|| setup!("no sandbox named {name} under {} (see `pileup sandbox list`)", base.display()))?;
-    if ep.is_running() {
-        stop_pid(ep.pid, None)?;
+    // Every server on the directory, whatever the record's pid says.
+    for pid in ep.server_pids() {
+        stop_pid(pid, None)?;
+    }
+    // A killed process is gone a moment after the signal.
+    let t0 = Instant::now();
+    while !ep.server_pids().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(pid) = ep.server_pids().first() {
+        return Err(setup!(
+            "sandbox {name}: its server (pid {pid}) is still running after SIGKILL; its directory {} is kept",
+            dir.display()
+        ));
     }
     fs::remove_dir_all(&dir).with_ctx(|| format!("removing {}", dir.display()))?;
     Ok(())
@@ -475,9 +506,13 @@ pub fn list(base: Option<&Path>) -> Result<Vec<(Endpoint, bool)>> {
         Err(e) => return Err(e).with_ctx(|| format!("reading {}", base.display())),
     };
     for e in rd.flatten() {
-        if let Some(ep) = read_endpoint(&e.path()) {
-            let up = ep.is_running();
-            out.push((ep, up));
+        if let Some(mut ep) = read_endpoint(&e.path()) {
+            // The process that holds the directory, when the record's is gone.
+            let pids = ep.server_pids();
+            if let Some(p) = pids.first() {
+                ep.pid = *p;
+            }
+            out.push((ep, !pids.is_empty()));
         }
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));

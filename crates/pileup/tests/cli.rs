@@ -430,3 +430,67 @@ fn manual_pages_and_completions_come_from_the_same_definitions() {
         bash.split("pileup__subcmd__digest)").nth(1).and_then(|s| s.split("--format)").nth(1)).unwrap_or("");
     assert!(digest_format[..200.min(digest_format.len())].contains("html"), "{digest_format:.200}");
 }
+
+/// A sandbox whose server was restarted by hand (its record names a pid
+/// that is gone) is listed as running under the new pid, and `sandbox
+/// stop` stops the new server before removing its directory.
+#[test]
+fn sandbox_stop_stops_the_server_on_its_directory_whatever_its_record_says() {
+    let base = scratch("sb-restarted");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(args)
+            .env("PILEUP_SANDBOX_DIR", &*base)
+            .output()
+            .expect("running pileup")
+    };
+    let out = cli(&["sandbox", "start", "rs"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(base.join("rs/sandbox.json")).unwrap()).unwrap();
+    let old = record["pid"].as_u64().unwrap() as i32;
+    let cmdline = std::fs::read(format!("/proc/{old}/cmdline")).unwrap();
+    let args: Vec<String> =
+        cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+    };
+    let t0 = std::time::Instant::now();
+    while !gone(old) && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Restarted by hand, with the same arguments.
+    let mut by_hand = std::process::Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let new = by_hand.id() as u64;
+    let sock = record["socket"].as_str().unwrap().to_string();
+    let t0 = std::time::Instant::now();
+    let opts = mysql::OptsBuilder::new().socket(Some(sock.clone())).user(Some("root"));
+    while mysql::Conn::new(opts.clone()).is_err() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the server restarted by hand does not answer");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = cli(&["sandbox", "list", "-f", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rs = list["sandboxes"].as_array().unwrap().iter().find(|s| s["sandbox"]["name"] == "rs").cloned().unwrap();
+    assert_eq!(rs["running"], true, "{list:#}");
+    assert_eq!(rs["sandbox"]["pid"], new, "the pid of the server on the directory: {list:#}");
+    let out = cli(&["sandbox", "stop", "rs"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t0 = std::time::Instant::now();
+    while by_hand.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "sandbox stop left the server restarted by hand running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!base.join("rs").exists());
+}
