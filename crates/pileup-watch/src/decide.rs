@@ -73,6 +73,13 @@ pub enum Event {
     Listening {
         addr: String,
     },
+    /// The server came back as another process (restarted): stacks, OS
+    /// figures and profiles follow the new one.
+    ServerRestarted {
+        unix: f64,
+        old_pid: i32,
+        new_pid: i32,
+    },
     Poll {
         unix: f64,
         ok: bool,

@@ -228,7 +228,7 @@ pub fn render(s: &Snapshot) -> String {
 pub fn serve(
     addr: &str,
     shared: Shared,
-    pid: Option<i32>,
+    pid: Option<crate::watch::ServerPid>,
     profiles: Vec<crate::profiles::Endpoint>,
 ) -> Result<std::net::SocketAddr> {
     let profiles = match pid {
@@ -265,7 +265,7 @@ impl Drop for Done {
 fn serve_with(
     addr: &str,
     body: impl Fn() -> String + Send + 'static,
-    profiled: Option<(i32, Vec<Served>)>,
+    profiled: Option<(crate::watch::ServerPid, Vec<Served>)>,
 ) -> Result<std::net::SocketAddr> {
     let listen = |why: String| WatchError::Listen { addr: addr.into(), why };
     let server = tiny_http::Server::http(addr).map_err(|e| listen(e.to_string()))?;
@@ -284,8 +284,9 @@ fn serve_with(
                 let _ = req.respond(resp);
                 continue;
             }
-            let served =
-                profiled.as_ref().and_then(|(pid, all)| Some((*pid, all.iter().find(|(e, _)| e.path == path)?)));
+            let served = profiled
+                .as_ref()
+                .and_then(|(pid, all)| Some((pid.load(Ordering::Relaxed), all.iter().find(|(e, _)| e.path == path)?)));
             let Some((pid, (endpoint, busy))) = served else {
                 let why = if path.starts_with("/debug/pprof/") && profiled.is_none() {
                     "pileup: no server process to profile (watch has no --pid)\n".to_string()
@@ -391,7 +392,7 @@ mod tests {
             Ok(b"profile".to_vec())
         });
         let ep = crate::profiles::Endpoint { path: "/debug/pprof/test".into(), take };
-        let addr = serve("127.0.0.1:0", Shared::default(), Some(1), vec![ep]).unwrap();
+        let addr = serve("127.0.0.1:0", Shared::default(), Some(Arc::new(1.into())), vec![ep]).unwrap();
         let get = || {
             let mut c = std::net::TcpStream::connect(addr).unwrap();
             c.write_all(b"GET /debug/pprof/test?seconds=1 HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();

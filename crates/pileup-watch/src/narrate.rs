@@ -79,6 +79,9 @@ impl Narrator {
                 "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
             ),
             Event::Listening { addr } => format!("metrics: http://{addr}/metrics"),
+            Event::ServerRestarted { old_pid, new_pid, .. } => {
+                format!("the server restarted: pid {old_pid} is gone, following pid {new_pid}")
+            }
             Event::Fired { trigger, .. } => format!("fired: {trigger}"),
             Event::PileUp { blocked, baseline, .. } => {
                 format!("pile-up: {} held up (usually {baseline}); capturing", plural(*blocked, "thread", "threads"))

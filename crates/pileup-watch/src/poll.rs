@@ -66,6 +66,14 @@ pub struct Poller {
     /// The poll connection's id (0: not connected), for whoever must leave
     /// pileup's own connection out of what it reads.
     conn_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The server's process changed on a reconnect: (old, new), until taken.
+    moved: Option<(i32, i32)>,
+}
+
+/// Is `pid` a live process (not a zombie)?
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
 }
 
 impl Poller {
@@ -82,6 +90,7 @@ impl Poller {
             sent: 0,
             others: 0,
             conn_id: Default::default(),
+            moved: None,
         }
     }
 
@@ -98,6 +107,26 @@ impl Poller {
         self.pid
     }
 
+    /// The server's process changed since the last call: (old, new). A
+    /// reconnect after the process watched is gone looks for the process
+    /// that now listens on the same socket or port.
+    pub fn take_moved(&mut self) -> Option<(i32, i32)> {
+        self.moved.take()
+    }
+
+    /// On a new connection: the process watched is gone, so the server
+    /// answering is another one (restarted); find it.
+    fn follow_restart(&mut self) {
+        let Some(old) = self.pid.filter(|p| !alive(*p)) else { return };
+        if let Ok(new) = pileup_annotate::server_for(&self.spec) {
+            if new != old {
+                self.pid = Some(new);
+                self.datadir_dev = None;
+                self.moved = Some((old, new));
+            }
+        }
+    }
+
     /// The poll connection's id as it changes (0 while not connected).
     pub fn connection_id(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
         self.conn_id.clone()
@@ -111,6 +140,7 @@ impl Poller {
     fn connect(&mut self) -> crate::error::Result<&mut mysql::Conn> {
         if self.conn.is_none() {
             let mut c = self.spec.connect()?;
+            self.follow_restart();
             let (flavor, _) = pileup_conn::flavor(&mut c)?;
             self.is_mariadb = flavor == pileup_conn::Flavor::MariaDb;
             let id: Option<(String, u32, String, u64)> =

@@ -208,7 +208,8 @@ impl Early {
 /// captures go, where they report, and the flag the scan reads.
 struct Spawner<'a> {
     spec: &'a ConnSpec,
-    pid: Option<i32>,
+    /// The server's process (0: none), which a restart changes.
+    pid: ServerPid,
     o: &'a WatchOptions,
     root: &'a std::path::Path,
     done: &'a mpsc::Sender<Option<Event>>,
@@ -227,7 +228,8 @@ impl Spawner<'_> {
     /// that did; it gathers again when told to, or when the condition that
     /// confirmed it began after its evidence was taken.
     fn spawn(&self, trigger: String, unix: f64, onset: f64, history: Vec<crate::store::Row>, early: Option<EarlyRx>) {
-        let Spawner { spec, pid, o, root, done, capturing, .. } = *self;
+        let Spawner { spec, o, root, done, capturing, .. } = *self;
+        let pid = Some(self.pid.load(Ordering::Relaxed)).filter(|p| *p > 0);
         let (spec, mut settings, root, done) = (spec.clone(), o.capture.clone(), root.to_path_buf(), done.clone());
         settings.own_connection = self.poll_conn.load(Ordering::Relaxed);
         let capturing = capturing.clone();
@@ -301,6 +303,9 @@ impl Spawner<'_> {
         });
     }
 }
+
+/// The server's process as it is now (0: none): a restart changes it.
+pub type ServerPid = Arc<std::sync::atomic::AtomicI32>;
 
 /// The client connections' OS thread ids, from the latest poll that listed
 /// them, shared with the scan.
@@ -395,6 +400,8 @@ struct Watcher<'a> {
     /// The last upload failure told, so a store that stays down is told
     /// once, not at every retry.
     ship_failure: Option<String>,
+    /// Set while a capture takes stacks (the scan reads it).
+    capturing: Arc<AtomicBool>,
 }
 
 impl Watcher<'_> {
@@ -508,9 +515,31 @@ impl Watcher<'_> {
     }
 
     /// One poll: read the server, keep its values, judge the triggers.
+    /// The server restarted as process `new`: captures, profiles, the scan
+    /// and the modules kept follow it.
+    fn follow(&mut self, old: i32, new: i32, unix: f64) {
+        self.spawner.pid.store(new, Ordering::Relaxed);
+        self.spawner.modules = capture::KeptModules::warmed(Some(new));
+        if self.scan.is_some() {
+            let o = self.o;
+            self.scan = Some(spawn_scan(
+                new,
+                o.scan_interval,
+                o.pileup_threads,
+                o.capture.any_process,
+                self.conn_tids.clone(),
+                self.capturing.clone(),
+            ));
+        }
+        (self.on)(&Event::ServerRestarted { unix, old_pid: old, new_pid: new });
+    }
+
     fn poll(&mut self) -> Result<()> {
         self.ship_events();
         let p = self.poller.poll();
+        if let Some((old, new)) = self.poller.take_moved() {
+            self.follow(old, new, p.unix);
+        }
         if let Some(t) = &p.conn_tids {
             let known = p.known_tids.iter().flatten().copied().collect();
             *self.conn_tids.lock().unwrap() =
@@ -655,6 +684,7 @@ pub fn run(
 ) -> Result<()> {
     let mut store = Store::open(&o.data_dir)?;
     store.claim()?;
+    let server_pid: ServerPid = Arc::new(std::sync::atomic::AtomicI32::new(pid.unwrap_or(0)));
     on(&Event::Started {
         server: spec.describe(),
         pid,
@@ -668,7 +698,7 @@ pub fn run(
             shared.lock().unwrap().stalls = crate::verdict::CLASSES.iter().map(|c| (c.to_string(), 0)).collect();
             let mut profiles = vec![crate::profiles::cpu(o.capture.any_process)];
             profiles.extend(o.profiles.iter().cloned());
-            let local = crate::expo::serve(addr, shared.clone(), pid, profiles)?;
+            let local = crate::expo::serve(addr, shared.clone(), pid.map(|_| server_pid.clone()), profiles)?;
             on(&Event::Listening { addr: local.to_string() });
             Some(shared)
         }
@@ -691,6 +721,7 @@ pub fn run(
     let scan = pid.filter(|_| !o.scan_interval.is_zero()).map(|p| {
         spawn_scan(p, o.scan_interval, o.pileup_threads, o.capture.any_process, conn_tids.clone(), capturing.clone())
     });
+    let capturing_flag = capturing.clone();
     let poller = Poller::new(spec.clone(), pid, poll_timeout);
     let poll_conn = poller.connection_id();
     // The shipper reaches the store only when it uploads: a store that is
@@ -717,7 +748,7 @@ pub fn run(
         early: None,
         spawner: Spawner {
             spec: &spec,
-            pid,
+            pid: server_pid.clone(),
             o,
             root: &captures_root,
             done: &done_tx,
@@ -735,6 +766,7 @@ pub fn run(
         shipper,
         ship_rx,
         ship_failure: None,
+        capturing: capturing_flag,
     };
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| w.t0.elapsed() < d) {
         let started = w.now();

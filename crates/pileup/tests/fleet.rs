@@ -825,3 +825,45 @@ fn the_fleet_demo_s_alert_fires_within_30_s_of_the_stall() {
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);
     assert!(text.contains("row lock convoy"), "{text}");
 }
+
+/// A server restarted under `watch --listen`, down for seconds: watch says
+/// in one event that it follows the new process, and the process's metrics
+/// and the profiles come back from it.
+#[test]
+fn watch_follows_a_restarted_server_and_its_metrics_and_profiles_come_back() {
+    let mut sb = sandbox();
+    let scratch = scratch("restart-follow");
+    let (_watch, rx) =
+        watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0", "--interval", "200ms"], |_| {});
+    let base = format!("http://{}", listening(&rx));
+    let rss_served = |within: Duration| {
+        let t0 = Instant::now();
+        loop {
+            let (status, body) = get(&format!("{base}/metrics"));
+            if status == 200 && body.contains("\npileup_mysqld_rss_bytes ") {
+                return true;
+            }
+            if t0.elapsed() > within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    assert!(rss_served(Duration::from_secs(10)), "the server process's metrics before the restart");
+    let old = sb.pid();
+    sb.restart_after(Duration::from_secs(3)).unwrap();
+    let new = sb.pid();
+    assert_ne!(old, new);
+    let t0 = Instant::now();
+    let moved = loop {
+        let v = rx.recv_timeout(Duration::from_secs(30)).expect("watch goes on after the restart");
+        if v["event"] == "server_restarted" {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no server_restarted event");
+    };
+    assert_eq!((moved["old_pid"].as_u64(), moved["new_pid"].as_u64()), (Some(old as u64), Some(new as u64)));
+    assert!(rss_served(Duration::from_secs(10)), "the new process's metrics");
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
+    assert_eq!(status, 200, "a profile of the new process: {body}");
+}
