@@ -334,6 +334,23 @@ pub fn session_questions(conn: &mut mysql::Conn) -> Result<u64, SqlError> {
 }
 
 /// Ask the server what it is.
+/// Keep this session's statements out of the server's slow log: a session
+/// `long_query_time` no statement reaches and a `min_examined_row_limit`
+/// no statement reaches (which also keeps out statements logged for using
+/// no index), and the session's slow log off where the server lets a
+/// session turn it off (MariaDB). Each is the session's own; errors are
+/// ignored (an older server lacks one).
+pub fn keep_out_of_slow_log(conn: &mut mysql::Conn) {
+    use mysql::prelude::Queryable;
+    for s in [
+        "SET SESSION long_query_time = 31536000",
+        "SET SESSION min_examined_row_limit = 4294967295",
+        "SET SESSION slow_query_log = OFF",
+    ] {
+        let _ = conn.query_drop(s);
+    }
+}
+
 pub fn flavor(conn: &mut mysql::Conn) -> Result<(Flavor, String), SqlError> {
     let v: Option<String> = conn.query_first("SELECT VERSION()")?;
     let v = v.unwrap_or_default();

@@ -131,9 +131,12 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     prepare_dir(o)?;
     let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
-    let unlogged =
-        |c: &mut mysql::Conn| if o.unlogged { c.query_drop("SET SESSION long_query_time = 31536000") } else { Ok(()) };
-    unlogged(&mut c)?;
+    let unlogged = |c: &mut mysql::Conn| {
+        if o.unlogged {
+            pileup_conn::keep_out_of_slow_log(c);
+        }
+    };
+    unlogged(&mut c);
     let (flavor, version) = pileup_conn::flavor(&mut c)?;
     m.server_version = version;
     m.started_at = server_now(&mut c);
@@ -153,7 +156,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
     for _ in 0..n {
         let mut w = spec.connect()?;
         session(&mut w)?;
-        unlogged(&mut w)?;
+        unlogged(&mut w);
         conns.push(w);
     }
     let mariadb = flavor == pileup_conn::Flavor::MariaDb;
@@ -242,6 +245,8 @@ fn snapshot_window(
     session(c)?;
     if o.lock.unlocked {
         conns.iter_mut().try_for_each(snapshot::open).ctx("opening the threads' snapshots")?;
+        // Recorded as what it is: no lock, no single point, no position.
+        m.lock = LockHeld { statement: "none: each thread in its own snapshot".into(), ..Default::default() };
         let mut early = vec![];
         for (i, _) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
             early.push(copy_chunk(c, &o.dir, &m.tables[i], i, 0, Range::ALL, o)?);

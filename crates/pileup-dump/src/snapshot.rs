@@ -44,10 +44,14 @@ pub struct LockOptions {
     pub wait: Duration,
     /// Kill the queries that keep the lock from being granted.
     pub kill: bool,
-    /// Take no lock at all: each thread opens its own snapshot, so tables
-    /// are each consistent but not with each other, and no binlog position
-    /// is recorded. For copies that need no single point in time (the plan
-    /// advisor's), where blocking the server's commits for one is not worth it.
+    /// Take no lock at all: each thread opens its own snapshot when the
+    /// copy starts and reads its chunks in it, so the copy is not of one
+    /// point in time (a row whose key changed between two threads'
+    /// snapshots can be read twice, and the load then fails on it) and no
+    /// binlog position is recorded; the snapshots hold back purge while the
+    /// copy runs, as any dump's do. For copies that need no single point in
+    /// time (the index advisor's), where blocking the server's commits for
+    /// one is not worth it.
     pub unlocked: bool,
 }
 

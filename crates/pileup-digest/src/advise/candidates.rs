@@ -49,8 +49,9 @@ fn push(v: &mut Vec<String>, c: &str) {
     }
 }
 
-/// A table a statement reads: what it is known by there (alias or name),
-/// its name and its database when named, lowercase.
+/// A table a statement reads: what it is known by there (alias or name,
+/// lowercase, as column qualifiers are matched), its name and its database
+/// when named, as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Read {
     pub known: String,
@@ -63,10 +64,11 @@ fn tables_of(s: &Select) -> Vec<Read> {
     let mut out = vec![];
     let mut add = |f: &TableFactor| {
         if let TableFactor::Table { name, alias, .. } = f {
-            let part = |p: &sqlparser::ast::ObjectNamePart| p.to_string().trim_matches('`').to_lowercase();
+            // Names as written: a server may tell `Shop` from `shop`.
+            let part = |p: &sqlparser::ast::ObjectNamePart| p.to_string().trim_matches('`').to_string();
             let table = name.0.last().map(part).unwrap_or_default();
             let db = (name.0.len() >= 2).then(|| part(&name.0[name.0.len() - 2]));
-            let known = alias.as_ref().map(|a| a.name.value.to_lowercase()).unwrap_or_else(|| table.clone());
+            let known = alias.as_ref().map(|a| a.name.value.clone()).unwrap_or_else(|| table.clone()).to_lowercase();
             out.push(Read { known, table, db });
         }
     };

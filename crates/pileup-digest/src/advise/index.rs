@@ -11,7 +11,7 @@
 //! it changes (timed the same way) and the top write classes on the table
 //! (replayed and rolled back, before and after the build) go beside it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
@@ -42,10 +42,13 @@ pub struct Copied {
     pub cost: CopyCost,
 }
 
-/// What the copy's reads cost the user's server.
+/// What the copy cost the user's server: the tables it scanned, the rows
+/// and bytes it sent (all, or a sample), and how long.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct CopyCost {
     pub tables: usize,
+    /// The tables' data and indexes on the server (what it scanned).
+    pub scanned_bytes: u64,
     pub rows: u64,
     pub bytes: u64,
     pub seconds: f64,
@@ -66,6 +69,9 @@ pub struct IndexAdvice {
     /// uses, and those another index makes redundant.
     pub unused: Vec<IndexNote>,
     pub redundant: Vec<IndexNote>,
+    /// What the reader should know: settings the copy could not take,
+    /// tables whose unused indexes are not listed, a run stopped early.
+    pub notes: Vec<String>,
 }
 
 /// One class's candidates and what each did.
@@ -96,9 +102,10 @@ pub struct Trial {
     /// Rows examined per run before and after (`ANALYZE`: r_loops × r_rows).
     pub examined_before: Option<f64>,
     pub examined_after: Option<f64>,
-    /// The index's size on the copy, and its build time there and scaled
-    /// to the server's table.
+    /// The index's size on the copy and scaled to the server's table, and
+    /// its build time there and scaled.
     pub size_bytes: Option<u64>,
+    pub size_bytes_full: Option<u64>,
     pub build_s: Option<f64>,
     pub build_s_full: Option<f64>,
     /// Other top classes whose plan it changes.
@@ -175,29 +182,54 @@ pub fn advise_indexes(
         out.skipped = Some(super::MARIADB_ONLY.into());
         return Ok(out);
     }
-    let _ = srv.conn.query_drop("SET SESSION long_query_time = 31536000");
+    pileup_conn::keep_out_of_slow_log(&mut srv.conn);
     let mut indexes: BTreeMap<TableName, Vec<Index>> = BTreeMap::new();
     let planned = plan_classes(&mut srv, top, o, &mut indexes, &mut out);
-    if planned.iter().all(|p| p.candidates.is_empty()) {
+    let tables: Vec<TableName> = indexes.keys().cloned().collect();
+    if planned.iter().all(|p| p.candidates.is_empty()) || tables.is_empty() {
         out.skipped.get_or_insert_with(|| "no class has an index candidate".into());
-        finish_lists(&mut srv, all, &mut indexes, &mut out);
+        finish_lists(&mut srv, all, &indexes, &mut out);
         return Ok(out);
     }
-    let mut tables: Vec<TableName> = indexes.keys().cloned().collect();
-    tables.dedup();
-    progress(&format!("copying {} tables", tables.len()));
-    let size = tables.iter().map(|t| table_size(&mut srv, t).unwrap_or(0)).sum();
-    let copied = copier.copy(&tables, size, progress).map_err(server_err)?;
-    out.copy = Some(copied.cost.clone());
+    progress(&format!("copying {}", pileup_output::plural(tables.len(), "table", "tables")));
+    // What the server scans for the copy: every row, whatever the sample.
+    let size = tables.iter().filter_map(|t| table_info(&mut srv, t)).map(|t| t.bytes).sum();
+    let copied = match copier.copy(&tables, size, progress) {
+        Ok(c) => c,
+        Err(e) => {
+            out.skipped = Some(format!("no copy to build the candidates on: {e}"));
+            finish_lists(&mut srv, all, &indexes, &mut out);
+            return Ok(out);
+        }
+    };
+    out.copy = Some(CopyCost { scanned_bytes: size, ..copied.cost.clone() });
     let mut cp = Session { conn: copied.spec.connect().map_err(|e| server_err(format!("the copy: {e:#}")))? };
-    like_the_server(&mut srv, &mut cp, &tables).map_err(server_err)?;
+    out.notes.extend(like_the_server(&mut srv, &mut cp, &tables).map_err(server_err)?);
     let scale = scales(&mut srv, &mut cp, &tables);
+    let sampled = copied.cost.sample.is_some();
     for p in planned.iter().filter(|p| !p.candidates.is_empty()) {
+        if o.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+            out.notes.push("stopped: the classes after this one were not tried".into());
+            break;
+        }
         let ct = &mut out.classes[p.at];
-        try_class(&mut srv, &mut cp, p, &planned, all, o, &scale, ct, progress);
+        let cx = Ctx { planned: &planned, all, o, scale: &scale, sampled, indexes: &indexes };
+        try_class(&mut srv, &mut cp, p, &cx, ct, progress);
     }
-    finish_lists(&mut srv, all, &mut indexes, &mut out);
+    finish_lists(&mut srv, all, &indexes, &mut out);
     Ok(out)
+}
+
+/// What every trial reads: the classes planned, every class of the log,
+/// the options, each table's rows on the server over the copy's, and
+/// whether the copy is a sample.
+struct Ctx<'a> {
+    planned: &'a [Planned<'a>],
+    all: &'a [Class],
+    o: &'a AdviseOptions,
+    scale: &'a BTreeMap<TableName, f64>,
+    sampled: bool,
+    indexes: &'a BTreeMap<TableName, Vec<Index>>,
 }
 
 /// Each top class's statement, the tables it reads and its candidates;
@@ -212,7 +244,7 @@ fn plan_classes<'a>(
     let mut planned = vec![];
     for c in top.iter().take(o.classes) {
         let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
-        let db = String::from_utf8_lossy(c.sample.db()).to_lowercase();
+        let db = String::from_utf8_lossy(c.sample.db()).into_owned();
         let mut ct = ClassTrials {
             id: crate::report::id(&c.fingerprint),
             fingerprint: String::from_utf8_lossy(&c.fingerprint).into_owned(),
@@ -229,28 +261,17 @@ fn plan_classes<'a>(
                 continue;
             }
         };
-        let system = |d: &str| ["information_schema", "performance_schema", "mysql", "sys"].contains(&d);
-        if let Some(r) = reads.iter().find(|r| system(r.db.as_deref().unwrap_or(&db))) {
-            ct.skipped = Some(format!("it reads the server's own {}.{}", r.db.as_deref().unwrap_or(&db), r.table));
+        if let Some(why) = unreadable(srv, &reads, &db, indexes) {
+            ct.skipped = Some(why);
             out.classes.push(ct);
             continue;
         }
-        for r in &reads {
-            let key = (r.db.clone().unwrap_or_else(|| db.clone()), r.table.clone());
-            if let std::collections::btree_map::Entry::Vacant(v) = indexes.entry(key.clone()) {
-                match kept::indexes(&mut srv.conn, &key.0, &key.1) {
-                    Ok(ix) if !ix.is_empty() || table_size(srv, &key).is_some() => {
-                        v.insert(ix);
-                    }
-                    Ok(_) => {}
-                    Err(e) => ct.skipped = Some(format!("reading the indexes of {}.{}: {e}", key.0, key.1)),
-                }
-            }
-        }
+        // The B-tree indexes over whole columns: what a candidate would be.
         let existing = |t: &str| -> Vec<Vec<String>> {
             let r = reads.iter().find(|r| r.table == t);
             let d = r.and_then(|r| r.db.clone()).unwrap_or_else(|| db.clone());
-            indexes.get(&(d, t.to_string())).map(|v| v.iter().map(|i| i.columns.clone()).collect()).unwrap_or_default()
+            let ixs = indexes.get(&(d, t.to_string()));
+            ixs.map(|v| v.iter().filter(|i| i.plain).map(|i| i.columns.clone()).collect()).unwrap_or_default()
         };
         let mut cands = match candidates::candidates(&sql, &existing) {
             Ok(c) => c,
@@ -259,6 +280,8 @@ fn plan_classes<'a>(
                 vec![]
             }
         };
+        // Only on the tables the copy will hold (base tables the server has).
+        cands.retain(|c| indexes.contains_key(&(c.db.clone().unwrap_or_else(|| db.clone()), c.table.clone())));
         cands.truncate(PER_CLASS);
         if cands.is_empty() && ct.skipped.is_none() {
             ct.skipped = Some("no candidate: the indexes its predicates and order could use exist".into());
@@ -269,21 +292,74 @@ fn plan_classes<'a>(
     planned
 }
 
-/// A table's data and indexes on the server, bytes; none when the server
-/// has no such table.
-fn table_size(srv: &mut Session, t: &TableName) -> Option<u64> {
-    srv.conn
-        .exec_first::<u64, _, _>(
-            "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+/// Why the class's tables cannot be copied: the statement reads the
+/// server's own schemas, names no database where the log gives none, or
+/// reads what is not a base table there (a view, a temporary table, a
+/// CTE). Otherwise their indexes are read into `indexes`.
+fn unreadable(
+    srv: &mut Session,
+    reads: &[Read],
+    db: &str,
+    indexes: &mut BTreeMap<TableName, Vec<Index>>,
+) -> Option<String> {
+    for r in reads {
+        let Some(d) = r.db.clone().or_else(|| (!db.is_empty()).then(|| db.to_string())) else {
+            return Some(format!("the log does not say which database {} is in", r.table));
+        };
+        if ["information_schema", "performance_schema", "mysql", "sys"].contains(&d.to_lowercase().as_str()) {
+            return Some(format!("it reads the server's own {d}.{}", r.table));
+        }
+        let key = (d, r.table.clone());
+        if indexes.contains_key(&key) {
+            continue;
+        }
+        if !table_info(srv, &key).is_some_and(|t| t.base) {
+            return Some(format!(
+                "it reads {}.{}, which is not a base table on the server (a view, a temporary table or a CTE)",
+                key.0, key.1
+            ));
+        }
+        match kept::indexes(&mut srv.conn, &key.0, &key.1) {
+            Ok(ix) => {
+                indexes.insert(key, ix);
+            }
+            Err(e) => return Some(format!("reading the indexes of {}.{}: {e}", key.0, key.1)),
+        }
+    }
+    None
+}
+
+/// A table on the server: whether it is a base table, its data and
+/// indexes in bytes and its rows (estimates).
+struct TableInfo {
+    base: bool,
+    bytes: u64,
+    rows: u64,
+}
+
+/// What the server says of `t`; none when it has no such table.
+fn table_info(srv: &mut Session, t: &TableName) -> Option<TableInfo> {
+    let r: Option<(String, Option<u64>, Option<u64>)> = srv
+        .conn
+        .exec_first(
+            "SELECT TABLE_TYPE, DATA_LENGTH + INDEX_LENGTH, TABLE_ROWS FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&t.0, &t.1),
         )
         .ok()
-        .flatten()
+        .flatten();
+    r.map(|(kind, bytes, rows)| TableInfo {
+        base: kind == "BASE TABLE",
+        bytes: bytes.unwrap_or(0),
+        rows: rows.unwrap_or(0),
+    })
 }
 
 /// The copy plans with the server's optimizer settings and fresh
-/// statistics of its tables.
-fn like_the_server(srv: &mut Session, cp: &mut Session, tables: &[TableName]) -> Result<(), String> {
+/// statistics of its tables; the settings it could not take are returned
+/// (a flag the copy's server does not know).
+fn like_the_server(srv: &mut Session, cp: &mut Session, tables: &[TableName]) -> Result<Vec<String>, String> {
+    let mut notes = vec![];
     for var in [
         "optimizer_switch",
         "optimizer_use_condition_selectivity",
@@ -295,11 +371,25 @@ fn like_the_server(srv: &mut Session, cp: &mut Session, tables: &[TableName]) ->
         "in_predicate_conversion_threshold",
         "optimizer_max_sel_arg_weight",
     ] {
-        let v: Option<String> = srv.conn.query_first(format!("SELECT @@GLOBAL.{var}")).ok().flatten();
-        if let Some(v) = v {
-            let quoted = v.replace('\\', "\\\\").replace('\'', "\\'");
-            let _ = cp.conn.query_drop(format!("SET GLOBAL {var} = '{quoted}'"));
-            let _ = cp.conn.query_drop(format!("SET SESSION {var} = '{quoted}'"));
+        let Ok(Some(v)) = srv.conn.query_first::<mysql::Value, _>(format!("SELECT @@GLOBAL.{var}")) else { continue };
+        // Numbers as numbers: a quoted one is refused for a numeric variable.
+        let value = match v {
+            mysql::Value::Int(_) | mysql::Value::UInt(_) => v.as_sql(false),
+            mysql::Value::Bytes(b) => {
+                let text = String::from_utf8_lossy(&b);
+                match text.parse::<f64>() {
+                    Ok(_) => text.into_owned(),
+                    Err(_) => format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'")),
+                }
+            }
+            _ => continue,
+        };
+        let set = format!("SET GLOBAL {var} = {value}");
+        match cp.conn.query_drop(&set) {
+            Ok(()) => {
+                let _ = cp.conn.query_drop(format!("SET SESSION {var} = {value}"));
+            }
+            Err(e) => notes.push(format!("the copy did not take the server's {var}: {}", pileup_conn::plain(&e))),
         }
     }
     for (db, t) in tables {
@@ -307,22 +397,15 @@ fn like_the_server(srv: &mut Session, cp: &mut Session, tables: &[TableName]) ->
             .query_drop(format!("ANALYZE TABLE {}.{}", ident(db), ident(t)))
             .map_err(|e| format!("ANALYZE TABLE on the copy: {}", pileup_conn::plain(&e)))?;
     }
-    Ok(())
+    Ok(notes)
 }
 
 /// Each table's rows on the server (estimate) over its rows on the copy
-/// (counted): what a build time on the copy is scaled by.
+/// (counted): what a build time and a size on the copy are scaled by.
 fn scales(srv: &mut Session, cp: &mut Session, tables: &[TableName]) -> BTreeMap<TableName, f64> {
     let mut out = BTreeMap::new();
     for t in tables {
-        let server: Option<u64> = srv
-            .conn
-            .exec_first(
-                "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-                (&t.0, &t.1),
-            )
-            .ok()
-            .flatten();
+        let server = table_info(srv, t).map(|i| i.rows);
         let copy: Option<u64> =
             cp.conn.query_first(format!("SELECT COUNT(*) FROM {}.{}", ident(&t.0), ident(&t.1))).ok().flatten();
         if let (Some(s), Some(c)) = (server, copy) {
@@ -341,10 +424,7 @@ fn try_class(
     srv: &mut Session,
     cp: &mut Session,
     p: &Planned,
-    planned: &[Planned],
-    all: &[Class],
-    o: &AdviseOptions,
-    scale: &BTreeMap<TableName, f64>,
+    cx: &Ctx,
     ct: &mut ClassTrials,
     progress: &mut dyn FnMut(&str),
 ) {
@@ -372,9 +452,12 @@ fn try_class(
         return;
     }
     for (k, cand) in p.candidates.iter().enumerate() {
+        if cx.o.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed)) {
+            break;
+        }
         progress(&format!("{}: building ({}) on the copy", ct.id, cand.columns.join(", ")));
         let name = format!("pileup_advise_{k}");
-        let t = trial(cp, p, cand, &name, &copy, planned, all, o, scale);
+        let t = trial(cp, p, cand, &name, &copy, cx);
         ct.trials.push(t);
     }
     one_advised(&mut ct.trials);
@@ -401,31 +484,27 @@ fn one_advised(trials: &mut [Trial]) {
 }
 
 /// The name to give the index on the server: `ix_` and its columns.
-fn index_name(cols: &[String]) -> String {
-    let mut n = format!("ix_{}", cols.join("_"));
-    n.truncate(64);
+fn index_name(cols: &[String], taken: &[Index]) -> String {
+    // 64 characters at most (a name's limit), cut on a character.
+    let base: String = format!("ix_{}", cols.join("_")).chars().take(60).collect();
+    let mut n = base.clone();
+    let mut k = 2;
+    while taken.iter().any(|i| i.name.eq_ignore_ascii_case(&n)) {
+        n = format!("{base}_{k}");
+        k += 1;
+    }
     n
 }
 
 /// One candidate: the write classes timed, the index built, the statement
 /// and the other classes whose plan it changes timed, the writes timed
 /// again, and the index dropped.
-#[allow(clippy::too_many_arguments)]
-fn trial(
-    cp: &mut Session,
-    p: &Planned,
-    cand: &Candidate,
-    name: &str,
-    base: &Plan,
-    planned: &[Planned],
-    all: &[Class],
-    o: &AdviseOptions,
-    scale: &BTreeMap<TableName, f64>,
-) -> Trial {
+fn trial(cp: &mut Session, p: &Planned, cand: &Candidate, name: &str, base: &Plan, cx: &Ctx) -> Trial {
     let db = cand.db.clone().unwrap_or_else(|| p.db.clone());
     let key = (db.clone(), cand.table.clone());
     let full = format!("{}.{}", ident(&db), ident(&cand.table));
     let cols: Vec<String> = cand.columns.iter().map(|c| ident(c)).collect();
+    let shown = index_name(&cand.columns, cx.indexes.get(&key).map_or(&[][..], |v| v.as_slice()));
     let mut t = Trial {
         table: format!("{db}.{}", cand.table),
         columns: cand.columns.clone(),
@@ -436,6 +515,7 @@ fn trial(
         examined_before: None,
         examined_after: None,
         size_bytes: None,
+        size_bytes_full: None,
         build_s: None,
         build_s_full: None,
         others: vec![],
@@ -443,30 +523,37 @@ fn trial(
         advised: false,
         alter: format!(
             "ALTER TABLE {full} ADD INDEX {} ({}), ALGORITHM=INPLACE, LOCK=NONE",
-            ident(&index_name(&cand.columns)),
+            ident(&shown),
             cols.join(", ")
         ),
         error: None,
     };
-    let writers = write_classes(all, &key);
-    let before: Vec<Result<Vec<f64>, String>> = writers.iter().map(|c| replay(cp, &db, c)).collect();
+    let writers = write_classes(cx.all, &key);
+    let before: Vec<Replayed> = writers.iter().map(|c| replay(cp, &db, c)).collect();
     let t0 = Instant::now();
     if let Err(e) = cp.conn.query_drop(format!("ALTER TABLE {full} ADD INDEX {} ({})", ident(name), cols.join(", "))) {
         t.error = Some(format!("building it on the copy: {}", pileup_conn::plain(&e)));
         return t;
     }
     let build = t0.elapsed().as_secs_f64();
+    let scale = cx.scale.get(&key).copied();
     t.build_s = Some(build);
-    t.build_s_full = scale.get(&key).map(|s| build * s);
+    t.build_s_full = scale.map(|s| build * s);
     let _ = cp.conn.query_drop(format!("ANALYZE TABLE {full}"));
     t.size_bytes = index_size(cp, &key, name);
-    measure_statement(cp, p, cand, name, base, o, &mut t);
-    t.others = others(cp, p, cand, name, planned, o);
-    let after: Vec<Result<Vec<f64>, String>> = writers.iter().map(|c| replay(cp, &db, c)).collect();
-    t.writes = writers.iter().zip(before.into_iter().zip(after)).map(|(c, (b, a))| write_cost(c, b, a, o)).collect();
+    t.size_bytes_full = t.size_bytes.zip(scale).map(|(b, s)| (b as f64 * s) as u64);
+    measure_statement(cp, p, cand, name, base, cx.o, &mut t);
+    if cx.sampled {
+        // A sample's saving is not the server's: no rate is put on it.
+        if let Some(v) = t.timing.as_mut() {
+            v.saving_s_per_hour = None;
+        }
+    }
+    t.others = others(cp, p, cand, name, cx.planned, cx.o);
+    let after: Vec<Replayed> = writers.iter().map(|c| replay(cp, &db, c)).collect();
+    t.writes = writers.iter().zip(before.into_iter().zip(after)).map(|(c, (b, a))| write_cost(c, b, a, cx.o)).collect();
     let _ = cp.conn.query_drop(format!("ALTER TABLE {full} DROP INDEX {}", ident(name)));
     // Plans name the index as it would be named on the server.
-    let shown = index_name(&cand.columns);
     t.plan = t.plan.map(|p| p.replace(name, &shown));
     for e in &mut t.others {
         e.plan_after = e.plan_after.replace(name, &shown);
@@ -674,7 +761,9 @@ fn write_classes<'a>(all: &'a [Class], t: &TableName) -> Vec<&'a Class> {
         .filter(|c| !c.sample.query.is_empty())
         .filter(|c| {
             written(&c.fingerprint).is_some_and(|(d, table)| {
-                table == t.1 && d.unwrap_or_else(|| String::from_utf8_lossy(c.sample.db()).to_lowercase()) == t.0
+                table.eq_ignore_ascii_case(&t.1)
+                    && d.unwrap_or_else(|| String::from_utf8_lossy(c.sample.db()).into_owned())
+                        .eq_ignore_ascii_case(&t.0)
             })
         })
         .collect();
@@ -683,8 +772,14 @@ fn write_classes<'a>(all: &'a [Class], t: &TableName) -> Vec<&'a Class> {
     w
 }
 
-/// A write class's sample run on the copy, each run rolled back.
-fn replay(cp: &mut Session, db: &str, c: &Class) -> Result<Vec<f64>, String> {
+/// A write class replayed: each run's milliseconds.
+type Replayed = Result<Vec<f64>, String>;
+
+/// A write class's sample run on the copy, each run rolled back, after a
+/// first run that is not counted (it brings the pages it touches in). A
+/// statement that changes no row on the copy times nothing and is not
+/// reported as a cost.
+fn replay(cp: &mut Session, db: &str, c: &Class) -> Replayed {
     let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
     let mut fp = Vec::new();
     pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
@@ -694,14 +789,20 @@ fn replay(cp: &mut Session, db: &str, c: &Class) -> Result<Vec<f64>, String> {
     let e = |e: mysql::Error| pileup_conn::plain(&e);
     cp.conn.query_drop(format!("USE {}", ident(db))).map_err(e)?;
     let mut out = vec![];
-    for _ in 0..WRITE_RUNS {
+    for run in 0..=WRITE_RUNS {
         cp.conn.query_drop("START TRANSACTION").map_err(e)?;
         let t0 = Instant::now();
         let r = cp.conn.query_drop(&sql);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let changed = cp.conn.affected_rows();
         let _ = cp.conn.query_drop("ROLLBACK");
-        r.map_err(e)?;
-        out.push(ms);
+        r.map_err(|x| format!("not replayed: {}", e(x)))?;
+        if run == 0 && changed == 0 {
+            return Err("not replayed: it changes no row of the copy (a sample may not hold its rows)".into());
+        }
+        if run > 0 {
+            out.push(ms);
+        }
     }
     Ok(out)
 }
@@ -710,12 +811,7 @@ fn replay(cp: &mut Session, db: &str, c: &Class) -> Result<Vec<f64>, String> {
 /// cheaper) only when the intervals are apart and the difference clears
 /// the advisor's gain and floor, since the two blocks run one after the
 /// other rather than interleaved.
-fn write_cost(
-    c: &Class,
-    before: Result<Vec<f64>, String>,
-    after: Result<Vec<f64>, String>,
-    o: &AdviseOptions,
-) -> WriteCost {
+fn write_cost(c: &Class, before: Replayed, after: Replayed, o: &AdviseOptions) -> WriteCost {
     let mut w = WriteCost {
         id: crate::report::id(&c.fingerprint),
         runs: 0,
@@ -746,32 +842,77 @@ fn write_cost(
     w
 }
 
-/// The unused and redundant indexes of the tables read.
-fn finish_lists(
-    srv: &mut Session,
-    all: &[Class],
-    indexes: &mut BTreeMap<TableName, Vec<Index>>,
-    out: &mut IndexAdvice,
-) {
-    let mut plans = vec![];
-    for c in all.iter().filter(|c| !c.sample.query.is_empty()).take(EXPLAINED_MAX) {
-        let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
-        let explainable = super::refuse(&sql).is_none() || written(&c.fingerprint).is_some();
-        if !explainable || sql.contains("/*!") || sql.contains("/*M!") {
+/// The unused and redundant indexes of the tables read. Unused: every
+/// statement of the log that names a table (up to [`EXPLAINED_MAX`]) is
+/// explained on the server (`EXPLAIN` runs nothing; a write's in a
+/// transaction rolled back all the same); a table some of whose statements
+/// could not be explained, or whose plan names what cannot be told, lists
+/// no unused index, and a note says so.
+fn finish_lists(srv: &mut Session, all: &[Class], indexes: &BTreeMap<TableName, Vec<Index>>, out: &mut IndexAdvice) {
+    let known: BTreeSet<kept::Key> = indexes.keys().map(|(d, t)| (d.to_lowercase(), t.to_lowercase())).collect();
+    let mut used = BTreeSet::new();
+    let mut explained: BTreeMap<kept::Key, usize> = BTreeMap::new();
+    let mut incomplete: BTreeSet<kept::Key> = BTreeSet::new();
+    let mut seen = 0;
+    for c in all.iter() {
+        let fp = String::from_utf8_lossy(&c.fingerprint);
+        // Statements that read or write rows (SHOW, ANALYZE, DDL use no index).
+        let verb = fp.trim_start_matches('(').split([' ', '(']).next().unwrap_or("");
+        if !["select", "with", "insert", "replace", "update", "delete"].contains(&verb) {
             continue;
         }
-        let db = String::from_utf8_lossy(c.sample.db()).to_lowercase();
-        if !db.is_empty() && srv.conn.query_drop(format!("USE {}", ident(&db))).is_err() {
+        let named: Vec<&kept::Key> = known.iter().filter(|k| kept::names(&fp, &k.1)).collect();
+        if named.is_empty() {
             continue;
         }
-        let plan = if super::refuse(&sql).is_none() { srv.explain(&[], &sql, false) } else { srv.explain_write(&sql) };
-        if let Ok(j) = plan {
-            plans.push((db, sql, j));
+        seen += 1;
+        let plan = (seen <= EXPLAINED_MAX).then(|| explain_any(srv, c)).flatten();
+        let Some((db, sql, plan)) = plan else {
+            incomplete.extend(named.into_iter().cloned());
+            continue;
+        };
+        let (reads, unresolved) = kept::plan_reads(&db, &sql, &plan, &known);
+        for k in named {
+            *explained.entry(k.clone()).or_default() += 1;
+            if unresolved {
+                incomplete.insert(k.clone());
+            }
         }
+        used.extend(reads);
     }
-    let used = kept::used(&plans);
-    out.unused = kept::unused(indexes, &used, plans.len());
+    out.unused = kept::unused(indexes, &used, &explained, &incomplete);
+    let left: Vec<String> = incomplete.iter().map(|(d, t)| format!("{d}.{t}")).collect();
+    if !left.is_empty() {
+        out.notes.push(format!(
+            "unused indexes not listed for {}: a statement naming it could not be explained or read",
+            left.join(", ")
+        ));
+    }
     out.redundant = kept::redundant(indexes);
+}
+
+/// A class's sample explained on the server, with its database and text:
+/// reads and writes alike, never several statements or an executable
+/// comment.
+fn explain_any(srv: &mut Session, c: &Class) -> Option<(String, String, Value)> {
+    let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
+    let mut fp = Vec::new();
+    pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
+    let fp = String::from_utf8_lossy(&fp);
+    let verb = fp.split([' ', '(']).find(|w| !w.is_empty()).unwrap_or("");
+    if sql.trim().is_empty() || sql.contains("/*!") || sql.contains("/*M!") || fp.contains(';') {
+        return None;
+    }
+    let db = String::from_utf8_lossy(c.sample.db()).into_owned();
+    if !db.is_empty() && srv.conn.query_drop(format!("USE {}", ident(&db))).is_err() {
+        return None;
+    }
+    let plan = match verb {
+        "select" | "with" => srv.explain(&[], &sql, false),
+        "insert" | "replace" | "update" | "delete" => srv.explain_write(&sql),
+        _ => return None,
+    };
+    plan.ok().map(|j| (db, sql, j))
 }
 
 #[cfg(test)]
@@ -795,6 +936,12 @@ mod tests {
             ignoring(sql, &reads, &cand, "pileup_advise_0").unwrap(),
             "SELECT o.x FROM orders o JOIN items i IGNORE INDEX (`pileup_advise_0`) ON i.o = o.id WHERE i.sku = 5"
         );
-        assert_eq!(index_name(&["a".into(), "b".into()]), "ix_a_b");
+        assert_eq!(index_name(&["a".into(), "b".into()], &[]), "ix_a_b");
+        // A name the table has already is not reused; a long one is cut
+        // on a character.
+        let taken = [kept::Index { name: "IX_A_B".into(), unique: false, columns: vec!["x".into()], plain: true }];
+        assert_eq!(index_name(&["a".into(), "b".into()], &taken), "ix_a_b_2");
+        let long = index_name(&["é".repeat(40)], &[]);
+        assert!(long.chars().count() <= 60 && long.starts_with("ix_é"));
     }
 }

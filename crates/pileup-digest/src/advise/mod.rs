@@ -61,6 +61,9 @@ pub struct AdviseOptions {
     /// Hours the log spans: a saving per execution becomes seconds per
     /// hour of the log.
     pub log_hours: Option<f64>,
+    /// Set (by a signal) to stop between candidates: what was measured is
+    /// reported, and the copy is removed.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for AdviseOptions {
@@ -75,6 +78,7 @@ impl Default for AdviseOptions {
             optimizer_share: 0.5,
             examined_per_row: 100.0,
             log_hours: None,
+            stop: None,
         }
     }
 }
@@ -193,7 +197,7 @@ pub fn advise(
         pileup_conn::flavor(&mut s.conn).map_err(|e| crate::error::Error::Server(format!("--advise: {e:#}")))?;
     // Its own runs stay out of the server's slow log (a log read again
     // would take the advisor's variants for the application's statements).
-    let _ = s.conn.query_drop("SET SESSION long_query_time = 31536000");
+    pileup_conn::keep_out_of_slow_log(&mut s.conn);
     let mut out = vec![];
     for c in classes.iter().take(o.classes) {
         out.push(advise_one(&mut s, flavor, c, o, progress));

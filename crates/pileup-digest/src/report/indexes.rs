@@ -51,14 +51,18 @@ fn trial(o: &mut String, t: &Trial) {
         let _ = writeln!(o, "#     plan with it: {p}{chosen}");
     }
     if let Some(v) = &t.timing {
-        let _ = writeln!(o, "#     without it → with it: {}", timing(v));
+        let _ = writeln!(o, "#     on the copy, without it → with it: {}", timing(v));
     }
     if let (Some(b), Some(a)) = (t.examined_before, t.examined_after) {
         let _ = writeln!(o, "#     rows examined a run: {b:.0} → {a:.0}");
     }
     if let Some(b) = t.build_s {
         let full = t.build_s_full.map(|f| format!(", about {f:.1} s for the server's table")).unwrap_or_default();
-        let sz = t.size_bytes.map(|s| format!("size {}; ", size(s))).unwrap_or_default();
+        let sz = match (t.size_bytes, t.size_bytes_full) {
+            (Some(s), Some(f)) if f > s => format!("size {} on the copy, about {} on the server; ", size(s), size(f)),
+            (Some(s), _) => format!("size {}; ", size(s)),
+            _ => String::new(),
+        };
         let _ = writeln!(o, "#     {sz}built in {b:.2} s on the copy{full}");
     }
     for e in &t.others {
@@ -69,7 +73,7 @@ fn trial(o: &mut String, t: &Trial) {
         let what = match (&w.error, w.ratio) {
             (Some(e), _) => format!("not replayed: {}", one_line(e.as_bytes(), 80)),
             (None, Some(r)) => format!(
-                "{} → {} ({r:.2}x, {} runs each, rolled back), {}",
+                "{} → {} (takes {r:.2}x as long; {} runs each, rolled back), {}",
                 ms(w.before_ms),
                 ms(w.after_ms),
                 w.runs,
@@ -99,8 +103,9 @@ pub fn render_index_advice(a: &IndexAdvice) -> String {
         let sample = c.sample.map_or_else(|| "every row".to_string(), |f| format!("a {:.0}% sample", f * 100.0));
         let _ = writeln!(
             o,
-            "# copy: {}, {sample}: {} rows ({}) read from the server in {:.1} s ({})",
+            "# copy: {} ({} scanned on the server), {sample}: {} rows ({}) sent in {:.1} s ({})",
             pileup_output::plural(c.tables, "table", "tables"),
+            size(c.scanned_bytes),
             c.rows,
             size(c.bytes),
             c.seconds,
@@ -109,6 +114,9 @@ pub fn render_index_advice(a: &IndexAdvice) -> String {
     }
     if let Some(s) = &a.skipped {
         let _ = writeln!(o, "# {s}");
+    }
+    for n in &a.notes {
+        let _ = writeln!(o, "# note: {n}");
     }
     for c in &a.classes {
         let _ = writeln!(o, "\n# {} {}", c.id, one_line(c.fingerprint.as_bytes(), 100));

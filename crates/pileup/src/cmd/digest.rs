@@ -76,9 +76,11 @@ use crate::output::emit;
 /// structure (equality columns, then a range, or the order; join columns;
 /// covering when it adds few), leaving out those that exist. MariaDB cannot
 /// plan with a hypothetical index, so they are built for real on a copy:
-/// the tables the classes read, dumped from the server named (each table
-/// in its own snapshot, no lock; --sample PCT of the rows) and loaded into
-/// a sandbox server pileup starts and removes. A candidate is advised only
+/// the base tables the classes read, dumped from the server named (no
+/// lock, each thread in its own snapshot, out of the slow log; at most
+/// 4 GiB scanned; --sample PCT of the rows sent) and loaded into a sandbox
+/// server pileup starts in a private directory and removes, on Ctrl-C too
+/// (mariadbd must be installed here). A candidate is advised only
 /// when the copy plans the statement as the server does, the optimizer
 /// chooses the index, and the statement with it is settled faster than
 /// with it ignored (the same rounds, intervals and floors as --advise).
@@ -163,7 +165,8 @@ pub struct DigestArgs {
     /// timed on a copy of the tables in a sandbox of pileup's own (never on the server).
     #[arg(long)]
     pub advise_indexes: bool,
-    /// The copy holds this share of each table's rows, percent (default: all of them).
+    /// The copy holds this share of each table's rows, percent (default: all of them); the
+    /// server still scans every row.
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100), requires = "advise_indexes")]
     pub sample: Option<u32>,
 }
@@ -349,7 +352,9 @@ fn advise_indexes(
             }
         }
     }
-    let o = pileup_digest::advise::AdviseOptions { classes: top.len(), ..o };
+    // Ctrl-C or SIGTERM stops between candidates: the report is written
+    // and the copy removed.
+    let o = pileup_digest::advise::AdviseOptions { classes: top.len(), stop: Some(super::stop_on_signals()), ..o };
     let mut copier = super::advise_copy::SandboxCopy::new(spec.clone(), a.sample.map(|p| f64::from(p) / 100.0));
     let mut line = progress_line();
     let r = pileup_digest::advise::index::advise_indexes(&spec, &top, &d.classes, &o, &mut copier, &mut line);
