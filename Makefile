@@ -24,7 +24,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
-  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db \
+  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db openssl:openssl \
   promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter \
   /usr/lib/postgresql/15/bin/initdb:postgresql-15
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -72,6 +72,11 @@ pub enum Event {
     },
     Listening {
         addr: String,
+        /// `http` or `https`.
+        scheme: String,
+        /// Why the profile endpoints answer 403 there, when they do.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        profiles_refused: Option<String>,
     },
     /// The server came back as another process (restarted): stacks, OS
     /// figures and profiles follow the new one.

@@ -17,6 +17,8 @@ pub enum WatchError {
     OtherServer { dir: PathBuf, held: String, server: String },
     #[error("cannot listen on {addr} ({why}); is the address in use, or not HOST:PORT?")]
     Listen { addr: String, why: String },
+    #[error("--web.config.file {0}")]
+    WebConfig(String),
     #[error("metadata_lock_info is a MariaDB plugin; on MySQL turn on performance_schema's wait/lock/metadata/sql/mdl instrument instead")]
     PluginIsMariadbs,
     #[error(

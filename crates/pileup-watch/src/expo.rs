@@ -16,8 +16,9 @@
 //! such as `flushing_storm`); the verdict's text is in the capture, not in
 //! a label. Every metric has HELP; `promtool check metrics` passes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -223,25 +224,50 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
-/// Serve `/metrics` on `addr` from a background thread, and with `pid`
-/// the server's `profiles` ([`crate::profiles`]).
+/// The server's process as it is now (0: none): a restart changes it.
+pub type ServerPid = Arc<std::sync::atomic::AtomicI32>;
+
+/// How `--listen` serves: where, who may reach it (the web
+/// configuration file: TLS and basic auth, [`crate::web`]) and whether the
+/// profile endpoints are on.
+#[derive(Clone, Debug, Default)]
+pub struct ListenOptions {
+    /// HOST:PORT.
+    pub addr: String,
+    pub web_config: Option<std::path::PathBuf>,
+    /// Serve `/debug/pprof/*` (off unless asked for). On an address that
+    /// is not loopback they are served only with TLS and basic auth.
+    pub profiles: bool,
+}
+
+/// Where the listener is and how it serves.
+#[derive(Clone, Debug)]
+pub struct Listening {
+    pub addr: std::net::SocketAddr,
+    pub tls: bool,
+    /// Why the profile endpoints answer 403, when they do.
+    pub profiles_refused: Option<String>,
+}
+
+/// Serve `/metrics` from a background thread, and with `pid` the server's
+/// `profiles` ([`crate::profiles`]).
 pub fn serve(
-    addr: &str,
+    l: &ListenOptions,
     shared: Shared,
-    pid: Option<crate::watch::ServerPid>,
+    pid: Option<ServerPid>,
     profiles: Vec<crate::profiles::Endpoint>,
-) -> Result<std::net::SocketAddr> {
+) -> Result<Listening> {
     let profiles = match pid {
         Some(_) => profiles.into_iter().map(|e| (e, Arc::new(AtomicBool::new(false)))).collect(),
         None => vec![],
     };
-    serve_with(addr, move || render(&shared.lock().unwrap()), pid.map(|p| (p, profiles)))
+    serve_with(l, move || render(&shared.lock().unwrap()), pid.map(|p| (p, profiles)))
 }
 
-/// Serve `/metrics` on `addr` from a background thread, the body made by
-/// `body` at each scrape (other pileup agents, e.g. `pileup prefetch`, use this too).
-pub fn serve_fn(addr: &str, body: impl Fn() -> String + Send + 'static) -> Result<std::net::SocketAddr> {
-    serve_with(addr, body, None)
+/// Serve `/metrics` from a background thread, the body made by `body` at
+/// each scrape (other pileup agents, e.g. `pileup prefetch`, use this too).
+pub fn serve_fn(l: &ListenOptions, body: impl Fn() -> String + Send + 'static) -> Result<Listening> {
+    serve_with(l, body, None)
 }
 
 fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
@@ -251,27 +277,115 @@ fn text(s: String, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>>
 /// A profile path with its "one at a time" flag.
 type Served = (crate::profiles::Endpoint, Arc<AtomicBool>);
 
-/// Frees a profile kind for the next request when its thread is done with
-/// it, whatever happens on that thread (a profiler that panics is caught
-/// and answered 500 first).
-struct Done(Arc<AtomicBool>);
+/// Frees a profile kind and its client for the next request when its
+/// thread is done with it, whatever happens on that thread (a profiler
+/// that panics is caught and answered 500 first).
+struct Done(Arc<AtomicBool>, Arc<Mutex<HashSet<IpAddr>>>, IpAddr);
 
 impl Drop for Done {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
+        self.1.lock().unwrap().remove(&self.2);
     }
 }
 
+/// The HTTP server, on the address itself or, with TLS, on a loopback
+/// port behind the TLS front ([`crate::tls`]): the server, the public
+/// address, and the map from the front's connections to their clients.
+fn bind(
+    l: &ListenOptions,
+    web: Option<&Arc<crate::web::WebConfig>>,
+) -> Result<(tiny_http::Server, std::net::SocketAddr, Option<crate::tls::Clients>)> {
+    let listen = |why: String| WatchError::Listen { addr: l.addr.clone(), why };
+    match web.filter(|w| w.tls_on()) {
+        Some(w) => {
+            let public = std::net::TcpListener::bind(&l.addr).map_err(|e| listen(e.to_string()))?;
+            let local = public.local_addr()?;
+            let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| listen(e.to_string()))?;
+            let inner = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
+            let clients = crate::tls::Clients::default();
+            let (w, c) = (w.clone(), clients.clone());
+            std::thread::Builder::new()
+                .name("pileup-tls".into())
+                .spawn(move || crate::tls::terminate(public, inner, w, c))?;
+            Ok((server, local, Some(clients)))
+        }
+        None => {
+            let server = tiny_http::Server::http(&l.addr).map_err(|e| listen(e.to_string()))?;
+            let local = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
+            Ok((server, local, None))
+        }
+    }
+}
+
+/// Why a profile is refused here, if it is: they are off, or the address
+/// is reachable from elsewhere without TLS and basic auth.
+fn profiles_refused(
+    l: &ListenOptions,
+    local: std::net::SocketAddr,
+    web: Option<&crate::web::WebConfig>,
+) -> Option<String> {
+    if !l.profiles {
+        return Some("profiles are off; start with --listen-profiles to serve them".into());
+    }
+    let secured = web.is_some_and(|w| w.tls_on() && w.has_users());
+    (!local.ip().is_loopback() && !secured).then(|| {
+        format!(
+            "profiles are not served on {local}, an address other hosts reach, without TLS and basic auth \
+             (--web.config.file)"
+        )
+    })
+}
+
+/// Who asks, if they may: through the TLS front, the client it decrypted
+/// for (a connection made to the inner port directly is refused), with
+/// the password the web configuration asks for. Otherwise the answer.
+fn admit(
+    req: &tiny_http::Request,
+    clients: Option<&crate::tls::Clients>,
+    web: Option<&crate::web::WebConfig>,
+) -> std::result::Result<std::net::SocketAddr, tiny_http::Response<std::io::Cursor<Vec<u8>>>> {
+    let client = match clients {
+        Some(c) => match req.remote_addr().and_then(|a| c.lock().unwrap().get(a).copied()) {
+            Some(a) => a,
+            None => return Err(text("pileup: this listener speaks TLS; use https\n".into(), 403)),
+        },
+        None => req.remote_addr().copied().unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
+    };
+    if let Some(w) = web {
+        let auth = req.headers().iter().find(|h| h.field.equiv("Authorization")).map(|h| h.value.as_str());
+        if !w.authorized(auth) {
+            let challenge =
+                tiny_http::Header::from_bytes(&b"WWW-Authenticate"[..], &b"Basic realm=\"pileup\""[..]).unwrap();
+            return Err(text("pileup: unauthorized\n".into(), 401).with_header(challenge));
+        }
+    }
+    Ok(client)
+}
+
 fn serve_with(
-    addr: &str,
+    l: &ListenOptions,
     body: impl Fn() -> String + Send + 'static,
-    profiled: Option<(crate::watch::ServerPid, Vec<Served>)>,
-) -> Result<std::net::SocketAddr> {
-    let listen = |why: String| WatchError::Listen { addr: addr.into(), why };
-    let server = tiny_http::Server::http(addr).map_err(|e| listen(e.to_string()))?;
-    let local = server.server_addr().to_ip().ok_or_else(|| listen("not an IP address".into()))?;
+    profiled: Option<(ServerPid, Vec<Served>)>,
+) -> Result<Listening> {
+    let web = match &l.web_config {
+        Some(p) => Some(crate::web::WebConfig::load(p).map_err(WatchError::WebConfig)?),
+        None => None,
+    };
+    let (server, local, clients) = bind(l, web.as_ref())?;
+    let listening =
+        Listening { addr: local, tls: clients.is_some(), profiles_refused: profiles_refused(l, local, web.as_deref()) };
+    let l = l.clone();
+    let profiling: Arc<Mutex<HashSet<IpAddr>>> = Default::default();
     std::thread::Builder::new().name("pileup-metrics".into()).spawn(move || {
         for req in server.incoming_requests() {
+            let client = match admit(&req, clients.as_ref(), web.as_deref()) {
+                Ok(c) => c,
+                Err(resp) => {
+                    let _ = req.respond(resp);
+                    continue;
+                }
+            };
             let (path, query) = req.url().split_once('?').unwrap_or((req.url(), ""));
             if path == "/metrics" {
                 let resp = tiny_http::Response::from_string(body()).with_header(
@@ -300,6 +414,11 @@ fn serve_with(
                 let _ = req.respond(text(why, 404));
                 continue;
             };
+            // Asked again each time: users may have been added or removed.
+            if let Some(why) = profiles_refused(&l, local, web.as_deref()) {
+                let _ = req.respond(text(format!("pileup: {why}\n"), 403));
+                continue;
+            }
             let secs = match crate::profiles::seconds_of(query) {
                 Ok(s) => s,
                 Err(why) => {
@@ -307,14 +426,20 @@ fn serve_with(
                     continue;
                 }
             };
-            // One profile of a kind at a time, on its own thread: scrapes
-            // of /metrics and profiles of other kinds go on meanwhile.
+            // One profile per client at a time, and one of a kind, on its
+            // own thread: scrapes of /metrics go on meanwhile.
+            if !profiling.lock().unwrap().insert(client.ip()) {
+                let why = format!("pileup: a profile for {} is being taken; one at a time per client\n", client.ip());
+                let _ = req.respond(text(why, 429));
+                continue;
+            }
             if busy.swap(true, Ordering::SeqCst) {
+                profiling.lock().unwrap().remove(&client.ip());
                 let why = format!("pileup: a {path} profile is being taken; ask again when it is done\n");
                 let _ = req.respond(text(why, 429));
                 continue;
             }
-            let (done, take) = (Done(busy.clone()), endpoint.take.clone());
+            let (done, take) = (Done(busy.clone(), profiling.clone(), client.ip()), endpoint.take.clone());
             std::thread::spawn(move || {
                 let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| take(pid, secs)))
                     .unwrap_or_else(|_| Err("the profiler failed".into()));
@@ -329,7 +454,7 @@ fn serve_with(
             });
         }
     })?;
-    Ok(local)
+    Ok(listening)
 }
 
 #[cfg(test)]
@@ -347,7 +472,8 @@ mod tests {
             s.derived.insert("nan".into(), f64::NAN);
             s.polls_total = 7;
         }
-        let addr = serve("127.0.0.1:0", shared, None, vec![]).unwrap();
+        let l = ListenOptions { addr: "127.0.0.1:0".into(), ..Default::default() };
+        let addr = serve(&l, shared, None, vec![]).unwrap().addr;
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
         let mut body = String::new();
@@ -392,7 +518,8 @@ mod tests {
             Ok(b"profile".to_vec())
         });
         let ep = crate::profiles::Endpoint { path: "/debug/pprof/test".into(), take };
-        let addr = serve("127.0.0.1:0", Shared::default(), Some(Arc::new(1.into())), vec![ep]).unwrap();
+        let l = ListenOptions { addr: "127.0.0.1:0".into(), profiles: true, ..Default::default() };
+        let addr = serve(&l, Shared::default(), Some(Arc::new(1.into())), vec![ep]).unwrap().addr;
         let get = || {
             let mut c = std::net::TcpStream::connect(addr).unwrap();
             c.write_all(b"GET /debug/pprof/test?seconds=1 HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();

@@ -49,9 +49,11 @@ pub mod report;
 pub mod scan;
 pub mod schedule;
 pub mod store;
+pub mod tls;
 pub mod top;
 pub mod trigger;
 pub mod verdict;
 pub mod watch;
+pub mod web;
 
 pub use error::WatchError;

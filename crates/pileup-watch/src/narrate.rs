@@ -75,10 +75,13 @@ impl Narrator {
                 let (_, n) = self.failing.take()?;
                 format!("polls answer again, after {}", plural(n, "failed poll", "failed polls"))
             }
-            Event::Listening { addr } if self.no_pid_why.is_none() => format!(
-                "metrics: http://{addr}/metrics; profiles: http://{addr}/debug/pprof/profile?seconds=N, http://{addr}/debug/pprof/locks?seconds=N"
+            Event::Listening { addr, scheme, profiles_refused: None } if self.no_pid_why.is_none() => format!(
+                "metrics: {scheme}://{addr}/metrics; profiles: {scheme}://{addr}/debug/pprof/profile?seconds=N, {scheme}://{addr}/debug/pprof/locks?seconds=N"
             ),
-            Event::Listening { addr } => format!("metrics: http://{addr}/metrics"),
+            Event::Listening { addr, scheme, profiles_refused: Some(why) } if self.no_pid_why.is_none() => {
+                format!("metrics: {scheme}://{addr}/metrics; {why}")
+            }
+            Event::Listening { addr, scheme, .. } => format!("metrics: {scheme}://{addr}/metrics"),
             Event::ServerRestarted { old_pid, new_pid, .. } => {
                 format!("the server restarted: pid {old_pid} is gone, following pid {new_pid}")
             }
@@ -194,7 +197,7 @@ mod tests {
             Some("pileup watch: localhost via /s.sock every 1s, pid none (the server is on another machine), history in /d; triggers: threads_running > 8 for 2s")
         );
         assert_eq!(serde_json::to_value(&told).unwrap()["event"], "started");
-        let l = Event::Listening { addr: "127.0.0.1:9105".into() };
+        let l = Event::Listening { addr: "127.0.0.1:9105".into(), scheme: "http".into(), profiles_refused: None };
         assert_eq!(told_line(&l), "metrics: http://127.0.0.1:9105/metrics");
     }
 

@@ -42,8 +42,9 @@ pub struct WatchOptions {
     pub retention: Retention,
     /// Stop after this long (None: until `stop` is set).
     pub duration: Option<Duration>,
-    /// Serve the latest metrics in Prometheus format on this address.
-    pub listen: Option<String>,
+    /// Serve the latest metrics in Prometheus format (and the profiles,
+    /// when asked for) as this says.
+    pub listen: Option<crate::expo::ListenOptions>,
     /// Time between thread scans ([`crate::scan`]); zero turns them off.
     pub scan_interval: Duration,
     /// Threads held up above their usual number that make a pile-up.
@@ -209,7 +210,7 @@ impl Early {
 struct Spawner<'a> {
     spec: &'a ConnSpec,
     /// The server's process (0: none), which a restart changes.
-    pid: ServerPid,
+    pid: crate::expo::ServerPid,
     o: &'a WatchOptions,
     root: &'a std::path::Path,
     done: &'a mpsc::Sender<Option<Event>>,
@@ -303,9 +304,6 @@ impl Spawner<'_> {
         });
     }
 }
-
-/// The server's process as it is now (0: none): a restart changes it.
-pub type ServerPid = Arc<std::sync::atomic::AtomicI32>;
 
 /// The client connections' OS thread ids, from the latest poll that listed
 /// them, shared with the scan.
@@ -674,6 +672,27 @@ impl Watcher<'_> {
     }
 }
 
+/// With `--listen`, the exposition served (and the profiles, with the
+/// server's process), said where.
+fn listen(
+    o: &WatchOptions,
+    pid: Option<crate::expo::ServerPid>,
+    on: &mut dyn FnMut(&Event),
+) -> Result<Option<crate::expo::Shared>> {
+    let Some(addr) = &o.listen else { return Ok(None) };
+    let shared = crate::expo::Shared::default();
+    shared.lock().unwrap().stalls = crate::verdict::CLASSES.iter().map(|c| (c.to_string(), 0)).collect();
+    let mut profiles = vec![crate::profiles::cpu(o.capture.any_process)];
+    profiles.extend(o.profiles.iter().cloned());
+    let at = crate::expo::serve(addr, shared.clone(), pid, profiles)?;
+    on(&Event::Listening {
+        addr: at.addr.to_string(),
+        scheme: if at.tls { "https" } else { "http" }.into(),
+        profiles_refused: at.profiles_refused,
+    });
+    Ok(Some(shared))
+}
+
 /// Run until `stop` is set or `duration` passes.
 pub fn run(
     spec: ConnSpec,
@@ -684,7 +703,7 @@ pub fn run(
 ) -> Result<()> {
     let mut store = Store::open(&o.data_dir)?;
     store.claim()?;
-    let server_pid: ServerPid = Arc::new(std::sync::atomic::AtomicI32::new(pid.unwrap_or(0)));
+    let server_pid: crate::expo::ServerPid = Arc::new(std::sync::atomic::AtomicI32::new(pid.unwrap_or(0)));
     on(&Event::Started {
         server: spec.describe(),
         pid,
@@ -692,18 +711,7 @@ pub fn run(
         data_dir: o.data_dir.display().to_string(),
         triggers: o.triggers.iter().map(|t| t.text.clone()).collect(),
     });
-    let expo: Option<crate::expo::Shared> = match &o.listen {
-        Some(addr) => {
-            let shared = crate::expo::Shared::default();
-            shared.lock().unwrap().stalls = crate::verdict::CLASSES.iter().map(|c| (c.to_string(), 0)).collect();
-            let mut profiles = vec![crate::profiles::cpu(o.capture.any_process)];
-            profiles.extend(o.profiles.iter().cloned());
-            let local = crate::expo::serve(addr, shared.clone(), pid.map(|_| server_pid.clone()), profiles)?;
-            on(&Event::Listening { addr: local.to_string() });
-            Some(shared)
-        }
-        None => None,
-    };
+    let expo = listen(o, pid.map(|_| server_pid.clone()), on)?;
     let captures_root = o.data_dir.join("captures");
     let poll_timeout = o.interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let (done_tx, done_rx) = mpsc::channel::<Option<Event>>();

@@ -237,6 +237,24 @@ fn watch_events(
     (child, rx)
 }
 
+/// A real Prometheus on `port` with `config` (and pileup's consoles), its
+/// data and log in `dir`.
+fn prometheus(dir: &Path, port: u16, config: &str) -> Killed {
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg(format!("--web.console.templates={}", repo().join("deploy/prometheus/consoles").display()))
+            .arg(format!("--web.console.libraries={}", repo().join("deploy/prometheus/console_libraries").display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (make deps installs it)"),
+    )
+}
+
 /// Where a watcher started with `--listen` serves.
 fn listening(rx: &std::sync::mpsc::Receiver<serde_json::Value>) -> String {
     loop {
@@ -280,19 +298,7 @@ fn every_rule_and_dashboard_expression_runs_on_a_live_prometheus_and_the_console
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: pileup\n    static_configs:\n      - targets: ['{addr}']\n        labels:\n          instance: '{instance}'\n  - job_name: mysql\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n        labels:\n          instance: '{instance}'\n",
         rules.display()
     );
-    std::fs::write(scratch.join("prometheus.yml"), config).unwrap();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", scratch.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", scratch.join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg(format!("--web.console.templates={}", repo().join("deploy/prometheus/consoles").display()))
-            .arg(format!("--web.console.libraries={}", repo().join("deploy/prometheus/console_libraries").display()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(scratch.join("prometheus.log")).unwrap())
-            .spawn()
-            .expect("prometheus (make deps installs it)"),
-    );
+    let _prometheus = prometheus(&scratch, prom_port, &config);
 
     // The capture is announced and the alert fires with its class.
     let t0 = Instant::now();
@@ -724,7 +730,8 @@ fn go_tool_pprof_reads_the_server_s_profile_pulled_from_watch() {
     let sb = sandbox();
     let _load = Killed(sysbench(&sb, "oltp_read_only", 2, 60));
     let scratch = scratch("pprof");
-    let (_watch, rx) = watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0"], |_| {});
+    let (_watch, rx) =
+        watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0", "--listen-profiles"], |_| {});
     let addr = listening(&rx);
     let base = format!("http://{addr}");
     let pull = pull(&format!("{base}/debug/pprof/profile?seconds=3"));
@@ -770,18 +777,19 @@ fn go_tool_pprof_reads_the_lock_waits_pulled_from_watch_and_no_probe_outlives_th
     let (go, handles) = storm(&sb, 12, "SHOW GLOBAL VARIABLES");
     let scratch = scratch("pprof-locks");
     let before = programs_named("futex_switch");
-    let (mut watch, rx) = watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0"], |_| {});
+    let (mut watch, rx) =
+        watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0", "--listen-profiles"], |_| {});
     let base = format!("http://{}", listening(&rx));
     let locks = pull(&format!("{base}/debug/pprof/locks?seconds=3"));
     programs_until("futex_switch", "the lock probe attaches", |n| n > before);
-    // One lock profile at a time; the stacks profile and the metrics are
-    // served meanwhile (a profiler scrapes each kind on its own schedule).
+    // One profile per client at a time, of either kind; the metrics are
+    // served meanwhile.
     let (status, body) = get(&format!("{base}/debug/pprof/locks?seconds=1"));
     assert_eq!(status, 429, "{body}");
-    let cpu = pull(&format!("{base}/debug/pprof/profile?seconds=1"));
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
+    assert!(status == 429 && body.contains("one at a time per client"), "{status} {body}");
     let (status, body) = get(&format!("{base}/metrics"));
     assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
-    assert_eq!(cpu.join().unwrap().0, 200, "the stacks profile beside the lock profile");
     let (status, bytes) = locks.join().unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert!(bytes.starts_with(&[0x1f, 0x8b]), "gzipped");
@@ -833,8 +841,12 @@ fn the_fleet_demo_s_alert_fires_within_30_s_of_the_stall() {
 fn watch_follows_a_restarted_server_and_its_metrics_and_profiles_come_back() {
     let mut sb = sandbox();
     let scratch = scratch("restart-follow");
-    let (_watch, rx) =
-        watch_events(&sb, &scratch.join("watch"), &["--listen", "127.0.0.1:0", "--interval", "200ms"], |_| {});
+    let (_watch, rx) = watch_events(
+        &sb,
+        &scratch.join("watch"),
+        &["--listen", "127.0.0.1:0", "--listen-profiles", "--interval", "200ms"],
+        |_| {},
+    );
     let base = format!("http://{}", listening(&rx));
     let rss_served = |within: Duration| {
         let t0 = Instant::now();
@@ -866,4 +878,124 @@ fn watch_follows_a_restarted_server_and_its_metrics_and_profiles_come_back() {
     assert!(rss_served(Duration::from_secs(10)), "the new process's metrics");
     let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
     assert_eq!(status, 200, "a profile of the new process: {body}");
+}
+
+/// A self-signed certificate for 127.0.0.1 (openssl): (cert, key).
+fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=pileup-test", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (make deps installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (cert, key)
+}
+
+/// curl's answer: (status, body); status 0 when no HTTP answer came.
+fn curl(args: &[&str]) -> (u16, String) {
+    let out =
+        Command::new("curl").args(["-s", "-w", "\n%{http_code}", "--max-time", "20"]).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// `--listen` secured as exporters are: with a web configuration holding
+/// TLS and basic auth, curl and a Prometheus scraping over TLS reach the
+/// metrics only with the password; profiles on an address other hosts
+/// reach are served only so; a new password in the file counts without a
+/// restart; plain HTTP to the TLS port gets nothing.
+#[test]
+fn listen_with_tls_and_basic_auth_serves_curl_and_prometheus_and_rereads_its_file() {
+    let sb = sandbox();
+    let scratch = scratch("listen-tls");
+    let (cert, _key) = self_signed(&scratch);
+    let web = scratch.join("web.yml");
+    let users = |pass: &str| format!("basic_auth_users:\n  prom: '{}'\n", bcrypt::hash(pass, 4).unwrap());
+    let tls = "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n";
+    std::fs::write(&web, format!("{tls}{}", users("s3cret"))).unwrap();
+    let args = ["--listen", "0.0.0.0:0", "--listen-profiles", "--web.config.file", web.to_str().unwrap()];
+    let (_watch, rx) = watch_events(&sb, &scratch.join("watch"), &args, |_| {});
+    let port = listening(&rx).rsplit_once(':').unwrap().1.to_string();
+    let base = format!("https://127.0.0.1:{port}");
+    let ca = cert.to_str().unwrap();
+    let (status, _) = curl(&["--cacert", ca, &format!("{base}/metrics")]);
+    assert_eq!(status, 401, "no password");
+    let (status, _) = curl(&["--cacert", ca, "-u", "prom:wrong", &format!("{base}/metrics")]);
+    assert_eq!(status, 401, "a wrong password");
+    let (status, body) = curl(&["--cacert", ca, "-u", "prom:s3cret", &format!("{base}/metrics")]);
+    assert!(status == 200 && body.contains("pileup_polls_total"), "{status} {body}");
+    let (status, _) = curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
+    assert_eq!(status, 0, "plain HTTP to the TLS port");
+    // Profiles, on an address other hosts reach: served with TLS and auth.
+    let (status, _) = curl(&[
+        "--cacert",
+        ca,
+        "-u",
+        "prom:s3cret",
+        "-o",
+        "/dev/null",
+        &format!("{base}/debug/pprof/profile?seconds=1"),
+    ]);
+    assert_eq!(status, 200);
+    // Prometheus scraping over TLS with basic auth.
+    let prom_port = free_port();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pileup\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n    basic_auth:\n      username: prom\n      password: s3cret\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+    );
+    let _prometheus = prometheus(&scratch, prom_port, &config);
+    let prom = format!("http://127.0.0.1:{prom_port}");
+    let t0 = Instant::now();
+    loop {
+        let up = query(&prom, "up{job='pileup'}").unwrap_or_default();
+        if up.first().is_some_and(|u| u["value"][1] == "1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "Prometheus never scraped pileup over TLS: {up:?}; {}",
+            std::fs::read_to_string(scratch.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // A new password, without a restart.
+    std::fs::write(&web, format!("{tls}{}", users("n3w"))).unwrap();
+    let t0 = Instant::now();
+    while curl(&["--cacert", ca, "-u", "prom:n3w", &format!("{base}/metrics")]).0 != 200 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the new password never counted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(curl(&["--cacert", ca, "-u", "prom:s3cret", &format!("{base}/metrics")]).0, 401, "the old one");
+}
+
+/// Profiles are off unless asked for, and on an address other hosts reach
+/// they are not served without TLS and basic auth: 403 with the reason,
+/// the metrics served all the same.
+#[test]
+fn profiles_are_off_unless_asked_and_refused_on_an_open_address_without_tls() {
+    let sb = sandbox();
+    let scratch = scratch("listen-open");
+    let (_a, rx) = watch_events(&sb, &scratch.join("a"), &["--listen", "127.0.0.1:0"], |_| {});
+    let base = format!("http://{}", listening(&rx));
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
+    assert!(status == 403 && body.contains("--listen-profiles"), "{status} {body}");
+    let (_b, rx) = watch_events(&sb, &scratch.join("b"), &["--listen", "0.0.0.0:0", "--listen-profiles"], |_| {});
+    let told = loop {
+        let v = rx.recv_timeout(Duration::from_secs(20)).expect("watch says where it listens");
+        if v["event"] == "listening" {
+            break v;
+        }
+    };
+    assert!(told["profiles_refused"].as_str().unwrap_or("").contains("TLS and basic auth"), "{told}");
+    let port = told["addr"].as_str().unwrap().rsplit_once(':').unwrap().1.to_string();
+    let base = format!("http://127.0.0.1:{port}");
+    let (status, body) = get(&format!("{base}/debug/pprof/profile?seconds=1"));
+    assert!(status == 403 && body.contains("without TLS and basic auth"), "{status} {body}");
+    let (status, body) = get(&format!("{base}/metrics"));
+    assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
 }

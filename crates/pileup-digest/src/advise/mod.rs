@@ -24,6 +24,7 @@ pub mod kept;
 pub mod plan;
 mod session;
 pub mod variants;
+pub mod writes;
 
 use std::time::{Duration, Instant};
 

@@ -20,14 +20,48 @@ pub use crate::exit::{Damaged, Usage};
 
 /// `--listen HOST:PORT`, checked before anything starts: an address the
 /// metrics can be served on (a name is resolved).
-pub fn check_listen(addr: Option<&str>) -> anyhow::Result<()> {
+pub fn check_listen(addr: Option<&str>, web: Option<&std::path::Path>, profiles: bool) -> anyhow::Result<()> {
     use std::net::ToSocketAddrs;
-    if let Some(a) = addr {
-        if a.to_socket_addrs().map(|mut i| i.next().is_none()).unwrap_or(true) {
-            usage!("--listen {a:?}: expected HOST:PORT, e.g. 127.0.0.1:9104 (port 0 picks a free one)");
+    match addr.map(listen_addr) {
+        Some(a) if a.to_socket_addrs().map(|mut i| i.next().is_none()).unwrap_or(true) => {
+            usage!(
+                "--listen {a:?}: expected [HOST:]PORT, e.g. 9104 (loopback) or 0.0.0.0:9104 (port 0 picks a free one)"
+            )
+        }
+        Some(_) => {}
+        None if web.is_some() => usage!("--web.config.file says who may reach --listen; give --listen too"),
+        None if profiles => usage!("--listen-profiles serves profiles on --listen; give --listen too"),
+        None => {}
+    }
+    if let Some(w) = web {
+        if let Err(e) = std::fs::metadata(w) {
+            usage!("--web.config.file {}: {e}", w.display());
         }
     }
     Ok(())
+}
+
+/// `--listen`'s address: a bare port (`9104`, `:9104`) is on loopback.
+pub fn listen_addr(a: &str) -> String {
+    let port = a.strip_prefix(':').unwrap_or(a);
+    if port.parse::<u16>().is_ok() {
+        format!("127.0.0.1:{port}")
+    } else {
+        a.to_string()
+    }
+}
+
+/// What `--listen`, `--web.config.file` and `--listen-profiles` ask for.
+pub fn listen_options(
+    addr: Option<&str>,
+    web: Option<&std::path::Path>,
+    profiles: bool,
+) -> Option<pileup_watch::expo::ListenOptions> {
+    addr.map(|a| pileup_watch::expo::ListenOptions {
+        addr: listen_addr(a),
+        web_config: web.map(std::path::Path::to_path_buf),
+        profiles,
+    })
 }
 
 /// Parse `500ms`, `10s`, `2m`, `1h` (a bare number is seconds), with the

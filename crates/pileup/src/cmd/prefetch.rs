@@ -54,9 +54,14 @@ pub struct PrefetchArgs {
     /// --stats-every seconds) instead of text on stderr.
     #[command(flatten)]
     pub out: crate::output::FormatArgs,
-    /// Serve the counters for Prometheus on HOST:PORT at /metrics (e.g. 127.0.0.1:9105).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Serve the counters for Prometheus at /metrics on [HOST:]PORT (a bare port is on
+    /// loopback: 9105; another host's scraper needs 0.0.0.0:9105).
+    #[arg(long, value_name = "[HOST:]PORT")]
     pub listen: Option<String>,
+    /// Who may reach --listen: a web configuration file (exporter-toolkit format) with TLS and
+    /// basic auth, re-read when it changes.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<std::path::PathBuf>,
     /// Warm only the rows (primary-key leaves), not secondary index entries.
     #[arg(long)]
     pub primary_only: bool,
@@ -100,10 +105,10 @@ pub fn run_prefetch(a: PrefetchArgs, conn: &ConnOptions) -> Result<()> {
     let spec = conn.resolve()?;
     let o = prefetch_options(&a);
     let counters = Arc::new(Counters::default());
-    if let Some(addr) = &a.listen {
+    if let Some(l) = super::listen_options(a.listen.as_deref(), a.web_config_file.as_deref(), false) {
         let c = counters.clone();
-        let at = pileup_watch::expo::serve_fn(addr, move || c.exposition())?;
-        note!("pileup prefetch: counters at http://{at}/metrics");
+        let at = pileup_watch::expo::serve_fn(&l, move || c.exposition())?;
+        note!("pileup prefetch: counters at {}://{}/metrics", if at.tls { "https" } else { "http" }, at.addr);
     }
     let stop = super::stop_on_signals();
     // Every counter for scripts and logs; a status line for a person.
@@ -141,7 +146,7 @@ fn check_prefetch_args(a: &PrefetchArgs) -> Result<()> {
             "--max-history must be at least 2: purge is held only while the history list is below half of it"
         );
     }
-    super::check_listen(a.listen.as_deref())
+    super::check_listen(a.listen.as_deref(), a.web_config_file.as_deref(), false)
 }
 
 /// The prefetcher's options from the command line.

@@ -103,8 +103,19 @@ pub struct WatchArgs {
     /// the server's stacks, on and off CPU, at /debug/pprof/profile?seconds=N
     /// (no thread stopped), and its contended lock waits, as pileup locks
     /// traces them, at /debug/pprof/locks?seconds=N (root, eBPF).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "[HOST:]PORT")]
     pub listen: Option<String>,
+    /// Who may reach --listen, as Prometheus exporters say it: a web configuration file
+    /// (exporter-toolkit format) with TLS (tls_server_config: cert_file, key_file, client_ca_file,
+    /// client_auth_type, min_version) and basic auth (basic_auth_users: name and bcrypt hash),
+    /// re-read when it changes.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
+    /// Serve the profile endpoints on --listen (off by default). On an address other hosts
+    /// reach, only with TLS and basic auth (--web.config.file); one profile per client at a
+    /// time, at most 60 s.
+    #[arg(long)]
+    pub listen_profiles: bool,
     /// Upload every finished capture to this S3-compatible store
     /// (s3://BUCKET[/PREFIX]), as PREFIX/HOST/CAPTURE.tar.zst with its
     /// host, class and verdict as metadata. Credentials, region and
@@ -222,7 +233,7 @@ fn check_watch_args(a: &WatchArgs) -> Result<()> {
     if let Some(u) = &a.ship {
         pileup_store::StoreUrl::parse(u).map_err(|e| super::Usage(format!("--ship {e}")))?;
     }
-    super::check_listen(a.listen.as_deref())
+    super::check_listen(a.listen.as_deref(), a.web_config_file.as_deref(), a.listen_profiles)
 }
 
 /// Where and how captures are shipped (`--ship`), spooled under `data_dir`.
@@ -265,7 +276,7 @@ fn watch_options(
         derive: pileup_watch::derive::DeriveOptions { link_bps: a.link_mbps * 1e6 },
         retention: Default::default(),
         duration: a.duration,
-        listen: a.listen.clone(),
+        listen: super::listen_options(a.listen.as_deref(), a.web_config_file.as_deref(), a.listen_profiles),
         scan_interval: a.scan_interval,
         pileup_threads: a.pileup_threads.unwrap_or_else(|| pileup_watch::watch::default_pileup_threads(cpus)),
         ship,
