@@ -139,6 +139,17 @@ pub enum Event {
     },
     /// What the shipper did with captures (`--ship`).
     Ship(pileup_store::ShipEvent),
+    /// The history store could not be written (a full or read-only disk):
+    /// polls and captures go on.
+    StoreFailed {
+        unix: f64,
+        error: String,
+    },
+    /// It can be written again, after `failed` writes that could not be.
+    StoreRecovered {
+        unix: f64,
+        failed: u64,
+    },
 }
 
 /// What the loop is to do. Captures named here take the metric history

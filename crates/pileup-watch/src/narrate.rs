@@ -110,6 +110,12 @@ impl Narrator {
                 stamp_tenths(*ended_unix)
             ),
             Event::Skipped { trigger, why, .. } => format!("not capturing for {trigger}: {why}"),
+            Event::StoreFailed { error, .. } => {
+                format!("cannot store the history: {error}; polls and captures go on (said once)")
+            }
+            Event::StoreRecovered { failed, .. } => {
+                format!("the history is stored again, after {}", plural(*failed, "write that failed", "writes that failed"))
+            }
             Event::Captured { dir, verdict, .. } => format!("captured {dir}\n  {verdict}"),
             Event::CaptureFailed { error, .. } => format!("capture failed: {error}"),
             Event::Ship(ShipEvent::Queued { .. }) => return None,

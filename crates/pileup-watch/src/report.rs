@@ -342,6 +342,24 @@ pub fn rebuild(dir: &Path) -> Result<()> {
     crate::capture_dir::write_report_html(dir, &render_html(&crate::capture_dir::read(dir)?))
 }
 
+/// What `pileup report` reads from a capture directory, run over arbitrary
+/// bytes given as its `evidence.json`, `metrics.json` and `stalls.json`,
+/// and the report rendered from it: for the fuzzer
+/// (`fuzz/fuzz_targets/capture.rs`) and the replay of its kept corpus.
+/// Whether it was read as a capture.
+pub fn garbled_capture(dir: &Path, data: &[u8]) -> bool {
+    for name in ["evidence.json", "metrics.json", "stalls.json"] {
+        let _ = std::fs::write(dir.join(name), data);
+    }
+    match crate::capture_dir::read(dir) {
+        Ok(c) => {
+            let _ = render_html(&c);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Refresh a capture's metrics from the store (now including what came
 /// after the trigger) and rebuild its report.
 pub fn refresh(dir: &Path, store: &crate::store::Store, before: f64, after: f64) -> Result<()> {

@@ -400,6 +400,8 @@ struct Watcher<'a> {
     ship_failure: Option<String>,
     /// Set while a capture takes stacks (the scan reads it).
     capturing: Arc<AtomicBool>,
+    /// The history store's write failure told, and the writes failed since.
+    store_failure: Option<(String, u64)>,
 }
 
 impl Watcher<'_> {
@@ -412,6 +414,22 @@ impl Watcher<'_> {
         pileup_files::free_bytes(&self.o.data_dir)
     }
 
+    /// A write to the history store: one that fails (a full or read-only
+    /// disk) is told once and watching goes on; the first that works again
+    /// is told too.
+    fn stored(&mut self, r: Result<()>) {
+        match (r, self.store_failure.take()) {
+            (Ok(()), Some((_, n))) => (self.on)(&Event::StoreRecovered { unix: crate::poll::now_unix(), failed: n }),
+            (Ok(()), None) => {}
+            (Err(e), None) => {
+                let error = e.to_string();
+                (self.on)(&Event::StoreFailed { unix: crate::poll::now_unix(), error: error.clone() });
+                self.store_failure = Some((error, 1));
+            }
+            (Err(_), Some((why, n))) => self.store_failure = Some((why, n + 1)),
+        }
+    }
+
     fn history(&self, unix: f64) -> Vec<crate::store::Row> {
         self.store.range(unix - BEFORE_SECS, unix).unwrap_or_default()
     }
@@ -421,7 +439,10 @@ impl Watcher<'_> {
         for a in actions {
             match a {
                 Action::Tell(e) => (self.on)(&e),
-                Action::RecordStall(st) => self.store.add_stall(&st)?,
+                Action::RecordStall(st) => {
+                    let r = self.store.add_stall(&st);
+                    self.stored(r);
+                }
                 Action::Capture { trigger, unix, onset } => {
                     self.spawner.spawn(trigger, unix, onset, self.history(unix), None);
                 }
@@ -458,7 +479,8 @@ impl Watcher<'_> {
             self.decider.finished();
             let Some(ev) = ev else { continue }; // an early capture, dropped
             if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
-                self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                let r = self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict);
+                self.stored(r);
                 self.decider.schedule().rebuild_at(unix + AFTER_SECS, PathBuf::from(dir));
                 let class = crate::verdict::class_of(verdict);
                 let first_line = verdict.lines().next().unwrap_or("").to_string();
@@ -566,7 +588,8 @@ impl Watcher<'_> {
                 }
             }
         }
-        self.store.insert(&p, &derived)?;
+        let r = self.store.insert(&p, &derived);
+        self.stored(r);
         if let Some(e) = &self.expo {
             let mut e = e.lock().unwrap();
             e.derived = derived.clone();
@@ -599,7 +622,8 @@ impl Watcher<'_> {
         self.apply(actions)?;
         self.hist.push(p.unix, derived);
         if self.last_maintain.elapsed() > Duration::from_secs(60) {
-            self.store.maintain(p.unix, &self.o.retention)?;
+            let r = self.store.maintain(p.unix, &self.o.retention);
+            self.stored(r);
             self.last_maintain = Instant::now();
         }
         Ok(())
@@ -659,7 +683,8 @@ impl Watcher<'_> {
         if self.decider.schedule().running() {
             if let Ok(Some(ev)) = self.done_rx.recv_timeout(Duration::from_secs(60)) {
                 if let Event::Captured { unix, trigger, dir, verdict, .. } = &ev {
-                    self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict)?;
+                    let r = self.store.add_capture(*unix, std::path::Path::new(dir), trigger, verdict);
+                    self.stored(r);
                     self.decider.schedule().rebuild_at(0.0, PathBuf::from(dir));
                 }
                 (self.on)(&ev);
@@ -775,6 +800,7 @@ pub fn run(
         ship_rx,
         ship_failure: None,
         capturing: capturing_flag,
+        store_failure: None,
     };
     while !stop.load(Ordering::Relaxed) && o.duration.is_none_or(|d| w.t0.elapsed() < d) {
         let started = w.now();

@@ -1221,11 +1221,16 @@ struct NoFallocateFs {
 
 impl NoFallocateFs {
     fn new(gib: u32) -> NoFallocateFs {
-        let base = it_base().join(format!("nofalloc-{}", std::process::id()));
+        NoFallocateFs::sized(u64::from(gib) << 30, "nofalloc")
+    }
+
+    /// One of `bytes`, under a directory named for `what`.
+    fn sized(bytes: u64, what: &str) -> NoFallocateFs {
+        let base = it_base().join(format!("{what}-{}", std::process::id()));
         std::fs::create_dir_all(&base).unwrap();
         let (image, mount) = (base.join("fs.img"), base.join("mnt"));
         std::fs::create_dir_all(&mount).unwrap();
-        std::fs::File::create(&image).unwrap().set_len(u64::from(gib) << 30).unwrap();
+        std::fs::File::create(&image).unwrap().set_len(bytes).unwrap();
         let run = |cmd: &str, args: &[&str]| {
             let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (make deps)"));
             assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -1502,4 +1507,47 @@ fn a_long_capture_reads_the_sql_side_while_the_stall_lasts() {
     );
     assert!(std::fs::read_to_string(dir.join("processlist.txt")).unwrap().contains("UPDATE w.hot"));
     end(&mut [&mut child]);
+}
+
+/// The history on a disk that fills up: watch goes on polling, says once
+/// that it cannot store, and says when it stores again once there is room;
+/// the database is whole after it.
+#[test]
+fn a_full_disk_under_the_history_is_said_once_and_polls_go_on() {
+    let sb = sandbox();
+    let fs = NoFallocateFs::sized(64 << 20, "fulldisk");
+    let data = fs.mount.join("watch");
+    let (mut child, rx) = watch(&sb, &data, &[]);
+    let mut seen = vec![];
+    assert!(wait_for(&rx, "poll", Duration::from_secs(20), &mut seen).is_some(), "{seen:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    // Fill the filesystem (root writes into the reserved blocks too).
+    let filler = fs.mount.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let failed = wait_for(&rx, "store_failed", Duration::from_secs(30), &mut seen);
+    let failed = failed.unwrap_or_else(|| panic!("no store_failed event: {seen:?}"));
+    assert!(failed["error"].as_str().unwrap().to_lowercase().contains("full"), "{failed}");
+    // Polls go on while nothing can be stored, and the failure is said once.
+    let mut polls = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        if let Ok(v) = rx.recv_timeout(Duration::from_millis(500)) {
+            polls += usize::from(v["event"] == "poll");
+            assert_ne!(v["event"], "store_failed", "said again: {v}");
+        }
+    }
+    assert!(polls >= 5, "{polls} polls in 3 s while the disk is full");
+    std::fs::remove_file(&filler).unwrap();
+    let back = wait_for(&rx, "store_recovered", Duration::from_secs(30), &mut seen);
+    assert!(back.is_some_and(|b| b["failed"].as_u64().unwrap() >= 5), "{seen:?}");
+    end(&mut [&mut child]);
+    let db = rusqlite::Connection::open(data.join("pileup.db")).unwrap();
+    let check: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
 }

@@ -1,0 +1,1 @@
+CREATE DATABASE `d` /*!40100 DEFAULT CHARACTER SET latin1 COLLATE latin1_swedish_ci */;

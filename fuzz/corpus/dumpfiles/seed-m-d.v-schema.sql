@@ -1,0 +1,5 @@
+/*!40101 SET NAMES binary*/;
+CREATE TABLE `v`(
+`id` int,
+`a` int
+)ENGINE=MyISAM;
