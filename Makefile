@@ -24,12 +24,12 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   hyperfine:hyperfine cc:build-essential xz:xz-utils debuginfod:debuginfod curl:curl setpriv:util-linux chromium:chromium tmux:tmux pt-stalk:percona-toolkit \
   mydumper:mydumper myloader:mydumper offcputime:libbpf-tools \
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
-  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db openssl:openssl \
+  mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db openssl:openssl bpftool:bpftool \
   promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter \
   /usr/lib/postgresql/15/bin/initdb:postgresql-15
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: deps toolchain demo demo-fleet test style deploy-check build bench clean install
+.PHONY: deps toolchain demo demo-fleet test style deploy-check build bench soak clean install
 
 # Where `make install` puts pileup, its manual and its shell completions
 # (the places Debian's man, bash-completion, zsh and fish look under /usr/local).
@@ -96,7 +96,10 @@ test: toolchain style deploy-check
 	@mkdir -p target; set -o pipefail; \
 	  PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) test --workspace --locked -- --test-threads=2 2>&1 | tee target/test.log; \
 	  rc=$$?; skipped=$$(grep -E '^test .* \.\.\. ignored' target/test.log); \
-	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; exit $$rc
+	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; [ $$rc = 0 ] || exit $$rc
+	@# The soak's short form: four kills of each tool, checked (bench/soak runs the full one).
+	@rm -f target/soak-short.jsonl; PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) run --locked -q -p pileup-bench-drivers --bin soak-bench -- \
+	  --pileup target/debug/pileup --kills 32 --minutes 10 --record target/soak-short.jsonl
 
 # The fleet's parts: Prometheus rules checked and unit-tested, the Grafana
 # dashboards regenerated from their one source and checked against the
@@ -116,6 +119,11 @@ style: toolchain
 
 bench: build
 	bash bench/stacks
+
+# pileup killed at random moments, 30 minutes a run, until 1,000 kills
+# (resumed from bench/soak-record.jsonl); results in bench/last-soak.md.
+soak: deps
+	bash bench/soak
 
 clean:
 	$(CARGO) clean
