@@ -21,7 +21,11 @@
 //!   lists hold page numbers only, no query text. Should the server stop
 //!   uncleanly while pileup runs, its next start warms the pool from
 //!   pileup's short list instead of the last dump (the saved copy is beside
-//!   it); a clean shutdown dumps the pool afresh anyway.
+//!   it); a clean shutdown dumps the pool afresh anyway. A pileup killed
+//!   while it runs leaves the dump in `<file>.pileup-saved` and its last two
+//!   lists in `<file>.pileup-lists` (written before each list): the next
+//!   start puts the dump back when the file still holds one of those lists,
+//!   and keeps a dump the server wrote since.
 //! - InnoDB throttles a load to innodb_io_capacity pages a second while the
 //!   server is busy, counted in pages listed: each list here is kept
 //!   shorter than innodb_io_capacity, so no list is throttled.
@@ -83,12 +87,16 @@ impl Loader {
             .map_err(PrefetchError::sql("reading the buffer pool load settings"))?
             .ok_or(PrefetchError::Page("the server reports no buffer pool load settings".into()))?;
         let path = dump_dir(&datadir, home.as_deref().unwrap_or("")).join(file);
-        let saved = match std::fs::read(&path) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(PrefetchError::BufferPoolFile { path, source }),
+        let read = |p: &Path| match std::fs::read(p) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(PrefetchError::BufferPoolFile { path: p.to_path_buf(), source }),
         };
+        let mut saved = read(&path)?;
         let backup = backup_path(&path);
+        if backup.exists() || lists_path(&path).exists() {
+            saved = recover(&path, saved, &say)?;
+        }
         let mut own_backup = false;
         if backup.exists() {
             say(format!("{} is there from an earlier run that did not finish; it is left as it is (it may hold the buffer pool dump that run replaced)", backup.display()));
@@ -142,6 +150,10 @@ impl Loader {
         for (s, p) in &self.recent {
             text.push_str(&format!("{s},{p}\n"));
         }
+        // Which lists are pileup's, written before the file is: a run
+        // killed after either write is recognised at the next start.
+        let mark = [&self.last[..], LISTS_APART, text.as_bytes()].concat();
+        pileup_files::write_private_bytes(&lists_path(&self.path), &mark)?;
         replace(&self.path, text.as_bytes())?;
         self.last = text.into_bytes();
         Ok(())
@@ -204,9 +216,55 @@ impl Loader {
         }
         if self.own_backup {
             let _ = std::fs::remove_file(backup_path(&self.path));
+            let _ = std::fs::remove_file(lists_path(&self.path));
         }
         Ok(())
     }
+}
+
+/// Between the two lists of `<file>.pileup-lists` (a page list has no `#`).
+const LISTS_APART: &[u8] = b"#\n";
+
+/// `<file>.pileup-lists`: the last two lists pileup wrote to the file.
+fn lists_path(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".pileup-lists");
+    PathBuf::from(s)
+}
+
+/// A run that did not finish (killed) left the server's dump aside in
+/// `<file>.pileup-saved`. When the file still holds one of that run's
+/// lists, the dump goes back into it now; when the server has written a
+/// dump there since, that one stands (and when there was no dump, the list
+/// is removed). Either way the copy and the lists are removed, and what the
+/// file holds now is returned. Without the lists (a run of an older
+/// pileup), nothing is touched.
+fn recover(path: &Path, now: Option<Vec<u8>>, say: &crate::config::Say) -> Result<Option<Vec<u8>>> {
+    let (backup, lists) = (backup_path(path), lists_path(path));
+    let Ok(mark) = std::fs::read(&lists) else { return Ok(now) };
+    let ours =
+        now.as_deref().is_some_and(|n| mark.split(|b| *b == b'#').any(|l| l.strip_prefix(b"\n").unwrap_or(l) == n));
+    let now = match (ours, std::fs::read(&backup)) {
+        (true, Ok(dump)) => {
+            replace(path, &dump)?;
+            say(format!(
+                "put the server's buffer pool dump back into {} from {}, where a run that did not finish left it",
+                path.display(),
+                backup.display()
+            ));
+            Some(dump)
+        }
+        // There was no dump: the list goes.
+        (true, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+        (true, Err(source)) => return Err(PrefetchError::BufferPoolFile { path: backup, source }),
+        (false, _) => now,
+    };
+    let _ = std::fs::remove_file(&backup);
+    let _ = std::fs::remove_file(&lists);
+    Ok(now)
 }
 
 fn backup_path(p: &Path) -> PathBuf {

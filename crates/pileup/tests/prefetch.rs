@@ -787,9 +787,36 @@ fn keys_map_to_their_leaves_and_the_buffer_pool_loads_them() {
         "{cold} → {warm} of {}",
         wanted.len()
     );
-    loader.finish().unwrap();
+    // A run killed (neither finished nor dropped): its list is left in the
+    // server's file, and the next start puts the server's dump back.
+    std::mem::forget(loader);
+    assert_ne!(std::fs::read(&bp_file).ok(), before, "the killed run's list is in the file");
+    let said = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let s2 = said.clone();
+    let mut again =
+        Loader::start(sb.connect().unwrap(), std::sync::Arc::new(move |m| s2.lock().unwrap().push(m))).unwrap();
+    assert_eq!(std::fs::read(&bp_file).ok(), before, "the dump is back at the next start");
+    assert!(said.lock().unwrap().iter().any(|m| m.contains("put the server's buffer pool dump back")), "{said:?}");
+    again.load(&wanted[..5]).unwrap();
+    again.finish().unwrap();
     assert_eq!(std::fs::read(&bp_file).ok(), before, "the server's buffer pool file is as it was");
-    assert!(!std::path::Path::new(&format!("{}.pileup-saved", bp_file.display())).exists());
+    for kept in ["pileup-saved", "pileup-lists"] {
+        assert!(!std::path::Path::new(&format!("{}.{kept}", bp_file.display())).exists(), "{kept} left");
+    }
+    // Killed again, and the server dumps its pool before the next start:
+    // its new dump stands.
+    let mut third = Loader::start(sb.connect().unwrap(), std::sync::Arc::new(|m| eprintln!("{m}"))).unwrap();
+    third.load(&wanted[..5]).unwrap();
+    std::mem::forget(third);
+    c.query_drop("SET GLOBAL innodb_buffer_pool_dump_now = ON").unwrap();
+    let t0 = Instant::now();
+    while std::fs::read(&bp_file).ok() == before || std::fs::read(&bp_file).unwrap_or_default().len() < 100 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the server never dumped its pool");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fresh = std::fs::read(&bp_file).ok();
+    Loader::start(sb.connect().unwrap(), std::sync::Arc::new(|m| eprintln!("{m}"))).unwrap().finish().unwrap();
+    assert_eq!(std::fs::read(&bp_file).ok(), fresh, "the server's newer dump stands");
 }
 
 /// `--warm pages` across a replica restart: the page mapper's connections
