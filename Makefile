@@ -99,7 +99,7 @@ test: toolchain style deploy-check
 	  if [ -n "$$skipped" ]; then echo "skipped:"; echo "$$skipped"; else echo "skipped: none"; fi; [ $$rc = 0 ] || exit $$rc
 	@# The soak's short form: four kills of each tool, checked (bench/soak runs the full one).
 	@rm -f target/soak-short.jsonl; PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) run --locked -q -p pileup-bench-drivers --bin soak-bench -- \
-	  --pileup target/debug/pileup --kills 32 --minutes 10 --record target/soak-short.jsonl
+	  --pileup target/debug/pileup --kills 36 --minutes 10 --record target/soak-short.jsonl
 
 # The fleet's parts: Prometheus rules checked and unit-tested, the Grafana
 # dashboards regenerated from their one source and checked against the

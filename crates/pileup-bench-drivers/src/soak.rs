@@ -11,6 +11,9 @@
 //!   unreadable;
 //! - `load`: the load resumed (`--resume`) after the kill gives the dumped
 //!   tables, checksum for checksum (`CHECKSUM TABLE`);
+//! - `prefetch --warm pages` on the replica: the server's buffer pool file
+//!   as it was before the round once the next prefetch has started and
+//!   stopped (it puts back what a killed run left aside);
 //! - `bench --sandbox`: no MariaDB or PostgreSQL server it started left
 //!   running (a process whose command line names its sandbox directory),
 //!   ten seconds after.
@@ -35,7 +38,8 @@ use pileup_bench_drivers::arg;
 use pileup_sandbox::{Options, Sandbox};
 
 /// The tools killed, each with its checks.
-const TOOLS: [&str; 8] = ["stacks-consistent", "stacks-passive", "lag", "locks", "memory", "watch", "load", "bench"];
+const TOOLS: [&str; 9] =
+    ["stacks-consistent", "stacks-passive", "lag", "locks", "memory", "watch", "load", "bench", "prefetch"];
 
 /// eBPF programs pileup loads, by name (what `locks` and `memory` attach).
 const PROGRAMS: [&str; 6] =
@@ -294,8 +298,11 @@ fn round(w: &World, tool: &str, seed: u64) -> Result<(u64, Left)> {
                 .chain([format!("{}/", w.scratch.join(format!("bench-{seed}")).display())])
                 .collect(),
         ),
+        "prefetch" => (&w.replica, prefetch_args(w)),
         _ => (&w.primary, load_args(w)?),
     };
+    let bp_file = w.replica.endpoint.dir.join("data/ib_buffer_pool");
+    let bp_before = std::fs::read(&bp_file).ok();
     // `bench --sandbox` starts its servers in a directory of the round's own.
     let sandboxes = w.scratch.join(format!("sandboxes-{seed}"));
     let mut child = Command::new(&w.pileup)
@@ -321,6 +328,7 @@ fn round(w: &World, tool: &str, seed: u64) -> Result<(u64, Left)> {
         "watch" => check_watch(&w.scratch.join(format!("watch-{seed}")), &mut left),
         "load" => check_load(w, &mut left)?,
         "bench" => left.servers = servers_left(&sandboxes),
+        "prefetch" => check_prefetch(w, &bp_file, bp_before.as_deref(), &mut left)?,
         _ => {}
     }
     Ok((at_ms, left))
@@ -334,6 +342,30 @@ fn watch_args(w: &World, seed: u64) -> Vec<String> {
         .map(|s| s.to_string())
         .chain(["--interval", "200ms", "--cooldown", "1s", "--trigger", "poll_ok > 0 for 200ms"].map(String::from))
         .collect()
+}
+
+fn prefetch_args(w: &World) -> Vec<String> {
+    let sock = w.replica.endpoint.socket.to_str().unwrap().to_string();
+    ["prefetch", "--warm", "pages", "--duration", "60s", "-S", &sock].map(String::from).to_vec()
+}
+
+/// The next prefetch, started and stopped cleanly (SIGTERM), leaves the
+/// server's buffer pool file as it was before the killed one.
+fn check_prefetch(w: &World, file: &Path, before: Option<&[u8]>, left: &mut Left) -> Result<()> {
+    let mut next = Command::new(&w.pileup)
+        .args(prefetch_args(w))
+        .args(["-u", "root"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(next.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    next.wait()?;
+    if std::fs::read(file).ok().as_deref() != before {
+        left.data_differences += 1;
+        left.notes.push(format!("{} is not the server's own after the next run", file.display()));
+    }
+    Ok(())
 }
 
 /// `load` of the dump into a database of its own, dropped first.
