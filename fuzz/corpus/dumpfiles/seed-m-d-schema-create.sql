@@ -1,1 +1,0 @@
-CREATE DATABASE `d` /*!40100 DEFAULT CHARACTER SET latin1 COLLATE latin1_swedish_ci */;

@@ -1,5 +1,0 @@
-/*!40101 SET NAMES binary*/;
-CREATE TABLE `v`(
-`id` int,
-`a` int
-)ENGINE=MyISAM;
