@@ -23,7 +23,7 @@ pub enum FileError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot write {}: it has no file name", .0.display())]
     NoFileName(PathBuf),
-    #[error("creating {}: {source}", path.display())]
+    #[error("creating {}: {source}{}", path.display(), hint(source))]
     CreateDir { path: PathBuf, source: std::io::Error },
 }
 

@@ -494,3 +494,67 @@ fn sandbox_stop_stops_the_server_on_its_directory_whatever_its_record_says() {
     }
     assert!(!base.join("rs").exists());
 }
+
+/// A full disk under `-o` and under a dump: one line naming the file and
+/// the fix, exit 1, the previous output left whole, and no dump presented
+/// complete.
+#[test]
+fn a_full_disk_is_one_line_and_the_previous_output_stays_whole() {
+    let fs = LoopFs::sized(32 << 20, "fullout");
+    let out = fs.mount.join("report.json");
+    std::fs::write(&out, b"{\"previous\": true}").unwrap();
+    let dir = scratch("fullout");
+    let log = dir.join("slow.log");
+    let mut text = String::new();
+    for i in 0..200 {
+        text += &format!(
+            "# Time: 261129 12:00:{:02}\n# User@Host: app[app] @ localhost []\n# Query_time: 0.001000  Lock_time: 0.000010  Rows_sent: 1  Rows_examined: {i}\nSET timestamp=1795953600;\nSELECT c{i} FROM t{i} WHERE id = {i};\n",
+            i % 60
+        );
+    }
+    std::fs::write(&log, text).unwrap();
+    let filler = fs.fill();
+    let o = pileup(&["digest", log.to_str().unwrap(), "-f", "json", "-o", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("report.json") && e.contains("disk is full") && !e.contains("os error"), "{e}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"{\"previous\": true}", "the previous report is whole");
+    // A dump on the full disk: it fails, and is not presented as a dump.
+    let sb = sandbox();
+    sb.sql("CREATE DATABASE full_d; CREATE TABLE full_d.t (id INT PRIMARY KEY, pad CHAR(200)); USE full_d; INSERT INTO full_d.t SELECT seq, REPEAT('x', 200) FROM seq_1_to_20000")
+        .unwrap();
+    let dump = fs.mount.join("dump");
+    let sock = sb.endpoint.socket.to_str().unwrap();
+    let o = pileup(&["dump", "-S", sock, "-u", "root", "--databases", "full_d", "-o", dump.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let last = e.trim().lines().last().unwrap_or("");
+    assert!(last.starts_with("pileup: ") && last.contains("disk is full") && !last.contains("os error"), "{e}");
+    assert!(!dump.join("pileup-dump.json").exists(), "a dump cut short has no manifest");
+    let again = pileup(&["load", dump.to_str().unwrap(), "-S", sock, "-u", "root", "--rename", "full_d:full_l"]);
+    assert!(stderr(&again).contains("not a complete pileup dump"), "{}", stderr(&again));
+    // The disk filling up in the middle of a dump: the same.
+    std::fs::remove_file(filler).unwrap();
+    std::fs::remove_dir_all(&dump).unwrap();
+    sb.sql("USE full_d; INSERT INTO full_d.t SELECT seq, REPEAT(MD5(seq), 6) FROM seq_20001_to_200000").unwrap();
+    let o = pileup(&[
+        "dump",
+        "-S",
+        sock,
+        "-u",
+        "root",
+        "--databases",
+        "full_d",
+        "--compress",
+        "none",
+        "-o",
+        dump.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let last = e.trim().lines().last().unwrap_or("");
+    assert!(last.starts_with("pileup: ") && last.contains("disk is full") && !last.contains("os error"), "{e}");
+    assert!(last.contains("is incomplete (no pileup-dump.json)"), "{e}");
+    assert!(!dump.join("pileup-dump.json").exists(), "a dump cut short has no manifest");
+}

@@ -1209,49 +1209,6 @@ fn a_flushing_storm_is_caught_within_a_second_of_its_onset_and_named_with_the_ch
     assert!(first - onset <= 1.0, "first stack {:.2} s after the storm began", first - onset);
 }
 
-/// A filesystem that cannot allocate space without writing it, as ext3,
-/// ZFS before 2.2 and NFSv3 cannot: ext4 without extents (its `fallocate`
-/// answers EOPNOTSUPP) in an image on a loop device, mounted under the
-/// tests' base directory; unmounted and removed when dropped.
-struct NoFallocateFs {
-    image: std::path::PathBuf,
-    mount: std::path::PathBuf,
-    loop_dev: String,
-}
-
-impl NoFallocateFs {
-    fn new(gib: u32) -> NoFallocateFs {
-        NoFallocateFs::sized(u64::from(gib) << 30, "nofalloc")
-    }
-
-    /// One of `bytes`, under a directory named for `what`.
-    fn sized(bytes: u64, what: &str) -> NoFallocateFs {
-        let base = it_base().join(format!("{what}-{}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap();
-        let (image, mount) = (base.join("fs.img"), base.join("mnt"));
-        std::fs::create_dir_all(&mount).unwrap();
-        std::fs::File::create(&image).unwrap().set_len(bytes).unwrap();
-        let run = |cmd: &str, args: &[&str]| {
-            let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (make deps)"));
-            assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
-        let img = image.to_str().unwrap();
-        run("mkfs.ext4", &["-q", "-F", "-O", "^extent,^64bit", img]);
-        let loop_dev = run("losetup", &["--find", "--show", img]);
-        run("mount", &[&loop_dev, mount.to_str().unwrap()]);
-        NoFallocateFs { image, mount, loop_dev }
-    }
-}
-
-impl Drop for NoFallocateFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
-        let _ = Command::new("losetup").args(["-d", &self.loop_dev]).status();
-        let _ = std::fs::remove_dir_all(self.image.parent().unwrap());
-    }
-}
-
 #[test]
 fn a_data_file_extension_is_named_with_its_file() {
     // The system tablespace grows by innodb_autoextend_increment (8 MB
@@ -1261,7 +1218,7 @@ fn a_data_file_extension_is_named_with_its_file() {
     // log of 1 GB), pages are written once (no doublewrite) and the load is
     // held at 4,000 inserts a second, so writers wait for nothing else on
     // the slow device.
-    let fs = NoFallocateFs::new(2);
+    let fs = LoopFs::no_fallocate(2);
     let sb = pileup_sandbox::Sandbox::start(pileup_sandbox::Options {
         base_dir: Some(fs.mount.clone()),
         cnf: [
@@ -1515,21 +1472,14 @@ fn a_long_capture_reads_the_sql_side_while_the_stall_lasts() {
 #[test]
 fn a_full_disk_under_the_history_is_said_once_and_polls_go_on() {
     let sb = sandbox();
-    let fs = NoFallocateFs::sized(64 << 20, "fulldisk");
+    let fs = LoopFs::sized(64 << 20, "fulldisk");
     let data = fs.mount.join("watch");
     let (mut child, rx) = watch(&sb, &data, &[]);
     let mut seen = vec![];
     assert!(wait_for(&rx, "poll", Duration::from_secs(20), &mut seen).is_some(), "{seen:?}");
     std::thread::sleep(Duration::from_secs(1));
     // Fill the filesystem (root writes into the reserved blocks too).
-    let filler = fs.mount.join("filler");
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let block = vec![0u8; 1 << 20];
-        while f.write_all(&block).is_ok() {}
-        let _ = f.sync_all();
-    }
+    let filler = fs.fill();
     let failed = wait_for(&rx, "store_failed", Duration::from_secs(30), &mut seen);
     let failed = failed.unwrap_or_else(|| panic!("no store_failed event: {seen:?}"));
     assert!(failed["error"].as_str().unwrap().to_lowercase().contains("full"), "{failed}");

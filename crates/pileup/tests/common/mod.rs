@@ -194,3 +194,62 @@ pub fn stop(go: Arc<AtomicBool>, handles: Vec<std::thread::JoinHandle<u64>>) -> 
     go.store(false, Ordering::Relaxed);
     handles.into_iter().map(|h| h.join().unwrap()).sum()
 }
+
+/// A small filesystem of its own, to fill (`sized`), or one that cannot
+/// allocate space without writing it (`no_fallocate`), as ext3,
+/// ZFS before 2.2 and NFSv3 cannot: ext4 without extents (its `fallocate`
+/// answers EOPNOTSUPP) in an image on a loop device, mounted under the
+/// tests' base directory; unmounted and removed when dropped.
+pub struct LoopFs {
+    image: std::path::PathBuf,
+    pub mount: std::path::PathBuf,
+    loop_dev: String,
+}
+
+impl LoopFs {
+    pub fn no_fallocate(gib: u32) -> LoopFs {
+        LoopFs::sized(u64::from(gib) << 30, "nofalloc")
+    }
+
+    /// One of `bytes`, under a directory named for `what`.
+    pub fn sized(bytes: u64, what: &str) -> LoopFs {
+        let base = it_base().join(format!("{what}-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let (image, mount) = (base.join("fs.img"), base.join("mnt"));
+        std::fs::create_dir_all(&mount).unwrap();
+        std::fs::File::create(&image).unwrap().set_len(bytes).unwrap();
+        let run = |cmd: &str, args: &[&str]| {
+            let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e} (make deps)"));
+            assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let img = image.to_str().unwrap();
+        run("mkfs.ext4", &["-q", "-F", "-O", "^extent,^64bit", img]);
+        let loop_dev = run("losetup", &["--find", "--show", img]);
+        run("mount", &[&loop_dev, mount.to_str().unwrap()]);
+        LoopFs { image, mount, loop_dev }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = Command::new("losetup").args(["-d", &self.loop_dev]).status();
+        let _ = std::fs::remove_dir_all(self.image.parent().unwrap());
+    }
+}
+
+impl LoopFs {
+    /// Fill it to the last block (root writes into the reserved ones too).
+    pub fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let filler = self.mount.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+        let small = vec![0u8; 4096];
+        while f.write_all(&small).is_ok() {}
+        let _ = f.sync_all();
+        filler
+    }
+}
