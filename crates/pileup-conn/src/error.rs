@@ -29,13 +29,17 @@ pub enum ConnError {
 impl ConnError {
     /// A failed connection to `at`, with what to check.
     pub(crate) fn connect(at: String, e: mysql::Error) -> ConnError {
+        // A read that timed out waiting for the server's greeting reads as
+        // EAGAIN ("Resource temporarily unavailable"): say what it means.
         let message = plain(&e);
+        let timed_out = message.contains("Resource temporarily unavailable") || message.contains("timed out");
+        let message = if timed_out { "the server did not answer (timed out)".to_string() } else { message };
         let hint = if message.contains("Access denied") {
             "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
         } else if message.contains("No such file") || message.contains("Connection refused") {
             "is the server running? point pileup at it with -S/--socket or -h/-P"
         } else if message.to_lowercase().contains("timed out") {
-            "the server did not answer in time; raise --connect-timeout or check the host"
+            "it may be hung or overloaded; raise --connect-timeout or check the server"
         } else {
             "check the connection options (see `pileup --help`)"
         };

@@ -109,6 +109,15 @@ impl ConnSpec {
 
     /// Connect with bounded connect, read and write times.
     pub fn connect(&self) -> Result<mysql::Conn> {
+        // The client waits for the server's greeting as long as for a
+        // statement: with statements allowed to run long (a dump's), a hung
+        // server would hold the connect for as long. A first connection
+        // bounded by the connect timeout finds a server that does not
+        // answer.
+        if self.query_timeout.is_some_and(|q| q > self.timeout) {
+            let probe = self.opts().read_timeout(Some(self.timeout)).write_timeout(Some(self.timeout));
+            drop(mysql::Conn::new(probe).map_err(|e| ConnError::connect(self.describe(), e))?);
+        }
         let mut conn = mysql::Conn::new(self.opts()).map_err(|e| ConnError::connect(self.describe(), e))?;
         // Bound every statement we run server-side too, not only our socket wait.
         let ms = self.query_timeout.unwrap_or(self.timeout).as_millis().max(1);

@@ -5,6 +5,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -557,4 +558,42 @@ fn a_full_disk_is_one_line_and_the_previous_output_stays_whole() {
     assert!(last.starts_with("pileup: ") && last.contains("disk is full") && !last.contains("os error"), "{e}");
     assert!(last.contains("is incomplete (no pileup-dump.json)"), "{e}");
     assert!(!dump.join("pileup-dump.json").exists(), "a dump cut short has no manifest");
+}
+
+/// A server that does not answer (stopped here with SIGSTOP, as a hung
+/// server looks): each tool that connects gives up within its connect
+/// timeout, in one line saying so, a dump too (whose statements may run
+/// for hours once connected).
+#[test]
+fn a_hung_server_is_one_line_within_the_connect_timeout() {
+    /// The server goes on when the test ends, however it ends.
+    struct Resumed(i32);
+    impl Drop for Resumed {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    let sb = sandbox();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let dir = scratch("hung");
+    let dump = dir.join("dump");
+    let pid = sb.pid() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let _resumed = Resumed(pid);
+    let runs: [&[&str]; 5] = [
+        &["top", "--once", "--pid", "none"],
+        &["dump", "--databases", "mysql", "-o", dump.to_str().unwrap()],
+        &["digest", "--slow-log-table"],
+        &["prefetch", "--duration", "2s"],
+        &["bench", "point-select", "--duration", "1s", "--threads", "1", "--rounds", "1"],
+    ];
+    for args in runs {
+        let t0 = Instant::now();
+        let o = pileup(&[args, &["-S", &sock, "-u", "root", "--connect-timeout", "2"]].concat());
+        let e = stderr(&o);
+        assert!(t0.elapsed() < Duration::from_secs(15), "{args:?} took {:?}", t0.elapsed());
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        let last = e.trim().lines().last().unwrap_or("");
+        assert!(last.contains("did not answer") && last.contains("--connect-timeout"), "{args:?}: {e}");
+    }
 }
