@@ -62,8 +62,8 @@ pub use symbolize::Frame;
 /// their state, and the files their system calls work on.
 pub mod process {
     pub use crate::proc::{
-        auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us, sched_times,
-        server_listening_on, server_socket, tids, FileIo, Listener, OsThread, SchedTimes,
+        alive, auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us,
+        sched_times, server_listening_on, server_socket, tids, FileIo, Listener, OsThread, SchedTimes,
     };
     pub use crate::regs::syscall_name;
 }

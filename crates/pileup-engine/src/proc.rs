@@ -167,6 +167,15 @@ pub fn tcp_listeners(text: &str) -> Vec<(u64, u16)> {
         .collect()
 }
 
+/// Is `pid` a live process? A process that exited but is not yet reaped
+/// (a zombie: its parent has not waited for it) is not: its threads and
+/// memory are gone.
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')').is_some_and(|(_, r)| !matches!(r.trim_start().chars().next(), Some('Z' | 'X')))
+    })
+}
+
 /// Check that `pid` exists and is a server (unless `any` is set).
 pub fn check_target(pid: i32, any: bool) -> Result<String, EngineError> {
     if !PathBuf::from(format!("/proc/{pid}")).exists() {

@@ -153,7 +153,7 @@ pub fn trace(
             set_period(&mut skel, period);
             (window_start, window_bytes) = (Instant::now(), 0);
         }
-        if !on_tick(started.elapsed()) || !std::path::Path::new(&format!("/proc/{}", opts.pid)).exists() {
+        if !on_tick(started.elapsed()) || !pileup_engine::process::alive(opts.pid) {
             break;
         }
     }

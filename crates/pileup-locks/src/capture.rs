@@ -9,7 +9,6 @@
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -188,7 +187,7 @@ pub fn trace(
             update_watched(&skel.maps.watched, &mut watched, watch())?;
         }
         on_tick(started.elapsed());
-        if !Path::new(&format!("/proc/{}", opts.pid)).exists() {
+        if !pileup_engine::process::alive(opts.pid) {
             break;
         }
     }

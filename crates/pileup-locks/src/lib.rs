@@ -363,6 +363,15 @@ pub fn run(
     if let Some(e) = known.sql_error {
         notes.push(e);
     }
+    // The window ends when the server does: said, so a short report is not
+    // read as a quiet server.
+    if !pileup_engine::process::alive(opts.pid) {
+        notes.push(format!(
+            "the server (pid {}) exited {:.1} s into the window; the report covers until then",
+            opts.pid,
+            elapsed.as_secs_f64()
+        ));
+    }
     let thread_ns = (elapsed.as_nanos() as u64).saturating_mul(threads.max(1) as u64);
     let locks = agg.finish(words, thread_ns, opts.top, |addr, taken_in| lock_name(&resolver, addr, taken_in));
     notes.extend(trace_notes(&counters, opts.stack_budget, unwind_stops, &locks, &resolver.exe));

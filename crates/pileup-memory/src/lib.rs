@@ -237,7 +237,7 @@ fn traced_run(
     if let Some(e) = malloc_error {
         return Err(e);
     }
-    if !std::path::Path::new(&format!("/proc/{}", o.pid)).exists() && !tl.notes.iter().any(|n| n.contains("exited")) {
+    if !pileup_engine::process::alive(o.pid) && !tl.notes.iter().any(|n| n.contains("exited")) {
         tl.notes.push(format!("the server exited at {:.1} s", g.elapsed_s));
     }
     let end_ns = pileup_engine::ebpf::monotonic_ns();

@@ -392,3 +392,27 @@ fn performance_schema_stands_in_where_ebpf_cannot_be_used() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("keeps no stacks") && e.contains("pprof") && e.lines().count() == 1, "{e}");
 }
+
+/// The server killed in the middle of the window: the trace ends within
+/// seconds with what it saw, and the report says the server exited and
+/// when.
+#[test]
+fn a_server_killed_mid_window_ends_the_trace_and_the_report_says_so() {
+    let _one = serial();
+    let sb = sandbox();
+    let pid = sb.pid().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["locks", "--pid", &pid, "--duration", "60s", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sb.pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(30), "the trace went on {:?} after the server died", t0.elapsed());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("the server (pid {pid}) exited")) && text.contains("covers until then"), "{text}");
+}

@@ -461,3 +461,26 @@ fn growth_renders_as_a_flame_graph_and_a_heap_profile() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&pb).unwrap().permissions().mode() & 0o777, 0o600);
 }
+
+/// The server killed while memory follows it: the run ends within seconds
+/// with what it saw, and the report says the server exited.
+#[test]
+fn a_server_killed_mid_run_ends_it_and_the_report_says_so() {
+    let _one = serial();
+    let sb = sandbox();
+    let pid = sb.pid().to_string();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["memory", "--pid", &pid, "--duration", "60s", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sb.pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(30), "memory went on {:?} after the server died", t0.elapsed());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("the server exited at"), "{text}");
+}
