@@ -97,12 +97,13 @@ pub struct WatchArgs {
     #[arg(long)]
     pub any_process: bool,
     /// Serve the derived metrics in Prometheus exposition format at
-    /// http://ADDR/metrics (e.g. 127.0.0.1:9104; port 0 picks a free one),
-    /// and with the server's pid two pprof profiles over N seconds (1-60;
-    /// one of each kind at a time), for go tool pprof, Parca or Pyroscope:
-    /// the server's stacks, on and off CPU, at /debug/pprof/profile?seconds=N
-    /// (no thread stopped), and its contended lock waits, as pileup locks
-    /// traces them, at /debug/pprof/locks?seconds=N (root, eBPF).
+    /// /metrics on [HOST:]PORT (a bare port is on loopback: 9104; port 0
+    /// picks a free one). With --listen-profiles and the server's pid, also
+    /// two pprof profiles over N seconds (1-60), for go tool pprof, Parca or
+    /// Pyroscope: the server's stacks, on and off CPU, at
+    /// /debug/pprof/profile?seconds=N (no thread stopped), and its contended
+    /// lock waits, as pileup locks traces them, at
+    /// /debug/pprof/locks?seconds=N (root, eBPF).
     #[arg(long, value_name = "[HOST:]PORT")]
     pub listen: Option<String>,
     /// Who may reach --listen, as Prometheus exporters say it: a web configuration file
