@@ -179,7 +179,7 @@ fn table(t: &Tally) -> String {
 /// A primary under sysbench load, its replica, a dump of a database of its
 /// own to load, and that database's checksums.
 fn setup(pileup: &Path) -> Result<World> {
-    let bpftool = Command::new("bpftool").arg("version").output();
+    let bpftool = Command::new(bpftool()).arg("version").output();
     anyhow::ensure!(
         bpftool.is_ok_and(|o| o.status.success()),
         "bpftool does not run (Debian's bpftool package; make deps installs it): the probe checks need it"
@@ -301,6 +301,7 @@ fn round(w: &World, tool: &str, seed: u64) -> Result<(u64, Left)> {
         "prefetch" => (&w.replica, prefetch_args(w)),
         _ => (&w.primary, load_args(w)?),
     };
+    let holders: Vec<i64> = programs().into_iter().flatten().collect();
     let bp_file = w.replica.endpoint.dir.join("data/ib_buffer_pool");
     let bp_before = std::fs::read(&bp_file).ok();
     // `bench --sandbox` starts its servers in a directory of the round's own.
@@ -323,7 +324,7 @@ fn round(w: &World, tool: &str, seed: u64) -> Result<(u64, Left)> {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
     child.wait()?;
     left.stopped_threads = stopped(server.pid());
-    left.probes = probes_left();
+    left.probes = probes_left(&holders);
     match tool {
         "watch" => check_watch(&w.scratch.join(format!("watch-{seed}")), &mut left),
         "load" => check_load(w, &mut left)?,
@@ -401,14 +402,41 @@ fn stopped(pid: u32) -> u64 {
     count()
 }
 
-/// pileup's eBPF programs still loaded ten seconds after the kill
-/// (`bpftool prog show`).
-fn probes_left() -> u64 {
-    let count = || -> u64 {
-        let out = Command::new("bpftool").args(["prog", "show", "--json"]).output();
-        let v: serde_json::Value =
-            out.ok().and_then(|o| serde_json::from_slice(&o.stdout).ok()).unwrap_or(serde_json::Value::Null);
-        v.as_array().map(|a| a.iter().filter(|p| PROGRAMS.iter().any(|n| p["name"] == *n)).count() as u64).unwrap_or(0)
+/// bpftool, on PATH or where Debian puts it (/usr/sbin is not on every
+/// user's PATH).
+fn bpftool() -> PathBuf {
+    let sbin = PathBuf::from("/usr/sbin/bpftool");
+    if sbin.exists() {
+        sbin
+    } else {
+        PathBuf::from("bpftool")
+    }
+}
+
+/// pileup's eBPF programs loaded now (`bpftool prog show`), each with the
+/// live processes bpftool says hold it.
+fn programs() -> Vec<Vec<i64>> {
+    let out = Command::new(bpftool()).args(["prog", "show", "--json"]).output();
+    let v: serde_json::Value =
+        out.ok().and_then(|o| serde_json::from_slice(&o.stdout).ok()).unwrap_or(serde_json::Value::Null);
+    let live = |pid: &i64| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| PROGRAMS.iter().any(|n| p["name"] == *n))
+        .map(|p| p["pids"].as_array().into_iter().flatten().filter_map(|h| h["pid"].as_i64()).filter(live).collect())
+        .collect()
+}
+
+/// pileup's eBPF programs still loaded ten seconds after the kill, but for
+/// those held by processes that held them before the round (another
+/// pileup on the host, not the tool killed): a program without a holder,
+/// or held by a process the round started (a child that outlived the
+/// tool), counts.
+fn probes_left(before: &[i64]) -> u64 {
+    let count = || {
+        programs().iter().filter(|holders| holders.is_empty() || holders.iter().any(|h| !before.contains(h))).count()
+            as u64
     };
     let t0 = Instant::now();
     while count() > 0 && t0.elapsed() < Duration::from_secs(10) {
