@@ -381,19 +381,10 @@ fn load_args(w: &World) -> Result<Vec<String>> {
 /// Server threads in a stop state, after half a second for the kernel to
 /// finish detaching.
 fn stopped(pid: u32) -> u64 {
+    let pid = pid as i32;
     let count = || {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| {
-                        std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| {
-                            s.rsplit_once(')')
-                                .is_some_and(|(_, r)| matches!(r.trim_start().chars().next(), Some('t' | 'T')))
-                        })
-                    })
-                    .count() as u64
-            })
-            .unwrap_or(0)
+        let tids = pileup_engine::process::tids(pid).unwrap_or_default();
+        tids.into_iter().filter(|t| matches!(pileup_engine::process::state(pid, *t), Some('t' | 'T'))).count() as u64
     };
     let t0 = Instant::now();
     while count() > 0 && t0.elapsed() < Duration::from_millis(500) {
@@ -457,9 +448,8 @@ fn servers_left(dir: &Path) -> u64 {
             .flatten()
             .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
             .filter(|e| {
-                let alive = std::fs::read_to_string(e.path().join("stat"))
-                    .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')));
-                alive
+                let pid = e.file_name().to_str().and_then(|n| n.parse().ok()).unwrap_or(0);
+                pileup_engine::process::alive(pid)
                     && std::fs::read(e.path().join("cmdline"))
                         .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(&inside))
             })

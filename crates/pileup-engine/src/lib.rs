@@ -63,7 +63,7 @@ pub use symbolize::Frame;
 pub mod process {
     pub use crate::proc::{
         alive, auto_pid, check_target, context_switches, cpu_seconds, is_server_name, os_thread, own_cpu_us,
-        sched_times, server_listening_on, server_socket, tids, FileIo, Listener, OsThread, SchedTimes,
+        sched_times, server_listening_on, server_socket, state, tids, FileIo, Listener, OsThread, SchedTimes,
     };
     pub use crate::regs::syscall_name;
 }

@@ -171,9 +171,10 @@ pub fn tcp_listeners(text: &str) -> Vec<(u64, u16)> {
 /// (a zombie: its parent has not waited for it) is not: its threads and
 /// memory are gone.
 pub fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')').is_some_and(|(_, r)| !matches!(r.trim_start().chars().next(), Some('Z' | 'X')))
-    })
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| parse_stat(&s))
+        .is_some_and(|s| !matches!(s.1, 'Z' | 'X'))
 }
 
 /// Check that `pid` exists and is a server (unless `any` is set).

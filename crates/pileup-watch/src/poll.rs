@@ -70,12 +70,6 @@ pub struct Poller {
     moved: Option<(i32, i32)>,
 }
 
-/// Is `pid` a live process (not a zombie)?
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
-}
-
 impl Poller {
     /// `timeout` bounds connecting and every query of a poll.
     pub fn new(mut spec: ConnSpec, pid: Option<i32>, timeout: Duration) -> Poller {
@@ -117,7 +111,7 @@ impl Poller {
     /// On a new connection: the process watched is gone, so the server
     /// answering is another one (restarted); find it.
     fn follow_restart(&mut self) {
-        let Some(old) = self.pid.filter(|p| !alive(*p)) else { return };
+        let Some(old) = self.pid.filter(|p| !pileup_engine::process::alive(*p)) else { return };
         if let Ok(new) = pileup_annotate::server_for(&self.spec) {
             if new != old {
                 self.pid = Some(new);

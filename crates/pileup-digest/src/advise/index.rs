@@ -19,7 +19,7 @@ use pileup_conn::ConnSpec;
 use serde_json::Value;
 
 use super::candidates::{self, Candidate, Read};
-use super::experiment::{Bar, Standing};
+use super::experiment::Standing;
 use super::kept::{self, Index, IndexNote, TableName};
 use super::plan::Plan;
 use super::session::Session;
@@ -619,39 +619,8 @@ fn timed(
     budget: Duration,
 ) -> Variant {
     let vs = [variants::Variant { change: change.into(), setup: vec![], sql: sql.into() }];
-    let mut a = Advice {
-        id: String::new(),
-        fingerprint: String::new(),
-        skipped: None,
-        optimization_ms: None,
-        execution_ms: None,
-        plan: None,
-        rows: None,
-        rounds: 0,
-        budget_spent: false,
-        variants: vec![Variant {
-            change: change.into(),
-            plan: None,
-            same_plan: false,
-            standing: None,
-            rounds: 0,
-            median_ms: None,
-            base_median_ms: None,
-            ratio: None,
-            ratio_interval: None,
-            saving_ms: None,
-            saving_s_per_hour: None,
-            same_rows: None,
-            error: None,
-        }],
-        best: None,
-    };
-    let bar = Bar {
-        ratio: 1.0 + o.min_gain,
-        min_ms: o.min_ms,
-        min_rounds: o.min_rounds.max(6),
-        max_rounds: o.max_rounds.max(o.min_rounds.max(6)),
-    };
+    let mut a = Advice::of(c, vec![Variant::untimed(change.into(), None, false, None)]);
+    let bar = o.bar();
     let e = measure(cp, before, &vs, &[0], &bar, budget, &mut a);
     if let Some(why) = a.skipped.take() {
         a.variants[0].error.get_or_insert(why);
@@ -766,7 +735,7 @@ fn finish_lists(srv: &mut Session, all: &[Class], indexes: &BTreeMap<TableName, 
             continue;
         }
         seen += 1;
-        let plan = (seen <= EXPLAINED_MAX).then(|| explain_any(srv, c)).flatten();
+        let plan = (seen <= EXPLAINED_MAX).then(|| explain_any(srv, c, verb, &fp)).flatten();
         let Some((db, sql, plan)) = plan else {
             incomplete.extend(named.into_iter().cloned());
             continue;
@@ -792,14 +761,10 @@ fn finish_lists(srv: &mut Session, all: &[Class], indexes: &BTreeMap<TableName, 
 }
 
 /// A class's sample explained on the server, with its database and text:
-/// reads and writes alike, never several statements or an executable
-/// comment.
-fn explain_any(srv: &mut Session, c: &Class) -> Option<(String, String, Value)> {
+/// reads and writes alike (`verb`, from the class's fingerprint `fp`),
+/// never several statements or an executable comment.
+fn explain_any(srv: &mut Session, c: &Class, verb: &str, fp: &str) -> Option<(String, String, Value)> {
     let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
-    let mut fp = Vec::new();
-    pileup_sql::fingerprint(sql.as_bytes(), &mut fp);
-    let fp = String::from_utf8_lossy(&fp);
-    let verb = fp.split([' ', '(']).find(|w| !w.is_empty()).unwrap_or("");
     if sql.trim().is_empty() || sql.contains("/*!") || sql.contains("/*M!") || fp.contains(';') {
         return None;
     }

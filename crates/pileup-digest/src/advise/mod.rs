@@ -84,6 +84,14 @@ impl Default for AdviseOptions {
     }
 }
 
+impl AdviseOptions {
+    /// The bar a variant is settled against.
+    fn bar(&self) -> Bar {
+        let min_rounds = self.min_rounds.max(6);
+        Bar { ratio: 1.0 + self.min_gain, min_ms: self.min_ms, min_rounds, max_rounds: self.max_rounds.max(min_rounds) }
+    }
+}
+
 /// One variant, and what the experiment made of it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Variant {
@@ -114,6 +122,28 @@ pub struct Variant {
     pub error: Option<String>,
 }
 
+impl Variant {
+    /// A variant before it is timed: its plan (if read) and whether it is
+    /// the statement's, or why it could not be read.
+    fn untimed(change: String, plan: Option<String>, same_plan: bool, error: Option<String>) -> Variant {
+        Variant {
+            change,
+            plan,
+            same_plan,
+            standing: None,
+            rounds: 0,
+            median_ms: None,
+            base_median_ms: None,
+            ratio: None,
+            ratio_interval: None,
+            saving_ms: None,
+            saving_s_per_hour: None,
+            same_rows: None,
+            error,
+        }
+    }
+}
+
 /// What the advisor found for one class.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Advice {
@@ -140,6 +170,25 @@ pub struct Advice {
 /// What the advisor says on MySQL, where it runs nothing.
 pub const MARIADB_ONLY: &str = "not run: the advisor is MariaDB's (it reads MariaDB's EXPLAIN FORMAT=JSON plans and \
      splits time with ANALYZE FORMAT=JSON, which MySQL does not have)";
+
+impl Advice {
+    /// Nothing found yet for class `c`, with these variants.
+    fn of(c: &Class, variants: Vec<Variant>) -> Advice {
+        Advice {
+            id: crate::report::id(&c.fingerprint),
+            fingerprint: String::from_utf8_lossy(&c.fingerprint).into_owned(),
+            skipped: None,
+            optimization_ms: None,
+            execution_ms: None,
+            plan: None,
+            rows: None,
+            rounds: 0,
+            budget_spent: false,
+            variants,
+            best: None,
+        }
+    }
+}
 
 /// Why a statement is not run: it is not a plain read.
 pub fn refuse(sql: &str) -> Option<&'static str> {
@@ -216,19 +265,7 @@ fn advise_one(
     progress: &mut dyn FnMut(&str),
 ) -> Advice {
     let sql = String::from_utf8_lossy(&c.sample.query).into_owned();
-    let mut a = Advice {
-        id: crate::report::id(&c.fingerprint),
-        fingerprint: String::from_utf8_lossy(&c.fingerprint).into_owned(),
-        skipped: None,
-        optimization_ms: None,
-        execution_ms: None,
-        plan: None,
-        rows: None,
-        rounds: 0,
-        budget_spent: false,
-        variants: vec![],
-        best: None,
-    };
+    let mut a = Advice::of(c, vec![]);
     if flavor != pileup_conn::Flavor::MariaDb {
         a.skipped = Some(MARIADB_ONLY.into());
         return a;
@@ -270,12 +307,7 @@ fn advise_one(
         return a;
     }
     progress(&format!("{}: timing the statement and {} variants with other plans", a.id, timed.len()));
-    let bar = Bar {
-        ratio: 1.0 + o.min_gain,
-        min_ms: o.min_ms,
-        min_rounds: o.min_rounds.max(6),
-        max_rounds: o.max_rounds.max(o.min_rounds.max(6)),
-    };
+    let bar = o.bar();
     let e = measure(s, &sql, &vs, &timed, &bar, o.budget, &mut a);
     if a.skipped.is_none() {
         judge(&mut a, &e, &timed, &bar, c, o);
@@ -308,21 +340,7 @@ fn explain_variants(
         if plan.is_some() && (!same_plan || optimizer_bound) {
             timed.push(a.variants.len());
         }
-        a.variants.push(Variant {
-            change: v.change.clone(),
-            plan: plan.map(|p| p.line()),
-            same_plan,
-            standing: None,
-            rounds: 0,
-            median_ms: None,
-            base_median_ms: None,
-            ratio: None,
-            ratio_interval: None,
-            saving_ms: None,
-            saving_s_per_hour: None,
-            same_rows: None,
-            error,
-        });
+        a.variants.push(Variant::untimed(v.change.clone(), plan.map(|p| p.line()), same_plan, error));
     }
     timed
 }
