@@ -29,6 +29,7 @@ mod options;
 pub mod output;
 pub mod plot;
 pub mod profile;
+pub mod recovery;
 pub mod report;
 pub mod syscalls;
 pub mod target;

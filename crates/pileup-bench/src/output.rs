@@ -50,3 +50,19 @@ impl pileup_output::Report for Experiments<'_> {
         Ok(())
     }
 }
+
+/// The crash-recovery experiment as the output layer writes it.
+impl pileup_output::Report for crate::recovery::RecoveryReport {
+    fn tool(&self) -> &'static str {
+        "bench"
+    }
+    fn text(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> std::io::Result<()> {
+        crate::recovery::report::text(self, w)
+    }
+    fn svg(&self, _o: &pileup_output::Options, w: &mut dyn Write) -> Option<std::io::Result<()>> {
+        Some(match crate::recovery::plot::svg(self) {
+            Ok(s) => w.write_all(s.as_bytes()),
+            Err(e) => Err(std::io::Error::other(format!("drawing the plot: {e}"))),
+        })
+    }
+}

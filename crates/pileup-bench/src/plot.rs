@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use crate::report::{rate, ExperimentReport};
 
-const COLORS: [RGBColor; 7] = [
+pub(crate) const COLORS: [RGBColor; 7] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -19,10 +19,19 @@ const COLORS: [RGBColor; 7] = [
 
 /// The plot as an SVG document.
 pub fn svg(r: &ExperimentReport) -> Result<String, String> {
+    svg_of(|root| draw(r, root))
+}
+
+/// An SVG document of the size every bench plot has, drawn by `draw`.
+pub(crate) fn svg_of(
+    draw: impl for<'a> FnOnce(
+        &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<<SVGBackend<'a> as DrawingBackend>::ErrorType>>,
+) -> Result<String, String> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (900, 560)).into_drawing_area();
-        draw(r, &root).map_err(|e| e.to_string())?;
+        draw(&root).map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(out)

@@ -149,11 +149,12 @@ pub fn sample(pid: i32, duration: Duration, sql: Option<SqlSource>) -> Result<Pr
 }
 
 /// Whether a frame label is the server binary's unnamed code.
-fn unnamed(label: &str) -> bool {
+pub(crate) fn unnamed(label: &str) -> bool {
     label == "??" || label.contains("+0x")
 }
 
-fn shares(counts: BTreeMap<String, usize>, total: usize) -> Vec<Share> {
+/// Counts as shares of `total`, the largest first, at most [`TOP`].
+pub(crate) fn shares(counts: BTreeMap<String, usize>, total: usize) -> Vec<Share> {
     let mut v: Vec<Share> =
         counts.into_iter().map(|(name, n)| Share { name, share: n as f64 / total.max(1) as f64 }).collect();
     v.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.name.cmp(&b.name)));

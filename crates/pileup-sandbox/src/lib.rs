@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use error::SandboxError;
 pub use pileup_conn::ConnSpec;
 
+mod crash;
 mod error;
 pub mod pg;
 pub mod planted;

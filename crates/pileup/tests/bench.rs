@@ -2,7 +2,8 @@
 //! real MariaDB sandbox and a real PostgreSQL cluster started by pileup,
 //! the plots checked by xmllint and rendered by Chromium, the knee's
 //! profile naming what the binary lets it name; the refusal of a server
-//! that is not a sandbox, and a server that dies mid-run.
+//! that is not a sandbox, and a server that dies mid-run; crash recovery
+//! timed on sandboxes killed under load.
 
 mod common;
 
@@ -403,6 +404,10 @@ fn bad_input_is_one_line() {
         (vec!["bench", "hot-row", "--sandbox", "-o", "x.csv"], "the extension names the format"),
         (vec!["bench", "compare", "a.json"], "compare takes two JSON results"),
         (vec!["bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"], "reading /nonexistent/a.json"),
+        (vec!["bench", "recovery", "--redo-sizes", "1M"], "--redo-sizes takes sizes of 4M or more"),
+        (vec!["bench", "recovery", "--dirty", "0"], "--dirty takes page counts of 1 or more"),
+        (vec!["bench", "recovery", "--redo-fill", "95"], "--redo-fill takes 1 to 90"),
+        (vec!["bench", "recovery", "--i-know"], "recovery kills its server: it runs only on sandboxes it starts"),
     ] {
         let r = pileup(&args);
         assert!(!r.status.success(), "{args:?}");
@@ -410,4 +415,117 @@ fn bad_input_is_one_line() {
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// Servers whose command line names a recovery sandbox's directory.
+fn recovery_servers(base: &std::path::Path) -> Vec<i32> {
+    let mut pids = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(&format!("{}/recovery-", base.display())) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn crash_recovery_is_timed_against_the_redo_and_dirty_pages_it_left_beside_flushed_first() {
+    let dir = scratch("bench-recovery");
+    let base = dir.join("sandboxes");
+    let out = dir.join("results/");
+    let r = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["bench", "recovery", "--redo-sizes", "8M,32M", "--dirty", "300", "--rounds", "2", "--rows", "30000"])
+        .args(["--format", "json", "-o", out.to_str().unwrap()])
+        .env("PILEUP_SANDBOX_DIR", &base)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "two redo sizes × killed under load and flushed first: {v:#}");
+    for p in points {
+        let crashes = p["crashes"].as_array().unwrap();
+        assert_eq!(crashes.len(), 2, "{p:#}");
+        let redo_log = p["redo_log_bytes"].as_u64().unwrap();
+        for c in crashes {
+            let answered = c["seconds_to_answer"].as_f64().unwrap();
+            assert!(answered > 0.0 && answered < 60.0, "{c:#}");
+            let log: Vec<&str> = c["phases"].as_array().unwrap().iter().map(|l| l["line"].as_str().unwrap()).collect();
+            assert!(log.iter().any(|l| l.contains("ready for connections")), "{log:?}");
+            if p["flushed"] == true {
+                assert_eq!(c["dirty_at_kill"], 0, "flushed first leaves no dirty page: {c:#}");
+                continue;
+            }
+            // Killed under load: the goal met, and the server's own log says
+            // it recovered from a checkpoint, with as much redo and as many
+            // pages as the status said were unwritten at the kill.
+            assert_eq!(c["reached"], true, "{c:#}");
+            assert!(c["dirty_at_kill"].as_u64().unwrap() >= 300, "{c:#}");
+            let age = c["checkpoint_age"].as_u64().unwrap();
+            assert!(age >= redo_log / 2 && age < redo_log, "half the log written since the checkpoint: {c:#}");
+            assert!(log.iter().any(|l| l.contains("Starting crash recovery from checkpoint")), "{log:?}");
+            let applied = c["redo_to_apply"].as_u64().unwrap();
+            // (A checkpoint between the last read and the kill may have
+            // moved it up, never by the whole log.)
+            assert!(applied >= age / 2, "the log applies the redo seen at the kill: {applied} against {age}");
+            assert!(c["pages_to_recover"].as_u64().unwrap() >= 150, "{c:#}");
+        }
+    }
+    // The figures agree with each other (the library's own check, on the
+    // JSON as written).
+    let report: pileup_bench::recovery::RecoveryReport = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(pileup_bench::recovery::disagreements(&report), Vec::<String>::new());
+    // The recovering server was sampled: its busy samples are classed and
+    // its unnamed code is said to be so.
+    let profiles = v["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 2, "{v:#}");
+    assert!(profiles.iter().all(|p| p["captures"].as_u64().unwrap() > 0), "{profiles:#?}");
+    assert!(profiles.iter().any(|p| p["running"].as_u64().unwrap() > 0), "{profiles:#?}");
+    // Every format written, 0600; the plot is SVG xmllint parses.
+    for f in ["recovery.json", "recovery.svg", "recovery.txt"] {
+        assert_eq!(std::fs::metadata(out.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+    }
+    let x = Command::new("xmllint").arg("--noout").arg(out.join("recovery.svg")).output().expect("xmllint");
+    assert!(x.status.success(), "{}", String::from_utf8_lossy(&x.stderr));
+    let text = std::fs::read_to_string(out.join("recovery.txt")).unwrap();
+    assert!(text.contains("killed under load") && text.contains("flushed first"), "{text}");
+    // Nothing left: no server, no sandbox directory.
+    assert_eq!(recovery_servers(&base), Vec::<i32>::new());
+    let left: Vec<_> =
+        std::fs::read_dir(&base).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("recovery-")), "{left:?}");
+}
+
+#[test]
+fn a_killed_recovery_run_leaves_no_server_running() {
+    let dir = scratch("bench-recovery-kill");
+    let base = dir.join("sandboxes");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["bench", "recovery", "--redo-sizes", "8M", "--dirty", "300", "--rounds", "50", "--rows", "30000"])
+        .args(["--format", "json"])
+        .env("PILEUP_SANDBOX_DIR", &base)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once its sandbox runs, mid-crash or mid-load.
+    let t0 = std::time::Instant::now();
+    while recovery_servers(&base).is_empty() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // A crash leaves no server for a moment: wait for the next one.
+    while recovery_servers(&base).is_empty() && t0.elapsed() < Duration::from_secs(90) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!recovery_servers(&base).is_empty(), "the run started its sandbox");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    while !recovery_servers(&base).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(recovery_servers(&base), Vec::<i32>::new(), "the sandbox's server dies with pileup");
 }

@@ -4,7 +4,7 @@
 //! every variant is measured at every thread count, `rounds` times.
 
 mod accept;
-mod common;
+pub(crate) mod common;
 mod durability;
 mod hot_row;
 mod point_select;

@@ -28,7 +28,11 @@ table-open    thousands of tables read through a table cache of 10, without stat
 point-select  primary-key lookups, autocommit against 10 per transaction; PostgreSQL plain and prepared\n  \
 range         100-row ranges returned or summed, innodb_thread_concurrency 0 and 8; PostgreSQL\n  \
 durability    one-row commits at each durability level, MariaDB beside PostgreSQL at the same one\n  \
-all           every experiment in turn\n\n\
+all           every experiment above in turn\n  \
+recovery      crash recovery: a server killed with SIGKILL under a write load, at each --redo-sizes and --dirty \
+page count with --redo-fill of the log written since its checkpoint, timed until it answers again, beside the same crash with the pages flushed first; the recovering \
+server's stacks are sampled without stopping it, and its log's recovery figures read as they are written. It \
+starts a sandbox of its own for each redo-log size and kills only those\n\n\
 The experiments create a schema (pileup_bench), write and churn connections, and set global variables for a \
 curve (put back afterwards). They run only on a pileup sandbox: --sandbox starts one (and a throwaway PostgreSQL \
 cluster for the comparisons), or point pileup at a sandbox with -S/-P; any other server is refused unless \
@@ -42,7 +46,7 @@ pileup bench all --sandbox --duration 5s --rounds 3 -o results/\n  \
 pileup bench compare before.json after.json")]
 pub struct BenchArgs {
     /// The experiment (hot-row, accept, table-open, point-select, range,
-    /// durability, all), or compare.
+    /// durability, all, recovery), or compare.
     #[arg(value_name = "EXPERIMENT")]
     pub what: String,
     /// For compare: the two JSON results.
@@ -86,9 +90,24 @@ pub struct BenchArgs {
     /// Tables of the table-open experiment.
     #[arg(long, default_value_t = 2000)]
     pub tables: u32,
-    /// Rows of the point-select, range and durability table.
-    #[arg(long, default_value_t = 100_000)]
-    pub rows: u32,
+    /// Rows of the point-select, range and durability table (default
+    /// 100000), and of recovery's (default: enough for its largest --dirty).
+    #[arg(long)]
+    pub rows: Option<u32>,
+    /// recovery: the redo-log sizes (innodb_log_file_size), a sandbox each.
+    #[arg(long, value_delimiter = ',', default_value = "64M,256M", value_parser = super::parse_bytes)]
+    pub redo_sizes: Vec<u64>,
+    /// recovery: the dirty pages the write load reaches before each kill.
+    #[arg(long, value_delimiter = ',', default_value = "1000,8000")]
+    pub dirty: Vec<u64>,
+    /// recovery: killed under load, the load runs until the redo since the
+    /// last checkpoint is this share of the redo log (percent, 1-90).
+    #[arg(long, default_value_t = 50, value_name = "PCT")]
+    pub redo_fill: u32,
+    /// recovery: how long the write load may run to reach a --dirty count
+    /// (a small redo log's checkpoints may keep it below).
+    #[arg(long, default_value = "120s", value_parser = super::parse_duration)]
+    pub fill_within: Duration,
     /// The server's process id on this host (for its CPU and the profile),
     /// "auto" for the one serving the connection, or "none".
     #[arg(long, default_value = "auto", value_name = "PID|auto|none")]
@@ -163,6 +182,9 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
     if a.what == "compare" {
         return compare(&a);
     }
+    if a.what == "recovery" {
+        return recovery(&a);
+    }
     let names = check_bench_args(&a)?;
     let outputs = outputs(&a.output, names.len())?;
     let format = a.out.format();
@@ -188,13 +210,13 @@ pub fn run(a: BenchArgs, conn: &ConnOptions) -> Result<()> {
                 // Partial results are kept as they come: a run that stops
                 // still leaves every point measured.
                 if let pileup_bench::Event::Point { report } = e {
-                    let _ = write_outputs(report, &outputs, false);
+                    let _ = write_outputs(*report, &report.experiment, &outputs, false);
                 }
             },
         );
         sink.finish();
         let r = r.with_context(|| format!("pileup bench {}", name.as_str()))?;
-        write_outputs(&r, &outputs, true)?;
+        write_outputs(&r, &r.experiment, &outputs, true)?;
         if let Some(why) = &r.stopped {
             failed = Some(format!(
                 "pileup bench {} stopped: {why}; the points measured before are in the results",
@@ -224,7 +246,7 @@ fn check_bench_args(a: &BenchArgs) -> Result<Vec<Name>> {
         w => match Name::parse(w) {
             Some(n) => vec![n],
             None => super::usage!(
-                "no experiment \"{w}\": choose hot-row, accept, table-open, point-select, range, durability, all or compare"
+                "no experiment \"{w}\": choose hot-row, accept, table-open, point-select, range, durability, all, recovery or compare"
             ),
         },
     };
@@ -255,7 +277,7 @@ fn bench_options(a: &BenchArgs) -> pileup_bench::Options {
         rounds: a.rounds,
         profile: !a.no_profile,
         tables: a.tables.max(1),
-        rows: a.rows.max(200),
+        rows: a.rows.unwrap_or(100_000).max(200),
         // Ctrl-C ends the window running; the settings changed are put
         // back and the points measured are reported.
         stop: Some(super::stop_on_signals()),
@@ -361,7 +383,7 @@ fn outputs(paths: &[PathBuf], experiments: usize) -> Result<Vec<Out>> {
 
 /// Write a report to every output: the JSON as each point comes, the text
 /// and the plot once the run is done.
-fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
+fn write_outputs<R: pileup_output::Report>(r: &R, name: &str, outs: &[Out], done: bool) -> Result<()> {
     let write = |path: &Path, format: Format| -> Result<()> {
         if format != Format::Json && !done {
             return Ok(());
@@ -374,7 +396,7 @@ fn write_outputs(r: &ExperimentReport, outs: &[Out], done: bool) -> Result<()> {
             Out::File(p, format) => write(p, *format)?,
             Out::Dir(d) => {
                 for format in [Format::Json, Format::Svg, Format::Text] {
-                    write(&d.join(format!("{}.{}", r.experiment, format.extension())), format)?;
+                    write(&d.join(format!("{name}.{}", format.extension())), format)?;
                 }
             }
         }
@@ -396,4 +418,46 @@ fn compare(a: &BenchArgs) -> Result<()> {
     let c = pileup_bench::compare::compare(&read(x)?, &read(y)?).map_err(|e| anyhow::anyhow!(e))?;
     let format = if a.out.json() { Format::Json } else { Format::Text };
     crate::output::emit(&c, &[(None, format)], &Default::default())
+}
+
+/// `bench recovery`: its own sandboxes, one per redo-log size; the report
+/// written as each point is measured.
+fn recovery(a: &BenchArgs) -> Result<()> {
+    if !a.files.is_empty() {
+        super::usage!("unexpected argument {}: only compare takes files", a.files[0].display());
+    }
+    if a.i_know || a.pg.is_some() {
+        super::usage!("recovery kills its server: it runs only on sandboxes it starts (no --i-know, no --pg)");
+    }
+    let o = pileup_bench::recovery::RecoveryOptions {
+        redo_sizes: a.redo_sizes.clone(),
+        dirty: a.dirty.clone(),
+        rounds: a.rounds,
+        rows: a.rows.map(u64::from),
+        redo_fill_pct: a.redo_fill,
+        fill_within: a.fill_within,
+        profile: !a.no_profile,
+        stop: Some(super::stop_on_signals()),
+        ..Default::default()
+    };
+    o.check().map_err(super::Usage)?;
+    let outputs = outputs(&a.output, 1)?;
+    let format = a.out.format();
+    let mut sink = crate::output::Sink::new(false, Some("{spinner} {msg}"));
+    let r = pileup_bench::recovery::run(&o, &mut |e: &pileup_bench::recovery::Event| {
+        sink.event(e);
+        if let pileup_bench::recovery::Event::Point { report } = e {
+            let _ = write_outputs(*report, "recovery", &outputs, false);
+        }
+    });
+    sink.finish();
+    let r = r.context("pileup bench recovery")?;
+    write_outputs(&r, "recovery", &outputs, true)?;
+    crate::output::emit(&r, &[(None, format)], &Default::default())?;
+    match &r.stopped {
+        Some(why) => {
+            Err(anyhow::anyhow!("pileup bench recovery stopped: {why}; the points measured before are in the results"))
+        }
+        None => Ok(()),
+    }
 }

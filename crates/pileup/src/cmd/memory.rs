@@ -80,7 +80,7 @@ pub struct MemoryArgs {
     pub focus: Option<String>,
     /// With --focus: bytes between a thread's allocation samples (K, M, G
     /// suffixes).
-    #[arg(long, default_value = "512K", value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, default_value = "512K", value_name = "BYTES", value_parser = super::parse_bytes)]
     pub malloc_every: u64,
     #[command(flatten)]
     pub out: OutputArgs,
@@ -148,30 +148,4 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     sink.sink.finish();
     emit(&r?, &targets, &Options::default())?;
     Ok(())
-}
-
-/// A byte count: digits with an optional K, M or G (powers of 1024).
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    match num.trim().parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n * mult),
-        _ => Err(format!("'{s}': expected a byte count such as 65536, 512K or 4M")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn byte_counts_take_suffixes() {
-        assert_eq!(super::parse_bytes("512K"), Ok(512 << 10));
-        assert_eq!(super::parse_bytes("4m"), Ok(4 << 20));
-        assert_eq!(super::parse_bytes("65536"), Ok(65536));
-        assert!(super::parse_bytes("0").is_err() && super::parse_bytes("x").is_err());
-    }
 }

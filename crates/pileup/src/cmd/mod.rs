@@ -133,6 +133,21 @@ pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
     b
 }
 
+/// A byte count: digits with an optional K, M or G (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    match num.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n * mult),
+        _ => Err(format!("'{s}': expected a byte count such as 65536, 512K or 4M")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -143,5 +158,13 @@ mod tests {
         assert_eq!(super::parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(super::parse_duration("fast").is_err());
         assert!(super::parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn byte_counts_take_suffixes() {
+        assert_eq!(super::parse_bytes("512K"), Ok(512 << 10));
+        assert_eq!(super::parse_bytes("4m"), Ok(4 << 20));
+        assert_eq!(super::parse_bytes("65536"), Ok(65536));
+        assert!(super::parse_bytes("0").is_err() && super::parse_bytes("x").is_err());
     }
 }
