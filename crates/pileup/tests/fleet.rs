@@ -999,3 +999,51 @@ fn profiles_are_off_unless_asked_and_refused_on_an_open_address_without_tls() {
     let (status, body) = get(&format!("{base}/metrics"));
     assert!(status == 200 && body.contains("pileup_polls_total"), "{body}");
 }
+
+/// The ship queue on a disk with no room for an archive (a filesystem of
+/// its own under DATA_DIR/ship, filled): the capture is written and kept on
+/// local disk, the refusal is one line naming the queue and the fix,
+/// nothing half-packed is left in the queue, watch goes on, and once there
+/// is room the next capture ships.
+#[test]
+fn a_full_disk_under_the_ship_queue_keeps_the_capture_local_and_ships_once_there_is_room() {
+    let sb = sandbox();
+    let scratch = scratch("ship-full");
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    let fs = LoopFs::sized(32 << 20, "shipfull");
+    let data = scratch.join("watch");
+    std::fs::create_dir_all(&data).unwrap();
+    std::os::unix::fs::symlink(&fs.mount, data.join("ship")).unwrap();
+    let args = ["--interval", "500ms", "--cooldown", "2s", "--trigger", "threads_connected > 6 for 1s"];
+    let ship = ["--ship", "s3://captures/fleet", "--ship-host", "db1", "--min-free-mib", "1"];
+    let (mut watch, rx) =
+        watch_events(&sb, &data, &[&args[..], &ship[..]].concat(), |cmd| with_store(cmd, &s3, S3_SECRET));
+    // The queue works on that disk while it has room.
+    provoke(&sb, &rx);
+    next_ship(&rx, "shipped", Duration::from_secs(60));
+    let filler = fs.fill();
+    std::thread::sleep(Duration::from_secs(3));
+    let captured = provoke(&sb, &rx);
+    let refused = next_ship(&rx, "not_queued", Duration::from_secs(60));
+    let error = refused["error"].as_str().unwrap();
+    assert!(!error.contains('\n'), "{error}");
+    assert!(error.contains("not queued for the store (the capture stays on local disk"), "{error}");
+    assert!(error.contains("free space or lower --min-free-mib"), "{error}");
+    assert!(error.starts_with(&data.join("ship").display().to_string()), "names the queue: {error}");
+    let kept = PathBuf::from(refused["capture_dir"].as_str().unwrap());
+    assert_eq!(captured["dir"].as_str().map(PathBuf::from), Some(kept.clone()), "{captured}");
+    assert!(kept.join("evidence.json").is_file(), "the capture is kept on local disk");
+    let queue: Vec<String> = std::fs::read_dir(data.join("ship"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "filler" && n != "lost+found")
+        .collect();
+    assert_eq!(queue, Vec::<String>::new(), "nothing half-packed in the queue");
+    assert!(watch.0.try_wait().unwrap().is_none(), "watch goes on");
+    // Room again: the next capture ships.
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    provoke(&sb, &rx);
+    let shipped = next_ship(&rx, "shipped", Duration::from_secs(60));
+    assert_ne!(shipped["capture_dir"].as_str().map(PathBuf::from), Some(kept), "{shipped}");
+}

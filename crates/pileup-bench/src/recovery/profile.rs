@@ -26,8 +26,14 @@ fn class(c: &Counted) -> &'static str {
     }
 }
 
-/// Reduce the profiles of a point's crashes.
-pub(crate) fn reduce(profiles: &[Profile], redo_log_bytes: u64, dirty_target: u64) -> RecoveryProfile {
+/// Reduce the profiles of a point's sampled crashes (`seconds_to_answer`:
+/// the sampled start's).
+pub(crate) fn reduce(
+    profiles: &[Profile],
+    redo_log_bytes: u64,
+    dirty_target: u64,
+    seconds_to_answer: f64,
+) -> RecoveryProfile {
     let captures = profiles.iter().map(|p| p.stops.samples).sum();
     let (mut innermost, mut server_fn, mut classes) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     let (mut thread_samples, mut running, mut disk_state, mut unnamed_n) = (0, 0, 0, 0);
@@ -66,6 +72,7 @@ pub(crate) fn reduce(profiles: &[Profile], redo_log_bytes: u64, dirty_target: u6
     RecoveryProfile {
         redo_log_bytes,
         dirty_target,
+        seconds_to_answer,
         captures,
         thread_samples,
         running,

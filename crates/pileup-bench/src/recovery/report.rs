@@ -33,7 +33,7 @@ pub struct RecoveryReport {
     pub rounds: u32,
     pub points: Vec<RecoveryPoint>,
     /// What the recovering server spent its time on: for each redo-log
-    /// size, the crashes under load at its most dirty pages.
+    /// size, one more crash under load at its most dirty pages, sampled.
     pub profiles: Vec<RecoveryProfile>,
     pub findings: Vec<String>,
     pub notes: Vec<String>,
@@ -95,7 +95,10 @@ pub struct Phase {
 pub struct RecoveryProfile {
     pub redo_log_bytes: u64,
     pub dirty_target: u64,
-    /// Captures taken (all crashes of the point) and thread-samples in them.
+    /// The sampled start's time to answer (not one of the point's: sampling
+    /// takes CPU the server would have had).
+    pub seconds_to_answer: f64,
+    /// Captures taken and thread-samples in them.
     pub captures: usize,
     pub thread_samples: usize,
     /// Thread-samples running on a CPU, and in uninterruptible sleep (the disk).
@@ -307,9 +310,10 @@ fn profile_text(p: &RecoveryProfile, w: &mut dyn Write) -> std::io::Result<()> {
     let busy = p.running + p.disk_state;
     writeln!(
         w,
-        "Recovering server, redo {} at {} dirty pages: {} captures, {} thread-samples; {} on a CPU, {} in the disk (state D)",
+        "Recovering server, redo {} at {} dirty pages (one more crash, sampled every 10 ms: {:.2} s to answer): {} captures, {} thread-samples; {} on a CPU, {} in the disk (state D)",
         mib(p.redo_log_bytes),
         p.dirty_target,
+        p.seconds_to_answer,
         p.captures,
         p.thread_samples,
         p.running,
@@ -404,6 +408,7 @@ pub(crate) mod tests {
         r.profiles.push(RecoveryProfile {
             redo_log_bytes: 1,
             dirty_target: 1,
+            seconds_to_answer: 0.5,
             captures: 3,
             thread_samples: 10,
             running: 4,
