@@ -16,6 +16,7 @@
 mod context;
 mod error;
 pub mod mycnf;
+pub mod watchdog;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{bail, Ctx, DumpError, Result};
 use mysql::prelude::Queryable;
+use pileup_conn::watchdog::{Watchdog, Watched};
 use pileup_conn::ConnSpec;
 
 use crate::chunk::{self, Range};
@@ -52,6 +53,11 @@ pub struct DumpOptions {
     /// session `long_query_time`): for copies whose reads would otherwise
     /// be taken for the application's by the next digest of that log.
     pub unlogged: bool,
+    /// Probe the server this often on connections of its own while the
+    /// dump runs, and cut the dump's statements off when it stops
+    /// answering (two probes in a row with no answer within the connect
+    /// timeout): its statements may otherwise wait as long as their bound.
+    pub watchdog: Option<std::time::Duration>,
 }
 
 /// What the dump reports as it goes.
@@ -129,8 +135,26 @@ fn prepare_dir(o: &DumpOptions) -> Result<()> {
 
 pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Result<Manifest> {
     prepare_dir(o)?;
+    let dog = o.watchdog.map(|every| Watchdog::start(spec, every, 2));
+    let r = dump_watched(spec, o, on, dog.as_ref());
+    match dog.as_ref().and_then(Watchdog::hung) {
+        Some(why) if r.is_err() => {
+            let marker = if o.format == Format::Pileup { MANIFEST } else { "metadata" };
+            Err(DumpError::Failed(format!("{why}; the dump in {} is incomplete (no {marker})", o.dir.display())))
+        }
+        _ => r,
+    }
+}
+
+fn dump_watched(
+    spec: &ConnSpec,
+    o: &DumpOptions,
+    on: &mut dyn FnMut(Event),
+    dog: Option<&Watchdog>,
+) -> Result<Manifest> {
     let mut m = Manifest { format: FORMAT.into(), started: now_unix(), where_: o.where_.clone(), ..Default::default() };
     let mut c = spec.connect()?;
+    let mut watched: Vec<Watched> = dog.map(|d| d.watch(&c)).into_iter().collect();
     let unlogged = |c: &mut mysql::Conn| {
         if o.unlogged {
             pileup_conn::keep_out_of_slow_log(c);
@@ -157,6 +181,7 @@ pub fn dump(spec: &ConnSpec, o: &DumpOptions, on: &mut dyn FnMut(Event)) -> Resu
         let mut w = spec.connect()?;
         session(&mut w)?;
         unlogged(&mut w);
+        watched.extend(dog.map(|d| d.watch(&w)));
         conns.push(w);
     }
     let mariadb = flavor == pileup_conn::Flavor::MariaDb;

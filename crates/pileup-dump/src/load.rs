@@ -22,8 +22,9 @@ use pileup_output::plural;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
-use crate::error::{bail, Ctx, Result};
+use crate::error::{bail, Ctx, DumpError, Result};
 use mysql::prelude::Queryable;
+use pileup_conn::watchdog::Watchdog;
 use pileup_conn::ConnSpec;
 
 use crate::indexes::Deferred;
@@ -53,6 +54,11 @@ pub struct LoadOptions {
     /// secondary indexes in one `ALTER TABLE` after their data (see
     /// [`crate::indexes`]).
     pub indexes_after_data: bool,
+    /// Probe the server this often on connections of its own while the
+    /// load runs, and cut its statements off when it stops answering (two
+    /// probes in a row with no answer within the connect timeout): an
+    /// index build may run for hours, so their own bound is long.
+    pub watchdog: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -201,12 +207,22 @@ fn check_renames<'a>(o: &LoadOptions, dumped: impl Iterator<Item = &'a str> + Cl
 }
 
 pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
-    if !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists() {
-        return load_mydumper(spec, o, on);
+    let dog = o.watchdog.map(|every| Arc::new(Watchdog::start(spec, every, 2)));
+    let mydumper = !o.dir.join(MANIFEST).exists() && o.dir.join("metadata").exists();
+    let r = if mydumper { load_mydumper(spec, o, on, dog.as_ref()) } else { load_pileup(spec, o, on, dog.as_ref()) };
+    match dog.as_ref().and_then(|d| d.hung()) {
+        Some(why) if r.is_err() => Err(DumpError::Failed(format!(
+            "{why}; the load stopped with the chunks loaded so far kept (pileup load --resume goes on from them)"
+        ))),
+        _ => r,
     }
+}
+
+fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog: Option<&Arc<Watchdog>>) -> Result<()> {
     let m = read_manifest(&o.dir)?;
     check_renames(o, m.databases.iter().map(|d| d.name.as_str()))?;
     let mut c = spec.connect()?;
+    let _watched = dog.map(|d| d.watch(&c));
     session(&mut c, o)?;
     c.query_drop("SET NAMES utf8mb4")?;
 
@@ -235,6 +251,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
     let failed = pool(
         spec,
         o,
+        dog,
         jobs.clone(),
         move |w, &(i, k)| {
             let loaded = load_chunk(w, &oo, &mm, i, k)?;
@@ -278,7 +295,7 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
         format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
     })?;
     if o.verify {
-        verify(spec, o, &m, jobs.into_iter().filter(|j| !bad.contains(&j.0)).collect(), on)?;
+        verify(spec, o, dog, &m, jobs.into_iter().filter(|j| !bad.contains(&j.0)).collect(), on)?;
     }
     Ok(())
 }
@@ -350,6 +367,7 @@ type Failed = Vec<((usize, usize), crate::error::DumpError)>;
 fn pool<R: Send + 'static>(
     spec: &ConnSpec,
     o: &LoadOptions,
+    dog: Option<&Arc<Watchdog>>,
     jobs: Vec<(usize, usize)>,
     f: impl Fn(&mut mysql::Conn, &(usize, usize)) -> Result<R> + Send + Sync + 'static,
     mut each: impl FnMut((usize, usize), R),
@@ -364,7 +382,9 @@ fn pool<R: Send + 'static>(
         let mut w = spec.connect()?;
         session(&mut w, o)?;
         let (plan, f, gone, tx, spec, o) = (plan.clone(), f.clone(), gone.clone(), tx.clone(), spec.clone(), o.clone());
+        let dog = dog.cloned();
         handles.push(std::thread::spawn(move || {
+            let mut _watched = dog.as_ref().map(|d| d.watch(&w));
             while !gone.load(Ordering::Relaxed) {
                 let Some(job) = Plan::next(&plan) else { break };
                 let r = f(&mut w, &job);
@@ -380,7 +400,10 @@ fn pool<R: Send + 'static>(
                             .map_err(crate::error::DumpError::from)
                             .and_then(|mut c| session(&mut c, &o).map(|_| c))
                         {
-                            Ok(c) => w = c,
+                            Ok(c) => {
+                                w = c;
+                                _watched = dog.as_ref().map(|d| d.watch(&w));
+                            }
                             Err(_) => {
                                 gone.store(true, Ordering::Relaxed);
                                 plan.1.notify_all();
@@ -471,6 +494,7 @@ fn failures(noun: (&str, &str), what: &str, failed: Failed, name: impl Fn(usize)
 fn verify(
     spec: &ConnSpec,
     o: &LoadOptions,
+    dog: Option<&Arc<Watchdog>>,
     m: &Arc<Manifest>,
     jobs: Vec<(usize, usize)>,
     on: &mut dyn FnMut(Event),
@@ -481,6 +505,7 @@ fn verify(
     let failed = pool(
         spec,
         o,
+        dog,
         jobs,
         move |w, &(i, k)| {
             w.query_drop("SET NAMES binary")?;
@@ -525,7 +550,12 @@ fn verify(
 /// A directory mydumper wrote: databases, tables, data in parallel
 /// (largest file first), then routines and events, views (in rounds, each
 /// after the views it reads) and triggers, as myloader orders them.
-fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Result<()> {
+fn load_mydumper(
+    spec: &ConnSpec,
+    o: &LoadOptions,
+    on: &mut dyn FnMut(Event),
+    dog: Option<&Arc<Watchdog>>,
+) -> Result<()> {
     if o.resume || o.verify {
         bail!(
             "--resume and --verify need the row counts of a pileup dump's manifest; {} was written by mydumper",
@@ -535,6 +565,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     let s = crate::mydumper::scan(&o.dir)?;
     check_renames(o, s.databases.iter().map(String::as_str))?;
     let mut c = spec.connect()?;
+    let _watched = dog.map(|d| d.watch(&c));
     session(&mut c, o)?;
     let mut skip_tables = vec![];
     let names = s.tables.iter().map(|(d, t, _)| (d, t)).chain(s.views.iter().map(|(d, v, _)| (d, v)));
@@ -583,6 +614,7 @@ fn load_mydumper(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) ->
     let failed = pool(
         spec,
         o,
+        dog,
         jobs,
         move |w, &(i, _)| {
             w.query_drop("SET NAMES binary")?;

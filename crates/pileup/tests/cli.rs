@@ -560,19 +560,22 @@ fn a_full_disk_is_one_line_and_the_previous_output_stays_whole() {
     assert!(!dump.join("pileup-dump.json").exists(), "a dump cut short has no manifest");
 }
 
+/// A server stopped with SIGSTOP here goes on when the test ends, however
+/// it ends.
+struct Resumed(i32);
+
+impl Drop for Resumed {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
 /// A server that does not answer (stopped here with SIGSTOP, as a hung
 /// server looks): each tool that connects gives up within its connect
 /// timeout, in one line saying so, a dump too (whose statements may run
 /// for hours once connected).
 #[test]
 fn a_hung_server_is_one_line_within_the_connect_timeout() {
-    /// The server goes on when the test ends, however it ends.
-    struct Resumed(i32);
-    impl Drop for Resumed {
-        fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGCONT);
-        }
-    }
     let sb = sandbox();
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
     let dir = scratch("hung");
@@ -596,4 +599,84 @@ fn a_hung_server_is_one_line_within_the_connect_timeout() {
         let last = e.trim().lines().last().unwrap_or("");
         assert!(last.contains("did not answer") && last.contains("--connect-timeout"), "{args:?}: {e}");
     }
+}
+
+/// The server stops answering while a dump's or a load's statements run
+/// (their own bound is a day): the watchdog's probes find it within two
+/// connect timeouts and five seconds apart, the statements are cut off,
+/// the run ends in one line saying so, and nothing is presented whole: the
+/// dump has no manifest, and the load goes on with --resume to a copy
+/// identical by CHECKSUM TABLE.
+#[test]
+fn a_server_that_hangs_mid_dump_or_mid_load_is_cut_off_in_one_line() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let sb = sandbox();
+    sb.sql(
+        "CREATE DATABASE h; USE h; CREATE TABLE t (id INT PRIMARY KEY, pad CHAR(200)) ENGINE=InnoDB;
+         INSERT INTO t SELECT seq, REPEAT(CHAR(65 + seq % 26), 200) FROM seq_1_to_600000",
+    )
+    .unwrap();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let dir = scratch("hung-mid");
+    let pid = sb.pid() as i32;
+    let conn = ["-S", &sock, "-u", "root", "--connect-timeout", "2", "--json"];
+    // Run pileup; stop the server at its first chunk; the run must end.
+    let cut = |args: &[&str]| -> String {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+            .args(args)
+            .args(conn)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let _ = out.lines().map_while(Result::ok).find(|l| l.contains("\"chunk\""));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let resumed = Resumed(pid);
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "{args:?}: still waiting 30 s after the server hung");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        drop(resumed);
+        let mut e = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
+        assert_eq!(status.code(), Some(1), "{args:?}: {e}");
+        let last = e.trim().lines().last().unwrap_or("").to_string();
+        assert!(last.contains("stopped answering") && last.contains("connect timeout (2 s)"), "{args:?}: {e}");
+        last
+    };
+    let cut_dump = dir.join("cut");
+    let said =
+        cut(&["dump", "--databases", "h", "--threads", "2", "--chunk-rows", "20000", "-o", cut_dump.to_str().unwrap()]);
+    assert!(said.contains("is incomplete (no pileup-dump.json)"), "{said}");
+    assert!(!cut_dump.join("pileup-dump.json").exists(), "a dump cut off has no manifest");
+
+    let whole = dir.join("whole");
+    let o = pileup(&[
+        "dump",
+        "--databases",
+        "h",
+        "--chunk-rows",
+        "20000",
+        "-o",
+        whole.to_str().unwrap(),
+        "-S",
+        &sock,
+        "-u",
+        "root",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = cut(&["load", whole.to_str().unwrap(), "--rename", "h:h2", "--threads", "2"]);
+    assert!(said.contains("--resume"), "{said}");
+    let o = pileup(&["load", whole.to_str().unwrap(), "--rename", "h:h2", "--resume", "-S", &sock, "-u", "root"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut c = sb.connect().unwrap();
+    use mysql::prelude::Queryable;
+    let sums: Vec<(String, Option<u64>)> = c.query("CHECKSUM TABLE h.t, h2.t").unwrap();
+    assert_eq!(sums[0].1, sums[1].1, "{sums:?}");
 }

@@ -81,6 +81,7 @@ impl Copier for SandboxCopy {
             lock: pileup_dump::snapshot::LockOptions { wait: Duration::from_secs(10), kill: false, unlocked: true },
             users: false,
             unlogged: true,
+            watchdog: Some(super::dump::WATCHDOG),
         };
         self.base = Some(base);
         let t0 = Instant::now();
@@ -103,6 +104,7 @@ impl Copier for SandboxCopy {
             resume: false,
             verify: false,
             indexes_after_data: true,
+            watchdog: Some(super::dump::WATCHDOG),
         };
         progress("loading the copy");
         pileup_dump::load(&spec, &l, &mut |_| {}).map_err(|e| format!("loading the copy: {e}"))?;

@@ -15,6 +15,9 @@ use super::load_profile as profile;
 
 /// The bound on each statement of a dump or a load.
 const LONG_STATEMENTS: Duration = Duration::from_secs(24 * 3600);
+/// How often a dump or a load checks, on a connection of its own, that the
+/// server still answers (its statements' own bound is a day).
+pub const WATCHDOG: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
 #[command(after_long_help = "Copies the chosen tables, views, routines, triggers and events into DIR, consistently \
@@ -225,6 +228,7 @@ fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
         lock: pileup_dump::snapshot::LockOptions { wait: a.lock_wait, kill: a.kill_long_queries, unlocked: false },
         users: a.users,
         unlogged: false,
+        watchdog: Some(WATCHDOG),
     })
 }
 
@@ -250,6 +254,7 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         resume: a.resume,
         verify: a.verify,
         indexes_after_data: a.indexes == IndexesArg::AfterData,
+        watchdog: Some(WATCHDOG),
     };
     let profiler = a.profile.as_ref().map(|_| profile::Profiler::start(&spec)).transpose()?;
     let mut sink = Sink::new(json, Some(BAR));
