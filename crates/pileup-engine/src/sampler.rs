@@ -533,6 +533,11 @@ impl Sampler {
     /// name their frames, read their lock waits, count them.
     pub fn sample(&mut self) -> Result<&Sample, EngineError> {
         let pid = self.pid;
+        // Gone, or a zombie its parent has not reaped yet (its threads and
+        // memory are gone, its /proc entry is not).
+        if !proc::alive(pid) {
+            return Err(EngineError::ProcessExited(pid));
+        }
         let sel = self.select()?;
         let at_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let raw = self.capture(&sel)?;

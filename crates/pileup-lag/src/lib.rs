@@ -228,12 +228,21 @@ pub fn sample(
         _ => HashMap::new(),
     };
     let seconds = t0.elapsed().as_secs_f64();
+    // The window ends when the server does: said, and what it can no
+    // longer be asked is left out rather than the samples lost.
+    let gone = !pileup_engine::process::alive(pid);
+    if gone {
+        notes.push(format!(
+            "the server (pid {pid}) exited {seconds:.1} s into the window; the report covers until then (no end-of-window figures: lag, transactions, page reads, waits)"
+        ));
+    }
     let disk1 = datadir.as_deref().and_then(|d| io::device_of(pid, d));
-    let io1 = io::thread_io(pid);
-    let (reads1, history1) = (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok());
-    let st1 = replica_status(&mut c)?;
-    let pos1 = gtid_pos(&mut c)?;
-    let waits = ps_waits(&mut c, ps0.as_ref(), &mut notes);
+    let io1 = if gone { Default::default() } else { io::thread_io(pid) };
+    let (reads1, history1) =
+        if gone { (None, None) } else { (pool_reads(&mut c), pileup_replica::history::history_length(&mut c).ok()) };
+    let st1 = if gone { None } else { replica_status(&mut c)? };
+    let pos1 = if gone { String::new() } else { gtid_pos(&mut c)? };
+    let waits = if gone { vec![] } else { ps_waits(&mut c, ps0.as_ref(), &mut notes) };
     let profile = s.finish();
     let (tally, tids, cats) = tally_samples(&profile, &positions, &worker_gtids, &gtid_tables);
     let idle: Vec<bool> = cats.iter().map(|c| c.iter().all(|x| *x == Category::RelayWait)).collect();
@@ -243,7 +252,8 @@ pub fn sample(
     // they are not applier threads).
     notes.extend(profile.notes.iter().filter(|n| !n.contains("io_uring")).cloned());
     let device = device_between(&disk0, &disk1, datadir.as_deref(), seconds, &mut notes);
-    let applier_io = (!io0.is_empty() && !tids.is_empty()).then(|| io::io_between(&io0, &io1, tids.iter().copied()));
+    let applier_io =
+        (!gone && !io0.is_empty() && !tids.is_empty()).then(|| io::io_between(&io0, &io1, tids.iter().copied()));
     let (applier_read_bytes, applier_write_bytes) = (applier_io.map(|x| x.read), applier_io.map(|x| x.write));
     notes.extend(sampling_notes(tids.is_empty(), profile.named_pct));
     Ok(LagReport {

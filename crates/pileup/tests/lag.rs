@@ -248,3 +248,41 @@ fn lag_names_the_table_each_parallel_worker_is_on() {
         tally["by_table"].as_object().unwrap().keys().filter(|t| t.starts_with("sbtest.")).collect();
     assert!(tables.len() >= 2, "writes to 4 tables, applied in parallel, name more than one: {tables:?}");
 }
+
+/// The replica killed mid-window: lag ends within seconds, keeps the
+/// samples taken (the -o file written), and the report says the server
+/// exited and what it could no longer read.
+#[test]
+fn a_replica_killed_mid_window_ends_the_report_and_says_so() {
+    let base = common::it_base();
+    let primary = Sandbox::start(Options { base_dir: Some(base.clone()), binlog: true, ..Default::default() }).unwrap();
+    let replica = Sandbox::start(Options {
+        base_dir: Some(base),
+        replica_of: Some(primary.endpoint.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = common::scratch("lag-killed");
+    let out = dir.join("lag.json");
+    let rsock = replica.endpoint.socket.display().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["lag", "-S", &rsock, "-u", "root", "--duration", "60s", "-o", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let pid = replica.pid();
+    let t0 = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(30), "lag went on {:?} after the server died", t0.elapsed());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert!(r["samples"].as_u64().unwrap() > 0, "{r:#}");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains(&format!("the server (pid {pid}) exited")) && notes.contains("covers until then"),
+        "{notes}"
+    );
+}
