@@ -387,7 +387,10 @@ fn global_lock_capture(
     assert!(lasted.iter().any(|l| (held - 1.5..=held + 2.0).contains(l)), "a stall of about {held:.1} s: {lasted:?}");
     let cap = captured(cap, &seen);
     let global_waits = seen.iter().filter_map(|v| v["derived"]["pl_waiting_global_lock"].as_f64()).fold(0.0, f64::max);
-    assert!(global_waits >= 5.0, "the processlist summary saw writers queue on the global lock ({global_waits})");
+    // How many have queued at a poll depends on how many of the 24 writers
+    // (150 transactions a second in all) arrived since the lock: a busy
+    // machine has seen 4 at a poll a second into it.
+    assert!(global_waits >= 3.0, "the processlist summary saw writers queue on the global lock ({global_waits})");
     let dir = std::path::PathBuf::from(cap["dir"].as_str().unwrap());
     let stacks: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("stacks.json")).unwrap()).unwrap();
     let first_stack = stacks["samples"][0]["at_unix_ms"].as_f64().unwrap() / 1000.0;
