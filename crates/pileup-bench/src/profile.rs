@@ -162,10 +162,20 @@ pub(crate) fn shares(counts: BTreeMap<String, usize>, total: usize) -> Vec<Share
     v
 }
 
-/// Reduce a sampled profile: `exe` is the server binary's file name.
+/// The file name of the profiled process's executable.
+pub(crate) fn exe_name(p: &Profile) -> String {
+    std::path::Path::new(&p.exe).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The label of a stack's innermost frame in the server's binary (`exe`,
+/// from [`exe_name`]), if it has one.
+pub(crate) fn server_frame<'a>(c: &'a Counted, exe: &str) -> Option<&'a str> {
+    c.frames.iter().find(|f| f.module.as_deref().is_some_and(|m| m.ends_with(exe))).map(|f| f.label.as_str())
+}
+
+/// Reduce a sampled profile.
 pub fn reduce(p: &Profile, series: &str, threads: u32, at: &str, seconds: f64) -> KneeProfile {
-    let exe = std::path::Path::new(&p.exe).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let in_server = |c: &Counted, i: usize| c.frames[i].module.as_deref().is_some_and(|m| m.ends_with(exe.as_str()));
+    let exe = exe_name(p);
     let (mut innermost, mut server_fn, mut accept) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     let (mut conn, mut running, mut unnamed_n, mut accept_n) = (0, 0, 0, 0);
     for c in &p.stacks {
@@ -177,12 +187,11 @@ pub fn reduce(p: &Profile, series: &str, threads: u32, at: &str, seconds: f64) -
                     running += c.count;
                 }
                 *innermost.entry(leaf).or_insert(0) += c.count;
-                if let Some(i) = (0..c.frames.len()).find(|&i| in_server(c, i)) {
-                    let label = &c.frames[i].label;
+                if let Some(label) = server_frame(c, &exe) {
                     if unnamed(label) {
                         unnamed_n += c.count;
                     }
-                    *server_fn.entry(label.clone()).or_insert(0) += c.count;
+                    *server_fn.entry(label.to_string()).or_insert(0) += c.count;
                 }
             }
             Some(Role::Accept) => {

@@ -227,8 +227,13 @@ const LISTS_APART: &[u8] = b"#\n";
 
 /// `<file>.pileup-lists`: the last two lists pileup wrote to the file.
 fn lists_path(p: &Path) -> PathBuf {
+    beside(p, ".pileup-lists")
+}
+
+/// `<file>` with `suffix` after its name, in the same directory.
+fn beside(p: &Path, suffix: &str) -> PathBuf {
     let mut s = p.as_os_str().to_owned();
-    s.push(".pileup-lists");
+    s.push(suffix);
     PathBuf::from(s)
 }
 
@@ -268,9 +273,7 @@ fn recover(path: &Path, now: Option<Vec<u8>>, say: &crate::config::Say) -> Resul
 }
 
 fn backup_path(p: &Path) -> PathBuf {
-    let mut s = p.as_os_str().to_owned();
-    s.push(".pileup-saved");
-    PathBuf::from(s)
+    beside(p, ".pileup-saved")
 }
 
 /// Replace a file's content at once (written beside it, renamed over it),

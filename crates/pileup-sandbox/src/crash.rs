@@ -2,14 +2,14 @@
 //! on the same datadir whose process id is known at once, and whether it
 //! answers yet (`pileup bench recovery`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
 
 use crate::error::{bail, setup, Ctx, Result};
-use crate::{proc_state, spawn, write_endpoint, Sandbox};
+use crate::{gone, spawn, write_endpoint, Sandbox};
 
 impl Sandbox {
     /// Kill the server with SIGKILL, as a crash would (nothing flushed,
@@ -24,9 +24,7 @@ impl Sandbox {
             }
             None => {
                 let t0 = Instant::now();
-                while Path::new(&format!("/proc/{}", self.endpoint.pid)).exists()
-                    && proc_state(self.endpoint.pid) != Some('Z')
-                {
+                while !gone(self.endpoint.pid) {
                     if t0.elapsed() > Duration::from_secs(30) {
                         bail!("mariadbd (pid {}) still there 30 s after SIGKILL", self.endpoint.pid);
                     }
@@ -39,8 +37,8 @@ impl Sandbox {
 
     /// Start the server again on the same datadir, socket and port, and
     /// return its process id at once, without waiting for it to answer
-    /// (a crash-recovery measurement times that itself; see
-    /// [`Sandbox::wait_ready`]).
+    /// (a crash-recovery measurement times that itself with
+    /// [`Sandbox::answers`]).
     pub fn spawn_again(&mut self) -> Result<u32> {
         let (bin, args, die_with_parent, _) =
             self.launch.clone().ok_or_else(|| setup!("this sandbox was not started here"))?;
@@ -54,12 +52,6 @@ impl Sandbox {
         self.child = Some(child);
         write_endpoint(&self.endpoint)?;
         Ok(self.endpoint.pid)
-    }
-
-    /// Wait until the server accepts connections and answers `DO 1`, or
-    /// `timeout` passes, or it exits.
-    pub fn wait_until_ready(&mut self, timeout: Duration) -> Result<()> {
-        self.wait_ready(timeout)
     }
 
     /// Whether the server answers a query now (one attempt, over the

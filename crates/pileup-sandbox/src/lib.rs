@@ -451,7 +451,7 @@ fn stop_pid(pid: u32, child: Option<&mut Child>) -> Result<()> {
     loop {
         let gone = match child.as_deref_mut() {
             Some(c) => c.try_wait()?.is_some(),
-            None => !Path::new(&format!("/proc/{pid}")).exists() || proc_state(pid) == Some('Z'),
+            None => gone(pid),
         };
         if gone {
             return Ok(());
@@ -465,6 +465,12 @@ fn stop_pid(pid: u32, child: Option<&mut Child>) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether a process has exited: no longer there, or a zombie its parent
+/// has not reaped.
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists() || proc_state(pid) == Some('Z')
 }
 
 fn proc_state(pid: u32) -> Option<char> {

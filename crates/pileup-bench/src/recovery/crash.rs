@@ -86,8 +86,9 @@ fn sample_until(pid: i32, ready: &AtomicBool) -> std::result::Result<Profile, St
     let t0 = Instant::now();
     loop {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let server = exe.file_name().is_some_and(|n| pileup_engine::process::is_server_name(&n.to_string_lossy()));
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        if exe.to_string_lossy().contains("mariadbd") && maps.contains("libc.so") {
+        if server && maps.contains("libc.so") {
             break;
         }
         if ready.load(Ordering::SeqCst) || t0.elapsed() > Duration::from_secs(10) {
@@ -97,6 +98,8 @@ fn sample_until(pid: i32, ready: &AtomicBool) -> std::result::Result<Profile, St
     }
     let opts = SamplerOptions::passive_profile(false, Duration::from_secs(3600));
     let mut s = Sampler::new(pid, opts, None).map_err(|e| pileup_conn::error_text(&e))?;
+    // Not Sampler::run_until: its stop flag is a signal's, and the profile
+    // would say the run was stopped by one.
     while !ready.load(Ordering::SeqCst) {
         let t = Instant::now();
         if let Err(e) = s.sample() {

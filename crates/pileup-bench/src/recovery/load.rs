@@ -59,18 +59,17 @@ pub(crate) struct Unwritten {
 }
 
 pub(crate) fn unwritten(c: &mut mysql::Conn) -> Result<Unwritten> {
-    let rows: Vec<(String, String)> = c
-        .query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_pages_dirty', 'Innodb_checkpoint_age')")
-        .map_err(sql_err("reading InnoDB's status"))?;
-    let get =
-        |name: &str| rows.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| v.parse::<u64>().ok());
-    match (get("Innodb_buffer_pool_pages_dirty"), get("Innodb_checkpoint_age")) {
-        (Some(dirty_pages), Some(checkpoint_age)) => Ok(Unwritten { dirty_pages, checkpoint_age }),
-        _ => Err(ExperimentError::Server(
-            "the server reports no Innodb_buffer_pool_pages_dirty or Innodb_checkpoint_age (MariaDB 10.5 or later has both)"
-                .into(),
-        )),
-    }
+    let mut read = |name: &str| {
+        pileup_conn::global_status(c, name)
+            .map_err(|e| ExperimentError::Server(format!("reading InnoDB's status: {e}")))?
+            .ok_or_else(|| {
+                ExperimentError::Server(format!("the server reports no {name} (MariaDB 10.5 or later has it)"))
+            })
+    };
+    Ok(Unwritten {
+        dirty_pages: read("Innodb_buffer_pool_pages_dirty")?,
+        checkpoint_age: read("Innodb_checkpoint_age")?,
+    })
 }
 
 /// The clients writing: they run until stopped, or until the server goes
@@ -196,12 +195,12 @@ pub(crate) fn until(
 /// stopped: `innodb_max_dirty_pages_pct = 0` until none is left (at most
 /// `within`), with the page cleaner's I/O budget raised for it (at the
 /// experiment's `innodb_io_capacity` of 100 it writes a few dozen pages a
-/// second); then both back. The figures after.
-pub(crate) fn flush_all(c: &mut mysql::Conn, pct: &str, within: Duration) -> Result<Unwritten> {
-    let (cap, cap_max): (u64, u64) = c
-        .query_first("SELECT @@innodb_io_capacity, @@innodb_io_capacity_max")
-        .map_err(sql_err("reading the I/O budget"))?
-        .unwrap_or((100, 2000));
+/// second); then both as they were. The figures after.
+pub(crate) fn flush_all(c: &mut mysql::Conn, within: Duration) -> Result<Unwritten> {
+    let (pct, cap, cap_max): (f64, u64, u64) = c
+        .query_first("SELECT @@innodb_max_dirty_pages_pct, @@innodb_io_capacity, @@innodb_io_capacity_max")
+        .map_err(sql_err("reading the flushing settings"))?
+        .ok_or_else(|| ExperimentError::Server("the server reports no flushing settings".into()))?;
     c.query_drop(
         "SET GLOBAL innodb_io_capacity_max = 40000, GLOBAL innodb_io_capacity = 20000,
          GLOBAL innodb_max_dirty_pages_pct_lwm = 0, GLOBAL innodb_max_dirty_pages_pct = 0",

@@ -75,8 +75,8 @@ pub struct RecoveryOptions {
     /// Dirty-page counts the load reaches before the kill.
     pub dirty: Vec<u64>,
     pub rounds: u32,
-    /// Rows of the table (`None`: enough for the largest target to be
-    /// reached by random updates, and at least 100,000).
+    /// Rows of the table (`None`: the largest target's pages and a fifth
+    /// more, at least 100,000).
     pub rows: Option<u64>,
     /// Clients of the write load.
     pub clients: u32,
@@ -279,7 +279,7 @@ fn one_crash(
     let mut c = spec.connect().map_err(|e| ExperimentError::Server(pileup_conn::error_text(&e)))?;
     // Every crash starts from nothing unwritten: its dirty pages and redo
     // are its own load's (not the fill's, nor the last recovery's).
-    load::flush_all(&mut c, "90", Duration::from_secs(120))?;
+    load::flush_all(&mut c, Duration::from_secs(120))?;
     // The writers dirty the target's pages (its rows, from the first);
     // killed under load, they go on until the redo since the checkpoint is
     // the share of the log asked for; flushed first, until the pages.
@@ -301,7 +301,7 @@ fn one_crash(
     }
     let (at, running) = if flushed {
         writers.stop();
-        (load::flush_all(&mut c, "90", Duration::from_secs(120))?, None)
+        (load::flush_all(&mut c, Duration::from_secs(120))?, None)
     } else {
         (filled.at, Some(writers))
     };

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use pileup_engine::frames::{first_class, FrameClass};
 use pileup_engine::{Counted, Profile};
 
-use crate::profile::{shares, unnamed};
+use crate::profile::{exe_name, server_frame, shares, unnamed};
 use crate::recovery::report::RecoveryProfile;
 
 /// What a busy sample was doing, by its frames.
@@ -39,8 +39,7 @@ pub(crate) fn reduce(
     let (mut thread_samples, mut running, mut disk_state, mut unnamed_n) = (0, 0, 0, 0);
     let mut notes = vec![];
     for p in profiles {
-        let exe =
-            std::path::Path::new(&p.exe).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let exe = exe_name(p);
         for c in &p.stacks {
             thread_samples += c.count;
             match c.state {
@@ -51,12 +50,11 @@ pub(crate) fn reduce(
             let leaf = c.frames.first().map(|f| f.label.clone()).unwrap_or_else(|| "??".into());
             *innermost.entry(leaf).or_insert(0) += c.count;
             *classes.entry(class(c).to_string()).or_insert(0) += c.count;
-            let in_server = |i: &usize| c.frames[*i].module.as_deref().is_some_and(|m| m.ends_with(exe.as_str()));
-            if let Some(i) = (0..c.frames.len()).find(in_server) {
-                if unnamed(&c.frames[i].label) {
+            if let Some(label) = server_frame(c, &exe) {
+                if unnamed(label) {
                     unnamed_n += c.count;
                 }
-                *server_fn.entry(c.frames[i].label.clone()).or_insert(0) += c.count;
+                *server_fn.entry(label.to_string()).or_insert(0) += c.count;
             }
         }
         for n in &p.notes {
