@@ -29,10 +29,9 @@ pub enum ConnError {
 impl ConnError {
     /// A failed connection to `at`, with what to check.
     pub(crate) fn connect(at: String, e: mysql::Error) -> ConnError {
-        // A read that timed out waiting for the server's greeting reads as
-        // EAGAIN ("Resource temporarily unavailable"): say what it means.
+        // A read that timed out waiting for the server's greeting.
         let message = plain(&e);
-        let timed_out = message.contains("Resource temporarily unavailable") || message.contains("timed out");
+        let timed_out = message.starts_with("the server did not answer") || message.contains("timed out");
         let message = if timed_out { "the server did not answer (timed out)".to_string() } else { message };
         let hint = if message.contains("Access denied") {
             "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
@@ -57,7 +56,7 @@ pub struct SqlError(#[from] pub mysql::Error);
 /// is the message alone, taken from the variant.
 pub fn plain(e: &mysql::Error) -> String {
     use mysql::Error as E;
-    readable(&match e {
+    let text = readable(&match e {
         E::IoError(e) => e.to_string(),
         E::CodecError(e) => e.to_string(),
         E::MySqlError(e) => e.to_string(),
@@ -65,7 +64,13 @@ pub fn plain(e: &mysql::Error) -> String {
         E::UrlError(e) => e.to_string(),
         E::FromValueError(v) => format!("a value of an unexpected type: {v:?}"),
         E::FromRowError(r) => format!("a row of an unexpected shape ({} columns)", r.len()),
-    })
+    });
+    // A read or write timeout on the socket (EAGAIN, as an I/O or a packet
+    // codec error): the OS's words say nothing of what happened.
+    if text == "Resource temporarily unavailable" || text.ends_with(": Resource temporarily unavailable") {
+        return "the server did not answer within the time limit (a hung server or a stalled disk)".into();
+    }
+    text
 }
 
 /// A message as a person reads it: without the C library's error number
@@ -142,6 +147,9 @@ mod tests {
         assert_eq!(plain(&io), "unexpected end of file");
         let s = SqlError(io);
         assert_eq!(s.to_string(), "unexpected end of file");
+        // A socket's read timeout (EAGAIN) says what it means.
+        let eagain = mysql::Error::IoError(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        assert!(plain(&eagain).starts_with("the server did not answer within the time limit"), "{}", plain(&eagain));
     }
 
     #[test]

@@ -17,6 +17,11 @@ pub enum Limit {
     ReadIops(u32),
     /// Bytes written per second.
     WriteBytesPerSec(u64),
+    /// One read and one write request a second: a device that has all but
+    /// stopped answering (a failing disk, a detached network volume). The
+    /// kernel's throttle takes no zero, and one request a second holds up
+    /// every commit and every page read that misses the buffer pool.
+    Stalled,
 }
 
 /// The server's process in a throttling cgroup; moved back to the root
@@ -43,22 +48,33 @@ impl Throttle {
         let pid = sb.pid();
         let name = format!("pileup-throttle-{}-{pid}", std::process::id());
         let v1 = Path::new("/sys/fs/cgroup/blkio");
-        let (v1_file, v2_key, n) = match limit {
-            Limit::ReadIops(n) => ("blkio.throttle.read_iops_device", "riops", u64::from(n)),
-            Limit::WriteBytesPerSec(n) => ("blkio.throttle.write_bps_device", "wbps", n),
+        // (v1 file, v2 key, value) for each cap.
+        let caps: Vec<(&str, &str, u64)> = match limit {
+            Limit::ReadIops(n) => vec![("blkio.throttle.read_iops_device", "riops", u64::from(n))],
+            Limit::WriteBytesPerSec(n) => vec![("blkio.throttle.write_bps_device", "wbps", n)],
+            Limit::Stalled => {
+                vec![("blkio.throttle.read_iops_device", "riops", 1), ("blkio.throttle.write_iops_device", "wiops", 1)]
+            }
         };
         let write = |p: &Path, s: String| std::fs::write(p, s).with_ctx(|| format!("writing {}", p.display()));
-        let (dir, root_procs, setting, value) = if v1.join(v1_file).exists() {
-            (v1.join(&name), v1.join("cgroup.procs"), v1_file, format!("{maj}:{min} {n}"))
+        let v1_limit = v1.join(caps[0].0).exists();
+        let (dir, root_procs) = if v1_limit {
+            (v1.join(&name), v1.join("cgroup.procs"))
         } else {
             let root = Path::new("/sys/fs/cgroup");
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+io");
-            (root.join(&name), root.join("cgroup.procs"), "io.max", format!("{maj}:{min} {v2_key}={n}"))
+            (root.join(&name), root.join("cgroup.procs"))
         };
         std::fs::create_dir_all(&dir).with_ctx(|| format!("creating cgroup {} (needs root)", dir.display()))?;
-        let v1_limit = setting != "io.max";
         let mut t = Throttle { dir, root_procs, v2: None, pid };
-        write(&t.dir.join(setting), value)?;
+        if v1_limit {
+            for (file, _, n) in &caps {
+                write(&t.dir.join(file), format!("{maj}:{min} {n}"))?;
+            }
+        } else {
+            let keys: Vec<String> = caps.iter().map(|(_, k, n)| format!("{k}={n}")).collect();
+            write(&t.dir.join("io.max"), format!("{maj}:{min} {}", keys.join(" ")))?;
+        }
         write(&t.dir.join("cgroup.procs"), pid.to_string())?;
         let unified = Path::new("/sys/fs/cgroup/unified");
         if v1_limit && unified.join("cgroup.procs").exists() {

@@ -696,3 +696,90 @@ fn the_index_advisor_settles_a_missing_composite_index_on_a_copy_and_leaves_the_
         "{text}"
     );
 }
+
+/// The server dies under each advisor: the report of the log is written
+/// whole, within seconds of the death, what was measured before it stands,
+/// and the advice says that the server stopped answering (instead of a
+/// failure per class), with no copy's server left running.
+#[test]
+fn the_advisors_say_the_server_stopped_answering_and_keep_the_report() {
+    let dir = scratch("digest-gone");
+    let (mut sb, log) = logging_sandbox(&dir);
+    let mut c = sb.connect().unwrap();
+    c.query_drop("SET SESSION max_statement_time = 0, long_query_time = 100").unwrap();
+    c.query_drop("CREATE DATABASE gone").unwrap();
+    c.query_drop("USE gone").unwrap();
+    c.query_drop("CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT, c INT, pad CHAR(60), KEY a (a))").unwrap();
+    c.query_drop("INSERT INTO t SELECT seq, seq % 50, seq % 997, seq % 7, REPEAT('p', 60) FROM seq_1_to_200000")
+        .unwrap();
+    c.query_drop("ANALYZE TABLE t").unwrap();
+    c.query_drop("SET SESSION long_query_time = 0").unwrap();
+    // A hint that changes the plan (the plan advisor times it), and two
+    // classes with an index to try: (a, b) and (c, b).
+    for i in 0..10 {
+        let _: Vec<(i64,)> = c.query(format!("SELECT COUNT(pad) FROM t FORCE INDEX (a) WHERE a > {}", i + 5)).unwrap();
+        let _: Vec<(i64,)> = c.query(format!("SELECT id FROM t WHERE a = {} AND b = {}", i, i * 3)).unwrap();
+        let _: Vec<(i64,)> = c.query(format!("SELECT COUNT(*) FROM t WHERE c = {} AND b < {}", i % 7, i)).unwrap();
+    }
+    c.query_drop("SET GLOBAL slow_query_log = OFF").unwrap();
+    drop(c);
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let classes = digest_json(&[log.to_str().unwrap()])["classes"].as_array().unwrap().len();
+    // Each advisor is run on a terminal (its progress is shown there) and
+    // the server killed once it says it is timing the first class: on the
+    // server (`--advise`), on the copy (`--advise-indexes`).
+    let copy_running = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .any(|b| String::from_utf8_lossy(&b).contains("/advise-"))
+    };
+    for (flag, key, cue) in
+        [("--advise", "advice", "timing the statement"), ("--advise-indexes", "index_advice", "on the copy")]
+    {
+        let report = dir.join(format!("{}.json", &flag[2..]));
+        let cmd = format!(
+            "{} digest -f json -o {} {flag} --advise-classes 2 --advise-budget 10s -S {sock} -u root {}",
+            env!("CARGO_BIN_EXE_pileup"),
+            report.display(),
+            log.display()
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script (util-linux)");
+        let mut terminal = child.stdout.take().unwrap();
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&shown).contains(cue) {
+            use std::io::Read;
+            match terminal.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => shown.extend_from_slice(&buf[..n]),
+            }
+        }
+        let shown = String::from_utf8_lossy(&shown).into_owned();
+        assert!(shown.contains(cue), "{flag} never said {cue:?}: {shown}");
+        sb.crash().unwrap();
+        let died = std::time::Instant::now();
+        let status = child.wait().unwrap();
+        let after = died.elapsed();
+        assert!(after < std::time::Duration::from_secs(30), "{flag}: {after:?} after the server died");
+        assert!(status.success(), "{flag}: {status:?} {shown}");
+        let d: J = serde_json::from_slice(&std::fs::read(&report).unwrap()).expect("a JSON report");
+        assert_eq!(d["classes"].as_array().unwrap().len(), classes, "{flag}: the log's report is whole");
+        let said = d[key].to_string();
+        eprintln!("{flag}: {after:?} after the death: {said}");
+        assert!(said.contains("the server stopped answering"), "{flag}: {said}");
+        assert!(!copy_running(), "{flag}: a copy's server is left running");
+        sb.spawn_again().unwrap();
+        let t0 = std::time::Instant::now();
+        while !sb.answers() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the sandbox came back");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}

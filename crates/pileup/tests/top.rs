@@ -47,28 +47,35 @@ fn once_prints_metrics_and_the_busiest_statement() {
     h.join().unwrap();
 }
 
+/// `pileup top` on `sb` in a new tmux session of 120×40; its exit status
+/// goes to `exit_file` as `EXITED=N`.
+fn start_top(sb: &pileup_sandbox::Sandbox, session: &str, exit_file: &std::path::Path) {
+    let cmd = format!(
+        "{} top --interval 300ms -S {} -u root --pid {}; echo EXITED=$? > {}",
+        env!("CARGO_BIN_EXE_pileup"),
+        sb.endpoint.socket.display(),
+        sb.pid(),
+        exit_file.display()
+    );
+    let st = Command::new("tmux")
+        .args(["new-session", "-d", "-s", session, "-x", "120", "-y", "40", &cmd])
+        .status()
+        .expect("tmux");
+    assert!(st.success());
+}
+
+/// What the tmux session's pane shows now.
+fn screen(session: &str) -> String {
+    String::from_utf8_lossy(&Command::new("tmux").args(["capture-pane", "-p", "-t", session]).output().unwrap().stdout)
+        .into_owned()
+}
+
 #[test]
 fn interactive_view_draws_in_a_terminal_and_quits_on_q() {
     let sb = sandbox();
     let session = format!("pileup-top-{}", std::process::id());
-    let cmd = format!(
-        "{} top --interval 300ms -S {} -u root --pid {}; echo EXITED=$? > {}/top-exit",
-        env!("CARGO_BIN_EXE_pileup"),
-        sb.endpoint.socket.display(),
-        sb.pid(),
-        sb.endpoint.dir.display()
-    );
-    let st = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &session, "-x", "120", "-y", "40", &cmd])
-        .status()
-        .expect("tmux");
-    assert!(st.success());
-    let capture = || {
-        String::from_utf8_lossy(
-            &Command::new("tmux").args(["capture-pane", "-p", "-t", &session]).output().unwrap().stdout,
-        )
-        .into_owned()
-    };
+    start_top(&sb, &session, &sb.endpoint.dir.join("top-exit"));
+    let capture = || screen(&session);
     let t0 = Instant::now();
     let mut screen = String::new();
     while t0.elapsed() < Duration::from_secs(10) {
@@ -94,6 +101,58 @@ fn interactive_view_draws_in_a_terminal_and_quits_on_q() {
         "EXITED=0",
         "top must exit cleanly on q"
     );
+}
+
+/// The server killed under the interactive view, then started again on its
+/// datadir: the view says in one line that the poll failed within seconds
+/// of the death, goes on drawing, and follows the new server process once
+/// it answers, without being restarted; `q` still quits cleanly.
+#[test]
+fn interactive_view_says_the_server_is_gone_and_follows_it_back() {
+    let mut sb = sandbox();
+    let session = format!("pileup-top-gone-{}", std::process::id());
+    let exit_file = sb.endpoint.dir.join("top-gone-exit");
+    start_top(&sb, &session, &exit_file);
+    let capture = || screen(&session);
+    // The screen within `within` that `ok` accepts, or the last one seen.
+    let until = |ok: &dyn Fn(&str) -> bool, within: Duration| -> (bool, String, Duration) {
+        let t0 = Instant::now();
+        let mut screen = String::new();
+        while t0.elapsed() < within {
+            screen = capture();
+            if ok(&screen) {
+                return (true, screen, t0.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (false, screen, t0.elapsed())
+    };
+    let drawn = |s: &str| s.contains("Questions/s") && s.contains("busiest statements") && !s.contains("poll failed");
+    let (ok, screen, _) = until(&drawn, Duration::from_secs(10));
+    assert!(ok, "{screen}");
+    sb.crash().unwrap();
+    let (ok, screen, took) = until(&|s: &str| s.contains("poll failed"), Duration::from_secs(30));
+    assert!(ok, "no word of the server's death: {screen}");
+    eprintln!("said {took:?} after the death: {}", screen.lines().find(|l| l.contains("poll failed")).unwrap_or(""));
+    let said: Vec<&str> = screen.lines().filter(|l| l.contains("poll failed")).collect();
+    assert_eq!(said.len(), 1, "{screen}");
+    assert!(!said[0].contains("Error {") && !said[0].contains("Os {"), "{screen}");
+    sb.spawn_again().unwrap();
+    let t0 = Instant::now();
+    while !sb.answers() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the sandbox did not come back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, screen, took) = until(&drawn, Duration::from_secs(30));
+    assert!(ok, "the view did not follow the new server: {screen}");
+    eprintln!("followed {took:?} after the new server answered");
+    Command::new("tmux").args(["send-keys", "-t", &session, "q"]).status().unwrap();
+    let t0 = Instant::now();
+    while !exit_file.exists() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("tmux").args(["kill-session", "-t", &session]).status();
+    assert_eq!(std::fs::read_to_string(&exit_file).unwrap_or_default().trim(), "EXITED=0");
 }
 
 /// The read-workload ruleset on a real MariaDB under sysbench read load:

@@ -295,6 +295,63 @@ fn a_server_that_stops_answering_is_caught_with_stacks() {
     end(&mut [&mut child]);
 }
 
+/// The server's device all but stops answering (one request a second, as a
+/// failing disk or a detached volume) under a write load: `watch` captures
+/// the stall with stacks within seconds, naming the disk, and every tool run meanwhile
+/// ends within its bound, with its result or one line saying why. The
+/// server goes on once the device answers again.
+#[test]
+fn a_device_that_stops_answering_is_captured_and_no_tool_waits_on_it_unbounded() {
+    let _device = device();
+    let sb = sandbox();
+    let base = sysbench_prepare(&sb, "oltp_write_only", 2, 10_000);
+    let mut load = sysbench_start("oltp_write_only", &base, 8, 90);
+    let data = tempfile_dir("watch-stalled");
+    let (mut child, rx) = watch(&sb, &data, &["--interval", "1s"]);
+    std::thread::sleep(Duration::from_secs(8));
+    let mut seen: Vec<serde_json::Value> = rx.try_iter().collect();
+    let onset = now_unix();
+    let throttle = Throttle::new(&sb, Limit::Stalled).expect("stalling the datadir's device");
+    let cap = wait_for(&rx, "captured", Duration::from_secs(20), &mut seen);
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let pid = sb.pid().to_string();
+    let runs: [&[&str]; 4] = [
+        &["top", "--once", "--pid", &pid],
+        &["stacks", "--pid", &pid],
+        &["digest", "--slow-log-table"],
+        &["locks", "--pid", &pid, "--duration", "2s"],
+    ];
+    let mut ran = vec![];
+    for args in runs {
+        let t0 = Instant::now();
+        let o = pileup(&[args, &["-S", &sock, "-u", "root"]].concat());
+        let took = t0.elapsed();
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        eprintln!("{args:?}: exit {:?} in {took:.1?}: {}", o.status.code(), e.trim().lines().last().unwrap_or(""));
+        ran.push((args, o.status.code(), took, e));
+    }
+    drop(throttle);
+    let after: Vec<serde_json::Value> = rx.try_iter().collect();
+    end(&mut [&mut child, &mut load]);
+    let cap = captured(cap, &seen);
+    let (verdict, classes) = verdict_and_classes(&cap);
+    eprintln!("classes: {classes:?}; events after: {}", after.len());
+    let first = first_stack(&cap) - onset;
+    assert!(first <= 10.0, "first stack {first:.2} s after the device stalled");
+    assert!(classes.iter().any(|(c, _)| c == "slow_disk"), "the disk is not named: {verdict}; {classes:?}");
+    for (args, code, took, e) in ran {
+        assert!(took < Duration::from_secs(30), "{args:?} waited {took:?} on the stalled device");
+        assert!(code == Some(0) || (code == Some(1) && e.trim().lines().count() == 1), "{args:?}: {code:?} {e}");
+        assert!(!e.contains("Resource temporarily") && !e.contains("os error"), "{args:?}: the OS's words: {e}");
+    }
+    // The server goes on.
+    let t0 = Instant::now();
+    while sb.sql("CREATE TABLE IF NOT EXISTS sbtest.after (a INT)").is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the server did not go on after the device answered");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 fn tempfile_dir(name: &str) -> Scratch {
     scratch(name)
 }

@@ -199,10 +199,24 @@ pub fn advise_indexes(
         let ct = &mut out.classes[p.at];
         let cx = Ctx { planned: &planned, all, o, scale: &scale, sampled, indexes: &indexes };
         try_class(&mut srv, &mut cp, p, &cx, ct, progress);
+        if ct.skipped.is_some() && srv.conn.ping().is_err() {
+            // The trials run on the copy, but each needs the server's plan:
+            // the advice so far stands, the rest is not tried.
+            let why = ct.skipped.take().unwrap_or_default();
+            ct.skipped = Some(format!("the server stopped answering ({why})"));
+            out.notes.push(format!("the server stopped answering at {}: the classes after it were not tried", ct.id));
+            out.notes.push(GONE_UNUSED.into());
+            out.redundant = kept::redundant(&indexes);
+            return Ok(out);
+        }
     }
     finish_lists(&mut srv, all, &indexes, &mut out);
     Ok(out)
 }
+
+/// Why the unused indexes are not listed when the server is gone.
+const GONE_UNUSED: &str =
+    "unused indexes not listed: the server stopped answering before the log's statements were explained";
 
 /// What every trial reads: the classes planned, every class of the log,
 /// the options, each table's rows on the server over the copy's, and
@@ -737,6 +751,11 @@ fn finish_lists(srv: &mut Session, all: &[Class], indexes: &BTreeMap<TableName, 
         seen += 1;
         let plan = (seen <= EXPLAINED_MAX).then(|| explain_any(srv, c, verb, &fp)).flatten();
         let Some((db, sql, plan)) = plan else {
+            if seen <= EXPLAINED_MAX && srv.conn.ping().is_err() {
+                out.notes.push(GONE_UNUSED.into());
+                out.redundant = kept::redundant(indexes);
+                return;
+            }
             incomplete.extend(named.into_iter().cloned());
             continue;
         };
