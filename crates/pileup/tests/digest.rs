@@ -423,6 +423,30 @@ fn performance_schema_digests_are_read_over_a_window() {
     assert!(err.contains("performance_schema is off") && err.lines().count() == 1, "{err}");
 }
 
+/// The server killed in the middle of a performance_schema window: its
+/// counters are gone with it, so the run ends within seconds in one line
+/// saying so, not at the window's end.
+#[test]
+fn a_server_killed_in_the_window_is_said_at_once() {
+    let mut sb = sandbox_with(vec![("performance_schema", "ON")]);
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["digest", "--server", "--duration", "60s", "-S", &sock, "-u", "root"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    sb.crash().unwrap();
+    let died = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(died.elapsed() < std::time::Duration::from_secs(10), "{:?} after the death: {err}", died.elapsed());
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("the server stopped answering") && err.contains("into the window"), "{err}");
+}
+
 #[test]
 fn the_same_statements_make_the_same_classes_from_the_slow_log_its_table_and_performance_schema() {
     let dir = scratch("digest-three");

@@ -169,8 +169,23 @@ pub fn window(
     let (q0, e0) = statements(conn)?;
     let before = read(conn, sample_col)?;
     let t0 = Instant::now();
+    let mut pinged = Instant::now();
     while t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(t0.elapsed())));
+        // A ping a second (not a statement: the server's Questions leave it
+        // out): a server that dies in the window takes its counters with it,
+        // and is said at once rather than at the window's end.
+        if pinged.elapsed() >= Duration::from_secs(1) {
+            pinged = Instant::now();
+            if let Err(e) = conn.ping() {
+                return Err(format!(
+                    "the server stopped answering {:.0} s into the window ({}): performance_schema's counters \
+                     went with it, so the window has no digest",
+                    t0.elapsed().as_secs_f64(),
+                    pileup_conn::plain(&e)
+                ));
+            }
+        }
     }
     let after = read(conn, sample_col)?;
     let (q1, e1) = statements(conn)?;
