@@ -65,10 +65,30 @@ pub fn plain(e: &mysql::Error) -> String {
         E::FromValueError(v) => format!("a value of an unexpected type: {v:?}"),
         E::FromRowError(r) => format!("a row of an unexpected shape ({} columns)", r.len()),
     });
+    // An error the crate wrapped in an I/O error (a LOCAL INFILE handler's
+    // write) is shown with the crate's own variant name around it.
+    let mut text = text;
+    for wrapper in ["CodecError { ", "DriverError { ", "IoError { ", "MySqlError { "] {
+        if let Some(inner) = text.strip_prefix(wrapper).and_then(|t| t.strip_suffix(" }")) {
+            text = inner.to_string();
+        }
+    }
     // A read or write timeout on the socket (EAGAIN, as an I/O or a packet
     // codec error): the OS's words say nothing of what happened.
     if text == "Resource temporarily unavailable" || text.ends_with(": Resource temporarily unavailable") {
         return "the server did not answer within the time limit (a hung server or a stalled disk)".into();
+    }
+    // The connection ended under a statement: the socket's and the packet
+    // reader's words for it name no cause a user can act on.
+    const CLOSED: [&str; 5] = [
+        "bytes remaining on stream",
+        "unexpected end of file",
+        "Broken pipe",
+        "Connection reset by peer",
+        "server disconnected",
+    ];
+    if CLOSED.iter().any(|c| text == *c || text.ends_with(&format!(": {c}"))) {
+        return "the server closed the connection (it stopped, restarted, or ended this session)".into();
     }
     text
 }
@@ -144,9 +164,15 @@ mod tests {
         assert!(e.to_string().starts_with("MySqlError {"), "the crate's own Display wraps it: {e}");
         let io =
             mysql::Error::IoError(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "unexpected end of file"));
-        assert_eq!(plain(&io), "unexpected end of file");
+        assert_eq!(plain(&io), "the server closed the connection (it stopped, restarted, or ended this session)");
         let s = SqlError(io);
-        assert_eq!(s.to_string(), "unexpected end of file");
+        assert!(s.to_string().starts_with("the server closed the connection"));
+        let other = mysql::Error::IoError(std::io::Error::other("disk on fire"));
+        assert_eq!(plain(&other), "disk on fire");
+        // The crate's error inside an I/O error (a LOCAL INFILE handler's).
+        let codec = mysql::Error::CodecError(std::io::Error::from_raw_os_error(libc::ECONNRESET).into());
+        let wrapped = mysql::Error::IoError(std::io::Error::other(codec));
+        assert!(plain(&wrapped).starts_with("the server closed the connection"), "{}", plain(&wrapped));
         // A socket's read timeout (EAGAIN) says what it means.
         let eagain = mysql::Error::IoError(std::io::Error::from_raw_os_error(libc::EAGAIN));
         assert!(plain(&eagain).starts_with("the server did not answer within the time limit"), "{}", plain(&eagain));

@@ -427,7 +427,7 @@ fn pool<R: Send + 'static>(
     }
     if gone.load(Ordering::Relaxed) && !failed.is_empty() {
         let (_, e) = failed.remove(0);
-        return Err(e.ctx("the server cannot be reached"));
+        return Err(e.ctx("the server cannot be reached (run the load again with --resume once it answers)"));
     }
     Ok(failed)
 }

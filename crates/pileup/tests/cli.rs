@@ -601,82 +601,113 @@ fn a_hung_server_is_one_line_within_the_connect_timeout() {
     }
 }
 
-/// The server stops answering while a dump's or a load's statements run
-/// (their own bound is a day): the watchdog's probes find it within two
-/// connect timeouts and five seconds apart, the statements are cut off,
-/// the run ends in one line saying so, and nothing is presented whole: the
-/// dump has no manifest, and the load goes on with --resume to a copy
-/// identical by CHECKSUM TABLE.
-#[test]
-fn a_server_that_hangs_mid_dump_or_mid_load_is_cut_off_in_one_line() {
+/// What befalls the server at a run's first chunk.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Stopped with SIGSTOP: it neither answers nor closes its connections.
+    Hang,
+    /// Killed with SIGKILL, then started again on its datadir.
+    Kill,
+}
+
+/// Run pileup with `args` (and `-S`/`-u` to `sb`, a 2 s connect timeout,
+/// JSON), and at its first chunk hang or kill the server: the run must end
+/// within 30 s with status 1. Returns its last line of stderr, once the
+/// server answers again.
+fn cut_at_first_chunk(sb: &mut pileup_sandbox::Sandbox, args: &[&str], fault: Fault) -> String {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
-    let sb = sandbox();
+    let sock = sb.endpoint.socket.to_str().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(args)
+        .args(["-S", &sock, "-u", "root", "--connect-timeout", "2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _ = out.lines().map_while(Result::ok).find(|l| l.contains("\"chunk\""));
+    let pid = sb.pid() as i32;
+    let resumed = match fault {
+        Fault::Hang => {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+            Some(Resumed(pid))
+        }
+        Fault::Kill => {
+            sb.crash().unwrap();
+            None
+        }
+    };
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{args:?}: still running 30 s after the server {fault:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(resumed);
+    if let Fault::Kill = fault {
+        sb.spawn_again().unwrap();
+        while !sb.answers() {
+            assert!(t0.elapsed() < Duration::from_secs(90), "the server did not come back");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let mut e = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
+    assert_eq!(status.code(), Some(1), "{args:?}: {e}");
+    e.trim().lines().last().unwrap_or("").to_string()
+}
+
+/// A dump and a load, each cut off at its first chunk by `fault`: each
+/// ends in one line that `says` all of, nothing is presented whole (the
+/// dump has no manifest), and the load goes on with --resume to a copy
+/// identical by CHECKSUM TABLE.
+fn dump_and_load_cut_off(fault: Fault, says: &[&str]) {
+    let mut sb = sandbox();
     sb.sql(
         "CREATE DATABASE h; USE h; CREATE TABLE t (id INT PRIMARY KEY, pad CHAR(200)) ENGINE=InnoDB;
-         INSERT INTO t SELECT seq, REPEAT(CHAR(65 + seq % 26), 200) FROM seq_1_to_600000",
+         INSERT INTO t SELECT seq, REPEAT(CHAR(65 + seq % 26), 200) FROM seq_1_to_600000;
+         ANALYZE TABLE t",
     )
     .unwrap();
+    // The statistics are kept on disk (ANALYZE): the dump after a killed
+    // server still cuts the table into chunks by its row estimate.
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
-    let dir = scratch("hung-mid");
-    let pid = sb.pid() as i32;
-    let conn = ["-S", &sock, "-u", "root", "--connect-timeout", "2", "--json"];
-    // Run pileup; stop the server at its first chunk; the run must end.
-    let cut = |args: &[&str]| -> String {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pileup"))
-            .args(args)
-            .args(conn)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let _ = out.lines().map_while(Result::ok).find(|l| l.contains("\"chunk\""));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
-        let resumed = Resumed(pid);
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "{args:?}: still waiting 30 s after the server hung");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        drop(resumed);
-        let mut e = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
-        assert_eq!(status.code(), Some(1), "{args:?}: {e}");
-        let last = e.trim().lines().last().unwrap_or("").to_string();
-        assert!(last.contains("stopped answering") && last.contains("connect timeout (2 s)"), "{args:?}: {e}");
-        last
-    };
+    let dir = scratch("cut-mid");
     let cut_dump = dir.join("cut");
-    let said =
-        cut(&["dump", "--databases", "h", "--threads", "2", "--chunk-rows", "20000", "-o", cut_dump.to_str().unwrap()]);
+    let dump = ["dump", "--databases", "h", "--threads", "2", "--chunk-rows", "20000", "-o"];
+    let said = cut_at_first_chunk(&mut sb, &[&dump[..], &[cut_dump.to_str().unwrap()]].concat(), fault);
     assert!(said.contains("is incomplete (no pileup-dump.json)"), "{said}");
+    assert!(says.iter().all(|s| said.contains(s)), "{fault:?}: {said}");
     assert!(!cut_dump.join("pileup-dump.json").exists(), "a dump cut off has no manifest");
 
     let whole = dir.join("whole");
-    let o = pileup(&[
-        "dump",
-        "--databases",
-        "h",
-        "--chunk-rows",
-        "20000",
-        "-o",
-        whole.to_str().unwrap(),
-        "-S",
-        &sock,
-        "-u",
-        "root",
-    ]);
+    let o = pileup(&[&dump[..], &[whole.to_str().unwrap(), "-S", &sock, "-u", "root"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
-    let said = cut(&["load", whole.to_str().unwrap(), "--rename", "h:h2", "--threads", "2"]);
-    assert!(said.contains("--resume"), "{said}");
+    let said =
+        cut_at_first_chunk(&mut sb, &["load", whole.to_str().unwrap(), "--rename", "h:h2", "--threads", "2"], fault);
+    assert!(said.contains("--resume") && says.iter().all(|s| said.contains(s)), "{fault:?}: {said}");
     let o = pileup(&["load", whole.to_str().unwrap(), "--rename", "h:h2", "--resume", "-S", &sock, "-u", "root"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut c = sb.connect().unwrap();
     use mysql::prelude::Queryable;
     let sums: Vec<(String, Option<u64>)> = c.query("CHECKSUM TABLE h.t, h2.t").unwrap();
     assert_eq!(sums[0].1, sums[1].1, "{sums:?}");
+}
+
+/// The server stops answering while a dump's or a load's statements run
+/// (their own bound is a day): the watchdog's probes find it within two
+/// connect timeouts and five seconds apart and the statements are cut off.
+#[test]
+fn a_server_that_hangs_mid_dump_or_mid_load_is_cut_off_in_one_line() {
+    dump_and_load_cut_off(Fault::Hang, &["stopped answering", "connect timeout (2 s)"]);
+}
+
+/// The server is killed under a dump and under a load (and started again):
+/// each ends at once in one line saying the server closed the connection.
+#[test]
+fn a_server_killed_mid_dump_or_mid_load_is_one_line_and_the_load_resumes() {
+    dump_and_load_cut_off(Fault::Kill, &["closed the connection"]);
 }
