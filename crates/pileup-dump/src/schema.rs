@@ -125,19 +125,44 @@ pub fn columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<String>> {
 
 /// The key chunks are cut on: the primary key, else a unique key, on one
 /// NOT NULL integer column.
+///
+/// The table's index columns and its columns are read in two queries with
+/// its name given, and matched here: a join of `information_schema` tables
+/// (or a correlated subquery) has the server open every table of the
+/// schema for each table asked about, which on 400 tables cost it 15 CPU
+/// seconds.
 pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Option<String>> {
-    let k: Option<String> = c.exec_first(
-        "SELECT s.COLUMN_NAME FROM information_schema.STATISTICS s \
-         JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = s.TABLE_SCHEMA AND c.TABLE_NAME = s.TABLE_NAME \
-           AND c.COLUMN_NAME = s.COLUMN_NAME \
-         WHERE s.TABLE_SCHEMA = ? AND s.TABLE_NAME = ? AND s.NON_UNIQUE = 0 AND c.IS_NULLABLE = 'NO' \
-           AND c.DATA_TYPE IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') \
-           AND (SELECT COUNT(*) FROM information_schema.STATISTICS s2 WHERE s2.TABLE_SCHEMA = s.TABLE_SCHEMA \
-                AND s2.TABLE_NAME = s.TABLE_NAME AND s2.INDEX_NAME = s.INDEX_NAME) = 1 \
-         ORDER BY s.INDEX_NAME = 'PRIMARY' DESC, s.INDEX_NAME LIMIT 1",
+    let index_columns: Vec<(String, String, u8)> = c.exec(
+        "SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         (db, t),
     )?;
-    Ok(k)
+    let columns: Vec<(String, String, String)> = c.exec(
+        "SELECT COLUMN_NAME, IS_NULLABLE, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        (db, t),
+    )?;
+    Ok(choose_chunk_key(&index_columns, &columns))
+}
+
+/// Of a table's index columns `(index, column, non_unique)` and its columns
+/// `(column, is_nullable, data_type)`: the column of the primary key, else
+/// of the first unique index by name, that is the index's only column, NOT
+/// NULL and of an integer type.
+fn choose_chunk_key(index_columns: &[(String, String, u8)], columns: &[(String, String, String)]) -> Option<String> {
+    const INTEGERS: [&str; 5] = ["tinyint", "smallint", "mediumint", "int", "bigint"];
+    let fits = |col: &str| {
+        columns.iter().any(|(name, nullable, ty)| {
+            name == col && nullable == "NO" && INTEGERS.contains(&ty.to_ascii_lowercase().as_str())
+        })
+    };
+    let mut keys: Vec<(&str, &str)> = index_columns
+        .iter()
+        .filter(|(ix, _, non_unique)| *non_unique == 0 && index_columns.iter().filter(|(i, _, _)| i == ix).count() == 1)
+        .map(|(ix, col, _)| (ix.as_str(), col.as_str()))
+        .filter(|(_, col)| fits(col))
+        .collect();
+    keys.sort_by_key(|(ix, _)| (*ix != "PRIMARY", ix.to_string()));
+    keys.first().map(|(_, col)| col.to_string())
 }
 
 /// The views chosen, and the routines, triggers and events of `dbs`, in
@@ -271,6 +296,23 @@ fn text(r: &Row, i: usize) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chunk_key_is_the_primary_key_else_a_unique_key_on_one_not_null_integer() {
+        let col = |n: &str, nullable: &str, ty: &str| (n.to_string(), nullable.to_string(), ty.to_string());
+        let ix = |i: &str, c: &str, non_unique: u8| (i.to_string(), c.to_string(), non_unique);
+        let columns =
+            [col("id", "NO", "int"), col("u", "NO", "bigint"), col("n", "YES", "int"), col("s", "NO", "varchar")];
+        let pk = [ix("PRIMARY", "id", 0), ix("u_ix", "u", 0), ix("k", "n", 1)];
+        assert_eq!(choose_chunk_key(&pk, &columns).as_deref(), Some("id"));
+        // A two-column primary key is passed over for a unique key on one.
+        let wide = [ix("PRIMARY", "id", 0), ix("PRIMARY", "s", 0), ix("z_unique", "u", 0), ix("a_unique", "n", 0)];
+        assert_eq!(choose_chunk_key(&wide, &columns).as_deref(), Some("u"));
+        // Nullable, text, or not unique: none.
+        let none = [ix("a", "n", 0), ix("b", "s", 0), ix("c", "id", 1)];
+        assert_eq!(choose_chunk_key(&none, &columns), None);
+        assert_eq!(choose_chunk_key(&[], &columns), None);
+    }
 
     #[test]
     fn filters_match_db_dot_table() {
