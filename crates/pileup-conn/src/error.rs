@@ -31,7 +31,7 @@ impl ConnError {
     pub(crate) fn connect(at: String, e: mysql::Error) -> ConnError {
         // A read that timed out waiting for the server's greeting.
         let message = plain(&e);
-        let timed_out = message.starts_with("the server did not answer") || message.contains("timed out");
+        let timed_out = message == NO_ANSWER || message.contains("timed out");
         let message = if timed_out { "the server did not answer (timed out)".to_string() } else { message };
         let hint = if message.contains("Access denied") {
             "check the user and password (MYSQL_PWD, ~/.my.cnf [client], or --defaults-file)"
@@ -56,7 +56,7 @@ pub struct SqlError(#[from] pub mysql::Error);
 /// is the message alone, taken from the variant.
 pub fn plain(e: &mysql::Error) -> String {
     use mysql::Error as E;
-    let text = readable(&match e {
+    let mut text = readable(&match e {
         E::IoError(e) => e.to_string(),
         E::CodecError(e) => e.to_string(),
         E::MySqlError(e) => e.to_string(),
@@ -67,7 +67,6 @@ pub fn plain(e: &mysql::Error) -> String {
     });
     // An error the crate wrapped in an I/O error (a LOCAL INFILE handler's
     // write) is shown with the crate's own variant name around it.
-    let mut text = text;
     for wrapper in ["CodecError { ", "DriverError { ", "IoError { ", "MySqlError { "] {
         if let Some(inner) = text.strip_prefix(wrapper).and_then(|t| t.strip_suffix(" }")) {
             text = inner.to_string();
@@ -76,7 +75,7 @@ pub fn plain(e: &mysql::Error) -> String {
     // A read or write timeout on the socket (EAGAIN, as an I/O or a packet
     // codec error): the OS's words say nothing of what happened.
     if text == "Resource temporarily unavailable" || text.ends_with(": Resource temporarily unavailable") {
-        return "the server did not answer within the time limit (a hung server or a stalled disk)".into();
+        return NO_ANSWER.into();
     }
     // The connection ended under a statement: the socket's and the packet
     // reader's words for it name no cause a user can act on.
@@ -92,6 +91,9 @@ pub fn plain(e: &mysql::Error) -> String {
     }
     text
 }
+
+/// What a socket's read or write timeout means.
+const NO_ANSWER: &str = "the server did not answer within the time limit (a hung server or a stalled disk)";
 
 /// A message as a person reads it: without the C library's error number
 /// (`No such file or directory (os error 2)`), a library's `IO error: `

@@ -248,7 +248,8 @@ fn read_definitions(
     let mut view_columns = ViewColumns::new();
     if o.format == Format::Mydumper {
         for x in m.objects.iter().filter(|x| x.kind == crate::manifest::Kind::View) {
-            view_columns.insert((x.db.clone(), x.name.clone()), schema::columns(c, &x.db, &x.name)?);
+            view_columns
+                .insert((x.db.clone(), x.name.clone()), schema::written(&schema::table_columns(c, &x.db, &x.name)?));
         }
     }
     Ok((listed, view_columns))
@@ -428,13 +429,14 @@ fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
     }
     let mut tables = vec![];
     for t in &listed {
+        let columns = schema::table_columns(c, &t.db, &t.name)?;
         tables.push(Table {
             db: t.db.clone(),
             name: t.name.clone(),
             engine: t.engine.clone(),
             create: schema::create_table(c, &t.db, &t.name)?,
-            columns: schema::columns(c, &t.db, &t.name)?,
-            chunk_key: if t.transactional() { schema::chunk_key(c, &t.db, &t.name)? } else { None },
+            columns: schema::written(&columns),
+            chunk_key: if t.transactional() { schema::chunk_key(c, &t.db, &t.name, &columns)? } else { None },
             chunks: vec![],
             size_estimate: t.size,
         });

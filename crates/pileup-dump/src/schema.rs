@@ -113,46 +113,57 @@ pub fn create_table(c: &mut mysql::Conn, db: &str, t: &str) -> Result<String> {
     text(&r, 1)
 }
 
-/// Columns written and loaded, in order: generated columns are computed
-/// again by the server.
-pub fn columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<String>> {
-    Ok(c.exec(
-        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-         AND EXTRA NOT LIKE '%GENERATED%' ORDER BY ORDINAL_POSITION",
-        (db, t),
-    )?)
+/// A column as `information_schema.COLUMNS` has it.
+pub struct Column {
+    pub name: String,
+    /// `IS_NULLABLE`: `YES` or `NO`.
+    pub nullable: String,
+    pub data_type: String,
+    /// `EXTRA`: `VIRTUAL GENERATED`, `auto_increment`, ….
+    pub extra: String,
 }
 
-/// The key chunks are cut on: the primary key, else a unique key, on one
-/// NOT NULL integer column.
+/// A table's (or a view's) columns, in order.
+pub fn table_columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<Column>> {
+    let rows: Vec<(String, String, String, String)> = c.exec(
+        "SELECT COLUMN_NAME, IS_NULLABLE, DATA_TYPE, EXTRA FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+        (db, t),
+    )?;
+    Ok(rows.into_iter().map(|(name, nullable, data_type, extra)| Column { name, nullable, data_type, extra }).collect())
+}
+
+/// Columns written and loaded, in order: generated columns are computed
+/// again by the server.
+pub fn written(columns: &[Column]) -> Vec<String> {
+    columns.iter().filter(|c| !c.extra.to_ascii_uppercase().contains("GENERATED")).map(|c| c.name.clone()).collect()
+}
+
+/// The key chunks are cut on (of a table with `columns`): the primary key,
+/// else a unique key, on one NOT NULL integer column.
 ///
-/// The table's index columns and its columns are read in two queries with
-/// its name given, and matched here: a join of `information_schema` tables
-/// (or a correlated subquery) has the server open every table of the
-/// schema for each table asked about, which on 400 tables cost it 15 CPU
-/// seconds.
-pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Option<String>> {
+/// The table's index columns are read with its name given and matched
+/// with its columns here: a join of `information_schema` tables (or a
+/// correlated subquery) has the server open every table of the schema for
+/// each table asked about, which on 400 tables cost it 15 CPU seconds.
+pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str, columns: &[Column]) -> Result<Option<String>> {
     let index_columns: Vec<(String, String, u8)> = c.exec(
         "SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         (db, t),
     )?;
-    let columns: Vec<(String, String, String)> = c.exec(
-        "SELECT COLUMN_NAME, IS_NULLABLE, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-        (db, t),
-    )?;
-    Ok(choose_chunk_key(&index_columns, &columns))
+    Ok(choose_chunk_key(&index_columns, columns))
 }
 
-/// Of a table's index columns `(index, column, non_unique)` and its columns
-/// `(column, is_nullable, data_type)`: the column of the primary key, else
-/// of the first unique index by name, that is the index's only column, NOT
-/// NULL and of an integer type.
-fn choose_chunk_key(index_columns: &[(String, String, u8)], columns: &[(String, String, String)]) -> Option<String> {
+/// Of a table's index columns `(index, column, non_unique)` and its
+/// columns: the column of the primary key, else of the first unique index
+/// by name, that is the index's only column, NOT NULL and of an integer
+/// type.
+fn choose_chunk_key(index_columns: &[(String, String, u8)], columns: &[Column]) -> Option<String> {
     const INTEGERS: [&str; 5] = ["tinyint", "smallint", "mediumint", "int", "bigint"];
     let fits = |col: &str| {
-        columns.iter().any(|(name, nullable, ty)| {
-            name == col && nullable == "NO" && INTEGERS.contains(&ty.to_ascii_lowercase().as_str())
+        columns.iter().any(|c| {
+            c.name == col && c.nullable == "NO" && INTEGERS.contains(&c.data_type.to_ascii_lowercase().as_str())
         })
     };
     let mut keys: Vec<(&str, &str)> = index_columns
@@ -161,7 +172,7 @@ fn choose_chunk_key(index_columns: &[(String, String, u8)], columns: &[(String, 
         .map(|(ix, col, _)| (ix.as_str(), col.as_str()))
         .filter(|(_, col)| fits(col))
         .collect();
-    keys.sort_by_key(|(ix, _)| (*ix != "PRIMARY", ix.to_string()));
+    keys.sort_by_key(|&(ix, _)| (ix != "PRIMARY", ix));
     keys.first().map(|(_, col)| col.to_string())
 }
 
@@ -299,7 +310,12 @@ mod tests {
 
     #[test]
     fn the_chunk_key_is_the_primary_key_else_a_unique_key_on_one_not_null_integer() {
-        let col = |n: &str, nullable: &str, ty: &str| (n.to_string(), nullable.to_string(), ty.to_string());
+        let col = |n: &str, nullable: &str, ty: &str| Column {
+            name: n.into(),
+            nullable: nullable.into(),
+            data_type: ty.into(),
+            extra: String::new(),
+        };
         let ix = |i: &str, c: &str, non_unique: u8| (i.to_string(), c.to_string(), non_unique);
         let columns =
             [col("id", "NO", "int"), col("u", "NO", "bigint"), col("n", "YES", "int"), col("s", "NO", "varchar")];

@@ -54,6 +54,15 @@ impl Sandbox {
         Ok(self.endpoint.pid)
     }
 
+    /// Start the server again on its datadir (after [`Sandbox::crash`], or
+    /// once it has stopped) and wait until it answers, within the
+    /// sandbox's start-up bound.
+    pub fn start_again(&mut self) -> Result<()> {
+        let timeout = self.launch.as_ref().map(|l| l.3).ok_or_else(|| setup!("this sandbox was not started here"))?;
+        self.spawn_again()?;
+        self.wait_ready(timeout)
+    }
+
     /// Whether the server answers a query now (one attempt, over the
     /// socket).
     pub fn answers(&self) -> bool {

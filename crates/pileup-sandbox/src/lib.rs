@@ -32,6 +32,7 @@ pub use pileup_conn::ConnSpec;
 
 mod crash;
 mod error;
+pub mod flush;
 pub mod pg;
 pub mod planted;
 pub mod report;
@@ -322,18 +323,13 @@ impl Sandbox {
 
     /// Stop the server, leave it down for `down`, and start it again.
     pub fn restart_after(&mut self, down: std::time::Duration) -> Result<()> {
-        let (bin, args, die_with_parent, timeout) =
-            self.launch.clone().ok_or_else(|| setup!("this sandbox was not started here"))?;
+        if self.launch.is_none() {
+            bail!("this sandbox was not started here");
+        }
         stop_pid(self.endpoint.pid, self.child.as_mut())?;
         self.child = None;
         std::thread::sleep(down);
-        let mut cmd = Command::new(bin);
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let child = spawn(cmd, die_with_parent)?;
-        self.endpoint.pid = child.id();
-        self.child = Some(child);
-        self.wait_ready(timeout)?;
-        write_endpoint(&self.endpoint)
+        self.start_again()
     }
 
     /// The server's process id.

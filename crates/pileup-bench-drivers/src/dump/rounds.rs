@@ -194,15 +194,12 @@ fn du(dir: &Path) -> u64 {
 
 /// Bring the server to a settled state before a run, so that a run does
 /// not pay for the writeback of the one before it: InnoDB flushes its dirty
-/// pages now (`innodb_max_dirty_pages_pct = 0` with a raised I/O budget
-/// until under 1% are dirty, at most a minute; the settings are put back)
-/// and the kernel writes out its dirty file data (`sync`).
+/// pages now ([`pileup_sandbox::flush::flushing`], until under 1% are
+/// dirty, at most a minute) and the kernel writes out its dirty file data
+/// (`sync`).
 pub fn settle(c: &mut mysql::Conn) -> Result<()> {
-    let (pct, cap): (f64, u64) =
-        c.query_first("SELECT @@innodb_max_dirty_pages_pct, @@innodb_io_capacity")?.unwrap_or((90.0, 200));
-    c.query_drop("SET GLOBAL innodb_io_capacity = 20000, innodb_max_dirty_pages_pct = 0")?;
-    let t = Instant::now();
-    let r = (|| -> Result<()> {
+    pileup_sandbox::flush::flushing(c, |c| -> Result<()> {
+        let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
             let (dirty, total): (u64, u64) = c
                 .query_first(
@@ -217,9 +214,8 @@ pub fn settle(c: &mut mysql::Conn) -> Result<()> {
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(())
-    })();
-    c.query_drop(format!("SET GLOBAL innodb_max_dirty_pages_pct = {pct}, innodb_io_capacity = {cap}"))?;
+    })??;
     // SAFETY: sync takes no arguments and cannot fail.
     unsafe { libc::sync() };
-    r
+    Ok(())
 }

@@ -192,29 +192,17 @@ pub(crate) fn until(
 }
 
 /// Write every dirty page and move the checkpoint up, the writers
-/// stopped: `innodb_max_dirty_pages_pct = 0` until none is left (at most
-/// `within`), with the page cleaner's I/O budget raised for it (at the
-/// experiment's `innodb_io_capacity` of 100 it writes a few dozen pages a
-/// second); then both as they were. The figures after.
+/// stopped: flushing turned up ([`pileup_sandbox::flush::flushing`]) until
+/// none is left (at most `within`). The figures after.
 pub(crate) fn flush_all(c: &mut mysql::Conn, within: Duration) -> Result<Unwritten> {
-    let (pct, cap, cap_max): (f64, u64, u64) = c
-        .query_first("SELECT @@innodb_max_dirty_pages_pct, @@innodb_io_capacity, @@innodb_io_capacity_max")
-        .map_err(sql_err("reading the flushing settings"))?
-        .ok_or_else(|| ExperimentError::Server("the server reports no flushing settings".into()))?;
-    c.query_drop(
-        "SET GLOBAL innodb_io_capacity_max = 40000, GLOBAL innodb_io_capacity = 20000,
-         GLOBAL innodb_max_dirty_pages_pct_lwm = 0, GLOBAL innodb_max_dirty_pages_pct = 0",
-    )
-    .map_err(sql_err("asking InnoDB to flush"))?;
-    let t0 = Instant::now();
-    let mut at = unwritten(c);
-    while at.as_ref().is_ok_and(|a| a.dirty_pages > 0) && t0.elapsed() < within {
-        std::thread::sleep(POLL);
-        at = unwritten(c);
-    }
-    c.query_drop(format!(
-        "SET GLOBAL innodb_max_dirty_pages_pct = {pct}, GLOBAL innodb_io_capacity = {cap}, GLOBAL innodb_io_capacity_max = {cap_max}"
-    ))
-    .map_err(sql_err("putting the flushing settings back"))?;
-    at
+    pileup_sandbox::flush::flushing(c, |c| {
+        let t0 = Instant::now();
+        let mut at = unwritten(c);
+        while at.as_ref().is_ok_and(|a| a.dirty_pages > 0) && t0.elapsed() < within {
+            std::thread::sleep(POLL);
+            at = unwritten(c);
+        }
+        at
+    })
+    .map_err(sql_err("flushing InnoDB's dirty pages"))?
 }

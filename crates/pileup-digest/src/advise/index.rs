@@ -205,8 +205,7 @@ pub fn advise_indexes(
             let why = ct.skipped.take().unwrap_or_default();
             ct.skipped = Some(format!("the server stopped answering ({why})"));
             out.notes.push(format!("the server stopped answering at {}: the classes after it were not tried", ct.id));
-            out.notes.push(GONE_UNUSED.into());
-            out.redundant = kept::redundant(&indexes);
+            gone_lists(&indexes, &mut out);
             return Ok(out);
         }
     }
@@ -214,9 +213,14 @@ pub fn advise_indexes(
     Ok(out)
 }
 
-/// Why the unused indexes are not listed when the server is gone.
-const GONE_UNUSED: &str =
-    "unused indexes not listed: the server stopped answering before the log's statements were explained";
+/// The lists once the server is gone: the redundant indexes (read before),
+/// and a note that the unused ones cannot be told.
+fn gone_lists(indexes: &BTreeMap<TableName, Vec<Index>>, out: &mut IndexAdvice) {
+    out.notes.push(
+        "unused indexes not listed: the server stopped answering before the log's statements were explained".into(),
+    );
+    out.redundant = kept::redundant(indexes);
+}
 
 /// What every trial reads: the classes planned, every class of the log,
 /// the options, each table's rows on the server over the copy's, and
@@ -752,9 +756,7 @@ fn finish_lists(srv: &mut Session, all: &[Class], indexes: &BTreeMap<TableName, 
         let plan = (seen <= EXPLAINED_MAX).then(|| explain_any(srv, c, verb, &fp)).flatten();
         let Some((db, sql, plan)) = plan else {
             if seen <= EXPLAINED_MAX && srv.conn.ping().is_err() {
-                out.notes.push(GONE_UNUSED.into());
-                out.redundant = kept::redundant(indexes);
-                return;
+                return gone_lists(indexes, out);
             }
             incomplete.extend(named.into_iter().cloned());
             continue;

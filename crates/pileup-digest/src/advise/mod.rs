@@ -248,17 +248,19 @@ pub fn advise(
     // Its own runs stay out of the server's slow log (a log read again
     // would take the advisor's variants for the application's statements).
     pileup_conn::keep_out_of_slow_log(&mut s.conn);
-    let mut out: Vec<Advice> = vec![];
+    let mut out = vec![];
+    let mut gone = false;
     for c in classes.iter().take(o.classes) {
-        if let Some(why) = out.last().and_then(|a| a.skipped.as_ref()).filter(|w| w.starts_with(GONE)) {
+        if gone {
             // Said once, where it happened; the rest is not tried.
             let mut a = Advice::of(c, vec![]);
-            a.skipped = Some(format!("not tried: {}", why.split(" (").next().unwrap_or(GONE)));
+            a.skipped = Some(format!("not tried: {GONE}"));
             out.push(a);
             continue;
         }
         let mut a = advise_one(&mut s, flavor, c, o, progress);
         if s.conn.ping().is_err() {
+            gone = true;
             // What was measured before the server went stands; what was
             // cut short is not advice.
             let why = a.skipped.take().or_else(|| a.variants.iter().find_map(|v| v.error.clone()));

@@ -17,6 +17,7 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
     // A server that logs to a file leaves the table empty, or holding only
     // what it logged before: say so rather than report an empty log, or
     // the old rows as if they were all.
+    let reading = |e: mysql::Error| format!("reading mysql.slow_log: {}", pileup_conn::plain(&e));
     let output: Option<String> = conn
         .query_first("SELECT @@log_output")
         .map_err(|e| format!("reading @@log_output: {}", pileup_conn::plain(&e)))?;
@@ -25,9 +26,7 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
     if !output.to_ascii_uppercase().split(',').any(|o| o == "TABLE") {
         let file: Option<String> = conn.query_first("SELECT @@slow_query_log_file").ok().flatten();
         let file = file.unwrap_or_else(|| "@@slow_query_log_file".into());
-        let held: Option<u64> = conn
-            .query_first("SELECT COUNT(*) FROM mysql.slow_log")
-            .map_err(|e| format!("reading mysql.slow_log: {}", pileup_conn::plain(&e)))?;
+        let held: Option<u64> = conn.query_first("SELECT COUNT(*) FROM mysql.slow_log").map_err(reading)?;
         if held.unwrap_or(0) == 0 {
             return Err(format!(
                 "this server does not write mysql.slow_log (log_output={output}): read its slow-log file instead ({file}), or SET GLOBAL log_output='TABLE'"
@@ -57,7 +56,6 @@ pub fn read(conn: &mut mysql::Conn, input: usize, agg: &mut Aggregate) -> Result
         if affected { "rows_affected" } else { "NULL" }
     );
     let mut n = 0u64;
-    let reading = |e: mysql::Error| format!("reading mysql.slow_log: {}", pileup_conn::plain(&e));
     let rows = conn.query_iter(sql).map_err(reading)?;
     for row in rows {
         let row = row.map_err(reading)?;
