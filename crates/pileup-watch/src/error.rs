@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub enum WatchError {
     #[error("creating {}: {source}", path.display())]
     Create { path: PathBuf, source: std::io::Error },
+    /// A directory could not be made: `file`, it or one above it, is a file.
+    #[error("{}: {} is a file, not a directory; give a directory (it is created where it is missing)", dir.display(), file.display())]
+    NotADirectory { dir: PathBuf, file: PathBuf },
     #[error("the metric store {}: {source}", path.display())]
     Store { path: PathBuf, source: rusqlite::Error },
     #[error("the metric store: {0}")]
@@ -56,6 +59,17 @@ impl From<mysql::Error> for WatchError {
 impl From<pileup_conn::SqlError> for WatchError {
     fn from(source: pileup_conn::SqlError) -> WatchError {
         WatchError::Sql { what: "asking the server", source }
+    }
+}
+
+impl WatchError {
+    /// `dir` could not be created: a file in its place, or in the place of
+    /// a directory above it, is named as that; any other cause as it is.
+    pub fn creating_dir(dir: &std::path::Path, source: std::io::Error) -> WatchError {
+        match dir.ancestors().find(|p| p.exists()).filter(|p| !p.is_dir()) {
+            Some(file) => WatchError::NotADirectory { dir: dir.into(), file: file.into() },
+            None => WatchError::Create { path: dir.into(), source },
+        }
     }
 }
 

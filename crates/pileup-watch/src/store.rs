@@ -45,7 +45,7 @@ impl Default for Retention {
 
 impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(dir).map_err(|source| WatchError::Create { path: dir.into(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| WatchError::creating_dir(dir, source))?;
         let path = dir.join("pileup.db");
         // Create it 0600 ourselves: captures it indexes hold query text.
         std::fs::OpenOptions::new()
@@ -291,6 +291,19 @@ mod tests {
             known_tids: None,
         };
         (p, [("questions_rate".to_string(), q)].into())
+    }
+
+    #[test]
+    fn a_file_where_the_data_directory_goes_is_named_as_a_file() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("afile");
+        std::fs::write(&file, "").unwrap();
+        for dir in [file.clone(), file.join("below")] {
+            let Err(e) = Store::open(&dir) else { panic!("a store in a file") };
+            let text = e.to_string();
+            assert!(matches!(&e, WatchError::NotADirectory { file: f, .. } if *f == file), "{text}");
+            assert!(text.contains("is a file, not a directory") && !text.contains("os error"), "{text}");
+        }
     }
 
     #[test]

@@ -255,8 +255,9 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
 
 /// The checks of `pileup digest`'s flags that clap does not make.
 fn check_digest_args(a: &DigestArgs) -> Result<()> {
-    if a.max_classes == 0 {
-        super::usage!("--max-classes must be at least 1");
+    super::at_least_1("--max-classes", a.max_classes as u64)?;
+    if a.server {
+        super::more_than_0("--duration", a.duration)?;
     }
     if a.jobs == Some(0) {
         super::usage!("--jobs must be at least 1");

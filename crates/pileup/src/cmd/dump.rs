@@ -59,8 +59,9 @@ pub struct DumpArgs {
     /// reads gzip and none only].
     #[arg(long, value_enum)]
     pub compress: Option<CompressArg>,
-    /// zstd compression level: 1 (the default) is the fastest of the usual levels, 19 the smallest;
-    /// negative levels (`--level=-3`) are faster still and larger.
+    /// zstd compression level, from -131072 to 22: 1 (the default) is the fastest of the usual levels,
+    /// 19 the smallest short of 20-22 (which take far more memory); 0 is zstd's default, 3; negative
+    /// levels (`--level=-3`) are faster still and larger.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub level: i32,
     /// Keep trying to take the snapshot lock this long while queries keep it waiting, then abort naming them.
@@ -185,8 +186,11 @@ pub fn run_dump(a: DumpArgs, conn: &ConnOptions) -> Result<()> {
 
 /// The checks of `pileup dump`'s flags that clap does not make.
 fn check_dump_args(a: &DumpArgs) -> Result<()> {
-    if a.threads == 0 {
-        super::usage!("--threads must be at least 1");
+    super::at_least_1("--threads", a.threads as u64)?;
+    super::at_least_1("--chunk-rows", a.chunk_rows)?;
+    let levels = zstd::compression_level_range();
+    if !levels.contains(&a.level) {
+        super::usage!("--level must be one of zstd's levels, from {} to {}", levels.start(), levels.end());
     }
     if matches!(a.layout, FormatArg::Mydumper) && matches!(a.compress, Some(CompressArg::Zstd)) {
         super::usage!(
@@ -212,7 +216,7 @@ fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
             exclude: regexes(&a.exclude, "--exclude")?,
         },
         where_: a.where_.clone(),
-        chunk_rows: a.chunk_rows.max(1),
+        chunk_rows: a.chunk_rows,
         compress: match a.compress.unwrap_or(match a.layout {
             FormatArg::Pileup => CompressArg::Zstd,
             FormatArg::Mydumper => CompressArg::Gzip,

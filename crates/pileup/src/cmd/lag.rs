@@ -51,9 +51,7 @@ pub fn run(a: LagArgs, conn: &ConnOptions) -> Result<()> {
     if a.stall_ms < a.interval_ms {
         super::usage!("--stall-ms ({}) must be at least --interval-ms ({}): a stall is a position seen unchanged by several samples", a.stall_ms, a.interval_ms);
     }
-    if a.duration.is_zero() {
-        super::usage!("--duration must be more than 0");
-    }
+    super::more_than_0("--duration", a.duration)?;
     let targets = a.out.targets("lag")?;
     let spec = conn.resolve()?;
     let (pid, why) = super::resolve_server_pid(&a.pid, &spec)?;

@@ -71,12 +71,9 @@ pub struct LocksArgs {
 }
 
 pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
-    if a.duration.is_zero() {
-        super::usage!("--duration must be more than 0");
-    }
-    if a.top == 0 {
-        super::usage!("--top must be at least 1");
-    }
+    super::more_than_0("--duration", a.duration)?;
+    super::at_least_1("--top", a.top as u64)?;
+    super::at_least_1("--stack-budget", a.stack_budget)?;
     let targets = a.out.targets("locks")?;
     if let Some(t) = &a.focus {
         pileup_engine::ThreadFilter::parse(t).map_err(|e| super::Usage(format!("--focus {e}")))?;

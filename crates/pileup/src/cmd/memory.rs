@@ -110,9 +110,9 @@ pub fn run(a: MemoryArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval < Duration::from_millis(100) {
         super::usage!("--interval must be at least 100ms");
     }
-    if a.stack_budget == 0 {
-        super::usage!("--stack-budget must be at least 1");
-    }
+    super::more_than_0("--duration", a.duration)?;
+    super::at_least_1("--stack-budget", a.stack_budget)?;
+    super::at_least_1("--top", a.top as u64)?;
     if a.focus.is_some() && a.no_trace {
         super::usage!("--focus samples allocations with eBPF, which --no-trace turns off; drop one of them");
     }

@@ -18,6 +18,24 @@ pub use pileup_output::plural;
 pub(crate) use crate::exit::usage;
 pub use crate::exit::{Damaged, Usage};
 
+/// A count flag that must be at least 1: `--FLAG must be at least 1`
+/// otherwise (a usage error).
+pub fn at_least_1(flag: &str, n: u64) -> anyhow::Result<()> {
+    if n == 0 {
+        usage!("{flag} must be at least 1");
+    }
+    Ok(())
+}
+
+/// A window that must not be empty: `--FLAG must be more than 0` otherwise
+/// (a usage error).
+pub fn more_than_0(flag: &str, d: std::time::Duration) -> anyhow::Result<()> {
+    if d.is_zero() {
+        usage!("{flag} must be more than 0");
+    }
+    Ok(())
+}
+
 /// `--listen HOST:PORT`, checked before anything starts: an address the
 /// metrics can be served on (a name is resolved).
 pub fn check_listen(addr: Option<&str>, web: Option<&std::path::Path>, profiles: bool) -> anyhow::Result<()> {

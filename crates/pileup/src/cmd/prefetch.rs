@@ -141,6 +141,9 @@ fn check_prefetch_args(a: &PrefetchArgs) -> Result<()> {
     if a.threads == 0 || a.batch == 0 {
         super::usage!("--threads and --batch must be at least 1");
     }
+    if let Some(d) = a.duration {
+        super::more_than_0("--duration", d)?;
+    }
     if a.defer_purge && a.max_history < 2 {
         super::usage!(
             "--max-history must be at least 2: purge is held only while the history list is below half of it"

@@ -127,6 +127,9 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     if a.max_stop_ms == 0 {
         super::usage!("--max-stop-ms must be at least 1");
     }
+    if !(0.0..=100.0).contains(&a.dot_min_pct) {
+        super::usage!("--dot-min-pct is a percent of the stacks: from 0 to 100");
+    }
     if a.stack_bytes < 512 {
         super::usage!("--stack-bytes {} is too small to unwind anything; use at least 512", a.stack_bytes);
     }

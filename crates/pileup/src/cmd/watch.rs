@@ -228,13 +228,34 @@ fn check_watch_args(a: &WatchArgs) -> Result<()> {
     if a.pileup_threads == Some(0) {
         super::usage!("--pileup-threads must be at least 1");
     }
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        super::usage!("--duration must be more than 0");
+    if let Some(d) = a.duration {
+        super::more_than_0("--duration", d)?;
+    }
+    check_data_dir(a.data_dir.as_deref())?;
+    super::at_least_1("--capture-samples", a.capture_samples as u64)?;
+    if a.max_captures_per_hour == 0 {
+        super::usage!(
+            "--max-captures-per-hour must be at least 1: a watch that may never capture has no stall to show"
+        );
     }
     if let Some(u) = &a.ship {
         pileup_store::StoreUrl::parse(u).map_err(|e| super::Usage(format!("--ship {e}")))?;
     }
     super::check_listen(a.listen.as_deref(), a.web_config_file.as_deref(), a.listen_profiles)
+}
+
+/// The data directory (`--data-dir`, else the default) where it exists: a
+/// directory, or a place one can be made, not a file in the way.
+fn check_data_dir(given: Option<&std::path::Path>) -> Result<()> {
+    let dir = given.map(std::path::Path::to_path_buf).unwrap_or_else(default_data_dir);
+    if let Some(file) = dir.ancestors().find(|p| p.exists()).filter(|p| !p.is_dir()) {
+        let whose = if file == dir { String::new() } else { format!("{}: ", dir.display()) };
+        super::usage!(
+            "--data-dir {whose}{} is a file, not a directory; give a directory (pileup creates it where it is missing)",
+            file.display()
+        );
+    }
+    Ok(())
 }
 
 /// Where and how captures are shipped (`--ship`), spooled under `data_dir`.
@@ -386,6 +407,7 @@ pub fn run_captures(a: CapturesArgs) -> Result<()> {
         let listing = pileup_watch::listing::RemoteListing { store: url.to_string(), captures: remote.list()? };
         return crate::output::emit(&listing, &[(None, format)], &Default::default());
     }
+    check_data_dir(a.data_dir.as_deref())?;
     let dir = a.data_dir.unwrap_or_else(default_data_dir);
     if !dir.exists() {
         bail!("{}: no such directory; give the --data-dir pileup watch used", dir.display());
@@ -497,6 +519,7 @@ pub fn run_top(a: TopArgs, conn: &ConnOptions) -> Result<()> {
     if a.interval < Duration::from_millis(100) {
         super::usage!("--interval must be at least 100ms");
     }
+    check_data_dir(a.data_dir.as_deref())?;
     if json && !a.once {
         super::usage!("JSON is a snapshot's: add --once");
     }
