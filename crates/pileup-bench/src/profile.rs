@@ -274,7 +274,7 @@ pub fn text(k: &KneeProfile, w: &mut dyn Write) -> std::io::Result<()> {
         writeln!(w, "  accept thread's system calls not counted: {e}")?;
     }
     if let Some(l) = &k.locks {
-        writeln!(w, "  lock waits: {} contended waits", l.waits)?;
+        writeln!(w, "  lock waits: {}", pileup_output::plural(l.waits, "contended wait", "contended waits"))?;
         for s in &l.locks {
             let at = if s.waited_in.is_empty() { String::new() } else { format!(" in {}", s.waited_in.join(" ← ")) };
             writeln!(

@@ -160,14 +160,16 @@ fn hot_row(r: &ExperimentReport) -> Vec<String> {
         if let Some((t, a, b, same)) = both(on, off) {
             out.push(if same {
                 format!(
-                    "At {t} threads deadlock detection on and off are equal within noise ({} and {} {}).",
+                    "At {} deadlock detection on and off are equal within noise ({} and {} {}).",
+                    threads(t),
                     rate(a),
                     rate(b),
                     r.unit
                 )
             } else {
                 format!(
-                    "At {t} threads deadlock detection on does {} off ({} against {}).",
+                    "At {} deadlock detection on does {} off ({} against {}).",
+                    threads(t),
                     ratio(a, b),
                     rate(a),
                     rate(b)
@@ -262,18 +264,19 @@ fn point_select(r: &ExperimentReport) -> Vec<String> {
     for sys in ["MariaDB, prepared", "PostgreSQL, plain", "PostgreSQL, prepared"] {
         if let (Some(auto), Some(trx)) = (find(r, &[sys, "autocommit"]), find(r, &[sys, "per transaction"])) {
             if let Some((t, a, b, same)) = both(auto, trx) {
+                let t = threads(t);
                 let cost = b / a - 1.0;
                 out.push(if same {
-                    format!("{sys}: at {t} threads autocommit (a snapshot per statement) and ten statements in a REPEATABLE READ transaction (one snapshot) are equal within noise.")
+                    format!("{sys}: at {t} autocommit (a snapshot per statement) and ten statements in a REPEATABLE READ transaction (one snapshot) are equal within noise.")
                 } else if cost > 0.0 {
                     format!(
-                        "{sys}: at {t} threads ten statements in a REPEATABLE READ transaction (one snapshot, and a BEGIN and COMMIT) do {} autocommit (a snapshot per statement): up to {} of autocommit's time goes to its snapshots.",
+                        "{sys}: at {t} ten statements in a REPEATABLE READ transaction (one snapshot, and a BEGIN and COMMIT) do {} autocommit (a snapshot per statement): up to {} of autocommit's time goes to its snapshots.",
                         ratio(b, a),
                         pct(cost / (1.0 + cost))
                     )
                 } else {
                     format!(
-                        "{sys}: at {t} threads ten statements in a REPEATABLE READ transaction (one snapshot) do {} autocommit (a snapshot per statement): the BEGIN and COMMIT round trips cost more than the snapshots they save.",
+                        "{sys}: at {t} ten statements in a REPEATABLE READ transaction (one snapshot) do {} autocommit (a snapshot per statement): the BEGIN and COMMIT round trips cost more than the snapshots they save.",
                         ratio(b, a)
                     )
                 });
@@ -302,12 +305,11 @@ fn range(r: &ExperimentReport) -> Vec<String> {
     let limited = format!("concurrency={THREAD_CONCURRENCY_LIMIT}");
     if let (Some(free), Some(limited)) = (free, find(r, &["MariaDB, rows returned", &limited])) {
         if let Some((t, a, b, same)) = both(limited, free) {
+            let t = threads(t);
             out.push(if same {
-                format!(
-                    "At {t} threads innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} and 0 are equal within noise."
-                )
+                format!("At {t} innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} and 0 are equal within noise.")
             } else {
-                format!("At {t} threads innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} does {} 0.", ratio(a, b))
+                format!("At {t} innodb_thread_concurrency={THREAD_CONCURRENCY_LIMIT} does {} 0.", ratio(a, b))
             });
         }
     }
@@ -430,8 +432,8 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
                 ));
                 if a.tally.share(a.tally.waiting_for_cpu) >= 0.5 {
                     out.push(format!(
-                        "At {} threads the accept thread waited for a CPU more than it did anything else: the cores, shared with the connection threads and the load generator, bound the accepts; more cores would carry the curve further.",
-                        k.threads
+                        "At {} the accept thread waited for a CPU more than it did anything else: the cores, shared with the connection threads and the load generator, bound the accepts; more cores would carry the curve further.",
+                        threads(k.threads)
                     ));
                 }
             } else if k.accept_samples > 0 {
@@ -452,10 +454,10 @@ fn profiles(name: Name, ps: &[KneeProfile]) -> Vec<String> {
                 let before = la.locks.iter().find(|l| same_lock(&l.name, &top.name)).map(|l| l.share).unwrap_or(0.0);
                 if top.share > before * 1.5 && top.share >= 0.05 {
                     out.push(format!(
-                        "Time waiting on {} grows with threads: {} at {} threads, {} at {} ({}). On a machine with more cores this is where the curve may bend: --threads up to 1000 on a larger machine shows it.",
+                        "Time waiting on {} grows with threads: {} at {}, {} at {} ({}). On a machine with more cores this is where the curve may bend: --threads up to 1000 on a larger machine shows it.",
                         top.name,
                         pct(before),
-                        a.threads,
+                        threads(a.threads),
                         pct(top.share),
                         b.threads,
                         b.series
@@ -621,7 +623,7 @@ mod tests {
         let ps = vec![knee_profile("knee", 1, 0.05), knee_profile("most threads", 200, 0.45)];
         let f = findings(Name::HotRow, &report(Name::HotRow, vec![on], ps));
         assert!(
-            f.iter().any(|l| l.starts_with("Time waiting on lock_sys grows with threads: 5% at 1 threads, 45% at 200")),
+            f.iter().any(|l| l.starts_with("Time waiting on lock_sys grows with threads: 5% at 1 thread, 45% at 200")),
             "{f:#?}"
         );
         assert!(

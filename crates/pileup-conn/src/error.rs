@@ -20,7 +20,7 @@ pub enum ConnError {
     NoOptionFile(PathBuf),
     #[error("option file {0}: {1}")]
     OptionFile(PathBuf, #[source] std::io::Error),
-    #[error("{from}: port = {value:?} is not a port number")]
+    #[error("{from}: port = '{value}' is not a port number")]
     Port { from: &'static str, value: String },
     #[error("cannot connect to MySQL at {at}: {message}; {hint}")]
     Connect { at: String, message: String, hint: &'static str },

@@ -11,7 +11,7 @@ pub enum EngineError {
     #[error("no process with pid {0}")]
     NoSuchProcess(i32),
     /// The process is not a MariaDB or MySQL server, and any process was not allowed.
-    #[error("pid {pid} is {name:?}, not mariadbd/mysqld")]
+    #[error("pid {pid} is '{name}', not mariadbd/mysqld")]
     NotAServer {
         /// The process's id.
         pid: i32,

@@ -39,8 +39,9 @@ impl pileup_output::Report for Report {
         Some(Stacks {
             title: format!("pileup locks: {}{at}", self.exe),
             subtitle: format!(
-                "time waited on locks over {:.1} s (recorded waits), {} contended waits in all",
-                self.duration_s, self.counters.waits
+                "time waited on locks over {:.1} s (recorded waits), {} in all",
+                self.duration_s,
+                plural(self.counters.waits, "contended wait", "contended waits")
             ),
             sample_types: vec![("wait".into(), "microseconds".into()), ("waits".into(), "count".into())],
             count_name: "µs waited".into(),
@@ -56,17 +57,21 @@ const ROWS: usize = 20;
 
 fn text(r: &Report, detail: usize, w: &mut dyn Write) -> std::io::Result<()> {
     let what = match r.source {
-        "ebpf" => format!("{} contended waits, {} recorded with their stack", r.counters.waits, r.counters.recorded),
+        "ebpf" => format!(
+            "{}, {} recorded with their stack",
+            plural(r.counters.waits, "contended wait", "contended waits"),
+            r.counters.recorded
+        ),
         _ => "instrumented acquisitions timed by performance_schema".to_string(),
     };
     writeln!(
         w,
-        "pileup locks: {}{}{}, {:.1} s, {} threads{}: {what}",
+        "pileup locks: {}{}{}, {:.1} s, {}{}: {what}",
         r.exe,
         r.pid.map(|p| format!(" pid {p}")).unwrap_or_default(),
         r.server_version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default(),
         r.duration_s,
-        r.threads,
+        plural(r.threads, "thread", "threads"),
         r.thread_filter.as_deref().map(|f| format!(" (--focus {f})")).unwrap_or_default(),
     )?;
     let (conds, locks): (Vec<&LockEntry>, Vec<&LockEntry>) = r.locks.iter().partition(|l| l.condition);

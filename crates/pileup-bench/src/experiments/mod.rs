@@ -179,9 +179,11 @@ fn measure_curve(
                     runs.push((m, rate));
                 }
                 Err(DriveError::Gone { why, .. }) => {
-                    return Err(format!("{} at {t} threads, round {round}: {why}", v.label));
+                    return Err(format!("{} at {}, round {round}: {why}", v.label, crate::words::threads(t)));
                 }
-                Err(e @ DriveError::Connect { .. }) => return Err(format!("{} at {t} threads: {e}", v.label)),
+                Err(e @ DriveError::Connect { .. }) => {
+                    return Err(format!("{} at {}: {e}", v.label, crate::words::threads(t)))
+                }
             }
         }
         let point = point_of(t, &runs, report.machine.cores);
@@ -213,10 +215,14 @@ fn profile_knee<'l>(
         match profile_point(ctx, v, t, why, accept_calls, locks.as_deref_mut(), sink) {
             Ok(p) => report.profiles.push(p),
             Err(ExperimentError::Stopped { why: e }) => {
-                return Err(format!("profiling {} at {t} threads: {e}", v.label));
+                return Err(format!("profiling {} at {}: {e}", v.label, crate::words::threads(t)));
             }
             // The curves stand without it; the report says why.
-            Err(e) => ctx.notes.borrow_mut().push(format!("{} was not profiled at {t} threads: {e}", v.label)),
+            Err(e) => ctx.notes.borrow_mut().push(format!(
+                "{} was not profiled at {}: {e}",
+                v.label,
+                crate::words::threads(t)
+            )),
         }
     }
     Ok(())

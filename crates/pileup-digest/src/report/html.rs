@@ -160,7 +160,11 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
         );
     }
     if d.problem_count > 0 {
-        let _ = write!(h, r#"<p class="note">{} problems in the input:</p><ul>"#, d.problem_count);
+        let _ = write!(
+            h,
+            r#"<p class="note">{} in the input:</p><ul>"#,
+            pileup_output::plural(d.problem_count, "problem", "problems")
+        );
         for p in &d.problems {
             let _ = write!(h, "<li>{}:{}: {}</li>", esc(&p.file), p.line, esc(&p.what));
         }

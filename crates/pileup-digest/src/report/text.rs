@@ -113,7 +113,11 @@ pub fn render(d: &Digest, v: &View) -> String {
         );
     }
     if d.problem_count > 0 {
-        let _ = writeln!(o, "# {} problems in the input (entries skipped or values left out):", d.problem_count);
+        let _ = writeln!(
+            o,
+            "# {} in the input (entries skipped or values left out):",
+            pileup_output::plural(d.problem_count, "problem", "problems")
+        );
         for p in d.problems.iter().take(5) {
             let _ = writeln!(o, "#   {}:{}: {}", p.file, p.line, p.what);
         }

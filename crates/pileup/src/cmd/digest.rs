@@ -182,7 +182,7 @@ fn parse_budget(s: &str) -> Result<std::time::Duration, String> {
 fn parse_min_ms(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number of milliseconds (0 or more)")),
+        _ => Err(format!("'{s}' is not a number of milliseconds (0 or more)")),
     }
 }
 
@@ -243,10 +243,12 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     // thousands of them one by one would only delay the exit.
     std::mem::forget(d);
     if let (n, Some(first)) = problems {
-        let d_problem_count = n;
         let msg = format!(
-            "{} problems in the input, the first at {}:{}: {} (the report lists them)",
-            d_problem_count, first.file, first.line, first.what
+            "{} in the input, the first at {}:{}: {} (the report lists them)",
+            pileup_output::plural(n, "problem", "problems"),
+            first.file,
+            first.line,
+            first.what
         );
         return Err(super::Damaged(msg).into());
     }

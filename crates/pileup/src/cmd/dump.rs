@@ -150,7 +150,7 @@ pub enum ExistingArg {
 fn parse_rename(s: &str) -> Result<(String, String), String> {
     match s.split_once(':') {
         Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.into(), b.into())),
-        _ => Err(format!("{s:?}: expected FROM:TO (two database names)")),
+        _ => Err(format!("'{s}': expected FROM:TO (two database names)")),
     }
 }
 
@@ -163,7 +163,7 @@ fn regexes(v: &[String], flag: &str) -> Result<Vec<regex::Regex>> {
                 let text = e.to_string();
                 let why = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
                 let why = why.strip_prefix("error: ").unwrap_or(why);
-                super::Usage(format!("{flag} {r:?} is not a valid regular expression: {why}")).into()
+                super::Usage(format!("{flag} '{r}' is not a valid regular expression: {why}")).into()
             })
         })
         .collect()

@@ -43,7 +43,7 @@ pub fn check_listen(addr: Option<&str>, web: Option<&std::path::Path>, profiles:
     match addr.map(listen_addr) {
         Some(a) if a.to_socket_addrs().map(|mut i| i.next().is_none()).unwrap_or(true) => {
             usage!(
-                "--listen {a:?}: expected [HOST:]PORT, e.g. 9104 (loopback) or 0.0.0.0:9104 (port 0 picks a free one)"
+                "--listen '{a}': expected [HOST:]PORT, e.g. 9104 (loopback) or 0.0.0.0:9104 (port 0 picks a free one)"
             )
         }
         Some(_) => {}
@@ -92,7 +92,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         Err(_) => pileup_watch::trigger::parse_duration(s),
     };
     secs.map(std::time::Duration::from_secs_f64)
-        .ok_or_else(|| format!("{s:?} is not a duration (use e.g. 500ms, 10s, 2m)"))
+        .ok_or_else(|| format!("'{s}' is not a duration (use e.g. 500ms, 10s, 2m)"))
 }
 
 /// `--pid PID|auto` for commands that trace a local server: `auto` is the
@@ -115,7 +115,7 @@ fn number(p: &str, or: &str) -> anyhow::Result<i32> {
     p.parse::<i32>()
         .ok()
         .filter(|&p| p > 0)
-        .ok_or_else(|| Usage(format!("--pid {p:?}: expected a process id or {or}")).into())
+        .ok_or_else(|| Usage(format!("--pid '{p}': expected a process id or {or}")).into())
 }
 
 /// `--pid PID|auto|none` for commands that read a server's OS data. `auto`

@@ -52,7 +52,7 @@ pub fn run(c: SandboxCmd) -> Result<()> {
             let mut cnf = vec![];
             for s in set {
                 let Some((k, v)) = s.split_once('=') else {
-                    super::usage!("--set {s:?}: expected KEY=VALUE");
+                    super::usage!("--set '{s}': expected KEY=VALUE");
                 };
                 cnf.push((k.trim().to_string(), v.trim().to_string()));
             }
