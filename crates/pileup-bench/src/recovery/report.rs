@@ -118,15 +118,10 @@ pub struct RecoveryProfile {
 
 pub use crate::profile::Share;
 
-/// The median of what a crash says, as a point states it.
-fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
-    let mut v: Vec<u64> = v.collect();
-    v.sort_unstable();
-    match v.len() {
-        0 => 0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2,
-    }
+/// The median of a count the crashes state (pages, bytes), in whole units:
+/// 0 without crashes (the median of none is NaN, which casts to 0).
+fn median_count(crashes: &[Crash], f: impl Fn(&Crash) -> u64) -> u64 {
+    pileup_stats::median(&crashes.iter().map(|c| f(c) as f64).collect::<Vec<_>>()) as u64
 }
 
 impl RecoveryPoint {
@@ -141,8 +136,8 @@ impl RecoveryPoint {
             median_seconds: pileup_stats::median(&secs),
             min_seconds,
             max_seconds,
-            median_dirty_at_kill: median_u64(crashes.iter().map(|c| c.dirty_at_kill)),
-            median_checkpoint_age: median_u64(crashes.iter().map(|c| c.checkpoint_age)),
+            median_dirty_at_kill: median_count(&crashes, |c| c.dirty_at_kill),
+            median_checkpoint_age: median_count(&crashes, |c| c.checkpoint_age),
             crashes,
         }
     }
@@ -255,8 +250,8 @@ pub fn text(r: &RecoveryReport, w: &mut dyn Write) -> std::io::Result<()> {
         "redo log", "target", "", "dirty", "redo", "log: redo", "pages", "answers"
     )?;
     for p in &r.points {
-        let pages = median_u64(p.crashes.iter().map(|c| c.pages_to_recover.unwrap_or(0)));
-        let log_redo = median_u64(p.crashes.iter().map(|c| c.redo_to_apply.unwrap_or(0)));
+        let pages = median_count(&p.crashes, |c| c.pages_to_recover.unwrap_or(0));
+        let log_redo = median_count(&p.crashes, |c| c.redo_to_apply.unwrap_or(0));
         let short = p.crashes.iter().filter(|c| !c.reached).count();
         writeln!(
             w,
