@@ -130,9 +130,12 @@ done
   exit 1
 }
 secs=$(python3 -c "print(f'{$fired - $began:.1f}')")
-echo "$r" | python3 -c 'import json,sys
-for a in json.load(sys.stdin)["data"]["result"]:
-    m = a["metric"]; print("   firing on %s: %s, capture %s" % (m["instance"], m["class"], m["url"]))'
+# The alert names its class; its description, where the capture is.
+curl -s "$prom/api/v1/alerts" | python3 -c 'import json,sys
+for a in json.load(sys.stdin)["data"]["alerts"]:
+    l = a["labels"]
+    if l.get("alertname") == "MySQLStallCaptured" and l.get("instance") == sys.argv[1] and l.get("class") == "row_lock_convoy":
+        print("   firing on %s: %s. %s" % (l["instance"], l["class"], a["annotations"]["description"]))' "host-a:$port_a"
 echo "   fired ${secs} s after the stall began"
 echo "$secs" > "$out/alert-seconds.txt"
 

@@ -7,14 +7,17 @@
 //! (`pileup_poll_cost_seconds`), a percentage (`checkpoint_age_pct`) as a
 //! ratio (`pileup_checkpoint_age_ratio`, 0 to 1). Counters pileup keeps
 //! itself (`pileup_captures_total`, `pileup_polls_failed_total`) are
-//! counters. Stalls are announced as `pileup_stalls_total{class}`, each
-//! capture of the last hour as `pileup_capture_timestamp_seconds{class,url}`
-//! (an alert per capture, lasting as long as its rule says, whatever
-//! captures follow), and the last capture as
-//! `pileup_last_capture_timestamp_seconds` and
-//! `pileup_last_capture_info{class,url}`, for dashboard annotations. Label values come from closed sets (a class is a word
-//! such as `flushing_storm`); the verdict's text is in the capture, not in
-//! a label. Every metric has HELP; `promtool check metrics` passes.
+//! counters. Stalls are announced as `pileup_stalls_total{class}`, the
+//! newest capture of each class in the last hour as
+//! `pileup_capture_timestamp_seconds{class}` (an alert per class, lasting
+//! as long as its rule says, whatever captures of other classes follow),
+//! and the last capture as `pileup_last_capture_timestamp_seconds` and
+//! `pileup_last_capture_info{class,url}`, for dashboard annotations and the
+//! alert's link. Label values come from closed sets (a class is one of
+//! [`crate::verdict::CLASSES`] as a word such as `flushing_storm`), but for
+//! the info metric's `url`, one series at a time; the verdict's text is in
+//! the capture, not in a label. Every metric has HELP; `promtool check
+//! metrics` passes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -186,22 +189,20 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     // The last hour's, as of the last poll (a watcher with no capture since
-    // stops announcing the old ones).
-    let recent: Vec<&LastCapture> = s.recent.iter().filter(|c| c.unix >= s.last_poll_unix - RECENT_SECS).collect();
-    if !recent.is_empty() {
+    // stops announcing the old ones): the newest of each class.
+    let mut newest: BTreeMap<String, f64> = BTreeMap::new();
+    for c in s.recent.iter().filter(|c| c.unix >= s.last_poll_unix - RECENT_SECS) {
+        let t = newest.entry(class_label(&c.class)).or_insert(c.unix);
+        *t = t.max(c.unix);
+    }
+    if !newest.is_empty() {
         let _ = writeln!(
             out,
-            "# HELP pileup_capture_timestamp_seconds when each capture of the last hour began (Unix time), by its class and place\n\
+            "# HELP pileup_capture_timestamp_seconds when the newest capture of each class in the last hour began (Unix time)\n\
              # TYPE pileup_capture_timestamp_seconds gauge"
         );
-        for c in recent {
-            let _ = writeln!(
-                out,
-                "pileup_capture_timestamp_seconds{{class=\"{}\",url=\"{}\"}} {}",
-                class_label(&c.class),
-                label_value(&c.url, 1024),
-                c.unix
-            );
+        for (class, unix) in newest {
+            let _ = writeln!(out, "pileup_capture_timestamp_seconds{{class=\"{class}\"}} {unix}");
         }
     }
     if let Some(c) = &s.last_capture {
@@ -557,9 +558,12 @@ mod tests {
             "\npileup_last_capture_info{class=\"flushing_storm\",url=\"/var/lib/pileup/captures/20261128-050000\"} 1\n"
         ));
         assert!(!body.contains("verdict="), "the verdict's text is no label: {body}");
-        // Each capture of the last hour is its own series, for an alert each.
-        assert_eq!(body.matches("\npileup_capture_timestamp_seconds{").count(), 3, "{body}");
-        assert!(body.contains("\npileup_capture_timestamp_seconds{class=\"row_lock_convoy\",url=\"/var/lib/pileup/captures/20261128-050000\"} 2.5\n"), "{body}");
+        // The newest capture of each class of the last hour, for an alert
+        // each; the place is the info metric's alone.
+        assert_eq!(body.matches("\npileup_capture_timestamp_seconds{").count(), 2, "{body}");
+        assert!(body.contains("\npileup_capture_timestamp_seconds{class=\"row_lock_convoy\"} 2.5\n"), "{body}");
+        assert!(body.contains("\npileup_capture_timestamp_seconds{class=\"flushing_storm\"} 3\n"), "{body}");
+        assert_eq!(body.matches("url=").count(), 1, "{body}");
         s.captured(c(3700.0, "flushing storm", "an hour later"));
         assert_eq!(render(&s).matches("\npileup_capture_timestamp_seconds{").count(), 1, "older than an hour: gone");
         s.captured(LastCapture { url: "/d/a \"quoted\" \\ dir".into(), ..c(3701.0, "row lock convoy", "v") });

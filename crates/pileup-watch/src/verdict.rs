@@ -68,25 +68,18 @@ pub const CLASSES: &[&str] = &[
     "unclassified",
 ];
 
-/// The class a verdict leads with, for metrics and alerts: the words before
-/// its first `:` ("flushing storm", "row lock convoy", "global read lock",
-/// "memory"), "not answering" for a server that did not answer SQL, and
-/// "unclassified" when no culprit was found.
-pub fn class_of(verdict: &str) -> String {
+/// The class a verdict leads with, for metrics and alerts, always one of
+/// [`CLASSES`]: the words before its first `:` when they are a class
+/// ("flushing storm", "row lock convoy", "global read lock", "memory"),
+/// "not answering" for a server that did not answer SQL, and "unclassified"
+/// otherwise (no culprit found, or a lead that is not a class).
+pub fn class_of(verdict: &str) -> &'static str {
     let first = verdict.lines().next().unwrap_or("");
     if first.starts_with("the server does not answer SQL") {
-        return "not answering".into();
+        return "not answering";
     }
-    match first.split_once(':') {
-        Some((lead, _))
-            if !lead.is_empty()
-                && lead.len() <= 40
-                && lead.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, ' ' | '-' | '/')) =>
-        {
-            lead.to_string()
-        }
-        _ => "unclassified".into(),
-    }
+    let lead = first.split_once(':').map(|(lead, _)| lead);
+    CLASSES.iter().copied().find(|c| lead == Some(*c)).unwrap_or("unclassified")
 }
 
 /// The verdict from locks, stall classes, SQL and stacks.
@@ -223,6 +216,13 @@ mod tests {
         assert_eq!(class_of("DROP or TRUNCATE of a table: `t`"), "DROP or TRUNCATE of a table");
         assert_eq!(class_of("a pile-up of 40 threads, 3 in x: y"), "unclassified");
         assert_eq!(class_of(""), "unclassified");
+        // Only a known class: other leads, however they look, are not one.
+        assert_eq!(class_of("disk full: /var/lib/mysql"), "unclassified");
+        assert_eq!(class_of("Flushing storm: upper case"), "unclassified");
+        assert_eq!(class_of("flushing storm, then: x"), "unclassified");
+        for c in super::CLASSES {
+            assert_eq!(class_of(&format!("{c}: evidence")), *c);
+        }
         use crate::classes::StallClass as C;
         for c in [
             C::TableOpenStorm,

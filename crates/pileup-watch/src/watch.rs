@@ -487,13 +487,13 @@ impl Watcher<'_> {
                 if let Some(e) = &self.expo {
                     e.lock().unwrap().captured(crate::expo::LastCapture {
                         unix: *unix,
-                        class: class.clone(),
+                        class: class.to_string(),
                         verdict: first_line.clone(),
                         url: dir.clone(),
                     });
                 }
                 if let Some(s) = &self.shipper {
-                    s.enqueue(PathBuf::from(dir), *unix, class, first_line);
+                    s.enqueue(PathBuf::from(dir), *unix, class.to_string(), first_line);
                 }
             }
             (self.on)(&ev);
