@@ -32,7 +32,7 @@ mod stacks;
 use std::io::Write;
 
 pub use format::{Format, OutputError, FORMATS};
-pub use news::{News, Progress, Step};
+pub use news::{Doing, News, Progress, Step};
 pub use report::{Options, Report};
 pub use stacks::{Stack, Stacks};
 

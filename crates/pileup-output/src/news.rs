@@ -83,3 +83,18 @@ impl News for Step {
         Progress::at(self.done, self.total)
     }
 }
+
+/// What is under way, and nothing else to say: shown beside the bar or
+/// spinner.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename = "doing")]
+pub struct Doing {
+    /// The work under way, in a few words.
+    pub what: String,
+}
+
+impl News for Doing {
+    fn progress(&self) -> Progress {
+        Progress::doing(self.what.clone())
+    }
+}

@@ -6,6 +6,33 @@
 pub mod background;
 mod text;
 
+/// How far the sampling has come, as an event of the run: samples taken of
+/// those asked for, and the distinct stacks so far (what the run's memory
+/// grows with). It moves the progress bar alone.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename = "sampled")]
+pub struct Sampled {
+    /// Samples taken so far.
+    pub taken: usize,
+    /// Samples the run was asked for.
+    pub of: usize,
+    /// Distinct stacks counted so far.
+    pub distinct_stacks: usize,
+}
+
+impl From<pileup_engine::Progress> for Sampled {
+    fn from(p: pileup_engine::Progress) -> Sampled {
+        Sampled { taken: p.taken, of: p.of, distinct_stacks: p.distinct_stacks }
+    }
+}
+
+impl pileup_output::News for Sampled {
+    fn progress(&self) -> pileup_output::Progress {
+        let stacks = pileup_output::plural(self.distinct_stacks, "distinct stack", "distinct stacks");
+        pileup_output::Progress::at(self.taken as u64, Some(self.of as u64)).and_doing(Some(stacks))
+    }
+}
+
 use std::collections::HashMap;
 use std::io::Write;
 

@@ -348,6 +348,14 @@ impl Sink {
         Sink { json, bar, rows: 0 }
     }
 
+    /// Draw the bar among `bars`, beside bars the sink does not draw (the
+    /// debuginfod downloads', one per file, made on the fetching threads),
+    /// so that neither draws over the other.
+    pub fn among(mut self, bars: &indicatif::MultiProgress) -> Sink {
+        self.bar = self.bar.take().map(|b| bars.add(b));
+        self
+    }
+
     /// One event. A reader of stdout gone does not stop the work here: the
     /// run finishes what it writes (nothing half-written is left) and then
     /// ends quietly.

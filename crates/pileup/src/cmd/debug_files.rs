@@ -78,3 +78,12 @@ impl DebugFileArgs {
         o
     }
 }
+
+/// Where debuginfod fetches draw their bars: stderr on a terminal, else nowhere.
+pub fn fetch_bars() -> indicatif::MultiProgress {
+    let bars = indicatif::MultiProgress::new();
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bars
+}

@@ -323,17 +323,10 @@ fn advise_options(a: &DigestArgs, d: &pileup_digest::Digest) -> pileup_digest::a
     }
 }
 
-/// A line of progress on a terminal, cleared by the returned closure's
-/// last call with an empty text.
-fn progress_line() -> impl FnMut(&str) {
-    let interactive = std::io::stderr().is_terminal();
-    move |what: &str| {
-        if interactive && what.is_empty() {
-            crate::output::note_raw(format_args!("\r\x1b[K"));
-        } else if interactive {
-            crate::output::note_raw(format_args!("\r\x1b[Kadvising: {what}"));
-        }
-    }
+/// The advisor's line of progress on a terminal: what it does now, through
+/// the sink, cleared when the sink is finished.
+fn progress_line() -> crate::output::Sink {
+    crate::output::Sink::new(false, Some("{spinner} advising: {msg}"))
 }
 
 /// `--advise-indexes`: candidates of the top classes of the time and
@@ -359,9 +352,10 @@ fn advise_indexes(
     // and the copy removed.
     let o = pileup_digest::advise::AdviseOptions { classes: top.len(), stop: Some(super::stop_on_signals()), ..o };
     let mut copier = super::advise_copy::SandboxCopy::new(spec.clone(), a.sample.map(|p| f64::from(p) / 100.0));
-    let mut line = progress_line();
+    let mut sink = progress_line();
+    let mut line = |what: &str| sink.event(&pileup_output::Doing { what: what.to_string() });
     let r = pileup_digest::advise::index::advise_indexes(&spec, &top, &d.classes, &o, &mut copier, &mut line);
-    line("");
+    sink.finish();
     Ok(r?)
 }
 
@@ -378,8 +372,9 @@ fn advise(
         .filter(|c| pileup_digest::rank::score(c, a.rank).is_some())
         .collect();
     let o = advise_options(a, d);
-    let mut line = progress_line();
+    let mut sink = progress_line();
+    let mut line = |what: &str| sink.event(&pileup_output::Doing { what: what.to_string() });
     let advice = pileup_digest::advise::advise(&spec, &top, &o, &mut line);
-    line("");
+    sink.finish();
     Ok(advice?)
 }

@@ -1,6 +1,5 @@
 //! `pileup locks`: a lock-contention profile over a time window.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -118,6 +117,7 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
     }
     pileup_engine::process::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { super::stacks::open_sql(pid, conn) };
+    let bars = super::debug_files::fetch_bars();
     let opts = Options {
         pid,
         duration: a.duration,
@@ -125,14 +125,14 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         any_process: a.any_process,
         dwarf: a.debug_info,
         debug_dirs: a.debug_files.dirs(),
-        debuginfod: Some(a.debug_files.debuginfod_with_bars(&fetch_bars())),
+        debuginfod: Some(a.debug_files.debuginfod_with_bars(&bars)),
         // A flame graph or folded stacks carry every recorded stack.
         top: if stack_format(&targets).is_some() { usize::MAX } else { a.top },
         sql_refresh: Duration::from_secs(1),
         probe_cost: a.probe_cost,
         threads: a.focus.clone(),
     };
-    let mut sink = progress();
+    let mut sink = progress().among(&bars);
     // A signal ends the trace; what was recorded is still reported.
     let stop = super::stop_on_signals();
     let report = pileup_locks::run(&opts, sql, &stop, |p| sink.event(p));
@@ -146,15 +146,6 @@ pub fn run(a: LocksArgs, conn: &ConnOptions) -> Result<()> {
         r => r?,
     };
     emit(&report, &targets, &crate::output::Options { detail: a.top, ..Default::default() })
-}
-
-/// Where debuginfod fetches draw their bars: stderr on a terminal, else nowhere.
-fn fetch_bars() -> indicatif::MultiProgress {
-    let bars = indicatif::MultiProgress::new();
-    if !std::io::stderr().is_terminal() {
-        bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bars
 }
 
 /// The trace's bar (the result is a document: the sink only moves it).

@@ -1,6 +1,5 @@
 //! `pileup stacks`: argument parsing and wiring for pileup_engine.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -117,6 +116,9 @@ pub struct StacksArgs {
     pub dot_min_pct: f64,
 }
 
+/// The sampling's bar.
+const SAMPLING: &str = "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)";
+
 pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     if a.samples == 0 {
         super::usage!("--samples must be at least 1");
@@ -148,11 +150,9 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
     pileup_engine::process::check_target(pid, a.any_process)?;
     let sql = if a.no_sql { None } else { open_sql(pid, conn) };
 
-    // Progress bars on a terminal: debug info being fetched, samples taken.
-    let bars = indicatif::MultiProgress::new();
-    if !std::io::stderr().is_terminal() {
-        bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    // Progress bars on a terminal: debug info being fetched, and the
+    // sampling's, drawn by the sink among them.
+    let bars = super::debug_files::fetch_bars();
     let opts = SamplerOptions {
         capture: CaptureOptions {
             mode: a.mode.unwrap_or(if a.focus.is_some() { Mode::Passive } else { Mode::Consistent }),
@@ -173,23 +173,15 @@ pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
         debuginfod_wait: samples == 1,
     };
     let mut sampler = Sampler::new(pid, opts, sql.map(SqlSource::boxed))?;
-    let bar = (samples > 1 && std::io::stderr().is_terminal()).then(|| {
-        bars.add(super::progress_bar(
-            samples as u64,
-            "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)",
-        ))
-    });
+    // The result is a document: the sink only moves the bar (one sample
+    // has none).
+    let mut sink = crate::output::Sink::new(false, (samples > 1).then_some(SAMPLING)).among(&bars);
     // A signal ends the sampling; what was collected is still written.
     let stop = super::stop_on_signals();
-    sampler.run_until(samples, interval, a.duration, Some(&stop), |p| {
-        if let Some(b) = &bar {
-            b.set_position(p.taken as u64);
-            b.set_message(super::plural(p.distinct_stacks, "distinct stack", "distinct stacks"));
-        }
-    })?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let ran = sampler
+        .run_until(samples, interval, a.duration, Some(&stop), |p| sink.event(&pileup_profile::Sampled::from(p)));
+    sink.finish();
+    ran?;
     let profile = sampler.finish();
     let o = Options { plain: a.plain, thread_root: a.thread_root, dot_min_pct: a.dot_min_pct, ..Default::default() };
     emit(&pileup_profile::ProfileReport(&profile), &targets, &o)?;
