@@ -2,11 +2,13 @@
 //! `-f json`/`--json` result and JSON Lines stream by jq (every object with
 //! its `schema_version`), each `-o` file by the reader of its extension
 //! (xmllint for SVG and HTML, `go tool pprof -raw`, Graphviz's dot, the
-//! folded format's own shape), against one real sandbox under load. The
-//! Prometheus expositions are read by promtool in the fleet tests, lag's
-//! pprof in its own (it needs a replica), bench's JSON and plot in its
-//! own (a run takes minutes), prefetch's stream in its own (it needs a
-//! replica).
+//! folded format's own shape), against one real sandbox under load, and
+//! the sandbox commands' own results (a second sandbox started and stopped
+//! by `pileup sandbox`). The Prometheus expositions are read by promtool in
+//! the fleet tests, lag's files in its own (it needs a replica), bench's
+//! plots of every experiment in its own (a run takes minutes; here one
+//! short point and its comparison), prefetch's stream in its own (it needs
+//! a replica).
 
 mod common;
 
@@ -185,7 +187,21 @@ fn every_result_is_read_by_its_consumer() {
         case("captures --data-dir {}/watch --json", Reader::Json),
         case(&format!("dump {conn} --databases shop -o {{}}/dump --json"), Reader::JsonLines),
         case(&format!("load {{}}/dump {conn} --rename shop:shop_copy --json"), Reader::JsonLines),
+        // One short point of an experiment (its text on stdout beside the
+        // file, as bench writes), and its comparison with itself.
+        Case {
+            stdout: Some(Reader::Text),
+            ..files(
+                &format!("bench hot-row {conn} --threads 1 --duration 1s --warmup 0s --rounds 1 --no-profile -o b.json"),
+                &["b.json"],
+                "",
+            )
+        },
+        case("bench compare b.json b.json --json", Reader::Json),
+        // Sandboxes under the scratch directory (PILEUP_SANDBOX_DIR).
+        case("sandbox start consumers --json", Reader::Json),
         case("sandbox list --json", Reader::Json),
+        case("sandbox stop consumers --json", Reader::Json),
         case("watch --list-metrics --json", Reader::Json),
     ];
 
@@ -217,6 +233,7 @@ fn every_result_is_read_by_its_consumer() {
         let out = Command::new(env!("CARGO_BIN_EXE_pileup"))
             .args(&args)
             .current_dir(&*dir)
+            .env("PILEUP_SANDBOX_DIR", dir.join("sandboxes"))
             .stdin(Stdio::null())
             .output()
             .expect("running pileup");
@@ -295,6 +312,37 @@ fn every_result_is_read_by_its_consumer() {
             }
         }
     }
+    // The sandbox commands' results say what they did.
+    let said = |args: &str| -> serde_json::Value {
+        let at = cases.iter().position(|c| c.args.join(" ") == args).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join(format!("stdout-{at}"))).unwrap_or_default()).unwrap_or_default()
+    };
+    let started = said("sandbox start consumers --json");
+    if started["name"] != "consumers"
+        || !started["socket"].as_str().is_some_and(|s| s.starts_with(dir.to_str().unwrap()))
+    {
+        wrong.push(format!("sandbox start --json: {started}"));
+    }
+    let listed = said("sandbox list --json");
+    if !listed["sandboxes"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|s| s["sandbox"]["name"] == "consumers" && s["running"] == true))
+    {
+        wrong.push(format!("sandbox list --json: {listed}"));
+    }
+    if said("sandbox stop consumers --json")["stopped"] != serde_json::json!(["consumers"]) {
+        wrong.push(format!("sandbox stop --json: {}", said("sandbox stop consumers --json")));
+    }
+    let compared = said("bench compare b.json b.json --json");
+    let pairs = compared["pairs"].as_array().map_or(0, Vec::len);
+    if compared["experiment"] != "hot-row" || pairs == 0 || compared["differences"] != serde_json::json!([]) {
+        wrong.push(format!("bench compare --json: {compared}"));
+    }
+    // Whatever failed above, no sandbox of this test is left running.
+    let _ = Command::new(env!("CARGO_BIN_EXE_pileup"))
+        .args(["sandbox", "stop", "--all"])
+        .env("PILEUP_SANDBOX_DIR", dir.join("sandboxes"))
+        .output();
     let _ = load.kill();
     let _ = load.wait();
     assert!(wrong.is_empty(), "results their readers refused:\n{}", wrong.join("\n"));

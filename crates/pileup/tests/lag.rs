@@ -198,6 +198,9 @@ fn lag_shows_where_the_applier_spends_its_time() {
     let meta = std::fs::metadata(&svg).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    common::xmllint(&svg).unwrap();
+    common::jq("length == 1 and .[0].schema_version == 1 and (.[0].tally.samples > 0)", &std::fs::read(&json).unwrap())
+        .unwrap();
 
     // The text report, and a clear refusal on a server that is not a replica.
     let text = common::pileup(&["lag", "-S", &rsock, "-u", "root", "--duration", "2s"]);

@@ -495,6 +495,9 @@ fn a_backlog_reported_as_zero_seconds_behind_is_warmed() {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The stream as jq reads it: every line a counters event of its version.
+    common::json_lines(&out.stdout).unwrap();
+    common::jq(r#"all(.event == "counters")"#, &out.stdout).unwrap();
     assert!(zero_with_backlog, "the replica never reported 0 seconds behind while applying");
     let r: serde_json::Value =
         serde_json::from_str(stdout.lines().rev().find(|l| l.contains("\"event\":\"counters\"")).unwrap_or(""))

@@ -50,6 +50,50 @@ pub fn pileup(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pileup")).args(args).env_remove("MYSQL_PWD").output().expect("running pileup")
 }
 
+/// jq reads `doc` (one JSON document, or a stream such as JSON Lines) as
+/// one array of the values in it (`jq -s`), and `filter` holds for it; the
+/// error says what jq said.
+pub fn jq(filter: &str, doc: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let mut c = Command::new("jq")
+        .args(["-e", "-s", filter])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("jq (make deps)");
+    c.stdin.take().unwrap().write_all(doc).unwrap();
+    let o = c.wait_with_output().unwrap();
+    match o.status.success() {
+        true => Ok(()),
+        false => {
+            Err(format!("jq {filter}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+        }
+    }
+}
+
+/// JSON Lines as their readers take them: jq reads every value, each with
+/// `schema_version` 1, and each line is one whole object.
+pub fn json_lines(doc: &[u8]) -> Result<(), String> {
+    jq("length > 0 and all(.schema_version == 1)", doc)?;
+    match String::from_utf8_lossy(doc)
+        .lines()
+        .find(|l| !serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.is_object()))
+    {
+        Some(l) => Err(format!("not one JSON object on its line: {l}")),
+        None => Ok(()),
+    }
+}
+
+/// `xmllint --noout`: the file is well-formed XML.
+pub fn xmllint(path: &std::path::Path) -> Result<(), String> {
+    let o = Command::new("xmllint").arg("--noout").arg(path).output().expect("xmllint (libxml2-utils)");
+    match o.status.success() {
+        true => Ok(()),
+        false => Err(format!("xmllint {}: {}", path.display(), String::from_utf8_lossy(&o.stderr))),
+    }
+}
+
 /// pileup run as `nobody` (setpriv from util-linux): no privileges at all.
 pub fn pileup_as_nobody(args: &[&str]) -> Output {
     Command::new("setpriv")
