@@ -87,7 +87,7 @@ fn digits(out: &mut Vec<u8>, n: u32, width: usize) {
 fn escape(out: &mut Vec<u8>, b: &[u8]) {
     out.reserve(b.len());
     let mut rest = b;
-    while let Some(i) = rest.iter().position(|&c| matches!(c, b'\\' | b'\t' | b'\n' | b'\r' | 0)) {
+    while let Some(i) = special(rest) {
         out.extend_from_slice(&rest[..i]);
         out.extend_from_slice(match rest[i] {
             b'\\' => b"\\\\",
@@ -99,6 +99,15 @@ fn escape(out: &mut Vec<u8>, b: &[u8]) {
         rest = &rest[i + 1..];
     }
     out.extend_from_slice(rest);
+}
+
+/// Where the first of the five bytes to escape is in `b`. Two vectorised
+/// searches (memchr takes at most three needles), the second only up to
+/// where the first found one: a byte-at-a-time test of five values was a
+/// fifth of the dump's own CPU time.
+fn special(b: &[u8]) -> Option<usize> {
+    let first = memchr::memchr3(b'\\', b'\t', b'\n', b);
+    memchr::memchr2(b'\r', 0, &b[..first.unwrap_or(b.len())]).or(first)
 }
 
 /// Append one row.
@@ -148,6 +157,36 @@ mod tests {
         assert_eq!(one(Value::Double(1.0)), b"1.0");
         assert_eq!(one(Value::Int(i64::MIN)), b"-9223372036854775808");
         assert_eq!(one(Value::Bytes(b"\\\\ab\0\0".to_vec())), b"\\\\\\\\ab\\0\\0");
+    }
+
+    #[test]
+    fn long_values_escape_every_special_byte_wherever_it_lies() {
+        // Every special at every position of values long enough for the
+        // vectorised search, against the escapes written byte by byte.
+        let by_byte = |b: &[u8]| -> Vec<u8> {
+            b.iter()
+                .flat_map(|&c| match c {
+                    b'\\' => b"\\\\".to_vec(),
+                    b'\t' => b"\\t".to_vec(),
+                    b'\n' => b"\\n".to_vec(),
+                    b'\r' => b"\\r".to_vec(),
+                    0 => b"\\0".to_vec(),
+                    c => vec![c],
+                })
+                .collect()
+        };
+        for len in [1usize, 15, 16, 17, 31, 32, 33, 64, 100, 257] {
+            for at in 0..len {
+                for sp in [b'\\', b'\t', b'\n', b'\r', 0] {
+                    let mut v: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                    v[at] = sp;
+                    v[len - 1 - at / 2] = if sp == 0 { b'\r' } else { 0 };
+                    let mut o = vec![];
+                    escape(&mut o, &v);
+                    assert_eq!(o, by_byte(&v), "length {len}, byte {sp} at {at}");
+                }
+            }
+        }
     }
 
     #[test]
