@@ -21,6 +21,7 @@ pub mod load;
 pub mod manifest;
 pub mod mydumper;
 pub mod news;
+mod pool;
 pub mod schema;
 pub mod snapshot;
 pub mod sql;

@@ -97,6 +97,21 @@ impl Serialize for load::Event {
                 m.serialize_entry("bytes", bytes)?;
                 m.serialize_entry("already_loaded", already)?;
             }
+            load::Event::Indexing { table, indexes, rows } => {
+                m.serialize_entry("event", "indexing")?;
+                m.serialize_entry("table", table)?;
+                m.serialize_entry("indexes", indexes)?;
+                m.serialize_entry("rows", rows)?;
+            }
+            load::Event::Indexed { table, seconds } => {
+                m.serialize_entry("event", "indexed")?;
+                m.serialize_entry("table", table)?;
+                m.serialize_entry("seconds", seconds)?;
+            }
+            load::Event::OnlyIndexing { tables } => {
+                m.serialize_entry("event", "only_indexing")?;
+                m.serialize_entry("tables", tables)?;
+            }
             load::Event::Note(text) => {
                 m.serialize_entry("event", "note")?;
                 m.serialize_entry("text", text)?;
@@ -110,6 +125,17 @@ impl News for load::Event {
     fn text(&self) -> Option<String> {
         match self {
             load::Event::Note(s) => Some(format!("note: {s}")),
+            load::Event::Indexing { table, indexes, rows } => Some(format!(
+                "building {} of {table} ({}) in one ALTER TABLE, on one server thread",
+                plural(*indexes, "secondary index", "secondary indexes"),
+                plural(*rows, "row", "rows"),
+            )),
+            load::Event::Indexed { table, seconds } => Some(format!("indexes of {table} built in {seconds:.1} s")),
+            load::Event::OnlyIndexing { tables } => Some(format!(
+                "every chunk is in; the load now waits on the index {} of {} alone (its critical path)",
+                if tables.len() == 1 { "build" } else { "builds" },
+                tables.join(", ")
+            )),
             load::Event::Planned { .. } | load::Event::Chunk { .. } => None,
         }
     }
@@ -121,7 +147,10 @@ impl News for load::Event {
             load::Event::Chunk { bytes, rows, already, .. } => {
                 Progress::advance(*bytes, if *already { 0 } else { *rows })
             }
-            load::Event::Note(_) => Progress::none(),
+            load::Event::Note(_)
+            | load::Event::Indexing { .. }
+            | load::Event::Indexed { .. }
+            | load::Event::OnlyIndexing { .. } => Progress::none(),
         }
     }
     fn diagnostic(&self) -> bool {
