@@ -29,7 +29,7 @@ use pileup_conn::ConnSpec;
 
 use crate::indexes::Deferred;
 use crate::manifest::{quote, Kind, Manifest, Object, Table, MANIFEST};
-use crate::pool::{failures, pool, Heard, Job, Part};
+use crate::pool::{failures, pool, Heard, Job, Part, Workers};
 
 /// What to do with a table that already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,7 @@ fn target<'a>(o: &'a LoadOptions, db: &'a str) -> &'a str {
 }
 
 /// A loading session (see the module docs).
-pub(crate) fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
+fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
     c.query_drop("SET SESSION max_statement_time = 0")?;
     c.query_drop("SET SESSION lock_wait_timeout = 31536000")?;
     c.query_drop("SET SESSION foreign_key_checks = 0, unique_checks = 0")?;
@@ -191,6 +191,9 @@ impl Creation {
     }
 }
 
+/// Per table, the `ADD KEY …` clauses still to add after its data.
+type Later = Vec<Vec<String>>;
+
 /// Plan the creation of the tables not skipped (those with secondary
 /// indexes deferred without them, statistics recalculation off while they
 /// load); tables with no data are created here, the others by their first
@@ -205,8 +208,8 @@ fn create_tables(
     exists_t: &[bool],
     deferred: &[Option<Deferred>],
     recalc: &[Option<String>],
-) -> Result<(Vec<Vec<String>>, Vec<Option<Creation>>)> {
-    let mut later: Vec<Vec<String>> = vec![vec![]; m.tables.len()];
+) -> Result<(Later, Vec<Option<Creation>>)> {
+    let mut later: Later = vec![vec![]; m.tables.len()];
     let mut creations: Vec<Option<Creation>> = vec![None; m.tables.len()];
     for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
         let db = target(o, &t.db);
@@ -306,9 +309,7 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
     let creations = std::sync::Mutex::new(creations);
     let mut path = CriticalPath::new(jobs.iter().filter(|j| matches!(j.1, Part::Chunk(_))).count());
     let failed = pool(
-        spec,
-        o,
-        dog,
+        &workers(spec, o, dog),
         jobs.clone(),
         move |w, &(i, part)| match part {
             Part::Chunk(k) => {
@@ -357,6 +358,12 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
         verify(spec, o, dog, &m, chunks.collect(), on)?;
     }
     Ok(())
+}
+
+/// The load's workers: `o.threads` connections in loading sessions.
+fn workers<'a>(spec: &'a ConnSpec, o: &LoadOptions, dog: Option<&'a Arc<Watchdog>>) -> Workers<'a> {
+    let o = o.clone();
+    Workers { spec, threads: o.threads, session: Arc::new(move |c| session(c, &o)), dog }
 }
 
 /// What waits for all of a table's chunks: its secondary indexes in one
@@ -509,9 +516,7 @@ fn verify(
     let mut differ = vec![];
     let mut checked = 0u64;
     let failed = pool(
-        spec,
-        o,
-        dog,
+        &workers(spec, o, dog),
         jobs,
         move |w, &(i, part)| {
             let Part::Chunk(k) = part else { return Ok(Default::default()) };
@@ -620,9 +625,7 @@ fn load_mydumper(
     let (dd, oo) = (data.clone(), o.clone());
     let jobs = (0..data.len()).map(|i| (i, Part::Chunk(0))).collect();
     let failed = pool(
-        spec,
-        o,
-        dog,
+        &workers(spec, o, dog),
         jobs,
         move |w, &(i, _)| {
             w.query_drop("SET NAMES binary")?;

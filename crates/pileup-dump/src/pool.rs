@@ -11,7 +11,18 @@ use pileup_conn::ConnSpec;
 use pileup_output::plural;
 
 use crate::error::{bail, DumpError, Result};
-use crate::load::LoadOptions;
+
+/// Sets up a worker's connection.
+pub type Session = Arc<dyn Fn(&mut mysql::Conn) -> Result<()> + Send + Sync>;
+
+/// Where the workers run: the server, how many connections, the session
+/// each connection is set up with, and the watchdog that watches them.
+pub struct Workers<'a> {
+    pub spec: &'a ConnSpec,
+    pub threads: usize,
+    pub session: Session,
+    pub dog: Option<&'a Arc<Watchdog>>,
+}
 
 /// What a job does for its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,7 +49,7 @@ pub enum Heard<R> {
     Done(Job, R),
 }
 
-/// Run `jobs` on `o.threads` connections in loading sessions, in order;
+/// Run `jobs` on `w.threads` connections in `w.session`s, in order;
 /// `each` hears every job started and done with its result. A job that
 /// fails stops its table (its other jobs are dropped) and the others go
 /// on, on a fresh connection; the failures are returned. Only a server
@@ -51,9 +62,7 @@ pub enum Heard<R> {
 /// table is done the table is not empty and its other chunks run on every
 /// connection. A table's [`Part::After`] runs once all its chunks are done.
 pub fn pool<R: Send + 'static>(
-    spec: &ConnSpec,
-    o: &LoadOptions,
-    dog: Option<&Arc<Watchdog>>,
+    workers: &Workers,
     jobs: Vec<Job>,
     f: impl Fn(&mut mysql::Conn, &Job) -> Result<R> + Send + Sync + 'static,
     mut each: impl FnMut(Heard<R>),
@@ -68,11 +77,11 @@ pub fn pool<R: Send + 'static>(
     let gone = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Msg<R>>();
     let mut handles = vec![];
-    for _ in 0..o.threads.max(1) {
-        let mut w = spec.connect()?;
-        crate::load::session(&mut w, o)?;
-        let (plan, f, gone, tx, spec, o) = (plan.clone(), f.clone(), gone.clone(), tx.clone(), spec.clone(), o.clone());
-        let dog = dog.cloned();
+    for _ in 0..workers.threads.max(1) {
+        let mut w = workers.spec.connect()?;
+        (workers.session)(&mut w)?;
+        let (plan, f, gone, tx) = (plan.clone(), f.clone(), gone.clone(), tx.clone());
+        let (spec, session, dog) = (workers.spec.clone(), workers.session.clone(), workers.dog.cloned());
         handles.push(std::thread::spawn(move || {
             let mut _watched = dog.as_ref().map(|d| d.watch(&w));
             while !gone.load(Ordering::Relaxed) {
@@ -88,11 +97,7 @@ pub fn pool<R: Send + 'static>(
                     Err(e) => e,
                 };
                 let _ = tx.send(Msg::Failed(job, e));
-                match spec
-                    .connect()
-                    .map_err(DumpError::from)
-                    .and_then(|mut c| crate::load::session(&mut c, &o).map(|_| c))
-                {
+                match spec.connect().map_err(DumpError::from).and_then(|mut c| session(&mut c).map(|_| c)) {
                     Ok(c) => {
                         w = c;
                         _watched = dog.as_ref().map(|d| d.watch(&w));

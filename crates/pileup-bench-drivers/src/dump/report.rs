@@ -38,7 +38,14 @@ pub fn bound(c: &Cell, cores: f64) -> String {
     let device = med(c, |m| m.device_busy_s) / wall;
     let busy = med(c, |m| m.tool_cpu_s + m.server_cpu_s) / wall;
     let tail = med(c, |m| m.one_core_tail_s);
-    if device >= 0.6 {
+    let alone = if c.index_alone_s.is_empty() { 0.0 } else { median(&c.index_alone_s) };
+    if alone >= 0.1 * wall {
+        format!(
+            "the index build of {} alone for the last {alone:.1} s ({busy:.1} cores on average, device {:.0}%)",
+            c.index_tables.join(", "),
+            device * 100.0
+        )
+    } else if device >= 0.6 {
         format!("device ({:.0}% busy)", device * 100.0)
     } else if busy >= 0.8 * cores {
         format!("CPU ({busy:.1} of {cores:.0} cores)")
@@ -156,7 +163,7 @@ mod tests {
             device_busy_s: device,
             one_core_tail_s: tail,
         };
-        Cell { runs: vec![m; 3], out_bytes: vec![1_000_000; 3], writer_ms: vec![], lock_held_ms: vec![] }
+        Cell { runs: vec![m; 3], out_bytes: vec![1_000_000; 3], ..Default::default() }
     }
 
     #[test]
@@ -165,6 +172,12 @@ mod tests {
         assert!(bound(&cell(10.0, 8.0, 9.0, 1.0, 0.0), 2.0).starts_with("CPU (1.7 of 2 cores)"));
         assert!(bound(&cell(10.0, 3.0, 6.0, 1.0, 4.0), 2.0).starts_with("one core for the last 4.0 s"));
         assert!(bound(&cell(10.0, 3.0, 6.0, 1.0, 0.5), 2.0).starts_with("neither"));
+        let mut c = cell(10.0, 3.0, 6.0, 1.0, 4.0);
+        c.index_alone_s = vec![3.0, 3.5, 0.0];
+        c.index_tables = vec!["d.big".into()];
+        assert!(bound(&c, 2.0).starts_with("the index build of d.big alone for the last 3.0 s"), "{}", bound(&c, 2.0));
+        c.index_alone_s = vec![0.5, 0.0, 0.0];
+        assert!(bound(&c, 2.0).starts_with("one core for the last 4.0 s"), "a short build is not the critical path");
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub const DUMPS: [Dump; 3] = [
     ("zstd", &["--compress", "zstd"], None),
 ];
 
+/// The seconds at a load's end when index builds were all it waited on,
+/// and the tables they were of.
+type IndexAlone = (f64, Vec<String>);
+
 /// What one cell of the report holds: a tool's runs of one work.
 #[derive(Default, Debug, Clone)]
 pub struct Cell {
@@ -40,6 +44,10 @@ pub struct Cell {
     pub writer_ms: Vec<f64>,
     /// pileup's dump: how long its snapshot lock was held, ms.
     pub lock_held_ms: Vec<f64>,
+    /// pileup's load: the seconds at its end when index builds were all it
+    /// waited on (0 when never), and the tables they were of.
+    pub index_alone_s: Vec<f64>,
+    pub index_tables: Vec<String>,
 }
 
 /// Cells by (work, tool): work is `dump plain`, `load binlog off`, ….
@@ -86,11 +94,17 @@ impl Rounds<'_> {
             }
             for &binlog in &self.cfg.binlog {
                 for &tool in &order {
-                    let m = self.load(c, tool, binlog)?;
+                    let (m, alone) = self.load(c, tool, binlog)?;
                     let word = if binlog { "on" } else { "off" };
                     eprintln!("   {} round {r}: {tool:<8} load binlog {word:<3} {}", self.shape.name, line(&m));
                     let cell = cells.entry((format!("load binlog {word}"), tool)).or_default();
                     cell.runs.push(m);
+                    if let Some((s, tables)) = alone {
+                        cell.index_alone_s.push(s);
+                        if !tables.is_empty() {
+                            cell.index_tables = tables;
+                        }
+                    }
                 }
             }
         }
@@ -131,8 +145,10 @@ impl Rounds<'_> {
         Ok((m, held))
     }
 
-    /// Load `tool`'s plain dump into the shape's target database.
-    fn load(&self, c: &mut mysql::Conn, tool: &str, binlog: bool) -> Result<Measured> {
+    /// Load `tool`'s plain dump into the shape's target database; for
+    /// pileup, also the seconds at the load's end when index builds were
+    /// all it waited on (its `only_indexing` event), with their tables.
+    fn load(&self, c: &mut mysql::Conn, tool: &str, binlog: bool) -> Result<(Measured, Option<IndexAlone>)> {
         let target = self.target();
         // Settled before the drop: the pages of a dropped table are let go
         // lazily and would count as dirty for minutes.
@@ -145,7 +161,7 @@ impl Rounds<'_> {
         let mut cmd = match tool {
             "pileup" => {
                 let mut c = Command::new(&self.cfg.pileup);
-                c.args(["load", "-S", sock, "-u", "root", "--threads", &threads]);
+                c.args(["load", "-S", sock, "-u", "root", "--threads", &threads, "--json"]);
                 c.arg("--rename").arg(format!("{}:{target}", self.shape.db));
                 if !binlog {
                     c.arg("--no-binlog");
@@ -163,11 +179,23 @@ impl Rounds<'_> {
                 c
             }
         };
-        let m = measure::run(&mut cmd, &format!("{tool}'s load"), &self.meters, |_| {})?;
+        let t0 = Instant::now();
+        let mut only: Option<(Instant, Vec<String>)> = None;
+        let m = measure::run(&mut cmd, &format!("{tool}'s load"), &self.meters, |l| {
+            if l.contains("\"event\":\"only_indexing\"") {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+                let tables = v["tables"].as_array().into_iter().flatten().filter_map(|t| t.as_str().map(String::from));
+                only = Some((Instant::now(), tables.collect()));
+            }
+        })?;
         if data::checksums(c, &target, self.shape)? != self.source {
             bail!("{tool}: the loaded tables differ from the source (CHECKSUM TABLE)");
         }
-        Ok(m)
+        let alone = (tool == "pileup").then(|| match only {
+            Some((at, tables)) => ((m.wall_s - at.duration_since(t0).as_secs_f64()).max(0.0), tables),
+            None => (0.0, vec![]),
+        });
+        Ok((m, alone))
     }
 }
 
