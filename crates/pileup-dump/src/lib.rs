@@ -25,6 +25,7 @@ mod pool;
 pub mod schema;
 pub mod snapshot;
 pub mod sql;
+mod stats;
 pub mod tsv;
 
 pub use dump::{dump, DumpOptions};

@@ -1,5 +1,7 @@
-//! `pileup load`: manifest → databases and tables → data in parallel
-//! (largest table first, chunks of one table on every thread) → views,
+//! `pileup load`: manifest → databases → tables and their data in
+//! parallel (largest table first, chunks of one table on every thread,
+//! each table created by its first chunk's job and given its deferred
+//! indexes and statistics by a job of its own after its last) → views,
 //! routines, triggers and events.
 //!
 //! Data goes in with `LOAD DATA LOCAL INFILE`, streamed from the
@@ -30,6 +32,7 @@ use pileup_conn::ConnSpec;
 use crate::indexes::Deferred;
 use crate::manifest::{quote, Kind, Manifest, Object, Table, MANIFEST};
 use crate::pool::{failures, pool, Heard, Job, Part, Workers};
+use crate::stats::{created_with_recalc_off, recalc_back, recalc_off, stats_auto_recalc};
 
 /// What to do with a table that already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +185,9 @@ struct Creation {
 
 impl Creation {
     fn run(&self, c: &mut mysql::Conn, table: &str) -> Result<()> {
+        // A worker's session reads names and comments as the dump wrote
+        // them.
+        c.query_drop("SET NAMES utf8mb4")?;
         c.query_drop(format!("USE {}", quote(&self.db)))?;
         c.query_drop(&self.create).with_ctx(|| format!("creating table {}.{table}", self.db))?;
         if let Some(name) = &self.recalc_off {
@@ -206,9 +212,9 @@ fn create_tables(
     m: &Manifest,
     skip: &[bool],
     exists_t: &[bool],
-    deferred: &[Option<Deferred>],
-    recalc: &[Option<String>],
+    waits: &Waits,
 ) -> Result<(Later, Vec<Option<Creation>>)> {
+    let Waits { deferred, existing, recalc } = waits;
     let mut later: Later = vec![vec![]; m.tables.len()];
     let mut creations: Vec<Option<Creation>> = vec![None; m.tables.len()];
     for (i, t) in m.tables.iter().enumerate().filter(|(i, _)| !skip[*i]) {
@@ -217,7 +223,7 @@ fn create_tables(
             if recalc[i].is_some() {
                 recalc_off(c, &format!("{}.{}", quote(db), quote(&t.name)))?;
             }
-            if let Some(d) = &deferred[i] {
+            if let Some(d) = &existing[i] {
                 let have: Vec<String> = c.exec(
                     "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
                     (db, &t.name),
@@ -282,8 +288,9 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
 
     let AlreadyThere { skip, exists_t, skip_obj, keep_seq } = already_there(&mut c, o, &m, &mut *on)?;
     create_databases(&mut c, o, &m, &keep_seq)?;
-    let (deferred, recalc) = deferred_work(o, &m, bulk_into_empty(&pileup_conn::flavor(&mut c)?.1));
-    let (later, creations) = create_tables(&mut c, o, &m, &skip, &exists_t, &deferred, &recalc)?;
+    let waits = deferred_work(o, &m, bulk_into_empty(&pileup_conn::flavor(&mut c)?.1));
+    let (later, creations) = create_tables(&mut c, o, &m, &skip, &exists_t, &waits)?;
+    let recalc = waits.recalc;
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
     on(Event::Planned {
         tables: todo.len(),
@@ -304,40 +311,7 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
         })
         .collect();
     let m = Arc::new(m);
-    let (mm, oo, ll, rr) = (m.clone(), o.clone(), later.clone(), recalc.clone());
-    // Taken by the table's first job, which runs alone.
-    let creations = std::sync::Mutex::new(creations);
-    let mut path = CriticalPath::new(jobs.iter().filter(|j| matches!(j.1, Part::Chunk(_))).count());
-    let failed = pool(
-        &workers(spec, o, dog),
-        jobs.clone(),
-        move |w, &(i, part)| match part {
-            Part::Chunk(k) => {
-                if let Some(creation) = creations.lock().unwrap()[i].take() {
-                    creation.run(w, &mm.tables[i].name)?;
-                }
-                load_chunk(w, &oo, &mm, i, k)
-            }
-            Part::After => after_data(w, &oo, &mm.tables[i], &ll[i], rr[i].as_deref()).map(|_| true),
-        },
-        |heard| {
-            let name = |i: usize| format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name);
-            match heard {
-                Heard::Started((i, Part::After)) if !later[i].is_empty() => {
-                    let rows = m.tables[i].chunks.iter().map(|c| c.rows).sum();
-                    on(Event::Indexing { table: name(i), indexes: later[i].len(), rows });
-                    path.building(name(i), &mut *on);
-                }
-                Heard::Done((i, Part::After), _) => path.built(&name(i), &mut *on),
-                Heard::Done((i, Part::Chunk(k)), loaded) => {
-                    let ch = &m.tables[i].chunks[k];
-                    on(Event::Chunk { table: name(i), rows: ch.rows, bytes: ch.bytes, already: !loaded });
-                    path.chunk_done(&mut *on);
-                }
-                Heard::Started(_) => {}
-            }
-        },
-    )?;
+    let failed = load_tables(spec, o, dog, &m, jobs.clone(), (later, creations, recalc.clone()), &mut *on)?;
     // A table that failed gets its own statistics setting back too (a
     // resumed load turns it off again while it loads).
     for ((i, _), _) in &failed {
@@ -347,12 +321,14 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
         }
     }
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
-    create_objects(&mut c, o, &objs, &mut *on)?;
-    create_users(&mut c, o, &m.users, &mut *on)?;
+    let created = create_objects(&mut c, o, &objs, &mut *on).and_then(|_| create_users(&mut c, o, &m.users, &mut *on));
     let bad: Vec<usize> = failed.iter().map(|((i, _), _)| *i).collect();
+    // The tables not loaded first: a view or trigger on one of them fails
+    // for want of it.
     failures(("table", "tables"), "not loaded (run again with --resume once fixed)", failed, |i| {
         format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name)
     })?;
+    created?;
     if o.verify {
         let chunks = jobs.into_iter().filter(|j| !bad.contains(&j.0) && matches!(j.1, Part::Chunk(_)));
         verify(spec, o, dog, &m, chunks.collect(), on)?;
@@ -368,55 +344,127 @@ fn workers<'a>(spec: &'a ConnSpec, o: &LoadOptions, dog: Option<&'a Arc<Watchdog
 
 /// What waits for all of a table's chunks: its secondary indexes in one
 /// `ALTER TABLE` (`indexes`, its clauses) and its own statistics setting
-/// back with one `ANALYZE TABLE` (`recalc`).
-fn after_data(w: &mut mysql::Conn, o: &LoadOptions, t: &Table, indexes: &[String], recalc: Option<&str>) -> Result<()> {
+/// back with one `ANALYZE TABLE` (`recalc`). Returns the seconds the
+/// indexes took.
+fn after_data(
+    w: &mut mysql::Conn,
+    o: &LoadOptions,
+    t: &Table,
+    indexes: &[String],
+    recalc: Option<&str>,
+) -> Result<f64> {
     let name = format!("{}.{}", quote(target(o, &t.db)), quote(&t.name));
+    let start = Instant::now();
     if !indexes.is_empty() {
         w.query_drop(format!("ALTER TABLE {name} {}", indexes.join(", ")))
             .with_ctx(|| format!("adding the secondary indexes after the data of {}.{}", t.db, t.name))?;
     }
+    let built = start.elapsed().as_secs_f64();
     if let Some(r) = recalc {
         recalc_back(w, &name, r, true)
             .with_ctx(|| format!("giving {}.{} its statistics after the data", t.db, t.name))?;
     }
-    Ok(())
+    Ok(built)
 }
 
-/// Tells when the load waits on index builds alone: every chunk is in and
-/// what is left is one `ALTER TABLE` per table, each on one server thread.
+/// Run the tables' jobs on the workers: each table created by its first
+/// chunk's job (`creations`, taken by the job, which runs alone), its
+/// chunks loaded, then its deferred indexes (`later`) and statistics
+/// (`recalc`) given by its `After`; what happens is told to `on`.
+fn load_tables(
+    spec: &ConnSpec,
+    o: &LoadOptions,
+    dog: Option<&Arc<Watchdog>>,
+    m: &Arc<Manifest>,
+    jobs: Vec<Job>,
+    (later, creations, recalc): (Later, Vec<Option<Creation>>, Vec<Option<String>>),
+    on: &mut dyn FnMut(Event),
+) -> Result<crate::pool::Failed> {
+    let (mm, oo, ll) = (m.clone(), o.clone(), later.clone());
+    let creations = std::sync::Mutex::new(creations);
+    let mut path = CriticalPath::new(&jobs);
+    pool(
+        &workers(spec, o, dog),
+        jobs,
+        move |w, &(i, part)| match part {
+            Part::Chunk(k) => {
+                // Taken before it runs, so that no other worker waits on
+                // the lock while one creates its table.
+                let creation = creations.lock().unwrap()[i].take();
+                if let Some(creation) = creation {
+                    creation.run(w, &mm.tables[i].name)?;
+                }
+                Ok((load_chunk(w, &oo, &mm, i, k)?, 0.0))
+            }
+            Part::After => after_data(w, &oo, &mm.tables[i], &ll[i], recalc[i].as_deref()).map(|s| (true, s)),
+        },
+        |heard| {
+            let name = |i: usize| format!("{}.{}", target(o, &m.tables[i].db), m.tables[i].name);
+            match heard {
+                Heard::Started((i, Part::After)) if !later[i].is_empty() => {
+                    let rows = m.tables[i].chunks.iter().map(|c| c.rows).sum();
+                    on(Event::Indexing { table: name(i), indexes: later[i].len(), rows });
+                    path.building(i, name(i), &mut *on);
+                }
+                Heard::Done((i, Part::After), (_, seconds)) if !later[i].is_empty() => {
+                    path.gone(i);
+                    on(Event::Indexed { table: name(i), seconds });
+                }
+                Heard::Done((i, Part::Chunk(k)), (loaded, _)) => {
+                    let ch = &m.tables[i].chunks[k];
+                    on(Event::Chunk { table: name(i), rows: ch.rows, bytes: ch.bytes, already: !loaded });
+                    path.chunk_done(i, &mut *on);
+                }
+                Heard::Failed((i, _)) => path.gone(i),
+                Heard::Started(_) | Heard::Done(..) => {}
+            }
+        },
+    )
+}
+
+/// Tells when the load waits on index builds alone: every chunk still to
+/// load is in and what is left is one `ALTER TABLE` per table, each on one
+/// server thread.
 struct CriticalPath {
-    chunks_left: usize,
-    /// Index builds running, with when each began.
-    building: Vec<(String, Instant)>,
+    /// Chunks not loaded yet, per table (a table that failed has none left
+    /// to wait for).
+    chunks_left: std::collections::HashMap<usize, usize>,
+    /// Index builds running: the table and its name.
+    building: Vec<(usize, String)>,
     said: bool,
 }
 
 impl CriticalPath {
-    fn new(chunks: usize) -> CriticalPath {
-        CriticalPath { chunks_left: chunks, building: vec![], said: false }
+    fn new(jobs: &[Job]) -> CriticalPath {
+        let mut chunks_left = std::collections::HashMap::new();
+        for (i, _) in jobs.iter().filter(|j| matches!(j.1, Part::Chunk(_))) {
+            *chunks_left.entry(*i).or_insert(0) += 1;
+        }
+        CriticalPath { chunks_left, building: vec![], said: false }
     }
 
-    fn building(&mut self, table: String, on: &mut dyn FnMut(Event)) {
-        self.building.push((table, Instant::now()));
+    fn building(&mut self, table: usize, name: String, on: &mut dyn FnMut(Event)) {
+        self.building.push((table, name));
         self.check(on);
     }
 
-    fn built(&mut self, table: &str, on: &mut dyn FnMut(Event)) {
-        if let Some(k) = self.building.iter().position(|(t, _)| t == table) {
-            let (table, since) = self.building.remove(k);
-            on(Event::Indexed { table, seconds: since.elapsed().as_secs_f64() });
-        }
+    /// A table's build is done, or the table failed: nothing of it is left.
+    fn gone(&mut self, table: usize) {
+        self.building.retain(|(t, _)| *t != table);
+        self.chunks_left.remove(&table);
     }
 
-    fn chunk_done(&mut self, on: &mut dyn FnMut(Event)) {
-        self.chunks_left = self.chunks_left.saturating_sub(1);
+    fn chunk_done(&mut self, table: usize, on: &mut dyn FnMut(Event)) {
+        if let Some(n) = self.chunks_left.get_mut(&table) {
+            *n = n.saturating_sub(1);
+        }
         self.check(on);
     }
 
     fn check(&mut self, on: &mut dyn FnMut(Event)) {
-        if self.chunks_left == 0 && !self.building.is_empty() && !self.said {
+        if !self.said && !self.building.is_empty() && self.chunks_left.values().all(|n| *n == 0) {
             self.said = true;
-            on(Event::OnlyIndexing { tables: self.building.iter().map(|(t, _)| t.clone()).collect() });
+            on(Event::OnlyIndexing { tables: self.building.iter().map(|(_, t)| t.clone()).collect() });
         }
     }
 }
@@ -451,55 +499,58 @@ fn create_databases(c: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, keep_seq
 /// STATS_AUTO_RECALC, given back after it.
 ///
 /// Indexes wait only for a table loaded in more than one chunk when the
-/// server builds an empty table's indexes in bulk (`bulk`: MariaDB 10.6
-/// and later). A table of one chunk is filled by one statement into an
+/// server builds an empty table's indexes in bulk (`bulk`, see
+/// [`bulk_into_empty`]). A table of one chunk is filled by one statement into an
 /// empty table, and there InnoDB, with unique and foreign-key checks off,
 /// sorts every index and builds it at the statement's end, as an `ALTER
 /// TABLE` would, which would only add a DDL statement's file syncs.
 /// Statistics wait for every table with data: left on, InnoDB samples a
 /// table again and again as its one statement fills it (on 400 tables of
 /// 2,500 rows the server's CPU rose from 7.5 to 12.7 s).
-fn deferred_work(o: &LoadOptions, m: &Manifest, bulk: bool) -> (Vec<Option<Deferred>>, Vec<Option<String>>) {
+fn deferred_work(o: &LoadOptions, m: &Manifest, bulk: bool) -> Waits {
     let waits = |t: &crate::manifest::Table| t.chunks.len() > 1 || (!bulk && !t.chunks.is_empty());
-    // Secondary indexes that wait for the data, and of those, the ones a
+    // Secondary indexes that can wait for the data; of those, the ones a
     // resumed load still has to add (an existing table tells by its
-    // indexes).
+    // indexes, whichever way an earlier run created it).
     let creates: Vec<&str> = m.tables.iter().map(|t| t.create.as_str()).collect();
-    let deferred: Vec<Option<Deferred>> = m
+    let existing: Vec<Option<Deferred>> = m
         .tables
         .iter()
         .map(|t| {
-            (o.indexes_after_data && waits(t))
+            (o.indexes_after_data && !t.chunks.is_empty())
                 .then(|| crate::indexes::split(&t.create, crate::indexes::referenced(&t.name, &creates)))
                 .flatten()
         })
         .collect();
+    let deferred = existing.iter().zip(&m.tables).map(|(d, t)| d.clone().filter(|_| waits(t))).collect();
     // InnoDB tables with data: their own STATS_AUTO_RECALC, given back
     // after the data (a resumed load's tables have it off still).
     let recalc: Vec<Option<String>> =
         m.tables.iter().map(|t| (!t.chunks.is_empty()).then(|| stats_auto_recalc(&t.create)).flatten()).collect();
-    (deferred, recalc)
+    Waits { deferred, existing, recalc }
+}
+
+/// What waits for each table's data (see [`deferred_work`]).
+struct Waits {
+    /// The secondary indexes a table created now leaves for after its data.
+    deferred: Vec<Option<Deferred>>,
+    /// Those an existing table may lack (a resumed load adds them).
+    existing: Vec<Option<Deferred>>,
+    /// The table's own `STATS_AUTO_RECALC`, given back after its data.
+    recalc: Vec<Option<String>>,
 }
 
 /// Whether the server builds the indexes of an empty InnoDB table in bulk
-/// when one statement fills it with unique and foreign-key checks off:
-/// MariaDB 10.6 and later (`version` as `SELECT VERSION()` gives it).
+/// when one statement fills it with unique and foreign-key checks off,
+/// sorting each index at the statement's end: MariaDB 10.7 and later
+/// (10.6 loads an empty table without undo logging, but into each index
+/// row by row); `version` as `SELECT VERSION()` gives it.
 fn bulk_into_empty(version: &str) -> bool {
     if !version.to_ascii_lowercase().contains("mariadb") {
         return false;
     }
     let mut n = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= (10, 6)
-}
-
-/// `create` (a `SHOW CREATE TABLE` text that names no `STATS_AUTO_RECALC`)
-/// with `STATS_AUTO_RECALC=0` first among its table options, which follow
-/// the line-starting `)` that closes the column list (`SHOW CREATE TABLE`
-/// escapes the newlines of strings, so no comment or default holds one);
-/// `None` when the text has no such line.
-fn created_with_recalc_off(create: &str) -> Option<String> {
-    let at = create.rfind("\n) ENGINE=")? + 2;
-    Some(format!("{} STATS_AUTO_RECALC=0{}", &create[..at], &create[at..]))
+    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= (10, 7)
 }
 
 /// Read every loaded chunk back as the dump read it, and compare its row
@@ -765,43 +816,6 @@ fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool>
     Ok(n.unwrap_or(0) > 0)
 }
 
-/// Turn InnoDB's statistics recalculation off for `name` (quoted
-/// `db.table`) while it loads; an instant ALTER.
-fn recalc_off(c: &mut mysql::Conn, name: &str) -> Result<()> {
-    Ok(c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC=0"))?)
-}
-
-/// Give `name` its own `STATS_AUTO_RECALC` back (`setting`, from
-/// [`stats_auto_recalc`]) and, with `analyze`, its statistics in one
-/// `ANALYZE TABLE`.
-fn recalc_back(c: &mut mysql::Conn, name: &str, setting: &str, analyze: bool) -> Result<()> {
-    c.query_drop(format!("ALTER TABLE {name} STATS_AUTO_RECALC={setting}"))?;
-    if analyze {
-        c.query_drop(format!("ANALYZE TABLE {name}"))?;
-    }
-    Ok(())
-}
-
-/// An InnoDB table's `STATS_AUTO_RECALC` as its `CREATE TABLE` sets it
-/// (`DEFAULT` when it does not); `None` for other engines.
-fn stats_auto_recalc(create: &str) -> Option<String> {
-    let upper = create.to_ascii_uppercase();
-    // The table options follow the last closing parenthesis of the column
-    // list; a partitioned table's partitions come after them.
-    let options = &upper[upper.rfind(") ENGINE=").map_or(0, |p| p + 2)..];
-    if !options.starts_with("ENGINE=INNODB") {
-        return None;
-    }
-    // SHOW CREATE TABLE writes STATS_AUTO_RECALC before any quoted option
-    // (COMMENT, CONNECTION): what follows a quote is not an option.
-    let options = options.split('\'').next().unwrap_or("");
-    let value = options.split_once("STATS_AUTO_RECALC=").and_then(|(_, v)| v.split_whitespace().next());
-    Some(match value {
-        Some(v @ ("0" | "1")) => v.to_string(),
-        _ => "DEFAULT".to_string(),
-    })
-}
-
 /// Load one chunk; `false` when a resumed load finds it loaded already.
 /// A chunk is one statement, so in InnoDB it is loaded whole or not at
 /// all; a resumed load counts its key range in the table: all its rows
@@ -910,37 +924,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_innodb_tables_own_stats_auto_recalc_is_read_from_its_create() {
-        let t = "CREATE TABLE `t` (\n  `a` int(11) NOT NULL COMMENT ') ENGINE=Aria',\n  PRIMARY KEY (`a`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
-        assert_eq!(stats_auto_recalc(t).as_deref(), Some("DEFAULT"));
-        let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB DEFAULT CHARSET=latin1 STATS_AUTO_RECALC=0";
-        assert_eq!(stats_auto_recalc(t).as_deref(), Some("0"));
-        let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB STATS_AUTO_RECALC=1\n PARTITION BY HASH (`a`)\n(PARTITION `p0` ENGINE = InnoDB)";
-        assert_eq!(stats_auto_recalc(t).as_deref(), Some("1"));
-        assert_eq!(stats_auto_recalc("CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=Aria PAGE_CHECKSUM=1"), None);
-        let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB COMMENT='STATS_AUTO_RECALC=0 x'";
-        assert_eq!(stats_auto_recalc(t).as_deref(), Some("DEFAULT"), "a comment is not an option");
-    }
-
-    #[test]
-    fn statistics_go_off_in_the_create_among_the_table_options() {
-        let t = "CREATE TABLE `t` (\n  `a` int(11) NOT NULL COMMENT ') ENGINE=Aria',\n  PRIMARY KEY (`a`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
-        assert_eq!(
-            created_with_recalc_off(t).unwrap(),
-            "CREATE TABLE `t` (\n  `a` int(11) NOT NULL COMMENT ') ENGINE=Aria',\n  PRIMARY KEY (`a`)\n) STATS_AUTO_RECALC=0 ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-        );
-        let t = "CREATE TABLE `t` (\n  `a` int(11)\n) ENGINE=InnoDB\n PARTITION BY HASH (`a`)\n(PARTITION `p0` ENGINE = InnoDB)";
-        assert_eq!(
-            created_with_recalc_off(t).unwrap(),
-            "CREATE TABLE `t` (\n  `a` int(11)\n) STATS_AUTO_RECALC=0 ENGINE=InnoDB\n PARTITION BY HASH (`a`)\n(PARTITION `p0` ENGINE = InnoDB)"
-        );
-        assert_eq!(created_with_recalc_off("CREATE TABLE t (a int) ENGINE=InnoDB"), None);
-    }
-
-    #[test]
-    fn only_mariadb_from_10_6_builds_an_empty_tables_indexes_in_bulk() {
+    fn only_mariadb_from_10_7_builds_an_empty_tables_indexes_in_bulk() {
         assert!(bulk_into_empty("10.11.19-MariaDB-0+deb12u1"));
-        assert!(bulk_into_empty("10.6.0-MariaDB"));
+        assert!(bulk_into_empty("10.7.1-MariaDB"));
+        assert!(!bulk_into_empty("10.6.16-MariaDB"));
         assert!(bulk_into_empty("11.4.2-MariaDB-log"));
         assert!(!bulk_into_empty("10.5.23-MariaDB"));
         assert!(!bulk_into_empty("8.0.36"));

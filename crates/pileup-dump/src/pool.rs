@@ -47,6 +47,9 @@ pub enum Heard<R> {
     Started(Job),
     /// The job is done, with its result.
     Done(Job, R),
+    /// The job failed: its table's other jobs are dropped (the error is
+    /// among those [`pool`] returns).
+    Failed(Job),
 }
 
 /// Run `jobs` on `w.threads` connections in `w.session`s, in order;
@@ -87,7 +90,11 @@ pub fn pool<R: Send + 'static>(
             while !gone.load(Ordering::Relaxed) {
                 let Some(job) = Plan::next(&plan) else { break };
                 let _ = tx.send(Msg::Started(job));
-                let r = f(&mut w, &job);
+                // A job that panics fails (its table stops) rather than
+                // leaving its table marked running, which would keep the
+                // other workers waiting for it.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut w, &job)))
+                    .unwrap_or_else(|_| Err(DumpError::Failed("an internal error stopped this job".into())));
                 Plan::done(&plan, job, r.is_ok());
                 let e = match r {
                     Ok(r) => {
@@ -116,7 +123,10 @@ pub fn pool<R: Send + 'static>(
         match m {
             Msg::Started(job) => each(Heard::Started(job)),
             Msg::Done(job, r) => each(Heard::Done(job, r)),
-            Msg::Failed(job, e) => failed.push((job, e)),
+            Msg::Failed(job, e) => {
+                each(Heard::Failed(job));
+                failed.push((job, e));
+            }
         }
     }
     for h in handles {
@@ -163,17 +173,18 @@ impl Plan {
     }
 
     /// Which job to run now: an `After` that may run (an index build is
-    /// one server thread's work, so it starts as soon as it can); else the
-    /// first job if it may run; else, while the first waits for its
-    /// table's first chunk, the last that may run, the smallest table's
-    /// (the queue is largest first), so that the larger ones are left to
-    /// run beside the largest table's index build at the end.
+    /// one server thread's work, so it starts as soon as it can); else,
+    /// while the first job is a chunk waiting for its table's first chunk,
+    /// the last that may run, the smallest table's (the queue is largest
+    /// first), so that the larger ones are left to run beside the largest
+    /// table's index build at the end; else the first that may run.
     fn pick(&self) -> Option<usize> {
         let q = &self.queue;
-        q.iter()
-            .position(|j| j.1 == Part::After && self.ready(j))
-            .or_else(|| q.front().filter(|j| self.ready(j)).map(|_| 0))
-            .or_else(|| q.iter().rposition(|j| self.ready(j)))
+        let head_waits = q.front().is_some_and(|j| matches!(j.1, Part::Chunk(_)) && !self.ready(j));
+        q.iter().position(|j| j.1 == Part::After && self.ready(j)).or_else(|| match head_waits {
+            true => q.iter().rposition(|j| self.ready(j)),
+            false => q.iter().position(|j| self.ready(j)),
+        })
     }
 
     /// The next job that may run now, waiting while the only ones left
@@ -258,12 +269,11 @@ mod tests {
         Plan::done(&plan, (0, Chunk(0)), true);
         assert_eq!(Plan::next(&plan), Some((0, Chunk(1))));
         // Table 0's indexes wait for its second chunk, still loading: the
-        // last job that may run goes.
-        assert_eq!(Plan::next(&plan), Some((2, Chunk(0))));
+        // next table in order goes.
+        assert_eq!(Plan::next(&plan), Some((1, Chunk(0))));
         Plan::done(&plan, (0, Chunk(1)), true);
         assert_eq!(Plan::next(&plan), Some((0, After)), "ahead of the chunks queued before it");
-        Plan::done(&plan, (2, Chunk(0)), true);
-        assert_eq!(Plan::next(&plan), Some((1, Chunk(0))));
+        assert_eq!(Plan::next(&plan), Some((2, Chunk(0))));
         Plan::done(&plan, (1, Chunk(0)), true);
         assert_eq!(Plan::next(&plan), Some((1, After)));
         assert_eq!(Plan::next(&plan), None);

@@ -151,9 +151,9 @@ pub fn write_with<E: From<FileError>>(
                 file.set_permissions(fs::Permissions::from_mode(bits.unwrap_or(m.mode() & 0o7777))).map_err(failed)?;
             }
         }
-        let mut w = std::io::BufWriter::new(file);
+        let mut w = std::io::BufWriter::new(WrittenBack { file, written: 0, started: 0 });
         run(path, &mut w, f)?;
-        let file = w.into_inner().map_err(|e| failed(e.into_error()))?;
+        let file = w.into_inner().map_err(|e| failed(e.into_error()))?.file;
         if mode == Mode::Private {
             file.sync_all().map_err(failed)?;
         }
@@ -164,6 +164,49 @@ pub fn write_with<E: From<FileError>>(
         let _ = fs::remove_file(&tmp);
     }
     res
+}
+
+/// A file being written whose pages are handed to the device as it grows,
+/// every [`WrittenBack::STEP`] bytes, without waiting for them: the kernel
+/// would otherwise hold a large file's pages dirty until its closing fsync,
+/// which then waits for all of them at once (a dump's 40 MB chunk paid
+/// that wait on its connection after every chunk).
+struct WrittenBack {
+    file: fs::File,
+    written: u64,
+    /// Bytes handed to the device so far.
+    started: u64,
+}
+
+impl WrittenBack {
+    const STEP: u64 = 8 << 20;
+}
+
+impl Write for WrittenBack {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= Self::STEP {
+            // SAFETY: a plain system call on a descriptor this value owns.
+            // Only starts the writing: a failure here leaves the pages to
+            // the closing fsync, which reports any error.
+            unsafe {
+                libc::sync_file_range(
+                    self.file.as_raw_fd(),
+                    self.started as libc::off64_t,
+                    (self.written - self.started) as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+            self.started = self.written;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 /// Bytes an unprivileged writer may still use on the filesystem holding
