@@ -62,7 +62,7 @@ pub fn plain(e: &mysql::Error) -> String {
         E::MySqlError(e) => e.to_string(),
         E::DriverError(e) => e.to_string(),
         E::UrlError(e) => e.to_string(),
-        E::FromValueError(v) => format!("a value of an unexpected type: {v:?}"),
+        E::FromValueError(v) => format!("a value of an unexpected type: {}", v.as_sql(false)),
         E::FromRowError(r) => format!("a row of an unexpected shape ({} columns)", r.len()),
     });
     // An error the crate wrapped in an I/O error (a LOCAL INFILE handler's

@@ -1,5 +1,7 @@
-//! One timed run of a tool: its wall time, its own CPU seconds and peak
-//! resident memory (from `wait4`, the child's own rusage), the server's CPU
+//! One timed run of a tool: its wall time, its own CPU seconds (from
+//! `wait4`, the child's own rusage) and peak resident memory (its
+//! `VmHWM`, read every 100 ms: a child's rusage counts the memory of the
+//! process that forked it, this driver's), the server's CPU
 //! seconds over the same window, how long the datadir's device was busy,
 //! and how the two cores were used (sampled every 100 ms), so that the run's
 //! critical path can be named: the seconds at its end when no more than
@@ -78,8 +80,9 @@ pub fn run(cmd: &mut Command, what: &str, m: &Meters, mut line: impl FnMut(&str)
         std::io::BufReader::new(stderr).lines().map_while(|l| l.ok()).last().unwrap_or_default()
     });
     let busy = Arc::new(Mutex::new(Vec::<(f64, f64)>::new()));
+    let hwm_kib = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = sample_cores(pid, m.server_stat.clone(), busy.clone(), stop.clone());
+    let sampler = sample_cores(pid, m.server_stat.clone(), (busy.clone(), hwm_kib.clone()), stop.clone());
     let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
     for l in out.lines().map_while(|l| l.ok()) {
         line(&l);
@@ -105,28 +108,39 @@ pub fn run(cmd: &mut Command, what: &str, m: &Meters, mut line: impl FnMut(&str)
         wall_s,
         tool_cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
         server_cpu_s: m.server_cpu() - server0,
-        tool_rss_mib: ru.ru_maxrss as f64 / 1024.0,
+        tool_rss_mib: hwm_kib.load(Ordering::Relaxed) as f64 / 1024.0,
         device_busy_s: (m.device_ms() - device0) / 1e3,
         one_core_tail_s: one_core_tail(&busy, wall_s),
     })
 }
 
 /// Every 100 ms, the cores the tool (with its threads) and the server used
-/// since the sample before: `(seconds since the start, cores)`.
+/// since the sample before: `(seconds since the start, cores)`; and the
+/// tool's peak resident memory so far (`VmHWM`, KiB).
+type Samples = (Arc<Mutex<Vec<(f64, f64)>>>, Arc<std::sync::atomic::AtomicU64>);
+
 fn sample_cores(
     pid: i32,
     server_stat: String,
-    busy: Arc<Mutex<Vec<(f64, f64)>>>,
+    (busy, hwm_kib): Samples,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let tool_stat = format!("/proc/{pid}/stat");
+        let status = format!("/proc/{pid}/status");
+        let hwm = || -> Option<u64> {
+            let s = std::fs::read_to_string(&status).ok()?;
+            s.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+        };
         let cpu = || pileup_bench_drivers::stat_cpu(&tool_stat, 4) + pileup_bench_drivers::stat_cpu(&server_stat, 2);
         let t0 = Instant::now();
         let (mut last_t, mut last_cpu) = (0.0, cpu());
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
             let (t, c) = (t0.elapsed().as_secs_f64(), cpu());
+            if let Some(k) = hwm() {
+                hwm_kib.fetch_max(k, Ordering::Relaxed);
+            }
             if c >= last_cpu && t > last_t {
                 busy.lock().unwrap().push((t, (c - last_cpu) / (t - last_t)));
             }
