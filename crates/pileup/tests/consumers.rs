@@ -148,7 +148,10 @@ fn every_result_is_read_by_its_consumer() {
     let mut c = sb.connect().unwrap();
     let slow_log: String = c.query_first("SELECT @@slow_query_log_file").unwrap().unwrap();
     let slow_log = data.join(slow_log).display().to_string();
-    // The first binary log: the statements above, and sysbench's tables.
+    // The first binary log: the statements above, and sysbench's tables,
+    // closed so that the load below writes to the next one (a log being
+    // written may end inside an event, which binlog reports as damaged).
+    sb.sql("FLUSH BINARY LOGS").unwrap();
     let binlog = data.join("binlog.000001").display().to_string();
 
     let conn = format!("-S {sock} -u root");
