@@ -117,6 +117,12 @@ fn target<'a>(o: &'a LoadOptions, db: &'a str) -> &'a str {
     o.rename.iter().find(|(f, _)| f == db).map(|(_, t)| t.as_str()).unwrap_or(db)
 }
 
+/// `table` of dumped database `db` as the load names it in SQL: its
+/// target database, both quoted.
+fn quoted(o: &LoadOptions, db: &str, table: &str) -> String {
+    format!("{}.{}", quote(target(o, db)), quote(table))
+}
+
 /// A loading session (see the module docs).
 fn session(c: &mut mysql::Conn, o: &LoadOptions) -> Result<()> {
     c.query_drop("SET SESSION max_statement_time = 0")?;
@@ -221,7 +227,7 @@ fn create_tables(
         let db = target(o, &t.db);
         if exists_t[i] {
             if recalc[i].is_some() {
-                recalc_off(c, &format!("{}.{}", quote(db), quote(&t.name)))?;
+                recalc_off(c, &quoted(o, &t.db, &t.name))?;
             }
             if let Some(d) = &existing[i] {
                 let have: Vec<String> = c.exec(
@@ -238,7 +244,7 @@ fn create_tables(
         let off = recalc[i].as_deref().filter(|r| *r == "DEFAULT").and_then(|_| created_with_recalc_off(create));
         let creation = Creation {
             db: db.to_string(),
-            recalc_off: (recalc[i].is_some() && off.is_none()).then(|| format!("{}.{}", quote(db), quote(&t.name))),
+            recalc_off: (recalc[i].is_some() && off.is_none()).then(|| quoted(o, &t.db, &t.name)),
             create: off.unwrap_or_else(|| create.to_string()),
         };
         if t.chunks.is_empty() {
@@ -317,7 +323,7 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
     for ((i, _), _) in &failed {
         if let Some(r) = &recalc[*i] {
             let t = &m.tables[*i];
-            let _ = recalc_back(&mut c, &format!("{}.{}", quote(target(o, &t.db)), quote(&t.name)), r, false);
+            let _ = recalc_back(&mut c, &quoted(o, &t.db, &t.name), r, false);
         }
     }
     let objs: Vec<Object> = m.objects.iter().zip(&skip_obj).filter(|(_, s)| !**s).map(|(x, _)| x.clone()).collect();
@@ -353,7 +359,7 @@ fn after_data(
     indexes: &[String],
     recalc: Option<&str>,
 ) -> Result<f64> {
-    let name = format!("{}.{}", quote(target(o, &t.db)), quote(&t.name));
+    let name = quoted(o, &t.db, &t.name);
     let start = Instant::now();
     if !indexes.is_empty() {
         w.query_drop(format!("ALTER TABLE {name} {}", indexes.join(", ")))
@@ -663,7 +669,7 @@ fn load_mydumper(
     let mut recalc: Vec<(String, String)> = vec![];
     for (db, t, p) in s.tables.iter().filter(|(d, t, _)| !skipped(d, t)) {
         crate::mydumper::run_file(&mut c, target(o, db), p).with_ctx(|| format!("creating {}.{t}", target(o, db)))?;
-        let name = format!("{}.{}", quote(target(o, db)), quote(t));
+        let name = quoted(o, db, t);
         let create: Option<(String, String)> = c.query_first(format!("SHOW CREATE TABLE {name}"))?;
         if let Some(r) = create.and_then(|(_, sql)| stats_auto_recalc(&sql)) {
             recalc_off(&mut c, &name)?;
@@ -694,8 +700,7 @@ fn load_mydumper(
     )?;
     // A table with a data file that failed gets its own setting back
     // without statistics, and an error there does not hide the failure.
-    let broken: HashSet<String> =
-        failed.iter().map(|((i, _), _)| format!("{}.{}", quote(target(o, &data[*i].0)), quote(&data[*i].1))).collect();
+    let broken: HashSet<String> = failed.iter().map(|((i, _), _)| quoted(o, &data[*i].0, &data[*i].1)).collect();
     for (name, r) in &recalc {
         if broken.contains(name) {
             let _ = recalc_back(&mut c, name, r, false);
@@ -826,7 +831,7 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
     let ch = &t.chunks[k];
     if o.resume {
         let cond = t.chunk_key.as_ref().and_then(|key| ch.range.condition(&quote(key)));
-        let from = format!("{}.{}", quote(target(o, &t.db)), quote(&t.name));
+        let from = quoted(o, &t.db, &t.name);
         let filter = cond.map(|c| format!(" WHERE {c}")).unwrap_or_default();
         let n: u64 = w.query_first(format!("SELECT COUNT(*) FROM {from}{filter}"))?.unwrap_or(0);
         if n == ch.rows && n > 0 {

@@ -253,9 +253,7 @@ fn check_bench_args(a: &BenchArgs) -> Result<Vec<Name>> {
     if a.threads.is_empty() || a.threads.iter().any(|&t| t == 0 || t > 1000) {
         super::usage!("--threads takes counts from 1 to 1000, comma-separated");
     }
-    if a.rounds == 0 {
-        super::usage!("--rounds must be at least 1");
-    }
+    super::at_least_1("--rounds", a.rounds as u64)?;
     if a.duration < MIN_WINDOW {
         super::usage!(
             "--duration must be at least 1s: the server's CPU is counted in 10 ms ticks, 1% of a core over 1 s; a shorter window measures noise"

@@ -261,8 +261,8 @@ fn check_digest_args(a: &DigestArgs) -> Result<()> {
     if a.server {
         super::more_than_0("--duration", a.duration)?;
     }
-    if a.jobs == Some(0) {
-        super::usage!("--jobs must be at least 1");
+    if let Some(jobs) = a.jobs {
+        super::at_least_1("--jobs", jobs as u64)?;
     }
     if a.follow && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
         super::usage!("--follow reads one slow-log file (standard input is read to its end anyway)");

@@ -237,9 +237,7 @@ fn dump_options(a: &DumpArgs) -> Result<DumpOptions> {
 }
 
 pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
-    if a.threads == 0 {
-        super::usage!("--threads must be at least 1");
-    }
+    super::at_least_1("--threads", a.threads as u64)?;
     let json = a.out.json();
     let mut spec = conn.resolve()?;
     // A chunk's copy, an index build after a large table's data: statements

@@ -120,15 +120,11 @@ pub struct StacksArgs {
 const SAMPLING: &str = "{spinner} sampling [{bar:30}] {pos}/{len} {elapsed}/{duration} {msg} (Ctrl-C: stop and write)";
 
 pub fn run(a: StacksArgs, conn: &ConnOptions) -> Result<()> {
-    if a.samples == 0 {
-        super::usage!("--samples must be at least 1");
-    }
+    super::at_least_1("--samples", a.samples as u64)?;
     if a.interval_ms == 0 && a.samples > 1 {
         super::usage!("--interval-ms must be at least 1");
     }
-    if a.max_stop_ms == 0 {
-        super::usage!("--max-stop-ms must be at least 1");
-    }
+    super::at_least_1("--max-stop-ms", a.max_stop_ms)?;
     if !(0.0..=100.0).contains(&a.dot_min_pct) {
         super::usage!("--dot-min-pct is a percent of the stacks: from 0 to 100");
     }

@@ -225,8 +225,8 @@ fn check_watch_args(a: &WatchArgs) -> Result<()> {
     if !a.scan_interval.is_zero() && a.scan_interval < Duration::from_millis(10) {
         super::usage!("--scan-interval must be at least 10ms (or 0 to turn the scan off)");
     }
-    if a.pileup_threads == Some(0) {
-        super::usage!("--pileup-threads must be at least 1");
+    if let Some(n) = a.pileup_threads {
+        super::at_least_1("--pileup-threads", n as u64)?;
     }
     if let Some(d) = a.duration {
         super::more_than_0("--duration", d)?;
