@@ -459,6 +459,24 @@ fn a_load_killed_midway_resumes_to_an_identical_copy() {
         "{stacks}"
     );
     assert_eq!(checksum(&mut c, "r", "big"), checksum(&mut c, "r3", "big"));
+
+    // The index build the load waited on at its end is said: it starts
+    // after big's chunks, and once every chunk is in it is named as what
+    // the load waits on alone, before it ends.
+    let events: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let at = |event: &str| events.iter().position(|e| e["event"] == event);
+    let indexing = &events[at("indexing").expect("an indexing event")];
+    assert_eq!(
+        (indexing["table"].as_str(), indexing["indexes"].as_u64(), indexing["rows"].as_u64()),
+        (Some("r3.big"), Some(1), Some(400_000))
+    );
+    let only = at("only_indexing").expect("an only_indexing event");
+    assert_eq!(events[only]["tables"], serde_json::json!(["r3.big"]));
+    let last_chunk = events.iter().rposition(|e| e["event"] == "chunk").unwrap();
+    let indexed = at("indexed").expect("an indexed event");
+    assert!(last_chunk < only && only < indexed, "{events:?}");
+    assert!(events[indexed]["seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(events.iter().filter(|e| e["event"] == "indexing").count(), 1, "r.small has no index to defer");
 }
 
 fn show_create(c: &mut mysql::Conn, db: &str, t: &str) -> String {
