@@ -275,7 +275,7 @@ fn snapshot_window(
         m.lock = LockHeld { statement: "none: each thread in its own snapshot".into(), ..Default::default() };
         let mut early = vec![];
         for (i, _) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
-            early.push(copy_chunk(c, &o.dir, &m.tables[i], i, 0, Range::ALL, o)?);
+            early.push(copy_chunk_now(c, &o.dir, &m.tables[i], i, Range::ALL, o)?);
         }
         return Ok(early);
     }
@@ -287,7 +287,7 @@ fn snapshot_window(
     let mut early: Vec<Done> = vec![];
     if opened.is_ok() {
         for (i, t) in listed.iter().enumerate().filter(|(_, t)| !t.transactional()) {
-            match copy_chunk(c, &o.dir, &m.tables[i], i, 0, Range::ALL, o) {
+            match copy_chunk_now(c, &o.dir, &m.tables[i], i, Range::ALL, o) {
                 Ok(d) => {
                     copied.push(format!("{}.{} ({})", t.db, t.name, t.engine));
                     early.push(d);
@@ -333,8 +333,9 @@ fn write_manifest(o: &DumpOptions, m: &Manifest, view_columns: &ViewColumns) -> 
 
 /// Copy the transactional tables on the workers' connections (each in its
 /// snapshot), largest first, a table planned into chunks by the first
-/// worker free; chunks copied are added to `early` and told. Returns the
-/// first error, after every worker has stopped.
+/// worker free; chunks copied are synced and named here, off the workers'
+/// connections, then added to `early` and told. Returns the first error,
+/// after every worker has stopped.
 fn copy_tables(
     conns: Vec<mysql::Conn>,
     listed: Vec<Listed>,
@@ -350,7 +351,9 @@ fn copy_tables(
     let tables = Arc::new(tables.to_vec());
     let listed = Arc::new(listed);
     let failed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<Result<Done>>();
+    // Bounded: a worker waits rather than run ahead of the device by more
+    // than a few chunks.
+    let (tx, rx) = mpsc::sync_channel::<Result<(Done, pileup_files::Staged)>>(2 * conns.len());
     let mut handles = vec![];
     for mut w in conns {
         let (queue, tables, listed, failed, tx, o) =
@@ -385,12 +388,13 @@ fn copy_tables(
     drop(tx);
     let mut first_error = None;
     for r in rx {
-        match r {
+        match r.and_then(|(d, staged)| Ok(staged.finish().map(|()| d)?)) {
             Ok(d) => {
                 on(Event::Chunk { table: table_name(&tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
                 early.push(d);
             }
             Err(e) => {
+                failed.store(true, Ordering::Relaxed);
                 first_error.get_or_insert(e);
             }
         }
@@ -467,7 +471,16 @@ fn plan(w: &mut mysql::Conn, t: &Table, l: &Listed, chunk_rows: u64) -> Result<V
     })
 }
 
-/// Copy one chunk to its file.
+/// Copy one chunk to its file, synced and under its name.
+fn copy_chunk_now(w: &mut mysql::Conn, dir: &Path, t: &Table, table: usize, r: Range, o: &DumpOptions) -> Result<Done> {
+    let (done, staged) = copy_chunk(w, dir, t, table, 0, r, o)?;
+    staged.finish()?;
+    Ok(done)
+}
+
+/// Copy one chunk to its file, left for the caller to sync and name
+/// ([`pileup_files::Staged::finish`]), so that the connection can go on to
+/// its next chunk meanwhile.
 fn copy_chunk(
     w: &mut mysql::Conn,
     dir: &Path,
@@ -476,7 +489,7 @@ fn copy_chunk(
     seq: usize,
     r: Range,
     o: &DumpOptions,
-) -> Result<Done> {
+) -> Result<(Done, pileup_files::Staged)> {
     let sql = crate::copy::select(t, &t.db, &r, o.where_.as_deref());
     let file = match o.format {
         Format::Pileup => {
@@ -486,7 +499,7 @@ fn copy_chunk(
     };
     let path = dir.join(&file);
     let (mut bytes, mut crc, mut tally) = (0u64, crc32fast::Hasher::new(), Default::default());
-    pileup_files::write_private(&path, |out| -> Result<()> {
+    let staged = pileup_files::write_private_staged(&path, |out| -> Result<()> {
         let mut z = Encoder::new(out, o.compress)?;
         let mut sink = |b: &[u8]| -> Result<()> {
             crc.update(b);
@@ -507,5 +520,6 @@ fn copy_chunk(
         Ok(())
     })?;
     let crate::copy::Tally { rows, row_sum } = tally;
-    Ok(Done { table, seq, chunk: Chunk { file, range: r, rows, row_sum, bytes, crc32: crc.finalize() } })
+    let chunk = Chunk { file, range: r, rows, row_sum, bytes, crc32: crc.finalize() };
+    Ok((Done { table, seq, chunk }, staged))
 }

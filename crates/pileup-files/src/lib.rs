@@ -126,44 +126,100 @@ pub fn write_with<E: From<FileError>>(
     mode: Mode,
     f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
 ) -> Result<(), E> {
+    Ok(write_staged(path, mode, f)?.finish()?)
+}
+
+/// Write `path` as [`write_private`] does, but leave the sync and the
+/// rename to [`Staged::finish`], which may run on another thread: a writer
+/// that holds something costly (a dump's connection in its snapshot) goes
+/// on to its next file while this one reaches the device.
+pub fn write_private_staged<E: From<FileError>>(
+    path: &Path,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<Staged, E> {
+    write_staged(path, Mode::Private, f)
+}
+
+/// A file written under its temporary name, not yet synced nor renamed.
+/// Dropped without [`Staged::finish`], its temporary file is removed, so the
+/// name asked for never holds a file that was not synced.
+#[must_use = "a staged file is only under its name once finished"]
+pub struct Staged {
+    /// None for a path written through (not a regular file).
+    pending: Option<Pending>,
+}
+
+struct Pending {
+    file: fs::File,
+    tmp: PathBuf,
+    path: PathBuf,
+    sync: bool,
+}
+
+impl Staged {
+    /// Sync the file (a private one) and rename it into place.
+    pub fn finish(mut self) -> Result<(), FileError> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        let failed = |source| FileError::Write { path: p.path.clone(), source };
+        let res = (|| {
+            if p.sync {
+                p.file.sync_all().map_err(failed)?;
+            }
+            fs::rename(&p.tmp, &p.path).map_err(failed)
+        })();
+        if res.is_err() {
+            let _ = fs::remove_file(&p.tmp);
+        }
+        res
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let _ = fs::remove_file(&p.tmp);
+        }
+    }
+}
+
+fn write_staged<E: From<FileError>>(
+    path: &Path,
+    mode: Mode,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), E>,
+) -> Result<Staged, E> {
     let failed = |source| FileError::Write { path: path.to_path_buf(), source };
     if fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
         let file = fs::OpenOptions::new().write(true).truncate(true).open(path).map_err(failed)?;
         let mut w = std::io::BufWriter::new(file);
         run(path, &mut w, f)?;
         w.flush().map_err(failed)?;
-        return Ok(());
+        return Ok(Staged { pending: None });
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         return Err(FileError::NoDirectory { path: path.into(), dir: dir.into() }.into());
     }
     let tmp = temporary_name(path)?;
-    let res = (|| -> Result<(), E> {
-        let file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(failed)?;
-        if mode == Mode::KeepExisting {
-            let (owner, bits) = match fs::metadata(path) {
-                Ok(m) => (Some(m), None),
-                Err(_) => (fs::metadata(dir).ok(), Some(0o660)),
-            };
-            if let Some(m) = owner {
-                let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
-                file.set_permissions(fs::Permissions::from_mode(bits.unwrap_or(m.mode() & 0o7777))).map_err(failed)?;
-            }
+    let file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(failed)?;
+    // From here the temporary file is removed if anything fails.
+    let mut staged =
+        Staged { pending: Some(Pending { file, tmp, path: path.to_path_buf(), sync: mode == Mode::Private }) };
+    let p = staged.pending.as_mut().expect("just set");
+    if mode == Mode::KeepExisting {
+        let (owner, bits) = match fs::metadata(path) {
+            Ok(m) => (Some(m), None),
+            Err(_) => (fs::metadata(dir).ok(), Some(0o660)),
+        };
+        if let Some(m) = owner {
+            let _ = std::os::unix::fs::fchown(&p.file, Some(m.uid()), Some(m.gid()));
+            p.file.set_permissions(fs::Permissions::from_mode(bits.unwrap_or(m.mode() & 0o7777))).map_err(failed)?;
         }
-        let mut w = std::io::BufWriter::new(WrittenBack { file, written: 0, started: 0 });
-        run(path, &mut w, f)?;
-        let file = w.into_inner().map_err(|e| failed(e.into_error()))?.file;
-        if mode == Mode::Private {
-            file.sync_all().map_err(failed)?;
-        }
-        fs::rename(&tmp, path).map_err(failed)?;
-        Ok(())
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
     }
-    res
+    let mut w = std::io::BufWriter::new(WrittenBack { file: &p.file, written: 0, started: 0 });
+    run(path, &mut w, f)?;
+    w.flush().map_err(failed)?;
+    drop(w);
+    Ok(staged)
 }
 
 /// A file being written whose pages are handed to the device as it grows,
@@ -171,18 +227,18 @@ pub fn write_with<E: From<FileError>>(
 /// would otherwise hold a large file's pages dirty until its closing fsync,
 /// which then waits for all of them at once (a dump's 40 MB chunk paid
 /// that wait on its connection after every chunk).
-struct WrittenBack {
-    file: fs::File,
+struct WrittenBack<'a> {
+    file: &'a fs::File,
     written: u64,
     /// Bytes handed to the device so far.
     started: u64,
 }
 
-impl WrittenBack {
+impl WrittenBack<'_> {
     const STEP: u64 = 8 << 20;
 }
 
-impl Write for WrittenBack {
+impl Write for WrittenBack<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
         let n = self.file.write(buf)?;
@@ -311,6 +367,23 @@ mod tests {
         assert_eq!(err.to_string(), "the writer failed");
         assert_eq!(fs::read_to_string(&p).unwrap(), "new");
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1, "no temporary file left");
+    }
+
+    #[test]
+    fn a_staged_file_is_under_its_name_only_once_finished_and_gone_if_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("chunk.tsv");
+        let ok = |w: &mut dyn Write| w.write_all(&vec![7u8; 9 << 20]).map_err(|e| Failed(e.to_string()));
+        let staged = write_private_staged(&p, ok).unwrap();
+        assert!(!p.exists(), "not under its name before finish");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1, "only the temporary file");
+        // Finished on another thread, as a dump's collector does.
+        std::thread::spawn(move || staged.finish()).join().unwrap().unwrap();
+        assert_eq!((fs::metadata(&p).unwrap().len(), mode(&p)), (9 << 20, 0o600));
+        let q = d.path().join("dropped.tsv");
+        drop(write_private_staged(&q, ok).unwrap());
+        assert!(!q.exists());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1, "the dropped file's temporary file removed");
     }
 
     #[test]

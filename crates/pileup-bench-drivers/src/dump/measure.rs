@@ -30,6 +30,23 @@ pub struct Measured {
     pub one_core_tail_s: f64,
 }
 
+impl Measured {
+    /// This run followed by `after`, as one run: times, CPU and the device
+    /// added, the larger peak; the end left to one core runs on from this
+    /// run's into `after`'s when `after` used no more than one core.
+    pub fn then(self, after: Measured) -> Measured {
+        let all_one_core = after.one_core_tail_s >= after.wall_s - 0.1;
+        Measured {
+            wall_s: self.wall_s + after.wall_s,
+            tool_cpu_s: self.tool_cpu_s + after.tool_cpu_s,
+            server_cpu_s: self.server_cpu_s + after.server_cpu_s,
+            tool_rss_mib: self.tool_rss_mib.max(after.tool_rss_mib),
+            device_busy_s: self.device_busy_s + after.device_busy_s,
+            one_core_tail_s: if all_one_core { self.one_core_tail_s + after.wall_s } else { after.one_core_tail_s },
+        }
+    }
+}
+
 /// Where the server's and the device's figures are read.
 #[derive(Clone)]
 pub struct Meters {
@@ -167,6 +184,22 @@ pub fn one_core_tail(busy: &[(f64, f64)], wall_s: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_then_another_adds_up_and_its_tail_runs_on_through_an_idle_second() {
+        let m = |wall_s, tool_cpu_s, tool_rss_mib, one_core_tail_s| Measured {
+            wall_s,
+            tool_cpu_s,
+            server_cpu_s: 1.0,
+            tool_rss_mib,
+            device_busy_s: 0.5,
+            one_core_tail_s,
+        };
+        let both = m(2.0, 3.0, 10.0, 0.4).then(m(0.5, 0.01, 2.0, 0.5));
+        assert_eq!((both.wall_s, both.tool_cpu_s, both.server_cpu_s), (2.5, 3.01, 2.0));
+        assert_eq!((both.tool_rss_mib, both.device_busy_s, both.one_core_tail_s), (10.0, 1.0, 0.9));
+        assert_eq!(m(2.0, 3.0, 10.0, 0.4).then(m(1.0, 2.0, 2.0, 0.2)).one_core_tail_s, 0.2);
+    }
 
     #[test]
     fn the_tail_is_the_run_s_end_on_one_core() {

@@ -142,7 +142,16 @@ impl Rounds<'_> {
                 held = serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["held_ms"].as_f64());
             }
         })?;
-        Ok((m, held))
+        if tool == "pileup" {
+            return Ok((m, held));
+        }
+        // Durability like for like: pileup fsyncs each file before naming
+        // it; mydumper leaves its files to the kernel, so they are fsynced
+        // (and the directory) as part of its run.
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.push(dir.to_path_buf());
+        let synced = measure::run(Command::new("sync").arg("--").args(&files), "sync", &self.meters, |_| {})?;
+        Ok((m.then(synced), held))
     }
 
     /// Load `tool`'s plain dump into the shape's target database; for
@@ -221,11 +230,23 @@ fn du(dir: &Path) -> u64 {
 }
 
 /// Bring the server to a settled state before a run, so that a run does
-/// not pay for the writeback of the one before it: InnoDB flushes its dirty
-/// pages now ([`pileup_sandbox::flush::flushing`], until under 1% are
-/// dirty, at most a minute) and the kernel writes out its dirty file data
-/// (`sync`).
+/// not pay for the work left by the one before it: InnoDB's purge of the
+/// last load's undo history (until under 1000 transactions are left, at
+/// most a minute), then its dirty pages flushed
+/// ([`pileup_sandbox::flush::flushing`], until under 1% are dirty, at most
+/// a minute), and the kernel's dirty file data written out (`sync`).
 pub fn settle(c: &mut mysql::Conn) -> Result<()> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        let left: Option<u64> = c.query_first(
+            "SELECT CAST(VARIABLE_VALUE AS UNSIGNED) FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME = 'INNODB_HISTORY_LIST_LENGTH'",
+        )?;
+        if left.unwrap_or(0) < 1000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     pileup_sandbox::flush::flushing(c, |c| -> Result<()> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
