@@ -99,6 +99,7 @@ fn main() -> Result<()> {
     c.query_drop("INSERT IGNORE INTO bench_hot.hot VALUES (1, 0)")?;
     let writer = Probe::writer(&sb, "UPDATE bench_hot.hot SET v = v + 1 WHERE id = 1")?;
     let meters = measure::Meters {
+        server_pid: sb.pid(),
         server_stat: format!("/proc/{}/stat", sb.pid()),
         writer_stat: writer.server_tid.map(|t| format!("/proc/{}/task/{t}/stat", sb.pid())),
         device_stat: measure::Meters::device_of(&sb.endpoint.dir),

@@ -47,9 +47,77 @@ impl Measured {
     }
 }
 
+/// The server's file syncs (`fdatasync`, `fsync`) and file extensions
+/// (`fallocate`) over a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FileWork {
+    pub syncs: u64,
+    pub extensions: u64,
+}
+
+/// [`FileWork`] counted at the kernel's syscall tracepoints by `perf stat`
+/// on the server's process (counting only: no samples, no stacks; threads
+/// the server starts meanwhile are counted with it). Written as a child
+/// `perf` rather than through perf_event_open here: perf already attaches
+/// to every thread of a process and sums them.
+pub struct FileWorkCount {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+const FILE_WORK_EVENTS: &str = "syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_enter_fallocate";
+
+impl FileWorkCount {
+    /// Start counting; None where perf or the tracepoints are missing.
+    pub fn start(pid: u32) -> Option<FileWorkCount> {
+        let out = std::env::temp_dir().join(format!("pileup-dump-bench-perf-{}.csv", std::process::id()));
+        let child = Command::new("perf")
+            .args(["stat", "-x", ",", "-e", FILE_WORK_EVENTS, "-p", &pid.to_string(), "-o"])
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        // perf attaches before it counts; a run started sooner would lose
+        // its first calls.
+        std::thread::sleep(Duration::from_millis(300));
+        Some(FileWorkCount { child, out })
+    }
+
+    /// Stop counting (SIGINT: perf then writes its counts) and read them.
+    pub fn stop(mut self) -> Option<FileWork> {
+        // SAFETY: a signal to the child this value started and still owns.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let text = std::fs::read_to_string(&self.out).ok();
+        let _ = std::fs::remove_file(&self.out);
+        parse_file_work(&text?)
+    }
+}
+
+/// `perf stat -x ,` lines: `count,unit,event,…`; None unless every event
+/// was counted.
+fn parse_file_work(text: &str) -> Option<FileWork> {
+    let mut w = FileWork::default();
+    let mut seen = 0;
+    for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let f: Vec<&str> = l.split(',').collect();
+        let (Some(n), Some(event)) = (f.first().and_then(|n| n.parse::<u64>().ok()), f.get(2)) else { continue };
+        match *event {
+            "syscalls:sys_enter_fdatasync" | "syscalls:sys_enter_fsync" => w.syncs += n,
+            "syscalls:sys_enter_fallocate" => w.extensions += n,
+            _ => continue,
+        }
+        seen += 1;
+    }
+    (seen == 3).then_some(w)
+}
+
 /// Where the server's and the device's figures are read.
 #[derive(Clone)]
 pub struct Meters {
+    pub server_pid: u32,
     pub server_stat: String,
     /// The writer probe's server thread, whose time is left out.
     pub writer_stat: Option<String>,
@@ -184,6 +252,14 @@ pub fn one_core_tail(busy: &[(f64, f64)], wall_s: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn perf_stat_counts_are_read_and_a_missing_event_is_no_answer() {
+        let text = "# started on Mon Nov 30\n\n95,,syscalls:sys_enter_fdatasync,3000,100.00,,\n2,,syscalls:sys_enter_fsync,3000,100.00,,\n44,,syscalls:sys_enter_fallocate,3000,100.00,,\n";
+        assert_eq!(parse_file_work(text), Some(FileWork { syncs: 97, extensions: 44 }));
+        let missing = "<not supported>,,syscalls:sys_enter_fdatasync,0,100.00,,\n2,,syscalls:sys_enter_fsync,1,100.00,,\n";
+        assert_eq!(parse_file_work(missing), None);
+    }
 
     #[test]
     fn a_run_then_another_adds_up_and_its_tail_runs_on_through_an_idle_second() {

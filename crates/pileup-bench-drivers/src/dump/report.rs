@@ -96,7 +96,38 @@ pub fn shape(s: &Shape, bytes: u64, cells: &Cells, idle_ms: &[f64], threads: usi
         let _ = writeln!(md, "{}", row(w, p, a, gb, cores));
     }
     md.push_str(&writers(cells, idle_ms));
+    md.push_str(&file_work(cells, s.tables.len()));
     md
+}
+
+/// The server's file syncs and extensions per table in each load, median
+/// of the rounds perf counted; empty when it counted none.
+fn file_work(cells: &Cells, tables: usize) -> String {
+    let per_table = |c: &Cell| -> Option<(f64, f64)> {
+        if c.file_work.is_empty() {
+            return None;
+        }
+        let syncs: Vec<f64> = c.file_work.iter().map(|w| w.syncs as f64 / tables as f64).collect();
+        let ext: Vec<f64> = c.file_work.iter().map(|w| w.extensions as f64 / tables as f64).collect();
+        Some((median(&syncs), median(&ext)))
+    };
+    let mut parts = vec![];
+    for (work, word) in [("load binlog off", "binary log off"), ("load binlog on", "binary log on")] {
+        let got: Vec<Option<(f64, f64)>> =
+            TOOLS.iter().map(|t| cells.get(&(work.to_string(), *t)).and_then(per_table)).collect();
+        if let [Some((ps, pe)), Some((as_, ae))] = got[..] {
+            parts.push(format!(
+                "{word}: pileup {ps:.0} syncs and {pe:.0} extensions a table, myloader {as_:.0} and {ae:.0}"
+            ));
+        }
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nThe server's file syncs (`fdatasync`, `fsync`) and file extensions (`fallocate`) during each load, counted at the kernel's syscall tracepoints (`perf stat`), median per table: {}.\n",
+        parts.join("; ")
+    )
 }
 
 fn row(work: &str, p: Option<&Cell>, a: Option<&Cell>, gb: f64, cores: f64) -> String {
@@ -164,6 +195,19 @@ mod tests {
             one_core_tail_s: tail,
         };
         Cell { runs: vec![m; 3], out_bytes: vec![1_000_000; 3], ..Default::default() }
+    }
+
+    #[test]
+    fn file_work_is_per_table_for_both_tools_or_not_said() {
+        use super::super::measure::FileWork;
+        let mut cells = Cells::new();
+        let w = |syncs, extensions| FileWork { syncs, extensions };
+        let c = |v: Vec<FileWork>| Cell { file_work: v, ..cell(1.0, 1.0, 1.0, 0.0, 0.0) };
+        cells.insert(("load binlog off".into(), TOOLS[0]), c(vec![w(3800, 1760), w(4000, 1760), w(9000, 1760)]));
+        assert_eq!(file_work(&cells, 40), "", "said only beside the anchor's");
+        cells.insert(("load binlog off".into(), TOOLS[1]), c(vec![w(4200, 1800)]));
+        let said = file_work(&cells, 40);
+        assert!(said.ends_with("binary log off: pileup 100 syncs and 44 extensions a table, myloader 105 and 45.\n"), "{said}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use mysql::prelude::Queryable;
 
 use super::data::{self, Shape};
-use super::measure::{self, Measured, Meters};
+use super::measure::{self, FileWork, FileWorkCount, Measured, Meters};
 use super::Config;
 
 /// The tools: pileup and the anchor, mydumper/myloader 0.10.1.
@@ -48,6 +48,9 @@ pub struct Cell {
     /// waited on (0 when never), and the tables they were of.
     pub index_alone_s: Vec<f64>,
     pub index_tables: Vec<String>,
+    /// A load: the server's file syncs and extensions, where perf counted
+    /// them.
+    pub file_work: Vec<FileWork>,
 }
 
 /// Cells by (work, tool): work is `dump plain`, `load binlog off`, ….
@@ -94,10 +97,11 @@ impl Rounds<'_> {
             }
             for &binlog in &self.cfg.binlog {
                 for &tool in &order {
-                    let (m, alone) = self.load(c, tool, binlog)?;
+                    let (m, alone, files) = self.load(c, tool, binlog)?;
                     let word = if binlog { "on" } else { "off" };
                     eprintln!("   {} round {r}: {tool:<8} load binlog {word:<3} {}", self.shape.name, line(&m));
                     let cell = cells.entry((format!("load binlog {word}"), tool)).or_default();
+                    cell.file_work.extend(files);
                     cell.runs.push(m);
                     if let Some((s, tables)) = alone {
                         cell.index_alone_s.push(s);
@@ -157,7 +161,13 @@ impl Rounds<'_> {
     /// Load `tool`'s plain dump into the shape's target database; for
     /// pileup, also the seconds at the load's end when index builds were
     /// all it waited on (its `only_indexing` event), with their tables.
-    fn load(&self, c: &mut mysql::Conn, tool: &str, binlog: bool) -> Result<(Measured, Option<IndexAlone>)> {
+    /// And the server's file syncs and extensions, where perf counts them.
+    fn load(
+        &self,
+        c: &mut mysql::Conn,
+        tool: &str,
+        binlog: bool,
+    ) -> Result<(Measured, Option<IndexAlone>, Option<FileWork>)> {
         let target = self.target();
         // Settled before the drop: the pages of a dropped table are let go
         // lazily and would count as dirty for minutes.
@@ -188,6 +198,7 @@ impl Rounds<'_> {
                 c
             }
         };
+        let counting = FileWorkCount::start(self.meters.server_pid);
         let t0 = Instant::now();
         let mut only: Option<(Instant, Vec<String>)> = None;
         let m = measure::run(&mut cmd, &format!("{tool}'s load"), &self.meters, |l| {
@@ -196,7 +207,9 @@ impl Rounds<'_> {
                 let tables = v["tables"].as_array().into_iter().flatten().filter_map(|t| t.as_str().map(String::from));
                 only = Some((Instant::now(), tables.collect()));
             }
-        })?;
+        });
+        let files = counting.and_then(FileWorkCount::stop);
+        let m = m?;
         if data::checksums(c, &target, self.shape)? != self.source {
             bail!("{tool}: the loaded tables differ from the source (CHECKSUM TABLE)");
         }
@@ -204,7 +217,7 @@ impl Rounds<'_> {
             Some((at, tables)) => ((m.wall_s - at.duration_since(t0).as_secs_f64()).max(0.0), tables),
             None => (0.0, vec![]),
         });
-        Ok((m, alone))
+        Ok((m, alone, files))
     }
 }
 
