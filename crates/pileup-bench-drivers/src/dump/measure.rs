@@ -257,7 +257,8 @@ mod tests {
     fn perf_stat_counts_are_read_and_a_missing_event_is_no_answer() {
         let text = "# started on Mon Nov 30\n\n95,,syscalls:sys_enter_fdatasync,3000,100.00,,\n2,,syscalls:sys_enter_fsync,3000,100.00,,\n44,,syscalls:sys_enter_fallocate,3000,100.00,,\n";
         assert_eq!(parse_file_work(text), Some(FileWork { syncs: 97, extensions: 44 }));
-        let missing = "<not supported>,,syscalls:sys_enter_fdatasync,0,100.00,,\n2,,syscalls:sys_enter_fsync,1,100.00,,\n";
+        let missing =
+            "<not supported>,,syscalls:sys_enter_fdatasync,0,100.00,,\n2,,syscalls:sys_enter_fsync,1,100.00,,\n";
         assert_eq!(parse_file_work(missing), None);
     }
 

@@ -207,7 +207,10 @@ mod tests {
         assert_eq!(file_work(&cells, 40), "", "said only beside the anchor's");
         cells.insert(("load binlog off".into(), TOOLS[1]), c(vec![w(4200, 1800)]));
         let said = file_work(&cells, 40);
-        assert!(said.ends_with("binary log off: pileup 100 syncs and 44 extensions a table, myloader 105 and 45.\n"), "{said}");
+        assert!(
+            said.ends_with("binary log off: pileup 100 syncs and 44 extensions a table, myloader 105 and 45.\n"),
+            "{said}"
+        );
     }
 
     #[test]
