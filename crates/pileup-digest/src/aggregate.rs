@@ -2,7 +2,7 @@
 //! up to a limit on the number of classes; past it, new fingerprints go to
 //! one "other" class.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 
 use crate::attr::A;
@@ -56,8 +56,39 @@ struct Names {
     recent: [Name; 4],
 }
 
+/// The statements of each minute, by class: what a fleet's stored
+/// digests hold ([`crate::fleet`]).
+#[derive(Default, Debug)]
+pub struct Minutes {
+    /// Keyed by the minute's start (Unix seconds), then by fingerprint.
+    /// Statements past `max_classes` are in their minute's
+    /// [`OTHER`] class.
+    pub by_minute: BTreeMap<i64, HashMap<Box<[u8]>, Class>>,
+    /// Statements the log gave no time for: no minute holds them.
+    pub untimed: u64,
+}
+
+impl Minutes {
+    fn merge(&mut self, o: Minutes) {
+        self.untimed += o.untimed;
+        for (minute, classes) in o.by_minute {
+            let mine = self.by_minute.entry(minute).or_default();
+            for (fp, c) in classes {
+                match mine.get_mut(&fp) {
+                    Some(m) => m.merge(&c),
+                    None => {
+                        mine.insert(fp, c);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Classes being built.
 pub struct Aggregate {
+    /// Each minute's classes too, when kept ([`Aggregate::keep_minutes`]).
+    pub minutes: Option<Minutes>,
     /// Class indices, found by their fingerprint's hash (the fingerprint
     /// itself is kept once, in its class).
     index: hashbrown::HashTable<(u64, u32)>,
@@ -93,6 +124,7 @@ const TO_OTHER: u32 = u32::MAX;
 impl Aggregate {
     pub fn new(max_classes: usize) -> Aggregate {
         Aggregate {
+            minutes: None,
             index: hashbrown::HashTable::new(),
             hasher: foldhash::fast::FixedState::with_seed(0x5eed),
             names: Names {
@@ -112,6 +144,32 @@ impl Aggregate {
             skel_hits: 0,
             skel_off_until: 0,
         }
+    }
+
+    /// Keep each minute's classes as well as the whole input's.
+    pub fn keep_minutes(mut self) -> Aggregate {
+        self.minutes = Some(Minutes::default());
+        self
+    }
+
+    /// Add `e` (of class `i`) to its minute's class, when minutes are kept.
+    fn add_to_minute(&mut self, i: u32, e: &Event) {
+        let Some(m) = self.minutes.as_mut() else { return };
+        let Some(ts) = e.ts else {
+            m.untimed += 1;
+            return;
+        };
+        let fp: &[u8] = match i {
+            TO_OTHER => OTHER,
+            i => &self.classes[i as usize].fingerprint,
+        };
+        let per = m.by_minute.entry(ts - ts.rem_euclid(60)).or_default();
+        if !per.contains_key(fp) {
+            per.insert(fp.into(), Class::new(fp.into()));
+        }
+        let c = per.get_mut(fp).expect("just inserted");
+        let names = &mut self.names;
+        c.add(e, &mut |v| intern(names, v));
     }
 
     fn find(&self, fp: &[u8]) -> (u64, Option<u32>) {
@@ -178,6 +236,7 @@ impl Aggregate {
                 (self.skel_lookups, self.skel_hits) = (0, 0);
             }
             if let Some(i) = found {
+                self.add_to_minute(i, e);
                 let (class, names) = self.class_at(i);
                 class.add(e, &mut |v| intern(names, v));
                 return;
@@ -188,6 +247,7 @@ impl Aggregate {
         if skel && self.skels.len() < SKELETONS {
             self.skels.insert_unique(h, (h, self.skel.as_slice().into(), i), |e| e.0);
         }
+        self.add_to_minute(i, e);
         let (class, names) = self.class_at(i);
         class.add(e, &mut |v| intern(names, v));
     }
@@ -247,6 +307,9 @@ impl Aggregate {
         // thread's are in (each thread kept its own first ones).
         self.problem_count += o.problem_count;
         self.problems.extend(o.problems);
+        if let Some(om) = o.minutes {
+            self.minutes.get_or_insert_with(Minutes::default).merge(om);
+        }
         for c in o.classes {
             match self.find(&c.fingerprint) {
                 (_, Some(i)) => self.classes[i as usize].merge(&c),

@@ -172,6 +172,16 @@ impl Hist {
         0.0
     }
 
+    /// The histogram of `buckets` as [`Hist::buckets`] gives them: each
+    /// bucket's lower bound, exact as an f64, names the bucket again.
+    pub fn from_buckets(buckets: impl IntoIterator<Item = (f64, u32)>) -> Hist {
+        let mut h = Hist::default();
+        for (low, n) in buckets {
+            h.add_bucket(bucket(low), n);
+        }
+        h
+    }
+
     /// (bucket lower bound, count) pairs, for histograms in reports.
     pub fn buckets(&self) -> impl Iterator<Item = (f64, u32)> + '_ {
         self.raw().map(|(b, n)| (if b == 0 { 0.0 } else { bucket_low(b) }, n))
@@ -194,7 +204,7 @@ pub struct Series {
 pub const SERIES_POINTS: usize = 48;
 
 impl Series {
-    fn add(&mut self, ts: i64, n: u32, t: f32) {
+    pub(crate) fn add(&mut self, ts: i64, n: u32, t: f32) {
         // Unix times of 1970–2106 only (the log's own range): a garbled one
         // would stretch the slices past any use.
         if !(0..=i64::from(u32::MAX)).contains(&ts) {
@@ -310,7 +320,15 @@ impl Stat {
 
     fn merge(&mut self, o: &Stat) {
         if self.is_summed() || o.is_summed() {
+            // Extremes stay known where both sides knew theirs (stored
+            // rows of a log's digest keep them without a distribution).
+            let known =
+                |a: f64, b: f64, f: fn(f64, f64) -> f64| if a.is_nan() || b.is_nan() { f64::NAN } else { f(a, b) };
+            let (min, max) = (known(self.min, o.min, f64::min), known(self.max, o.max, f64::max));
             *self = Stat::summed(self.n.saturating_add(o.n), self.sum + o.sum);
+            if self.is_summed() {
+                (self.min, self.max) = (min, max);
+            }
             return;
         }
         self.n = self.n.saturating_add(o.n);
@@ -678,6 +696,11 @@ impl Class {
                 at: (0, 0),
             };
         }
+    }
+
+    /// Add statements of attribute `i` known as `s` (a stored row's).
+    pub fn add_stat(&mut self, i: usize, s: &Stat) {
+        self.add_value(i as u8, Err(s));
     }
 
     pub fn merge(&mut self, o: &Class) {

@@ -11,6 +11,9 @@ pub enum Error {
     Read(String, #[source] std::io::Error),
     #[error("{0}")]
     Server(String),
+    /// A stored digest (a fleet's Parquet rows) that cannot be read.
+    #[error("{0}")]
+    Stored(String),
     /// The input holds bytes no slow log has (a NUL): a binary file, or a
     /// compressed one that decompresses to one.
     #[error("{0} is not a slow log (it starts with binary data, or is UTF-16 text: convert that with iconv -f UTF-16 -t UTF-8); give the server's slow-log file (@@slow_query_log_file)")]

@@ -24,6 +24,7 @@ pub mod aggregate;
 pub mod attr;
 pub mod class;
 mod error;
+pub mod fleet;
 pub mod input;
 pub mod output;
 pub mod rank;
@@ -53,6 +54,9 @@ pub struct Options {
     pub max_classes: usize,
     /// Bytes per block handed to a thread.
     pub block_size: usize,
+    /// Keep each minute's classes too ([`Digest::minutes`]): what a
+    /// fleet's stored digests hold.
+    pub by_minute: bool,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_classes: 10_000,
             block_size: 1 << 20,
+            by_minute: false,
         }
     }
 }
@@ -97,6 +102,8 @@ pub struct Digest {
     /// What an input did not show (performance_schema's digests missing
     /// prepared statements), one line each.
     pub notes: Vec<String>,
+    /// Each minute's classes, when asked for ([`Options::by_minute`]).
+    pub minutes: Option<aggregate::Minutes>,
 }
 
 impl Digest {
@@ -193,7 +200,15 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
         job.block.recycle(&pool);
     };
-    let mut agg = Aggregate::new(o.max_classes);
+    let new_aggregate = || {
+        let a = Aggregate::new(o.max_classes);
+        if o.by_minute {
+            a.keep_minutes()
+        } else {
+            a
+        }
+    };
+    let mut agg = new_aggregate();
     // A table is read over SQL on this thread, before the files.
     let mut notes = vec![];
     read_sql_inputs(inputs, &mut agg, &lines, &mut notes)?;
@@ -234,7 +249,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
             let workers: Vec<_> = (0..jobs)
                 .map(|_| {
                     s.spawn(|| {
-                        let mut mine = Aggregate::new(o.max_classes);
+                        let mut mine = new_aggregate();
                         loop {
                             let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                             let Ok(job) = job else { break };
@@ -276,5 +291,6 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         problem_count: agg.problem_count,
         seen,
         notes,
+        minutes: agg.minutes,
     })
 }

@@ -22,6 +22,13 @@
 
 #![forbid(unsafe_code)]
 
+/// The version of [`fingerprint`]'s rules. Fingerprints made under one
+/// version are compared only with those of the same version: a change of
+/// rules that gives some statement another fingerprint comes with a new
+/// version, so that stored classes (a fleet's per-minute digests) are never
+/// silently split between an old fingerprint and a new one.
+pub const FINGERPRINT_VERSION: u16 = 1;
+
 /// A statement class's identifier: a stable 64-bit hash of its fingerprint
 /// (the same on every machine and in every version of pileup), printed as
 /// 16 hex digits.
@@ -39,11 +46,13 @@ pub fn class_id(fingerprint: &[u8]) -> u64 {
 mod fold;
 mod hints;
 mod lex;
+mod redact;
 mod skel;
 mod table;
 
 pub use fold::{fingerprint, statement_class};
 pub use hints::{hints, without_hints, Hint};
+pub use redact::redact;
 pub use skel::skeleton;
 pub use table::{single_table, table_refs, SingleTable, TableRef};
 

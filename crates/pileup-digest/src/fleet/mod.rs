@@ -1,0 +1,85 @@
+//! A fleet's stored digests: one row per statement class per host per
+//! minute, in Parquet files an object store keeps and engines (ClickHouse,
+//! DuckDB, Trino) read as they are.
+//!
+//! * [`Row`]: a class's statements of one minute on one host, with the
+//!   host's labels;
+//! * [`rows`]: rows to Arrow record batches and back, in the stored
+//!   schema ([`rows::schema`]);
+//! * [`file`]: record batches to a Parquet file's bytes and back.
+//!
+//! A row keeps the count, and for every attribute the statements logged,
+//! how many logged it with its sum, minimum and maximum; the statement
+//! time's distribution as the digest's own histogram buckets (each 4.4%
+//! wide), which merge exactly across minutes and hosts; the flags; the
+//! fingerprint with its rules' version; and a sample statement, redacted
+//! unless asked otherwise.
+
+pub mod file;
+pub mod layout;
+pub mod rows;
+
+use std::collections::HashMap;
+
+use crate::aggregate::Minutes;
+use crate::class::Class;
+
+/// A class's statements of one minute on one host.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The minute's start, Unix seconds.
+    pub minute: i64,
+    pub host: String,
+    /// The host's labels (environment, cluster, role…), by name.
+    pub labels: Vec<(String, String)>,
+    pub class: Class,
+}
+
+/// What statement text a row keeps as its class's sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Samples {
+    None,
+    /// Literals replaced by `?`, comments dropped ([`pileup_sql::redact`]).
+    Redacted,
+    Full,
+}
+
+/// A sample statement's length at most, in bytes.
+pub const SAMPLE_MAX: usize = 1024;
+
+/// The rows of a digest's minutes, for `host` with `labels`, by minute then
+/// class.
+pub fn rows_of(minutes: Minutes, host: &str, labels: &[(String, String)]) -> Vec<Row> {
+    let mut rows = vec![];
+    for (minute, classes) in minutes.by_minute {
+        let mut classes: Vec<Class> = classes.into_values().collect();
+        classes.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
+        rows.extend(classes.into_iter().map(|class| Row {
+            minute,
+            host: host.to_string(),
+            labels: labels.to_vec(),
+            class,
+        }));
+    }
+    rows
+}
+
+/// Every row's class merged with the other rows of its fingerprint (of any
+/// minute and host): the classes a digest of all their statements finds.
+pub fn merge_by_class(rows: impl IntoIterator<Item = Row>) -> Vec<Class> {
+    let mut by: HashMap<Box<[u8]>, Class> = HashMap::new();
+    for r in rows {
+        match by.get_mut(&r.class.fingerprint) {
+            Some(c) => c.merge(&r.class),
+            None => {
+                by.insert(r.class.fingerprint.clone(), r.class);
+            }
+        }
+    }
+    let mut classes: Vec<Class> = by.into_values().collect();
+    crate::rank::sort(&mut classes, crate::rank::Rank::Time);
+    classes
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,355 @@
+//! Rows to Arrow record batches and back, in one fixed schema: every file
+//! of every host has the same columns, so engines read a fleet's files as
+//! one table.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    Float64Builder, ListBuilder, MapBuilder, StringBuilder, TimestampMillisecondBuilder, UInt16Builder, UInt32Builder,
+    UInt64Builder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, TimestampMillisecondType, UInt16Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use super::{Row, Samples, SAMPLE_MAX};
+use crate::attr::{self, A, ATTRS, FLAGS, N_ATTRS};
+use crate::class::{Class, Few, Hist, Name, Sample, Stat};
+use crate::Error;
+
+/// The columns, in order:
+///
+/// | column | type | |
+/// |---|---|---|
+/// | `minute` | timestamp (ms, UTC) | the minute's start |
+/// | `host`, `labels` | string, map of strings | where the statements ran |
+/// | `class_id` | string | `0x` and 16 hex digits, as the report names a class |
+/// | `fingerprint_version`, `fingerprint` | uint16, string | the class |
+/// | `db` | string | its most frequent database in the minute |
+/// | `count` | uint64 | statements |
+/// | `first_seen`, `last_seen` | timestamp (ms, UTC) | within the minute |
+/// | `ATTR_n`, `_sum`, `_min`, `_max` | uint32, float64 ×3 | per attribute; null when not logged, min and max null when only sums are known |
+/// | `query_time_bucket_low`, `query_time_bucket_count` | list of float64, list of uint32 | the statement time's histogram: each bucket's lower bound and count |
+/// | `FLAG_seen`, `FLAG_yes` | uint32 | per flag: statements that logged it, and that said yes |
+/// | `sample`, `sample_query_time` | string, float64 | the slowest statement, redacted by default |
+pub fn schema() -> SchemaRef {
+    let ts = || DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+    let entries = Field::new(
+        "entries",
+        DataType::Struct(
+            vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)].into(),
+        ),
+        false,
+    );
+    let mut f = vec![
+        Field::new("minute", ts(), false),
+        Field::new("host", DataType::Utf8, false),
+        Field::new("labels", DataType::Map(Arc::new(entries), false), false),
+        Field::new("class_id", DataType::Utf8, false),
+        Field::new("fingerprint_version", DataType::UInt16, false),
+        Field::new("fingerprint", DataType::Utf8, false),
+        Field::new("db", DataType::Utf8, false),
+        Field::new("count", DataType::UInt64, false),
+        Field::new("first_seen", ts(), true),
+        Field::new("last_seen", ts(), true),
+    ];
+    for a in ATTRS {
+        f.push(Field::new(format!("{}_n", a.name), DataType::UInt32, true));
+        for part in ["sum", "min", "max"] {
+            f.push(Field::new(format!("{}_{part}", a.name), DataType::Float64, true));
+        }
+    }
+    f.push(Field::new(
+        "query_time_bucket_low",
+        DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true))),
+        false,
+    ));
+    f.push(Field::new(
+        "query_time_bucket_count",
+        DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, true))),
+        false,
+    ));
+    for (flag, _) in FLAGS {
+        f.push(Field::new(format!("{flag}_seen"), DataType::UInt32, false));
+        f.push(Field::new(format!("{flag}_yes"), DataType::UInt32, false));
+    }
+    f.push(Field::new("sample", DataType::Utf8, true));
+    f.push(Field::new("sample_query_time", DataType::Float64, true));
+    Arc::new(Schema::new(f))
+}
+
+/// One attribute's four columns.
+struct AttrCols {
+    n: UInt32Builder,
+    sum: Float64Builder,
+    min: Float64Builder,
+    max: Float64Builder,
+}
+
+impl AttrCols {
+    fn add(&mut self, s: Option<&Stat>) {
+        match s.filter(|s| s.n > 0) {
+            Some(s) => {
+                self.n.append_value(s.n);
+                self.sum.append_value(s.sum);
+                self.min.append_option((!s.min.is_nan()).then_some(s.min));
+                self.max.append_option((!s.max.is_nan()).then_some(s.max));
+            }
+            None => {
+                self.n.append_null();
+                self.sum.append_null();
+                self.min.append_null();
+                self.max.append_null();
+            }
+        }
+    }
+}
+
+/// The text a row keeps of its class's sample.
+fn sample_text(c: &Class, samples: Samples) -> Option<String> {
+    let q = &c.sample.query;
+    if q.is_empty() {
+        return None;
+    }
+    match samples {
+        Samples::None => None,
+        Samples::Redacted => Some(pileup_sql::redact(q, SAMPLE_MAX)),
+        Samples::Full => {
+            let mut s = String::from_utf8_lossy(&q[..q.len().min(SAMPLE_MAX)]).into_owned();
+            if q.len() > SAMPLE_MAX {
+                while s.ends_with('\u{FFFD}') {
+                    s.pop();
+                }
+                s.push('…');
+            }
+            Some(s)
+        }
+    }
+}
+
+/// `rows` as one record batch of [`schema`].
+pub fn to_batch(rows: &[Row], samples: Samples) -> Result<RecordBatch, Error> {
+    let ts = || TimestampMillisecondBuilder::with_capacity(rows.len()).with_timezone("UTC");
+    let (mut minute, mut first, mut last) = (ts(), ts(), ts());
+    let (mut host, mut class_id, mut fp, mut db) =
+        (StringBuilder::new(), StringBuilder::new(), StringBuilder::new(), StringBuilder::new());
+    let mut labels = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+    let (mut version, mut count) = (UInt16Builder::new(), UInt64Builder::new());
+    let mut attrs: Vec<AttrCols> = (0..N_ATTRS)
+        .map(|_| AttrCols {
+            n: UInt32Builder::new(),
+            sum: Float64Builder::new(),
+            min: Float64Builder::new(),
+            max: Float64Builder::new(),
+        })
+        .collect();
+    let mut lows = ListBuilder::new(Float64Builder::new());
+    let mut counts = ListBuilder::new(UInt32Builder::new());
+    let mut flags: Vec<(UInt32Builder, UInt32Builder)> =
+        FLAGS.iter().map(|_| (UInt32Builder::new(), UInt32Builder::new())).collect();
+    let (mut sample, mut sample_qt) = (StringBuilder::new(), Float64Builder::new());
+    for r in rows {
+        let c = &r.class;
+        minute.append_value(r.minute * 1000);
+        host.append_value(&r.host);
+        for (k, v) in &r.labels {
+            labels.keys().append_value(k);
+            labels.values().append_value(v);
+        }
+        labels.append(true).map_err(stored)?;
+        class_id.append_value(crate::report::id(&c.fingerprint));
+        version.append_value(pileup_sql::FINGERPRINT_VERSION);
+        fp.append_value(String::from_utf8_lossy(&c.fingerprint));
+        db.append_value(c.dbs.sorted().first().map_or("", |d| d.0.as_str()));
+        count.append_value(c.count);
+        first.append_option(c.first.map(|t| t * 1000));
+        last.append_option(c.last.map(|t| t * 1000));
+        for (i, cols) in attrs.iter_mut().enumerate() {
+            cols.add(c.stat(attr::from_index(i)).as_deref());
+        }
+        if let Some(s) = c.stat(A::QueryTime) {
+            for (low, n) in s.hist.buckets() {
+                lows.values().append_value(low);
+                counts.values().append_value(n);
+            }
+        }
+        lows.append(true);
+        counts.append(true);
+        for ((seen, yes), f) in flags.iter_mut().zip(&c.flags) {
+            seen.append_value(f.0);
+            yes.append_value(f.1);
+        }
+        let text = sample_text(c, samples);
+        sample_qt.append_option(text.is_some().then_some(c.sample.query_time));
+        sample.append_option(text);
+    }
+    let mut cols: Vec<ArrayRef> = vec![
+        Arc::new(minute.finish()),
+        Arc::new(host.finish()),
+        Arc::new(labels.finish()),
+        Arc::new(class_id.finish()),
+        Arc::new(version.finish()),
+        Arc::new(fp.finish()),
+        Arc::new(db.finish()),
+        Arc::new(count.finish()),
+        Arc::new(first.finish()),
+        Arc::new(last.finish()),
+    ];
+    for mut a in attrs {
+        cols.push(Arc::new(a.n.finish()));
+        cols.push(Arc::new(a.sum.finish()));
+        cols.push(Arc::new(a.min.finish()));
+        cols.push(Arc::new(a.max.finish()));
+    }
+    cols.push(Arc::new(lows.finish()));
+    cols.push(Arc::new(counts.finish()));
+    for (mut seen, mut yes) in flags {
+        cols.push(Arc::new(seen.finish()));
+        cols.push(Arc::new(yes.finish()));
+    }
+    cols.push(Arc::new(sample.finish()));
+    cols.push(Arc::new(sample_qt.finish()));
+    RecordBatch::try_new(schema(), cols).map_err(stored)
+}
+
+fn stored(e: impl std::fmt::Display) -> Error {
+    Error::Stored(format!("a stored digest's rows: {e}"))
+}
+
+/// A batch's columns, looked up by name; a column the batch lacks (left
+/// out by a projection, or from an older file) reads as absent.
+struct Cols<'a>(&'a RecordBatch);
+
+impl<'a> Cols<'a> {
+    fn get(&self, name: &str) -> Option<&'a ArrayRef> {
+        self.0.column_by_name(name)
+    }
+
+    fn need(&self, name: &str) -> Result<&'a ArrayRef, Error> {
+        self.get(name).ok_or_else(|| stored(format!("no column {name}")))
+    }
+
+    fn str(&self, name: &str) -> Result<&'a arrow_array::StringArray, Error> {
+        self.need(name)?.as_string_opt::<i32>().ok_or_else(|| stored(format!("{name} is not text")))
+    }
+
+    fn ts(&self, name: &str) -> Result<Option<&'a arrow_array::TimestampMillisecondArray>, Error> {
+        self.get(name)
+            .map(|c| {
+                c.as_primitive_opt::<TimestampMillisecondType>().ok_or_else(|| stored(format!("{name} is not a time")))
+            })
+            .transpose()
+    }
+
+    fn u32(&self, name: &str) -> Result<Option<&'a arrow_array::UInt32Array>, Error> {
+        self.get(name)
+            .map(|c| c.as_primitive_opt::<UInt32Type>().ok_or_else(|| stored(format!("{name} is not a uint32"))))
+            .transpose()
+    }
+
+    fn f64(&self, name: &str) -> Result<Option<&'a arrow_array::Float64Array>, Error> {
+        self.get(name)
+            .map(|c| c.as_primitive_opt::<Float64Type>().ok_or_else(|| stored(format!("{name} is not a float64"))))
+            .transpose()
+    }
+}
+
+fn opt<T: arrow_array::ArrowPrimitiveType>(a: Option<&arrow_array::PrimitiveArray<T>>, i: usize) -> Option<T::Native> {
+    a.filter(|a| a.is_valid(i)).map(|a| a.value(i))
+}
+
+/// An attribute's columns in a batch.
+type AttrRead<'a> = (
+    Option<&'a arrow_array::UInt32Array>,
+    Option<&'a arrow_array::Float64Array>,
+    Option<&'a arrow_array::Float64Array>,
+    Option<&'a arrow_array::Float64Array>,
+);
+
+/// The rows of a batch of [`schema`] (or of some of its columns: `minute`,
+/// `host`, `fingerprint` and `count` are needed).
+pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
+    let c = Cols(b);
+    let minute = c.ts("minute")?.ok_or_else(|| stored("no column minute"))?;
+    let (host, fp) = (c.str("host")?, c.str("fingerprint")?);
+    let count = c.need("count")?.as_primitive_opt::<UInt64Type>().ok_or_else(|| stored("count is not a uint64"))?;
+    let version = c.get("fingerprint_version").and_then(|v| v.as_primitive_opt::<UInt16Type>());
+    let db = c.get("db").and_then(|d| d.as_string_opt::<i32>());
+    let labels = c.get("labels").and_then(|l| l.as_map_opt());
+    let (first, last) = (c.ts("first_seen")?, c.ts("last_seen")?);
+    let attrs: Vec<AttrRead> = ATTRS
+        .iter()
+        .map(|a| {
+            Ok((
+                c.u32(&format!("{}_n", a.name))?,
+                c.f64(&format!("{}_sum", a.name))?,
+                c.f64(&format!("{}_min", a.name))?,
+                c.f64(&format!("{}_max", a.name))?,
+            ))
+        })
+        .collect::<Result<_, Error>>()?;
+    let lows = c.get("query_time_bucket_low").and_then(|l| l.as_list_opt::<i32>());
+    let counts = c.get("query_time_bucket_count").and_then(|l| l.as_list_opt::<i32>());
+    let flags: Vec<_> = FLAGS
+        .iter()
+        .map(|(f, _)| Ok((c.u32(&format!("{f}_seen"))?, c.u32(&format!("{f}_yes"))?)))
+        .collect::<Result<_, Error>>()?;
+    let (sample, sample_qt) = (c.get("sample").and_then(|s| s.as_string_opt::<i32>()), c.f64("sample_query_time")?);
+    let mut rows = Vec::with_capacity(b.num_rows());
+    for i in 0..b.num_rows() {
+        if let Some(v) = opt(version, i).filter(|v| *v != pileup_sql::FINGERPRINT_VERSION) {
+            return Err(stored(format!(
+                "fingerprint version {v}, and this pileup reads version {} (use the pileup that wrote them)",
+                pileup_sql::FINGERPRINT_VERSION
+            )));
+        }
+        let mut class = Class::new(fp.value(i).as_bytes().into());
+        class.count = count.value(i);
+        class.first = opt(first, i).map(|t| t.div_euclid(1000));
+        class.last = opt(last, i).map(|t| t.div_euclid(1000));
+        for (k, (n, sum, min, max)) in attrs.iter().enumerate() {
+            let Some(n) = opt(*n, i).filter(|n| *n > 0) else { continue };
+            let hist = match (k == A::QueryTime as usize, lows, counts) {
+                (true, Some(l), Some(cn)) if l.is_valid(i) && cn.is_valid(i) => {
+                    let (l, cn) = (l.value(i), cn.value(i));
+                    let (l, cn) = (l.as_primitive::<Float64Type>(), cn.as_primitive::<UInt32Type>());
+                    Hist::from_buckets(l.values().iter().copied().zip(cn.values().iter().copied()))
+                }
+                _ => Hist::Empty,
+            };
+            let st = Stat {
+                n,
+                sum: opt(*sum, i).unwrap_or(0.0),
+                min: opt(*min, i).unwrap_or(f64::NAN),
+                max: opt(*max, i).unwrap_or(f64::NAN),
+                hist,
+            };
+            class.add_stat(k, &st);
+        }
+        for (slot, (seen, yes)) in class.flags.iter_mut().zip(&flags) {
+            *slot = (opt(*seen, i).unwrap_or(0), opt(*yes, i).unwrap_or(0));
+        }
+        let db_name: Name = Name::from(db.map_or("", |d| d.value(i)).as_bytes());
+        if !db_name.is_empty() {
+            class.dbs = Few { values: smallvec::smallvec![(db_name.clone(), class.count)], others: 0 };
+        }
+        if let Some(s) = sample.filter(|s| s.is_valid(i)) {
+            class.sample = Sample {
+                query: s.value(i).as_bytes().into(),
+                db: Some(db_name),
+                query_time: opt(sample_qt, i).unwrap_or(0.0),
+                ..Sample::default()
+            };
+        }
+        let minute_s = minute.value(i).div_euclid(1000);
+        class.series.add(minute_s, u32::try_from(class.count).unwrap_or(u32::MAX), class.sum(A::QueryTime) as f32);
+        let labels = labels.map_or(vec![], |m| {
+            let e = m.value(i);
+            let (k, v) = (e.column(0).as_string::<i32>(), e.column(1).as_string::<i32>());
+            (0..e.len()).map(|j| (k.value(j).to_string(), v.value(j).to_string())).collect()
+        });
+        rows.push(Row { minute: minute_s, host: host.value(i).to_string(), labels, class });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,147 @@
+use std::io::Write;
+
+use super::*;
+use crate::attr::{self, A, N_ATTRS};
+use crate::{digest, Input, Options, Quiet};
+
+/// A MariaDB slow log of `n` statements of six shapes over three minutes
+/// from `t0`, their values drawn from `seed`.
+fn log(seed: u64, n: usize, t0: i64) -> String {
+    let mut s = seed;
+    let mut rnd = move || {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s >> 33
+    };
+    let mut out = String::new();
+    for k in 0..n {
+        let ts = t0 + (k * 180 / n) as i64;
+        let q = match rnd() % 6 {
+            0 => format!("SELECT * FROM orders WHERE id = {k}"),
+            1 => format!("UPDATE stock SET n = n - 1 WHERE sku = 'x{k}'"),
+            2 => format!("SELECT c FROM t WHERE k BETWEEN {} AND {}", k, k + 10),
+            3 => format!("INSERT INTO log VALUES ({k}, 'x')"),
+            4 => format!("DELETE FROM sess WHERE id = {k}"),
+            _ => format!("SELECT COUNT(*) FROM users WHERE email = 'u{k}@example.com'"),
+        };
+        let qt = (1 + rnd() % 50_000) as f64 * 1e-6;
+        let (sent, examined, full) = (rnd() % 20, rnd() % 5000, if rnd() % 4 == 0 { "Yes" } else { "No" });
+        out += &format!(
+            "# User@Host: app[app] @ web{h} [10.0.0.{h}]\n# Thread_id: {k}  Schema: shop  QC_hit: No\n\
+             # Query_time: {qt:.6}  Lock_time: 0.000010  Rows_sent: {sent}  Rows_examined: {examined}\n\
+             # Rows_affected: 0  Bytes_sent: {}\n# Full_scan: {full}  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No\n\
+             # Filesort: No  Filesort_on_disk: No  Merge_passes: 0  Priority_queue: No\nSET timestamp={ts};\n{q};\n",
+            100 + sent * 40,
+            h = rnd() % 3,
+        );
+    }
+    out
+}
+
+fn digest_of(logs: &[&str]) -> crate::Digest {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<Input> = logs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let p = dir.path().join(format!("slow{i}.log"));
+            std::fs::File::create(&p).unwrap().write_all(l.as_bytes()).unwrap();
+            Input::File(p)
+        })
+        .collect();
+    let o = Options { jobs: 2, block_size: 4096, by_minute: true, ..Options::default() };
+    digest(&inputs, &o, &mut Quiet).unwrap()
+}
+
+/// Two classes hold the same statements: counts, every attribute's count,
+/// sum (to rounding: summed in another order), extremes, the statement
+/// time's histogram, flags and times.
+fn assert_same(a: &Class, b: &Class) {
+    let fp = String::from_utf8_lossy(&a.fingerprint);
+    assert_eq!((a.count, a.first, a.last, a.flags), (b.count, b.first, b.last, b.flags), "{fp}");
+    for i in 0..N_ATTRS {
+        let (x, y) = (a.stat(attr::from_index(i)), b.stat(attr::from_index(i)));
+        let (Some(x), Some(y)) = (x, y) else {
+            assert!(a.stat(attr::from_index(i)).is_none() && b.stat(attr::from_index(i)).is_none(), "{fp} attr {i}");
+            continue;
+        };
+        assert_eq!((x.n, x.min, x.max), (y.n, y.min, y.max), "{fp} attr {i}");
+        assert!((x.sum - y.sum).abs() <= 1e-9 * x.sum.abs().max(1.0), "{fp} attr {i}: {} {}", x.sum, y.sum);
+    }
+    let (qa, qb) = (a.stat(A::QueryTime).unwrap(), b.stat(A::QueryTime).unwrap());
+    assert_eq!(qa.hist.buckets().collect::<Vec<_>>(), qb.hist.buckets().collect::<Vec<_>>(), "{fp}");
+    for q in [0.5, 0.95, 0.99] {
+        assert_eq!(qa.quantile(q, false), qb.quantile(q, false), "{fp} p{q}");
+    }
+}
+
+fn by_fp(classes: &[Class]) -> std::collections::BTreeMap<Vec<u8>, &Class> {
+    classes.iter().map(|c| (c.fingerprint.to_vec(), c)).collect()
+}
+
+#[test]
+fn two_hosts_stored_and_merged_are_one_digest_of_both_logs() {
+    let t0 = 1_796_011_200;
+    let (a, b) = (log(1, 3000, t0), log(2, 2000, t0 + 30));
+    let labels = vec![("env".to_string(), "prod".to_string())];
+    let mut stored = vec![];
+    for (host, l) in [("db-a", &a), ("db-b", &b)] {
+        let d = digest_of(&[l]);
+        let rows = rows_of(d.minutes.unwrap(), host, &labels);
+        let bytes = file::write(&rows, Samples::Redacted).unwrap();
+        let back = file::read(bytes.into(), None).unwrap();
+        assert_eq!(back.len(), rows.len());
+        assert!(back.iter().all(|r| r.host == host && r.labels == labels));
+        stored.extend(back);
+    }
+    let both = digest_of(&[&a, &b]);
+    // Per minute: the two hosts' rows of a minute are that minute of both.
+    let minutes = both.minutes.as_ref().unwrap();
+    assert_eq!(minutes.untimed, 0);
+    assert_eq!(minutes.by_minute.len(), 4, "three minutes and the half of a fourth");
+    for (m, classes) in &minutes.by_minute {
+        let merged = merge_by_class(stored.iter().filter(|r| r.minute == *m).cloned());
+        assert_eq!(merged.len(), classes.len(), "minute {m}");
+        for c in &merged {
+            assert_same(c, &classes[&c.fingerprint]);
+        }
+    }
+    // Over the whole time: the classes of one digest of both logs.
+    let merged = merge_by_class(stored.clone());
+    let (want, got) = (by_fp(&both.classes), by_fp(&merged));
+    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
+    for (fp, c) in &want {
+        assert_same(c, got[fp]);
+    }
+    // Samples are redacted: no literal of the log is stored.
+    let samples: Vec<&[u8]> = stored.iter().map(|r| &*r.class.sample.query).collect();
+    assert!(samples.iter().all(|s| !s.is_empty() && !s.windows(12).any(|w| w == b"@example.com")), "{samples:?}");
+    assert!(samples.iter().any(|s| s.starts_with(b"SELECT COUNT(*) FROM users WHERE email = ?")));
+}
+
+#[test]
+fn a_projection_reads_only_the_columns_asked_for_and_samples_can_be_left_out() {
+    let d = digest_of(&[&log(3, 500, 1_796_011_200)]);
+    let rows = rows_of(d.minutes.unwrap(), "db-c", &[]);
+    let bytes = bytes::Bytes::from(file::write(&rows, Samples::None).unwrap());
+    let all = file::read(bytes.clone(), None).unwrap();
+    assert!(all.iter().all(|r| r.class.sample.query.is_empty()), "no sample stored");
+    let some = file::read(bytes, Some(&["query_time_n", "query_time_sum"])).unwrap();
+    for (s, a) in some.iter().zip(&all) {
+        assert_eq!((s.minute, s.class.count), (a.minute, a.class.count));
+        assert_eq!(s.class.sum(A::QueryTime), a.class.sum(A::QueryTime));
+        assert!(s.class.stat(A::RowsExamined).is_none(), "a column not asked for is not read");
+    }
+}
+
+#[test]
+fn a_file_of_another_fingerprint_version_is_refused_by_name() {
+    let d = digest_of(&[&log(4, 50, 1_796_011_200)]);
+    let rows = rows_of(d.minutes.unwrap(), "db-d", &[]);
+    let batch = rows::to_batch(&rows, Samples::Full).unwrap();
+    let i = batch.schema().index_of("fingerprint_version").unwrap();
+    let mut cols = batch.columns().to_vec();
+    cols[i] = std::sync::Arc::new(arrow_array::UInt16Array::from(vec![99u16; batch.num_rows()]));
+    let other = arrow_array::RecordBatch::try_new(batch.schema(), cols).unwrap();
+    let e = rows::from_batch(&other).unwrap_err().to_string();
+    assert!(e.contains("fingerprint version 99"), "{e}");
+}
