@@ -64,11 +64,33 @@ pub struct Minutes {
     /// Statements past `max_classes` are in their minute's
     /// [`OTHER`] class.
     pub by_minute: BTreeMap<i64, HashMap<Box<[u8]>, Class>>,
-    /// Statements the log gave no time for: no minute holds them.
+    /// Statements with no time of their own (a log entry without one, or
+    /// performance_schema's sums over a window): no minute holds them.
     pub untimed: u64,
 }
 
 impl Minutes {
+    /// Fold every minute's classes whose fingerprint is not `kept` (one of
+    /// the whole input's classes) into that minute's [`OTHER`] class, as
+    /// the whole input's classes past `max_classes` were.
+    pub fn fold_into_other(&mut self, kept: &HashSet<&[u8]>) {
+        for classes in self.by_minute.values_mut() {
+            let gone: Vec<Box<[u8]>> =
+                classes.keys().filter(|fp| &***fp != OTHER && !kept.contains(&***fp)).cloned().collect();
+            for fp in gone {
+                let c = classes.remove(&fp).expect("listed");
+                match classes.get_mut(OTHER) {
+                    Some(o) => o.merge(&c),
+                    None => {
+                        let mut o = Class::new(OTHER.into());
+                        o.merge(&c);
+                        classes.insert(OTHER.into(), o);
+                    }
+                }
+            }
+        }
+    }
+
     fn merge(&mut self, o: Minutes) {
         self.untimed += o.untimed;
         for (minute, classes) in o.by_minute {
@@ -256,6 +278,10 @@ impl Aggregate {
     pub fn add_digest(&mut self, d: &crate::input::ps::Delta, input: usize) {
         use crate::attr::{F_ERROR, F_FULL_SCAN};
         self.events += d.sums.count;
+        // performance_schema sums a window, not minutes.
+        if let Some(m) = self.minutes.as_mut() {
+            m.untimed += d.sums.count;
+        }
         pileup_sql::fingerprint(d.text.as_bytes(), &mut self.fp);
         let ps = |v: u64| v as f64 / 1e12;
         let x = &d.sums;

@@ -278,6 +278,10 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         r?;
     }
     let (names, seen) = number_lines(inputs, lines.into_inner().unwrap_or_else(|e| e.into_inner()), &mut agg);
+    if let Some(m) = agg.minutes.as_mut() {
+        let kept: std::collections::HashSet<&[u8]> = agg.classes.iter().map(|c| &*c.fingerprint).collect();
+        m.fold_into_other(&kept);
+    }
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
     Ok(Digest {

@@ -388,6 +388,12 @@ fn copy_tables(
     drop(tx);
     let mut first_error = None;
     for r in rx {
+        // Past the first error the dump has failed: a chunk still sent is
+        // dropped (its temporary file removed), not synced.
+        let r = match (r, &first_error) {
+            (Ok(_), Some(_)) => continue,
+            (r, _) => r,
+        };
         match r.and_then(|(d, staged)| Ok(staged.finish().map(|()| d)?)) {
             Ok(d) => {
                 on(Event::Chunk { table: table_name(&tables[d.table]), rows: d.chunk.rows, bytes: d.chunk.bytes });
@@ -400,7 +406,11 @@ fn copy_tables(
         }
     }
     for h in handles {
-        let _ = h.join();
+        if h.join().is_err() && first_error.is_none() {
+            // A worker that panicked sent nothing for its chunk: the dump
+            // is not whole.
+            first_error = Some(DumpError::Failed("a dump worker stopped on an internal error".into()));
+        }
     }
     first_error
 }

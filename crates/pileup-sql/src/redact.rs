@@ -37,10 +37,23 @@ fn scrub(sql: &[u8], max: usize) -> (Vec<u8>, bool) {
                 // A string: `_utf8mb4'x'` and `N'x'` introducers were
                 // copied as words; the string itself goes.
                 out.push(b'?');
-                i = quoted_end(sql, i);
+                let e = quoted_end(sql, i);
+                if memchr::memchr(b'\\', &sql[i..e]).is_some() {
+                    // Where it ends depends on the session's sql_mode
+                    // (NO_BACKSLASH_ESCAPES) and on the character set (a
+                    // GBK or SJIS character's second byte can be `\`):
+                    // nothing after it is kept, so that no reading of it
+                    // leaves a literal outside.
+                    return (out, true);
+                }
+                i = e;
             }
             b'`' => {
                 let e = quoted_end(sql, i);
+                if sql[e - 1] != b'`' || e == i + 1 {
+                    // Unterminated: what follows is not known to be a name.
+                    return (out, true);
+                }
                 out.extend_from_slice(&sql[i..e]);
                 i = e;
             }
@@ -48,17 +61,15 @@ fn scrub(sql: &[u8], max: usize) -> (Vec<u8>, bool) {
                 out.push(b'?');
                 i = quoted_end(sql, i + 1);
             }
-            b'0'..=b'9' if i == 0 || !is_word_byte(sql[i - 1]) => match number_end(sql, i) {
-                Some(e) => {
-                    out.push(b'?');
-                    i = e;
+            b'0'..=b'9' if i == 0 || !is_word_byte(sql[i - 1]) => {
+                // A number, or a word that starts with digits (`1.5abc`,
+                // or a name such as `123_x`): either may be data.
+                out.push(b'?');
+                i = number_end(sql, i).unwrap_or_else(|| word_end(sql, i));
+                if i < sql.len() && is_word_byte(sql[i]) {
+                    i = word_end(sql, i);
                 }
-                None => {
-                    let e = word_end(sql, i);
-                    out.extend_from_slice(&sql[i..e]);
-                    i = e;
-                }
-            },
+            }
             b'/' if sql.get(i + 1) == Some(&b'*') && matches!(sql.get(i + 2), Some(b'+' | b'!')) => {
                 // Hints and version comments: code, whose literals go too.
                 let e = comment_end(sql, i).unwrap_or(sql.len());
@@ -121,7 +132,7 @@ mod tests {
         );
         assert_eq!(
             r("UPDATE t2 SET v = -1.5e3, w = 0xFF, b = b'101' WHERE k = \"it\\'s\""),
-            "UPDATE t2 SET v = -?, w = ?, b = ? WHERE k = ?"
+            "UPDATE t2 SET v = -?, w = ?, b = ? WHERE k = ?…"
         );
         assert_eq!(r("INSERT INTO `t 1` (c1) VALUES (X'0A'), ('a''b')"), "INSERT INTO `t 1` (c1) VALUES (?), (?)");
         assert_eq!(
@@ -134,6 +145,15 @@ mod tests {
             "SELECT /*+ MAX_EXECUTION_TIME(?) */ a FROM t"
         );
         assert_eq!(r("SELECT _utf8mb4'x' COLLATE utf8mb4_bin"), "SELECT _utf8mb4? COLLATE utf8mb4_bin");
+    }
+
+    #[test]
+    fn an_ambiguous_string_or_an_unterminated_name_ends_the_sample() {
+        // With NO_BACKSLASH_ESCAPES the first string ends at `\'`: nothing
+        // after a string holding a backslash is kept.
+        assert_eq!(r("SELECT * FROM t WHERE a = 'C:\\' AND e = 'ann@example.com'"), "SELECT * FROM t WHERE a = ?…");
+        assert_eq!(r("SELECT `unterminated FROM t WHERE e = 'x'"), "SELECT…");
+        assert_eq!(r("SELECT 1.5abc, 123_x FROM t"), "SELECT ?, ? FROM t");
     }
 
     #[test]

@@ -70,7 +70,11 @@ const FILE_WORK_EVENTS: &str = "syscalls:sys_enter_fdatasync,syscalls:sys_enter_
 impl FileWorkCount {
     /// Start counting; None where perf or the tracepoints are missing.
     pub fn start(pid: u32) -> Option<FileWorkCount> {
-        let out = std::env::temp_dir().join(format!("pileup-dump-bench-perf-{}.csv", std::process::id()));
+        // In a directory of the driver's own (0700): perf, run as root,
+        // writes its counts by name.
+        let dir = std::env::temp_dir().join(format!("pileup-dump-bench-perf-{}", std::process::id()));
+        pileup_files::create_private_dir(&dir).ok()?;
+        let out = dir.join("counts.csv");
         let child = Command::new("perf")
             .args(["stat", "-x", ",", "-e", FILE_WORK_EVENTS, "-p", &pid.to_string(), "-o"])
             .arg(&out)

@@ -125,7 +125,7 @@ fn file_work(cells: &Cells, tables: usize) -> String {
         return String::new();
     }
     format!(
-        "\nThe server's file syncs (`fdatasync`, `fsync`) and file extensions (`fallocate`) during each load, counted at the kernel's syscall tracepoints (`perf stat`), median per table: {}.\n",
+        "\nThe server's file syncs (`fdatasync`, `fsync`) and file extensions (`fallocate`) during each load, counted at the kernel's syscall tracepoints (`perf stat` on the whole server process: its background flushing and the writer's commits are in the count, so a longer load counts more of them), median per table: {}.\n",
         parts.join("; ")
     )
 }

@@ -30,13 +30,13 @@ pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
 }
 
 /// The rows of a Parquet file of [`rows::schema`]; with `columns`, only
-/// those columns are decoded (`minute`, `host`, `fingerprint` and `count`
-/// are always read).
+/// those columns are decoded (`minute`, `host`, `fingerprint`,
+/// `fingerprint_version` and `count` are always read).
 pub fn read(file: Bytes, columns: Option<&[&str]>) -> Result<Vec<Row>, Error> {
     let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(stored)?;
     let b = match columns {
         Some(cols) => {
-            let always = ["minute", "host", "fingerprint", "count"];
+            let always = ["minute", "host", "fingerprint", "fingerprint_version", "count"];
             let want: Vec<&str> = always.iter().chain(cols).copied().collect();
             let mask = ProjectionMask::columns(b.parquet_schema(), want.iter().copied());
             b.with_projection(mask)

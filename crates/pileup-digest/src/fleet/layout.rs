@@ -12,10 +12,16 @@ use std::collections::BTreeMap;
 
 use super::Row;
 
-/// Rows by the start (Unix seconds) of their window of `minutes` minutes,
-/// windows aligned on the hour (`minutes` divides 60).
+/// A window's length in minutes: `minutes` if it divides the hour, else the
+/// longest that does and is shorter (windows are aligned on the hour).
+pub fn window_minutes(minutes: u32) -> u32 {
+    (1..=minutes.clamp(1, 60)).rev().find(|m| 60 % m == 0).unwrap_or(1)
+}
+
+/// Rows by the start (Unix seconds) of their window of
+/// [`window_minutes`]`(minutes)` minutes.
 pub fn windows(rows: Vec<Row>, minutes: u32) -> BTreeMap<i64, Vec<Row>> {
-    let w = i64::from(minutes.clamp(1, 60)) * 60;
+    let w = i64::from(window_minutes(minutes)) * 60;
     let mut by: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
     for r in rows {
         by.entry(r.minute - r.minute.rem_euclid(w)).or_default().push(r);
@@ -27,6 +33,10 @@ pub fn windows(rows: Vec<Row>, minutes: u32) -> BTreeMap<i64, Vec<Row>> {
 /// `-_.` as `%XX` (as Hive escapes partition values), so that no name makes
 /// another directory or a hidden file.
 pub fn segment(name: &str) -> String {
+    if name.is_empty() {
+        // Hive's name for a partition without a value.
+        return "__HIVE_DEFAULT_PARTITION__".into();
+    }
     let mut s = String::with_capacity(name.len());
     for (i, b) in name.bytes().enumerate() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && i > 0) {
@@ -41,6 +51,7 @@ pub fn segment(name: &str) -> String {
 /// The object key (or relative path) of `host`'s window starting at
 /// `start` of `minutes` minutes, under `prefix` (none: the store's root).
 pub fn key(prefix: &str, host: &str, start: i64, minutes: u32) -> String {
+    let minutes = window_minutes(minutes);
     let t = chrono::DateTime::from_timestamp(start, 0).unwrap_or_default();
     let host = segment(host);
     let prefix = prefix.trim_matches('/');
@@ -68,6 +79,8 @@ mod tests {
             "dt=2026-11-30/hour=04/host=db.b/db.b-20261130T0420-60m.parquet"
         );
         assert_eq!(segment("../etc/x y"), "%2E.%2Fetc%2Fx%20y");
+        assert_eq!(segment(""), "__HIVE_DEFAULT_PARTITION__");
+        assert_eq!((window_minutes(10), window_minutes(7), window_minutes(0), window_minutes(90)), (10, 6, 1, 60));
     }
 
     #[test]

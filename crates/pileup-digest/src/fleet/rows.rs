@@ -274,7 +274,10 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
     let minute = c.ts("minute")?.ok_or_else(|| stored("no column minute"))?;
     let (host, fp) = (c.str("host")?, c.str("fingerprint")?);
     let count = c.need("count")?.as_primitive_opt::<UInt64Type>().ok_or_else(|| stored("count is not a uint64"))?;
-    let version = c.get("fingerprint_version").and_then(|v| v.as_primitive_opt::<UInt16Type>());
+    let version = c
+        .need("fingerprint_version")?
+        .as_primitive_opt::<UInt16Type>()
+        .ok_or_else(|| stored("fingerprint_version is not a uint16"))?;
     let db = c.get("db").and_then(|d| d.as_string_opt::<i32>());
     let labels = c.get("labels").and_then(|l| l.as_map_opt());
     let (first, last) = (c.ts("first_seen")?, c.ts("last_seen")?);
@@ -291,6 +294,13 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
         .collect::<Result<_, Error>>()?;
     let lows = c.get("query_time_bucket_low").and_then(|l| l.as_list_opt::<i32>());
     let counts = c.get("query_time_bucket_count").and_then(|l| l.as_list_opt::<i32>());
+    let buckets_typed = lows.is_none_or(|l| l.values().as_primitive_opt::<Float64Type>().is_some())
+        && counts.is_none_or(|l| l.values().as_primitive_opt::<UInt32Type>().is_some());
+    let labels_typed =
+        labels.is_none_or(|m| m.keys().as_string_opt::<i32>().is_some() && m.values().as_string_opt::<i32>().is_some());
+    if !buckets_typed || !labels_typed {
+        return Err(stored("the histogram or label columns are not of the stored schema's types"));
+    }
     let flags: Vec<_> = FLAGS
         .iter()
         .map(|(f, _)| Ok((c.u32(&format!("{f}_seen"))?, c.u32(&format!("{f}_yes"))?)))
@@ -298,7 +308,7 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
     let (sample, sample_qt) = (c.get("sample").and_then(|s| s.as_string_opt::<i32>()), c.f64("sample_query_time")?);
     let mut rows = Vec::with_capacity(b.num_rows());
     for i in 0..b.num_rows() {
-        if let Some(v) = opt(version, i).filter(|v| *v != pileup_sql::FINGERPRINT_VERSION) {
+        if let Some(v) = opt(Some(version), i).filter(|v| *v != pileup_sql::FINGERPRINT_VERSION) {
             return Err(stored(format!(
                 "fingerprint version {v}, and this pileup reads version {} (use the pileup that wrote them)",
                 pileup_sql::FINGERPRINT_VERSION

@@ -145,6 +145,13 @@ fn a_file_of_another_fingerprint_version_is_refused_by_name() {
     let other = arrow_array::RecordBatch::try_new(batch.schema(), cols).unwrap();
     let e = rows::from_batch(&other).unwrap_err().to_string();
     assert!(e.contains("fingerprint version 99"), "{e}");
+    // Through a file read for a few columns too.
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, other.schema(), None).unwrap();
+    w.write(&other).unwrap();
+    w.close().unwrap();
+    let e = file::read(buf.into(), Some(&["query_time_sum"])).unwrap_err().to_string();
+    assert!(e.contains("fingerprint version 99"), "{e}");
 }
 
 /// The stored histogram's percentiles against the exact values of the
@@ -180,4 +187,25 @@ fn stored_percentiles_are_within_half_a_bucket_of_the_exact_values() {
     assert!(worst <= 1.0 / 32.0 + 1e-12, "worst relative error {worst}");
     eprintln!("worst relative error of p50–p99.9 over 20 spreads: {:.2}%", worst * 100.0);
     assert!(worst > 0.01, "the bound is met, not vacuous: {worst}");
+}
+
+#[test]
+fn minutes_put_classes_past_max_classes_in_other_as_the_whole_digest_does() {
+    let l = log(5, 3000, 1_796_011_200);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("slow.log");
+    std::fs::write(&p, &l).unwrap();
+    // Four threads, each free to keep its own four classes of the six.
+    let o = Options { jobs: 4, block_size: 4096, by_minute: true, max_classes: 4, ..Options::default() };
+    let d = digest(&[Input::File(p)], &o, &mut Quiet).unwrap();
+    assert_eq!(d.classes.len(), 4);
+    let other = d.other.as_ref().expect("two classes went to other");
+    let rows = rows_of(d.minutes.unwrap(), "db-e", &[]);
+    let merged = merge_by_class(rows);
+    let (want, got) = (by_fp(&d.classes), by_fp(&merged));
+    assert_eq!(got.len(), 5, "the four classes and other");
+    for (fp, c) in &want {
+        assert_same(c, got[fp]);
+    }
+    assert_eq!(got[crate::aggregate::OTHER].count, other.count);
 }
