@@ -168,10 +168,20 @@ impl Aggregate {
         }
     }
 
-    /// Keep each minute's classes as well as the whole input's.
-    pub fn keep_minutes(mut self) -> Aggregate {
-        self.minutes = Some(Minutes::default());
+    /// Keep each minute's classes as well as the whole input's, when
+    /// `keep`.
+    pub fn keep_minutes(mut self, keep: bool) -> Aggregate {
+        self.minutes = keep.then(Minutes::default);
         self
+    }
+
+    /// Once every thread's classes are in: fold each minute's classes that
+    /// are not among the kept ones into that minute's [`OTHER`].
+    pub fn fold_minutes(&mut self) {
+        if let Some(m) = self.minutes.as_mut() {
+            let kept: HashSet<&[u8]> = self.classes.iter().map(|c| &*c.fingerprint).collect();
+            m.fold_into_other(&kept);
+        }
     }
 
     /// Add `e` (of class `i`) to its minute's class, when minutes are kept.

@@ -200,14 +200,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
         job.block.recycle(&pool);
     };
-    let new_aggregate = || {
-        let a = Aggregate::new(o.max_classes);
-        if o.by_minute {
-            a.keep_minutes()
-        } else {
-            a
-        }
-    };
+    let new_aggregate = || Aggregate::new(o.max_classes).keep_minutes(o.by_minute);
     let mut agg = new_aggregate();
     // A table is read over SQL on this thread, before the files.
     let mut notes = vec![];
@@ -278,10 +271,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         r?;
     }
     let (names, seen) = number_lines(inputs, lines.into_inner().unwrap_or_else(|e| e.into_inner()), &mut agg);
-    if let Some(m) = agg.minutes.as_mut() {
-        let kept: std::collections::HashSet<&[u8]> = agg.classes.iter().map(|c| &*c.fingerprint).collect();
-        m.fold_into_other(&kept);
-    }
+    agg.fold_minutes();
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
     Ok(Digest {

@@ -152,8 +152,8 @@ mod tests {
         // With NO_BACKSLASH_ESCAPES the first string ends at `\'`: nothing
         // after a string holding a backslash is kept.
         assert_eq!(r("SELECT * FROM t WHERE a = 'C:\\' AND e = 'ann@example.com'"), "SELECT * FROM t WHERE a = ?…");
-        assert_eq!(r("SELECT `unterminated FROM t WHERE e = 'x'"), "SELECT…");
-        assert_eq!(r("SELECT 1.5abc, 123_x FROM t"), "SELECT ?, ? FROM t");
+        assert_eq!(r("SELECT `unterminated FROM t WHERE e = 'x'"), "SELECT …");
+        assert_eq!(r("SELECT 1.5abc, 123_x FROM t"), "SELECT ?.?, ? FROM t");
     }
 
     #[test]

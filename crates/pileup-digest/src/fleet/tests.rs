@@ -196,7 +196,7 @@ fn minutes_put_classes_past_max_classes_in_other_as_the_whole_digest_does() {
     let p = dir.path().join("slow.log");
     std::fs::write(&p, &l).unwrap();
     // Four threads, each free to keep its own four classes of the six.
-    let o = Options { jobs: 4, block_size: 4096, by_minute: true, max_classes: 4, ..Options::default() };
+    let o = Options { jobs: 4, block_size: 4096, by_minute: true, max_classes: 4 };
     let d = digest(&[Input::File(p)], &o, &mut Quiet).unwrap();
     assert_eq!(d.classes.len(), 4);
     let other = d.other.as_ref().expect("two classes went to other");
