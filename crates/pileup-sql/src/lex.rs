@@ -17,6 +17,15 @@ pub(crate) fn is_word_byte(c: u8) -> bool {
     WORD[usize::from(c)]
 }
 
+/// The end of the word (identifier or keyword bytes) that starts at `i`.
+pub(crate) fn word_end(sql: &[u8], i: usize) -> usize {
+    let mut e = i;
+    while e < sql.len() && is_word_byte(sql[e]) {
+        e += 1;
+    }
+    e
+}
+
 /// The end of a quoted string or identifier that starts at `i` (its quote),
 /// past the closing quote: backslash escapes (not in backquotes) and
 /// doubled quotes are inside it. Unterminated: the end of the text.

@@ -52,7 +52,7 @@ mod table;
 
 pub use fold::{fingerprint, statement_class};
 pub use hints::{hints, without_hints, Hint};
-pub use redact::redact;
+pub use redact::{clip, redact};
 pub use skel::skeleton;
 pub use table::{single_table, table_refs, SingleTable, TableRef};
 

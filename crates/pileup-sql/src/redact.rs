@@ -5,16 +5,21 @@
 //! still reads as it was written. Literals can be personal data; what is
 //! left names tables, columns and the statement's shape.
 
-use crate::lex::{comment_end, is_word_byte, number_end, quoted_end};
+use crate::lex::{comment_end, is_word_byte, number_end, quoted_end, word_end};
 
 /// `sql` with its literals replaced by `?` and its comments dropped, cut
 /// to at most `max` bytes (at a character boundary, ending with `…`).
 pub fn redact(sql: &[u8], max: usize) -> String {
-    let (mut out, cut) = scrub(sql, max);
-    if cut {
-        out.truncate(max);
-    }
-    let mut s = String::from_utf8_lossy(&out).into_owned();
+    let (out, cut) = scrub(sql, max);
+    clip(&out, max, cut).trim().to_string()
+}
+
+/// `text` as a string of at most `max` bytes of it (at a character
+/// boundary), ending with `…` when some of it was left out: past `max`, or
+/// `cut` short before.
+pub fn clip(text: &[u8], max: usize, cut: bool) -> String {
+    let cut = cut || text.len() > max;
+    let mut s = String::from_utf8_lossy(&text[..text.len().min(max)]).into_owned();
     if cut {
         // A multi-byte character cut in two shows as U+FFFD: drop it.
         while s.ends_with('\u{FFFD}') {
@@ -22,7 +27,7 @@ pub fn redact(sql: &[u8], max: usize) -> String {
         }
         s.push('…');
     }
-    s.trim().to_string()
+    s
 }
 
 /// `sql` scrubbed, up to a little past `max` bytes, and whether that left
@@ -106,14 +111,6 @@ fn scrub(sql: &[u8], max: usize) -> (Vec<u8>, bool) {
     }
     let cut = out.len() > max || i < sql.len();
     (out, cut)
-}
-
-fn word_end(sql: &[u8], i: usize) -> usize {
-    let mut e = i;
-    while e < sql.len() && is_word_byte(sql[e]) {
-        e += 1;
-    }
-    e
 }
 
 #[cfg(test)]

@@ -249,17 +249,7 @@ fn du(dir: &Path) -> u64 {
 /// ([`pileup_sandbox::flush::flushing`], until under 1% are dirty, at most
 /// a minute), and the kernel's dirty file data written out (`sync`).
 pub fn settle(c: &mut mysql::Conn) -> Result<()> {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(60) {
-        let left: Option<u64> = c.query_first(
-            "SELECT CAST(VARIABLE_VALUE AS UNSIGNED) FROM information_schema.GLOBAL_STATUS \
-             WHERE VARIABLE_NAME = 'INNODB_HISTORY_LIST_LENGTH'",
-        )?;
-        if left.unwrap_or(0) < 1000 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    pileup_bench_drivers::wait_purged(c, Duration::from_secs(60))?;
     pileup_sandbox::flush::flushing(c, |c| -> Result<()> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {

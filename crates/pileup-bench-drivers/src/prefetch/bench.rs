@@ -12,9 +12,7 @@ use pileup_replica::device::{device_of, DeviceReport};
 use pileup_sandbox::{Options, Sandbox};
 
 use crate::config::{kv, Config, Mode};
-use crate::measure::{
-    applier_cpu, applier_runq, applier_tids, cpu_of, machine_busy, status, sysbench, wait_purged, Sample,
-};
+use crate::measure::{applier_cpu, applier_runq, applier_tids, cpu_of, machine_busy, status, sysbench, Sample};
 
 /// The primary, the replica and how catch-ups run on them.
 pub(crate) struct Bench {
@@ -248,7 +246,7 @@ impl Bench {
         let mut c = self.replica.connect()?;
         // Every catch-up starts with the previous one's purge finished (it
         // would otherwise read and latch beside this one's applier).
-        wait_purged(&mut c, Duration::from_secs(300))?;
+        pileup_bench_drivers::wait_purged(&mut c, Duration::from_secs(300))?;
         let pid = self.replica.pid();
         let child = self.start_prefetcher(mode)?;
         // --hold-purge: a session with a consistent snapshot from before the
@@ -319,7 +317,7 @@ impl Bench {
         // times it too (on an idle replica; a live one keeps applying).
         drop(purge_hold);
         s.history_left = status(&mut c, "Innodb_history_list_length")?;
-        s.purge_after = wait_purged(&mut c, Duration::from_secs(600))?;
+        s.purge_after = pileup_bench_drivers::wait_purged(&mut c, Duration::from_secs(600))?;
         let st: mysql::Row = c.query_first("SHOW SLAVE STATUS")?.context("no replica status")?;
         let errno: u64 = st.get("Last_SQL_Errno").unwrap_or(0);
         if errno != 0 {

@@ -2,7 +2,6 @@
 //! threads' and the machine's CPU, and the sample that holds them.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use mysql::prelude::Queryable;
@@ -70,17 +69,6 @@ pub(crate) fn machine_busy() -> f64 {
 /// A global status counter of the server, 0 when it has none.
 pub(crate) fn status(c: &mut mysql::Conn, name: &str) -> Result<f64> {
     Ok(pileup_conn::global_status(c, name)?.unwrap_or(0) as f64)
-}
-
-/// Wait (at most `limit`) until purge has brought InnoDB's history list
-/// under 1,000, the bar every catch-up starts from; returns the seconds
-/// waited.
-pub(crate) fn wait_purged(c: &mut mysql::Conn, limit: Duration) -> Result<f64> {
-    let t = Instant::now();
-    while status(c, "Innodb_history_list_length")? > 1000.0 && t.elapsed() < limit {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(t.elapsed().as_secs_f64())
 }
 
 #[derive(Default, Clone)]

@@ -115,16 +115,7 @@ fn sample_text(c: &Class, samples: Samples) -> Option<String> {
     match samples {
         Samples::None => None,
         Samples::Redacted => Some(pileup_sql::redact(q, SAMPLE_MAX)),
-        Samples::Full => {
-            let mut s = String::from_utf8_lossy(&q[..q.len().min(SAMPLE_MAX)]).into_owned();
-            if q.len() > SAMPLE_MAX {
-                while s.ends_with('\u{FFFD}') {
-                    s.pop();
-                }
-                s.push('…');
-            }
-            Some(s)
-        }
+        Samples::Full => Some(pileup_sql::clip(q, SAMPLE_MAX, false)),
     }
 }
 
