@@ -332,9 +332,8 @@ impl Aggregate {
         }
     }
 
-    /// Fold another aggregate (another thread's) into this one. When the
-    /// union passes `max_classes`, the classes with the least total time
-    /// go to "other".
+    /// Fold another aggregate (another thread's) into this one: every class
+    /// is kept (at most threads × `max_classes`) until [`Aggregate::cap`].
     pub fn merge(&mut self, o: Aggregate) {
         // Class indices may change below.
         self.skels.clear();
@@ -358,7 +357,15 @@ impl Aggregate {
                 None => self.other = Some(oc),
             }
         }
+    }
+
+    /// Once every thread's classes are in: past `max_classes`, the classes
+    /// with the least total time go to "other". Done once, not at each
+    /// merge: a class sent to "other" by one merge would come back, with
+    /// only the statements of the threads merged after it, in the next.
+    pub fn cap(&mut self) {
         if self.classes.len() > self.max_classes {
+            self.skels.clear();
             crate::rank::sort(&mut self.classes, crate::rank::Rank::Time);
             let rest = self.classes.split_off(self.max_classes);
             let other = self.other.get_or_insert_with(|| Class::new(OTHER.into()));

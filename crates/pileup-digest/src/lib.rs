@@ -271,6 +271,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         r?;
     }
     let (names, seen) = number_lines(inputs, lines.into_inner().unwrap_or_else(|e| e.into_inner()), &mut agg);
+    agg.cap();
     agg.fold_minutes();
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
