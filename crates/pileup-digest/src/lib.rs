@@ -57,6 +57,22 @@ pub struct Options {
     /// Keep each minute's classes too ([`Digest::minutes`]): what a
     /// fleet's stored digests hold.
     pub by_minute: bool,
+    /// Hand each window of minutes to the sink ([`Sink::window`]) instead
+    /// of keeping it in [`Digest::minutes`] (implies `by_minute`). A
+    /// followed file is then parsed on one thread, and each window handed
+    /// over once it is complete ([`fleet::window::Closer`]); other inputs'
+    /// windows are handed over at the end.
+    pub windows: Option<WindowOptions>,
+}
+
+/// How a digest's minutes are handed over in windows.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowOptions {
+    /// Minutes per window (a divisor of 60; see
+    /// [`fleet::layout::window_minutes`]).
+    pub minutes: u32,
+    /// Seconds after its end that a followed log's window is closed.
+    pub grace_s: i64,
 }
 
 impl Default for Options {
@@ -66,6 +82,7 @@ impl Default for Options {
             max_classes: 10_000,
             block_size: 1 << 20,
             by_minute: false,
+            windows: None,
         }
     }
 }
@@ -75,6 +92,9 @@ pub trait Sink {
     /// Bytes read so far (compressed bytes for compressed inputs), of
     /// `total` when every input's size is known.
     fn progress(&mut self, _done: u64, _total: Option<u64>) {}
+    /// A window of minutes is complete ([`Options::windows`]); the digest
+    /// keeps nothing of it.
+    fn window(&mut self, _w: fleet::window::Window) {}
 }
 
 /// A sink that ignores everything.
@@ -118,6 +138,18 @@ struct Job {
     seq: u64,
     db: Vec<u8>,
     block: input::Block,
+}
+
+/// A followed file's reader, at its end, says so after this long quiet.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Hand the windows `closer` finds complete in `agg`'s minutes to `sink`.
+fn close_windows(closer: &mut fleet::window::Closer, agg: &mut Aggregate, caught_up: bool, sink: &mut dyn Sink) {
+    let Some(m) = agg.minutes.as_mut() else { return };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    for w in closer.take(m, caught_up, now) {
+        sink.window(w);
+    }
 }
 
 /// Read the inputs that come over SQL (the slow-log table,
@@ -190,7 +222,11 @@ fn number_lines(
 
 /// Read every input and build the classes.
 pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Digest, Error> {
-    let jobs = o.jobs.max(1);
+    let follows = inputs.iter().any(|i| matches!(i, Input::Follow(..)));
+    // Windows closed as a followed log goes need its minutes in one place.
+    let jobs = if o.windows.is_some() && follows { 1 } else { o.jobs.max(1) };
+    let mut closer = o.windows.map(|w| fleet::window::Closer::new(w.minutes, w.grace_s));
+    let idle = closer.as_ref().map(|_| QUIET);
     let sizes: Option<u64> = inputs.iter().map(Input::size).sum();
     let counter = Arc::new(AtomicU64::new(0));
     let lines: Mutex<HashMap<(usize, u64), u64>> = Mutex::default();
@@ -200,17 +236,17 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
         job.block.recycle(&pool);
     };
-    let new_aggregate = || Aggregate::new(o.max_classes).keep_minutes(o.by_minute);
+    let new_aggregate = || Aggregate::new(o.max_classes).keep_minutes(o.by_minute || o.windows.is_some());
     let mut agg = new_aggregate();
     // A table is read over SQL on this thread, before the files.
     let mut notes = vec![];
     read_sql_inputs(inputs, &mut agg, &lines, &mut notes)?;
-    let read_all = |send: &mut dyn FnMut(Job), sink: &mut dyn Sink| -> Result<(), Error> {
+    let read_all = |send: &mut dyn FnMut(Job, &mut dyn Sink), sink: &mut dyn Sink| -> Result<(), Error> {
         for (i, input) in inputs.iter().enumerate() {
             if matches!(input, Input::Table(_) | Input::Digests(..)) {
                 continue;
             }
-            let r = input::open(input, counter.clone())?;
+            let r = input::open(input, counter.clone(), idle)?;
             let mut blocks = input::Blocks::new(r, o.block_size, pool.clone());
             let mut db = Vec::new();
             let mut seq = 0;
@@ -226,7 +262,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
                 if let Some(d) = next_db {
                     db = d;
                 }
-                send(job);
+                send(job, sink);
                 seq += 1;
                 sink.progress(counter.load(Ordering::Relaxed), sizes);
             }
@@ -234,7 +270,18 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         Ok(())
     };
     if jobs == 1 {
-        read_all(&mut |job| parse(job, &mut agg), sink)?;
+        read_all(
+            &mut |job, sink| {
+                let caught_up = job.block.caught_up;
+                parse(job, &mut agg);
+                // A finite input's windows are handed over at its end
+                // (rotated files come in any order).
+                if let Some(c) = closer.as_mut().filter(|_| follows) {
+                    close_windows(c, &mut agg, caught_up, sink);
+                }
+            },
+            sink,
+        )?;
     } else {
         let (tx, rx) = mpsc::sync_channel::<Job>(jobs);
         let rx = Mutex::new(rx);
@@ -253,7 +300,7 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
                 })
                 .collect();
             let r = read_all(
-                &mut |job| {
+                &mut |job, _| {
                     // The workers end only when the channel closes.
                     let _ = tx.send(job);
                 },
@@ -273,12 +320,22 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     let (names, seen) = number_lines(inputs, lines.into_inner().unwrap_or_else(|e| e.into_inner()), &mut agg);
     agg.cap();
     agg.fold_minutes();
+    if let (Some(c), Some(m)) = (closer.as_mut(), agg.minutes.as_mut()) {
+        for w in c.rest(m) {
+            sink.window(w);
+        }
+    }
+    Ok(finish(agg, names, seen, counter.load(Ordering::Relaxed), notes))
+}
+
+/// The digest of an aggregate every input went into.
+fn finish(agg: Aggregate, inputs: Vec<String>, seen: [bool; N_ATTRS], bytes: u64, notes: Vec<String>) -> Digest {
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
-    Ok(Digest {
-        inputs: names,
+    Digest {
+        inputs,
         events: agg.events,
-        bytes: counter.load(Ordering::Relaxed),
+        bytes,
         classes,
         other: agg.other,
         max_classes: agg.max_classes,
@@ -287,5 +344,5 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
         seen,
         notes,
         minutes: agg.minutes,
-    })
+    }
 }

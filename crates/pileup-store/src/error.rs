@@ -28,8 +28,8 @@ pub enum StoreError {
     Incomplete(String),
     #[error(transparent)]
     File(#[from] pileup_files::FileError),
-    #[error("{dir}: {free} bytes free, and packing needs {need} while keeping {min_free} free: not queued for the store (the capture stays on local disk; free space or lower --min-free-mib)")]
-    DiskLow { dir: String, free: u64, need: u64, min_free: u64 },
+    #[error("{dir}: {free} bytes free, and queueing needs {need} while keeping {min_free} free: not queued for the store ({kept}; free space or lower --min-free-mib)")]
+    DiskLow { dir: String, free: u64, need: u64, min_free: u64, kept: &'static str },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -1,15 +1,18 @@
-//! Captures in an S3-compatible object store.
+//! Captures and digests in an S3-compatible object store.
 //!
 //! Data flow: [`aws`] resolves credentials, region and endpoint the way the
 //! AWS CLI does; [`pack`] turns a capture directory into one `.tar.zst`
-//! archive with its SHA-256; [`spool`] queues archives on local disk with
-//! their metadata and upload state; [`remote`] puts them (multipart and
+//! archive with its SHA-256; [`spool`] queues archives, and files shipped
+//! as they are (a digest's Parquet windows), on local disk with their
+//! metadata and upload state; [`remote`] puts them (multipart and
 //! resumable across restarts for large ones), lists and fetches them;
-//! [`ship`] is the background shipper `pileup watch --ship` runs, which
-//! never blocks capturing and reports through a callback.
+//! [`ship`] is the background shipper `pileup watch --ship` and
+//! `pileup digest --ship` run, which never blocks the caller and reports
+//! through a callback.
 //!
-//! Objects are named `PREFIX/HOST/CAPTURE.tar.zst`, with user metadata
-//! `host`, `class`, `verdict`, `unix` and `sha256`.
+//! Captures are named `PREFIX/HOST/CAPTURE.tar.zst`, with user metadata
+//! `host`, `class`, `verdict`, `unix` and `sha256`; files by the caller's
+//! key under `PREFIX`, with `host`, `unix` and `sha256`.
 
 pub mod aws;
 mod error;
@@ -21,7 +24,7 @@ pub mod url;
 
 pub use aws::AwsSettings;
 pub use remote::{Remote, RemoteCapture};
-pub use ship::{ShipEvent, Shipper};
+pub use ship::{FileArtifact, ShipEvent, Shipper};
 pub use spool::{Queued, Spool};
 pub use url::StoreUrl;
 

@@ -68,6 +68,11 @@ pub fn pack(dir: &Path, out: &Path) -> Result<(String, u64)> {
     Ok(digest)
 }
 
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// The SHA-256 of a file.
 pub fn sha256_of(path: &Path) -> Result<String> {
     let mut f = File::open(path).map_err(io(path))?;

@@ -1,5 +1,6 @@
-//! The shipper: a thread that packs finished captures into the queue and
-//! uploads the queue oldest first. A store that is down or refuses the
+//! The shipper: a thread that packs finished captures (or takes files as
+//! they are: a digest's windows) into the queue and uploads the queue
+//! oldest first. A store that is down or refuses the
 //! credentials never blocks the caller: the capture stays queued on local
 //! disk, the failure is reported once per kind, and uploads are tried
 //! again after 1, 2, 4 … up to 60 s. Captures queued by an earlier run are
@@ -8,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,12 +23,13 @@ use crate::url::StoreUrl;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "ship", rename_all = "snake_case")]
 pub enum ShipEvent {
-    /// Packed and waiting for the store.
+    /// Packed and waiting for the store (`capture_dir`: the capture
+    /// directory, or the name of a file queued as it is).
     Queued { capture_dir: String, key: String, bytes: u64 },
     /// In the store.
     Shipped { capture_dir: String, url: String, unix: f64 },
-    /// Not queued (the disk guard, or packing failed): the capture stays
-    /// on local disk only.
+    /// Not queued (the disk guard, or packing failed): a capture stays on
+    /// local disk only, a file is not kept.
     NotQueued { capture_dir: String, error: String },
     /// An upload failed; everything queued waits for the next try.
     Failed { error: String, queued: usize, retry_in_s: u64 },
@@ -46,8 +48,31 @@ pub struct ShipOptions {
 }
 
 enum Msg {
-    Enqueue { dir: PathBuf, unix: f64, class: String, verdict: String },
+    Enqueue {
+        dir: PathBuf,
+        unix: f64,
+        class: String,
+        verdict: String,
+    },
+    File(FileArtifact),
+    /// Answer (with what is left) once the queue is empty or at the
+    /// deadline.
+    Drain(Instant, Sender<usize>),
     Stop,
+}
+
+/// A file shipped as it is, under a key of the caller's.
+pub struct FileArtifact {
+    /// The file's name in the queue (its stem) and extension.
+    pub name: String,
+    pub ext: String,
+    pub bytes: Vec<u8>,
+    /// The object's key under the store URL's prefix.
+    pub key: String,
+    /// When its data is from (Unix time): the queue's order.
+    pub unix: f64,
+    /// User metadata stored with the object, beside `host`.
+    pub metadata: BTreeMap<String, String>,
 }
 
 pub struct Shipper {
@@ -60,100 +85,188 @@ pub fn backoff(prev: Duration) -> Duration {
     (prev * 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
+/// The shipper thread's state.
+struct Worker<F: FnMut(ShipEvent)> {
+    o: ShipOptions,
+    spool: Spool,
+    remote: Remote,
+    queued: Arc<AtomicUsize>,
+    on: F,
+    /// The wait after the last failure (zero after a success).
+    wait: Duration,
+    next_try: Instant,
+    /// A caller waiting for the queue to empty, until a deadline.
+    drain: Option<(Instant, Sender<usize>)>,
+}
+
+impl<F: FnMut(ShipEvent)> Worker<F> {
+    /// Take a message; false on Stop (or every sender gone).
+    fn take(&mut self, m: Msg) -> bool {
+        match m {
+            Msg::Enqueue { dir, unix, class, verdict } => self.pack(dir, unix, class, verdict),
+            Msg::File(f) => self.file(f),
+            Msg::Drain(until, reply) => self.drain = Some((until, reply)),
+            Msg::Stop => return false,
+        }
+        if self.wait.is_zero() {
+            self.next_try = Instant::now();
+        }
+        true
+    }
+
+    fn pack(&mut self, dir: PathBuf, unix: f64, class: String, verdict: String) {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let key = self.o.url.key(&format!("{}/{name}.tar.zst", self.o.host));
+        let meta = BTreeMap::from([
+            ("host".to_string(), self.o.host.clone()),
+            ("class".to_string(), class),
+            ("verdict".to_string(), verdict),
+        ]);
+        let capture_dir = dir.display().to_string();
+        match self.spool.enqueue(&dir, key.clone(), unix, meta, self.o.min_free) {
+            Ok(q) => {
+                self.count();
+                (self.on)(ShipEvent::Queued { capture_dir, key, bytes: q.size });
+            }
+            Err(e) => (self.on)(ShipEvent::NotQueued { capture_dir, error: e.to_string() }),
+        }
+    }
+
+    fn file(&mut self, f: FileArtifact) {
+        let key = self.o.url.key(&f.key);
+        let mut meta = f.metadata;
+        meta.insert("host".to_string(), self.o.host.clone());
+        let name = format!("{}.{}", f.name, f.ext);
+        match self.spool.enqueue_file(&f.name, &f.ext, &f.bytes, key.clone(), f.unix, meta, self.o.min_free) {
+            Ok(q) => {
+                self.count();
+                (self.on)(ShipEvent::Queued { capture_dir: name, key, bytes: q.size });
+            }
+            Err(e) => (self.on)(ShipEvent::NotQueued { capture_dir: name, error: e.to_string() }),
+        }
+    }
+
+    /// The queue's length, from the disk (a file queued again replaces
+    /// its earlier version).
+    fn count(&self) {
+        if let Ok(p) = self.spool.pending() {
+            self.queued.store(p.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn failed(&mut self, error: String) {
+        self.wait = backoff(self.wait);
+        self.next_try = Instant::now() + self.wait;
+        let queued = self.queued.load(Ordering::Relaxed);
+        (self.on)(ShipEvent::Failed { error, queued, retry_in_s: self.wait.as_secs() });
+    }
+
+    /// Upload what waits, oldest first, until the queue is empty or an
+    /// upload fails. False on Stop.
+    fn pass(&mut self, rx: &Receiver<Msg>) -> bool {
+        let pending = match self.spool.pending() {
+            Ok(p) => p,
+            Err(e) => {
+                self.failed(e.to_string());
+                return true;
+            }
+        };
+        self.queued.store(pending.len(), Ordering::Relaxed);
+        self.next_try = Instant::now() + Duration::from_secs(3600);
+        for mut q in pending {
+            // Step by step: a stop or a new capture is heard between the
+            // parts of a large upload.
+            let uploaded = loop {
+                match rx.try_recv() {
+                    Ok(m) => {
+                        if !self.take(m) {
+                            return false;
+                        }
+                    }
+                    Err(TryRecvError::Disconnected) => return false,
+                    Err(TryRecvError::Empty) => {}
+                }
+                match self.remote.upload_step(&self.spool, &mut q) {
+                    Ok(Some(url)) => break self.spool.done(&q).map(|_| url),
+                    Ok(None) => continue,
+                    Err(e) => break Err(e),
+                }
+            };
+            match uploaded {
+                Ok(url) => {
+                    self.wait = Duration::ZERO;
+                    self.count();
+                    (self.on)(ShipEvent::Shipped { capture_dir: q.capture_dir.clone(), url, unix: q.unix });
+                }
+                Err(e) => {
+                    self.failed(e.to_string());
+                    return true;
+                }
+            }
+        }
+        // What came during the uploads waits for the next pass, at once.
+        self.count();
+        if self.queued.load(Ordering::Relaxed) > 0 && self.wait.is_zero() {
+            self.next_try = Instant::now();
+        }
+        true
+    }
+
+    /// Answer a caller waiting for the queue to empty, when it has or
+    /// its deadline has come: with what is left.
+    fn answer_drain(&mut self) {
+        let left = self.queued.load(Ordering::Relaxed);
+        if let Some((until, _)) = &self.drain {
+            if left == 0 || Instant::now() >= *until {
+                let (_, reply) = self.drain.take().expect("checked");
+                let _ = reply.send(left);
+            }
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
+        loop {
+            self.answer_drain();
+            let wake = self.drain.as_ref().map_or(self.next_try, |d| d.0.min(self.next_try));
+            match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                Ok(m) => {
+                    if !self.take(m) {
+                        return;
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if Instant::now() >= self.next_try && !self.pass(&rx) {
+                return;
+            }
+        }
+    }
+}
+
 impl Shipper {
     /// Start shipping to `o.url`; `on` hears every event, on the
     /// shipper's thread.
-    pub fn start(o: ShipOptions, mut on: impl FnMut(ShipEvent) + Send + 'static) -> Result<Shipper> {
+    pub fn start(o: ShipOptions, on: impl FnMut(ShipEvent) + Send + 'static) -> Result<Shipper> {
         let spool = Spool::open(&o.spool_dir)?;
         let remote = Remote::open(&o.url, &o.aws)?;
         let queued = Arc::new(AtomicUsize::new(spool.pending()?.len()));
         let (tx, rx) = channel();
-        let q2 = queued.clone();
         let spool_dir = o.spool_dir.clone();
-        let self_tx = tx.clone();
+        let w = Worker {
+            o,
+            spool,
+            remote,
+            queued: queued.clone(),
+            on,
+            wait: Duration::ZERO,
+            next_try: Instant::now(),
+            drain: None,
+        };
         std::thread::Builder::new()
             .name("pileup-ship".into())
-            .spawn(move || {
-                let mut wait = Duration::ZERO;
-                let mut next_try = Instant::now();
-                let mut later: Vec<Msg> = vec![];
-                loop {
-                    let timeout = next_try.saturating_duration_since(Instant::now());
-                    match rx.recv_timeout(timeout) {
-                        Ok(Msg::Enqueue { dir, unix, class, verdict }) => {
-                            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                            let key = o.url.key(&format!("{}/{name}.tar.zst", o.host));
-                            let meta = BTreeMap::from([
-                                ("host".to_string(), o.host.clone()),
-                                ("class".to_string(), class),
-                                ("verdict".to_string(), verdict),
-                            ]);
-                            let capture_dir = dir.display().to_string();
-                            match spool.enqueue(&dir, key.clone(), unix, meta, o.min_free) {
-                                Ok(q) => {
-                                    q2.fetch_add(1, Ordering::Relaxed);
-                                    on(ShipEvent::Queued { capture_dir, key, bytes: q.size });
-                                }
-                                Err(e) => on(ShipEvent::NotQueued { capture_dir, error: e.to_string() }),
-                            }
-                            if wait.is_zero() {
-                                next_try = Instant::now();
-                            }
-                            continue;
-                        }
-                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                        Err(RecvTimeoutError::Timeout) => {}
-                    }
-                    let pending = match spool.pending() {
-                        Ok(p) => p,
-                        Err(e) => {
-                            wait = backoff(wait);
-                            next_try = Instant::now() + wait;
-                            on(ShipEvent::Failed { error: e.to_string(), queued: 0, retry_in_s: wait.as_secs() });
-                            continue;
-                        }
-                    };
-                    q2.store(pending.len(), Ordering::Relaxed);
-                    next_try = Instant::now() + Duration::from_secs(3600);
-                    'queue: for mut q in pending {
-                        // Step by step: a stop or a new capture is heard
-                        // between the parts of a large upload.
-                        let uploaded = loop {
-                            match rx.try_recv() {
-                                Ok(Msg::Stop) | Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-                                Ok(m @ Msg::Enqueue { .. }) => later.push(m),
-                                Err(std::sync::mpsc::TryRecvError::Empty) => {}
-                            }
-                            match remote.upload_step(&spool, &mut q) {
-                                Ok(Some(url)) => break spool.done(&q).map(|_| url),
-                                Ok(None) => continue,
-                                Err(e) => break Err(e),
-                            }
-                        };
-                        match uploaded {
-                            Ok(url) => {
-                                wait = Duration::ZERO;
-                                q2.fetch_sub(1, Ordering::Relaxed);
-                                on(ShipEvent::Shipped { capture_dir: q.capture_dir.clone(), url, unix: q.unix });
-                            }
-                            Err(e) => {
-                                wait = backoff(wait);
-                                next_try = Instant::now() + wait;
-                                on(ShipEvent::Failed {
-                                    error: e.to_string(),
-                                    queued: q2.load(Ordering::Relaxed),
-                                    retry_in_s: wait.as_secs(),
-                                });
-                                break 'queue;
-                            }
-                        }
-                    }
-                    // Captures that came during the uploads, queued now.
-                    for m in later.drain(..) {
-                        let _ = self_tx.send(m);
-                    }
-                }
-            })
+            .spawn(move || w.run(rx))
             .map_err(crate::error::io(&spool_dir))?;
         Ok(Shipper { tx, queued })
     }
@@ -163,7 +276,24 @@ impl Shipper {
         let _ = self.tx.send(Msg::Enqueue { dir, unix, class, verdict });
     }
 
-    /// Captures waiting for the store.
+    /// Queue a file to ship as it is (written to the queue on the
+    /// shipper's thread).
+    pub fn enqueue_file(&self, f: FileArtifact) {
+        let _ = self.tx.send(Msg::File(f));
+    }
+
+    /// Wait until everything queued so far is in the store, or `timeout`
+    /// has passed (a store that is down is tried on its backoff meanwhile):
+    /// how many captures and files are left in the queue.
+    pub fn drain(&self, timeout: Duration) -> usize {
+        let (reply, answer) = channel();
+        if self.tx.send(Msg::Drain(Instant::now() + timeout, reply)).is_err() {
+            return self.queued();
+        }
+        answer.recv().unwrap_or_else(|_| self.queued())
+    }
+
+    /// Captures and files waiting for the store.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }

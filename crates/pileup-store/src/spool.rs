@@ -1,9 +1,10 @@
-//! The queue of captures to upload, on local disk: for each, its archive
-//! (`NAME.tar.zst`) and a state file (`NAME.json`: the object's key and
-//! metadata, the archive's SHA-256 and size, and a multipart upload's id
-//! and finished parts, so an upload goes on where it stopped, across
-//! restarts too). Files are 0600 in a 0700 directory, written under a
-//! temporary name and renamed.
+//! The queue of what to upload, on local disk: for each capture, its
+//! archive (`NAME.tar.zst`), for each file shipped as it is (a digest's
+//! Parquet window), the file (`NAME.EXT`); and a state file (`NAME.json`:
+//! the object's key and metadata, the file's SHA-256 and size, and a
+//! multipart upload's id and finished parts, so an upload goes on where it
+//! stopped, across restarts too). Files are 0600 in a 0700 directory,
+//! written under a temporary name and renamed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,16 +16,22 @@ pub const COMPLETE: &str = "complete.json";
 
 use crate::error::{io, Result, StoreError};
 
-/// One capture waiting to be uploaded.
+/// One capture or file waiting to be uploaded.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Queued {
-    /// The archive's file stem (the capture directory's name).
+    /// The queued file's stem (a capture directory's name).
     pub name: String,
+    /// The queued file's extension: `tar.zst` for a capture's archive
+    /// (absent in a queue an older pileup wrote: a capture's).
+    #[serde(default = "archive_ext")]
+    pub ext: String,
     /// The object's key in the bucket.
     pub key: String,
-    /// The capture directory it was packed from.
+    /// The capture directory it was packed from, or the name of a file
+    /// queued as it is.
     pub capture_dir: String,
-    /// When the capture began (Unix time).
+    /// When the capture began, or the file's data (Unix time): the queue's
+    /// order.
     pub unix: f64,
     pub sha256: String,
     pub size: u64,
@@ -53,8 +60,9 @@ impl Spool {
         Ok(Spool { dir: dir.to_path_buf() })
     }
 
+    /// The queued file: a capture's archive, or a file queued as it is.
     pub fn archive(&self, q: &Queued) -> PathBuf {
-        self.dir.join(format!("{}.tar.zst", q.name))
+        self.dir.join(format!("{}.{}", q.name, q.ext))
     }
 
     fn state(&self, name: &str) -> PathBuf {
@@ -78,18 +86,15 @@ impl Spool {
         if !capture_dir.join(COMPLETE).exists() {
             return Err(StoreError::Incomplete(capture_dir.display().to_string()));
         }
-        let need = dir_size(capture_dir);
-        if let Some(free) = pileup_files::free_bytes(&self.dir) {
-            if free < need.saturating_add(min_free) {
-                return Err(StoreError::DiskLow { dir: self.dir.display().to_string(), free, need, min_free });
-            }
-        }
-        let archive = self.dir.join(format!("{name}.tar.zst"));
+        let kept = "the capture stays on local disk";
+        self.check_free(dir_size(capture_dir), min_free, kept)?;
+        let archive = self.dir.join(format!("{name}.{}", archive_ext()));
         let (sha256, size) = crate::pack::pack(capture_dir, &archive)?;
         metadata.insert("sha256".into(), sha256.clone());
         metadata.insert("unix".into(), format!("{unix:.3}"));
         let q = Queued {
             name,
+            ext: archive_ext(),
             key,
             capture_dir: capture_dir.display().to_string(),
             unix,
@@ -100,6 +105,54 @@ impl Spool {
         };
         self.save(&q)?;
         Ok(q)
+    }
+
+    /// Queue `bytes` as the file `NAME.EXT` (a digest's window, shipped as
+    /// it is), unless that would leave less than `min_free` bytes free. A
+    /// file of the same name still queued is replaced: it held an earlier
+    /// version of the same object.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_file(
+        &self,
+        name: &str,
+        ext: &str,
+        bytes: &[u8],
+        key: String,
+        unix: f64,
+        mut metadata: BTreeMap<String, String>,
+        min_free: u64,
+    ) -> Result<Queued> {
+        self.check_free(bytes.len() as u64, min_free, "the file is not kept")?;
+        let file = self.dir.join(format!("{name}.{ext}"));
+        pileup_files::write_private_bytes(&file, bytes)?;
+        let sha256 = crate::pack::sha256_hex(bytes);
+        metadata.insert("sha256".into(), sha256.clone());
+        metadata.insert("unix".into(), format!("{unix:.3}"));
+        let q = Queued {
+            name: name.to_string(),
+            ext: ext.to_string(),
+            key,
+            capture_dir: format!("{name}.{ext}"),
+            unix,
+            sha256,
+            size: bytes.len() as u64,
+            metadata,
+            upload: None,
+        };
+        self.save(&q)?;
+        Ok(q)
+    }
+
+    /// Refuse to queue `need` bytes when that would leave less than
+    /// `min_free` free on the queue's disk (`kept`: what happens to what
+    /// was not queued).
+    fn check_free(&self, need: u64, min_free: u64, kept: &'static str) -> Result<()> {
+        match pileup_files::free_bytes(&self.dir) {
+            Some(free) if free < need.saturating_add(min_free) => {
+                Err(StoreError::DiskLow { dir: self.dir.display().to_string(), free, need, min_free, kept })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Record a capture's state (after each part of a multipart upload).
@@ -134,6 +187,10 @@ impl Spool {
         let s = self.state(&q.name);
         std::fs::remove_file(&s).map_err(io(&s))
     }
+}
+
+fn archive_ext() -> String {
+    "tar.zst".into()
 }
 
 fn dir_size(dir: &Path) -> u64 {

@@ -218,6 +218,8 @@ fn watch_events(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
     cmd.args(["watch", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root", "--pid", &sb.pid().to_string()])
         .args(["--data-dir", data.to_str().unwrap(), "--json"])
+        // Captures are small; a CI disk may hold less than the default 1 GiB free.
+        .args(if args.contains(&"--min-free-mib") { &[][..] } else { &["--min-free-mib", "128"][..] })
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -1057,4 +1059,258 @@ fn a_full_disk_under_the_ship_queue_keeps_the_capture_local_and_ships_once_there
     provoke(&sb, &rx);
     let shipped = next_ship(&rx, "shipped", Duration::from_secs(60));
     assert_ne!(shipped["capture_dir"].as_str().map(PathBuf::from), Some(kept), "{shipped}");
+}
+
+/// A sandbox logging every statement to `log`.
+fn slow_logging(log: &Path) -> pileup_sandbox::Sandbox {
+    sandbox_with(vec![
+        ("slow_query_log", "ON"),
+        ("long_query_time", "0"),
+        ("log_slow_verbosity", "full"),
+        ("slow_query_log_file", log.to_str().unwrap()),
+    ])
+}
+
+/// Statements of a few classes, `n` of each, with varied literals (`tag`
+/// names one class of this host's own).
+fn workload(sb: &pileup_sandbox::Sandbox, n: u32, tag: &str) {
+    use mysql::prelude::Queryable;
+    let mut c = sb.connect().unwrap();
+    c.query_drop("CREATE DATABASE IF NOT EXISTS w").unwrap();
+    c.query_drop("CREATE TABLE IF NOT EXISTS w.t (id INT PRIMARY KEY, v INT, KEY (v))").unwrap();
+    c.query_drop("INSERT IGNORE INTO w.t SELECT seq, seq % 97 FROM w.seq_1_to_2000").unwrap();
+    for i in 0..n {
+        let _: Vec<(i32,)> = c.query(format!("SELECT id FROM w.t WHERE id = {i}")).unwrap();
+        let _: Vec<(i64,)> = c.query(format!("SELECT COUNT(*) FROM w.t WHERE v > {}", i % 50)).unwrap();
+        let _: Vec<(i32,)> = c.query(format!("SELECT {i} AS {tag}")).unwrap();
+    }
+}
+
+/// `pileup digest ARGS --format json` with the store's credentials, its
+/// exit status, report and stderr.
+fn digest_with_store(args: &[&str], s3: &S3) -> (Option<i32>, serde_json::Value, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.arg("digest").args(args).args(["--format", "json"]);
+    with_store(&mut cmd, s3, S3_SECRET);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    (out.status.code(), report, stderr)
+}
+
+/// Per fingerprint: count, statement time and rows examined.
+fn sums(d: &serde_json::Value) -> std::collections::BTreeMap<String, (u64, f64, f64)> {
+    let sum = |c: &serde_json::Value, a: &str| c["attributes"][a]["sum"].as_f64().unwrap_or(0.0);
+    d["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let fp = c["fingerprint"].as_str().unwrap().to_string();
+            (fp, (c["count"].as_u64().unwrap(), sum(c, "query_time"), sum(c, "rows_examined")))
+        })
+        .collect()
+}
+
+fn assert_same_classes(merged: &serde_json::Value, direct: &serde_json::Value) {
+    let (m, d) = (sums(merged), sums(direct));
+    assert_eq!(m.keys().collect::<Vec<_>>(), d.keys().collect::<Vec<_>>());
+    for (fp, (count, time, examined)) in &d {
+        let (mc, mt, me) = m[fp];
+        assert_eq!(mc, *count, "{fp}");
+        assert!((mt - time).abs() <= 1e-5 * time.max(1e-3), "{fp}: {mt} against {time}");
+        assert_eq!(me, *examined, "{fp}");
+    }
+}
+
+#[test]
+fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_of_both_logs() {
+    let scratch = scratch("digest-ship");
+    let (a_log, b_log) = (scratch.join("a.log"), scratch.join("b.log"));
+    {
+        let sb = slow_logging(&a_log);
+        workload(&sb, 300, "host_a");
+        use mysql::prelude::Queryable;
+        let mut c = sb.connect().unwrap();
+        c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", b_log.display())).unwrap();
+        drop(c);
+        workload(&sb, 200, "host_b");
+        sb.sql("SET GLOBAL slow_query_log = OFF").unwrap();
+    }
+    // Three hours back, so that their hours have ended and can be
+    // compacted.
+    for log in [&a_log, &b_log] {
+        shift(log, -3 * 3600);
+    }
+    std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
+    let mut s3 = S3::start(&scratch.join("s3"), free_port());
+    let spool = scratch.join("spool");
+    let ship = |log: &Path, host: &str, s3: &S3| {
+        let spool = spool.to_str().unwrap();
+        let args = [log.to_str().unwrap(), "--ship", "s3://digests/fleet", "--ship-host", host];
+        let mut all = args.to_vec();
+        all.extend(["--label", "env=test", "--spool-dir", spool, "--ship-wait", "5s", "--ship-window", "5"]);
+        digest_with_store(&all, s3)
+    };
+
+    // The store is down: the report is written, the files wait in the
+    // queue, and the run says so and fails.
+    s3.stop();
+    let (code, a_report, stderr) = ship(&a_log, "db-a", &s3);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("wait in") && stderr.contains("is the store up"), "{stderr}");
+    let queued = std::fs::read_dir(&spool)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "parquet"))
+        .count();
+    assert!(queued >= 1, "{stderr}");
+    assert!(a_report["events"].as_u64().unwrap() >= 900);
+
+    // Back up: the next run ships its own windows and the queued ones.
+    s3.restart();
+    let (code, b_report, stderr) = ship(&b_log, "db-b", &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("shipped"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0, "the queue is empty");
+    let stored: Vec<String> = walk(&scratch.join("s3/digests"));
+    assert!(stored.iter().any(|k| k.contains("/host=db-a/db-a-")) && stored.iter().any(|k| k.contains("/host=db-b/")));
+    assert!(
+        stored.iter().all(|k| k.starts_with("fleet/dt=") && k.contains("/hour=") && k.ends_with("-5m.parquet")),
+        "{stored:?}"
+    );
+
+    // Merged from the store: the same classes, counts and sums as one
+    // digest of both logs, and each host's share.
+    let (code, merged, stderr) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    let both = digest_json_of(&[a_log.to_str().unwrap(), b_log.to_str().unwrap()]);
+    assert_same_classes(&merged, &both);
+    assert_eq!(merged["events"], both["events"]);
+    let hosts = merged["fleet"]["hosts"].as_array().unwrap();
+    let host = |n: &str| hosts.iter().find(|h| h["host"] == n).unwrap_or_else(|| panic!("{n} in {hosts:?}")).clone();
+    assert_eq!(host("db-a")["count"], a_report["events"]);
+    assert_eq!(host("db-b")["count"], b_report["events"]);
+    assert_eq!(host("db-a")["labels"]["env"], "test");
+    let own = merged["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? as host_a").unwrap();
+    assert_eq!(own["servers"].as_array().unwrap().len(), 1);
+    assert_eq!(own["servers"][0]["host"], "db-a");
+    // The percentiles merged from stored histograms, within their bound
+    // (buckets 4.4% wide) of the log's own.
+    for (m, d) in merged["classes"].as_array().unwrap().iter().zip(both["classes"].as_array().unwrap()) {
+        let (pm, pd) = (
+            m["attributes"]["query_time"]["p99"].as_f64().unwrap(),
+            d["attributes"]["query_time"]["p99"].as_f64().unwrap(),
+        );
+        assert!((pm - pd).abs() <= 0.05 * pd + 2e-6, "{}: p99 {pm} against {pd}", m["fingerprint"]);
+    }
+
+    // One host, by glob; and a window with nothing in it.
+    let (_, only_a, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h", "--hosts", "db-a*"], &s3);
+    assert_eq!(only_a["events"], a_report["events"]);
+    assert_same_classes(&only_a, &a_report);
+    let (code, none, stderr) =
+        digest_with_store(&["--from", "s3://digests/fleet", "--since", "2d", "--until", "1d"], &s3);
+    assert_eq!((code, none["events"].as_u64()), (Some(0), Some(0)), "{stderr}");
+    assert!(stderr.contains("no rows"), "{stderr}");
+
+    // Compacted: one file per host-hour, the windows gone, the same report;
+    // a window shipped again later is held by the compacted file, not
+    // counted twice.
+    let mut compact = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    compact.args(["digest", "--from", "s3://digests/fleet", "--compact", "--since", "6h", "--until", "2h"]);
+    with_store(&mut compact, &s3, S3_SECRET);
+    let out = compact.output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("compacted"), "{out:?}");
+    let after = walk(&scratch.join("s3/digests"));
+    let host_hours: BTreeSet<&str> = stored.iter().map(|k| &k[..k.rfind('/').unwrap()]).collect();
+    assert!(after.iter().all(|k| k.ends_with("-compact.parquet")) && after.len() == host_hours.len(), "{after:?}");
+    let (_, again, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
+    assert_same_classes(&again, &both);
+    let (code, _, stderr) = ship(&a_log, "db-a", &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (_, again, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
+    assert_same_classes(&again, &both);
+}
+
+/// Move a slow log's statements `by` seconds in time (their `SET
+/// timestamp=`, which is what pileup reads).
+fn shift(log: &Path, by: i64) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let moved: Vec<String> = text
+        .lines()
+        .map(|l| {
+            match l.strip_prefix("SET timestamp=").and_then(|r| r.strip_suffix(';')).and_then(|n| n.parse::<i64>().ok())
+            {
+                Some(t) => format!("SET timestamp={};", t + by),
+                None => l.to_string(),
+            }
+        })
+        .collect();
+    std::fs::write(log, moved.join("\n") + "\n").unwrap();
+}
+
+/// Keys of the Parquet files under `dir` (VersityGW keeps a bucket as a
+/// directory), relative to it.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.path().extension().is_some_and(|x| x == "parquet") {
+                out.push(e.path().strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn digest_json_of(files: &[&str]) -> serde_json::Value {
+    let mut a = vec!["digest", "--format", "json"];
+    a.extend_from_slice(files);
+    let out = pileup(&a);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_followed_log_ships_each_window_once_complete_and_the_rest_when_stopped() {
+    let scratch = scratch("digest-follow-ship");
+    let log = scratch.join("slow.log");
+    let sb = slow_logging(&log);
+    std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["digest", "--follow", log.to_str().unwrap(), "--format", "json", "--ship", "s3://digests/f"])
+        .args(["--ship-host", "db-f", "--ship-window", "1", "--ship-grace", "0s"])
+        .args(["--spool-dir", scratch.join("spool").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    with_store(&mut cmd, &s3, S3_SECRET);
+    let mut pileup = Killed(cmd.spawn().unwrap());
+    workload(&sb, 50, "followed");
+    // The minute the statements ran in ends, and its file arrives while
+    // pileup goes on following.
+    let t0 = Instant::now();
+    while walk(&scratch.join("s3/digests")).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(100), "no window shipped while following");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let first = walk(&scratch.join("s3/digests"));
+    workload(&sb, 20, "followed");
+    std::thread::sleep(Duration::from_millis(1500));
+    let child = &mut pileup.0;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut stdout = vec![];
+    std::io::Read::read_to_end(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let status = child.wait().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    assert!(status.success());
+    let stored = walk(&scratch.join("s3/digests"));
+    assert!(stored.len() > first.len(), "the last window shipped at the end: {first:?} then {stored:?}");
+    let (_, merged, stderr) = digest_with_store(&["--from", "s3://digests/f", "--since", "1h"], &s3);
+    assert_same_classes(&merged, &report);
+    assert_eq!(merged["events"], report["events"], "{stderr}");
 }

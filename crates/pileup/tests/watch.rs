@@ -37,6 +37,10 @@ fn watch(
         "--json",
     ])
     .args(if extra.contains(&"--interval") { &[][..] } else { &["--interval", "200ms"][..] })
+    // Captures here are a few megabytes, and the tests beside this one
+    // fill disk images of their own: the default guard (1 GiB free) would
+    // skip captures on a small CI disk.
+    .args(if extra.contains(&"--min-free-mib") { &[][..] } else { &["--min-free-mib", "128"][..] })
     .args(extra)
     .stdout(Stdio::piped())
     .stderr(Stdio::null());

@@ -15,12 +15,24 @@ fn stored(e: impl std::fmt::Display) -> Error {
     Error::Stored(format!("a stored digest file: {e}"))
 }
 
+/// The key-value metadata entry in which a compacted file lists the files
+/// it holds (keys under the bucket, one per line).
+pub const SOURCES: &str = "pileup.sources";
+
 /// `rows` as a Parquet file.
 pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
+    write_with(rows, samples, vec![])
+}
+
+/// `rows` as a Parquet file with key-value metadata `meta`.
+pub fn write_with(rows: &[Row], samples: Samples, meta: Vec<(String, String)>) -> Result<Vec<u8>, Error> {
     let batch = rows::to_batch(rows, samples)?;
+    let kv: Vec<parquet::file::metadata::KeyValue> =
+        meta.into_iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k, v)).collect();
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(stored)?))
         .set_created_by(format!("pileup {}", env!("CARGO_PKG_VERSION")))
+        .set_key_value_metadata((!kv.is_empty()).then_some(kv))
         .build();
     let mut out = Vec::new();
     let mut w = ArrowWriter::try_new(&mut out, rows::schema(), Some(props)).map_err(stored)?;
@@ -33,7 +45,21 @@ pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
 /// those columns are decoded (`minute`, `host`, `fingerprint`,
 /// `fingerprint_version` and `count` are always read).
 pub fn read(file: Bytes, columns: Option<&[&str]>) -> Result<Vec<Row>, Error> {
+    Ok(read_with(file, columns)?.0)
+}
+
+/// A Parquet file's key-value metadata.
+pub type Meta = Vec<(String, String)>;
+
+/// [`read`], and the file's key-value metadata.
+pub fn read_with(file: Bytes, columns: Option<&[&str]>) -> Result<(Vec<Row>, Meta), Error> {
     let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(stored)?;
+    let meta: Meta = b
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .map(|kv| kv.iter().map(|e| (e.key.clone(), e.value.clone().unwrap_or_default())).collect())
+        .unwrap_or_default();
     let b = match columns {
         Some(cols) => {
             let always = ["minute", "host", "fingerprint", "fingerprint_version", "count"];
@@ -47,5 +73,13 @@ pub fn read(file: Bytes, columns: Option<&[&str]>) -> Result<Vec<Row>, Error> {
     for batch in b.build().map_err(stored)? {
         rows.extend(rows::from_batch(&batch.map_err(stored)?)?);
     }
-    Ok(rows)
+    Ok((rows, meta))
+}
+
+/// The keys a compacted file's metadata says it holds.
+pub fn sources(meta: &[(String, String)]) -> Vec<String> {
+    meta.iter()
+        .filter(|(k, _)| k == SOURCES)
+        .flat_map(|(_, v)| v.lines().filter(|l| !l.is_empty()).map(str::to_string))
+        .collect()
 }

@@ -48,15 +48,84 @@ pub fn segment(name: &str) -> String {
     s
 }
 
+/// A path segment's host name: [`segment`] undone.
+pub fn unsegment(seg: &str) -> String {
+    if seg == "__HIVE_DEFAULT_PARTITION__" {
+        return String::new();
+    }
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 3 <= b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .flatten();
+        match hex {
+            Some(x) => {
+                out.push(x);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The key prefix of an hour's partition (`start`: the hour's start, Unix
+/// seconds) under `prefix`: every host's files of that hour are under it.
+pub fn hour_prefix(prefix: &str, start: i64) -> String {
+    let t = chrono::DateTime::from_timestamp(start, 0).unwrap_or_default();
+    let prefix = prefix.trim_matches('/');
+    format!("{prefix}{}dt={}/hour={}/", if prefix.is_empty() { "" } else { "/" }, t.format("%Y-%m-%d"), t.format("%H"))
+}
+
+/// The host a stored file's key names (its `host=` segment), when the key
+/// is one of a digest's files.
+pub fn host_of_key(key: &str) -> Option<String> {
+    if !key.ends_with(".parquet") {
+        return None;
+    }
+    key.split('/').find_map(|s| s.strip_prefix("host=")).map(unsegment)
+}
+
+/// The key of `host`'s compacted hour starting at `hour` (Unix seconds):
+/// every window of the hour in one file, which names them in its metadata
+/// ([`super::file::SOURCES`]).
+pub fn compact_key(prefix: &str, host: &str, hour: i64) -> String {
+    let t = chrono::DateTime::from_timestamp(hour, 0).unwrap_or_default();
+    format!(
+        "{}host={}/{}-{}-compact.parquet",
+        hour_prefix(prefix, hour),
+        segment(host),
+        segment(host),
+        t.format("%Y%m%dT%H00")
+    )
+}
+
+/// Whether a key is a compacted hour's file.
+pub fn is_compact(key: &str) -> bool {
+    key.ends_with("-compact.parquet")
+}
+
 /// The object key (or relative path) of `host`'s window starting at
 /// `start` of `minutes` minutes, under `prefix` (none: the store's root).
 pub fn key(prefix: &str, host: &str, start: i64, minutes: u32) -> String {
+    part_key(prefix, host, start, minutes, 0)
+}
+
+/// [`key`] of a window's part: 0 is the window's file, 1, 2 … the rows
+/// that came after it was shipped (`…-10m-2.parquet`, `…-10m-3.parquet`).
+pub fn part_key(prefix: &str, host: &str, start: i64, minutes: u32, part: u32) -> String {
     let minutes = window_minutes(minutes);
+    let part = if part == 0 { String::new() } else { format!("-{}", part + 1) };
     let t = chrono::DateTime::from_timestamp(start, 0).unwrap_or_default();
     let host = segment(host);
     let prefix = prefix.trim_matches('/');
     format!(
-        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{minutes}m.parquet",
+        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{minutes}m{part}.parquet",
         if prefix.is_empty() { "" } else { "/" },
         t.format("%Y-%m-%d"),
         t.format("%H"),
@@ -78,7 +147,21 @@ mod tests {
             key("", "db.b", 1_796_012_400, 60),
             "dt=2026-11-30/hour=04/host=db.b/db.b-20261130T0420-60m.parquet"
         );
+        assert_eq!(
+            part_key("", "db-a", 1_796_012_400, 10, 1),
+            "dt=2026-11-30/hour=04/host=db-a/db-a-20261130T0420-10m-2.parquet"
+        );
         assert_eq!(segment("../etc/x y"), "%2E.%2Fetc%2Fx%20y");
+        for name in ["../etc/x y", "db-a", "", "100%", "é"] {
+            assert_eq!(unsegment(&segment(name)), name);
+        }
+        assert_eq!(hour_prefix("p/", 1_796_012_400), "p/dt=2026-11-30/hour=04/");
+        assert_eq!(host_of_key(&key("p", "a b", 1_796_012_400, 10)).as_deref(), Some("a b"));
+        assert_eq!(host_of_key("p/dt=2026-11-30/hour=04/host=x/notes.txt"), None);
+        let c = compact_key("p", "db-a", 1_796_011_200);
+        assert_eq!(c, "p/dt=2026-11-30/hour=04/host=db-a/db-a-20261130T0400-compact.parquet");
+        assert!(is_compact(&c) && !is_compact(&key("p", "db-a", 1_796_011_200, 10)));
+        assert_eq!(host_of_key(&c).as_deref(), Some("db-a"));
         assert_eq!(segment(""), "__HIVE_DEFAULT_PARTITION__");
         assert_eq!((window_minutes(10), window_minutes(7), window_minutes(0), window_minutes(90)), (10, 6, 1, 60));
     }

@@ -6,7 +6,11 @@
 //!   host's labels;
 //! * [`rows`]: rows to Arrow record batches and back, in the stored
 //!   schema ([`rows::schema`]);
-//! * [`file`]: record batches to a Parquet file's bytes and back.
+//! * [`file`]: record batches to a Parquet file's bytes and back;
+//! * [`layout`]: where a host's window of rows is stored;
+//! * [`merge`]: stored rows merged into one digest, hosts a dimension;
+//! * [`compare`]: what changed between two windows, with intervals;
+//! * [`window`]: when a followed log's window is complete.
 //!
 //! A row keeps the count, and for every attribute the statements logged,
 //! how many logged it with its sum, minimum and maximum; the statement
@@ -15,13 +19,15 @@
 //! fingerprint with its rules' version; and a sample statement, redacted
 //! unless asked otherwise.
 
+pub mod compare;
 pub mod file;
 pub mod layout;
+pub mod merge;
 pub mod rows;
+pub mod window;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use crate::aggregate::Minutes;
 use crate::class::Class;
 
 /// A class's statements of one minute on one host.
@@ -47,11 +53,15 @@ pub enum Samples {
 /// A sample statement's length at most, in bytes.
 pub const SAMPLE_MAX: usize = 1024;
 
-/// The rows of a digest's minutes, for `host` with `labels`, by minute then
-/// class.
-pub fn rows_of(minutes: Minutes, host: &str, labels: &[(String, String)]) -> Vec<Row> {
+/// The rows of a digest's minutes ([`crate::aggregate::Minutes::by_minute`], or a
+/// [`window::Window`]'s), for `host` with `labels`, by minute then class.
+pub fn rows_of(
+    by_minute: BTreeMap<i64, HashMap<Box<[u8]>, Class>>,
+    host: &str,
+    labels: &[(String, String)],
+) -> Vec<Row> {
     let mut rows = vec![];
-    for (minute, classes) in minutes.by_minute {
+    for (minute, classes) in by_minute {
         let mut classes: Vec<Class> = classes.into_values().collect();
         classes.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
         rows.extend(classes.into_iter().map(|class| Row {
@@ -62,6 +72,23 @@ pub fn rows_of(minutes: Minutes, host: &str, labels: &[(String, String)]) -> Vec
         }));
     }
     rows
+}
+
+/// Rows of the same minute, host and class merged into one (a window's
+/// part files hold minutes its first file holds too), by minute, host and
+/// fingerprint.
+pub fn fold_rows(rows: impl IntoIterator<Item = Row>) -> Vec<Row> {
+    let mut by: BTreeMap<(i64, String, Box<[u8]>), Row> = BTreeMap::new();
+    for r in rows {
+        let k = (r.minute, r.host.clone(), r.class.fingerprint.clone());
+        match by.get_mut(&k) {
+            Some(m) => m.class.merge(&r.class),
+            None => {
+                by.insert(k, r);
+            }
+        }
+    }
+    by.into_values().collect()
 }
 
 /// Every row's class merged with the other rows of its fingerprint (of any

@@ -87,7 +87,7 @@ fn two_hosts_stored_and_merged_are_one_digest_of_both_logs() {
     let mut stored = vec![];
     for (host, l) in [("db-a", &a), ("db-b", &b)] {
         let d = digest_of(&[l]);
-        let rows = rows_of(d.minutes.unwrap(), host, &labels);
+        let rows = rows_of(d.minutes.unwrap().by_minute, host, &labels);
         let bytes = file::write(&rows, Samples::Redacted).unwrap();
         let back = file::read(bytes.into(), None).unwrap();
         assert_eq!(back.len(), rows.len());
@@ -122,7 +122,7 @@ fn two_hosts_stored_and_merged_are_one_digest_of_both_logs() {
 #[test]
 fn a_projection_reads_only_the_columns_asked_for_and_samples_can_be_left_out() {
     let d = digest_of(&[&log(3, 500, 1_796_011_200)]);
-    let rows = rows_of(d.minutes.unwrap(), "db-c", &[]);
+    let rows = rows_of(d.minutes.unwrap().by_minute, "db-c", &[]);
     let bytes = bytes::Bytes::from(file::write(&rows, Samples::None).unwrap());
     let all = file::read(bytes.clone(), None).unwrap();
     assert!(all.iter().all(|r| r.class.sample.query.is_empty()), "no sample stored");
@@ -137,7 +137,7 @@ fn a_projection_reads_only_the_columns_asked_for_and_samples_can_be_left_out() {
 #[test]
 fn a_file_of_another_fingerprint_version_is_refused_by_name() {
     let d = digest_of(&[&log(4, 50, 1_796_011_200)]);
-    let rows = rows_of(d.minutes.unwrap(), "db-d", &[]);
+    let rows = rows_of(d.minutes.unwrap().by_minute, "db-d", &[]);
     let batch = rows::to_batch(&rows, Samples::Full).unwrap();
     let i = batch.schema().index_of("fingerprint_version").unwrap();
     let mut cols = batch.columns().to_vec();
@@ -196,11 +196,11 @@ fn minutes_put_classes_past_max_classes_in_other_as_the_whole_digest_does() {
     let p = dir.path().join("slow.log");
     std::fs::write(&p, &l).unwrap();
     // Four threads, each free to keep its own four classes of the six.
-    let o = Options { jobs: 4, block_size: 4096, by_minute: true, max_classes: 4 };
+    let o = Options { jobs: 4, block_size: 4096, by_minute: true, max_classes: 4, windows: None };
     let d = digest(&[Input::File(p)], &o, &mut Quiet).unwrap();
     assert_eq!(d.classes.len(), 4);
     let other = d.other.as_ref().expect("two classes went to other");
-    let rows = rows_of(d.minutes.unwrap(), "db-e", &[]);
+    let rows = rows_of(d.minutes.unwrap().by_minute, "db-e", &[]);
     let merged = merge_by_class(rows);
     let (want, got) = (by_fp(&d.classes), by_fp(&merged));
     assert_eq!(got.len(), 5, "the four classes and other");
@@ -208,4 +208,53 @@ fn minutes_put_classes_past_max_classes_in_other_as_the_whole_digest_does() {
         assert_same(c, got[fp]);
     }
     assert_eq!(got[crate::aggregate::OTHER].count, other.count);
+}
+
+/// Windows handed over as a digest goes.
+#[derive(Default)]
+struct Windows(Vec<window::Window>);
+
+impl crate::Sink for Windows {
+    fn window(&mut self, w: window::Window) {
+        self.0.push(w);
+    }
+}
+
+#[test]
+fn a_followed_log_hands_over_each_window_once_the_clock_passes_it_and_the_rest_at_the_end() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("slow.log");
+    // Three minutes an hour ago, then two more while followed.
+    let t0 = (chrono::Utc::now().timestamp() / 60) * 60 - 3600;
+    std::fs::write(&p, log(7, 300, t0)).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (p2, s2) = (p.clone(), stop.clone());
+    let later = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
+        f.write_all(log(8, 100, t0 + 600).as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        s2.store(true, Ordering::Relaxed);
+    });
+    let o = Options {
+        jobs: 2,
+        block_size: 4096,
+        windows: Some(crate::WindowOptions { minutes: 5, grace_s: 60 }),
+        ..Options::default()
+    };
+    let mut sink = Windows::default();
+    let d = digest(&[Input::Follow(p, stop)], &o, &mut sink).unwrap();
+    later.join().unwrap();
+    // Every statement is in exactly one window, each window once.
+    let in_windows: u64 =
+        sink.0.iter().flat_map(|w| w.minutes.values()).flat_map(|c| c.values()).map(|c| c.count).sum();
+    assert_eq!((d.events, in_windows), (400, 400));
+    let starts: Vec<(i64, u32)> = sink.0.iter().map(|w| (w.start - t0, w.part)).collect();
+    let mut sorted = starts.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), starts.len(), "{starts:?}");
+    assert!(sink.0.iter().all(|w| w.part == 0), "{starts:?}");
+    assert!(d.minutes.is_some_and(|m| m.by_minute.is_empty()));
 }

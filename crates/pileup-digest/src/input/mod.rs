@@ -70,7 +70,9 @@ impl<R: Read> Read for Counted<R> {
 /// names a new file (rotation), the old one is read to its end and the new
 /// one from its start; when the file shrinks (truncated in place), it is
 /// read again from its start. Ends when `stop` is set and the data written
-/// so far is read.
+/// so far is read. With [`Follow::yield_when_idle`], a read at the end
+/// that has waited that long returns [`io::ErrorKind::WouldBlock`], so the
+/// reader can act on the clock while the log is quiet.
 pub struct Follow {
     path: PathBuf,
     file: File,
@@ -78,6 +80,7 @@ pub struct Follow {
     pos: u64,
     stop: Arc<AtomicBool>,
     poll: std::time::Duration,
+    idle: Option<std::time::Duration>,
 }
 
 impl Follow {
@@ -95,7 +98,15 @@ impl Follow {
             pos: 0,
             stop,
             poll: std::time::Duration::from_millis(200),
+            idle: None,
         })
+    }
+
+    /// Return [`io::ErrorKind::WouldBlock`] from a read that has waited
+    /// `after` at the file's end.
+    pub fn yield_when_idle(mut self, after: std::time::Duration) -> Follow {
+        self.idle = Some(after);
+        self
     }
 }
 
@@ -103,6 +114,7 @@ impl Read for Follow {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Seek;
         use std::os::unix::fs::MetadataExt;
+        let waiting = std::time::Instant::now();
         loop {
             let n = self.file.read(buf)?;
             if n > 0 {
@@ -135,15 +147,27 @@ impl Read for Follow {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(0);
             }
+            if self.idle.is_some_and(|d| waiting.elapsed() >= d) {
+                return Err(io::Error::new(io::ErrorKind::WouldBlock, "at the end of the followed file"));
+            }
             std::thread::sleep(self.poll);
         }
     }
 }
 
-/// Open an input: decompressed when its first bytes say gzip or zstd.
-pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Send>, Error> {
+/// Open an input: decompressed when its first bytes say gzip or zstd. A
+/// followed file read at its end for `idle` says so
+/// ([`Follow::yield_when_idle`]).
+pub fn open(
+    input: &Input,
+    counter: Arc<AtomicU64>,
+    idle: Option<std::time::Duration>,
+) -> Result<Box<dyn Read + Send>, Error> {
     let raw: Box<dyn Read + Send> = match input {
-        Input::Follow(p, stop) => Box::new(Follow::open(p, stop.clone())?),
+        Input::Follow(p, stop) => match idle {
+            Some(d) => Box::new(Follow::open(p, stop.clone())?.yield_when_idle(d)),
+            None => Box::new(Follow::open(p, stop.clone())?),
+        },
         Input::File(p) => {
             let f = File::open(p).map_err(|e| Error::Open(p.display().to_string(), e))?;
             if f.metadata().is_ok_and(|m| m.is_dir()) {
@@ -155,7 +179,11 @@ pub fn open(input: &Input, counter: Arc<AtomicU64>) -> Result<Box<dyn Read + Sen
         Input::Table(_) | Input::Digests(..) => unreachable!("read over SQL by input::table and input::ps"),
     };
     let mut r = BufReader::with_capacity(256 << 10, Counted { inner: raw, n: counter });
-    let head = io::BufRead::fill_buf(&mut r).map_err(|e| Error::Read(input.name(), e))?;
+    let head = match io::BufRead::fill_buf(&mut r) {
+        // A followed file still empty: text, as a followed file must be.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Box::new(r)),
+        h => h.map_err(|e| Error::Read(input.name(), e))?,
+    };
     let decoded: Box<dyn Read + Send> = if head.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::MultiGzDecoder::new(r))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
@@ -192,6 +220,8 @@ pub struct Blocks {
     carry: Vec<u8>,
     size: usize,
     eof: bool,
+    /// The reader said it waits at a followed file's end.
+    idle: bool,
     /// Buffers of blocks already parsed, to read the next ones into.
     pool: Pool,
 }
@@ -206,6 +236,9 @@ pub type Pool = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
 pub struct Block {
     buf: Vec<u8>,
     len: usize,
+    /// Everything the followed file holds so far is in this block or
+    /// before it (the reader waits at its end).
+    pub caught_up: bool,
 }
 
 impl std::ops::Deref for Block {
@@ -228,7 +261,7 @@ const MAX_BLOCK: usize = 256 << 20;
 
 impl Blocks {
     pub fn new(r: Box<dyn Read + Send>, size: usize, pool: Pool) -> Blocks {
-        Blocks { r, carry: vec![], size: size.max(4096), eof: false, pool }
+        Blocks { r, carry: vec![], size: size.max(4096), eof: false, idle: false, pool }
     }
 
     /// Read into `buf` from `filled` until `want` bytes or the end.
@@ -241,13 +274,20 @@ impl Blocks {
                 }
                 Ok(k) => filled += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.idle = true;
+                    break;
+                }
                 Err(e) => return Err(e),
             }
         }
         Ok(filled)
     }
 
-    /// The next block, or None at the end of the input.
+    /// The next block, or None at the end of the input. A followed file
+    /// that has been quiet gives what it holds, the last entry too (a
+    /// server writes an entry at once: after a quiet second it is whole),
+    /// possibly nothing, as a block that is [`Block::caught_up`].
     pub fn next_block(&mut self) -> io::Result<Option<Block>> {
         if self.eof && self.carry.is_empty() {
             return Ok(None);
@@ -270,7 +310,10 @@ impl Blocks {
                 filled = self.fill(&mut buf, filled, want)?;
             }
             if self.eof {
-                return Ok((filled > 0).then_some(Block { buf, len: filled }));
+                return Ok((filled > 0).then_some(Block { buf, len: filled, caught_up: false }));
+            }
+            if std::mem::take(&mut self.idle) {
+                return Ok(Some(Block { buf, len: filled, caught_up: true }));
             }
             let data = &buf[..filled];
             let cut = match slowlog::last_entry_start(data) {
@@ -283,7 +326,7 @@ impl Blocks {
                 }
             };
             self.carry = buf[cut..filled].to_vec();
-            return Ok(Some(Block { buf, len: cut }));
+            return Ok(Some(Block { buf, len: cut, caught_up: false }));
         }
     }
 }
@@ -366,7 +409,7 @@ mod tests {
         std::fs::write(&zs, zstd::encode_all(&text[..], 1).unwrap()).unwrap();
         for p in [gz, zs] {
             let mut out = vec![];
-            open(&Input::File(p), Arc::default()).unwrap().read_to_end(&mut out).unwrap();
+            open(&Input::File(p), Arc::default(), None).unwrap().read_to_end(&mut out).unwrap();
             assert_eq!(out, text);
         }
     }

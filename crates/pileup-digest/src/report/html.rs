@@ -119,11 +119,19 @@ fn timeline(c: &Class) -> Option<String> {
 }
 
 /// The report; `advice`, the advisor's findings when it ran.
+/// A fleet's parts of the page (`--from`, `--compare-to`).
+#[derive(Default)]
+pub struct Fleet<'a> {
+    pub hosts: Option<&'a crate::fleet::merge::Hosts>,
+    pub changes: Option<&'a crate::fleet::compare::Changes>,
+}
+
 pub fn render(
     d: &Digest,
     v: &View,
     advice: Option<&[crate::advise::Advice]>,
     indexes: Option<&crate::advise::index::IndexAdvice>,
+    fleet: Fleet,
 ) -> String {
     let total = d.total_time();
     let ranked: Vec<&Class> = rank::order(&d.classes, v.rank)
@@ -205,16 +213,7 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
     for (i, c) in ranked.iter().enumerate() {
         h.push_str(&class_section(d, i, c, total));
     }
-    if let Some(adv) = advice {
-        let _ = write!(h, "<h2 id=\"advice\">Plan advice</h2><pre>{}</pre>", esc(&super::text::render_advice(adv)));
-    }
-    if let Some(ix) = indexes {
-        let _ = write!(
-            h,
-            "<h2 id=\"index-advice\">Index advice</h2><pre>{}</pre>",
-            esc(&super::indexes::render_index_advice(ix))
-        );
-    }
+    h.push_str(&sections(d, v, advice, indexes, fleet));
     h.push_str("</body></html>\n");
     h
 }
@@ -305,6 +304,36 @@ fn class_section(d: &Digest, i: usize, c: &Class, total: f64) -> String {
             h.push_str("</tr>");
         }
         h.push_str("</table>");
+    }
+    h
+}
+
+/// The sections after the classes: advice, index advice, a fleet's hosts
+/// and changes.
+fn sections(
+    d: &Digest,
+    v: &View,
+    advice: Option<&[crate::advise::Advice]>,
+    indexes: Option<&crate::advise::index::IndexAdvice>,
+    fleet: Fleet,
+) -> String {
+    let mut h = String::new();
+    if let Some(adv) = advice {
+        let _ = write!(h, "<h2 id=\"advice\">Plan advice</h2><pre>{}</pre>", esc(&super::text::render_advice(adv)));
+    }
+    if let Some(ix) = indexes {
+        let _ = write!(
+            h,
+            "<h2 id=\"index-advice\">Index advice</h2><pre>{}</pre>",
+            esc(&super::indexes::render_index_advice(ix))
+        );
+    }
+    if let Some(hs) = fleet.hosts {
+        h.push_str(&super::hosts::html(hs, d, v, esc));
+    }
+    if let Some(c) = fleet.changes {
+        let text = super::hosts::changes_text(c, v.limit);
+        let _ = write!(h, "<h2 id=\"changes\">Changes</h2><pre>{}</pre>", esc(&text));
     }
     h
 }

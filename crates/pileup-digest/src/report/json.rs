@@ -88,6 +88,7 @@ struct Classes<'a> {
     order: Vec<&'a Class>,
     d: &'a Digest,
     total: f64,
+    hosts: Option<&'a crate::fleet::merge::Hosts>,
 }
 
 impl serde::Serialize for Classes<'_> {
@@ -95,7 +96,11 @@ impl serde::Serialize for Classes<'_> {
         use serde::ser::SerializeSeq;
         let mut seq = s.serialize_seq(Some(self.order.len()))?;
         for (i, c) in self.order.iter().enumerate() {
-            seq.serialize_element(&class(c, i + 1, self.d, self.total))?;
+            let mut v = class(c, i + 1, self.d, self.total);
+            if let (Some(h), Value::Object(m)) = (self.hosts, &mut v) {
+                m.insert("servers".into(), super::hosts::servers(h, &c.fingerprint));
+            }
+            seq.serialize_element(&v)?;
         }
         seq.end()
     }
@@ -128,8 +133,14 @@ impl serde::Serialize for crate::output::DigestReport<'_> {
             unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
         m.serialize_entry("unavailable", &unavailable)?;
         m.serialize_entry("notes", &d.notes)?;
-        m.serialize_entry("classes", &Classes { order, d, total })?;
+        m.serialize_entry("classes", &Classes { order, d, total, hosts: self.hosts })?;
         m.serialize_entry("other", &d.other.as_ref().map(|c| class(c, 0, d, total)))?;
+        if let Some(h) = self.hosts {
+            m.serialize_entry("fleet", &super::hosts::json(h))?;
+        }
+        if let Some(c) = self.changes {
+            m.serialize_entry("changes", &super::hosts::changes_json(c))?;
+        }
         if let Some(a) = self.advice {
             m.serialize_entry("advice", a)?;
         }

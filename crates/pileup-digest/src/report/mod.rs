@@ -2,6 +2,7 @@
 //! their efficiency columns, then the top classes in detail), JSON
 //! (documented in docs/digest.md) and a self-contained report.html.
 
+pub mod hosts;
 pub mod html;
 pub mod indexes;
 pub mod json;

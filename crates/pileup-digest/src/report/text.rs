@@ -234,7 +234,10 @@ fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {
         if f.others > 0 {
             vals.push(format!("others ({})", f.others));
         }
-        let _ = writeln!(o, "# {label}: {}", vals.join(", "));
+        // A fleet's stored rows keep no client hosts or users.
+        if !vals.is_empty() {
+            let _ = writeln!(o, "# {label}: {}", vals.join(", "));
+        }
     }
     let (input, line) = c.sample.at;
     let _ = writeln!(o, "# Fingerprint: {}", one_line(&c.fingerprint, 4000));

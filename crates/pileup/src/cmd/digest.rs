@@ -110,7 +110,7 @@ use crate::output::emit;
 #[command(verbatim_doc_comment)]
 pub struct DigestArgs {
     /// Slow-log files, or "-" for standard input.
-    #[arg(value_name = "FILE", required_unless_present_any = ["slow_log_table", "server"])]
+    #[arg(value_name = "FILE", required_unless_present_any = ["slow_log_table", "server", "from"])]
     pub files: Vec<PathBuf>,
     /// Keep reading FILE as it grows, across rotation and truncation (as tail -F does), until
     /// Ctrl-C or SIGTERM; then write the report.
@@ -169,6 +169,10 @@ pub struct DigestArgs {
     /// server still scans every row.
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100), requires = "advise_indexes")]
     pub sample: Option<u32>,
+    #[command(flatten)]
+    pub ship: super::digest_ship::ShipArgs,
+    #[command(flatten)]
+    pub fleet: super::digest_fleet::FromArgs,
 }
 
 fn parse_budget(s: &str) -> Result<std::time::Duration, String> {
@@ -195,33 +199,31 @@ fn rank_values() -> impl clap::builder::TypedValueParser<Value = Rank> {
         .map(|s| Rank::parse(&s).unwrap_or(Rank::ALL[0].1))
 }
 
-/// The digest's progress moves the one sink's bar.
-impl pileup_digest::Sink for crate::output::Sink {
-    fn progress(&mut self, done: u64, total: Option<u64>) {
-        self.event(&pileup_output::Step { done, total })
-    }
-}
-
 pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let targets = a.out.targets("digest")?;
     check_digest_args(&a)?;
+    if a.fleet.from.is_some() {
+        return super::digest_fleet::run(&a.fleet, a.jobs, View { rank: a.rank, limit: a.limit.max(1) }, &targets);
+    }
     let inputs = inputs(&a, conn)?;
-    let mut o = Options { max_classes: a.max_classes, ..Options::default() };
+    let mut shipping = super::digest_ship::Shipping::start(&a.ship)?;
+    let mut o = Options { max_classes: a.max_classes, windows: a.ship.windows(), ..Options::default() };
     if let Some(j) = a.jobs {
         o.jobs = j;
     }
     // The result is a document: the sink only moves the bar, of bytes read
     // (of the inputs' size when it is known).
     let total: Option<u64> = inputs.iter().map(Input::size).sum();
-    let mut sink = crate::output::Sink::new(
+    let mut bar = crate::output::Sink::new(
         false,
         Some(match total {
             Some(_) => "{spinner} reading [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
             None => "{spinner} reading {bytes} {bytes_per_sec}",
         }),
     );
+    let mut sink = super::digest_ship::Sink { bar: &mut bar, ship: shipping.as_mut() };
     let d = digest(&inputs, &o, &mut sink);
-    sink.finish();
+    bar.finish();
     let d = d?;
     if d.events == 0 && d.problem_count == 0 {
         let names = d.inputs.join(", ");
@@ -230,15 +232,31 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             n => note!("note: {names}: no slow-log entries in {}", super::plural(n, "byte", "bytes")),
         }
     }
+    if let Some(n) = d.minutes.as_ref().map(|m| m.untimed).filter(|n| *n > 0 && shipping.is_some()) {
+        note!(
+            "note: {} without a time of their own (no SET timestamp) are in the report, not in the shipped minutes",
+            super::plural(n, "statement", "statements")
+        );
+    }
     let view = View { rank: a.rank, limit: a.limit.max(1) };
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
     let indexes = if a.advise_indexes { Some(advise_indexes(&a, conn, &d)?) } else { None };
     emit(
-        &DigestReport { digest: &d, view, advice: advice.as_deref(), indexes: indexes.as_ref() },
+        &DigestReport {
+            digest: &d,
+            view,
+            advice: advice.as_deref(),
+            indexes: indexes.as_ref(),
+            hosts: None,
+            changes: None,
+        },
         &targets,
         &Default::default(),
     )?;
     let problems = (d.problem_count, d.problems.first().cloned());
+    if let Some(s) = shipping {
+        s.finish()?;
+    }
     // The classes' memory goes back with the process: freeing tens of
     // thousands of them one by one would only delay the exit.
     std::mem::forget(d);
@@ -258,6 +276,25 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
 /// The checks of `pileup digest`'s flags that clap does not make.
 fn check_digest_args(a: &DigestArgs) -> Result<()> {
     super::at_least_1("--max-classes", a.max_classes as u64)?;
+    a.ship.check()?;
+    if a.fleet.from.is_some() {
+        let other = [
+            (!a.files.is_empty(), "FILE"),
+            (a.follow, "--follow"),
+            (a.server, "--server"),
+            (a.slow_log_table, "--slow-log-table"),
+            (a.ship.ship.is_some(), "--ship"),
+            (a.advise || a.advise_indexes, "--advise"),
+        ];
+        if let Some((_, what)) = other.iter().find(|(given, _)| *given) {
+            super::usage!(
+                "--from reads a fleet's shipped digests; {what} reads a server's statements: give one or the other"
+            );
+        }
+    }
+    if a.ship.ship.is_some() && a.server {
+        super::usage!("--ship stores slow-log statements by minute; --server's sums over a window have no minutes");
+    }
     if a.server {
         super::more_than_0("--duration", a.duration)?;
     }

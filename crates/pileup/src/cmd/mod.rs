@@ -3,6 +3,8 @@ pub mod bench;
 pub mod binlog;
 pub mod debug_files;
 pub mod digest;
+pub mod digest_fleet;
+pub mod digest_ship;
 pub mod dump;
 pub mod lag;
 pub mod load_profile;

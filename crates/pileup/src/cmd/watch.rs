@@ -356,7 +356,7 @@ fn locks_profile(spec: pileup_conn::ConnSpec, any_process: bool) -> pileup_watch
 }
 
 /// This machine's name, for shipped captures' keys.
-fn this_host() -> String {
+pub fn this_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())

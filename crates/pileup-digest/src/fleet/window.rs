@@ -1,0 +1,165 @@
+//! When a followed log's window of minutes is complete and can be shipped.
+//!
+//! A statement is logged when it ends, with the time it began: a window's
+//! rows go on arriving after the window ends, as long as its longest
+//! statement ran. A window is closed `grace` after its end, by the log's
+//! own time (the latest statement read) while a log is read faster than it
+//! is written, and by the clock once the reader has caught up with the
+//! file's end. Rows that come for a window already closed are shipped as a
+//! part of their own (`…-10m-2.parquet`), never replacing what was shipped.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::aggregate::Minutes;
+use crate::class::Class;
+
+/// A window's minutes, ready to ship.
+#[derive(Debug)]
+pub struct Window {
+    /// The window's start (Unix seconds).
+    pub start: i64,
+    /// 0 for the window's file; 1, 2 … for rows that came after it was
+    /// closed.
+    pub part: u32,
+    /// Its minutes' classes, by minute.
+    pub minutes: BTreeMap<i64, HashMap<Box<[u8]>, Class>>,
+}
+
+/// Which windows are closed, and how many parts each has had.
+#[derive(Debug)]
+pub struct Closer {
+    window: i64,
+    grace: i64,
+    /// The latest minute a statement was read for.
+    latest: Option<i64>,
+    /// Windows closed, with the parts they had; forgotten a day (of the
+    /// log's time) after they closed.
+    closed: BTreeMap<i64, u32>,
+}
+
+/// How long a closed window is remembered, seconds: later rows for it
+/// start its parts again from 0 (a name already used: they replace that
+/// file).
+const REMEMBER: i64 = 86_400;
+
+impl Closer {
+    /// Windows of `window_minutes` (see [`super::layout::window_minutes`]),
+    /// closed `grace_s` seconds after their end.
+    pub fn new(window_minutes: u32, grace_s: i64) -> Closer {
+        Closer {
+            window: i64::from(super::layout::window_minutes(window_minutes)) * 60,
+            grace: grace_s.max(0),
+            latest: None,
+            closed: BTreeMap::new(),
+        }
+    }
+
+    fn start_of(&self, minute: i64) -> i64 {
+        minute - minute.rem_euclid(self.window)
+    }
+
+    /// Take the windows of `minutes` that are closed: those that ended
+    /// `grace` before the latest statement read, or before `now` (Unix
+    /// seconds) when `caught_up` (the reader is at the log's end), and
+    /// every minute of a window closed earlier.
+    pub fn take(&mut self, minutes: &mut Minutes, caught_up: bool, now: i64) -> Vec<Window> {
+        if let Some((&last, _)) = minutes.by_minute.last_key_value() {
+            self.latest = Some(self.latest.map_or(last, |l| l.max(last)));
+        }
+        // Statements are stamped at the minute's start: the log has
+        // reached at least the minute's end.
+        let log_now = self.latest.map_or(i64::MIN, |l| l + 60);
+        let clock = if caught_up { now } else { i64::MIN };
+        self.take_until(minutes, log_now.max(clock).saturating_sub(self.grace))
+    }
+
+    /// Take every minute of windows that end by `horizon` or closed
+    /// earlier.
+    fn take_until(&mut self, minutes: &mut Minutes, horizon: i64) -> Vec<Window> {
+        let due: Vec<i64> = minutes
+            .by_minute
+            .keys()
+            .copied()
+            .filter(|&m| {
+                let start = self.start_of(m);
+                start + self.window <= horizon || self.closed.contains_key(&start)
+            })
+            .collect();
+        let mut out: BTreeMap<i64, Window> = BTreeMap::new();
+        for m in due {
+            let start = self.start_of(m);
+            let classes = minutes.by_minute.remove(&m).expect("listed");
+            let w = out.entry(start).or_insert_with(|| Window { start, part: 0, minutes: BTreeMap::new() });
+            w.minutes.insert(m, classes);
+        }
+        for w in out.values_mut() {
+            let parts = self.closed.entry(w.start).or_insert(0);
+            w.part = *parts;
+            *parts += 1;
+        }
+        let keep_from = horizon.saturating_sub(REMEMBER);
+        self.closed.retain(|&s, _| s >= keep_from);
+        out.into_values().collect()
+    }
+
+    /// Every window left, at the end of the input.
+    pub fn rest(&mut self, minutes: &mut Minutes) -> Vec<Window> {
+        self.take_until(minutes, i64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minutes(at: &[i64]) -> Minutes {
+        let mut m = Minutes::default();
+        for &t in at {
+            let c = Class::new(b"select ?".to_vec().into());
+            m.by_minute.entry(t).or_default().insert(c.fingerprint.clone(), c);
+        }
+        m
+    }
+
+    const T: i64 = 1_796_011_200; // 04:00
+
+    #[test]
+    fn a_window_closes_by_the_log_s_time_while_it_is_read_faster_than_written() {
+        let mut c = Closer::new(10, 120);
+        // 04:00 … 04:10 read from history: the clock is far ahead, but the
+        // reader is not caught up, so only the log's time counts.
+        let mut m = minutes(&[T, T + 300, T + 600]);
+        assert!(c.take(&mut m, false, T + 86_400).is_empty());
+        // 04:11 read: the log is at 04:12, two minutes after 04:00-04:10 ended.
+        m.by_minute.extend(minutes(&[T + 660]).by_minute);
+        let w = c.take(&mut m, false, T + 86_400);
+        assert_eq!(w.len(), 1);
+        assert_eq!((w[0].start, w[0].part), (T, 0));
+        assert_eq!(w[0].minutes.keys().copied().collect::<Vec<_>>(), vec![T, T + 300]);
+        assert_eq!(m.by_minute.keys().copied().collect::<Vec<_>>(), vec![T + 600, T + 660]);
+    }
+
+    #[test]
+    fn a_caught_up_reader_closes_by_the_clock_and_late_rows_make_a_part() {
+        let mut c = Closer::new(10, 120);
+        let mut m = minutes(&[T + 60]);
+        assert!(c.take(&mut m, true, T + 600 + 119).is_empty());
+        let w = c.take(&mut m, true, T + 600 + 120);
+        assert_eq!((w.len(), w[0].start, w[0].part), (1, T, 0));
+        // A long statement that began at 04:05 is logged at 04:13: its
+        // window's second part, at once.
+        let mut late = minutes(&[T + 300]);
+        let w = c.take(&mut late, true, T + 780);
+        assert_eq!((w.len(), w[0].start, w[0].part), (1, T, 1));
+        assert!(late.by_minute.is_empty());
+    }
+
+    #[test]
+    fn the_end_of_the_input_closes_every_window() {
+        let mut c = Closer::new(10, 120);
+        let mut m = minutes(&[T, T + 600, T + 1200]);
+        let w = c.rest(&mut m);
+        assert_eq!(w.iter().map(|w| (w.start - T, w.part)).collect::<Vec<_>>(), vec![(0, 0), (600, 0), (1200, 0)]);
+        assert!(m.by_minute.is_empty());
+    }
+}
