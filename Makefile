@@ -18,6 +18,7 @@ CARGO ?= cargo
 # checked and unit-tested with promtool, and run on a
 # real Prometheus (both from Debian's prometheus package). pileup bench compares
 # MariaDB with a throwaway PostgreSQL 15 cluster it starts (Debian's postgresql-15).
+# The fleet tests run ClickHouse's queries with chDB, in a Python venv (python3-venv).
 NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mariadb:mariadb-client-core \
   /usr/lib/mysql/plugin/metadata_lock_info.so:mariadb-server \
   sysbench:sysbench dot:graphviz xmllint:libxml2-utils jq:jq gdb:gdb eu-stack:elfutils go:golang-go \
@@ -26,7 +27,7 @@ NEEDS := mariadbd:mariadb-server-core mariadb-install-db:mariadb-server-core mar
   clang:clang pkg-config:pkg-config /usr/include/libelf.h:libelf-dev /usr/include/zlib.h:zlib1g-dev \
   mkfs.ext4:e2fsprogs losetup:mount /usr/bin/time:time man:man-db openssl:openssl bpftool:bpftool \
   promtool:prometheus prometheus:prometheus prometheus-mysqld-exporter:prometheus-mysqld-exporter \
-  /usr/lib/postgresql/15/bin/initdb:postgresql-15
+  /usr/lib/postgresql/15/bin/initdb:postgresql-15 /usr/lib/python3.11/ensurepip/__init__.py:python3-venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: deps toolchain demo demo-fleet test style deploy-check build bench soak clean install
@@ -53,7 +54,14 @@ deps:
 	@# VersityGW, the S3 server the shipping tests and `make demo-fleet` use.
 	@command -v versitygw >/dev/null || [ -x "$$(go env GOPATH)/bin/versitygw" ] || { \
 	  echo "installing VersityGW (go install, about 2 minutes)"; \
-	  go install github.com/versity/versitygw/cmd/versitygw@v1.8.0; }
+	  go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 && \
+	  go clean -cache; }  # its half a gigabyte of build cache is not kept
+	@# chDB (ClickHouse's engine, embedded in Python) runs deploy/clickhouse's
+	@# queries in the fleet tests, on the files pileup shipped.
+	@"$$HOME/.cache/pileup/chdb-venv/bin/python" -c 'import chdb' 2>/dev/null || { \
+	  echo "installing chDB 4.4.0 (a Python venv in ~/.cache/pileup, about 1 GB)"; \
+	  /usr/bin/python3 -m venv "$$HOME/.cache/pileup/chdb-venv" && \
+	  "$$HOME/.cache/pileup/chdb-venv/bin/pip" install -q --no-cache-dir chdb==4.4.0; }
 	@command -v $(CARGO) >/dev/null || [ -x "$$HOME/.cargo/bin/cargo" ] || { \
 	  echo "installing Rust (rustup, stable)"; \
 	  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }

@@ -1204,6 +1204,10 @@ fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_
         assert!((pm - pd).abs() <= 0.05 * pd + 2e-6, "{}: p99 {pm} against {pd}", m["fingerprint"]);
     }
 
+    // ClickHouse's engine (chDB), with deploy/'s queries on the same
+    // files, gets the same answers.
+    chdb_agrees(&s3, "fleet", &merged);
+
     // One host, by glob; and a window with nothing in it.
     let (_, only_a, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h", "--hosts", "db-a*"], &s3);
     assert_eq!(only_a["events"], a_report["events"]);
@@ -1230,6 +1234,72 @@ fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_
     assert_eq!(code, Some(0), "{stderr}");
     let (_, again, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
     assert_same_classes(&again, &both);
+}
+
+/// chDB's Python, as `make deps` installs it.
+fn chdb_python() -> PathBuf {
+    let p = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pileup/chdb-venv/bin/python");
+    assert!(p.exists(), "chDB is not installed: `make deps` installs it (python3 -m venv, pip install chdb)");
+    p
+}
+
+/// Rows of a query of deploy/clickhouse/digests.sql run by chDB on the
+/// files under `prefix`, over the last five hours.
+fn chdb(s3: &S3, prefix: &str, name: &str) -> Vec<serde_json::Value> {
+    let utc = |ago: i64| {
+        let out =
+            Command::new("date").args(["-u", "-d", &format!("@{}", now_unix() - ago), "+%F %T"]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let source = format!("s3('{}/digests/{prefix}/**.parquet', '{S3_KEY}', '{S3_SECRET}', 'Parquet')", s3.endpoint());
+    let out = Command::new(chdb_python())
+        .arg(repo().join("crates/pileup/tests/common/chdb_query.py"))
+        .arg(repo().join("deploy/clickhouse/digests.sql"))
+        .arg(name)
+        .arg(format!("SOURCE={source}"))
+        .arg(format!("SINCE={}", utc(5 * 3600)))
+        .arg(format!("UNTIL={}", utc(-60)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chDB, {name}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// chDB's top classes, their hosts, each host's time and each class's p99
+/// bucket are pileup's `merged` report's.
+fn chdb_agrees(s3: &S3, prefix: &str, merged: &serde_json::Value) {
+    let classes = merged["classes"].as_array().unwrap();
+    let top = chdb(s3, prefix, "top_classes");
+    assert_eq!(top.len(), classes.len().min(10));
+    for (row, c) in top.iter().zip(classes) {
+        assert_eq!(row["fingerprint"], c["fingerprint"], "{row} against {c}");
+        assert_eq!(row["executions"].as_u64(), c["count"].as_u64(), "{row}");
+        let (t, pt) = (row["time_s"].as_f64().unwrap(), c["attributes"]["query_time"]["sum"].as_f64().unwrap());
+        assert!((t - pt).abs() <= 1e-5 * pt.max(1e-3), "{row}: pileup {pt}");
+        assert_eq!(row["class_id"], c["id"]);
+    }
+    let class = |fp: &serde_json::Value| classes.iter().find(|c| c["fingerprint"] == *fp).unwrap().clone();
+    for row in chdb(s3, prefix, "class_hosts") {
+        let c = class(&row["fingerprint"]);
+        let on = c["servers"].as_array().unwrap().iter().find(|s| s["host"] == row["host"]).unwrap().clone();
+        assert_eq!(on["count"].as_u64(), row["executions"].as_u64(), "{row}");
+    }
+    let hosts = merged["fleet"]["hosts"].as_array().unwrap();
+    let by_host = chdb(s3, prefix, "host_top");
+    assert_eq!(by_host.len(), hosts.len());
+    for row in by_host {
+        let h = hosts.iter().find(|h| h["host"] == row["host"]).unwrap();
+        assert_eq!(h["count"].as_u64(), row["executions"].as_u64(), "{row}");
+    }
+    for row in chdb(s3, prefix, "p99") {
+        let low = row["p99_bucket_low_s"].as_f64().unwrap();
+        let p99 = class(&row["fingerprint"])["attributes"]["query_time"]["p99"].as_f64().unwrap();
+        assert!(p99 >= low * 0.999 && p99 <= low * 1.05 + 1e-6, "{row}: pileup's p99 {p99}");
+    }
 }
 
 /// Move a slow log's statements `by` seconds in time (their `SET
