@@ -243,13 +243,6 @@ impl Aggregate {
         (class, &mut self.names)
     }
 
-    /// The class of the fingerprint in `self.fp` (made when new, "other"
-    /// past `max_classes`), and the names to intern into.
-    fn class_of_fp(&mut self) -> (&mut Class, &mut Names) {
-        let i = self.class_index_of_fp();
-        self.class_at(i)
-    }
-
     pub fn add(&mut self, e: &Event) {
         self.events += 1;
         let skel = self.events >= self.skel_off_until && pileup_sql::skeleton(e.query, &mut self.skel);
@@ -285,13 +278,11 @@ impl Aggregate {
     }
 
     /// Statements known only by their sums, from performance_schema.
-    pub fn add_digest(&mut self, d: &crate::input::ps::Delta, input: usize) {
+    /// A performance_schema digest's sums over a window; with `minute`
+    /// (the window's start, Unix seconds) in that minute's class too.
+    pub fn add_digest(&mut self, d: &crate::input::ps::Delta, input: usize, minute: Option<i64>) {
         use crate::attr::{F_ERROR, F_FULL_SCAN};
         self.events += d.sums.count;
-        // performance_schema sums a window, not minutes.
-        if let Some(m) = self.minutes.as_mut() {
-            m.untimed += d.sums.count;
-        }
         pileup_sql::fingerprint(d.text.as_bytes(), &mut self.fp);
         let ps = |v: u64| v as f64 / 1e12;
         let x = &d.sums;
@@ -318,11 +309,28 @@ impl Aggregate {
             last: d.last_seen,
             sample,
         };
-        let (c, names) = self.class_of_fp();
+        let i = self.class_index_of_fp();
+        let (c, names) = self.class_at(i);
         c.add_summary(&sm, &mut |v| intern(names, v));
         if c.sample.at == (0, 0) {
             c.sample.at = (input, 0);
         }
+        let Some(m) = self.minutes.as_mut() else { return };
+        let Some(t) = minute else {
+            // Sums over a window with no minute.
+            m.untimed += x.count;
+            return;
+        };
+        let fp: &[u8] = match i {
+            TO_OTHER => OTHER,
+            i => &self.classes[i as usize].fingerprint,
+        };
+        let per = m.by_minute.entry(t - t.rem_euclid(60)).or_default();
+        if !per.contains_key(fp) {
+            per.insert(fp.into(), Class::new(fp.into()));
+        }
+        let names = &mut self.names;
+        per.get_mut(fp).expect("just inserted").add_summary(&sm, &mut |v| intern(names, v));
     }
 
     pub fn problem(&mut self, p: Problem) {

@@ -7,7 +7,8 @@ use std::borrow::Cow;
 
 use crate::attr::{A, N_ATTRS, N_FLAGS};
 
-/// A histogram with 16 buckets per power of two (each 4.4% wide): a
+/// A histogram with 16 buckets per power of two (each a sixteenth of its
+/// power of two: 3.1% to 6.25% of the values in it): a
 /// value's bucket is the top 16 bits of its IEEE-754 double (sign,
 /// exponent, 4 mantissa bits), so bucketing costs one shift. Small integers
 /// up to 16 have buckets of their own; bucket 0 holds zeros.

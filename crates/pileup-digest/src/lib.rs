@@ -153,32 +153,61 @@ fn close_windows(closer: &mut fleet::window::Closer, agg: &mut Aggregate, caught
 }
 
 /// Read the inputs that come over SQL (the slow-log table,
-/// performance_schema's digests) into `agg`.
+/// performance_schema's digests) into `agg`; performance_schema's minutes
+/// as windows close, when `closer` hands them over.
 fn read_sql_inputs(
     inputs: &[Input],
     agg: &mut Aggregate,
     lines: &Mutex<HashMap<(usize, u64), u64>>,
     notes: &mut Vec<String>,
+    mut closer: Option<&mut fleet::window::Closer>,
+    sink: &mut dyn Sink,
 ) -> Result<(), Error> {
+    let connect = |spec: &pileup_conn::ConnSpec| spec.connect().map_err(|e| Error::Server(format!("{e:#}")));
     for (i, input) in inputs.iter().enumerate() {
         match input {
             Input::Table(spec) => {
-                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                let mut conn = connect(spec)?;
                 let (rows, note) = input::table::read(&mut conn, i, agg).map_err(Error::Server)?;
                 notes.extend(note);
                 lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), rows);
+                continue;
             }
             Input::Digests(spec, duration, stop) => {
-                let mut conn = spec.connect().map_err(|e| Error::Server(format!("{e:#}")))?;
+                let mut conn = connect(spec)?;
                 let (deltas, note) = input::ps::window(&mut conn, *duration, stop).map_err(Error::Server)?;
                 for d in deltas {
-                    agg.add_digest(&d, i);
+                    agg.add_digest(&d, i, None);
                 }
                 notes.extend(note);
-                lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
             }
-            _ => {}
+            Input::DigestMinutes(spec, stop) => {
+                let mut conn = connect(spec)?;
+                let mut reader = input::ps::Reader::open(&mut conn).map_err(Error::Server)?;
+                while !stop.load(Ordering::Relaxed) {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    let minute = now.as_secs() as i64 / 60 * 60;
+                    let left = std::time::Duration::from_secs((minute + 60) as u64).saturating_sub(now);
+                    let (deltas, note) = reader.next(&mut conn, left, stop).map_err(Error::Server)?;
+                    for d in deltas {
+                        agg.add_digest(&d, i, Some(minute));
+                    }
+                    if let Some(n) = note.filter(|n| !notes.contains(n)) {
+                        notes.push(n);
+                    }
+                    if let Some(c) = closer.as_deref_mut() {
+                        close_windows(c, agg, true, sink);
+                    }
+                }
+                notes.push(
+                    "performance_schema keeps sums: each minute's classes have counts, totals and means, \
+                     no minimum, maximum or percentiles"
+                        .into(),
+                );
+            }
+            _ => continue,
         }
+        lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
     }
     Ok(())
 }
@@ -240,10 +269,10 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     let mut agg = new_aggregate();
     // A table is read over SQL on this thread, before the files.
     let mut notes = vec![];
-    read_sql_inputs(inputs, &mut agg, &lines, &mut notes)?;
+    read_sql_inputs(inputs, &mut agg, &lines, &mut notes, closer.as_mut(), sink)?;
     let read_all = |send: &mut dyn FnMut(Job, &mut dyn Sink), sink: &mut dyn Sink| -> Result<(), Error> {
         for (i, input) in inputs.iter().enumerate() {
-            if matches!(input, Input::Table(_) | Input::Digests(..)) {
+            if matches!(input, Input::Table(_) | Input::Digests(..) | Input::DigestMinutes(..)) {
                 continue;
             }
             let r = input::open(input, counter.clone(), idle)?;

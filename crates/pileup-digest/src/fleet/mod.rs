@@ -14,8 +14,8 @@
 //!
 //! A row keeps the count, and for every attribute the statements logged,
 //! how many logged it with its sum, minimum and maximum; the statement
-//! time's distribution as the digest's own histogram buckets (each 4.4%
-//! wide), which merge exactly across minutes and hosts; the flags; the
+//! time's distribution as the digest's own histogram buckets (16 per power
+//! of two), which merge exactly across minutes and hosts; the flags; the
 //! fingerprint with its rules' version; and a sample statement, redacted
 //! unless asked otherwise.
 

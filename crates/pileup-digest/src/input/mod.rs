@@ -28,6 +28,9 @@ pub enum Input {
     /// performance_schema's statement digests of the server this reaches,
     /// over a window (ended early when the flag is set).
     Digests(Box<pileup_conn::ConnSpec>, std::time::Duration, Arc<AtomicBool>),
+    /// performance_schema's statement digests minute by minute (windows
+    /// aligned on the clock's minutes), until the flag is set.
+    DigestMinutes(Box<pileup_conn::ConnSpec>, Arc<AtomicBool>),
 }
 
 impl Input {
@@ -39,6 +42,9 @@ impl Input {
             Input::Digests(c, d, _) => {
                 format!("performance_schema statement digests on {}, {:.0} s", c.describe(), d.as_secs_f64())
             }
+            Input::DigestMinutes(c, _) => {
+                format!("performance_schema statement digests on {}, by the minute", c.describe())
+            }
         }
     }
 
@@ -46,7 +52,7 @@ impl Input {
     pub fn size(&self) -> Option<u64> {
         match self {
             Input::File(p) => std::fs::metadata(p).ok().filter(|m| m.is_file()).map(|m| m.len()),
-            Input::Stdin | Input::Follow(..) | Input::Table(_) | Input::Digests(..) => None,
+            Input::Stdin | Input::Follow(..) | Input::Table(_) | Input::Digests(..) | Input::DigestMinutes(..) => None,
         }
     }
 }
@@ -176,7 +182,9 @@ pub fn open(
             Box::new(f)
         }
         Input::Stdin => Box::new(io::stdin()),
-        Input::Table(_) | Input::Digests(..) => unreachable!("read over SQL by input::table and input::ps"),
+        Input::Table(_) | Input::Digests(..) | Input::DigestMinutes(..) => {
+            unreachable!("read over SQL by input::table and input::ps")
+        }
     };
     let mut r = BufReader::with_capacity(256 << 10, Counted { inner: raw, n: counter });
     let head = match io::BufRead::fill_buf(&mut r) {

@@ -143,65 +143,101 @@ pub fn unseen(seen: u64, questions: u64, executes: u64, own: u64) -> Option<Stri
     })
 }
 
+/// Windows read one after another: each ends with the read the next one
+/// starts from, so no statement falls between two.
+pub struct Reader {
+    sample_col: bool,
+    before: HashMap<Key, Row>,
+    /// Questions and Com_stmt_execute at the window's start.
+    status: (u64, u64),
+    /// pileup's own statements the server counts in a window.
+    own: u64,
+}
+
+impl Reader {
+    /// Check that performance_schema is on and read the digests a first
+    /// time.
+    pub fn open(conn: &mut mysql::Conn) -> Result<Reader, String> {
+        let on: Option<String> =
+            conn.query_first("SELECT @@performance_schema").map_err(|e| pileup_conn::plain(&e))?.map(|v: String| v);
+        if on.as_deref() != Some("1") && on.as_deref() != Some("ON") {
+            return Err("performance_schema is off on this server (it takes performance_schema=ON in the server's \
+                        configuration and a restart); read its slow log instead"
+                .into());
+        }
+        let sample_col: bool = conn
+            .query_first::<u64, _>(
+                "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'performance_schema' \
+                 AND TABLE_NAME = 'events_statements_summary_by_digest' AND COLUMN_NAME = 'QUERY_SAMPLE_TEXT'",
+            )
+            .map_err(|e| pileup_conn::plain(&e))?
+            .unwrap_or(0)
+            > 0;
+        let status = statements(conn)?;
+        let before = read(conn, sample_col)?;
+        // The first window counts the first digest read, the second
+        // status read and the second digest read.
+        Ok(Reader { sample_col, before, status, own: 3 })
+    }
+
+    /// Wait `duration` (or until `stop`), read the digests again: what
+    /// each did since the last read, digests with no statement left out,
+    /// and what performance_schema did not see of the window ([`unseen`]).
+    pub fn next(
+        &mut self,
+        conn: &mut mysql::Conn,
+        duration: Duration,
+        stop: &AtomicBool,
+    ) -> Result<(Vec<Delta>, Option<String>), String> {
+        let t0 = Instant::now();
+        let mut pinged = Instant::now();
+        while t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(t0.elapsed())));
+            // A ping a second (not a statement: the server's Questions leave
+            // it out): a server that dies in the window takes its counters
+            // with it, and is said at once rather than at the window's end.
+            if pinged.elapsed() >= Duration::from_secs(1) {
+                pinged = Instant::now();
+                if let Err(e) = conn.ping() {
+                    return Err(format!(
+                        "the server stopped answering {:.0} s into the window ({}): performance_schema's counters \
+                         went with it, so the window has no digest",
+                        t0.elapsed().as_secs_f64(),
+                        pileup_conn::plain(&e)
+                    ));
+                }
+            }
+        }
+        let after = read(conn, self.sample_col)?;
+        let (q1, e1) = statements(conn)?;
+        let mut out: Vec<Delta> = after
+            .iter()
+            .map(|(k, r)| {
+                let sums = r.sums.since(self.before.get(k).map(|b| &b.sums));
+                let (text, sample) = (r.text.clone(), r.sample.clone());
+                Delta { schema: k.0.clone(), text, sample, sums, last_seen: r.last_seen }
+            })
+            .filter(|d| d.sums.count > 0)
+            .collect();
+        out.sort_by_key(|d| std::cmp::Reverse(d.sums.timer_wait));
+        let seen: u64 = out.iter().map(|d| d.sums.count).sum();
+        let (q0, e0) = self.status;
+        let note = unseen(seen, q1.saturating_sub(q0), e1.saturating_sub(e0), self.own);
+        // The next window: this read, this status read, the next digest
+        // read and status read.
+        (self.before, self.status, self.own) = (after, (q1, e1), 2);
+        Ok((out, note))
+    }
+}
+
 /// Read the digests, wait `duration` (or until `stop`), read them again:
-/// what each did in between, digests with no statement left out, and what
-/// performance_schema did not see of the window ([`unseen`]).
+/// one window of a [`Reader`].
 pub fn window(
     conn: &mut mysql::Conn,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<(Vec<Delta>, Option<String>), String> {
-    let on: Option<String> =
-        conn.query_first("SELECT @@performance_schema").map_err(|e| pileup_conn::plain(&e))?.map(|v: String| v);
-    if on.as_deref() != Some("1") && on.as_deref() != Some("ON") {
-        return Err("performance_schema is off on this server (it takes performance_schema=ON in the server's \
-                    configuration and a restart); read its slow log instead"
-            .into());
-    }
-    let sample_col: bool = conn
-        .query_first::<u64, _>(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'performance_schema' \
-             AND TABLE_NAME = 'events_statements_summary_by_digest' AND COLUMN_NAME = 'QUERY_SAMPLE_TEXT'",
-        )
-        .map_err(|e| pileup_conn::plain(&e))?
-        .unwrap_or(0)
-        > 0;
-    let (q0, e0) = statements(conn)?;
-    let before = read(conn, sample_col)?;
-    let t0 = Instant::now();
-    let mut pinged = Instant::now();
-    while t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(t0.elapsed())));
-        // A ping a second (not a statement: the server's Questions leave it
-        // out): a server that dies in the window takes its counters with it,
-        // and is said at once rather than at the window's end.
-        if pinged.elapsed() >= Duration::from_secs(1) {
-            pinged = Instant::now();
-            if let Err(e) = conn.ping() {
-                return Err(format!(
-                    "the server stopped answering {:.0} s into the window ({}): performance_schema's counters \
-                     went with it, so the window has no digest",
-                    t0.elapsed().as_secs_f64(),
-                    pileup_conn::plain(&e)
-                ));
-            }
-        }
-    }
-    let after = read(conn, sample_col)?;
-    let (q1, e1) = statements(conn)?;
-    let mut out: Vec<Delta> = after
-        .into_iter()
-        .map(|(k, r)| {
-            let sums = r.sums.since(before.get(&k).map(|b| &b.sums));
-            Delta { schema: k.0, text: r.text, sample: r.sample, sums, last_seen: r.last_seen }
-        })
-        .filter(|d| d.sums.count > 0)
-        .collect();
-    out.sort_by_key(|d| std::cmp::Reverse(d.sums.timer_wait));
-    let seen: u64 = out.iter().map(|d| d.sums.count).sum();
-    // pileup's own: the second status read and the two digest reads.
-    let note = unseen(seen, q1.saturating_sub(q0), e1.saturating_sub(e0), 3);
-    Ok((out, note))
+    Reader::open(conn)?.next(conn, duration, stop)
 }
 
 #[cfg(test)]

@@ -44,7 +44,8 @@ use crate::output::emit;
 /// to (log_output=TABLE: times, rows, user, host and database only); with
 /// --server, performance_schema's events_statements_summary_by_digest read
 /// twice, --duration apart (sums over the window: totals and means, no
-/// percentiles; performance_schema must be on). Entries cut short
+/// percentiles; performance_schema must be on), or with --follow minute by
+/// minute until Ctrl-C. Entries cut short
 /// or with garbled values are named by file and line, counted and skipped;
 /// every statement that can be read counts.
 ///
@@ -91,6 +92,16 @@ use crate::output::emit;
 /// then the indexes no explained statement of the log uses and those
 /// another index makes redundant.
 ///
+/// A fleet's digests: --ship s3://BUCKET/PREFIX stores each minute's
+/// classes, one Parquet file per host per --ship-window under
+/// dt=DAY/hour=HH/host=NAME/, queued on local disk while the store is down
+/// (with --follow, each window once it is complete; else all at the end).
+/// --from s3://BUCKET/PREFIX reads what the fleet shipped for --since to
+/// --until (only those hours' files, and --hosts' hosts) and writes the
+/// same report with each host's share and each class's hosts; --compare-to
+/// ranks what changed since an earlier window, each change with its 95%
+/// interval; --compact folds each host-hour's windows into one file.
+///
 /// Exit status: 0 when every entry was read; 3 when the report is written
 /// but some entries or values were skipped (the report names them); 1 on
 /// an error (nothing written).
@@ -104,6 +115,10 @@ use crate::output::emit;
 ///   pileup digest --follow /var/lib/mysql/slow.log     # until Ctrl-C, then the report
 ///   pileup digest --slow-log-table -S /run/mysqld/mysqld.sock
 ///   pileup digest --server --duration 5m -S /run/mysqld/mysqld.sock
+///   pileup digest --follow slow.log --ship s3://digests/prod --label env=prod
+///   pileup digest --server --follow --ship s3://digests/prod -S /run/mysqld/mysqld.sock
+///   pileup digest --from s3://digests/prod --since 1h --hosts 'orders-*'
+///   pileup digest --from s3://digests/prod --since 1h --compare-to 25h
 ///   pileup digest slow.log --rank optimizer --advise -S /run/mysqld/replica.sock
 ///   pileup digest slow.log --advise-indexes --sample 20 -S /run/mysqld/replica.sock
 #[derive(clap::Args)]
@@ -121,6 +136,7 @@ pub struct DigestArgs {
     pub slow_log_table: bool,
     /// Read performance_schema's statement digests of the server pileup connects to, twice,
     /// --duration apart: what each statement did in between (sums only; Ctrl-C ends the window early).
+    /// With --follow, minute by minute until Ctrl-C (what --ship stores).
     #[arg(long)]
     pub server: bool,
     /// The window --server reads (e.g. 30s, 5m).
@@ -292,8 +308,8 @@ fn check_digest_args(a: &DigestArgs) -> Result<()> {
             );
         }
     }
-    if a.ship.ship.is_some() && a.server {
-        super::usage!("--ship stores slow-log statements by minute; --server's sums over a window have no minutes");
+    if a.ship.ship.is_some() && a.server && !a.follow {
+        super::usage!("--ship stores statements by minute: with --server, add --follow (one window a minute)");
     }
     if a.server {
         super::more_than_0("--duration", a.duration)?;
@@ -301,8 +317,11 @@ fn check_digest_args(a: &DigestArgs) -> Result<()> {
     if let Some(jobs) = a.jobs {
         super::at_least_1("--jobs", jobs as u64)?;
     }
-    if a.follow && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
-        super::usage!("--follow reads one slow-log file (standard input is read to its end anyway)");
+    let minutes = a.follow && a.server && a.files.is_empty();
+    if a.follow && !minutes && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
+        super::usage!(
+            "--follow reads one slow-log file, or with --server performance_schema minute by minute (standard input is read to its end anyway)"
+        );
     }
     Ok(())
 }
@@ -323,7 +342,13 @@ fn inputs(a: &DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<Vec<Input>>
     if a.slow_log_table {
         inputs.insert(0, Input::Table(Box::new(conn.resolve()?)));
     }
-    if a.server {
+    if a.server && a.follow {
+        let stop = stop.clone().unwrap_or_else(super::stop_on_signals);
+        inputs.insert(0, Input::DigestMinutes(Box::new(conn.resolve()?), stop));
+        if std::io::stderr().is_terminal() {
+            note!("reading statement digests minute by minute until Ctrl-C");
+        }
+    } else if a.server {
         let stop = stop.clone().unwrap_or_else(super::stop_on_signals);
         inputs.insert(0, Input::Digests(Box::new(conn.resolve()?), a.duration, stop));
         if std::io::stderr().is_terminal() {

@@ -49,6 +49,9 @@ impl FromArgs {
         let now = now();
         let since = parse_when(&self.since, now).map_err(|e| super::Usage(format!("--since {e}")))?;
         let until = parse_when(&self.until, now).map_err(|e| super::Usage(format!("--until {e}")))?;
+        // Rows are stamped with their minute's start: until now is until
+        // the end of this minute.
+        let until = if until == now { now - now.rem_euclid(60) + 60 } else { until };
         if until <= since {
             super::usage!("--until ({}) is not after --since ({})", self.until, self.since);
         }
