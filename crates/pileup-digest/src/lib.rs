@@ -188,7 +188,19 @@ fn read_sql_inputs(
                     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                     let minute = now.as_secs() as i64 / 60 * 60;
                     let left = std::time::Duration::from_secs((minute + 60) as u64).saturating_sub(now);
-                    let (deltas, note) = reader.next(&mut conn, left, stop).map_err(Error::Server)?;
+                    let (deltas, note) = match reader.next(&mut conn, left, stop) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            // The minutes read so far are handed over: the
+                            // server going away loses only its last minute.
+                            if let (Some(c), Some(m)) = (closer.as_deref_mut(), agg.minutes.as_mut()) {
+                                for w in c.rest(m) {
+                                    sink.window(w);
+                                }
+                            }
+                            return Err(Error::Server(e));
+                        }
+                    };
                     for d in deltas {
                         agg.add_digest(&d, i, Some(minute));
                     }

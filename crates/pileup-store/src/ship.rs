@@ -186,6 +186,9 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
                     Err(TryRecvError::Disconnected) => return false,
                     Err(TryRecvError::Empty) => {}
                 }
+                // A caller waiting past its deadline is answered between
+                // steps, however long the queue.
+                self.answer_drain();
                 match self.remote.upload_step(&self.spool, &mut q) {
                     Ok(Some(url)) => break self.spool.done(&q).map(|_| url),
                     Ok(None) => continue,

@@ -11,7 +11,7 @@
 //! the later window (its extra time per execution times its executions,
 //! or its whole time for a new class).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -141,11 +141,20 @@ fn ratio(before: &[(u64, f64)], after: &[(u64, f64)], stat: impl Fn(&[(u64, f64)
 /// and settled changes by the time they add, then the rest (within noise)
 /// by their later time. `minutes`: each window's length in minutes.
 pub fn compare(before: &Samples, after: &Samples, minutes: (f64, f64)) -> Vec<Change> {
-    let mut rng = Rng(0x5eed);
-    let fps: HashSet<&Box<[u8]>> = before.keys().chain(after.keys()).collect();
+    let fps: std::collections::BTreeSet<&Box<[u8]>> = before.keys().chain(after.keys()).collect();
     let mut out = vec![];
     for fp in fps {
-        let (b, a) = (before.get(fp).map_or(&[][..], Vec::as_slice), after.get(fp).map_or(&[][..], Vec::as_slice));
+        // Rows in a fixed order and a generator seeded by the class: the
+        // same data gives the same intervals, whatever order the files
+        // arrived in.
+        let sorted = |rows: Option<&Vec<(u64, f64)>>| {
+            let mut v = rows.cloned().unwrap_or_default();
+            v.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)));
+            v
+        };
+        let (b, a) = (sorted(before.get(fp)), sorted(after.get(fp)));
+        let (b, a) = (b.as_slice(), a.as_slice());
+        let mut rng = Rng(pileup_sql::class_id(fp));
         let (tb, ta) = (Side::of(b), Side::of(a));
         let new = tb.executions == 0 && ta.executions > 0;
         let (per_execution, rate) = if tb.executions > 0 && ta.executions > 0 {
@@ -234,10 +243,24 @@ mod tests {
     }
 
     #[test]
-    fn the_same_data_gives_the_same_intervals() {
-        let before = Samples::from([(b"q".to_vec().into(), rows(50, 3, 0.01, 0.5))]);
-        let after = Samples::from([(b"q".to_vec().into(), rows(50, 3, 0.012, 0.5))]);
-        let (x, y) = (compare(&before, &after, (10.0, 10.0)), compare(&before, &after, (10.0, 10.0)));
-        assert_eq!(x[0].per_execution, y[0].per_execution);
+    fn the_same_data_gives_the_same_intervals_whatever_the_order_of_classes_and_rows() {
+        let mut before = Samples::new();
+        let mut after = Samples::new();
+        for k in 0..20u64 {
+            before.insert(format!("q{k}").into_bytes().into(), rows(50, 3 + k, 0.01, 0.5));
+            after.insert(format!("q{k}").into_bytes().into(), rows(50, 3 + k, 0.012, 0.5));
+        }
+        let x = compare(&before, &after, (10.0, 10.0));
+        // The same rows, each class's in reverse order, in maps built in
+        // another order.
+        let rev = |s: &Samples| -> Samples {
+            let mut keys: Vec<_> = s.keys().cloned().collect();
+            keys.reverse();
+            keys.into_iter().map(|k| (k.clone(), s[&k].iter().rev().copied().collect())).collect()
+        };
+        let y = compare(&rev(&before), &rev(&after), (10.0, 10.0));
+        for (a, b) in x.iter().zip(&y) {
+            assert_eq!((&a.fingerprint, a.per_execution), (&b.fingerprint, b.per_execution));
+        }
     }
 }

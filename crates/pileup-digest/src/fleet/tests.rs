@@ -210,13 +210,14 @@ fn minutes_put_classes_past_max_classes_in_other_as_the_whole_digest_does() {
     assert_eq!(got[crate::aggregate::OTHER].count, other.count);
 }
 
-/// Windows handed over as a digest goes.
+/// Windows handed over as a digest goes, and when.
 #[derive(Default)]
-struct Windows(Vec<window::Window>);
+struct Windows(Vec<window::Window>, Vec<std::time::Instant>);
 
 impl crate::Sink for Windows {
     fn window(&mut self, w: window::Window) {
         self.0.push(w);
+        self.1.push(std::time::Instant::now());
     }
 }
 
@@ -230,11 +231,14 @@ fn a_followed_log_hands_over_each_window_once_the_clock_passes_it_and_the_rest_a
     std::fs::write(&p, log(7, 300, t0)).unwrap();
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (p2, s2) = (p.clone(), stop.clone());
+    let stopped = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let at = stopped.clone();
     let later = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(2500));
         let mut f = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
         f.write_all(log(8, 100, t0 + 600).as_bytes()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2500));
+        *at.lock().unwrap() = Some(std::time::Instant::now());
         s2.store(true, Ordering::Relaxed);
     });
     let o = Options {
@@ -256,5 +260,8 @@ fn a_followed_log_hands_over_each_window_once_the_clock_passes_it_and_the_rest_a
     sorted.dedup();
     assert_eq!(sorted.len(), starts.len(), "{starts:?}");
     assert!(sink.0.iter().all(|w| w.part == 0), "{starts:?}");
+    // The first log's windows went while the file was followed, before the stop.
+    let stopped = stopped.lock().unwrap().unwrap();
+    assert!(sink.1.iter().filter(|t| **t < stopped).count() >= 1, "{starts:?}");
     assert!(d.minutes.is_some_and(|m| m.by_minute.is_empty()));
 }

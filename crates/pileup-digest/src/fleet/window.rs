@@ -32,15 +32,10 @@ pub struct Closer {
     grace: i64,
     /// The latest minute a statement was read for.
     latest: Option<i64>,
-    /// Windows closed, with the parts they had; forgotten a day (of the
-    /// log's time) after they closed.
+    /// Windows closed, with the parts they had: kept for the whole run (a
+    /// few bytes a window), so that a part's name is never used twice.
     closed: BTreeMap<i64, u32>,
 }
-
-/// How long a closed window is remembered, seconds: later rows for it
-/// start its parts again from 0 (a name already used: they replace that
-/// file).
-const REMEMBER: i64 = 86_400;
 
 impl Closer {
     /// Windows of `window_minutes` (see [`super::layout::window_minutes`]),
@@ -64,6 +59,9 @@ impl Closer {
     /// every minute of a window closed earlier.
     pub fn take(&mut self, minutes: &mut Minutes, caught_up: bool, now: i64) -> Vec<Window> {
         if let Some((&last, _)) = minutes.by_minute.last_key_value() {
+            // A statement stamped in the future (a session's SET timestamp)
+            // moves the log's time no further than the clock.
+            let last = last.min(now - now.rem_euclid(60));
             self.latest = Some(self.latest.map_or(last, |l| l.max(last)));
         }
         // Statements are stamped at the minute's start: the log has
@@ -97,8 +95,6 @@ impl Closer {
             w.part = *parts;
             *parts += 1;
         }
-        let keep_from = horizon.saturating_sub(REMEMBER);
-        self.closed.retain(|&s, _| s >= keep_from);
         out.into_values().collect()
     }
 
@@ -152,6 +148,22 @@ mod tests {
         let w = c.take(&mut late, true, T + 780);
         assert_eq!((w.len(), w[0].start, w[0].part), (1, T, 1));
         assert!(late.by_minute.is_empty());
+    }
+
+    #[test]
+    fn a_statement_stamped_in_the_future_closes_nothing_early_and_old_windows_keep_their_parts() {
+        let mut c = Closer::new(10, 120);
+        let now = T + 300;
+        let mut m = minutes(&[T, T + 365 * 86_400]);
+        // The future minute is not a reason to close 04:00-04:10.
+        let w = c.take(&mut m, true, now);
+        assert!(w.iter().all(|w| w.start != T), "{w:?}");
+        // A window closed long ago gets a new part, never part 0 again.
+        let mut c = Closer::new(10, 0);
+        let mut m = minutes(&[T]);
+        assert_eq!(c.take(&mut m, true, T + 600)[0].part, 0);
+        let mut late = minutes(&[T]);
+        assert_eq!(c.take(&mut late, true, T + 10 * 86_400)[0].part, 1);
     }
 
     #[test]

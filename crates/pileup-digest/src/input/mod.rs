@@ -77,8 +77,9 @@ impl<R: Read> Read for Counted<R> {
 /// one from its start; when the file shrinks (truncated in place), it is
 /// read again from its start. Ends when `stop` is set and the data written
 /// so far is read. With [`Follow::yield_when_idle`], a read at the end
-/// that has waited that long returns [`io::ErrorKind::WouldBlock`], so the
-/// reader can act on the clock while the log is quiet.
+/// returns [`io::ErrorKind::WouldBlock`] at most that often, so the reader
+/// can act on the clock while the log is quiet or written a little at a
+/// time.
 pub struct Follow {
     path: PathBuf,
     file: File,
@@ -87,6 +88,9 @@ pub struct Follow {
     stop: Arc<AtomicBool>,
     poll: std::time::Duration,
     idle: Option<std::time::Duration>,
+    /// When the reader last said it waits (or was opened): a log written
+    /// a little at a time still gets its blocks cut every `idle`.
+    yielded: std::time::Instant,
 }
 
 impl Follow {
@@ -105,11 +109,12 @@ impl Follow {
             stop,
             poll: std::time::Duration::from_millis(200),
             idle: None,
+            yielded: std::time::Instant::now(),
         })
     }
 
-    /// Return [`io::ErrorKind::WouldBlock`] from a read that has waited
-    /// `after` at the file's end.
+    /// Return [`io::ErrorKind::WouldBlock`] from a read at the file's end
+    /// once `after` has passed since the last time it did.
     pub fn yield_when_idle(mut self, after: std::time::Duration) -> Follow {
         self.idle = Some(after);
         self
@@ -120,7 +125,6 @@ impl Read for Follow {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Seek;
         use std::os::unix::fs::MetadataExt;
-        let waiting = std::time::Instant::now();
         loop {
             let n = self.file.read(buf)?;
             if n > 0 {
@@ -153,7 +157,8 @@ impl Read for Follow {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(0);
             }
-            if self.idle.is_some_and(|d| waiting.elapsed() >= d) {
+            if self.idle.is_some_and(|d| self.yielded.elapsed() >= d) {
+                self.yielded = std::time::Instant::now();
                 return Err(io::Error::new(io::ErrorKind::WouldBlock, "at the end of the followed file"));
             }
             std::thread::sleep(self.poll);

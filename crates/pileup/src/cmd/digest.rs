@@ -223,6 +223,8 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     }
     let inputs = inputs(&a, conn)?;
     let mut shipping = super::digest_ship::Shipping::start(&a.ship)?;
+    let mut shipping_failed = None;
+    let ships = shipping.is_some();
     let mut o = Options { max_classes: a.max_classes, windows: a.ship.windows(), ..Options::default() };
     if let Some(j) = a.jobs {
         o.jobs = j;
@@ -240,7 +242,18 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let mut sink = super::digest_ship::Sink { bar: &mut bar, ship: shipping.as_mut() };
     let d = digest(&inputs, &o, &mut sink);
     bar.finish();
-    let d = d?;
+    // What was handed to the shipper is in the store (or its queue) before
+    // anything else can fail.
+    let shipped = shipping.map(super::digest_ship::Shipping::finish);
+    let d = match (d, shipped) {
+        (Err(e), Some(Err(s))) => return Err(anyhow::Error::from(e).context(format!("{s:#}"))),
+        (Err(e), _) => return Err(e.into()),
+        (Ok(d), Some(Err(s))) => {
+            shipping_failed = Some(s);
+            d
+        }
+        (Ok(d), _) => d,
+    };
     if d.events == 0 && d.problem_count == 0 {
         let names = d.inputs.join(", ");
         match d.bytes {
@@ -248,7 +261,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             n => note!("note: {names}: no slow-log entries in {}", super::plural(n, "byte", "bytes")),
         }
     }
-    if let Some(n) = d.minutes.as_ref().map(|m| m.untimed).filter(|n| *n > 0 && shipping.is_some()) {
+    if let Some(n) = d.minutes.as_ref().map(|m| m.untimed).filter(|n| *n > 0 && ships) {
         note!(
             "note: {} without a time of their own (no SET timestamp) are in the report, not in the shipped minutes",
             super::plural(n, "statement", "statements")
@@ -270,8 +283,8 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
         &Default::default(),
     )?;
     let problems = (d.problem_count, d.problems.first().cloned());
-    if let Some(s) = shipping {
-        s.finish()?;
+    if let Some(s) = shipping_failed {
+        return Err(s);
     }
     // The classes' memory goes back with the process: freeing tens of
     // thousands of them one by one would only delay the exit.
@@ -317,7 +330,10 @@ fn check_digest_args(a: &DigestArgs) -> Result<()> {
     if let Some(jobs) = a.jobs {
         super::at_least_1("--jobs", jobs as u64)?;
     }
-    let minutes = a.follow && a.server && a.files.is_empty();
+    if a.follow && a.server && (!a.files.is_empty() || a.slow_log_table) {
+        super::usage!("--server --follow reads performance_schema minute by minute until Ctrl-C: give no FILE and no --slow-log-table with it");
+    }
+    let minutes = a.follow && a.server;
     if a.follow && !minutes && (a.files.len() != 1 || a.files[0].as_os_str() == "-") {
         super::usage!(
             "--follow reads one slow-log file, or with --server performance_schema minute by minute (standard input is read to its end anyway)"

@@ -45,16 +45,24 @@ fn now() -> i64 {
 
 impl FromArgs {
     /// The question the flags ask.
-    pub fn question(&self) -> Result<Question> {
-        let now = now();
+    pub fn question(&self, now: i64) -> Result<Question> {
         let since = parse_when(&self.since, now).map_err(|e| super::Usage(format!("--since {e}")))?;
         let until = parse_when(&self.until, now).map_err(|e| super::Usage(format!("--until {e}")))?;
-        // Rows are stamped with their minute's start: until now is until
-        // the end of this minute.
-        let until = if until == now { now - now.rem_euclid(60) + 60 } else { until };
         if until <= since {
             super::usage!("--until ({}) is not after --since ({})", self.until, self.since);
         }
+        // 2000-01-01, and a year and a day: no fleet's digests are older,
+        // and a longer question is a mistyped one.
+        if since < 946_684_800 || until - since > 366 * 86_400 {
+            super::usage!(
+                "--since {} to --until {} is not a window pileup reads (from 2000 on, a year at most)",
+                self.since,
+                self.until
+            );
+        }
+        // Rows are stamped with their minute's start: until now is until
+        // the end of this minute.
+        let until = if until == now { now - now.rem_euclid(60) + 60 } else { until };
         let hosts = match &self.hosts {
             Some(g) => Some(
                 globset::Glob::new(g)
@@ -74,12 +82,16 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
         return compact(a);
     }
     let url = a.from.as_deref().expect("--from given");
-    let q = a.question()?;
+    let now = now();
+    let q = a.question(now)?;
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let before = match &a.compare_to {
         Some(w) => {
-            let since = parse_when(w, now()).map_err(|e| super::Usage(format!("--compare-to {e}")))?;
-            let b = Question { since, until: since + (q.until - q.since), hosts: q.hosts.clone() };
+            let since = parse_when(w, now).map_err(|e| super::Usage(format!("--compare-to {e}")))?;
+            // As long as the window asked for (not its current minute's
+            // rounding up).
+            let asked = parse_when(&a.until, now).unwrap_or(q.until) - q.since;
+            let b = Question { since, until: since + asked, hosts: q.hosts.clone() };
             if b.until > q.since {
                 super::usage!("--compare-to {w}: the earlier window overlaps --since to --until");
             }
@@ -224,7 +236,7 @@ fn fetch_merge(
 /// and read beside the compacted file meanwhile.
 pub fn compact(a: &FromArgs) -> Result<()> {
     let url = pileup_store::StoreUrl::parse(a.from.as_deref().expect("--from given")).context("--from")?;
-    let q = a.question()?;
+    let q = a.question(now())?;
     let settled = now() - 3600;
     let hours: Vec<i64> = q.hours().into_iter().filter(|h| h + 3600 <= settled).collect();
     if hours.len() < q.hours().len() {
@@ -243,26 +255,15 @@ pub fn compact(a: &FromArgs) -> Result<()> {
             if windows.is_empty() {
                 continue;
             }
-            let names: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+            // The compacted file first: the windows it names are already
+            // in it (shipped again since), deleted without being folded in
+            // twice.
+            let (held, fresh): (Vec<String>, Vec<String>) =
+                keys.iter().map(|(k, _)| k.clone()).partition(|k| layout::is_compact(k));
             let (mut rows, mut sources) = (vec![], std::collections::BTreeSet::new());
-            let mut failed = None;
-            remote.get_each(&names, 16, |k, data| match file::read_with(data, None) {
-                Ok((r, meta)) => {
-                    sources.extend(file::sources(&meta));
-                    if !layout::is_compact(k) {
-                        sources.insert(k.to_string());
-                    }
-                    rows.extend(r);
-                    true
-                }
-                Err(e) => {
-                    failed = Some(format!("{}: {e}", url.url_of(k)));
-                    false
-                }
-            })?;
-            if let Some(f) = failed {
-                anyhow::bail!("{f}");
-            }
+            fold_files(&remote, &url, &held, &mut rows, &mut sources)?;
+            let fresh: Vec<String> = fresh.into_iter().filter(|k| !sources.contains(k)).collect();
+            fold_files(&remote, &url, &fresh, &mut rows, &mut sources)?;
             let rows = pileup_digest::fleet::fold_rows(rows);
             let list = sources.into_iter().collect::<Vec<_>>().join("\n");
             let meta = vec![(file::SOURCES.to_string(), list)];
@@ -285,4 +286,34 @@ pub fn compact(a: &FromArgs) -> Result<()> {
         indicatif::HumanBytes(after)
     );
     Ok(())
+}
+
+/// Fetch `keys` and add their rows to `rows`, and the windows they hold to
+/// `sources` (a window's own key; a compacted file's list).
+fn fold_files(
+    remote: &pileup_store::Remote,
+    url: &pileup_store::StoreUrl,
+    keys: &[String],
+    rows: &mut Vec<pileup_digest::fleet::Row>,
+    sources: &mut std::collections::BTreeSet<String>,
+) -> Result<()> {
+    let mut failed = None;
+    remote.get_each(keys, 16, |k, data| match file::read_with(data, None) {
+        Ok((r, meta)) => {
+            sources.extend(file::sources(&meta));
+            if !layout::is_compact(k) {
+                sources.insert(k.to_string());
+            }
+            rows.extend(r);
+            true
+        }
+        Err(e) => {
+            failed = Some(format!("{}: {e}", url.url_of(k)));
+            false
+        }
+    })?;
+    match failed {
+        Some(f) => anyhow::bail!("{f}"),
+        None => Ok(()),
+    }
 }

@@ -95,6 +95,8 @@ struct Tally {
     shipped: u64,
     shipped_bytes: u64,
     last_error: Option<String>,
+    /// Windows the queue refused (the disk guard): not kept.
+    not_queued: Vec<String>,
 }
 
 /// The shipping half of a digest run.
@@ -185,6 +187,12 @@ impl Shipping {
                 self.url
             );
         }
+        if let Some(first) = t.not_queued.first() {
+            anyhow::bail!(
+                "{} not queued for the store, the first {first} (the warnings say why); the report is written",
+                super::plural(t.not_queued.len(), "window was", "windows were")
+            );
+        }
         if left > 0 {
             let why = t.last_error.as_deref().unwrap_or("the store did not answer in time");
             anyhow::bail!(
@@ -210,7 +218,10 @@ fn on_event(t: &Mutex<Tally>, e: ShipEvent) {
             t.shipped_bytes += t.queued_bytes.remove(&name).unwrap_or(0);
             t.last_error = None;
         }
-        ShipEvent::NotQueued { capture_dir, error } => note!("warning: {capture_dir} not shipped: {error}"),
+        ShipEvent::NotQueued { capture_dir, error } => {
+            note!("warning: {capture_dir} not shipped: {error}");
+            t.not_queued.push(capture_dir);
+        }
         ShipEvent::Failed { error, queued, retry_in_s } => {
             if t.last_error.as_deref() != Some(error.as_str()) {
                 note!("warning: shipping: {error}; {queued} queued, tried again in {retry_in_s} s and on");

@@ -1,0 +1,364 @@
+//! A fleet's statement digests at scale: `pileup digest --from` against
+//! chDB (ClickHouse's engine) on the same files, side by side in one run.
+//!
+//! A MariaDB sandbox logs every statement while sysbench oltp_read_only
+//! runs beside a planted lookup on an indexed column; then the index is
+//! dropped and a second log is written (the regression). The minutes of
+//! those real logs are the templates of `--hosts` hosts over `--hours`
+//! hours: each host's classes renamed onto its shard's tables, the last
+//! hour of a tenth of the hosts from the regressed log. Every host's
+//! 10-minute windows are written as `pileup digest --ship` writes them and
+//! put to a VersityGW store. Then, `--rounds` times in alternating order:
+//! `pileup digest --from` (text, the top 10) and chDB's `top_classes`
+//! query (deploy/clickhouse/digests.sql), for the last hour and for the
+//! whole day; wall and CPU seconds of each, and the store's CPU meanwhile.
+//! Also: the bytes stored per host-day, and whether `--compare-to` ranks
+//! the planted regression first.
+//!
+//! Usage: see [`USAGE`].
+
+mod gen;
+
+const USAGE: &str = "Usage: fleet-digest-bench --pileup PATH --chdb-python PATH [--hosts 200] [--hours 24] [--seconds 180] [--rounds 5] [--out FILE] [--keep DIR]";
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use mysql::prelude::Queryable;
+use pileup_bench_drivers::{arg, median};
+
+const KEY: &str = "benchkey";
+const SECRET: &str = "bench-secret-123";
+
+/// VersityGW on a directory, killed when dropped.
+struct Store {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Store {
+    fn start(root: &Path) -> Result<Store> {
+        std::fs::create_dir_all(root.join("bench"))?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let gopath = Command::new("go").args(["env", "GOPATH"]).output().context("go (make deps installs it)")?;
+        let gw = PathBuf::from(String::from_utf8_lossy(&gopath.stdout).trim()).join("bin/versitygw");
+        let child = Command::new(&gw)
+            .args(["--port", &format!("127.0.0.1:{port}"), "posix"])
+            .arg(root)
+            .env("ROOT_ACCESS_KEY", KEY)
+            .env("ROOT_SECRET_KEY", SECRET)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("{} (make deps installs it)", gw.display()))?;
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if t0.elapsed() > Duration::from_secs(20) {
+                bail!("versitygw did not listen");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Store { child, port })
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The store's CPU seconds so far.
+    fn cpu(&self) -> f64 {
+        pileup_bench_drivers::stat_cpu(&format!("/proc/{}/stat", self.child.id()), 2)
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("AWS_ACCESS_KEY_ID", KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET)
+            .env("AWS_ENDPOINT_URL", self.endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("AWS_PROFILE");
+    }
+}
+
+/// The two real logs: sysbench with the planted lookup using its index,
+/// then without it.
+fn logs(dir: &Path, seconds: u32) -> Result<(PathBuf, PathBuf)> {
+    let (normal, regressed) = (dir.join("normal.log"), dir.join("regressed.log"));
+    let sb = pileup_sandbox::Sandbox::start(Default::default())?;
+    let base = pileup_bench_drivers::sysbench_prepared_sized(&sb, "oltp_read_only", 2, 10_000)?;
+    sb.sql(
+        "CREATE TABLE sbtest.planted (id INT PRIMARY KEY, b INT, c CHAR(100), KEY (b)); \
+         INSERT INTO sbtest.planted SELECT seq, seq % 5000, REPEAT('x', 100) FROM sbtest.seq_1_to_20000",
+    )?;
+    for (phase, (log, secs)) in [(&normal, seconds), (&regressed, seconds / 2)].into_iter().enumerate() {
+        sb.sql(&format!(
+            "SET GLOBAL long_query_time = 0; SET GLOBAL slow_query_log_file = '{}'; SET GLOBAL slow_query_log = ON",
+            log.display()
+        ))?;
+        let mut load = Command::new("sysbench")
+            .arg("oltp_read_only")
+            .args(&base)
+            .args(["--threads=2", "--rate=200", &format!("--time={secs}"), "run"])
+            .stdout(Stdio::null())
+            .spawn()?;
+        let mut c = sb.connect()?;
+        let t0 = Instant::now();
+        let mut i = 0u32;
+        while t0.elapsed() < Duration::from_secs(u64::from(secs)) {
+            let _: Vec<String> = c.query(format!("SELECT c FROM sbtest.planted WHERE b = {}", i % 5000))?;
+            i += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        load.wait()?;
+        sb.sql("SET GLOBAL slow_query_log = OFF")?;
+        if phase == 0 {
+            sb.sql("ALTER TABLE sbtest.planted DROP INDEX b")?;
+        }
+    }
+    Ok((normal, regressed))
+}
+
+/// Put every file of the fleet, 8 at a time: the bytes stored.
+fn ship(store: &Store, f: &gen::Fleet, normal: &[gen::Minute], regressed: &[gen::Minute]) -> Result<u64> {
+    let url = pileup_store::StoreUrl::parse("s3://bench/fleet")?;
+    let aws = pileup_store::AwsSettings {
+        access_key_id: KEY.into(),
+        secret_access_key: SECRET.into(),
+        session_token: None,
+        region: "us-east-1".into(),
+        endpoint: Some(store.endpoint()),
+        source: "the benchmark".into(),
+    };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(16);
+    let rx = std::sync::Mutex::new(rx);
+    std::thread::scope(|s| -> Result<u64> {
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| -> Result<u64> {
+                    let remote = pileup_store::Remote::open(&url, &aws)?;
+                    let mut bytes = 0;
+                    loop {
+                        let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((key, data)) = next else { return Ok(bytes) };
+                        bytes += data.len() as u64;
+                        remote.put(&url.key(&key), data)?;
+                    }
+                })
+            })
+            .collect();
+        let made = gen::generate(f, 10, normal, regressed, |k, b| {
+            tx.send((k, b)).map_err(|_| anyhow::anyhow!("an upload failed"))
+        });
+        drop(tx);
+        let mut total = 0;
+        for w in workers {
+            total += w.join().map_err(|_| anyhow::anyhow!("an upload thread panicked"))??;
+        }
+        made?;
+        Ok(total)
+    })
+}
+
+/// One timed run: wall and CPU seconds of the tool, the store's CPU
+/// seconds meanwhile.
+#[derive(Clone, Copy)]
+struct Run {
+    wall: f64,
+    cpu: f64,
+    store_cpu: f64,
+}
+
+/// `pileup digest --from` over `[since, until)`: its report's top 10.
+fn pileup_run(pileup: &str, store: &Store, since: i64, until: i64, dir: &Path) -> Result<Run> {
+    let report = dir.join("time.out");
+    let s0 = store.cpu();
+    let t0 = Instant::now();
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-o").arg(&report).args(["-f", "%U %S", pileup, "digest", "--from", "s3://bench/fleet"]);
+    cmd.args(["--since", &utc(since), "--until", &utc(until), "--limit", "10", "-o", "/dev/null"]);
+    store.env(&mut cmd);
+    let st = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    let wall = t0.elapsed().as_secs_f64();
+    if !st.success() {
+        bail!("pileup digest --from failed ({st})");
+    }
+    let text = std::fs::read_to_string(&report)?;
+    let f: Vec<f64> = text.lines().last().unwrap_or("").split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let [user, sys] = f[..] else { bail!("unexpected GNU time output {text:?}") };
+    Ok(Run { wall, cpu: user + sys, store_cpu: store.cpu() - s0 })
+}
+
+/// A ranking's classes and their statement time.
+type Top = Vec<(String, f64)>;
+
+/// Whether two rankings agree: the same times in order, each class at the
+/// time the other gives it (classes of equal time may come in any order).
+fn same_top(a: &Top, b: &Top) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-5 * x.abs().max(1e-3);
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| close(x.1, y.1))
+        && a.iter().all(|(fp, t)| b.iter().find(|(g, _)| g == fp).is_none_or(|(_, u)| close(*t, *u)))
+}
+
+/// chDB's top_classes over `[since, until)`, warm (bench/chdb-time.py):
+/// the run and its ranking.
+fn chdb_run(python: &str, store: &Store, since: i64, until: i64, hours: &str) -> Result<(Run, Top)> {
+    let source = format!("s3('{}/bench/fleet/{hours}/**.parquet', '{KEY}', '{SECRET}', 'Parquet')", store.endpoint());
+    let s0 = store.cpu();
+    let out = Command::new(python)
+        .arg("bench/chdb-time.py")
+        .arg("deploy/clickhouse/digests.sql")
+        .arg("top_classes")
+        .arg(format!("SOURCE={source}"))
+        .arg(format!("SINCE={}", utc(since).replace('T', " ").trim_end_matches('Z')))
+        .arg(format!("UNTIL={}", utc(until).replace('T', " ").trim_end_matches('Z')))
+        .output()?;
+    if !out.status.success() {
+        bail!("chDB: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let rows = v["rows"].as_array().into_iter().flatten();
+    let fps = rows.map(|r| (r["fingerprint"].as_str().unwrap_or("").to_string(), r["time_s"].as_f64().unwrap_or(0.0)));
+    // The store's CPU: the warm-up's and the timed run's, halved.
+    let store_cpu = (store.cpu() - s0) / 2.0;
+    Ok((
+        Run { wall: v["wall"].as_f64().unwrap_or(0.0), cpu: v["cpu"].as_f64().unwrap_or(0.0), store_cpu },
+        fps.collect(),
+    ))
+}
+
+/// `2026-11-30T04:00:00Z`
+fn utc(t: i64) -> String {
+    chrono::DateTime::from_timestamp(t, 0).unwrap_or_default().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// pileup's top 10 by time over `[since, until)`, and the first class
+/// `--compare-to` ranks against the hour before.
+fn pileup_answers(pileup: &str, store: &Store, since: i64, until: i64) -> Result<(Top, String)> {
+    let mut cmd = Command::new(pileup);
+    cmd.args(["digest", "--from", "s3://bench/fleet", "--since", &utc(since), "--until", &utc(until), "-f", "json"]);
+    cmd.args(["--compare-to", &utc(since - (until - since))]);
+    store.env(&mut cmd);
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("pileup digest --from --format json")?;
+    let top = v["classes"].as_array().into_iter().flatten().take(10);
+    let top = top
+        .map(|c| {
+            let t = c["attributes"]["query_time"]["sum"].as_f64().unwrap_or(0.0);
+            (c["fingerprint"].as_str().unwrap_or("").to_string(), t)
+        })
+        .collect();
+    let first = v["changes"]["classes"][0]["fingerprint"].as_str().unwrap_or("").to_string();
+    Ok((top, first))
+}
+
+fn main() -> Result<()> {
+    let args = pileup_bench_drivers::args(USAGE)?;
+    let pileup = arg(&args, "--pileup").context("--pileup PATH")?;
+    let python = arg(&args, "--chdb-python").context("--chdb-python PATH")?;
+    let num = |k: &str, d: u64| -> Result<u64> {
+        arg(&args, k).map(|v| v.parse().with_context(|| format!("{k} {v:?}"))).transpose().map(|v| v.unwrap_or(d))
+    };
+    let (hosts, hours, seconds, rounds) =
+        (num("--hosts", 200)? as usize, num("--hours", 24)? as i64, num("--seconds", 180)? as u32, num("--rounds", 5)?);
+    let keep = arg(&args, "--keep").map(PathBuf::from);
+    let dir = match &keep {
+        Some(k) => k.clone(),
+        None => std::env::temp_dir().join(format!("pileup-fleet-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    eprintln!(
+        "real logs: sysbench oltp_read_only and a planted lookup, {seconds} s, then {} s without its index",
+        seconds / 2
+    );
+    let (normal_log, regressed_log) = logs(&dir, seconds)?;
+    let (normal, regressed) = (gen::minutes_of(&normal_log)?, gen::minutes_of(&regressed_log)?);
+    let store = Store::start(&dir.join("s3"))?;
+    let now = chrono::Utc::now().timestamp();
+    // The day before today (UTC): whole hours, all in the past.
+    let start = (now / 86_400 - 1) * 86_400;
+    let f = gen::Fleet { hosts, start, hours, regressed_hosts: (hosts / 10).max(1) };
+    let t0 = Instant::now();
+    eprintln!("shipping {hosts} hosts × {hours} h of 10-minute windows to VersityGW");
+    let bytes = ship(&store, &f, &normal, &regressed)?;
+    let files = hosts as i64 * hours * 6;
+    eprintln!("  {files} files, {:.1} MB, in {:.0} s", bytes as f64 / 1e6, t0.elapsed().as_secs_f64());
+    let end = start + hours * 3600;
+    let last_hour = end - 3600;
+    let (top, first) = pileup_answers(&pileup, &store, last_hour, end)?;
+    let questions = [
+        ("one hour", last_hour, end, format!("dt={}/hour={}", day(last_hour), hh(last_hour))),
+        ("the day", start, end, format!("dt={}", day(start))),
+    ];
+    let mut md = format!(
+        "\n{hosts} hosts × {hours} h: {files} files of 10-minute windows, {:.1} MB in the store; per host-day {:.1} KiB ({:.0} rows a minute per host, {} template minutes from the real log, {} from the regressed one).\n",
+        bytes as f64 / 1e6,
+        bytes as f64 / hosts as f64 * 24.0 / hours as f64 / 1024.0,
+        normal.iter().map(|m| m.len()).sum::<usize>() as f64 / normal.len() as f64,
+        normal.len(),
+        regressed.len()
+    );
+    md.push_str(&format!("\n`--compare-to` (the last hour against the one before) ranks first: `{first}`.\n"));
+    md.push_str("\n| question | tool | wall s | CPU s | store CPU s | CPU s ÷ chDB's |\n|---|---|---|---|---|---|\n");
+    for (label, since, until, parts) in &questions {
+        let mut p = vec![];
+        let mut c = vec![];
+        for r in 0..rounds {
+            let mut once = |first_pileup: bool| -> Result<()> {
+                if first_pileup {
+                    p.push(pileup_run(&pileup, &store, *since, *until, &dir)?);
+                } else {
+                    let (run, fps) = chdb_run(&python, &store, *since, *until, parts)?;
+                    if *label == "one hour" && !same_top(&fps, &top) {
+                        bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
+                    }
+                    c.push(run);
+                }
+                Ok(())
+            };
+            once(r % 2 == 0)?;
+            once(r % 2 != 0)?;
+            eprintln!(
+                "  {label}, round {}: pileup {:.2} CPU-s, chDB {:.2} CPU-s",
+                r + 1,
+                p[r as usize].cpu,
+                c[r as usize].cpu
+            );
+        }
+        let med = |v: &[Run], f: fn(&Run) -> f64| median(&v.iter().map(f).collect::<Vec<f64>>());
+        for (tool, v) in [("pileup digest --from", &p), ("chDB (top_classes)", &c)] {
+            md.push_str(&format!(
+                "| {label} | {tool} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
+                med(v, |r| r.wall),
+                med(v, |r| r.cpu),
+                med(v, |r| r.store_cpu),
+                med(v, |r| r.cpu) / med(&c, |r| r.cpu)
+            ));
+        }
+    }
+    drop(store);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match arg(&args, "--out") {
+        Some(o) => pileup_bench_drivers::write(o, md)?,
+        None => print!("{md}"),
+    }
+    Ok(())
+}
+
+fn day(t: i64) -> String {
+    utc(t)[..10].to_string()
+}
+
+fn hh(t: i64) -> String {
+    utc(t)[11..13].to_string()
+}
