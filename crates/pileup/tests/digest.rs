@@ -547,15 +547,24 @@ fn the_advisor_removes_a_hint_that_hurts_and_leaves_a_primary_key_lookup_alone()
     }
     let sock = sb.endpoint.socket.to_str().unwrap().to_string();
     // The advisor on one class of `log`, within `budget`.
+    // Three classes: the statement that switched the log file is in it
+    // too, and can outrank 200 quick lookups.
     let advise = |log: &Path, budget: &str| -> Vec<String> {
-        ["--advise", "--advise-classes", "1", "--advise-budget", budget, "-S", &sock, "-u", "root"]
+        ["--advise", "--advise-classes", "3", "--advise-budget", budget, "-S", &sock, "-u", "root"]
             .iter()
             .map(|s| s.to_string())
             .chain([log.to_str().unwrap().to_string()])
             .collect()
     };
     let d = digest_json(&advise(&log, "5s").iter().map(String::as_str).collect::<Vec<_>>());
-    let a = &d["advice"][0];
+    let of = |d: &J, start: &str| -> J {
+        let all = d["advice"].as_array().unwrap();
+        all.iter()
+            .find(|a| a["fingerprint"].as_str().unwrap().starts_with(start))
+            .cloned()
+            .unwrap_or_else(|| panic!("no advice on {start}: {all:?}"))
+    };
+    let a = &of(&d, "select count(pad) from h");
     assert!(a["fingerprint"].as_str().unwrap().contains("force index(b)"), "{a:#}");
     let best = &a["variants"][a["best"].as_u64().unwrap_or_else(|| panic!("no advice: {a:#}")) as usize];
     assert_eq!(best["change"], "without FORCE INDEX (b)", "{a:#}");
@@ -573,7 +582,7 @@ fn the_advisor_removes_a_hint_that_hurts_and_leaves_a_primary_key_lookup_alone()
     c.query_drop("SET GLOBAL slow_query_log = OFF").unwrap();
     for run in 0..10 {
         let d = digest_json(&advise(&pk, "2s").iter().map(String::as_str).collect::<Vec<_>>());
-        let a = &d["advice"][0];
+        let a = &of(&d, "select pad from h where id = ?");
         assert!(a["fingerprint"].as_str().unwrap().starts_with("select pad from h where id = ?"), "{a:#}");
         assert!(a["best"].is_null(), "run {run}: advice on a primary-key lookup: {a:#}");
     }

@@ -129,14 +129,7 @@ fn logs(dir: &Path, seconds: u32) -> Result<(PathBuf, PathBuf)> {
 /// Put every file of the fleet, 8 at a time: the bytes stored.
 fn ship(store: &Store, f: &gen::Fleet, normal: &[gen::Minute], regressed: &[gen::Minute]) -> Result<u64> {
     let url = pileup_store::StoreUrl::parse("s3://bench/fleet")?;
-    let aws = pileup_store::AwsSettings {
-        access_key_id: KEY.into(),
-        secret_access_key: SECRET.into(),
-        session_token: None,
-        region: "us-east-1".into(),
-        endpoint: Some(store.endpoint()),
-        source: "the benchmark".into(),
-    };
+    let aws = aws(store);
     let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(16);
     let rx = std::sync::Mutex::new(rx);
     std::thread::scope(|s| -> Result<u64> {
@@ -307,17 +300,103 @@ fn main() -> Result<()> {
         regressed.len()
     );
     md.push_str(&format!("\n`--compare-to` (the last hour against the one before) ranks first: `{first}`.\n"));
+    md.push_str(
+        "\nThe question: the top 10 classes by statement time. pileup digest --from lists the hours' files, fetches and decodes every column and writes its whole report (each class's attributes, percentiles and hosts; the top 10 in detail); chDB runs deploy/clickhouse/digests.sql's top_classes, warm (run once untimed, then timed, in one process), reading the same hours' files. Medians of the rounds, the tools alternating; the store's CPU is VersityGW's meanwhile.\n",
+    );
+    let (hour_cpu, day_cpu) = timed(&mut md, &pileup, &python, &store, &dir, rounds, &questions, &top)?;
+    let (pmm, pmm_rows) = pmm_bytes(&python, &store, &dir)?;
+    let compacted = compacted_bytes(&pileup, &store, start, end)?;
+    let host_day = |b: u64| b as f64 / hosts as f64 * 24.0 / hours as f64 / 1024.0;
+    md.push_str(&format!(
+        "\nStored per host-day: pileup's 10-minute files {:.1} KiB, compacted hourly {:.1} KiB; PMM's per-minute buckets for the same {pmm_rows} rows (its metrics table built in chDB, MergeTree, merged) {:.1} KiB: pileup ÷ PMM {:.2} (10-minute files), {:.2} (compacted).\n",
+        host_day(bytes),
+        host_day(compacted),
+        host_day(pmm),
+        bytes as f64 / pmm as f64,
+        compacted as f64 / pmm as f64
+    ));
+    md.push_str(&format!(
+        "\n10,000 hosts, projected from these per-host figures: {:.1} GB a day as 10-minute files ({:.1} GB compacted); the one-hour question {:.0} CPU-s, the day {:.0} CPU-s (pileup, linear in files).\n",
+        host_day(bytes) * 1024.0 * 10_000.0 / 1e9,
+        host_day(compacted) * 1024.0 * 10_000.0 / 1e9,
+        hour_cpu / hosts as f64 * 10_000.0,
+        day_cpu / hosts as f64 * 10_000.0
+    ));
+    drop(store);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    match arg(&args, "--out") {
+        Some(o) => pileup_bench_drivers::write(o, md)?,
+        None => print!("{md}"),
+    }
+    Ok(())
+}
+
+/// PMM's bytes on disk for the same rows (bench/pmm-bytes.py in chDB):
+/// (bytes, rows).
+fn pmm_bytes(python: &str, store: &Store, dir: &Path) -> Result<(u64, u64)> {
+    let source = format!("s3('{}/bench/fleet/**.parquet', '{KEY}', '{SECRET}', 'Parquet')", store.endpoint());
+    let out = Command::new(python).arg("bench/pmm-bytes.py").arg(&source).arg(dir.join("pmm")).output()?;
+    if !out.status.success() {
+        bail!("bench/pmm-bytes.py: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok((v["bytes"].as_u64().unwrap_or(0), v["rows"].as_u64().unwrap_or(0)))
+}
+
+/// `pileup digest --from --compact` over the day, and the bytes stored
+/// after it.
+fn compacted_bytes(pileup: &str, store: &Store, since: i64, until: i64) -> Result<u64> {
+    let mut cmd = Command::new(pileup);
+    cmd.args(["digest", "--from", "s3://bench/fleet", "--compact", "--since", &utc(since), "--until", &utc(until)]);
+    store.env(&mut cmd);
+    let st = cmd.stdout(Stdio::null()).status()?;
+    if !st.success() {
+        bail!("pileup digest --compact failed ({st})");
+    }
+    let url = pileup_store::StoreUrl::parse("s3://bench/fleet")?;
+    let remote = pileup_store::Remote::open(&url, &aws(store))?;
+    Ok(remote.list_keys("fleet/")?.iter().map(|(_, n)| n).sum())
+}
+
+fn aws(store: &Store) -> pileup_store::AwsSettings {
+    pileup_store::AwsSettings {
+        access_key_id: KEY.into(),
+        secret_access_key: SECRET.into(),
+        session_token: None,
+        region: "us-east-1".into(),
+        endpoint: Some(store.endpoint()),
+        source: "the benchmark".into(),
+    }
+}
+
+/// The questions timed, `rounds` times each, pileup and chDB alternating:
+/// the table's rows in `md`; pileup's median CPU seconds for the hour and
+/// the day.
+#[allow(clippy::too_many_arguments)]
+fn timed(
+    md: &mut String,
+    pileup: &str,
+    python: &str,
+    store: &Store,
+    dir: &Path,
+    rounds: u64,
+    questions: &[(&str, i64, i64, String)],
+    top: &Top,
+) -> Result<(f64, f64)> {
     md.push_str("\n| question | tool | wall s | CPU s | store CPU s | CPU s ÷ chDB's |\n|---|---|---|---|---|---|\n");
-    for (label, since, until, parts) in &questions {
+    let (mut hour_cpu, mut day_cpu) = (0.0, 0.0);
+    for (label, since, until, parts) in questions {
         let mut p = vec![];
         let mut c = vec![];
         for r in 0..rounds {
             let mut once = |first_pileup: bool| -> Result<()> {
                 if first_pileup {
-                    p.push(pileup_run(&pileup, &store, *since, *until, &dir)?);
+                    p.push(pileup_run(pileup, store, *since, *until, dir)?);
                 } else {
-                    let (run, fps) = chdb_run(&python, &store, *since, *until, parts)?;
-                    if *label == "one hour" && !same_top(&fps, &top) {
+                    let (run, fps) = chdb_run(python, store, *since, *until, parts)?;
+                    if *label == "one hour" && !same_top(&fps, top) {
                         bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
                     }
                     c.push(run);
@@ -334,6 +413,11 @@ fn main() -> Result<()> {
             );
         }
         let med = |v: &[Run], f: fn(&Run) -> f64| median(&v.iter().map(f).collect::<Vec<f64>>());
+        if *label == "one hour" {
+            hour_cpu = med(&p, |r| r.cpu);
+        } else {
+            day_cpu = med(&p, |r| r.cpu);
+        }
         for (tool, v) in [("pileup digest --from", &p), ("chDB (top_classes)", &c)] {
             md.push_str(&format!(
                 "| {label} | {tool} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
@@ -344,15 +428,7 @@ fn main() -> Result<()> {
             ));
         }
     }
-    drop(store);
-    if keep.is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    match arg(&args, "--out") {
-        Some(o) => pileup_bench_drivers::write(o, md)?,
-        None => print!("{md}"),
-    }
-    Ok(())
+    Ok((hour_cpu, day_cpu))
 }
 
 fn day(t: i64) -> String {

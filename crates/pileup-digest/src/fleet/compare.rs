@@ -1,7 +1,8 @@
 //! What changed between two windows of a fleet's digests: per class, the
 //! time per execution and the executions per minute of the later window
 //! against the earlier one, each with a 95% interval, and the classes new
-//! in the later window.
+//! in the later window. The minutes a rate is counted over are the
+//! caller's (`pileup digest --from` counts host-minutes with rows).
 //!
 //! The interval comes from a bootstrap over the class's rows (one per host
 //! and minute): the rows of each window are drawn again with replacement

@@ -109,12 +109,15 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
             if e.digest.events == 0 {
                 note!("note: {}: no rows in the earlier window", e.digest.inputs.join(", "));
             }
-            let minutes = |q: &Question| (q.until - q.since) as f64 / 60.0;
+            // Executions per host-minute with rows: the later window's last
+            // minutes, not shipped yet, and hosts that came or went do not
+            // read as a change of rate.
+            let minutes = |m: &Merged| m.hosts.hosts.values().map(|h| h.minutes.len()).sum::<usize>().max(1) as f64;
             let empty = Default::default();
             let classes = compare(
                 e.samples.as_ref().unwrap_or(&empty),
                 m.samples.as_ref().unwrap_or(&empty),
-                (minutes(b), minutes(&q)),
+                (minutes(&e), minutes(&m)),
             );
             Some(Changes { before: (b.since, b.until), after: (q.since, q.until), classes })
         }
