@@ -48,6 +48,7 @@ deps:
 	  guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
 	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d && guard=1; fi; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+	  $(SUDO) apt-get clean; # the downloaded packages: about a gigabyte the tests need for their disks \
 	  [ -z "$$guard" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; \
 	  [ $$rc = 0 ] || { echo "installing$$missing failed (apt-get exit $$rc)" >&2; exit $$rc; }; \
 	fi
