@@ -184,12 +184,14 @@ impl Aggregate {
         }
     }
 
-    /// Add `e` (of class `i`) to its minute's class, when minutes are kept.
-    fn add_to_minute(&mut self, i: u32, e: &Event) {
-        let Some(m) = self.minutes.as_mut() else { return };
-        let Some(ts) = e.ts else {
-            m.untimed += 1;
-            return;
+    /// The class of class `i` (or "other") in the minute of `ts`, made
+    /// when new, and the names to intern into; `count` statements without
+    /// a time (`ts` None) only counted. None when minutes are not kept.
+    fn minute_class(&mut self, i: u32, ts: Option<i64>, count: u64) -> Option<(&mut Class, &mut Names)> {
+        let m = self.minutes.as_mut()?;
+        let Some(ts) = ts else {
+            m.untimed += count;
+            return None;
         };
         let fp: &[u8] = match i {
             TO_OTHER => OTHER,
@@ -199,9 +201,14 @@ impl Aggregate {
         if !per.contains_key(fp) {
             per.insert(fp.into(), Class::new(fp.into()));
         }
-        let c = per.get_mut(fp).expect("just inserted");
-        let names = &mut self.names;
-        c.add(e, &mut |v| intern(names, v));
+        Some((per.get_mut(fp).expect("just inserted"), &mut self.names))
+    }
+
+    /// Add `e` (of class `i`) to its minute's class, when minutes are kept.
+    fn add_to_minute(&mut self, i: u32, e: &Event) {
+        if let Some((c, names)) = self.minute_class(i, e.ts, 1) {
+            c.add(e, &mut |v| intern(names, v));
+        }
     }
 
     fn find(&self, fp: &[u8]) -> (u64, Option<u32>) {
@@ -277,7 +284,6 @@ impl Aggregate {
         class.add(e, &mut |v| intern(names, v));
     }
 
-    /// Statements known only by their sums, from performance_schema.
     /// A performance_schema digest's sums over a window; with `minute`
     /// (the window's start, Unix seconds) in that minute's class too.
     pub fn add_digest(&mut self, d: &crate::input::ps::Delta, input: usize, minute: Option<i64>) {
@@ -315,22 +321,10 @@ impl Aggregate {
         if c.sample.at == (0, 0) {
             c.sample.at = (input, 0);
         }
-        let Some(m) = self.minutes.as_mut() else { return };
-        let Some(t) = minute else {
-            // Sums over a window with no minute.
-            m.untimed += x.count;
-            return;
-        };
-        let fp: &[u8] = match i {
-            TO_OTHER => OTHER,
-            i => &self.classes[i as usize].fingerprint,
-        };
-        let per = m.by_minute.entry(t - t.rem_euclid(60)).or_default();
-        if !per.contains_key(fp) {
-            per.insert(fp.into(), Class::new(fp.into()));
+        // Sums over a window with no minute are only counted.
+        if let Some((c, names)) = self.minute_class(i, minute, x.count) {
+            c.add_summary(&sm, &mut |v| intern(names, v));
         }
-        let names = &mut self.names;
-        per.get_mut(fp).expect("just inserted").add_summary(&sm, &mut |v| intern(names, v));
     }
 
     pub fn problem(&mut self, p: Problem) {
