@@ -17,21 +17,7 @@ use serde_json::Value as J;
 /// A sandbox that logs every statement with every detail to `dir/slow.log`.
 fn logging_sandbox(dir: &Path) -> (Sandbox, PathBuf) {
     let log = dir.join("slow.log");
-    let sb = sandbox_with(vec![
-        ("slow_query_log", "ON"),
-        ("long_query_time", "0"),
-        ("log_slow_verbosity", "full"),
-        ("slow_query_log_file", log.to_str().unwrap()),
-    ]);
-    (sb, log)
-}
-
-fn digest_json(args: &[&str]) -> J {
-    let mut a = vec!["digest", "--format", "json"];
-    a.extend_from_slice(args);
-    let out = pileup(&a);
-    assert!(out.status.success(), "pileup digest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON report")
+    (slow_logging(&log), log)
 }
 
 fn fingerprints(d: &J) -> Vec<String> {

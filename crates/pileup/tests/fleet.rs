@@ -1061,16 +1061,6 @@ fn a_full_disk_under_the_ship_queue_keeps_the_capture_local_and_ships_once_there
     assert_ne!(shipped["capture_dir"].as_str().map(PathBuf::from), Some(kept), "{shipped}");
 }
 
-/// A sandbox logging every statement to `log`.
-fn slow_logging(log: &Path) -> pileup_sandbox::Sandbox {
-    sandbox_with(vec![
-        ("slow_query_log", "ON"),
-        ("long_query_time", "0"),
-        ("log_slow_verbosity", "full"),
-        ("slow_query_log_file", log.to_str().unwrap()),
-    ])
-}
-
 /// Statements of a few classes, `n` of each, with varied literals (`tag`
 /// names one class of this host's own).
 fn workload(sb: &pileup_sandbox::Sandbox, n: u32, tag: &str) {
@@ -1183,7 +1173,7 @@ fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_
     // digest of both logs, and each host's share.
     let (code, merged, stderr) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
     assert_eq!(code, Some(0), "{stderr}");
-    let both = digest_json_of(&[a_log.to_str().unwrap(), b_log.to_str().unwrap()]);
+    let both = digest_json(&[a_log.to_str().unwrap(), b_log.to_str().unwrap()]);
     assert_same_classes(&merged, &both);
     assert_eq!(merged["events"], both["events"]);
     let hosts = merged["fleet"]["hosts"].as_array().unwrap();
@@ -1339,14 +1329,6 @@ fn walk(dir: &Path) -> Vec<String> {
     }
     out.sort();
     out
-}
-
-fn digest_json_of(files: &[&str]) -> serde_json::Value {
-    let mut a = vec!["digest", "--format", "json"];
-    a.extend_from_slice(files);
-    let out = pileup(&a);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -297,3 +297,22 @@ impl LoopFs {
         filler
     }
 }
+
+/// A sandbox that logs every statement with every detail to `log`.
+pub fn slow_logging(log: &std::path::Path) -> Sandbox {
+    sandbox_with(vec![
+        ("slow_query_log", "ON"),
+        ("long_query_time", "0"),
+        ("log_slow_verbosity", "full"),
+        ("slow_query_log_file", log.to_str().unwrap()),
+    ])
+}
+
+/// `pileup digest --format json ARGS`, which must succeed: its report.
+pub fn digest_json(args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["digest", "--format", "json"];
+    a.extend_from_slice(args);
+    let out = pileup(&a);
+    assert!(out.status.success(), "pileup digest {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
