@@ -232,7 +232,35 @@ mod tests {
         let mut spinner =
             std::process::Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let looks: Vec<Look> = (0..1000).filter_map(|_| tr.look(spinner.id() as i32).unwrap()).collect();
+        // Looked at from a thread kept off CPU 0: a look taken on CPU 0
+        // itself would always find the spinner off its CPU. Looks are
+        // spread over up to two seconds, so that a busy moment on the
+        // machine does not hide the spinner from all of them.
+        let pid = spinner.id() as i32;
+        let looks: Vec<Look> = std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET
+                // writes inside it; pid 0 is the calling thread.
+                let pinned = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    for c in 1..cpus {
+                        libc::CPU_SET(c, &mut set);
+                    }
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+                };
+                assert_eq!(pinned, 0, "could not keep the looking thread off CPU 0");
+                let mut looks = vec![];
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while std::time::Instant::now() < until && (looks.len() < 200 || !looks.iter().any(|l: &Look| l.on_cpu))
+                {
+                    looks.extend(tr.look(pid).unwrap());
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                looks
+            })
+            .join()
+            .unwrap()
+        });
         spinner.kill().unwrap();
         spinner.wait().unwrap();
         assert!(looks.iter().any(|l| l.on_cpu), "a spinning thread was never seen on a CPU");
