@@ -1,9 +1,10 @@
-"""Time one named query of a SQL file (`-- name: NAME` opens each) in chDB,
-warm: the query runs once untimed, then once timed; prints the timed run's
-wall and CPU seconds (this process's, every thread of it) and its rows as
-one JSON object. The interpreter's start and chDB's import are not timed.
+"""Time named queries of a SQL file (`-- name: NAME` opens each) in chDB,
+warm: each query runs once untimed, then once timed; prints the timed
+runs' wall and CPU seconds summed (this process's, every thread of it),
+the first query's rows and each query's rows by name, as one JSON object.
+The interpreter's start and chDB's import are not timed.
 
-usage: chdb-time.py FILE NAME KEY=VALUE...   ($KEY in the query becomes VALUE)
+usage: chdb-time.py FILE NAME[,NAME...] KEY=VALUE...   ($KEY in the queries becomes VALUE)
 """
 import json
 import resource
@@ -27,14 +28,21 @@ def main():
             queries[current] = []
         elif current is not None:
             queries[current].append(line)
-    query = "".join(queries[name])
-    for key, value in sorted((kv.split("=", 1) for kv in subs), key=lambda p: -len(p[0])):
-        query = query.replace("$" + key, value)
-    chdb.query(query, "JSONEachRow")
-    c0, t0 = cpu(), time.monotonic()
-    rows = str(chdb.query(query, "JSONEachRow"))
-    wall, spent = time.monotonic() - t0, cpu() - c0
-    print(json.dumps({"wall": wall, "cpu": spent, "rows": [json.loads(l) for l in rows.splitlines() if l]}))
-
+    names = name.split(",")
+    texts = []
+    for n in names:
+        query = "".join(queries[n])
+        for key, value in sorted((kv.split("=", 1) for kv in subs), key=lambda p: -len(p[0])):
+            query = query.replace("$" + key, value)
+        texts.append(query)
+    for query in texts:
+        chdb.query(query, "JSONEachRow")
+    wall, spent, results = 0.0, 0.0, {}
+    for n, query in zip(names, texts):
+        c0, t0 = cpu(), time.monotonic()
+        rows = str(chdb.query(query, "JSONEachRow"))
+        wall, spent = wall + time.monotonic() - t0, spent + cpu() - c0
+        results[n] = [json.loads(l) for l in rows.splitlines() if l]
+    print(json.dumps({"wall": wall, "cpu": spent, "rows": results[names[0]], "results": results}))
 
 main()

@@ -78,13 +78,20 @@ def fill(source):
            "60 AS period_length", "ifNull(sample, '') AS example", "'SLOWEST' AS example_type",
            "count AS num_queries"]
     for pmm, ours in FROM_PILEUP.items():
-        sel += [f"ifNull({ours}_n, 0) AS m_{pmm}_cnt", f"ifNull({ours}_sum, 0) AS m_{pmm}_sum",
+        # PMM's p99 of a minute: for the statement time, the lower bound
+        # of the row's histogram bucket that holds its 99th percentile;
+        # for the other metrics (no histogram shipped) the maximum stands
+        # in, a Float32 of the same range.
+        p99 = (f"ifNull({ours}_max, 0)" if ours != "query_time" else
+               "if(empty(query_time_bucket_count), 0, arrayElement(query_time_bucket_low, arrayFirstIndex("
+               "x -> x >= 0.99 * arraySum(query_time_bucket_count), arrayCumSum(query_time_bucket_count))))")
+        # A null _n: every statement logged it.
+        sel += [f"if(isNull({ours}_sum), 0, ifNull({ours}_n, count)) AS m_{pmm}_cnt",
+                f"ifNull({ours}_sum, 0) AS m_{pmm}_sum",
                 f"ifNull({ours}_min, 0) AS m_{pmm}_min", f"ifNull({ours}_max, 0) AS m_{pmm}_max",
-                # PMM's p99 of a minute: the bucket holding the 99th
-                # percentile; the maximum stands in (a Float32 of the same range).
-                f"ifNull({ours}_max, 0) AS m_{pmm}_p99"]
+                f"{p99} AS m_{pmm}_p99"]
     for f in FLAGS:
-        sel += [f"{f}_seen AS m_{f}_cnt", f"{f}_yes AS m_{f}_sum"]
+        sel += [f"ifNull({f}_seen, count) AS m_{f}_cnt", f"{f}_yes AS m_{f}_sum"]
     return f"INSERT INTO pmm.metrics ({', '.join(s.rsplit(' AS ', 1)[1] for s in sel)}) SELECT {', '.join(s.rsplit(' AS ', 1)[0] for s in sel)} FROM {source}"
 
 

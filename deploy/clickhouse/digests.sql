@@ -56,7 +56,7 @@ ORDER BY time_s DESC, host;
 -- name: p99
 -- Each class's 99th percentile of statement time across every host and
 -- minute, from the merged histogram: the lower bound of the bucket where
--- the running count passes 99% (buckets are 4.4% wide).
+-- the running count passes 99% (each bucket is a sixteenth of its power of two: 3.1% to 6.25% of its values).
 SELECT fingerprint, min(low) AS p99_bucket_low_s
 FROM (
     SELECT

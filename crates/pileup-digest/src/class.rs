@@ -300,10 +300,13 @@ impl Stat {
         Stat { n: 1, sum: v, min: v, max: v, hist }
     }
 
-    /// Known by its sum only (performance_schema): no min, max or
-    /// distribution, and none is made up by what is added to it.
+    /// Known by its sum only (performance_schema): no distribution and no
+    /// min or max, and none is made up by what is added to it. (Without a
+    /// distribution but with its extremes, a stat is a stored row's whose
+    /// distribution is kept elsewhere or not at all: merged as any other,
+    /// its percentiles come from the distributions merged into it.)
     fn is_summed(&self) -> bool {
-        matches!(self.hist, Hist::Empty) && self.n > 0
+        matches!(self.hist, Hist::Empty) && self.n > 0 && (self.min.is_nan() || self.max.is_nan())
     }
 
     fn add(&mut self, v: f64) {
@@ -524,6 +527,24 @@ impl Class {
             NONE => None,
             s if s & ZERO != 0 => Some(Cow::Owned(Stat::zeros(self.zeros[usize::from(s & !ZERO)].1))),
             s => Some(Cow::Borrowed(&self.stats[usize::from(s)].1)),
+        }
+    }
+
+    /// Attribute `a`'s distribution, taken out (left empty: its stat keeps
+    /// its count, sum and extremes); none for an attribute not logged or
+    /// always zero.
+    pub fn take_hist(&mut self, a: A) -> Option<Hist> {
+        match self.slots[a as usize] {
+            s if s == NONE || s & ZERO != 0 => None,
+            s => Some(std::mem::take(&mut self.stats[usize::from(s)].1.hist)),
+        }
+    }
+
+    /// Put `h` in attribute `a`'s distribution, whose stat is kept (see
+    /// [`Class::take_hist`]).
+    pub fn set_hist(&mut self, a: A, h: Hist) {
+        if let s @ 0..0x80 = self.slots[a as usize] {
+            self.stats[usize::from(s)].1.hist = h;
         }
     }
 

@@ -1208,19 +1208,31 @@ fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_
     assert_eq!((code, none["events"].as_u64()), (Some(0), Some(0)), "{stderr}");
     assert!(stderr.contains("no rows"), "{stderr}");
 
-    // Compacted: one file per host-hour, the windows gone, the same report;
-    // a window shipped again later is held by the compacted file, not
-    // counted twice.
+    // Compacted: one file per hour, the windows gone, the same report
+    // (percentiles too: the question holds whole hours); a window shipped
+    // again later is held by the compacted file, not counted twice.
     let mut compact = Command::new(env!("CARGO_BIN_EXE_pileup"));
     compact.args(["digest", "--from", "s3://digests/fleet", "--compact", "--since", "6h", "--until", "2h"]);
     with_store(&mut compact, &s3, S3_SECRET);
     let out = compact.output().unwrap();
     assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("compacted"), "{out:?}");
     let after = walk(&scratch.join("s3/digests"));
-    let host_hours: BTreeSet<&str> = stored.iter().map(|k| &k[..k.rfind('/').unwrap()]).collect();
-    assert!(after.iter().all(|k| k.ends_with("-compact.parquet")) && after.len() == host_hours.len(), "{after:?}");
+    let hours: BTreeSet<&str> = stored.iter().map(|k| &k[..k.find("/host=").unwrap()]).collect();
+    let compacted = |k: &String| k.rsplit('/').next().unwrap().starts_with("compact-") && !k.contains("/host=");
+    assert!(after.iter().all(compacted) && after.len() == hours.len(), "{after:?}");
     let (_, again, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);
     assert_same_classes(&again, &both);
+    let p99s = |r: &serde_json::Value| -> Vec<(String, f64)> {
+        let classes = r["classes"].as_array().unwrap().iter();
+        let mut v: Vec<(String, f64)> = classes
+            .map(|c| {
+                (c["fingerprint"].as_str().unwrap().to_string(), c["attributes"]["query_time"]["p99"].as_f64().unwrap())
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(p99s(&again), p99s(&merged), "the hour's histograms keep the percentiles of whole hours");
     let (code, _, stderr) = ship(&a_log, "db-a", &s3);
     assert_eq!(code, Some(0), "{stderr}");
     let (_, again, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h"], &s3);

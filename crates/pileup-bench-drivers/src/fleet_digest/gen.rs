@@ -1,25 +1,31 @@
-//! A fleet's per-minute digests, made from a real server's slow logs: the
-//! minutes of a base log (sysbench and a planted lookup that uses its
-//! index) and of a regressed log (the index dropped), each host's classes
-//! renamed onto its own tables, shipped as the hosts would ship them.
+//! A fleet's per-minute digests, made from a real server's slow logs: a
+//! base log (sysbench and a planted lookup that uses its index) and a
+//! regressed log (the index dropped) cut into ten-second slices; each
+//! host-minute is the sum of three to nine slices drawn at random (so its
+//! load and its figures vary as a real host's do from minute to minute),
+//! each host's classes renamed onto its own tables, shipped as the hosts
+//! would ship them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use pileup_digest::class::Class;
 use pileup_digest::fleet::{self, layout, Row, Samples};
 
-/// One minute's classes of a real log.
+/// Ten seconds' classes of a real log.
 pub type Minute = HashMap<Box<[u8]>, Class>;
 
-/// The minutes of a slow log, each as a template.
+/// A slow log's ten-second slices: the log with its times stretched six
+/// times (its `# Time:` lines dropped, each `SET timestamp=N` moved to
+/// `t0 + 6 (N - t0)`), digested by minute.
 pub fn minutes_of(log: &Path) -> Result<Vec<Minute>> {
+    let stretched = stretch(log)?;
     let o = pileup_digest::Options { by_minute: true, ..Default::default() };
-    let d = pileup_digest::digest(&[pileup_digest::Input::File(log.to_path_buf())], &o, &mut pileup_digest::Quiet)
-        .with_context(|| format!("digesting {}", log.display()))?;
+    let d = pileup_digest::digest(&[pileup_digest::Input::File(stretched.clone())], &o, &mut pileup_digest::Quiet)
+        .with_context(|| format!("digesting {}", stretched.display()))?;
     let m = d.minutes.context("minutes kept")?;
-    // The first and last minutes are partial: left out when there are more.
+    // The first and last slices are partial: left out when there are more.
     let mut v: Vec<Minute> = m.by_minute.into_values().collect();
     if v.len() > 2 {
         v.pop();
@@ -27,6 +33,46 @@ pub fn minutes_of(log: &Path) -> Result<Vec<Minute>> {
     }
     anyhow::ensure!(!v.is_empty(), "{} holds no timed statement", log.display());
     Ok(v)
+}
+
+/// `log` with its statement times stretched six times, as `LOG.stretched`.
+fn stretch(log: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    let mut t0 = None;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with("# Time: ") {
+            continue;
+        }
+        let ts = line
+            .strip_prefix("SET ")
+            .and_then(|l| l.find("timestamp=").map(|i| &l[i + "timestamp=".len()..]))
+            .and_then(|r| r.strip_suffix(';'))
+            .and_then(|d| d.parse::<i64>().ok());
+        match ts {
+            Some(t) => {
+                let t0 = *t0.get_or_insert(t);
+                out.push_str(&format!("SET timestamp={};\n", t0 + 6 * (t - t0)));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    let to = log.with_extension("stretched");
+    std::fs::write(&to, out)?;
+    Ok(to)
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finaliser): the generator's
+/// draws are functions of (host, minute, draw), so a run is reproducible
+/// without a random-number generator's state.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// The fleet to make.
@@ -62,13 +108,26 @@ pub fn window_rows(f: &Fleet, h: usize, start: i64, window: i64, normal: &[Minut
     let last_hour = f.start + (f.hours - 1) * 3600;
     let mut by: BTreeMap<i64, Minute> = BTreeMap::new();
     for minute in (start..start + window * 60).step_by(60) {
-        let k = (minute / 60) as usize + h;
-        let t = if minute >= last_hour && h < f.regressed_hosts {
-            &regressed[k % regressed.len()]
-        } else {
-            &normal[k % normal.len()]
-        };
-        let classes = t.values().map(|c| renamed(c, h)).map(|c| (c.fingerprint.clone(), c)).collect();
+        let slices = if minute >= last_hour && h < f.regressed_hosts { regressed } else { normal };
+        let seed = mix((h as u64) << 32 ^ minute as u64);
+        let mut classes: Minute = HashMap::new();
+        for draw in 0..3 + seed % 7 {
+            let t = &slices[(mix(seed ^ draw) % slices.len() as u64) as usize];
+            for c in t.values() {
+                let c = renamed(c, h);
+                match classes.get_mut(&c.fingerprint) {
+                    Some(m) => m.merge(&c),
+                    None => {
+                        classes.insert(c.fingerprint.clone(), c);
+                    }
+                }
+            }
+        }
+        // Their first and last statements' times moved into this minute.
+        for c in classes.values_mut() {
+            c.first = c.first.map(|t| minute + t.rem_euclid(60));
+            c.last = c.last.map(|t| minute + t.rem_euclid(60)).max(c.first);
+        }
         by.insert(minute, classes);
     }
     fleet::rows_of(by, &name, &labels)

@@ -3,15 +3,17 @@
 //!
 //! A MariaDB sandbox logs every statement while sysbench oltp_read_only
 //! runs beside a planted lookup on an indexed column; then the index is
-//! dropped and a second log is written (the regression). The minutes of
-//! those real logs are the templates of `--hosts` hosts over `--hours`
-//! hours: each host's classes renamed onto its shard's tables, the last
-//! hour of a tenth of the hosts from the regressed log. Every host's
-//! 10-minute windows are written as `pileup digest --ship` writes them and
-//! put to a VersityGW store. Then, `--rounds` times in alternating order:
-//! `pileup digest --from` (text, the top 10) and chDB's `top_classes`
-//! query (deploy/clickhouse/digests.sql), for the last hour and for the
-//! whole day; wall and CPU seconds of each, and the store's CPU meanwhile.
+//! dropped and a second log is written (the regression). Those real logs,
+//! cut into ten-second slices, make `--hosts` hosts over `--hours` hours:
+//! each host-minute the sum of 3 to 9 slices drawn at random, each host's
+//! classes renamed onto its shard's tables, the last hour of a tenth of
+//! the hosts from the regressed log. Every host's 10-minute windows are
+//! written as `pileup digest --ship` writes them and put to a VersityGW
+//! store. Then, `--rounds` times, each round starting with the next tool:
+//! `pileup digest --from` (text, the top 10), chDB's `top_classes` query
+//! and chDB's four queries that give what pileup's report gives
+//! (deploy/clickhouse/digests.sql), for the last hour and for the whole
+//! day; wall and CPU seconds of each, and the store's CPU meanwhile.
 //! Also: the bytes stored per host-day, and whether `--compare-to` ranks
 //! the planted regression first.
 //!
@@ -201,15 +203,19 @@ fn same_top(a: &Top, b: &Top) -> bool {
         && a.iter().all(|(fp, t)| b.iter().find(|(g, _)| g == fp).is_none_or(|(_, u)| close(*t, *u)))
 }
 
-/// chDB's top_classes over `[since, until)`, warm (bench/chdb-time.py):
-/// the run and its ranking.
-fn chdb_run(python: &str, store: &Store, since: i64, until: i64, hours: &str) -> Result<(Run, Top)> {
+/// The report's questions in deploy/clickhouse/digests.sql: the top
+/// classes, each one's hosts, each host's time, each class's p99.
+const REPORT_QUERIES: &str = "top_classes,class_hosts,host_top,p99";
+
+/// chDB's `queries` (names, comma-separated, top_classes first) over
+/// `[since, until)`, warm (bench/chdb-time.py): the run and the ranking.
+fn chdb_run(python: &str, store: &Store, queries: &str, since: i64, until: i64, hours: &str) -> Result<(Run, Top)> {
     let source = format!("s3('{}/bench/fleet/{hours}/**.parquet', '{KEY}', '{SECRET}', 'Parquet')", store.endpoint());
     let s0 = store.cpu();
     let out = Command::new(python)
         .arg("bench/chdb-time.py")
         .arg("deploy/clickhouse/digests.sql")
-        .arg("top_classes")
+        .arg(queries)
         .arg(format!("SOURCE={source}"))
         .arg(format!("SINCE={}", utc(since).replace('T', " ").trim_end_matches('Z')))
         .arg(format!("UNTIL={}", utc(until).replace('T', " ").trim_end_matches('Z')))
@@ -292,7 +298,7 @@ fn main() -> Result<()> {
         ("the day", start, end, format!("dt={}", day(start))),
     ];
     let mut md = format!(
-        "\n{hosts} hosts × {hours} h: {files} files of 10-minute windows, {:.1} MB in the store; per host-day {:.1} KiB ({:.0} rows a minute per host, {} template minutes from the real log, {} from the regressed one).\n",
+        "\n{hosts} hosts × {hours} h: {files} files of 10-minute windows, {:.1} MB in the store; per host-day {:.1} KiB ({:.0} rows a minute per host, each host-minute the sum of 3 to 9 of {} ten-second slices of the real log, or of {} of the regressed one).\n",
         bytes as f64 / 1e6,
         bytes as f64 / hosts as f64 * 24.0 / hours as f64 / 1024.0,
         normal.iter().map(|m| m.len()).sum::<usize>() as f64 / normal.len() as f64,
@@ -301,26 +307,39 @@ fn main() -> Result<()> {
     );
     md.push_str(&format!("\n`--compare-to` (the last hour against the one before) ranks first: `{first}`.\n"));
     md.push_str(
-        "\nThe question: the top 10 classes by statement time. pileup digest --from lists the hours' files, fetches and decodes every column and writes its whole report (each class's attributes, percentiles and hosts; the top 10 in detail); chDB runs deploy/clickhouse/digests.sql's top_classes, warm (run once untimed, then timed, in one process), reading the same hours' files. Medians of the rounds, the tools alternating; the store's CPU is VersityGW's meanwhile.\n",
+        "\nThe question: the top 10 classes by statement time. pileup digest --from lists the hours' files, fetches and decodes them and writes its whole report (each class's attributes, percentiles and hosts; each host's top classes; the top 10 in detail). chDB runs deploy/clickhouse/digests.sql on the same hours' files, warm (each query once untimed, then timed, in one process): top_classes alone (six columns), and the four queries that give what pileup's report gives (top_classes, class_hosts, host_top, p99), their times summed. Medians of the rounds, each round starting with the next tool; the store's CPU is VersityGW's meanwhile.\n",
     );
     let (hour_cpu, day_cpu) = timed(&mut md, &pileup, &python, &store, &dir, rounds, &questions, &top)?;
     let (pmm, pmm_rows) = pmm_bytes(&python, &store, &dir)?;
     let compacted = compacted_bytes(&pileup, &store, start, end)?;
+    md.push_str("\nThe same questions after `pileup digest --compact` (one file an hour for the whole fleet):\n");
+    let compacted_questions: Vec<(String, i64, i64, String)> =
+        questions.iter().map(|(l, a, b, p)| (format!("{l}, compacted"), *a, *b, p.clone())).collect();
+    let compacted_questions: Vec<(&str, i64, i64, String)> =
+        compacted_questions.iter().map(|(l, a, b, p)| (l.as_str(), *a, *b, p.clone())).collect();
+    let (hour_cpu_c, day_cpu_c) = timed(&mut md, &pileup, &python, &store, &dir, rounds, &compacted_questions, &top)?;
     let host_day = |b: u64| b as f64 / hosts as f64 * 24.0 / hours as f64 / 1024.0;
+    let per_row = |b: u64| b as f64 / pmm_rows.max(1) as f64;
     md.push_str(&format!(
-        "\nStored per host-day: pileup's 10-minute files {:.1} KiB, compacted hourly {:.1} KiB; PMM's per-minute buckets for the same {pmm_rows} rows (its metrics table built in chDB, MergeTree, merged) {:.1} KiB: pileup ÷ PMM {:.2} (10-minute files), {:.2} (compacted).\n",
+        "\nStored per host-day ({:.0} rows: classes × 1,440 minutes): pileup's 10-minute files {:.1} KiB ({:.1} bytes a row), compacted {:.1} KiB ({:.1} bytes a row); PMM's per-minute buckets for the same {pmm_rows} rows (its metrics table built in chDB, MergeTree, merged) {:.1} KiB ({:.1} bytes a row): pileup ÷ PMM {:.2} as 10-minute files, {:.2} compacted.\n",
+        pmm_rows as f64 / hosts as f64 * 24.0 / hours as f64,
         host_day(bytes),
+        per_row(bytes),
         host_day(compacted),
+        per_row(compacted),
         host_day(pmm),
+        per_row(pmm),
         bytes as f64 / pmm as f64,
         compacted as f64 / pmm as f64
     ));
     md.push_str(&format!(
-        "\n10,000 hosts, projected from these per-host figures: {:.1} GB a day as 10-minute files ({:.1} GB compacted); the one-hour question {:.0} CPU-s, the day {:.0} CPU-s (pileup, linear in files).\n",
+        "\n10,000 hosts, projected from these per-host figures (linear in hosts): {:.1} GB a day as 10-minute files, {:.1} GB compacted; pileup's one-hour question {:.0} CPU-s and the day {:.0} CPU-s on 10-minute files, {:.0} and {:.0} CPU-s compacted.\n",
         host_day(bytes) * 1024.0 * 10_000.0 / 1e9,
         host_day(compacted) * 1024.0 * 10_000.0 / 1e9,
         hour_cpu / hosts as f64 * 10_000.0,
-        day_cpu / hosts as f64 * 10_000.0
+        day_cpu / hosts as f64 * 10_000.0,
+        hour_cpu_c / hosts as f64 * 10_000.0,
+        day_cpu_c / hosts as f64 * 10_000.0
     ));
     drop(store);
     if keep.is_none() {
@@ -385,46 +404,48 @@ fn timed(
     questions: &[(&str, i64, i64, String)],
     top: &Top,
 ) -> Result<(f64, f64)> {
-    md.push_str("\n| question | tool | wall s | CPU s | store CPU s | CPU s ÷ chDB's |\n|---|---|---|---|---|---|\n");
+    md.push_str(
+        "\n| question | tool | wall s | CPU s | store CPU s | pileup's CPU s ÷ this |\n|---|---|---|---|---|---|\n",
+    );
     let (mut hour_cpu, mut day_cpu) = (0.0, 0.0);
+    let tools = [
+        ("pileup digest --from", ""),
+        ("chDB, top_classes", "top_classes"),
+        ("chDB, the report's 4 queries", REPORT_QUERIES),
+    ];
     for (label, since, until, parts) in questions {
-        let mut p = vec![];
-        let mut c = vec![];
-        for r in 0..rounds {
-            let mut once = |first_pileup: bool| -> Result<()> {
-                if first_pileup {
-                    p.push(pileup_run(pileup, store, *since, *until, dir)?);
+        let mut runs: Vec<Vec<Run>> = vec![vec![]; tools.len()];
+        for r in 0..rounds as usize {
+            // Each round starts with the next tool.
+            for t in (0..tools.len()).map(|i| (i + r) % tools.len()) {
+                let run = if t == 0 {
+                    pileup_run(pileup, store, *since, *until, dir)?
                 } else {
-                    let (run, fps) = chdb_run(python, store, *since, *until, parts)?;
-                    if *label == "one hour" && !same_top(&fps, top) {
+                    let (run, fps) = chdb_run(python, store, tools[t].1, *since, *until, parts)?;
+                    if label.starts_with("one hour") && !same_top(&fps, top) {
                         bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
                     }
-                    c.push(run);
-                }
-                Ok(())
-            };
-            once(r % 2 == 0)?;
-            once(r % 2 != 0)?;
-            eprintln!(
-                "  {label}, round {}: pileup {:.2} CPU-s, chDB {:.2} CPU-s",
-                r + 1,
-                p[r as usize].cpu,
-                c[r as usize].cpu
-            );
+                    run
+                };
+                runs[t].push(run);
+            }
+            let cpus: Vec<String> = tools.iter().zip(&runs).map(|(t, v)| format!("{} {:.2}", t.0, v[r].cpu)).collect();
+            eprintln!("  {label}, round {}: CPU-s {}", r + 1, cpus.join(", "));
         }
         let med = |v: &[Run], f: fn(&Run) -> f64| median(&v.iter().map(f).collect::<Vec<f64>>());
-        if *label == "one hour" {
-            hour_cpu = med(&p, |r| r.cpu);
+        let ours = med(&runs[0], |r| r.cpu);
+        if label.starts_with("one hour") {
+            hour_cpu = ours;
         } else {
-            day_cpu = med(&p, |r| r.cpu);
+            day_cpu = ours;
         }
-        for (tool, v) in [("pileup digest --from", &p), ("chDB (top_classes)", &c)] {
+        for ((tool, _), v) in tools.iter().zip(&runs) {
             md.push_str(&format!(
                 "| {label} | {tool} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
                 med(v, |r| r.wall),
                 med(v, |r| r.cpu),
                 med(v, |r| r.store_cpu),
-                med(v, |r| r.cpu) / med(&c, |r| r.cpu)
+                ours / med(v, |r| r.cpu)
             ));
         }
     }

@@ -1,12 +1,14 @@
-//! Rows to a Parquet file's bytes and back: zstd-compressed columns, text
-//! columns dictionary-encoded (a host's file repeats its host, labels and
-//! fingerprints), one row group per file.
+//! Rows to a Parquet file's bytes and back: zstd-compressed columns,
+//! dictionary-encoded (a file repeats its hosts, labels and fingerprints),
+//! a row group per [`ROW_GROUP_ROWS`] rows.
 
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use super::{rows, Row, Samples};
 use crate::Error;
@@ -19,6 +21,10 @@ fn stored(e: impl std::fmt::Display) -> Error {
 /// it holds (keys under the bucket, one per line).
 pub const SOURCES: &str = "pileup.sources";
 
+/// Rows a row group holds at most: a compacted hour of a large fleet is
+/// read a row group per thread.
+pub const ROW_GROUP_ROWS: usize = 65_536;
+
 /// `rows` as a Parquet file.
 pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
     write_with(rows, samples, vec![])
@@ -26,19 +32,55 @@ pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
 
 /// `rows` as a Parquet file with key-value metadata `meta`.
 pub fn write_with(rows: &[Row], samples: Samples, meta: Vec<(String, String)>) -> Result<Vec<u8>, Error> {
-    let batch = rows::to_batch(rows, samples)?;
-    let kv: Vec<parquet::file::metadata::KeyValue> =
-        meta.into_iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k, v)).collect();
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(stored)?))
-        .set_created_by(format!("pileup {}", env!("CARGO_PKG_VERSION")))
-        .set_key_value_metadata((!kv.is_empty()).then_some(kv))
-        .build();
-    let mut out = Vec::new();
-    let mut w = ArrowWriter::try_new(&mut out, rows::schema(), Some(props)).map_err(stored)?;
-    w.write(&batch).map_err(stored)?;
-    w.close().map_err(stored)?;
-    Ok(out)
+    let mut w = Writer::new(samples, meta)?;
+    w.write(rows)?;
+    w.finish()
+}
+
+/// A Parquet file written some rows at a time.
+pub struct Writer {
+    w: ArrowWriter<Vec<u8>>,
+    samples: Samples,
+}
+
+impl Writer {
+    /// A file with key-value metadata `meta`, its samples as `samples` says.
+    pub fn new(samples: Samples, meta: Vec<(String, String)>) -> Result<Writer, Error> {
+        let kv: Vec<parquet::file::metadata::KeyValue> =
+            meta.into_iter().map(|(k, v)| parquet::file::metadata::KeyValue::new(k, v)).collect();
+        // A window's file is a few hundred rows of 132 columns, most of
+        // them null (attributes a server does not log): the footer's
+        // per-column metadata is a large share of its bytes. So no page
+        // index and no statistics, but for the columns engines prune on
+        // (`minute`, `host`, `fingerprint`), kept per row group.
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(stored)?))
+            .set_created_by(format!("pileup {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata((!kv.is_empty()).then_some(kv))
+            .set_statistics_enabled(EnabledStatistics::None)
+            .set_offset_index_disabled(true)
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
+        for col in ["minute", "host", "fingerprint"] {
+            props = props.set_column_statistics_enabled(ColumnPath::from(col), EnabledStatistics::Chunk);
+        }
+        // The Arrow schema is not stored beside Parquet's own (10 KB a
+        // file): the reader asks for the types it needs by name.
+        let opts = ArrowWriterOptions::new().with_properties(props.build()).with_skip_arrow_metadata(true);
+        let w = ArrowWriter::try_new_with_options(Vec::new(), rows::schema(), opts).map_err(stored)?;
+        Ok(Writer { w, samples })
+    }
+
+    pub fn write(&mut self, rows: &[Row]) -> Result<(), Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.w.write(&rows::to_batch(rows, self.samples)?).map_err(stored)
+    }
+
+    /// The file's bytes.
+    pub fn finish(self) -> Result<Vec<u8>, Error> {
+        self.w.into_inner().map_err(stored)
+    }
 }
 
 /// The rows of a Parquet file of [`rows::schema`]; with `columns`, only
@@ -53,27 +95,67 @@ pub type Meta = Vec<(String, String)>;
 
 /// [`read`], and the file's key-value metadata.
 pub fn read_with(file: Bytes, columns: Option<&[&str]>) -> Result<(Vec<Row>, Meta), Error> {
-    let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(stored)?;
-    let meta: Meta = b
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .map(|kv| kv.iter().map(|e| (e.key.clone(), e.value.clone().unwrap_or_default())).collect())
-        .unwrap_or_default();
-    let b = match columns {
-        Some(cols) => {
-            let always = ["minute", "host", "fingerprint", "fingerprint_version", "count"];
-            let want: Vec<&str> = always.iter().chain(cols).copied().collect();
-            let mask = ProjectionMask::columns(b.parquet_schema(), want.iter().copied());
-            b.with_projection(mask)
-        }
-        None => b,
-    };
+    let f = Opened::open(file)?;
     let mut rows = vec![];
-    for batch in b.build().map_err(stored)? {
-        rows.extend(rows::from_batch(&batch.map_err(stored)?)?);
+    f.read(columns, None, |r| rows.extend(r))?;
+    Ok((rows, f.meta()))
+}
+
+/// A stored file whose footer is read: its row groups can be read apart
+/// (on several threads) without reading the footer again.
+#[derive(Clone)]
+pub struct Opened {
+    data: Bytes,
+    meta: ArrowReaderMetadata,
+}
+
+impl Opened {
+    pub fn open(data: Bytes) -> Result<Opened, Error> {
+        let meta = ArrowReaderMetadata::load(&data, Default::default()).map_err(stored)?;
+        Ok(Opened { data, meta })
     }
-    Ok((rows, meta))
+
+    pub fn row_groups(&self) -> usize {
+        self.meta.metadata().num_row_groups()
+    }
+
+    /// The file's key-value metadata.
+    pub fn meta(&self) -> Meta {
+        self.meta
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .map(|kv| kv.iter().map(|e| (e.key.clone(), e.value.clone().unwrap_or_default())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The rows of row group `group` (all: `None`), handed to `each` a
+    /// batch at a time; `columns` as for [`read`].
+    pub fn read(
+        &self,
+        columns: Option<&[&str]>,
+        group: Option<usize>,
+        mut each: impl FnMut(Vec<Row>),
+    ) -> Result<(), Error> {
+        let b = ParquetRecordBatchReaderBuilder::new_with_metadata(self.data.clone(), self.meta.clone());
+        let b = match columns {
+            Some(cols) => {
+                let always = ["minute", "host", "fingerprint", "fingerprint_version", "count"];
+                let want: Vec<&str> = always.iter().chain(cols).copied().collect();
+                let mask = ProjectionMask::columns(b.parquet_schema(), want.iter().copied());
+                b.with_projection(mask)
+            }
+            None => b,
+        };
+        let b = match group {
+            Some(g) => b.with_row_groups(vec![g]),
+            None => b,
+        };
+        for batch in b.build().map_err(stored)? {
+            each(rows::from_batch(&batch.map_err(stored)?)?);
+        }
+        Ok(())
+    }
 }
 
 /// The keys a compacted file's metadata says it holds.

@@ -91,23 +91,34 @@ pub fn host_of_key(key: &str) -> Option<String> {
     key.split('/').find_map(|s| s.strip_prefix("host=")).map(unsegment)
 }
 
-/// The key of `host`'s compacted hour starting at `hour` (Unix seconds):
-/// every window of the hour in one file, which names them in its metadata
-/// ([`super::file::SOURCES`]).
-pub fn compact_key(prefix: &str, host: &str, hour: i64) -> String {
+/// The key of a compacted hour starting at `hour` (Unix seconds): the
+/// windows of every host of the hour in one file, which names them in its
+/// metadata ([`super::file::SOURCES`]); `part` 0 is the first compaction's,
+/// 1, 2 … those of windows that came after it (`compact-…-2.parquet`).
+pub fn compact_key(prefix: &str, hour: i64, part: u32) -> String {
     let t = chrono::DateTime::from_timestamp(hour, 0).unwrap_or_default();
-    format!(
-        "{}host={}/{}-{}-compact.parquet",
-        hour_prefix(prefix, hour),
-        segment(host),
-        segment(host),
-        t.format("%Y%m%dT%H00")
-    )
+    let part = if part == 0 { String::new() } else { format!("-{}", part + 1) };
+    format!("{}compact-{}{part}.parquet", hour_prefix(prefix, hour), t.format("%Y%m%dT%H00"))
 }
 
-/// Whether a key is a compacted hour's file.
+/// Whether a key is a compacted hour's file (in the hour's partition
+/// itself: a window is in its host's, whatever the host's name).
 pub fn is_compact(key: &str) -> bool {
-    key.ends_with("-compact.parquet")
+    let mut segments = key.rsplit('/');
+    let (name, dir) = (segments.next().unwrap_or(key), segments.next().unwrap_or(""));
+    dir.starts_with("hour=") && name.starts_with("compact-") && name.ends_with(".parquet")
+}
+
+/// A key of a window as a compacted file names it: relative to the
+/// compacted file's own directory (the hour's partition).
+pub fn relative<'a>(compact: &str, window: &'a str) -> &'a str {
+    let dir = &compact[..compact.rfind('/').map_or(0, |i| i + 1)];
+    window.strip_prefix(dir).unwrap_or(window)
+}
+
+/// A window's key from its name in a compacted file ([`relative`]).
+pub fn beside(compact: &str, name: &str) -> String {
+    format!("{}{name}", &compact[..compact.rfind('/').map_or(0, |i| i + 1)])
 }
 
 /// The object key (or relative path) of `host`'s window starting at
@@ -158,10 +169,14 @@ mod tests {
         assert_eq!(hour_prefix("p/", 1_796_012_400), "p/dt=2026-11-30/hour=04/");
         assert_eq!(host_of_key(&key("p", "a b", 1_796_012_400, 10)).as_deref(), Some("a b"));
         assert_eq!(host_of_key("p/dt=2026-11-30/hour=04/host=x/notes.txt"), None);
-        let c = compact_key("p", "db-a", 1_796_011_200);
-        assert_eq!(c, "p/dt=2026-11-30/hour=04/host=db-a/db-a-20261130T0400-compact.parquet");
-        assert!(is_compact(&c) && !is_compact(&key("p", "db-a", 1_796_011_200, 10)));
-        assert_eq!(host_of_key(&c).as_deref(), Some("db-a"));
+        let c = compact_key("p", 1_796_011_200, 0);
+        assert_eq!(c, "p/dt=2026-11-30/hour=04/compact-20261130T0400.parquet");
+        assert_eq!(compact_key("", 1_796_011_200, 1), "dt=2026-11-30/hour=04/compact-20261130T0400-2.parquet");
+        let w = key("p", "compact-x", 1_796_011_200, 10);
+        assert!(is_compact(&c) && !is_compact(&w) && !is_compact(&key("p", "db-a", 1_796_011_200, 10)));
+        assert_eq!(host_of_key(&c), None);
+        assert_eq!(relative(&c, &w), "host=compact-x/compact-x-20261130T0400-10m.parquet");
+        assert_eq!(beside(&c, relative(&c, &w)), w);
         assert_eq!(segment(""), "__HIVE_DEFAULT_PARTITION__");
         assert_eq!((window_minutes(10), window_minutes(7), window_minutes(0), window_minutes(90)), (10, 6, 1, 60));
     }

@@ -29,9 +29,9 @@ use crate::Error;
 /// | `db` | string | its most frequent database in the minute |
 /// | `count` | uint64 | statements |
 /// | `first_seen`, `last_seen` | timestamp (ms, UTC) | within the minute |
-/// | `ATTR_n`, `_sum`, `_min`, `_max` | uint32, float64 ×3 | per attribute; null when not logged, min and max null when only sums are known |
+/// | `ATTR_n`, `_sum`, `_min`, `_max` | uint32, float64 ×3 | per attribute; null when not logged, min and max null when only sums are known; `_n` null when every statement logged it (`count`) |
 /// | `query_time_bucket_low`, `query_time_bucket_count` | list of float64, list of uint32 | the statement time's histogram: each bucket's lower bound and count |
-/// | `FLAG_seen`, `FLAG_yes` | uint32 | per flag: statements that logged it, and that said yes |
+/// | `FLAG_seen`, `FLAG_yes` | uint32 | per flag: statements that logged it (null: all of them), and that said yes |
 /// | `sample`, `sample_query_time` | string, float64 | the slowest statement, redacted by default |
 pub fn schema() -> SchemaRef {
     let ts = || DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
@@ -62,16 +62,16 @@ pub fn schema() -> SchemaRef {
     }
     f.push(Field::new(
         "query_time_bucket_low",
-        DataType::List(Arc::new(Field::new_list_field(DataType::Float64, true))),
+        DataType::List(Arc::new(Field::new_list_field(DataType::Float64, false))),
         false,
     ));
     f.push(Field::new(
         "query_time_bucket_count",
-        DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, true))),
+        DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, false))),
         false,
     ));
     for (flag, _) in FLAGS {
-        f.push(Field::new(format!("{flag}_seen"), DataType::UInt32, false));
+        f.push(Field::new(format!("{flag}_seen"), DataType::UInt32, true));
         f.push(Field::new(format!("{flag}_yes"), DataType::UInt32, false));
     }
     f.push(Field::new("sample", DataType::Utf8, true));
@@ -88,10 +88,12 @@ struct AttrCols {
 }
 
 impl AttrCols {
-    fn add(&mut self, s: Option<&Stat>) {
+    /// `s` of a class of `count` statements: its `n` null when every
+    /// statement logged it (most rows: a null costs a bit, a count bytes).
+    fn add(&mut self, s: Option<&Stat>, count: u64) {
         match s.filter(|s| s.n > 0) {
             Some(s) => {
-                self.n.append_value(s.n);
+                self.n.append_option((u64::from(s.n) != count).then_some(s.n));
                 self.sum.append_value(s.sum);
                 self.min.append_option((!s.min.is_nan()).then_some(s.min));
                 self.max.append_option((!s.max.is_nan()).then_some(s.max));
@@ -135,8 +137,8 @@ pub fn to_batch(rows: &[Row], samples: Samples) -> Result<RecordBatch, Error> {
             max: Float64Builder::new(),
         })
         .collect();
-    let mut lows = ListBuilder::new(Float64Builder::new());
-    let mut counts = ListBuilder::new(UInt32Builder::new());
+    let mut lows = ListBuilder::new(Float64Builder::new()).with_field(Field::new_list_field(DataType::Float64, false));
+    let mut counts = ListBuilder::new(UInt32Builder::new()).with_field(Field::new_list_field(DataType::UInt32, false));
     let mut flags: Vec<(UInt32Builder, UInt32Builder)> =
         FLAGS.iter().map(|_| (UInt32Builder::new(), UInt32Builder::new())).collect();
     let (mut sample, mut sample_qt) = (StringBuilder::new(), Float64Builder::new());
@@ -157,7 +159,7 @@ pub fn to_batch(rows: &[Row], samples: Samples) -> Result<RecordBatch, Error> {
         first.append_option(c.first.map(|t| t * 1000));
         last.append_option(c.last.map(|t| t * 1000));
         for (i, cols) in attrs.iter_mut().enumerate() {
-            cols.add(c.stat(attr::from_index(i)).as_deref());
+            cols.add(c.stat(attr::from_index(i)).as_deref(), c.count);
         }
         if let Some(s) = c.stat(A::QueryTime) {
             for (low, n) in s.hist.buckets() {
@@ -168,7 +170,7 @@ pub fn to_batch(rows: &[Row], samples: Samples) -> Result<RecordBatch, Error> {
         lows.append(true);
         counts.append(true);
         for ((seen, yes), f) in flags.iter_mut().zip(&c.flags) {
-            seen.append_value(f.0);
+            seen.append_option((u64::from(f.0) != c.count).then_some(f.0));
             yes.append_value(f.1);
         }
         let text = sample_text(c, samples);
@@ -258,6 +260,15 @@ type AttrRead<'a> = (
     Option<&'a arrow_array::Float64Array>,
 );
 
+/// Row `i`'s labels.
+fn labels_at(labels: Option<&arrow_array::MapArray>, i: usize) -> Vec<(String, String)> {
+    labels.map_or(vec![], |m| {
+        let e = m.value(i);
+        let (k, v) = (e.column(0).as_string::<i32>(), e.column(1).as_string::<i32>());
+        (0..e.len()).map(|j| (k.value(j).to_string(), v.value(j).to_string())).collect()
+    })
+}
+
 /// The rows of a batch of [`schema`] (or of some of its columns: `minute`,
 /// `host`, `fingerprint` and `count` are needed).
 pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
@@ -309,8 +320,17 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
         class.count = count.value(i);
         class.first = opt(first, i).map(|t| t.div_euclid(1000));
         class.last = opt(last, i).map(|t| t.div_euclid(1000));
+        let all = u32::try_from(class.count).unwrap_or(u32::MAX);
         for (k, (n, sum, min, max)) in attrs.iter().enumerate() {
-            let Some(n) = opt(*n, i).filter(|n| *n > 0) else { continue };
+            // Logged when its sum is there; by every statement when its
+            // `n` is null.
+            if opt(*sum, i).is_none() {
+                continue;
+            }
+            let n = opt(*n, i).unwrap_or(all);
+            if n == 0 {
+                continue;
+            }
             let hist = match (k == A::QueryTime as usize, lows, counts) {
                 (true, Some(l), Some(cn)) if l.is_valid(i) && cn.is_valid(i) => {
                     let (l, cn) = (l.value(i), cn.value(i));
@@ -329,7 +349,7 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
             class.add_stat(k, &st);
         }
         for (slot, (seen, yes)) in class.flags.iter_mut().zip(&flags) {
-            *slot = (opt(*seen, i).unwrap_or(0), opt(*yes, i).unwrap_or(0));
+            *slot = (opt(*seen, i).unwrap_or(all), opt(*yes, i).unwrap_or(0));
         }
         let db_name: Name = Name::from(db.map_or("", |d| d.value(i)).as_bytes());
         if !db_name.is_empty() {
@@ -345,12 +365,7 @@ pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
         }
         let minute_s = minute.value(i).div_euclid(1000);
         class.series.add(minute_s, u32::try_from(class.count).unwrap_or(u32::MAX), class.sum(A::QueryTime) as f32);
-        let labels = labels.map_or(vec![], |m| {
-            let e = m.value(i);
-            let (k, v) = (e.column(0).as_string::<i32>(), e.column(1).as_string::<i32>());
-            (0..e.len()).map(|j| (k.value(j).to_string(), v.value(j).to_string())).collect()
-        });
-        rows.push(Row { minute: minute_s, host: host.value(i).to_string(), labels, class });
+        rows.push(Row { minute: minute_s, host: host.value(i).to_string(), labels: labels_at(labels, i), class });
     }
     Ok(rows)
 }

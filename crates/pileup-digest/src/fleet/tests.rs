@@ -26,12 +26,22 @@ fn log(seed: u64, n: usize, t0: i64) -> String {
         };
         let qt = (1 + rnd() % 50_000) as f64 * 1e-6;
         let (sent, examined, full) = (rnd() % 20, rnd() % 5000, if rnd() % 4 == 0 { "Yes" } else { "No" });
+        // A fifth of the statements log neither their bytes nor their
+        // plan's flags: those attributes' and flags' counts are not the
+        // class's.
+        let more = if rnd() % 5 == 0 {
+            String::new()
+        } else {
+            format!(
+                "# Rows_affected: 0  Bytes_sent: {}\n# Full_scan: {full}  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No\n\
+                 # Filesort: No  Filesort_on_disk: No  Merge_passes: 0  Priority_queue: No\n",
+                100 + sent * 40
+            )
+        };
         out += &format!(
             "# User@Host: app[app] @ web{h} [10.0.0.{h}]\n# Thread_id: {k}  Schema: shop  QC_hit: No\n\
              # Query_time: {qt:.6}  Lock_time: 0.000010  Rows_sent: {sent}  Rows_examined: {examined}\n\
-             # Rows_affected: 0  Bytes_sent: {}\n# Full_scan: {full}  Full_join: No  Tmp_table: No  Tmp_table_on_disk: No\n\
-             # Filesort: No  Filesort_on_disk: No  Merge_passes: 0  Priority_queue: No\nSET timestamp={ts};\n{q};\n",
-            100 + sent * 40,
+             {more}SET timestamp={ts};\n{q};\n",
             h = rnd() % 3,
         );
     }
@@ -94,6 +104,10 @@ fn two_hosts_stored_and_merged_are_one_digest_of_both_logs() {
         assert!(back.iter().all(|r| r.host == host && r.labels == labels));
         stored.extend(back);
     }
+    // Some attributes and flags were not logged by every statement.
+    let some = |r: &Row| r.class.stat(A::BytesSent).is_some_and(|s| u64::from(s.n) < r.class.count);
+    assert!(stored.iter().any(some), "a row whose bytes_sent not every statement logged");
+    assert!(stored.iter().any(|r| u64::from(r.class.flags[1].0) < r.class.count));
     let both = digest_of(&[&a, &b]);
     // Per minute: the two hosts' rows of a minute are that minute of both.
     let minutes = both.minutes.as_ref().unwrap();
@@ -264,4 +278,57 @@ fn a_followed_log_hands_over_each_window_once_the_clock_passes_it_and_the_rest_a
     let stopped = stopped.lock().unwrap().unwrap();
     assert!(sink.1.iter().filter(|t| **t < stopped).count() >= 1, "{starts:?}");
     assert!(d.minutes.is_some_and(|m| m.by_minute.is_empty()));
+}
+
+#[test]
+fn an_hours_histograms_kept_on_each_classs_first_row_merge_to_the_same_classes() {
+    let t0 = 1_796_011_200;
+    let mut rows = vec![];
+    for (host, seed) in [("db-a", 5), ("db-b", 6)] {
+        let d = digest_of(&[&log(seed, 2000, t0 + 60)]);
+        rows.extend(rows_of(d.minutes.unwrap().by_minute, host, &[]));
+    }
+    let before = merge_by_class(rows.clone());
+    // Stored and read back as a compacted hour is.
+    rows.reverse();
+    hourly_histograms(&mut rows);
+    let bytes = file::write(&rows, Samples::Redacted).unwrap();
+    let back = file::read(bytes.into(), None).unwrap();
+    let with_hist = |r: &&Row| r.class.stat(A::QueryTime).is_some_and(|s| s.hist.buckets().next().is_some());
+    let mut firsts = std::collections::BTreeMap::new();
+    for r in &back {
+        let e = firsts.entry((r.host.clone(), r.class.fingerprint.clone())).or_insert(r.minute);
+        *e = (*e).min(r.minute);
+    }
+    let kept: Vec<&Row> = back.iter().filter(with_hist).collect();
+    assert_eq!(kept.len(), firsts.len(), "one row per host and class keeps a distribution");
+    assert!(kept.iter().all(|r| firsts[&(r.host.clone(), r.class.fingerprint.clone())] == r.minute), "its first");
+    assert!(back.len() > 2 * kept.len());
+    let after = merge_by_class(back);
+    let (want, got) = (by_fp(&before), by_fp(&after));
+    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
+    for (fp, c) in &want {
+        assert_same(c, got[fp]);
+    }
+}
+
+#[test]
+fn a_large_file_is_read_a_row_group_at_a_time_to_the_same_rows() {
+    let d = digest_of(&[&log(7, 200, 1_796_011_200)]);
+    let base = rows_of(d.minutes.unwrap().by_minute, "db-a", &[]);
+    let rows: Vec<Row> = (0..file::ROW_GROUP_ROWS + 100)
+        .map(|i| {
+            let mut r = base[i % base.len()].clone();
+            r.host = format!("db-{}", i / base.len());
+            r
+        })
+        .collect();
+    let f = file::Opened::open(file::write(&rows, Samples::None).unwrap().into()).unwrap();
+    assert_eq!(f.row_groups(), 2);
+    let (mut all, mut groups) = (0, vec![0; 2]);
+    f.read(None, None, |r| all += r.len()).unwrap();
+    for (g, n) in groups.iter_mut().enumerate() {
+        f.read(Some(&[]), Some(g), |r| *n += r.len()).unwrap();
+    }
+    assert_eq!((all, groups), (rows.len(), vec![file::ROW_GROUP_ROWS, 100]));
 }

@@ -28,8 +28,9 @@ pub struct FromArgs {
     /// Only hosts whose name matches this glob (*, ?, [a-c], {a,b}).
     #[arg(long, value_name = "GLOB", requires = "from", help_heading = "A fleet's digests")]
     pub hosts: Option<String>,
-    /// Fold each host's windows of each hour (of --since to --until, hours that ended at
-    /// least an hour ago) into one file per host-hour, and delete the windows.
+    /// Fold the windows of each hour (of --since to --until, hours that ended at least an hour
+    /// ago) of every host into one file for the hour, and delete the windows. Counts and sums
+    /// stay per minute; the statement-time histogram is kept per host, class and hour.
     #[arg(long, requires = "from", help_heading = "A fleet's digests")]
     pub compact: bool,
     /// Compare with an earlier window as long as --since to --until, starting at WHEN (a time
@@ -139,7 +140,7 @@ fn keys_of(remote: &pileup_store::Remote, prefix: &str, q: &Question) -> Result<
     let mut keys = vec![];
     for hour in q.hours() {
         for (key, size) in remote.list_keys(&layout::hour_prefix(prefix, hour))? {
-            if layout::host_of_key(&key).is_some_and(|h| q.wants_host(&h)) {
+            if layout::is_compact(&key) || layout::host_of_key(&key).is_some_and(|h| q.wants_host(&h)) {
                 keys.push((key, size));
             }
         }
@@ -183,7 +184,8 @@ pub fn read(url: &str, q: &Question, jobs: usize, samples: bool) -> Result<Merge
 }
 
 /// Fetch `keys` and merge their rows on `jobs` threads: the merge and the
-/// windows the compacted files among them hold.
+/// windows the compacted files among them hold. A file of several row
+/// groups (a compacted hour) is read a row group per thread.
 fn fetch_merge(
     remote: &pileup_store::Remote,
     url: &pileup_store::StoreUrl,
@@ -195,17 +197,36 @@ fn fetch_merge(
 ) -> Result<(Merge, Vec<String>)> {
     let (tx, rx) = mpsc::sync_channel::<(String, bytes::Bytes)>(jobs * 2);
     let rx = Mutex::new(rx);
+    // Row groups after the first of files already opened.
+    let groups: Mutex<Vec<(String, file::Opened, usize)>> = Mutex::new(vec![]);
+    let read = |key: &str, f: &file::Opened, group: Option<usize>, m: &mut Merge| {
+        f.read(None, group, |rows| m.add(rows, q)).with_context(|| url.url_of(key))
+    };
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..jobs.max(1))
             .map(|_| {
                 s.spawn(|| -> Result<(Merge, Vec<String>)> {
                     let (mut m, mut held) = (fresh(), vec![]);
                     loop {
+                        if let Some((key, f, g)) = groups.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+                            read(&key, &f, Some(g), &mut m)?;
+                            continue;
+                        }
                         let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok((key, data)) = next else { return Ok((m, held)) };
-                        let (rows, meta) = file::read_with(data, None).with_context(|| url.url_of(&key))?;
-                        held.extend(file::sources(&meta));
-                        m.add(rows, q);
+                        let Ok((key, data)) = next else {
+                            if groups.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                                return Ok((m, held));
+                            }
+                            continue;
+                        };
+                        let f = file::Opened::open(data).with_context(|| url.url_of(&key))?;
+                        held.extend(file::sources(&f.meta()).iter().map(|n| layout::beside(&key, n)));
+                        let n = f.row_groups();
+                        if n > 1 {
+                            let mut g = groups.lock().unwrap_or_else(|e| e.into_inner());
+                            g.extend((1..n).map(|i| (key.clone(), f.clone(), i)));
+                        }
+                        read(&key, &f, (n > 1).then_some(0), &mut m)?;
                     }
                 })
             })
@@ -232,11 +253,12 @@ fn fetch_merge(
     })
 }
 
-/// `pileup digest --from URL --compact`: each host's windows of each hour
-/// that ended at least an hour ago, folded into one file per host-hour that
-/// names them in its metadata; then the windows are deleted. A window that
-/// comes later (a part logged late) is folded in by the next compaction,
-/// and read beside the compacted file meanwhile.
+/// `pileup digest --from URL --compact`: the windows of each hour that
+/// ended at least an hour ago, of every host (or those of --hosts), folded
+/// into one file for the hour that names them in its metadata; then the
+/// windows are deleted. Windows that come later (a part logged late) are
+/// folded by the next compaction into a file of their own beside it
+/// (`compact-…-2.parquet`).
 pub fn compact(a: &FromArgs) -> Result<()> {
     let url = pileup_store::StoreUrl::parse(a.from.as_deref().expect("--from given")).context("--from")?;
     let q = a.question(now())?;
@@ -246,67 +268,100 @@ pub fn compact(a: &FromArgs) -> Result<()> {
         note!("note: hours that ended less than an hour ago are left as they are (their windows may still come)");
     }
     let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env().context("--from")?)?;
-    let (mut groups, mut files, mut before, mut after) = (0u64, 0u64, 0u64, 0u64);
+    let (mut made, mut files, mut before, mut after) = (0u64, 0u64, 0u64, 0u64);
     for hour in hours {
         let hq = Question { since: hour, until: hour + 3600, hosts: q.hosts.clone() };
-        let mut by_host: std::collections::BTreeMap<String, Vec<(String, u64)>> = Default::default();
-        for (k, n) in keys_of(&remote, &url.prefix, &hq)? {
-            by_host.entry(layout::host_of_key(&k).unwrap_or_default()).or_default().push((k, n));
+        let (done, windows): (Vec<_>, Vec<_>) =
+            keys_of(&remote, &url.prefix, &hq)?.into_iter().partition(|(k, _)| layout::is_compact(k));
+        if windows.is_empty() {
+            continue;
         }
-        for (host, keys) in by_host {
-            let windows: Vec<&String> = keys.iter().map(|(k, _)| k).filter(|k| !layout::is_compact(k)).collect();
-            if windows.is_empty() {
-                continue;
+        // The windows the hour's compacted files hold already (shipped
+        // again since) are deleted without being folded in twice.
+        let mut held = std::collections::HashSet::new();
+        let names: Vec<String> = done.iter().map(|(k, _)| k.clone()).collect();
+        let mut failed = None;
+        remote.get_each(&names, 16, |k, data| match file::Opened::open(data) {
+            Ok(f) => {
+                held.extend(file::sources(&f.meta()).iter().map(|n| layout::beside(k, n)));
+                true
             }
-            // The compacted file first: the windows it names are already
-            // in it (shipped again since), deleted without being folded in
-            // twice.
-            let (held, fresh): (Vec<String>, Vec<String>) =
-                keys.iter().map(|(k, _)| k.clone()).partition(|k| layout::is_compact(k));
-            let (mut rows, mut sources) = (vec![], std::collections::BTreeSet::new());
-            fold_files(&remote, &url, &held, &mut rows, &mut sources)?;
-            let fresh: Vec<String> = fresh.into_iter().filter(|k| !sources.contains(k)).collect();
-            fold_files(&remote, &url, &fresh, &mut rows, &mut sources)?;
-            let rows = pileup_digest::fleet::fold_rows(rows);
-            let list = sources.into_iter().collect::<Vec<_>>().join("\n");
-            let meta = vec![(file::SOURCES.to_string(), list)];
-            let out = file::write_with(&rows, pileup_digest::fleet::Samples::Full, meta)?;
+            Err(e) => {
+                failed = Some(format!("{}: {e}", url.url_of(k)));
+                false
+            }
+        })?;
+        if let Some(f) = failed {
+            anyhow::bail!("{f}");
+        }
+        let (again, fresh): (Vec<_>, Vec<_>) = windows.into_iter().partition(|(k, _)| held.contains(k));
+        if !fresh.is_empty() {
+            let key = layout::compact_key(&url.prefix, hour, done.len() as u32);
+            let out = fold_hour(&remote, &url, &key, &fresh)?;
             after += out.len() as u64;
-            remote.put(&layout::compact_key(&url.prefix, &host, hour), out)?;
-            for k in windows {
-                remote.delete(k)?;
-            }
-            groups += 1;
-            files += keys.len() as u64;
-            before += keys.iter().map(|(_, n)| n).sum::<u64>();
+            remote.put(&key, out)?;
+            made += 1;
         }
+        for (k, _) in fresh.iter().chain(&again) {
+            remote.delete(k)?;
+        }
+        files += (fresh.len() + again.len()) as u64;
+        before += fresh.iter().chain(&again).map(|(_, n)| n).sum::<u64>();
     }
     note!(
         "compacted {} into {} ({} into {})",
         super::plural(files, "file", "files"),
-        super::plural(groups, "host-hour", "host-hours"),
+        super::plural(made, "hour", "hours"),
         indicatif::HumanBytes(before),
         indicatif::HumanBytes(after)
     );
     Ok(())
 }
 
-/// Fetch `keys` and add their rows to `rows`, and the windows they hold to
-/// `sources` (a window's own key; a compacted file's list).
+/// Hosts whose windows are folded at once: a compacted hour of any fleet
+/// is made in bounded memory.
+const HOSTS_AT_ONCE: usize = 64;
+
+/// The windows `fresh` of one hour as one compacted file `key`: each
+/// host's rows of a minute and class folded, its distributions kept per
+/// class for the hour ([`pileup_digest::fleet::hourly_histograms`]), rows
+/// by host, class and minute.
+fn fold_hour(
+    remote: &pileup_store::Remote,
+    url: &pileup_store::StoreUrl,
+    key: &str,
+    fresh: &[(String, u64)],
+) -> Result<Vec<u8>> {
+    let mut by_host: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (k, _) in fresh {
+        by_host.entry(layout::host_of_key(k).unwrap_or_default()).or_default().push(k.clone());
+    }
+    let list: Vec<&str> = fresh.iter().map(|(k, _)| layout::relative(key, k)).collect();
+    let meta = vec![(file::SOURCES.to_string(), list.join("\n"))];
+    let mut w = file::Writer::new(pileup_digest::fleet::Samples::Full, meta)?;
+    let hosts: Vec<Vec<String>> = by_host.into_values().collect();
+    for group in hosts.chunks(HOSTS_AT_ONCE) {
+        let keys: Vec<String> = group.iter().flatten().cloned().collect();
+        let mut rows = vec![];
+        fold_files(remote, url, &keys, &mut rows)?;
+        let mut rows = pileup_digest::fleet::fold_rows(rows);
+        pileup_digest::fleet::hourly_histograms(&mut rows);
+        rows.sort_by(|a, b| (&a.host, &a.class.fingerprint, a.minute).cmp(&(&b.host, &b.class.fingerprint, b.minute)));
+        w.write(&rows)?;
+    }
+    Ok(w.finish()?)
+}
+
+/// Fetch `keys` and add their rows to `rows`.
 fn fold_files(
     remote: &pileup_store::Remote,
     url: &pileup_store::StoreUrl,
     keys: &[String],
     rows: &mut Vec<pileup_digest::fleet::Row>,
-    sources: &mut std::collections::BTreeSet<String>,
 ) -> Result<()> {
     let mut failed = None;
-    remote.get_each(keys, 16, |k, data| match file::read_with(data, None) {
-        Ok((r, meta)) => {
-            sources.extend(file::sources(&meta));
-            if !layout::is_compact(k) {
-                sources.insert(k.to_string());
-            }
+    remote.get_each(keys, 16, |k, data| match file::read(data, None) {
+        Ok(r) => {
             rows.extend(r);
             true
         }
