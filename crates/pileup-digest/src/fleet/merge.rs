@@ -258,8 +258,10 @@ pub fn parse_when(s: &str, now: i64) -> Result<i64, String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.timestamp());
     }
+    // UTC either way: a Z is allowed without seconds too (04:00Z).
+    let naive = s.strip_suffix(['Z', 'z']).unwrap_or(s);
     for f in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(naive, f) {
             return Ok(t.and_utc().timestamp());
         }
     }
@@ -282,6 +284,9 @@ mod tests {
         assert_eq!(parse_when("now", now), Ok(now));
         assert_eq!(parse_when("2026-11-30T04:00:00Z", now), Ok(now - 3600));
         assert_eq!(parse_when("2026-11-30 04:00", now), Ok(now - 3600));
+        // The examples --help gives.
+        assert_eq!(parse_when("2026-11-30T04:00Z", now), Ok(now - 3600));
+        assert_eq!(parse_when("2026-11-30T04:00", now), Ok(now - 3600));
         assert_eq!(parse_when("2026-11-30", now), Ok(now - 5 * 3600));
         assert!(parse_when("yesterday", now).unwrap_err().contains("neither a time ago"));
     }

@@ -338,7 +338,7 @@ fn fold_hour(
     }
     let list: Vec<&str> = fresh.iter().map(|(k, _)| layout::relative(key, k)).collect();
     let meta = vec![(file::SOURCES.to_string(), list.join("\n"))];
-    let mut w = file::Writer::new(pileup_digest::fleet::Samples::Full, meta)?;
+    let mut w = file::Writer::new(pileup_digest::fleet::Samples::Full, meta, file::Codec::Zstd)?;
     let hosts: Vec<Vec<String>> = by_host.into_values().collect();
     for group in hosts.chunks(HOSTS_AT_ONCE) {
         let keys: Vec<String> = group.iter().flatten().cloned().collect();
