@@ -31,7 +31,7 @@ pub mod rank;
 pub mod report;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 pub use aggregate::Problem;
@@ -95,6 +95,9 @@ pub trait Sink {
     /// A window of minutes is complete ([`Options::windows`]); the digest
     /// keeps nothing of it.
     fn window(&mut self, _w: fleet::window::Window) {}
+    /// Something a user following the run should hear now (a server gone
+    /// away and waited for), one line.
+    fn note(&mut self, _line: &str) {}
 }
 
 /// A sink that ignores everything.
@@ -191,14 +194,24 @@ fn read_sql_inputs(
                     let (deltas, note) = match reader.next(&mut conn, left, stop) {
                         Ok(r) => r,
                         Err(e) => {
-                            // The minutes read so far are handed over: the
-                            // server going away loses only its last minute.
-                            if let (Some(c), Some(m)) = (closer.as_deref_mut(), agg.minutes.as_mut()) {
-                                for w in c.rest(m) {
-                                    sink.window(w);
-                                }
-                            }
-                            return Err(Error::Server(e));
+                            // The server went away, and its counters with it:
+                            // read again from a new first read once it answers.
+                            // The minutes between have no digest; the report
+                            // says which.
+                            sink.note(&format!("{e}; reading again once it answers"));
+                            let Some((c, r)) = reconnect(spec, stop) else { break };
+                            let back = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(minute, |d| d.as_secs() as i64);
+                            let gap = format!(
+                                "the server was away from {} to {} UTC: those minutes have no digest",
+                                hhmm(minute),
+                                hhmm(back)
+                            );
+                            sink.note(&gap);
+                            notes.push(gap);
+                            (conn, reader) = (c, r);
+                            continue;
                         }
                     };
                     for d in deltas {
@@ -222,6 +235,29 @@ fn read_sql_inputs(
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((i, 0), 0);
     }
     Ok(())
+}
+
+/// A connection to the server `spec` names and a first read of its
+/// digests, tried every 2 s until they come or `stop` is set (then none).
+fn reconnect(spec: &pileup_conn::ConnSpec, stop: &AtomicBool) -> Option<(mysql::Conn, input::ps::Reader)> {
+    loop {
+        if let Ok(mut c) = spec.connect() {
+            if let Ok(r) = input::ps::Reader::open(&mut c) {
+                return Some((c, r));
+            }
+        }
+        for _ in 0..20 {
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// `HH:MM` of a Unix time, UTC.
+fn hhmm(t: i64) -> String {
+    chrono::DateTime::from_timestamp(t, 0).map_or_else(String::new, |d| d.format("%H:%M").to_string())
 }
 
 /// Problems and samples carry their line within their block: number them

@@ -26,6 +26,8 @@ pub enum StoreError {
     NotACapture(String),
     #[error("{0}: the capture was cut short (it has no complete.json): not queued for the store")]
     Incomplete(String),
+    #[error("{0}: another pileup ships from this queue (each needs its own: give --spool-dir)")]
+    SpoolBusy(String),
     #[error(transparent)]
     File(#[from] pileup_files::FileError),
     #[error("{dir}: {free} bytes free, and queueing needs {need} while keeping {min_free} free: not queued for the store ({kept}; free space or lower --min-free-mib)")]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::aws::AwsSettings;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::remote::Remote;
 use crate::spool::Spool;
 use crate::url::StoreUrl;
@@ -97,6 +97,8 @@ struct Worker<F: FnMut(ShipEvent)> {
     next_try: Instant,
     /// A caller waiting for the queue to empty, until a deadline.
     drain: Option<(Instant, Sender<usize>)>,
+    /// The queue's directory, locked while this shipper runs.
+    _lock: std::fs::File,
 }
 
 impl<F: FnMut(ShipEvent)> Worker<F> {
@@ -253,6 +255,7 @@ impl Shipper {
     /// shipper's thread.
     pub fn start(o: ShipOptions, on: impl FnMut(ShipEvent) + Send + 'static) -> Result<Shipper> {
         let spool = Spool::open(&o.spool_dir)?;
+        let lock = lock(&o.spool_dir)?;
         let remote = Remote::open(&o.url, &o.aws)?;
         let queued = Arc::new(AtomicUsize::new(spool.pending()?.len()));
         let (tx, rx) = channel();
@@ -266,6 +269,7 @@ impl Shipper {
             wait: Duration::ZERO,
             next_try: Instant::now(),
             drain: None,
+            _lock: lock,
         };
         std::thread::Builder::new()
             .name("pileup-ship".into())
@@ -310,9 +314,32 @@ impl Drop for Shipper {
     }
 }
 
+/// The queue's directory, locked (flock, released when the file is closed,
+/// by the process's end too): two pileups shipping from one queue would
+/// upload and delete each other's files.
+fn lock(dir: &std::path::Path) -> Result<std::fs::File> {
+    let f = std::fs::File::open(dir).map_err(crate::error::io(dir))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::SpoolBusy(dir.display().to_string())),
+        Err(std::fs::TryLockError::Error(e)) => Err(crate::error::io(dir)(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_queue_ships_for_one_pileup_at_a_time() {
+        let t = tempfile::tempdir().unwrap();
+        let first = lock(t.path()).unwrap();
+        let e = lock(t.path()).unwrap_err();
+        assert!(matches!(e, StoreError::SpoolBusy(_)), "{e}");
+        assert!(e.to_string().contains("--spool-dir"), "{e}");
+        drop(first);
+        lock(t.path()).unwrap();
+    }
 
     #[test]
     fn retries_back_off_to_a_minute() {

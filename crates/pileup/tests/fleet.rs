@@ -1384,9 +1384,9 @@ fn a_followed_log_ships_each_window_once_complete_and_the_rest_when_stopped() {
 }
 
 #[test]
-fn performance_schema_ships_minute_by_minute_with_counts_and_sums() {
+fn performance_schema_ships_minute_by_minute_with_counts_and_sums_and_reads_on_after_a_restart() {
     let scratch = scratch("digest-ps-ship");
-    let sb = sandbox_with(vec![("performance_schema", "ON")]);
+    let mut sb = sandbox_with(vec![("performance_schema", "ON")]);
     std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
     let s3 = S3::start(&scratch.join("s3"), free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
@@ -1405,6 +1405,16 @@ fn performance_schema_ships_minute_by_minute_with_counts_and_sums() {
         std::thread::sleep(Duration::from_millis(500));
     }
     workload(&sb, 30, "ps_minutes");
+    let first = walk(&scratch.join("s3/digests")).len();
+    while walk(&scratch.join("s3/digests")).len() == first {
+        assert!(t0.elapsed() < Duration::from_secs(200), "the minute of the 30 statements was not shipped");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The server restarts (its counters start again from nothing): pileup
+    // reads on from a new first read, and says which minutes it lost.
+    sb.restart().unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    workload(&sb, 20, "ps_after");
     let child = &mut pileup.0;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let (mut stdout, mut stderr) = (vec![], String::new());
@@ -1413,10 +1423,14 @@ fn performance_schema_ships_minute_by_minute_with_counts_and_sums() {
     assert!(child.wait().unwrap().success(), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert!(report["notes"].to_string().contains("performance_schema keeps sums"), "{}", report["notes"]);
+    assert!(report["notes"].to_string().contains("the server was away from"), "{}", report["notes"]);
+    assert!(stderr.contains("reading again once it answers"), "{stderr}");
     let (_, merged, _) = digest_with_store(&["--from", "s3://digests/ps", "--since", "1h"], &s3);
     assert_same_classes(&merged, &report);
     let tagged = merged["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? as ps_minutes");
     assert_eq!(tagged.unwrap_or_else(|| panic!("{stderr}"))["count"], 130);
+    let after = merged["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == "select ? as ps_after");
+    assert_eq!(after.unwrap_or_else(|| panic!("{stderr}"))["count"], 20, "read after the restart");
     // Sums only: no extremes, no histogram.
     assert!(tagged.unwrap()["attributes"]["query_time"]["max"].is_null(), "{}", tagged.unwrap());
 }

@@ -100,13 +100,13 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
         }
         None => None,
     };
-    let m = read(url, &q, jobs, before.is_some())?;
+    let m = read(url, &q, jobs, if before.is_some() { Want::ReportAndRates } else { Want::Report })?;
     if m.digest.events == 0 {
         note!("note: {}: no rows of these minutes and hosts", m.digest.inputs.join(", "));
     }
     let changes = match &before {
         Some(b) => {
-            let e = read(url, b, jobs, true)?;
+            let e = read(url, b, jobs, Want::Rates)?;
             if e.digest.events == 0 {
                 note!("note: {}: no rows in the earlier window", e.digest.inputs.join(", "));
             }
@@ -135,6 +135,17 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
     crate::output::emit(&report, targets, &Default::default())
 }
 
+/// What a read is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// The report: every column.
+    Report,
+    /// The report, and each class's rows kept for a comparison.
+    ReportAndRates,
+    /// Each class's rows for a comparison: counts and times only.
+    Rates,
+}
+
 /// The keys of the question's hours and hosts, with their sizes.
 fn keys_of(remote: &pileup_store::Remote, prefix: &str, q: &Question) -> Result<Vec<(String, u64)>> {
     let mut keys = vec![];
@@ -151,8 +162,11 @@ fn keys_of(remote: &pileup_store::Remote, prefix: &str, q: &Question) -> Result<
 /// Read and merge what the question needs: the keys of its hours'
 /// partitions and hosts (compacted hours first, then the files they do not
 /// hold), fetched 16 at a time and decoded on `jobs` threads, each merging
-/// its files' rows (and keeping each class's rows when `samples`).
-pub fn read(url: &str, q: &Question, jobs: usize, samples: bool) -> Result<Merged> {
+/// its files' rows (and keeping each class's rows, as `want` says).
+pub fn read(url: &str, q: &Question, jobs: usize, want: Want) -> Result<Merged> {
+    let samples = want != Want::Report;
+    // The earlier window of a comparison needs each row's count and time.
+    let columns: Option<&[&str]> = (want == Want::Rates).then_some(&["query_time_n", "query_time_sum"]);
     let url = pileup_store::StoreUrl::parse(url).context("--from")?;
     let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env().context("--from")?)?;
     let keys = keys_of(&remote, &url.prefix, q)?;
@@ -171,7 +185,7 @@ pub fn read(url: &str, q: &Question, jobs: usize, samples: bool) -> Result<Merge
         let names: Vec<String> = group.iter().map(|(k, _)| k.clone()).collect();
         bytes += group.iter().map(|(_, n)| n).sum::<u64>();
         read += names.len();
-        let (m, sources) = fetch_merge(&remote, &url, &names, q, jobs, fresh, |n| {
+        let (m, sources) = fetch_merge(&remote, &url, &names, (q, columns), jobs, fresh, |n| {
             done += n;
             bar.event(&pileup_output::Step { done, total: Some(total) });
         })?;
@@ -190,7 +204,7 @@ fn fetch_merge(
     remote: &pileup_store::Remote,
     url: &pileup_store::StoreUrl,
     keys: &[String],
-    q: &Question,
+    (q, columns): (&Question, Option<&[&str]>),
     jobs: usize,
     fresh: impl Fn() -> Merge + Sync,
     mut progress: impl FnMut(u64),
@@ -200,7 +214,7 @@ fn fetch_merge(
     // Row groups after the first of files already opened.
     let groups: Mutex<Vec<(String, file::Opened, usize)>> = Mutex::new(vec![]);
     let read = |key: &str, f: &file::Opened, group: Option<usize>, m: &mut Merge| {
-        f.read(None, group, |rows| m.add(rows, q)).with_context(|| url.url_of(key))
+        f.read(columns, group, |rows| m.add(rows, q)).with_context(|| url.url_of(key))
     };
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..jobs.max(1))

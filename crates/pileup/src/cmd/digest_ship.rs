@@ -248,4 +248,8 @@ impl pileup_digest::Sink for Sink<'_> {
             s.window(w);
         }
     }
+
+    fn note(&mut self, line: &str) {
+        note!("note: {line}");
+    }
 }
