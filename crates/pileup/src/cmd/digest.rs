@@ -100,7 +100,8 @@ use crate::output::emit;
 /// --until (only those hours' files, and --hosts' hosts) and writes the
 /// same report with each host's share and each class's hosts; --compare-to
 /// ranks what changed since an earlier window, each change with its 95%
-/// interval; --compact folds each host-hour's windows into one file.
+/// interval; --compact folds each hour's windows of every host into one
+/// file.
 ///
 /// Exit status: 0 when every entry was read; 3 when the report is written
 /// but some entries or values were skipped (the report names them); 1 on
