@@ -18,7 +18,7 @@ fn stored(e: impl std::fmt::Display) -> Error {
 }
 
 /// The key-value metadata entry in which a compacted file lists the files
-/// it holds (keys under the bucket, one per line).
+/// it holds (keys relative to its own directory, one per line).
 pub const SOURCES: &str = "pileup.sources";
 
 /// Rows a row group holds at most: a compacted hour of a large fleet is
@@ -99,18 +99,9 @@ impl Writer {
 /// those columns are decoded (`minute`, `host`, `fingerprint`,
 /// `fingerprint_version` and `count` are always read).
 pub fn read(file: Bytes, columns: Option<&[&str]>) -> Result<Vec<Row>, Error> {
-    Ok(read_with(file, columns)?.0)
-}
-
-/// A Parquet file's key-value metadata.
-pub type Meta = Vec<(String, String)>;
-
-/// [`read`], and the file's key-value metadata.
-pub fn read_with(file: Bytes, columns: Option<&[&str]>) -> Result<(Vec<Row>, Meta), Error> {
-    let f = Opened::open(file)?;
     let mut rows = vec![];
-    f.read(columns, None, |r| rows.extend(r))?;
-    Ok((rows, f.meta()))
+    Opened::open(file)?.read(columns, None, |r| rows.extend(r))?;
+    Ok(rows)
 }
 
 /// A stored file whose footer is read: its row groups can be read apart
@@ -131,14 +122,17 @@ impl Opened {
         self.meta.metadata().num_row_groups()
     }
 
-    /// The file's key-value metadata.
-    pub fn meta(&self) -> Meta {
-        self.meta
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .map(|kv| kv.iter().map(|e| (e.key.clone(), e.value.clone().unwrap_or_default())).collect())
-            .unwrap_or_default()
+    /// The keys of the windows this file, stored at `key`, holds (a
+    /// compacted hour's: its [`SOURCES`] metadata names them relative to
+    /// its own directory); none for a window's file.
+    pub fn sources(&self, key: &str) -> Vec<String> {
+        let kv = self.meta.metadata().file_metadata().key_value_metadata();
+        kv.into_iter()
+            .flatten()
+            .filter(|e| e.key == SOURCES)
+            .flat_map(|e| e.value.as_deref().unwrap_or("").lines().filter(|l| !l.is_empty()))
+            .map(|name| super::layout::beside(key, name))
+            .collect()
     }
 
     /// The rows of row group `group` (all: `None`), handed to `each` a
@@ -168,12 +162,4 @@ impl Opened {
         }
         Ok(())
     }
-}
-
-/// The keys a compacted file's metadata says it holds.
-pub fn sources(meta: &[(String, String)]) -> Vec<String> {
-    meta.iter()
-        .filter(|(k, _)| k == SOURCES)
-        .flat_map(|(_, v)| v.lines().filter(|l| !l.is_empty()).map(str::to_string))
-        .collect()
 }

@@ -109,16 +109,20 @@ pub fn is_compact(key: &str) -> bool {
     dir.starts_with("hour=") && name.starts_with("compact-") && name.ends_with(".parquet")
 }
 
+/// A key's directory, with its last `/`.
+fn dir_of(key: &str) -> &str {
+    &key[..key.rfind('/').map_or(0, |i| i + 1)]
+}
+
 /// A key of a window as a compacted file names it: relative to the
 /// compacted file's own directory (the hour's partition).
 pub fn relative<'a>(compact: &str, window: &'a str) -> &'a str {
-    let dir = &compact[..compact.rfind('/').map_or(0, |i| i + 1)];
-    window.strip_prefix(dir).unwrap_or(window)
+    window.strip_prefix(dir_of(compact)).unwrap_or(window)
 }
 
 /// A window's key from its name in a compacted file ([`relative`]).
 pub fn beside(compact: &str, name: &str) -> String {
-    format!("{}{name}", &compact[..compact.rfind('/').map_or(0, |i| i + 1)])
+    format!("{}{name}", dir_of(compact))
 }
 
 /// The object key (or relative path) of `host`'s window starting at

@@ -97,8 +97,9 @@ pub fn fold_rows(rows: impl IntoIterator<Item = Row>) -> Vec<Row> {
 /// and class: each (host, class)'s distributions merged into its first
 /// row of the hour (the earliest minute), the other rows' left empty
 /// (their counts, sums and extremes stay). A compacted hour keeps this:
-/// percentiles over whole hours are what the minutes' were, and a row's
-/// histogram costs a twentieth of what sixty did.
+/// percentiles over whole hours are what the minutes' were, and the
+/// histogram columns take about 3.5 bytes a row instead of about 94 (the
+/// benchmark's fleet: 66 buckets a minute, 16,000 statements a class-minute).
 pub fn hourly_histograms(rows: &mut [Row]) {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| rows[i].minute);

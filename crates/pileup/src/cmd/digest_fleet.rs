@@ -234,7 +234,7 @@ fn fetch_merge(
                             continue;
                         };
                         let f = file::Opened::open(data).with_context(|| url.url_of(&key))?;
-                        held.extend(file::sources(&f.meta()).iter().map(|n| layout::beside(&key, n)));
+                        held.extend(f.sources(&key));
                         let n = f.row_groups();
                         if n > 1 {
                             let mut g = groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -294,20 +294,10 @@ pub fn compact(a: &FromArgs) -> Result<()> {
         // again since) are deleted without being folded in twice.
         let mut held = std::collections::HashSet::new();
         let names: Vec<String> = done.iter().map(|(k, _)| k.clone()).collect();
-        let mut failed = None;
-        remote.get_each(&names, 16, |k, data| match file::Opened::open(data) {
-            Ok(f) => {
-                held.extend(file::sources(&f.meta()).iter().map(|n| layout::beside(k, n)));
-                true
-            }
-            Err(e) => {
-                failed = Some(format!("{}: {e}", url.url_of(k)));
-                false
-            }
+        each_file(&remote, &url, &names, |k, f| {
+            held.extend(f.sources(k));
+            Ok(())
         })?;
-        if let Some(f) = failed {
-            anyhow::bail!("{f}");
-        }
         let (again, fresh): (Vec<_>, Vec<_>) = windows.into_iter().partition(|(k, _)| held.contains(k));
         if !fresh.is_empty() {
             let key = layout::compact_key(&url.prefix, hour, done.len() as u32);
@@ -357,7 +347,7 @@ fn fold_hour(
     for group in hosts.chunks(HOSTS_AT_ONCE) {
         let keys: Vec<String> = group.iter().flatten().cloned().collect();
         let mut rows = vec![];
-        fold_files(remote, url, &keys, &mut rows)?;
+        each_file(remote, url, &keys, |_, f| f.read(None, None, |r| rows.extend(r)))?;
         let mut rows = pileup_digest::fleet::fold_rows(rows);
         pileup_digest::fleet::hourly_histograms(&mut rows);
         rows.sort_by(|a, b| (&a.host, &a.class.fingerprint, a.minute).cmp(&(&b.host, &b.class.fingerprint, b.minute)));
@@ -366,19 +356,17 @@ fn fold_hour(
     Ok(w.finish()?)
 }
 
-/// Fetch `keys` and add their rows to `rows`.
-fn fold_files(
+/// Fetch `keys`, 16 at a time, and hand each file, opened, to `each`;
+/// the first failure is the error, naming the file.
+fn each_file(
     remote: &pileup_store::Remote,
     url: &pileup_store::StoreUrl,
     keys: &[String],
-    rows: &mut Vec<pileup_digest::fleet::Row>,
+    mut each: impl FnMut(&str, file::Opened) -> Result<(), pileup_digest::Error>,
 ) -> Result<()> {
     let mut failed = None;
-    remote.get_each(keys, 16, |k, data| match file::read(data, None) {
-        Ok(r) => {
-            rows.extend(r);
-            true
-        }
+    remote.get_each(keys, 16, |k, data| match file::Opened::open(data).and_then(|f| each(k, f)) {
+        Ok(()) => true,
         Err(e) => {
             failed = Some(format!("{}: {e}", url.url_of(k)));
             false
