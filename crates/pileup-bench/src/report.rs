@@ -153,7 +153,10 @@ pub fn text(r: &ExperimentReport, w: &mut dyn Write) -> std::io::Result<()> {
             if counter {
                 write!(w, "  {:>9}", p.counter_per_s.map(rate).unwrap_or_else(|| "-".into()))?;
             }
-            writeln!(w, "{knee}{cpu}")?;
+            // Operations that failed and were counted (a deadlock, a reset
+            // handshake): said where there were any.
+            let failed = if p.errors > 0 { format!("  {} failed", p.errors) } else { String::new() };
+            writeln!(w, "{knee}{cpu}{failed}")?;
         }
         if let Some(shape) = s.shape {
             writeln!(w, "  shape: {}", shape.describe())?;

@@ -77,8 +77,23 @@ pub fn plain(e: &mysql::Error) -> String {
     if text == "Resource temporarily unavailable" || text.ends_with(": Resource temporarily unavailable") {
         return NO_ANSWER.into();
     }
-    // The connection ended under a statement: the socket's and the packet
-    // reader's words for it name no cause a user can act on.
+    if says_closed(&text) {
+        return "the server closed the connection (it stopped, restarted, or ended this session)".into();
+    }
+    text
+}
+
+/// Whether a client library error says the connection ended under it
+/// (reset, end of file, broken pipe), whatever ended it: a caller that
+/// can tell a live server from a dead one decides what it means.
+pub fn is_closed(e: &mysql::Error) -> bool {
+    let text = plain(e);
+    text.starts_with("the server closed the connection")
+}
+
+/// The socket's and the packet reader's words for a connection that ended
+/// under a statement: they name no cause a user can act on.
+fn says_closed(text: &str) -> bool {
     const CLOSED: [&str; 5] = [
         "bytes remaining on stream",
         "unexpected end of file",
@@ -86,10 +101,7 @@ pub fn plain(e: &mysql::Error) -> String {
         "Connection reset by peer",
         "server disconnected",
     ];
-    if CLOSED.iter().any(|c| text == *c || text.ends_with(&format!(": {c}"))) {
-        return "the server closed the connection (it stopped, restarted, or ended this session)".into();
-    }
-    text
+    CLOSED.iter().any(|c| text == *c || text.ends_with(&format!(": {c}")))
 }
 
 /// What a socket's read or write timeout means.
@@ -167,10 +179,12 @@ mod tests {
         let io =
             mysql::Error::IoError(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "unexpected end of file"));
         assert_eq!(plain(&io), "the server closed the connection (it stopped, restarted, or ended this session)");
+        assert!(is_closed(&io));
         let s = SqlError(io);
         assert!(s.to_string().starts_with("the server closed the connection"));
         let other = mysql::Error::IoError(std::io::Error::other("disk on fire"));
         assert_eq!(plain(&other), "disk on fire");
+        assert!(!is_closed(&other));
         // The crate's error inside an I/O error (a LOCAL INFILE handler's).
         let codec = mysql::Error::CodecError(std::io::Error::from_raw_os_error(libc::ECONNRESET).into());
         let wrapped = mysql::Error::IoError(std::io::Error::other(codec));

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use mysql::prelude::Queryable;
 
-pub use error::{error_text, plain, readable, ConnError, SqlError};
+pub use error::{error_text, is_closed, plain, readable, ConnError, SqlError};
 pub use mycnf::OptionFile;
 
 type Result<T, E = ConnError> = std::result::Result<T, E>;

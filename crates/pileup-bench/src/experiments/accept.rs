@@ -7,16 +7,49 @@ use super::common::{pg_error, settings, Ctx, Variant};
 use crate::drive::{Client, OpError};
 use crate::error::Result;
 
-struct MariaConnect(mysql::OptsBuilder);
+/// Connects to a server: its options, its pid where it runs here, and the
+/// handshakes reset one after another.
+struct MariaConnect {
+    opts: mysql::OptsBuilder,
+    pid: Option<i32>,
+    resets: u32,
+}
+
+/// Handshakes reset one after another that mean the server is not taking
+/// connections any more, whatever its process does.
+const RESETS_IN_A_ROW: u32 = 50;
 
 impl Client for MariaConnect {
     fn op(&mut self) -> std::result::Result<(), OpError> {
         // Dropping the connection sends COM_QUIT and closes the socket.
-        mysql::Conn::new(self.0.clone()).map(drop).map_err(|e| match &e {
+        let e = match mysql::Conn::new(self.opts.clone()) {
+            Ok(c) => {
+                drop(c);
+                self.resets = 0;
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        Err(match &e {
             mysql::Error::MySqlError(m) if m.code == 1040 => OpError::Retry(m.message.clone()),
+            // Thousands of connections a second on one machine recycle its
+            // ephemeral ports: now and then a handshake is reset while the
+            // server runs on. That is a failed connection, counted as an
+            // error; a server that is gone refuses them all and stops the run.
+            e if pileup_conn::is_closed(e) && self.pid.is_none_or(server_lives) && self.resets < RESETS_IN_A_ROW => {
+                self.resets += 1;
+                OpError::Retry(pileup_conn::error_text(e))
+            }
             _ => OpError::Gone(pileup_conn::error_text(&e)),
         })
     }
+}
+/// Whether the process `pid` still runs (a zombie does not).
+fn server_lives(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').and_then(|at| s.get(at + 2..at + 3)).map(|state| state != "Z"))
+        .unwrap_or(false)
 }
 
 struct PgConnect(postgres::Config);
@@ -35,7 +68,7 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         system: "MariaDB",
         settings: settings(&[]),
         apply: Box::new(|| Ok(vec![])),
-        make: Box::new(move |_| Ok(Box::new(MariaConnect(opts.clone())))),
+        make: Box::new(move |_| Ok(Box::new(MariaConnect { opts: opts.clone(), pid: m.pid, resets: 0 }))),
         pid: m.pid,
         counter: None,
         profiled: true,
@@ -72,4 +105,21 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         }
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_process_lives_and_a_reaped_one_does_not() {
+        assert!(server_lives(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Exited but not reaped: a zombie, which serves nothing.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!server_lives(pid));
+        child.wait().unwrap();
+        assert!(!server_lives(pid));
+    }
 }
