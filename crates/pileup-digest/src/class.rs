@@ -175,6 +175,11 @@ impl Hist {
 
     /// The histogram of `buckets` as [`Hist::buckets`] gives them: each
     /// bucket's lower bound, exact as an f64, names the bucket again.
+    /// Add `n` to the bucket whose lower bound is `low` (a stored row's).
+    pub(crate) fn add_low(&mut self, low: f64, n: u32) {
+        self.add_bucket(bucket(low), n);
+    }
+
     pub fn from_buckets(buckets: impl IntoIterator<Item = (f64, u32)>) -> Hist {
         let mut h = Hist::default();
         for (low, n) in buckets {
@@ -353,6 +358,10 @@ impl Stat {
     /// A percentile, kept within what was seen; NaN where only sums are
     /// known (performance_schema).
     pub fn quantile(&self, q: f64, integer: bool) -> f64 {
+        if self.min == self.max {
+            // Every value the same (NaN, unknown, equals nothing).
+            return self.min;
+        }
         if matches!(self.hist, Hist::Empty) || self.min.is_nan() || self.max.is_nan() || self.min > self.max {
             return f64::NAN;
         }
@@ -382,7 +391,7 @@ pub struct Few {
 const FEW: usize = 8;
 
 impl Few {
-    fn add(&mut self, v: &[u8], n: u64, intern: &mut impl FnMut(&[u8]) -> Name) {
+    pub(crate) fn add(&mut self, v: &[u8], n: u64, intern: &mut impl FnMut(&[u8]) -> Name) {
         if let Some(e) = self.values.iter_mut().find(|e| &*e.0 == v) {
             e.1 += n;
         } else if self.values.len() < FEW {
@@ -577,9 +586,13 @@ impl Class {
 
     /// Add `n` values of attribute `i`: `v`, or a whole stat.
     fn add_value(&mut self, i: u8, v: Result<f64, &Stat>) {
+        // A stat without a distribution (a stored row's) is kept as it is:
+        // as zeros it would count its statements in a distribution of
+        // zeros, and a merged distribution would hold them and not the
+        // other rows' values.
         let is_zero = match v {
             Ok(x) => x == 0.0,
-            Err(st) => st.sum == 0.0 && st.max == 0.0 && st.min == 0.0,
+            Err(st) => st.sum == 0.0 && st.max == 0.0 && st.min == 0.0 && !matches!(st.hist, Hist::Empty),
         };
         let zero_n = |v: &Result<f64, &Stat>| match v {
             Ok(_) => 1,

@@ -2,6 +2,7 @@
 //! dictionary-encoded (a file repeats its hosts, labels and fingerprints),
 //! a row group per [`ROW_GROUP_ROWS`] rows.
 
+use arrow_array::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
@@ -75,6 +76,13 @@ impl Writer {
         for col in ["minute", "host", "fingerprint"] {
             props = props.set_column_statistics_enabled(ColumnPath::from(col), EnabledStatistics::Chunk);
         }
+        if codec == Codec::Zstd {
+            // A compacted hour is many rows: statistics for every column
+            // cost little beside them, and their null counts let a reader
+            // skip the columns a row group holds no value of (most of the
+            // attributes a server does not log).
+            props = props.set_statistics_enabled(EnabledStatistics::Chunk);
+        }
         // The Arrow schema is not stored beside Parquet's own (10 KB a
         // file): the reader asks for the types it needs by name.
         let opts = ArrowWriterOptions::new().with_properties(props.build()).with_skip_arrow_metadata(true);
@@ -143,22 +151,50 @@ impl Opened {
         group: Option<usize>,
         mut each: impl FnMut(Vec<Row>),
     ) -> Result<(), Error> {
+        self.batches(columns, group, |b| {
+            each(rows::from_batch(b)?);
+            Ok(())
+        })
+    }
+
+    /// The record batches of row group `group` (all: `None`), of the
+    /// columns `columns` names (as for [`read`]), handed to `each`.
+    pub fn batches(
+        &self,
+        columns: Option<&[&str]>,
+        group: Option<usize>,
+        mut each: impl FnMut(&RecordBatch) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let b = ParquetRecordBatchReaderBuilder::new_with_metadata(self.data.clone(), self.meta.clone());
-        let b = match columns {
+        let asked = match columns {
             Some(cols) => {
                 let always = ["minute", "host", "fingerprint", "fingerprint_version", "count"];
                 let want: Vec<&str> = always.iter().chain(cols).copied().collect();
-                let mask = ProjectionMask::columns(b.parquet_schema(), want.iter().copied());
-                b.with_projection(mask)
+                ProjectionMask::columns(b.parquet_schema(), want.iter().copied())
             }
-            None => b,
+            None => ProjectionMask::all(),
         };
-        let b = match group {
-            Some(g) => b.with_row_groups(vec![g]),
-            None => b,
+        let groups: Vec<usize> = match group {
+            Some(g) => vec![g],
+            None => (0..self.row_groups()).collect(),
         };
+        // Columns whose chunks hold no value in the groups read are left
+        // out: no codec is made for them and no page read. `class_id` is
+        // for engines: pileup names a class from its fingerprint.
+        let md = self.meta.metadata();
+        let held = |leaf: usize| {
+            groups.iter().any(|&g| {
+                let c = md.row_group(g).column(leaf);
+                c.statistics().and_then(|s| s.null_count_opt()).is_none_or(|nulls| nulls < c.num_values() as u64)
+            })
+        };
+        let schema = b.parquet_schema();
+        let leaves = (0..schema.num_columns())
+            .filter(|&l| asked.leaf_included(l) && held(l) && schema.column(l).name() != "class_id");
+        let mask = ProjectionMask::leaves(b.parquet_schema(), leaves);
+        let b = b.with_projection(mask).with_row_groups(groups);
         for batch in b.build().map_err(stored)? {
-            each(rows::from_batch(&batch.map_err(stored)?)?);
+            each(&batch.map_err(stored)?)?;
         }
         Ok(())
     }

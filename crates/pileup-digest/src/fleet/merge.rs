@@ -8,11 +8,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use arrow_array::RecordBatch;
+use foldhash::fast::FixedState;
+
+use super::rows::View;
 use super::Row;
 use crate::aggregate::OTHER;
-use crate::attr::{A, N_ATTRS};
-use crate::class::Class;
-use crate::Digest;
+use crate::attr::N_ATTRS;
+use crate::class::{Class, Name};
+use crate::{Digest, Error};
 
 /// Which rows a question reads: minutes in `[since, until)` (Unix seconds)
 /// of hosts whose name matches `hosts` (a glob: `*`, `?`, `[…]`, `{a,b}`).
@@ -48,9 +52,9 @@ pub struct Cost {
 }
 
 impl Cost {
-    fn add(&mut self, c: &Class) {
-        self.count += c.count;
-        self.time += c.sum(A::QueryTime);
+    fn plus(&mut self, o: Cost) {
+        self.count += o.count;
+        self.time += o.time;
     }
 }
 
@@ -63,19 +67,26 @@ pub struct Host {
     pub minutes: std::collections::BTreeSet<i64>,
 }
 
-/// Rows merged so far.
+/// Rows merged so far: classes and hosts by their place of first sight,
+/// found by name.
 #[derive(Default, Debug)]
 pub struct Merge {
-    classes: HashMap<Box<[u8]>, Class>,
-    /// Per class, per host.
-    by_host: HashMap<Box<[u8]>, HashMap<String, Cost>>,
-    hosts: BTreeMap<String, Host>,
+    classes: Vec<Class>,
+    class_at: HashMap<Box<[u8]>, usize, FixedState>,
+    /// Per class, its cost per host (by the host's place).
+    by_host: Vec<HashMap<usize, Cost, FixedState>>,
+    hosts: Vec<(String, Host)>,
+    /// Per host name seen: its place, or none when the question leaves it
+    /// out.
+    host_at: HashMap<String, Option<usize>, FixedState>,
+    /// Database names, shared by the classes that name them.
+    names: HashMap<String, Name, FixedState>,
     rows: u64,
     /// Minutes with rows (of any host), for the report's span.
     span: Option<(i64, i64)>,
     /// Each class's rows as (executions, time), when kept for a
     /// comparison ([`Merge::keeping_samples`]).
-    samples: Option<super::compare::Samples>,
+    samples: Option<Vec<Vec<(u64, f64)>>>,
 }
 
 /// The merged digest and the hosts dimension.
@@ -119,65 +130,162 @@ impl Merge {
     }
 
     /// Add the rows the question wants.
-    pub fn add(&mut self, rows: Vec<Row>, q: &Question) {
-        for r in rows.into_iter().filter(|r| q.wants(r)) {
-            self.rows += 1;
-            self.span = Some(self.span.map_or((r.minute, r.minute), |(a, b)| (a.min(r.minute), b.max(r.minute))));
-            let h = self.hosts.entry(r.host.clone()).or_default();
-            if h.labels.is_empty() {
-                h.labels = r.labels;
+    pub fn add(&mut self, rows: Vec<Row>, q: &Question) -> Result<(), Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.add_batch(&super::rows::to_batch(&rows, super::Samples::Full)?, q)
+    }
+
+    /// Add the rows of a record batch of the stored schema that the
+    /// question wants, column by column: no row is made, a class and a
+    /// host are looked up once per run of rows that share them (a
+    /// compacted file's rows come by host, then class).
+    pub fn add_batch(&mut self, b: &RecordBatch, q: &Question) -> Result<(), Error> {
+        let v = View::new(b)?;
+        let mut last_host: Option<(&str, Option<usize>)> = None;
+        let mut last_class: Option<(&str, usize)> = None;
+        let mut minutes: Vec<(usize, i64)> = vec![];
+        // The rows of one class on one host in a row, merged together.
+        let mut run: (usize, usize, Vec<usize>) = (0, 0, vec![]);
+        for i in 0..v.len() {
+            let minute = v.minute(i);
+            if !(q.since..q.until).contains(&minute) {
+                continue;
             }
-            h.total.add(&r.class);
-            h.minutes.insert(r.minute);
-            if let Some(s) = self.samples.as_mut() {
-                let row = (r.class.count, r.class.sum(A::QueryTime));
-                s.entry(r.class.fingerprint.clone()).or_default().push(row);
-            }
-            self.by_host.entry(r.class.fingerprint.clone()).or_default().entry(r.host).or_default().add(&r.class);
-            match self.classes.get_mut(&r.class.fingerprint) {
-                Some(c) => c.merge(&r.class),
-                None => {
-                    self.classes.insert(r.class.fingerprint.clone(), r.class);
+            let name = v.host(i);
+            let h = match last_host {
+                Some((n, h)) if n == name => h,
+                _ => {
+                    let h = self.host_of(name, q, || v.labels(i));
+                    last_host = Some((name, h));
+                    h
                 }
+            };
+            let Some(h) = h else { continue };
+            let fp = v.fingerprint(i);
+            let c = match last_class {
+                Some((f, c)) if f == fp => c,
+                _ => {
+                    let c = self.class_of(fp);
+                    last_class = Some((fp, c));
+                    c
+                }
+            };
+            if (h, c) != (run.0, run.1) {
+                self.merge_run(&v, &run);
+                run = (h, c, vec![]);
+            }
+            run.2.push(i);
+            self.rows += 1;
+            self.span = Some(self.span.map_or((minute, minute), |(a, b)| (a.min(minute), b.max(minute))));
+            minutes.push((h, minute));
+            if let Some(s) = self.samples.as_mut() {
+                s[c].push((v.count(i), v.query_time(i)));
             }
         }
+        self.merge_run(&v, &run);
+        minutes.sort_unstable();
+        minutes.dedup();
+        for (h, m) in minutes {
+            self.hosts[h].1.minutes.insert(m);
+        }
+        Ok(())
+    }
+
+    /// A run of rows of class `c` on host `h` merged.
+    fn merge_run(&mut self, v: &View, (h, c, rows): &(usize, usize, Vec<usize>)) {
+        if rows.is_empty() {
+            return;
+        }
+        let cost =
+            Cost { count: rows.iter().map(|&i| v.count(i)).sum(), time: rows.iter().map(|&i| v.query_time(i)).sum() };
+        self.hosts[*h].1.total.plus(cost);
+        self.by_host[*c].entry(*h).or_default().plus(cost);
+        let names = &mut self.names;
+        v.merge_rows(rows, &mut self.classes[*c], &mut |db| match names.get(db) {
+            Some(n) => n.clone(),
+            None => names.entry(db.to_string()).or_insert_with(|| Name::from(db.as_bytes())).clone(),
+        });
+    }
+
+    /// The place of host `name` (its labels from `labels` when new), or
+    /// none when the question leaves it out.
+    fn host_of(&mut self, name: &str, q: &Question, labels: impl FnOnce() -> Vec<(String, String)>) -> Option<usize> {
+        if let Some(h) = self.host_at.get(name) {
+            return *h;
+        }
+        let h = q.wants_host(name).then(|| {
+            self.hosts.push((name.to_string(), Host { labels: labels(), ..Default::default() }));
+            self.hosts.len() - 1
+        });
+        self.host_at.insert(name.to_string(), h);
+        h
+    }
+
+    /// The place of the class of fingerprint `fp`, made when new.
+    fn class_of(&mut self, fp: &str) -> usize {
+        if let Some(c) = self.class_at.get(fp.as_bytes()) {
+            return *c;
+        }
+        self.classes.push(Class::new(fp.as_bytes().into()));
+        self.by_host.push(HashMap::default());
+        if let Some(s) = self.samples.as_mut() {
+            s.push(vec![]);
+        }
+        self.class_at.insert(fp.as_bytes().into(), self.classes.len() - 1);
+        self.classes.len() - 1
     }
 
     /// Another thread's rows joined to these.
     pub fn join(&mut self, o: Merge) {
         self.rows += o.rows;
-        if let (Some(mine), Some(theirs)) = (self.samples.as_mut(), o.samples) {
-            for (fp, rows) in theirs {
-                mine.entry(fp).or_default().extend(rows);
-            }
-        }
         self.span = match (self.span, o.span) {
             (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
             (a, b) => a.or(b),
         };
+        // Their hosts' places here.
+        let mut at = Vec::with_capacity(o.hosts.len());
         for (name, h) in o.hosts {
-            let mine = self.hosts.entry(name).or_default();
-            if mine.labels.is_empty() {
-                mine.labels = h.labels;
-            }
-            mine.total.count += h.total.count;
-            mine.total.time += h.total.time;
-            mine.minutes.extend(h.minutes);
-        }
-        for (fp, hs) in o.by_host {
-            let mine = self.by_host.entry(fp).or_default();
-            for (h, c) in hs {
-                let m = mine.entry(h).or_default();
-                m.count += c.count;
-                m.time += c.time;
-            }
-        }
-        for (fp, c) in o.classes {
-            match self.classes.get_mut(&fp) {
-                Some(m) => m.merge(&c),
+            let mine = match self.host_at.get(&name).copied().flatten() {
+                Some(m) => m,
                 None => {
-                    self.classes.insert(fp, c);
+                    self.hosts.push((name.clone(), Host { labels: h.labels.clone(), ..Default::default() }));
+                    self.host_at.insert(name, Some(self.hosts.len() - 1));
+                    self.hosts.len() - 1
                 }
+            };
+            let m = &mut self.hosts[mine].1;
+            if m.labels.is_empty() {
+                m.labels = h.labels;
+            }
+            m.total.plus(h.total);
+            m.minutes.extend(h.minutes);
+            at.push(mine);
+        }
+        let mut samples = o.samples.map(Vec::into_iter);
+        for (c, theirs) in o.classes.into_iter().zip(o.by_host) {
+            let mine = match self.class_at.get(&c.fingerprint) {
+                Some(m) => {
+                    self.classes[*m].merge(&c);
+                    *m
+                }
+                None => {
+                    let fp = c.fingerprint.clone();
+                    self.classes.push(c);
+                    self.by_host.push(HashMap::default());
+                    if let Some(s) = self.samples.as_mut() {
+                        s.push(vec![]);
+                    }
+                    self.class_at.insert(fp, self.classes.len() - 1);
+                    self.classes.len() - 1
+                }
+            };
+            for (h, cost) in theirs {
+                self.by_host[mine].entry(at[h]).or_default().plus(cost);
+            }
+            if let (Some(mine_s), Some(rows)) = (self.samples.as_mut(), samples.as_mut().and_then(Iterator::next)) {
+                mine_s[mine].extend(rows);
             }
         }
     }
@@ -191,7 +299,20 @@ impl Merge {
     /// (what hosts counted past their class limit) apart; `inputs`: what
     /// was read, `bytes` its size.
     pub fn finish(self, inputs: Vec<String>, bytes: u64) -> Merged {
-        let mut classes: Vec<Class> = self.classes.into_values().collect();
+        let names: Vec<&str> = self.hosts.iter().map(|(n, _)| n.as_str()).collect();
+        let by_class = self
+            .classes
+            .iter()
+            .zip(self.by_host)
+            .map(|(c, hs)| {
+                let mut v: Vec<(String, Cost)> = hs.into_iter().map(|(h, cost)| (names[h].to_string(), cost)).collect();
+                v.sort_by(|a, b| b.1.time.total_cmp(&a.1.time).then_with(|| a.0.cmp(&b.0)));
+                (c.fingerprint.clone(), v)
+            })
+            .collect();
+        let samples = self.samples.map(|s| self.classes.iter().map(|c| c.fingerprint.clone()).zip(s).collect());
+        let hosts = self.hosts.into_iter().collect();
+        let mut classes = self.classes;
         let other = classes.iter().position(|c| &*c.fingerprint == OTHER).map(|i| classes.swap_remove(i));
         crate::rank::sort(&mut classes, crate::rank::Rank::Time);
         let mut seen = [false; N_ATTRS];
@@ -201,15 +322,6 @@ impl Merge {
             }
         }
         let events = classes.iter().chain(other.as_ref()).map(|c| c.count).sum();
-        let by_class = self
-            .by_host
-            .into_iter()
-            .map(|(fp, hs)| {
-                let mut v: Vec<(String, Cost)> = hs.into_iter().collect();
-                v.sort_by(|a, b| b.1.time.total_cmp(&a.1.time).then_with(|| a.0.cmp(&b.0)));
-                (fp, v)
-            })
-            .collect();
         let max_classes = classes.len().max(1);
         Merged {
             digest: Digest {
@@ -225,8 +337,8 @@ impl Merge {
                 notes: vec![],
                 minutes: None,
             },
-            hosts: Hosts { hosts: self.hosts, by_class, span: self.span },
-            samples: self.samples,
+            hosts: Hosts { hosts, by_class, span: self.span },
+            samples,
         }
     }
 }

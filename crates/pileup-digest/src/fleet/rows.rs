@@ -260,6 +260,320 @@ type AttrRead<'a> = (
     Option<&'a arrow_array::Float64Array>,
 );
 
+/// The columns of a batch of [`schema`] (or of some of them: `minute`,
+/// `host`, `fingerprint`, `fingerprint_version` and `count` are needed),
+/// typed once, read a row at a time ([`View::row`]) or merged into a
+/// class in place ([`View::merge_rows`]).
+pub struct View<'a> {
+    len: usize,
+    minute: &'a arrow_array::TimestampMillisecondArray,
+    host: &'a arrow_array::StringArray,
+    fp: &'a arrow_array::StringArray,
+    count: &'a arrow_array::UInt64Array,
+    db: Option<&'a arrow_array::StringArray>,
+    labels: Option<&'a arrow_array::MapArray>,
+    first: Option<&'a arrow_array::TimestampMillisecondArray>,
+    last: Option<&'a arrow_array::TimestampMillisecondArray>,
+    attrs: Vec<AttrRead<'a>>,
+    lows: Option<&'a arrow_array::ListArray>,
+    counts: Option<&'a arrow_array::ListArray>,
+    flags: Vec<(Option<&'a arrow_array::UInt32Array>, Option<&'a arrow_array::UInt32Array>)>,
+    sample: Option<&'a arrow_array::StringArray>,
+    sample_qt: Option<&'a arrow_array::Float64Array>,
+}
+
+impl<'a> View<'a> {
+    /// The batch's columns, checked for their types and for the
+    /// fingerprint version this pileup reads.
+    pub fn new(b: &'a RecordBatch) -> Result<View<'a>, Error> {
+        let c = Cols(b);
+        let minute = c.ts("minute")?.ok_or_else(|| stored("no column minute"))?;
+        let count = c.need("count")?.as_primitive_opt::<UInt64Type>().ok_or_else(|| stored("count is not a uint64"))?;
+        let version = c
+            .need("fingerprint_version")?
+            .as_primitive_opt::<UInt16Type>()
+            .ok_or_else(|| stored("fingerprint_version is not a uint16"))?;
+        if let Some(v) = version.iter().flatten().find(|v| *v != pileup_sql::FINGERPRINT_VERSION) {
+            return Err(stored(format!(
+                "fingerprint version {v}, and this pileup reads version {} (use the pileup that wrote them)",
+                pileup_sql::FINGERPRINT_VERSION
+            )));
+        }
+        let attrs: Vec<AttrRead> = ATTRS
+            .iter()
+            .map(|a| {
+                Ok((
+                    c.u32(&format!("{}_n", a.name))?,
+                    c.f64(&format!("{}_sum", a.name))?,
+                    c.f64(&format!("{}_min", a.name))?,
+                    c.f64(&format!("{}_max", a.name))?,
+                ))
+            })
+            .collect::<Result<_, Error>>()?;
+        let lows = c.get("query_time_bucket_low").and_then(|l| l.as_list_opt::<i32>());
+        let counts = c.get("query_time_bucket_count").and_then(|l| l.as_list_opt::<i32>());
+        let labels = c.get("labels").and_then(|l| l.as_map_opt());
+        let buckets_typed = lows.is_none_or(|l| l.values().as_primitive_opt::<Float64Type>().is_some())
+            && counts.is_none_or(|l| l.values().as_primitive_opt::<UInt32Type>().is_some());
+        let labels_typed = labels
+            .is_none_or(|m| m.keys().as_string_opt::<i32>().is_some() && m.values().as_string_opt::<i32>().is_some());
+        if !buckets_typed || !labels_typed {
+            return Err(stored("the histogram or label columns are not of the stored schema's types"));
+        }
+        let flags: Vec<_> = FLAGS
+            .iter()
+            .map(|(f, _)| Ok((c.u32(&format!("{f}_seen"))?, c.u32(&format!("{f}_yes"))?)))
+            .collect::<Result<_, Error>>()?;
+        Ok(View {
+            len: b.num_rows(),
+            minute,
+            host: c.str("host")?,
+            fp: c.str("fingerprint")?,
+            count,
+            db: c.get("db").and_then(|d| d.as_string_opt::<i32>()),
+            labels,
+            first: c.ts("first_seen")?,
+            last: c.ts("last_seen")?,
+            attrs,
+            lows,
+            counts,
+            flags,
+            sample: c.get("sample").and_then(|s| s.as_string_opt::<i32>()),
+            sample_qt: c.f64("sample_query_time")?,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Row `i`'s minute, Unix seconds.
+    pub fn minute(&self, i: usize) -> i64 {
+        self.minute.value(i).div_euclid(1000)
+    }
+
+    pub fn host(&self, i: usize) -> &'a str {
+        self.host.value(i)
+    }
+
+    pub fn fingerprint(&self, i: usize) -> &'a str {
+        self.fp.value(i)
+    }
+
+    pub fn count(&self, i: usize) -> u64 {
+        self.count.value(i)
+    }
+
+    /// Row `i`'s statement time (0 when not logged).
+    pub fn query_time(&self, i: usize) -> f64 {
+        let (n, sum, _, _) = self.attrs[A::QueryTime as usize];
+        let all = u32::try_from(self.count(i)).unwrap_or(u32::MAX);
+        match opt(sum, i) {
+            Some(s) if opt(n, i).unwrap_or(all) > 0 => s,
+            _ => 0.0,
+        }
+    }
+
+    /// Row `i`'s labels.
+    pub fn labels(&self, i: usize) -> Vec<(String, String)> {
+        labels_at(self.labels, i)
+    }
+
+    /// Attribute `k` of row `i`, of `all` statements: none when not logged.
+    fn stat(&self, k: usize, i: usize, all: u32) -> Option<Stat> {
+        let (n, sum, min, max) = self.attrs[k];
+        // Logged when its sum is there; by every statement when its `n` is
+        // null.
+        let sum = opt(sum, i)?;
+        let n = opt(n, i).unwrap_or(all);
+        if n == 0 {
+            return None;
+        }
+        let hist = match (k == A::QueryTime as usize, self.lows, self.counts) {
+            (true, Some(l), Some(c)) if l.is_valid(i) && c.is_valid(i) => {
+                // The lists' values read in place (a list's `value(i)` is an
+                // array made per row).
+                let span = |a: &arrow_array::ListArray| {
+                    let o = a.value_offsets();
+                    o[i] as usize..o[i + 1] as usize
+                };
+                let lows = &l.values().as_primitive::<Float64Type>().values()[span(l)];
+                let counts = &c.values().as_primitive::<UInt32Type>().values()[span(c)];
+                Hist::from_buckets(lows.iter().copied().zip(counts.iter().copied()))
+            }
+            _ => Hist::Empty,
+        };
+        Some(Stat { n, sum, min: opt(min, i).unwrap_or(f64::NAN), max: opt(max, i).unwrap_or(f64::NAN), hist })
+    }
+
+    /// Row `i`'s sample statement, with its database `db`.
+    fn sample(&self, i: usize, db: &Name) -> Sample {
+        match self.sample.filter(|s| s.is_valid(i)) {
+            Some(s) => Sample {
+                query: s.value(i).as_bytes().into(),
+                db: Some(db.clone()),
+                query_time: opt(self.sample_qt, i).unwrap_or(0.0),
+                ..Sample::default()
+            },
+            None => Sample::default(),
+        }
+    }
+
+    fn db(&self, i: usize) -> &'a str {
+        self.db.map_or("", |d| d.value(i))
+    }
+
+    /// Row `i` as a row of its own.
+    pub fn row(&self, i: usize) -> Row {
+        let mut class = Class::new(self.fp.value(i).as_bytes().into());
+        class.count = self.count(i);
+        class.first = opt(self.first, i).map(|t| t.div_euclid(1000));
+        class.last = opt(self.last, i).map(|t| t.div_euclid(1000));
+        let all = u32::try_from(class.count).unwrap_or(u32::MAX);
+        for k in 0..N_ATTRS {
+            if let Some(st) = self.stat(k, i, all) {
+                class.add_stat(k, &st);
+            }
+        }
+        for (slot, (seen, yes)) in class.flags.iter_mut().zip(&self.flags) {
+            *slot = (opt(*seen, i).unwrap_or(all), opt(*yes, i).unwrap_or(0));
+        }
+        let db_name: Name = Name::from(self.db(i).as_bytes());
+        if !db_name.is_empty() {
+            class.dbs = Few { values: smallvec::smallvec![(db_name.clone(), class.count)], others: 0 };
+        }
+        class.sample = self.sample(i, &db_name);
+        let minute = self.minute(i);
+        class.series.add(minute, all, class.sum(A::QueryTime) as f32);
+        Row { minute, host: self.host(i).to_string(), labels: self.labels(i), class }
+    }
+
+    /// Rows `rows` (of one class on one host) merged into `class`: what
+    /// merging each [`View::row`]'s class gives, without making them, an
+    /// attribute at a time over the rows. `names` gives a database name's
+    /// shared copy.
+    pub fn merge_rows(&self, rows: &[usize], class: &mut Class, names: &mut impl FnMut(&str) -> Name) {
+        let Some(&first) = rows.first() else { return };
+        let was_empty = class.count == 0;
+        let all = |i: usize| u32::try_from(self.count(i)).unwrap_or(u32::MAX);
+        class.count += rows.iter().map(|&i| self.count(i)).sum::<u64>();
+        for k in 0..N_ATTRS {
+            if self.attrs[k].1.is_none() {
+                continue;
+            }
+            match self.sum_rows(k, rows) {
+                Some(st) => class.add_stat(k, &st),
+                // Extremes unknown (sums only), or zeros: merged a row at a
+                // time, as such rows merge.
+                None => {
+                    for &i in rows {
+                        if let Some(st) = self.stat(k, i, all(i)) {
+                            class.add_stat(k, &st);
+                        }
+                    }
+                }
+            }
+        }
+        for (slot, (seen, yes)) in class.flags.iter_mut().zip(&self.flags) {
+            for &i in rows {
+                slot.0 = slot.0.saturating_add(opt(*seen, i).unwrap_or(all(i)));
+                slot.1 = slot.1.saturating_add(opt(*yes, i).unwrap_or(0));
+            }
+        }
+        let (first_col, last_col) = (self.first, self.last);
+        if let Some(t) = rows.iter().filter_map(|&i| opt(first_col, i)).min() {
+            let t = t.div_euclid(1000);
+            class.first = Some(class.first.map_or(t, |f| f.min(t)));
+        }
+        if let Some(t) = rows.iter().filter_map(|&i| opt(last_col, i)).max() {
+            let t = t.div_euclid(1000);
+            class.last = Some(class.last.map_or(t, |l| l.max(t)));
+        }
+        // Databases: a count per run of rows naming the same one.
+        let mut db = (self.db(first), 0u64);
+        for &i in rows {
+            let (name, n) = (self.db(i), self.count(i));
+            if name != db.0 {
+                if !db.0.is_empty() {
+                    class.dbs.add(db.0.as_bytes(), db.1, &mut |_| names(db.0));
+                }
+                db = (name, 0);
+            }
+            db.1 += n;
+        }
+        if !db.0.is_empty() {
+            class.dbs.add(db.0.as_bytes(), db.1, &mut |_| names(db.0));
+        }
+        for &i in rows {
+            class.series.add(self.minute(i), all(i), self.query_time(i) as f32);
+        }
+        // The slowest sample; of a class new here, the first row's
+        // whatever it is (as `Class::merge` keeps them).
+        let qt =
+            |i: usize| self.sample.filter(|s| s.is_valid(i)).map_or(0.0, |_| opt(self.sample_qt, i).unwrap_or(0.0));
+        let mut best = was_empty.then_some((first, qt(first)));
+        for &i in rows.iter().skip(usize::from(was_empty)) {
+            let floor = best.map_or(class.sample.query_time, |b| b.1);
+            if qt(i) > floor {
+                best = Some((i, qt(i)));
+            }
+        }
+        if let Some((i, _)) = best.filter(|(i, _)| self.count(*i) > 0) {
+            class.sample = self.sample(i, &names(self.db(i)));
+        }
+    }
+
+    /// Attribute `k` of `rows` as one stat: counts and sums added, the
+    /// extremes of the rows' extremes, their distributions' buckets added
+    /// (no per-row histogram is made). None when a row knows only its sum
+    /// or every value is zero with a distribution (such rows merge as the
+    /// class's rules for them say), or no row logged it.
+    fn sum_rows(&self, k: usize, rows: &[usize]) -> Option<Stat> {
+        let (n_col, sum_col, min_col, max_col) = self.attrs[k];
+        let sum_col = sum_col?;
+        let (mut n, mut sum, mut min, mut max, mut any) = (0u32, 0.0, f64::INFINITY, f64::NEG_INFINITY, false);
+        let mut hist = Hist::Empty;
+        let lists = match (k == A::QueryTime as usize, self.lows, self.counts) {
+            (true, Some(l), Some(c)) => Some((l, c)),
+            _ => None,
+        };
+        for &i in rows {
+            if !sum_col.is_valid(i) {
+                continue;
+            }
+            let rn = opt(n_col, i).unwrap_or(u32::try_from(self.count(i)).unwrap_or(u32::MAX));
+            if rn == 0 {
+                continue;
+            }
+            let (lo, hi) = (opt(min_col, i)?, opt(max_col, i)?);
+            any = true;
+            n = n.saturating_add(rn);
+            sum += sum_col.value(i);
+            min = min.min(lo);
+            max = max.max(hi);
+            if let Some((l, c)) = lists.filter(|(l, c)| l.is_valid(i) && c.is_valid(i)) {
+                let span = |a: &arrow_array::ListArray| {
+                    let o = a.value_offsets();
+                    o[i] as usize..o[i + 1] as usize
+                };
+                let lows = &l.values().as_primitive::<Float64Type>().values()[span(l)];
+                let counts = &c.values().as_primitive::<UInt32Type>().values()[span(c)];
+                for (low, cn) in lows.iter().zip(counts) {
+                    hist.add_low(*low, *cn);
+                }
+            }
+        }
+        // Zeros with a distribution become a class's count of zeros, which
+        // holds its own: merged a row at a time.
+        let zeros = sum == 0.0 && min == 0.0 && max == 0.0 && !matches!(hist, Hist::Empty);
+        (any && !zeros).then_some(Stat { n, sum, min, max, hist })
+    }
+}
+
 /// Row `i`'s labels.
 fn labels_at(labels: Option<&arrow_array::MapArray>, i: usize) -> Vec<(String, String)> {
     labels.map_or(vec![], |m| {
@@ -272,100 +586,6 @@ fn labels_at(labels: Option<&arrow_array::MapArray>, i: usize) -> Vec<(String, S
 /// The rows of a batch of [`schema`] (or of some of its columns: `minute`,
 /// `host`, `fingerprint` and `count` are needed).
 pub fn from_batch(b: &RecordBatch) -> Result<Vec<Row>, Error> {
-    let c = Cols(b);
-    let minute = c.ts("minute")?.ok_or_else(|| stored("no column minute"))?;
-    let (host, fp) = (c.str("host")?, c.str("fingerprint")?);
-    let count = c.need("count")?.as_primitive_opt::<UInt64Type>().ok_or_else(|| stored("count is not a uint64"))?;
-    let version = c
-        .need("fingerprint_version")?
-        .as_primitive_opt::<UInt16Type>()
-        .ok_or_else(|| stored("fingerprint_version is not a uint16"))?;
-    let db = c.get("db").and_then(|d| d.as_string_opt::<i32>());
-    let labels = c.get("labels").and_then(|l| l.as_map_opt());
-    let (first, last) = (c.ts("first_seen")?, c.ts("last_seen")?);
-    let attrs: Vec<AttrRead> = ATTRS
-        .iter()
-        .map(|a| {
-            Ok((
-                c.u32(&format!("{}_n", a.name))?,
-                c.f64(&format!("{}_sum", a.name))?,
-                c.f64(&format!("{}_min", a.name))?,
-                c.f64(&format!("{}_max", a.name))?,
-            ))
-        })
-        .collect::<Result<_, Error>>()?;
-    let lows = c.get("query_time_bucket_low").and_then(|l| l.as_list_opt::<i32>());
-    let counts = c.get("query_time_bucket_count").and_then(|l| l.as_list_opt::<i32>());
-    let buckets_typed = lows.is_none_or(|l| l.values().as_primitive_opt::<Float64Type>().is_some())
-        && counts.is_none_or(|l| l.values().as_primitive_opt::<UInt32Type>().is_some());
-    let labels_typed =
-        labels.is_none_or(|m| m.keys().as_string_opt::<i32>().is_some() && m.values().as_string_opt::<i32>().is_some());
-    if !buckets_typed || !labels_typed {
-        return Err(stored("the histogram or label columns are not of the stored schema's types"));
-    }
-    let flags: Vec<_> = FLAGS
-        .iter()
-        .map(|(f, _)| Ok((c.u32(&format!("{f}_seen"))?, c.u32(&format!("{f}_yes"))?)))
-        .collect::<Result<_, Error>>()?;
-    let (sample, sample_qt) = (c.get("sample").and_then(|s| s.as_string_opt::<i32>()), c.f64("sample_query_time")?);
-    let mut rows = Vec::with_capacity(b.num_rows());
-    for i in 0..b.num_rows() {
-        if let Some(v) = opt(Some(version), i).filter(|v| *v != pileup_sql::FINGERPRINT_VERSION) {
-            return Err(stored(format!(
-                "fingerprint version {v}, and this pileup reads version {} (use the pileup that wrote them)",
-                pileup_sql::FINGERPRINT_VERSION
-            )));
-        }
-        let mut class = Class::new(fp.value(i).as_bytes().into());
-        class.count = count.value(i);
-        class.first = opt(first, i).map(|t| t.div_euclid(1000));
-        class.last = opt(last, i).map(|t| t.div_euclid(1000));
-        let all = u32::try_from(class.count).unwrap_or(u32::MAX);
-        for (k, (n, sum, min, max)) in attrs.iter().enumerate() {
-            // Logged when its sum is there; by every statement when its
-            // `n` is null.
-            if opt(*sum, i).is_none() {
-                continue;
-            }
-            let n = opt(*n, i).unwrap_or(all);
-            if n == 0 {
-                continue;
-            }
-            let hist = match (k == A::QueryTime as usize, lows, counts) {
-                (true, Some(l), Some(cn)) if l.is_valid(i) && cn.is_valid(i) => {
-                    let (l, cn) = (l.value(i), cn.value(i));
-                    let (l, cn) = (l.as_primitive::<Float64Type>(), cn.as_primitive::<UInt32Type>());
-                    Hist::from_buckets(l.values().iter().copied().zip(cn.values().iter().copied()))
-                }
-                _ => Hist::Empty,
-            };
-            let st = Stat {
-                n,
-                sum: opt(*sum, i).unwrap_or(0.0),
-                min: opt(*min, i).unwrap_or(f64::NAN),
-                max: opt(*max, i).unwrap_or(f64::NAN),
-                hist,
-            };
-            class.add_stat(k, &st);
-        }
-        for (slot, (seen, yes)) in class.flags.iter_mut().zip(&flags) {
-            *slot = (opt(*seen, i).unwrap_or(all), opt(*yes, i).unwrap_or(0));
-        }
-        let db_name: Name = Name::from(db.map_or("", |d| d.value(i)).as_bytes());
-        if !db_name.is_empty() {
-            class.dbs = Few { values: smallvec::smallvec![(db_name.clone(), class.count)], others: 0 };
-        }
-        if let Some(s) = sample.filter(|s| s.is_valid(i)) {
-            class.sample = Sample {
-                query: s.value(i).as_bytes().into(),
-                db: Some(db_name),
-                query_time: opt(sample_qt, i).unwrap_or(0.0),
-                ..Sample::default()
-            };
-        }
-        let minute_s = minute.value(i).div_euclid(1000);
-        class.series.add(minute_s, u32::try_from(class.count).unwrap_or(u32::MAX), class.sum(A::QueryTime) as f32);
-        rows.push(Row { minute: minute_s, host: host.value(i).to_string(), labels: labels_at(labels, i), class });
-    }
-    Ok(rows)
+    let v = View::new(b)?;
+    Ok((0..v.len()).map(|i| v.row(i)).collect())
 }

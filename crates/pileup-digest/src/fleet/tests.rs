@@ -127,6 +127,46 @@ fn two_hosts_stored_and_merged_are_one_digest_of_both_logs() {
     for (fp, c) in &want {
         assert_same(c, got[fp]);
     }
+    // Merged as `--from` merges (column by column, on two threads
+    // joined): the same classes, samples and hosts.
+    let q = merge::Question { since: 0, until: i64::MAX, hosts: None };
+    let (mut m, mut other) = (merge::Merge::default(), merge::Merge::default());
+    let half = stored.len() / 2;
+    m.add(stored[..half].to_vec(), &q).unwrap();
+    other.add(stored[half..].to_vec(), &q).unwrap();
+    m.join(other);
+    let columnar = m.finish(vec![], 0);
+    assert_eq!(columnar.digest.events, both.classes.iter().map(|c| c.count).sum::<u64>());
+    let got = by_fp(&columnar.digest.classes);
+    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
+    for (fp, c) in &want {
+        assert_same(c, got[fp]);
+        let row_merged = by_fp(&merged)[fp];
+        assert_eq!(got[fp].sample.query, row_merged.sample.query);
+        assert_eq!(got[fp].sample.query_time, row_merged.sample.query_time);
+        assert_eq!(got[fp].dbs.sorted(), row_merged.dbs.sorted());
+        assert_eq!(got[fp].series.points, row_merged.series.points);
+    }
+    let hosts = &columnar.hosts.hosts;
+    assert_eq!(hosts.keys().collect::<Vec<_>>(), ["db-a", "db-b"]);
+    for (name, h) in hosts {
+        let theirs: Vec<&Row> = stored.iter().filter(|r| r.host == *name).collect();
+        assert_eq!(h.total.count, theirs.iter().map(|r| r.class.count).sum::<u64>(), "{name}");
+        assert_eq!(h.labels, labels);
+        let minutes: std::collections::BTreeSet<i64> = theirs.iter().map(|r| r.minute).collect();
+        assert_eq!(h.minutes, minutes, "{name}");
+    }
+    // A question of one host and two minutes reads only those rows.
+    let glob = globset::Glob::new("db-b").unwrap().compile_matcher();
+    let q = merge::Question { since: t0 + 60, until: t0 + 180, hosts: Some(glob) };
+    let mut m = merge::Merge::default();
+    m.add(stored.clone(), &q).unwrap();
+    let want: u64 = stored
+        .iter()
+        .filter(|r| r.host == "db-b" && (t0 + 60..t0 + 180).contains(&r.minute))
+        .map(|r| r.class.count)
+        .sum();
+    assert_eq!(m.finish(vec![], 0).digest.events, want);
     // Samples are redacted: no literal of the log is stored.
     let samples: Vec<&[u8]> = stored.iter().map(|r| &*r.class.sample.query).collect();
     assert!(samples.iter().all(|s| !s.is_empty() && !s.windows(12).any(|w| w == b"@example.com")), "{samples:?}");
@@ -304,11 +344,29 @@ fn an_hours_histograms_kept_on_each_classs_first_row_merge_to_the_same_classes()
     assert_eq!(kept.len(), firsts.len(), "one row per host and class keeps a distribution");
     assert!(kept.iter().all(|r| firsts[&(r.host.clone(), r.class.fingerprint.clone())] == r.minute), "its first");
     assert!(back.len() > 2 * kept.len());
+    // Merged as `--from` merges a compacted file, whose rows come by host,
+    // class and minute: a run of rows per class and host.
+    let mut sorted = back.clone();
+    sorted.sort_by(|a, b| (&a.host, &a.class.fingerprint, a.minute).cmp(&(&b.host, &b.class.fingerprint, b.minute)));
+    let q = merge::Question { since: 0, until: i64::MAX, hosts: None };
+    let mut m = merge::Merge::default();
+    m.add(sorted, &q).unwrap();
+    let columnar = m.finish(vec![], 0).digest.classes;
     let after = merge_by_class(back);
-    let (want, got) = (by_fp(&before), by_fp(&after));
-    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
-    for (fp, c) in &want {
-        assert_same(c, got[fp]);
+    let want = by_fp(&before);
+    for got in [by_fp(&after), by_fp(&columnar)] {
+        assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
+        for (fp, c) in &want {
+            assert_same(c, got[fp]);
+            assert_eq!(c.dbs.sorted(), got[fp].dbs.sorted());
+            assert_eq!(c.sample.query_time, got[fp].sample.query_time);
+        }
+    }
+    // A row's minute is its series' point: both merges make the same.
+    let (rows_merged, runs_merged) = (by_fp(&after), by_fp(&columnar));
+    for (fp, c) in &rows_merged {
+        assert_eq!(c.series.points, runs_merged[fp].series.points);
+        assert_eq!((c.first, c.last), (runs_merged[fp].first, runs_merged[fp].last));
     }
 }
 
@@ -331,4 +389,81 @@ fn a_large_file_is_read_a_row_group_at_a_time_to_the_same_rows() {
         f.read(Some(&[]), Some(g), |r| *n += r.len()).unwrap();
     }
     assert_eq!((all, groups), (rows.len(), vec![file::ROW_GROUP_ROWS, 100]));
+}
+
+/// A stored row keeps no distribution but the statement time's: an
+/// attribute zero in one row and not in another has no percentile after
+/// the merge (not one read from the zeros alone); one whose every value is
+/// the same has that value as every percentile.
+#[test]
+fn percentiles_of_attributes_stored_without_a_distribution_are_unknown_unless_every_value_is_one() {
+    let row = |minute: i64, count: u64, examined: (f64, f64, f64)| {
+        let mut class = Class::new(Box::from(&b"select c from t where id = ?"[..]));
+        class.count = count;
+        let n = count as u32;
+        let mut qt = Hist::default();
+        qt.add(0.001, n);
+        class.add_stat(
+            A::QueryTime as usize,
+            &crate::class::Stat { n, sum: 0.001 * count as f64, min: 0.001, max: 0.001, hist: qt },
+        );
+        let (sum, min, max) = examined;
+        class.add_stat(A::RowsExamined as usize, &crate::class::Stat { n, sum, min, max, hist: Hist::Empty });
+        class
+            .add_stat(A::RowsSent as usize, &crate::class::Stat { n, sum: 0.0, min: 0.0, max: 0.0, hist: Hist::Empty });
+        Row { minute, host: "db-a".into(), labels: vec![], class }
+    };
+    let rows = vec![row(1_796_011_200, 3, (0.0, 0.0, 0.0)), row(1_796_011_260, 2, (10.0, 5.0, 5.0))];
+    let back = file::read(file::write(&rows, Samples::None).unwrap().into(), None).unwrap();
+    let q = merge::Question { since: 0, until: i64::MAX, hosts: None };
+    let mut m = merge::Merge::default();
+    m.add(back.clone(), &q).unwrap();
+    let columnar = m.finish(vec![], 0).digest.classes;
+    for c in [&merge_by_class(back)[0], &columnar[0]] {
+        let ex = c.stat(A::RowsExamined).unwrap();
+        assert_eq!((ex.n, ex.sum, ex.min, ex.max), (5, 10.0, 0.0, 5.0));
+        assert!(ex.quantile(0.95, true).is_nan(), "{ex:?}");
+        let sent = c.stat(A::RowsSent).unwrap();
+        assert_eq!((sent.n, sent.quantile(0.95, true)), (5, 0.0));
+        let qt = c.stat(A::QueryTime).unwrap();
+        assert_eq!(qt.hist.buckets().map(|b| b.1).sum::<u32>(), 5);
+    }
+}
+
+/// A compacted file's columns carry their null counts: a reader leaves out
+/// the columns no row of a group holds (the attributes the log lacks), and
+/// reads the same rows as from a window's file.
+#[test]
+fn a_compacted_files_empty_columns_are_not_read_and_its_rows_are_the_same() {
+    let d = digest_of(&[&log(8, 500, 1_796_011_200)]);
+    let rows = rows_of(d.minutes.unwrap().by_minute, "db-a", &[("env".into(), "prod".into())]);
+    let mut w = file::Writer::new(Samples::Redacted, vec![], file::Codec::Zstd).unwrap();
+    w.write(&rows).unwrap();
+    let compacted = file::Opened::open(w.finish().unwrap().into()).unwrap();
+    let window = file::Opened::open(file::write(&rows, Samples::Redacted).unwrap().into()).unwrap();
+    let names = |f: &file::Opened| {
+        let mut cols = vec![];
+        f.batches(None, None, |b| {
+            cols = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+            Ok(())
+        })
+        .unwrap();
+        cols
+    };
+    let (all, kept) = (names(&window), names(&compacted));
+    // Every column but `class_id` (for engines: pileup names a class from
+    // its fingerprint).
+    assert_eq!(all.len(), rows::schema().fields().len() - 1);
+    assert!(!all.contains(&"class_id".to_string()));
+    assert!(kept.contains(&"query_time_sum".to_string()) && kept.contains(&"labels".to_string()), "{kept:?}");
+    assert!(!kept.contains(&"pages_read_sum".to_string()), "a column the log never logged: {kept:?}");
+    let (mut a, mut b) = (vec![], vec![]);
+    window.read(None, None, |r| a.extend(r)).unwrap();
+    compacted.read(None, None, |r| b.extend(r)).unwrap();
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.minute, &x.host, &x.labels), (y.minute, &y.host, &y.labels));
+        assert_same(&x.class, &y.class);
+        assert_eq!(x.class.sample.query, y.class.sample.query);
+    }
 }

@@ -214,7 +214,7 @@ fn fetch_merge(
     // Row groups after the first of files already opened.
     let groups: Mutex<Vec<(String, file::Opened, usize)>> = Mutex::new(vec![]);
     let read = |key: &str, f: &file::Opened, group: Option<usize>, m: &mut Merge| {
-        f.read(columns, group, |rows| m.add(rows, q)).with_context(|| url.url_of(key))
+        f.batches(columns, group, |b| m.add_batch(b, q)).with_context(|| url.url_of(key))
     };
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..jobs.max(1))
