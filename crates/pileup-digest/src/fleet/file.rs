@@ -26,6 +26,11 @@ pub const SOURCES: &str = "pileup.sources";
 /// read a row group per thread.
 pub const ROW_GROUP_ROWS: usize = 65_536;
 
+/// Rows a record batch holds at most when read: the per-batch work (the
+/// columns looked up and typed) spread over more rows than the reader's
+/// default of 1,024.
+const BATCH_ROWS: usize = 8192;
+
 /// `rows` as a window's Parquet file ([`Codec::Lz4`]).
 pub fn write(rows: &[Row], samples: Samples) -> Result<Vec<u8>, Error> {
     let mut w = Writer::new(samples, vec![], Codec::Lz4)?;
@@ -192,7 +197,7 @@ impl Opened {
         let leaves = (0..schema.num_columns())
             .filter(|&l| asked.leaf_included(l) && held(l) && schema.column(l).name() != "class_id");
         let mask = ProjectionMask::leaves(b.parquet_schema(), leaves);
-        let b = b.with_projection(mask).with_row_groups(groups);
+        let b = b.with_projection(mask).with_row_groups(groups).with_batch_size(BATCH_ROWS);
         for batch in b.build().map_err(stored)? {
             each(&batch.map_err(stored)?)?;
         }
