@@ -173,13 +173,13 @@ impl Hist {
         0.0
     }
 
-    /// The histogram of `buckets` as [`Hist::buckets`] gives them: each
-    /// bucket's lower bound, exact as an f64, names the bucket again.
     /// Add `n` to the bucket whose lower bound is `low` (a stored row's).
     pub(crate) fn add_low(&mut self, low: f64, n: u32) {
         self.add_bucket(bucket(low), n);
     }
 
+    /// The histogram of `buckets` as [`Hist::buckets`] gives them: each
+    /// bucket's lower bound, exact as an f64, names the bucket again.
     pub fn from_buckets(buckets: impl IntoIterator<Item = (f64, u32)>) -> Hist {
         let mut h = Hist::default();
         for (low, n) in buckets {

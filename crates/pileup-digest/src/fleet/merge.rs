@@ -129,7 +129,9 @@ impl Merge {
         Merge { samples: Some(Default::default()), ..Default::default() }
     }
 
-    /// Add the rows the question wants.
+    /// Add the rows the question wants, as a record batch of them would
+    /// add them (what a row holds beyond the stored columns is not kept).
+    #[cfg(test)]
     pub fn add(&mut self, rows: Vec<Row>, q: &Question) -> Result<(), Error> {
         if rows.is_empty() {
             return Ok(());
@@ -163,6 +165,10 @@ impl Merge {
                 }
             };
             let Some(h) = h else { continue };
+            // A host's labels from the first of its rows that has some.
+            if self.hosts[h].1.labels.is_empty() && v.has_labels(i) {
+                self.hosts[h].1.labels = v.labels(i);
+            }
             let fp = v.fingerprint(i);
             let c = match last_class {
                 Some((f, c)) if f == fp => c,
@@ -212,8 +218,8 @@ impl Merge {
     /// The place of host `name` (its labels from `labels` when new), or
     /// none when the question leaves it out.
     fn host_of(&mut self, name: &str, q: &Question, labels: impl FnOnce() -> Vec<(String, String)>) -> Option<usize> {
-        if let Some(h) = self.host_at.get(name) {
-            return *h;
+        if let Some(&h) = self.host_at.get(name) {
+            return h;
         }
         let h = q.wants_host(name).then(|| {
             self.hosts.push((name.to_string(), Host { labels: labels(), ..Default::default() }));

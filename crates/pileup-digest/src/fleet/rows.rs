@@ -378,6 +378,11 @@ impl<'a> View<'a> {
         }
     }
 
+    /// Whether row `i` has labels (read without making them).
+    pub fn has_labels(&self, i: usize) -> bool {
+        self.labels.is_some_and(|m| m.is_valid(i) && m.value_offsets()[i + 1] > m.value_offsets()[i])
+    }
+
     /// Row `i`'s labels.
     pub fn labels(&self, i: usize) -> Vec<(String, String)> {
         labels_at(self.labels, i)
@@ -512,17 +517,19 @@ impl<'a> View<'a> {
             class.series.add(self.minute(i), all(i), self.query_time(i) as f32);
         }
         // The slowest sample; of a class new here, the first row's
-        // whatever it is (as `Class::merge` keeps them).
+        // whatever it is (as `Class::merge` keeps them: a row of no
+        // statement gives none).
         let qt =
             |i: usize| self.sample.filter(|s| s.is_valid(i)).map_or(0.0, |_| opt(self.sample_qt, i).unwrap_or(0.0));
-        let mut best = was_empty.then_some((first, qt(first)));
-        for &i in rows.iter().skip(usize::from(was_empty)) {
+        let mut counted = rows.iter().copied().filter(|&i| self.count(i) > 0);
+        let mut best = if was_empty { counted.next().map(|i| (i, qt(i))) } else { None };
+        for i in counted {
             let floor = best.map_or(class.sample.query_time, |b| b.1);
             if qt(i) > floor {
                 best = Some((i, qt(i)));
             }
         }
-        if let Some((i, _)) = best.filter(|(i, _)| self.count(*i) > 0) {
+        if let Some((i, _)) = best {
             class.sample = self.sample(i, &names(self.db(i)));
         }
     }

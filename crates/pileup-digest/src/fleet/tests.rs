@@ -75,7 +75,9 @@ fn assert_same(a: &Class, b: &Class) {
             assert!(a.stat(attr::from_index(i)).is_none() && b.stat(attr::from_index(i)).is_none(), "{fp} attr {i}");
             continue;
         };
-        assert_eq!((x.n, x.min, x.max), (y.n, y.min, y.max), "{fp} attr {i}");
+        // Extremes unknown (NaN) on both sides are the same.
+        let same = |a: f64, b: f64| a == b || a.is_nan() && b.is_nan();
+        assert!(x.n == y.n && same(x.min, y.min) && same(x.max, y.max), "{fp} attr {i}: {x:?} {y:?}");
         assert!((x.sum - y.sum).abs() <= 1e-9 * x.sum.abs().max(1.0), "{fp} attr {i}: {} {}", x.sum, y.sum);
     }
     let (qa, qb) = (a.stat(A::QueryTime).unwrap(), b.stat(A::QueryTime).unwrap());
@@ -466,4 +468,111 @@ fn a_compacted_files_empty_columns_are_not_read_and_its_rows_are_the_same() {
         assert_same(&x.class, &y.class);
         assert_eq!(x.class.sample.query, y.class.sample.query);
     }
+}
+
+/// Rows as a compacted hour holds them (by host, class and minute, in two
+/// row groups), of which some know a sum only, some name another database
+/// within a run, an attribute held in one row group only, and a host whose
+/// first row has no labels; read a row group at a time as `--from` reads
+/// them, each into its own merge, joined: what merging each row's class
+/// gives, with each host's cost per class and the rows kept for a
+/// comparison.
+#[test]
+fn a_compacted_hour_read_a_row_group_at_a_time_merges_as_its_rows() {
+    use crate::class::{Few, Name, Sample, Stat};
+    let (hosts, minutes, t0) = (400usize, 60i64, 1_796_011_200i64);
+    let mut rows = vec![];
+    for h in 0..hosts {
+        for j in 0..3u32 {
+            for m in 0..minutes {
+                let count = 1 + (h as u64 + u64::from(j) + m as u64) % 5;
+                let n = count as u32;
+                let mut class = Class::new(format!("select c from t{j} where id = ?").into_bytes().into());
+                class.count = count;
+                let v = 0.001 * f64::from(1 + j) * (1.0 + (m % 7) as f64 / 10.0);
+                let mut hist = Hist::default();
+                if m == 0 {
+                    hist.add(v, n);
+                }
+                class.add_stat(A::QueryTime as usize, &Stat { n, sum: v * count as f64, min: v, max: v, hist });
+                // Sums only (as performance_schema gives them).
+                let lock = Stat { n, sum: 1e-5 * count as f64, min: f64::NAN, max: f64::NAN, hist: Hist::Empty };
+                class.add_stat(A::LockTime as usize, &lock);
+                if h >= 370 {
+                    let sent = Stat { n, sum: 3.0 * count as f64, min: 1.0, max: 5.0, hist: Hist::Empty };
+                    class.add_stat(A::RowsSent as usize, &sent);
+                }
+                let db: Name = Name::from(format!("shop{}", m / 20).as_bytes());
+                class.dbs = Few { values: smallvec::smallvec![(db.clone(), count)], others: 0 };
+                class.sample = Sample {
+                    query: format!("select c from t{j} where id = {m}").into_bytes().into(),
+                    db: Some(db),
+                    query_time: v * (1.0 + (m % 13) as f64 / 100.0),
+                    ..Sample::default()
+                };
+                class.first = Some(t0 + m * 60 + 1);
+                class.last = Some(t0 + m * 60 + 59);
+                class.series.add(t0 + m * 60, n, (v * count as f64) as f32);
+                let labels = if h == 0 && m == 0 { vec![] } else { vec![("env".to_string(), "prod".to_string())] };
+                rows.push(Row { minute: t0 + m * 60, host: format!("db-{h:03}"), labels, class });
+            }
+        }
+    }
+    let mut w = file::Writer::new(Samples::Full, vec![], file::Codec::Zstd).unwrap();
+    w.write(&rows).unwrap();
+    let bytes: bytes::Bytes = w.finish().unwrap().into();
+    let f = file::Opened::open(bytes.clone()).unwrap();
+    assert_eq!(f.row_groups(), 2);
+    let back = file::read(bytes, None).unwrap();
+    let q = merge::Question { since: t0, until: t0 + 3600, hosts: None };
+    let mut all = merge::Merge::keeping_samples();
+    for g in 0..2 {
+        let mut m = merge::Merge::keeping_samples();
+        f.batches(None, Some(g), |b| m.add_batch(b, &q)).unwrap();
+        all.join(m);
+    }
+    let merged = all.finish(vec![], 0);
+    let want = merge_by_class(back.clone());
+    let got = by_fp(&merged.digest.classes);
+    assert_eq!(want.len(), got.len());
+    for c in &want {
+        let g = got[&c.fingerprint.to_vec()];
+        assert_same(c, g);
+        let lock = g.stat(A::LockTime).unwrap();
+        assert!(lock.min.is_nan() && (lock.sum - c.sum(A::LockTime)).abs() < 1e-9, "sums only: {lock:?}");
+        assert_eq!(g.stat(A::RowsSent).map(|s| s.n), c.stat(A::RowsSent).map(|s| s.n));
+        assert_eq!(c.dbs.sorted(), g.dbs.sorted());
+        assert_eq!((&c.sample.query, c.sample.query_time), (&g.sample.query, g.sample.query_time));
+        // Points of the same slices and counts; their f32 times summed in
+        // another order.
+        assert_eq!(c.series.points.len(), g.series.points.len());
+        for (a, b) in c.series.points.iter().zip(&g.series.points) {
+            assert!(a.0 == b.0 && a.1 == b.1 && (a.2 - b.2).abs() <= 1e-5 * a.2.abs().max(1.0), "{a:?} {b:?}");
+        }
+        // Each host's share of the class, and the rows kept to compare.
+        let fp = &c.fingerprint;
+        let mut costs: std::collections::BTreeMap<&str, (u64, f64)> = Default::default();
+        let mut kept: Vec<(u64, f64)> = vec![];
+        for r in back.iter().filter(|r| &r.class.fingerprint == fp) {
+            let e = costs.entry(&r.host).or_default();
+            e.0 += r.class.count;
+            e.1 += r.class.sum(A::QueryTime);
+            kept.push((r.class.count, r.class.sum(A::QueryTime)));
+        }
+        let by_host = &merged.hosts.by_class[fp];
+        assert_eq!(by_host.len(), hosts);
+        for (host, cost) in by_host {
+            let (count, time) = costs[host.as_str()];
+            assert_eq!(cost.count, count, "{host}");
+            assert!((cost.time - time).abs() < 1e-9, "{host}");
+        }
+        let mut rows_kept = merged.samples.as_ref().unwrap()[fp].clone();
+        let order = |v: &mut Vec<(u64, f64)>| v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        order(&mut rows_kept);
+        order(&mut kept);
+        assert_eq!(rows_kept, kept);
+    }
+    let h0 = &merged.hosts.hosts["db-000"];
+    assert_eq!(h0.labels, vec![("env".to_string(), "prod".to_string())], "labels from the first row that has some");
+    assert_eq!(h0.minutes.len(), minutes as usize);
 }
