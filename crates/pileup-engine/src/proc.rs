@@ -490,6 +490,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_running_process_is_alive_and_an_exited_one_is_not_reaped_or_not() {
+        assert!(alive(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Exited but not reaped: a zombie, which serves nothing.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!alive(pid));
+        child.wait().unwrap();
+        assert!(!alive(pid));
+    }
+
+    #[test]
     fn schedstat_gives_cpu_and_run_queue_time() {
         assert_eq!(parse_sched_times("1234 567 89\n"), Some(SchedTimes { on_cpu_ns: 1234, waiting_ns: 567 }));
         assert_eq!(parse_sched_times("x"), None);

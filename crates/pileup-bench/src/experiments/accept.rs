@@ -36,7 +36,10 @@ impl Client for MariaConnect {
             // ephemeral ports: now and then a handshake is reset while the
             // server runs on. That is a failed connection, counted as an
             // error; a server that is gone refuses them all and stops the run.
-            e if pileup_conn::is_closed(e) && self.pid.is_none_or(server_lives) && self.resets < RESETS_IN_A_ROW => {
+            e if pileup_conn::is_closed(e)
+                && self.pid.is_none_or(pileup_engine::process::alive)
+                && self.resets < RESETS_IN_A_ROW =>
+            {
                 self.resets += 1;
                 OpError::Retry(pileup_conn::error_text(e))
             }
@@ -44,14 +47,6 @@ impl Client for MariaConnect {
         })
     }
 }
-/// Whether the process `pid` still runs (a zombie does not).
-fn server_lives(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rfind(')').and_then(|at| s.get(at + 2..at + 3)).map(|state| state != "Z"))
-        .unwrap_or(false)
-}
-
 struct PgConnect(postgres::Config);
 
 impl Client for PgConnect {
@@ -105,21 +100,4 @@ pub(super) fn setup<'a>(ctx: &'a Ctx) -> Result<Vec<Variant<'a>>> {
         }
     }
     Ok(v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_running_process_lives_and_a_reaped_one_does_not() {
-        assert!(server_lives(std::process::id() as i32));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id() as i32;
-        // Exited but not reaped: a zombie, which serves nothing.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        assert!(!server_lives(pid));
-        child.wait().unwrap();
-        assert!(!server_lives(pid));
-    }
 }

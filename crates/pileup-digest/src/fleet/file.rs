@@ -196,7 +196,7 @@ impl Opened {
         let schema = b.parquet_schema();
         let leaves = (0..schema.num_columns())
             .filter(|&l| asked.leaf_included(l) && held(l) && schema.column(l).name() != "class_id");
-        let mask = ProjectionMask::leaves(b.parquet_schema(), leaves);
+        let mask = ProjectionMask::leaves(schema, leaves);
         let b = b.with_projection(mask).with_row_groups(groups).with_batch_size(BATCH_ROWS);
         for batch in b.build().map_err(stored)? {
             each(&batch.map_err(stored)?)?;

@@ -12,7 +12,6 @@ use arrow_array::RecordBatch;
 use foldhash::fast::FixedState;
 
 use super::rows::View;
-use super::Row;
 use crate::aggregate::OTHER;
 use crate::attr::N_ATTRS;
 use crate::class::{Class, Name};
@@ -30,10 +29,6 @@ pub struct Question {
 impl Question {
     pub fn wants_host(&self, host: &str) -> bool {
         self.hosts.as_ref().is_none_or(|p| p.is_match(host))
-    }
-
-    pub fn wants(&self, r: &Row) -> bool {
-        (self.since..self.until).contains(&r.minute) && self.wants_host(&r.host)
     }
 
     /// The hours (their start, Unix seconds) whose partitions can hold
@@ -132,7 +127,7 @@ impl Merge {
     /// Add the rows the question wants, as a record batch of them would
     /// add them (what a row holds beyond the stored columns is not kept).
     #[cfg(test)]
-    pub fn add(&mut self, rows: Vec<Row>, q: &Question) -> Result<(), Error> {
+    pub fn add(&mut self, rows: Vec<super::Row>, q: &Question) -> Result<(), Error> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -159,7 +154,7 @@ impl Merge {
             let h = match last_host {
                 Some((n, h)) if n == name => h,
                 _ => {
-                    let h = self.host_of(name, q, || v.labels(i));
+                    let h = self.host_of(name, q);
                     last_host = Some((name, h));
                     h
                 }
@@ -215,31 +210,40 @@ impl Merge {
         });
     }
 
-    /// The place of host `name` (its labels from `labels` when new), or
-    /// none when the question leaves it out.
-    fn host_of(&mut self, name: &str, q: &Question, labels: impl FnOnce() -> Vec<(String, String)>) -> Option<usize> {
+    /// The place of host `name`, or none when the question leaves it out.
+    fn host_of(&mut self, name: &str, q: &Question) -> Option<usize> {
         if let Some(&h) = self.host_at.get(name) {
             return h;
         }
-        let h = q.wants_host(name).then(|| {
-            self.hosts.push((name.to_string(), Host { labels: labels(), ..Default::default() }));
-            self.hosts.len() - 1
-        });
+        let h = q.wants_host(name).then(|| self.new_host(name, vec![]));
         self.host_at.insert(name.to_string(), h);
         h
     }
 
+    /// A host's place, made for it (with `labels`).
+    fn new_host(&mut self, name: &str, labels: Vec<(String, String)>) -> usize {
+        self.hosts.push((name.to_string(), Host { labels, ..Default::default() }));
+        self.host_at.insert(name.to_string(), Some(self.hosts.len() - 1));
+        self.hosts.len() - 1
+    }
+
     /// The place of the class of fingerprint `fp`, made when new.
     fn class_of(&mut self, fp: &str) -> usize {
-        if let Some(c) = self.class_at.get(fp.as_bytes()) {
-            return *c;
+        match self.class_at.get(fp.as_bytes()) {
+            Some(c) => *c,
+            None => self.new_class(Class::new(fp.as_bytes().into())),
         }
-        self.classes.push(Class::new(fp.as_bytes().into()));
+    }
+
+    /// A class's place, made for it: its hosts' costs, and its rows when
+    /// kept.
+    fn new_class(&mut self, c: Class) -> usize {
+        self.class_at.insert(c.fingerprint.clone(), self.classes.len());
+        self.classes.push(c);
         self.by_host.push(HashMap::default());
         if let Some(s) = self.samples.as_mut() {
             s.push(vec![]);
         }
-        self.class_at.insert(fp.as_bytes().into(), self.classes.len() - 1);
         self.classes.len() - 1
     }
 
@@ -255,11 +259,7 @@ impl Merge {
         for (name, h) in o.hosts {
             let mine = match self.host_at.get(&name).copied().flatten() {
                 Some(m) => m,
-                None => {
-                    self.hosts.push((name.clone(), Host { labels: h.labels.clone(), ..Default::default() }));
-                    self.host_at.insert(name, Some(self.hosts.len() - 1));
-                    self.hosts.len() - 1
-                }
+                None => self.new_host(&name, vec![]),
             };
             let m = &mut self.hosts[mine].1;
             if m.labels.is_empty() {
@@ -276,16 +276,7 @@ impl Merge {
                     self.classes[*m].merge(&c);
                     *m
                 }
-                None => {
-                    let fp = c.fingerprint.clone();
-                    self.classes.push(c);
-                    self.by_host.push(HashMap::default());
-                    if let Some(s) = self.samples.as_mut() {
-                        s.push(vec![]);
-                    }
-                    self.class_at.insert(fp, self.classes.len() - 1);
-                    self.classes.len() - 1
-                }
+                None => self.new_class(c),
             };
             for (h, cost) in theirs {
                 self.by_host[mine].entry(at[h]).or_default().plus(cost);

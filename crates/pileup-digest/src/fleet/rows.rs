@@ -368,14 +368,40 @@ impl<'a> View<'a> {
         self.count.value(i)
     }
 
+    /// Row `i`'s statements as an attribute's count is kept (the count of
+    /// a row whose `_n` is null).
+    fn statements(&self, i: usize) -> u32 {
+        u32::try_from(self.count(i)).unwrap_or(u32::MAX)
+    }
+
     /// Row `i`'s statement time (0 when not logged).
     pub fn query_time(&self, i: usize) -> f64 {
         let (n, sum, _, _) = self.attrs[A::QueryTime as usize];
-        let all = u32::try_from(self.count(i)).unwrap_or(u32::MAX);
         match opt(sum, i) {
-            Some(s) if opt(n, i).unwrap_or(all) > 0 => s,
+            Some(s) if opt(n, i).unwrap_or(self.statements(i)) > 0 => s,
             _ => 0.0,
         }
+    }
+
+    /// Row `i`'s statement-time histogram: each bucket's lower bound and
+    /// count, read in place (a list's `value(i)` is an array made per row).
+    fn buckets(&self, i: usize) -> Option<(&'a [f64], &'a [u32])> {
+        let (l, c) = (self.lows?, self.counts?);
+        if !l.is_valid(i) || !c.is_valid(i) {
+            return None;
+        }
+        let span = |a: &arrow_array::ListArray| {
+            let o = a.value_offsets();
+            o[i] as usize..o[i + 1] as usize
+        };
+        let lows = &l.values().as_primitive::<Float64Type>().values()[span(l)];
+        let counts = &c.values().as_primitive::<UInt32Type>().values()[span(c)];
+        Some((lows, counts))
+    }
+
+    /// The statement time of row `i`'s sample (0 without one).
+    fn sample_time(&self, i: usize) -> f64 {
+        self.sample.filter(|s| s.is_valid(i)).map_or(0.0, |_| opt(self.sample_qt, i).unwrap_or(0.0))
     }
 
     /// Whether row `i` has labels (read without making them).
@@ -388,29 +414,19 @@ impl<'a> View<'a> {
         labels_at(self.labels, i)
     }
 
-    /// Attribute `k` of row `i`, of `all` statements: none when not logged.
-    fn stat(&self, k: usize, i: usize, all: u32) -> Option<Stat> {
+    /// Attribute `k` of row `i`: none when not logged.
+    fn stat(&self, k: usize, i: usize) -> Option<Stat> {
         let (n, sum, min, max) = self.attrs[k];
         // Logged when its sum is there; by every statement when its `n` is
         // null.
         let sum = opt(sum, i)?;
-        let n = opt(n, i).unwrap_or(all);
+        let n = opt(n, i).unwrap_or(self.statements(i));
         if n == 0 {
             return None;
         }
-        let hist = match (k == A::QueryTime as usize, self.lows, self.counts) {
-            (true, Some(l), Some(c)) if l.is_valid(i) && c.is_valid(i) => {
-                // The lists' values read in place (a list's `value(i)` is an
-                // array made per row).
-                let span = |a: &arrow_array::ListArray| {
-                    let o = a.value_offsets();
-                    o[i] as usize..o[i + 1] as usize
-                };
-                let lows = &l.values().as_primitive::<Float64Type>().values()[span(l)];
-                let counts = &c.values().as_primitive::<UInt32Type>().values()[span(c)];
-                Hist::from_buckets(lows.iter().copied().zip(counts.iter().copied()))
-            }
-            _ => Hist::Empty,
+        let hist = match self.buckets(i).filter(|_| k == A::QueryTime as usize) {
+            Some((lows, counts)) => Hist::from_buckets(lows.iter().copied().zip(counts.iter().copied())),
+            None => Hist::Empty,
         };
         Some(Stat { n, sum, min: opt(min, i).unwrap_or(f64::NAN), max: opt(max, i).unwrap_or(f64::NAN), hist })
     }
@@ -421,7 +437,7 @@ impl<'a> View<'a> {
             Some(s) => Sample {
                 query: s.value(i).as_bytes().into(),
                 db: Some(db.clone()),
-                query_time: opt(self.sample_qt, i).unwrap_or(0.0),
+                query_time: self.sample_time(i),
                 ..Sample::default()
             },
             None => Sample::default(),
@@ -438,9 +454,9 @@ impl<'a> View<'a> {
         class.count = self.count(i);
         class.first = opt(self.first, i).map(|t| t.div_euclid(1000));
         class.last = opt(self.last, i).map(|t| t.div_euclid(1000));
-        let all = u32::try_from(class.count).unwrap_or(u32::MAX);
+        let all = self.statements(i);
         for k in 0..N_ATTRS {
-            if let Some(st) = self.stat(k, i, all) {
+            if let Some(st) = self.stat(k, i) {
                 class.add_stat(k, &st);
             }
         }
@@ -464,7 +480,6 @@ impl<'a> View<'a> {
     pub fn merge_rows(&self, rows: &[usize], class: &mut Class, names: &mut impl FnMut(&str) -> Name) {
         let Some(&first) = rows.first() else { return };
         let was_empty = class.count == 0;
-        let all = |i: usize| u32::try_from(self.count(i)).unwrap_or(u32::MAX);
         class.count += rows.iter().map(|&i| self.count(i)).sum::<u64>();
         for k in 0..N_ATTRS {
             if self.attrs[k].1.is_none() {
@@ -476,7 +491,7 @@ impl<'a> View<'a> {
                 // time, as such rows merge.
                 None => {
                     for &i in rows {
-                        if let Some(st) = self.stat(k, i, all(i)) {
+                        if let Some(st) = self.stat(k, i) {
                             class.add_stat(k, &st);
                         }
                     }
@@ -485,7 +500,7 @@ impl<'a> View<'a> {
         }
         for (slot, (seen, yes)) in class.flags.iter_mut().zip(&self.flags) {
             for &i in rows {
-                slot.0 = slot.0.saturating_add(opt(*seen, i).unwrap_or(all(i)));
+                slot.0 = slot.0.saturating_add(opt(*seen, i).unwrap_or(self.statements(i)));
                 slot.1 = slot.1.saturating_add(opt(*yes, i).unwrap_or(0));
             }
         }
@@ -514,19 +529,17 @@ impl<'a> View<'a> {
             class.dbs.add(db.0.as_bytes(), db.1, &mut |_| names(db.0));
         }
         for &i in rows {
-            class.series.add(self.minute(i), all(i), self.query_time(i) as f32);
+            class.series.add(self.minute(i), self.statements(i), self.query_time(i) as f32);
         }
         // The slowest sample; of a class new here, the first row's
         // whatever it is (as `Class::merge` keeps them: a row of no
         // statement gives none).
-        let qt =
-            |i: usize| self.sample.filter(|s| s.is_valid(i)).map_or(0.0, |_| opt(self.sample_qt, i).unwrap_or(0.0));
         let mut counted = rows.iter().copied().filter(|&i| self.count(i) > 0);
-        let mut best = if was_empty { counted.next().map(|i| (i, qt(i))) } else { None };
+        let mut best = if was_empty { counted.next().map(|i| (i, self.sample_time(i))) } else { None };
         for i in counted {
             let floor = best.map_or(class.sample.query_time, |b| b.1);
-            if qt(i) > floor {
-                best = Some((i, qt(i)));
+            if self.sample_time(i) > floor {
+                best = Some((i, self.sample_time(i)));
             }
         }
         if let Some((i, _)) = best {
@@ -544,15 +557,12 @@ impl<'a> View<'a> {
         let sum_col = sum_col?;
         let (mut n, mut sum, mut min, mut max, mut any) = (0u32, 0.0, f64::INFINITY, f64::NEG_INFINITY, false);
         let mut hist = Hist::Empty;
-        let lists = match (k == A::QueryTime as usize, self.lows, self.counts) {
-            (true, Some(l), Some(c)) => Some((l, c)),
-            _ => None,
-        };
+        let with_hist = k == A::QueryTime as usize;
         for &i in rows {
             if !sum_col.is_valid(i) {
                 continue;
             }
-            let rn = opt(n_col, i).unwrap_or(u32::try_from(self.count(i)).unwrap_or(u32::MAX));
+            let rn = opt(n_col, i).unwrap_or(self.statements(i));
             if rn == 0 {
                 continue;
             }
@@ -562,13 +572,7 @@ impl<'a> View<'a> {
             sum += sum_col.value(i);
             min = min.min(lo);
             max = max.max(hi);
-            if let Some((l, c)) = lists.filter(|(l, c)| l.is_valid(i) && c.is_valid(i)) {
-                let span = |a: &arrow_array::ListArray| {
-                    let o = a.value_offsets();
-                    o[i] as usize..o[i + 1] as usize
-                };
-                let lows = &l.values().as_primitive::<Float64Type>().values()[span(l)];
-                let counts = &c.values().as_primitive::<UInt32Type>().values()[span(c)];
+            if let Some((lows, counts)) = self.buckets(i).filter(|_| with_hist) {
                 for (low, cn) in lows.iter().zip(counts) {
                     hist.add_low(*low, *cn);
                 }
