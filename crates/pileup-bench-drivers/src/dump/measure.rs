@@ -48,74 +48,102 @@ impl Measured {
 }
 
 /// The server's file syncs (`fdatasync`, `fsync`) and file extensions
-/// (`fallocate`) over a run.
+/// (`fallocate`) over a run, and the seconds its threads spent in the
+/// syncs (summed over the threads: two threads each waiting 1 s is 2 s).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FileWork {
     pub syncs: u64,
     pub extensions: u64,
+    pub sync_wait_s: f64,
 }
 
-/// [`FileWork`] counted at the kernel's syscall tracepoints by `perf stat`
-/// on the server's process (counting only: no samples, no stacks; threads
-/// the server starts meanwhile are counted with it). Written as a child
-/// `perf` rather than through perf_event_open here: perf already attaches
-/// to every thread of a process and sums them.
+/// [`FileWork`] recorded by `perf record` at the kernel's syscall
+/// tracepoints of the three calls (entry and exit, no samples, no stacks),
+/// on every CPU, and the server's own calls (its process id) picked out by
+/// `perf script`: a per-process perf misses the threads the server starts
+/// meanwhile (a loader's connections), and tracing every system call
+/// (`perf trace`) slowed a load by a third. Written as a child `perf`
+/// rather than through perf_event_open here: perf already opens an event
+/// per CPU and orders their records.
 pub struct FileWorkCount {
     child: std::process::Child,
     out: std::path::PathBuf,
+    pid: u32,
 }
 
-const FILE_WORK_EVENTS: &str = "syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_enter_fallocate";
+const FILE_WORK_EVENTS: &str = "syscalls:sys_enter_fdatasync,syscalls:sys_exit_fdatasync,syscalls:sys_enter_fsync,syscalls:sys_exit_fsync,syscalls:sys_enter_fallocate";
 
 impl FileWorkCount {
-    /// Start counting; None where perf or the tracepoints are missing.
+    /// Start recording; None where perf or the tracepoints are missing.
     pub fn start(pid: u32) -> Option<FileWorkCount> {
         // In a directory of the driver's own (0700): perf, run as root,
-        // writes its counts by name.
+        // writes its records by name.
         let dir = std::env::temp_dir().join(format!("pileup-dump-bench-perf-{}", std::process::id()));
         pileup_files::create_private_dir(&dir).ok()?;
-        let out = dir.join("counts.csv");
+        let out = dir.join("file-work.data");
         let child = Command::new("perf")
-            .args(["stat", "-x", ",", "-e", FILE_WORK_EVENTS, "-p", &pid.to_string(), "-o"])
+            .args(["record", "-q", "-a", "-e", FILE_WORK_EVENTS, "-o"])
             .arg(&out)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
-        // perf attaches before it counts; a run started sooner would lose
+        // perf attaches before it records; a run started sooner would lose
         // its first calls.
-        std::thread::sleep(Duration::from_millis(300));
-        Some(FileWorkCount { child, out })
+        std::thread::sleep(Duration::from_millis(500));
+        Some(FileWorkCount { child, out, pid })
     }
 
-    /// Stop counting (SIGINT: perf then writes its counts) and read them.
+    /// Stop recording (SIGINT: perf then writes its records out) and read
+    /// the server's calls from them.
     pub fn stop(mut self) -> Option<FileWork> {
         // SAFETY: a signal to the child this value started and still owns.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let _ = self.child.wait();
-        let text = std::fs::read_to_string(&self.out).ok();
+        let script = Command::new("perf")
+            .args(["script", "-F", "pid,tid,time,event", "-i"])
+            .arg(&self.out)
+            .stderr(Stdio::null())
+            .output();
         let _ = std::fs::remove_file(&self.out);
-        parse_file_work(&text?)
+        let script = script.ok().filter(|o| o.status.success())?;
+        parse_file_work(&String::from_utf8_lossy(&script.stdout), self.pid)
     }
 }
 
-/// `perf stat -x ,` lines: `count,unit,event,…`; None unless every event
-/// was counted.
-fn parse_file_work(text: &str) -> Option<FileWork> {
+/// `perf script -F pid,tid,time,event` lines (`PID/TID SECONDS: EVENT:`)
+/// of process `pid`: its syncs and extensions counted at their entry, a
+/// sync's time from its entry to its exit on the same thread; None when
+/// perf recorded nothing at all (it could not trace).
+fn parse_file_work(text: &str, pid: u32) -> Option<FileWork> {
     let mut w = FileWork::default();
-    let mut seen = 0;
-    for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let f: Vec<&str> = l.split(',').collect();
-        let (Some(n), Some(event)) = (f.first().and_then(|n| n.parse::<u64>().ok()), f.get(2)) else { continue };
-        match *event {
-            "syscalls:sys_enter_fdatasync" | "syscalls:sys_enter_fsync" => w.syncs += n,
-            "syscalls:sys_enter_fallocate" => w.extensions += n,
-            _ => continue,
+    let mut entered: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    let mut lines = 0;
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let [ids, time, event, ..] = f[..] else { continue };
+        lines += 1;
+        let Some((p, tid)) = ids.split_once('/') else { continue };
+        let Ok(t) = time.trim_end_matches(':').parse::<f64>() else { continue };
+        if p.parse() != Ok(pid) {
+            continue;
         }
-        seen += 1;
+        match event.trim_end_matches(':') {
+            "syscalls:sys_enter_fdatasync" | "syscalls:sys_enter_fsync" => {
+                w.syncs += 1;
+                entered.insert(tid, t);
+            }
+            "syscalls:sys_exit_fdatasync" | "syscalls:sys_exit_fsync" => {
+                if let Some(t0) = entered.remove(tid) {
+                    w.sync_wait_s += t - t0;
+                }
+            }
+            "syscalls:sys_enter_fallocate" => w.extensions += 1,
+            _ => {}
+        }
     }
-    (seen == 3).then_some(w)
+    (lines > 0).then_some(w)
 }
 
 /// Where the server's and the device's figures are read.
@@ -258,12 +286,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn perf_stat_counts_are_read_and_a_missing_event_is_no_answer() {
-        let text = "# started on Mon Nov 30\n\n95,,syscalls:sys_enter_fdatasync,3000,100.00,,\n2,,syscalls:sys_enter_fsync,3000,100.00,,\n44,,syscalls:sys_enter_fallocate,3000,100.00,,\n";
-        assert_eq!(parse_file_work(text), Some(FileWork { syncs: 97, extensions: 44 }));
-        let missing =
-            "<not supported>,,syscalls:sys_enter_fdatasync,0,100.00,,\n2,,syscalls:sys_enter_fsync,1,100.00,,\n";
-        assert_eq!(parse_file_work(missing), None);
+    fn the_servers_calls_are_picked_out_and_timed_from_entry_to_exit_on_their_thread() {
+        let text = "\
+  500/501  100.000000: syscalls:sys_enter_fdatasync: 
+  500/502  100.100000: syscalls:sys_enter_fsync: 
+  900/901  100.150000: syscalls:sys_enter_fdatasync: 
+  500/501  100.250000:  syscalls:sys_exit_fdatasync: 
+  500/502  100.350000:  syscalls:sys_exit_fsync: 
+  900/901  105.000000:  syscalls:sys_exit_fdatasync: 
+  500/501  100.400000: syscalls:sys_enter_fallocate: 
+  500/503  100.500000:  syscalls:sys_exit_fdatasync: 
+";
+        let w = parse_file_work(text, 500).unwrap();
+        // Two syncs of 0.25 s each on two threads (another process's and
+        // an exit whose entry came before the recording are left out).
+        assert_eq!((w.syncs, w.extensions), (2, 1));
+        assert!((w.sync_wait_s - 0.5).abs() < 1e-9, "{}", w.sync_wait_s);
+        assert_eq!(parse_file_work("", 500), None, "nothing recorded: no answer");
+        assert_eq!(parse_file_work(text, 700), Some(FileWork::default()), "a server that made no such call");
     }
 
     #[test]

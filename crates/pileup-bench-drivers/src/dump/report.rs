@@ -31,14 +31,19 @@ fn per_gb(c: &Cell, gb: f64) -> (f64, f64) {
 }
 
 /// What bound a cell's runs: the device when it was busy for most of the
-/// wall time, the cores when both were, otherwise the work left for one
-/// core at the end when that was a tenth of the run or more.
+/// wall time, the cores when both were, the server's file syncs when its
+/// threads were waiting in them for half the cores' time (the statements
+/// then wait on the device's sync latency, one at a time, while the device
+/// and the cores idle), otherwise the work left for one core at the end
+/// when that was a tenth of the run or more.
 pub fn bound(c: &Cell, cores: f64) -> String {
     let wall = med(c, |m| m.wall_s);
     let device = med(c, |m| m.device_busy_s) / wall;
     let busy = med(c, |m| m.tool_cpu_s + m.server_cpu_s) / wall;
     let tail = med(c, |m| m.one_core_tail_s);
     let alone = if c.index_alone_s.is_empty() { 0.0 } else { median(&c.index_alone_s) };
+    let waits: Vec<f64> = c.file_work.iter().map(|w| w.sync_wait_s).collect();
+    let syncing = if waits.is_empty() { 0.0 } else { median(&waits) / wall };
     if alone >= 0.1 * wall {
         format!(
             "the index build of {} alone for the last {alone:.1} s ({busy:.1} cores on average, device {:.0}%)",
@@ -49,6 +54,11 @@ pub fn bound(c: &Cell, cores: f64) -> String {
         format!("device ({:.0}% busy)", device * 100.0)
     } else if busy >= 0.8 * cores {
         format!("CPU ({busy:.1} of {cores:.0} cores)")
+    } else if syncing >= 0.5 * cores {
+        format!(
+            "the server's file syncs ({syncing:.1} of its threads in one on average; {busy:.1} cores, device {:.0}%)",
+            device * 100.0
+        )
     } else if tail >= 0.1 * wall {
         format!("one core for the last {tail:.1} s ({busy:.1} cores on average, device {:.0}%)", device * 100.0)
     } else {
@@ -103,21 +113,22 @@ pub fn shape(s: &Shape, bytes: u64, cells: &Cells, idle_ms: &[f64], threads: usi
 /// The server's file syncs and extensions per table in each load, median
 /// of the rounds perf counted; empty when it counted none.
 fn file_work(cells: &Cells, tables: usize) -> String {
-    let per_table = |c: &Cell| -> Option<(f64, f64)> {
+    let per_table = |c: &Cell| -> Option<(f64, f64, f64)> {
         if c.file_work.is_empty() {
             return None;
         }
         let syncs: Vec<f64> = c.file_work.iter().map(|w| w.syncs as f64 / tables as f64).collect();
         let ext: Vec<f64> = c.file_work.iter().map(|w| w.extensions as f64 / tables as f64).collect();
-        Some((median(&syncs), median(&ext)))
+        let wait: Vec<f64> = c.file_work.iter().map(|w| w.sync_wait_s).collect();
+        Some((median(&syncs), median(&ext), median(&wait)))
     };
     let mut parts = vec![];
     for (work, word) in [("load binlog off", "binary log off"), ("load binlog on", "binary log on")] {
-        let got: Vec<Option<(f64, f64)>> =
+        let got: Vec<Option<(f64, f64, f64)>> =
             TOOLS.iter().map(|t| cells.get(&(work.to_string(), *t)).and_then(per_table)).collect();
-        if let [Some((ps, pe)), Some((as_, ae))] = got[..] {
+        if let [Some((ps, pe, pw)), Some((as_, ae, aw))] = got[..] {
             parts.push(format!(
-                "{word}: pileup {ps:.0} syncs and {pe:.0} extensions a table, myloader {as_:.0} and {ae:.0}"
+                "{word}: pileup {ps:.0} syncs and {pe:.0} extensions a table, its threads {pw:.1} s in syncs; myloader {as_:.0} and {ae:.0}, {aw:.1} s"
             ));
         }
     }
@@ -125,7 +136,7 @@ fn file_work(cells: &Cells, tables: usize) -> String {
         return String::new();
     }
     format!(
-        "\nThe server's file syncs (`fdatasync`, `fsync`) and file extensions (`fallocate`) during each load, counted at the kernel's syscall tracepoints (`perf stat` on the whole server process: its background flushing and the writer's commits are in the count, so a longer load counts more of them), median per table: {}.\n",
+        "\nThe server's file syncs (`fdatasync`, `fsync`) and file extensions (`fallocate`) during each load, recorded at the kernel's syscall tracepoints (`perf record` of the whole server process: its background flushing and the writer's commits are in the count, so a longer load counts more of them), median per table (and the seconds the server's threads spent in syncs, summed over threads): {}.\n",
         parts.join("; ")
     )
 }
@@ -201,14 +212,14 @@ mod tests {
     fn file_work_is_per_table_for_both_tools_or_not_said() {
         use super::super::measure::FileWork;
         let mut cells = Cells::new();
-        let w = |syncs, extensions| FileWork { syncs, extensions };
+        let w = |syncs, extensions| FileWork { syncs, extensions, sync_wait_s: 0.0 };
         let c = |v: Vec<FileWork>| Cell { file_work: v, ..cell(1.0, 1.0, 1.0, 0.0, 0.0) };
         cells.insert(("load binlog off".into(), TOOLS[0]), c(vec![w(3800, 1760), w(4000, 1760), w(9000, 1760)]));
         assert_eq!(file_work(&cells, 40), "", "said only beside the anchor's");
         cells.insert(("load binlog off".into(), TOOLS[1]), c(vec![w(4200, 1800)]));
         let said = file_work(&cells, 40);
         assert!(
-            said.ends_with("binary log off: pileup 100 syncs and 44 extensions a table, myloader 105 and 45.\n"),
+            said.ends_with("binary log off: pileup 100 syncs and 44 extensions a table, its threads 0.0 s in syncs; myloader 105 and 45, 0.0 s.\n"),
             "{said}"
         );
     }
@@ -225,6 +236,19 @@ mod tests {
         assert!(bound(&c, 2.0).starts_with("the index build of d.big alone for the last 3.0 s"), "{}", bound(&c, 2.0));
         c.index_alone_s = vec![0.5, 0.0, 0.0];
         assert!(bound(&c, 2.0).starts_with("one core for the last 4.0 s"), "a short build is not the critical path");
+        // Threads waiting in file syncs 12 s of a 10 s run: on average 1.2
+        // of them.
+        let w = |s| super::super::measure::FileWork { syncs: 1000, extensions: 10, sync_wait_s: s };
+        let mut c = cell(10.0, 3.0, 6.0, 5.0, 4.0);
+        c.file_work = vec![w(12.0), w(11.0), w(13.0)];
+        assert!(
+            bound(&c, 2.0)
+                .starts_with("the server's file syncs (1.2 of its threads in one on average; 0.9 cores, device 50%)"),
+            "{}",
+            bound(&c, 2.0)
+        );
+        c.file_work = vec![w(8.0); 3];
+        assert!(bound(&c, 2.0).starts_with("one core for the last 4.0 s"), "less than half the cores' time in syncs");
     }
 
     #[test]
