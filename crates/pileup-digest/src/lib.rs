@@ -187,6 +187,10 @@ fn read_sql_inputs(
             Input::DigestMinutes(spec, stop) => {
                 let mut conn = connect(spec)?;
                 let mut reader = input::ps::Reader::open(&mut conn).map_err(Error::Server)?;
+                if let Some(c) = closer.as_deref_mut() {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    c.joined(now.as_secs() as i64);
+                }
                 while !stop.load(Ordering::Relaxed) {
                     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                     let minute = now.as_secs() as i64 / 60 * 60;

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use crate::aws::AwsSettings;
 use crate::error::{Result, StoreError};
 use crate::remote::Remote;
-use crate::spool::Spool;
+pub use crate::spool::FileArtifact;
+use crate::spool::{Queued, Spool};
 use crate::url::StoreUrl;
 
 /// What the shipper did, for the caller to show and count.
@@ -33,6 +34,10 @@ pub enum ShipEvent {
     NotQueued { capture_dir: String, error: String },
     /// An upload failed; everything queued waits for the next try.
     Failed { error: String, queued: usize, retry_in_s: u64 },
+    /// In the store, but the objects it supersedes
+    /// ([`FileArtifact::supersedes`]) could not be deleted: the store
+    /// refused (credentials that may write but not list or delete).
+    NotReplaced { capture_dir: String, error: String },
 }
 
 #[derive(Debug, Clone)]
@@ -59,20 +64,6 @@ enum Msg {
     /// deadline.
     Drain(Instant, Sender<usize>),
     Stop,
-}
-
-/// A file shipped as it is, under a key of the caller's.
-pub struct FileArtifact {
-    /// The file's name in the queue (its stem) and extension.
-    pub name: String,
-    pub ext: String,
-    pub bytes: Vec<u8>,
-    /// The object's key under the store URL's prefix.
-    pub key: String,
-    /// When its data is from (Unix time): the queue's order.
-    pub unix: f64,
-    /// User metadata stored with the object, beside `host`.
-    pub metadata: BTreeMap<String, String>,
 }
 
 pub struct Shipper {
@@ -136,10 +127,11 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
 
     fn file(&mut self, f: FileArtifact) {
         let key = self.o.url.key(&f.key);
-        let mut meta = f.metadata;
+        let mut meta = f.metadata.clone();
         meta.insert("host".to_string(), self.o.host.clone());
         let name = format!("{}.{}", f.name, f.ext);
-        match self.spool.enqueue_file(&f.name, &f.ext, &f.bytes, key.clone(), f.unix, meta, self.o.min_free) {
+        let supersedes = f.supersedes.as_deref().map(|p| self.o.url.key(p));
+        match self.spool.enqueue_file(&f, key.clone(), supersedes, meta, self.o.min_free) {
             Ok(q) => {
                 self.count();
                 (self.on)(ShipEvent::Queued { capture_dir: name, key, bytes: q.size });
@@ -192,7 +184,9 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
                 // steps, however long the queue.
                 self.answer_drain();
                 match self.remote.upload_step(&self.spool, &mut q) {
-                    Ok(Some(url)) => break self.spool.done(&q).map(|_| url),
+                    // What the file supersedes goes before it leaves the
+                    // queue: a failure is tried again with the upload.
+                    Ok(Some(url)) => break self.supersede(&q).and_then(|_| self.spool.done(&q)).map(|_| url),
                     Ok(None) => continue,
                     Err(e) => break Err(e),
                 }
@@ -215,6 +209,28 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
             self.next_try = Instant::now();
         }
         true
+    }
+
+    /// Delete the objects a file in the store supersedes (listed in its
+    /// directory: a store lists by directory, not by any prefix).
+    /// A refusal is told and the file leaves the queue all the same: it
+    /// is in the store, and asking again would be refused again.
+    fn supersede(&mut self, q: &Queued) -> Result<()> {
+        let Some(prefix) = &q.supersedes else { return Ok(()) };
+        let dir = &prefix[..prefix.rfind('/').map_or(0, |i| i + 1)];
+        let deleted = self.remote.list_keys(dir).and_then(|keys| {
+            keys.iter()
+                .filter(|(k, _)| k.starts_with(prefix.as_str()) && *k != q.key)
+                .try_for_each(|(k, _)| self.remote.delete(k))
+        });
+        match deleted {
+            Err(e @ StoreError::Denied { .. }) => {
+                let error = format!("what it replaces stays in the store: {e}");
+                (self.on)(ShipEvent::NotReplaced { capture_dir: q.capture_dir.clone(), error });
+                Ok(())
+            }
+            r => r,
+        }
     }
 
     /// Answer a caller waiting for the queue to empty, when it has or

@@ -16,6 +16,25 @@ pub const COMPLETE: &str = "complete.json";
 
 use crate::error::{io, Result, StoreError};
 
+/// A file shipped as it is, under a key of the caller's.
+pub struct FileArtifact {
+    /// The file's name in the queue (its stem) and extension.
+    pub name: String,
+    pub ext: String,
+    pub bytes: Vec<u8>,
+    /// The object's key under the store URL's prefix.
+    pub key: String,
+    /// When its data is from (Unix time): the queue's order.
+    pub unix: f64,
+    /// User metadata stored with the object, beside `host`.
+    pub metadata: BTreeMap<String, String>,
+    /// A key prefix under the store URL's prefix: once the file is in the
+    /// store, the other objects whose keys start with it are deleted (a
+    /// digest's window replaces the parts an earlier run shipped for it).
+    /// What is queued after this file with the same `unix` ships after it.
+    pub supersedes: Option<String>,
+}
+
 /// One capture or file waiting to be uploaded.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Queued {
@@ -33,6 +52,15 @@ pub struct Queued {
     /// When the capture began, or the file's data (Unix time): the queue's
     /// order.
     pub unix: f64,
+    /// When it was queued (nanoseconds since the epoch): the order of
+    /// what has the same `unix` (a window's file before its later parts).
+    #[serde(default)]
+    pub seq: u64,
+    /// A key prefix: once this file is in the store, the objects whose
+    /// keys start with it are deleted (a window's parts of an earlier run,
+    /// which this run's file holds).
+    #[serde(default)]
+    pub supersedes: Option<String>,
     pub sha256: String,
     pub size: u64,
     /// User metadata stored with the object (host, class, verdict, unix, sha256).
@@ -98,6 +126,8 @@ impl Spool {
             key,
             capture_dir: capture_dir.display().to_string(),
             unix,
+            seq: now_ns(),
+            supersedes: None,
             sha256,
             size,
             metadata,
@@ -107,21 +137,19 @@ impl Spool {
         Ok(q)
     }
 
-    /// Queue `bytes` as the file `NAME.EXT` (a digest's window, shipped as
-    /// it is), unless that would leave less than `min_free` bytes free. A
-    /// file of the same name still queued is replaced: it held an earlier
-    /// version of the same object.
-    #[allow(clippy::too_many_arguments)]
+    /// Queue `f` as the file `NAME.EXT` (a digest's window, shipped as it
+    /// is) under the bucket's `key`, unless that would leave less than
+    /// `min_free` bytes free. A file of the same name still queued is
+    /// replaced: it held an earlier version of the same object.
     pub fn enqueue_file(
         &self,
-        name: &str,
-        ext: &str,
-        bytes: &[u8],
+        f: &FileArtifact,
         key: String,
-        unix: f64,
+        supersedes: Option<String>,
         mut metadata: BTreeMap<String, String>,
         min_free: u64,
     ) -> Result<Queued> {
+        let (name, ext, bytes, unix) = (&f.name, &f.ext, &f.bytes, f.unix);
         self.check_free(bytes.len() as u64, min_free, "the file is not kept")?;
         let file = self.dir.join(format!("{name}.{ext}"));
         pileup_files::write_private_bytes(&file, bytes)?;
@@ -134,6 +162,8 @@ impl Spool {
             key,
             capture_dir: format!("{name}.{ext}"),
             unix,
+            seq: now_ns(),
+            supersedes,
             sha256,
             size: bytes.len() as u64,
             metadata,
@@ -176,7 +206,7 @@ impl Spool {
                 out.push(q);
             }
         }
-        out.sort_by(|a, b| a.unix.total_cmp(&b.unix).then_with(|| a.name.cmp(&b.name)));
+        out.sort_by(|a, b| a.unix.total_cmp(&b.unix).then(a.seq.cmp(&b.seq)).then_with(|| a.name.cmp(&b.name)));
         Ok(out)
     }
 
@@ -186,6 +216,22 @@ impl Spool {
         std::fs::remove_file(&a).map_err(io(&a))?;
         let s = self.state(&q.name);
         std::fs::remove_file(&s).map_err(io(&s))
+    }
+}
+
+/// The time (nanoseconds since the epoch), at least one more than the
+/// last this process asked for: what is queued later has a larger `seq`.
+fn now_ns() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
     }
 }
 
@@ -234,5 +280,36 @@ mod tests {
         assert!(spool.pending().unwrap().is_empty());
         let e = spool.enqueue(&cap, "k".into(), 2.0, BTreeMap::new(), u64::MAX / 2).unwrap_err().to_string();
         assert!(e.contains("not queued for the store"), "{e}");
+    }
+
+    #[test]
+    fn a_window_s_file_ships_before_its_later_parts_whatever_their_names() {
+        let t = tempfile::tempdir().unwrap();
+        let spool = Spool::open(t.path()).unwrap();
+        let file = |name: &str, unix: f64| FileArtifact {
+            name: name.into(),
+            ext: "parquet".into(),
+            bytes: name.as_bytes().to_vec(),
+            key: format!("{name}.parquet"),
+            unix,
+            metadata: BTreeMap::new(),
+            supersedes: None,
+        };
+        // "-2" sorts before "." by name: the queue's order is when each
+        // was queued, within the same time of data.
+        for (name, unix, supersedes) in
+            [("w-10m", 600.0, Some("w-10m-")), ("w-10m-2", 600.0, None), ("v-10m", 0.0, None)]
+        {
+            let f = file(name, unix);
+            spool.enqueue_file(&f, f.key.clone(), supersedes.map(String::from), BTreeMap::new(), 0).unwrap();
+        }
+        let p = spool.pending().unwrap();
+        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m", "w-10m-2"]);
+        assert_eq!(p[1].supersedes.as_deref(), Some("w-10m-"));
+        // Queued again (the next run): after what was queued before it.
+        let f = file("w-10m", 600.0);
+        spool.enqueue_file(&f, f.key.clone(), None, BTreeMap::new(), 0).unwrap();
+        let p = spool.pending().unwrap();
+        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m-2", "w-10m"]);
     }
 }

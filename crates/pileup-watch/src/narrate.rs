@@ -121,6 +121,7 @@ impl Narrator {
             Event::Ship(ShipEvent::Queued { .. }) => return None,
             Event::Ship(ShipEvent::Shipped { url, .. }) => format!("shipped {url}"),
             Event::Ship(ShipEvent::NotQueued { capture_dir, error }) => format!("not shipping {capture_dir}: {error}"),
+            Event::Ship(ShipEvent::NotReplaced { capture_dir, error }) => format!("shipped {capture_dir}; {error}"),
             Event::Ship(ShipEvent::Failed { error, queued, retry_in_s }) => format!(
                 "shipping: {error}; {} on local disk, next try in {retry_in_s} s",
                 plural(*queued, "capture waits", "captures wait")

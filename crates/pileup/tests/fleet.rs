@@ -1384,6 +1384,76 @@ fn a_followed_log_ships_each_window_once_complete_and_the_rest_when_stopped() {
 }
 
 #[test]
+fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped() {
+    let scratch = scratch("digest-reship");
+    let (early, late, log) = (scratch.join("early.log"), scratch.join("late.log"), scratch.join("slow.log"));
+    {
+        let sb = slow_logging(&early);
+        workload(&sb, 40, "early");
+        use mysql::prelude::Queryable;
+        let mut c = sb.connect().unwrap();
+        c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", late.display())).unwrap();
+        drop(c);
+        workload(&sb, 20, "late");
+        sb.sql("SET GLOBAL slow_query_log = OFF").unwrap();
+    }
+    // An hour back: the windows are closed by the clock as soon as the
+    // reader is at the log's end.
+    for f in [&early, &late] {
+        shift(f, -3600);
+    }
+    std::fs::copy(&early, &log).unwrap();
+    std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    let store = scratch.join("s3/digests");
+    let ship_args = ["--ship", "s3://digests/re", "--ship-host", "db-r", "--ship-window", "5", "--ship-grace", "0s"];
+    let spool = scratch.join("spool");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["digest", "--follow", log.to_str().unwrap(), "--format", "json"])
+        .args(ship_args)
+        .args(["--spool-dir", spool.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    with_store(&mut cmd, &s3, S3_SECRET);
+    let mut pileup = Killed(cmd.spawn().unwrap());
+    let t0 = Instant::now();
+    while walk(&store).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no window shipped while following");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Statements of windows already shipped (a long statement is logged
+    // when it ends, stamped with when it began): a part of their own.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, &std::fs::read(&late).unwrap()).unwrap();
+    drop(f);
+    while !walk(&store).iter().any(|k| k.ends_with("m-2.parquet")) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no late part shipped: {:?}", walk(&store));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let child = &mut pileup.0;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut stdout = vec![];
+    std::io::Read::read_to_end(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(child.wait().unwrap().success());
+    let followed: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    let (_, merged, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "3h"], &s3);
+    assert_same_classes(&merged, &followed);
+
+    // The same log digested again (a restart, a re-run): each window's
+    // file holds the late rows, and the late parts shipped before go.
+    let mut again = vec![log.to_str().unwrap()];
+    again.extend(ship_args);
+    again.extend(["--spool-dir", spool.to_str().unwrap()]);
+    let (code, report, stderr) = digest_with_store(&again, &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    let stored = walk(&store);
+    assert!(stored.iter().all(|k| k.ends_with("-5m.parquet")), "{stored:?}");
+    let (_, merged, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "3h"], &s3);
+    assert_same_classes(&merged, &report);
+    assert_eq!(merged["events"], followed["events"], "each statement once");
+}
+
+#[test]
 fn performance_schema_ships_minute_by_minute_with_counts_and_sums_and_reads_on_after_a_restart() {
     let scratch = scratch("digest-ps-ship");
     let mut sb = sandbox_with(vec![("performance_schema", "ON")]);
@@ -1433,4 +1503,37 @@ fn performance_schema_ships_minute_by_minute_with_counts_and_sums_and_reads_on_a
     assert_eq!(after.unwrap_or_else(|| panic!("{stderr}"))["count"], 20, "read after the restart");
     // Sums only: no extremes, no histogram.
     assert!(tagged.unwrap()["attributes"]["query_time"]["max"].is_null(), "{}", tagged.unwrap());
+    // Two runs one after the other within one window (an upgrade, a
+    // restart of pileup): each keeps its own minutes, the second under a
+    // name of its own beside the first's.
+    let run = |tag: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+        cmd.args(["digest", "--server", "--follow", "-S", sb.endpoint.socket.to_str().unwrap(), "-u", "root"])
+            .args(["--format", "json", "--ship", "s3://digests/ps60", "--ship-host", "db-p", "--ship-window", "60"])
+            .args(["--spool-dir", scratch.join("spool").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        with_store(&mut cmd, &s3, S3_SECRET);
+        let mut pileup = Killed(cmd.spawn().unwrap());
+        // Its first read of the counters (statements before it are not
+        // the run's).
+        std::thread::sleep(Duration::from_secs(2));
+        workload(&sb, 10, tag);
+        let child = &mut pileup.0;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(child.wait().unwrap().success(), "{err}");
+    };
+    run("ps_first");
+    run("ps_second");
+    let (_, merged, _) = digest_with_store(&["--from", "s3://digests/ps60", "--since", "2h"], &s3);
+    for tag in ["ps_first", "ps_second"] {
+        let fp = format!("select ? as {tag}");
+        let c = merged["classes"].as_array().unwrap().iter().find(|c| c["fingerprint"] == fp.as_str());
+        let names: Vec<&serde_json::Value> =
+            merged["classes"].as_array().unwrap().iter().map(|c| &c["fingerprint"]).collect();
+        assert_eq!(c.unwrap_or_else(|| panic!("{tag} not among {names:?}"))["count"], 10, "{tag}");
+    }
 }

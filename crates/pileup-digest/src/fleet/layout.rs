@@ -134,18 +134,37 @@ pub fn key(prefix: &str, host: &str, start: i64, minutes: u32) -> String {
 /// [`key`] of a window's part: 0 is the window's file, 1, 2 … the rows
 /// that came after it was shipped (`…-10m-2.parquet`, `…-10m-3.parquet`).
 pub fn part_key(prefix: &str, host: &str, start: i64, minutes: u32, part: u32) -> String {
+    piece_key(prefix, host, start, minutes, None, part)
+}
+
+/// [`part_key`] of a window a run joined at `from` (Unix seconds): its
+/// rows from then on, beside what an earlier run shipped for the window
+/// (`…-10m-from042530.parquet`).
+pub fn piece_key(prefix: &str, host: &str, start: i64, minutes: u32, from: Option<i64>, part: u32) -> String {
     let minutes = window_minutes(minutes);
     let part = if part == 0 { String::new() } else { format!("-{}", part + 1) };
+    let from = from
+        .and_then(|f| chrono::DateTime::from_timestamp(f, 0))
+        .map_or(String::new(), |f| format!("-from{}", f.format("%H%M%S")));
     let t = chrono::DateTime::from_timestamp(start, 0).unwrap_or_default();
     let host = segment(host);
     let prefix = prefix.trim_matches('/');
     format!(
-        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{minutes}m{part}.parquet",
+        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{minutes}m{from}{part}.parquet",
         if prefix.is_empty() { "" } else { "/" },
         t.format("%Y-%m-%d"),
         t.format("%H"),
         t.format("%Y%m%dT%H%M"),
     )
+}
+
+/// The prefix of the keys of a window's later parts (parts 1, 2 …: what
+/// came after the window's file of the same run was shipped). A window's
+/// file supersedes the parts an earlier run shipped for it: it holds their
+/// rows.
+pub fn parts_prefix(prefix: &str, host: &str, start: i64, minutes: u32) -> String {
+    let k = key(prefix, host, start, minutes);
+    format!("{}-", k.strip_suffix(".parquet").unwrap_or(&k))
 }
 
 #[cfg(test)]
@@ -166,6 +185,11 @@ mod tests {
             part_key("", "db-a", 1_796_012_400, 10, 1),
             "dt=2026-11-30/hour=04/host=db-a/db-a-20261130T0420-10m-2.parquet"
         );
+        let parts = parts_prefix("", "db-a", 1_796_012_400, 10);
+        assert_eq!(parts, "dt=2026-11-30/hour=04/host=db-a/db-a-20261130T0420-10m-");
+        assert!(part_key("", "db-a", 1_796_012_400, 10, 2).starts_with(&parts));
+        assert!(!key("", "db-a", 1_796_012_400, 10).starts_with(&parts));
+        assert!(!part_key("", "db-a", 1_796_013_000, 10, 1).starts_with(&parts));
         assert_eq!(segment("../etc/x y"), "%2E.%2Fetc%2Fx%20y");
         for name in ["../etc/x y", "db-a", "", "100%", "é"] {
             assert_eq!(unsegment(&segment(name)), name);

@@ -6,7 +6,15 @@
 //! own time (the latest statement read) while a log is read faster than it
 //! is written, and by the clock once the reader has caught up with the
 //! file's end. Rows that come for a window already closed are shipped as a
-//! part of their own (`…-10m-2.parquet`), never replacing what was shipped.
+//! part of their own (`…-10m-2.parquet`), never replacing what was shipped
+//! by the same run.
+//!
+//! A log is read from its start by every run: a window's file holds what
+//! an earlier run shipped for it, its later parts too, and replaces them
+//! ([`Window::replaces`]). performance_schema is read from the run's start
+//! on: the window a run joins holds only the minutes after it, and is
+//! shipped under a name of its own ([`Window::from`]) beside the file of
+//! the run before.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,6 +31,12 @@ pub struct Window {
     pub part: u32,
     /// Its minutes' classes, by minute.
     pub minutes: BTreeMap<i64, HashMap<Box<[u8]>, Class>>,
+    /// The run began within this window, at this time (Unix seconds):
+    /// what came before is another run's.
+    pub from: Option<i64>,
+    /// Part 0 of a window of an input read from its start: it holds the
+    /// rows of every part an earlier run shipped for the window.
+    pub replaces: bool,
 }
 
 /// Which windows are closed, and how many parts each has had.
@@ -35,6 +49,9 @@ pub struct Closer {
     /// Windows closed, with the parts they had: kept for the whole run (a
     /// few bytes a window), so that a part's name is never used twice.
     closed: BTreeMap<i64, u32>,
+    /// When the run began, if its input holds only what came after
+    /// ([`Closer::joined`]).
+    joined: Option<i64>,
 }
 
 impl Closer {
@@ -46,7 +63,16 @@ impl Closer {
             grace: grace_s.max(0),
             latest: None,
             closed: BTreeMap::new(),
+            joined: None,
         }
+    }
+
+    /// The input holds only what comes from `at` (Unix seconds) on
+    /// (performance_schema's counters, read from the run's start): the
+    /// window `at` falls in is shipped under a name of its own, and no
+    /// window replaces what an earlier run shipped.
+    pub fn joined(&mut self, at: i64) {
+        self.joined = Some(at);
     }
 
     fn start_of(&self, minute: i64) -> i64 {
@@ -87,12 +113,16 @@ impl Closer {
         for m in due {
             let start = self.start_of(m);
             let classes = minutes.by_minute.remove(&m).expect("listed");
-            let w = out.entry(start).or_insert_with(|| Window { start, part: 0, minutes: BTreeMap::new() });
+            let from = self.joined.filter(|&j| self.start_of(j) == start && j > start);
+            let replaces = self.joined.is_none();
+            let w =
+                out.entry(start).or_insert_with(|| Window { start, part: 0, minutes: BTreeMap::new(), from, replaces });
             w.minutes.insert(m, classes);
         }
         for w in out.values_mut() {
             let parts = self.closed.entry(w.start).or_insert(0);
             w.part = *parts;
+            w.replaces &= w.part == 0;
             *parts += 1;
         }
         out.into_values().collect()
@@ -164,6 +194,26 @@ mod tests {
         assert_eq!(c.take(&mut m, true, T + 600)[0].part, 0);
         let mut late = minutes(&[T]);
         assert_eq!(c.take(&mut late, true, T + 10 * 86_400)[0].part, 1);
+    }
+
+    #[test]
+    fn a_read_log_s_first_part_replaces_and_a_joined_window_is_named_by_its_start() {
+        let mut c = Closer::new(10, 0);
+        let w = c.take(&mut minutes(&[T]), true, T + 600);
+        assert!(w[0].replaces && w[0].from.is_none());
+        let w = c.take(&mut minutes(&[T]), true, T + 700);
+        assert!(!w[0].replaces && w[0].part == 1);
+        // performance_schema from 04:25:30 on: 04:20-04:30 is this run's
+        // from then; 04:30-04:40 is whole, but replaces nothing.
+        let mut c = Closer::new(10, 0);
+        c.joined(T + 1530);
+        let w = c.take(&mut minutes(&[T + 1500, T + 1800]), true, T + 2400);
+        let got: Vec<_> = w.iter().map(|w| (w.start - T, w.from.map(|f| f - T), w.replaces)).collect();
+        assert_eq!(got, vec![(1200, Some(1530), false), (1800, None, false)]);
+        // A run that joins at a window's start holds all of it.
+        let mut c = Closer::new(10, 0);
+        c.joined(T + 1800);
+        assert_eq!(c.take(&mut minutes(&[T + 1800]), true, T + 2400)[0].from, None);
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl Shipping {
     /// Queue a window's file.
     pub fn window(&mut self, w: Window) {
         let rows = fleet::rows_of(w.minutes, &self.host, &self.labels);
-        let key = layout::part_key("", &self.host, w.start, self.window_minutes, w.part);
+        let key = layout::piece_key("", &self.host, w.start, self.window_minutes, w.from, w.part);
         match fleet::file::write(&rows, self.samples) {
             Ok(bytes) => {
                 let file = key.rsplit('/').next().unwrap_or(&key);
@@ -165,6 +165,10 @@ impl Shipping {
                     key,
                     unix: w.start as f64,
                     metadata: Default::default(),
+                    // A log's window holds every row this run read for it:
+                    // the later parts an earlier run shipped (the same log
+                    // digested again) would count twice.
+                    supersedes: w.replaces.then(|| layout::parts_prefix("", &self.host, w.start, self.window_minutes)),
                 })
             }
             Err(e) => self.failed.push(format!("{key}: {e}")),
@@ -221,6 +225,9 @@ fn on_event(t: &Mutex<Tally>, e: ShipEvent) {
         ShipEvent::NotQueued { capture_dir, error } => {
             note!("warning: {capture_dir} not shipped: {error}");
             t.not_queued.push(capture_dir);
+        }
+        ShipEvent::NotReplaced { capture_dir, error } => {
+            note!("warning: {capture_dir} shipped, but an earlier run's late parts of its window count twice; {error}");
         }
         ShipEvent::Failed { error, queued, retry_in_s } => {
             if t.last_error.as_deref() != Some(error.as_str()) {
