@@ -425,7 +425,7 @@ type Definitions = (
 
 /// The tables and views chosen and every definition the load needs.
 fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
-    let (listed, views, seqs) = schema::list(c, f)?;
+    let schema::Listing { tables: listed, views, sequences: seqs, in_db } = schema::list(c, f)?;
     if listed.is_empty() && views.is_empty() && seqs.is_empty() {
         bail!("no table matches the selection; check --databases, --include and --exclude");
     }
@@ -441,16 +441,49 @@ fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
     for db in &names {
         dbs.push(schema::database(c, db)?);
     }
+    // A database's columns and index columns in one statement each when
+    // at least half its tables are chosen (the server opens every table of
+    // it either way); else a table's at a time.
+    let mut batched = std::collections::HashMap::new();
+    for db in &names {
+        let chosen = listed.iter().filter(|t| &t.db == db).count();
+        if chosen >= 2 && chosen * 2 >= in_db.get(db).copied().unwrap_or(0) {
+            batched.insert(db.clone(), (schema::db_columns(c, db)?, schema::db_index_columns(c, db)?));
+        }
+    }
     let mut tables = vec![];
     for t in &listed {
-        let columns = schema::table_columns(c, &t.db, &t.name)?;
+        // First its definition: a table being created or altered keeps
+        // SHOW CREATE waiting, up to the session's lock_wait_timeout, and
+        // the caller names what keeps it (information_schema waits for it
+        // longer, and then leaves the table out).
+        let create = schema::create_table(c, &t.db, &t.name)?;
+        // A table the database's statement left out is asked about alone.
+        let found = batched.get_mut(&t.db).and_then(|(columns, index_columns)| {
+            let columns = columns.remove(&t.name)?;
+            Some((columns, index_columns.remove(&t.name).unwrap_or_default()))
+        });
+        let (columns, chunk_key) = match found {
+            Some((columns, ix)) => {
+                let key = if t.transactional() { schema::choose_chunk_key(&ix, &columns) } else { None };
+                (columns, key)
+            }
+            None => {
+                let columns = schema::table_columns(c, &t.db, &t.name)?;
+                let key = if t.transactional() { schema::chunk_key(c, &t.db, &t.name, &columns)? } else { None };
+                (columns, key)
+            }
+        };
+        if columns.is_empty() {
+            bail!("table {}.{} vanished during the dump", t.db, t.name);
+        }
         tables.push(Table {
             db: t.db.clone(),
             name: t.name.clone(),
             engine: t.engine.clone(),
-            create: schema::create_table(c, &t.db, &t.name)?,
+            create,
             columns: schema::written(&columns),
-            chunk_key: if t.transactional() { schema::chunk_key(c, &t.db, &t.name, &columns)? } else { None },
+            chunk_key,
             chunks: vec![],
             size_estimate: t.size,
         });

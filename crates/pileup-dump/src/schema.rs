@@ -52,8 +52,18 @@ impl Listed {
 /// A view: database and name.
 pub type ViewName = (String, String);
 
+/// What the server holds of the selection.
+pub struct Listing {
+    /// Base tables chosen, largest first.
+    pub tables: Vec<Listed>,
+    pub views: Vec<ViewName>,
+    pub sequences: Vec<ViewName>,
+    /// Each database's base tables, chosen or not.
+    pub in_db: std::collections::HashMap<String, usize>,
+}
+
 /// Base tables chosen (largest first), views and sequences.
-pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewName>, Vec<ViewName>)> {
+pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<Listing> {
     let rows: Vec<Row> = c
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, IFNULL(ENGINE, ''), IFNULL(TABLE_ROWS, 0), \
@@ -65,8 +75,12 @@ pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewNam
     let mut tables = vec![];
     let mut views = vec![];
     let mut sequences = vec![];
+    let mut in_db = std::collections::HashMap::new();
     for r in rows {
         let (db, name, kind, engine, rows, size): (String, String, String, String, u64, u64) = mysql::from_row(r);
+        if kind != "VIEW" && kind != "SEQUENCE" {
+            *in_db.entry(db.clone()).or_insert(0) += 1;
+        }
         if !f.wants(&db, &name) {
             continue;
         }
@@ -78,7 +92,7 @@ pub fn list(c: &mut mysql::Conn, f: &Filter) -> Result<(Vec<Listed>, Vec<ViewNam
         }
     }
     tables.sort_by(|a, b| b.size.cmp(&a.size).then(a.db.cmp(&b.db)).then(a.name.cmp(&b.name)));
-    Ok((tables, views, sequences))
+    Ok(Listing { tables, views, sequences, in_db })
 }
 
 pub fn database(c: &mut mysql::Conn, db: &str) -> Result<Database> {
@@ -133,6 +147,40 @@ pub fn table_columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<Colum
     Ok(rows.into_iter().map(|(name, nullable, data_type, extra)| Column { name, nullable, data_type, extra }).collect())
 }
 
+/// The columns of every table and view of `db`, by table, in order: one
+/// statement where one a table would cost the server a statement and a
+/// round trip each (800 of them on 400 tables, 0.2 s of a 1.3 s dump).
+pub fn db_columns(c: &mut mysql::Conn, db: &str) -> Result<std::collections::HashMap<String, Vec<Column>>> {
+    let rows: Vec<(String, String, String, String, String)> = c.exec(
+        "SELECT TABLE_NAME, COLUMN_NAME, IS_NULLABLE, DATA_TYPE, EXTRA FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME, ORDINAL_POSITION",
+        (db,),
+    )?;
+    let mut out: std::collections::HashMap<String, Vec<Column>> = std::collections::HashMap::new();
+    for (t, name, nullable, data_type, extra) in rows {
+        out.entry(t).or_default().push(Column { name, nullable, data_type, extra });
+    }
+    Ok(out)
+}
+
+/// The index columns `(index, column, non_unique)` of every table of
+/// `db`, by table (see [`db_columns`]).
+pub fn db_index_columns(c: &mut mysql::Conn, db: &str) -> Result<std::collections::HashMap<String, Vec<IndexColumn>>> {
+    let rows: Vec<(String, String, String, u8)> = c.exec(
+        "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = ?",
+        (db,),
+    )?;
+    let mut out: std::collections::HashMap<String, Vec<IndexColumn>> = std::collections::HashMap::new();
+    for (t, index, column, non_unique) in rows {
+        out.entry(t).or_default().push((index, column, non_unique));
+    }
+    Ok(out)
+}
+
+/// An index's column: `(index, column, non_unique)`.
+pub type IndexColumn = (String, String, u8);
+
 /// Columns written and loaded, in order: generated columns are computed
 /// again by the server.
 pub fn written(columns: &[Column]) -> Vec<String> {
@@ -147,7 +195,7 @@ pub fn written(columns: &[Column]) -> Vec<String> {
 /// correlated subquery) has the server open every table of the schema for
 /// each table asked about, which on 400 tables cost it 15 CPU seconds.
 pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str, columns: &[Column]) -> Result<Option<String>> {
-    let index_columns: Vec<(String, String, u8)> = c.exec(
+    let index_columns: Vec<IndexColumn> = c.exec(
         "SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         (db, t),
@@ -159,7 +207,7 @@ pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str, columns: &[Column]) -> 
 /// columns: the column of the primary key, else of the first unique index
 /// by name, that is the index's only column, NOT NULL and of an integer
 /// type.
-fn choose_chunk_key(index_columns: &[(String, String, u8)], columns: &[Column]) -> Option<String> {
+pub fn choose_chunk_key(index_columns: &[IndexColumn], columns: &[Column]) -> Option<String> {
     const INTEGERS: [&str; 5] = ["tinyint", "smallint", "mediumint", "int", "bigint"];
     let fits = |col: &str| {
         columns.iter().any(|c| {

@@ -24,7 +24,7 @@ pub mod url;
 
 pub use aws::AwsSettings;
 pub use remote::{Remote, RemoteCapture};
-pub use ship::{FileArtifact, ShipEvent, Shipper};
+pub use ship::{FileArtifact, ShipEvent, Shipper, Supersedes};
 pub use spool::{Queued, Spool};
 pub use url::StoreUrl;
 

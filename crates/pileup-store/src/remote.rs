@@ -58,13 +58,22 @@ fn encode(v: &str) -> String {
     out
 }
 
+/// The key an object was stored under, as it was given: object_store
+/// percent-encodes a key's `%` (and bytes no key should hold) when it
+/// makes a location, and lists locations; pileup's keys are the given
+/// ones (a host's `%3A` stays `%3A`, not `%253A`).
+fn stored_key(location: &Key) -> String {
+    decode(location.as_ref())
+}
+
 fn decode(v: &str) -> String {
     let b = v.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(x) = u8::from_str_radix(&v[i + 1..i + 3], 16) {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(x) = hex {
                 out.push(x);
                 i += 3;
                 continue;
@@ -199,7 +208,7 @@ impl Remote {
             .map_err(|e| self.err(e))?;
         let mut out = vec![];
         for m in metas {
-            let key = m.location.to_string();
+            let key = stored_key(&m.location);
             if !key.ends_with(".tar.zst") {
                 continue;
             }
@@ -229,7 +238,7 @@ impl Remote {
             .into_iter()
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| self.err(e))?;
-        let mut out: Vec<(String, u64)> = metas.into_iter().map(|m| (m.location.to_string(), m.size)).collect();
+        let mut out: Vec<(String, u64)> = metas.into_iter().map(|m| (stored_key(&m.location), m.size)).collect();
         out.sort();
         Ok(out)
     }
@@ -262,6 +271,31 @@ impl Remote {
     pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         self.rt.block_on(self.s3.put(&Key::from(key), PutPayload::from(bytes))).map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// Delete the objects whose keys start with `prefix`, but `keep`, and
+    /// none when an object in the directory of `unless` starts with it:
+    /// how many. Listed by directory (a store lists by directory, not by
+    /// any prefix), the keys compared as the store holds them (a key's
+    /// `%` is stored as `%25`).
+    pub fn delete_prefix(&self, prefix: &str, unless: Option<&str>, keep: &str) -> Result<usize> {
+        let dir = |k: &str| k[..k.rfind('/').map_or(0, |i| i + 1)].to_string();
+        if let Some(u) = unless {
+            let d = dir(u);
+            let p = (!d.is_empty()).then(|| Key::from(d.as_str()));
+            let listed = self.rt.block_on(self.s3.list_with_delimiter(p.as_ref())).map_err(|e| self.err(e))?;
+            if listed.objects.iter().any(|m| stored_key(&m.location).starts_with(u)) {
+                return Ok(0);
+            }
+        }
+        let mut n = 0;
+        for (key, _) in self.list_keys(&dir(prefix))? {
+            if key.starts_with(prefix) && key != keep {
+                self.delete(&key)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Delete the object at `key`.

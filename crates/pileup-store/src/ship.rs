@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::aws::AwsSettings;
 use crate::error::{Result, StoreError};
 use crate::remote::Remote;
-pub use crate::spool::FileArtifact;
+pub use crate::spool::{FileArtifact, Supersedes};
 use crate::spool::{Queued, Spool};
 use crate::url::StoreUrl;
 
@@ -34,9 +34,9 @@ pub enum ShipEvent {
     NotQueued { capture_dir: String, error: String },
     /// An upload failed; everything queued waits for the next try.
     Failed { error: String, queued: usize, retry_in_s: u64 },
-    /// In the store, but the objects it supersedes
-    /// ([`FileArtifact::supersedes`]) could not be deleted: the store
-    /// refused (credentials that may write but not list or delete).
+    /// In the store, but what it supersedes ([`FileArtifact::supersedes`])
+    /// may be there still: the store refused to list or delete
+    /// (credentials that may write only).
     NotReplaced { capture_dir: String, error: String },
 }
 
@@ -130,7 +130,10 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
         let mut meta = f.metadata.clone();
         meta.insert("host".to_string(), self.o.host.clone());
         let name = format!("{}.{}", f.name, f.ext);
-        let supersedes = f.supersedes.as_deref().map(|p| self.o.url.key(p));
+        let supersedes = f.supersedes.as_ref().map(|s| crate::spool::Supersedes {
+            prefix: self.o.url.key(&s.prefix),
+            unless: s.unless.as_ref().map(|u| self.o.url.key(u)),
+        });
         match self.spool.enqueue_file(&f, key.clone(), supersedes, meta, self.o.min_free) {
             Ok(q) => {
                 self.count();
@@ -173,8 +176,15 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
             let uploaded = loop {
                 match rx.try_recv() {
                     Ok(m) => {
+                        // A file queued again replaces its queued version,
+                        // which this pass's list may hold: list again.
+                        let file = matches!(m, Msg::File(_));
                         if !self.take(m) {
                             return false;
+                        }
+                        if file {
+                            self.next_try = Instant::now();
+                            return true;
                         }
                     }
                     Err(TryRecvError::Disconnected) => return false,
@@ -183,10 +193,24 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
                 // A caller waiting past its deadline is answered between
                 // steps, however long the queue.
                 self.answer_drain();
-                match self.remote.upload_step(&self.spool, &mut q) {
+                let step = if q.uploaded {
+                    Ok(Some(self.remote.url_of(&q.key)))
+                } else {
+                    self.remote.upload_step(&self.spool, &mut q)
+                };
+                match step {
                     // What the file supersedes goes before it leaves the
-                    // queue: a failure is tried again with the upload.
-                    Ok(Some(url)) => break self.supersede(&q).and_then(|_| self.spool.done(&q)).map(|_| url),
+                    // queue: a failure is tried again, the upload not.
+                    Ok(Some(url)) if q.supersedes.is_some() => {
+                        if !q.uploaded {
+                            q.uploaded = true;
+                            if let Err(e) = self.spool.save(&q) {
+                                break Err(e);
+                            }
+                        }
+                        break self.supersede(&q).and_then(|_| self.spool.done(&q)).map(|_| url);
+                    }
+                    Ok(Some(url)) => break self.spool.done(&q).map(|_| url),
                     Ok(None) => continue,
                     Err(e) => break Err(e),
                 }
@@ -211,25 +235,18 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
         true
     }
 
-    /// Delete the objects a file in the store supersedes (listed in its
-    /// directory: a store lists by directory, not by any prefix).
-    /// A refusal is told and the file leaves the queue all the same: it
-    /// is in the store, and asking again would be refused again.
+    /// Delete the objects a file in the store supersedes. A refusal (the
+    /// credentials may write but not list or delete) is told and the file
+    /// leaves the queue all the same: it is in the store, and asking again
+    /// would be refused again.
     fn supersede(&mut self, q: &Queued) -> Result<()> {
-        let Some(prefix) = &q.supersedes else { return Ok(()) };
-        let dir = &prefix[..prefix.rfind('/').map_or(0, |i| i + 1)];
-        let deleted = self.remote.list_keys(dir).and_then(|keys| {
-            keys.iter()
-                .filter(|(k, _)| k.starts_with(prefix.as_str()) && *k != q.key)
-                .try_for_each(|(k, _)| self.remote.delete(k))
-        });
-        match deleted {
+        let Some(s) = &q.supersedes else { return Ok(()) };
+        match self.remote.delete_prefix(&s.prefix, s.unless.as_deref(), &q.key) {
             Err(e @ StoreError::Denied { .. }) => {
-                let error = format!("what it replaces stays in the store: {e}");
-                (self.on)(ShipEvent::NotReplaced { capture_dir: q.capture_dir.clone(), error });
+                (self.on)(ShipEvent::NotReplaced { capture_dir: q.capture_dir.clone(), error: e.to_string() });
                 Ok(())
             }
-            r => r,
+            r => r.map(|_| ()),
         }
     }
 

@@ -28,11 +28,19 @@ pub struct FileArtifact {
     pub unix: f64,
     /// User metadata stored with the object, beside `host`.
     pub metadata: BTreeMap<String, String>,
-    /// A key prefix under the store URL's prefix: once the file is in the
-    /// store, the other objects whose keys start with it are deleted (a
-    /// digest's window replaces the parts an earlier run shipped for it).
-    /// What is queued after this file with the same `unix` ships after it.
-    pub supersedes: Option<String>,
+    /// What the file replaces in the store once it is there (a digest's
+    /// window, the parts an earlier run shipped for it). What is queued
+    /// after this file with the same `unix` ships after it.
+    pub supersedes: Option<Supersedes>,
+}
+
+/// Objects a file replaces: those whose keys start with `prefix`, unless
+/// an object beside `unless` (in its directory) starts with it: then
+/// none. Keys are under the store URL's prefix.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Supersedes {
+    pub prefix: String,
+    pub unless: Option<String>,
 }
 
 /// One capture or file waiting to be uploaded.
@@ -56,11 +64,13 @@ pub struct Queued {
     /// what has the same `unix` (a window's file before its later parts).
     #[serde(default)]
     pub seq: u64,
-    /// A key prefix: once this file is in the store, the objects whose
-    /// keys start with it are deleted (a window's parts of an earlier run,
-    /// which this run's file holds).
+    /// What this file replaces once it is in the store
+    /// ([`FileArtifact::supersedes`]; keys with the URL's prefix).
     #[serde(default)]
-    pub supersedes: Option<String>,
+    pub supersedes: Option<Supersedes>,
+    /// In the store already: only what it supersedes is left to delete.
+    #[serde(default)]
+    pub uploaded: bool,
     pub sha256: String,
     pub size: u64,
     /// User metadata stored with the object (host, class, verdict, unix, sha256).
@@ -85,7 +95,12 @@ impl Spool {
     /// The queue in `dir` (made 0700 if absent).
     pub fn open(dir: &Path) -> Result<Spool> {
         pileup_files::create_private_dir(dir)?;
-        Ok(Spool { dir: dir.to_path_buf() })
+        let spool = Spool { dir: dir.to_path_buf() };
+        // What is queued from now on goes after what waits, whatever the
+        // clock did since it was queued.
+        let last = spool.pending()?.iter().map(|q| q.seq).max().unwrap_or(0);
+        LAST_SEQ.fetch_max(last, std::sync::atomic::Ordering::Relaxed);
+        Ok(spool)
     }
 
     /// The queued file: a capture's archive, or a file queued as it is.
@@ -128,6 +143,7 @@ impl Spool {
             unix,
             seq: now_ns(),
             supersedes: None,
+            uploaded: false,
             sha256,
             size,
             metadata,
@@ -145,7 +161,7 @@ impl Spool {
         &self,
         f: &FileArtifact,
         key: String,
-        supersedes: Option<String>,
+        supersedes: Option<Supersedes>,
         mut metadata: BTreeMap<String, String>,
         min_free: u64,
     ) -> Result<Queued> {
@@ -164,6 +180,7 @@ impl Spool {
             unix,
             seq: now_ns(),
             supersedes,
+            uploaded: false,
             sha256,
             size: bytes.len() as u64,
             metadata,
@@ -221,9 +238,11 @@ impl Spool {
 
 /// The time (nanoseconds since the epoch), at least one more than the
 /// last this process asked for: what is queued later has a larger `seq`.
+static LAST_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn now_ns() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
+    use std::sync::atomic::Ordering;
+    const LAST: &std::sync::atomic::AtomicU64 = &LAST_SEQ;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let mut prev = LAST.load(Ordering::Relaxed);
     loop {
@@ -295,21 +314,26 @@ mod tests {
             metadata: BTreeMap::new(),
             supersedes: None,
         };
-        // "-2" sorts before "." by name: the queue's order is when each
-        // was queued, within the same time of data.
-        for (name, unix, supersedes) in
-            [("w-10m", 600.0, Some("w-10m-")), ("w-10m-2", 600.0, None), ("v-10m", 0.0, None)]
+        // The queue's order is when each was queued, within the same time
+        // of data: not the names (a stem sorts before its "-2").
+        let parts = Supersedes { prefix: "w-10m-".into(), unless: None };
+        for (name, unix, supersedes) in [("w-10m-2", 600.0, None), ("w-10m", 600.0, Some(parts)), ("v-10m", 0.0, None)]
         {
             let f = file(name, unix);
-            spool.enqueue_file(&f, f.key.clone(), supersedes.map(String::from), BTreeMap::new(), 0).unwrap();
+            spool.enqueue_file(&f, f.key.clone(), supersedes, BTreeMap::new(), 0).unwrap();
         }
         let p = spool.pending().unwrap();
-        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m", "w-10m-2"]);
-        assert_eq!(p[1].supersedes.as_deref(), Some("w-10m-"));
-        // Queued again (the next run): after what was queued before it.
-        let f = file("w-10m", 600.0);
+        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m-2", "w-10m"]);
+        assert_eq!(p[2].supersedes.as_ref().map(|s| s.prefix.as_str()), Some("w-10m-"));
+        // Queued again by the next run, whose clock is behind the one that
+        // queued what waits: after it all the same.
+        let mut ahead = p[2].clone();
+        ahead.seq += 1 << 60;
+        spool.save(&ahead).unwrap();
+        let spool = Spool::open(t.path()).unwrap();
+        let f = file("w-10m-2", 600.0);
         spool.enqueue_file(&f, f.key.clone(), None, BTreeMap::new(), 0).unwrap();
         let p = spool.pending().unwrap();
-        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m-2", "w-10m"]);
+        assert_eq!(p.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), vec!["v-10m", "w-10m", "w-10m-2"]);
     }
 }

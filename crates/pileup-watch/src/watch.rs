@@ -514,10 +514,11 @@ impl Watcher<'_> {
                         e.ship_uploaded_total += 1;
                         e.moved(capture_dir, url);
                     }
-                    pileup_store::ShipEvent::Failed { .. }
-                    | pileup_store::ShipEvent::NotQueued { .. }
-                    | pileup_store::ShipEvent::NotReplaced { .. } => e.ship_failed_total += 1,
-                    pileup_store::ShipEvent::Queued { .. } => {}
+                    pileup_store::ShipEvent::Failed { .. } | pileup_store::ShipEvent::NotQueued { .. } => {
+                        e.ship_failed_total += 1
+                    }
+                    // Captures replace nothing.
+                    pileup_store::ShipEvent::Queued { .. } | pileup_store::ShipEvent::NotReplaced { .. } => {}
                 }
             }
             match &ev {

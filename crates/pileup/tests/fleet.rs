@@ -1383,51 +1383,30 @@ fn a_followed_log_ships_each_window_once_complete_and_the_rest_when_stopped() {
     assert_eq!(merged["events"], report["events"], "{stderr}");
 }
 
-#[test]
-fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped() {
-    let scratch = scratch("digest-reship");
-    let (early, late, log) = (scratch.join("early.log"), scratch.join("late.log"), scratch.join("slow.log"));
-    {
-        let sb = slow_logging(&early);
-        workload(&sb, 40, "early");
-        use mysql::prelude::Queryable;
-        let mut c = sb.connect().unwrap();
-        c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", late.display())).unwrap();
-        drop(c);
-        workload(&sb, 20, "late");
-        sb.sql("SET GLOBAL slow_query_log = OFF").unwrap();
-    }
-    // An hour back: the windows are closed by the clock as soon as the
-    // reader is at the log's end.
-    for f in [&early, &late] {
-        shift(f, -3600);
-    }
-    std::fs::copy(&early, &log).unwrap();
-    std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
-    let s3 = S3::start(&scratch.join("s3"), free_port());
-    let store = scratch.join("s3/digests");
-    let ship_args = ["--ship", "s3://digests/re", "--ship-host", "db-r", "--ship-window", "5", "--ship-grace", "0s"];
-    let spool = scratch.join("spool");
+/// `pileup digest --follow LOG --ship …` until `late` is appended to
+/// `log` and shipped as a late part: the report.
+fn follow_until_a_late_part(log: &Path, late: &Path, store: &Path, ship_args: &[&str], s3: &S3) -> serde_json::Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
     cmd.args(["digest", "--follow", log.to_str().unwrap(), "--format", "json"])
         .args(ship_args)
-        .args(["--spool-dir", spool.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    with_store(&mut cmd, &s3, S3_SECRET);
+    with_store(&mut cmd, s3, S3_SECRET);
+    let before = walk(store).len();
     let mut pileup = Killed(cmd.spawn().unwrap());
     let t0 = Instant::now();
-    while walk(&store).is_empty() {
+    while walk(store).len() == before && !walk(store).iter().any(|k| k.ends_with("-5m.parquet")) {
         assert!(t0.elapsed() < Duration::from_secs(60), "no window shipped while following");
         std::thread::sleep(Duration::from_millis(300));
     }
+    std::thread::sleep(Duration::from_secs(2));
     // Statements of windows already shipped (a long statement is logged
     // when it ends, stamped with when it began): a part of their own.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-    std::io::Write::write_all(&mut f, &std::fs::read(&late).unwrap()).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+    std::io::Write::write_all(&mut f, &std::fs::read(late).unwrap()).unwrap();
     drop(f);
-    while !walk(&store).iter().any(|k| k.ends_with("m-2.parquet")) {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no late part shipped: {:?}", walk(&store));
+    while !walk(store).iter().any(|k| k.ends_with("m-2.parquet")) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no late part shipped: {:?}", walk(store));
         std::thread::sleep(Duration::from_millis(300));
     }
     let child = &mut pileup.0;
@@ -1435,22 +1414,81 @@ fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped() {
     let mut stdout = vec![];
     std::io::Read::read_to_end(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
     assert!(child.wait().unwrap().success());
-    let followed: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    let (_, merged, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "3h"], &s3);
-    assert_same_classes(&merged, &followed);
+    serde_json::from_slice(&stdout).unwrap()
+}
+
+#[test]
+fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped_unless_its_hour_is_compacted() {
+    let scratch = scratch("digest-reship");
+    let logs: Vec<PathBuf> = ["early", "late", "later"].iter().map(|n| scratch.join(format!("{n}.log"))).collect();
+    {
+        let sb = slow_logging(&logs[0]);
+        workload(&sb, 40, "early");
+        for (log, tag) in [(&logs[1], "late"), (&logs[2], "later")] {
+            use mysql::prelude::Queryable;
+            let mut c = sb.connect().unwrap();
+            c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", log.display())).unwrap();
+            drop(c);
+            workload(&sb, 20, tag);
+        }
+        sb.sql("SET GLOBAL slow_query_log = OFF").unwrap();
+    }
+    // Three hours back: the windows are closed by the clock as soon as the
+    // reader is at the log's end, and their hour can be compacted.
+    for f in &logs {
+        shift(f, -3 * 3600);
+    }
+    let log = scratch.join("slow.log");
+    std::fs::copy(&logs[0], &log).unwrap();
+    std::fs::create_dir_all(scratch.join("s3/digests")).unwrap();
+    let s3 = S3::start(&scratch.join("s3"), free_port());
+    let store = scratch.join("s3/digests");
+    let spool = scratch.join("spool");
+    // A host name that is not one path segment as it is.
+    let ship_args = [
+        "--ship",
+        "s3://digests/re",
+        "--ship-host",
+        "db-r:3307",
+        "--ship-window",
+        "5",
+        "--ship-grace",
+        "0s",
+        "--spool-dir",
+        spool.to_str().unwrap(),
+    ];
+    let followed = follow_until_a_late_part(&log, &logs[1], &store, &ship_args, &s3);
+    let merged = |s3: &S3| digest_with_store(&["--from", "s3://digests/re", "--since", "5h"], s3).1;
+    assert_same_classes(&merged(&s3), &followed);
 
     // The same log digested again (a restart, a re-run): each window's
     // file holds the late rows, and the late parts shipped before go.
     let mut again = vec![log.to_str().unwrap()];
     again.extend(ship_args);
-    again.extend(["--spool-dir", spool.to_str().unwrap()]);
     let (code, report, stderr) = digest_with_store(&again, &s3);
     assert_eq!(code, Some(0), "{stderr}");
     let stored = walk(&store);
     assert!(stored.iter().all(|k| k.ends_with("-5m.parquet")), "{stored:?}");
-    let (_, merged, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "3h"], &s3);
-    assert_same_classes(&merged, &report);
-    assert_eq!(merged["events"], followed["events"], "each statement once");
+    assert_same_classes(&merged(&s3), &report);
+    assert_eq!(merged(&s3)["events"], followed["events"], "each statement once");
+    let (_, by_host, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "5h", "--hosts", "db-r:*"], &s3);
+    assert_eq!(by_host["events"], followed["events"], "the host's name as given");
+
+    // Compacted; then a late part comes (a follow from the log's start,
+    // its windows held by the compacted hour already), and the log is
+    // digested again: the late part stays, as the compacted hour holds
+    // the earlier windows and readers keep that.
+    let mut compact = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    compact.args(["digest", "--from", "s3://digests/re", "--compact", "--since", "6h", "--until", "2h"]);
+    with_store(&mut compact, &s3, S3_SECRET);
+    let out = compact.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let followed = follow_until_a_late_part(&log, &logs[2], &store, &ship_args, &s3);
+    let (code, _, stderr) = digest_with_store(&again, &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(walk(&store).iter().any(|k| k.ends_with("m-2.parquet")), "{:?}", walk(&store));
+    assert_same_classes(&merged(&s3), &followed);
+    assert_eq!(merged(&s3)["events"], followed["events"], "each statement once");
 }
 
 #[test]

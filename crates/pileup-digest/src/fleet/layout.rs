@@ -6,7 +6,8 @@
 //! ```
 //!
 //! A window's file is named by its host and start, so shipping it again
-//! replaces it rather than adding a copy.
+//! replaces it rather than adding a copy; a run that joins a window late
+//! (performance_schema) names its file by its own start as well.
 
 use std::collections::BTreeMap;
 
@@ -139,18 +140,18 @@ pub fn part_key(prefix: &str, host: &str, start: i64, minutes: u32, part: u32) -
 
 /// [`part_key`] of a window a run joined at `from` (Unix seconds): its
 /// rows from then on, beside what an earlier run shipped for the window
-/// (`…-10m-from042530.parquet`).
+/// (`…T0420-from042530-10m.parquet`: not one of the window's parts).
 pub fn piece_key(prefix: &str, host: &str, start: i64, minutes: u32, from: Option<i64>, part: u32) -> String {
     let minutes = window_minutes(minutes);
     let part = if part == 0 { String::new() } else { format!("-{}", part + 1) };
     let from = from
         .and_then(|f| chrono::DateTime::from_timestamp(f, 0))
-        .map_or(String::new(), |f| format!("-from{}", f.format("%H%M%S")));
+        .map_or(String::new(), |f| format!("from{}-", f.format("%H%M%S")));
     let t = chrono::DateTime::from_timestamp(start, 0).unwrap_or_default();
     let host = segment(host);
     let prefix = prefix.trim_matches('/');
     format!(
-        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{minutes}m{from}{part}.parquet",
+        "{prefix}{}dt={}/hour={}/host={host}/{host}-{}-{from}{minutes}m{part}.parquet",
         if prefix.is_empty() { "" } else { "/" },
         t.format("%Y-%m-%d"),
         t.format("%H"),

@@ -97,6 +97,8 @@ struct Tally {
     last_error: Option<String>,
     /// Windows the queue refused (the disk guard): not kept.
     not_queued: Vec<String>,
+    /// The store refused to delete what a window replaces (said once).
+    not_replaced: bool,
 }
 
 /// The shipping half of a digest run.
@@ -168,7 +170,13 @@ impl Shipping {
                     // A log's window holds every row this run read for it:
                     // the later parts an earlier run shipped (the same log
                     // digested again) would count twice.
-                    supersedes: w.replaces.then(|| layout::parts_prefix("", &self.host, w.start, self.window_minutes)),
+                    // Unless the hour is compacted: its file holds the
+                    // window shipped before, which readers keep and this
+                    // one's rows are not read beside.
+                    supersedes: w.replaces.then(|| pileup_store::Supersedes {
+                        prefix: layout::parts_prefix("", &self.host, w.start, self.window_minutes),
+                        unless: Some(format!("{}compact-", layout::hour_prefix("", w.start))),
+                    }),
                 })
             }
             Err(e) => self.failed.push(format!("{key}: {e}")),
@@ -227,7 +235,14 @@ fn on_event(t: &Mutex<Tally>, e: ShipEvent) {
             t.not_queued.push(capture_dir);
         }
         ShipEvent::NotReplaced { capture_dir, error } => {
-            note!("warning: {capture_dir} shipped, but an earlier run's late parts of its window count twice; {error}");
+            if !t.not_replaced {
+                note!(
+                    "warning: {capture_dir} shipped, but the late parts an earlier run may have shipped for its window \
+                     were not deleted, and would count twice ({error}); the credentials need to list and delete \
+                     under the prefix (said once)"
+                );
+            }
+            t.not_replaced = true;
         }
         ShipEvent::Failed { error, queued, retry_in_s } => {
             if t.last_error.as_deref() != Some(error.as_str()) {
