@@ -274,18 +274,27 @@ impl Remote {
     }
 
     /// Delete the objects whose keys start with `prefix`, but `keep`, and
-    /// none when an object in the directory of `unless` starts with it:
-    /// how many. Listed by directory (a store lists by directory, not by
+    /// none when an object in the directory of `unless` starts with it and
+    /// `holds` it (says `holds` of the object's key): how many. Listed by directory (a store lists by directory, not by
     /// any prefix), the keys compared as the store holds them (a key's
     /// `%` is stored as `%25`).
-    pub fn delete_prefix(&self, prefix: &str, unless: Option<&str>, keep: &str) -> Result<usize> {
+    pub fn delete_prefix(
+        &self,
+        prefix: &str,
+        unless: Option<&str>,
+        keep: &str,
+        holds: &dyn Fn(&str) -> Result<bool>,
+    ) -> Result<usize> {
         let dir = |k: &str| k[..k.rfind('/').map_or(0, |i| i + 1)].to_string();
         if let Some(u) = unless {
             let d = dir(u);
             let p = (!d.is_empty()).then(|| Key::from(d.as_str()));
             let listed = self.rt.block_on(self.s3.list_with_delimiter(p.as_ref())).map_err(|e| self.err(e))?;
-            if listed.objects.iter().any(|m| stored_key(&m.location).starts_with(u)) {
-                return Ok(0);
+            for m in &listed.objects {
+                let key = stored_key(&m.location);
+                if key.starts_with(u) && holds(&key)? {
+                    return Ok(0);
+                }
             }
         }
         let mut n = 0;

@@ -50,6 +50,24 @@ pub struct ShipOptions {
     pub host: String,
     /// Keep this much free on the queue's disk.
     pub min_free: u64,
+    /// Whether an object found beside a file's [`Supersedes::unless`]
+    /// holds the file (then what it supersedes is kept); without it, any
+    /// such object does.
+    pub holds: Option<Holds>,
+}
+
+/// `(store, object, file key)`: whether the object (a digest's compacted
+/// hour) holds the file (a window of it), as only its reader can tell.
+#[derive(Clone)]
+pub struct Holds(pub std::sync::Arc<HoldsFn>);
+
+/// The test [`Holds`] makes.
+pub type HoldsFn = dyn Fn(&Remote, &str, &str) -> Result<bool> + Send + Sync;
+
+impl std::fmt::Debug for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Holds(..)")
+    }
 }
 
 enum Msg {
@@ -170,6 +188,8 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
         };
         self.queued.store(pending.len(), Ordering::Relaxed);
         self.next_try = Instant::now() + Duration::from_secs(3600);
+        // The names this pass has yet to upload (the one under way too).
+        let mut ahead: std::collections::HashSet<String> = pending.iter().map(|q| q.name.clone()).collect();
         for mut q in pending {
             // Step by step: a stop or a new capture is heard between the
             // parts of a large upload.
@@ -177,12 +197,12 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
                 match rx.try_recv() {
                     Ok(m) => {
                         // A file queued again replaces its queued version,
-                        // which this pass's list may hold: list again.
-                        let file = matches!(m, Msg::File(_));
+                        // which this pass's list holds: list again.
+                        let again = matches!(&m, Msg::File(f) if ahead.contains(&f.name));
                         if !self.take(m) {
                             return false;
                         }
-                        if file {
+                        if again {
                             self.next_try = Instant::now();
                             return true;
                         }
@@ -215,6 +235,7 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
                     Err(e) => break Err(e),
                 }
             };
+            ahead.remove(&q.name);
             match uploaded {
                 Ok(url) => {
                     self.wait = Duration::ZERO;
@@ -241,7 +262,11 @@ impl<F: FnMut(ShipEvent)> Worker<F> {
     /// would be refused again.
     fn supersede(&mut self, q: &Queued) -> Result<()> {
         let Some(s) = &q.supersedes else { return Ok(()) };
-        match self.remote.delete_prefix(&s.prefix, s.unless.as_deref(), &q.key) {
+        let holds = |object: &str| match &self.o.holds {
+            Some(h) => (h.0)(&self.remote, object, &q.key),
+            None => Ok(true),
+        };
+        match self.remote.delete_prefix(&s.prefix, s.unless.as_deref(), &q.key, &holds) {
             Err(e @ StoreError::Denied { .. }) => {
                 (self.on)(ShipEvent::NotReplaced { capture_dir: q.capture_dir.clone(), error: e.to_string() });
                 Ok(())

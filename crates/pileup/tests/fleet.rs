@@ -1392,20 +1392,30 @@ fn follow_until_a_late_part(log: &Path, late: &Path, store: &Path, ship_args: &[
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     with_store(&mut cmd, s3, S3_SECRET);
-    let before = walk(store).len();
+    let started = std::time::SystemTime::now();
     let mut pileup = Killed(cmd.spawn().unwrap());
     let t0 = Instant::now();
-    while walk(store).len() == before && !walk(store).iter().any(|k| k.ends_with("-5m.parquet")) {
+    // Its windows shipped (again): the log read to its end.
+    let fresh = || {
+        walk(store).iter().any(|k| {
+            let modified = std::fs::metadata(store.join(k)).and_then(|m| m.modified());
+            k.ends_with("-5m.parquet") && modified.is_ok_and(|m| m >= started)
+        })
+    };
+    while !fresh() {
         assert!(t0.elapsed() < Duration::from_secs(60), "no window shipped while following");
         std::thread::sleep(Duration::from_millis(300));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(1));
     // Statements of windows already shipped (a long statement is logged
     // when it ends, stamped with when it began): a part of their own.
     let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
     std::io::Write::write_all(&mut f, &std::fs::read(late).unwrap()).unwrap();
     drop(f);
-    while !walk(store).iter().any(|k| k.ends_with("m-2.parquet")) {
+    while !walk(store).iter().any(|k| {
+        let modified = std::fs::metadata(store.join(k)).and_then(|m| m.modified());
+        k.ends_with("m-2.parquet") && modified.is_ok_and(|m| m >= started)
+    }) {
         assert!(t0.elapsed() < Duration::from_secs(60), "no late part shipped: {:?}", walk(store));
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -1420,11 +1430,12 @@ fn follow_until_a_late_part(log: &Path, late: &Path, store: &Path, ship_args: &[
 #[test]
 fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped_unless_its_hour_is_compacted() {
     let scratch = scratch("digest-reship");
-    let logs: Vec<PathBuf> = ["early", "late", "later"].iter().map(|n| scratch.join(format!("{n}.log"))).collect();
+    let logs: Vec<PathBuf> =
+        ["early", "late", "later", "latest"].iter().map(|n| scratch.join(format!("{n}.log"))).collect();
     {
         let sb = slow_logging(&logs[0]);
         workload(&sb, 40, "early");
-        for (log, tag) in [(&logs[1], "late"), (&logs[2], "later")] {
+        for (log, tag) in [(&logs[1], "late"), (&logs[2], "later"), (&logs[3], "latest")] {
             use mysql::prelude::Queryable;
             let mut c = sb.connect().unwrap();
             c.query_drop(format!("SET GLOBAL slow_query_log_file = '{}'", log.display())).unwrap();
@@ -1474,21 +1485,43 @@ fn a_log_shipped_again_replaces_the_late_parts_an_earlier_run_shipped_unless_its
     let (_, by_host, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "5h", "--hosts", "db-r:*"], &s3);
     assert_eq!(by_host["events"], followed["events"], "the host's name as given");
 
-    // Compacted; then a late part comes (a follow from the log's start,
-    // its windows held by the compacted hour already), and the log is
-    // digested again: the late part stays, as the compacted hour holds
-    // the earlier windows and readers keep that.
-    let mut compact = Command::new(env!("CARGO_BIN_EXE_pileup"));
-    compact.args(["digest", "--from", "s3://digests/re", "--compact", "--since", "6h", "--until", "2h"]);
-    with_store(&mut compact, &s3, S3_SECRET);
-    let out = compact.output().unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let compact = |hosts: Option<&str>| {
+        let mut compact = Command::new(env!("CARGO_BIN_EXE_pileup"));
+        compact.args(["digest", "--from", "s3://digests/re", "--compact", "--since", "6h", "--until", "2h"]);
+        compact.args(hosts.map(|h| vec!["--hosts", h]).unwrap_or_default());
+        with_store(&mut compact, &s3, S3_SECRET);
+        let out = compact.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let db_r_parts = || walk(&store).into_iter().filter(|k| k.contains("db-r") && k.ends_with("m-2.parquet")).count();
+
+    // Another host's windows of the hour compacted: db-r's are not in
+    // that file, so its window shipped again still replaces its parts.
+    let mut other = vec![logs[0].to_str().unwrap()];
+    other.extend(ship_args);
+    other[4] = "db-o";
+    let (code, _, stderr) = digest_with_store(&other, &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    compact(Some("db-o"));
     let followed = follow_until_a_late_part(&log, &logs[2], &store, &ship_args, &s3);
+    assert!(db_r_parts() >= 1);
     let (code, _, stderr) = digest_with_store(&again, &s3);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(walk(&store).iter().any(|k| k.ends_with("m-2.parquet")), "{:?}", walk(&store));
-    assert_same_classes(&merged(&s3), &followed);
-    assert_eq!(merged(&s3)["events"], followed["events"], "each statement once");
+    assert_eq!(db_r_parts(), 0, "{:?}", walk(&store));
+    let (_, by_host, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "5h", "--hosts", "db-r:*"], &s3);
+    assert_eq!(by_host["events"], followed["events"], "each statement once");
+
+    // The hour compacted with db-r's windows; then a late part comes (a
+    // follow from the log's start, its windows held by the compacted hour
+    // already), and the log is digested again: the late part stays, as
+    // the compacted hour holds the earlier windows and readers keep that.
+    compact(None);
+    let followed = follow_until_a_late_part(&log, &logs[3], &store, &ship_args, &s3);
+    let (code, _, stderr) = digest_with_store(&again, &s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(db_r_parts() >= 1, "{:?}", walk(&store));
+    let (_, by_host, _) = digest_with_store(&["--from", "s3://digests/re", "--since", "5h", "--hosts", "db-r:*"], &s3);
+    assert_eq!(by_host["events"], followed["events"], "each statement once");
 }
 
 #[test]

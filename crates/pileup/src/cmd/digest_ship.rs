@@ -129,6 +129,7 @@ impl Shipping {
             spool_dir: spool.clone(),
             host: host.clone(),
             min_free: a.min_free_mib << 20,
+            holds: Some(pileup_store::ship::Holds(std::sync::Arc::new(compacted_holds))),
         };
         let tally = Arc::new(Mutex::new(Tally::default()));
         let t = tally.clone();
@@ -214,6 +215,28 @@ impl Shipping {
             );
         }
         Ok(())
+    }
+}
+
+/// Whether the compacted hour at `compact` holds the window at `window`
+/// (its metadata names the windows it holds): a window shipped again
+/// after its hour was compacted is not read beside the compacted file, so
+/// the parts shipped for it must stay.
+fn compacted_holds(remote: &pileup_store::Remote, compact: &str, window: &str) -> pileup_store::Result<bool> {
+    let mut held = false;
+    let mut failed = None;
+    remote.get_each(&[compact.to_string()], 1, |key, data| {
+        match fleet::file::Opened::open(data) {
+            Ok(f) => held = f.sources(key).iter().any(|k| k == window),
+            Err(e) => failed = Some(e.to_string()),
+        }
+        false
+    })?;
+    match failed {
+        // A compacted file that cannot be read holds nothing a reader
+        // would count: the parts go as for an hour not compacted.
+        Some(_) => Ok(false),
+        None => Ok(held),
     }
 }
 

@@ -267,6 +267,7 @@ fn ship_options(a: &WatchArgs, data_dir: &std::path::Path) -> Result<Option<pile
             spool_dir: data_dir.join("ship"),
             host: a.ship_host.clone().unwrap_or_else(this_host),
             min_free: a.min_free_mib << 20,
+            holds: None,
         }),
         None => None,
     })
