@@ -463,17 +463,15 @@ fn definitions(c: &mut mysql::Conn, f: &Filter) -> Result<Definitions> {
             let columns = columns.remove(&t.name)?;
             Some((columns, index_columns.remove(&t.name).unwrap_or_default()))
         });
-        let (columns, chunk_key) = match found {
-            Some((columns, ix)) => {
-                let key = if t.transactional() { schema::choose_chunk_key(&ix, &columns) } else { None };
-                (columns, key)
-            }
+        let (columns, ix) = match found {
+            Some(f) => f,
             None => {
                 let columns = schema::table_columns(c, &t.db, &t.name)?;
-                let key = if t.transactional() { schema::chunk_key(c, &t.db, &t.name, &columns)? } else { None };
-                (columns, key)
+                let ix = if t.transactional() { schema::table_index_columns(c, &t.db, &t.name)? } else { vec![] };
+                (columns, ix)
             }
         };
+        let chunk_key = if t.transactional() { schema::choose_chunk_key(&ix, &columns) } else { None };
         if columns.is_empty() {
             bail!("table {}.{} vanished during the dump", t.db, t.name);
         }

@@ -189,26 +189,23 @@ pub fn written(columns: &[Column]) -> Vec<String> {
     columns.iter().filter(|c| !c.extra.to_ascii_uppercase().contains("GENERATED")).map(|c| c.name.clone()).collect()
 }
 
-/// The key chunks are cut on (of a table with `columns`): the primary key,
-/// else a unique key, on one NOT NULL integer column.
-///
-/// The table's index columns are read with its name given and matched
-/// with its columns here: a join of `information_schema` tables (or a
-/// correlated subquery) has the server open every table of the schema for
-/// each table asked about, which on 400 tables cost it 15 CPU seconds.
-pub fn chunk_key(c: &mut mysql::Conn, db: &str, t: &str, columns: &[Column]) -> Result<Option<String>> {
-    let index_columns: Vec<IndexColumn> = c.exec(
+/// A table's index columns, read with its name given (see
+/// [`db_index_columns`] for a whole database's). They are matched with its
+/// columns by [`choose_chunk_key`]: a join of `information_schema` tables
+/// (or a correlated subquery) has the server open every table of the
+/// schema for each table asked about, which on 400 tables cost it 15 CPU
+/// seconds.
+pub fn table_index_columns(c: &mut mysql::Conn, db: &str, t: &str) -> Result<Vec<IndexColumn>> {
+    Ok(c.exec(
         "SELECT INDEX_NAME, IFNULL(COLUMN_NAME, ''), NON_UNIQUE FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         (db, t),
-    )?;
-    Ok(choose_chunk_key(&index_columns, columns))
+    )?)
 }
 
-/// Of a table's index columns `(index, column, non_unique)` and its
-/// columns: the column of the primary key, else of the first unique index
-/// by name, that is the index's only column, NOT NULL and of an integer
-/// type.
+/// The key chunks are cut on, of a table's index columns and its columns:
+/// the column of the primary key, else of the first unique index by name,
+/// that is the index's only column, NOT NULL and of an integer type.
 pub fn choose_chunk_key(index_columns: &[IndexColumn], columns: &[Column]) -> Option<String> {
     const INTEGERS: [&str; 5] = ["tinyint", "smallint", "mediumint", "int", "bigint"];
     let fits = |col: &str| {

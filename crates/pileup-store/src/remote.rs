@@ -275,9 +275,9 @@ impl Remote {
 
     /// Delete the objects whose keys start with `prefix`, but `keep`, and
     /// none when an object in the directory of `unless` starts with it and
-    /// `holds` it (says `holds` of the object's key): how many. Listed by directory (a store lists by directory, not by
-    /// any prefix), the keys compared as the store holds them (a key's
-    /// `%` is stored as `%25`).
+    /// `holds` says so of its key: how many. Listed by directory (a store
+    /// lists by directory, not by any prefix), the keys as they were given
+    /// ([`stored_key`]).
     pub fn delete_prefix(
         &self,
         prefix: &str,

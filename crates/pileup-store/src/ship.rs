@@ -61,7 +61,7 @@ pub struct ShipOptions {
 #[derive(Clone)]
 pub struct Holds(pub std::sync::Arc<HoldsFn>);
 
-/// The test [`Holds`] makes.
+/// The question [`Holds`] answers.
 pub type HoldsFn = dyn Fn(&Remote, &str, &str) -> Result<bool> + Send + Sync;
 
 impl std::fmt::Debug for Holds {

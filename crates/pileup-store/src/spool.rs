@@ -242,12 +242,11 @@ static LAST_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 fn now_ns() -> u64 {
     use std::sync::atomic::Ordering;
-    const LAST: &std::sync::atomic::AtomicU64 = &LAST_SEQ;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let mut prev = LAST.load(Ordering::Relaxed);
+    let mut prev = LAST_SEQ.load(Ordering::Relaxed);
     loop {
         let next = now.max(prev + 1);
-        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+        match LAST_SEQ.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return next,
             Err(p) => prev = p,
         }

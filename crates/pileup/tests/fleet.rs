@@ -1395,14 +1395,15 @@ fn follow_until_a_late_part(log: &Path, late: &Path, store: &Path, ship_args: &[
     let started = std::time::SystemTime::now();
     let mut pileup = Killed(cmd.spawn().unwrap());
     let t0 = Instant::now();
-    // Its windows shipped (again): the log read to its end.
-    let fresh = || {
+    // A file ending so stored since the run began.
+    let shipped = |suffix: &str| {
         walk(store).iter().any(|k| {
             let modified = std::fs::metadata(store.join(k)).and_then(|m| m.modified());
-            k.ends_with("-5m.parquet") && modified.is_ok_and(|m| m >= started)
+            k.ends_with(suffix) && modified.is_ok_and(|m| m >= started)
         })
     };
-    while !fresh() {
+    // Its windows shipped (again): the log read to its end.
+    while !shipped("-5m.parquet") {
         assert!(t0.elapsed() < Duration::from_secs(60), "no window shipped while following");
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -1412,10 +1413,7 @@ fn follow_until_a_late_part(log: &Path, late: &Path, store: &Path, ship_args: &[
     let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
     std::io::Write::write_all(&mut f, &std::fs::read(late).unwrap()).unwrap();
     drop(f);
-    while !walk(store).iter().any(|k| {
-        let modified = std::fs::metadata(store.join(k)).and_then(|m| m.modified());
-        k.ends_with("m-2.parquet") && modified.is_ok_and(|m| m >= started)
-    }) {
+    while !shipped("m-2.parquet") {
         assert!(t0.elapsed() < Duration::from_secs(60), "no late part shipped: {:?}", walk(store));
         std::thread::sleep(Duration::from_millis(300));
     }

@@ -170,10 +170,10 @@ impl Shipping {
                     metadata: Default::default(),
                     // A log's window holds every row this run read for it:
                     // the later parts an earlier run shipped (the same log
-                    // digested again) would count twice.
-                    // Unless the hour is compacted: its file holds the
-                    // window shipped before, which readers keep and this
-                    // one's rows are not read beside.
+                    // digested again) would count twice. Not when a
+                    // compacted file of the hour holds the window
+                    // (`compacted_holds`): readers keep that one, and this
+                    // one's rows are not read beside it.
                     supersedes: w.replaces.then(|| pileup_store::Supersedes {
                         prefix: layout::parts_prefix("", &self.host, w.start, self.window_minutes),
                         unless: Some(format!("{}compact-", layout::hour_prefix("", w.start))),
@@ -223,21 +223,14 @@ impl Shipping {
 /// after its hour was compacted is not read beside the compacted file, so
 /// the parts shipped for it must stay.
 fn compacted_holds(remote: &pileup_store::Remote, compact: &str, window: &str) -> pileup_store::Result<bool> {
+    // A compacted file that cannot be read holds nothing a reader would
+    // count: the parts go as for an hour not compacted.
     let mut held = false;
-    let mut failed = None;
     remote.get_each(&[compact.to_string()], 1, |key, data| {
-        match fleet::file::Opened::open(data) {
-            Ok(f) => held = f.sources(key).iter().any(|k| k == window),
-            Err(e) => failed = Some(e.to_string()),
-        }
+        held = fleet::file::Opened::open(data).is_ok_and(|f| f.sources(key).iter().any(|k| k == window));
         false
     })?;
-    match failed {
-        // A compacted file that cannot be read holds nothing a reader
-        // would count: the parts go as for an hour not compacted.
-        Some(_) => Ok(false),
-        None => Ok(held),
-    }
+    Ok(held)
 }
 
 /// The shipper's events: counted; a failure said once per message.
