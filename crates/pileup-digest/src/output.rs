@@ -24,7 +24,7 @@ impl pileup_output::Report for DigestReport<'_> {
         "digest"
     }
     fn text(&self, _o: &pileup_output::Options, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        w.write_all(crate::report::text::render(self.digest, &self.view).as_bytes())?;
+        w.write_all(crate::report::text::render(self.digest, &self.view, self.hosts).as_bytes())?;
         if let Some(h) = self.hosts {
             w.write_all(crate::report::hosts::text(h, self.digest, &self.view).as_bytes())?;
         }

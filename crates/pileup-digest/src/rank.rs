@@ -42,6 +42,20 @@ impl Rank {
     pub fn parse(s: &str) -> Option<Rank> {
         Rank::ALL.iter().find(|r| r.0 == s).map(|r| r.1)
     }
+
+    /// What a class's score under this ranking reads beyond its count and
+    /// statement time: attributes, and plan flags (indices of
+    /// [`crate::attr::FLAGS`]).
+    pub fn reads(self) -> (&'static [A], &'static [usize]) {
+        match self {
+            Rank::Time | Rank::Count => (&[], &[]),
+            Rank::Examined => (&[A::RowsExamined, A::RowsSent, A::RowsAffected], &[]),
+            Rank::Pages => (&[A::PagesAccessed, A::PagesDistinct, A::RowsSent, A::RowsAffected], &[]),
+            Rank::Optimizer => (&[A::OptimizerTime, A::EngineTime], &[F_FILESORT, F_TMP_TABLE]),
+            Rank::Spill => (&[A::TmpDiskTables, A::MergePasses], &[F_FILESORT_ON_DISK, F_TMP_TABLE_ON_DISK]),
+            Rank::Lock => (&[A::LockTime, A::RowLockWait], &[]),
+        }
+    }
 }
 
 /// Rows a class returned or changed (at least one per execution, so a

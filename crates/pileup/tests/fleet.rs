@@ -1198,6 +1198,7 @@ fn two_hosts_digests_ship_while_the_store_is_down_and_merge_equal_to_one_digest_
     // ClickHouse's engine (chDB), with deploy/'s queries on the same
     // files, gets the same answers.
     chdb_agrees(&s3, "fleet", &merged);
+    the_profile_alone_is_chdbs_top_classes(&s3, "fleet", &merged);
 
     // One host, by glob; and a window with nothing in it.
     let (_, only_a, _) = digest_with_store(&["--from", "s3://digests/fleet", "--since", "5h", "--hosts", "db-a*"], &s3);
@@ -1306,6 +1307,51 @@ fn chdb_agrees(s3: &S3, prefix: &str, merged: &serde_json::Value) {
         // In the bucket chDB names: at most a sixteenth of its power of two above its low end.
         assert!(p99 >= low * 0.999 && p99 <= low * 1.0625 * 1.001, "{row}: pileup's p99 {p99}");
     }
+}
+
+/// `--profile-only` from the store: chDB's `top_classes` row for row
+/// (executions, time, maximum, rows examined, hosts), in the whole
+/// report's order, and a text profile with each class's hosts and no class
+/// in detail.
+fn the_profile_alone_is_chdbs_top_classes(s3: &S3, prefix: &str, merged: &serde_json::Value) {
+    let url = format!("s3://digests/{prefix}");
+    let (code, brief, stderr) = digest_with_store(&["--from", &url, "--since", "5h", "--profile-only"], s3);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(brief["profile_only"], true);
+    let classes = brief["classes"].as_array().unwrap();
+    let top = chdb(s3, prefix, "top_classes");
+    assert_eq!(top.len(), classes.len().min(10));
+    for ((row, c), whole) in top.iter().zip(classes).zip(merged["classes"].as_array().unwrap()) {
+        assert_eq!(c["fingerprint"], whole["fingerprint"], "the whole report's order");
+        assert_eq!(row["fingerprint"], c["fingerprint"], "{row} against {c}");
+        assert_eq!(row["executions"].as_u64(), c["count"].as_u64(), "{row}");
+        let qt = &c["attributes"]["query_time"];
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.max(1e-3);
+        assert!(close(row["time_s"].as_f64().unwrap(), qt["sum"].as_f64().unwrap()), "{row}: {qt}");
+        assert!(close(row["max_s"].as_f64().unwrap(), qt["max"].as_f64().unwrap()), "{row}: {qt}");
+        // No histogram read: a percentile is known only when every value is one.
+        assert!(qt["p95"].is_null() || qt["min"] == qt["max"], "{qt}");
+        let examined = c["attributes"]["rows_examined"]["sum"].as_f64().unwrap_or(0.0);
+        assert_eq!(row["rows_examined"].as_f64(), Some(examined), "{row}");
+        assert_eq!(row["hosts"].as_u64(), Some(c["servers"].as_array().unwrap().len() as u64), "{row}");
+        assert!(c["attributes"].get("bytes_sent").is_none() && c["sample"]["query"] == "", "{c}");
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["digest", "--from", &url, "--since", "5h", "--profile-only", "--limit", "3"]);
+    with_store(&mut cmd, s3, S3_SECRET);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Max  Exam/call  Hosts  Statement") && !text.contains("# Class 1:"), "{text}");
+    assert!(text.contains("# Hosts: 2"), "{text}");
+    // The HTML page is the whole report.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pileup"));
+    cmd.args(["digest", "--from", &url, "--profile-only", "-f", "html", "-o", "/dev/null"]);
+    with_store(&mut cmd, s3, S3_SECRET);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--profile-only writes text or JSON") && err.lines().count() == 1, "{err}");
 }
 
 /// Move a slow log's statements `by` seconds in time (their `SET

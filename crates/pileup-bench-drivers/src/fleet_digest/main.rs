@@ -10,8 +10,8 @@
 //! the hosts from the regressed log. Every host's 10-minute windows are
 //! written as `pileup digest --ship` writes them and put to a VersityGW
 //! store. Then, `--rounds` times, each round starting with the next tool:
-//! `pileup digest --from` (text, the top 10), chDB's `top_classes` query
-//! and chDB's four queries that give what pileup's report gives
+//! `pileup digest --from` (text, the top 10), the same with
+//! `--profile-only`, chDB's `top_classes` query and chDB's four queries that give what pileup's report gives
 //! (deploy/clickhouse/digests.sql), for the last hour and for the whole
 //! day; wall and CPU seconds of each, and the store's CPU meanwhile.
 //! Also: the bytes stored per host-day, and whether `--compare-to` ranks
@@ -171,14 +171,15 @@ struct Run {
     store_cpu: f64,
 }
 
-/// `pileup digest --from` over `[since, until)`: its report's top 10.
-fn pileup_run(pileup: &str, store: &Store, since: i64, until: i64, dir: &Path) -> Result<Run> {
+/// `pileup digest --from` (with `extra` flags) over `[since, until)`: its
+/// report's top 10.
+fn pileup_run(pileup: &str, extra: &[&str], store: &Store, (since, until): (i64, i64), dir: &Path) -> Result<Run> {
     let report = dir.join("time.out");
     let s0 = store.cpu();
     let t0 = Instant::now();
     let mut cmd = Command::new("/usr/bin/time");
     cmd.arg("-o").arg(&report).args(["-f", "%U %S", pileup, "digest", "--from", "s3://bench/fleet"]);
-    cmd.args(["--since", &utc(since), "--until", &utc(until), "--limit", "10", "-o", "/dev/null"]);
+    cmd.args(["--since", &utc(since), "--until", &utc(until), "--limit", "10", "-o", "/dev/null"]).args(extra);
     store.env(&mut cmd);
     let st = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
     let wall = t0.elapsed().as_secs_f64();
@@ -239,24 +240,42 @@ fn utc(t: i64) -> String {
     chrono::DateTime::from_timestamp(t, 0).unwrap_or_default().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// pileup's top 10 by time over `[since, until)`, and the first class
+/// pileup's top 10 by time over `[since, until)` (its whole report's,
+/// checked equal to the profile alone's), and the first class
 /// `--compare-to` ranks against the hour before.
 fn pileup_answers(pileup: &str, store: &Store, since: i64, until: i64) -> Result<(Top, String)> {
-    let mut cmd = Command::new(pileup);
-    cmd.args(["digest", "--from", "s3://bench/fleet", "--since", &utc(since), "--until", &utc(until), "-f", "json"]);
-    cmd.args(["--compare-to", &utc(since - (until - since))]);
-    store.env(&mut cmd);
-    let out = cmd.stderr(Stdio::inherit()).output()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("pileup digest --from --format json")?;
-    let top = v["classes"].as_array().into_iter().flatten().take(10);
-    let top = top
-        .map(|c| {
+    let json = |extra: &[&str]| -> Result<serde_json::Value> {
+        let mut cmd = Command::new(pileup);
+        cmd.args([
+            "digest",
+            "--from",
+            "s3://bench/fleet",
+            "--since",
+            &utc(since),
+            "--until",
+            &utc(until),
+            "-f",
+            "json",
+        ]);
+        store.env(&mut cmd);
+        let out = cmd.args(extra).stderr(Stdio::inherit()).output()?;
+        serde_json::from_slice(&out.stdout).context("pileup digest --from --format json")
+    };
+    let top = |v: &serde_json::Value| -> Top {
+        let top = v["classes"].as_array().into_iter().flatten().take(10);
+        top.map(|c| {
             let t = c["attributes"]["query_time"]["sum"].as_f64().unwrap_or(0.0);
             (c["fingerprint"].as_str().unwrap_or("").to_string(), t)
         })
-        .collect();
+        .collect()
+    };
+    let v = json(&["--compare-to", &utc(since - (until - since))])?;
+    let brief = top(&json(&["--profile-only"])?);
+    if !same_top(&brief, &top(&v)) {
+        bail!("pileup's profile alone differs from its whole report: {brief:?} against {:?}", top(&v));
+    }
     let first = v["changes"]["classes"][0]["fingerprint"].as_str().unwrap_or("").to_string();
-    Ok((top, first))
+    Ok((top(&v), first))
 }
 
 fn main() -> Result<()> {
@@ -307,7 +326,7 @@ fn main() -> Result<()> {
     );
     md.push_str(&format!("\n`--compare-to` (the last hour against the one before) ranks first: `{first}`.\n"));
     md.push_str(
-        "\nThe question: the top 10 classes by statement time. pileup digest --from lists the hours' files, fetches and decodes them and writes its whole report (each class's attributes, percentiles and hosts; each host's top classes; the top 10 in detail). chDB runs deploy/clickhouse/digests.sql on the same hours' files, warm (each query once untimed, then timed, in one process): top_classes alone (six columns), and the four queries that give what pileup's report gives (top_classes, class_hosts, host_top, p99), their times summed. Medians of the rounds, each round starting with the next tool; the store's CPU is VersityGW's meanwhile.\n",
+        "\nThe question: the top 10 classes by statement time. pileup digest --from lists the hours' files, fetches and decodes them and writes its whole report (each class's attributes, percentiles and hosts; each host's top classes; the top 10 in detail); with --profile-only it reads only the columns of the profile (each class's count, statement time, rows examined, hosts) and writes the profile and the hosts. chDB runs deploy/clickhouse/digests.sql on the same hours' files, warm (each query once untimed, then timed, in one process): top_classes alone (six columns), and the four queries that give what pileup's report gives (top_classes, class_hosts, host_top, p99), their times summed. The last column compares the same answers: top_classes with pileup's profile alone, the four queries with its whole report. Medians of the rounds, each round starting with the next tool; the store's CPU is VersityGW's meanwhile.\n",
     );
     let (hour_cpu, day_cpu) = timed(&mut md, &pileup, &python, &store, &dir, rounds, &questions, &top)?;
     let (pmm, pmm_rows) = pmm_bytes(&python, &store, &dir)?;
@@ -405,27 +424,30 @@ fn timed(
     top: &Top,
 ) -> Result<(f64, f64)> {
     md.push_str(
-        "\n| question | tool | wall s | CPU s | store CPU s | pileup's CPU s ÷ this |\n|---|---|---|---|---|---|\n",
+        "\n| question | tool | wall s | CPU s | store CPU s | pileup's CPU s ÷ this, same answer |\n|---|---|---|---|---|---|\n",
     );
     let (mut hour_cpu, mut day_cpu) = (0.0, 0.0);
-    let tools = [
-        ("pileup digest --from", ""),
-        ("chDB, top_classes", "top_classes"),
-        ("chDB, the report's 4 queries", REPORT_QUERIES),
+    // Each tool, and the tool whose answer is the same (pileup's row of it).
+    let tools: [(&str, Tool, usize); 4] = [
+        ("pileup digest --from", Tool::Pileup(&[]), 0),
+        ("pileup digest --from --profile-only", Tool::Pileup(&["--profile-only"]), 1),
+        ("chDB, top_classes", Tool::Chdb("top_classes"), 1),
+        ("chDB, the report's 4 queries", Tool::Chdb(REPORT_QUERIES), 0),
     ];
     for (label, since, until, parts) in questions {
         let mut runs: Vec<Vec<Run>> = vec![vec![]; tools.len()];
         for r in 0..rounds as usize {
             // Each round starts with the next tool.
             for t in (0..tools.len()).map(|i| (i + r) % tools.len()) {
-                let run = if t == 0 {
-                    pileup_run(pileup, store, *since, *until, dir)?
-                } else {
-                    let (run, fps) = chdb_run(python, store, tools[t].1, *since, *until, parts)?;
-                    if label.starts_with("one hour") && !same_top(&fps, top) {
-                        bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
+                let run = match tools[t].1 {
+                    Tool::Pileup(extra) => pileup_run(pileup, extra, store, (*since, *until), dir)?,
+                    Tool::Chdb(queries) => {
+                        let (run, fps) = chdb_run(python, store, queries, *since, *until, parts)?;
+                        if label.starts_with("one hour") && !same_top(&fps, top) {
+                            bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
+                        }
+                        run
                     }
-                    run
                 };
                 runs[t].push(run);
             }
@@ -439,17 +461,24 @@ fn timed(
         } else {
             day_cpu = ours;
         }
-        for ((tool, _), v) in tools.iter().zip(&runs) {
+        for ((tool, _, same), v) in tools.iter().zip(&runs) {
             md.push_str(&format!(
                 "| {label} | {tool} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
                 med(v, |r| r.wall),
                 med(v, |r| r.cpu),
                 med(v, |r| r.store_cpu),
-                ours / med(v, |r| r.cpu)
+                med(&runs[*same], |r| r.cpu) / med(v, |r| r.cpu)
             ));
         }
     }
     Ok((hour_cpu, day_cpu))
+}
+
+/// A tool timed: pileup with these flags, or chDB with these queries.
+#[derive(Clone, Copy)]
+enum Tool {
+    Pileup(&'static [&'static str]),
+    Chdb(&'static str),
 }
 
 fn day(t: i64) -> String {

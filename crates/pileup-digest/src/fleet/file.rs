@@ -4,7 +4,7 @@
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
@@ -21,6 +21,34 @@ fn stored(e: impl std::fmt::Display) -> Error {
 /// The key-value metadata entry in which a compacted file lists the files
 /// it holds (keys relative to its own directory, one per line).
 pub const SOURCES: &str = "pileup.sources";
+
+/// The stored columns of what the profile alone shows
+/// ([`crate::report::profile_attributes`]): each attribute's count, sum,
+/// minimum and maximum (a run of rows merges at once only with all four),
+/// each flag's two counts.
+pub fn profile_columns(rank: crate::rank::Rank) -> Vec<String> {
+    let (attrs, flags) = crate::report::profile_attributes(rank);
+    let mut v = vec![];
+    for a in attrs {
+        let name = crate::attr::ATTRS[a as usize].name;
+        v.extend(["n", "sum", "min", "max"].map(|part| format!("{name}_{part}")));
+    }
+    for &f in flags {
+        let name = crate::attr::FLAGS[f].0;
+        v.extend(["seen", "yes"].map(|part| format!("{name}_{part}")));
+    }
+    v
+}
+
+/// What a merge of [`profile_columns`] keeps: the flags read, no time
+/// series.
+pub fn profile_keep(rank: crate::rank::Rank) -> super::rows::Keep {
+    let mut flags = [false; crate::attr::N_FLAGS];
+    for &f in crate::report::profile_attributes(rank).1 {
+        flags[f] = true;
+    }
+    super::rows::Keep { flags, series: false }
+}
 
 /// Rows a row group holds at most: a compacted hour of a large fleet is
 /// read a row group per thread.
@@ -117,6 +145,12 @@ pub fn read(file: Bytes, columns: Option<&[&str]>) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
+/// Text columns read as views (`Utf8View`): the strings of a
+/// dictionary-encoded column chunk are its dictionary's, not a copy per
+/// row, and rows of one host, class or database are found equal by their
+/// views ([`super::rows`]).
+const VIEWED: &[&str] = &["host", "fingerprint", "db", "sample"];
+
 /// A stored file whose footer is read: its row groups can be read apart
 /// (on several threads) without reading the footer again.
 #[derive(Clone)]
@@ -126,8 +160,24 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The file's footer read; its text columns are read as views
+    /// ([`VIEWED`]).
     pub fn open(data: Bytes) -> Result<Opened, Error> {
         let meta = ArrowReaderMetadata::load(&data, Default::default()).map_err(stored)?;
+        let schema = meta.schema();
+        let fields: Vec<arrow_schema::FieldRef> = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                arrow_schema::DataType::Utf8 if VIEWED.contains(&f.name().as_str()) => {
+                    std::sync::Arc::new(f.as_ref().clone().with_data_type(arrow_schema::DataType::Utf8View))
+                }
+                _ => f.clone(),
+            })
+            .collect();
+        let hinted = arrow_schema::Schema::new_with_metadata(fields, schema.metadata().clone());
+        let options = ArrowReaderOptions::new().with_schema(std::sync::Arc::new(hinted));
+        let meta = ArrowReaderMetadata::try_new(meta.metadata().clone(), options).map_err(stored)?;
         Ok(Opened { data, meta })
     }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use arrow_array::RecordBatch;
 use foldhash::fast::FixedState;
 
-use super::rows::View;
+use super::rows::{Keep, View};
 use crate::aggregate::OTHER;
 use crate::attr::N_ATTRS;
 use crate::class::{Class, Name};
@@ -82,6 +82,8 @@ pub struct Merge {
     /// Each class's rows as (executions, time), when kept for a
     /// comparison ([`Merge::keeping_samples`]).
     samples: Option<Vec<Vec<(u64, f64)>>>,
+    /// What rows keep beyond their attributes ([`Merge::keeping`]).
+    keep: Keep,
 }
 
 /// The merged digest and the hosts dimension.
@@ -124,6 +126,13 @@ impl Merge {
         Merge { samples: Some(Default::default()), ..Default::default() }
     }
 
+    /// This merge keeping only the plan flags and time series `keep`
+    /// says: a read of some columns ([`super::file::profile_columns`])
+    /// keeps the flags it read.
+    pub fn keeping(self, keep: Keep) -> Merge {
+        Merge { keep, ..self }
+    }
+
     /// Add the rows the question wants, as a record batch of them would
     /// add them (what a row holds beyond the stored columns is not kept).
     #[cfg(test)]
@@ -140,8 +149,10 @@ impl Merge {
     /// compacted file's rows come by host, then class).
     pub fn add_batch(&mut self, b: &RecordBatch, q: &Question) -> Result<(), Error> {
         let v = View::new(b)?;
-        let mut last_host: Option<(&str, Option<usize>)> = None;
-        let mut last_class: Option<(&str, usize)> = None;
+        // The last row's host and class (its row, and their places): a
+        // run of rows of one host or class is looked up once.
+        let mut last_host: Option<(usize, Option<usize>)> = None;
+        let mut last_class: Option<(usize, usize)> = None;
         let mut minutes: Vec<(usize, i64)> = vec![];
         // The rows of one class on one host in a row, merged together.
         let mut run: (usize, usize, Vec<usize>) = (0, 0, vec![]);
@@ -150,29 +161,21 @@ impl Merge {
             if !(q.since..q.until).contains(&minute) {
                 continue;
             }
-            let name = v.host(i);
             let h = match last_host {
-                Some((n, h)) if n == name => h,
-                _ => {
-                    let h = self.host_of(name, q);
-                    last_host = Some((name, h));
-                    h
-                }
+                Some((j, h)) if v.same_host(i, j) => h,
+                _ => self.host_of(v.host(i), q),
             };
+            last_host = Some((i, h));
             let Some(h) = h else { continue };
             // A host's labels from the first of its rows that has some.
             if self.hosts[h].1.labels.is_empty() && v.has_labels(i) {
                 self.hosts[h].1.labels = v.labels(i);
             }
-            let fp = v.fingerprint(i);
             let c = match last_class {
-                Some((f, c)) if f == fp => c,
-                _ => {
-                    let c = self.class_of(fp);
-                    last_class = Some((fp, c));
-                    c
-                }
+                Some((j, c)) if v.same_class(i, j) => c,
+                _ => self.class_of(v.fingerprint(i)),
             };
+            last_class = Some((i, c));
             if (h, c) != (run.0, run.1) {
                 self.merge_run(&v, &run);
                 run = (h, c, vec![]);
@@ -204,7 +207,7 @@ impl Merge {
         self.hosts[*h].1.total.plus(cost);
         self.by_host[*c].entry(*h).or_default().plus(cost);
         let names = &mut self.names;
-        v.merge_rows(rows, &mut self.classes[*c], &mut |db| match names.get(db) {
+        v.merge_rows(rows, &mut self.classes[*c], &self.keep, &mut |db| match names.get(db) {
             Some(n) => n.clone(),
             None => names.entry(db.to_string()).or_insert_with(|| Name::from(db.as_bytes())).clone(),
         });

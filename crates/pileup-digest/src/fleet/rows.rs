@@ -223,8 +223,12 @@ impl<'a> Cols<'a> {
         self.get(name).ok_or_else(|| stored(format!("no column {name}")))
     }
 
-    fn str(&self, name: &str) -> Result<&'a arrow_array::StringArray, Error> {
-        self.need(name)?.as_string_opt::<i32>().ok_or_else(|| stored(format!("{name} is not text")))
+    fn text(&self, name: &str) -> Result<Text<'a>, Error> {
+        Text::of(self.need(name)?).ok_or_else(|| stored(format!("{name} is not text")))
+    }
+
+    fn text_opt(&self, name: &str) -> Option<Text<'a>> {
+        self.get(name).and_then(Text::of)
     }
 
     fn ts(&self, name: &str) -> Result<Option<&'a arrow_array::TimestampMillisecondArray>, Error> {
@@ -252,6 +256,62 @@ fn opt<T: arrow_array::ArrowPrimitiveType>(a: Option<&arrow_array::PrimitiveArra
     a.filter(|a| a.is_valid(i)).map(|a| a.value(i))
 }
 
+/// A text column: as made (`Utf8`), or as a file is read (`Utf8View`,
+/// [`super::file::Opened`]), where the rows of a dictionary-encoded
+/// column chunk share its dictionary's strings: two rows of the same
+/// view hold the same text, found without comparing it.
+#[derive(Clone, Copy)]
+enum Text<'a> {
+    Plain(&'a arrow_array::StringArray),
+    Viewed(&'a arrow_array::StringViewArray),
+}
+
+impl<'a> Text<'a> {
+    fn of(a: &'a ArrayRef) -> Option<Text<'a>> {
+        a.as_string_opt::<i32>().map(Text::Plain).or_else(|| a.as_string_view_opt().map(Text::Viewed))
+    }
+
+    fn value(self, i: usize) -> &'a str {
+        match self {
+            Text::Plain(a) => a.value(i),
+            Text::Viewed(a) => a.value(i),
+        }
+    }
+
+    fn is_valid(self, i: usize) -> bool {
+        match self {
+            Text::Plain(a) => a.is_valid(i),
+            Text::Viewed(a) => a.is_valid(i),
+        }
+    }
+
+    /// Whether rows `i` and `j` hold the same text. A view holds a short
+    /// text itself, and a long one's length, buffer and offset: equal
+    /// views are equal texts.
+    fn same(self, i: usize, j: usize) -> bool {
+        match self {
+            Text::Plain(a) => a.value(i) == a.value(j),
+            Text::Viewed(a) => a.views()[i] == a.views()[j] || a.value(i) == a.value(j),
+        }
+    }
+}
+
+/// What [`View::merge_rows`] keeps beyond the attributes a batch has:
+/// the plan flags (a flag whose columns a batch lacks reads as logged by
+/// every statement and never set, so one not read is not kept), and the
+/// time series of the HTML report.
+#[derive(Clone, Copy, Debug)]
+pub struct Keep {
+    pub flags: [bool; crate::attr::N_FLAGS],
+    pub series: bool,
+}
+
+impl Default for Keep {
+    fn default() -> Keep {
+        Keep { flags: [true; crate::attr::N_FLAGS], series: true }
+    }
+}
+
 /// An attribute's columns in a batch.
 type AttrRead<'a> = (
     Option<&'a arrow_array::UInt32Array>,
@@ -267,10 +327,10 @@ type AttrRead<'a> = (
 pub struct View<'a> {
     len: usize,
     minute: &'a arrow_array::TimestampMillisecondArray,
-    host: &'a arrow_array::StringArray,
-    fp: &'a arrow_array::StringArray,
+    host: Text<'a>,
+    fp: Text<'a>,
     count: &'a arrow_array::UInt64Array,
-    db: Option<&'a arrow_array::StringArray>,
+    db: Option<Text<'a>>,
     labels: Option<&'a arrow_array::MapArray>,
     first: Option<&'a arrow_array::TimestampMillisecondArray>,
     last: Option<&'a arrow_array::TimestampMillisecondArray>,
@@ -278,7 +338,7 @@ pub struct View<'a> {
     lows: Option<&'a arrow_array::ListArray>,
     counts: Option<&'a arrow_array::ListArray>,
     flags: Vec<(Option<&'a arrow_array::UInt32Array>, Option<&'a arrow_array::UInt32Array>)>,
-    sample: Option<&'a arrow_array::StringArray>,
+    sample: Option<Text<'a>>,
     sample_qt: Option<&'a arrow_array::Float64Array>,
 }
 
@@ -327,10 +387,10 @@ impl<'a> View<'a> {
         Ok(View {
             len: b.num_rows(),
             minute,
-            host: c.str("host")?,
-            fp: c.str("fingerprint")?,
+            host: c.text("host")?,
+            fp: c.text("fingerprint")?,
             count,
-            db: c.get("db").and_then(|d| d.as_string_opt::<i32>()),
+            db: c.text_opt("db"),
             labels,
             first: c.ts("first_seen")?,
             last: c.ts("last_seen")?,
@@ -338,7 +398,7 @@ impl<'a> View<'a> {
             lows,
             counts,
             flags,
-            sample: c.get("sample").and_then(|s| s.as_string_opt::<i32>()),
+            sample: c.text_opt("sample"),
             sample_qt: c.f64("sample_query_time")?,
         })
     }
@@ -362,6 +422,16 @@ impl<'a> View<'a> {
 
     pub fn fingerprint(&self, i: usize) -> &'a str {
         self.fp.value(i)
+    }
+
+    /// Whether rows `i` and `j` are of one host.
+    pub fn same_host(&self, i: usize, j: usize) -> bool {
+        self.host.same(i, j)
+    }
+
+    /// Whether rows `i` and `j` are of one class.
+    pub fn same_class(&self, i: usize, j: usize) -> bool {
+        self.fp.same(i, j)
     }
 
     pub fn count(&self, i: usize) -> u64 {
@@ -477,7 +547,7 @@ impl<'a> View<'a> {
     /// merging each [`View::row`]'s class gives, without making them, an
     /// attribute at a time over the rows. `names` gives a database name's
     /// shared copy.
-    pub fn merge_rows(&self, rows: &[usize], class: &mut Class, names: &mut impl FnMut(&str) -> Name) {
+    pub fn merge_rows(&self, rows: &[usize], class: &mut Class, keep: &Keep, names: &mut impl FnMut(&str) -> Name) {
         let Some(&first) = rows.first() else { return };
         let was_empty = class.count == 0;
         class.count += rows.iter().map(|&i| self.count(i)).sum::<u64>();
@@ -498,7 +568,7 @@ impl<'a> View<'a> {
                 }
             }
         }
-        for (slot, (seen, yes)) in class.flags.iter_mut().zip(&self.flags) {
+        for ((slot, (seen, yes)), _) in class.flags.iter_mut().zip(&self.flags).zip(keep.flags).filter(|f| f.1) {
             for &i in rows {
                 slot.0 = slot.0.saturating_add(opt(*seen, i).unwrap_or(self.statements(i)));
                 slot.1 = slot.1.saturating_add(opt(*yes, i).unwrap_or(0));
@@ -514,22 +584,27 @@ impl<'a> View<'a> {
             class.last = Some(class.last.map_or(t, |l| l.max(t)));
         }
         // Databases: a count per run of rows naming the same one.
-        let mut db = (self.db(first), 0u64);
-        for &i in rows {
-            let (name, n) = (self.db(i), self.count(i));
-            if name != db.0 {
-                if !db.0.is_empty() {
-                    class.dbs.add(db.0.as_bytes(), db.1, &mut |_| names(db.0));
+        if let Some(col) = self.db {
+            let mut add = |at: usize, n: u64| {
+                let name = col.value(at);
+                if !name.is_empty() {
+                    class.dbs.add(name.as_bytes(), n, &mut |_| names(name));
                 }
-                db = (name, 0);
+            };
+            let mut run = (first, 0u64);
+            for &i in rows {
+                if !col.same(i, run.0) {
+                    add(run.0, run.1);
+                    run = (i, 0);
+                }
+                run.1 += self.count(i);
             }
-            db.1 += n;
+            add(run.0, run.1);
         }
-        if !db.0.is_empty() {
-            class.dbs.add(db.0.as_bytes(), db.1, &mut |_| names(db.0));
-        }
-        for &i in rows {
-            class.series.add(self.minute(i), self.statements(i), self.query_time(i) as f32);
+        if keep.series {
+            for &i in rows {
+                class.series.add(self.minute(i), self.statements(i), self.query_time(i) as f32);
+            }
         }
         // The slowest sample; of a class new here, the first row's
         // whatever it is (as `Class::merge` keeps them: a row of no

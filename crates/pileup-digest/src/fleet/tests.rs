@@ -576,3 +576,73 @@ fn a_compacted_hour_read_a_row_group_at_a_time_merges_as_its_rows() {
     assert_eq!(h0.labels, vec![("env".to_string(), "prod".to_string())], "labels from the first row that has some");
     assert_eq!(h0.minutes.len(), minutes as usize);
 }
+
+/// The profile alone (`--profile-only`) of two hosts' stored minutes, read
+/// for its columns only: each class's count, statement time (sum and
+/// extremes), rows examined and what the ranking scores by are the whole
+/// read's; nothing else is kept (no percentiles, flags not read, series,
+/// databases or samples), and the text shows the profile with each class's
+/// hosts, without a class in detail or a missing attribute it did not read.
+#[test]
+fn the_profile_alone_reads_its_columns_and_gives_the_whole_reads_figures() {
+    use crate::rank::Rank;
+    use crate::report::View;
+    let t0 = 1_796_011_200;
+    let mut rows = vec![];
+    for (host, seed) in [("db-a", 11), ("db-b", 12)] {
+        let d = digest_of(&[&log(seed, 2000, t0)]);
+        rows.extend(rows_of(d.minutes.unwrap().by_minute, host, &[]));
+    }
+    rows.sort_by(|a, b| (&a.host, &a.class.fingerprint, a.minute).cmp(&(&b.host, &b.class.fingerprint, b.minute)));
+    let f = file::Opened::open(file::write(&rows, Samples::Full).unwrap().into()).unwrap();
+    let q = merge::Question { since: t0, until: t0 + 3600, hosts: None };
+    let read = |columns: Option<&[&str]>, m: merge::Merge| {
+        let mut m = m;
+        f.batches(columns, None, |b| m.add_batch(b, &q)).unwrap();
+        m.finish(vec!["s3://b/p".into()], 0)
+    };
+    let whole = read(None, merge::Merge::default());
+    for rank in [Rank::Time, Rank::Examined, Rank::Optimizer, Rank::Spill] {
+        let cols = file::profile_columns(rank);
+        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+        assert!(!cols.contains(&"bytes_sent_sum") && !cols.contains(&"sample"), "{cols:?}");
+        let narrow = read(Some(&cols), merge::Merge::default().keeping(file::profile_keep(rank)));
+        let got = by_fp(&narrow.digest.classes);
+        assert_eq!(whole.digest.classes.len(), got.len());
+        let (shown, flags) = crate::report::profile_attributes(rank);
+        for c in &whole.digest.classes {
+            let g = got[&c.fingerprint.to_vec()];
+            assert_eq!(c.count, g.count);
+            for a in &shown {
+                let (x, y) = (c.stat(*a), g.stat(*a));
+                let (x, y) = (x.as_deref(), y.as_deref());
+                assert_eq!(x.map(|s| (s.n, s.min, s.max)), y.map(|s| (s.n, s.min, s.max)), "{a:?}");
+                assert!((x.map_or(0.0, |s| s.sum) - y.map_or(0.0, |s| s.sum)).abs() < 1e-9, "{a:?}");
+            }
+            assert_eq!(crate::rank::score(c, rank), crate::rank::score(g, rank), "{rank:?}");
+            assert!(g.stat(A::BytesSent).is_none() && c.stat(A::BytesSent).is_some());
+            assert!(g.stat(A::QueryTime).unwrap().quantile(0.95, false).is_nan(), "no histogram read");
+            for (i, (w, n)) in c.flags.iter().zip(&g.flags).enumerate() {
+                assert_eq!(*n, if flags.contains(&i) { *w } else { (0, 0) }, "flag {i}");
+            }
+            assert!(g.series.points.is_empty() && g.dbs.sorted().is_empty() && g.sample.query.is_empty());
+            assert_eq!(whole.hosts.by_class[&c.fingerprint], narrow.hosts.by_class[&c.fingerprint]);
+        }
+    }
+    let narrow = {
+        let cols = file::profile_columns(Rank::Time);
+        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+        read(Some(&cols), merge::Merge::default().keeping(file::profile_keep(Rank::Time)))
+    };
+    let view = View { rank: Rank::Time, limit: 3, profile_only: true };
+    let text = crate::report::text::render(&narrow.digest, &view, Some(&narrow.hosts));
+    assert!(text.contains("Max  Exam/call  Hosts  Statement"), "{text}");
+    let top = &narrow.digest.classes[0];
+    let line = text.lines().find(|l| l.contains(&crate::report::id(&top.fingerprint))).unwrap();
+    let max = top.stat(A::QueryTime).unwrap().max;
+    assert!(line.contains(&format!("{:.2}ms", max * 1e3)), "the maximum in place of the p95: {line}");
+    assert!(line.split_whitespace().any(|w| w == "2"), "two hosts: {line}");
+    assert!(!text.contains("# Class 1:") && !text.contains("no pages"), "{text}");
+    let whole_text = crate::report::text::render(&whole.digest, &View { profile_only: false, ..view }, None);
+    assert!(whole_text.contains("# Class 1:") && whole_text.contains("no pages"), "{whole_text}");
+}

@@ -178,7 +178,7 @@ td,th{{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
         }
         h.push_str("</ul>");
     }
-    for u in unavailable(d) {
+    for u in unavailable(d, v) {
         let _ = write!(h, r#"<p class="note">No {}: {}</p>"#, esc(u.attr), esc(u.why));
     }
     for n in &d.notes {

@@ -127,10 +127,11 @@ impl serde::Serialize for crate::output::DigestReport<'_> {
         m.serialize_entry("bytes", &d.bytes)?;
         m.serialize_entry("events", &d.events)?;
         m.serialize_entry("ranked_by", v.rank.name())?;
+        m.serialize_entry("profile_only", &v.profile_only)?;
         m.serialize_entry("max_classes", &d.max_classes)?;
         m.serialize_entry("problems", &json!({"count": d.problem_count, "first": d.problems}))?;
         let unavailable: Vec<Value> =
-            unavailable(d).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
+            unavailable(d, v).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
         m.serialize_entry("unavailable", &unavailable)?;
         m.serialize_entry("notes", &d.notes)?;
         m.serialize_entry("classes", &Classes { order, d, total, hosts: self.hosts })?;

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use super::{id, unavailable, utc, View};
 use crate::attr::{Unit, A, ATTRS, FLAGS};
 use crate::class::Class;
+use crate::fleet::merge::Hosts;
 use crate::rank::{self, Rank};
 use crate::Digest;
 
@@ -79,9 +80,67 @@ pub(super) fn one_line(s: &[u8], max: usize) -> String {
 }
 
 /// The text report.
-pub fn render(d: &Digest, v: &View) -> String {
+pub fn render(d: &Digest, v: &View, hosts: Option<&Hosts>) -> String {
     let mut o = String::new();
     let total = d.total_time();
+    summary(&mut o, d, v, total);
+    let classes: Vec<&Class> =
+        if v.rank == Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
+    let ranked: Vec<&Class> = classes.into_iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();
+    let about = Rank::ALL.iter().find(|r| r.1 == v.rank).map_or("", |r| r.2);
+    let _ = writeln!(o, "\n# Profile, ranked by {about}");
+    if v.rank == Rank::Optimizer {
+        let _ = writeln!(
+            o,
+            "# (not ranked: classes whose mean time outside the engine is under {}, and those that sort or use a temporary table)",
+            secs(rank::OPTIMIZER_FLOOR_S)
+        );
+    }
+    let share = |c: &Class| format!("{:.1}%", if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 });
+    let mean = |c: &Class| c.stat(A::QueryTime).map_or("-".into(), |s| secs(s.mean()));
+    let mut cols: Vec<Col> = vec![
+        ("Time", 9, "  ", Box::new(|c: &Class| secs(c.sum(A::QueryTime)))),
+        ("Time%", 6, " ", Box::new(share)),
+        ("Calls", 8, "  ", Box::new(|c: &Class| c.count.to_string())),
+        ("Mean", 8, "  ", Box::new(mean)),
+    ];
+    if v.profile_only {
+        cols.push(("Max", 8, "  ", Box::new(|c: &Class| c.stat(A::QueryTime).map_or("-".into(), |s| secs(s.max)))));
+        let per_call = |c: &Class| ratio(c.stat(A::RowsExamined).map(|s| s.sum / c.count.max(1) as f64));
+        cols.push(("Exam/call", 9, "  ", Box::new(per_call)));
+        if let Some((title, f)) = rank_figure(v.rank) {
+            cols.push((title, 9, "  ", Box::new(f)));
+        }
+        if let Some(h) = hosts {
+            let on = |c: &Class| h.by_class.get(&c.fingerprint).map_or(0, Vec::len).to_string();
+            cols.push(("Hosts", 5, "  ", Box::new(on)));
+        }
+    } else {
+        let p95 = |c: &Class| c.stat(A::QueryTime).map_or("-".into(), |s| secs(s.quantile(0.95, false)));
+        let outside = |c: &Class| rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
+        cols.extend::<[Col; 5]>([
+            ("p95", 8, "  ", Box::new(p95)),
+            ("Exam/row", 9, "  ", Box::new(|c: &Class| ratio(rank::examined_per_row(c)))),
+            ("Pages/row", 9, "  ", Box::new(|c: &Class| ratio(rank::pages_per_row(c)))),
+            ("Outside%", 8, "  ", Box::new(outside)),
+            ("Spill", 5, "  ", Box::new(|c: &Class| rank::spills(c).to_string())),
+        ]);
+    }
+    profile(&mut o, &ranked, &cols);
+    if ranked.is_empty() {
+        let _ = writeln!(o, "#   (no class logged what this ranking needs)");
+    }
+    if !v.profile_only {
+        for (i, c) in ranked.iter().enumerate() {
+            detail(&mut o, i + 1, c, total, d);
+        }
+    }
+    o
+}
+
+/// The lines above the profile: what was read, its span, and what the
+/// log lacks.
+fn summary(o: &mut String, d: &Digest, v: &View, total: f64) {
     let (first, last) = d.classes.iter().chain(d.other.as_ref()).fold((None::<i64>, None::<i64>), |(f, l), c| {
         (
             match (f, c.first) {
@@ -125,55 +184,53 @@ pub fn render(d: &Digest, v: &View) -> String {
             let _ = writeln!(o, "#   … (--format json lists the first {})", d.problems.len());
         }
     }
-    for u in unavailable(d) {
+    for u in unavailable(d, v) {
         let _ = writeln!(o, "# no {}: {}", u.attr, u.why);
     }
     for n in &d.notes {
         let _ = writeln!(o, "# note: {n}");
     }
-    let classes: Vec<&Class> =
-        if v.rank == Rank::Time { d.classes.iter().collect() } else { rank::order(&d.classes, v.rank) };
-    let ranked: Vec<&Class> = classes.into_iter().filter(|c| rank::score(c, v.rank).is_some()).take(v.limit).collect();
-    let about = Rank::ALL.iter().find(|r| r.1 == v.rank).map_or("", |r| r.2);
-    let _ = writeln!(o, "\n# Profile, ranked by {about}");
-    if v.rank == Rank::Optimizer {
-        let _ = writeln!(
-            o,
-            "# (not ranked: classes whose mean time outside the engine is under {}, and those that sort or use a temporary table)",
-            secs(rank::OPTIMIZER_FLOOR_S)
-        );
+}
+
+/// A column of the profile alone: its title, and a class's figure.
+type Figure = (&'static str, fn(&Class) -> String);
+
+/// What a ranking scores a class by, as the profile alone shows it: its
+/// column's title and the figure (none for time and count, which the
+/// profile always shows).
+fn rank_figure(r: Rank) -> Option<Figure> {
+    let figure: Figure = match r {
+        Rank::Time | Rank::Count => return None,
+        Rank::Examined => ("Exam/row", |c| ratio(rank::examined_per_row(c))),
+        Rank::Pages => ("Pages/row", |c| ratio(rank::pages_per_row(c))),
+        Rank::Optimizer => {
+            ("Outside%", |c| rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0)))
+        }
+        Rank::Spill => ("Spill", |c| rank::spills(c).to_string()),
+        Rank::Lock => ("Lock", |c| secs(c.sum(A::LockTime) + c.sum(A::RowLockWait))),
+    };
+    Some(figure)
+}
+
+/// A column of the profile: its title, width, the space before it, and a
+/// class's figure.
+type Col<'a> = (&'static str, usize, &'static str, Box<dyn Fn(&Class) -> String + 'a>);
+
+/// The profile table: a class a line, `cols` between its rank and id and
+/// its statement.
+fn profile(o: &mut String, ranked: &[&Class], cols: &[Col]) {
+    let _ = write!(o, "# {:>4}  {:<18}", "Rank", "Class");
+    for (title, width, gap, _) in cols {
+        let _ = write!(o, "{gap}{title:>width$}");
     }
-    let _ = writeln!(
-        o,
-        "# {:>4}  {:<18}  {:>9} {:>6}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>8}  {:>5}  Statement",
-        "Rank", "Class", "Time", "Time%", "Calls", "Mean", "p95", "Exam/row", "Pages/row", "Outside%", "Spill"
-    );
+    let _ = writeln!(o, "  Statement");
     for (i, c) in ranked.iter().enumerate() {
-        let qt = c.stat(A::QueryTime);
-        let _ = writeln!(
-            o,
-            "# {:>4}  {:<18}  {:>9} {:>5.1}%  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>8}  {:>5}  {}",
-            i + 1,
-            id(&c.fingerprint),
-            secs(c.sum(A::QueryTime)),
-            if total > 0.0 { c.sum(A::QueryTime) / total * 100.0 } else { 0.0 },
-            c.count,
-            qt.as_ref().map_or("-".into(), |s| secs(s.mean())),
-            qt.as_ref().map_or("-".into(), |s| secs(s.quantile(0.95, false))),
-            ratio(rank::examined_per_row(c)),
-            ratio(rank::pages_per_row(c)),
-            rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
-            rank::spills(c),
-            one_line(&c.fingerprint, 70),
-        );
+        let _ = write!(o, "# {:>4}  {:<18}", i + 1, id(&c.fingerprint));
+        for (_, width, gap, f) in cols {
+            let _ = write!(o, "{gap}{:>width$}", f(c));
+        }
+        let _ = writeln!(o, "  {}", one_line(&c.fingerprint, 70));
     }
-    if ranked.is_empty() {
-        let _ = writeln!(o, "#   (no class logged what this ranking needs)");
-    }
-    for (i, c) in ranked.iter().enumerate() {
-        detail(&mut o, i + 1, c, total, d);
-    }
-    o
 }
 
 fn detail(o: &mut String, n: usize, c: &Class, total: f64, d: &Digest) {

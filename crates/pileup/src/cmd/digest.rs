@@ -149,6 +149,11 @@ pub struct DigestArgs {
     /// Classes in the profile and in detail (the JSON has them all).
     #[arg(long, default_value_t = 10)]
     pub limit: usize,
+    /// Write the profile alone: each class's time, calls, mean and maximum time, rows examined
+    /// per call and what --rank scores by, no class in detail. With --from only the stored
+    /// columns these need are read (no percentiles, samples or databases); text or JSON.
+    #[arg(long)]
+    pub profile_only: bool,
     /// html: a self-contained report.html, the profile, and per class a
     /// histogram of its times and when it ran. Files hold query text.
     #[command(flatten)]
@@ -216,11 +221,21 @@ fn rank_values() -> impl clap::builder::TypedValueParser<Value = Rank> {
         .map(|s| Rank::parse(&s).unwrap_or(Rank::ALL[0].1))
 }
 
+/// What the report shows, as the flags say.
+fn view(a: &DigestArgs) -> View {
+    View { rank: a.rank, limit: a.limit.max(1), profile_only: a.profile_only }
+}
+
 pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
     let targets = a.out.targets("digest")?;
+    if a.profile_only && targets.iter().any(|(_, f)| *f == crate::output::Format::Html) {
+        super::usage!(
+            "--profile-only writes text or JSON: the HTML page is the whole report (leave --profile-only out)"
+        );
+    }
     check_digest_args(&a)?;
     if a.fleet.from.is_some() {
-        return super::digest_fleet::run(&a.fleet, a.jobs, View { rank: a.rank, limit: a.limit.max(1) }, &targets);
+        return super::digest_fleet::run(&a.fleet, a.jobs, view(&a), &targets);
     }
     let inputs = inputs(&a, conn)?;
     let mut shipping = super::digest_ship::Shipping::start(&a.ship)?;
@@ -268,7 +283,7 @@ pub fn run(a: DigestArgs, conn: &pileup_conn::ConnOptions) -> Result<()> {
             super::plural(n, "statement", "statements")
         );
     }
-    let view = View { rank: a.rank, limit: a.limit.max(1) };
+    let view = view(&a);
     let advice = if a.advise { Some(advise(&a, conn, &d)?) } else { None };
     let indexes = if a.advise_indexes { Some(advise_indexes(&a, conn, &d)?) } else { None };
     emit(

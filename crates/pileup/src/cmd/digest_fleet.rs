@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 use pileup_digest::fleet::compare::{compare, Changes};
 use pileup_digest::fleet::merge::{parse_when, Merge, Merged, Question};
+use pileup_digest::fleet::rows::Keep;
 use pileup_digest::fleet::{file, layout};
 use pileup_digest::output::DigestReport;
 use pileup_digest::report::View;
@@ -100,13 +101,14 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
         }
         None => None,
     };
-    let m = read(url, &q, jobs, if before.is_some() { Want::ReportAndRates } else { Want::Report })?;
+    let read_of = if view.profile_only { Read::Profile(view.rank) } else { Read::All };
+    let m = read(url, &q, jobs, Want { read: read_of, rates: before.is_some() })?;
     if m.digest.events == 0 {
         note!("note: {}: no rows of these minutes and hosts", m.digest.inputs.join(", "));
     }
     let changes = match &before {
         Some(b) => {
-            let e = read(url, b, jobs, Want::Rates)?;
+            let e = read(url, b, jobs, Want { read: Read::Rates, rates: true })?;
             if e.digest.events == 0 {
                 note!("note: {}: no rows in the earlier window", e.digest.inputs.join(", "));
             }
@@ -135,14 +137,23 @@ pub fn run(a: &FromArgs, jobs: Option<usize>, view: View, targets: &[crate::outp
     crate::output::emit(&report, targets, &Default::default())
 }
 
-/// What a read is for.
+/// What a read is for: the columns it reads, and whether each class's
+/// rows are kept for a comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Want {
-    /// The report: every column.
-    Report,
-    /// The report, and each class's rows kept for a comparison.
-    ReportAndRates,
-    /// Each class's rows for a comparison: counts and times only.
+pub struct Want {
+    pub read: Read,
+    pub rates: bool,
+}
+
+/// The stored columns a read decodes (beyond the minute, host,
+/// fingerprint and count every read needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The whole report's: every column.
+    All,
+    /// The profile alone's, ranked so (`--profile-only`).
+    Profile(pileup_digest::rank::Rank),
+    /// A comparison's earlier window: each row's statement time.
     Rates,
 }
 
@@ -164,9 +175,14 @@ fn keys_of(remote: &pileup_store::Remote, prefix: &str, q: &Question) -> Result<
 /// hold), fetched 16 at a time and decoded on `jobs` threads, each merging
 /// its files' rows (and keeping each class's rows, as `want` says).
 pub fn read(url: &str, q: &Question, jobs: usize, want: Want) -> Result<Merged> {
-    let samples = want != Want::Report;
-    // The earlier window of a comparison needs each row's count and time.
-    let columns: Option<&[&str]> = (want == Want::Rates).then_some(&["query_time_n", "query_time_sum"]);
+    let samples = want.rates;
+    let columns: Option<Vec<String>> = match want.read {
+        Read::All => None,
+        Read::Profile(rank) => Some(file::profile_columns(rank)),
+        Read::Rates => Some(vec!["query_time_n".into(), "query_time_sum".into()]),
+    };
+    let columns: Option<Vec<&str>> = columns.as_ref().map(|c| c.iter().map(String::as_str).collect());
+    let columns = columns.as_deref();
     let url = pileup_store::StoreUrl::parse(url).context("--from")?;
     let remote = pileup_store::Remote::open(&url, &pileup_store::aws::from_env().context("--from")?)?;
     let keys = keys_of(&remote, &url.prefix, q)?;
@@ -174,7 +190,12 @@ pub fn read(url: &str, q: &Question, jobs: usize, want: Want) -> Result<Merged> 
     let mut bar = crate::output::Sink::new(false, Some("{spinner} reading [{bar:30}] {pos}/{len} files {msg}"));
     let total = (compact.len() + windows.len()) as u64;
     let mut done = 0u64;
-    let fresh = || if samples { Merge::keeping_samples() } else { Merge::default() };
+    let keep = match want.read {
+        Read::All => Keep::default(),
+        Read::Profile(rank) => file::profile_keep(rank),
+        Read::Rates => Keep { flags: Default::default(), series: false },
+    };
+    let fresh = || if samples { Merge::keeping_samples() } else { Merge::default() }.keeping(keep);
     let mut all = fresh();
     let mut read = 0;
     let mut bytes = 0;
