@@ -39,6 +39,50 @@ impl Question {
     }
 }
 
+/// The minutes with rows of each host in a batch, as a mask of each
+/// hour's sixty: a batch holds many rows of a host's minute (one a class),
+/// and a set of distinct minutes is made of them without sorting every
+/// row's.
+#[derive(Default)]
+struct HostMinutes {
+    /// (host, hour, the hour's minutes with rows as bits).
+    hours: Vec<(usize, i64, u64)>,
+    at: HashMap<(usize, i64), usize, FixedState>,
+    /// Minutes not on a minute's start (not pileup's rows), as they are.
+    odd: Vec<(usize, i64)>,
+    last: Option<usize>,
+}
+
+impl HostMinutes {
+    fn add(&mut self, h: usize, minute: i64) {
+        if minute.rem_euclid(60) != 0 {
+            self.odd.push((h, minute));
+            return;
+        }
+        let hour = minute - minute.rem_euclid(3600);
+        let slot = match self.last {
+            Some(s) if self.hours[s].0 == h && self.hours[s].1 == hour => s,
+            _ => *self.at.entry((h, hour)).or_insert_with(|| {
+                self.hours.push((h, hour, 0));
+                self.hours.len() - 1
+            }),
+        };
+        self.last = Some(slot);
+        self.hours[slot].2 |= 1 << ((minute - hour) / 60);
+    }
+
+    /// Each (host, minute) once.
+    fn each(mut self) -> impl Iterator<Item = (usize, i64)> {
+        self.odd.sort_unstable();
+        self.odd.dedup();
+        let bits = self
+            .hours
+            .into_iter()
+            .flat_map(|(h, hour, mask)| (0..60).filter(move |b| mask & (1 << b) != 0).map(move |b| (h, hour + b * 60)));
+        bits.chain(self.odd)
+    }
+}
+
 /// A class's time and count on one host.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Cost {
@@ -153,7 +197,7 @@ impl Merge {
         // run of rows of one host or class is looked up once.
         let mut last_host: Option<(usize, Option<usize>)> = None;
         let mut last_class: Option<(usize, usize)> = None;
-        let mut minutes: Vec<(usize, i64)> = vec![];
+        let mut minutes = HostMinutes::default();
         // The rows of one class on one host in a row, merged together.
         let mut run: (usize, usize, Vec<usize>) = (0, 0, vec![]);
         for i in 0..v.len() {
@@ -183,15 +227,13 @@ impl Merge {
             run.2.push(i);
             self.rows += 1;
             self.span = Some(self.span.map_or((minute, minute), |(a, b)| (a.min(minute), b.max(minute))));
-            minutes.push((h, minute));
+            minutes.add(h, minute);
             if let Some(s) = self.samples.as_mut() {
                 s[c].push((v.count(i), v.query_time(i)));
             }
         }
         self.merge_run(&v, &run);
-        minutes.sort_unstable();
-        minutes.dedup();
-        for (h, m) in minutes {
+        for (h, m) in minutes.each() {
             self.hosts[h].1.minutes.insert(m);
         }
         Ok(())
@@ -401,6 +443,29 @@ mod tests {
         assert_eq!(parse_when("2026-11-30T04:00", now), Ok(now - 3600));
         assert_eq!(parse_when("2026-11-30", now), Ok(now - 5 * 3600));
         assert!(parse_when("yesterday", now).unwrap_err().contains("neither a time ago"));
+    }
+
+    #[test]
+    fn a_batchs_minutes_are_each_hosts_distinct_minutes() {
+        let h = 1_796_011_200; // 04:00
+                               // Rows by host, class and minute: the minutes again for each class,
+                               // across an hour's end, another host between, and a time that is
+                               // not a minute's start.
+        let rows: Vec<(usize, i64)> = (0..3)
+            .flat_map(|_| (55..65).map(move |m| (0, h + m * 60)))
+            .chain([(1, h + 120), (0, h + 180), (1, h + 120), (0, h + 181), (0, h + 181), (1, h - 3600)])
+            .collect();
+        let mut m = HostMinutes::default();
+        for &(host, minute) in &rows {
+            m.add(host, minute);
+        }
+        let mut got: Vec<(usize, i64)> = m.each().collect();
+        let mut want = rows.clone();
+        want.sort_unstable();
+        want.dedup();
+        assert_eq!(got.len(), want.len(), "each once: {got:?}");
+        got.sort_unstable();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -632,7 +632,7 @@ impl<'a> View<'a> {
         let sum_col = sum_col?;
         let (mut n, mut sum, mut min, mut max, mut any) = (0u32, 0.0, f64::INFINITY, f64::NEG_INFINITY, false);
         let mut hist = Hist::Empty;
-        let with_hist = k == A::QueryTime as usize;
+        let with_hist = k == A::QueryTime as usize && self.lows.is_some();
         for &i in rows {
             if !sum_col.is_valid(i) {
                 continue;
@@ -647,7 +647,7 @@ impl<'a> View<'a> {
             sum += sum_col.value(i);
             min = min.min(lo);
             max = max.max(hi);
-            if let Some((lows, counts)) = self.buckets(i).filter(|_| with_hist) {
+            if let Some((lows, counts)) = with_hist.then(|| self.buckets(i)).flatten() {
                 for (low, cn) in lows.iter().zip(counts) {
                     hist.add_low(*low, *cn);
                 }
