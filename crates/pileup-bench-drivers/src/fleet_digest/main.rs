@@ -272,7 +272,8 @@ fn pileup_answers(pileup: &str, store: &Store, since: i64, until: i64) -> Result
     let v = json(&["--compare-to", &utc(since - (until - since))])?;
     let brief = top(&json(&["--profile-only"])?);
     if !same_top(&brief, &top(&v)) {
-        bail!("pileup's profile alone differs from its whole report: {brief:?} against {:?}", top(&v));
+        let names = |t: &Top| t.iter().map(|(fp, time)| format!("{fp} ({time} s)")).collect::<Vec<_>>().join(", ");
+        bail!("pileup's profile alone differs from its whole report: {} against {}", names(&brief), names(&top(&v)));
     }
     let first = v["changes"]["classes"][0]["fingerprint"].as_str().unwrap_or("").to_string();
     Ok((top(&v), first))
@@ -444,7 +445,10 @@ fn timed(
                     Tool::Chdb(queries) => {
                         let (run, fps) = chdb_run(python, store, queries, *since, *until, parts)?;
                         if label.starts_with("one hour") && !same_top(&fps, top) {
-                            bail!("chDB's top classes differ from pileup's: {fps:?} against {top:?}");
+                            let names = |t: &Top| {
+                                t.iter().map(|(fp, s)| format!("{fp} ({s} s)")).collect::<Vec<_>>().join(", ")
+                            };
+                            bail!("chDB's top classes differ from pileup's: {} against {}", names(&fps), names(top));
                         }
                         run
                     }

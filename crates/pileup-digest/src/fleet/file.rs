@@ -47,7 +47,7 @@ pub fn profile_keep(rank: crate::rank::Rank) -> super::rows::Keep {
     for &f in crate::report::profile_attributes(rank).1 {
         flags[f] = true;
     }
-    super::rows::Keep { flags, series: false }
+    super::rows::Keep { flags, series: false, labels: false }
 }
 
 /// Rows a row group holds at most: a compacted hour of a large fleet is

@@ -147,6 +147,8 @@ pub struct Hosts {
     pub by_class: HashMap<Box<[u8]>, Vec<(String, Cost)>>,
     /// The first and last minute with rows.
     pub span: Option<(i64, i64)>,
+    /// Whether the hosts' labels were read.
+    pub labels: bool,
 }
 
 impl Hosts {
@@ -379,7 +381,7 @@ impl Merge {
                 notes: vec![],
                 minutes: None,
             },
-            hosts: Hosts { hosts, by_class, span: self.span },
+            hosts: Hosts { hosts, by_class, span: self.span, labels: self.keep.labels },
             samples,
         }
     }

@@ -296,19 +296,21 @@ impl<'a> Text<'a> {
     }
 }
 
-/// What [`View::merge_rows`] keeps beyond the attributes a batch has:
-/// the plan flags (a flag whose columns a batch lacks reads as logged by
-/// every statement and never set, so one not read is not kept), and the
-/// time series of the HTML report.
+/// What a merge keeps beyond the attributes a batch has: the plan flags
+/// (a flag whose columns a batch lacks reads as logged by every statement
+/// and never set, so one not read is not kept), the time series of the
+/// HTML report, and whether the hosts' labels were read (a batch without
+/// the column reads as hosts without labels).
 #[derive(Clone, Copy, Debug)]
 pub struct Keep {
     pub flags: [bool; crate::attr::N_FLAGS],
     pub series: bool,
+    pub labels: bool,
 }
 
 impl Default for Keep {
     fn default() -> Keep {
-        Keep { flags: [true; crate::attr::N_FLAGS], series: true }
+        Keep { flags: [true; crate::attr::N_FLAGS], series: true, labels: true }
     }
 }
 

@@ -92,8 +92,10 @@ pub fn json(h: &Hosts) -> Value {
         .hosts
         .iter()
         .map(|(name, x)| {
-            let labels: serde_json::Map<String, Value> =
-                x.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+            // Not read (the profile alone): unknown, not none.
+            let labels = h.labels.then(|| {
+                x.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>()
+            });
             let top: Vec<Value> = h
                 .top_of(name, 10)
                 .into_iter()

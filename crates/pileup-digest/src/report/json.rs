@@ -89,6 +89,8 @@ struct Classes<'a> {
     d: &'a Digest,
     total: f64,
     hosts: Option<&'a crate::fleet::merge::Hosts>,
+    /// The ranking of the profile alone (`View::profile_only`).
+    only: Option<rank::Rank>,
 }
 
 impl serde::Serialize for Classes<'_> {
@@ -97,6 +99,20 @@ impl serde::Serialize for Classes<'_> {
         let mut seq = s.serialize_seq(Some(self.order.len()))?;
         for (i, c) in self.order.iter().enumerate() {
             let mut v = class(c, i + 1, self.d, self.total);
+            // The profile alone keeps the signal its ranking reads, and
+            // no other: the others' attributes may not have been read.
+            if let (Some(r), Value::Object(m)) = (self.only, &mut v) {
+                if let Some(Value::Object(s)) = m.get_mut("signals") {
+                    let keep = match r {
+                        rank::Rank::Examined => "rows_examined_per_row",
+                        rank::Rank::Pages => "pages_per_row",
+                        rank::Rank::Optimizer => "optimizer_share",
+                        rank::Rank::Spill => "spills",
+                        _ => "",
+                    };
+                    s.retain(|k, _| k == keep);
+                }
+            }
             if let (Some(h), Value::Object(m)) = (self.hosts, &mut v) {
                 m.insert("servers".into(), super::hosts::servers(h, &c.fingerprint));
             }
@@ -134,7 +150,10 @@ impl serde::Serialize for crate::output::DigestReport<'_> {
             unavailable(d, v).iter().map(|u| json!({"attribute": u.attr, "why": u.why})).collect();
         m.serialize_entry("unavailable", &unavailable)?;
         m.serialize_entry("notes", &d.notes)?;
-        m.serialize_entry("classes", &Classes { order, d, total, hosts: self.hosts })?;
+        m.serialize_entry(
+            "classes",
+            &Classes { order, d, total, hosts: self.hosts, only: v.profile_only.then_some(v.rank) },
+        )?;
         m.serialize_entry("other", &d.other.as_ref().map(|c| class(c, 0, d, total)))?;
         if let Some(h) = self.hosts {
             m.serialize_entry("fleet", &super::hosts::json(h))?;

@@ -193,7 +193,7 @@ pub fn read(url: &str, q: &Question, jobs: usize, want: Want) -> Result<Merged> 
     let keep = match want.read {
         Read::All => Keep::default(),
         Read::Profile(rank) => file::profile_keep(rank),
-        Read::Rates => Keep { flags: Default::default(), series: false },
+        Read::Rates => Keep { flags: Default::default(), series: false, labels: false },
     };
     let fresh = || if samples { Merge::keeping_samples() } else { Merge::default() }.keeping(keep);
     let mut all = fresh();
