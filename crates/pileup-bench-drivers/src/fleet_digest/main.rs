@@ -195,6 +195,11 @@ fn pileup_run(pileup: &str, extra: &[&str], store: &Store, (since, until): (i64,
 /// A ranking's classes and their statement time.
 type Top = Vec<(String, f64)>;
 
+/// A ranking as an error names it: each class with its time.
+fn listed(t: &Top) -> String {
+    t.iter().map(|(fp, time)| format!("{fp} ({time} s)")).collect::<Vec<_>>().join(", ")
+}
+
 /// Whether two rankings agree: the same times in order, each class at the
 /// time the other gives it (classes of equal time may come in any order).
 fn same_top(a: &Top, b: &Top) -> bool {
@@ -272,8 +277,7 @@ fn pileup_answers(pileup: &str, store: &Store, since: i64, until: i64) -> Result
     let v = json(&["--compare-to", &utc(since - (until - since))])?;
     let brief = top(&json(&["--profile-only"])?);
     if !same_top(&brief, &top(&v)) {
-        let names = |t: &Top| t.iter().map(|(fp, time)| format!("{fp} ({time} s)")).collect::<Vec<_>>().join(", ");
-        bail!("pileup's profile alone differs from its whole report: {} against {}", names(&brief), names(&top(&v)));
+        bail!("pileup's profile alone differs from its whole report: {} against {}", listed(&brief), listed(&top(&v)));
     }
     let first = v["changes"]["classes"][0]["fingerprint"].as_str().unwrap_or("").to_string();
     Ok((top(&v), first))
@@ -445,10 +449,7 @@ fn timed(
                     Tool::Chdb(queries) => {
                         let (run, fps) = chdb_run(python, store, queries, *since, *until, parts)?;
                         if label.starts_with("one hour") && !same_top(&fps, top) {
-                            let names = |t: &Top| {
-                                t.iter().map(|(fp, s)| format!("{fp} ({s} s)")).collect::<Vec<_>>().join(", ")
-                            };
-                            bail!("chDB's top classes differ from pileup's: {} against {}", names(&fps), names(top));
+                            bail!("chDB's top classes differ from pileup's: {} against {}", listed(&fps), listed(top));
                         }
                         run
                     }

@@ -118,14 +118,13 @@ pub fn render(d: &Digest, v: &View, hosts: Option<&Hosts>) -> String {
         }
     } else {
         let p95 = |c: &Class| c.stat(A::QueryTime).map_or("-".into(), |s| secs(s.quantile(0.95, false)));
-        let outside = |c: &Class| rank::optimizer_share(c).map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
-        cols.extend::<[Col; 5]>([
-            ("p95", 8, "  ", Box::new(p95)),
-            ("Exam/row", 9, "  ", Box::new(|c: &Class| ratio(rank::examined_per_row(c)))),
-            ("Pages/row", 9, "  ", Box::new(|c: &Class| ratio(rank::pages_per_row(c)))),
-            ("Outside%", 8, "  ", Box::new(outside)),
-            ("Spill", 5, "  ", Box::new(|c: &Class| rank::spills(c).to_string())),
-        ]);
+        cols.push(("p95", 8, "  ", Box::new(p95)));
+        // The efficiency columns: what those rankings score by.
+        for (r, width) in [(Rank::Examined, 9), (Rank::Pages, 9), (Rank::Optimizer, 8), (Rank::Spill, 5)] {
+            if let Some((title, f)) = rank_figure(r) {
+                cols.push((title, width, "  ", Box::new(f)));
+            }
+        }
     }
     profile(&mut o, &ranked, &cols);
     if ranked.is_empty() {
@@ -193,10 +192,10 @@ fn summary(o: &mut String, d: &Digest, v: &View, total: f64) {
     }
 }
 
-/// A column of the profile alone: its title, and a class's figure.
+/// A ranking's column of the profile: its title, and a class's figure.
 type Figure = (&'static str, fn(&Class) -> String);
 
-/// What a ranking scores a class by, as the profile alone shows it: its
+/// What a ranking scores a class by, as the profile shows it: its
 /// column's title and the figure (none for time and count, which the
 /// profile always shows).
 fn rank_figure(r: Rank) -> Option<Figure> {
