@@ -631,13 +631,20 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     let d = in_disk_wait(samples);
     // In the I/O call itself: the C library's read, write or sync, or an
     // asynchronous I/O wait.
-    let (io, io_at) = in_frames(samples, 2, |f| {
+    let in_io = |f: &str| {
         matches!(
             frames::class_of(f),
             Some(FrameClass::DiskRead | FrameClass::DiskWrite | FrameClass::DiskSync | FrameClass::AsyncIoWait)
         )
-    });
-    if (busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some()) && (d >= 2 || io >= 2) {
+    };
+    let (io, io_at) = in_frames(samples, 2, in_io);
+    // The server's own tasks stalled on I/O far above their usual (its
+    // cgroup's pressure, never the host's) are the server waiting for its
+    // device even when one thread is all the stacks show waiting: InnoDB
+    // writes pages through asynchronous I/O, and with the redo log full the
+    // writers wait for those pages off the disk, in a condition wait.
+    let device = busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some();
+    if device && (d >= 2 || io >= 2 || (stalled.is_some() && d.max(io) >= 1)) {
         let mut e = Vec::new();
         if let Some(b) = &busy {
             e.push(format!("the datadir's device {:.0}% busy", b.peak));
@@ -660,11 +667,13 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
             ));
         }
         let files = files_of(samples, |t| t.state == 'D');
-        e.push(format!(
-            "{} waiting for the disk{}",
-            threads(d.max(io)),
-            if files.is_empty() { String::new() } else { format!(" ({files})") }
-        ));
+        let (aio, _) = in_frames(samples, 1, |f| frames::class_of(f) == Some(FrameClass::AsyncIoWait));
+        let files = match (files.is_empty(), aio) {
+            (false, _) => format!(" ({files})"),
+            (true, 0) => String::new(),
+            (true, _) => " (for asynchronous I/O to complete)".into(),
+        };
+        e.push(format!("{} waiting for the disk{files}", threads(d.max(io))));
         let first = [
             busy.and_then(|b| b.first_over),
             slow.and_then(|s| s.first_over),
@@ -926,6 +935,47 @@ mod tests {
             r.derived.insert("io_pressure_pct".into(), if i >= 57 { 98.0 } else { 33.0 });
         }
         assert_eq!(findings_in(&ev, &samples).len(), 1);
+    }
+
+    #[test]
+    fn the_servers_tasks_stalled_on_io_with_only_its_asynchronous_io_waiting_are_a_slow_disk() {
+        // The device all but stopped under writes: InnoDB's page writes wait
+        // in its asynchronous I/O, the writers wait for them in condition
+        // waits, no thread is seen in a read, write or sync.
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.history = (0..60)
+            .map(|i| {
+                row(1000.0 + i as f64, &[("io_pressure_pct", if i >= 57 { 55.0 } else { 1.0 }), ("disk_busy_pct", 0.0)])
+            })
+            .collect();
+        let thread = |frame: &str| ThreadView { state: 'S', frames: vec![frame.into()], ..Default::default() };
+        let samples = [SampleView {
+            unix: 1057.5,
+            threads: vec![
+                thread("__io_uring_get_cqe"),
+                thread("__GI___pthread_cond_wait"),
+                thread("__GI___pthread_cond_wait"),
+            ],
+        }];
+        let f = findings_in(&ev, &samples);
+        assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::SlowDisk]);
+        assert_eq!(
+            f[0].evidence,
+            "tasks stalled on I/O 55% of the time (usually 1%), 1 thread waiting for the disk (for asynchronous I/O to complete)"
+        );
+        assert_eq!(f[0].first_unix, Some(1057.0));
+        // The same stacks with the server's tasks stalled as usual: no stall.
+        for r in &mut ev.history {
+            r.derived.insert("io_pressure_pct".into(), 1.0);
+        }
+        assert!(findings_in(&ev, &samples).is_empty());
+        // A busy device is not this server's stall by one waiting thread.
+        for (i, r) in ev.history.iter_mut().enumerate() {
+            r.derived.insert("disk_busy_pct".into(), if i >= 57 { 99.0 } else { 10.0 });
+        }
+        assert!(findings_in(&ev, &samples).is_empty());
+        let two = [SampleView { unix: 1057.5, threads: vec![thread("__io_uring_get_cqe"), thread("__GI___pread64")] }];
+        assert!(findings_in(&ev, &two)[0].evidence.starts_with("the datadir's device 99% busy, 2 threads"));
     }
 
     #[test]
