@@ -344,13 +344,19 @@ pub fn findings_in(ev: &Evidence, samples: &[SampleView]) -> Vec<Finding> {
     ];
     let mut out: Vec<Finding> = classes.iter().filter_map(|class| class(ev, samples)).collect();
     out.sort_by(|a, b| a.first_unix.unwrap_or(f64::MAX).total_cmp(&b.first_unix.unwrap_or(f64::MAX)));
-    // A file being extended, pages flushed in a hurry or the redo log
-    // written is why the disk is busy: that cause leads, the busy disk
-    // follows it.
-    if let Some(i) = out
-        .iter()
-        .position(|f| matches!(f.class, StallClass::FileExtension | StallClass::FlushStorm | StallClass::RedoLog))
-    {
+    // A table's files dropped, a file being extended, a table's pages read
+    // for its statistics, pages flushed in a hurry or the redo log written
+    // is why the disk is busy: that cause leads, the busy disk follows it.
+    if let Some(i) = out.iter().position(|f| {
+        matches!(
+            f.class,
+            StallClass::DropTable
+                | StallClass::FileExtension
+                | StallClass::StatsRecalc
+                | StallClass::FlushStorm
+                | StallClass::RedoLog
+        )
+    }) {
         if let Some(d) = out[..i].iter().position(|f| f.class == StallClass::SlowDisk) {
             let disk = out.remove(d);
             out.insert(i, disk);
@@ -629,22 +635,25 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         })
         .filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
     let d = in_disk_wait(samples);
-    // In the I/O call itself: the C library's read, write or sync, or an
-    // asynchronous I/O wait.
+    // In the I/O call itself: the C library's read, write or sync. Not an
+    // asynchronous I/O wait: InnoDB's completion threads sit there even when
+    // the server is idle.
     let in_io = |f: &str| {
-        matches!(
-            frames::class_of(f),
-            Some(FrameClass::DiskRead | FrameClass::DiskWrite | FrameClass::DiskSync | FrameClass::AsyncIoWait)
-        )
+        matches!(frames::class_of(f), Some(FrameClass::DiskRead | FrameClass::DiskWrite | FrameClass::DiskSync))
     };
     let (io, io_at) = in_frames(samples, 2, in_io);
-    // The server's own tasks stalled on I/O far above their usual (its
-    // cgroup's pressure, never the host's) are the server waiting for its
-    // device even when one thread is all the stacks show waiting: InnoDB
-    // writes pages through asynchronous I/O, and with the redo log full the
-    // writers wait for those pages off the disk, in a condition wait.
+    // The server's own tasks stalled on I/O (its cgroup's pressure, never
+    // the host's), in two readings, far above their usual: the server
+    // waiting for its device, whatever the stacks catch. A device that all
+    // but stops under writes holds InnoDB's page writes in its asynchronous
+    // I/O while the writers wait for them in condition waits: no thread is
+    // seen in a read, write or sync.
+    let sustained = stalled.as_ref().is_some_and(|a| {
+        let line = 30.0 + a.usual.unwrap_or(0.0);
+        a.polls_at_least(line) + usize::from(ev.io_pressure_pct.is_some_and(|c| c >= line)) >= 2
+    });
     let device = busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some();
-    if device && (d >= 2 || io >= 2 || (stalled.is_some() && d.max(io) >= 1)) {
+    if (device && (d >= 2 || io >= 2)) || sustained {
         let mut e = Vec::new();
         if let Some(b) = &busy {
             e.push(format!("the datadir's device {:.0}% busy", b.peak));
@@ -668,12 +677,17 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         }
         let files = files_of(samples, |t| t.state == 'D');
         let (aio, _) = in_frames(samples, 1, |f| frames::class_of(f) == Some(FrameClass::AsyncIoWait));
-        let files = match (files.is_empty(), aio) {
-            (false, _) => format!(" ({files})"),
-            (true, 0) => String::new(),
-            (true, _) => " (for asynchronous I/O to complete)".into(),
-        };
-        e.push(format!("{} waiting for the disk{files}", threads(d.max(io))));
+        match (d.max(io), aio) {
+            (0, 0) => e.push("no thread caught in a read, write or sync".into()),
+            (0, _) => e.push(
+                "no thread caught in a read, write or sync (InnoDB writes pages through asynchronous I/O)".into(),
+            ),
+            (n, _) => e.push(format!(
+                "{} waiting for the disk{}",
+                threads(n),
+                if files.is_empty() { String::new() } else { format!(" ({files})") }
+            )),
+        }
         let first = [
             busy.and_then(|b| b.first_over),
             slow.and_then(|s| s.first_over),
@@ -938,7 +952,7 @@ mod tests {
     }
 
     #[test]
-    fn the_servers_tasks_stalled_on_io_with_only_its_asynchronous_io_waiting_are_a_slow_disk() {
+    fn the_servers_tasks_stalled_on_io_in_two_readings_are_a_slow_disk_whatever_the_stacks_catch() {
         // The device all but stopped under writes: InnoDB's page writes wait
         // in its asynchronous I/O, the writers wait for them in condition
         // waits, no thread is seen in a read, write or sync.
@@ -961,20 +975,28 @@ mod tests {
         assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::SlowDisk]);
         assert_eq!(
             f[0].evidence,
-            "tasks stalled on I/O 55% of the time (usually 1%), 1 thread waiting for the disk (for asynchronous I/O to complete)"
+            "tasks stalled on I/O 55% of the time (usually 1%), no thread caught in a read, write or sync (InnoDB writes pages through asynchronous I/O)"
         );
         assert_eq!(f[0].first_unix, Some(1057.0));
-        // The same stacks with the server's tasks stalled as usual: no stall.
+        // One reading alone (the capture's own, the polls at the usual): a
+        // moment's stall, not the server waiting for its device.
         for r in &mut ev.history {
             r.derived.insert("io_pressure_pct".into(), 1.0);
         }
+        ev.io_pressure_pct = Some(55.0);
         assert!(findings_in(&ev, &samples).is_empty());
-        // A busy device is not this server's stall by one waiting thread.
+        // The same stacks with the server's tasks stalled as usual: no stall.
+        ev.io_pressure_pct = None;
+        assert!(findings_in(&ev, &samples).is_empty());
+        // A busy device is not this server's stall by one thread reading,
+        // nor by its completion thread waiting; two threads reading are.
         for (i, r) in ev.history.iter_mut().enumerate() {
             r.derived.insert("disk_busy_pct".into(), if i >= 57 { 99.0 } else { 10.0 });
         }
+        let one = [SampleView { unix: 1057.5, threads: vec![thread("__io_uring_get_cqe"), thread("__GI___pread64")] }];
         assert!(findings_in(&ev, &samples).is_empty());
-        let two = [SampleView { unix: 1057.5, threads: vec![thread("__io_uring_get_cqe"), thread("__GI___pread64")] }];
+        assert!(findings_in(&ev, &one).is_empty());
+        let two = [SampleView { unix: 1057.5, threads: vec![thread("__GI___pread64"), thread("__GI___pread64")] }];
         assert!(findings_in(&ev, &two)[0].evidence.starts_with("the datadir's device 99% busy, 2 threads"));
     }
 
@@ -1057,7 +1079,13 @@ mod tests {
             "{}",
             f[1].evidence
         );
+        // The DROP's file deletion stalls the server's tasks on I/O: the
+        // DROP is why, and leads the slow disk it causes.
+        ev.history = history("io_pressure_pct", 1.0, 80.0);
+        let f = findings(&ev);
+        assert_eq!(f.iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::DropTable, StallClass::SlowDisk]);
         // A DROP waiting for a metadata lock is not deleting anything yet.
+        ev.history = history("checkpoint_age_pct", 20.0, 93.0);
         ev.processlist[0].insert("state".into(), "Waiting for table metadata lock".into());
         assert_eq!(findings(&ev).iter().map(|f| f.class).collect::<Vec<_>>(), vec![StallClass::FlushStorm]);
     }
