@@ -957,11 +957,7 @@ mod tests {
         // in its asynchronous I/O, the writers wait for them in condition
         // waits, no thread is seen in a read, write or sync.
         let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
-        ev.history = (0..60)
-            .map(|i| {
-                row(1000.0 + i as f64, &[("io_pressure_pct", if i >= 57 { 55.0 } else { 1.0 }), ("disk_busy_pct", 0.0)])
-            })
-            .collect();
+        ev.history = history("io_pressure_pct", 1.0, 55.0);
         let thread = |frame: &str| ThreadView { state: 'S', frames: vec![frame.into()], ..Default::default() };
         let samples = [SampleView {
             unix: 1057.5,
