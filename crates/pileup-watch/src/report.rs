@@ -109,18 +109,24 @@ fn stall_around<'a>(
     onset: f64,
     (trigger, unix): (&str, f64),
 ) -> Option<&'a crate::scan::Stall> {
-    // A pile-up the scan timed under way at the onset, or the episode of
-    // the trigger that fired (which may begin after a pile-up the scan saw
-    // first): the longest.
+    // The episode of the trigger that fired (which may begin after a
+    // pile-up the scan saw first); else the pile-up the scan timed under
+    // way at the onset (a capture of repeated short stalls is about it: a
+    // trigger's episode of the same pile-up, timed only to its polls, ends
+    // later); else the longest episode under way.
     let fired = |st: &crate::scan::Stall| {
         st.what.as_deref().is_some_and(|w| trigger == w || trigger.starts_with(&format!("{w}:")))
             && st.began_unix <= unix
             && st.ended_unix >= unix
     };
+    let under_way = |st: &&crate::scan::Stall| st.began_unix <= onset + 0.15 && st.ended_unix > onset;
+    let longest = |a: &&crate::scan::Stall, b: &&crate::scan::Stall| a.ms().total_cmp(&b.ms());
     stalls
         .iter()
-        .filter(|st| (st.began_unix <= onset + 0.15 && st.ended_unix > onset) || fired(st))
-        .max_by(|a, b| a.ms().total_cmp(&b.ms()))
+        .filter(|st| fired(st))
+        .max_by(longest)
+        .or_else(|| stalls.iter().filter(under_way).filter(|st| st.what.is_none()).max_by(longest))
+        .or_else(|| stalls.iter().filter(under_way).max_by(longest))
 }
 
 /// The report's sections on what waited: row locks, stall classes, the
@@ -548,6 +554,16 @@ mod tests {
         let stalls = [st(100.1, 100.5), fired];
         let around = stall_around(&stalls, 100.1, ("lock waits: pl_waiting_lock > 3 for 1s", 101.8)).unwrap();
         assert_eq!(around.ended_unix, 110.2);
+        // Repeated short stalls: the capture is fired by the scan's 400 ms
+        // pile-up (its beginning is the onset); a trigger's episode of the
+        // same pile-up, timed to its 1 s polls, began before it and ended
+        // later.
+        let episode = crate::scan::Stall { what: Some("threads_running".into()), ..st(100.0, 101.4) };
+        let stalls = [episode.clone(), st(100.2, 100.6)];
+        let short = ("short stalls: 3 in 10 min, this one 400 ms", 100.7);
+        assert_eq!(stall_around(&stalls, 100.2, short).unwrap().ended_unix, 100.6);
+        // Without it, the longest under way at the onset.
+        assert_eq!(stall_around(&stalls[..1], 100.2, short).unwrap().ended_unix, 101.4);
     }
 
     #[test]
