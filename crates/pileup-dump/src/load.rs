@@ -1,8 +1,10 @@
 //! `pileup load`: manifest → databases → tables and their data in
 //! parallel (largest table first, chunks of one table on every thread,
-//! each table created by its first chunk's job and given its deferred
-//! indexes and statistics by a job of its own after its last) → views,
-//! routines, triggers and events.
+//! each table created by a job ahead of its chunks and given its deferred
+//! indexes and statistics by a job of its own after its last; one more
+//! connection creates tables ahead of the loading ones and gives back
+//! statistics, DDL that waits on file syncs) → views, routines, triggers
+//! and events.
 //!
 //! Data goes in with `LOAD DATA LOCAL INFILE`, streamed from the
 //! compressed chunk files, in sessions with foreign-key and unique checks
@@ -208,10 +210,10 @@ type Later = Vec<Vec<String>>;
 
 /// Plan the creation of the tables not skipped (those with secondary
 /// indexes deferred without them, statistics recalculation off while they
-/// load); tables with no data are created here, the others by their first
-/// chunk's job (so that 400 small tables' DDL runs on every connection,
-/// beside other tables' data). Returns, for each table, the indexes still
-/// to add after its data and the creation its first job runs.
+/// load); tables with no data are created here, the others by a job of
+/// their own (so that 400 small tables' DDL runs beside other tables'
+/// data). Returns, for each table, the indexes still to add after its data
+/// and the creation its job runs.
 fn create_tables(
     c: &mut mysql::Conn,
     o: &LoadOptions,
@@ -287,10 +289,8 @@ pub fn load(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event)) -> Resu
 fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog: Option<&Arc<Watchdog>>) -> Result<()> {
     let m = read_manifest(&o.dir)?;
     check_renames(o, m.databases.iter().map(|d| d.name.as_str()))?;
-    let mut c = spec.connect()?;
-    let _watched = dog.map(|d| d.watch(&c));
-    session(&mut c, o)?;
-    c.query_drop("SET NAMES utf8mb4")?;
+    let mut c = own_connection(spec, o)?;
+    let mut watched = dog.map(|d| d.watch(&c));
 
     let AlreadyThere { skip, exists_t, skip_obj, keep_seq } = already_there(&mut c, o, &m, &mut *on)?;
     create_databases(&mut c, o, &m, &keep_seq)?;
@@ -304,8 +304,8 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
         bytes: todo.iter().flat_map(|&i| &m.tables[i].chunks).map(|c| c.bytes).sum(),
     });
 
-    // Chunks, largest table first, each table's After (its indexes and
-    // statistics) queued behind its chunks.
+    // Largest table first: its creation, its chunks, then its After (its
+    // indexes and statistics).
     let mut order = todo.clone();
     order.sort_by_key(|&i| std::cmp::Reverse(m.tables[i].chunks.iter().map(|c| c.bytes).sum::<u64>()));
     let after = |i: usize| !later[i].is_empty() || recalc[i].is_some();
@@ -313,11 +313,18 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
         .iter()
         .flat_map(|&i| {
             let chunks = (0..m.tables[i].chunks.len()).map(move |k| (i, Part::Chunk(k)));
-            chunks.chain(after(i).then_some((i, Part::After)))
+            let create = creations[i].is_some().then_some((i, Part::Create));
+            create.into_iter().chain(chunks).chain(after(i).then_some((i, Part::After)))
         })
         .collect();
     let m = Arc::new(m);
+    // The load's own connection is the lane's while the tables load (as
+    // many connections as before, one more than --threads).
+    drop(watched.take());
+    drop(c);
     let failed = load_tables(spec, o, dog, &m, jobs.clone(), (later, creations, recalc.clone()), &mut *on)?;
+    let mut c = own_connection(spec, o)?;
+    let _watched = dog.map(|d| d.watch(&c));
     // A table that failed gets its own statistics setting back too (a
     // resumed load turns it off again while it loads).
     for ((i, _), _) in &failed {
@@ -342,10 +349,24 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
     Ok(())
 }
 
-/// The load's workers: `o.threads` connections in loading sessions.
-fn workers<'a>(spec: &'a ConnSpec, o: &LoadOptions, dog: Option<&'a Arc<Watchdog>>) -> Workers<'a> {
+/// The load's workers: `o.threads` connections in loading sessions (and
+/// the lane for light jobs, `lane`).
+fn workers<'a>(
+    spec: &'a ConnSpec,
+    o: &LoadOptions,
+    dog: Option<&'a Arc<Watchdog>>,
+    lane: Option<crate::pool::Light>,
+) -> Workers<'a> {
     let o = o.clone();
-    Workers { spec, threads: o.threads, session: Arc::new(move |c| session(c, &o)), dog }
+    Workers { spec, threads: o.threads, session: Arc::new(move |c| session(c, &o)), dog, lane }
+}
+
+/// The load's own connection, in a loading session.
+fn own_connection(spec: &ConnSpec, o: &LoadOptions) -> Result<mysql::Conn> {
+    let mut c = spec.connect()?;
+    session(&mut c, o)?;
+    c.query_drop("SET NAMES utf8mb4")?;
+    Ok(c)
 }
 
 /// What waits for all of a table's chunks: its secondary indexes in one
@@ -373,10 +394,12 @@ fn after_data(
     Ok(built)
 }
 
-/// Run the tables' jobs on the workers: each table created by its first
-/// chunk's job (`creations`, taken by the job, which runs alone), its
-/// chunks loaded, then its deferred indexes (`later`) and statistics
-/// (`recalc`) given by its `After`; what happens is told to `on`.
+/// Run the tables' jobs on the workers: each table created by its
+/// `Create` (`creations`; on the lane, ahead of the loading connections,
+/// unless one of them gets there first), its chunks loaded, then its
+/// deferred indexes (`later`) and statistics (`recalc`) given by its
+/// `After` (on the lane when it builds no index); what happens is told to
+/// `on`.
 fn load_tables(
     spec: &ConnSpec,
     o: &LoadOptions,
@@ -387,21 +410,20 @@ fn load_tables(
     on: &mut dyn FnMut(Event),
 ) -> Result<crate::pool::Failed> {
     let (mm, oo, ll) = (m.clone(), o.clone(), later.clone());
-    let creations = std::sync::Mutex::new(creations);
+    // Light: a creation, and an After that builds no index.
+    let lane_later = later.clone();
+    let light: crate::pool::Light =
+        Arc::new(move |&(i, p): &Job| p == Part::Create || (p == Part::After && lane_later[i].is_empty()));
     let mut path = CriticalPath::new(&jobs);
     pool(
-        &workers(spec, o, dog),
+        &workers(spec, o, dog, Some(light)),
         jobs,
         move |w, &(i, part)| match part {
-            Part::Chunk(k) => {
-                // Taken before it runs, so that no other worker waits on
-                // the lock while one creates its table.
-                let creation = creations.lock().unwrap()[i].take();
-                if let Some(creation) = creation {
-                    creation.run(w, &mm.tables[i].name)?;
-                }
-                Ok((load_chunk(w, &oo, &mm, i, k)?, 0.0))
-            }
+            Part::Create => match &creations[i] {
+                Some(creation) => creation.run(w, &mm.tables[i].name).map(|_| (true, 0.0)),
+                None => Ok((true, 0.0)),
+            },
+            Part::Chunk(k) => Ok((load_chunk(w, &oo, &mm, i, k)?, 0.0)),
             Part::After => after_data(w, &oo, &mm.tables[i], &ll[i], recalc[i].as_deref()).map(|s| (true, s)),
         },
         |heard| {
@@ -573,7 +595,7 @@ fn verify(
     let mut differ = vec![];
     let mut checked = 0u64;
     let failed = pool(
-        &workers(spec, o, dog),
+        &workers(spec, o, dog, None),
         jobs,
         move |w, &(i, part)| {
             let Part::Chunk(k) = part else { return Ok(Default::default()) };
@@ -682,7 +704,7 @@ fn load_mydumper(
     let (dd, oo) = (data.clone(), o.clone());
     let jobs = (0..data.len()).map(|i| (i, Part::Chunk(0))).collect();
     let failed = pool(
-        &workers(spec, o, dog),
+        &workers(spec, o, dog, None),
         jobs,
         move |w, &(i, _)| {
             w.query_drop("SET NAMES binary")?;

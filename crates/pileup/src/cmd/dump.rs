@@ -89,7 +89,7 @@ Examples:\n  pileup load /backup/shop\n  pileup load /backup/shop --rename shop:
 pub struct LoadArgs {
     /// The dump directory.
     pub dir: PathBuf,
-    /// Connections loading at once.
+    /// Connections loading at once (one more creates tables ahead of them and gives back their statistics).
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
     /// A table that exists already: refuse (stop before loading anything), drop it, or skip it.
