@@ -1,6 +1,7 @@
-//! The load's workers: jobs (a table's chunks, then what waits for all of
-//! them) run on `--threads` connections in loading sessions, in the order
-//! given, as far as each job's table allows.
+//! The load's workers: jobs (a table's creation, its chunks, then what
+//! waits for all of them) run on `--threads` connections in loading
+//! sessions, in the order given, as far as each job's table allows; one
+//! more connection (the lane) takes the light ones ahead (see [`pool`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,8 +79,8 @@ pub enum Heard<R> {
 /// creation ahead of the loading connections, in their order, and the light
 /// `After`s as their tables' data is in, so that the loading connections
 /// do not wait on those statements' file syncs (on 400 small tables, a
-/// table's `CREATE` and its statistics setting given back are 23 of its
-/// 108). The loading connections take a `Create` that the lane has not
+/// table's `CREATE` and its statistics setting given back are 24 of its
+/// 108 file syncs). The loading connections take a `Create` that the lane has not
 /// reached, and the light `After`s once nothing else is left.
 pub fn pool<R: Send + 'static>(
     workers: &Workers,
@@ -135,6 +136,7 @@ pub fn pool<R: Send + 'static>(
                     }
                     Err(_) => {
                         gone.store(true, Ordering::Relaxed);
+                        plan.0.lock().unwrap().gone = true;
                         plan.1.notify_all();
                     }
                 }
@@ -183,6 +185,9 @@ struct Plan {
     created_ahead: HashSet<usize>,
     /// The light jobs, when a lane takes them.
     light: Option<Light>,
+    /// A connection could not reconnect: no job is handed out any more (a
+    /// job waited for may never come).
+    gone: bool,
 }
 
 /// How many tables the lane creates ahead of the loading connections
@@ -220,7 +225,7 @@ impl Plan {
     }
 
     /// The lane's job: a `Create` while fewer than [`CREATE_AHEAD`] tables
-    /// wait created, else a light `After` that may run, else a `Create`.
+    /// wait created, else a light `After` that may run; else it waits.
     fn pick_light(&self) -> Option<usize> {
         let q = &self.queue;
         let create = || q.iter().position(|j| j.1 == Part::Create);
@@ -228,7 +233,7 @@ impl Plan {
         if self.created_ahead.len() < CREATE_AHEAD {
             create().or_else(after)
         } else {
-            after().or_else(create)
+            after()
         }
     }
 
@@ -266,7 +271,14 @@ impl Plan {
         let mut p = plan.0.lock().unwrap();
         loop {
             match p.take(lane) {
-                Some(Some(job)) => return Some(job),
+                Some(Some(job)) => {
+                    // A table's first chunk taken: the lane may create one
+                    // more ahead.
+                    if matches!(job.1, Part::Chunk(_)) {
+                        plan.1.notify_all();
+                    }
+                    return Some(job);
+                }
                 Some(None) => p = plan.1.wait(p).unwrap(),
                 None => return None,
             }
@@ -276,6 +288,9 @@ impl Plan {
     /// [`Plan::next`] without waiting: `Some(None)` when the job left for
     /// this connection must wait for another's.
     fn take(&mut self, lane: bool) -> Option<Option<Job>> {
+        if self.gone {
+            return None;
+        }
         let stopped = &self.stopped;
         self.queue.retain(|j| !stopped.contains(&j.0));
         let left = match lane {
@@ -400,12 +415,13 @@ mod tests {
         // The other loads the smallest table meanwhile, creating it itself
         // (the lane has not got there).
         assert_eq!(p.take(false), Some(Some((6, Create))));
-        // The lane creates tables in order, four ahead of the loaders.
+        // The lane creates tables in order, four ahead of the loaders, then
+        // waits: no light After may run yet.
         for t in 1..=4 {
             assert_eq!(p.take(true), Some(Some((t, Create))));
             done(&mut p, (t, Create));
         }
-        assert_eq!(p.created_ahead.len(), 4);
+        assert_eq!(p.take(true), Some(None), "four tables wait created");
         done(&mut p, (6, Create));
         assert_eq!(p.take(false), Some(Some((6, Chunk(0)))));
         done(&mut p, (6, Chunk(0)));
@@ -434,5 +450,27 @@ mod tests {
         }
         assert_eq!(p.take(true), None);
         assert_eq!(p.take(false), None);
+    }
+
+    #[test]
+    fn a_failed_creation_drops_its_table_and_a_lost_server_stops_every_connection() {
+        use Part::{After, Chunk, Create};
+        let mut p = Plan::new(vec![(0, Create), (0, Chunk(0)), (0, After), (1, Create), (1, Chunk(0)), (1, After)]);
+        p.light = Some(Arc::new(|j: &Job| j.1 != Part::Chunk(0)));
+        let plan = (Mutex::new(p), Condvar::new());
+        assert_eq!(plan.0.lock().unwrap().take(true), Some(Some((0, Create))));
+        // A loader waits on the table the lane creates; the creation fails:
+        // the table's chunk and After are dropped, the next table goes.
+        assert_eq!(plan.0.lock().unwrap().take(false), Some(None));
+        Plan::done(&plan, (0, Create), false);
+        assert_eq!(Plan::next(&plan, false), Some((1, Create)));
+        Plan::done(&plan, (1, Create), true);
+        assert_eq!(Plan::next(&plan, false), Some((1, Chunk(0))));
+        // The lane waits for table 1's After; the server is lost: every
+        // connection is told there is nothing left.
+        assert_eq!(plan.0.lock().unwrap().take(true), Some(None));
+        plan.0.lock().unwrap().gone = true;
+        assert_eq!(Plan::next(&plan, true), None);
+        assert_eq!(Plan::next(&plan, false), None);
     }
 }

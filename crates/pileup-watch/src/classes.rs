@@ -115,7 +115,9 @@ fn around(ev: &Evidence, metric: &str, over: f64) -> Option<Around> {
         }
     };
     let weighted = |range: std::ops::Range<usize>| {
-        let (sum, span) = range.fold((0.0, 0.0), |(s, w), i| (s + recent[i].1 * gap(i), w + gap(i)));
+        let (sum, span) = range
+            .filter(|&i| recent[i].1.is_finite())
+            .fold((0.0, 0.0), |(s, w), i| (s + recent[i].1 * gap(i), w + gap(i)));
         (span > 0.0).then(|| sum / span)
     };
     let mean = weighted(0..recent.len()).unwrap_or(peak);
@@ -388,7 +390,7 @@ fn table_open_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     // second is not a storm, whoever is seen opening tables (the global
     // counter can take in thousands at once: seen as 32 connections start
     // under a write load that opens a hundred tables in all).
-    let lasts = |a: &Around| a.after_peak.is_none_or(|m| m >= 100.0);
+    let lasts = |a: &Around| a.after_peak.is_none_or(|m| m >= 100.0) || a.polls_at_least(1000.0) >= 2;
     let opens_of =
         |m| jumped_for_a_while(ev, m, 100.0, 10.0).or_else(|| jumped(ev, m, 1000.0, 10.0)).filter(|a| lasts(a));
     let opens = opens_of("table_open_cache_misses_rate").or_else(|| opens_of("opened_tables_rate"));
@@ -820,6 +822,14 @@ mod tests {
         begins[60].derived.insert("opened_tables_rate".into(), 29161.0);
         ev.history = begins.clone();
         ev.unix = 1057.75;
+        assert_eq!(findings(&ev).first().map(|f| f.class), Some(StallClass::TableOpenStorm));
+        // And when it stopped at its highest after thousands a second over
+        // several polls.
+        let mut stopped = rows[..57].to_vec();
+        for (i, v) in [1000.0, 2000.0, 4000.0, 6000.0, 0.0].iter().enumerate() {
+            stopped.push(row(1057.0 + 0.25 * i as f64, &[("opened_tables_rate", *v)]));
+        }
+        ev.history = stopped;
         assert_eq!(findings(&ev).first().map(|f| f.class), Some(StallClass::TableOpenStorm));
         // And while the polls after it stay in the hundreds.
         for (i, r) in rows.iter().enumerate().skip(61) {

@@ -109,11 +109,12 @@ fn stall_around<'a>(
     onset: f64,
     (trigger, unix): (&str, f64),
 ) -> Option<&'a crate::scan::Stall> {
-    // The episode of the trigger that fired (which may begin after a
-    // pile-up the scan saw first); else the pile-up the scan timed under
-    // way at the onset (a capture of repeated short stalls is about it: a
-    // trigger's episode of the same pile-up, timed only to its polls, ends
-    // later); else the longest episode under way.
+    // The longest of the pile-up the scan timed under way at the onset and
+    // the episode of the trigger that fired (which may begin after a
+    // pile-up the scan saw first); only without either, the longest
+    // episode of another trigger under way (a capture of repeated short
+    // stalls is about the scan's pile-up: a trigger's episode of the same
+    // pile-up, timed only to its polls, ends later).
     let fired = |st: &crate::scan::Stall| {
         st.what.as_deref().is_some_and(|w| trigger == w || trigger.starts_with(&format!("{w}:")))
             && st.began_unix <= unix
@@ -123,9 +124,8 @@ fn stall_around<'a>(
     let longest = |a: &&crate::scan::Stall, b: &&crate::scan::Stall| a.ms().total_cmp(&b.ms());
     stalls
         .iter()
-        .filter(|st| fired(st))
+        .filter(|st| fired(st) || (under_way(st) && st.what.is_none()))
         .max_by(longest)
-        .or_else(|| stalls.iter().filter(under_way).filter(|st| st.what.is_none()).max_by(longest))
         .or_else(|| stalls.iter().filter(under_way).max_by(longest))
 }
 
@@ -564,6 +564,11 @@ mod tests {
         assert_eq!(stall_around(&stalls, 100.2, short).unwrap().ended_unix, 100.6);
         // Without it, the longest under way at the onset.
         assert_eq!(stall_around(&stalls[..1], 100.2, short).unwrap().ended_unix, 101.4);
+        // The fired trigger's episode, shorter than the scan's pile-up
+        // under way: the pile-up.
+        let fired = crate::scan::Stall { what: Some("lock waits".into()), ..st(100.0, 101.4) };
+        let stalls = [fired, st(100.2, 104.0)];
+        assert_eq!(stall_around(&stalls, 100.2, ("lock waits: x", 101.0)).unwrap().ended_unix, 104.0);
     }
 
     #[test]
