@@ -4,7 +4,6 @@
 //! more connection (the lane) takes the light ones ahead (see [`pool`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use pileup_conn::watchdog::Watchdog;
@@ -95,7 +94,6 @@ pub fn pool<R: Send + 'static>(
     }
     let plan = Arc::new((Mutex::new(Plan::new(jobs)), Condvar::new()));
     let f = Arc::new(f);
-    let gone = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<Msg<R>>();
     let mut handles = vec![];
     let loaders = workers.threads.max(1);
@@ -108,12 +106,13 @@ pub fn pool<R: Send + 'static>(
         let lane = n == loaders;
         let mut w = workers.spec.connect()?;
         (workers.session)(&mut w)?;
-        let (plan, f, gone, tx) = (plan.clone(), f.clone(), gone.clone(), tx.clone());
+        let (plan, f, tx) = (plan.clone(), f.clone(), tx.clone());
         let (spec, session, dog) = (workers.spec.clone(), workers.session.clone(), workers.dog.cloned());
         handles.push(std::thread::spawn(move || {
             let mut _watched = dog.as_ref().map(|d| d.watch(&w));
-            while !gone.load(Ordering::Relaxed) {
-                let Some(job) = Plan::next(&plan, lane) else { break };
+            // `None` once every job is handed out, or once a connection
+            // could not reconnect (the plan's `gone`).
+            while let Some(job) = Plan::next(&plan, lane) {
                 let _ = tx.send(Msg::Started(job));
                 // A job that panics fails (its table stops) rather than
                 // leaving its table marked running, which would keep the
@@ -135,7 +134,6 @@ pub fn pool<R: Send + 'static>(
                         _watched = dog.as_ref().map(|d| d.watch(&w));
                     }
                     Err(_) => {
-                        gone.store(true, Ordering::Relaxed);
                         plan.0.lock().unwrap().gone = true;
                         plan.1.notify_all();
                     }
@@ -158,7 +156,7 @@ pub fn pool<R: Send + 'static>(
     for h in handles {
         let _ = h.join();
     }
-    if gone.load(Ordering::Relaxed) && !failed.is_empty() {
+    if plan.0.lock().unwrap().gone && !failed.is_empty() {
         let (_, e) = failed.remove(0);
         return Err(e.ctx("the server cannot be reached (run the load again with --resume once it answers)"));
     }
