@@ -572,9 +572,10 @@ fn flush_storm(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
 /// Redo log writes holding up commits: one thread writing or syncing
 /// the redo log in two samples running (one write or sync lasting the
 /// time between samples: a client's thread when the log buffer is full,
-/// or a sync every commit waits for), or the log buffer filling. A busy
-/// write load has some thread on the log in most samples, each time a
-/// short write.
+/// or a sync every commit waits for), the log the only file threads wait
+/// on while the server's tasks stall on I/O, or the log buffer filling. A
+/// busy write load has some thread on the log in most samples, each time
+/// a short write.
 fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     let add = |class, first_unix, evidence: String| Some(Finding { class, first_unix, evidence });
     let on_log = |t: &ThreadView| t.file.as_ref().is_some_and(|io| log_file(&io.path));
@@ -586,7 +587,23 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     // With innodb_flush_log_at_trx_commit=0 a commit waits for no log
     // write: only a full log buffer holds writers up.
     let commits_wait = var(ev, "innodb_flush_log_at_trx_commit").is_none_or(|v| v.trim() != "0");
-    if log_io >= 1 && ((lasting && commits_wait) || full.is_some()) {
+    // The server's tasks stalled on I/O for a while, and the redo log the
+    // only file any thread was caught in I/O on, in a call commits wait
+    // for: the log's write, and with innodb_flush_log_at_trx_commit=1 its
+    // sync (with 2 a sync is the background's, or the page cleaner's before
+    // it writes pages). Commits wait on it even when one sample alone
+    // catches it: a slowed device hands the next write to another group
+    // commit leader between samples. The data pages' writes go through
+    // asynchronous I/O, seen on no thread.
+    let sync_too = var(ev, "innodb_flush_log_at_trx_commit").is_none_or(|v| v.trim() == "1");
+    let files = || samples.iter().flat_map(|s| &s.threads).filter_map(|t| t.file.as_ref());
+    let commit_io = |io: &pileup_engine::process::FileIo| {
+        log_file(&io.path) && (sync_too || io.syscall.starts_with("pwrite") || io.syscall.starts_with("write"))
+    };
+    let device_holds_the_log = files().all(|io| log_file(&io.path))
+        && files().any(commit_io)
+        && stalled_on_io(ev).is_some_and(|a| stalled_for_a_while(ev, &a));
+    if log_io >= 1 && (((lasting || device_holds_the_log) && commits_wait) || full.is_some()) {
         let biggest = samples
             .iter()
             .flat_map(|s| &s.threads)
@@ -624,6 +641,32 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     None
 }
 
+/// Tasks stalled on I/O most of the time where they seldom were (the
+/// kernel's pressure stall information): a volume throttled below the
+/// device, even for writes that InnoDB issues asynchronously and counts
+/// nowhere as pending. It cannot pass 100%: judged by how far above the
+/// usual it rose. The capture's own measurement counts too: a capture
+/// early in a stall can be written before a poll's whole second shows it.
+fn stalled_on_io(ev: &Evidence) -> Option<Around> {
+    around(ev, "io_pressure_pct", 30.0)
+        .map(|mut a| {
+            if let Some(c) = ev.io_pressure_pct.filter(|c| *c > a.peak) {
+                a.peak = c;
+                a.first_over = a.first_over.or((c >= 30.0).then_some(ev.unix));
+            }
+            a
+        })
+        .filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0))
+}
+
+/// The server's own tasks stalled on I/O (its cgroup's pressure, never the
+/// host's) far above their usual in two readings: the server waiting for
+/// its device, whatever the stacks catch.
+fn stalled_for_a_while(ev: &Evidence, stalled: &Around) -> bool {
+    let line = 30.0 + stalled.usual.unwrap_or(0.0);
+    stalled.polls_at_least(line) + usize::from(ev.io_pressure_pct.is_some_and(|c| c >= line)) >= 2
+}
+
 /// A slow or saturated disk: the datadir's device busy or slow, or
 /// InnoDB's I/O requests queueing (a device throttled below the host,
 /// as a cloud volume or a cgroup limit is, looks idle from here), with
@@ -637,22 +680,7 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         .filter_map(|m| around(ev, m, 4.0))
         .max_by(|a, b| a.peak.total_cmp(&b.peak))
         .filter(|p| p.peak >= 4.0);
-    // Tasks stalled on I/O most of the time where they seldom were (the
-    // kernel's pressure stall information): a volume throttled below the
-    // device, even for writes that InnoDB issues asynchronously and counts
-    // nowhere as pending.
-    // It cannot pass 100%: judged by how far above the usual it rose.
-    // The capture's own measurement counts too: a capture early in a
-    // stall can be written before a poll's whole second shows it.
-    let stalled = around(ev, "io_pressure_pct", 30.0)
-        .map(|mut a| {
-            if let Some(c) = ev.io_pressure_pct.filter(|c| *c > a.peak) {
-                a.peak = c;
-                a.first_over = a.first_over.or((c >= 30.0).then_some(ev.unix));
-            }
-            a
-        })
-        .filter(|a| a.peak >= 30.0 + a.usual.unwrap_or(0.0));
+    let stalled = stalled_on_io(ev);
     let d = in_disk_wait(samples);
     // In the I/O call itself: the C library's read, write or sync. Not an
     // asynchronous I/O wait: InnoDB's completion threads sit there even when
@@ -661,16 +689,10 @@ fn slow_disk(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
         matches!(frames::class_of(f), Some(FrameClass::DiskRead | FrameClass::DiskWrite | FrameClass::DiskSync))
     };
     let (io, io_at) = in_frames(samples, 2, in_io);
-    // The server's own tasks stalled on I/O (its cgroup's pressure, never
-    // the host's), in two readings, far above their usual: the server
-    // waiting for its device, whatever the stacks catch. A device that all
-    // but stops under writes holds InnoDB's page writes in its asynchronous
-    // I/O while the writers wait for them in condition waits: no thread is
-    // seen in a read, write or sync.
-    let sustained = stalled.as_ref().is_some_and(|a| {
-        let line = 30.0 + a.usual.unwrap_or(0.0);
-        a.polls_at_least(line) + usize::from(ev.io_pressure_pct.is_some_and(|c| c >= line)) >= 2
-    });
+    // A device that all but stops under writes holds InnoDB's page writes
+    // in its asynchronous I/O while the writers wait for them in condition
+    // waits: no thread is seen in a read, write or sync.
+    let sustained = stalled.as_ref().is_some_and(|a| stalled_for_a_while(ev, a));
     let device = busy.is_some() || slow.is_some() || pending.is_some() || stalled.is_some();
     if (device && (d >= 2 || io >= 2)) || sustained {
         let mut e = Vec::new();
@@ -1094,6 +1116,56 @@ mod tests {
         assert!(findings_in(&ev, &[sample(1057.1), sample(1057.3)]).is_empty());
         ev.history = history("innodb_log_waits_rate", 0.0, 30.0);
         assert_eq!(findings_in(&ev, &[sample(1057.1), sample(1057.3)]).len(), 1);
+    }
+
+    #[test]
+    fn a_log_sync_seen_once_holds_up_commits_when_the_device_stalls_the_server_and_nothing_else_waits() {
+        // A throttled device: the server's tasks stalled on I/O, the clients
+        // in condition waits, one sample catching a thread syncing the log
+        // (the next sync is another leader's, or ends between samples).
+        let mut ev = Evidence { unix: 1059.0, onset_unix: Some(1057.0), ..Default::default() };
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "2".into());
+        ev.history = history("io_pressure_pct", 1.0, 98.0);
+        let io = |syscall: &'static str, path: &str| ThreadView {
+            state: 'D',
+            frames: vec!["fdatasync".into()],
+            file: Some(pileup_engine::process::FileIo { syscall, path: path.into(), bytes: None }),
+            connection: true,
+            tid: 7,
+        };
+        let waiter = ThreadView { state: 'S', frames: vec!["syscall".into()], connection: true, ..Default::default() };
+        let with = |t: ThreadView| {
+            [
+                SampleView { unix: 1057.2, threads: vec![waiter.clone(), waiter.clone()] },
+                SampleView { unix: 1057.4, threads: vec![t, waiter.clone(), waiter.clone()] },
+            ]
+        };
+        let classes = |samples: &[SampleView], ev: &Evidence| {
+            findings_in(ev, samples).iter().map(|f| f.class).collect::<Vec<_>>()
+        };
+        // With innodb_flush_log_at_trx_commit=2 a commit waits for the log's
+        // write, not its sync: a sync is the background's.
+        let once = with(io("fdatasync", "/d/ib_logfile0"));
+        assert_eq!(classes(&once, &ev), vec![StallClass::SlowDisk]);
+        let written = with(io("pwrite64", "/d/ib_logfile0"));
+        assert_eq!(classes(&written, &ev), vec![StallClass::RedoLog, StallClass::SlowDisk]);
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "1".into());
+        assert_eq!(classes(&once, &ev), vec![StallClass::RedoLog, StallClass::SlowDisk]);
+        assert!(findings_in(&ev, &once)[0]
+            .evidence
+            .starts_with("1 thread writing or syncing the redo log (fdatasync on ib_logfile0 (1))"));
+        // A thread also caught reading a table: the device is slow for
+        // everything, the log one of its waits.
+        let mut both = with(io("fdatasync", "/d/ib_logfile0"));
+        both[0].threads.push(io("pread64", "/d/sbtest/sbtest1.ibd"));
+        assert_eq!(classes(&both, &ev), vec![StallClass::SlowDisk]);
+        // Commits that wait for no log write.
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "0".into());
+        assert_eq!(classes(&once, &ev), vec![StallClass::SlowDisk]);
+        ev.variables.insert("innodb_flush_log_at_trx_commit".into(), "1".into());
+        // The server's tasks stalled on I/O as usual: a sync, not a stall.
+        ev.history = history("io_pressure_pct", 1.0, 1.0);
+        assert!(classes(&once, &ev).is_empty());
     }
 
     #[test]

@@ -1009,7 +1009,7 @@ fn throttled_verdict(
     base: &[String],
     threads: u32,
     limit: Limit,
-) -> (String, Vec<(String, String)>, f64) {
+) -> (String, Vec<(String, String)>, f64, Scratch) {
     let _device = device();
     let mut load = sysbench_start(test, base, threads, 60);
     let data = tempfile_dir("watch-throttled");
@@ -1042,7 +1042,9 @@ fn throttled_verdict(
     let after = first_stack(&cap) - onset;
     eprintln!("first stack {after:.2} s after the throttle; trigger {}", cap["trigger"]);
     let (verdict, classes) = verdict_and_classes(&cap);
-    (verdict, classes, after)
+    // The watcher's directory goes with the caller's scope: a failing
+    // test's capture is kept with PILEUP_TEST_KEEP.
+    (verdict, classes, after, data)
 }
 
 /// A capture's `evidence.json`.
@@ -1079,7 +1081,7 @@ fn a_slow_disk_is_caught_within_a_second_and_named_with_the_threads_waiting_for_
     // disk, and the volume slows to 40 reads a second.
     let sb = sandbox_with(vec![("innodb_buffer_pool_size", "8M")]);
     let base = sysbench_prepare(&sb, "oltp_point_select", 4, 40000);
-    let (verdict, _, after) = throttled_verdict(&sb, "oltp_point_select", &base, 24, Limit::ReadIops(40));
+    let (verdict, _, after, _data) = throttled_verdict(&sb, "oltp_point_select", &base, 24, Limit::ReadIops(40));
     assert!(verdict.starts_with("slow or saturated disk: "), "verdict: {verdict}");
     assert!(after <= 1.0, "first stack {after:.2} s after the volume slowed");
     assert!(
@@ -1102,7 +1104,8 @@ fn a_volume_slow_for_writes_is_named_by_the_time_tasks_stall_on_it() {
     let sb = sandbox();
     let mut base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
     base.push("--rate=4000".into());
-    let (verdict, classes, _) = throttled_verdict(&sb, "oltp_insert", &base, 30, Limit::WriteBytesPerSec(1 << 20));
+    let (verdict, classes, _, _data) =
+        throttled_verdict(&sb, "oltp_insert", &base, 30, Limit::WriteBytesPerSec(1 << 20));
     // The redo log's syncs, slowed with everything else, may come first.
     assert!(verdict.contains("slow or saturated disk"), "verdict: {verdict}");
     let disk = classes.iter().find(|(c, _)| c == "slow_disk").map(|(_, e)| e.as_str()).unwrap_or_default();
@@ -1114,10 +1117,18 @@ fn redo_log_writes_that_hold_up_commits_are_named() {
     // A 2 MiB log buffer under 16 inserting clients, and writes slowed to
     // 8 MB/s: the log buffer fills and a client's thread writes and syncs
     // the redo log while the others wait. The redo log is large enough that
-    // the checkpoint age stays low.
-    let sb = sandbox_with(vec![("innodb_log_buffer_size", "2M"), ("innodb_log_file_size", "1G")]);
+    // the checkpoint age stays low, and the buffer pool and a page cleaner
+    // that flushes only past innodb_max_dirty_pages_pct keep the data
+    // pages' writes (through asynchronous I/O, seen on no thread) off the
+    // device: the inserts wait for the log alone.
+    let sb = sandbox_with(vec![
+        ("innodb_log_buffer_size", "2M"),
+        ("innodb_log_file_size", "1G"),
+        ("innodb_buffer_pool_size", "1G"),
+        ("innodb_adaptive_flushing", "OFF"),
+    ]);
     let base = sysbench_prepare(&sb, "oltp_insert", 1, 1000);
-    let (verdict, _, _) = throttled_verdict(&sb, "oltp_insert", &base, 16, Limit::WriteBytesPerSec(8 << 20));
+    let (verdict, _, _, _data) = throttled_verdict(&sb, "oltp_insert", &base, 16, Limit::WriteBytesPerSec(8 << 20));
     assert!(verdict.starts_with("redo log writes: "), "verdict: {verdict}");
     assert!(
         verdict.contains("on ib_logfile0") && verdict.contains("innodb_log_buffer_size=2 MiB"),

@@ -22,18 +22,29 @@ pub fn it_base() -> std::path::PathBuf {
 }
 
 /// A scratch directory removed when the value is dropped, even when the
-/// test fails; derefs to its path.
-pub struct Scratch(tempfile::TempDir);
+/// test fails, unless PILEUP_TEST_KEEP is set: then a failing test's
+/// scratch stays (its path on stderr) to be read; derefs to its path.
+pub struct Scratch(Option<tempfile::TempDir>);
 
 impl std::ops::Deref for Scratch {
     type Target = std::path::Path;
     fn deref(&self) -> &std::path::Path {
-        self.0.path()
+        self.0.as_ref().expect("a scratch directory until dropped").path()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("PILEUP_TEST_KEEP").is_some() {
+            if let Some(dir) = self.0.take() {
+                eprintln!("kept: {}", dir.keep().display());
+            }
+        }
     }
 }
 
 pub fn scratch(name: &str) -> Scratch {
-    Scratch(tempfile::Builder::new().prefix(&format!("pileup-{name}-")).tempdir().unwrap())
+    Scratch(Some(tempfile::Builder::new().prefix(&format!("pileup-{name}-")).tempdir().unwrap()))
 }
 
 pub fn sandbox_with(cnf: Vec<(&str, &str)>) -> Sandbox {
