@@ -104,7 +104,7 @@ test: toolchain style deploy-check
 	  echo "tracefs is not mounted and could not be: the memory tests will fail" >&2
 	@# Every test to the end; a watch test that fails is run once more alone
 	@# and listed as flaky when it passes then (scripts/cargo-test says why).
-	PATH="$$HOME/.cargo/bin:$$PATH" CARGO=$(CARGO) bash scripts/cargo-test
+	@PATH="$$HOME/.cargo/bin:$$PATH" CARGO="$(CARGO)" bash scripts/cargo-test
 	@# The soak's short form: four kills of each tool, checked (bench/soak runs the full one).
 	@rm -f target/soak-short.jsonl; PATH="$$HOME/.cargo/bin:$$PATH" $(CARGO) run --locked -q -p pileup-bench-drivers --bin soak-bench -- \
 	  --pileup target/debug/pileup --kills 36 --minutes 10 --record target/soak-short.jsonl
