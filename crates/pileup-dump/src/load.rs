@@ -411,9 +411,9 @@ fn load_tables(
 ) -> Result<crate::pool::Failed> {
     let (mm, oo, ll) = (m.clone(), o.clone(), later.clone());
     // Light: a creation, and an After that builds no index.
-    let lane_later = later.clone();
+    let no_index: Vec<bool> = later.iter().map(Vec::is_empty).collect();
     let light: crate::pool::Light =
-        Arc::new(move |&(i, p): &Job| p == Part::Create || (p == Part::After && lane_later[i].is_empty()));
+        Arc::new(move |&(i, p): &Job| p == Part::Create || (p == Part::After && no_index[i]));
     let mut path = CriticalPath::new(&jobs);
     pool(
         &workers(spec, o, dog, Some(light)),

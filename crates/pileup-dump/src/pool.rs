@@ -92,17 +92,15 @@ pub fn pool<R: Send + 'static>(
         Done(Job, R),
         Failed(Job, DumpError),
     }
-    let plan = Arc::new((Mutex::new(Plan::new(jobs)), Condvar::new()));
+    // A lane only when it has work (a resumed load's tables may all exist).
+    let light = workers.lane.clone().filter(|l| jobs.iter().any(|j| l(j)));
+    let lanes = usize::from(light.is_some());
+    let plan = Arc::new((Mutex::new(Plan { light, ..Plan::new(jobs) }), Condvar::new()));
     let f = Arc::new(f);
     let (tx, rx) = mpsc::channel::<Msg<R>>();
     let mut handles = vec![];
     let loaders = workers.threads.max(1);
-    // A lane only when it has work (a resumed load's tables may all exist).
-    let light = workers.lane.as_ref().filter(|l| plan.0.lock().unwrap().queue.iter().any(|j| l(j)));
-    if let Some(light) = light {
-        plan.0.lock().unwrap().light = Some(light.clone());
-    }
-    for n in 0..loaders + usize::from(light.is_some()) {
+    for n in 0..loaders + lanes {
         let lane = n == loaders;
         let mut w = workers.spec.connect()?;
         (workers.session)(&mut w)?;
@@ -218,8 +216,9 @@ impl Plan {
         }
     }
 
-    fn is_light(&self, j: &Job) -> bool {
-        self.light.as_ref().is_some_and(|l| l(j))
+    /// An `After` the lane takes.
+    fn light_after(&self, j: &Job) -> bool {
+        j.1 == Part::After && self.light.as_ref().is_some_and(|l| l(j))
     }
 
     /// The lane's job: a `Create` while fewer than [`CREATE_AHEAD`] tables
@@ -227,7 +226,7 @@ impl Plan {
     fn pick_light(&self) -> Option<usize> {
         let q = &self.queue;
         let create = || q.iter().position(|j| j.1 == Part::Create);
-        let after = || q.iter().position(|j| j.1 == Part::After && self.is_light(j) && self.ready(j));
+        let after = || q.iter().position(|j| self.light_after(j) && self.ready(j));
         if self.created_ahead.len() < CREATE_AHEAD {
             create().or_else(after)
         } else {
@@ -245,8 +244,8 @@ impl Plan {
     /// while other work is left.
     fn pick(&self) -> Option<usize> {
         let q = &self.queue;
-        let only_light_left = q.iter().all(|j| j.1 == Part::After && self.is_light(j));
-        let mine = |j: &Job| self.ready(j) && (only_light_left || !(j.1 == Part::After && self.is_light(j)));
+        let only_light_left = q.iter().all(|j| self.light_after(j));
+        let mine = |j: &Job| self.ready(j) && (only_light_left || !self.light_after(j));
         let after = q.iter().position(|j| j.1 == Part::After && mine(j));
         let head = q.front();
         // The head's table is being created (by the lane: its `Create` is
@@ -292,7 +291,7 @@ impl Plan {
         let stopped = &self.stopped;
         self.queue.retain(|j| !stopped.contains(&j.0));
         let left = match lane {
-            true => self.queue.iter().any(|j| j.1 == Part::Create || (j.1 == Part::After && self.is_light(j))),
+            true => self.queue.iter().any(|j| j.1 == Part::Create || self.light_after(j)),
             false => !self.queue.is_empty(),
         };
         if !left {

@@ -586,16 +586,17 @@ fn redo_log(ev: &Evidence, samples: &[SampleView]) -> Option<Finding> {
     let full = around(ev, "innodb_log_waits_rate", 1.0).filter(|a| a.peak >= 1.0);
     // With innodb_flush_log_at_trx_commit=0 a commit waits for no log
     // write: only a full log buffer holds writers up.
-    let commits_wait = var(ev, "innodb_flush_log_at_trx_commit").is_none_or(|v| v.trim() != "0");
+    let trx_commit = var(ev, "innodb_flush_log_at_trx_commit").map(str::trim);
+    let commits_wait = trx_commit != Some("0");
     // The server's tasks stalled on I/O for a while, and the redo log the
     // only file any thread was caught in I/O on, in a call commits wait
     // for: the log's write, and with innodb_flush_log_at_trx_commit=1 (or
-    // MariaDB's 3) its sync (with 2 a sync is the background's, or the page
-    // cleaner's before it writes pages). Commits wait on it even when one sample alone
-    // catches it: a slowed device hands the next write to another group
-    // commit leader between samples. The data pages' writes go through
-    // asynchronous I/O, seen on no thread.
-    let sync_too = var(ev, "innodb_flush_log_at_trx_commit").is_none_or(|v| matches!(v.trim(), "1" | "3"));
+    // MariaDB's 3) its sync (with 2 a sync is the background's, or the
+    // page cleaner's before it writes pages). Commits wait on it even when
+    // one sample alone catches it: a slowed device hands the next write to
+    // another group commit leader between samples. The data pages' writes
+    // go through asynchronous I/O, seen on no thread.
+    let sync_too = trx_commit.is_none_or(|v| matches!(v, "1" | "3"));
     let files = || samples.iter().flat_map(|s| &s.threads).filter_map(|t| t.file.as_ref());
     let commit_io = |io: &pileup_engine::process::FileIo| {
         log_file(&io.path) && (sync_too || io.syscall.starts_with("pwrite") || io.syscall.starts_with("write"))
