@@ -540,7 +540,7 @@ fn copy_chunk(
     };
     let path = dir.join(&file);
     let (mut bytes, mut crc, mut tally) = (0u64, crc32fast::Hasher::new(), Default::default());
-    let staged = pileup_files::write_private_staged(&path, |out| -> Result<()> {
+    let staged = pileup_files::write_private_staged_direct(&path, |out| -> Result<()> {
         let mut z = Encoder::new(out, o.compress)?;
         let mut sink = |b: &[u8]| -> Result<()> {
             crc.update(b);
