@@ -242,6 +242,7 @@ fn write_staged<E: From<FileError>>(
         let mut w = Direct::new(&p.file);
         run(path, &mut w, f)?;
         w.finish().map_err(failed)?;
+        drop(w);
         return Ok(staged);
     }
     let mut w = std::io::BufWriter::new(WrittenBack { file: &p.file, written: 0, started: 0 });
@@ -269,7 +270,10 @@ impl<'a> Direct<'a> {
     const SIZE: usize = 1 << 20;
 
     fn new(file: &'a fs::File) -> Direct<'a> {
-        Direct { file, buf: Aligned::new(Self::SIZE, Self::BLOCK), len: 0, direct: true }
+        // The thread's buffer from its last file, if it wrote one: a dump's
+        // connection writes one chunk file after another.
+        let buf = SPARE.with(|s| s.take()).unwrap_or_else(|| Aligned::new(Self::SIZE, Self::BLOCK));
+        Direct { file, buf, len: 0, direct: true }
     }
 
     /// Write the buffer's first `upto` bytes (whole blocks while direct)
@@ -316,6 +320,18 @@ impl<'a> Direct<'a> {
     }
 }
 
+thread_local! {
+    /// A buffer [`Direct`] gave back, for the thread's next file.
+    static SPARE: std::cell::Cell<Option<Aligned>> = const { std::cell::Cell::new(None) };
+}
+
+impl Drop for Direct<'_> {
+    fn drop(&mut self) {
+        let buf = std::mem::replace(&mut self.buf, Aligned::empty());
+        SPARE.with(|s| s.set(Some(buf)));
+    }
+}
+
 impl Write for Direct<'_> {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         if self.len == Self::SIZE {
@@ -349,6 +365,12 @@ impl Aligned {
         Aligned { ptr, layout }
     }
 
+    /// A buffer of no bytes, which allocates nothing.
+    fn empty() -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(0, 1).expect("a valid layout");
+        Aligned { ptr: std::ptr::NonNull::dangling(), layout }
+    }
+
     fn as_slice(&self) -> &[u8] {
         // SAFETY: `ptr` holds `layout.size()` initialised bytes this value owns.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
@@ -362,8 +384,10 @@ impl Aligned {
 
 impl Drop for Aligned {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if self.layout.size() > 0 {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        }
     }
 }
 
