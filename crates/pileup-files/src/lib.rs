@@ -215,15 +215,11 @@ fn write_staged<E: From<FileError>>(
         return Err(FileError::NoDirectory { path: path.into(), dir: dir.into() }.into());
     }
     let tmp = temporary_name(path)?;
-    let open =
-        |flags: i32| fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(flags).open(&tmp);
-    let (file, direct) = match direct.then(|| open(libc::O_DIRECT)) {
-        Some(Ok(file)) => (file, true),
-        // A filesystem without direct I/O (tmpfs) refuses the flag.
-        Some(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => (open(0).map_err(failed)?, false),
-        Some(Err(e)) => return Err(failed(e).into()),
-        None => (open(0).map_err(failed)?, false),
-    };
+    let file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(failed)?;
+    // Direct I/O is asked for once the file exists: a filesystem without it
+    // refuses the flag (EINVAL), and the file is then written through the
+    // cache (an open with the flag may create the file before refusing it).
+    let direct = direct && set_direct(&file, true).is_ok();
     // From here the temporary file is removed if anything fails.
     let mut staged =
         Staged { pending: Some(Pending { file, tmp, path: path.to_path_buf(), sync: mode == Mode::Private }) };
@@ -252,7 +248,7 @@ fn write_staged<E: From<FileError>>(
     Ok(staged)
 }
 
-/// A file opened with `O_DIRECT`, written a megabyte at a time from a
+/// A file with `O_DIRECT` set, written a megabyte at a time from a
 /// buffer aligned as direct I/O requires (addresses, lengths and offsets in
 /// whole blocks). The last partial block is written through the page cache
 /// (the flag cleared); so is everything after a write the filesystem
@@ -272,7 +268,8 @@ impl<'a> Direct<'a> {
     fn new(file: &'a fs::File) -> Direct<'a> {
         // The thread's buffer from its last file, if it wrote one: a dump's
         // connection writes one chunk file after another.
-        let buf = SPARE.with(|s| s.take()).unwrap_or_else(|| Aligned::new(Self::SIZE, Self::BLOCK));
+        let spare = SPARE.try_with(|s| s.take()).ok().flatten();
+        let buf = spare.unwrap_or_else(|| Aligned::new(Self::SIZE, Self::BLOCK));
         Direct { file, buf, len: 0, direct: true }
     }
 
@@ -280,28 +277,35 @@ impl<'a> Direct<'a> {
     /// and keep the rest at its start.
     fn drain(&mut self, upto: usize) -> std::io::Result<()> {
         let mut done = 0;
-        while done < upto {
+        let r = loop {
+            if done == upto {
+                break Ok(());
+            }
             match (&*self.file).write(&self.buf.as_slice()[done..upto]) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // Refused as direct (a filesystem that accepted the flag
                 // but not this write, or an offset left unaligned by a
-                // short write): the rest goes through the page cache.
-                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => self.cached()?,
-                Err(e) => return Err(e),
+                // short write): the rest goes through the page cache. A
+                // refused write leaves the file's offset where it was.
+                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    if let Err(e) = self.cached() {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Err(e),
             }
-        }
-        self.buf.as_mut_slice().copy_within(upto..self.len, 0);
-        self.len -= upto;
-        Ok(())
+        };
+        // What was written leaves the buffer, even when a write failed.
+        self.buf.as_mut_slice().copy_within(done..self.len, 0);
+        self.len -= done;
+        r
     }
 
     /// Clear `O_DIRECT`: what is written from here goes through the cache.
     fn cached(&mut self) -> std::io::Result<()> {
-        use nix::fcntl::{fcntl, FcntlArg, OFlag};
-        let flags = OFlag::from_bits_truncate(fcntl(self.file, FcntlArg::F_GETFL)?);
-        fcntl(self.file, FcntlArg::F_SETFL(flags - OFlag::O_DIRECT))?;
+        set_direct(self.file, false)?;
         self.direct = false;
         Ok(())
     }
@@ -320,6 +324,15 @@ impl<'a> Direct<'a> {
     }
 }
 
+/// Set or clear `O_DIRECT` on an open file.
+fn set_direct(file: &fs::File, on: bool) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
+    let flags = if on { flags | OFlag::O_DIRECT } else { flags - OFlag::O_DIRECT };
+    fcntl(file, FcntlArg::F_SETFL(flags))?;
+    Ok(())
+}
+
 thread_local! {
     /// A buffer [`Direct`] gave back, for the thread's next file.
     static SPARE: std::cell::Cell<Option<Aligned>> = const { std::cell::Cell::new(None) };
@@ -328,7 +341,8 @@ thread_local! {
 impl Drop for Direct<'_> {
     fn drop(&mut self) {
         let buf = std::mem::replace(&mut self.buf, Aligned::empty());
-        SPARE.with(|s| s.set(Some(buf)));
+        // After the thread's locals are gone the buffer is simply freed.
+        let _ = SPARE.try_with(|s| s.set(Some(buf)));
     }
 }
 
@@ -359,6 +373,7 @@ struct Aligned {
 impl Aligned {
     fn new(size: usize, align: usize) -> Aligned {
         let layout = std::alloc::Layout::from_size_align(size, align).expect("a power-of-two alignment");
+        debug_assert!(size > 0, "an empty buffer is Aligned::empty");
         // SAFETY: the layout's size is not zero.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
@@ -394,7 +409,8 @@ impl Drop for Aligned {
 // SAFETY: the buffer is owned memory, not shared.
 unsafe impl Send for Aligned {}
 
-/// A file being written whose pages are handed to the device as it grows,
+/// A file being written through the page cache whose pages are handed to
+/// the device as it grows,
 /// every [`WrittenBack::STEP`] bytes, without waiting for them: the kernel
 /// would otherwise hold a large file's pages dirty until its closing fsync,
 /// which then waits for all of them at once (a dump's 40 MB chunk paid
@@ -601,17 +617,21 @@ mod tests {
     fn a_write_refused_as_direct_goes_through_the_cache() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("f");
-        let f = fs::OpenOptions::new().write(true).create(true).custom_flags(libc::O_DIRECT).open(&p).unwrap();
+        let f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&p).unwrap();
         let mut w = Direct::new(&f);
+        w.direct = set_direct(&f, true).is_ok();
+        w.write_all(&[b'a'; 8192]).unwrap();
         w.write_all(b"not a whole block").unwrap();
-        // A direct write of a partial block is refused (EINVAL): it is
-        // written through the cache instead, and so is what follows.
+        // Two whole blocks, then a partial one: a direct write of a partial
+        // block is refused on most filesystems (EINVAL), and it and what
+        // follows are then written through the cache. Whatever the
+        // filesystem does, every byte is in the file, in order.
         w.drain(w.len).unwrap();
-        assert!(!w.direct);
+        assert_eq!(w.len, 0);
         w.write_all(&[b'x'; 5000]).unwrap();
         w.finish().unwrap();
-        let got = fs::read(&p).unwrap();
-        assert_eq!((got.len(), &got[..17]), (17 + 5000, &b"not a whole block"[..]));
+        let want: Vec<u8> = [&[b'a'; 8192][..], b"not a whole block", &[b'x'; 5000]].concat();
+        assert!(fs::read(&p).unwrap() == want);
     }
 
     #[test]
