@@ -256,7 +256,10 @@ fn write_staged<E: From<FileError>>(
 /// writing with that fallback for a plain `std::fs::File`.
 struct Direct<'a> {
     file: &'a fs::File,
-    buf: Aligned,
+    /// [`Direct::SIZE`] bytes from `at`, where the vector's memory is
+    /// aligned to a block (it holds one block more than that).
+    buf: Vec<u8>,
+    at: usize,
     len: usize,
     direct: bool,
 }
@@ -269,8 +272,14 @@ impl<'a> Direct<'a> {
         // The thread's buffer from its last file, if it wrote one: a dump's
         // connection writes one chunk file after another.
         let spare = SPARE.try_with(|s| s.take()).ok().flatten();
-        let buf = spare.unwrap_or_else(|| Aligned::new(Self::SIZE, Self::BLOCK));
-        Direct { file, buf, len: 0, direct: true }
+        let buf = spare.unwrap_or_else(|| vec![0; Self::SIZE + Self::BLOCK]);
+        let at = buf.as_ptr().align_offset(Self::BLOCK);
+        Direct { file, buf, at, len: 0, direct: true }
+    }
+
+    /// The aligned part of the buffer.
+    fn area(&mut self) -> &mut [u8] {
+        &mut self.buf[self.at..self.at + Self::SIZE]
     }
 
     /// Write the buffer's first `upto` bytes (whole blocks while direct)
@@ -281,7 +290,7 @@ impl<'a> Direct<'a> {
             if done == upto {
                 break Ok(());
             }
-            match (&*self.file).write(&self.buf.as_slice()[done..upto]) {
+            match (&*self.file).write(&self.buf[self.at + done..self.at + upto]) {
                 Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -298,7 +307,8 @@ impl<'a> Direct<'a> {
             }
         };
         // What was written leaves the buffer, even when a write failed.
-        self.buf.as_mut_slice().copy_within(done..self.len, 0);
+        let len = self.len;
+        self.area().copy_within(done..len, 0);
         self.len -= done;
         r
     }
@@ -335,12 +345,12 @@ fn set_direct(file: &fs::File, on: bool) -> std::io::Result<()> {
 
 thread_local! {
     /// A buffer [`Direct`] gave back, for the thread's next file.
-    static SPARE: std::cell::Cell<Option<Aligned>> = const { std::cell::Cell::new(None) };
+    static SPARE: std::cell::Cell<Option<Vec<u8>>> = const { std::cell::Cell::new(None) };
 }
 
 impl Drop for Direct<'_> {
     fn drop(&mut self) {
-        let buf = std::mem::replace(&mut self.buf, Aligned::empty());
+        let buf = std::mem::take(&mut self.buf);
         // After the thread's locals are gone the buffer is simply freed.
         let _ = SPARE.try_with(|s| s.set(Some(buf)));
     }
@@ -351,8 +361,8 @@ impl Write for Direct<'_> {
         if self.len == Self::SIZE {
             self.drain(Self::SIZE)?;
         }
-        let n = b.len().min(Self::SIZE - self.len);
-        self.buf.as_mut_slice()[self.len..self.len + n].copy_from_slice(&b[..n]);
+        let (n, len) = (b.len().min(Self::SIZE - self.len), self.len);
+        self.area()[len..len + n].copy_from_slice(&b[..n]);
         self.len += n;
         Ok(n)
     }
@@ -363,51 +373,6 @@ impl Write for Direct<'_> {
         Ok(())
     }
 }
-
-/// A zeroed heap buffer at an alignment `Vec` cannot promise.
-struct Aligned {
-    ptr: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
-}
-
-impl Aligned {
-    fn new(size: usize, align: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(size, align).expect("a power-of-two alignment");
-        debug_assert!(size > 0, "an empty buffer is Aligned::empty");
-        // SAFETY: the layout's size is not zero.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Aligned { ptr, layout }
-    }
-
-    /// A buffer of no bytes, which allocates nothing.
-    fn empty() -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(0, 1).expect("a valid layout");
-        Aligned { ptr: std::ptr::NonNull::dangling(), layout }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` holds `layout.size()` initialised bytes this value owns.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, borrowed mutably through `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        if self.layout.size() > 0 {
-            // SAFETY: allocated in `new` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-        }
-    }
-}
-
-// SAFETY: the buffer is owned memory, not shared.
-unsafe impl Send for Aligned {}
 
 /// A file being written through the page cache whose pages are handed to
 /// the device as it grows,
