@@ -1,5 +1,6 @@
-//! `LOAD DATA LOCAL INFILE` from a stream: how every row gets into a
-//! table, from pileup's chunk files and from mydumper's INSERTs alike.
+//! `LOAD DATA LOCAL INFILE` from a stream: how rows get into a table from
+//! mydumper's INSERTs, and from pileup's chunk files on a server without
+//! bulk execution (see [`crate::bulk`]).
 
 use std::io::Read;
 use std::sync::{Arc, Mutex};

@@ -9,6 +9,7 @@
 //!
 //! A library without printing: progress goes through a callback.
 
+pub mod bulk;
 pub mod check;
 pub mod chunk;
 pub mod copy;

@@ -6,8 +6,9 @@
 //! statistics, DDL that waits on file syncs) → views, routines, triggers
 //! and events.
 //!
-//! Data goes in with `LOAD DATA LOCAL INFILE`, streamed from the
-//! compressed chunk files, in sessions with foreign-key and unique checks
+//! Data goes in by MariaDB's bulk execution of a prepared `INSERT` (see
+//! [`crate::bulk`]; `LOAD DATA LOCAL INFILE` on MySQL, see
+//! [`crate::infile`]), read from the compressed chunk files, in sessions with foreign-key and unique checks
 //! off (the data comes from a consistent dump) and a strict SQL mode, so a
 //! value the table cannot hold is an error, not a warning. Every chunk's
 //! row count is checked against the manifest. Nothing global is changed on
@@ -56,6 +57,10 @@ pub struct LoadOptions {
     pub resume: bool,
     /// Read the loaded tables back and compare them with the dump.
     pub verify: bool,
+    /// Send rows with `LOAD DATA LOCAL INFILE` (see [`crate::infile`]), not
+    /// by bulk execution (see [`crate::bulk`]), which servers other than
+    /// MariaDB 10.2 and later lack.
+    pub load_data: bool,
     /// Create InnoDB tables with their primary key only and add their
     /// secondary indexes in one `ALTER TABLE` after their data (see
     /// [`crate::indexes`]).
@@ -294,7 +299,11 @@ fn load_pileup(spec: &ConnSpec, o: &LoadOptions, on: &mut dyn FnMut(Event), dog:
 
     let AlreadyThere { skip, exists_t, skip_obj, keep_seq } = already_there(&mut c, o, &m, &mut *on)?;
     create_databases(&mut c, o, &m, &keep_seq)?;
-    let waits = deferred_work(o, &m, bulk_into_empty(&pileup_conn::flavor(&mut c)?.1));
+    let version = pileup_conn::flavor(&mut c)?.1;
+    let waits = deferred_work(o, &m, bulk_into_empty(&version));
+    // Rows by LOAD DATA where the server has no bulk execution.
+    let with_load_data = LoadOptions { load_data: o.load_data || !crate::bulk::takes_bulk(&version), ..o.clone() };
+    let o = &with_load_data;
     let (later, creations) = create_tables(&mut c, o, &m, &skip, &exists_t, &waits)?;
     let recalc = waits.recalc;
     let todo: Vec<usize> = (0..m.tables.len()).filter(|i| !skip[*i]).collect();
@@ -844,10 +853,11 @@ fn exists(c: &mut mysql::Conn, kind: &str, db: &str, name: &str) -> Result<bool>
 }
 
 /// Load one chunk; `false` when a resumed load finds it loaded already.
-/// A chunk is one statement, so in InnoDB it is loaded whole or not at
-/// all; a resumed load counts its key range in the table: all its rows
-/// there means loaded, none means not, and anything else (a table that is
-/// not transactional, cut mid-statement) is deleted and loaded again.
+/// A chunk is one transaction (one statement with `LOAD DATA`), so in
+/// InnoDB it is loaded whole or not at all; a resumed load counts its key
+/// range in the table: all its rows there means loaded, none means not,
+/// and anything else (a table that is not transactional, cut midway) is
+/// deleted and loaded again.
 fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: usize) -> Result<bool> {
     let t = &m.tables[i];
     let ch = &t.chunks[k];
@@ -867,15 +877,12 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
     let file = crate::files::open(&path)
         .with_ctx(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
     let db = target(o, &t.db);
-    let loaded = crate::infile::load_data(
-        w,
-        db,
-        &t.name,
-        Some(&t.columns),
-        file,
-        path.display().to_string(),
-        Some((ch.bytes, ch.crc32)),
-    )
+    let (shown, expect) = (path.display().to_string(), Some((ch.bytes, ch.crc32)));
+    let loaded = if !o.load_data {
+        crate::bulk::insert(w, db, &t.name, &t.columns, file, &shown, expect)
+    } else {
+        crate::infile::load_data(w, db, &t.name, Some(&t.columns), file, shown, expect)
+    }
     .with_ctx(|| format!("chunk {}", ch.file))?;
     if loaded != ch.rows {
         bail!("{} loaded {loaded} rows into {db}.{}, the manifest says {}", ch.file, t.name, ch.rows);

@@ -121,6 +121,60 @@ pub fn row(out: &mut Vec<u8>, values: &[Value]) {
     out.push(b'\n');
 }
 
+/// Read the complete rows at the start of `b` (each ended by a newline)
+/// as `LOAD DATA ... ESCAPED BY '\\'` reads them, `cols` values a row,
+/// into `rows`: a backslash and the byte after it are one byte (`\n`, `\t`,
+/// `\r`, `\b`, `\0`, `\Z` the control byte they name, any other that byte
+/// itself), and a field that is exactly `\N` is NULL. Returns how many bytes
+/// the rows took (what follows is a row not complete yet); a row with
+/// another number of fields is an error, at the byte it starts at.
+pub fn read_rows(b: &[u8], cols: usize, rows: &mut Vec<Vec<Value>>) -> Result<usize, usize> {
+    let mut at = 0;
+    loop {
+        let mut row = Vec::with_capacity(cols);
+        let mut p = at;
+        loop {
+            let (begin, mut field, mut from) = (p, Vec::new(), p);
+            let end = loop {
+                let Some(i) = memchr::memchr3(b'\t', b'\n', b'\\', &b[p..]) else { return Ok(at) };
+                let q = p + i;
+                if b[q] != b'\\' {
+                    field.extend_from_slice(&b[from..q]);
+                    p = q + 1;
+                    break b[q];
+                }
+                let Some(&e) = b.get(q + 1) else { return Ok(at) };
+                field.extend_from_slice(&b[from..q]);
+                field.push(unescape(e));
+                p = q + 2;
+                from = p;
+            };
+            row.push(if &b[begin..p - 1] == b"\\N" { Value::NULL } else { Value::Bytes(field) });
+            if end == b'\n' {
+                break;
+            }
+        }
+        if row.len() != cols {
+            return Err(at);
+        }
+        rows.push(row);
+        at = p;
+    }
+}
+
+/// The byte an escape stands for, as `LOAD DATA` reads it.
+fn unescape(e: u8) -> u8 {
+    match e {
+        b'n' => b'\n',
+        b't' => b'\t',
+        b'r' => b'\r',
+        b'b' => 8,
+        b'0' => 0,
+        b'Z' => 26,
+        e => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +248,41 @@ mod tests {
         let mut o = vec![];
         row(&mut o, &[Value::Int(1), Value::NULL, Value::Bytes(b"x".to_vec())]);
         assert_eq!(o, b"1\t\\N\tx\n");
+    }
+
+    #[test]
+    fn rows_read_back_as_written() {
+        // Every escape, NULL beside the string "\N", empty values, and a
+        // row cut anywhere: what is read is what was written, and a cut
+        // row waits for the rest.
+        let written = vec![
+            vec![Value::Bytes(b"a\tb\nc\rd\0e\\".to_vec()), Value::NULL, Value::Bytes(b"\\N".to_vec())],
+            vec![Value::Bytes(vec![]), Value::Bytes(vec![0xff, b'\\', 0x80]), Value::Bytes(b"N".to_vec())],
+        ];
+        let mut text = vec![];
+        for r in &written {
+            row(&mut text, r);
+        }
+        let mut rows = vec![];
+        assert_eq!(read_rows(&text, 3, &mut rows), Ok(text.len()));
+        assert_eq!(rows, written);
+        let first = text.iter().position(|&c| c == b'\n').unwrap() + 1;
+        for cut in 0..text.len() {
+            let mut rows = vec![];
+            let took = read_rows(&text[..cut], 3, &mut rows).unwrap();
+            assert_eq!(took, if cut >= first { first } else { 0 }, "cut at {cut}");
+            assert_eq!(rows.len(), usize::from(cut >= first));
+        }
+        let mut rows = vec![];
+        assert_eq!(read_rows(b"\\b\\Z\\x\\N1\n", 1, &mut rows), Ok(10));
+        assert_eq!(rows, vec![vec![Value::Bytes(vec![8, 26, b'x', b'N', b'1'])]]);
+    }
+
+    #[test]
+    fn a_row_with_another_number_of_fields_is_an_error_where_it_starts() {
+        let mut rows = vec![];
+        assert_eq!(read_rows(b"1\t2\n3\n", 2, &mut rows), Err(4));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(read_rows(b"1\t2\t3\n", 2, &mut vec![]), Err(0));
     }
 }

@@ -1,8 +1,8 @@
 //! The rounds: in each, every dump of the shape (each compression, each
 //! tool, the tools' order alternating by round) and then every load (each
 //! binary log setting, each tool loading its own plain dump), each from a
-//! settled server, each load checked against the source with CHECKSUM
-//! TABLE.
+//! settled server, each load reading its dump from the device and checked
+//! against the source with CHECKSUM TABLE.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -177,6 +177,10 @@ impl Rounds<'_> {
         c.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND")?;
         let (sock, threads) = (self.sock.as_str(), self.cfg.threads.to_string());
         let dir = self.dir(tool, "plain");
+        // A restore reads its dump from the device: whatever of either
+        // tool's files the page cache holds (mydumper's, written through
+        // it) is let go first.
+        evict(&dir)?;
         let mut cmd = match tool {
             "pileup" => {
                 let mut c = Command::new(&self.cfg.pileup);
@@ -240,6 +244,21 @@ fn du(dir: &Path) -> u64 {
             _ => e.metadata().map(|m| m.len()).unwrap_or(0),
         })
         .sum()
+}
+
+/// Let the page cache drop the files under `dir` (written out already:
+/// pileup fsyncs its files, mydumper's are synced after its run).
+fn evict(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            evict(&e.path())?;
+            continue;
+        }
+        let f = std::fs::File::open(e.path())?;
+        nix::fcntl::posix_fadvise(&f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)?;
+    }
+    Ok(())
 }
 
 /// Bring the server to a settled state before a run, so that a run does

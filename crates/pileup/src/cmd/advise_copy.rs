@@ -103,6 +103,7 @@ impl Copier for SandboxCopy {
             no_binlog: true,
             resume: false,
             verify: false,
+            load_data: false,
             indexes_after_data: true,
             watchdog: Some(super::dump::WATCHDOG),
         };

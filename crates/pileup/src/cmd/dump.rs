@@ -81,7 +81,8 @@ pub struct DumpArgs {
 #[derive(clap::Args)]
 #[command(
     after_long_help = "Loads a directory written by `pileup dump` (or by mydumper 0.10.1): databases and tables first, then the data \
-over --threads connections (largest table first, its chunks on every connection) with LOAD DATA LOCAL INFILE in \
+over --threads connections (largest table first, its chunks on every connection), each chunk in one transaction \
+by MariaDB's bulk execution of a prepared INSERT (LOAD DATA LOCAL INFILE on MySQL, or with --load-data), in \
 sessions with foreign-key and unique checks off and a strict SQL mode, each chunk's rows and checksum checked \
 against the manifest; then views, routines, triggers and events. Nothing global is changed on the server.\n\n\
 Examples:\n  pileup load /backup/shop\n  pileup load /backup/shop --rename shop:shop_copy --existing drop"
@@ -107,6 +108,11 @@ pub struct LoadArgs {
     /// After loading, read every chunk back and compare its rows with the dump's counts and hashes.
     #[arg(long)]
     pub verify: bool,
+    /// Send rows with LOAD DATA LOCAL INFILE (the server's local_infile on), as on MySQL, rather than by MariaDB's
+    /// bulk execution of a prepared INSERT: for a proxy between pileup and the server that does not pass bulk
+    /// execution on.
+    #[arg(long)]
+    pub load_data: bool,
     /// When InnoDB tables get their secondary indexes: after-data (created with the primary key only, indexes
     /// built in one ALTER TABLE once the table's data is in) or with-data (created as dumped).
     #[arg(long, value_enum, default_value_t = IndexesArg::AfterData)]
@@ -255,6 +261,7 @@ pub fn run_load(a: LoadArgs, conn: &ConnOptions) -> Result<()> {
         no_binlog: a.no_binlog,
         resume: a.resume,
         verify: a.verify,
+        load_data: a.load_data,
         indexes_after_data: a.indexes == IndexesArg::AfterData,
         watchdog: Some(WATCHDOG),
     };
