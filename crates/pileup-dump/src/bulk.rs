@@ -1,128 +1,221 @@
-//! Rows into a table by MariaDB's bulk execution of a prepared `INSERT`
-//! (`COM_STMT_BULK_EXECUTE`): the chunk's `LOAD DATA` text is read here,
-//! and its rows go to the server as arrays of values, several thousand a
-//! packet, in one transaction. The server stores each value as `LOAD DATA
-//! ... CHARACTER SET binary` would (the session's character set is binary
-//! while it runs, so no value is converted), without reading the text
-//! byte by byte: on MariaDB 10.11 that parsing is a quarter of a load's
-//! server CPU.
+//! Rows into a table by MariaDB's bulk execution of a prepared `INSERT
+//! IGNORE` (`COM_STMT_BULK_EXECUTE`): the chunk's `LOAD DATA` text is read
+//! here, and its rows go to the server as arrays of values, several
+//! thousand a packet, in one transaction. The server stores each value as
+//! `LOAD DATA LOCAL ... CHARACTER SET binary` would: the same conversion
+//! from the file's bytes (the session's character set is binary while it
+//! runs, so no value is converted on the way), and `IGNORE` as `LOAD DATA
+//! LOCAL` implies (a value a column cannot hold stored as converted, with
+//! a warning; a duplicate key's row skipped, which the caller's row count
+//! catches). What it saves is the server reading the text byte by byte:
+//! on MariaDB 10.11 that is a quarter of a `LOAD DATA` load's server CPU.
+//!
+//! The packets are cut here, not by the driver: pileup's connections take
+//! results of up to 1 GiB, and the driver cuts bulk packets at that, while
+//! the server refuses a packet over its `max_allowed_packet`.
 
 use std::io::Read;
 
 use mysql::prelude::Queryable;
 use mysql::Value;
 
-use crate::error::{bail, Ctx, Result};
+use crate::error::{bail, Ctx, DumpError, Result};
 use crate::manifest::quote;
 
-/// The rows' bytes sent in one bulk execution (the driver splits it
-/// further at the server's `max_allowed_packet`).
+/// The most bytes of one bulk packet (under the server's limit): a few
+/// thousand rows, few enough that the driver's buffers for it are kept
+/// for the next.
 const BATCH_BYTES: usize = 2 << 20;
 
 /// Insert the rows of `data` (`LOAD DATA` text, see [`crate::tsv`]) into
 /// `db.table`'s `cols`, in one transaction; returns the rows inserted.
 /// `expect`: the bytes and CRC-32 the data must have, checked before the
 /// commit; a file that is corrupt or does not match is named (`shown`) and
-/// nothing of it stays.
+/// nothing of it stays. The session's character sets are given back after.
 pub fn insert(
     w: &mut mysql::Conn,
     db: &str,
     table: &str,
     cols: &[String],
-    mut data: Box<dyn Read + Send>,
+    data: Box<dyn Read + Send>,
     shown: &str,
     expect: Option<(u64, u32)>,
 ) -> Result<u64> {
+    let session: Option<(u64, String, Option<String>, String)> = w.query_first(
+        "SELECT @@max_allowed_packet, @@character_set_client, @@character_set_results, @@collation_connection",
+    )?;
+    let (max_packet, client, results, collation) = session.unwrap_or((1 << 24, "utf8mb4".into(), None, String::new()));
+    let r = (|| {
+        w.query_drop("SET NAMES binary")?;
+        w.query_drop("START TRANSACTION")?;
+        let into = Target { db, table, cols, shown };
+        let inserted = send(w, &into, data, max_packet as usize, expect)?;
+        w.query_drop("COMMIT")?;
+        Ok::<_, DumpError>(inserted)
+    })();
+    if r.is_err() {
+        let _ = w.query_drop("ROLLBACK");
+    }
+    // Names the server gave: letters, digits and underscores.
+    let name = |s: &str| s.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let mut back = format!(
+        "SET character_set_client = {}, character_set_results = {}",
+        name(&client),
+        results.as_deref().map(name).unwrap_or_else(|| "NULL".into())
+    );
+    if !collation.is_empty() {
+        back.push_str(&format!(", collation_connection = {}", name(&collation)));
+    }
+    let restored = w.query_drop(back);
+    let inserted = r?;
+    restored?;
+    Ok(inserted)
+}
+
+/// Where the rows go.
+struct Target<'a> {
+    db: &'a str,
+    table: &'a str,
+    cols: &'a [String],
+    shown: &'a str,
+}
+
+/// Read `data` and send its rows; the rows the server inserted.
+fn send(
+    w: &mut mysql::Conn,
+    into: &Target,
+    mut data: Box<dyn Read + Send>,
+    max_packet: usize,
+    expect: Option<(u64, u32)>,
+) -> Result<u64> {
+    let Target { db, table, cols, shown } = *into;
     let sql = format!(
-        "INSERT INTO {}.{} ({}) VALUES ({})",
+        "INSERT IGNORE INTO {}.{} ({}) VALUES ({})",
         quote(db),
         quote(table),
         cols.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
         vec!["?"; cols.len()].join(", ")
     );
-    w.query_drop("SET NAMES binary")?;
-    w.query_drop("START TRANSACTION")?;
-    let r = (|| {
-        let packet: u64 = w.query_first("SELECT @@max_allowed_packet")?.unwrap_or(1 << 24);
-        let stmt = w.prep(&sql).with_ctx(|| format!("preparing the insert into {db}.{table}"))?;
-        let (mut buf, mut rows, mut pending) = (Vec::with_capacity(1 << 20), Vec::new(), 0usize);
-        let (mut n, mut crc, mut inserted, mut base) = (0u64, crc32fast::Hasher::new(), 0u64, 0u64);
-        let mut block = vec![0u8; 1 << 20];
-        loop {
-            let got = match data.read(&mut block) {
-                Ok(g) => g,
-                Err(e) => bail!("{shown} is corrupt at byte {n} of its data ({e})"),
-            };
-            crc.update(&block[..got]);
-            n += got as u64;
-            buf.extend_from_slice(&block[..got]);
-            // The last row may lack its newline, as LOAD DATA allows.
-            if got == 0 && !buf.is_empty() && !buf.ends_with(b"\n") {
-                buf.push(b'\n');
-            }
-            let took = crate::tsv::read_rows(&buf, cols.len(), &mut rows).map_err(|at| {
-                crate::error::DumpError::Failed(format!(
+    let stmt = w.prep(&sql).with_ctx(|| format!("preparing the insert into {db}.{table}"))?;
+    // A packet stays 16 KiB under the server's limit (which it applies to
+    // its buffer for the packet, rounded up to 4 KiB), and under 16 MiB (a
+    // larger one goes as several protocol packets of 16 MiB each, which a
+    // server at the default limit refuses).
+    let packet = max_packet.min(1 << 24).saturating_sub(16 << 10);
+    let mut batch = Batch { stmt, into, rows: vec![], size: 0, limit: BATCH_BYTES.min(packet), packet, inserted: 0 };
+    let (mut buf, mut parsed) = (Vec::with_capacity(2 << 20), Vec::new());
+    let (mut n, mut crc, mut base) = (0u64, crc32fast::Hasher::new(), 0u64);
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let got = match data.read(&mut block) {
+            Ok(g) => g,
+            Err(e) => bail!("{shown} is corrupt at byte {n} of its data ({e})"),
+        };
+        crc.update(&block[..got]);
+        n += got as u64;
+        buf.extend_from_slice(&block[..got]);
+        let end = got == 0;
+        // The last row may lack its newline, as LOAD DATA allows.
+        if end && !buf.is_empty() && !buf.ends_with(b"\n") {
+            buf.push(b'\n');
+        }
+        // Rows end at newlines: a block without one (inside a long value)
+        // completes no row, and what is held is not read again for it.
+        if end || memchr::memchr(b'\n', &block[..got]).is_some() {
+            let took = crate::tsv::read_rows(&buf, cols.len(), &mut parsed).map_err(|at| {
+                DumpError::Failed(format!(
                     "{shown} is corrupt at byte {} of its data (a row without {} fields)",
                     base + at as u64,
                     cols.len()
                 ))
             })?;
-            pending += took;
             base += took as u64;
             buf.drain(..took);
-            if got == 0 && !buf.is_empty() {
+            for row in parsed.drain(..) {
+                batch.push(w, row)?;
+            }
+        }
+        if end {
+            if !buf.is_empty() {
                 bail!("{shown} is corrupt at byte {base} of its data (a row cut short)");
             }
-            if pending >= BATCH_BYTES || (got == 0 && !rows.is_empty()) {
-                inserted += rows.len() as u64;
-                send(w, &stmt, &mut rows, packet as usize / 2).with_ctx(|| format!("loading {db}.{table}"))?;
-                pending = 0;
-            }
-            if got == 0 {
-                break;
-            }
+            break;
         }
-        if let Some(expect) = expect.filter(|&e| e != (n, crc.finalize())) {
-            bail!(
-                "{shown} does not match the manifest ({n} bytes read, {} expected, or a different checksum)",
-                expect.0
-            );
-        }
-        w.query_drop("COMMIT")?;
-        Ok::<_, crate::error::DumpError>(inserted)
-    })();
-    if r.is_err() {
-        let _ = w.query_drop("ROLLBACK");
     }
-    let names = w.query_drop("SET NAMES utf8mb4");
-    let inserted = r?;
-    names?;
-    Ok(inserted)
+    batch.flush(w)?;
+    if let Some(expect) = expect.filter(|&e| e != (n, crc.finalize())) {
+        bail!("{shown} does not match the manifest ({n} bytes read, {} expected, or a different checksum)", expect.0);
+    }
+    Ok(batch.inserted)
 }
 
-/// Send `rows` (taking them): by bulk execution, but a row of more than
-/// `single` bytes by an execution of its own, which the driver sends in
-/// pieces when it is larger than a packet.
-fn send(w: &mut mysql::Conn, stmt: &mysql::Statement, rows: &mut Vec<Vec<Value>>, single: usize) -> mysql::Result<()> {
-    let size = |r: &[Value]| r.iter().map(|v| if let Value::Bytes(b) = v { b.len() + 10 } else { 1 }).sum::<usize>();
-    if rows.iter().all(|r| size(r) <= single) {
-        return w.exec_batch(stmt, rows.drain(..));
+/// Rows waiting to go in one bulk packet.
+struct Batch<'a> {
+    stmt: mysql::Statement,
+    into: &'a Target<'a>,
+    rows: Vec<Vec<Value>>,
+    /// Their bytes in the packet.
+    size: usize,
+    /// The packet's bytes to send at.
+    limit: usize,
+    /// The most a packet may hold.
+    packet: usize,
+    /// Rows inserted so far.
+    inserted: u64,
+}
+
+impl Batch<'_> {
+    /// The packet's bytes before its rows: command, statement, flags, and
+    /// each column's type.
+    fn head(&self) -> usize {
+        7 + 2 * self.into.cols.len()
     }
-    let mut batch = vec![];
-    for r in rows.drain(..) {
-        if size(&r) <= single {
-            batch.push(r);
-            continue;
+
+    fn push(&mut self, w: &mut mysql::Conn, row: Vec<Value>) -> Result<()> {
+        let size = wire(&row);
+        if self.head() + size > self.packet {
+            // A row no packet holds goes by LOAD DATA, which streams it.
+            self.flush(w)?;
+            let mut text = vec![];
+            crate::tsv::row(&mut text, &row);
+            let Target { db, table, cols, shown } = *self.into;
+            let data = Box::new(std::io::Cursor::new(text));
+            self.inserted += crate::infile::load_data(w, db, table, Some(cols), data, shown.to_string(), None)?;
+            return Ok(());
         }
-        if !batch.is_empty() {
-            w.exec_batch(stmt, std::mem::take(&mut batch))?;
+        if !self.rows.is_empty() && self.head() + self.size + size > self.limit {
+            self.flush(w)?;
         }
-        w.exec_drop(stmt, r)?;
+        self.size += size;
+        self.rows.push(row);
+        Ok(())
     }
-    if !batch.is_empty() {
-        w.exec_batch(stmt, batch)?;
+
+    /// Send the rows held as one bulk packet.
+    fn flush(&mut self, w: &mut mysql::Conn) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let Target { db, table, .. } = *self.into;
+        w.exec_batch(&self.stmt, self.rows.drain(..)).with_ctx(|| format!("loading {db}.{table}"))?;
+        self.inserted += w.affected_rows();
+        self.size = 0;
+        Ok(())
     }
-    Ok(())
+}
+
+/// A row's bytes in a bulk packet: each value's indicator byte, and a
+/// string's length (as the protocol encodes it) and bytes.
+fn wire(row: &[Value]) -> usize {
+    row.iter()
+        .map(|v| match v {
+            Value::Bytes(b) if b.len() < 251 => 2 + b.len(),
+            Value::Bytes(b) if b.len() < 1 << 16 => 4 + b.len(),
+            Value::Bytes(b) if b.len() < 1 << 24 => 5 + b.len(),
+            Value::Bytes(b) => 10 + b.len(),
+            _ => 1,
+        })
+        .sum()
 }
 
 /// Whether a server takes rows by bulk execution: MariaDB 10.2 and later
@@ -137,13 +230,23 @@ pub fn takes_bulk(version: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn bulk_execution_is_mariadbs_from_10_2() {
-        assert!(super::takes_bulk("10.11.19-MariaDB-0+deb12u1"));
-        assert!(super::takes_bulk("11.4.2-MariaDB"));
-        assert!(super::takes_bulk("10.2.44-MariaDB-log"));
-        assert!(!super::takes_bulk("10.1.48-MariaDB"));
-        assert!(!super::takes_bulk("8.0.36"));
-        assert!(!super::takes_bulk("9.1.0-commercial"));
+        assert!(takes_bulk("10.11.19-MariaDB-0+deb12u1"));
+        assert!(takes_bulk("11.4.2-MariaDB"));
+        assert!(takes_bulk("10.2.44-MariaDB-log"));
+        assert!(!takes_bulk("10.1.48-MariaDB"));
+        assert!(!takes_bulk("8.0.36"));
+        assert!(!takes_bulk("9.1.0-commercial"));
+    }
+
+    #[test]
+    fn a_rows_packet_bytes_count_each_values_indicator_and_length() {
+        let b = |n: usize| Value::Bytes(vec![b'x'; n]);
+        assert_eq!(wire(&[Value::NULL, b(0), b(250)]), 1 + 2 + 252);
+        assert_eq!(wire(&[b(251), b(65535)]), 255 + 65539);
+        assert_eq!(wire(&[b(1 << 16), b(1 << 24)]), (1 << 16) + 5 + (1 << 24) + 10);
     }
 }

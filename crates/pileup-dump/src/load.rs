@@ -8,10 +8,11 @@
 //!
 //! Data goes in by MariaDB's bulk execution of a prepared `INSERT` (see
 //! [`crate::bulk`]; `LOAD DATA LOCAL INFILE` on MySQL, see
-//! [`crate::infile`]), read from the compressed chunk files, in sessions with foreign-key and unique checks
-//! off (the data comes from a consistent dump) and a strict SQL mode, so a
-//! value the table cannot hold is an error, not a warning. Every chunk's
-//! row count is checked against the manifest. Nothing global is changed on
+//! [`crate::infile`]), read from the compressed chunk files, in sessions
+//! with foreign-key and unique checks off (the data comes from a
+//! consistent dump). Both take rows as `LOAD DATA LOCAL` does (a value a
+//! column cannot hold converted with a warning, a duplicate key's row
+//! skipped); every chunk's row count is checked against the manifest. Nothing global is changed on
 //! the server; `--no-binlog` turns the binary log off for these sessions.
 //!
 //! An InnoDB table loads with `STATS_AUTO_RECALC=0`: otherwise InnoDB

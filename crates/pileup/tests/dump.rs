@@ -94,9 +94,7 @@ const TABLES: &[&str] = &["t", "allbytes", "big", "idx", "nokey", "ar", "blobby"
 
 #[test]
 fn every_type_and_object_survives_a_dump_and_a_load() {
-    // Packets of 4 MiB: the load sends blobby's 4 MB row by an execution of
-    // its own, every other row in bulk.
-    let sb = sandbox_with(vec![("max_allowed_packet", "4M")]);
+    let sb = sandbox();
     let mut c = sb.connect().unwrap();
     fill(&mut c);
     // The ends of FLOAT's and DOUBLE's ranges (mydumper's text keeps 6
@@ -107,13 +105,18 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
          (3, 1.1754943508222875e-38, 2.2250738585072014e-308), (4, 1.401298464324817e-45, 5e-324)",
     )
     .unwrap();
+    // A value near the packet limit the load is given below.
+    c.query_drop(
+        "CREATE TABLE d1.wide (id INT PRIMARY KEY, b LONGBLOB); INSERT INTO d1.wide VALUES (1, REPEAT('y', 4180000))",
+    )
+    .unwrap();
     let dir = scratch("dump");
     let out = dir.join("d1");
     let text = ok(&run(
         &sb,
         &["dump", "-o", out.to_str().unwrap(), "--databases", "d1", "--chunk-rows", "10000", "--threads", "3"],
     ));
-    assert!(text.contains("dumped 10 tables"), "{text}");
+    assert!(text.contains("dumped 11 tables"), "{text}");
     // Files hold data: 0600 files in 0700 directories.
     for d in [out.clone(), out.join("data")] {
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
@@ -131,8 +134,18 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
     assert_eq!(m["lock"]["copied_under_lock"][0], "d1.ar (Aria)");
 
     // Into another database of the same server, then checked table by table.
+    let loads = |c: &mut mysql::Conn| -> u64 {
+        c.query_first::<(String, u64), _>("SHOW GLOBAL STATUS LIKE 'Com_load'").unwrap().unwrap().1
+    };
+    // Packets of 4 MiB (4,194,304 bytes) for the load: it sends blobby's
+    // row of 4,000,000 bytes in a bulk packet of its own, wide's row of
+    // 4,180,000 (more than a bulk packet holds, 16 KiB under the limit) by
+    // LOAD DATA.
+    c.query_drop("SET GLOBAL max_allowed_packet = 4194304").unwrap();
+    let before = loads(&mut c);
     ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3", "--verify"]));
-    for t in TABLES.iter().chain(&["fl"]) {
+    assert_eq!(loads(&mut c) - before, 1, "rows go in by bulk execution, wide's by LOAD DATA");
+    for t in TABLES.iter().chain(&["fl", "wide"]) {
         let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
         assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
         // Indexes (those added after the data too), options and counters.

@@ -83,8 +83,7 @@ pub struct DumpArgs {
     after_long_help = "Loads a directory written by `pileup dump` (or by mydumper 0.10.1): databases and tables first, then the data \
 over --threads connections (largest table first, its chunks on every connection), each chunk in one transaction \
 by MariaDB's bulk execution of a prepared INSERT (LOAD DATA LOCAL INFILE on MySQL, or with --load-data), in \
-sessions with foreign-key and unique checks off and a strict SQL mode, each chunk's rows and checksum checked \
-against the manifest; then views, routines, triggers and events. Nothing global is changed on the server.\n\n\
+sessions with foreign-key and unique checks off, each chunk's rows and checksum checked against the manifest; then views, routines, triggers and events. Nothing global is changed on the server.\n\n\
 Examples:\n  pileup load /backup/shop\n  pileup load /backup/shop --rename shop:shop_copy --existing drop"
 )]
 pub struct LoadArgs {
@@ -110,7 +109,7 @@ pub struct LoadArgs {
     pub verify: bool,
     /// Send rows with LOAD DATA LOCAL INFILE (the server's local_infile on), as on MySQL, rather than by MariaDB's
     /// bulk execution of a prepared INSERT: for a proxy between pileup and the server that does not pass bulk
-    /// execution on.
+    /// execution on (rows would go one execution each).
     #[arg(long)]
     pub load_data: bool,
     /// When InnoDB tables get their secondary indexes: after-data (created with the primary key only, indexes
