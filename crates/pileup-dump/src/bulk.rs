@@ -221,11 +221,7 @@ fn wire(row: &[Value]) -> usize {
 /// Whether a server takes rows by bulk execution: MariaDB 10.2 and later
 /// (`version` as `SELECT VERSION()` gives it).
 pub fn takes_bulk(version: &str) -> bool {
-    if !version.to_ascii_lowercase().contains("mariadb") {
-        return false;
-    }
-    let mut n = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= (10, 2)
+    crate::load::mariadb_from(version, (10, 2))
 }
 
 #[cfg(test)]

@@ -584,11 +584,17 @@ struct Waits {
 /// (10.6 loads an empty table without undo logging, but into each index
 /// row by row); `version` as `SELECT VERSION()` gives it.
 fn bulk_into_empty(version: &str) -> bool {
+    mariadb_from(version, (10, 7))
+}
+
+/// Whether `version` (as `SELECT VERSION()` gives it) is MariaDB's, `at`
+/// (major, minor) or later.
+pub(crate) fn mariadb_from(version: &str, at: (u32, u32)) -> bool {
     if !version.to_ascii_lowercase().contains("mariadb") {
         return false;
     }
     let mut n = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= (10, 7)
+    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= at
 }
 
 /// Read every loaded chunk back as the dump read it, and compare its row
@@ -879,10 +885,10 @@ fn load_chunk(w: &mut mysql::Conn, o: &LoadOptions, m: &Manifest, i: usize, k: u
         .with_ctx(|| format!("cannot open {} (chunk {k} of {}.{})", path.display(), t.db, t.name))?;
     let db = target(o, &t.db);
     let (shown, expect) = (path.display().to_string(), Some((ch.bytes, ch.crc32)));
-    let loaded = if !o.load_data {
-        crate::bulk::insert(w, db, &t.name, &t.columns, file, &shown, expect)
-    } else {
+    let loaded = if o.load_data {
         crate::infile::load_data(w, db, &t.name, Some(&t.columns), file, shown, expect)
+    } else {
+        crate::bulk::insert(w, db, &t.name, &t.columns, file, &shown, expect)
     }
     .with_ctx(|| format!("chunk {}", ch.file))?;
     if loaded != ch.rows {
