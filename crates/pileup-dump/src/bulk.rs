@@ -221,7 +221,17 @@ fn wire(row: &[Value]) -> usize {
 /// Whether a server takes rows by bulk execution: MariaDB 10.2 and later
 /// (`version` as `SELECT VERSION()` gives it).
 pub fn takes_bulk(version: &str) -> bool {
-    crate::load::mariadb_from(version, (10, 2))
+    mariadb_from(version, (10, 2))
+}
+
+/// Whether `version` (as `SELECT VERSION()` gives it) is MariaDB's, `at`
+/// (major, minor) or later.
+pub(crate) fn mariadb_from(version: &str, at: (u32, u32)) -> bool {
+    if !version.to_ascii_lowercase().contains("mariadb") {
+        return false;
+    }
+    let mut n = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= at
 }
 
 #[cfg(test)]

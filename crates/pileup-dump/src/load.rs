@@ -584,17 +584,7 @@ struct Waits {
 /// (10.6 loads an empty table without undo logging, but into each index
 /// row by row); `version` as `SELECT VERSION()` gives it.
 fn bulk_into_empty(version: &str) -> bool {
-    mariadb_from(version, (10, 7))
-}
-
-/// Whether `version` (as `SELECT VERSION()` gives it) is MariaDB's, `at`
-/// (major, minor) or later.
-pub(crate) fn mariadb_from(version: &str, at: (u32, u32)) -> bool {
-    if !version.to_ascii_lowercase().contains("mariadb") {
-        return false;
-    }
-    let mut n = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-    (n.next().unwrap_or(0), n.next().unwrap_or(0)) >= at
+    crate::bulk::mariadb_from(version, (10, 7))
 }
 
 /// Read every loaded chunk back as the dump read it, and compare its row
