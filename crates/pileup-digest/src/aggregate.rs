@@ -123,6 +123,9 @@ pub struct Aggregate {
     pub events: u64,
     pub problems: Vec<Problem>,
     pub problem_count: u64,
+    /// An input's last entry that had no statement yet at its end (a log
+    /// still being written, or cut there): not counted, and not damage.
+    pub unfinished: Vec<Problem>,
     fp: Vec<u8>,
     /// Skeletons of statements seen (see [`pileup_sql::skeleton`]), with
     /// their class's index ([`TO_OTHER`]: "other"): a statement whose
@@ -159,6 +162,7 @@ impl Aggregate {
             events: 0,
             problems: vec![],
             problem_count: 0,
+            unfinished: vec![],
             fp: Vec::with_capacity(256),
             skels: hashbrown::HashTable::new(),
             skel: Vec::with_capacity(256),
@@ -344,6 +348,7 @@ impl Aggregate {
         // thread's are in (each thread kept its own first ones).
         self.problem_count += o.problem_count;
         self.problems.extend(o.problems);
+        self.unfinished.extend(o.unfinished);
         if let Some(om) = o.minutes {
             self.minutes.get_or_insert_with(Minutes::default).merge(om);
         }

@@ -289,6 +289,11 @@ fn number_lines(
     }
     agg.problems.sort_by_key(|p| (p.input, p.line));
     agg.problems.truncate(aggregate::PROBLEMS_KEPT);
+    for p in &mut agg.unfinished {
+        p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
+        p.file = names[p.input].clone();
+    }
+    agg.unfinished.sort_by_key(|p| p.input);
     let mut seen = [false; N_ATTRS];
     for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {
         let (input, at) = c.sample.at;
@@ -313,7 +318,11 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     let lines: Mutex<HashMap<(usize, u64), u64>> = Mutex::default();
     let pool = input::Pool::default();
     let parse = |job: Job, agg: &mut Aggregate| {
-        let out = slowlog::parse_block(&job.block, &BlockCtx { input: job.input, seq: job.seq, db: &job.db }, agg);
+        let out = slowlog::parse_block(
+            &job.block,
+            &BlockCtx { input: job.input, seq: job.seq, db: &job.db, at_end: job.block.last },
+            agg,
+        );
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
         job.block.recycle(&pool);
     };
@@ -410,7 +419,8 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
 }
 
 /// The digest of an aggregate every input went into.
-fn finish(agg: Aggregate, inputs: Vec<String>, seen: [bool; N_ATTRS], bytes: u64, notes: Vec<String>) -> Digest {
+fn finish(agg: Aggregate, inputs: Vec<String>, seen: [bool; N_ATTRS], bytes: u64, mut notes: Vec<String>) -> Digest {
+    notes.extend(agg.unfinished.iter().map(|p| format!("{}:{}: {}", p.file, p.line, p.what)));
     let mut classes = agg.classes;
     rank::sort(&mut classes, Rank::Time);
     Digest {

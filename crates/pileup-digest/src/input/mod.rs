@@ -252,6 +252,8 @@ pub struct Block {
     /// Everything the followed file holds so far is in this block or
     /// before it (the reader waits at its end).
     pub caught_up: bool,
+    /// The input ends with this block (a finite input read to its end).
+    pub last: bool,
 }
 
 impl std::ops::Deref for Block {
@@ -323,10 +325,10 @@ impl Blocks {
                 filled = self.fill(&mut buf, filled, want)?;
             }
             if self.eof {
-                return Ok((filled > 0).then_some(Block { buf, len: filled, caught_up: false }));
+                return Ok((filled > 0).then_some(Block { buf, len: filled, caught_up: false, last: true }));
             }
             if std::mem::take(&mut self.idle) {
-                return Ok(Some(Block { buf, len: filled, caught_up: true }));
+                return Ok(Some(Block { buf, len: filled, caught_up: true, last: false }));
             }
             let data = &buf[..filled];
             let cut = match slowlog::last_entry_start(data) {
@@ -339,7 +341,7 @@ impl Blocks {
                 }
             };
             self.carry = buf[cut..filled].to_vec();
-            return Ok(Some(Block { buf, len: cut, caught_up: false }));
+            return Ok(Some(Block { buf, len: cut, caught_up: false, last: false }));
         }
     }
 }

@@ -27,6 +27,9 @@ pub struct BlockCtx<'a> {
     pub input: usize,
     pub seq: u64,
     pub db: &'a [u8],
+    /// The input ends with this block: an entry with no statement at its
+    /// end is one still being written (or a log cut there), not damage.
+    pub at_end: bool,
 }
 
 /// What a parsed block reports besides the classes it fed.
@@ -191,6 +194,9 @@ fn parse_block_with(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate, learn: bo
         line_no += 1;
         p.line(pos, block.len(), line_no, agg);
     }
+    if ctx.at_end {
+        p.finish_input(agg);
+    }
     p.finish(agg);
     BlockOut { lines: line_no }
 }
@@ -340,6 +346,24 @@ impl<'a> Parser<'a, '_> {
         self.finish(agg);
         self.entry.reset(no);
         self.state = State::Head;
+    }
+
+    /// The input ends: its last entry, when it has no statement yet, is
+    /// set aside as unfinished rather than named as a problem.
+    fn finish_input(&mut self, agg: &mut Aggregate) {
+        let e = &self.entry;
+        if self.state != State::Idle && e.text.is_none() && (e.has_user || e.has_attrs) {
+            self.state = State::Idle;
+            let what =
+                "the last entry has no statement (the log was still being written, or it is cut there): not counted";
+            agg.unfinished.push(Problem {
+                input: self.ctx.input,
+                block: self.ctx.seq,
+                file: String::new(),
+                line: e.line,
+                what: what.into(),
+            });
+        }
     }
 
     /// The current entry ends: counted, or named as a problem when it has
@@ -732,7 +756,7 @@ mod tests {
 
     fn parse(log: &str) -> Aggregate {
         let mut agg = Aggregate::new(100);
-        parse_block(log.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"" }, &mut agg);
+        parse_block(log.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"", at_end: false }, &mut agg);
         agg
     }
 
@@ -935,6 +959,35 @@ select 3;
     }
 
     #[test]
+    fn an_entry_without_statement_at_the_inputs_end_is_unfinished_not_damage() {
+        // A live log read while the server writes its last entry.
+        let log = "# User@Host: a[a] @ h []\n# Query_time: 0.1\nSET timestamp=100;\nselect 1;\n\
+                   # User@Host: b[b] @ h []\n# Query_time: 0.2\nSET timestamp=101;\nselect 2;\n\
+                   # Time: 2026-12-01T18:00:00.000000Z\n# User@Host: c[c] @ h []\n# Query_time: 0.3";
+        let mut agg = Aggregate::new(100);
+        parse_block(log.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"", at_end: true }, &mut agg);
+        assert_eq!(agg.events, 2);
+        assert!(agg.problems.is_empty(), "{:?}", agg.problems);
+        assert_eq!(agg.unfinished.len(), 1);
+        assert_eq!(agg.unfinished[0].line, 9);
+        assert!(agg.unfinished[0].what.contains("still being written"), "{}", agg.unfinished[0].what);
+        // The same entry before more of the input (a block's end inside it)
+        // is damage.
+        let mut agg = Aggregate::new(100);
+        parse_block(log.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"", at_end: false }, &mut agg);
+        assert!(agg.unfinished.is_empty());
+        assert_eq!(agg.problem_count, 1);
+        // A complete last entry is counted either way.
+        let mut agg = Aggregate::new(100);
+        parse_block(
+            &log.as_bytes()[..log.find("# Time:").unwrap()],
+            &BlockCtx { input: 0, seq: 0, db: b"", at_end: true },
+            &mut agg,
+        );
+        assert_eq!((agg.events, agg.problem_count, agg.unfinished.len()), (2, 0, 0));
+    }
+
+    #[test]
     fn only_the_servers_set_timestamp_line_is_taken_for_one() {
         assert_eq!(set_timestamp(b"SET timestamp=1795762346;"), Some(1795762346));
         assert_eq!(set_timestamp(b"SET last_insert_id=3,insert_id=4,timestamp=17;"), Some(17));
@@ -969,7 +1022,7 @@ select 3;
         let mut agg = Aggregate::new(100);
         let mut seq = 0;
         while let Some(block) = b.next_block().unwrap() {
-            parse_block(&block, &BlockCtx { input: 0, seq, db: b"" }, &mut agg);
+            parse_block(&block, &BlockCtx { input: 0, seq, db: b"", at_end: false }, &mut agg);
             seq += 1;
         }
         assert!(agg.problems.is_empty(), "{:?}", agg.problems);
@@ -1052,7 +1105,7 @@ select 3;
             }
             log.push_str(&format!("SET timestamp={};\nselect {};\n", 100 + k, k % 7));
         }
-        let ctx = BlockCtx { input: 0, seq: 0, db: b"" };
+        let ctx = BlockCtx { input: 0, seq: 0, db: b"", at_end: false };
         let (mut by_layout, mut by_name) = (Aggregate::new(100), Aggregate::new(100));
         parse_block_with(log.as_bytes(), &ctx, &mut by_layout, true);
         parse_block_with(log.as_bytes(), &ctx, &mut by_name, false);

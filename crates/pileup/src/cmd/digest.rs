@@ -47,7 +47,8 @@ use crate::output::emit;
 /// percentiles; performance_schema must be on), or with --follow minute by
 /// minute until Ctrl-C. Entries cut short
 /// or with garbled values are named by file and line, counted and skipped;
-/// every statement that can be read counts.
+/// every statement that can be read counts. A file's last entry with no
+/// statement yet (a live log the server is writing) is a note, not damage.
 ///
 /// Memory grows with the number of classes, not of statements: past
 /// --max-classes, statements of new fingerprints are counted together as
