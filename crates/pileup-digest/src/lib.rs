@@ -318,11 +318,8 @@ pub fn digest(inputs: &[Input], o: &Options, sink: &mut dyn Sink) -> Result<Dige
     let lines: Mutex<HashMap<(usize, u64), u64>> = Mutex::default();
     let pool = input::Pool::default();
     let parse = |job: Job, agg: &mut Aggregate| {
-        let out = slowlog::parse_block(
-            &job.block,
-            &BlockCtx { input: job.input, seq: job.seq, db: &job.db, at_end: job.block.last },
-            agg,
-        );
+        let ctx = BlockCtx { input: job.input, seq: job.seq, db: &job.db, at_end: job.block.last };
+        let out = slowlog::parse_block(&job.block, &ctx, agg);
         lines.lock().unwrap_or_else(|e| e.into_inner()).insert((job.input, job.seq), out.lines);
         job.block.recycle(&pool);
     };
