@@ -13,6 +13,9 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod direct;
+use direct::{set_direct, Direct, Tail};
+
 /// Why a file could not be written, naming it and, for a full disk or a
 /// refused permission, the fix.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +147,9 @@ pub fn write_private_staged<E: From<FileError>>(
 /// I/O (`O_DIRECT`, a megabyte at a time) rather than copied into the
 /// kernel's page cache: a dump's files are written once and not read
 /// again soon, and the copy into the cache was a quarter of a plain dump's
-/// own CPU (it also pushes out what the host caches for the server). A
+/// own CPU (it also pushes out what the host caches for the server). The
+/// writer does not wait for the device: each full megabyte is written by a
+/// thread of its own meanwhile, and the last one by [`Staged::finish`]. A
 /// filesystem that refuses direct I/O is written through the cache; the
 /// file's last partial block always is.
 pub fn write_private_staged_direct<E: From<FileError>>(
@@ -168,14 +173,19 @@ struct Pending {
     tmp: PathBuf,
     path: PathBuf,
     sync: bool,
+    /// A direct file's last bytes, written before its sync.
+    tail: Option<Tail>,
 }
 
 impl Staged {
     /// Sync the file (a private one) and rename it into place.
     pub fn finish(mut self) -> Result<(), FileError> {
-        let Some(p) = self.pending.take() else { return Ok(()) };
+        let Some(mut p) = self.pending.take() else { return Ok(()) };
         let failed = |source| FileError::Write { path: p.path.clone(), source };
         let res = (|| {
+            if let Some(t) = p.tail.take() {
+                t.write(&p.file).map_err(failed)?;
+            }
             if p.sync {
                 p.file.sync_all().map_err(failed)?;
             }
@@ -221,8 +231,9 @@ fn write_staged<E: From<FileError>>(
     // cache (an open with the flag may create the file before refusing it).
     let direct = direct && set_direct(&file, true).is_ok();
     // From here the temporary file is removed if anything fails.
-    let mut staged =
-        Staged { pending: Some(Pending { file, tmp, path: path.to_path_buf(), sync: mode == Mode::Private }) };
+    let mut staged = Staged {
+        pending: Some(Pending { file, tmp, path: path.to_path_buf(), sync: mode == Mode::Private, tail: None }),
+    };
     let p = staged.pending.as_mut().expect("just set");
     if mode == Mode::KeepExisting {
         let (owner, bits) = match fs::metadata(path) {
@@ -235,10 +246,9 @@ fn write_staged<E: From<FileError>>(
         }
     }
     if direct {
-        let mut w = Direct::new(&p.file);
+        let mut w = Direct::new(&p.file, true);
         run(path, &mut w, f)?;
-        w.finish().map_err(failed)?;
-        drop(w);
+        p.tail = Some(w.finish().map_err(failed)?);
         return Ok(staged);
     }
     let mut w = std::io::BufWriter::new(WrittenBack { file: &p.file, written: 0, started: 0 });
@@ -246,132 +256,6 @@ fn write_staged<E: From<FileError>>(
     w.flush().map_err(failed)?;
     drop(w);
     Ok(staged)
-}
-
-/// A file with `O_DIRECT` set, written a megabyte at a time from a
-/// buffer aligned as direct I/O requires (addresses, lengths and offsets in
-/// whole blocks). The last partial block is written through the page cache
-/// (the flag cleared); so is everything after a write the filesystem
-/// refuses as direct. Written here: no maintained crate does direct-I/O
-/// writing with that fallback for a plain `std::fs::File`.
-struct Direct<'a> {
-    file: &'a fs::File,
-    /// [`Direct::SIZE`] bytes from `at`, where the vector's memory is
-    /// aligned to a block (it holds one block more than that).
-    buf: Vec<u8>,
-    at: usize,
-    len: usize,
-    direct: bool,
-}
-
-impl<'a> Direct<'a> {
-    const BLOCK: usize = 4096;
-    const SIZE: usize = 1 << 20;
-
-    fn new(file: &'a fs::File) -> Direct<'a> {
-        // The thread's buffer from its last file, if it wrote one: a dump's
-        // connection writes one chunk file after another.
-        let spare = SPARE.try_with(|s| s.take()).ok().flatten();
-        let buf = spare.unwrap_or_else(|| vec![0; Self::SIZE + Self::BLOCK]);
-        let at = buf.as_ptr().align_offset(Self::BLOCK);
-        Direct { file, buf, at, len: 0, direct: true }
-    }
-
-    /// The aligned part of the buffer.
-    fn area(&mut self) -> &mut [u8] {
-        &mut self.buf[self.at..self.at + Self::SIZE]
-    }
-
-    /// Write the buffer's first `upto` bytes (whole blocks while direct)
-    /// and keep the rest at its start.
-    fn drain(&mut self, upto: usize) -> std::io::Result<()> {
-        let mut done = 0;
-        let r = loop {
-            if done == upto {
-                break Ok(());
-            }
-            match (&*self.file).write(&self.buf[self.at + done..self.at + upto]) {
-                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // Refused as direct (a filesystem that accepted the flag
-                // but not this write, or an offset left unaligned by a
-                // short write): the rest goes through the page cache. A
-                // refused write leaves the file's offset where it was.
-                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                    if let Err(e) = self.cached() {
-                        break Err(e);
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        // What was written leaves the buffer, even when a write failed.
-        let len = self.len;
-        self.area().copy_within(done..len, 0);
-        self.len -= done;
-        r
-    }
-
-    /// Clear `O_DIRECT`: what is written from here goes through the cache.
-    fn cached(&mut self) -> std::io::Result<()> {
-        set_direct(self.file, false)?;
-        self.direct = false;
-        Ok(())
-    }
-
-    /// Write what is left: whole blocks directly, the last partial one
-    /// through the cache.
-    fn finish(&mut self) -> std::io::Result<()> {
-        self.drain(self.len / Self::BLOCK * Self::BLOCK)?;
-        if self.len > 0 {
-            if self.direct {
-                self.cached()?;
-            }
-            self.drain(self.len)?;
-        }
-        Ok(())
-    }
-}
-
-/// Set or clear `O_DIRECT` on an open file.
-fn set_direct(file: &fs::File, on: bool) -> std::io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
-    let flags = if on { flags | OFlag::O_DIRECT } else { flags - OFlag::O_DIRECT };
-    fcntl(file, FcntlArg::F_SETFL(flags))?;
-    Ok(())
-}
-
-thread_local! {
-    /// A buffer [`Direct`] gave back, for the thread's next file.
-    static SPARE: std::cell::Cell<Option<Vec<u8>>> = const { std::cell::Cell::new(None) };
-}
-
-impl Drop for Direct<'_> {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        // After the thread's locals are gone the buffer is simply freed.
-        let _ = SPARE.try_with(|s| s.set(Some(buf)));
-    }
-}
-
-impl Write for Direct<'_> {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if self.len == Self::SIZE {
-            self.drain(Self::SIZE)?;
-        }
-        let (n, len) = (b.len().min(Self::SIZE - self.len), self.len);
-        self.area()[len..len + n].copy_from_slice(&b[..n]);
-        self.len += n;
-        Ok(n)
-    }
-
-    /// Nothing: the buffer reaches the file in whole blocks, and at
-    /// [`Direct::finish`].
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A file being written through the page cache whose pages are handed to
@@ -576,27 +460,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn a_write_refused_as_direct_goes_through_the_cache() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        let f = fs::OpenOptions::new().write(true).create(true).truncate(true).open(&p).unwrap();
-        let mut w = Direct::new(&f);
-        w.direct = set_direct(&f, true).is_ok();
-        w.write_all(&[b'a'; 8192]).unwrap();
-        w.write_all(b"not a whole block").unwrap();
-        // Two whole blocks, then a partial one: a direct write of a partial
-        // block is refused on most filesystems (EINVAL), and it and what
-        // follows are then written through the cache. Whatever the
-        // filesystem does, every byte is in the file, in order.
-        w.drain(w.len).unwrap();
-        assert_eq!(w.len, 0);
-        w.write_all(&[b'x'; 5000]).unwrap();
-        w.finish().unwrap();
-        let want: Vec<u8> = [&[b'a'; 8192][..], b"not a whole block", &[b'x'; 5000]].concat();
-        assert!(fs::read(&p).unwrap() == want);
     }
 
     #[test]
