@@ -128,16 +128,31 @@ fn send(job: Job) -> std::io::Result<()> {
             })?;
             *w = Some(Writer { jobs, back });
         }
-        w.as_ref().expect("just set").jobs.send(job).map_err(|_| writer_gone())
+        let sent = w.as_ref().expect("just set").jobs.send(job);
+        if sent.is_err() {
+            // Gone (it cannot be, short of a panic): the next file starts
+            // another.
+            *w = None;
+        }
+        sent.map_err(|_| writer_gone())
     })
 }
 
 /// The buffer this thread's writer thread was given last, once written.
 fn receive() -> std::io::Result<Back> {
-    WRITER.with(|w| w.borrow().as_ref().ok_or_else(writer_gone)?.back.recv().map_err(|_| writer_gone()))
+    WRITER.with(|w| {
+        let mut w = w.borrow_mut();
+        let back = w.as_ref().ok_or_else(writer_gone)?.back.recv();
+        if back.is_err() {
+            *w = None;
+        }
+        back.map_err(|_| writer_gone())
+    })
 }
 
-/// A file open for direct I/O, written through a buffer.
+/// A file open for direct I/O, written through a buffer. One at a time
+/// on a thread: the thread's writer thread answers in order, for
+/// whichever file gave it a buffer.
 pub(crate) struct Direct<'a> {
     file: &'a fs::File,
     cur: Aligned,
@@ -145,12 +160,14 @@ pub(crate) struct Direct<'a> {
     /// A full buffer is with the writer thread.
     in_flight: bool,
     direct: bool,
+    /// A write failed: the file is not whole, and nothing more is taken.
+    failed: bool,
 }
 
 impl<'a> Direct<'a> {
     /// `direct`: whether `file` is open for direct I/O.
     pub(crate) fn new(file: &'a fs::File, direct: bool) -> Direct<'a> {
-        Direct { file, cur: Aligned::take(), len: 0, in_flight: false, direct }
+        Direct { file, cur: Aligned::take(), len: 0, in_flight: false, direct, failed: false }
     }
 
     /// Wait for the buffer with the writer thread: written, it is back.
@@ -171,18 +188,31 @@ impl<'a> Direct<'a> {
 
     /// Hand the full buffer to the writer thread and go on in another.
     fn hand_over(&mut self) -> std::io::Result<()> {
+        let file = self.file.try_clone()?;
         let next = self.wait()?.unwrap_or_else(Aligned::take);
         let full = std::mem::replace(&mut self.cur, next);
-        send((self.file.try_clone()?, full, self.direct))?;
-        self.in_flight = true;
         self.len = 0;
+        send((file, full, self.direct))?;
+        self.in_flight = true;
         Ok(())
+    }
+
+    fn refused() -> std::io::Error {
+        std::io::Error::other("an earlier write to this file failed")
     }
 
     /// Every full buffer written: what is left, for [`Tail::write`].
     pub(crate) fn finish(mut self) -> std::io::Result<Tail> {
-        if let Some(b) = self.wait()? {
-            b.give_back();
+        if self.failed {
+            return Err(Self::refused());
+        }
+        match self.wait() {
+            Ok(Some(b)) => b.give_back(),
+            Ok(None) => {}
+            Err(e) => {
+                self.failed = true;
+                return Err(e);
+            }
         }
         Ok(Tail { buf: Aligned::take_from(&mut self.cur), len: self.len, direct: self.direct })
     }
@@ -210,8 +240,14 @@ impl Drop for Direct<'_> {
 
 impl Write for Direct<'_> {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.failed {
+            return Err(Self::refused());
+        }
         if self.len == SIZE {
-            self.hand_over()?;
+            if let Err(e) = self.hand_over() {
+                self.failed = true;
+                return Err(e);
+            }
         }
         let (n, len) = (b.len().min(SIZE - self.len), self.len);
         self.cur.area()[len..len + n].copy_from_slice(&b[..n]);
@@ -274,6 +310,29 @@ mod tests {
         w.finish().unwrap().write(&f).unwrap();
         let want: Vec<u8> = [&[b'a'; 8192][..], b"not a whole block", &[b'x'; SIZE + 5000]].concat();
         assert!(fs::read(&p).unwrap() == want);
+    }
+
+    #[test]
+    fn after_a_failed_write_every_write_and_the_finish_fail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        fs::write(&p, b"").unwrap();
+        // Open for reading only: every write of the writer thread fails.
+        let f = fs::File::open(&p).unwrap();
+        let mut w = Direct::new(&f, false);
+        let block = vec![b'z'; SIZE];
+        let mut errors = vec![];
+        for _ in 0..4 {
+            if let Err(e) = w.write_all(&block) {
+                errors.push(e);
+            }
+        }
+        // The first buffer goes to the writer thread; its failure comes
+        // back with the next, as the system's own error.
+        assert_eq!(errors[0].raw_os_error(), Some(libc::EBADF), "{errors:?}");
+        assert!(errors.len() >= 2, "{errors:?}");
+        assert!(w.finish().is_err());
+        assert_eq!(fs::metadata(&p).unwrap().len(), 0);
     }
 
     #[test]

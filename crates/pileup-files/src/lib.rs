@@ -38,9 +38,10 @@ fn hint(e: &std::io::Error) -> &'static str {
     }
 }
 
-/// The writer handed to a caller: it remembers the last I/O error of a
-/// write, so a writer that fails because the disk is full is reported as
-/// that file's error (with the fix) whatever error type the caller uses.
+/// The writer handed to a caller: it remembers the first I/O error of a
+/// write (what follows it may only say that one failed), so a writer that
+/// fails because the disk is full is reported as that file's error (with
+/// the fix) whatever error type the caller uses.
 struct Recording<'a> {
     inner: &'a mut dyn Write,
     failed: Option<(std::io::ErrorKind, Option<i32>)>,
@@ -48,7 +49,7 @@ struct Recording<'a> {
 
 impl Recording<'_> {
     fn note<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
-        if let Err(e) = &r {
+        if let (Err(e), None) = (&r, self.failed) {
             self.failed = Some((e.kind(), e.raw_os_error()));
         }
         r
