@@ -283,16 +283,12 @@ fn number_lines(
         }
     }
     let names: Vec<String> = inputs.iter().map(Input::name).collect();
-    for p in &mut agg.problems {
+    for p in agg.problems.iter_mut().chain(&mut agg.unfinished) {
         p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
         p.file = names[p.input].clone();
     }
     agg.problems.sort_by_key(|p| (p.input, p.line));
     agg.problems.truncate(aggregate::PROBLEMS_KEPT);
-    for p in &mut agg.unfinished {
-        p.line += before.get(&(p.input, p.block)).copied().unwrap_or(0);
-        p.file = names[p.input].clone();
-    }
     agg.unfinished.sort_by_key(|p| p.input);
     let mut seen = [false; N_ATTRS];
     for c in agg.classes.iter_mut().chain(agg.other.as_mut()) {

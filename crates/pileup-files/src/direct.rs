@@ -50,6 +50,12 @@ impl Aligned {
         &self.buf[self.at..self.at + len]
     }
 
+    /// The buffer, an empty one left in its place (for a value about to
+    /// be dropped).
+    fn take_from(a: &mut Aligned) -> Aligned {
+        std::mem::replace(a, Aligned { buf: Vec::new(), at: 0 })
+    }
+
     fn give_back(self) {
         let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
         if spare.len() < KEPT {
@@ -206,23 +212,10 @@ impl<'a> Direct<'a> {
         if self.failed {
             return Err(Self::refused());
         }
-        match self.wait() {
-            Ok(Some(b)) => b.give_back(),
-            Ok(None) => {}
-            Err(e) => {
-                self.failed = true;
-                return Err(e);
-            }
+        if let Some(b) = self.wait()? {
+            b.give_back();
         }
         Ok(Tail { buf: Aligned::take_from(&mut self.cur), len: self.len, direct: self.direct })
-    }
-}
-
-impl Aligned {
-    /// The buffer, a fresh one left in its place (for a value about to be
-    /// dropped).
-    fn take_from(a: &mut Aligned) -> Aligned {
-        std::mem::replace(a, Aligned { buf: Vec::new(), at: 0 })
     }
 }
 

@@ -194,10 +194,7 @@ fn parse_block_with(block: &[u8], ctx: &BlockCtx, agg: &mut Aggregate, learn: bo
         line_no += 1;
         p.line(pos, block.len(), line_no, agg);
     }
-    if ctx.at_end {
-        p.finish_input(agg);
-    }
-    p.finish(agg);
+    p.finish(agg, ctx.at_end);
     BlockOut { lines: line_no }
 }
 
@@ -309,7 +306,7 @@ impl<'a> Parser<'a, '_> {
         }
         // A server header (start, FLUSH LOGS) ends the entry before it.
         if is_server_header(line) {
-            self.finish(agg);
+            self.finish(agg, false);
             self.skip_header = 2;
             return;
         }
@@ -343,40 +340,32 @@ impl<'a> Parser<'a, '_> {
 
     /// A new entry starts at line `no`: the one before ends.
     fn begin(&mut self, no: u64, agg: &mut Aggregate) {
-        self.finish(agg);
+        self.finish(agg, false);
         self.entry.reset(no);
         self.state = State::Head;
     }
 
-    /// The input ends: its last entry, when it has no statement yet, is
-    /// set aside as unfinished rather than named as a problem.
-    fn finish_input(&mut self, agg: &mut Aggregate) {
-        let e = &self.entry;
-        if self.state != State::Idle && e.text.is_none() && (e.has_user || e.has_attrs) {
-            self.state = State::Idle;
-            let what =
-                "the last entry has no statement (the log was still being written, or it is cut there): not counted";
-            agg.unfinished.push(Problem {
-                input: self.ctx.input,
-                block: self.ctx.seq,
-                file: String::new(),
-                line: e.line,
-                what: what.into(),
-            });
-        }
-    }
-
-    /// The current entry ends: counted, or named as a problem when it has
-    /// no statement.
-    fn finish(&mut self, agg: &mut Aggregate) {
+    /// The current entry ends: counted, or, when it has no statement,
+    /// named as a problem, or set aside as unfinished when it is the last
+    /// of its input (`input_ends`: one still being written, or a log cut
+    /// there).
+    fn finish(&mut self, agg: &mut Aggregate, input_ends: bool) {
         if self.state == State::Idle {
             return;
         }
         self.state = State::Idle;
         let e = &mut self.entry;
         let Some((s, t)) = e.text else {
-            if e.has_user || e.has_attrs {
-                let line = e.line;
+            if !(e.has_user || e.has_attrs) {
+                return;
+            }
+            let line = e.line;
+            if input_ends {
+                let what =
+                    "the last entry has no statement (the log was still being written, or it is cut there): not counted";
+                let (input, block) = (self.ctx.input, self.ctx.seq);
+                agg.unfinished.push(Problem { input, block, file: String::new(), line, what: what.into() });
+            } else {
                 self.problem(agg, line, "an entry with no statement (cut short?)".into());
             }
             return;
