@@ -79,7 +79,8 @@ impl<R: Read> Read for Counted<R> {
 /// so far is read. With [`Follow::yield_when_idle`], a read at the end
 /// returns [`io::ErrorKind::WouldBlock`] at most that often, so the reader
 /// can act on the clock while the log is quiet or written a little at a
-/// time.
+/// time; never while bytes are arriving (nothing new for one poll), so an
+/// entry the server is writing is not handed over half written.
 pub struct Follow {
     path: PathBuf,
     file: File,
@@ -91,6 +92,8 @@ pub struct Follow {
     /// When the reader last said it waits (or was opened): a log written
     /// a little at a time still gets its blocks cut every `idle`.
     yielded: std::time::Instant,
+    /// When the last new bytes were read.
+    news: std::time::Instant,
 }
 
 impl Follow {
@@ -110,6 +113,7 @@ impl Follow {
             poll: std::time::Duration::from_millis(200),
             idle: None,
             yielded: std::time::Instant::now(),
+            news: std::time::Instant::now(),
         })
     }
 
@@ -129,6 +133,7 @@ impl Read for Follow {
             let n = self.file.read(buf)?;
             if n > 0 {
                 self.pos += n as u64;
+                self.news = std::time::Instant::now();
                 return Ok(n);
             }
             match std::fs::metadata(&self.path) {
@@ -157,7 +162,7 @@ impl Read for Follow {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(0);
             }
-            if self.idle.is_some_and(|d| self.yielded.elapsed() >= d) {
+            if self.idle.is_some_and(|d| self.yielded.elapsed() >= d) && self.news.elapsed() >= self.poll {
                 self.yielded = std::time::Instant::now();
                 return Err(io::Error::new(io::ErrorKind::WouldBlock, "at the end of the followed file"));
             }
@@ -410,6 +415,41 @@ mod tests {
         f.read_to_string(&mut out).unwrap();
         writer.join().unwrap();
         assert_eq!(out, "one\ntwo\nthree\nfour\nfive\nsix\n");
+    }
+
+    #[test]
+    fn a_followed_file_being_written_is_not_handed_over_until_a_poll_passes_without_news() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("slow.log");
+        std::fs::write(&p, b"").unwrap();
+        let mut f = Follow::open(&p, Arc::default()).unwrap().yield_when_idle(std::time::Duration::from_millis(30));
+        f.poll = std::time::Duration::from_millis(300);
+        // Entries written a piece every 10 ms for well over `idle`: each
+        // read at the end finds news younger than a poll (a stall of the
+        // writer past the poll would hand over, and fail this test).
+        let p2 = p.clone();
+        let writer = std::thread::spawn(move || {
+            let mut h = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
+            for piece in [&b"# Time: 2016-07-20T18:13:25\n"[..], b"# Query_time: 0.1\n", b"select ", b"1;\n"]
+                .iter()
+                .cycle()
+                .take(30)
+            {
+                io::Write::write_all(&mut h, piece).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+        let (mut got, mut buf) = (vec![], [0u8; 4096]);
+        let quiet = loop {
+            match f.read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break writer.is_finished(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        writer.join().unwrap();
+        assert!(quiet, "handed over while the entry was being written");
+        assert_eq!(got.len() as u64, std::fs::metadata(&p).unwrap().len());
     }
 
     #[test]
