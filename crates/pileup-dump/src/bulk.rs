@@ -197,7 +197,10 @@ impl Batch<'_> {
             return Ok(());
         }
         let Target { db, table, .. } = *self.into;
-        w.exec_batch(&self.stmt, self.rows.drain(..)).with_ctx(|| format!("loading {db}.{table}"))?;
+        // Each row as the driver's parameters as it is: a `Vec` would be
+        // copied value by value into a new one.
+        w.exec_batch(&self.stmt, self.rows.drain(..).map(mysql::Params::Positional))
+            .with_ctx(|| format!("loading {db}.{table}"))?;
         self.inserted += w.affected_rows();
         self.size = 0;
         Ok(())
