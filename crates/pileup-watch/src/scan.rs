@@ -650,19 +650,24 @@ mod tests {
                 done = p2.1.wait(done).unwrap();
             }
         });
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Waited for in its futex wait. Only that thread is looked at where
+        // the count must be exact: other tests of this binary start and end
+        // threads of their own meanwhile (one asleep counts as a futex wait).
+        let parked_tid = tid_rx.recv().unwrap();
+        let wchan = format!("/proc/self/task/{parked_tid}/wchan");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !std::fs::read_to_string(&wchan).unwrap_or_default().starts_with("futex") {
+            assert!(std::time::Instant::now() < deadline, "the thread never waited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| false));
         let c = s.census(1.0, None).unwrap();
         assert!(c.threads >= 2 && c.running >= 1 && c.futex >= 1, "{c:?}");
-        let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| true));
-        let c = s.census(1.0, None).unwrap();
-        assert!(c.parked >= 1 && c.futex == 0, "{c:?}");
-        // An unchanged thread keeps its class. Only the parked thread is
-        // looked at: other tests of this binary start and end threads of
-        // their own meanwhile.
-        let parked_tid = tid_rx.recv().unwrap();
         let just = Clients { conns: [parked_tid].into(), known: Default::default() };
         let mut s = ThreadScan::new(std::process::id() as i32, Box::new(|_| true));
+        let c = s.census(1.0, Some(&just)).unwrap();
+        assert!(c.parked == 1 && c.futex == 0, "{c:?}");
+        // An unchanged thread keeps its class.
         assert_eq!(s.census(2.0, Some(&just)).unwrap().parked, 1);
         assert_eq!(s.census(2.5, Some(&just)).unwrap().parked, 1);
         *pair.0.lock().unwrap() = true;

@@ -79,8 +79,9 @@ impl<R: Read> Read for Counted<R> {
 /// so far is read. With [`Follow::yield_when_idle`], a read at the end
 /// returns [`io::ErrorKind::WouldBlock`] at most that often, so the reader
 /// can act on the clock while the log is quiet or written a little at a
-/// time; never while bytes are arriving (nothing new for one poll), so an
-/// entry the server is writing is not handed over half written.
+/// time; when the last bytes came less than a poll ago, its inner error is
+/// [`Busy`] and [`Blocks`] holds the last entry back, as the server may
+/// still be writing it.
 pub struct Follow {
     path: PathBuf,
     file: File,
@@ -95,6 +96,19 @@ pub struct Follow {
     /// When the last new bytes were read.
     news: std::time::Instant,
 }
+
+/// A followed file's end, reached less than a poll after its last new
+/// bytes: the inner error of [`Follow`]'s `WouldBlock` then.
+#[derive(Debug)]
+pub struct Busy;
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("at the end of the followed file, written to a moment ago")
+    }
+}
+
+impl std::error::Error for Busy {}
 
 impl Follow {
     pub fn open(path: &std::path::Path, stop: Arc<AtomicBool>) -> Result<Follow, Error> {
@@ -143,6 +157,7 @@ impl Read for Follow {
                     let n = self.file.read(buf)?;
                     if n > 0 {
                         self.pos += n as u64;
+                        self.news = std::time::Instant::now();
                         return Ok(n);
                     }
                     if let Ok(f) = File::open(&self.path) {
@@ -162,8 +177,11 @@ impl Read for Follow {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(0);
             }
-            if self.idle.is_some_and(|d| self.yielded.elapsed() >= d) && self.news.elapsed() >= self.poll {
+            if self.idle.is_some_and(|d| self.yielded.elapsed() >= d) {
                 self.yielded = std::time::Instant::now();
+                if self.news.elapsed() < self.poll {
+                    return Err(io::Error::new(io::ErrorKind::WouldBlock, Busy));
+                }
                 return Err(io::Error::new(io::ErrorKind::WouldBlock, "at the end of the followed file"));
             }
             std::thread::sleep(self.poll);
@@ -240,6 +258,8 @@ pub struct Blocks {
     eof: bool,
     /// The reader said it waits at a followed file's end.
     idle: bool,
+    /// ... and that the file was written to a moment ago ([`Busy`]).
+    busy: bool,
     /// Buffers of blocks already parsed, to read the next ones into.
     pool: Pool,
 }
@@ -281,7 +301,7 @@ const MAX_BLOCK: usize = 256 << 20;
 
 impl Blocks {
     pub fn new(r: Box<dyn Read + Send>, size: usize, pool: Pool) -> Blocks {
-        Blocks { r, carry: vec![], size: size.max(4096), eof: false, idle: false, pool }
+        Blocks { r, carry: vec![], size: size.max(4096), eof: false, idle: false, busy: false, pool }
     }
 
     /// Read into `buf` from `filled` until `want` bytes or the end.
@@ -296,6 +316,7 @@ impl Blocks {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.idle = true;
+                    self.busy = e.get_ref().is_some_and(|i| i.is::<Busy>());
                     break;
                 }
                 Err(e) => return Err(e),
@@ -306,8 +327,10 @@ impl Blocks {
 
     /// The next block, or None at the end of the input. A followed file
     /// that has been quiet gives what it holds, the last entry too (a
-    /// server writes an entry at once: after a quiet second it is whole),
-    /// possibly nothing, as a block that is [`Block::caught_up`].
+    /// server writes an entry at once: after a quiet poll it is whole),
+    /// possibly nothing, as a block that is [`Block::caught_up`]; one
+    /// written to a moment ago ([`Busy`]) gives what is before its last
+    /// entry, and keeps that entry for the next block.
     pub fn next_block(&mut self) -> io::Result<Option<Block>> {
         if self.eof && self.carry.is_empty() {
             return Ok(None);
@@ -333,7 +356,12 @@ impl Blocks {
                 return Ok((filled > 0).then_some(Block { buf, len: filled, caught_up: false, last: true }));
             }
             if std::mem::take(&mut self.idle) {
-                return Ok(Some(Block { buf, len: filled, caught_up: true, last: false }));
+                let len = match std::mem::take(&mut self.busy) {
+                    true => slowlog::last_entry_start(&buf[..filled]).unwrap_or(0),
+                    false => filled,
+                };
+                self.carry = buf[len..filled].to_vec();
+                return Ok(Some(Block { buf, len, caught_up: true, last: false }));
             }
             let data = &buf[..filled];
             let cut = match slowlog::last_entry_start(data) {
@@ -418,38 +446,46 @@ mod tests {
     }
 
     #[test]
-    fn a_followed_file_being_written_is_not_handed_over_until_a_poll_passes_without_news() {
+    fn a_followed_file_being_written_is_handed_over_in_whole_entries() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("slow.log");
         std::fs::write(&p, b"").unwrap();
-        let mut f = Follow::open(&p, Arc::default()).unwrap().yield_when_idle(std::time::Duration::from_millis(30));
+        let mut f = Follow::open(&p, Arc::default()).unwrap().yield_when_idle(std::time::Duration::from_millis(25));
         f.poll = std::time::Duration::from_millis(300);
-        // Entries written a piece every 10 ms for well over `idle`: each
-        // read at the end finds news younger than a poll (a stall of the
-        // writer past the poll would hand over, and fail this test).
+        // Entries written a piece every 10 ms: the reader hands over every
+        // 25 ms, each time a moment after a piece (a stall of the writer
+        // past the poll would hand a half-written entry over, and fail this
+        // test).
         let p2 = p.clone();
         let writer = std::thread::spawn(move || {
             let mut h = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
-            for piece in [&b"# Time: 2016-07-20T18:13:25\n"[..], b"# Query_time: 0.1\n", b"select ", b"1;\n"]
+            for piece in [&b"# Time: 2016-07-20T18:13:25\n"[..], b"# User@Host: u[u] @ h []\n", b"select ", b"1;\n"]
                 .iter()
                 .cycle()
-                .take(30)
+                .take(100)
             {
                 io::Write::write_all(&mut h, piece).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         });
-        let (mut got, mut buf) = (vec![], [0u8; 4096]);
-        let quiet = loop {
-            match f.read(&mut buf) {
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break writer.is_finished(),
-                Err(e) => panic!("{e}"),
+        let mut b = Blocks::new(Box::new(f), 1 << 20, Pool::default());
+        let (mut got, mut handed) = (vec![], 0);
+        while !(writer.is_finished() && got.len() as u64 == std::fs::metadata(&p).unwrap().len()) {
+            let block = b.next_block().unwrap().unwrap();
+            assert!(block.caught_up);
+            if !block.is_empty() {
+                handed += 1;
+                assert!(
+                    block.starts_with(b"# Time: ") && block.ends_with(b"1;\n"),
+                    "{:?}",
+                    String::from_utf8_lossy(&block)
+                );
             }
-        };
+            got.extend_from_slice(&block);
+        }
         writer.join().unwrap();
-        assert!(quiet, "handed over while the entry was being written");
-        assert_eq!(got.len() as u64, std::fs::metadata(&p).unwrap().len());
+        assert!(handed > 3, "{handed} blocks");
+        assert_eq!(got, std::fs::read(&p).unwrap());
     }
 
     #[test]
