@@ -338,6 +338,13 @@ impl<'a> Parser<'a, '_> {
         }
     }
 
+    /// The input's last entry, at `line`, is not counted: `how` says why.
+    fn set_aside(&self, agg: &mut Aggregate, line: u64, how: &str) {
+        let what = format!("the last entry {how} (the log was still being written, or it is cut there): not counted");
+        let (input, block) = (self.ctx.input, self.ctx.seq);
+        agg.unfinished.push(Problem { input, block, file: String::new(), line, what });
+    }
+
     /// A new entry starts at line `no`: the one before ends.
     fn begin(&mut self, no: u64, agg: &mut Aggregate) {
         self.finish(agg, false);
@@ -348,28 +355,32 @@ impl<'a> Parser<'a, '_> {
     /// The current entry ends: counted, or, when it has no statement,
     /// named as a problem, or set aside as unfinished when it is the last
     /// of its input (`input_ends`: one still being written, or a log cut
-    /// there).
+    /// there); the input's last entry is set aside too when the input ends
+    /// inside a line.
     fn finish(&mut self, agg: &mut Aggregate, input_ends: bool) {
         if self.state == State::Idle {
             return;
         }
         self.state = State::Idle;
-        let e = &mut self.entry;
-        let Some((s, t)) = e.text else {
-            if !(e.has_user || e.has_attrs) {
+        let line = self.entry.line;
+        let Some((s, t)) = self.entry.text else {
+            if !(self.entry.has_user || self.entry.has_attrs) {
                 return;
             }
-            let line = e.line;
             if input_ends {
-                let what =
-                    "the last entry has no statement (the log was still being written, or it is cut there): not counted";
-                let (input, block) = (self.ctx.input, self.ctx.seq);
-                agg.unfinished.push(Problem { input, block, file: String::new(), line, what: what.into() });
+                self.set_aside(agg, line, "has no statement");
             } else {
                 self.problem(agg, line, "an entry with no statement (cut short?)".into());
             }
             return;
         };
+        // The server ends every entry's statement with a line end.
+        let last_line = &self.block[memchr::memrchr(b'\n', self.block).map_or(0, |p| p + 1)..];
+        if input_ends && last_line.iter().any(|c| !c.is_ascii_whitespace()) {
+            self.set_aside(agg, line, "ends inside a line");
+            return;
+        }
+        let e = &mut self.entry;
         let mut q = &self.block[s..t];
         while let Some((last, rest)) = q.split_last() {
             if last.is_ascii_whitespace() {
@@ -974,6 +985,26 @@ select 3;
             &mut agg,
         );
         assert_eq!((agg.events, agg.problem_count, agg.unfinished.len()), (2, 0, 0));
+        // A last entry that ends inside a line is set aside; one that ends
+        // with blanks after its line end is whole.
+        let whole = &log[..log.find("# Time:").unwrap()];
+        for (text, counted) in [(&whole[..whole.len() - 4], 1u64), (&format!("{whole}  ")[..], 2)] {
+            let mut agg = Aggregate::new(100);
+            parse_block(text.as_bytes(), &BlockCtx { input: 0, seq: 0, db: b"", at_end: true }, &mut agg);
+            assert_eq!(
+                (agg.events, agg.problem_count, agg.unfinished.len()),
+                (counted, 0, 2 - counted as usize),
+                "{text:?}"
+            );
+        }
+        let mut agg = Aggregate::new(100);
+        parse_block(
+            &whole.as_bytes()[..whole.len() - 4],
+            &BlockCtx { input: 0, seq: 0, db: b"", at_end: true },
+            &mut agg,
+        );
+        assert_eq!(agg.unfinished[0].line, 5);
+        assert!(agg.unfinished[0].what.contains("ends inside a line"), "{}", agg.unfinished[0].what);
     }
 
     #[test]

@@ -48,7 +48,8 @@ use crate::output::emit;
 /// minute until Ctrl-C. Entries cut short
 /// or with garbled values are named by file and line, counted and skipped;
 /// every statement that can be read counts. A file's last entry with no
-/// statement yet (a live log the server is writing) is a note, not damage.
+/// statement yet, or ending inside a line (a live log the server is
+/// writing), is a note, not damage.
 ///
 /// Memory grows with the number of classes, not of statements: past
 /// --max-classes, statements of new fingerprints are counted together as
