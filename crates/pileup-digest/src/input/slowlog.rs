@@ -374,9 +374,11 @@ impl<'a> Parser<'a, '_> {
             }
             return;
         };
-        // The server ends every entry's statement with a line end.
-        let last_line = &self.block[memchr::memrchr(b'\n', self.block).map_or(0, |p| p + 1)..];
-        if input_ends && last_line.iter().any(|c| !c.is_ascii_whitespace()) {
+        // The server ends every entry's statement with a line end. Looked
+        // at for the input's last entry only, not for every entry.
+        let inside_a_line =
+            |b: &[u8]| b[memchr::memrchr(b'\n', b).map_or(0, |p| p + 1)..].iter().any(|c| !c.is_ascii_whitespace());
+        if input_ends && inside_a_line(self.block) {
             self.set_aside(agg, line, "ends inside a line");
             return;
         }
