@@ -366,9 +366,10 @@ fn workers<'a>(
     o: &LoadOptions,
     dog: Option<&'a Arc<Watchdog>>,
     lane: Option<crate::pool::Light>,
+    hold: Option<Arc<crate::pool::Hold>>,
 ) -> Workers<'a> {
     let o = o.clone();
-    Workers { spec, threads: o.threads, session: Arc::new(move |c| session(c, &o)), dog, lane }
+    Workers { spec, threads: o.threads, session: Arc::new(move |c| session(c, &o)), dog, lane, hold }
 }
 
 /// The load's own connection, in a loading session.
@@ -424,9 +425,21 @@ fn load_tables(
     let no_index: Vec<bool> = later.iter().map(Vec::is_empty).collect();
     let light: crate::pool::Light =
         Arc::new(move |&(i, p): &Job| p == Part::Create || (p == Part::After && no_index[i]));
+    // The tables whose indexes are built after their data keep work for
+    // beside their builds.
+    let hold = crate::pool::Hold {
+        builds: (0..later.len()).filter(|&i| !later[i].is_empty()).collect(),
+        bytes: jobs
+            .iter()
+            .filter_map(|&(i, p)| match p {
+                Part::Chunk(k) => Some(((i, p), m.tables[i].chunks[k].bytes)),
+                _ => None,
+            })
+            .collect(),
+    };
     let mut path = CriticalPath::new(&jobs);
     pool(
-        &workers(spec, o, dog, Some(light)),
+        &workers(spec, o, dog, Some(light), Some(Arc::new(hold))),
         jobs,
         move |w, &(i, part)| match part {
             Part::Create => match &creations[i] {
@@ -601,7 +614,7 @@ fn verify(
     let mut differ = vec![];
     let mut checked = 0u64;
     let failed = pool(
-        &workers(spec, o, dog, None),
+        &workers(spec, o, dog, None, None),
         jobs,
         move |w, &(i, part)| {
             let Part::Chunk(k) = part else { return Ok(Default::default()) };
@@ -710,7 +723,7 @@ fn load_mydumper(
     let (dd, oo) = (data.clone(), o.clone());
     let jobs = (0..data.len()).map(|i| (i, Part::Chunk(0))).collect();
     let failed = pool(
-        &workers(spec, o, dog, None),
+        &workers(spec, o, dog, None, None),
         jobs,
         move |w, &(i, _)| {
             w.query_drop("SET NAMES binary")?;

@@ -19,6 +19,18 @@ pub type Session = Arc<dyn Fn(&mut mysql::Conn) -> Result<()> + Send + Sync>;
 /// than it works (a table's creation, its statistics setting given back).
 pub type Light = Arc<dyn Fn(&Job) -> bool + Send + Sync>;
 
+/// What keeps work for the end of a load: the tables whose secondary
+/// indexes are built after their data (`builds`, one server thread's work
+/// each, which the other connections have to fill), and each job's bytes.
+/// While such a table's first chunk runs alone, the other connections load
+/// other tables beside it only as far as its bytes: what is left waits to
+/// run beside its index build at the end instead (see [`pool`]).
+#[derive(Default)]
+pub struct Hold {
+    pub builds: HashSet<usize>,
+    pub bytes: HashMap<Job, u64>,
+}
+
 /// Where the workers run: the server, how many connections, the session
 /// each connection is set up with, and the watchdog that watches them.
 pub struct Workers<'a> {
@@ -28,6 +40,8 @@ pub struct Workers<'a> {
     pub dog: Option<&'a Arc<Watchdog>>,
     /// One more connection for the light jobs (see [`pool`]).
     pub lane: Option<Light>,
+    /// What is kept for beside the index builds (see [`pool`]).
+    pub hold: Option<Arc<Hold>>,
 }
 
 /// What a job does for its table.
@@ -74,6 +88,14 @@ pub enum Heard<R> {
 /// connection. A table's [`Part::After`] runs once all its chunks are done,
 /// its chunks once its [`Part::Create`] is.
 ///
+/// With `w.hold`, while the first chunk of a table whose indexes are built
+/// after its data runs alone, the other connections take other tables'
+/// jobs (the smallest first) as long as their bytes, taken together, stay
+/// within that chunk's (the first always goes), then wait for it: the
+/// tables left load beside its index build at the end, which would
+/// otherwise run alone on one server thread while the other connections
+/// have nothing to do.
+///
 /// With `w.lane`, one more connection takes the light jobs: tables'
 /// creation ahead of the loading connections, in their order, and the light
 /// `After`s as their tables' data is in, so that the loading connections
@@ -95,7 +117,8 @@ pub fn pool<R: Send + 'static>(
     // A lane only when it has work (a resumed load's tables may all exist).
     let light = workers.lane.clone().filter(|l| jobs.iter().any(|j| l(j)));
     let lanes = usize::from(light.is_some());
-    let plan = Arc::new((Mutex::new(Plan { light, ..Plan::new(jobs) }), Condvar::new()));
+    let hold = workers.hold.clone();
+    let plan = Arc::new((Mutex::new(Plan { light, hold, ..Plan::new(jobs) }), Condvar::new()));
     let f = Arc::new(f);
     let (tx, rx) = mpsc::channel::<Msg<R>>();
     let mut handles = vec![];
@@ -181,6 +204,11 @@ struct Plan {
     created_ahead: HashSet<usize>,
     /// The light jobs, when a lane takes them.
     light: Option<Light>,
+    /// What is kept for beside the index builds.
+    hold: Option<Arc<Hold>>,
+    /// Per table whose first chunk runs: that chunk's bytes, and the bytes
+    /// of other tables' jobs taken while it runs.
+    filling: HashMap<usize, (u64, u64)>,
     /// A connection could not reconnect: no job is handed out any more (a
     /// job waited for may never come).
     gone: bool,
@@ -253,11 +281,23 @@ impl Plan {
         if head.is_some_and(|j| matches!(j.1, Part::Chunk(_)) && self.uncreated.contains(&j.0)) {
             return after;
         }
-        let head_waits = head.is_some_and(|j| matches!(j.1, Part::Chunk(_)) && !self.ready(j));
+        let head_waits = head.filter(|j| matches!(j.1, Part::Chunk(_)) && !self.ready(j));
         after.or_else(|| match head_waits {
-            true => q.iter().rposition(mine),
-            false => q.iter().position(mine),
+            Some(&(t, _)) => q.iter().rposition(mine).filter(|&k| self.may_fill(t, &q[k])),
+            None => q.iter().position(mine),
         })
+    }
+
+    /// Whether `job` may run beside table `t`'s first chunk (see [`Hold`]).
+    fn may_fill(&self, t: usize, job: &Job) -> bool {
+        let Some(hold) = self.hold.as_ref().filter(|h| h.builds.contains(&t)) else { return true };
+        let (first, filled) = self.filling.get(&t).copied().unwrap_or_default();
+        filled == 0 || filled + hold.bytes.get(job).copied().unwrap_or(0) <= first
+    }
+
+    /// The bytes of `job`, for [`Plan::filling`].
+    fn bytes(&self, job: &Job) -> u64 {
+        self.hold.as_ref().and_then(|h| h.bytes.get(job).copied()).unwrap_or(0)
     }
 
     /// The next job that may run now on a loading connection (or on the
@@ -298,10 +338,17 @@ impl Plan {
             return None;
         }
         let Some(k) = (if lane { self.pick_light() } else { self.pick() }) else { return Some(None) };
+        // The table whose first chunk the head waits for.
+        let waits_for = self.queue.front().filter(|h| matches!(h.1, Part::Chunk(_)) && !self.ready(h)).map(|h| h.0);
         let job = self.queue.remove(k).unwrap();
+        let bytes = self.bytes(&job);
+        if let Some((_, filled)) = waits_for.filter(|t| *t != job.0 && !lane).and_then(|t| self.filling.get_mut(&t)) {
+            *filled += bytes;
+        }
         if matches!(job.1, Part::Chunk(_)) && !self.started.contains(&job.0) {
             self.first_running.insert(job.0);
             self.created_ahead.remove(&job.0);
+            self.filling.insert(job.0, (bytes, 0));
         }
         Some(Some(job))
     }
@@ -317,6 +364,7 @@ impl Plan {
             }
             if matches!(part, Part::Chunk(_)) {
                 p.first_running.remove(&table);
+                p.filling.remove(&table);
                 p.started.insert(table);
                 if let Some(n) = p.chunks_left.get_mut(&table) {
                     *n = n.saturating_sub(1);
@@ -324,6 +372,7 @@ impl Plan {
             }
         } else {
             p.first_running.remove(&table);
+            p.filling.remove(&table);
             p.stopped.insert(table);
         }
         plan.1.notify_all();
@@ -363,6 +412,46 @@ mod tests {
         assert_eq!(Plan::next(&plan, false), Some((0, Chunk(2))));
         assert_eq!(Plan::next(&plan, false), Some((2, Chunk(0))));
         assert_eq!(Plan::next(&plan, false), None);
+    }
+
+    #[test]
+    fn beside_a_first_chunk_only_its_bytes_go_when_an_index_build_follows() {
+        use Part::{After, Chunk};
+        let jobs = vec![(0, Chunk(0)), (0, Chunk(1)), (0, After), (1, Chunk(0)), (2, Chunk(0)), (3, Chunk(0))];
+        let held = |builds: &[usize]| {
+            let bytes = jobs.iter().map(|&j| (j, if j.0 == 0 { 40 } else { 25 })).collect();
+            let hold = Hold { builds: builds.iter().copied().collect(), bytes };
+            (Mutex::new(Plan { hold: Some(Arc::new(hold)), ..Plan::new(jobs.clone()) }), Condvar::new())
+        };
+        // Table 0's index build follows its data: one table of 25 bytes
+        // goes beside its first chunk of 40, the second (50 in all) waits
+        // for the end.
+        let plan = held(&[0]);
+        assert_eq!(Plan::next(&plan, false), Some((0, Chunk(0))));
+        assert_eq!(Plan::next(&plan, false), Some((3, Chunk(0))));
+        assert_eq!(plan.0.lock().unwrap().take(false), Some(None));
+        Plan::done(&plan, (3, Chunk(0)), true);
+        assert_eq!(plan.0.lock().unwrap().take(false), Some(None), "the first chunk still runs");
+        Plan::done(&plan, (0, Chunk(0)), true);
+        assert_eq!(Plan::next(&plan, false), Some((0, Chunk(1))));
+        assert_eq!(Plan::next(&plan, false), Some((1, Chunk(0))));
+        Plan::done(&plan, (0, Chunk(1)), true);
+        assert_eq!(Plan::next(&plan, false), Some((0, After)));
+        assert_eq!(Plan::next(&plan, false), Some((2, Chunk(0))), "beside the index build");
+        // No index build to fill: nothing waits.
+        let plan = held(&[]);
+        assert_eq!(Plan::next(&plan, false), Some((0, Chunk(0))));
+        assert_eq!(Plan::next(&plan, false), Some((3, Chunk(0))));
+        assert_eq!(Plan::next(&plan, false), Some((2, Chunk(0))));
+        // A first job bigger than the first chunk still goes.
+        let plan = held(&[0]);
+        plan.0.lock().unwrap().hold = Some(Arc::new(Hold {
+            builds: [0].into(),
+            bytes: jobs.iter().map(|&j| (j, if j.0 == 0 { 10 } else { 25 })).collect(),
+        }));
+        assert_eq!(Plan::next(&plan, false), Some((0, Chunk(0))));
+        assert_eq!(Plan::next(&plan, false), Some((3, Chunk(0))));
+        assert_eq!(plan.0.lock().unwrap().take(false), Some(None));
     }
 
     #[test]
