@@ -267,7 +267,8 @@ impl Plan {
     /// while the first job is a chunk waiting for its table's first chunk,
     /// the last that may run, the smallest table's (the queue is largest
     /// first), so that the larger ones are left to run beside the largest
-    /// table's index build at the end; else the first that may run.
+    /// table's index build at the end, and with a [`Hold`] only as far as
+    /// [`Plan::may_fill`] allows; else the first that may run.
     /// With a lane, the loading connections leave it the light `After`s
     /// while other work is left.
     fn pick(&self) -> Option<usize> {
