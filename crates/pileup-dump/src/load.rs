@@ -425,18 +425,8 @@ fn load_tables(
     let no_index: Vec<bool> = later.iter().map(Vec::is_empty).collect();
     let light: crate::pool::Light =
         Arc::new(move |&(i, p): &Job| p == Part::Create || (p == Part::After && no_index[i]));
-    // The tables whose indexes are built after their data keep work for
-    // beside their builds.
-    let hold = crate::pool::Hold {
-        builds: (0..later.len()).filter(|&i| !later[i].is_empty()).collect(),
-        bytes: jobs
-            .iter()
-            .filter_map(|&(i, p)| match p {
-                Part::Chunk(k) => Some(((i, p), m.tables[i].chunks[k].bytes)),
-                _ => None,
-            })
-            .collect(),
-    };
+    let builds = (0..later.len()).filter(|&i| !later[i].is_empty()).collect();
+    let hold = crate::pool::Hold::new(builds, &jobs, |i, k| m.tables[i].chunks[k].bytes);
     let mut path = CriticalPath::new(&jobs);
     pool(
         &workers(spec, o, dog, Some(light), Some(Arc::new(hold))),

@@ -31,6 +31,21 @@ pub struct Hold {
     pub bytes: HashMap<Job, u64>,
 }
 
+impl Hold {
+    /// The tables of `builds` keep work for beside their index builds;
+    /// `bytes` gives the bytes of a table's chunk (table, chunk).
+    pub fn new(builds: HashSet<usize>, jobs: &[Job], bytes: impl Fn(usize, usize) -> u64) -> Hold {
+        let bytes = jobs
+            .iter()
+            .filter_map(|&(i, p)| match p {
+                Part::Chunk(k) => Some(((i, p), bytes(i, k))),
+                _ => None,
+            })
+            .collect();
+        Hold { builds, bytes }
+    }
+}
+
 /// Where the workers run: the server, how many connections, the session
 /// each connection is set up with, and the watchdog that watches them.
 pub struct Workers<'a> {
