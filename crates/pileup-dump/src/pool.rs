@@ -205,7 +205,9 @@ pub fn pool<R: Send + 'static>(
 struct Plan {
     queue: VecDeque<Job>,
     /// Tables with a chunk running and none done yet: their chunks wait.
-    first_running: HashSet<usize>,
+    /// Per table, that chunk's bytes and the bytes of other tables' jobs
+    /// taken while it runs (see [`Hold`]).
+    first_running: HashMap<usize, (u64, u64)>,
     /// Tables with a chunk done: their chunks run anywhere.
     started: HashSet<usize>,
     /// Tables stopped by a failed job: their jobs are dropped.
@@ -221,9 +223,6 @@ struct Plan {
     light: Option<Light>,
     /// What is kept for beside the index builds.
     hold: Option<Arc<Hold>>,
-    /// Per table whose first chunk runs: that chunk's bytes, and the bytes
-    /// of other tables' jobs taken while it runs.
-    filling: HashMap<usize, (u64, u64)>,
     /// A connection could not reconnect: no job is handed out any more (a
     /// job waited for may never come).
     gone: bool,
@@ -253,7 +252,7 @@ impl Plan {
         match p {
             Part::Create => true,
             Part::Chunk(_) => {
-                !self.uncreated.contains(t) && (self.started.contains(t) || !self.first_running.contains(t))
+                !self.uncreated.contains(t) && (self.started.contains(t) || !self.first_running.contains_key(t))
             }
             Part::After => self.chunks_left.get(t).copied().unwrap_or(0) == 0,
         }
@@ -297,21 +296,26 @@ impl Plan {
         if head.is_some_and(|j| matches!(j.1, Part::Chunk(_)) && self.uncreated.contains(&j.0)) {
             return after;
         }
-        let head_waits = head.filter(|j| matches!(j.1, Part::Chunk(_)) && !self.ready(j));
-        after.or_else(|| match head_waits {
-            Some(&(t, _)) => q.iter().rposition(mine).filter(|&k| self.may_fill(t, &q[k])),
+        after.or_else(|| match self.head_waits_for() {
+            Some(t) => q.iter().rposition(mine).filter(|&k| self.may_fill(t, &q[k])),
             None => q.iter().position(mine),
         })
+    }
+
+    /// The table whose first chunk the queue's first job, a chunk, waits
+    /// for.
+    fn head_waits_for(&self) -> Option<usize> {
+        self.queue.front().filter(|j| matches!(j.1, Part::Chunk(_)) && !self.ready(j)).map(|j| j.0)
     }
 
     /// Whether `job` may run beside table `t`'s first chunk (see [`Hold`]).
     fn may_fill(&self, t: usize, job: &Job) -> bool {
         let Some(hold) = self.hold.as_ref().filter(|h| h.builds.contains(&t)) else { return true };
-        let (first, filled) = self.filling.get(&t).copied().unwrap_or_default();
+        let (first, filled) = self.first_running.get(&t).copied().unwrap_or_default();
         filled == 0 || filled + hold.bytes.get(job).copied().unwrap_or(0) <= first
     }
 
-    /// The bytes of `job`, for [`Plan::filling`].
+    /// The bytes of `job`, for [`Plan::first_running`].
     fn bytes(&self, job: &Job) -> u64 {
         self.hold.as_ref().and_then(|h| h.bytes.get(job).copied()).unwrap_or(0)
     }
@@ -354,17 +358,17 @@ impl Plan {
             return None;
         }
         let Some(k) = (if lane { self.pick_light() } else { self.pick() }) else { return Some(None) };
-        // The table whose first chunk the head waits for.
-        let waits_for = self.queue.front().filter(|h| matches!(h.1, Part::Chunk(_)) && !self.ready(h)).map(|h| h.0);
+        let waits_for = self.head_waits_for();
         let job = self.queue.remove(k).unwrap();
         let bytes = self.bytes(&job);
-        if let Some((_, filled)) = waits_for.filter(|t| *t != job.0 && !lane).and_then(|t| self.filling.get_mut(&t)) {
+        if let Some((_, filled)) =
+            waits_for.filter(|t| *t != job.0 && !lane).and_then(|t| self.first_running.get_mut(&t))
+        {
             *filled += bytes;
         }
         if matches!(job.1, Part::Chunk(_)) && !self.started.contains(&job.0) {
-            self.first_running.insert(job.0);
+            self.first_running.insert(job.0, (bytes, 0));
             self.created_ahead.remove(&job.0);
-            self.filling.insert(job.0, (bytes, 0));
         }
         Some(Some(job))
     }
@@ -374,13 +378,12 @@ impl Plan {
         if ok {
             if part == Part::Create {
                 p.uncreated.remove(&table);
-                if !p.started.contains(&table) && !p.first_running.contains(&table) {
+                if !p.started.contains(&table) && !p.first_running.contains_key(&table) {
                     p.created_ahead.insert(table);
                 }
             }
             if matches!(part, Part::Chunk(_)) {
                 p.first_running.remove(&table);
-                p.filling.remove(&table);
                 p.started.insert(table);
                 if let Some(n) = p.chunks_left.get_mut(&table) {
                     *n = n.saturating_sub(1);
@@ -388,7 +391,6 @@ impl Plan {
             }
         } else {
             p.first_running.remove(&table);
-            p.filling.remove(&table);
             p.stopped.insert(table);
         }
         plan.1.notify_all();
