@@ -97,12 +97,15 @@ fn send(
         vec!["?"; cols.len()].join(", ")
     );
     let stmt = w.prep(&sql).with_ctx(|| format!("preparing the insert into {db}.{table}"))?;
+    let kinds = kinds(w, db, table, cols)?;
     // A packet stays 16 KiB under the server's limit (which it applies to
     // its buffer for the packet, rounded up to 4 KiB), and under 16 MiB (a
     // larger one goes as several protocol packets of 16 MiB each, which a
     // server at the default limit refuses).
     let packet = max_packet.min(1 << 24).saturating_sub(16 << 10);
-    let mut batch = Batch { stmt, into, rows: vec![], size: 0, limit: BATCH_BYTES.min(packet), packet, inserted: 0 };
+    let limit = BATCH_BYTES.min(packet);
+    let sent = vec![Sent::Nothing; cols.len()];
+    let mut batch = Batch { stmt, into, rows: vec![], sent, size: 0, limit, packet, inserted: 0 };
     let (mut buf, mut parsed) = (Vec::with_capacity(2 << 20), Vec::new());
     let (mut n, mut crc, mut base) = (0u64, crc32fast::Hasher::new(), 0u64);
     let mut block = vec![0u8; 1 << 20];
@@ -122,7 +125,7 @@ fn send(
         // Rows end at newlines: a block without one (inside a long value)
         // completes no row, and what is held is not read again for it.
         if end || memchr::memchr(b'\n', &block[..got]).is_some() {
-            let took = crate::tsv::read_rows(&buf, cols.len(), &mut parsed).map_err(|at| {
+            let took = crate::tsv::read_rows(&buf, &kinds, &mut parsed).map_err(|at| {
                 DumpError::Failed(format!(
                     "{shown} is corrupt at byte {} of its data (a row without {} fields)",
                     base + at as u64,
@@ -154,7 +157,10 @@ struct Batch<'a> {
     stmt: mysql::Statement,
     into: &'a Target<'a>,
     rows: Vec<Vec<Value>>,
-    /// Their bytes in the packet.
+    /// Each column's values held, as they go.
+    sent: Vec<Sent>,
+    /// Their bytes in the packet (a number's counted as the larger of its
+    /// two forms, see [`wire`]).
     size: usize,
     /// The packet's bytes to send at.
     limit: usize,
@@ -173,6 +179,9 @@ impl Batch<'_> {
 
     fn push(&mut self, w: &mut mysql::Conn, row: Vec<Value>) -> Result<()> {
         let size = wire(&row);
+        for (s, v) in self.sent.iter_mut().zip(&row) {
+            *s = s.with(v);
+        }
         if self.head() + size > self.packet {
             // A row no packet holds goes by LOAD DATA, which streams it.
             self.flush(w)?;
@@ -197,6 +206,8 @@ impl Batch<'_> {
             return Ok(());
         }
         let Target { db, table, .. } = *self.into;
+        as_sent(&mut self.rows, &self.sent);
+        self.sent.fill(Sent::Nothing);
         // Each row as the driver's parameters as it is: a `Vec` would be
         // copied value by value into a new one.
         w.exec_batch(&self.stmt, self.rows.drain(..).map(mysql::Params::Positional))
@@ -207,18 +218,89 @@ impl Batch<'_> {
     }
 }
 
+/// How a column's values go in one packet: the server takes one type for
+/// each column of a bulk packet and refuses values of another.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sent {
+    /// Only NULLs so far.
+    Nothing,
+    Numbers,
+    Bytes,
+    /// Numbers and bytes: the numbers go as their text.
+    Mixed,
+}
+
+impl Sent {
+    fn with(self, v: &Value) -> Sent {
+        let this = match v {
+            Value::NULL => return self,
+            Value::Int(_) | Value::UInt(_) => Sent::Numbers,
+            _ => Sent::Bytes,
+        };
+        match self {
+            Sent::Nothing => this,
+            s if s == this => s,
+            _ => Sent::Mixed,
+        }
+    }
+}
+
+/// The numbers of a column that also holds bytes (`sent`) turned to their
+/// text, as the column goes.
+fn as_sent(rows: &mut [Vec<Value>], sent: &[Sent]) {
+    for (i, _) in sent.iter().enumerate().filter(|(_, s)| **s == Sent::Mixed) {
+        for v in rows.iter_mut().filter_map(|r| r.get_mut(i)) {
+            if matches!(v, Value::Int(_) | Value::UInt(_)) {
+                let mut text = vec![];
+                crate::tsv::value(&mut text, v);
+                *v = Value::Bytes(text);
+            }
+        }
+    }
+}
+
 /// A row's bytes in a bulk packet: each value's indicator byte, and a
-/// string's length (as the protocol encodes it) and bytes.
+/// string's length (as the protocol encodes it) and bytes; a number
+/// counted as the larger of its 8 bytes and its text, which it goes as in
+/// a column that also holds bytes.
 fn wire(row: &[Value]) -> usize {
+    // At most 21 characters: one byte of length before them.
+    let text = |digits: u64, sign: bool| 2 + digits.checked_ilog10().map_or(1, |l| l as usize + 1) + usize::from(sign);
     row.iter()
         .map(|v| match v {
             Value::Bytes(b) if b.len() < 251 => 2 + b.len(),
             Value::Bytes(b) if b.len() < 1 << 16 => 4 + b.len(),
             Value::Bytes(b) if b.len() < 1 << 24 => 5 + b.len(),
             Value::Bytes(b) => 10 + b.len(),
+            Value::Int(n) => 9.max(text(n.unsigned_abs(), *n < 0)),
+            Value::UInt(n) => 9.max(text(*n, false)),
             _ => 1,
         })
         .sum()
+}
+
+/// How each of `cols` of `db.table` is read from the text: its integer
+/// columns as numbers (see [`crate::tsv::Kind`]), the rest as bytes.
+fn kinds(w: &mut mysql::Conn, db: &str, table: &str, cols: &[String]) -> Result<Vec<crate::tsv::Kind>> {
+    use crate::tsv::Kind;
+    let found: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = w
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (db, table),
+        )
+        .with_ctx(|| format!("reading the columns of {db}.{table}"))?;
+    let kind = |c: &String| {
+        let Some((_, data, full)) = found.iter().find(|(n, ..)| n == c.as_bytes()) else { return Kind::Text };
+        let int = matches!(&data[..], b"tinyint" | b"smallint" | b"mediumint" | b"int" | b"bigint");
+        let unsigned = full.windows(8).any(|w| w == b"unsigned");
+        match (int, unsigned) {
+            (false, _) => Kind::Text,
+            (true, false) => Kind::Signed,
+            (true, true) => Kind::Unsigned,
+        }
+    };
+    Ok(cols.iter().map(kind).collect())
 }
 
 /// Whether a server takes rows by bulk execution: MariaDB 10.2 and later
@@ -252,9 +334,41 @@ mod tests {
     }
 
     #[test]
+    fn a_column_of_numbers_and_bytes_goes_as_bytes_and_one_of_numbers_as_numbers() {
+        let b = |t: &str| Value::Bytes(t.as_bytes().to_vec());
+        let mut rows = vec![
+            vec![Value::Int(12), Value::NULL, Value::UInt(7)],
+            vec![b("00012"), Value::Int(-3), Value::NULL],
+            vec![Value::NULL, Value::Int(4), Value::UInt(u64::MAX)],
+        ];
+        let mut sent = vec![Sent::Nothing; 3];
+        for r in &rows {
+            for (s, v) in sent.iter_mut().zip(r) {
+                *s = s.with(v);
+            }
+        }
+        assert_eq!(sent, vec![Sent::Mixed, Sent::Numbers, Sent::Numbers]);
+        as_sent(&mut rows, &sent);
+        assert_eq!(
+            rows,
+            vec![
+                vec![b("12"), Value::NULL, Value::UInt(7)],
+                vec![b("00012"), Value::Int(-3), Value::NULL],
+                vec![Value::NULL, Value::Int(4), Value::UInt(u64::MAX)],
+            ]
+        );
+        assert_eq!(Sent::Nothing.with(&Value::NULL), Sent::Nothing);
+        assert_eq!(Sent::Bytes.with(&Value::Int(1)), Sent::Mixed);
+        assert_eq!(Sent::Mixed.with(&b("x")), Sent::Mixed);
+    }
+
+    #[test]
     fn a_rows_packet_bytes_count_each_values_indicator_and_length() {
         let b = |n: usize| Value::Bytes(vec![b'x'; n]);
         assert_eq!(wire(&[Value::NULL, b(0), b(250)]), 1 + 2 + 252);
+        // A number: its 8 bytes, or its text where that is longer.
+        assert_eq!(wire(&[Value::Int(0), Value::Int(-123456), Value::UInt(0)]), 9 * 3);
+        assert_eq!(wire(&[Value::Int(i64::MIN), Value::UInt(u64::MAX), Value::Int(-12345678)]), 22 + 22 + 11);
         assert_eq!(wire(&[b(251), b(65535)]), 255 + 65539);
         assert_eq!(wire(&[b(1 << 16), b(1 << 24)]), (1 << 16) + 5 + (1 << 24) + 10);
     }

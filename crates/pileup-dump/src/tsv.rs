@@ -130,35 +130,88 @@ pub fn row(out: &mut Vec<u8>, values: &[Value]) {
     out.push(b'\n');
 }
 
+/// How a column's values are read from the text: as bytes, or, for an
+/// integer column, as a number where the text is one written the only way
+/// it can be (`0`, or digits without a leading zero after an optional `-`,
+/// within 64 bits): the server stores the number as it would store that
+/// text, without parsing it, and the value needs no buffer of its own.
+/// Any other text in an integer column (a leading zero, a sign on an
+/// unsigned column, out of range) stays bytes, converted by the server as
+/// `LOAD DATA` converts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Signed,
+    Unsigned,
+}
+
+/// `text` as the number it is written as, for a column of `kind`, where it
+/// is written the only way that number can be (see [`Kind`]).
+pub fn number(text: &[u8], kind: Kind) -> Option<Value> {
+    let (neg, digits) = match text {
+        [b'-', d @ ..] if kind == Kind::Signed => (true, d),
+        d => (false, d),
+    };
+    let canonical = match digits {
+        [b'0'] => !neg,
+        [b'1'..=b'9', rest @ ..] => rest.len() < 20 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !canonical || kind == Kind::Text {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    match (kind, neg) {
+        (Kind::Unsigned, _) => Some(Value::UInt(n)),
+        (_, false) => i64::try_from(n).ok().map(Value::Int),
+        (_, true) => 0i64.checked_sub_unsigned(n).map(Value::Int),
+    }
+}
+
 /// Read the complete rows at the start of `b` (each ended by a newline)
-/// as `LOAD DATA ... ESCAPED BY '\\'` reads them, `cols` values a row,
-/// into `rows`: a backslash and the byte after it are one byte (`\n`, `\t`,
-/// `\r`, `\b`, `\0`, `\Z` the control byte they name, any other that byte
-/// itself), and a field that is exactly `\N` is NULL. Returns how many bytes
-/// the rows took (what follows is a row not complete yet); a row with
-/// another number of fields is an error, at the byte it starts at.
-pub fn read_rows(b: &[u8], cols: usize, rows: &mut Vec<Vec<Value>>) -> Result<usize, usize> {
+/// as `LOAD DATA ... ESCAPED BY '\\'` reads them, a value for each of
+/// `kinds` a row, into `rows`: a backslash and the byte after it are one
+/// byte (`\n`, `\t`, `\r`, `\b`, `\0`, `\Z` the control byte they name, any
+/// other that byte itself), a field that is exactly `\N` is NULL, and an
+/// integer column's number is read as [`number`] says. Returns how many
+/// bytes the rows took (what follows is a row not complete yet); a row
+/// with another number of fields is an error, at the byte it starts at.
+pub fn read_rows(b: &[u8], kinds: &[Kind], rows: &mut Vec<Vec<Value>>) -> Result<usize, usize> {
+    let cols = kinds.len();
     let mut at = 0;
     loop {
         let mut row = Vec::with_capacity(cols);
         let mut p = at;
         loop {
-            let (begin, mut field, mut from) = (p, Vec::new(), p);
+            let (begin, mut field, mut from) = (p, None::<Vec<u8>>, p);
             let end = loop {
                 let Some(i) = memchr::memchr3(b'\t', b'\n', b'\\', &b[p..]) else { return Ok(at) };
                 let q = p + i;
                 if b[q] != b'\\' {
-                    field.extend_from_slice(&b[from..q]);
+                    if let Some(f) = field.as_mut() {
+                        f.extend_from_slice(&b[from..q]);
+                    }
                     p = q + 1;
                     break b[q];
                 }
                 let Some(&e) = b.get(q + 1) else { return Ok(at) };
-                field.extend_from_slice(&b[from..q]);
-                field.push(unescape(e));
+                let f = field.get_or_insert_with(Vec::new);
+                f.extend_from_slice(&b[from..q]);
+                f.push(unescape(e));
                 p = q + 2;
                 from = p;
             };
-            row.push(if &b[begin..p - 1] == b"\\N" { Value::NULL } else { Value::Bytes(field) });
+            let text = &b[begin..p - 1];
+            let kind = kinds.get(row.len()).copied().unwrap_or(Kind::Text);
+            row.push(match field {
+                _ if text == b"\\N" => Value::NULL,
+                // A value with escapes is never a number.
+                Some(f) => Value::Bytes(f),
+                None => number(text, kind).unwrap_or_else(|| Value::Bytes(text.to_vec())),
+            });
             if end == b'\n' {
                 break;
             }
@@ -289,25 +342,71 @@ mod tests {
             row(&mut text, r);
         }
         let mut rows = vec![];
-        assert_eq!(read_rows(&text, 3, &mut rows), Ok(text.len()));
+        assert_eq!(read_rows(&text, &[Kind::Text; 3], &mut rows), Ok(text.len()));
         assert_eq!(rows, written);
         let first = text.iter().position(|&c| c == b'\n').unwrap() + 1;
         for cut in 0..text.len() {
             let mut rows = vec![];
-            let took = read_rows(&text[..cut], 3, &mut rows).unwrap();
+            let took = read_rows(&text[..cut], &[Kind::Text; 3], &mut rows).unwrap();
             assert_eq!(took, if cut >= first { first } else { 0 }, "cut at {cut}");
             assert_eq!(rows.len(), usize::from(cut >= first));
         }
         let mut rows = vec![];
-        assert_eq!(read_rows(b"\\b\\Z\\x\\N1\n", 1, &mut rows), Ok(10));
+        assert_eq!(read_rows(b"\\b\\Z\\x\\N1\n", &[Kind::Text], &mut rows), Ok(10));
         assert_eq!(rows, vec![vec![Value::Bytes(vec![8, 26, b'x', b'N', b'1'])]]);
     }
 
     #[test]
     fn a_row_with_another_number_of_fields_is_an_error_where_it_starts() {
         let mut rows = vec![];
-        assert_eq!(read_rows(b"1\t2\n3\n", 2, &mut rows), Err(4));
+        assert_eq!(read_rows(b"1\t2\n3\n", &[Kind::Text; 2], &mut rows), Err(4));
         assert_eq!(rows.len(), 1);
-        assert_eq!(read_rows(b"1\t2\t3\n", 2, &mut vec![]), Err(0));
+        assert_eq!(read_rows(b"1\t2\t3\n", &[Kind::Text; 2], &mut vec![]), Err(0));
+    }
+
+    #[test]
+    fn an_integer_columns_number_is_read_as_one_only_where_written_the_only_way_it_can_be() {
+        use Kind::{Signed, Text, Unsigned};
+        let n = |t: &str, k| number(t.as_bytes(), k);
+        assert_eq!(n("0", Signed), Some(Value::Int(0)));
+        assert_eq!(n("-42", Signed), Some(Value::Int(-42)));
+        assert_eq!(n("9223372036854775807", Signed), Some(Value::Int(i64::MAX)));
+        assert_eq!(n("-9223372036854775808", Signed), Some(Value::Int(i64::MIN)));
+        assert_eq!(n("18446744073709551615", Unsigned), Some(Value::UInt(u64::MAX)));
+        assert_eq!(n("7", Text), None);
+        // Past the type, another spelling, or not a number: the server
+        // converts the text.
+        for t in [
+            "9223372036854775808",
+            "-9223372036854775809",
+            "-0",
+            "007",
+            "+1",
+            "1.0",
+            "1e3",
+            " 1",
+            "1 ",
+            "",
+            "-",
+            "0x1F",
+        ] {
+            assert_eq!(n(t, Signed), None, "{t:?}");
+        }
+        for t in ["-1", "18446744073709551616", "123456789012345678901", "00"] {
+            assert_eq!(n(t, Unsigned), None, "{t:?}");
+        }
+        // In a row: NULL stays NULL, an escaped value stays bytes, the
+        // text column stays text.
+        let mut rows = vec![];
+        let text = b"12\t-3\t\\N\t12\n\\12\t007\t5\tx\n";
+        assert_eq!(read_rows(text, &[Signed, Signed, Unsigned, Text], &mut rows), Ok(text.len()));
+        let b = |t: &[u8]| Value::Bytes(t.to_vec());
+        assert_eq!(
+            rows,
+            vec![
+                vec![Value::Int(12), Value::Int(-3), Value::NULL, b(b"12")],
+                vec![b(b"12"), b(b"007"), Value::UInt(5), b(b"x")],
+            ]
+        );
     }
 }

@@ -105,6 +105,13 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
          (3, 1.1754943508222875e-38, 2.2250738585072014e-308), (4, 1.401298464324817e-45, 5e-324)",
     )
     .unwrap();
+    // Integers at the ends of their types, which the load sends as numbers.
+    c.query_drop(
+        "CREATE TABLE d1.ints (id INT PRIMARY KEY, s BIGINT, u BIGINT UNSIGNED, t TINYINT, z INT(5) UNSIGNED ZEROFILL); \
+         INSERT INTO d1.ints VALUES (1, -9223372036854775808, 18446744073709551615, -128, 12), \
+         (2, 9223372036854775807, 0, 127, 12345), (3, 0, NULL, NULL, NULL), (4, -1, 1, 0, 0)",
+    )
+    .unwrap();
     // A value near the packet limit the load is given below.
     c.query_drop(
         "CREATE TABLE d1.wide (id INT PRIMARY KEY, b LONGBLOB); INSERT INTO d1.wide VALUES (1, REPEAT('y', 4180000))",
@@ -116,7 +123,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
         &sb,
         &["dump", "-o", out.to_str().unwrap(), "--databases", "d1", "--chunk-rows", "10000", "--threads", "3"],
     ));
-    assert!(text.contains("dumped 11 tables"), "{text}");
+    assert!(text.contains("dumped 12 tables"), "{text}");
     // Files hold data: 0600 files in 0700 directories.
     for d in [out.clone(), out.join("data")] {
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
@@ -145,7 +152,7 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
     let before = loads(&mut c);
     ok(&run(&sb, &["load", out.to_str().unwrap(), "--rename", "d1:d2", "--threads", "3", "--verify"]));
     assert_eq!(loads(&mut c) - before, 1, "rows go in by bulk execution, wide's by LOAD DATA");
-    for t in TABLES.iter().chain(&["fl", "wide"]) {
+    for t in TABLES.iter().chain(&["fl", "ints", "wide"]) {
         let (a, b) = (checksum(&mut c, "d1", t), checksum(&mut c, "d2", t));
         assert!(a.is_some() && a == b, "table {t}: checksum {a:?} against {b:?}");
         // Indexes (those added after the data too), options and counters.
