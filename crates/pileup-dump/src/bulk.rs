@@ -224,9 +224,10 @@ impl Batch<'_> {
 enum Sent {
     /// Only NULLs so far.
     Nothing,
-    Numbers,
+    /// Numbers, or dates and times (a column holds one of these).
+    Typed,
     Bytes,
-    /// Numbers and bytes: the numbers go as their text.
+    /// Typed values and bytes: the typed values go as their text.
     Mixed,
 }
 
@@ -234,8 +235,8 @@ impl Sent {
     fn with(self, v: &Value) -> Sent {
         let this = match v {
             Value::NULL => return self,
-            Value::Int(_) | Value::UInt(_) => Sent::Numbers,
-            _ => Sent::Bytes,
+            Value::Bytes(_) => Sent::Bytes,
+            _ => Sent::Typed,
         };
         match self {
             Sent::Nothing => this,
@@ -245,12 +246,12 @@ impl Sent {
     }
 }
 
-/// The numbers of a column that also holds bytes (`sent`) turned to their
-/// text, as the column goes.
+/// The typed values of a column that also holds bytes (`sent`) turned to
+/// their text, as the column goes.
 fn as_sent(rows: &mut [Vec<Value>], sent: &[Sent]) {
     for (i, _) in sent.iter().enumerate().filter(|(_, s)| **s == Sent::Mixed) {
         for v in rows.iter_mut().filter_map(|r| r.get_mut(i)) {
-            if matches!(v, Value::Int(_) | Value::UInt(_)) {
+            if !matches!(v, Value::Bytes(_) | Value::NULL) {
                 let mut text = vec![];
                 crate::tsv::value(&mut text, v);
                 *v = Value::Bytes(text);
@@ -260,9 +261,9 @@ fn as_sent(rows: &mut [Vec<Value>], sent: &[Sent]) {
 }
 
 /// A row's bytes in a bulk packet: each value's indicator byte, and a
-/// string's length (as the protocol encodes it) and bytes; a number
-/// counted as the larger of its 8 bytes and its text, which it goes as in
-/// a column that also holds bytes.
+/// string's length (as the protocol encodes it) and bytes; a typed value
+/// counted as the larger of its binary form and its text, which it goes
+/// as in a column that also holds bytes.
 fn wire(row: &[Value]) -> usize {
     // At most 21 characters: one byte of length before them.
     let text = |digits: u64, sign: bool| 2 + digits.checked_ilog10().map_or(1, |l| l as usize + 1) + usize::from(sign);
@@ -274,13 +275,17 @@ fn wire(row: &[Value]) -> usize {
             Value::Bytes(b) => 10 + b.len(),
             Value::Int(n) => 9.max(text(n.unsigned_abs(), *n < 0)),
             Value::UInt(n) => 9.max(text(*n, false)),
-            _ => 1,
+            Value::NULL => 1,
+            // A date and time's text is at most 26 characters (its binary
+            // form 12 bytes); no other value is read from the text.
+            _ => 2 + 26,
         })
         .sum()
 }
 
 /// How each of `cols` of `db.table` is read from the text: its integer
-/// columns as numbers (see [`crate::tsv::Kind`]), the rest as bytes.
+/// and `DATETIME` columns as typed values (see
+/// [`crate::tsv::Kind`]), the rest as bytes.
 fn kinds(w: &mut mysql::Conn, db: &str, table: &str, cols: &[String]) -> Result<Vec<crate::tsv::Kind>> {
     use crate::tsv::Kind;
     let found: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = w
@@ -292,12 +297,16 @@ fn kinds(w: &mut mysql::Conn, db: &str, table: &str, cols: &[String]) -> Result<
         .with_ctx(|| format!("reading the columns of {db}.{table}"))?;
     let kind = |c: &String| {
         let Some((_, data, full)) = found.iter().find(|(n, ..)| n == c.as_bytes()) else { return Kind::Text };
-        let int = matches!(&data[..], b"tinyint" | b"smallint" | b"mediumint" | b"int" | b"bigint");
-        let unsigned = full.windows(8).any(|w| w == b"unsigned");
-        match (int, unsigned) {
-            (false, _) => Kind::Text,
-            (true, false) => Kind::Signed,
-            (true, true) => Kind::Unsigned,
+        match &data[..] {
+            b"tinyint" | b"smallint" | b"mediumint" | b"int" | b"bigint" => {
+                if full.windows(8).any(|w| w == b"unsigned") {
+                    Kind::Unsigned
+                } else {
+                    Kind::Signed
+                }
+            }
+            b"datetime" => Kind::DateTime,
+            _ => Kind::Text,
         }
     };
     Ok(cols.iter().map(kind).collect())
@@ -347,7 +356,7 @@ mod tests {
                 *s = s.with(v);
             }
         }
-        assert_eq!(sent, vec![Sent::Mixed, Sent::Numbers, Sent::Numbers]);
+        assert_eq!(sent, vec![Sent::Mixed, Sent::Typed, Sent::Typed]);
         as_sent(&mut rows, &sent);
         assert_eq!(
             rows,
@@ -368,6 +377,7 @@ mod tests {
         assert_eq!(wire(&[Value::NULL, b(0), b(250)]), 1 + 2 + 252);
         // A number: its 8 bytes, or its text where that is longer.
         assert_eq!(wire(&[Value::Int(0), Value::Int(-123456), Value::UInt(0)]), 9 * 3);
+        assert_eq!(wire(&[Value::Double(0.1), Value::Date(2024, 1, 2, 3, 4, 5, 6)]), 28 + 28);
         assert_eq!(wire(&[Value::Int(i64::MIN), Value::UInt(u64::MAX), Value::Int(-12345678)]), 22 + 22 + 11);
         assert_eq!(wire(&[b(251), b(65535)]), 255 + 65539);
         assert_eq!(wire(&[b(1 << 16), b(1 << 24)]), (1 << 16) + 5 + (1 << 24) + 10);

@@ -105,11 +105,13 @@ fn every_type_and_object_survives_a_dump_and_a_load() {
          (3, 1.1754943508222875e-38, 2.2250738585072014e-308), (4, 1.401298464324817e-45, 5e-324)",
     )
     .unwrap();
-    // Integers at the ends of their types, which the load sends as numbers.
+    // Integers at the ends of their types, which the load sends as numbers;
+    // a zero date, which it sends as text, beside dates it sends as dates.
     c.query_drop(
-        "CREATE TABLE d1.ints (id INT PRIMARY KEY, s BIGINT, u BIGINT UNSIGNED, t TINYINT, z INT(5) UNSIGNED ZEROFILL); \
-         INSERT INTO d1.ints VALUES (1, -9223372036854775808, 18446744073709551615, -128, 12), \
-         (2, 9223372036854775807, 0, 127, 12345), (3, 0, NULL, NULL, NULL), (4, -1, 1, 0, 0)",
+        "CREATE TABLE d1.ints (id INT PRIMARY KEY, s BIGINT, u BIGINT UNSIGNED, t TINYINT, z INT(5) UNSIGNED ZEROFILL, \
+         w DATETIME); INSERT INTO d1.ints VALUES (1, -9223372036854775808, 18446744073709551615, -128, 12, '0000-00-00'), \
+         (2, 9223372036854775807, 0, 127, 12345, '2024-05-06 07:08:09'), (3, 0, NULL, NULL, NULL, NULL), \
+         (4, -1, 1, 0, 0, '2024-05-06')",
     )
     .unwrap();
     // A value near the packet limit the load is given below.
