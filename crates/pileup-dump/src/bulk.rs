@@ -103,9 +103,8 @@ fn send(
     // larger one goes as several protocol packets of 16 MiB each, which a
     // server at the default limit refuses).
     let packet = max_packet.min(1 << 24).saturating_sub(16 << 10);
-    let limit = BATCH_BYTES.min(packet);
-    let sent = vec![Sent::Nothing; cols.len()];
-    let mut batch = Batch { stmt, into, rows: vec![], sent, size: 0, limit, packet, inserted: 0 };
+    let held = Held { rows: vec![], sent: vec![Sent::Nothing; cols.len()], size: 0 };
+    let mut batch = Batch { stmt, into, held, limit: BATCH_BYTES.min(packet), packet, inserted: 0 };
     let (mut buf, mut parsed) = (Vec::with_capacity(2 << 20), Vec::new());
     let (mut n, mut crc, mut base) = (0u64, crc32fast::Hasher::new(), 0u64);
     let mut block = vec![0u8; 1 << 20];
@@ -152,16 +151,11 @@ fn send(
     Ok(batch.inserted)
 }
 
-/// Rows waiting to go in one bulk packet.
+/// Rows into one table, a bulk packet at a time.
 struct Batch<'a> {
     stmt: mysql::Statement,
     into: &'a Target<'a>,
-    rows: Vec<Vec<Value>>,
-    /// Each column's values held, as they go.
-    sent: Vec<Sent>,
-    /// Their bytes in the packet (a number's counted as the larger of its
-    /// two forms, see [`wire`]).
-    size: usize,
+    held: Held,
     /// The packet's bytes to send at.
     limit: usize,
     /// The most a packet may hold.
@@ -179,9 +173,6 @@ impl Batch<'_> {
 
     fn push(&mut self, w: &mut mysql::Conn, row: Vec<Value>) -> Result<()> {
         let size = wire(&row);
-        for (s, v) in self.sent.iter_mut().zip(&row) {
-            *s = s.with(v);
-        }
         if self.head() + size > self.packet {
             // A row no packet holds goes by LOAD DATA, which streams it.
             self.flush(w)?;
@@ -192,29 +183,54 @@ impl Batch<'_> {
             self.inserted += crate::infile::load_data(w, db, table, Some(cols), data, shown.to_string(), None)?;
             return Ok(());
         }
-        if !self.rows.is_empty() && self.head() + self.size + size > self.limit {
+        if !self.held.rows.is_empty() && self.head() + self.held.size + size > self.limit {
             self.flush(w)?;
         }
-        self.size += size;
-        self.rows.push(row);
+        self.held.add(row, size);
         Ok(())
     }
 
     /// Send the rows held as one bulk packet.
     fn flush(&mut self, w: &mut mysql::Conn) -> Result<()> {
-        if self.rows.is_empty() {
+        if self.held.rows.is_empty() {
             return Ok(());
         }
         let Target { db, table, .. } = *self.into;
-        as_sent(&mut self.rows, &self.sent);
-        self.sent.fill(Sent::Nothing);
         // Each row as the driver's parameters as it is: a `Vec` would be
         // copied value by value into a new one.
-        w.exec_batch(&self.stmt, self.rows.drain(..).map(mysql::Params::Positional))
+        w.exec_batch(&self.stmt, self.held.take().map(mysql::Params::Positional))
             .with_ctx(|| format!("loading {db}.{table}"))?;
         self.inserted += w.affected_rows();
-        self.size = 0;
         Ok(())
+    }
+}
+
+/// The rows of the next packet.
+struct Held {
+    rows: Vec<Vec<Value>>,
+    /// How each column's values go, for the rows held.
+    sent: Vec<Sent>,
+    /// Their bytes in the packet (a typed value's counted as the larger of
+    /// its two forms, see [`wire`]).
+    size: usize,
+}
+
+impl Held {
+    fn add(&mut self, row: Vec<Value>, size: usize) {
+        for (s, v) in self.sent.iter_mut().zip(&row) {
+            *s = s.with(v);
+        }
+        self.size += size;
+        self.rows.push(row);
+    }
+
+    /// The rows held, each column's values of one type (see [`as_sent`]);
+    /// none held after.
+    fn take(&mut self) -> std::vec::Drain<'_, Vec<Value>> {
+        as_sent(&mut self.rows, &self.sent);
+        self.sent.fill(Sent::Nothing);
+        self.size = 0;
+        self.rows.drain(..)
     }
 }
 
@@ -343,23 +359,25 @@ mod tests {
     }
 
     #[test]
-    fn a_column_of_numbers_and_bytes_goes_as_bytes_and_one_of_numbers_as_numbers() {
+    fn a_packets_column_of_numbers_and_bytes_goes_as_bytes_and_one_of_numbers_as_numbers() {
         let b = |t: &str| Value::Bytes(t.as_bytes().to_vec());
-        let mut rows = vec![
+        let mut held = Held { rows: vec![], sent: vec![Sent::Nothing; 3], size: 0 };
+        // A packet of numbers, then one whose first row has a number where
+        // the rest has bytes.
+        held.add(vec![Value::Int(1), b("x"), Value::NULL], 20);
+        assert_eq!(held.take().collect::<Vec<_>>(), vec![vec![Value::Int(1), b("x"), Value::NULL]]);
+        assert_eq!((held.size, &held.sent[..]), (0, &[Sent::Nothing; 3][..]));
+        for r in [
             vec![Value::Int(12), Value::NULL, Value::UInt(7)],
             vec![b("00012"), Value::Int(-3), Value::NULL],
             vec![Value::NULL, Value::Int(4), Value::UInt(u64::MAX)],
-        ];
-        let mut sent = vec![Sent::Nothing; 3];
-        for r in &rows {
-            for (s, v) in sent.iter_mut().zip(r) {
-                *s = s.with(v);
-            }
+        ] {
+            held.add(r, 10);
         }
-        assert_eq!(sent, vec![Sent::Mixed, Sent::Typed, Sent::Typed]);
-        as_sent(&mut rows, &sent);
+        assert_eq!(held.size, 30);
+        assert_eq!(held.sent, vec![Sent::Mixed, Sent::Typed, Sent::Typed]);
         assert_eq!(
-            rows,
+            held.take().collect::<Vec<_>>(),
             vec![
                 vec![b("12"), Value::NULL, Value::UInt(7)],
                 vec![b("00012"), Value::Int(-3), Value::NULL],
