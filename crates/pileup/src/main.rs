@@ -335,7 +335,7 @@ fn fail(fd: i32, json: bool, exit: Exit, msg: &str, command: Option<&str>) -> ! 
 
 /// mimalloc instead of glibc's allocator: a load allocates and frees a
 /// buffer for every value of every row it sends, and with mimalloc its CPU
-/// is about a fifth lower (docs/BENCHMARKS.md, "Load orders tried"), for
+/// is about a fifth lower (docs/BENCHMARKS.md, the dump section), for
 /// a larger peak RSS.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
