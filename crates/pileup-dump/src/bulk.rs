@@ -304,26 +304,13 @@ fn wire(row: &[Value]) -> usize {
 /// [`crate::tsv::Kind`]), the rest as bytes.
 fn kinds(w: &mut mysql::Conn, db: &str, table: &str, cols: &[String]) -> Result<Vec<crate::tsv::Kind>> {
     use crate::tsv::Kind;
-    let found: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = w
-        .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-            (db, table),
-        )
-        .with_ctx(|| format!("reading the columns of {db}.{table}"))?;
-    let kind = |c: &String| {
-        let Some((_, data, full)) = found.iter().find(|(n, ..)| n == c.as_bytes()) else { return Kind::Text };
-        match &data[..] {
-            b"tinyint" | b"smallint" | b"mediumint" | b"int" | b"bigint" => {
-                if full.windows(8).any(|w| w == b"unsigned") {
-                    Kind::Unsigned
-                } else {
-                    Kind::Signed
-                }
-            }
-            b"datetime" => Kind::DateTime,
-            _ => Kind::Text,
-        }
+    let found =
+        crate::schema::table_columns(w, db, table).with_ctx(|| format!("reading the columns of {db}.{table}"))?;
+    let kind = |c: &String| match found.iter().find(|f| f.name == *c) {
+        Some(f) if f.is_integer() && f.column_type.to_ascii_lowercase().contains("unsigned") => Kind::Unsigned,
+        Some(f) if f.is_integer() => Kind::Signed,
+        Some(f) if f.data_type.eq_ignore_ascii_case("datetime") => Kind::DateTime,
+        _ => Kind::Text,
     };
     Ok(cols.iter().map(kind).collect())
 }
