@@ -260,19 +260,32 @@ fn printed<'e, 'a>(
 
 impl Printed<'_, '_> {
     /// One JSON object per event, on one line.
+    /// The object is built in a buffer of this thread's and written in one
+    /// piece: the serializer writes each token on its own, which through
+    /// `dyn Write` is a call each.
     pub(crate) fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
         use serde::ser::{SerializeMap, Serializer};
-        let mut ser = serde_json::Serializer::new(&mut *out);
-        let mut m = ser.serialize_map(None)?;
-        m.serialize_entry("schema_version", &pileup_output::SCHEMA_VERSION)?;
-        for (k, v) in &self.fields {
-            m.serialize_entry(k, v)?;
-        }
-        if let Some((rows, names, _)) = &self.rows {
-            m.serialize_entry("rows", &RowsOut { rows, names })?;
-        }
-        m.end()?;
-        out.write_all(b"\n")
+        thread_local!(static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            let mut ser = serde_json::Serializer::new(&mut *line);
+            let mut m = ser.serialize_map(None)?;
+            m.serialize_entry("schema_version", &pileup_output::SCHEMA_VERSION)?;
+            for (k, v) in &self.fields {
+                m.serialize_entry(k, v)?;
+            }
+            if let Some((rows, names, _)) = &self.rows {
+                m.serialize_entry("rows", &RowsOut { rows, names })?;
+            }
+            m.end()?;
+            line.push(b'\n');
+            let r = out.write_all(line);
+            // A huge event's buffer is not kept.
+            if line.capacity() > 1 << 20 {
+                *line = Vec::new();
+            }
+            r
+        })
     }
 
     /// mysqlbinlog's "# at" line with the fields that say what the event

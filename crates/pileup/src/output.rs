@@ -106,6 +106,13 @@ impl Write for Stdout {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.write(b).inspect_err(seen)
     }
+    // BufWriter's own write_all (a copy into its buffer when the bytes fit),
+    // not the default's loop over write: a JSON serializer writes every
+    // token on its own.
+    #[inline]
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(b).inspect_err(seen)
+    }
     fn flush(&mut self) -> std::io::Result<()> {
         self.0.flush().inspect_err(seen)
     }
